@@ -1,0 +1,160 @@
+# chanter: one non-recursive Makefile.
+#
+#   make            build everything into build/ (binaries in build/bin/)
+#   make test       build and run every test (unit + integration)
+#   make bench      build and run the benchmarks (prints tables)
+#   make demo       the README's main command
+#   make deps       install the Debian packages the project needs
+#   make clean
+#
+# Knobs: CUDA=auto|0|1   SANITIZER=address|undefined   WERROR=1|0   O=-O2
+
+BUILD     ?= build
+CC        ?= cc
+CXX       ?= c++
+CUDA      ?= auto
+SANITIZER ?=
+WERROR    ?= 1
+O         ?= -O2
+
+PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd inih libmicrohttpd libcrypto openblas
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-nonliteral
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+SAN :=
+ifneq ($(SANITIZER),)
+SAN := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+ifeq ($(SANITIZER),undefined)
+SAN += -fno-sanitize-recover=undefined
+endif
+endif
+
+CPPFLAGS := -D_GNU_SOURCE -Icommon -I$(BUILD)/gen $(PKG_CFLAGS)
+CFLAGS   := -std=c11 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
+LDFLAGS  := -pthread $(SAN)
+LDLIBS   := $(PKG_LIBS) -lm
+
+# ---- CUDA: on when nvcc is found (CUDA=auto), forced with CUDA=1, off with CUDA=0
+NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+ifeq ($(CUDA),auto)
+  ifneq ($(NVCC),)
+    USE_CUDA := 1
+  else
+    USE_CUDA := 0
+  endif
+else
+  USE_CUDA := $(CUDA)
+endif
+ifeq ($(USE_CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found; install the CUDA toolkit or use CUDA=0)
+  endif
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CPPFLAGS += -DCHANTER_CUDA=1
+endif
+CU_SRCS := $(shell find common services -name '*.cu' 2>/dev/null)
+
+# ---- generated protobuf-c code
+PROTOS   := $(wildcard proto/*.proto)
+PB_C     := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+PB_H     := $(PB_C:.c=.h)
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iproto $<
+
+# ---- common/: one static library
+COMMON_SRCS := $(wildcard common/*.c)
+COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMMON_SRCS)) \
+               $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PB_C))
+LIBCHANTER  := $(BUILD)/lib/libchanter.a
+
+# ---- services/<name>/: main.c wires, the rest is a library tests can link
+SERVICES := $(notdir $(wildcard services/*))
+define service_rules
+SVC_$(1)_SRCS := $$(filter-out services/$(1)/main.c,$$(wildcard services/$(1)/*.c))
+SVC_$(1)_OBJS := $$(patsubst %.c,$(BUILD)/obj/%.o,$$(SVC_$(1)_SRCS))
+SVC_LIBS += $(BUILD)/lib/libsvc_$(1).a
+$(BUILD)/lib/libsvc_$(1).a: $$(SVC_$(1)_OBJS)
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+BINS += $(BUILD)/bin/chanter-$(1)
+$(BUILD)/bin/chanter-$(1): $(BUILD)/obj/services/$(1)/main.o $(BUILD)/lib/libsvc_$(1).a $(LIBCHANTER)
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach s,$(SERVICES),$(eval $(call service_rules,$(s))))
+
+# ---- the CLI (tools/chanter/), which also carries the benchmarks
+CLI_SRCS := $(wildcard tools/chanter/*.c)
+CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
+BINS += $(BUILD)/bin/chanter
+$(BUILD)/bin/chanter: $(CLI_OBJS) $(SVC_LIBS) $(LIBCHANTER)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- unit tests: tests/unit/test_*.c, one binary each, cmocka
+TEST_SRCS := $(wildcard tests/unit/test_*.c)
+TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# test_<service>_*.c also links that service's library
+test_svc_libs = $(foreach s,$(SERVICES),$(if $(filter test_$(s)%,$(1)),$(BUILD)/lib/libsvc_$(s).a))
+define test_rule
+$(BUILD)/tests/$(1): $(BUILD)/obj/tests/unit/$(1).o $(call test_svc_libs,$(1)) $(LIBCHANTER)
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS) $$(CMOCKA_LIBS)
+endef
+$(foreach t,$(patsubst tests/unit/%.c,%,$(TEST_SRCS)),$(eval $(call test_rule,$(t))))
+
+# ---- objects
+ALL_OBJS := $(COMMON_OBJS) $(CLI_OBJS) $(foreach s,$(SERVICES),$(SVC_$(s)_OBJS) $(BUILD)/obj/services/$(s)/main.o) \
+            $(patsubst tests/unit/%.c,$(BUILD)/obj/tests/unit/%.o,$(TEST_SRCS))
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(PB_H)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(filter-out -Wshadow,$(CFLAGS)) -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(PB_H)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIBCHANTER): $(COMMON_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+.SECONDARY:
+.PHONY: all test unit integration bench demo deps clean check-deps
+.DEFAULT_GOAL := all
+all: check-deps $(BINS) $(TEST_BINS)
+
+check-deps:
+	@pkg-config --exists $(PKGS) cmocka || { \
+	  echo "missing build dependencies: run 'make deps' (tools/install-deps.sh)" >&2; exit 1; }
+	@command -v protoc-c >/dev/null || { echo "protoc-c not found: run 'make deps'" >&2; exit 1; }
+
+deps:
+	tools/install-deps.sh
+
+# make test: every unit test binary, then every integration test, one summary
+test: all
+	tests/run.sh $(BUILD)
+
+unit: all
+	tests/run.sh $(BUILD) unit
+
+bench: all
+	$(BUILD)/bin/chanter bench embedding
+
+demo: deps all
+	tools/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(ALL_OBJS:.o=.d)

@@ -1,0 +1,506 @@
+/*
+ * cfg: see cfg.h.  The table below is the single declaration of every key:
+ * name, type, default, bounds (numbers) or choices (enums), help.  Adding a
+ * key is adding a line here; README.md's key list is printed from it by
+ * `chanter config keys`.
+ */
+#include "cfg.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM } ctype_t;
+
+typedef struct entry_s {
+  const char *name;
+  ctype_t type;
+  const char *def;
+  double min, max;        /* numbers */
+  const char *choices;    /* enums: "a|b|c" */
+  const char *help;
+} entry_t;
+
+#define CRITEO_ROWS                                                                  \
+  "1460,583,200000,200000,305,24,12517,633,3,93145,5683,200000,3194,27,14992,200000," \
+  "10,5652,2173,4,200000,18,15,200000,105,142572"
+
+static const entry_t entries[] = {
+    /* ---- the job (DESIGN.md section 6, stable names) ---- */
+    {"model", T_ENUM, "dlrm", 0, 0, "dlrm|wdl|deepfm|dcn", "model architecture"},
+    {"optimizer", T_ENUM, "sgd", 0, 0, "sgd|adagrad|adam", "optimizer of the dense parameters"},
+    {"embedding_optimizer", T_ENUM, "sgd", 0, 0, "sgd|adagrad|rowwise_adagrad",
+     "optimizer of embedding rows; its state is stored after each row (0, dim or 1 floats)"},
+    {"learning_rate", T_FLOAT, "0.05", 0, 1e6, NULL, "learning rate"},
+    {"batch_size", T_INT, "1024", 1, 1 << 24, NULL, "global batch size (samples per iteration, all trainers)"},
+    {"iterations", T_INT, "1000", 0, 1e12, NULL, "training iterations"},
+    {"seed", T_INT, "42", 0, 9.2e18, NULL, "job seed: data, allocation and lazy row initialization"},
+    {"dataset", T_STR, "synthetic", 0, 0, NULL, "a dataset path, or 'synthetic'"},
+    {"trainers", T_INT, "2", 1, 4096, NULL, "number of trainers"},
+    {"embedding_servers", T_INT, "2", 1, 4096, NULL, "number of embedding servers (shards)"},
+    {"dataprocs", T_INT, "1", 1, 4096, NULL, "number of data processors"},
+    {"lookahead", T_STR, "auto", 0, 0, NULL, "lookahead L in batches (0 = baseline), or 'auto' (largest L cache_rows allows)"},
+    {"cache_rows", T_INT, "1000000", 0, 1e12, NULL, "rows each trainer's embedding cache holds"},
+    {"allocation", T_ENUM, "contiguous", 0, 0, "contiguous|random|laia", "which trainer trains which sample"},
+    {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
+    {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
+    {"eval_every", T_INT, "0", 0, 1e12, NULL, "evaluate every N iterations (0 = only at the end)"},
+    {"eval_batches", T_INT, "8", 0, 1e9, NULL, "held-out batches per evaluation"},
+    {"log_level", T_ENUM, "info", 0, 0, "error|warn|info|debug", "log verbosity of every daemon"},
+    /* ---- embedding tables ---- */
+    {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},
+    {"table_rows", T_STR, CRITEO_ROWS, 0, 0, NULL,
+     "comma-separated row count of each embedding table (Criteo's 26 cardinalities, capped at 200000)"},
+    {"embedding_dim", T_INT, "16", 1, 65536, NULL, "embedding dimension of every table"},
+    {"table_dims", T_STR, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
+    /* ---- cluster endpoints ---- */
+    {"cluster.embedding", T_STR, "", 0, 0, NULL,
+     "comma-separated host:port of each embedding server, in shard order (empty: chanter local up assigns loopback ports)"},
+    /* ---- sharding ---- */
+    {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
+     "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
+    /* ---- rpc ---- */
+    {"rpc.timeout_ms", T_INT, "30000", 1, 86400000, NULL, "deadline of every unary RPC"},
+    {"rpc.max_message_mb", T_INT, "256", 4, 2047, NULL, "largest gRPC message, both directions"},
+    /* ---- TLS (empty = plaintext; use TLS off loopback) ---- */
+    {"tls.ca_file", T_STR, "", 0, 0, NULL, "PEM CA bundle that peers' certificates must chain to"},
+    {"tls.cert_file", T_STR, "", 0, 0, NULL, "this daemon's certificate chain (PEM)"},
+    {"tls.key_file", T_STR, "", 0, 0, NULL, "this daemon's private key (PEM)"},
+    {"tls.require_client_cert", T_BOOL, "true", 0, 0, NULL, "servers refuse clients without a certificate from tls.ca_file (mutual TLS)"},
+    {"tls.server_name", T_STR, "", 0, 0, NULL, "name expected in servers' certificates (default: the host in the address)"},
+    /* ---- embedding server ---- */
+    {"embedding.data_dir", T_STR, "chanter-data/embedding-%i", 0, 0, NULL,
+     "RocksDB data directory; %i is replaced by the shard index"},
+    {"embedding.hot_mb", T_INT, "1024", 0, 1 << 24, NULL, "memory tier budget in MiB (rows kept in memory in front of RocksDB)"},
+    {"embedding.block_cache_mb", T_INT, "256", 0, 1 << 24, NULL, "RocksDB block cache in MiB"},
+    {"embedding.sync_writes", T_BOOL, "true", 0, 0, NULL,
+     "fsync the write-ahead log before acknowledging a WriteBack (false: survives a process crash, not a power loss)"},
+    {"embedding.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
+     "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
+    {"embedding.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+};
+#define N_ENTRIES (sizeof entries / sizeof entries[0])
+
+typedef struct value_s {
+  char *str;
+  int64_t i;
+  double f;
+  char origin[160];
+} value_t;
+
+struct cfg_s {
+  value_t v[N_ENTRIES];
+};
+
+static int find(const char *name) {
+  for (size_t i = 0; i < N_ENTRIES; i++)
+    if (strcmp(entries[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+static int fmt_err(char *err, size_t n, const char *fmt, ...) {
+  if (err && n) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+  }
+  return ERR_CONFIG;
+}
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+  return s;
+}
+
+/* Parses raw into slot idx; on error writes "key = 'raw': why" to err. */
+static int assign(cfg_t *c, int idx, const char *raw, const char *origin, char *err, size_t n) {
+  const entry_t *e = &entries[idx];
+  value_t nv = {0};
+  char *end = NULL;
+  switch (e->type) {
+  case T_INT: {
+    errno = 0;
+    long long x = strtoll(raw, &end, 10);
+    if (errno || end == raw || *end) return fmt_err(err, n, "%s = '%s' is not an integer", e->name, raw);
+    if ((double)x < e->min || (double)x > e->max)
+      return fmt_err(err, n, "%s = %lld is out of range [%.0f, %.0f]", e->name, x, e->min, e->max);
+    nv.i = x;
+    nv.f = (double)x;
+    break;
+  }
+  case T_FLOAT: {
+    errno = 0;
+    double x = strtod(raw, &end);
+    if (errno || end == raw || *end || !isfinite(x))
+      return fmt_err(err, n, "%s = '%s' is not a number", e->name, raw);
+    if (x < e->min || x > e->max)
+      return fmt_err(err, n, "%s = %g is out of range [%g, %g]", e->name, x, e->min, e->max);
+    nv.f = x;
+    break;
+  }
+  case T_BOOL:
+    if (!strcmp(raw, "true") || !strcmp(raw, "1") || !strcmp(raw, "yes") || !strcmp(raw, "on"))
+      nv.i = 1;
+    else if (!strcmp(raw, "false") || !strcmp(raw, "0") || !strcmp(raw, "no") || !strcmp(raw, "off"))
+      nv.i = 0;
+    else
+      return fmt_err(err, n, "%s = '%s' is not a boolean (true/false)", e->name, raw);
+    break;
+  case T_ENUM: {
+    size_t len = strlen(raw);
+    const char *p = e->choices;
+    int ok = 0;
+    while (p && *p) {
+      const char *bar = strchr(p, '|');
+      size_t l = bar ? (size_t)(bar - p) : strlen(p);
+      if (l == len && strncmp(p, raw, l) == 0) ok = 1;
+      p = bar ? bar + 1 : NULL;
+    }
+    if (!ok) return fmt_err(err, n, "%s = '%s' is not one of %s", e->name, raw, e->choices);
+    break;
+  }
+  case T_STR:
+    break;
+  }
+  if (!strcmp(e->name, "lookahead") && strcmp(raw, "auto") != 0) {
+    errno = 0;
+    long long x = strtoll(raw, &end, 10);
+    if (errno || end == raw || *end || x < 0)
+      return fmt_err(err, n, "lookahead = '%s' is neither a number >= 0 nor 'auto'", raw);
+  }
+  nv.str = strdup(raw);
+  if (!nv.str) return -ENOMEM;
+  snprintf(nv.origin, sizeof nv.origin, "%s", origin);
+  free(c->v[idx].str);
+  c->v[idx] = nv;
+  return 0;
+}
+
+int cfg_create(cfg_t **out) {
+  cfg_t *c = calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    char err[256];
+    int rc = assign(c, (int)i, entries[i].def, "default", err, sizeof err);
+    ASSERT(rc == 0); /* a default that does not parse is a bug in the table */
+  }
+  *out = c;
+  return 0;
+}
+
+void cfg_destroy(cfg_t *c) {
+  if (!c) return;
+  for (size_t i = 0; i < N_ENTRIES; i++) free(c->v[i].str);
+  free(c);
+}
+
+typedef struct load_ctx_s {
+  cfg_t *c;
+  const char *path;
+  char msg[512];
+  int line;    /* lines read so far: inih gives handlers no line number */
+  int failed;
+  int cont;           /* the line just read is a continuation (indented) */
+  FILE *f;
+  char prev_key[256]; /* key of the last assignment, for continuations */
+  char *acc;          /* its value so far */
+} load_ctx_t;
+
+/* inih's reader callback (fgets-like); counts lines for origins. */
+static char *read_line(char *buf, int size, void *ud) {
+  load_ctx_t *x = ud;
+  char *r = fgets(buf, size, x->f);
+  if (!r) return NULL;
+  x->line++;
+  x->cont = (r[0] == ' ' || r[0] == '\t');
+  size_t n = strlen(r);
+  if (n == (size_t)size - 1 && r[n - 1] != '\n' && !feof(x->f) && !x->failed) {
+    snprintf(x->msg, sizeof x->msg, "line longer than %d characters (split long lists or use --set)", size - 2);
+    x->failed = x->line;
+    return NULL;
+  }
+  return r;
+}
+
+static int ini_cb(void *ud, const char *section, const char *name, const char *value) {
+  load_ctx_t *x = ud;
+  char key[256], origin[160];
+  if (x->failed) return 1; /* keep only the first error */
+  if (section && *section)
+    snprintf(key, sizeof key, "%s.%s", section, name);
+  else
+    snprintf(key, sizeof key, "%s", name);
+  int idx = find(key);
+  if (idx < 0) {
+    snprintf(x->msg, sizeof x->msg, "unknown key '%s'%s%s%s (see `chanter config keys`)", name,
+             section && *section ? " in section [" : "", section ? section : "",
+             section && *section ? "]" : "");
+    x->failed = 1;
+    return 0;
+  }
+  snprintf(origin, sizeof origin, "%s:%d", x->path, x->line);
+  /* An indented line continues the previous key's value: long lists
+   * (table_rows) may span lines; the pieces are joined with ','. */
+  char *v;
+  if (x->cont && x->acc && !strcmp(key, x->prev_key)) {
+    if (asprintf(&v, "%s,%s", x->acc, value ? value : "") < 0) v = NULL;
+  } else {
+    v = strdup(value ? value : "");
+  }
+  if (!v) return 0;
+  free(x->acc);
+  x->acc = strdup(v);
+  snprintf(x->prev_key, sizeof x->prev_key, "%s", key);
+  int rc = assign(x->c, idx, trim(v), origin, x->msg, sizeof x->msg);
+  free(v);
+  if (rc) {
+    x->failed = 1;
+    return 0;
+  }
+  return 1;
+}
+
+int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    int e = errno;
+    fmt_err(err, err_len, "%s: cannot open job configuration: %s", path, strerror(e));
+    return -e;
+  }
+  load_ctx_t x = {.c = c, .path = path, .f = f};
+  int line = ini_parse_stream(read_line, &x, ini_cb, &x);
+  fclose(f);
+  free(x.acc);
+  if (line == 0 && x.failed) return fmt_err(err, err_len, "%s:%d: %s", path, x.failed, x.msg);
+  if (line == 0) return 0;
+  if (line < 0) return fmt_err(err, err_len, "%s: cannot read job configuration", path);
+  if (!x.failed) return fmt_err(err, err_len, "%s:%d: syntax error (expected 'key = value' or '[section]')", path, line);
+  return fmt_err(err, err_len, "%s:%d: %s", path, line, x.msg);
+}
+
+int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_len) {
+  const char *eq = strchr(kv, '=');
+  if (!eq || eq == kv) return fmt_err(err, err_len, "%s '%s': expected key=value", origin, kv);
+  char key[256];
+  size_t kl = (size_t)(eq - kv);
+  if (kl >= sizeof key) return fmt_err(err, err_len, "%s '%s': key too long", origin, kv);
+  memcpy(key, kv, kl);
+  key[kl] = 0;
+  char *k = trim(key);
+  int idx = find(k);
+  if (idx < 0) return fmt_err(err, err_len, "%s %s: unknown key '%s' (see `chanter config keys`)", origin, kv, k);
+  char *v = strdup(eq + 1);
+  if (!v) return -ENOMEM;
+  char msg[400];
+  int rc = assign(c, idx, trim(v), origin, msg, sizeof msg);
+  free(v);
+  if (rc) return fmt_err(err, err_len, "%s %s: %s", origin, kv, msg);
+  return 0;
+}
+
+int cfg_parse_args(cfg_t *c, int *argc, char **argv, char *err, size_t err_len) {
+  int out = 1, rc = 0;
+  const char *file = NULL;
+  /* first pass: find --config (the file is applied before any --set) */
+  for (int i = 1; i < *argc; i++) {
+    if (!strcmp(argv[i], "--config")) {
+      if (i + 1 >= *argc) return fmt_err(err, err_len, "--config needs a file argument");
+      file = argv[++i];
+    } else if (!strncmp(argv[i], "--config=", 9)) {
+      file = argv[i] + 9;
+    } else if (!strcmp(argv[i], "--")) {
+      break;
+    }
+  }
+  if (file && (rc = cfg_load_file(c, file, err, err_len)) != 0) return rc;
+  for (int i = 1; i < *argc; i++) {
+    if (!strcmp(argv[i], "--config")) {
+      i++;
+    } else if (!strncmp(argv[i], "--config=", 9)) {
+    } else if (!strcmp(argv[i], "--set")) {
+      if (i + 1 >= *argc) return fmt_err(err, err_len, "--set needs a key=value argument");
+      if ((rc = cfg_set(c, argv[++i], "--set", err, err_len)) != 0) return rc;
+    } else if (!strncmp(argv[i], "--set=", 6)) {
+      if ((rc = cfg_set(c, argv[i] + 6, "--set", err, err_len)) != 0) return rc;
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argv[out] = NULL;
+  *argc = out;
+  return cfg_validate(c, err, err_len);
+}
+
+static const value_t *get(const cfg_t *c, const char *key, ctype_t t1, ctype_t t2) {
+  int idx = find(key);
+  if (idx < 0) {
+    fprintf(stderr, "<2>cfg: undeclared key '%s'\n", key);
+    ASSERT(idx >= 0);
+  }
+  ASSERT(entries[idx].type == t1 || entries[idx].type == t2);
+  return &c->v[idx];
+}
+
+int64_t cfg_int(const cfg_t *c, const char *key) { return get(c, key, T_INT, T_BOOL)->i; }
+double cfg_float(const cfg_t *c, const char *key) { return get(c, key, T_FLOAT, T_INT)->f; }
+int cfg_bool(const cfg_t *c, const char *key) { return (int)get(c, key, T_BOOL, T_BOOL)->i; }
+const char *cfg_str(const cfg_t *c, const char *key) { return get(c, key, T_STR, T_ENUM)->str; }
+
+const char *cfg_origin(const cfg_t *c, const char *key) {
+  int idx = find(key);
+  ASSERT(idx >= 0);
+  return c->v[idx].origin;
+}
+
+static int split(const char *s, char ***items, size_t *n) {
+  *items = NULL;
+  *n = 0;
+  char *dup = strdup(s), *save = NULL;
+  if (!dup) return -ENOMEM;
+  size_t cap = 0;
+  int rc = 0;
+  for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *t = trim(tok);
+    if (!*t) continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 8;
+      char **ni = realloc(*items, cap * sizeof *ni);
+      if (!ni) { rc = -ENOMEM; break; }
+      *items = ni;
+    }
+    if (!((*items)[*n] = strdup(t))) { rc = -ENOMEM; break; }
+    (*n)++;
+  }
+  free(dup);
+  if (rc) { cfg_list_free(*items, *n); *items = NULL; *n = 0; }
+  return rc;
+}
+
+int cfg_list(const cfg_t *c, const char *key, char ***items, size_t *n) {
+  return split(cfg_str(c, key), items, n);
+}
+
+void cfg_list_free(char **items, size_t n) {
+  for (size_t i = 0; i < n; i++) free(items[i]);
+  free(items);
+}
+
+int cfg_state_floats(const char *opt, uint32_t dim) {
+  if (!strcmp(opt, "sgd")) return 0;
+  if (!strcmp(opt, "adagrad")) return (int)dim;
+  if (!strcmp(opt, "rowwise_adagrad")) return 1;
+  return -EINVAL;
+}
+
+static int parse_u64_list(const cfg_t *c, const char *key, uint64_t **vals, size_t *n, uint64_t min,
+                          uint64_t max, char *err, size_t err_len) {
+  char **items;
+  int rc = cfg_list(c, key, &items, n);
+  if (rc) return rc;
+  *vals = calloc(*n ? *n : 1, sizeof **vals);
+  if (!*vals) { cfg_list_free(items, *n); return -ENOMEM; }
+  for (size_t i = 0; i < *n; i++) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(items[i], &end, 10);
+    if (errno || *end || items[i][0] == '-' || x < min || x > max) {
+      rc = fmt_err(err, err_len, "%s (from %s): entry %zu '%s' must be an integer in [%llu, %llu]", key,
+                   cfg_origin(c, key), i, items[i], (unsigned long long)min, (unsigned long long)max);
+      break;
+    }
+    (*vals)[i] = x;
+  }
+  cfg_list_free(items, *n);
+  if (rc) { free(*vals); *vals = NULL; }
+  return rc;
+}
+
+int cfg_layout(const cfg_t *c, tbl_layout_t *out, char *err, size_t err_len) {
+  uint64_t *rows = NULL, *dims = NULL;
+  size_t nr = 0, nd = 0;
+  int rc = parse_u64_list(c, "table_rows", &rows, &nr, 1, TBL_ROW_MASK, err, err_len);
+  if (rc) return rc;
+  if ((rc = parse_u64_list(c, "table_dims", &dims, &nd, 1, 65536, err, err_len)) != 0) goto out;
+  if (nr == 0) { rc = fmt_err(err, err_len, "table_rows (from %s) is empty", cfg_origin(c, "table_rows")); goto out; }
+  if (nr > TBL_MAX_TABLES) { rc = fmt_err(err, err_len, "table_rows lists %zu tables; at most %d", nr, TBL_MAX_TABLES); goto out; }
+  if (nd && nd != nr) {
+    rc = fmt_err(err, err_len, "table_dims (from %s) lists %zu dimensions but table_rows lists %zu tables",
+                 cfg_origin(c, "table_dims"), nd, nr);
+    goto out;
+  }
+  if ((rc = tbl_layout_init(out, (uint32_t)nr, (uint64_t)cfg_int(c, "seed"))) != 0) goto out;
+  for (size_t t = 0; t < nr; t++) {
+    uint32_t dim = nd ? (uint32_t)dims[t] : (uint32_t)cfg_int(c, "embedding_dim");
+    out->tables[t].rows = rows[t];
+    out->tables[t].dim = dim;
+    out->tables[t].state_floats = (uint32_t)cfg_state_floats(cfg_str(c, "embedding_optimizer"), dim);
+  }
+out:
+  free(rows);
+  free(dims);
+  return rc;
+}
+
+int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
+  tbl_layout_t l;
+  int rc = cfg_layout(c, &l, err, err_len);
+  if (rc) return rc;
+  tbl_layout_close(&l);
+  char **addrs;
+  size_t n;
+  if ((rc = cfg_list(c, "cluster.embedding", &addrs, &n)) != 0) return rc;
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!strchr(addrs[i], ':'))
+      rc = fmt_err(err, err_len, "cluster.embedding (from %s): entry %zu '%s' is not host:port",
+                   cfg_origin(c, "cluster.embedding"), i, addrs[i]);
+  if (!rc && n && (int64_t)n != cfg_int(c, "embedding_servers"))
+    rc = fmt_err(err, err_len, "cluster.embedding (from %s) lists %zu servers but embedding_servers (from %s) is %lld",
+                 cfg_origin(c, "cluster.embedding"), n, cfg_origin(c, "embedding_servers"),
+                 (long long)cfg_int(c, "embedding_servers"));
+  cfg_list_free(addrs, n);
+  if (rc) return rc;
+  int has_cert = *cfg_str(c, "tls.cert_file") != 0, has_key = *cfg_str(c, "tls.key_file") != 0;
+  if (has_cert != has_key)
+    return fmt_err(err, err_len, "tls.cert_file and tls.key_file must be set together (cert from %s, key from %s)",
+                   cfg_origin(c, "tls.cert_file"), cfg_origin(c, "tls.key_file"));
+  if (has_cert && !*cfg_str(c, "tls.ca_file"))
+    return fmt_err(err, err_len, "TLS needs tls.ca_file to verify peers (tls.cert_file is set from %s)",
+                   cfg_origin(c, "tls.cert_file"));
+  return 0;
+}
+
+void cfg_dump(const cfg_t *c, FILE *f, int verbose) {
+  const char *section = "";
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    const char *dot = strchr(entries[i].name, '.');
+    char sec[64] = "";
+    if (dot) snprintf(sec, sizeof sec, "%.*s", (int)(dot - entries[i].name), entries[i].name);
+    if (strcmp(sec, section) != 0) {
+      fprintf(f, "\n[%s]\n", sec);
+      section = dot ? entries[i].name : "";
+    }
+    const char *key = dot ? dot + 1 : entries[i].name;
+    if (verbose) fprintf(f, "# %s (from %s)\n", entries[i].help, c->v[i].origin);
+    fprintf(f, "%s = %s\n", key, c->v[i].str);
+  }
+}
+
+void cfg_print_keys(FILE *f) {
+  static const char *tn[] = {"int", "float", "bool", "string", "enum"};
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    const entry_t *e = &entries[i];
+    fprintf(f, "%-30s %-6s default=%s", e->name, tn[e->type], *e->def ? e->def : "''");
+    if (e->type == T_ENUM) fprintf(f, " {%s}", e->choices);
+    if (e->type == T_INT || e->type == T_FLOAT) fprintf(f, " [%g, %g]", e->min, e->max);
+    fprintf(f, "\n    %s\n", e->help);
+  }
+}

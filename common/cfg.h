@@ -1,0 +1,67 @@
+/*
+ * cfg: the one job configuration every daemon, the CLI and every test read.
+ *
+ * The job file is INI.  Keys before any section are the job keys of
+ * DESIGN.md section 6 (model, batch_size, ...); keys in a section are named
+ * "section.key" (e.g. [embedding] hot_mb = 512 is embedding.hot_mb).  Every
+ * key is declared once in the table in cfg.c with its type, default, bounds
+ * and help; `chanter config keys` prints that table.  Values are read in
+ * this order, later winning: defaults, the file (--config FILE), then each
+ * --set key=value.  Errors name the file and line (or the --set argument)
+ * and what was wrong.  A cfg_t is read-only after loading and safe to read
+ * from any thread.
+ */
+#ifndef CHANTER_CFG_H
+#define CHANTER_CFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "table.h"
+
+typedef struct cfg_s cfg_t;
+
+/* A config holding every key's default.  0 or -ENOMEM. */
+int cfg_create(cfg_t **out);
+void cfg_destroy(cfg_t *c);
+
+/* Reads an INI job file.  On error returns ERR_CONFIG (or -errno for a
+ * missing file) and writes "FILE:LINE: what" into err. */
+int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len);
+/* Applies one "key=value" override; origin names where it came from. */
+int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_len);
+/* Consumes --config FILE / --config=FILE and --set k=v (repeatable) from
+ * argv (they are removed; argc updated), loading the file first and then
+ * the overrides in order.  Then validates.  0 or ERR_CONFIG with err. */
+int cfg_parse_args(cfg_t *c, int *argc, char **argv, char *err, size_t err_len);
+/* Cross-key checks (e.g. cluster address count vs server count). */
+int cfg_validate(const cfg_t *c, char *err, size_t err_len);
+
+/* Typed getters; naming an undeclared key or the wrong type is a
+ * programmer error (ASSERT). */
+int64_t cfg_int(const cfg_t *c, const char *key);
+double cfg_float(const cfg_t *c, const char *key);
+int cfg_bool(const cfg_t *c, const char *key);
+const char *cfg_str(const cfg_t *c, const char *key);   /* strings and enums */
+/* Where the value came from: "default", "FILE:LINE" or "--set". */
+const char *cfg_origin(const cfg_t *c, const char *key);
+
+/* Splits a comma-separated list key into *n malloc'd strings (trimmed);
+ * free with cfg_list_free.  An empty value gives n = 0. */
+int cfg_list(const cfg_t *c, const char *key, char ***items, size_t *n);
+void cfg_list_free(char **items, size_t n);
+
+/* The embedding table layout: table_rows, embedding_dim / table_dims,
+ * embedding_optimizer (-> state floats) and seed.  Caller closes it. */
+int cfg_layout(const cfg_t *c, tbl_layout_t *out, char *err, size_t err_len);
+/* Optimizer state floats per row for an embedding optimizer name. */
+int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
+
+/* Prints the effective configuration as an INI file (with origins as
+ * comments when verbose), or every declared key with type, default, bounds
+ * and help. */
+void cfg_dump(const cfg_t *c, FILE *f, int verbose);
+void cfg_print_keys(FILE *f);
+
+#endif

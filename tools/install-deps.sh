@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install every Debian package chanter needs to build, test and benchmark.
+# Idempotent: packages already installed are skipped, and apt is not touched
+# at all when nothing is missing. Run as root (or with sudo available).
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config make
+  libgrpc-dev            # gRPC core C API (grpc/grpc.h), pinned to Debian 12's 1.51
+  libprotobuf-c-dev protobuf-c-compiler
+  libuv1-dev             # event loop, timers, signals, worker pool
+  librocksdb-dev         # embedding server's durable store
+  libsystemd-dev         # sd_notify
+  libopenblas-dev        # CPU matrix products
+  libgloo-dev            # CPU collectives (C++; wrapped in extern "C")
+  libcmocka-dev          # unit tests
+  libinih-dev            # job configuration (INI)
+  libmicrohttpd-dev      # Prometheus text endpoint
+  libssl-dev openssl     # SHA-256 digests; test certificates for TLS tests
+  python3 python3-grpcio python3-protobuf
+  protobuf-compiler protobuf-compiler-grpc   # Python stubs for the cross-language test
+  procps psmisc          # pkill/fuser used by tests
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
