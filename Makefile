@@ -16,6 +16,14 @@ CUDA      ?= auto
 SANITIZER ?=
 WERROR    ?= 1
 O         ?= -O2
+V         ?= 0
+ifeq ($(V),0)
+  Q := @
+  say = @printf '  %-6s %s\n' $(1) $(2);
+else
+  Q :=
+  say =
+endif
 
 PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd inih libmicrohttpd libcrypto openblas
 
@@ -36,7 +44,8 @@ SAN += -fno-sanitize-recover=undefined
 endif
 endif
 
-CPPFLAGS := -D_GNU_SOURCE -Icommon -I$(BUILD)/gen $(PKG_CFLAGS)
+SERVICES := $(notdir $(wildcard services/*))
+CPPFLAGS := -D_GNU_SOURCE -Icommon $(addprefix -Iservices/,$(SERVICES)) -I$(BUILD)/gen $(PKG_CFLAGS)
 CFLAGS   := -std=c11 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
 LDFLAGS  := -pthread $(SAN)
 LDLIBS   := $(PKG_LIBS) -lm
@@ -60,6 +69,17 @@ ifeq ($(USE_CUDA),1)
   CPPFLAGS += -DCHANTER_CUDA=1
 endif
 CU_SRCS := $(shell find common services -name '*.cu' 2>/dev/null)
+ifeq ($(USE_CUDA),1)
+ifneq ($(CU_SRCS),)
+  CU_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
+endif
+endif
+comma := ,
+NVCCFLAGS := -O2 -g -std=c++17 -Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) -Icommon -I$(BUILD)/gen
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(call say,NVCC,$@)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 # ---- generated protobuf-c code
 PROTOS   := $(wildcard proto/*.proto)
@@ -68,7 +88,7 @@ PB_H     := $(PB_C:.c=.h)
 
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --c_out=$(BUILD)/gen -Iproto $<
+	$(call say,PROTOC,$<)protoc-c --c_out=$(BUILD)/gen -Iproto $<
 
 # ---- common/: one static library
 COMMON_SRCS := $(wildcard common/*.c)
@@ -77,18 +97,17 @@ COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMMON_SRCS)) \
 LIBCHANTER  := $(BUILD)/lib/libchanter.a
 
 # ---- services/<name>/: main.c wires, the rest is a library tests can link
-SERVICES := $(notdir $(wildcard services/*))
 define service_rules
 SVC_$(1)_SRCS := $$(filter-out services/$(1)/main.c,$$(wildcard services/$(1)/*.c))
 SVC_$(1)_OBJS := $$(patsubst %.c,$(BUILD)/obj/%.o,$$(SVC_$(1)_SRCS))
 SVC_LIBS += $(BUILD)/lib/libsvc_$(1).a
 $(BUILD)/lib/libsvc_$(1).a: $$(SVC_$(1)_OBJS)
 	@mkdir -p $$(@D)
-	rm -f $$@ && ar rcs $$@ $$^
+	$$(call say,AR,$$@)rm -f $$@ && ar rcs $$@ $$^
 BINS += $(BUILD)/bin/chanter-$(1)
 $(BUILD)/bin/chanter-$(1): $(BUILD)/obj/services/$(1)/main.o $(BUILD)/lib/libsvc_$(1).a $(LIBCHANTER)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+	$$(call say,LD,$$@)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_rules,$(s))))
 
@@ -98,7 +117,7 @@ CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
 BINS += $(BUILD)/bin/chanter
 $(BUILD)/bin/chanter: $(CLI_OBJS) $(SVC_LIBS) $(LIBCHANTER)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # ---- unit tests: tests/unit/test_*.c, one binary each, cmocka
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
@@ -108,7 +127,7 @@ test_svc_libs = $(foreach s,$(SERVICES),$(if $(filter test_$(s)%,$(1)),$(BUILD)/
 define test_rule
 $(BUILD)/tests/$(1): $(BUILD)/obj/tests/unit/$(1).o $(call test_svc_libs,$(1)) $(LIBCHANTER)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS) $$(CMOCKA_LIBS)
+	$$(call say,LD,$$@)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS) $$(CMOCKA_LIBS)
 endef
 $(foreach t,$(patsubst tests/unit/%.c,%,$(TEST_SRCS)),$(eval $(call test_rule,$(t))))
 
@@ -118,15 +137,15 @@ ALL_OBJS := $(COMMON_OBJS) $(CLI_OBJS) $(foreach s,$(SERVICES),$(SVC_$(s)_OBJS) 
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(PB_H)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(filter-out -Wshadow,$(CFLAGS)) -c -o $@ $<
+	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(filter-out -Wshadow,$(CFLAGS)) -c -o $@ $<
 
 $(BUILD)/obj/%.o: %.c $(PB_H)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(LIBCHANTER): $(COMMON_OBJS)
+$(LIBCHANTER): $(COMMON_OBJS) $(CU_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 .SECONDARY:
 .PHONY: all test unit integration bench demo deps clean check-deps

@@ -1,0 +1,349 @@
+/* embc: see embc.h. */
+#include "embc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedding.pb-c.h"
+#include "err.h"
+#include "log.h"
+
+struct embc_s {
+  tbl_layout_t layout;
+  uint64_t layout_hash;
+  shard_map_t map;
+  uint32_t n;
+  char **addrs;
+  size_t n_addrs;
+  rpc_channel_t **ch;
+  int64_t timeout_ms;
+  const char *p_lookup, *p_write;
+};
+
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void set_err(char *err, size_t n, const char *fmt, ...) {
+  if (!err || !n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+}
+
+int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
+  embc_t *c = calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  int rc = cfg_layout(cfg, &c->layout, err, err_len);
+  if (rc) goto fail;
+  c->layout_hash = tbl_layout_hash(&c->layout);
+  c->n = (uint32_t)cfg_int(cfg, "embedding_servers");
+  if ((rc = cfg_list(cfg, "cluster.embedding", &c->addrs, &c->n_addrs)) != 0) goto fail;
+  if (c->n_addrs != c->n) {
+    set_err(err, err_len, "cluster.embedding (from %s) lists %zu addresses but there are %u embedding servers",
+            cfg_origin(cfg, "cluster.embedding"), c->n_addrs, c->n);
+    rc = ERR_CONFIG;
+    goto fail;
+  }
+  if ((rc = shard_map_init(&c->map, &c->layout, c->n, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) != 0)
+    goto fail;
+  c->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
+  c->ch = calloc(c->n, sizeof *c->ch);
+  if (!c->ch) { rc = -ENOMEM; goto fail; }
+  if ((rc = rpc_global_init()) != 0) goto fail;
+  rpc_tls_t tls = {
+      .ca_file = *cfg_str(cfg, "tls.ca_file") ? cfg_str(cfg, "tls.ca_file") : NULL,
+      .cert_file = *cfg_str(cfg, "tls.cert_file") ? cfg_str(cfg, "tls.cert_file") : NULL,
+      .key_file = *cfg_str(cfg, "tls.key_file") ? cfg_str(cfg, "tls.key_file") : NULL,
+      .server_name_override = *cfg_str(cfg, "tls.server_name") ? cfg_str(cfg, "tls.server_name") : NULL,
+  };
+  for (uint32_t i = 0; i < c->n; i++) {
+    rc = rpc_channel_create(c->addrs[i], tls.ca_file ? &tls : NULL, (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20,
+                            &c->ch[i]);
+    if (rc) {
+      set_err(err, err_len, "cannot create a channel to embedding server %u at %s: %s", i, c->addrs[i], err_str(rc));
+      goto fail;
+    }
+  }
+  c->p_lookup = rpc_method_path(&chanter__embedding__v1__embedding__descriptor, "Lookup");
+  c->p_write = rpc_method_path(&chanter__embedding__v1__embedding__descriptor, "WriteBack");
+  *out = c;
+  return 0;
+fail:
+  embc_destroy(c);
+  return rc;
+}
+
+void embc_destroy(embc_t *c) {
+  if (!c) return;
+  int had_rpc = c->ch != NULL && c->p_lookup != NULL;
+  for (uint32_t i = 0; c->ch && i < c->n; i++)
+    if (c->ch[i]) rpc_channel_destroy(c->ch[i]);
+  free(c->ch);
+  cfg_list_free(c->addrs, c->n_addrs);
+  shard_map_close(&c->map);
+  tbl_layout_close(&c->layout);
+  free(c);
+  if (had_rpc) rpc_global_shutdown();
+}
+
+const tbl_layout_t *embc_layout(const embc_t *c) { return &c->layout; }
+const shard_map_t *embc_shard_map(const embc_t *c) { return &c->map; }
+uint32_t embc_servers(const embc_t *c) { return c->n; }
+const char *embc_address(const embc_t *c, uint32_t s) { return s < c->n ? c->addrs[s] : "?"; }
+
+int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *bytes, char *err, size_t err_len) {
+  size_t b = 0;
+  for (size_t i = 0; i < n; i++) {
+    char why[256];
+    int rc = tbl_check_key(&c->layout, keys[i], why, sizeof why);
+    if (rc) {
+      set_err(err, err_len, "key index %zu: %s", i, why);
+      return rc;
+    }
+    b += tbl_row_bytes(&c->layout, TBL_TABLE(keys[i]));
+  }
+  *bytes = b;
+  return 0;
+}
+
+/* A blocking unary call with retries while the server is unavailable. */
+static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *rd, ProtobufCMessage **resp, char *err, size_t err_len) {
+  int64_t deadline = now_ms() + c->timeout_ms, backoff = 20;
+  rpc_status_t st;
+  for (;;) {
+    int64_t left = deadline - now_ms();
+    if (left < 1) left = 1;
+    memset(&st, 0, sizeof st);
+    int rc = rpc_unary(c->ch[s], path, req, rd, left, resp, &st);
+    if (rc == 0) return 0;
+    if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
+      set_err(err, err_len, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
+              st.message[0] ? ": " : "", st.message);
+      return rc;
+    }
+    struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    if (backoff < 1000) backoff *= 2;
+  }
+}
+
+int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
+  if (server >= c->n) {
+    set_err(err, err_len, "no embedding server %u (there are %u)", server, c->n);
+    return -EINVAL;
+  }
+  return call_retry(c, server, rpc_method_path(&chanter__embedding__v1__embedding__descriptor, method), req, resp_desc,
+                    resp, err, err_len);
+}
+
+/* Per-server slice of a batched operation. */
+typedef struct part_s {
+  size_t n;          /* keys for this server */
+  size_t *idx;       /* their positions in the caller's array */
+  uint64_t *keys;
+  float *rows;       /* write: packed rows for this server */
+  size_t rows_bytes;
+  ProtobufCMessage *resp;
+  int rc;
+  char err[512];
+} part_t;
+
+typedef struct job_s {
+  embc_t *c;
+  part_t *parts;
+  int write;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending;
+} job_t;
+
+typedef struct task_s {
+  job_t *job;
+  uint32_t s;
+} task_t;
+
+static void pack_req(embc_t *c, part_t *p, int write, Chanter__Embedding__V1__LookupRequest *lr,
+                     Chanter__Embedding__V1__WriteBackRequest *wr) {
+  if (write) {
+    chanter__embedding__v1__write_back_request__init(wr);
+    wr->keys.data = (uint8_t *)p->keys;
+    wr->keys.len = p->n * 8;
+    wr->rows.data = (uint8_t *)p->rows;
+    wr->rows.len = p->rows_bytes;
+    wr->layout_hash = c->layout_hash;
+  } else {
+    chanter__embedding__v1__lookup_request__init(lr);
+    lr->keys.data = (uint8_t *)p->keys;
+    lr->keys.len = p->n * 8;
+    lr->layout_hash = c->layout_hash;
+  }
+}
+
+static void run_part(embc_t *c, part_t *p, uint32_t s, int write) {
+  Chanter__Embedding__V1__LookupRequest lr;
+  Chanter__Embedding__V1__WriteBackRequest wr;
+  pack_req(c, p, write, &lr, &wr);
+  p->rc = call_retry(c, s, write ? c->p_write : c->p_lookup, write ? &wr.base : &lr.base,
+                     write ? &chanter__embedding__v1__write_back_response__descriptor
+                           : &chanter__embedding__v1__lookup_response__descriptor,
+                     &p->resp, p->err, sizeof p->err);
+}
+
+static void async_done(int rc, ProtobufCMessage *resp, const rpc_status_t *st, void *ud) {
+  task_t *t = ud;
+  job_t *j = t->job;
+  part_t *p = &j->parts[t->s];
+  p->resp = resp;
+  p->rc = rc;
+  if (rc)
+    set_err(p->err, sizeof p->err, "embedding server %u (%s): %s%s%s", t->s, j->c->addrs[t->s], err_str(rc),
+            st && st->message[0] ? ": " : "", st ? st->message : "");
+  pthread_mutex_lock(&j->mu);
+  if (--j->pending == 0) pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+}
+
+static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const float *in, int write, char *err,
+                   size_t err_len) {
+  if (n == 0) return 0;
+  part_t *parts = calloc(c->n, sizeof *parts);
+  size_t *off = malloc(n * sizeof *off); /* float offset of each key's row */
+  uint32_t *owner = malloc(n * sizeof *owner);
+  task_t *tasks = calloc(c->n, sizeof *tasks);
+  int rc = 0;
+  if (!parts || !off || !owner || !tasks) { rc = -ENOMEM; goto out; }
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    char why[256];
+    if ((rc = tbl_check_key(&c->layout, keys[i], why, sizeof why)) != 0) {
+      set_err(err, err_len, "key index %zu: %s", i, why);
+      goto out;
+    }
+    off[i] = total;
+    total += tbl_row_floats(&c->layout, TBL_TABLE(keys[i]));
+    owner[i] = shard_of(&c->map, keys[i]);
+    parts[owner[i]].n++;
+  }
+  for (uint32_t s = 0; s < c->n; s++) {
+    part_t *p = &parts[s];
+    if (!p->n) continue;
+    p->idx = malloc(p->n * sizeof *p->idx);
+    p->keys = malloc(p->n * sizeof *p->keys);
+    if (!p->idx || !p->keys) { rc = -ENOMEM; goto out; }
+    p->n = 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    part_t *p = &parts[owner[i]];
+    p->idx[p->n] = i;
+    p->keys[p->n++] = keys[i];
+    if (write) p->rows_bytes += tbl_row_bytes(&c->layout, TBL_TABLE(keys[i]));
+  }
+  if (write) {
+    for (uint32_t s = 0; s < c->n; s++) {
+      part_t *p = &parts[s];
+      if (!p->n) continue;
+      if (!(p->rows = malloc(p->rows_bytes))) { rc = -ENOMEM; goto out; }
+      size_t o = 0;
+      for (size_t k = 0; k < p->n; k++) {
+        uint32_t f = tbl_row_floats(&c->layout, TBL_TABLE(p->keys[k]));
+        memcpy(p->rows + o, in + off[p->idx[k]], f * sizeof(float));
+        o += f;
+      }
+    }
+  }
+  uint32_t used = 0, last = 0;
+  for (uint32_t s = 0; s < c->n; s++)
+    if (parts[s].n) used++, last = s;
+  if (used == 1) {
+    run_part(c, &parts[last], last, write);
+  } else {
+    /* fan out: every server at once; a part that fails UNAVAILABLE is
+     * retried below, synchronously, with backoff */
+    job_t j = {.c = c, .parts = parts, .write = write, .pending = 0};
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_cond_init(&j.cv, NULL);
+    Chanter__Embedding__V1__LookupRequest *lr = calloc(c->n, sizeof *lr);
+    Chanter__Embedding__V1__WriteBackRequest *wr = calloc(c->n, sizeof *wr);
+    if (!lr || !wr) {
+      free(lr);
+      free(wr);
+      rc = -ENOMEM;
+      goto out;
+    }
+    j.pending = (int)used;
+    for (uint32_t s = 0; s < c->n; s++) {
+      if (!parts[s].n) continue;
+      tasks[s] = (task_t){.job = &j, .s = s};
+      pack_req(c, &parts[s], write, &lr[s], &wr[s]);
+      int e = rpc_unary_async(c->ch[s], write ? c->p_write : c->p_lookup, write ? &wr[s].base : &lr[s].base,
+                              write ? &chanter__embedding__v1__write_back_response__descriptor
+                                    : &chanter__embedding__v1__lookup_response__descriptor,
+                              c->timeout_ms, async_done, &tasks[s]);
+      if (e) async_done(e, NULL, NULL, &tasks[s]);
+    }
+    pthread_mutex_lock(&j.mu);
+    while (j.pending > 0) pthread_cond_wait(&j.cv, &j.mu);
+    pthread_mutex_unlock(&j.mu);
+    pthread_mutex_destroy(&j.mu);
+    pthread_cond_destroy(&j.cv);
+    free(lr);
+    free(wr);
+    for (uint32_t s = 0; s < c->n; s++)
+      if (parts[s].n && parts[s].rc == ERR_UNAVAILABLE) run_part(c, &parts[s], s, write);
+  }
+  for (uint32_t s = 0; s < c->n; s++) {
+    part_t *p = &parts[s];
+    if (!p->n) continue;
+    if (p->rc) {
+      rc = p->rc;
+      set_err(err, err_len, "%s", p->err);
+      goto out;
+    }
+    if (write) continue;
+    Chanter__Embedding__V1__LookupResponse *r = (void *)p->resp;
+    size_t want = 0;
+    for (size_t k = 0; k < p->n; k++) want += tbl_row_bytes(&c->layout, TBL_TABLE(p->keys[k]));
+    if (r->rows.len != want) {
+      set_err(err, err_len, "embedding server %u (%s) returned %zu bytes of rows for %zu keys; expected %zu", s,
+              c->addrs[s], r->rows.len, p->n, want);
+      rc = ERR_BADMSG;
+      goto out;
+    }
+    size_t o = 0;
+    for (size_t k = 0; k < p->n; k++) {
+      uint32_t f = tbl_row_floats(&c->layout, TBL_TABLE(p->keys[k]));
+      memcpy(out + off[p->idx[k]], r->rows.data + o, f * sizeof(float));
+      o += f * sizeof(float);
+    }
+  }
+out:
+  for (uint32_t s = 0; parts && s < c->n; s++) {
+    free(parts[s].idx);
+    free(parts[s].keys);
+    free(parts[s].rows);
+    if (parts[s].resp) protobuf_c_message_free_unpacked(parts[s].resp, NULL);
+  }
+  free(parts);
+  free(off);
+  free(owner);
+  free(tasks);
+  return rc;
+}
+
+int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err, size_t err_len) {
+  return batched(c, keys, n, out, NULL, 0, err, err_len);
+}
+
+int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len) {
+  return batched(c, keys, n, NULL, rows, 1, err, err_len);
+}

@@ -1,0 +1,52 @@
+/*
+ * embc: the client of the embedding servers that trainers, the CLI and the
+ * benchmarks share.
+ *
+ * It owns one channel per server (addresses from cluster.embedding, or
+ * given), routes every key with the shard map, sends one batched call per
+ * server (in parallel when several servers are involved) and puts the rows
+ * back in the caller's key order.  Calls carry the layout fingerprint, so a
+ * server with another table layout refuses rather than returning rows of the
+ * wrong shape.  A server that is briefly unavailable (restarting) is retried
+ * with backoff until rpc.timeout_ms; lookups and write-backs are idempotent,
+ * so a retry is safe.  Thread-safe: several threads may call at once.
+ */
+#ifndef CHANTER_EMBC_H
+#define CHANTER_EMBC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "rpc.h"
+#include "shard.h"
+#include "table.h"
+
+typedef struct embc_s embc_t;
+
+/* Connects to the servers of cfg (cluster.embedding, which must list
+ * embedding_servers addresses).  0, or ERR_CONFIG / -errno with err. */
+int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len);
+void embc_destroy(embc_t *c);
+
+const tbl_layout_t *embc_layout(const embc_t *c);
+const shard_map_t *embc_shard_map(const embc_t *c);
+uint32_t embc_servers(const embc_t *c);
+const char *embc_address(const embc_t *c, uint32_t server);
+/* Total packed bytes of the rows of keys (keys must be valid: -ERANGE /
+ * -ENOENT with err otherwise). */
+int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *bytes, char *err, size_t err_len);
+
+/* Rows of keys, packed in key order into out (embc_rows_bytes bytes).
+ * 0, or the first server's error with err naming the server. */
+int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err, size_t err_len);
+/* Writes rows back; returns once every involved server made them durable. */
+int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len);
+
+/* One unary call to one server (admin RPCs: Digest, Stats, Checkpoint...).
+ * method is the .proto method name.  Retries UNAVAILABLE like the others. */
+int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len);
+
+#endif

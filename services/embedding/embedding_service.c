@@ -1,0 +1,412 @@
+/*
+ * embedding_service: see embedding_service.h.
+ *
+ * Every request is checked for shape before any storage work: packed keys
+ * must be a multiple of 8 bytes, packed rows a multiple of 4, the client's
+ * layout fingerprint (when given) must equal ours.  Key-level checks
+ * (unknown table, row out of range, wrong shard, row length) are done by the
+ * store, which writes nothing of a request it rejects.  Errors are gRPC
+ * statuses whose message names the request field, index and key.
+ */
+#include "embedding_service.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedding.pb-c.h"
+#include "err.h"
+#include "log.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format is little-endian");
+
+enum { M_LOOKUP, M_WRITEBACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_COUNT };
+static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
+                                            "PutBlob", "GetBlob", "Digest", "Stats"};
+
+struct emb_service_s {
+  uv_loop_t *loop;
+  emb_store_t *store;
+  tbl_layout_t layout;
+  uint64_t layout_hash;
+  uint32_t shard, n_shards;
+  metrics_registry_t *reg;
+  metrics_counter_t *calls[M_COUNT], *errors[M_COUNT];
+  metrics_hist_t *latency[M_COUNT];
+  metrics_counter_t *rows_read, *rows_written, *hot_hits, *kv_reads, *lazy_inits;
+  metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
+  uint64_t rejected;
+};
+
+/* One unit of storage work: runs on a worker thread, answered on the loop. */
+typedef struct work_s {
+  uv_work_t req;
+  emb_service_t *svc;
+  rpc_call_t *call;
+  int method;
+  const ProtobufCMessage *in;
+  struct timespec t0;
+  int rc;
+  char why[512];
+  /* results */
+  void *buf;          /* rows / blob data */
+  size_t buf_len;
+  emb_lookup_info_t info;
+  uint64_t count;
+  uint8_t sha[32];
+  emb_checkpoint_info_t cp;
+  emb_checkpoint_info_t *cps;
+  size_t n_cps;
+} work_t;
+
+static double since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Copies packed keys into aligned memory (protobuf-c gives no alignment). */
+static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
+  *n = b->len / 8;
+  uint64_t *k = malloc(*n ? *n * 8 : 8);
+  if (k && *n) memcpy(k, b->data, *n * 8);
+  return k;
+}
+
+static void work_cb(uv_work_t *req) {
+  work_t *w = req->data;
+  emb_store_t *st = w->svc->store;
+  switch (w->method) {
+  case M_LOOKUP: {
+    const Chanter__Embedding__V1__LookupRequest *r = (const void *)w->in;
+    size_t n, bytes = 0;
+    uint64_t *keys = keys_of(&r->keys, &n);
+    if (!keys) { w->rc = -ENOMEM; break; }
+    w->rc = emb_store_rows_bytes(st, keys, n, &bytes, w->why, sizeof w->why);
+    if (w->rc == 0) {
+      w->buf = malloc(bytes ? bytes : 1);
+      w->buf_len = bytes;
+      w->rc = w->buf ? emb_store_lookup(st, keys, n, w->buf, bytes, 0, &w->info, w->why, sizeof w->why) : -ENOMEM;
+    }
+    w->count = n;
+    free(keys);
+    break;
+  }
+  case M_WRITEBACK: {
+    const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)w->in;
+    size_t n;
+    uint64_t *keys = keys_of(&r->keys, &n);
+    float *rows = malloc(r->rows.len ? r->rows.len : 1);
+    if (!keys || !rows) {
+      w->rc = -ENOMEM;
+    } else {
+      if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
+      w->rc = emb_store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
+    }
+    w->count = n;
+    free(keys);
+    free(rows);
+    break;
+  }
+  case M_CHECKPOINT: {
+    const Chanter__Embedding__V1__CheckpointRequest *r = (const void *)w->in;
+    w->rc = emb_store_checkpoint(st, r->id, &w->cp, w->why, sizeof w->why);
+    break;
+  }
+  case M_LIST:
+    w->rc = emb_store_list_checkpoints(st, &w->cps, &w->n_cps);
+    break;
+  case M_RESTORE: {
+    const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
+    w->rc = emb_store_restore(st, r->id, w->why, sizeof w->why);
+    break;
+  }
+  case M_PUTBLOB: {
+    const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)w->in;
+    w->rc = emb_store_put_blob(st, r->name, r->data.data, r->data.len, w->why, sizeof w->why);
+    break;
+  }
+  case M_GETBLOB: {
+    const Chanter__Embedding__V1__GetBlobRequest *r = (const void *)w->in;
+    w->rc = emb_store_get_blob(st, r->name, &w->buf, &w->buf_len);
+    if (w->rc == ERR_NOTFOUND) snprintf(w->why, sizeof w->why, "no blob named '%s' on this server", r->name);
+    break;
+  }
+  case M_DIGEST:
+    w->rc = emb_store_digest(st, w->sha, &w->count);
+    break;
+  }
+}
+
+static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, emb_checkpoint_info_t *c) {
+  chanter__embedding__v1__checkpoint_info__init(o);
+  o->id = c->id;
+  o->path = c->path;
+  o->created_unix = c->created_unix;
+  o->bytes = c->bytes;
+}
+
+static void after_cb(uv_work_t *req, int status) {
+  work_t *w = req->data;
+  emb_service_t *svc = w->svc;
+  if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
+  /* a key naming no table or no row is a bad argument, not a missing thing */
+  if ((w->method == M_LOOKUP || w->method == M_WRITEBACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
+  if (w->rc) {
+    metrics_counter_inc(svc->errors[w->method]);
+    if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
+    log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", method_names[w->method], rpc_call_peer(w->call),
+             err_str(w->rc), w->why);
+    rpc_call_fail(w->call, w->rc, "%s: %s", method_names[w->method], w->why);
+    goto out;
+  }
+  switch (w->method) {
+  case M_LOOKUP: {
+    Chanter__Embedding__V1__LookupResponse r = CHANTER__EMBEDDING__V1__LOOKUP_RESPONSE__INIT;
+    r.rows.data = w->buf;
+    r.rows.len = w->buf_len;
+    r.hot_hits = w->info.hot_hits;
+    r.lazy_inits = w->info.lazy_inits;
+    metrics_counter_add(svc->rows_read, w->count);
+    metrics_counter_add(svc->hot_hits, w->info.hot_hits);
+    metrics_counter_add(svc->kv_reads, w->info.kv_reads);
+    metrics_counter_add(svc->lazy_inits, w->info.lazy_inits);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_WRITEBACK: {
+    Chanter__Embedding__V1__WriteBackResponse r = CHANTER__EMBEDDING__V1__WRITE_BACK_RESPONSE__INIT;
+    r.rows_written = w->count;
+    metrics_counter_add(svc->rows_written, w->count);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_CHECKPOINT: {
+    Chanter__Embedding__V1__CheckpointResponse r = CHANTER__EMBEDDING__V1__CHECKPOINT_RESPONSE__INIT;
+    Chanter__Embedding__V1__CheckpointInfo ci;
+    fill_cp(&ci, &w->cp);
+    r.checkpoint = &ci;
+    log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_LIST: {
+    Chanter__Embedding__V1__ListCheckpointsResponse r = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+    Chanter__Embedding__V1__CheckpointInfo *ci = calloc(w->n_cps ? w->n_cps : 1, sizeof *ci);
+    Chanter__Embedding__V1__CheckpointInfo **cp = calloc(w->n_cps ? w->n_cps : 1, sizeof *cp);
+    if (!ci || !cp) {
+      rpc_call_fail(w->call, -ENOMEM, "ListCheckpoints: out of memory");
+    } else {
+      for (size_t i = 0; i < w->n_cps; i++) {
+        fill_cp(&ci[i], &w->cps[i]);
+        cp[i] = &ci[i];
+      }
+      r.n_checkpoints = w->n_cps;
+      r.checkpoints = cp;
+      rpc_call_reply(w->call, &r.base);
+    }
+    free(ci);
+    free(cp);
+    break;
+  }
+  case M_RESTORE: {
+    Chanter__Embedding__V1__RestoreResponse r = CHANTER__EMBEDDING__V1__RESTORE_RESPONSE__INIT;
+    log_info("restored checkpoint id=%s", ((const Chanter__Embedding__V1__RestoreRequest *)w->in)->id);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_PUTBLOB: {
+    Chanter__Embedding__V1__PutBlobResponse r = CHANTER__EMBEDDING__V1__PUT_BLOB_RESPONSE__INIT;
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_GETBLOB: {
+    Chanter__Embedding__V1__GetBlobResponse r = CHANTER__EMBEDDING__V1__GET_BLOB_RESPONSE__INIT;
+    r.data.data = w->buf;
+    r.data.len = w->buf_len;
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_DIGEST: {
+    Chanter__Embedding__V1__DigestResponse r = CHANTER__EMBEDDING__V1__DIGEST_RESPONSE__INIT;
+    char hex[65];
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", w->sha[i]);
+    r.sha256.data = w->sha;
+    r.sha256.len = 32;
+    r.hex = hex;
+    r.rows = w->count;
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  }
+out:
+  metrics_hist_observe(svc->latency[w->method], since(&w->t0));
+  free(w->buf);
+  free(w->cps);
+  free(w);
+}
+
+static int method_index(rpc_call_t *call) {
+  const char *m = rpc_call_method(call);
+  const char *slash = m ? strrchr(m, '/') : NULL;
+  const char *name = slash ? slash + 1 : m;
+  for (int i = 0; i < M_COUNT; i++)
+    if (name && !strcmp(name, method_names[i])) return i;
+  return -1;
+}
+
+/* Shape checks that need no storage; 0 or an error already sent. */
+static int reject(emb_service_t *svc, rpc_call_t *call, int m, int err, const char *fmt, const char *field,
+                  size_t len, unsigned mult) {
+  svc->rejected++;
+  metrics_counter_inc(svc->errors[m]);
+  log_warn("rpc rejected method=%s peer=%s field=%s bytes=%zu", method_names[m], rpc_call_peer(call), field, len);
+  rpc_call_fail(call, err, fmt, method_names[m], field, len, mult);
+  return -1;
+}
+
+static int check_layout(emb_service_t *svc, rpc_call_t *call, int m, uint64_t client_hash) {
+  if (client_hash == 0 || client_hash == svc->layout_hash) return 0;
+  svc->rejected++;
+  metrics_counter_inc(svc->errors[m]);
+  log_warn("rpc rejected method=%s peer=%s reason=layout client_hash=%016llx server_hash=%016llx", method_names[m],
+           rpc_call_peer(call), (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
+  rpc_call_fail(call, ERR_LAYOUT,
+                "%s: the client's table layout (hash %016llx) differs from this server's (%016llx): "
+                "check that both read the same job configuration (table_rows, embedding_dim, "
+                "embedding_optimizer, seed)",
+                method_names[m], (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
+  return -1;
+}
+
+static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
+
+static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
+  emb_service_t *svc = ud;
+  int m = method_index(call);
+  ASSERT(m >= 0);
+  metrics_counter_inc(svc->calls[m]);
+  if (m == M_LOOKUP) {
+    const Chanter__Embedding__V1__LookupRequest *r = (const void *)req;
+    if (r->keys.len % 8) {
+      reject(svc, call, m, -EINVAL, SHAPE_MSG, "keys (packed uint64)", r->keys.len, 8);
+      return;
+    }
+    if (check_layout(svc, call, m, r->layout_hash)) return;
+  } else if (m == M_WRITEBACK) {
+    const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)req;
+    if (r->keys.len % 8) {
+      reject(svc, call, m, -EINVAL, SHAPE_MSG, "keys (packed uint64)", r->keys.len, 8);
+      return;
+    }
+    if (r->rows.len % 4) {
+      reject(svc, call, m, -EINVAL, SHAPE_MSG, "rows (packed float32)", r->rows.len, 4);
+      return;
+    }
+    if (check_layout(svc, call, m, r->layout_hash)) return;
+  } else if (m == M_STATS) {
+    emb_store_stats_t s;
+    emb_store_stats(svc->store, &s);
+    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
+    r.shard = svc->shard;
+    r.shards = svc->n_shards;
+    r.hot_rows = s.hot_rows;
+    r.hot_bytes = s.hot_bytes;
+    r.hot_capacity_bytes = s.hot_capacity_bytes;
+    r.lookup_calls = s.lookup_calls;
+    r.lookup_rows = s.lookup_rows;
+    r.hot_hits = s.hot_hits;
+    r.kv_reads = s.kv_reads;
+    r.lazy_inits = s.lazy_inits;
+    r.writeback_calls = s.write_calls;
+    r.writeback_rows = s.write_rows;
+    r.rejected_calls = svc->rejected;
+    r.stored_rows_estimate = s.stored_rows_estimate;
+    r.hot_evictions = s.hot_evictions;
+    r.layout_hash = svc->layout_hash;
+    r.data_dir = (char *)emb_store_dir(svc->store);
+    rpc_call_reply(call, &r.base);
+    return;
+  }
+  work_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    rpc_call_fail(call, -ENOMEM, "%s: out of memory", method_names[m]);
+    return;
+  }
+  w->svc = svc;
+  w->call = call;
+  w->method = m;
+  w->in = req;
+  w->req.data = w;
+  clock_gettime(CLOCK_MONOTONIC, &w->t0);
+  int rc = uv_queue_work(svc->loop, &w->req, work_cb, after_cb);
+  if (rc) {
+    rpc_call_fail(call, ERR_SHUTDOWN, "%s: cannot queue work: %s", method_names[m], uv_strerror(rc));
+    free(w);
+  }
+}
+
+static void collect(void *ud) {
+  emb_service_t *svc = ud;
+  emb_store_stats_t s;
+  emb_store_stats(svc->store, &s);
+  metrics_gauge_set(svc->hot_rows, (double)s.hot_rows);
+  metrics_gauge_set(svc->hot_bytes, (double)s.hot_bytes);
+  metrics_gauge_set(svc->hot_capacity, (double)s.hot_capacity_bytes);
+  metrics_gauge_set(svc->stored_rows, (double)s.stored_rows_estimate);
+  metrics_gauge_set(svc->evictions, (double)s.hot_evictions);
+}
+
+int emb_service_create(uv_loop_t *loop, rpc_server_t *server, emb_store_t *store, const tbl_layout_t *layout,
+                       uint32_t shard, uint32_t n_shards, metrics_registry_t *reg, emb_service_t **out) {
+  emb_service_t *svc = calloc(1, sizeof *svc);
+  if (!svc) return -ENOMEM;
+  int rc = tbl_layout_copy(&svc->layout, layout);
+  if (rc) {
+    free(svc);
+    return rc;
+  }
+  svc->loop = loop;
+  svc->store = store;
+  svc->layout_hash = tbl_layout_hash(layout);
+  svc->shard = shard;
+  svc->n_shards = n_shards;
+  svc->reg = reg;
+  if (reg) {
+    for (int i = 0; i < M_COUNT; i++) {
+      char labels[64];
+      snprintf(labels, sizeof labels, "method=\"%s\"", method_names[i]);
+      svc->calls[i] = metrics_counter(reg, "rpc_calls_total", labels, "RPC calls received, by method");
+      svc->errors[i] = metrics_counter(reg, "rpc_errors_total", labels, "RPC calls answered with an error, by method");
+      svc->latency[i] = metrics_histogram(reg, "rpc_seconds", labels, "RPC handling time, by method",
+                                          metrics_latency_bounds, metrics_latency_n);
+    }
+    svc->rows_read = metrics_counter(reg, "rows_looked_up_total", NULL, "rows returned by Lookup");
+    svc->rows_written = metrics_counter(reg, "rows_written_total", NULL, "rows made durable by WriteBack");
+    svc->hot_hits = metrics_counter(reg, "hot_hits_total", NULL, "rows served from the memory tier");
+    svc->kv_reads = metrics_counter(reg, "kv_reads_total", NULL, "rows read from RocksDB");
+    svc->lazy_inits = metrics_counter(reg, "lazy_inits_total", NULL, "rows initialized because never written");
+    svc->hot_rows = metrics_gauge(reg, "hot_rows", NULL, "rows in the memory tier");
+    svc->hot_bytes = metrics_gauge(reg, "hot_bytes", NULL, "bytes used by the memory tier");
+    svc->hot_capacity = metrics_gauge(reg, "hot_capacity_bytes", NULL, "memory tier budget");
+    svc->stored_rows = metrics_gauge(reg, "stored_rows_estimate", NULL, "rows stored in RocksDB (estimate)");
+    svc->evictions = metrics_gauge(reg, "hot_evictions", NULL, "rows evicted from the memory tier so far");
+    metrics_registry_on_collect(reg, collect, svc);
+  }
+  rpc_method_t methods[M_COUNT];
+  for (int i = 0; i < M_COUNT; i++) methods[i] = (rpc_method_t){.name = method_names[i], .unary = handle, .ud = svc};
+  rc = rpc_server_add_service(server, &chanter__embedding__v1__embedding__descriptor, methods, M_COUNT);
+  if (rc) {
+    emb_service_destroy(svc);
+    return rc;
+  }
+  *out = svc;
+  return 0;
+}
+
+void emb_service_destroy(emb_service_t *svc) {
+  if (!svc) return;
+  tbl_layout_close(&svc->layout);
+  free(svc);
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Integration: two real chanter-embedding daemons on loopback, driven by the
+# chanter CLI and by a Python grpcio client; kill -9 after an acknowledged
+# write; checkpoint/restore; metrics; sd_notify; SIGTERM; bad configuration.
+source "$(dirname "$0")/lib.sh"
+
+JOB=$WORK/job.ini
+cat >"$JOB" <<INI
+seed = 42
+table_rows = 1000, 50000
+embedding_dim = 4
+embedding_optimizer = rowwise_adagrad
+embedding_servers = 2
+[shard]
+table_wise_max_rows = 10000
+[embedding]
+data_dir = $WORK/data-%i
+hot_mb = 16
+block_cache_mb = 8
+metrics_port_offset = 0
+drain_ms = 2000
+INI
+
+start_embedding 0 "$JOB" || { nok "start shard 0"; finish; exit 1; }
+start_embedding 1 "$JOB" || { nok "start shard 1"; finish; exit 1; }
+ok "two daemons ready (ports ${EMB_PORT[0]} ${EMB_PORT[1]})"
+
+cluster() { echo "cluster.embedding=127.0.0.1:${EMB_PORT[0]},127.0.0.1:${EMB_PORT[1]}"; }
+cli() { "$BIN/chanter" --config "$JOB" --set "$(cluster)" "$@"; }
+
+# --- lazy init: deterministic, nothing stored
+a=$(cli embedding lookup 0:5 1:7 1:49999) && b=$(cli embedding lookup 0:5 1:7 1:49999)
+check "lookup of never-written rows is deterministic" [ -n "$a" ] && [ "$a" = "$b" ]
+check "lookup prints one line per key, 5 floats each" [ "$(echo "$a" | awk '{print NF}' | sort -u)" = "6" ]
+out=$(cli embedding digest)
+check "digest counts no stored rows before any write" grep -q 'combined: rows=0 ' <<<"$out"
+
+# --- write-back then lookup
+cli embedding write 0:5=1,2,3,4,0.5 1:7=-1,-2,-3,-4,9 >/dev/null
+check "write acknowledged" [ $? -eq 0 ]
+out=$(cli embedding lookup 0:5 1:7)
+check "lookup returns the written rows" [ "$out" = "$(printf '0:5\t1 2 3 4 0.5\n1:7\t-1 -2 -3 -4 9')" ]
+cli --json embedding lookup 0:5 >"$WORK/l.json"
+check "--json lookup parses and carries the values" python3 -c "
+import json; d=json.load(open('$WORK/l.json')); r=d['rows'][0]
+assert r['table']==0 and r['row']==5 and r['values']==[1,2,3,4,0.5] and r['dim']==4, d"
+
+# --- bad input through the CLI: clear errors, nothing written
+d_before=$(cli embedding digest | tail -1)
+err=$(cli embedding lookup 0:1000 2>&1); rc=$?
+check "lookup of a row past the table fails naming it" [ $rc -ne 0 ] && [[ "$err" == *"row 1000 of table 0, which has 1000 rows"* ]]
+err=$(cli embedding write 0:9=1,2,3 2>&1); rc=$?
+check "write of a short row fails naming the row size" [ $rc -ne 0 ] && [[ "$err" == *"rows have 5 floats (dim 4 + 1 optimizer state), got 3"* ]]
+err=$(cli embedding lookup 7:1 2>&1); rc=$?
+check "lookup in an unknown table fails naming it" [ $rc -ne 0 ] && [[ "$err" == *"table 7 but the layout has 2 tables"* ]]
+check "rejected CLI calls wrote nothing" [ "$(cli embedding digest | tail -1)" = "$d_before" ]
+
+# --- a client in another language: Python grpcio, stubs generated now
+STUBS=$WORK/py
+mkdir -p "$STUBS"
+if protoc -I "$ROOT/proto" --python_out="$STUBS" --grpc_python_out="$STUBS" \
+     --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" "$ROOT/proto/embedding.proto" 2>"$WORK/protoc.err"; then
+  ok "python stubs generated from proto/embedding.proto"
+  /usr/bin/python3 "$ROOT/tests/integration/embedding_client.py" "$STUBS" "127.0.0.1:${EMB_PORT[0]}" "127.0.0.1:${EMB_PORT[1]}"
+  check "python client exits 0" [ $? -eq 0 ]
+  out=$(cli embedding lookup 0:6)
+  check "a row written from Python reads back through the CLI" [ "$out" = "$(printf '0:6\t0.25 -0.5 0.75 -1 2')" ]
+else
+  nok "python stubs generated: $(cat "$WORK/protoc.err")"
+fi
+
+# --- metrics endpoint
+check "metrics endpoint serves Prometheus text with Lookup counts" python3 - "${EMB_MPORT[0]}" <<'PY'
+import sys, urllib.request
+body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+assert '# TYPE chanter_embedding_rpc_calls_total counter' in body, body[:500]
+line = [l for l in body.splitlines() if l.startswith('chanter_embedding_rpc_calls_total{method="Lookup"}')][0]
+assert int(float(line.split()[-1])) > 0, line
+assert 'chanter_embedding_rows_written_total' in body
+PY
+
+# --- kill -9 right after an acknowledged write-back: nothing lost
+cli embedding write 1:11=5,6,7,8,1 1:12=9,10,11,12,2 0:13=1,1,1,1,1 >/dev/null && \
+  kill -9 "${EMB_PID[0]}" "${EMB_PID[1]}"
+wait "${EMB_PID[0]}" "${EMB_PID[1]}" 2>/dev/null
+start_embedding 0 "$JOB" && start_embedding 1 "$JOB"
+check "daemons restart on the same data after kill -9" [ $? -eq 0 ]
+out=$(cli embedding lookup 1:11 1:12 0:13 0:5)
+check "acknowledged rows survived kill -9" [ "$out" = "$(printf '1:11\t5 6 7 8 1\n1:12\t9 10 11 12 2\n0:13\t1 1 1 1 1\n0:5\t1 2 3 4 0.5')" ]
+
+# --- checkpoint -> more writes -> restore
+cli embedding checkpoint cp1 >/dev/null
+check "checkpoint on every server" [ $? -eq 0 ]
+d_cp=$(cli embedding digest | tail -1)
+cli embedding write 0:5=9,9,9,9,9 1:40000=3,3,3,3,3 >/dev/null
+check "writes after the checkpoint change the digest" [ "$(cli embedding digest | tail -1)" != "$d_cp" ]
+check "checkpoints lists cp1 on both servers" [ "$(cli embedding checkpoints | grep -c ': cp1')" = 2 ]
+err=$(cli embedding checkpoint cp1 2>&1)
+check "a duplicate checkpoint id is refused" [ $? -ne 0 ]
+cli embedding restore cp1 >/dev/null
+check "restore on every server" [ $? -eq 0 ]
+check "restore brings back the checkpointed digest" [ "$(cli embedding digest | tail -1)" = "$d_cp" ]
+out=$(cli embedding lookup 0:5)
+check "an overwritten row is back to its checkpointed value" [ "$out" = "$(printf '0:5\t1 2 3 4 0.5')" ]
+err=$(cli embedding restore nosuch 2>&1)
+check "restoring an unknown checkpoint fails clearly" [ $? -ne 0 ] && [[ "$err" == *"nosuch"* ]]
+
+# --- configuration errors are clear and stop the daemon
+"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set batch_size=lots >"$WORK/bad.log" 2>&1
+check "a bad --set value stops the daemon and is named" [ $? -ne 0 ] && grep -q "batch_size = 'lots' is not an integer" "$WORK/bad.log"
+"$BIN/chanter-embedding" --config "$WORK/missing.ini" --shard 0 >"$WORK/bad.log" 2>&1
+check "a missing job file is named" [ $? -ne 0 ] && grep -q "missing.ini: cannot open" "$WORK/bad.log"
+"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --data-dir "$WORK/data-0" >"$WORK/bad.log" 2>&1
+check "a second daemon on the same data dir is refused" [ $? -ne 0 ] && grep -qi "lock\|in use\|cannot open the store" "$WORK/bad.log"
+"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set seed=7 --data-dir "$WORK/data-1" >"$WORK/bad.log" 2>&1
+check "a data dir of another layout is refused" [ $? -ne 0 ] && grep -q "layout" "$WORK/bad.log"
+"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen "127.0.0.1:${EMB_PORT[1]}" --data-dir "$WORK/data-x" >"$WORK/bad.log" 2>&1
+check "a port in use is a clear error" [ $? -ne 0 ] && grep -q "cannot listen on 127.0.0.1:${EMB_PORT[1]}" "$WORK/bad.log"
+"$BIN/chanter-embedding" --config "$JOB" --shard 5 >"$WORK/bad.log" 2>&1
+check "a shard outside embedding_servers is refused" [ $? -ne 0 ] && grep -q "shard must be given and in \[0, 2)" "$WORK/bad.log"
+
+# --- SIGTERM: drain and exit 0
+kill -TERM "${EMB_PID[1]}"
+wait "${EMB_PID[1]}"; rc=$?
+check "SIGTERM stops the daemon with exit 0" [ $rc -eq 0 ] && grep -q "stopped cleanly" "$WORK/emb-1.log"
+err=$(cli --set rpc.timeout_ms=1500 embedding lookup 1:7 2>&1); rc=$?
+check "a client of a stopped server gets a clear error, no hang" [ $rc -ne 0 ] && [[ "$err" == *"embedding server"* ]]
+
+# --- systemd readiness: READY=1 and STATUS= over NOTIFY_SOCKET
+check "sd_notify READY=1 and STATUS sent when serving" /usr/bin/python3 - "$BIN" "$JOB" "$WORK" <<'PY'
+import os, socket, subprocess, sys, time
+binp, job, work = sys.argv[1:4]
+path = os.path.join(work, "notify.sock")
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(path); s.settimeout(10)
+env = dict(os.environ, NOTIFY_SOCKET=path)
+p = subprocess.Popen([binp + "/chanter-embedding", "--config", job, "--shard", "1", "--listen", "127.0.0.1:0"],
+                     env=env, stderr=open(os.path.join(work, "notify.log"), "w"))
+got = []
+try:
+    while not any(m.startswith("STATUS=serving") for m in got):
+        got.append(s.recv(4096).decode())
+    assert "READY=1" in got, got
+finally:
+    p.terminate(); rc = p.wait(timeout=20)
+got.append(s.recv(4096).decode())
+assert "STOPPING=1" in got, got
+assert rc == 0, rc
+PY
+finish

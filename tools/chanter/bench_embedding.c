@@ -1,0 +1,338 @@
+/*
+ * chanter bench embedding: how fast the embedding server moves rows.
+ *
+ * For dims 16 and 64, 4096 keys per call, 1 and 4 client threads, uniform
+ * and skewed keys, it measures in one run:
+ *   - the memory tier in-process (emb_store_lookup),
+ *   - raw RocksDB in-process (MultiGet / WriteBatch, memory tier bypassed),
+ *   - the real chanter-embedding daemon over loopback gRPC (through embc,
+ *     the client trainers use),
+ * and prints rows/s, MB/s and the gRPC figure as a share of the in-process
+ * memory tier measured just before.  Nothing is a threshold: this prints.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "embc.h"
+#include "embedding_store.h"
+#include "err.h"
+#include "log.h"
+
+#define BATCH 4096
+
+typedef struct bench_s {
+  uint64_t rows;     /* rows in the table */
+  uint32_t dim;
+  double seconds;    /* per measurement */
+  int skewed;
+  int threads;
+  /* target */
+  emb_store_t *store;
+  int store_flags;
+  embc_t *client;
+  int write;
+  /* results */
+  uint64_t done_rows;
+  int failed;
+  char err[512];
+} bench_t;
+
+typedef struct worker_s {
+  bench_t *b;
+  int id;
+  uint64_t rows;
+} worker_t;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t next_key(bench_t *b, uint64_t *s) {
+  *s = tbl_mix64(*s);
+  uint64_t r = *s >> 11;
+  if (b->skewed && (r % 100) < 90) /* 90% of accesses to the hottest 1% of rows */
+    return TBL_KEY(0, (r / 100) % (b->rows / 100 ? b->rows / 100 : 1));
+  return TBL_KEY(0, (r / 100) % b->rows);
+}
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  bench_t *b = w->b;
+  uint64_t keys[BATCH], seed = tbl_mix64((uint64_t)w->id + 1 + (uint64_t)b->skewed * 1000);
+  uint32_t f = b->dim; /* sgd: no optimizer state */
+  float *rows = malloc((size_t)BATCH * f * sizeof(float));
+  for (size_t i = 0; i < (size_t)BATCH * f; i++) rows[i] = (float)i * 1e-6f;
+  double end = now_s() + b->seconds;
+  char why[512];
+  while (now_s() < end && !b->failed) {
+    if (b->write) {
+      /* a write batch holds each key once (as the trainers' write-backs
+       * do): a run of rows from a random start */
+      uint64_t base = TBL_ROW(next_key(b, &seed));
+      for (int i = 0; i < BATCH; i++) keys[i] = TBL_KEY(0, (base + (uint64_t)i) % b->rows);
+    } else {
+      for (int i = 0; i < BATCH; i++) keys[i] = next_key(b, &seed);
+    }
+    int rc;
+    if (b->client)
+      rc = b->write ? embc_write(b->client, keys, BATCH, rows, why, sizeof why)
+                    : embc_lookup(b->client, keys, BATCH, rows, why, sizeof why);
+    else
+      rc = b->write ? emb_store_write(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, why, sizeof why)
+                    : emb_store_lookup(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, NULL, why,
+                                       sizeof why);
+    if (rc) {
+      b->failed = 1;
+      snprintf(b->err, sizeof b->err, "%s", why);
+      break;
+    }
+    w->rows += BATCH;
+  }
+  free(rows);
+  return NULL;
+}
+
+/* Runs the configured measurement; returns rows/s. */
+static double run(bench_t *b) {
+  pthread_t th[16];
+  worker_t w[16];
+  b->failed = 0;
+  double t0 = now_s();
+  for (int i = 0; i < b->threads; i++) {
+    w[i] = (worker_t){.b = b, .id = i};
+    pthread_create(&th[i], NULL, worker, &w[i]);
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < b->threads; i++) {
+    pthread_join(th[i], NULL);
+    total += w[i].rows;
+  }
+  double dt = now_s() - t0;
+  if (b->failed) {
+    fprintf(stderr, "bench: measurement failed: %s\n", b->err);
+    return 0;
+  }
+  return (double)total / dt;
+}
+
+static void row_out(const char *op, uint32_t dim, const char *keys, int threads, const char *path, double rps,
+                    double base) {
+  double mbs = rps * dim * 4 / 1e6;
+  printf("%-10s %4u  %-8s %3d  %-30s %12.0f %9.1f", op, dim, keys, threads, path, rps, mbs);
+  if (base > 0)
+    printf("   %5.1f%%\n", 100.0 * rps / base);
+  else
+    printf("       -\n");
+  fflush(stdout);
+}
+
+static int write_job(const char *path, uint64_t rows, uint32_t dim, const char *data_dir, int port) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -errno;
+  fprintf(f,
+          "table_rows = %" PRIu64 "\nembedding_dim = %u\nembedding_optimizer = sgd\nembedding_servers = 1\n"
+          "[cluster]\nembedding = 127.0.0.1:%d\n[embedding]\ndata_dir = %s\nhot_mb = 2048\nblock_cache_mb = 256\n"
+          "sync_writes = true\nmetrics_port_offset = 0\n",
+          rows, dim, port, data_dir);
+  return fclose(f) ? -errno : 0;
+}
+
+static pid_t start_daemon(const char *bin, const char *job, const char *ready, const char *logf) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *lf = freopen(logf, "w", stderr);
+    (void)lf;
+    execl(bin, bin, "--config", job, "--shard", "0", "--listen", "127.0.0.1:0", "--ready-file", ready, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int read_port(const char *ready, pid_t pid) {
+  for (int i = 0; i < 600; i++) {
+    FILE *f = fopen(ready, "r");
+    if (f) {
+      char buf[512] = "";
+      size_t n = fread(buf, 1, sizeof buf - 1, f);
+      fclose(f);
+      buf[n] = 0;
+      char *p = strstr(buf, "\"rpc_port\": ");
+      if (p) return atoi(p + 12);
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return -1;
+    usleep(50000);
+  }
+  return -1;
+}
+
+static void self_dir(char *out, size_t n) {
+  ssize_t l = readlink("/proc/self/exe", out, n - 1);
+  out[l > 0 ? l : 0] = 0;
+  char *s = strrchr(out, '/');
+  if (s) *s = 0;
+}
+
+static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, double secs) {
+  char dir[512], job[600], ready[600], logf[600], bin[4200], why[512];
+  int rc = 1;
+  snprintf(dir, sizeof dir, "%s/dim%u", tmp, dim);
+  mkdir(dir, 0755);
+  tbl_layout_t l;
+  tbl_layout_init(&l, 1, 42);
+  l.tables[0] = (tbl_table_t){.rows = rows, .dim = dim, .state_floats = 0};
+  emb_store_opts_t so = {.data_dir = dir, .layout = &l, .hot_bytes = (size_t)2048 << 20,
+                         .block_cache_bytes = (size_t)256 << 20, .sync_writes = 1};
+  emb_store_t *st = NULL;
+  if (emb_store_open(&so, &st, why, sizeof why)) {
+    fprintf(stderr, "bench: cannot open store in %s: %s\n", dir, why);
+    goto out;
+  }
+  /* populate every row once (so lookups read stored rows, not lazy init) */
+  {
+    uint64_t keys[BATCH];
+    float *buf = malloc((size_t)BATCH * dim * 4);
+    for (size_t i = 0; i < (size_t)BATCH * dim; i++) buf[i] = (float)(i % 977) * 1e-3f;
+    for (uint64_t r = 0; r < rows; r += BATCH) {
+      size_t n = rows - r < BATCH ? (size_t)(rows - r) : BATCH;
+      for (size_t i = 0; i < n; i++) keys[i] = TBL_KEY(0, r + i);
+      if (emb_store_write(st, keys, n, buf, n * dim * 4, EMB_WRITE_NO_HOT, why, sizeof why)) {
+        fprintf(stderr, "bench: populate failed: %s\n", why);
+        free(buf);
+        goto out;
+      }
+    }
+    free(buf);
+  }
+  bench_t b = {.rows = rows, .dim = dim, .seconds = secs, .store = st};
+  double base[2][3] = {{0}}; /* [skewed][threads==4] memory tier rate */
+  static const int threads[2] = {1, 4};
+  /* warm the memory tier with one uniform sweep */
+  b.threads = 2;
+  b.seconds = secs;
+  run(&b);
+  for (int sk = 0; sk < 2; sk++)
+    for (int ti = 0; ti < 2; ti++) {
+      b.skewed = sk;
+      b.threads = threads[ti];
+      b.store_flags = 0;
+      base[sk][ti] = run(&b);
+      row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "memory tier, in-process", base[sk][ti], 0);
+      b.store_flags = EMB_LOOKUP_NO_HOT;
+      row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "RocksDB MultiGet, in-process", run(&b), base[sk][ti]);
+    }
+  double wbase[2];
+  b.write = 1;
+  b.skewed = 0;
+  b.store_flags = EMB_WRITE_NO_HOT;
+  for (int ti = 0; ti < 2; ti++) {
+    b.threads = threads[ti];
+    wbase[ti] = run(&b);
+    row_out("WriteBack", dim, "uniform", b.threads, "RocksDB WriteBatch+fsync, in-proc", wbase[ti], 0);
+  }
+  emb_store_close(st);
+  st = NULL;
+
+  /* the real daemon over loopback gRPC, on the same data */
+  snprintf(job, sizeof job, "%s/job.ini", dir);
+  snprintf(ready, sizeof ready, "%s/ready.json", dir);
+  snprintf(logf, sizeof logf, "%s/daemon.log", dir);
+  write_job(job, rows, dim, dir, 0);
+  self_dir(bin, sizeof bin - 32);
+  strcat(bin, "/chanter-embedding");
+  pid_t pid = start_daemon(bin, job, ready, logf);
+  int port = read_port(ready, pid);
+  if (port <= 0) {
+    fprintf(stderr, "bench: the daemon did not become ready; see %s\n", logf);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    goto out;
+  }
+  write_job(job, rows, dim, dir, port);
+  cfg_t *cfg;
+  cfg_create(&cfg);
+  char err[512];
+  if (cfg_load_file(cfg, job, err, sizeof err) || embc_create(cfg, &b.client, err, sizeof err)) {
+    fprintf(stderr, "bench: %s\n", err);
+    cfg_destroy(cfg);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    goto out;
+  }
+  b.write = 0;
+  b.threads = 2;
+  run(&b); /* warm the daemon's memory tier */
+  for (int sk = 0; sk < 2; sk++)
+    for (int ti = 0; ti < 2; ti++) {
+      b.skewed = sk;
+      b.threads = threads[ti];
+      row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "gRPC loopback (daemon)", run(&b), base[sk][ti]);
+    }
+  b.write = 1;
+  b.skewed = 0;
+  for (int ti = 0; ti < 2; ti++) {
+    b.threads = threads[ti];
+    row_out("WriteBack", dim, "uniform", b.threads, "gRPC loopback, durable (daemon)", run(&b), wbase[ti]);
+  }
+  embc_destroy(b.client);
+  cfg_destroy(cfg);
+  kill(pid, SIGTERM);
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
+  rc = 0;
+out:
+  if (st) emb_store_close(st);
+  tbl_layout_close(&l);
+  return rc;
+}
+
+static int bench_embedding(cli_t *cli) {
+  int quick = cli_flag(cli, "--quick");
+  char tmp[] = "/tmp/chanter-bench-XXXXXX";
+  if (!mkdtemp(tmp)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  double secs = quick ? 0.3 : 1.5;
+  uint64_t rows = quick ? 65536 : 1000000;
+  printf("chanter bench embedding: %d keys per call, %s per figure, %" PRIu64 " stored rows per table\n", BATCH,
+         quick ? "0.3 s" : "1.5 s", rows);
+  printf("skewed = 90%% of reads go to the hottest 1%% of rows; %% = share of the in-process memory tier\n"
+         "(Lookup) or of in-process RocksDB WriteBatch (WriteBack) at the same dim, keys and threads\n\n");
+  printf("%-10s %4s  %-8s %3s  %-30s %12s %9s   %6s\n", "op", "dim", "keys", "thr", "path", "rows/s", "MB/s",
+         "vs base");
+  int rc = 0;
+  log_level = LOG_WARN;
+  for (int d = 0; d < 2 && !rc; d++) rc = bench_dim(cli, tmp, d ? 64 : 16, rows, secs);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", tmp);
+  return rc;
+}
+
+int cmd_bench(cli_t *cli) {
+  if (cli->argc < 1) {
+    fprintf(stderr, "chanter bench: expected 'embedding'\n");
+    return 2;
+  }
+  const char *what = cli->argv[0];
+  cli->argc--;
+  cli->argv++;
+  if (!strcmp(what, "embedding")) return bench_embedding(cli);
+  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding)\n", what);
+  return 2;
+}

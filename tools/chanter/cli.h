@@ -1,0 +1,26 @@
+/*
+ * The chanter command-line tool: shared declarations of its subcommands.
+ * main.c parses the common options (--config, --set, --json) and dispatches.
+ */
+#ifndef CHANTER_CLI_H
+#define CHANTER_CLI_H
+
+#include "cfg.h"
+
+typedef struct cli_s {
+  cfg_t *cfg;
+  int json;
+  int argc;     /* the subcommand's own arguments, after the common ones */
+  char **argv;
+} cli_t;
+
+int cmd_config(cli_t *cli);
+int cmd_embedding(cli_t *cli);
+int cmd_bench(cli_t *cli);
+
+/* Removes a boolean flag from cli->argv; 1 if it was there. */
+int cli_flag(cli_t *cli, const char *name);
+/* Removes "--name VALUE" / "--name=VALUE"; returns VALUE or NULL. */
+const char *cli_opt(cli_t *cli, const char *name);
+
+#endif

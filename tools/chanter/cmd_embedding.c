@@ -1,0 +1,349 @@
+/*
+ * chanter embedding ...: talk to running embedding servers the way a
+ * trainer does (through embc), for operators and tests.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "embc.h"
+#include "embedding.pb-c.h"
+#include "err.h"
+
+#define EMB_DESC(name) (&chanter__embedding__v1__##name##__descriptor)
+
+/* "T:R" or a raw uint64. */
+static int parse_key(const char *s, uint64_t *key) {
+  char *end;
+  errno = 0;
+  if (strchr(s, ':')) {
+    unsigned long long t = strtoull(s, &end, 10);
+    if (errno || *end != ':' || end == s) return -EINVAL;
+    const char *r = end + 1;
+    unsigned long long row = strtoull(r, &end, 10);
+    if (errno || *end || end == r || t >= TBL_MAX_TABLES || row > TBL_ROW_MASK) return -EINVAL;
+    *key = TBL_KEY(t, row);
+    return 0;
+  }
+  unsigned long long k = strtoull(s, &end, 10);
+  if (errno || *end || end == s || s[0] == '-') return -EINVAL;
+  *key = k;
+  return 0;
+}
+
+static void print_row(FILE *f, const float *r, uint32_t n, int json) {
+  for (uint32_t i = 0; i < n; i++) fprintf(f, json ? "%s%.9g" : "%s%.9g", i ? (json ? ", " : " ") : "", (double)r[i]);
+}
+
+static int do_lookup(cli_t *cli, embc_t *c) {
+  char err[1024];
+  size_t n = (size_t)cli->argc, bytes;
+  if (n == 0) {
+    fprintf(stderr, "chanter embedding lookup: give at least one KEY (TABLE:ROW or uint64)\n");
+    return 2;
+  }
+  uint64_t *keys = calloc(n, sizeof *keys);
+  float *rows = NULL;
+  int rc = 1;
+  for (size_t i = 0; i < n; i++)
+    if (parse_key(cli->argv[i], &keys[i])) {
+      fprintf(stderr, "chanter embedding lookup: argument %zu '%s' is not TABLE:ROW or a uint64 key\n", i + 1,
+              cli->argv[i]);
+      rc = 2;
+      goto out;
+    }
+  if (embc_rows_bytes(c, keys, n, &bytes, err, sizeof err)) {
+    fprintf(stderr, "chanter embedding lookup: %s\n", err);
+    goto out;
+  }
+  rows = malloc(bytes ? bytes : 1);
+  if (embc_lookup(c, keys, n, rows, err, sizeof err)) {
+    fprintf(stderr, "chanter embedding lookup: %s\n", err);
+    goto out;
+  }
+  const tbl_layout_t *l = embc_layout(c);
+  size_t o = 0;
+  if (cli->json) printf("{\"rows\": [");
+  for (size_t i = 0; i < n; i++) {
+    uint32_t t = TBL_TABLE(keys[i]), f = tbl_row_floats(l, t);
+    uint32_t srv = shard_of(embc_shard_map(c), keys[i]);
+    if (cli->json) {
+      printf("%s\n  {\"key\": %" PRIu64 ", \"table\": %u, \"row\": %" PRIu64 ", \"server\": %u, \"dim\": %u, \"values\": [",
+             i ? "," : "", keys[i], t, TBL_ROW(keys[i]), srv, l->tables[t].dim);
+      print_row(stdout, rows + o, f, 1);
+      printf("]}");
+    } else {
+      printf("%u:%" PRIu64 "\t", t, TBL_ROW(keys[i]));
+      print_row(stdout, rows + o, f, 0);
+      printf("\n");
+    }
+    o += f;
+  }
+  if (cli->json) printf("\n]}\n");
+  rc = 0;
+out:
+  free(keys);
+  free(rows);
+  return rc;
+}
+
+static int do_write(cli_t *cli, embc_t *c) {
+  char err[1024];
+  size_t n = (size_t)cli->argc;
+  if (n == 0) {
+    fprintf(stderr, "chanter embedding write: give at least one KEY=V,V,... (the full row: vector then optimizer state)\n");
+    return 2;
+  }
+  const tbl_layout_t *l = embc_layout(c);
+  uint64_t *keys = calloc(n, sizeof *keys);
+  size_t cap = n * tbl_max_row_floats(l), o = 0;
+  float *rows = calloc(cap ? cap : 1, sizeof *rows);
+  int rc = 2;
+  for (size_t i = 0; i < n; i++) {
+    char *arg = strdup(cli->argv[i]), *eq = strchr(arg, '=');
+    if (!eq) {
+      fprintf(stderr, "chanter embedding write: argument %zu '%s' is not KEY=V,V,...\n", i + 1, cli->argv[i]);
+      free(arg);
+      goto out;
+    }
+    *eq = 0;
+    char why[256];
+    if (parse_key(arg, &keys[i]) || tbl_check_key(l, keys[i], why, sizeof why)) {
+      fprintf(stderr, "chanter embedding write: argument %zu: '%s' is not a valid key of this job's tables\n", i + 1, arg);
+      free(arg);
+      goto out;
+    }
+    uint32_t want = tbl_row_floats(l, TBL_TABLE(keys[i])), got = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(eq + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      char *end;
+      float v = strtof(tok, &end);
+      if (end == tok || *end) {
+        fprintf(stderr, "chanter embedding write: argument %zu: value %u '%s' is not a number\n", i + 1, got + 1, tok);
+        free(arg);
+        goto out;
+      }
+      if (got < want) rows[o + got] = v;
+      got++;
+    }
+    free(arg);
+    if (got != want) {
+      fprintf(stderr,
+              "chanter embedding write: argument %zu: table %u rows have %u floats (dim %u + %u optimizer state), got %u\n",
+              i + 1, TBL_TABLE(keys[i]), want, l->tables[TBL_TABLE(keys[i])].dim,
+              l->tables[TBL_TABLE(keys[i])].state_floats, got);
+      goto out;
+    }
+    o += want;
+  }
+  rc = 1;
+  if (embc_write(c, keys, n, rows, err, sizeof err)) {
+    fprintf(stderr, "chanter embedding write: %s\n", err);
+    goto out;
+  }
+  if (cli->json)
+    printf("{\"rows_written\": %zu}\n", n);
+  else
+    printf("wrote %zu rows (durable)\n", n);
+  rc = 0;
+out:
+  free(keys);
+  free(rows);
+  return rc;
+}
+
+static int do_digest(cli_t *cli, embc_t *c) {
+  char err[1024];
+  uint32_t n = embc_servers(c);
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  uint64_t total = 0;
+  int rc = 0;
+  if (cli->json) printf("{\"servers\": [");
+  for (uint32_t s = 0; s < n; s++) {
+    Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    if ((rc = embc_call(c, s, "Digest", &req.base, EMB_DESC(digest_response), &resp, err, sizeof err)) != 0) {
+      fprintf(stderr, "chanter embedding digest: %s\n", err);
+      break;
+    }
+    Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
+    EVP_DigestUpdate(md, d->sha256.data, d->sha256.len);
+    total += d->rows;
+    if (cli->json)
+      printf("%s\n  {\"server\": %u, \"address\": \"%s\", \"rows\": %" PRIu64 ", \"sha256\": \"%s\"}", s ? "," : "", s,
+             embc_address(c, s), d->rows, d->hex);
+    else
+      printf("server %u (%s): rows=%" PRIu64 " sha256=%s\n", s, embc_address(c, s), d->rows, d->hex);
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_DigestFinal_ex(md, h, &hl);
+  EVP_MD_CTX_free(md);
+  if (rc) {
+    if (cli->json) printf("\n]}\n");
+    return 1;
+  }
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+  /* the combined digest: SHA-256 over the servers' digests in shard order */
+  if (cli->json)
+    printf("\n], \"rows\": %" PRIu64 ", \"digest\": \"%s\"}\n", total, hex);
+  else
+    printf("combined: rows=%" PRIu64 " digest=%s\n", total, hex);
+  return 0;
+}
+
+static int do_stats(cli_t *cli, embc_t *c) {
+  char err[1024];
+  if (cli->json) printf("{\"servers\": [");
+  for (uint32_t s = 0; s < embc_servers(c); s++) {
+    Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    if (embc_call(c, s, "Stats", &req.base, EMB_DESC(stats_response), &resp, err, sizeof err)) {
+      fprintf(stderr, "chanter embedding stats: %s\n", err);
+      if (cli->json) printf("\n]}\n");
+      return 1;
+    }
+    Chanter__Embedding__V1__StatsResponse *r = (void *)resp;
+    if (cli->json)
+      printf("%s\n  {\"server\": %u, \"address\": \"%s\", \"shard\": %u, \"shards\": %u, \"hot_rows\": %" PRIu64
+             ", \"hot_bytes\": %" PRIu64 ", \"hot_capacity_bytes\": %" PRIu64 ", \"hot_evictions\": %" PRIu64
+             ", \"lookup_calls\": %" PRIu64 ", \"lookup_rows\": %" PRIu64 ", \"hot_hits\": %" PRIu64
+             ", \"kv_reads\": %" PRIu64 ", \"lazy_inits\": %" PRIu64 ", \"writeback_calls\": %" PRIu64
+             ", \"writeback_rows\": %" PRIu64 ", \"rejected_calls\": %" PRIu64 ", \"stored_rows_estimate\": %" PRIu64
+             ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\"}",
+             s ? "," : "", s, embc_address(c, s), r->shard, r->shards, r->hot_rows, r->hot_bytes, r->hot_capacity_bytes,
+             r->hot_evictions, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads, r->lazy_inits,
+             r->writeback_calls, r->writeback_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
+             r->data_dir);
+    else
+      printf("server %u (%s) shard %u/%u\n  lookups: %" PRIu64 " calls, %" PRIu64 " rows (%" PRIu64 " from memory, %" PRIu64
+             " from RocksDB, %" PRIu64 " lazily initialized)\n  write-backs: %" PRIu64 " calls, %" PRIu64
+             " rows\n  memory tier: %" PRIu64 " rows, %.1f of %.1f MiB, %" PRIu64 " evictions\n  stored rows (estimate): %" PRIu64
+             "\n  rejected calls: %" PRIu64 "\n  data dir: %s\n",
+             s, embc_address(c, s), r->shard, r->shards, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads,
+             r->lazy_inits, r->writeback_calls, r->writeback_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
+             (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate, r->rejected_calls,
+             r->data_dir);
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (cli->json) printf("\n]}\n");
+  return 0;
+}
+
+static int do_checkpoint(cli_t *cli, embc_t *c, int restore) {
+  char err[1024];
+  const char *what = restore ? "restore" : "checkpoint";
+  if (cli->argc != 1) {
+    fprintf(stderr, "chanter embedding %s: give exactly one checkpoint ID\n", what);
+    return 2;
+  }
+  if (cli->json) printf("{\"servers\": [");
+  for (uint32_t s = 0; s < embc_servers(c); s++) {
+    ProtobufCMessage *resp = NULL;
+    int rc;
+    if (restore) {
+      Chanter__Embedding__V1__RestoreRequest req = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
+      req.id = cli->argv[0];
+      rc = embc_call(c, s, "Restore", &req.base, EMB_DESC(restore_response), &resp, err, sizeof err);
+    } else {
+      Chanter__Embedding__V1__CheckpointRequest req = CHANTER__EMBEDDING__V1__CHECKPOINT_REQUEST__INIT;
+      req.id = cli->argv[0];
+      rc = embc_call(c, s, "Checkpoint", &req.base, EMB_DESC(checkpoint_response), &resp, err, sizeof err);
+    }
+    if (rc) {
+      fprintf(stderr, "chanter embedding %s: %s\n", what, err);
+      if (cli->json) printf("\n]}\n");
+      return 1;
+    }
+    if (restore) {
+      if (cli->json)
+        printf("%s\n  {\"server\": %u, \"restored\": \"%s\"}", s ? "," : "", s, cli->argv[0]);
+      else
+        printf("server %u (%s): restored %s\n", s, embc_address(c, s), cli->argv[0]);
+    } else {
+      Chanter__Embedding__V1__CheckpointInfo *ci = ((Chanter__Embedding__V1__CheckpointResponse *)resp)->checkpoint;
+      if (cli->json)
+        printf("%s\n  {\"server\": %u, \"id\": \"%s\", \"path\": \"%s\", \"bytes\": %" PRIu64 "}", s ? "," : "", s,
+               ci ? ci->id : "", ci ? ci->path : "", ci ? ci->bytes : 0);
+      else
+        printf("server %u (%s): checkpoint %s at %s (%" PRIu64 " bytes)\n", s, embc_address(c, s), ci ? ci->id : "",
+               ci ? ci->path : "", ci ? ci->bytes : 0);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (cli->json) printf("\n]}\n");
+  return 0;
+}
+
+static int do_list(cli_t *cli, embc_t *c) {
+  char err[1024];
+  if (cli->json) printf("{\"servers\": [");
+  for (uint32_t s = 0; s < embc_servers(c); s++) {
+    Chanter__Embedding__V1__ListCheckpointsRequest req = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    if (embc_call(c, s, "ListCheckpoints", &req.base, EMB_DESC(list_checkpoints_response), &resp, err, sizeof err)) {
+      fprintf(stderr, "chanter embedding checkpoints: %s\n", err);
+      if (cli->json) printf("\n]}\n");
+      return 1;
+    }
+    Chanter__Embedding__V1__ListCheckpointsResponse *r = (void *)resp;
+    if (cli->json) printf("%s\n  {\"server\": %u, \"checkpoints\": [", s ? "," : "", s);
+    for (size_t i = 0; i < r->n_checkpoints; i++) {
+      Chanter__Embedding__V1__CheckpointInfo *ci = r->checkpoints[i];
+      if (cli->json)
+        printf("%s{\"id\": \"%s\", \"path\": \"%s\", \"created_unix\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+               i ? ", " : "", ci->id, ci->path, ci->created_unix, ci->bytes);
+      else
+        printf("server %u: %s\t%" PRIu64 " bytes\tcreated %" PRIu64 "\t%s\n", s, ci->id, ci->bytes, ci->created_unix,
+               ci->path);
+    }
+    if (cli->json) printf("]}");
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (cli->json) printf("\n]}\n");
+  return 0;
+}
+
+int cmd_embedding(cli_t *cli) {
+  char err[1024];
+  if (cli->argc < 1) {
+    fprintf(stderr, "chanter embedding: expected lookup|write|digest|stats|checkpoint|checkpoints|restore\n");
+    return 2;
+  }
+  const char *sub = cli->argv[0];
+  cli->argc--;
+  cli->argv++;
+  embc_t *c;
+  if (embc_create(cli->cfg, &c, err, sizeof err)) {
+    fprintf(stderr, "chanter embedding %s: %s\n", sub, err);
+    return 1;
+  }
+  int rc;
+  if (!strcmp(sub, "lookup"))
+    rc = do_lookup(cli, c);
+  else if (!strcmp(sub, "write"))
+    rc = do_write(cli, c);
+  else if (!strcmp(sub, "digest"))
+    rc = do_digest(cli, c);
+  else if (!strcmp(sub, "stats"))
+    rc = do_stats(cli, c);
+  else if (!strcmp(sub, "checkpoint"))
+    rc = do_checkpoint(cli, c, 0);
+  else if (!strcmp(sub, "restore"))
+    rc = do_checkpoint(cli, c, 1);
+  else if (!strcmp(sub, "checkpoints"))
+    rc = do_list(cli, c);
+  else {
+    fprintf(stderr, "chanter embedding: unknown subcommand '%s'\n", sub);
+    rc = 2;
+  }
+  embc_destroy(c);
+  return rc;
+}

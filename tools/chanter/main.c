@@ -1,0 +1,122 @@
+/*
+ * chanter: the command-line tool.
+ *
+ *   chanter [--config FILE] [--set key=value ...] [--json] COMMAND ...
+ *
+ * Commands: config, embedding, bench (more arrive with the daemons that
+ * need them).  Every command reads the same job configuration as the
+ * daemons.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "err.h"
+#include "log.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: chanter [--config FILE] [--set key=value ...] [--json] COMMAND ...\n"
+          "\n"
+          "commands:\n"
+          "  config keys                      every job key with its type, default and help\n"
+          "  config show [--verbose]          the effective configuration (with origins)\n"
+          "  embedding lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
+          "  embedding write KEY=V,V,...      write full rows (vector + optimizer state)\n"
+          "  embedding digest                 SHA-256 of every stored row, per server and combined\n"
+          "  embedding stats                  per-server counters\n"
+          "  embedding checkpoint ID          consistent RocksDB checkpoint on every server\n"
+          "  embedding checkpoints            list checkpoints\n"
+          "  embedding restore ID             restore every server to checkpoint ID\n"
+          "  bench embedding [--quick]        Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
+          "\n"
+          "Embedding servers are found through cluster.embedding in the job configuration.\n");
+}
+
+int cli_flag(cli_t *cli, const char *name) {
+  for (int i = 0; i < cli->argc; i++) {
+    if (!strcmp(cli->argv[i], name)) {
+      memmove(&cli->argv[i], &cli->argv[i + 1], (size_t)(cli->argc - i) * sizeof(char *));
+      cli->argc--;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+const char *cli_opt(cli_t *cli, const char *name) {
+  size_t l = strlen(name);
+  for (int i = 0; i < cli->argc; i++) {
+    if (!strcmp(cli->argv[i], name) && i + 1 < cli->argc) {
+      const char *v = cli->argv[i + 1];
+      memmove(&cli->argv[i], &cli->argv[i + 2], (size_t)(cli->argc - i - 1) * sizeof(char *));
+      cli->argc -= 2;
+      return v;
+    }
+    if (!strncmp(cli->argv[i], name, l) && cli->argv[i][l] == '=') {
+      const char *v = cli->argv[i] + l + 1;
+      memmove(&cli->argv[i], &cli->argv[i + 1], (size_t)(cli->argc - i) * sizeof(char *));
+      cli->argc--;
+      return v;
+    }
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  cli_t cli = {0};
+  char err[1024];
+  int rc = 2;
+  log_set_name("chanter");
+  log_level = LOG_WARN;
+  if (cfg_create(&cli.cfg)) return 1;
+  if (cfg_parse_args(cli.cfg, &argc, argv, err, sizeof err)) {
+    fprintf(stderr, "chanter: %s\n", err);
+    goto out;
+  }
+  cli.argc = argc - 1;
+  cli.argv = argv + 1;
+  cli.json = cli_flag(&cli, "--json");
+  if (cli_flag(&cli, "--verbose-log")) log_level = LOG_DEBUG;
+  if (cli.argc < 1 || !strcmp(cli.argv[0], "help") || !strcmp(cli.argv[0], "--help") || !strcmp(cli.argv[0], "-h")) {
+    usage(cli.argc < 1 ? stderr : stdout);
+    rc = cli.argc < 1 ? 2 : 0;
+    goto out;
+  }
+  const char *cmd = cli.argv[0];
+  cli.argc--;
+  cli.argv++;
+  if (!strcmp(cmd, "config"))
+    rc = cmd_config(&cli);
+  else if (!strcmp(cmd, "embedding"))
+    rc = cmd_embedding(&cli);
+  else if (!strcmp(cmd, "bench"))
+    rc = cmd_bench(&cli);
+  else {
+    fprintf(stderr, "chanter: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+  }
+out:
+  cfg_destroy(cli.cfg);
+  return rc;
+}
+
+int cmd_config(cli_t *cli) {
+  if (cli->argc < 1) {
+    fprintf(stderr, "chanter config: expected 'keys' or 'show'\n");
+    return 2;
+  }
+  if (!strcmp(cli->argv[0], "keys")) {
+    cfg_print_keys(stdout);
+    return 0;
+  }
+  if (!strcmp(cli->argv[0], "show")) {
+    cli->argc--;
+    cli->argv++;
+    cfg_dump(cli->cfg, stdout, cli_flag(cli, "--verbose"));
+    return 0;
+  }
+  fprintf(stderr, "chanter config: unknown subcommand '%s'\n", cli->argv[0]);
+  return 2;
+}
