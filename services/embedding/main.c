@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
       .tls = {.ca_file = *cfg_str(d.cfg, "tls.ca_file") ? cfg_str(d.cfg, "tls.ca_file") : NULL,
               .cert_file = *cfg_str(d.cfg, "tls.cert_file") ? cfg_str(d.cfg, "tls.cert_file") : NULL,
               .key_file = *cfg_str(d.cfg, "tls.key_file") ? cfg_str(d.cfg, "tls.key_file") : NULL,
-              .require_client_cert = cfg_bool(d.cfg, "tls.require_client_cert")},
+              .require_client_cert = *cfg_str(d.cfg, "tls.cert_file") && cfg_bool(d.cfg, "tls.require_client_cert")},
       .max_message_bytes = (size_t)cfg_int(d.cfg, "rpc.max_message_mb") << 20,
   };
   if (rpc_server_create(d.loop, &ro, &d.server)) {

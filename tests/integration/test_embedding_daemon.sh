@@ -30,7 +30,7 @@ cli() { "$BIN/chanter" --config "$JOB" --set "$(cluster)" "$@"; }
 
 # --- lazy init: deterministic, nothing stored
 a=$(cli embedding lookup 0:5 1:7 1:49999) && b=$(cli embedding lookup 0:5 1:7 1:49999)
-check "lookup of never-written rows is deterministic" [ -n "$a" ] && [ "$a" = "$b" ]
+[ -n "$a" ] && [ "$a" = "$b" ]; expect "lookup of never-written rows is deterministic"
 check "lookup prints one line per key, 5 floats each" [ "$(echo "$a" | awk '{print NF}' | sort -u)" = "6" ]
 out=$(cli embedding digest)
 check "digest counts no stored rows before any write" grep -q 'combined: rows=0 ' <<<"$out"
@@ -48,11 +48,11 @@ assert r['table']==0 and r['row']==5 and r['values']==[1,2,3,4,0.5] and r['dim']
 # --- bad input through the CLI: clear errors, nothing written
 d_before=$(cli embedding digest | tail -1)
 err=$(cli embedding lookup 0:1000 2>&1); rc=$?
-check "lookup of a row past the table fails naming it" [ $rc -ne 0 ] && [[ "$err" == *"row 1000 of table 0, which has 1000 rows"* ]]
+[ $rc -ne 0 ] && [[ "$err" == *"row 1000 of table 0, which has 1000 rows"* ]]; expect "lookup of a row past the table fails naming it"
 err=$(cli embedding write 0:9=1,2,3 2>&1); rc=$?
-check "write of a short row fails naming the row size" [ $rc -ne 0 ] && [[ "$err" == *"rows have 5 floats (dim 4 + 1 optimizer state), got 3"* ]]
+[ $rc -ne 0 ] && [[ "$err" == *"rows have 5 floats (dim 4 + 1 optimizer state), got 3"* ]]; expect "write of a short row fails naming the row size"
 err=$(cli embedding lookup 7:1 2>&1); rc=$?
-check "lookup in an unknown table fails naming it" [ $rc -ne 0 ] && [[ "$err" == *"table 7 but the layout has 2 tables"* ]]
+[ $rc -ne 0 ] && [[ "$err" == *"table 7 but the layout has 2 tables"* ]]; expect "lookup in an unknown table fails naming it"
 check "rejected CLI calls wrote nothing" [ "$(cli embedding digest | tail -1)" = "$d_before" ]
 
 # --- a client in another language: Python grpcio, stubs generated now
@@ -83,10 +83,17 @@ PY
 cli embedding write 1:11=5,6,7,8,1 1:12=9,10,11,12,2 0:13=1,1,1,1,1 >/dev/null && \
   kill -9 "${EMB_PID[0]}" "${EMB_PID[1]}"
 wait "${EMB_PID[0]}" "${EMB_PID[1]}" 2>/dev/null
-start_embedding 0 "$JOB" && start_embedding 1 "$JOB"
-check "daemons restart on the same data after kill -9" [ $? -eq 0 ]
+# a client calls while both servers are down; it retries until they are back
+( cli --set rpc.timeout_ms=20000 embedding lookup 1:11 1:12 0:13 0:5 >"$WORK/retry.out" 2>&1; echo $? >"$WORK/retry.rc" ) &
+bg=$!
+sleep 0.5
+EMB_LISTEN_PORT=${EMB_PORT[0]} start_embedding 0 "$JOB" && EMB_LISTEN_PORT=${EMB_PORT[1]} start_embedding 1 "$JOB"
+check "daemons restart on the same data and ports after kill -9" [ $? -eq 0 ]
+wait $bg
+want=$(printf '1:11\t5 6 7 8 1\n1:12\t9 10 11 12 2\n0:13\t1 1 1 1 1\n0:5\t1 2 3 4 0.5')
+[ "$(cat "$WORK/retry.rc")" = 0 ] && [ "$(cat "$WORK/retry.out")" = "$want" ]; expect "a client that called during the outage got its rows after the restart"
 out=$(cli embedding lookup 1:11 1:12 0:13 0:5)
-check "acknowledged rows survived kill -9" [ "$out" = "$(printf '1:11\t5 6 7 8 1\n1:12\t9 10 11 12 2\n0:13\t1 1 1 1 1\n0:5\t1 2 3 4 0.5')" ]
+check "acknowledged rows survived kill -9" [ "$out" = "$want" ]
 
 # --- checkpoint -> more writes -> restore
 cli embedding checkpoint cp1 >/dev/null
@@ -103,28 +110,30 @@ check "restore brings back the checkpointed digest" [ "$(cli embedding digest | 
 out=$(cli embedding lookup 0:5)
 check "an overwritten row is back to its checkpointed value" [ "$out" = "$(printf '0:5\t1 2 3 4 0.5')" ]
 err=$(cli embedding restore nosuch 2>&1)
-check "restoring an unknown checkpoint fails clearly" [ $? -ne 0 ] && [[ "$err" == *"nosuch"* ]]
+[ $? -ne 0 ] && [[ "$err" == *"nosuch"* ]]; expect "restoring an unknown checkpoint fails clearly"
 
 # --- configuration errors are clear and stop the daemon
 "$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set batch_size=lots >"$WORK/bad.log" 2>&1
-check "a bad --set value stops the daemon and is named" [ $? -ne 0 ] && grep -q "batch_size = 'lots' is not an integer" "$WORK/bad.log"
+[ $? -ne 0 ] && grep -q "batch_size = 'lots' is not an integer" "$WORK/bad.log"; expect "a bad --set value stops the daemon and is named"
 "$BIN/chanter-embedding" --config "$WORK/missing.ini" --shard 0 >"$WORK/bad.log" 2>&1
-check "a missing job file is named" [ $? -ne 0 ] && grep -q "missing.ini: cannot open" "$WORK/bad.log"
+[ $? -ne 0 ] && grep -q "missing.ini: cannot open" "$WORK/bad.log"; expect "a missing job file is named"
 "$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --data-dir "$WORK/data-0" >"$WORK/bad.log" 2>&1
-check "a second daemon on the same data dir is refused" [ $? -ne 0 ] && grep -qi "lock\|in use\|cannot open the store" "$WORK/bad.log"
-"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set seed=7 --data-dir "$WORK/data-1" >"$WORK/bad.log" 2>&1
-check "a data dir of another layout is refused" [ $? -ne 0 ] && grep -q "layout" "$WORK/bad.log"
+[ $? -ne 0 ] && grep -qi "lock\|in use\|cannot open the store" "$WORK/bad.log"; expect "a second daemon on the same data dir is refused"
 "$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen "127.0.0.1:${EMB_PORT[1]}" --data-dir "$WORK/data-x" >"$WORK/bad.log" 2>&1
-check "a port in use is a clear error" [ $? -ne 0 ] && grep -q "cannot listen on 127.0.0.1:${EMB_PORT[1]}" "$WORK/bad.log"
+[ $? -ne 0 ] && grep -q "cannot listen on 127.0.0.1:${EMB_PORT[1]}" "$WORK/bad.log"; expect "a port in use is a clear error"
 "$BIN/chanter-embedding" --config "$JOB" --shard 5 >"$WORK/bad.log" 2>&1
-check "a shard outside embedding_servers is refused" [ $? -ne 0 ] && grep -q "shard must be given and in \[0, 2)" "$WORK/bad.log"
+[ $? -ne 0 ] && grep -q "shard must be given and in \[0, 2)" "$WORK/bad.log"; expect "a shard outside embedding_servers is refused"
 
 # --- SIGTERM: drain and exit 0
 kill -TERM "${EMB_PID[1]}"
 wait "${EMB_PID[1]}"; rc=$?
-check "SIGTERM stops the daemon with exit 0" [ $rc -eq 0 ] && grep -q "stopped cleanly" "$WORK/emb-1.log"
-err=$(cli --set rpc.timeout_ms=1500 embedding lookup 1:7 2>&1); rc=$?
-check "a client of a stopped server gets a clear error, no hang" [ $rc -ne 0 ] && [[ "$err" == *"embedding server"* ]]
+[ $rc -eq 0 ] && grep -q "stopped cleanly" "$WORK/emb-1.log"; expect "SIGTERM stops the daemon with exit 0"
+# shard 1 is stopped: its data dir is free, and was made with seed 42
+"$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set seed=7 --data-dir "$WORK/data-1" >"$WORK/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q "layout" "$WORK/bad.log"; expect "a data dir of another layout is refused"
+# table 1 is split row-wise: some of these rows live on the stopped server 1
+err=$(cli --set rpc.timeout_ms=1500 embedding lookup 1:1 1:2 1:3 1:4 1:5 1:6 1:7 1:8 1:9 1:10 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$err" == *"embedding server"* ]]; expect "a client of a stopped server gets a clear error, no hang"
 
 # --- systemd readiness: READY=1 and STATUS= over NOTIFY_SOCKET
 check "sd_notify READY=1 and STATUS sent when serving" /usr/bin/python3 - "$BIN" "$JOB" "$WORK" <<'PY'

@@ -1,0 +1,910 @@
+/*
+ * rpc_server: the server half of rpc.h.
+ *
+ * One completion queue per server, drained by a poller thread that only
+ * moves (tag, ok) pairs onto a mutex-protected queue and wakes the loop
+ * with uv_async_send.  Everything else -- accepting calls, running
+ * handlers, starting batches, freeing calls -- happens on the loop thread,
+ * so no call state needs a lock.
+ *
+ * A call is reference counted: one reference per batch in flight plus one
+ * for the handler until it answers (reply/fail/finish) or is told the call
+ * was cancelled.  The last reference unrefs the grpc_call and frees it.
+ */
+#include "rpc_internal.h"
+
+#include "err.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Calls requested ahead per method: this many can arrive at once without
+ * waiting for the loop to re-request; more simply queue inside gRPC. */
+#define REQUESTS_PER_METHOD 16
+#define REQUESTS_GENERIC 2
+
+/* On a server stream, gRPC core reports a client's cancel (RST_STREAM,
+ * deadline, cancel_all_calls) exactly like a half-close: RECV_MESSAGE
+ * completes OK with no message, and RECV_CLOSE_ON_SERVER says "cancelled"
+ * a moment later (both come from one transport event).  So an end of
+ * messages waits this long for the cancel before it is reported as
+ * on_half_close: the handler then hears on_cancel instead of taking a
+ * cancelled stream for a completed one. */
+#define HALF_CLOSE_SETTLE_MS 5
+
+typedef struct method_s {
+  char *path;
+  const ProtobufCMessageDescriptor *input;
+  void *handle; /* from grpc_server_register_method */
+  rpc_unary_cb unary;
+  const rpc_stream_handlers_t *stream;
+  void *ud;
+} method_t;
+
+typedef struct event_s {
+  rpc__tag_t *tag; /* NULL: the queue has shut down */
+  int ok;
+} event_t;
+
+typedef struct sendq_s {
+  struct sendq_s *next;
+  grpc_byte_buffer *bb;
+} sendq_t;
+
+enum { S_CREATED, S_RUNNING, S_SHUTTING, S_DOWN };
+
+struct rpc_server_s {
+  uv_loop_t *loop;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  grpc_server_credentials *creds; /* until start */
+  char *listen;
+  int tls;
+  int port;
+  int state;
+  int cq_shut;  /* grpc_completion_queue_shutdown called: no more batches */
+  int notified; /* shutdown tag arrived */
+  int shutdown_called;
+  int done_pending; /* done_cb owed without a real drain */
+  uv_async_t async;
+  uv_timer_t grace;
+  uv_timer_t settle;           /* delivers half-closes that were not cancels */
+  rpc_call_t *hc_head, *hc_tail; /* streams waiting for it, oldest first */
+  int open_handles;
+  uv_thread_t poller;
+  int poller_started;
+
+  pthread_mutex_t mu; /* guards evs/n_evs/cap_evs */
+  event_t *evs;
+  size_t n_evs, cap_evs;
+  event_t *work; /* loop only: the batch being processed */
+  size_t cap_work;
+
+  method_t *methods;
+  size_t n_methods;
+  rpc_call_t *calls; /* accepted and not yet freed */
+  _Atomic uint64_t inflight;
+
+  rpc__tag_t tag_shutdown;
+  void (*done_cb)(rpc_server_t *, void *);
+  void *done_ud;
+};
+
+struct rpc_call_s {
+  rpc_server_t *srv; /* NULL once the server is destroyed (orphaned unary call) */
+  method_t *m;       /* NULL: requested generically, an unknown method */
+  rpc_call_t *prev, *next;
+  rpc_call_t *hc_next; /* in srv's half-close list */
+  uint64_t hc_due;     /* uv_now() when the half-close is delivered */
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array req_md;
+  grpc_call_details details; /* generic requests only */
+  grpc_byte_buffer *payload; /* unary request, then each streamed message */
+  ProtobufCMessage *req;     /* unpacked unary request */
+  char *peer;
+  char *path; /* malloc'd for generic calls, else m->path */
+  void *data;
+  int refs;
+  int close_cancelled; /* written by RECV_CLOSE_ON_SERVER */
+  unsigned accepted : 1, generic : 1, app_done : 1, cancelled : 1, send_busy : 1, md_sent : 1,
+      finish_req : 1, status_started : 1, hc_pending : 1;
+  int status_code;
+  grpc_slice status_msg;
+  grpc_byte_buffer *send_bb; /* in flight */
+  sendq_t *q_head, *q_tail;
+  rpc__tag_t tag_req, tag_close, tag_recv, tag_send;
+};
+
+static void on_request(rpc__tag_t *t, int ok);
+static void on_close(rpc__tag_t *t, int ok);
+static void on_recv(rpc__tag_t *t, int ok);
+static void on_send(rpc__tag_t *t, int ok);
+static void on_shutdown(rpc__tag_t *t, int ok);
+static void hc_deliver(rpc_call_t *c, int cancel);
+static void call_unref(rpc_call_t *c);
+
+/* ---------------------------------------------------------------- poller */
+
+static void post(rpc_server_t *s, rpc__tag_t *tag, int ok) {
+  pthread_mutex_lock(&s->mu);
+  if (s->n_evs == s->cap_evs) {
+    size_t ncap = s->cap_evs ? s->cap_evs * 2 : 256;
+    event_t *n = realloc(s->evs, ncap * sizeof *n);
+    ASSERT(n != NULL); /* losing a completion would leak or hang a call */
+    s->evs = n;
+    s->cap_evs = ncap;
+  }
+  s->evs[s->n_evs++] = (event_t){tag, ok};
+  pthread_mutex_unlock(&s->mu);
+  uv_async_send(&s->async);
+}
+
+static void poller_main(void *arg) {
+  rpc_server_t *s = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+      post(s, NULL, 0);
+      return;
+    }
+    if (ev.type == GRPC_OP_COMPLETE) post(s, ev.tag, ev.success);
+  }
+}
+
+static void finish_shutdown(rpc_server_t *s) {
+  /* the server is gone: streams still settling were not going to finish */
+  while (s->hc_head) hc_deliver(s->hc_head, 1);
+  uv_timer_stop(&s->settle);
+  uv_thread_join(&s->poller);
+  s->poller_started = 0;
+  grpc_server_destroy(s->server);
+  s->server = NULL;
+  grpc_completion_queue_destroy(s->cq);
+  s->cq = NULL;
+  s->state = S_DOWN;
+  log_info("rpc server stopped port=%d", s->port);
+  if (s->done_cb) s->done_cb(s, s->done_ud);
+}
+
+/* Runs on the loop for every uv_async_send (coalesced): takes everything
+ * the poller has queued so far and dispatches it in order.  Whatever is
+ * posted meanwhile comes with its own uv_async_send, hence a new call. */
+static void on_async(uv_async_t *h) {
+  rpc_server_t *s = h->data;
+  pthread_mutex_lock(&s->mu);
+  event_t *evs = s->evs;
+  size_t n = s->n_evs, cap = s->cap_evs;
+  s->evs = s->work;
+  s->cap_evs = s->cap_work;
+  s->n_evs = 0;
+  s->work = evs;
+  s->cap_work = cap;
+  pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; i < n; i++) {
+    if (!evs[i].tag) {
+      finish_shutdown(s); /* the last event this queue will ever give */
+      return;
+    }
+    evs[i].tag->fn(evs[i].tag, evs[i].ok);
+  }
+  if (s->done_pending) { /* shutdown of a server that never ran */
+    s->done_pending = 0;
+    if (s->done_cb) s->done_cb(s, s->done_ud);
+  }
+}
+
+/* ----------------------------------------------------------------- calls */
+
+static void call_free(rpc_call_t *c) {
+  rpc_server_t *s = c->srv;
+  if (s && c->accepted) {
+    if (c->prev) c->prev->next = c->next;
+    else s->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
+  }
+  if (c->call) grpc_call_unref(c->call);
+  grpc_metadata_array_destroy(&c->req_md);
+  if (c->generic) grpc_call_details_destroy(&c->details);
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
+  while (c->q_head) {
+    sendq_t *q = c->q_head;
+    c->q_head = q->next;
+    grpc_byte_buffer_destroy(q->bb);
+    free(q);
+  }
+  if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
+  grpc_slice_unref(c->status_msg);
+  free(c->peer);
+  if (c->generic) gpr_free(c->path);
+  free(c);
+}
+
+static void call_unref(rpc_call_t *c) {
+  ASSERT(c->refs > 0);
+  if (--c->refs == 0) call_free(c);
+}
+
+/* A batch may start only while the call and the queue can still take it. */
+static int can_send(const rpc_call_t *c) {
+  return c->srv && !c->srv->cq_shut && c->call && !c->cancelled;
+}
+
+static int start_batch(rpc_call_t *c, const grpc_op *ops, size_t n, rpc__tag_t *tag) {
+  if (!c->srv || c->srv->cq_shut || !c->call) return ERR_SHUTDOWN;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("rpc: grpc_call_start_batch failed method=%s err=%d", c->path, (int)e);
+    return ERR_RPC;
+  }
+  c->refs++;
+  return 0;
+}
+
+static void drop_queue(rpc_call_t *c) {
+  while (c->q_head) {
+    sendq_t *q = c->q_head;
+    c->q_head = q->next;
+    grpc_byte_buffer_destroy(q->bb);
+    free(q);
+  }
+  c->q_tail = NULL;
+}
+
+/* Sends [initial metadata,] [message,] status: the last batch of a call. */
+static void start_final(rpc_call_t *c, grpc_byte_buffer *bb, int code, const char *msg) {
+  grpc_op ops[3];
+  size_t n = 0;
+  memset(ops, 0, sizeof ops);
+  if (!c->md_sent) {
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    n++;
+    c->md_sent = 1;
+  }
+  if (bb) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    n++;
+  }
+  if (msg && *msg) {
+    grpc_slice_unref(c->status_msg);
+    c->status_msg = grpc_slice_from_copied_string(msg);
+  }
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+  ops[n].data.send_status_from_server.status_details = &c->status_msg;
+  n++;
+  c->status_started = 1;
+  c->send_bb = bb;
+  if (start_batch(c, ops, n, &c->tag_send) == 0) c->send_busy = 1;
+  else {
+    c->send_bb = NULL;
+    if (bb) grpc_byte_buffer_destroy(bb);
+  }
+}
+
+/* Streams: start the next queued write, or the status once the queue is
+ * empty and the handler has finished. */
+static void pump(rpc_call_t *c) {
+  if (c->send_busy || c->status_started) return;
+  if (!can_send(c)) {
+    drop_queue(c);
+    return;
+  }
+  if (c->q_head) {
+    sendq_t *q = c->q_head;
+    grpc_op ops[2];
+    size_t n = 0;
+    c->q_head = q->next;
+    if (!c->q_head) c->q_tail = NULL;
+    memset(ops, 0, sizeof ops);
+    if (!c->md_sent) {
+      ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+      c->md_sent = 1;
+    }
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = q->bb;
+    n++;
+    c->send_bb = q->bb;
+    free(q);
+    if (start_batch(c, ops, n, &c->tag_send) == 0) c->send_busy = 1;
+    else {
+      grpc_byte_buffer_destroy(c->send_bb);
+      c->send_bb = NULL;
+      drop_queue(c);
+    }
+  } else if (c->finish_req) {
+    start_final(c, NULL, c->status_code, NULL);
+  }
+}
+
+static void start_recv(rpc_call_t *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->payload;
+  start_batch(c, &op, 1, &c->tag_recv);
+}
+
+/* The layer ends a stream itself (a message that does not parse): the
+ * handler hears on_cancel, the client gets the status. */
+static void stream_abort(rpc_call_t *c, int code, const char *msg) {
+  c->app_done = 1;
+  if (c->m->stream->on_cancel) c->m->stream->on_cancel(c, c->m->ud);
+  c->finish_req = 1;
+  c->status_code = code;
+  grpc_slice_unref(c->status_msg);
+  c->status_msg = grpc_slice_from_copied_string(msg);
+  pump(c);
+  call_unref(c); /* the handler's reference */
+}
+
+static void accept_call(rpc_call_t *c) {
+  rpc_server_t *s = c->srv;
+  grpc_op op;
+  char buf[512];
+
+  c->accepted = 1;
+  c->next = s->calls;
+  if (s->calls) s->calls->prev = c;
+  s->calls = c;
+  atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
+  c->refs = 2; /* the handler's, and ours until this function returns */
+  char *p = grpc_call_get_peer(c->call);
+  c->peer = strdup(p ? p : "unknown");
+  gpr_free(p);
+  if (c->generic) {
+    c->path = grpc_slice_to_c_string(c->details.method);
+    c->deadline = c->details.deadline;
+  } else {
+    c->path = c->m->path;
+  }
+
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+  start_batch(c, &op, 1, &c->tag_close);
+
+  if (c->generic) {
+    snprintf(buf, sizeof buf, "unknown method %s on this server", c->path ? c->path : "?");
+    c->app_done = 1;
+    start_final(c, NULL, GRPC_STATUS_UNIMPLEMENTED, buf);
+    call_unref(c);
+  } else if (c->m->unary) {
+    size_t n = 0;
+    if (!c->payload) {
+      rpc_call_fail(c, ERR_BADMSG, "no request message for %s", c->path);
+    } else {
+      c->req = rpc__unpack(c->m->input, c->payload, &n);
+      grpc_byte_buffer_destroy(c->payload);
+      c->payload = NULL;
+      if (!c->req)
+        rpc_call_fail(c, ERR_BADMSG, "cannot parse the request of %s as %s (%zu bytes)", c->path,
+                      c->m->input->name, n);
+      else
+        c->m->unary(c, c->req, c->m->ud);
+    }
+  } else {
+    if (c->m->stream->on_open) c->m->stream->on_open(c, c->m->ud);
+    if (!c->app_done) start_recv(c);
+  }
+  call_unref(c);
+}
+
+static void request_one(rpc_server_t *s, method_t *m) {
+  rpc_call_t *c = calloc(1, sizeof *c);
+  grpc_call_error e;
+  if (!c) {
+    log_error("rpc: out of memory requesting a call");
+    return;
+  }
+  c->srv = s;
+  c->m = m;
+  c->generic = m == NULL;
+  c->status_msg = grpc_empty_slice();
+  c->tag_req.fn = on_request;
+  c->tag_close.fn = on_close;
+  c->tag_recv.fn = on_recv;
+  c->tag_send.fn = on_send;
+  grpc_metadata_array_init(&c->req_md);
+  if (m) {
+    e = grpc_server_request_registered_call(s->server, m->handle, &c->call, &c->deadline, &c->req_md,
+                                            m->unary ? &c->payload : NULL, s->cq, s->cq, &c->tag_req);
+  } else {
+    grpc_call_details_init(&c->details);
+    e = grpc_server_request_call(s->server, &c->call, &c->details, &c->req_md, s->cq, s->cq,
+                                 &c->tag_req);
+  }
+  if (e != GRPC_CALL_OK) {
+    log_error("rpc: cannot request a call method=%s err=%d", m ? m->path : "*", (int)e);
+    call_free(c);
+  }
+}
+
+static void on_request(rpc__tag_t *t, int ok) {
+  rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_req);
+  rpc_server_t *s = c->srv;
+  if (!ok) { /* the server is shutting down: the request was never matched */
+    call_free(c);
+    return;
+  }
+  if (s->state == S_RUNNING) request_one(s, c->m);
+  accept_call(c);
+}
+
+static void on_close(rpc__tag_t *t, int ok) {
+  rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_close);
+  if (!ok || c->close_cancelled) {
+    c->cancelled = 1;
+    if (!c->send_busy) drop_queue(c);
+    if (c->hc_pending) {
+      hc_deliver(c, 1);
+    } else if (!c->app_done && c->m && c->m->stream) {
+      c->app_done = 1;
+      if (c->m->stream->on_cancel) c->m->stream->on_cancel(c, c->m->ud);
+      call_unref(c); /* the handler's reference */
+    } else if (!c->app_done && c->m && c->m->unary) {
+      /* The handler is still working on a call nobody waits for.  Let the
+       * grpc_call go now so that shutdown need not wait for the handler;
+       * its reply will be dropped. */
+      grpc_call_unref(c->call);
+      c->call = NULL;
+    }
+  }
+  call_unref(c);
+}
+
+static void hc_remove(rpc_server_t *s, rpc_call_t *c) {
+  rpc_call_t **pp = &s->hc_head, *prev = NULL;
+  while (*pp && *pp != c) {
+    prev = *pp;
+    pp = &(*pp)->hc_next;
+  }
+  ASSERT(*pp == c);
+  *pp = c->hc_next;
+  if (s->hc_tail == c) s->hc_tail = prev;
+  c->hc_next = NULL;
+  c->hc_pending = 0;
+}
+
+/* Takes the half-close of c out of the settle list: delivers it as a
+ * half-close (cancel = 0) or a cancel, and drops the recv reference. */
+static void hc_deliver(rpc_call_t *c, int cancel) {
+  hc_remove(c->srv, c);
+  if (!c->app_done) {
+    if (cancel || c->cancelled) {
+      c->app_done = 1;
+      if (c->m->stream->on_cancel) c->m->stream->on_cancel(c, c->m->ud);
+      call_unref(c); /* the handler's reference */
+    } else if (c->m->stream->on_half_close) {
+      c->m->stream->on_half_close(c, c->m->ud);
+    }
+  }
+  call_unref(c); /* the recv reference */
+}
+
+static void settle_cb(uv_timer_t *t) {
+  rpc_server_t *s = t->data;
+  uint64_t now = uv_now(s->loop);
+  while (s->hc_head && s->hc_head->hc_due <= now) hc_deliver(s->hc_head, 0);
+  if (s->hc_head) uv_timer_start(&s->settle, settle_cb, s->hc_head->hc_due - now, 0);
+}
+
+static void on_recv(rpc__tag_t *t, int ok) {
+  rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_recv);
+  grpc_byte_buffer *bb = c->payload;
+  const rpc_stream_handlers_t *h = c->m->stream;
+  c->payload = NULL;
+  if (!ok || c->app_done || c->cancelled) {
+    /* call over (cancelled, or the handler already finished) */
+  } else if (!bb) {
+    /* a half-close, or a cancel on its way: keep the recv reference until
+     * settle_cb or on_close decides */
+    rpc_server_t *s = c->srv;
+    c->hc_pending = 1;
+    c->hc_due = uv_now(s->loop) + HALF_CLOSE_SETTLE_MS;
+    if (s->hc_tail) s->hc_tail->hc_next = c;
+    else s->hc_head = c;
+    s->hc_tail = c;
+    if (!uv_is_active((uv_handle_t *)&s->settle))
+      uv_timer_start(&s->settle, settle_cb, HALF_CLOSE_SETTLE_MS, 0);
+    return;
+  } else {
+    size_t n = 0;
+    ProtobufCMessage *msg = rpc__unpack(c->m->input, bb, &n);
+    if (!msg) {
+      char buf[512];
+      snprintf(buf, sizeof buf, "cannot parse a message of %s as %s (%zu bytes)", c->path,
+               c->m->input->name, n);
+      stream_abort(c, GRPC_STATUS_INVALID_ARGUMENT, buf);
+    } else {
+      if (h->on_message) h->on_message(c, msg, c->m->ud);
+      protobuf_c_message_free_unpacked(msg, NULL);
+      if (!c->app_done && !c->cancelled) start_recv(c);
+    }
+  }
+  if (bb) grpc_byte_buffer_destroy(bb);
+  call_unref(c);
+}
+
+static void on_send(rpc__tag_t *t, int ok) {
+  rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_send);
+  c->send_busy = 0;
+  if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
+  c->send_bb = NULL;
+  if (!ok) drop_queue(c);
+  else pump(c);
+  call_unref(c);
+}
+
+/* ---------------------------------------------------------- call API */
+
+void rpc_call_reply(rpc_call_t *c, const ProtobufCMessage *resp) {
+  if (c->app_done) {
+    log_error("rpc: second answer to one call ignored method=%s", c->path);
+    return;
+  }
+  if (c->m && c->m->stream) {
+    log_error("rpc: rpc_call_reply on a stream method=%s; use rpc_call_send/finish", c->path);
+    rpc_call_send(c, resp);
+    rpc_call_finish(c, 0, NULL);
+    return;
+  }
+  c->app_done = 1;
+  /* pack first: resp often points into the request */
+  if (can_send(c)) start_final(c, rpc__pack(resp), GRPC_STATUS_OK, NULL);
+  if (c->req) { /* the handler is done with it */
+    protobuf_c_message_free_unpacked(c->req, NULL);
+    c->req = NULL;
+  }
+  call_unref(c);
+}
+
+void rpc_call_fail(rpc_call_t *c, int err, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  int code = err_grpc_status(err);
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (code == GRPC_STATUS_OK) code = GRPC_STATUS_UNKNOWN; /* a failure must not read as OK */
+  if (c->m && c->m->stream) {
+    rpc_call_finish(c, err ? err : ERR_RPC, buf);
+    return;
+  }
+  if (c->app_done) {
+    log_error("rpc: second answer to one call ignored method=%s", c->path);
+    return;
+  }
+  c->app_done = 1;
+  if (c->req) {
+    protobuf_c_message_free_unpacked(c->req, NULL);
+    c->req = NULL;
+  }
+  log_debug("rpc call failed method=%s peer=%s code=%d msg=\"%s\"", c->path, c->peer, code, buf);
+  if (can_send(c)) start_final(c, NULL, code, buf);
+  call_unref(c);
+}
+
+int rpc_call_send(rpc_call_t *c, const ProtobufCMessage *msg) {
+  if (c->app_done || c->finish_req || !can_send(c)) return -EPIPE;
+  sendq_t *q = malloc(sizeof *q);
+  if (!q) return -ENOMEM;
+  q->bb = rpc__pack(msg);
+  q->next = NULL;
+  if (c->q_tail) c->q_tail->next = q;
+  else c->q_head = q;
+  c->q_tail = q;
+  pump(c);
+  return 0;
+}
+
+void rpc_call_finish(rpc_call_t *c, int err, const char *msg) {
+  if (c->app_done) {
+    log_error("rpc: second finish of one call ignored method=%s", c->path);
+    return;
+  }
+  if (c->m && c->m->unary) {
+    if (err == 0) {
+      log_error("rpc: rpc_call_finish(OK) on unary method=%s; use rpc_call_reply", c->path);
+      err = ERR_RPC;
+    }
+    rpc_call_fail(c, err, "%s", msg ? msg : err_str(err));
+    return;
+  }
+  c->app_done = 1;
+  c->finish_req = 1;
+  c->status_code = err ? err_grpc_status(err) : GRPC_STATUS_OK;
+  if (err && c->status_code == GRPC_STATUS_OK) c->status_code = GRPC_STATUS_UNKNOWN;
+  if (msg && *msg) {
+    grpc_slice_unref(c->status_msg);
+    c->status_msg = grpc_slice_from_copied_string(msg);
+  }
+  pump(c);
+  call_unref(c);
+}
+
+const char *rpc_call_method(const rpc_call_t *c) { return c->path ? c->path : ""; }
+const char *rpc_call_peer(const rpc_call_t *c) { return c->peer ? c->peer : ""; }
+void *rpc_call_get_data(rpc_call_t *c) { return c->data; }
+void rpc_call_set_data(rpc_call_t *c, void *p) { c->data = p; }
+
+int64_t rpc_call_deadline_ms(const rpc_call_t *c) {
+  if (c->deadline.tv_sec == INT64_MAX || c->deadline.clock_type == GPR_TIMESPAN) return INT64_MAX;
+  gpr_timespec d = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+  gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_MONOTONIC));
+  return (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+}
+
+/* -------------------------------------------------------------- server */
+
+static void free_server(rpc_server_t *s) {
+  for (size_t i = 0; i < s->n_methods; i++) free(s->methods[i].path);
+  free(s->methods);
+  free(s->listen);
+  free(s->evs);
+  free(s->work);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static int make_creds(const rpc_tls_t *tls, grpc_server_credentials **out, int *is_tls) {
+  char *ca = NULL, *cert = NULL, *key = NULL;
+  int err = 0;
+  *out = NULL;
+  *is_tls = 0;
+  if (!tls->ca_file && !tls->cert_file && !tls->key_file && !tls->require_client_cert) {
+    *out = grpc_insecure_server_credentials_create();
+    goto out;
+  }
+  if (!tls->cert_file || !tls->key_file) {
+    log_error("rpc: a TLS server needs both cert_file and key_file cert_file=%s key_file=%s",
+              tls->cert_file ? tls->cert_file : "(none)", tls->key_file ? tls->key_file : "(none)");
+    err = -EINVAL;
+    goto out;
+  }
+  if (tls->require_client_cert && !tls->ca_file) {
+    log_error("rpc: require_client_cert needs ca_file to verify client certificates");
+    err = -EINVAL;
+    goto out;
+  }
+  if ((err = rpc__read_pem("certificate", tls->cert_file, &cert)) < 0) goto out;
+  if ((err = rpc__read_pem("private key", tls->key_file, &key)) < 0) goto out;
+  if (tls->ca_file && (err = rpc__read_pem("CA", tls->ca_file, &ca)) < 0) goto out;
+  grpc_ssl_pem_key_cert_pair pair = {key, cert};
+  *out = grpc_ssl_server_credentials_create_ex(
+      ca, &pair, 1,
+      tls->require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+      NULL);
+  if (!*out) {
+    log_error("rpc: TLS server credentials rejected cert_file=%s key_file=%s", tls->cert_file,
+              tls->key_file);
+    err = ERR_TLS;
+    goto out;
+  }
+  *is_tls = 1;
+out:
+  free(ca);
+  free(cert);
+  if (key) {
+    memset(key, 0, strlen(key));
+    free(key);
+  }
+  return err;
+}
+
+static void on_grace(uv_timer_t *t) {
+  rpc_server_t *s = t->data;
+  if (s->notified || s->state != S_SHUTTING) return;
+  log_warn("rpc server grace period over, cancelling calls port=%d inflight=%" PRIu64, s->port,
+           rpc_server_inflight(s));
+  grpc_server_cancel_all_calls(s->server);
+}
+
+int rpc_server_create(uv_loop_t *loop, const rpc_server_opts_t *opts, rpc_server_t **out) {
+  rpc_server_t *s = NULL;
+  int err = 0;
+  *out = NULL;
+  if (!opts || !opts->listen) return -EINVAL;
+  rpc_global_init();
+  s = calloc(1, sizeof *s);
+  if (!s || !(s->listen = strdup(opts->listen))) {
+    err = -ENOMEM;
+    goto out;
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  s->loop = loop;
+  s->state = S_CREATED;
+  s->tag_shutdown.fn = on_shutdown;
+  if ((err = make_creds(&opts->tls, &s->creds, &s->tls)) < 0) goto out;
+
+  int max = rpc__max_msg(opts->max_message_bytes);
+  grpc_arg args[] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = max}},
+      /* notice clients that vanished without closing their connection */
+      {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 10000}},
+      /* accept the clients' keepalive pings (rpc_client.c pings every 20 s) */
+      {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 10000}},
+      /* no SO_REUSEPORT: a second daemon on a taken port must fail to
+       * start, not silently share the port's connections */
+      {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
+  };
+  grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
+  s->server = grpc_server_create(&cargs, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+
+  uv_async_init(loop, &s->async, on_async);
+  s->async.data = s;
+  uv_timer_init(loop, &s->grace);
+  s->grace.data = s;
+  uv_timer_init(loop, &s->settle);
+  s->settle.data = s;
+  s->open_handles = 3;
+  *out = s;
+  s = NULL;
+out:
+  if (s) {
+    if (s->creds) grpc_server_credentials_release(s->creds);
+    if (s->listen) pthread_mutex_destroy(&s->mu);
+    free(s->listen);
+    free(s);
+  }
+  if (err) rpc_global_shutdown();
+  return err;
+}
+
+int rpc_server_add_service(rpc_server_t *s, const ProtobufCServiceDescriptor *desc,
+                           const rpc_method_t *methods, size_t n_methods) {
+  ASSERT(s->state == S_CREATED);
+  for (size_t i = 0; i < n_methods; i++) {
+    const rpc_method_t *rm = &methods[i];
+    const ProtobufCMethodDescriptor *md = NULL;
+    for (unsigned j = 0; j < desc->n_methods; j++)
+      if (strcmp(desc->methods[j].name, rm->name) == 0) md = &desc->methods[j];
+    if (!md) {
+      log_error("rpc: service %s has no method %s", desc->name, rm->name);
+      return -EINVAL;
+    }
+    if (!rm->unary == !rm->stream) {
+      log_error("rpc: method %s.%s needs exactly one of unary / stream", desc->name, rm->name);
+      return -EINVAL;
+    }
+    method_t *nm = realloc(s->methods, (s->n_methods + 1) * sizeof *nm);
+    if (!nm) return -ENOMEM;
+    s->methods = nm;
+    method_t *m = &s->methods[s->n_methods];
+    memset(m, 0, sizeof *m);
+    size_t plen = strlen(desc->name) + strlen(md->name) + 3;
+    if (!(m->path = malloc(plen))) return -ENOMEM;
+    snprintf(m->path, plen, "/%s/%s", desc->name, md->name);
+    m->input = md->input;
+    m->unary = rm->unary;
+    m->stream = rm->stream;
+    m->ud = rm->ud;
+    m->handle = grpc_server_register_method(
+        s->server, m->path, NULL,
+        rm->unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
+    if (!m->handle) {
+      log_error("rpc: cannot register method=%s (registered twice?)", m->path);
+      free(m->path);
+      return -EEXIST;
+    }
+    s->n_methods++;
+  }
+  return 0;
+}
+
+int rpc_server_start(rpc_server_t *s) {
+  ASSERT(s->state == S_CREATED);
+  s->port = grpc_server_add_http2_port(s->server, s->listen, s->creds);
+  grpc_server_credentials_release(s->creds);
+  s->creds = NULL;
+  if (s->port <= 0) {
+    log_error("rpc: cannot listen on addr=%s (in use, or not a local address?)", s->listen);
+    s->port = 0;
+    return ERR_UNAVAILABLE;
+  }
+  grpc_server_start(s->server);
+  if (uv_thread_create(&s->poller, poller_main, s) != 0) {
+    log_error("rpc: cannot start the server poller thread");
+    /* still needs a shutdown to be destroyed: leave it RUNNING */
+    s->state = S_RUNNING;
+    return -EAGAIN;
+  }
+  s->poller_started = 1;
+  s->state = S_RUNNING;
+  for (size_t i = 0; i < s->n_methods; i++)
+    for (int k = 0; k < REQUESTS_PER_METHOD; k++) request_one(s, &s->methods[i]);
+  for (int k = 0; k < REQUESTS_GENERIC; k++) request_one(s, NULL);
+  log_info("rpc server listening addr=%s port=%d tls=%s methods=%zu", s->listen, s->port,
+           s->tls ? "on" : "off", s->n_methods);
+  return 0;
+}
+
+int rpc_server_port(const rpc_server_t *s) { return s->port; }
+
+uint64_t rpc_server_inflight(const rpc_server_t *s) {
+  return atomic_load_explicit(&((rpc_server_t *)s)->inflight, memory_order_relaxed);
+}
+
+static void on_shutdown(rpc__tag_t *t, int ok) {
+  rpc_server_t *s = rpc__container_of(t, rpc_server_t, tag_shutdown);
+  s->notified = 1;
+  uv_timer_stop(&s->grace);
+  /* Every call has ended on the wire; once the batches still in the queue
+   * drain, next() says SHUTDOWN and the poller posts the final event. */
+  s->cq_shut = 1;
+  grpc_completion_queue_shutdown(s->cq);
+}
+
+void rpc_server_shutdown(rpc_server_t *s, int grace_ms, void (*done_cb)(rpc_server_t *, void *),
+                         void *ud) {
+  ASSERT(s->state == S_CREATED || s->state == S_RUNNING);
+  s->done_cb = done_cb;
+  s->done_ud = ud;
+  if (!s->poller_started) {
+    /* never started (or its poller failed to): nothing to drain here,
+     * rpc_server_destroy() cleans up; answer from the loop all the same */
+    s->state = S_DOWN;
+    s->done_pending = 1;
+    uv_async_send(&s->async);
+    return;
+  }
+  s->state = S_SHUTTING;
+  log_info("rpc server draining port=%d inflight=%" PRIu64 " grace_ms=%d", s->port,
+           rpc_server_inflight(s), grace_ms);
+  s->shutdown_called = 1;
+  grpc_server_shutdown_and_notify(s->server, s->cq, &s->tag_shutdown);
+  if (grace_ms <= 0) grpc_server_cancel_all_calls(s->server);
+  else uv_timer_start(&s->grace, on_grace, (uint64_t)grace_ms, 0);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  rpc_server_t *s = h->data;
+  if (--s->open_handles == 0) free_server(s);
+}
+
+void rpc_server_destroy(rpc_server_t *s) {
+  if (!s) return;
+  ASSERT(s->state == S_CREATED || s->state == S_DOWN);
+  ASSERT(!s->poller_started);
+  if (s->server) {
+    /* never started, or failed to start: no poller owns the queue */
+    if (s->port > 0 && !s->shutdown_called) {
+      s->shutdown_called = 1;
+      grpc_server_shutdown_and_notify(s->server, s->cq, &s->tag_shutdown);
+      grpc_server_cancel_all_calls(s->server);
+    }
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_destroy(s->cq);
+    s->server = NULL;
+    s->cq = NULL;
+  }
+  if (s->creds) grpc_server_credentials_release(s->creds);
+  s->creds = NULL;
+  /* Unary calls whose handler still has not answered: their grpc_call is
+   * gone already (on_close), the answer will only free them. */
+  for (rpc_call_t *c = s->calls; c; c = c->next) c->srv = NULL;
+  s->calls = NULL;
+  uv_close((uv_handle_t *)&s->async, on_handle_closed);
+  uv_close((uv_handle_t *)&s->grace, on_handle_closed);
+  uv_close((uv_handle_t *)&s->settle, on_handle_closed);
+  rpc_global_shutdown();
+}
