@@ -23,6 +23,7 @@
 #include "err.h"
 #include "log.h"
 #include "metrics.h"
+#include "proc.h"
 #include "rpc.h"
 #include "sdn.h"
 #include "shard.h"
@@ -104,7 +105,7 @@ int main(int argc, char **argv) {
   tbl_layout_t layout = {0};
   shard_map_t map = {0};
 
-  log_set_name("chanter-embedding");
+  proc_init("chanter-embedding");
   if (cfg_create(&d.cfg)) return 1;
   if (cfg_parse_args(d.cfg, &argc, argv, err, sizeof err)) {
     log_error("bad configuration: %s", err);

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -68,7 +69,7 @@ int main(int argc, char **argv) {
   cli_t cli = {0};
   char err[1024];
   int rc = 2;
-  log_set_name("chanter");
+  proc_init("chanter");
   log_level = LOG_WARN;
   if (cfg_create(&cli.cfg)) return 1;
   if (cfg_parse_args(cli.cfg, &argc, argv, err, sizeof err)) {
