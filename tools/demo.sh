@@ -8,6 +8,7 @@
 set -euo pipefail
 BUILD=${1:-build}
 BIN=$(cd "$BUILD/bin" && pwd)
+KEEP=${CHANTER_WORKDIR:+1}
 WORK=${CHANTER_WORKDIR:-$(mktemp -d /tmp/chanter-demo-XXXXXX)}
 mkdir -p "$WORK"
 PIDS=()
@@ -44,4 +45,5 @@ chanter embedding stats
 echo; echo "== stopping (SIGTERM drains in-flight calls and closes RocksDB)"
 stop
 trap - EXIT
+[ -n "$KEEP" ] || rm -rf "$WORK"
 echo "demo done; training arrives with the oracle and trainers (see README, 'Status')."

@@ -12,7 +12,8 @@ N_OK=0; N_FAIL=0
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
   wait 2>/dev/null
-  if [ "$N_FAIL" -eq 0 ]; then rm -rf "$WORK"; else echo "# work dir kept: $WORK"; fi
+  if grep -qs "Sanitizer" "$WORK"/*.log; then echo "not ok - a sanitizer reported (logs in $WORK)"; grep -h -A5 "Sanitizer" "$WORK"/*.log | head -40; N_FAIL=$((N_FAIL + 1)); fi
+  if [ "$N_FAIL" -eq 0 ]; then rm -rf "$WORK"; else echo "# work dir kept: $WORK"; exit 1; fi
 }
 trap cleanup EXIT
 
