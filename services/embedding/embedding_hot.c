@@ -219,6 +219,60 @@ int emb_hot_get(emb_hot_t *h, uint64_t key, float *out, uint32_t nfloats, uint32
   return hit;
 }
 
+size_t emb_hot_get_many(emb_hot_t *h, const uint64_t *keys, size_t n, float *out, const size_t *off,
+                        const uint32_t *nfloats, uint8_t *hit, uint32_t *version) {
+  enum { AHEAD = 8 };
+  uint64_t *hash = malloc((n ? n : 1) * sizeof *hash);
+  uint32_t *order = malloc((n ? n : 1) * sizeof *order);
+  size_t start[EMB_HOT_STRIPES + 1] = {0}, hits = 0;
+  if (!hash || !order) { /* no memory for the batch: one key at a time */
+    free(hash);
+    free(order);
+    for (size_t i = 0; i < n; i++) {
+      hit[i] = (uint8_t)emb_hot_get(h, keys[i], out + off[i], nfloats[i], &version[i]);
+      hits += hit[i];
+    }
+    return hits;
+  }
+  /* counting sort of the request by stripe */
+  for (size_t i = 0; i < n; i++) {
+    hash[i] = key_hash(keys[i]);
+    start[hash[i] % EMB_HOT_STRIPES + 1]++;
+  }
+  for (int s = 0; s < EMB_HOT_STRIPES; s++) start[s + 1] += start[s];
+  size_t fill[EMB_HOT_STRIPES];
+  memcpy(fill, start, sizeof fill);
+  for (size_t i = 0; i < n; i++) order[fill[hash[i] % EMB_HOT_STRIPES]++] = (uint32_t)i;
+  for (int s = 0; s < EMB_HOT_STRIPES; s++) {
+    size_t a = start[s], b = start[s + 1];
+    if (a == b) continue;
+    hot_stripe_t *st = &h->stripes[s];
+    pthread_mutex_lock(&st->mu);
+    /* two-stage prefetch: the bucket slot AHEAD keys ahead, then the chain
+     * head it points to AHEAD/2 keys ahead */
+    for (size_t j = a; j < b && j < a + AHEAD; j++) __builtin_prefetch(&st->buckets[bucket_of(st, hash[order[j]])]);
+    for (size_t j = a; j < b; j++) {
+      if (j + AHEAD < b) __builtin_prefetch(&st->buckets[bucket_of(st, hash[order[j + AHEAD]])]);
+      if (j + AHEAD / 2 < b) __builtin_prefetch(st->buckets[bucket_of(st, hash[order[j + AHEAD / 2]])]);
+      size_t i = order[j];
+      hot_entry_t *e = find(st, hash[i], keys[i]);
+      if (e && e->nfloats == nfloats[i]) {
+        memcpy(out + off[i], e->row, (size_t)nfloats[i] * sizeof(float));
+        e->ref = 1;
+        hit[i] = 1;
+        hits++;
+      } else {
+        hit[i] = 0;
+        version[i] = *ver_of(st, hash[i]);
+      }
+    }
+    pthread_mutex_unlock(&st->mu);
+  }
+  free(hash);
+  free(order);
+  return hits;
+}
+
 void emb_hot_fill(emb_hot_t *h, uint64_t key, const float *row, uint32_t nfloats,
                   uint32_t version) {
   uint64_t hash = key_hash(key);

@@ -45,6 +45,14 @@ void emb_hot_destroy(emb_hot_t *h);
  * emb_hot_fill() needs. */
 int emb_hot_get(emb_hot_t *h, uint64_t key, float *out, uint32_t nfloats, uint32_t *version);
 
+/* Batched emb_hot_get() for a whole request: for each i < n, on a hit
+ * copies the row of keys[i] (nfloats[i] floats) to out + off[i] and sets
+ * hit[i] = 1; on a miss sets hit[i] = 0 and version[i].  Takes each stripe's
+ * lock once and prefetches the hash chains ahead, which is what makes the
+ * tier memory-latency-bound rather than lock-bound.  Returns the hits. */
+size_t emb_hot_get_many(emb_hot_t *h, const uint64_t *keys, size_t n, float *out, const size_t *off,
+                        const uint32_t *nfloats, uint8_t *hit, uint32_t *version);
+
 /* Insert-if-absent for a value read from RocksDB or lazily initialized after
  * a miss that returned `version`: does nothing if the key was upserted or
  * dropped since (the value may be stale) or is already present. */

@@ -724,7 +724,8 @@ int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out,
                      int flags, emb_lookup_info_t *info, char *why, size_t why_len) {
   emb_lookup_info_t li = {0, 0, 0};
   size_t *off = NULL, *miss = NULL;
-  uint32_t *ver = NULL;
+  uint32_t *ver = NULL, *nf = NULL; /* per key: version seen on a miss, row floats */
+  uint8_t *hit = NULL;
   size_t floats = 0, m = 0;
   if (info) *info = li;
   int rc = enter_shared(s, why, why_len);
@@ -746,21 +747,25 @@ int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out,
   }
   if (n == 0) goto out;
   bool use_hot = s->hot && !(flags & EMB_LOOKUP_NO_HOT);
-  for (size_t i = 0; i < n; i++) {
-    uint32_t nf = tbl_row_floats(&s->layout, TBL_TABLE(keys[i]));
-    if (use_hot && emb_hot_get(s->hot, keys[i], out + off[i], nf, &ver[m])) {
-      li.hot_hits++;
-    } else {
-      miss[m++] = i;
+  if (use_hot) {
+    if (!(nf = malloc(n * sizeof *nf)) || !(hit = malloc(n))) {
+      rc = -ENOMEM;
+      set_why(why, why_len, "out of memory looking up %zu keys", n);
+      goto out;
     }
+    for (size_t i = 0; i < n; i++) nf[i] = tbl_row_floats(&s->layout, TBL_TABLE(keys[i]));
+    li.hot_hits = emb_hot_get_many(s->hot, keys, n, out, off, nf, hit, ver);
+    for (size_t i = 0; i < n; i++)
+      if (!hit[i]) miss[m++] = i;
+  } else {
+    for (size_t i = 0; i < n; i++) miss[m++] = i;
   }
   if (m) {
     if ((rc = kv_read_rows(s, keys, miss, m, off, out, &li, why, why_len))) goto out;
     if (use_hot)
       for (size_t j = 0; j < m; j++) {
         size_t i = miss[j];
-        emb_hot_fill(s->hot, keys[i], out + off[i], tbl_row_floats(&s->layout, TBL_TABLE(keys[i])),
-                     ver[j]);
+        emb_hot_fill(s->hot, keys[i], out + off[i], nf[i], ver[i]);
       }
   }
   atomic_fetch_add_explicit(&s->lookup_calls, 1, memory_order_relaxed);
@@ -774,6 +779,8 @@ out:
   free(off);
   free(miss);
   free(ver);
+  free(nf);
+  free(hit);
   return rc;
 }
 
