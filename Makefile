@@ -156,6 +156,8 @@ check-deps:
 	@pkg-config --exists $(PKGS) cmocka || { \
 	  echo "missing build dependencies: run 'make deps' (tools/install-deps.sh)" >&2; exit 1; }
 	@command -v protoc-c >/dev/null || { echo "protoc-c not found: run 'make deps'" >&2; exit 1; }
+	@case "$$(pkg-config --modversion grpc)" in 29.*) ;; *) \
+	  echo "gRPC core $$(pkg-config --modversion grpc) found; chanter is pinned to core 29.x (gRPC 1.51, Debian 12)" >&2; exit 1;; esac
 
 deps:
 	tools/install-deps.sh

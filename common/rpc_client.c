@@ -273,12 +273,13 @@ static int ucall_result(ucall_t *u, int ok, ProtobufCMessage **resp, rpc_status_
   return 0;
 }
 
-int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, size_t len,
-                  const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                  ProtobufCMessage **resp, rpc_status_t *st) {
+/* A blocking unary call of an already packed request (owned: freed here). */
+static int unary_blocking(rpc_channel_t *ch, const char *path, grpc_byte_buffer *req,
+                          const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                          ProtobufCMessage **resp, rpc_status_t *st) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   ucall_t u;
-  ucall_init(&u, path, rpc__bytes(req_bytes, len), resp_desc);
+  ucall_init(&u, path, req, resp_desc);
   *resp = NULL;
   int err = ucall_start(ch, cq, &u, timeout_ms, st);
   if (err == 0) {
@@ -294,25 +295,16 @@ int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, si
   return err;
 }
 
+int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, size_t len,
+                  const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                  ProtobufCMessage **resp, rpc_status_t *st) {
+  return unary_blocking(ch, path, rpc__bytes(req_bytes, len), resp_desc, timeout_ms, resp, st);
+}
+
 int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
               ProtobufCMessage **resp, rpc_status_t *st) {
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-  ucall_t u;
-  ucall_init(&u, path, rpc__pack(req), resp_desc);
-  *resp = NULL;
-  int err = ucall_start(ch, cq, &u, timeout_ms, st);
-  if (err == 0) {
-    grpc_event ev = grpc_completion_queue_pluck(cq, &u.tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    err = ucall_result(&u, ev.success, resp, st);
-  }
-  ucall_cleanup(&u);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, &u.tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-         GRPC_QUEUE_SHUTDOWN) {
-  }
-  grpc_completion_queue_destroy(cq);
-  return err;
+  return unary_blocking(ch, path, rpc__pack(req), resp_desc, timeout_ms, resp, st);
 }
 
 static void async_done(rpc__tag_t *t, int ok) {

@@ -6,7 +6,8 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config make
-  libgrpc-dev            # gRPC core C API (grpc/grpc.h), pinned to Debian 12's 1.51
+  libgrpc-dev=1.51.*     # gRPC core C API (grpc/grpc.h): pinned to Debian 12's 1.51
+                         # (core 29.x); the core API changes between releases
   libprotobuf-c-dev protobuf-c-compiler
   libuv1-dev             # event loop, timers, signals, worker pool
   librocksdb-dev         # embedding server's durable store
@@ -23,8 +24,12 @@ PKGS=(
 )
 
 missing=()
-for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+for spec in "${PKGS[@]}"; do
+  p=${spec%%=*}
+  want=${spec#*=}; [ "$want" = "$spec" ] && want=""
+  st=$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null || true)
+  if [[ "$st" != "install ok installed"* ]] || { [ -n "$want" ] && [[ "${st##* }" != ${want} ]]; }; then
+    p=$spec
     missing+=("$p")
   fi
 done
