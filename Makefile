@@ -25,7 +25,7 @@ else
   say =
 endif
 
-PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd inih libmicrohttpd libcrypto openblas
+PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd inih libmicrohttpd libcrypto openblas libxxhash
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -104,10 +104,12 @@ SVC_LIBS += $(BUILD)/lib/libsvc_$(1).a
 $(BUILD)/lib/libsvc_$(1).a: $$(SVC_$(1)_OBJS)
 	@mkdir -p $$(@D)
 	$$(call say,AR,$$@)rm -f $$@ && ar rcs $$@ $$^
+ifneq ($(wildcard services/$(1)/main.c),)
 BINS += $(BUILD)/bin/chanter-$(1)
 $(BUILD)/bin/chanter-$(1): $(BUILD)/obj/services/$(1)/main.o $(BUILD)/lib/libsvc_$(1).a $(LIBCHANTER)
 	@mkdir -p $$(@D)
 	$$(call say,LD,$$@)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endif
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_rules,$(s))))
 

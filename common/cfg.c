@@ -59,9 +59,36 @@ static const entry_t entries[] = {
      "comma-separated row count of each embedding table (Criteo's 26 cardinalities, capped at 200000)"},
     {"embedding_dim", T_INT, "16", 1, 65536, NULL, "embedding dimension of every table"},
     {"table_dims", T_STR, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
+    /* ---- data ---- */
+    {"dataset_format", T_ENUM, "auto", 0, 0, "auto|criteo|avazu|binary",
+     "format of dataset: auto = by content (binary magic) and extension (.csv = avazu, else criteo TSV)"},
+    {"test_fraction", T_FLOAT, "0.1", 0, 0.9, NULL, "the last fraction of the dataset's samples is held out for evaluation"},
+    {"strict", T_BOOL, "false", 0, 0, NULL, "stop at the first malformed record (file:line and why) instead of counting and skipping it"},
+    {"hash_seed", T_INT, "0", 0, 9.2e18, NULL, "seed of hash64 (XXH3) that maps raw categorical values to table rows"},
+    {"table_hotness", T_STR, "", 0, 0, NULL,
+     "optional comma-separated ids per sample of each table (multi-hot, pooled by sum); empty = one-hot everywhere"},
+    {"data.max_reports", T_INT, "5", 0, 1000000, NULL, "malformed records reported individually (file:line) before only counting"},
+    {"synthetic.samples", T_INT, "1000000", 1, 1e13, NULL, "samples in the synthetic dataset (train + test)"},
+    {"synthetic.alpha", T_FLOAT, "1.05", 0, 10, NULL, "Zipf exponent of row popularity in each table (0 = uniform)"},
+    {"synthetic.hot_share", T_FLOAT, "0", 0, 100, NULL,
+     "if > 0: the hottest 1% of each table's rows take this % of accesses, the rest uniform (overrides alpha)"},
+    {"synthetic.signal", T_FLOAT, "1.0", 0, 100, NULL, "strength of the planted logistic signal (0 = labels are coin flips)"},
+    /* ---- model ---- */
+    {"model.bottom_mlp", T_STR, "512,256,64", 0, 0, NULL,
+     "DLRM bottom MLP hidden sizes (dense features -> ... -> embedding_dim is appended)"},
+    {"model.top_mlp", T_STR, "512,256", 0, 0, NULL, "DLRM top MLP hidden sizes (an output of 1 is appended)"},
+    {"model.deep_mlp", T_STR, "512,256,128", 0, 0, NULL, "deep tower hidden sizes of wdl, deepfm and dcn (an output of 1 is appended)"},
+    {"model.cross_layers", T_INT, "3", 0, 64, NULL, "cross layers of dcn"},
+    {"adagrad_eps", T_FLOAT, "1e-8", 0, 1, NULL, "epsilon of Adagrad and row-wise Adagrad"},
+    {"adagrad_init", T_FLOAT, "0", 0, 1e6, NULL, "initial Adagrad accumulator of dense parameters"},
+    {"adam_beta1", T_FLOAT, "0.9", 0, 1, NULL, "Adam first-moment decay"},
+    {"adam_beta2", T_FLOAT, "0.999", 0, 1, NULL, "Adam second-moment decay"},
+    {"adam_eps", T_FLOAT, "1e-8", 0, 1, NULL, "Adam epsilon"},
     /* ---- cluster endpoints ---- */
     {"cluster.embedding", T_STR, "", 0, 0, NULL,
      "comma-separated host:port of each embedding server, in shard order (empty: chanter local up assigns loopback ports)"},
+    {"cluster.dataproc", T_STR, "", 0, 0, NULL,
+     "comma-separated host:port of each data processor (empty: chanter local up assigns loopback ports)"},
     /* ---- sharding ---- */
     {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
@@ -84,6 +111,11 @@ static const entry_t entries[] = {
     {"embedding.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"embedding.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    /* ---- data processor ---- */
+    {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
+     "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
+    {"dataproc.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"dataproc.cache_batches", T_INT, "64", 0, 1000000, NULL, "decoded batches a data processor keeps in memory"},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 

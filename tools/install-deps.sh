@@ -18,6 +18,7 @@ PKGS=(
   libinih-dev            # job configuration (INI)
   libmicrohttpd-dev      # Prometheus text endpoint
   libssl-dev openssl     # SHA-256 digests; test certificates for TLS tests
+  libxxhash-dev          # hash64 of raw categorical values (XXH3)
   python3 python3-grpcio python3-protobuf
   protobuf-compiler protobuf-compiler-grpc   # Python stubs for the cross-language test
   procps psmisc          # pkill/fuser used by tests

@@ -30,6 +30,7 @@ static void usage(FILE *f) {
           "  embedding checkpoint ID          consistent RocksDB checkpoint on every server\n"
           "  embedding checkpoints            list checkpoints\n"
           "  embedding restore ID             restore every server to checkpoint ID\n"
+          "  data gen|convert|stats ...       synthetic data, format conversion, dataset statistics\n"
           "  bench embedding [--quick]        Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
           "\n"
           "Embedding servers are found through cluster.embedding in the job configuration.\n");
@@ -92,6 +93,8 @@ int main(int argc, char **argv) {
     rc = cmd_config(&cli);
   else if (!strcmp(cmd, "embedding"))
     rc = cmd_embedding(&cli);
+  else if (!strcmp(cmd, "data"))
+    rc = cmd_data(&cli);
   else if (!strcmp(cmd, "bench"))
     rc = cmd_bench(&cli);
   else {

@@ -1,0 +1,104 @@
+/*
+ * data: samples, batches, and the datasets they come from.
+ *
+ * A sample is a label (0/1), n_dense floats, and for each of n_tables
+ * categorical features hotness[t] row ids (1 for Criteo and Avazu; several
+ * for multi-hot features, pooled by sum by the model).  A raw categorical
+ * value becomes a row with data_hash_row(): XXH3-64 of the raw bytes seeded
+ * with (hash_seed, table), modulo the table's rows.  Integer (count)
+ * features become log(1 + max(x, 0)).
+ *
+ * A dataset is opened once (data_open) and then read by batch number: batch
+ * x of split s at batch size B holds samples [x*B, x*B + B) of that split,
+ * wrapping around at the end (epochs).  A batch is a pure function of
+ * (dataset, split, x, B): that is what makes data processors stateless and
+ * lets several serve one job.  The last test_fraction of the samples is the
+ * test split.
+ *
+ * Sources (dataset_format / dataset):
+ *   - criteo: TSV, label \t 13 integers \t 26 hex categoricals (Kaggle and
+ *     Terabyte layouts; empty fields allowed: an empty integer is 0, an
+ *     empty categorical hashes the empty string);
+ *   - avazu: CSV with a header (id, click, hour, C1 ... C21): label = click,
+ *     no dense features (the job must say n_dense = 0), every other column
+ *     but id is a categorical (22 tables);
+ *   - binary: our own format, written by `chanter data convert` or
+ *     `chanter data gen --format binary`, memory-mapped, batch x read by
+ *     offset;
+ *   - synthetic: no file; sample i is generated from (seed, i) exactly as
+ *     `chanter data gen` would write it.
+ * Malformed records are counted and skipped (the first data.max_reports are
+ * logged with file:line and why); with strict = true the first one is an
+ * error at open naming file:line.  Text files are indexed (and validated)
+ * at open, so batch reads are random-access for every format.
+ *
+ * Thread-safety: after data_open, data_read_batch may be called from any
+ * number of threads at once.
+ */
+#ifndef CHANTER_DATA_H
+#define CHANTER_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+
+enum { DATA_TRAIN = 0, DATA_TEST = 1 };
+
+typedef struct data_schema_s {
+  uint32_t n_dense;
+  uint32_t n_tables;
+  uint32_t *hotness;     /* n_tables: ids per sample of each table */
+  uint64_t *table_rows;  /* n_tables: rows of each table */
+  uint64_t hash_seed;
+} data_schema_t;
+
+/* One batch, structure-of-arrays.  ids are table-major: table t's ids are
+ * ids[ids_off[t] .. ids_off[t] + n * hotness[t]), sample-major inside (the
+ * hotness[t] ids of sample 0, then of sample 1...).  ids are rows within
+ * their table (the embedding key is TBL_KEY(t, row)). */
+typedef struct data_batch_s {
+  uint64_t index;        /* batch number x */
+  int split;             /* DATA_TRAIN or DATA_TEST */
+  uint32_t n;            /* samples */
+  uint32_t n_dense, n_tables;
+  uint32_t *hotness;     /* n_tables (copy) */
+  float *labels;         /* n, 0.0f or 1.0f */
+  float *dense;          /* n * n_dense, row-major, normalized */
+  uint64_t *ids;         /* sum over t of n * hotness[t] */
+  size_t *ids_off;       /* n_tables + 1 */
+} data_batch_t;
+
+typedef struct data_source_s data_source_t;
+
+typedef struct data_stats_s {
+  uint64_t samples;          /* valid samples (train + test) */
+  uint64_t train_samples, test_samples;
+  uint64_t bad_records;      /* malformed records skipped */
+  uint64_t bytes;            /* size of the file(s) read */
+} data_stats_t;
+
+/* The schema of the job: n_dense, table_rows, table_hotness, hash_seed.
+ * Caller closes. */
+int data_schema_from_cfg(const cfg_t *cfg, data_schema_t *out, char *err, size_t err_len);
+void data_schema_close(data_schema_t *s);
+
+/* Opens cfg's dataset.  0, or -errno / ERR_CONFIG / -EINVAL (bad record in
+ * strict mode, wrong binary version...) with err naming file (and line). */
+int data_open(const cfg_t *cfg, data_source_t **out, char *err, size_t err_len);
+void data_close(data_source_t *d);
+const data_schema_t *data_schema(const data_source_t *d);
+void data_stats(const data_source_t *d, data_stats_t *st);
+
+/* Batch x of split at batch size bs into *out (allocated here; free with
+ * data_batch_free).  0, or -EINVAL (empty split) / -ENOMEM with err. */
+int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err,
+                    size_t err_len);
+void data_batch_free(data_batch_t *b);
+
+/* The row of a raw categorical value in table t. */
+uint64_t data_hash_row(const data_schema_t *s, uint32_t t, const void *raw, size_t len);
+/* log(1 + max(x, 0)) */
+float data_norm_int(double x);
+
+#endif
