@@ -354,6 +354,8 @@ int cmd_bench(cli_t *cli) {
   cli->argc--;
   cli->argv++;
   if (!strcmp(what, "embedding")) return bench_embedding(cli);
-  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding)\n", what);
+  if (!strcmp(what, "model")) return bench_model(cli);
+  if (!strcmp(what, "data")) return bench_data_parse(cli);
+  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, model, data)\n", what);
   return 2;
 }
