@@ -96,6 +96,10 @@ typedef struct rpc_stream_handlers_s {
   void (*on_message)(rpc_call_t *call, const ProtobufCMessage *msg, void *ud);
   void (*on_half_close)(rpc_call_t *call, void *ud);
   void (*on_cancel)(rpc_call_t *call, void *ud);
+  /* Optional: a queued message was written to the transport (one call per
+   * message).  With rpc_call_queued() this is the backpressure of a
+   * producing handler: keep a few messages queued, produce more here. */
+  void (*on_sent)(rpc_call_t *call, void *ud);
 } rpc_stream_handlers_t;
 
 typedef struct rpc_method_s {
@@ -172,6 +176,10 @@ void rpc_call_fail(rpc_call_t *call, int err, const char *fmt, ...)
  * out one at a time, in order.  Returns 0, -EPIPE after finish/cancel, or
  * -ENOMEM. */
 int rpc_call_send(rpc_call_t *call, const ProtobufCMessage *msg);
+
+/* Stream: messages queued by rpc_call_send() and not yet written to the
+ * transport (including the one in flight).  Loop thread. */
+size_t rpc_call_queued(const rpc_call_t *call);
 
 /* Stream: ends the call with status err (0 = OK; else mapped with
  * err_grpc_status()) and an optional message, after the queued sends flush.

@@ -120,6 +120,7 @@ struct rpc_call_s {
   grpc_slice status_msg;
   grpc_byte_buffer *send_bb; /* in flight */
   sendq_t *q_head, *q_tail;
+  uint32_t queued; /* stream messages queued or in flight */
   rpc__tag_t tag_req, tag_close, tag_recv, tag_send;
 };
 
@@ -538,11 +539,20 @@ static void on_recv(rpc__tag_t *t, int ok) {
 
 static void on_send(rpc__tag_t *t, int ok) {
   rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_send);
+  int was_msg = c->send_bb != NULL && !c->status_started; /* a stream message, not the status */
   c->send_busy = 0;
   if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
   c->send_bb = NULL;
-  if (!ok) drop_queue(c);
-  else pump(c);
+  if (was_msg && c->queued) c->queued--;
+  if (!ok) {
+    drop_queue(c);
+    c->queued = 0;
+  } else {
+    pump(c);
+    /* backpressure: tell a producing handler there is room again */
+    if (was_msg && c->m && c->m->stream && c->m->stream->on_sent && !c->app_done && !c->cancelled)
+      c->m->stream->on_sent(c, c->m->ud);
+  }
   call_unref(c);
 }
 
@@ -595,12 +605,15 @@ void rpc_call_fail(rpc_call_t *c, int err, const char *fmt, ...) {
   call_unref(c);
 }
 
+size_t rpc_call_queued(const rpc_call_t *c) { return c->queued; }
+
 int rpc_call_send(rpc_call_t *c, const ProtobufCMessage *msg) {
   if (c->app_done || c->finish_req || !can_send(c)) return -EPIPE;
   sendq_t *q = malloc(sizeof *q);
   if (!q) return -ENOMEM;
   q->bb = rpc__pack(msg);
   q->next = NULL;
+  c->queued++;
   if (c->q_tail) c->q_tail->next = q;
   else c->q_head = q;
   c->q_tail = q;

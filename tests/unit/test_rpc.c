@@ -61,6 +61,7 @@ typedef struct tserver_s {
   int grace_ms;
   sleep_t *sleeps; /* Sleep calls not answered yet (loop thread only) */
   atomic_int chat_cancels;
+  atomic_int chat_max_queued; /* most stream messages ever queued at once */
   atomic_int done;
 } tserver_t;
 
@@ -124,38 +125,95 @@ static void sleep_cb(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   uv_timer_start(&sl->timer, sleep_fire, req->delay_ms, 0);
 }
 
+/* Chat answers each request with `repeat` responses, produced with
+ * backpressure: at most CHAT_WINDOW queued at a time, the rest produced from
+ * on_sent as the transport drains. */
+#define CHAT_WINDOW 4
+typedef struct chat_req_s {
+  struct chat_req_s *next;
+  uint32_t remaining;     /* responses still to produce for this request */
+  char *text;
+  ProtobufCBinaryData payload;
+} chat_req_t;
 typedef struct chat_s {
   uint64_t seq;
+  chat_req_t *head, *tail; /* requests not fully answered, in order */
+  int half_closed;
 } chat_t;
 
 static void chat_open(rpc_call_t *call, void *ud) { rpc_call_set_data(call, calloc(1, sizeof(chat_t))); }
 
-static void chat_message(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
-  const EchoReq *req = (const EchoReq *)m;
+static void chat_pop(chat_t *st) {
+  chat_req_t *r = st->head;
+  st->head = r->next;
+  if (!st->head) st->tail = NULL;
+  free(r->text);
+  free(r->payload.data);
+  free(r);
+}
+
+static void chat_free(chat_t *st) {
+  if (!st) return;
+  while (st->head) chat_pop(st);
+  free(st);
+}
+
+static void chat_produce(rpc_call_t *call, tserver_t *ts) {
   chat_t *st = rpc_call_get_data(call);
-  for (uint32_t i = 0; i < req->repeat; i++) {
+  while (st->head && rpc_call_queued(call) < CHAT_WINDOW) {
+    chat_req_t *r = st->head;
+    if (r->remaining == 0) {
+      chat_pop(st);
+      continue;
+    }
     EchoResp resp = CHANTER__TESTING__V1__ECHO_RESPONSE__INIT;
-    resp.text = req->text;
-    resp.payload = req->payload;
+    resp.text = r->text;
+    resp.payload = r->payload;
     resp.seq = st->seq++;
     if (rpc_call_send(call, &resp.base) != 0) break;
+    r->remaining--;
+    int q = (int)rpc_call_queued(call);
+    if (q > atomic_load(&ts->chat_max_queued)) atomic_store(&ts->chat_max_queued, q);
+  }
+  while (st->head && st->head->remaining == 0) chat_pop(st);
+  if (!st->head && st->half_closed) {
+    chat_free(st);
+    rpc_call_set_data(call, NULL);
+    rpc_call_finish(call, 0, NULL);
   }
 }
 
-static void chat_half_close(rpc_call_t *call, void *ud) {
-  free(rpc_call_get_data(call));
-  rpc_call_set_data(call, NULL);
-  rpc_call_finish(call, 0, NULL);
+static void chat_message(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  const EchoReq *req = (const EchoReq *)m;
+  chat_t *st = rpc_call_get_data(call);
+  chat_req_t *r = calloc(1, sizeof *r);
+  r->text = strdup(req->text ? req->text : "");
+  r->remaining = req->repeat;
+  r->payload.len = req->payload.len;
+  r->payload.data = malloc(req->payload.len ? req->payload.len : 1);
+  if (req->payload.len) memcpy(r->payload.data, req->payload.data, req->payload.len);
+  if (st->tail) st->tail->next = r;
+  else st->head = r;
+  st->tail = r;
+  chat_produce(call, ud);
 }
+
+static void chat_half_close(rpc_call_t *call, void *ud) {
+  chat_t *st = rpc_call_get_data(call);
+  st->half_closed = 1;
+  chat_produce(call, ud);
+}
+
+static void chat_sent(rpc_call_t *call, void *ud) { chat_produce(call, ud); }
 
 static void chat_cancel(rpc_call_t *call, void *ud) {
   tserver_t *ts = ud;
-  free(rpc_call_get_data(call));
+  chat_free(rpc_call_get_data(call));
   atomic_fetch_add(&ts->chat_cancels, 1);
 }
 
 static const rpc_stream_handlers_t chat_handlers = {chat_open, chat_message, chat_half_close,
-                                                    chat_cancel};
+                                                    chat_cancel, chat_sent};
 
 static void server_done(rpc_server_t *s, void *ud) {
   tserver_t *ts = ud;
@@ -591,6 +649,35 @@ static void test_stream(void **state) {
   assert_int_equal(rpc_stream_finish(s, &st), 0);
   assert_int_equal(st.code, 0);
   rpc_stream_destroy(s);
+
+  /* backpressure: 400 responses of 64 KiB to one request; the server never
+   * has more than CHAT_WINDOW queued, producing the rest from on_sent */
+  assert_int_equal(rpc_stream_open(g_ch, g_chat, ECHO_RESP_DESC, 20000, &s), 0);
+  {
+    EchoReq big = CHANTER__TESTING__V1__ECHO_REQUEST__INIT;
+    uint8_t *pl = malloc(65536);
+    for (int i = 0; i < 65536; i++) pl[i] = (uint8_t)(i * 7);
+    big.text = "bulk";
+    big.payload.data = pl;
+    big.payload.len = 65536;
+    big.repeat = 400;
+    assert_int_equal(rpc_stream_write(s, &big.base), 0);
+    assert_int_equal(rpc_stream_writes_done(s), 0);
+    for (int i = 0; i < 400; i++) {
+      assert_int_equal(rpc_stream_read(s, &m), 0);
+      EchoResp *r = (EchoResp *)m;
+      assert_int_equal(r->seq, (uint64_t)i); /* seq is per call */
+      assert_int_equal(r->payload.len, 65536);
+      assert_memory_equal(r->payload.data, pl, 65536);
+      protobuf_c_message_free_unpacked(m, NULL);
+    }
+    free(pl);
+  }
+  assert_int_equal(rpc_stream_read(s, &m), 1);
+  assert_int_equal(rpc_stream_finish(s, &st), 0);
+  rpc_stream_destroy(s);
+  assert_true(atomic_load(&g_ts->chat_max_queued) <= CHAT_WINDOW);
+  assert_true(atomic_load(&g_ts->chat_max_queued) >= 1);
 
   /* a stream the client abandons: the server hears on_cancel */
   int before = atomic_load(&g_ts->chat_cancels);
