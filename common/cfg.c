@@ -115,7 +115,6 @@ static const entry_t entries[] = {
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"dataproc.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
-    {"dataproc.cache_batches", T_INT, "64", 0, 1000000, NULL, "decoded batches a data processor keeps in memory"},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 

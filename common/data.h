@@ -43,7 +43,24 @@
 
 #include "cfg.h"
 
-enum { DATA_TRAIN = 0, DATA_TEST = 1 };
+/* Splits.  DATA_ALL is the whole dataset (train then test), for tools. */
+enum { DATA_TRAIN = 0, DATA_TEST = 1, DATA_ALL = 2 };
+
+/* Formats (dataset_format; DATA_FMT_AUTO decides by content and name). */
+enum { DATA_FMT_AUTO = 0, DATA_FMT_CRITEO, DATA_FMT_AVAZU, DATA_FMT_BINARY, DATA_FMT_SYNTHETIC };
+
+/* Kinds of malformed record (data_stats_t.bad_kind). */
+enum {
+  DATA_BAD_FIELDS = 0, /* wrong field count */
+  DATA_BAD_LABEL,      /* label not 0/1 */
+  DATA_BAD_INT,        /* integer field not an integer (or out of int64 range) */
+  DATA_BAD_HEX,        /* categorical field not hexadecimal (Criteo) */
+  DATA_BAD_LONG,       /* line longer than DATA_MAX_LINE */
+  DATA_BAD_BINARY,     /* invalid UTF-8, NUL or control bytes */
+  DATA_BAD_TRUNCATED,  /* last line without newline that does not parse */
+  DATA_BAD_KINDS
+};
+#define DATA_MAX_LINE 65536 /* longest accepted text line, bytes without the newline */
 
 typedef struct data_schema_s {
   uint32_t n_dense;
@@ -76,6 +93,8 @@ typedef struct data_stats_s {
   uint64_t train_samples, test_samples;
   uint64_t bad_records;      /* malformed records skipped */
   uint64_t bytes;            /* size of the file(s) read */
+  uint64_t bad_kind[DATA_BAD_KINDS]; /* bad_records by kind */
+  int format;                /* DATA_FMT_* actually read */
 } data_stats_t;
 
 /* The schema of the job: n_dense, table_rows, table_hotness, hash_seed.
@@ -100,5 +119,58 @@ void data_batch_free(data_batch_t *b);
 uint64_t data_hash_row(const data_schema_t *s, uint32_t t, const void *raw, size_t len);
 /* log(1 + max(x, 0)) */
 float data_norm_int(double x);
+
+/* ---- additions: tools (chanter data gen | convert | stats) ---- */
+
+/* As data_open, but reads path (NULL: cfg's dataset; "synthetic" is the
+ * generator) with cfg's dataset_format and schema. */
+int data_open_path(const cfg_t *cfg, const char *path, data_source_t **out, char *err, size_t err_len);
+/* The hash of a raw categorical value in table t before the modulo (what
+ * the binary format stores): row = data_hash64() % table_rows[t]. */
+uint64_t data_hash64(const data_schema_t *s, uint32_t t, const void *raw, size_t len);
+/* "criteo", "avazu", "binary", "synthetic", "auto"; and the reverse (-1 if unknown). */
+const char *data_format_name(int fmt);
+int data_format_parse(const char *name);
+/* "fields", "label", "integer", "hex", "long line", "binary/UTF-8", "truncated". */
+const char *data_bad_kind_name(int kind);
+/* Whole-dataset samples (train + test). */
+uint64_t data_samples(const data_source_t *d);
+
+/* Converts dataset `in` (read with cfg's dataset_format and schema; NULL:
+ * cfg's dataset) into the binary format at `out` (written to out.tmp, then
+ * renamed).  Text input is converted in one streaming pass; malformed
+ * records are counted, reported and skipped as data_open does (strict stops).
+ * st (optional) receives the counts.  0 or -errno / ERR_CONFIG / -EINVAL. */
+int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t *st, char *err, size_t err_len);
+
+/* Writes `samples` synthetic samples (sample i from (seed, i), exactly the
+ * samples of dataset = synthetic with synthetic.samples = samples) to out as
+ * Criteo TSV (DATA_FMT_CRITEO: needs n_dense = 13, 26 one-hot tables) or
+ * binary (DATA_FMT_BINARY: any schema).  Same config, same bytes. */
+int data_gen(const cfg_t *cfg, const char *out, int format, uint64_t samples, char *err, size_t err_len);
+
+/* Access statistics of a whole dataset (chanter data stats). */
+#define DATA_PROFILE_BATCH_SIZES 3 /* 1024, 4096, 16384 */
+typedef struct data_table_profile_s {
+  uint64_t rows;             /* table_rows */
+  uint64_t accesses;         /* ids read (samples * hotness) */
+  uint64_t distinct;         /* distinct rows seen */
+  double top_0_1, top_1;     /* share of accesses taken by the ceil(0.1% / 1% of rows) most used rows */
+} data_table_profile_t;
+typedef struct data_profile_s {
+  data_stats_t stats;
+  uint32_t n_tables;
+  data_table_profile_t *tables; /* n_tables */
+  data_table_profile_t overall; /* all tables: rows = sum of table_rows, top k of all rows */
+  struct {
+    uint32_t batch_size;
+    uint32_t batches;          /* train batches averaged (at most 16) */
+    double ids_per_batch;      /* batch_size * sum of hotness */
+    double unique_rows;        /* mean distinct keys per batch */
+  } batch[DATA_PROFILE_BATCH_SIZES];
+} data_profile_t;
+/* Reads every sample of d once.  Caller frees with data_profile_close. */
+int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len);
+void data_profile_close(data_profile_t *p);
 
 #endif

@@ -1,0 +1,119 @@
+/*
+ * model: the four recommendation models (DLRM, Wide&Deep, DeepFM,
+ * Deep&Cross) over the layers of nn.h, CPU reference implementation.
+ *
+ * A model sees a batch as dense features [n x n_dense] and the POOLED
+ * embeddings of its n_tables tables [n x n_tables*dim] (sample-major: table
+ * t of sample i at emb[i*n_tables*dim + t*dim]); gathering rows, pooling
+ * them (nn_embedding_bag_fwd) and applying their optimizer is the
+ * trainer's job, because rows live in caches or on embedding servers.
+ * model_backward hands back d_emb in the same layout for that purpose.
+ *
+ * All dense parameters live in ONE contiguous float array (model_params),
+ * their gradients in another with the same layout (model_grads), so a
+ * distributed trainer all-reduces one buffer and the optimizer (opt.h) and
+ * the digest see one array.  Layout: the model's linear layers in the order
+ * listed below, each as W [out x in] row-major then b [out]; DCN cross
+ * layers as w [d0] then b [d0].
+ *   dlrm:   bottom MLP (n_dense -> model.bottom_mlp... -> dim, ReLU on every
+ *           layer), dot interaction of [bottom, emb_0..] (F = 1 + n_tables
+ *           vectors; without dense features F = n_tables and no bottom MLP),
+ *           top MLP (dim + F(F-1)/2 -> model.top_mlp... -> 1, ReLU on hidden).
+ *   wdl:    x0 = concat(dense, emb); wide linear x0 -> 1; deep MLP
+ *           x0 -> model.deep_mlp... -> 1.  logit = wide + deep.
+ *   deepfm: x0 as wdl; first-order linear x0 -> 1; FM second-order term over
+ *           the n_tables embeddings (no parameters); deep MLP as wdl.
+ *           logit = linear + fm + deep.
+ *   dcn:    x0 as wdl (width d0 = n_dense + n_tables*dim);
+ *           model.cross_layers cross layers; deep MLP x0 -> model.deep_mlp
+ *           (hidden sizes, ReLU); final linear concat(x_L, deep) -> 1.
+ *
+ * Initialization (model_init, deterministic from the seed alone, no
+ * global RNG): weights of a linear layer followed by ReLU are He-uniform,
+ * U(-sqrt(6/in), sqrt(6/in)); of a linear layer producing a logit (or the
+ * DLRM bottom's last layer) Xavier-uniform, U(-sqrt(6/(in+out)), ...);
+ * biases 0; cross weights Xavier-uniform over (d0, 1), cross biases 0.  The
+ * random stream is tbl_mix64(seed ^ tag, parameter index) so a parameter's
+ * initial value does not depend on the thread count or on other layers.
+ *
+ * Determinism: same config + seed + inputs -> bit-identical logits, losses,
+ * gradients and parameters (see nn.h; OpenBLAS threads partition by output
+ * blocks).  A model_t is used by one thread at a time; OpenBLAS may use its
+ * own thread pool inside a call.
+ */
+#ifndef CHANTER_MODEL_H
+#define CHANTER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+
+typedef struct model_s model_t;
+
+typedef enum model_kind_e {
+  MODEL_DLRM = 0,
+  MODEL_WDL = 1,
+  MODEL_DEEPFM = 2,
+  MODEL_DCN = 3,
+} model_kind_t;
+
+/* "dlrm" -> MODEL_DLRM ...; -EINVAL for an unknown name. */
+int model_kind_parse(const char *name, model_kind_t *out);
+const char *model_kind_name(model_kind_t k);
+
+/* Builds the model named by cfg "model" with layer sizes from the model.*
+ * keys, for batches of up to max_batch samples, and allocates its
+ * parameters, gradients and activations (nothing is allocated later).
+ * Parameters are zero until model_init.  Returns 0, -EINVAL or ERR_CONFIG
+ * (with a sentence in err) for an unusable shape, -ENOMEM. */
+int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables,
+                 uint32_t dim, uint32_t max_batch, model_t **out, char *err,
+                 size_t err_len);
+void model_destroy(model_t *m);
+
+/* Deterministic initialization from seed (see above); also zeroes grads. */
+void model_init(model_t *m, uint64_t seed);
+
+model_kind_t model_kind(const model_t *m);
+size_t model_n_params(const model_t *m);
+/* The one contiguous parameter / gradient arrays (model_n_params floats),
+ * owned by the model.  Writing params (restore, optimizer) is allowed
+ * between steps. */
+float *model_params(model_t *m);
+float *model_grads(model_t *m);
+uint32_t model_max_batch(const model_t *m);
+
+/* Forward pass over n <= max_batch samples: dense [n x n_dense] (may be
+ * NULL when n_dense == 0), emb [n x n_tables*dim] sample-major.  Writes n
+ * logits.  Keeps the activations (and pointers to dense / emb, which must
+ * stay unchanged until model_backward) for the backward pass. */
+void model_forward(model_t *m, uint32_t n, const float *dense, const float *emb,
+                   float *logits);
+
+/* Backward pass for the last model_forward (same n).  labels[n] in {0,1}.
+ * Writes model_grads (overwritten) = scale * d(sum of BCE losses)/dparams,
+ * and d_emb [n x n_tables*dim] (same layout as emb, also scaled; may be
+ * NULL).  A trainer of global batch B passes scale = 1/B so that summing
+ * gradients across trainers gives the gradient of the mean loss.  Returns
+ * the SUM of the n BCE-with-logits losses (unscaled). */
+double model_backward(model_t *m, uint32_t n, const float *labels, float scale,
+                      float *d_emb);
+
+/* A human-readable one-line description, e.g.
+ * "dlrm bottom=13-512-256-64-16 top=367-512-256-1 params=...". */
+const char *model_describe(const model_t *m);
+
+/* ---- accounting for benchmarks */
+typedef struct model_gemm_s {
+  uint32_t m, n, k;      /* C[m x n] = op(A)[m x k] op(B)[k x n], row-major */
+  uint8_t trans_a, trans_b;
+} model_gemm_t;
+/* The GEMMs one forward+backward step over n samples performs, in order
+ * (up to cap entries written); returns how many there are. */
+size_t model_gemms(const model_t *m, uint32_t n, model_gemm_t *out, size_t cap);
+/* Floating-point operations per sample of forward + backward counted from
+ * the GEMMs (2*m*n*k / n_samples each); elementwise work is not counted. */
+double model_gemm_flops_per_sample(const model_t *m);
+
+#endif
