@@ -107,8 +107,8 @@ typedef struct data_text_s data_text_t;
  * (CRITEO or AVAZU) for schema s: checks that the job's schema is what the
  * format holds (ERR_CONFIG naming what each says), reads the Avazu header.
  * *first is where records start; *first_line their line number. */
-int data__text_create(const data_schema_t *s, int fmt, const char *path, const uint8_t *buf, size_t len,
-                      data_text_t **out, size_t *first, uint64_t *first_line, char *err, size_t err_len);
+int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const char *path, const uint8_t *buf,
+                      size_t len, data_text_t **out, size_t *first, uint64_t *first_line, char *err, size_t err_len);
 void data__text_destroy(data_text_t *tx);
 /* Scans buf[first, len): every valid record is parsed into rec and handed
  * to cb with its line's offset; malformed ones go to r.  Returns 0, the
@@ -120,6 +120,9 @@ int data__text_scan(data_text_t *tx, const uint8_t *buf, size_t len, size_t firs
 int data__text_parse_at(data_text_t *tx, const uint8_t *buf, size_t len, uint64_t off, uint8_t *rec);
 
 int data__open_text(data_source_t *d, int fmt, const cfg_t *cfg, char *err, size_t err_len);
+/* Maps a whole file read-only (len 0: *buf = NULL).  0 or -errno with err. */
+int data__map_file(const char *path, const uint8_t **buf, size_t *len, char *err, size_t err_len);
+void data__unmap(const uint8_t *buf, size_t len);
 
 /* ---- binary (data_binary.c) ---- */
 #define DATA_BIN_MAGIC "CHANTERD"

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon.h"
 #include "err.h"
 #include "log.h"
 #include "rpc.h"
@@ -150,12 +151,8 @@ int dpc_create(const cfg_t *cfg, dpc_t **out, char *err, size_t err_len) {
     rc = -ENOMEM;
     goto fail;
   }
-  rpc_tls_t tls = {
-      .ca_file = *cfg_str(cfg, "tls.ca_file") ? cfg_str(cfg, "tls.ca_file") : NULL,
-      .cert_file = *cfg_str(cfg, "tls.cert_file") ? cfg_str(cfg, "tls.cert_file") : NULL,
-      .key_file = *cfg_str(cfg, "tls.key_file") ? cfg_str(cfg, "tls.key_file") : NULL,
-      .server_name_override = *cfg_str(cfg, "tls.server_name") ? cfg_str(cfg, "tls.server_name") : NULL,
-  };
+  rpc_tls_t tls;
+  daemon_tls(cfg, &tls, 0);
   for (uint32_t i = 0; i < c->n; i++) {
     if ((rc = rpc_channel_create(c->addrs[i], tls.ca_file ? &tls : NULL,
                                  (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20, &c->ch[i])) != 0) {
