@@ -9,9 +9,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data_internal.h"
@@ -218,9 +221,18 @@ void data__index_free(data_index_t *x) {
 
 /* ---- opening ---- */
 
-static int detect(const char *path, int *fmt, char *err, size_t err_len) {
+int data__detect(const char *path, int want, int *fmt, char *err, size_t err_len) {
+  if (want != DATA_FMT_AUTO) {
+    *fmt = want;
+    return 0;
+  }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(-errno, err, err_len, "%s: cannot open dataset: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(-EINVAL, err, err_len, "%s: not a regular file", path);
+  }
   uint8_t head[8];
   ssize_t n = read(fd, head, sizeof head);
   int e = errno;
@@ -266,7 +278,7 @@ int data_open_path(const cfg_t *cfg, const char *path, data_source_t **out, char
       rc = -ENOMEM;
       goto out;
     }
-    if (fmt == DATA_FMT_AUTO && (rc = detect(path, &fmt, err, err_len)) != 0) goto out;
+    if ((rc = data__detect(path, fmt, &fmt, err, err_len)) != 0) goto out;
     if (fmt == DATA_FMT_BINARY)
       rc = data__open_binary(d, err, err_len);
     else

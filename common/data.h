@@ -30,7 +30,10 @@
  * Malformed records are counted and skipped (the first data.max_reports are
  * logged with file:line and why); with strict = true the first one is an
  * error at open naming file:line.  Text files are indexed (and validated)
- * at open, so batch reads are random-access for every format.
+ * at open, so batch reads are random-access for every format.  Lines may
+ * end in \n or \r\n, the last one may lack it; empty lines are skipped
+ * without counting; a line over DATA_MAX_LINE bytes is malformed.  The
+ * binary format is described in data_binary.c.
  *
  * Thread-safety: after data_open, data_read_batch may be called from any
  * number of threads at once.
@@ -110,7 +113,10 @@ const data_schema_t *data_schema(const data_source_t *d);
 void data_stats(const data_source_t *d, data_stats_t *st);
 
 /* Batch x of split at batch size bs into *out (allocated here; free with
- * data_batch_free).  0, or -EINVAL (empty split) / -ENOMEM with err. */
+ * data_batch_free): samples (x*bs + j) mod (samples of the split), so any
+ * x is valid and a batch larger than the split wraps.  0, or -EINVAL
+ * (empty split, bs 0) / -ENOMEM / -EIO (a corrupt binary record, a text
+ * file changed since open) with err. */
 int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err,
                     size_t err_len);
 void data_batch_free(data_batch_t *b);

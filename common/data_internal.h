@@ -124,6 +124,10 @@ int data__open_text(data_source_t *d, int fmt, const cfg_t *cfg, char *err, size
 int data__map_file(const char *path, const uint8_t **buf, size_t *len, char *err, size_t err_len);
 void data__unmap(const uint8_t *buf, size_t len);
 
+/* The format of path for dataset_format fmt (AUTO: binary magic, then
+ * .csv = Avazu, else Criteo).  0 or -errno with err (cannot open). */
+int data__detect(const char *path, int fmt, int *out, char *err, size_t err_len);
+
 /* ---- binary (data_binary.c) ---- */
 #define DATA_BIN_MAGIC "CHANTERD"
 #define DATA_BIN_VERSION 1u

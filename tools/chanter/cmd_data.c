@@ -1,10 +1,226 @@
-/* chanter data: placeholder until the data module lands (issue 3). */
+/*
+ * chanter data gen | convert | stats | bench: the data module from the
+ * command line (common/data.h does the work).
+ *
+ *   chanter data gen --out FILE [--format tsv|binary] [--samples N]
+ *       synthetic samples (sample i from (seed, i)); the format defaults to
+ *       binary for a name ending in .bin, else Criteo TSV; N defaults to
+ *       synthetic.samples.  Identical to what dataset = synthetic serves.
+ *   chanter data convert [IN] OUT
+ *       IN (default: the job's dataset, read with dataset_format) into the
+ *       binary format; malformed records are counted and reported.
+ *   chanter data stats [FILE] [--json]
+ *       samples, bad records, per-table cardinality, top-row shares,
+ *       distinct rows per batch.
+ *   chanter data bench [--quick]
+ *       parse rates (the same table as `chanter bench data`).
+ */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli.h"
+#include "data.h"
+#include "err.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: chanter data gen --out FILE [--format tsv|binary] [--samples N]\n"
+          "       chanter data convert [IN] OUT\n"
+          "       chanter data stats [FILE] [--json]\n"
+          "       chanter data bench [--quick]\n");
+}
+
+/* prints bad-record counts by kind: " (fields 2, hex 1)" */
+static void print_bad(FILE *f, const data_stats_t *st) {
+  if (!st->bad_records) return;
+  const char *sep = " (";
+  for (int k = 0; k < DATA_BAD_KINDS; k++)
+    if (st->bad_kind[k]) {
+      fprintf(f, "%s%s %" PRIu64, sep, data_bad_kind_name(k), st->bad_kind[k]);
+      sep = ", ";
+    }
+  if (sep[0] == ',') fprintf(f, ")");
+}
+
+static void json_bad(FILE *f, const data_stats_t *st) {
+  fprintf(f, "\"bad_records\": %" PRIu64 ", \"bad_by_kind\": {", st->bad_records);
+  for (int k = 0; k < DATA_BAD_KINDS; k++)
+    fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", data_bad_kind_name(k), st->bad_kind[k]);
+  fprintf(f, "}");
+}
+
+static int do_gen(cli_t *cli) {
+  const char *out = cli_opt(cli, "--out"), *fmt_s = cli_opt(cli, "--format"), *n_s = cli_opt(cli, "--samples");
+  char err[1024];
+  if (!out || cli->argc) {
+    fprintf(stderr, "chanter data gen: %s\n", !out ? "--out FILE is required" : "unexpected argument");
+    usage(stderr);
+    return 2;
+  }
+  size_t l = strlen(out);
+  int fmt = l > 4 && !strcmp(out + l - 4, ".bin") ? DATA_FMT_BINARY : DATA_FMT_CRITEO;
+  if (fmt_s) {
+    fmt = data_format_parse(fmt_s);
+    if (fmt != DATA_FMT_CRITEO && fmt != DATA_FMT_BINARY) {
+      fprintf(stderr, "chanter data gen: --format '%s' is not tsv or binary\n", fmt_s);
+      return 2;
+    }
+  }
+  uint64_t n = (uint64_t)cfg_int(cli->cfg, "synthetic.samples");
+  if (n_s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(n_s, &end, 10);
+    if (errno || *end || end == n_s || n_s[0] == '-' || v == 0) {
+      fprintf(stderr, "chanter data gen: --samples '%s' is not a positive integer\n", n_s);
+      return 2;
+    }
+    n = v;
+  }
+  double t0 = now_s();
+  int rc = data_gen(cli->cfg, out, fmt, n, err, sizeof err);
+  double dt = now_s() - t0;
+  if (rc) {
+    fprintf(stderr, "chanter data gen: %s\n", err);
+    return 1;
+  }
+  if (cli->json)
+    printf("{\"out\": \"%s\", \"format\": \"%s\", \"samples\": %" PRIu64 ", \"seconds\": %.3f}\n", out,
+           fmt == DATA_FMT_BINARY ? "binary" : "tsv", n, dt);
+  else
+    printf("wrote %" PRIu64 " samples to %s (%s) in %.2f s\n", n, out, fmt == DATA_FMT_BINARY ? "binary" : "Criteo TSV",
+           dt);
+  return 0;
+}
+
+static int do_convert(cli_t *cli) {
+  char err[1024];
+  if (cli->argc < 1 || cli->argc > 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *in = cli->argc == 2 ? cli->argv[0] : NULL, *out = cli->argv[cli->argc - 1];
+  data_stats_t st;
+  double t0 = now_s();
+  int rc = data_convert(cli->cfg, in, out, &st, err, sizeof err);
+  double dt = now_s() - t0;
+  if (rc) {
+    fprintf(stderr, "chanter data convert: %s\n", err);
+    return 1;
+  }
+  if (!in) in = cfg_str(cli->cfg, "dataset");
+  if (cli->json) {
+    printf("{\"in\": \"%s\", \"out\": \"%s\", \"format\": \"%s\", \"samples\": %" PRIu64 ", ", in, out,
+           data_format_name(st.format), st.samples);
+    json_bad(stdout, &st);
+    printf(", \"seconds\": %.3f}\n", dt);
+  } else {
+    printf("converted %s (%s) to %s: %" PRIu64 " samples, %" PRIu64 " bad records skipped", in,
+           data_format_name(st.format), out, st.samples, st.bad_records);
+    print_bad(stdout, &st);
+    printf(", %.2f s", dt);
+    if (st.bytes && dt > 0) printf(" (%.0f MB/s)", (double)st.bytes / dt / 1e6);
+    printf("\n");
+  }
+  return 0;
+}
+
+static int do_stats(cli_t *cli) {
+  char err[1024];
+  if (cli->argc > 1) {
+    usage(stderr);
+    return 2;
+  }
+  const char *path = cli->argc ? cli->argv[0] : cfg_str(cli->cfg, "dataset");
+  data_source_t *d;
+  data_profile_t p;
+  int rc = data_open_path(cli->cfg, path, &d, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "chanter data stats: %s\n", err);
+    return 1;
+  }
+  rc = data_profile(d, &p, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "chanter data stats: %s\n", err);
+    data_close(d);
+    return 1;
+  }
+  const data_schema_t *s = data_schema(d);
+  const data_stats_t *st = &p.stats;
+  if (cli->json) {
+    printf("{\"dataset\": \"%s\", \"format\": \"%s\", \"bytes\": %" PRIu64 ", \"samples\": %" PRIu64
+           ", \"train_samples\": %" PRIu64 ", \"test_samples\": %" PRIu64 ", ",
+           path, data_format_name(st->format), st->bytes, st->samples, st->train_samples, st->test_samples);
+    json_bad(stdout, st);
+    printf(",\n \"tables\": [");
+    for (uint32_t t = 0; t < p.n_tables; t++) {
+      const data_table_profile_t *tp = &p.tables[t];
+      printf("%s\n  {\"table\": %u, \"rows\": %" PRIu64 ", \"hotness\": %u, \"accesses\": %" PRIu64
+             ", \"distinct\": %" PRIu64 ", \"top_0_1pct_share\": %.6f, \"top_1pct_share\": %.6f}",
+             t ? "," : "", t, tp->rows, s->hotness[t], tp->accesses, tp->distinct, tp->top_0_1, tp->top_1);
+    }
+    printf("],\n \"overall\": {\"rows\": %" PRIu64 ", \"accesses\": %" PRIu64 ", \"distinct\": %" PRIu64
+           ", \"top_0_1pct_share\": %.6f, \"top_1pct_share\": %.6f},\n \"unique_per_batch\": [",
+           p.overall.rows, p.overall.accesses, p.overall.distinct, p.overall.top_0_1, p.overall.top_1);
+    for (int b = 0; b < DATA_PROFILE_BATCH_SIZES && p.batch[b].batch_size; b++)
+      printf("%s{\"batch_size\": %u, \"batches\": %u, \"ids_per_batch\": %.0f, \"unique_rows\": %.1f, "
+             "\"unique_share\": %.6f}",
+             b ? ", " : "", p.batch[b].batch_size, p.batch[b].batches, p.batch[b].ids_per_batch,
+             p.batch[b].unique_rows, p.batch[b].unique_rows / p.batch[b].ids_per_batch);
+    printf("]}\n");
+  } else {
+    printf("dataset  %s (%s", path, data_format_name(st->format));
+    if (st->bytes) printf(", %.1f MB", (double)st->bytes / 1e6);
+    printf(")\nsamples  %" PRIu64 " (train %" PRIu64 ", test %" PRIu64 "), bad records skipped %" PRIu64, st->samples,
+           st->train_samples, st->test_samples, st->bad_records);
+    print_bad(stdout, st);
+    printf("\n\n%-6s %14s %7s %14s %12s %9s %9s\n", "table", "rows", "hotness", "accesses", "distinct", "top0.1%",
+           "top1%");
+    for (uint32_t t = 0; t < p.n_tables; t++) {
+      const data_table_profile_t *tp = &p.tables[t];
+      printf("%-6u %14" PRIu64 " %7u %14" PRIu64 " %12" PRIu64 " %8.1f%% %8.1f%%\n", t, tp->rows, s->hotness[t],
+             tp->accesses, tp->distinct, 100 * tp->top_0_1, 100 * tp->top_1);
+    }
+    printf("%-6s %14" PRIu64 " %7s %14" PRIu64 " %12" PRIu64 " %8.1f%% %8.1f%%\n", "all", p.overall.rows, "",
+           p.overall.accesses, p.overall.distinct, 100 * p.overall.top_0_1, 100 * p.overall.top_1);
+    printf("\n(top x%%: share of accesses taken by the most used x%% of the table's rows)\n\n");
+    printf("%-10s %8s %14s %14s %8s\n", "batch", "batches", "ids/batch", "unique rows", "unique");
+    for (int b = 0; b < DATA_PROFILE_BATCH_SIZES && p.batch[b].batch_size; b++)
+      printf("%-10u %8u %14.0f %14.1f %7.1f%%\n", p.batch[b].batch_size, p.batch[b].batches,
+             p.batch[b].ids_per_batch, p.batch[b].unique_rows, 100 * p.batch[b].unique_rows / p.batch[b].ids_per_batch);
+  }
+  data_profile_close(&p);
+  data_close(d);
+  return 0;
+}
 
 int cmd_data(cli_t *cli) {
-  (void)cli;
-  fprintf(stderr, "chanter data: not built yet\n");
+  if (cli->argc < 1) {
+    usage(stderr);
+    return 2;
+  }
+  const char *sub = cli->argv[0];
+  cli->argc--;
+  cli->argv++;
+  if (!strcmp(sub, "gen")) return do_gen(cli);
+  if (!strcmp(sub, "convert")) return do_convert(cli);
+  if (!strcmp(sub, "stats")) return do_stats(cli);
+  if (!strcmp(sub, "bench")) return bench_data_parse(cli);
+  if (!strcmp(sub, "help") || !strcmp(sub, "--help")) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "chanter data: unknown subcommand '%s'\n", sub);
+  usage(stderr);
   return 2;
 }
