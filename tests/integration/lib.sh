@@ -51,3 +51,27 @@ start_embedding() {
   done
   echo "# chanter-embedding shard $shard not ready after 10 s"; return 1
 }
+
+# start_dataproc INDEX JOB [extra args...]: like start_embedding, for data
+# processors; sets DP_PID[INDEX], DP_PORT[INDEX], DP_MPORT[INDEX].
+declare -A DP_PID DP_PORT DP_MPORT
+start_dataproc() {
+  local idx=$1 job=$2; shift 2
+  local ready=$WORK/dp-$idx.ready
+  rm -f "$ready"
+  "$BIN/chanter-dataproc" --config "$job" --index "$idx" --listen 127.0.0.1:${DP_LISTEN_PORT:-0} \
+      --ready-file "$ready" "$@" >>"$WORK/dp-$idx.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 400); do
+    if [ -f "$ready" ]; then
+      DP_PID[$idx]=$pid
+      DP_PORT[$idx]=$(json_get "$ready" rpc_port)
+      DP_MPORT[$idx]=$(json_get "$ready" metrics_port)
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || { echo "# chanter-dataproc $idx exited; log:"; sed 's/^/#   /' "$WORK/dp-$idx.log" | tail -20; return 1; }
+    sleep 0.05
+  done
+  echo "# chanter-dataproc $idx not ready after 20 s"; return 1
+}

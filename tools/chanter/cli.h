@@ -17,7 +17,8 @@ typedef struct cli_s {
 int cmd_config(cli_t *cli);
 int cmd_embedding(cli_t *cli);
 int cmd_bench(cli_t *cli);
-int cmd_data(cli_t *cli);          /* cmd_data.c: data gen | convert | stats */
+int cmd_data(cli_t *cli);
+int cmd_dataproc(cli_t *cli);      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);       /* bench_model.c: model step vs sgemm peak */
 

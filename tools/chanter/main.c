@@ -31,6 +31,9 @@ static void usage(FILE *f) {
           "  embedding checkpoints            list checkpoints\n"
           "  embedding restore ID             restore every server to checkpoint ID\n"
           "  data gen|convert|stats ...       synthetic data, format conversion, dataset statistics\n"
+          "  dataproc info                    what each data processor serves\n"
+          "  dataproc batch X [--test]        one batch (digest), from processor X mod P or a live one\n"
+          "  dataproc stream FIRST COUNT      a range of batches, resuming across processor restarts\n"
           "  bench embedding [--quick]        Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
           "\n"
           "Embedding servers are found through cluster.embedding in the job configuration.\n");
@@ -95,6 +98,8 @@ int main(int argc, char **argv) {
     rc = cmd_embedding(&cli);
   else if (!strcmp(cmd, "data"))
     rc = cmd_data(&cli);
+  else if (!strcmp(cmd, "dataproc"))
+    rc = cmd_dataproc(&cli);
   else if (!strcmp(cmd, "bench"))
     rc = cmd_bench(&cli);
   else {
