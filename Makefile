@@ -173,6 +173,7 @@ unit: all
 
 bench: all
 	$(BUILD)/bin/chanter bench embedding
+	$(BUILD)/bin/chanter bench dataproc
 
 demo: deps all
 	tools/demo.sh $(BUILD)

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "embc.h"
 #include "embedding_store.h"
@@ -53,12 +54,6 @@ typedef struct worker_s {
   uint64_t rows;
 } worker_t;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static uint64_t next_key(bench_t *b, uint64_t *s) {
   *s = tbl_mix64(*s);
   uint64_t r = *s >> 11;
@@ -74,9 +69,9 @@ static void *worker(void *arg) {
   uint32_t f = b->dim; /* sgd: no optimizer state */
   float *rows = malloc((size_t)BATCH * f * sizeof(float));
   for (size_t i = 0; i < (size_t)BATCH * f; i++) rows[i] = (float)i * 1e-6f;
-  double end = now_s() + b->seconds;
+  double end = bench_now() + b->seconds;
   char why[512];
-  while (now_s() < end && !b->failed) {
+  while (bench_now() < end && !b->failed) {
     if (b->write) {
       /* a write batch holds each key once (as the trainers' write-backs
        * do): a run of rows from a random start */
@@ -128,7 +123,7 @@ static double run(bench_t *b) {
   pthread_t th[16];
   worker_t w[16];
   b->failed = 0;
-  double t0 = now_s();
+  double t0 = bench_now();
   for (int i = 0; i < b->threads; i++) {
     w[i] = (worker_t){.b = b, .id = i};
     pthread_create(&th[i], NULL, worker, &w[i]);
@@ -138,7 +133,7 @@ static double run(bench_t *b) {
     pthread_join(th[i], NULL);
     total += w[i].rows;
   }
-  double dt = now_s() - t0;
+  double dt = bench_now() - t0;
   if (b->failed) {
     fprintf(stderr, "bench: measurement failed: %s\n", b->err);
     return 0;
@@ -168,44 +163,8 @@ static int write_job(const char *path, uint64_t rows, uint32_t dim, const char *
   return fclose(f) ? -errno : 0;
 }
 
-static pid_t start_daemon(const char *bin, const char *job, const char *ready, const char *logf) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE *lf = freopen(logf, "w", stderr);
-    (void)lf;
-    execl(bin, bin, "--config", job, "--shard", "0", "--listen", "127.0.0.1:0", "--ready-file", ready, (char *)NULL);
-    _exit(127);
-  }
-  return pid;
-}
-
-static int read_port(const char *ready, pid_t pid) {
-  for (int i = 0; i < 600; i++) {
-    FILE *f = fopen(ready, "r");
-    if (f) {
-      char buf[512] = "";
-      size_t n = fread(buf, 1, sizeof buf - 1, f);
-      fclose(f);
-      buf[n] = 0;
-      char *p = strstr(buf, "\"rpc_port\": ");
-      if (p) return atoi(p + 12);
-    }
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) return -1;
-    usleep(50000);
-  }
-  return -1;
-}
-
-static void self_dir(char *out, size_t n) {
-  ssize_t l = readlink("/proc/self/exe", out, n - 1);
-  out[l > 0 ? l : 0] = 0;
-  char *s = strrchr(out, '/');
-  if (s) *s = 0;
-}
-
 static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, double secs) {
-  char dir[512], job[600], ready[600], logf[600], bin[4200], why[512];
+  char dir[512], job[600], ready[600], logf[600], why[512];
   int rc = 1;
   snprintf(dir, sizeof dir, "%s/dim%u", tmp, dim);
   mkdir(dir, 0755);
@@ -266,14 +225,11 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   snprintf(ready, sizeof ready, "%s/ready.json", dir);
   snprintf(logf, sizeof logf, "%s/daemon.log", dir);
   write_job(job, rows, dim, dir, 0);
-  self_dir(bin, sizeof bin - 32);
-  strcat(bin, "/chanter-embedding");
-  pid_t pid = start_daemon(bin, job, ready, logf);
-  int port = read_port(ready, pid);
+  pid_t pid;
+  char *dargs[] = {"--config", job, "--shard", "0", "--listen", "127.0.0.1:0", "--ready-file", ready, NULL};
+  int port = bench_start_daemon("chanter-embedding", dargs, ready, logf, &pid);
   if (port <= 0) {
     fprintf(stderr, "bench: the daemon did not become ready; see %s\n", logf);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
     goto out;
   }
   write_job(job, rows, dim, dir, port);
@@ -283,16 +239,14 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   if (cfg_load_file(cfg, job, err, sizeof err) || embc_create(cfg, &b.client, err, sizeof err)) {
     fprintf(stderr, "bench: %s\n", err);
     cfg_destroy(cfg);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    bench_stop_daemon(pid);
     goto out;
   }
   b.write = 0;
   if (warm(&b)) { /* the daemon's memory tier, as in-process above */
     embc_destroy(b.client);
     cfg_destroy(cfg);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    bench_stop_daemon(pid);
     goto out;
   }
   for (int sk = 0; sk < 2; sk++)
@@ -309,11 +263,7 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   }
   embc_destroy(b.client);
   cfg_destroy(cfg);
-  kill(pid, SIGTERM);
-  int status;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
+  if (bench_stop_daemon(pid)) fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
   rc = 0;
 out:
   if (st) emb_store_close(st);
@@ -356,6 +306,7 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "embedding")) return bench_embedding(cli);
   if (!strcmp(what, "model")) return bench_model(cli);
   if (!strcmp(what, "data")) return bench_data_parse(cli);
-  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, model, data)\n", what);
+  if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
+  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model)\n", what);
   return 2;
 }

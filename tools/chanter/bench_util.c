@@ -1,0 +1,65 @@
+/* bench_util: see bench_util.h. */
+#include "bench_util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double bench_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void self_dir(char *out, size_t n) {
+  ssize_t l = readlink("/proc/self/exe", out, n - 1);
+  out[l > 0 ? l : 0] = 0;
+  char *s = strrchr(out, '/');
+  if (s) *s = 0;
+}
+
+int bench_start_daemon(const char *daemon, char *const argv[], const char *ready, const char *logf, pid_t *pid) {
+  char bin[4096];
+  char *args[32];
+  int n = 0;
+  self_dir(bin, sizeof bin - 64);
+  strcat(bin, "/");
+  strcat(bin, daemon);
+  args[n++] = bin;
+  for (int i = 0; argv[i] && n < 31; i++) args[n++] = argv[i];
+  args[n] = NULL;
+  unlink(ready);
+  *pid = fork();
+  if (*pid == 0) {
+    if (!freopen(logf, "w", stderr)) _exit(126);
+    execv(bin, args);
+    _exit(127);
+  }
+  for (int i = 0; i < 600; i++) {
+    FILE *f = fopen(ready, "r");
+    if (f) {
+      char buf[512] = "";
+      size_t r = fread(buf, 1, sizeof buf - 1, f);
+      fclose(f);
+      buf[r] = 0;
+      char *p = strstr(buf, "\"rpc_port\": ");
+      if (p) return atoi(p + 12);
+    }
+    if (waitpid(*pid, NULL, WNOHANG) == *pid) return -1;
+    usleep(50000);
+  }
+  kill(*pid, SIGKILL);
+  waitpid(*pid, NULL, 0);
+  return -1;
+}
+
+int bench_stop_daemon(pid_t pid) {
+  int status = 0;
+  kill(pid, SIGTERM);
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
