@@ -18,7 +18,8 @@ int cmd_config(cli_t *cli);
 int cmd_embedding(cli_t *cli);
 int cmd_bench(cli_t *cli);
 int cmd_data(cli_t *cli);
-int cmd_dataproc(cli_t *cli);      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
+int cmd_dataproc(cli_t *cli);
+int cmd_train(cli_t *cli);         /* cmd_train.c: train --local */      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */

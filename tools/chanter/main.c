@@ -23,6 +23,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  config keys                      every job key with its type, default and help\n"
           "  config show [--verbose]          the effective configuration (with origins)\n"
+          "  train --local [--workdir DIR]    train the job's model in this process (no daemons)\n"
           "  embedding lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
           "  embedding write KEY=V,V,...      write full rows (vector + optimizer state)\n"
           "  embedding digest                 SHA-256 of every stored row, per server and combined\n"
@@ -100,6 +101,8 @@ int main(int argc, char **argv) {
     rc = cmd_data(&cli);
   else if (!strcmp(cmd, "dataproc"))
     rc = cmd_dataproc(&cli);
+  else if (!strcmp(cmd, "train"))
+    rc = cmd_train(&cli);
   else if (!strcmp(cmd, "bench"))
     rc = cmd_bench(&cli);
   else {
