@@ -29,17 +29,23 @@
  *           (hidden sizes, ReLU); final linear concat(x_L, deep) -> 1.
  *
  * Initialization (model_init, deterministic from the seed alone, no
- * global RNG): weights of a linear layer followed by ReLU are He-uniform,
- * U(-sqrt(6/in), sqrt(6/in)); of a linear layer producing a logit (or the
- * DLRM bottom's last layer) Xavier-uniform, U(-sqrt(6/(in+out)), ...);
- * biases 0; cross weights Xavier-uniform over (d0, 1), cross biases 0.  The
- * random stream is tbl_mix64(seed ^ tag, parameter index) so a parameter's
- * initial value does not depend on the thread count or on other layers.
+ * global RNG): weights of a linear layer followed by ReLU (every hidden
+ * layer, and DLRM's bottom output) are He-uniform, U(-sqrt(6/in),
+ * sqrt(6/in)); of a linear layer producing a logit Xavier-uniform,
+ * U(-sqrt(6/(in+out)), sqrt(6/(in+out))); biases 0; cross weights
+ * Xavier-uniform over (d0, 1), cross biases 0.  Each value is
+ * tbl_mix64(seed, tensor number, element index) mapped to [-1, 1) with 24
+ * bits, so it does not depend on thread count or call order.
  *
  * Determinism: same config + seed + inputs -> bit-identical logits, losses,
- * gradients and parameters (see nn.h; OpenBLAS threads partition by output
- * blocks).  A model_t is used by one thread at a time; OpenBLAS may use its
- * own thread pool inside a call.
+ * gradients and parameters, whatever the thread count (see "threads"
+ * below and nn.h), on one machine: OpenBLAS picks CPU-specific kernels, so
+ * two machines of different CPU types may differ in the last bits.
+ *
+ * Threads: a model_t is driven by one thread at a time; inside
+ * model_forward / model_backward the model runs its own worker threads
+ * (below).  Everything a step needs is allocated by model_create: a step
+ * does no malloc.
  */
 #ifndef CHANTER_MODEL_H
 #define CHANTER_MODEL_H
@@ -71,6 +77,28 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables,
                  uint32_t dim, uint32_t max_batch, model_t **out, char *err,
                  size_t err_len);
 void model_destroy(model_t *m);
+
+/* ---- threads.  A batch is cut into MODEL_PARTS parts of consecutive rows
+ * (boundaries depend on n only).  Each part runs forward and backward on
+ * its own, writing its parameter gradients to its own buffer; backward then
+ * sums them in part order.  The model's threads run the parts (thread t the
+ * parts t, t+T, ...), each part's GEMMs single-threaded, so the threads
+ * meet only at the end of the forward, of the backward and of the gradient
+ * sum (no locking inside a GEMM), and the results are bit-identical for ANY
+ * thread count: they depend on MODEL_PARTS, not on T.  With T > 1
+ * the model sets OpenBLAS to one thread, process-wide (our threads call
+ * sgemm concurrently).  model_create starts T = the CPUs in the process's
+ * affinity mask, at most MODEL_PARTS. */
+#define MODEL_PARTS 4
+/* Restarts the model's threads with n threads in all (the caller's
+ * included; 0 = the default above, capped at MODEL_PARTS).  Not during a
+ * step.  0 or -EAGAIN (then the model runs single-threaded). */
+int model_set_threads(model_t *m, uint32_t n);
+uint32_t model_threads(const model_t *m);
+/* The model's pool (NULL when single-threaded; pool_run accepts NULL), for
+ * a trainer's own parallel work between steps: the optimizer
+ * (opt_step_pool), per-table embedding work.  Not during a step. */
+struct pool_s *model_pool(model_t *m);
 
 /* Deterministic initialization from seed (see above); also zeroes grads. */
 void model_init(model_t *m, uint64_t seed);

@@ -99,6 +99,9 @@ uint32_t nn_embedding_bag_bwd(const float *d_out, size_t d_out_stride,
  * given), Z] with Z the strictly-lower-triangle dot products in DLRM's
  * order: (1,0), (2,0), (2,1), (3,0), ... i.e. F*(F-1)/2 floats. */
 uint32_t nn_interact_out_width(uint32_t n_emb, uint32_t dim, int has_bottom);
+/* 1 if the per-sample scratch (kept on the stack) fits this shape: about
+ * F <= 90 vectors and F * dim <= 8192 floats. */
+int nn_interact_fits(uint32_t n_emb, uint32_t dim, int has_bottom);
 void nn_interact_fwd(const float *bottom, size_t bottom_stride, const float *emb,
                      size_t emb_stride, uint32_t n, uint32_t n_emb, uint32_t dim,
                      float *out, size_t out_stride);
@@ -131,5 +134,35 @@ void nn_cross_fwd(const float *x0, const float *x, uint32_t n, uint32_t d,
 void nn_cross_bwd(const float *x0, const float *x, const float *s, uint32_t n,
                   uint32_t d, const float *w, const float *dy, float *dw,
                   float *db, float *dx, float *dx0);
+
+/* ---- a stack of L cross layers from x_0 = x0, fused per sample so that
+ * the sample's rows stay in cache across layers.  xl[l] (l = 1..L) receive
+ * x_l and s[l-1] the per-sample x_{l-1} . w[l-1]; w[l], b[l] are layer l+1's
+ * parameters.  Bit for bit the same as L calls of nn_cross_fwd. */
+void nn_cross_stack_fwd(const float *x0, uint32_t n, uint32_t d, uint32_t L,
+                        const float *const *w, const float *const *b, float *const *s,
+                        float *const *xl);
+/* Backward: dy [n x d] holds d x_L (it is used as scratch); dw[l], db[l]
+ * are overwritten; dx0 receives, added to what it holds, the gradient
+ * through every layer's x0 term and through x_0 itself.  Bit for bit the
+ * same as nn_cross_bwd for l = L-1 .. 0 followed by dx0 += (d x_0). */
+void nn_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L,
+                        const float *const *w, const float *const *xl,
+                        const float *const *s, float *dy, float *const *dw,
+                        float *const *db, float *dx0);
+
+/* ---- OpenBLAS kernel choice.  OpenBLAS picks its kernels once, when it is
+ * loaded, from the CPU model; a CPU newer than the library (Debian 12's
+ * OpenBLAS 0.3.21 does not know Sapphire/Emerald Rapids) gets the generic
+ * "Prescott" SSE3 kernels, about 5x slower.  The fix is the environment
+ * variable OPENBLAS_CORETYPE, read only at process start (a systemd unit's
+ * Environment=, or re-executing the program).
+ * The kernel set OpenBLAS uses, e.g. "SkylakeX", "Haswell", "Prescott". */
+const char *nn_blas_core(void);
+/* The OPENBLAS_CORETYPE this CPU deserves ("SkylakeX" with AVX-512,
+ * "Haswell" with AVX2+FMA) when OpenBLAS fell back to a pre-AVX2 kernel set
+ * on it and OPENBLAS_CORETYPE is not set; NULL when there is nothing to
+ * fix (a choice OpenBLAS made for a CPU it knows is kept). */
+const char *nn_blas_better_core(void);
 
 #endif

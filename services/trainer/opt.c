@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "pool.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define OPT_HOT __attribute__((optimize("O3", "no-math-errno")))
@@ -118,27 +119,53 @@ OPT_HOT static void adam(float *restrict w, float *restrict m, float *restrict v
   }
 }
 
-void opt_step(opt_t *o, float *params, const float *grads) {
-  o->t++;
+/* Elements [lo, hi) of step t. */
+static void step_range(opt_t *o, float *params, const float *grads, size_t lo, size_t hi) {
+  size_t n = hi - lo;
   switch (o->kind) {
     case OPT_SGD:
-      sgd(params, grads, o->n, o->hp.lr);
+      sgd(params + lo, grads + lo, n, o->hp.lr);
       break;
     case OPT_ADAGRAD:
-      adagrad(params, o->state, grads, o->n, o->hp.lr, o->hp.eps);
+      adagrad(params + lo, o->state + lo, grads + lo, n, o->hp.lr, o->hp.eps);
       break;
     case OPT_ADAM: {
       double t = (double)o->t;
       double bc1 = 1.0 - pow(o->hp.beta1, t), bc2 = 1.0 - pow(o->hp.beta2, t);
       float lr_t = (float)(o->hp.lr * sqrt(bc2) / bc1);
       float eps_t = (float)(o->hp.eps * sqrt(bc2));
-      adam(params, o->state, o->state + o->n, grads, o->n, o->hp.beta1, o->hp.beta2,
-           lr_t, eps_t);
+      adam(params + lo, o->state + lo, o->state + o->n + lo, grads + lo, n, o->hp.beta1,
+           o->hp.beta2, lr_t, eps_t);
       break;
     }
     default:
       ASSERT(!"bad dense optimizer");
   }
+}
+
+void opt_step(opt_t *o, float *params, const float *grads) {
+  o->t++;
+  step_range(o, params, grads, 0, o->n);
+}
+
+typedef struct step_job_s {
+  opt_t *o;
+  float *params;
+  const float *grads;
+} step_job_t;
+
+static void step_job(void *arg, uint32_t tid, uint32_t nt) {
+  step_job_t *j = arg;
+  size_t n = j->o->n, lo = n * tid / nt, hi = n * (tid + 1) / nt;
+  lo &= ~(size_t)15; /* slices on cache lines */
+  if (tid + 1 < nt) hi &= ~(size_t)15;
+  step_range(j->o, j->params, j->grads, lo, hi);
+}
+
+void opt_step_pool(opt_t *o, float *params, const float *grads, struct pool_s *pool) {
+  o->t++;
+  step_job_t j = {o, params, grads};
+  pool_run(pool, step_job, &j);
 }
 
 opt_kind_t opt_kind(const opt_t *o) { return o->kind; }

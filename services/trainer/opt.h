@@ -62,6 +62,10 @@ int opt_create_kind(opt_kind_t kind, const opt_hparams_t *hp, size_t n_params,
 void opt_destroy(opt_t *o);
 /* One step: params -= update(grads); advances the step count. */
 void opt_step(opt_t *o, float *params, const float *grads);
+/* The same step with the parameters cut into one slice per thread of pool
+ * (element-wise, so the result is that of opt_step, bit for bit). */
+struct pool_s;
+void opt_step_pool(opt_t *o, float *params, const float *grads, struct pool_s *pool);
 opt_kind_t opt_kind(const opt_t *o);
 /* The state array (opt_state_floats floats: adagrad h; adam m then v) and
  * step count, for checkpoints and digests.  Writable between steps. */

@@ -1,10 +1,512 @@
-/* chanter bench model: placeholder until the model library lands (issue 4). */
+/*
+ * chanter bench model: how close a CPU training step of each model comes to
+ * OpenBLAS's own sgemm speed.
+ *
+ * For each model (dlrm, wdl, deepfm, dcn) at batch 2048 (--batch) it runs
+ * full training steps -- embedding bag forward over random ids in an
+ * in-memory table of the job's layout (table_rows, embedding_dim, state of
+ * embedding_optimizer), model forward and backward, the dense optimizer
+ * step, the coalesced embedding backward and the row updates -- and prints
+ * samples/s, the GEMM FLOPs per sample (model_gemm_flops_per_sample),
+ * achieved GFLOP/s, and, measured in the same run, cblas_sgemm GFLOP/s with
+ * OpenBLAS on every CPU on the model's largest layer (its forward,
+ * weight-gradient and input-gradient GEMMs at this batch) and on the
+ * model's whole GEMM sequence.  ratio = achieved / largest-layer sgemm.  A
+ * per-phase split of the step says where the rest goes.
+ *
+ * The machine may be shared, so the model and the sgemm baselines are
+ * measured in alternating rounds and each figure is the best round's.
+ * Embedding work runs per table on the model's threads (tables are
+ * independent, so the result does not depend on the thread count).
+ *
+ * OpenBLAS picks its kernels when it is loaded; on a CPU it does not know it
+ * falls back to slow generic ones (nn_blas_better_core()).  Unless
+ * --no-reexec is given, the benchmark then re-executes itself with
+ * OPENBLAS_CORETYPE set and says so.  Nothing is a threshold: this prints.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "err.h"
+#include "model.h"
+#include "nn.h"
+#include "opt.h"
+#include "pool.h"
+#include "table.h"
+
+#define ID_BATCHES 8 /* distinct random id batches cycled through */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Per-thread scratch of the embedding backward. */
+typedef struct scratch_s {
+  float *grad;
+  uint64_t *uniq;
+  void *work;
+} scratch_t;
+
+typedef struct bench_s {
+  uint32_t batch, n_dense, n_tables, dim, stride;
+  uint64_t *rows;        /* rows per table */
+  float **tables;        /* in-memory row stores, stride floats a row */
+  uint64_t *ids;         /* [ID_BATCHES][n_tables][batch] */
+  float *dense, *labels; /* [batch x n_dense], [batch] */
+  float *emb, *d_emb, *logits;
+  scratch_t sc[MODEL_PARTS];
+  opt_kind_t row_kind;
+  opt_hparams_t row_hp;
+  const uint64_t *cur_ids; /* ids of the step being run */
+} bench_t;
+
+typedef struct phases_s {
+  double emb_fwd, fwd, bwd, opt, emb_bwd; /* seconds per step */
+} phases_t;
+
+typedef struct result_s {
+  const char *model;
+  double samples_s, flops, gflops, sgemm_big, sgemm_all, ratio;
+  phases_t ph;
+  uint32_t threads;
+  char big[64];
+  char desc[256];
+} result_t;
+
+static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap) {
+  char err[256];
+  tbl_layout_t l;
+  memset(b, 0, sizeof(*b));
+  int rc = cfg_layout(cfg, &l, err, sizeof(err));
+  if (rc < 0) {
+    fprintf(stderr, "bench model: %s\n", err);
+    return rc;
+  }
+  rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &b->row_kind);
+  if (rc < 0) goto out;
+  opt_hparams_from_cfg(cfg, b->row_kind, &b->row_hp);
+  b->batch = batch;
+  b->n_dense = (uint32_t)cfg_int(cfg, "n_dense");
+  b->n_tables = l.n_tables;
+  b->dim = l.n_tables ? l.tables[0].dim : (uint32_t)cfg_int(cfg, "embedding_dim");
+  for (uint32_t t = 0; t < l.n_tables; t++)
+    if (l.tables[t].dim != b->dim) {
+      fprintf(stderr, "bench model: the models need one embedding_dim for all tables\n");
+      rc = -EINVAL;
+      goto out;
+    }
+  b->stride = b->dim + opt_row_state_floats(b->row_kind, b->dim);
+  size_t B = batch, E = (size_t)b->n_tables * b->dim;
+  b->rows = calloc(l.n_tables + 1, sizeof(uint64_t));
+  b->tables = calloc(l.n_tables + 1, sizeof(float *));
+  b->ids = malloc(ID_BATCHES * (b->n_tables + 1) * B * sizeof(uint64_t));
+  b->dense = malloc((B * b->n_dense + 1) * sizeof(float));
+  b->labels = malloc(B * sizeof(float));
+  b->emb = aligned_alloc(64, ((B * E + 16) * sizeof(float) + 63) & ~(size_t)63);
+  b->d_emb = aligned_alloc(64, ((B * E + 16) * sizeof(float) + 63) & ~(size_t)63);
+  b->logits = malloc(B * sizeof(float));
+  rc = -ENOMEM;
+  if (!b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->emb || !b->d_emb ||
+      !b->logits)
+    goto out;
+  for (int k = 0; k < MODEL_PARTS; k++) {
+    b->sc[k].grad = malloc((B * b->dim + 1) * sizeof(float));
+    b->sc[k].uniq = malloc(B * sizeof(uint64_t));
+    b->sc[k].work = malloc(nn_embedding_bag_bwd_work_size(batch, 1) + 8);
+    if (!b->sc[k].grad || !b->sc[k].uniq || !b->sc[k].work) goto out;
+  }
+  for (uint32_t t = 0; t < b->n_tables; t++) {
+    uint64_t r = l.tables[t].rows < rows_cap ? l.tables[t].rows : rows_cap;
+    b->rows[t] = r;
+    b->tables[t] = malloc(r * b->stride * sizeof(float));
+    if (!b->tables[t]) goto out;
+    float row[1024];
+    for (uint64_t k = 0; k < r; k++) {
+      if (tbl_row_floats(&l, t) <= 1024) {
+        tbl_init_row(&l, TBL_KEY(t, k), row);
+        memcpy(b->tables[t] + k * b->stride, row, b->stride * sizeof(float));
+      } else {
+        memset(b->tables[t] + k * b->stride, 0, b->stride * sizeof(float));
+      }
+    }
+  }
+  uint64_t s = 12345;
+  for (size_t i = 0; i < ID_BATCHES * b->n_tables * B; i++) {
+    s = tbl_mix64(s);
+    uint32_t t = (uint32_t)((i / B) % b->n_tables);
+    b->ids[i] = (s >> 8) % b->rows[t];
+  }
+  for (size_t i = 0; i < B * b->n_dense; i++) {
+    s = tbl_mix64(s);
+    b->dense[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
+  }
+  for (size_t i = 0; i < B; i++) {
+    s = tbl_mix64(s);
+    b->labels[i] = (float)(s & 1);
+  }
+  rc = 0;
+out:
+  tbl_layout_close(&l);
+  return rc;
+}
+
+static void bench_close(bench_t *b) {
+  for (uint32_t t = 0; b->tables && t < b->n_tables; t++) free(b->tables[t]);
+  for (int k = 0; k < MODEL_PARTS; k++) {
+    free(b->sc[k].grad);
+    free(b->sc[k].uniq);
+    free(b->sc[k].work);
+  }
+  free(b->tables);
+  free(b->rows);
+  free(b->ids);
+  free(b->dense);
+  free(b->labels);
+  free(b->emb);
+  free(b->d_emb);
+  free(b->logits);
+}
+
+/* Embedding work, tables tid, tid + nt, ... on each thread. */
+static void emb_fwd_job(void *arg, uint32_t tid, uint32_t nt) {
+  bench_t *b = arg;
+  uint32_t B = b->batch, T = b->n_tables, D = b->dim;
+  for (uint32_t t = tid; t < T; t += nt)
+    nn_embedding_bag_fwd(b->tables[t], b->stride, b->cur_ids + (size_t)t * B, B, 1, D,
+                         b->emb + t * D, (size_t)T * D);
+}
+
+static void emb_bwd_job(void *arg, uint32_t tid, uint32_t nt) {
+  bench_t *b = arg;
+  uint32_t B = b->batch, T = b->n_tables, D = b->dim;
+  scratch_t *sc = &b->sc[tid];
+  for (uint32_t t = tid; t < T; t += nt) {
+    uint32_t u = nn_embedding_bag_bwd(b->d_emb + t * D, (size_t)T * D, b->cur_ids + (size_t)t * B,
+                                      B, 1, D, sc->uniq, sc->grad, D, sc->work);
+    float *base = b->tables[t];
+    for (uint32_t k = 0; k < u; k++) {
+      if (k + 8 < u) __builtin_prefetch(base + sc->uniq[k + 8] * b->stride, 1);
+      opt_row_update(b->row_kind, &b->row_hp, base + sc->uniq[k] * b->stride, D,
+                     sc->grad + (size_t)k * D);
+    }
+  }
+}
+
+/* One training step; adds each phase's seconds into ph. */
+static double step(bench_t *b, model_t *m, opt_t *o, uint32_t it, phases_t *ph) {
+  uint32_t B = b->batch;
+  pool_t *pool = model_pool(m);
+  b->cur_ids = b->ids + (size_t)(it % ID_BATCHES) * b->n_tables * B;
+  double t0 = now_s();
+  pool_run(pool, emb_fwd_job, b);
+  double t1 = now_s();
+  model_forward(m, B, b->dense, b->emb, b->logits);
+  double t2 = now_s();
+  double loss = model_backward(m, B, b->labels, 1.0f / (float)B, b->d_emb);
+  double t3 = now_s();
+  opt_step_pool(o, model_params(m), model_grads(m), pool);
+  double t4 = now_s();
+  pool_run(pool, emb_bwd_job, b);
+  double t5 = now_s();
+  if (ph) {
+    ph->emb_fwd += t1 - t0;
+    ph->fwd += t2 - t1;
+    ph->bwd += t3 - t2;
+    ph->opt += t4 - t3;
+    ph->emb_bwd += t5 - t4;
+  }
+  return loss;
+}
+
+/* Operands of a list of GEMMs, allocated once. */
+typedef struct gemm_set_s {
+  const model_gemm_t *g;
+  size_t k;
+  float *a[64], *b[64], *c[64];
+  double flops;
+} gemm_set_t;
+
+static int gemm_set_open(gemm_set_t *s, const model_gemm_t *g, size_t k) {
+  memset(s, 0, sizeof(*s));
+  s->g = g;
+  s->k = k > 64 ? 64 : k;
+  for (size_t i = 0; i < s->k; i++) {
+    size_t na = (size_t)g[i].m * g[i].k, nb = (size_t)g[i].k * g[i].n, nc = (size_t)g[i].m * g[i].n;
+    s->a[i] = aligned_alloc(64, (na * 4 + 64) & ~(size_t)63);
+    s->b[i] = aligned_alloc(64, (nb * 4 + 64) & ~(size_t)63);
+    s->c[i] = aligned_alloc(64, (nc * 4 + 64) & ~(size_t)63);
+    if (!s->a[i] || !s->b[i] || !s->c[i]) return -ENOMEM;
+    for (size_t j = 0; j < na; j++) s->a[i][j] = (float)((j * 7) % 13) * 0.01f;
+    for (size_t j = 0; j < nb; j++) s->b[i][j] = (float)((j * 5) % 11) * 0.01f;
+    memset(s->c[i], 0, nc * 4);
+    s->flops += 2.0 * g[i].m * g[i].n * g[i].k;
+  }
+  return 0;
+}
+
+static void gemm_set_close(gemm_set_t *s) {
+  for (size_t i = 0; i < s->k; i++) {
+    free(s->a[i]);
+    free(s->b[i]);
+    free(s->c[i]);
+  }
+}
+
+static void gemm_set_run(const gemm_set_t *s) {
+  for (size_t i = 0; i < s->k; i++) {
+    const model_gemm_t *x = &s->g[i];
+    int lda = x->trans_a ? (int)x->m : (int)x->k, ldb = x->trans_b ? (int)x->k : (int)x->n;
+    cblas_sgemm(CblasRowMajor, x->trans_a ? CblasTrans : CblasNoTrans,
+                x->trans_b ? CblasTrans : CblasNoTrans, (int)x->m, (int)x->n, (int)x->k, 1.0f,
+                s->a[i], lda, s->b[i], ldb, 0.0f, s->c[i], (int)x->n);
+  }
+}
+
+/* GFLOP/s of the set run back to back for at least min_s (after one
+ * warm-up run). */
+static double gemm_set_gflops(const gemm_set_t *s, double min_s) {
+  gemm_set_run(s);
+  int reps = 0;
+  double t0 = now_s(), el;
+  do {
+    gemm_set_run(s);
+    reps++;
+    el = now_s() - t0;
+  } while (el < min_s || reps < 2);
+  return s->flops * reps / el / 1e9;
+}
+
+static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads, int iters,
+                     int rounds, double seconds, result_t *r) {
+  char kv[64], err[256];
+  int rc;
+  memset(r, 0, sizeof(*r));
+  r->model = name;
+  snprintf(kv, sizeof(kv), "model=%s", name);
+  if ((rc = cfg_set(cfg, kv, "bench", err, sizeof(err))) < 0) {
+    fprintf(stderr, "bench model: %s\n", err);
+    return rc;
+  }
+  model_t *m = NULL;
+  opt_t *o = NULL;
+  gemm_set_t big, all;
+  memset(&big, 0, sizeof(big));
+  memset(&all, 0, sizeof(all));
+  rc = model_create(cfg, b->n_dense, b->n_tables, b->dim, b->batch, &m, err, sizeof(err));
+  if (rc < 0) {
+    fprintf(stderr, "bench model: %s: %s\n", name, err);
+    return rc;
+  }
+  snprintf(r->desc, sizeof(r->desc), "%s", model_describe(m));
+  if (threads && (rc = model_set_threads(m, threads)) < 0) {
+    fprintf(stderr, "bench model: threads: %s\n", err_str(rc));
+    goto out;
+  }
+  r->threads = model_threads(m);
+  model_init(m, (uint64_t)cfg_int(cfg, "seed"));
+  if ((rc = opt_create(cfg, model_n_params(m), &o)) < 0) {
+    fprintf(stderr, "bench model: optimizer: %s\n", err_str(rc));
+    goto out;
+  }
+
+  /* the baselines: the largest layer's forward GEMM and the two backward
+   * GEMMs after it, and the model's whole GEMM list */
+  model_gemm_t g[64];
+  size_t k = model_gemms(m, b->batch, g, 64);
+  if (k > 64) k = 64;
+  size_t best = 0;
+  double best_f = -1.0;
+  for (size_t i = 0; i < k; i++) {
+    double f = (double)g[i].n * g[i].k;
+    if (!g[i].trans_a && g[i].trans_b && f > best_f) {
+      best_f = f;
+      best = i;
+    }
+  }
+  size_t nb = (best + 2 < k && !g[best + 2].trans_a && !g[best + 2].trans_b) ? 3 : 2;
+  snprintf(r->big, sizeof(r->big), "%ux%u", g[best].k, g[best].n);
+  if ((rc = gemm_set_open(&big, g + best, nb)) < 0 || (rc = gemm_set_open(&all, g, k)) < 0) {
+    fprintf(stderr, "bench model: out of memory\n");
+    goto out;
+  }
+
+  step(b, m, o, 0, NULL); /* warm-up: page in activations and tables */
+  step(b, m, o, 1, NULL);
+  uint32_t it = 2;
+  double best_step = 1e30;
+  int ncpu = (int)pool_default_threads();
+  for (int round = 0; round < rounds; round++) {
+    /* the model, with its own threads (OpenBLAS single-threaded) */
+    openblas_set_num_threads(r->threads > 1 ? 1 : ncpu);
+    phases_t ph;
+    memset(&ph, 0, sizeof(ph));
+    int n = 0;
+    double t0 = now_s(), el;
+    do {
+      step(b, m, o, it++, &ph);
+      n++;
+      el = now_s() - t0;
+    } while (n < iters || el < seconds / (2 * rounds));
+    if (el / n < best_step) {
+      best_step = el / n;
+      r->ph.emb_fwd = ph.emb_fwd / n;
+      r->ph.fwd = ph.fwd / n;
+      r->ph.bwd = ph.bwd / n;
+      r->ph.opt = ph.opt / n;
+      r->ph.emb_bwd = ph.emb_bwd / n;
+    }
+    /* sgemm with OpenBLAS on every CPU */
+    openblas_set_num_threads(ncpu);
+    double gb = gemm_set_gflops(&big, seconds / (4 * rounds));
+    double ga = gemm_set_gflops(&all, seconds / (4 * rounds));
+    if (gb > r->sgemm_big) r->sgemm_big = gb;
+    if (ga > r->sgemm_all) r->sgemm_all = ga;
+  }
+  openblas_set_num_threads(r->threads > 1 ? 1 : ncpu);
+  r->samples_s = (double)b->batch / best_step;
+  r->flops = model_gemm_flops_per_sample(m);
+  r->gflops = r->flops * r->samples_s / 1e9;
+  r->ratio = r->gflops / r->sgemm_big;
+out:
+  gemm_set_close(&big);
+  gemm_set_close(&all);
+  opt_destroy(o);
+  model_destroy(m);
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: chanter bench model [--batch N] [--iters N] [--seconds S] [--models a,b]\n"
+          "                           [--threads N] [--rounds N] [--rows-cap N] [--no-reexec]\n                           [--json]\n"
+          "  --batch      samples per step (default 2048)\n"
+          "  --iters      steps per round at least (default 3)\n"
+          "  --rounds     alternating model / sgemm rounds, the best counts (default 10)\n"
+          "  --seconds    time per model, all rounds (default 6)\n"
+          "  --models     subset of dlrm,wdl,deepfm,dcn (default all)\n"
+          "  --threads    model threads (default: the CPUs available, at most %d)\n"
+          "  --rows-cap   cap on rows per in-memory table (default none)\n"
+          "  --no-reexec  keep OpenBLAS's own kernel choice even if it fell back\n"
+          "The model, optimizers and table layout come from the config (--config/--set).\n",
+          MODEL_PARTS);
+}
+
+/* Re-executes this program with OPENBLAS_CORETYPE=core and the same
+ * arguments (read back from /proc/self/cmdline).  Returns only on error. */
+static void reexec_with_core(const char *core) {
+  static char buf[65536];
+  char *argv[512];
+  FILE *f = fopen("/proc/self/cmdline", "rb");
+  if (!f) return;
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  if (len == 0 || len >= sizeof(buf) - 1) return;
+  buf[len] = 0;
+  int argc = 0;
+  for (size_t i = 0; i < len && argc < 511; i += strlen(buf + i) + 1) argv[argc++] = buf + i;
+  argv[argc] = NULL;
+  fprintf(stderr,
+          "bench model: OpenBLAS chose its %s kernels on a CPU it does not know; re-running with "
+          "OPENBLAS_CORETYPE=%s (set it yourself, or pass --no-reexec, to skip this)\n",
+          nn_blas_core(), core);
+  fflush(NULL);
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  execv("/proc/self/exe", argv);
+  fprintf(stderr, "bench model: re-exec failed: %s\n", strerror(errno));
+}
 
 int bench_model(cli_t *cli) {
-  (void)cli;
-  fprintf(stderr, "chanter bench model: not built yet\n");
-  return 2;
+  const char *s;
+  uint32_t batch = 2048, threads = 0;
+  int iters = 3, rounds = 10;
+  double seconds = 6.0;
+  uint64_t rows_cap = UINT64_MAX;
+  const char *models = "dlrm,wdl,deepfm,dcn";
+  if (cli_flag(cli, "--help") || cli_flag(cli, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  int no_reexec = cli_flag(cli, "--no-reexec");
+  if ((s = cli_opt(cli, "--batch"))) batch = (uint32_t)strtoul(s, NULL, 10);
+  if ((s = cli_opt(cli, "--iters"))) iters = atoi(s);
+  if ((s = cli_opt(cli, "--rounds"))) rounds = atoi(s);
+  if ((s = cli_opt(cli, "--seconds"))) seconds = atof(s);
+  if ((s = cli_opt(cli, "--threads"))) threads = (uint32_t)strtoul(s, NULL, 10);
+  if ((s = cli_opt(cli, "--rows-cap"))) rows_cap = strtoull(s, NULL, 10);
+  if ((s = cli_opt(cli, "--models"))) models = s;
+  if (cli->argc > 0 || batch == 0 || rows_cap == 0 || iters < 1 || rounds < 1 || seconds < 0) {
+    usage(stderr);
+    return 2;
+  }
+  const char *core = nn_blas_better_core();
+  if (core && !no_reexec) reexec_with_core(core);
+
+  bench_t b;
+  int rc = bench_open(&b, cli->cfg, batch, rows_cap);
+  if (rc < 0) {
+    bench_close(&b);
+    return 1;
+  }
+  result_t res[4];
+  int nr = 0;
+  char list[128];
+  snprintf(list, sizeof(list), "%s", models);
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && nr < 4;
+       tok = strtok_r(NULL, ",", &save)) {
+    model_kind_t k;
+    if (model_kind_parse(tok, &k) < 0) {
+      fprintf(stderr, "bench model: unknown model '%s'\n", tok);
+      rc = -EINVAL;
+      break;
+    }
+    if ((rc = bench_one(&b, cli->cfg, model_kind_name(k), threads, iters, rounds, seconds, &res[nr])) < 0)
+      break;
+    nr++;
+  }
+  if (cli->json) {
+    printf("{\"batch\": %u, \"blas_core\": \"%s\", \"results\": [", batch, nn_blas_core());
+    for (int i = 0; i < nr; i++)
+      printf("%s\n {\"model\": \"%s\", \"threads\": %u, \"samples_per_sec\": %.1f, "
+             "\"flops_per_sample\": %.0f, \"gflops\": %.2f, \"sgemm_largest_gflops\": %.2f, "
+             "\"sgemm_all_gflops\": %.2f, \"ratio\": %.4f, \"ms_emb_fwd\": %.3f, \"ms_fwd\": %.3f, "
+             "\"ms_bwd\": %.3f, \"ms_opt\": %.3f, \"ms_emb_bwd\": %.3f}",
+             i ? "," : "", res[i].model, res[i].threads, res[i].samples_s, res[i].flops,
+             res[i].gflops, res[i].sgemm_big, res[i].sgemm_all, res[i].ratio,
+             1e3 * res[i].ph.emb_fwd, 1e3 * res[i].ph.fwd, 1e3 * res[i].ph.bwd,
+             1e3 * res[i].ph.opt, 1e3 * res[i].ph.emb_bwd);
+    printf("]}\n");
+  } else {
+    printf("chanter bench model: batch %u, %u dense, %u tables x dim %u, optimizer %s, rows %s; "
+           "OpenBLAS %s kernels; model threads %u\n",
+           batch, b.n_dense, b.n_tables, b.dim, cfg_str(cli->cfg, "optimizer"),
+           cfg_str(cli->cfg, "embedding_optimizer"), nn_blas_core(), nr ? res[0].threads : 0);
+    for (int i = 0; i < nr; i++) printf("  %s\n", res[i].desc);
+    printf("sgemm(layer): cblas_sgemm, OpenBLAS on %u CPUs, on the largest layer's fwd+dW+dx "
+           "shapes; sgemm(all): the model's GEMMs alone; ratio = GFLOP/s / sgemm(layer); "
+           "best of %d rounds\n",
+           pool_default_threads(), rounds);
+    printf("%-7s %10s %9s %8s %9s %8s %8s %6s | ms/step %6s %6s %6s %6s %6s\n", "model",
+           "samples/s", "MFLOP/smp", "GFLOP/s", "layer", "sgemm", "sgemm", "ratio", "embfw",
+           "fwd", "bwd", "opt", "embbw");
+    printf("%-7s %10s %9s %8s %9s %8s %8s %6s |\n", "", "", "", "", "", "(layer)", "(all)", "");
+    for (int i = 0; i < nr; i++) {
+      const result_t *r = &res[i];
+      printf("%-7s %10.0f %9.3f %8.1f %9s %8.1f %8.1f %5.1f%% |         %6.2f %6.2f %6.2f %6.2f "
+             "%6.2f\n",
+             r->model, r->samples_s, r->flops / 1e6, r->gflops, r->big, r->sgemm_big,
+             r->sgemm_all, 100.0 * r->ratio, 1e3 * r->ph.emb_fwd, 1e3 * r->ph.fwd,
+             1e3 * r->ph.bwd, 1e3 * r->ph.opt, 1e3 * r->ph.emb_bwd);
+    }
+  }
+  bench_close(&b);
+  return rc < 0 ? 1 : 0;
 }

@@ -1,0 +1,740 @@
+/*
+ * model: DLRM, Wide&Deep, DeepFM and Deep&Cross over nn.h (see model.h for
+ * the architectures, the parameter layout and the initialization).
+ *
+ * model_create plans the parameter tensors in layout order, allocates the
+ * one parameter array and the one gradient array, and every activation and
+ * activation-gradient buffer for max_batch samples; forward and backward
+ * then only run layers over those buffers.  Buffers are 64-byte aligned so
+ * the GEMMs and the vectorized loops start on cache lines.
+ *
+ * A step is cut into MODEL_PARTS parts of rows (model.h, "threads"): each
+ * part's forward and backward read and write only its rows of the shared
+ * activation buffers and its own gradient buffer, so parts run on any
+ * thread with no locking; job_reduce then sums the gradient buffers in part
+ * order, sliced by parameter index across the threads.
+ */
+#include "model.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "nn.h"
+#include "pool.h"
+#include "table.h"
+
+#define MAX_LAYERS 32
+#define MAX_CROSS 64
+
+typedef enum init_e { INIT_ZERO = 0, INIT_HE, INIT_XAVIER } init_t;
+
+/* One parameter tensor: offset and size in the parameter array, how it is
+ * initialized (fans for the uniform limits). */
+typedef struct tensor_s {
+  size_t off, len;
+  init_t init;
+  uint32_t fan_in, fan_out;
+} tensor_t;
+
+typedef struct lin_s {
+  uint32_t in, out;
+  size_t w, b; /* offsets of W [out x in] and b [out] */
+  nn_act_t act;
+} lin_t;
+
+typedef struct mlp_s {
+  uint32_t n;
+  lin_t l[MAX_LAYERS];
+  float *y[MAX_LAYERS];  /* outputs [max_batch x out] */
+  float *dy[MAX_LAYERS]; /* gradients of the outputs */
+} mlp_t;
+
+/* One part of a batch: its rows, and where its parameter gradients go
+ * (part 0: the model's grads; the others: private buffers summed into it). */
+typedef struct part_s {
+  uint32_t i0, n;
+  float *g;
+  double loss;
+} part_t;
+
+struct model_s {
+  model_kind_t kind;
+  uint32_t n_dense, n_tables, dim, max_batch;
+  uint32_t emb_w; /* n_tables * dim */
+  uint32_t d0;    /* n_dense + emb_w: the concatenated input of wdl/deepfm/dcn */
+  size_t n_params;
+  float *params, *grads;
+  tensor_t tensors[4 * MAX_LAYERS + 2 * MAX_CROSS];
+  uint32_t n_tensors;
+
+  mlp_t bottom, top, deep; /* dlrm: bottom, top; others: deep */
+  int has_bottom;
+  uint32_t inter_w;
+  float *inter, *d_inter, *d_emb_scratch;
+
+  lin_t wide; /* wdl wide part / deepfm first-order part */
+  float *wide_y, *wide_dy, *fm_y;
+  float *x0, *dx0;
+
+  uint32_t n_cross;
+  size_t cross_w[MAX_CROSS], cross_b[MAX_CROSS];
+  float *xl[MAX_CROSS + 1], *sl[MAX_CROSS], *dxl;
+  lin_t final;
+  float *cat, *dcat, *final_y;
+
+  float *dlogits;
+  float *zbuf;              /* where the forward leaves the logits */
+  const float *dense, *emb; /* inputs of the last forward */
+  uint32_t n;               /* samples of the last forward */
+  const float *labels;      /* arguments of the running backward */
+  float scale;
+  float *d_emb_out;
+  char desc[1024];
+
+  /* parts and threads */
+  part_t part[MODEL_PARTS];
+  float *pgrads[MODEL_PARTS]; /* [0] = grads */
+  pool_t *pool;               /* NULL: single-threaded */
+
+  void *allocs[8 * MAX_LAYERS + 4 * MAX_CROSS + 32 + MODEL_PARTS];
+  uint32_t n_allocs;
+};
+
+static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn"};
+
+int model_kind_parse(const char *name, model_kind_t *out) {
+  for (int k = 0; k < 4; k++)
+    if (name && strcmp(name, kind_names[k]) == 0) {
+      *out = (model_kind_t)k;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+const char *model_kind_name(model_kind_t k) {
+  return (unsigned)k < 4 ? kind_names[k] : "?";
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+static void add_floats(float *restrict d, const float *restrict s, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+/* ----------------------------------------------------------------- planning */
+
+static size_t add_tensor(model_t *m, size_t len, init_t init, uint32_t fan_in,
+                         uint32_t fan_out) {
+  ASSERT(m->n_tensors < sizeof(m->tensors) / sizeof(m->tensors[0]));
+  tensor_t *t = &m->tensors[m->n_tensors++];
+  t->off = m->n_params;
+  t->len = len;
+  t->init = init;
+  t->fan_in = fan_in;
+  t->fan_out = fan_out;
+  m->n_params += len;
+  return t->off;
+}
+
+static lin_t plan_linear(model_t *m, uint32_t in, uint32_t out, nn_act_t act) {
+  lin_t l = {.in = in, .out = out, .act = act};
+  l.w = add_tensor(m, (size_t)in * out, act == NN_ACT_RELU ? INIT_HE : INIT_XAVIER, in, out);
+  l.b = add_tensor(m, out, INIT_ZERO, in, out);
+  return l;
+}
+
+/* An MLP in -> sizes[0] -> ... -> sizes[k-1] (-> final_out when > 0);
+ * ReLU after every layer except an appended final_out layer. */
+static int plan_mlp(model_t *m, mlp_t *p, uint32_t in, const uint32_t *sizes, size_t k,
+                    uint32_t final_out) {
+  p->n = 0;
+  if (k + (final_out > 0) > MAX_LAYERS) return -EINVAL;
+  for (size_t i = 0; i < k; i++) {
+    p->l[p->n++] = plan_linear(m, in, sizes[i], NN_ACT_RELU);
+    in = sizes[i];
+  }
+  if (final_out) p->l[p->n++] = plan_linear(m, in, final_out, NN_ACT_NONE);
+  return 0;
+}
+
+static uint32_t mlp_out(const mlp_t *p, uint32_t in) {
+  return p->n ? p->l[p->n - 1].out : in;
+}
+
+/* ----------------------------------------------------------------- memory */
+
+static float *alloc_floats(model_t *m, size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  if (bytes == 0) bytes = 64;
+  ASSERT(m->n_allocs < sizeof(m->allocs) / sizeof(m->allocs[0]));
+  float *p = aligned_alloc(64, bytes);
+  if (p) {
+    memset(p, 0, bytes);
+    m->allocs[m->n_allocs++] = p;
+  }
+  return p;
+}
+
+static int alloc_mlp(model_t *m, mlp_t *p) {
+  for (uint32_t i = 0; i < p->n; i++) {
+    p->y[i] = alloc_floats(m, (size_t)m->max_batch * p->l[i].out);
+    p->dy[i] = alloc_floats(m, (size_t)m->max_batch * p->l[i].out);
+    if (!p->y[i] || !p->dy[i]) return -ENOMEM;
+  }
+  return 0;
+}
+
+/* ----------------------------------------------------------------- config */
+
+static int parse_sizes(const cfg_t *cfg, const char *key, uint32_t *sizes, size_t *k,
+                       char *err, size_t err_len) {
+  char **items = NULL;
+  size_t n = 0;
+  int rc = cfg_list(cfg, key, &items, &n);
+  if (rc < 0) {
+    snprintf(err, err_len, "%s: %s", key, err_str(rc));
+    return rc;
+  }
+  if (n > MAX_LAYERS - 1) {
+    snprintf(err, err_len, "%s: %zu layers, at most %d", key, n, MAX_LAYERS - 1);
+    rc = ERR_CONFIG;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(items[i], &end, 10);
+    if (errno || !end || *end || end == items[i] || v == 0 || v > (1ul << 20)) {
+      snprintf(err, err_len, "%s: '%s' is not a layer size in [1, 1048576]", key, items[i]);
+      rc = ERR_CONFIG;
+      goto out;
+    }
+    sizes[i] = (uint32_t)v;
+  }
+  *k = n;
+out:
+  cfg_list_free(items, n);
+  return rc;
+}
+
+static void describe_mlp(char *buf, size_t len, const char *name, const mlp_t *p) {
+  size_t o = strlen(buf);
+  if (p->n == 0 || o >= len) return;
+  o += (size_t)snprintf(buf + o, len - o, " %s=%u", name, p->l[0].in);
+  for (uint32_t i = 0; i < p->n && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "-%u", p->l[i].out);
+}
+
+/* ----------------------------------------------------------------- create */
+
+int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
+                 uint32_t max_batch, model_t **out, char *err, size_t err_len) {
+  int rc = 0;
+  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
+  size_t k1 = 0, k2 = 0;
+  model_t *m = NULL;
+  *out = NULL;
+  if (err_len) err[0] = 0;
+
+  model_kind_t kind;
+  if (model_kind_parse(cfg_str(cfg, "model"), &kind) < 0) {
+    snprintf(err, err_len, "model: unknown model '%s'", cfg_str(cfg, "model"));
+    return ERR_CONFIG;
+  }
+  if (max_batch == 0 || dim == 0 || (n_dense == 0 && n_tables == 0)) {
+    snprintf(err, err_len, "model: needs max_batch, dim and some input (n_dense=%u n_tables=%u dim=%u max_batch=%u)",
+             n_dense, n_tables, dim, max_batch);
+    return -EINVAL;
+  }
+  if ((uint64_t)n_tables * dim > (1u << 24) || n_dense > (1u << 24)) {
+    snprintf(err, err_len, "model: input too wide (n_dense=%u n_tables=%u dim=%u)", n_dense,
+             n_tables, dim);
+    return -EINVAL;
+  }
+  m = calloc(1, sizeof(*m));
+  if (!m) return -ENOMEM;
+  m->kind = kind;
+  m->n_dense = n_dense;
+  m->n_tables = n_tables;
+  m->dim = dim;
+  m->max_batch = max_batch;
+  m->emb_w = n_tables * dim;
+  m->d0 = n_dense + m->emb_w;
+  size_t B = max_batch;
+
+  if (kind == MODEL_DLRM) {
+    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) goto out;
+    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) goto out;
+    m->has_bottom = n_dense > 0;
+    uint32_t f = n_tables + (m->has_bottom ? 1 : 0);
+    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
+      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large", f, dim);
+      rc = -EINVAL;
+      goto out;
+    }
+    if (m->has_bottom) {
+      s1[k1++] = dim; /* the bottom MLP ends at the embedding dimension */
+      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
+    }
+    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
+    if (m->inter_w == 0) {
+      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
+      rc = -EINVAL;
+      goto out;
+    }
+    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
+  } else {
+    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) goto out;
+    if (kind == MODEL_DCN) {
+      int64_t L = cfg_int(cfg, "model.cross_layers");
+      if (L < 0 || L > MAX_CROSS) {
+        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
+        rc = ERR_CONFIG;
+        goto out;
+      }
+      m->n_cross = (uint32_t)L;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
+        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
+      }
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
+      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
+      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
+    } else {
+      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
+    }
+  }
+
+  m->params = alloc_floats(m, m->n_params);
+  m->grads = alloc_floats(m, m->n_params);
+  m->dlogits = alloc_floats(m, B);
+  if (!m->params || !m->grads || !m->dlogits) goto nomem;
+  m->pgrads[0] = m->grads;
+  for (uint32_t k = 1; k < MODEL_PARTS; k++)
+    if (!(m->pgrads[k] = alloc_floats(m, m->n_params))) goto nomem;
+  if (kind == MODEL_DLRM) {
+    if (alloc_mlp(m, &m->bottom) < 0 || alloc_mlp(m, &m->top) < 0) goto nomem;
+    m->inter = alloc_floats(m, B * m->inter_w);
+    m->d_inter = alloc_floats(m, B * m->inter_w);
+    m->d_emb_scratch = alloc_floats(m, B * m->emb_w);
+    if (!m->inter || !m->d_inter || !m->d_emb_scratch) goto nomem;
+  } else {
+    m->x0 = alloc_floats(m, B * m->d0);
+    m->dx0 = alloc_floats(m, B * m->d0);
+    if (!m->x0 || !m->dx0 || alloc_mlp(m, &m->deep) < 0) goto nomem;
+    if (kind == MODEL_DCN) {
+      m->xl[0] = m->x0;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->xl[l + 1] = alloc_floats(m, B * m->d0);
+        m->sl[l] = alloc_floats(m, B);
+        if (!m->xl[l + 1] || !m->sl[l]) goto nomem;
+      }
+      m->dxl = alloc_floats(m, B * m->d0);
+      m->final_y = alloc_floats(m, B);
+      if (!m->dxl || !m->final_y) goto nomem;
+      if (m->deep.n) {
+        m->cat = alloc_floats(m, B * m->final.in);
+        m->dcat = alloc_floats(m, B * m->final.in);
+        if (!m->cat || !m->dcat) goto nomem;
+      }
+    } else {
+      m->wide_y = alloc_floats(m, B);
+      m->wide_dy = alloc_floats(m, B);
+      m->fm_y = alloc_floats(m, B);
+      if (!m->wide_y || !m->wide_dy || !m->fm_y) goto nomem;
+    }
+  }
+
+  if (kind == MODEL_DLRM)
+    m->zbuf = m->top.y[m->top.n - 1];
+  else if (kind == MODEL_DCN)
+    m->zbuf = m->final_y;
+  else
+    m->zbuf = m->deep.y[m->deep.n - 1];
+
+  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[kind]);
+  if (kind == MODEL_DLRM) {
+    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
+    size_t o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
+             n_tables + (m->has_bottom ? 1 : 0), dim, m->inter_w);
+    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
+  } else {
+    size_t o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
+    if (kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
+    }
+    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
+    if (kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
+    }
+  }
+  size_t o = strlen(m->desc);
+  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
+
+  if ((rc = model_set_threads(m, 0)) < 0) /* still correct, only slower */
+    log_warn("model: cannot start threads, running single-threaded err=%s", err_str(rc));
+  *out = m;
+  return 0;
+
+nomem:
+  rc = -ENOMEM;
+  snprintf(err, err_len, "model: out of memory");
+out:
+  model_destroy(m);
+  return rc;
+}
+
+void model_destroy(model_t *m) {
+  if (!m) return;
+  pool_destroy(m->pool);
+  for (uint32_t i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
+  free(m);
+}
+
+/* ----------------------------------------------------------------- init */
+
+/* Uniform in [-1, 1) from (seed, tensor, element): 24 random bits. */
+static inline float unif(uint64_t tseed, size_t i) {
+  uint64_t r = tbl_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
+  return (float)((double)(r >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+void model_init(model_t *m, uint64_t seed) {
+  for (uint32_t t = 0; t < m->n_tensors; t++) {
+    const tensor_t *ts = &m->tensors[t];
+    float *p = m->params + ts->off;
+    double lim = 0.0;
+    if (ts->init == INIT_HE)
+      lim = sqrt(6.0 / (double)ts->fan_in);
+    else if (ts->init == INIT_XAVIER)
+      lim = sqrt(6.0 / ((double)ts->fan_in + (double)ts->fan_out));
+    uint64_t tseed = tbl_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
+    for (size_t i = 0; i < ts->len; i++) p[i] = lim > 0.0 ? (float)(lim * unif(tseed, i)) : 0.0f;
+  }
+  for (uint32_t k = 0; k < MODEL_PARTS; k++) memset(m->pgrads[k], 0, m->n_params * sizeof(float));
+}
+
+model_kind_t model_kind(const model_t *m) { return m->kind; }
+size_t model_n_params(const model_t *m) { return m->n_params; }
+float *model_params(model_t *m) { return m->params; }
+float *model_grads(model_t *m) { return m->grads; }
+uint32_t model_max_batch(const model_t *m) { return m->max_batch; }
+const char *model_describe(const model_t *m) { return m->desc; }
+
+/* ----------------------------------------------------------------- layers */
+
+/* Rows [i0, i0 + n) of a per-sample buffer of width w. */
+#define ROWS(buf, w) ((buf) + (size_t)p->i0 * (w))
+
+static void lin_fwd(model_t *m, const lin_t *l, uint32_t n, const float *x, float *y) {
+  nn_linear_fwd(x, n, l->in, l->out, m->params + l->w, m->params + l->b, l->act, y);
+}
+
+static void lin_bwd(model_t *m, const part_t *p, const lin_t *l, const float *x,
+                    const float *y, float *dy, float *dx, int acc) {
+  nn_linear_bwd(x, y, dy, p->n, l->in, l->out, m->params + l->w, l->act, p->g + l->w,
+                p->g + l->b, dx, acc);
+}
+
+/* Forward of an MLP over the part's rows of x; returns its output rows. */
+static const float *mlp_fwd(model_t *m, mlp_t *q, const part_t *p, const float *x) {
+  for (uint32_t i = 0; i < q->n; i++) {
+    float *y = ROWS(q->y[i], q->l[i].out);
+    lin_fwd(m, &q->l[i], p->n, x, y);
+    x = y;
+  }
+  return x;
+}
+
+/* Backward from the part's rows of q->dy[last] (set by the caller); dx
+ * (the part's rows) of the input when not NULL, added to when acc. */
+static void mlp_bwd(model_t *m, mlp_t *q, const part_t *p, const float *x, float *dx, int acc) {
+  for (uint32_t i = q->n; i-- > 0;) {
+    const float *xi = i ? ROWS(q->y[i - 1], q->l[i - 1].out) : x;
+    float *dxi = i ? ROWS(q->dy[i - 1], q->l[i - 1].out) : dx;
+    lin_bwd(m, p, &q->l[i], xi, ROWS(q->y[i], q->l[i].out), ROWS(q->dy[i], q->l[i].out), dxi,
+            i ? 0 : acc);
+  }
+}
+
+static void concat_x0(model_t *m, const part_t *p, const float *dense, const float *emb) {
+  const float *src[2] = {dense, emb};
+  size_t stride[2] = {m->n_dense, m->emb_w};
+  uint32_t width[2] = {m->n_dense, m->emb_w};
+  uint32_t k = m->n_dense ? 0 : 1; /* no dense piece without dense features */
+  nn_concat_fwd(p->n, 2 - k, src + k, stride + k, width + k, ROWS(m->x0, m->d0), m->d0);
+}
+
+static void split_dx0(model_t *m, const part_t *p, float *d_emb) {
+  if (!d_emb || m->emb_w == 0) return;
+  float *dst[2] = {NULL, d_emb};
+  size_t stride[2] = {m->n_dense, m->emb_w};
+  uint32_t width[2] = {m->n_dense, m->emb_w};
+  nn_concat_bwd(p->n, 2, ROWS(m->dx0, m->d0), m->d0, width, dst, stride, 0);
+}
+
+/* ----------------------------------------------------------------- forward */
+
+static void forward_part(model_t *m, const part_t *p) {
+  uint32_t n = p->n;
+  if (n == 0) return;
+  const float *dense = m->n_dense ? ROWS(m->dense, m->n_dense) : NULL;
+  const float *emb = ROWS(m->emb, m->emb_w);
+  switch (m->kind) {
+    case MODEL_DLRM: {
+      const float *bot = m->has_bottom ? mlp_fwd(m, &m->bottom, p, dense) : NULL;
+      float *inter = ROWS(m->inter, m->inter_w);
+      nn_interact_fwd(bot, m->dim, emb, m->emb_w, n, m->n_tables, m->dim, inter, m->inter_w);
+      mlp_fwd(m, &m->top, p, inter);
+      break;
+    }
+    case MODEL_WDL:
+    case MODEL_DEEPFM: {
+      concat_x0(m, p, dense, emb);
+      const float *x0 = ROWS(m->x0, m->d0);
+      float *wide = ROWS(m->wide_y, 1);
+      lin_fwd(m, &m->wide, n, x0, wide);
+      float *y = (float *)mlp_fwd(m, &m->deep, p, x0); /* the logits accumulate here */
+      if (m->kind == MODEL_DEEPFM) {
+        float *fm = ROWS(m->fm_y, 1);
+        nn_fm_fwd(emb, m->emb_w, n, m->n_tables, m->dim, fm);
+        for (uint32_t i = 0; i < n; i++) y[i] = (wide[i] + y[i]) + fm[i];
+      } else {
+        for (uint32_t i = 0; i < n; i++) y[i] = wide[i] + y[i];
+      }
+      break;
+    }
+    case MODEL_DCN: {
+      concat_x0(m, p, dense, emb);
+      const float *x0 = ROWS(m->x0, m->d0);
+      const float *w[MAX_CROSS], *b[MAX_CROSS];
+      float *sl[MAX_CROSS], *xl[MAX_CROSS + 1];
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        w[l] = m->params + m->cross_w[l];
+        b[l] = m->params + m->cross_b[l];
+        sl[l] = ROWS(m->sl[l], 1);
+        xl[l + 1] = ROWS(m->xl[l + 1], m->d0);
+      }
+      nn_cross_stack_fwd(x0, n, m->d0, m->n_cross, w, b, sl, xl);
+      const float *fin = ROWS(m->xl[m->n_cross], m->d0);
+      if (m->deep.n) {
+        uint32_t hw = mlp_out(&m->deep, m->d0);
+        const float *src[2] = {fin, mlp_fwd(m, &m->deep, p, x0)};
+        size_t stride[2] = {m->d0, hw};
+        uint32_t width[2] = {m->d0, hw};
+        nn_concat_fwd(n, 2, src, stride, width, ROWS(m->cat, m->final.in), m->final.in);
+        fin = ROWS(m->cat, m->final.in);
+      }
+      lin_fwd(m, &m->final, n, fin, ROWS(m->final_y, 1));
+      break;
+    }
+  }
+}
+
+/* ----------------------------------------------------------------- backward */
+
+/* Note on the deep tower's output in wdl/deepfm: its y buffer holds the
+ * final logit (wide + deep [+ fm]); the ReLU-free last layer's backward
+ * never reads y, so reusing it is safe. */
+static void backward_part(model_t *m, part_t *p) {
+  uint32_t n = p->n;
+  float *dl = ROWS(m->dlogits, 1);
+  float *d_emb = m->d_emb_out ? ROWS(m->d_emb_out, m->emb_w) : NULL;
+  p->loss = nn_bce_logits_bwd(ROWS(m->zbuf, 1), ROWS(m->labels, 1), n, m->scale, dl);
+  switch (m->kind) {
+    case MODEL_DLRM: {
+      float *inter = ROWS(m->inter, m->inter_w), *d_inter = ROWS(m->d_inter, m->inter_w);
+      memcpy(ROWS(m->top.dy[m->top.n - 1], 1), dl, (size_t)n * sizeof(float));
+      mlp_bwd(m, &m->top, p, inter, d_inter, 0);
+      uint32_t lb = m->bottom.n - 1;
+      const float *bot = m->has_bottom ? ROWS(m->bottom.y[lb], m->dim) : NULL;
+      float *dbot = m->has_bottom ? ROWS(m->bottom.dy[lb], m->dim) : NULL;
+      nn_interact_bwd(bot, m->dim, ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim,
+                      d_inter, m->inter_w, dbot, d_emb ? d_emb : ROWS(m->d_emb_scratch, m->emb_w),
+                      m->emb_w);
+      if (m->has_bottom) mlp_bwd(m, &m->bottom, p, ROWS(m->dense, m->n_dense), NULL, 0);
+      break;
+    }
+    case MODEL_WDL:
+    case MODEL_DEEPFM: {
+      const float *x0 = ROWS(m->x0, m->d0);
+      float *dx0 = ROWS(m->dx0, m->d0);
+      memcpy(ROWS(m->deep.dy[m->deep.n - 1], 1), dl, (size_t)n * sizeof(float));
+      memcpy(ROWS(m->wide_dy, 1), dl, (size_t)n * sizeof(float));
+      mlp_bwd(m, &m->deep, p, x0, dx0, 0);
+      lin_bwd(m, p, &m->wide, x0, ROWS(m->wide_y, 1), ROWS(m->wide_dy, 1), dx0, 1);
+      if (m->kind == MODEL_DEEPFM)
+        nn_fm_bwd(ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim, dl,
+                  dx0 + m->n_dense, m->d0, 1);
+      split_dx0(m, p, d_emb);
+      break;
+    }
+    case MODEL_DCN: {
+      const float *x0 = ROWS(m->x0, m->d0);
+      float *dx0 = ROWS(m->dx0, m->d0), *dxl = ROWS(m->dxl, m->d0);
+      const float *fin = m->deep.n ? ROWS(m->cat, m->final.in) : ROWS(m->xl[m->n_cross], m->d0);
+      float *dfin = m->deep.n ? ROWS(m->dcat, m->final.in) : dxl;
+      lin_bwd(m, p, &m->final, fin, ROWS(m->final_y, 1), dl, dfin, 0);
+      if (m->deep.n) {
+        uint32_t hw = mlp_out(&m->deep, m->d0);
+        float *dst[2] = {dxl, ROWS(m->deep.dy[m->deep.n - 1], hw)};
+        size_t stride[2] = {m->d0, hw};
+        uint32_t width[2] = {m->d0, hw};
+        nn_concat_bwd(n, 2, dfin, m->final.in, width, dst, stride, 0);
+        mlp_bwd(m, &m->deep, p, x0, dx0, 0);
+      } else {
+        memset(dx0, 0, (size_t)n * m->d0 * sizeof(float));
+      }
+      /* through the cross stack; x_0 is x0 itself, so its gradient as the
+       * first cross input (or as the final layer's input when there are no
+       * cross layers) adds into dx0 too */
+      const float *w[MAX_CROSS], *xl[MAX_CROSS + 1], *sl[MAX_CROSS];
+      float *dw[MAX_CROSS], *db[MAX_CROSS];
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        w[l] = m->params + m->cross_w[l];
+        xl[l] = ROWS(m->xl[l], m->d0);
+        sl[l] = ROWS(m->sl[l], 1);
+        dw[l] = p->g + m->cross_w[l];
+        db[l] = p->g + m->cross_b[l];
+      }
+      nn_cross_stack_bwd(x0, n, m->d0, m->n_cross, w, xl, sl, dxl, dw, db, dx0);
+      split_dx0(m, p, d_emb);
+      break;
+    }
+  }
+}
+
+#undef ROWS
+
+/* ----------------------------------------------------------------- threads */
+
+/* Thread tid runs the parts tid, tid + T, ...: which thread runs a part
+ * never changes what the part computes. */
+static void job_forward(void *arg, uint32_t tid, uint32_t nt) {
+  model_t *m = arg;
+  for (uint32_t k = tid; k < MODEL_PARTS; k += nt) forward_part(m, &m->part[k]);
+}
+
+static void job_backward(void *arg, uint32_t tid, uint32_t nt) {
+  model_t *m = arg;
+  for (uint32_t k = tid; k < MODEL_PARTS; k += nt) backward_part(m, &m->part[k]);
+}
+
+/* grads = ((g0 + g1) + g2) + g3, element-wise in part order, over this
+ * thread's slice of the parameters. */
+static void job_reduce(void *arg, uint32_t tid, uint32_t nt) {
+  model_t *m = arg;
+  size_t lo = m->n_params * tid / nt, hi = m->n_params * (tid + 1) / nt;
+  lo &= ~(size_t)15;
+  if (tid + 1 < nt) hi &= ~(size_t)15;
+  for (uint32_t k = 1; k < MODEL_PARTS; k++) add_floats(m->grads + lo, m->pgrads[k] + lo, hi - lo);
+}
+
+int model_set_threads(model_t *m, uint32_t n) {
+  if (n == 0) n = pool_default_threads();
+  if (n > MODEL_PARTS) n = MODEL_PARTS;
+  if (n == model_threads(m)) return 0;
+  pool_destroy(m->pool);
+  m->pool = NULL;
+  if (n == 1) return 0;
+  openblas_set_num_threads(1); /* our threads call sgemm concurrently */
+  return pool_create(n, &m->pool);
+}
+
+uint32_t model_threads(const model_t *m) { return pool_threads(m->pool); }
+pool_t *model_pool(model_t *m) { return m->pool; }
+
+/* ----------------------------------------------------------------- steps */
+
+/* Splits n rows into MODEL_PARTS parts: boundaries depend on n only (and
+ * fall on multiples of 16 rows when they can). */
+static void split(model_t *m, uint32_t n) {
+  for (uint32_t k = 0; k < MODEL_PARTS; k++) {
+    uint32_t lo = (uint32_t)((uint64_t)n * k / MODEL_PARTS);
+    uint32_t hi = (uint32_t)((uint64_t)n * (k + 1) / MODEL_PARTS);
+    if (n >= 16 * MODEL_PARTS) {
+      lo &= ~15u;
+      if (k + 1 < MODEL_PARTS) hi &= ~15u;
+    }
+    m->part[k].i0 = lo;
+    m->part[k].n = hi - lo;
+    m->part[k].g = m->pgrads[k];
+    m->part[k].loss = 0.0;
+  }
+}
+
+void model_forward(model_t *m, uint32_t n, const float *dense, const float *emb,
+                   float *logits) {
+  ASSERT_OP(n, <=, m->max_batch);
+  m->n = n;
+  m->dense = dense;
+  m->emb = emb;
+  split(m, n);
+  pool_run(m->pool, job_forward, m);
+  if (logits) memcpy(logits, m->zbuf, (size_t)n * sizeof(float));
+}
+
+double model_backward(model_t *m, uint32_t n, const float *labels, float scale,
+                      float *d_emb) {
+  ASSERT_OP(n, ==, m->n);
+  m->labels = labels;
+  m->scale = scale;
+  m->d_emb_out = d_emb;
+  pool_run(m->pool, job_backward, m);
+  pool_run(m->pool, job_reduce, m);
+  double loss = 0.0;
+  for (uint32_t k = 0; k < MODEL_PARTS; k++) loss += m->part[k].loss;
+  return loss;
+}
+
+/* ----------------------------------------------------------------- accounting */
+
+static size_t add_gemms(const lin_t *l, uint32_t n, int need_dx, model_gemm_t *out,
+                        size_t cap, size_t k) {
+  model_gemm_t g[3] = {
+      {n, l->out, l->in, 0, 1},  /* y = x W^T */
+      {l->out, l->in, n, 1, 0},  /* dW = dy^T x */
+      {n, l->in, l->out, 0, 0},  /* dx = dy W */
+  };
+  for (int i = 0; i < (need_dx ? 3 : 2); i++) {
+    if (k < cap) out[k] = g[i];
+    k++;
+  }
+  return k;
+}
+
+size_t model_gemms(const model_t *m, uint32_t n, model_gemm_t *out, size_t cap) {
+  size_t k = 0;
+  if (m->kind == MODEL_DLRM) {
+    for (uint32_t i = 0; i < m->bottom.n; i++) k = add_gemms(&m->bottom.l[i], n, i > 0, out, cap, k);
+    for (uint32_t i = 0; i < m->top.n; i++) k = add_gemms(&m->top.l[i], n, 1, out, cap, k);
+  } else if (m->kind == MODEL_DCN) {
+    for (uint32_t i = 0; i < m->deep.n; i++) k = add_gemms(&m->deep.l[i], n, 1, out, cap, k);
+    k = add_gemms(&m->final, n, 1, out, cap, k);
+  } else {
+    k = add_gemms(&m->wide, n, 1, out, cap, k);
+    for (uint32_t i = 0; i < m->deep.n; i++) k = add_gemms(&m->deep.l[i], n, 1, out, cap, k);
+  }
+  return k;
+}
+
+double model_gemm_flops_per_sample(const model_t *m) {
+  model_gemm_t g[4 * MAX_LAYERS + 8];
+  size_t k = model_gemms(m, 1, g, sizeof(g) / sizeof(g[0]));
+  double f = 0.0;
+  for (size_t i = 0; i < k; i++) f += 2.0 * g[i].m * g[i].n * g[i].k;
+  return f;
+}

@@ -1,0 +1,626 @@
+/*
+ * Layers of services/trainer/nn.h: forward values against direct formulas
+ * and backward against central finite differences.
+ *
+ * Finite differences: every layer is checked through the scalar
+ * L = sum_k r_k * y_k (r fixed random weights, summed in double), whose
+ * gradient w.r.t. y is r; the analytic gradients from the backward with
+ * dy = r are compared element by element with (L(p+e) - L(p-e)) / 2e,
+ * e = 1e-3, computed with the float32 forward.  Tolerance |a - n| <= 1e-3 +
+ * 1e-2 |n|: the float32 forward rounds each output to ~6e-8 relative
+ * (values here are O(1), sums of <= 16 terms), so L carries an error of a
+ * few 1e-7 and the difference quotient ~1e-4; the truncation error of a
+ * central difference is e^2/6 * |f'''| ~ 1e-7 for these smooth layers.
+ * Inputs of ReLU layers are kept at least 0.02 from the kink so a +-e
+ * perturbation never crosses it.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "nn.h"
+#include "table.h"
+
+/* |a - b| <= tol, in double (cmocka's assert_float_equal rounds to float) */
+#define assert_near(a, b, tol)                                              \
+  do {                                                                      \
+    double a_ = (double)(a), b_ = (double)(b);                              \
+    if (!(fabs(a_ - b_) <= (double)(tol))) {                                \
+      print_error("%s = %.9g, %s = %.9g, tolerance %g\n", #a, a_, #b, b_,   \
+                  (double)(tol));                                           \
+      fail();                                                               \
+    }                                                                       \
+  } while (0)
+
+#define FD_EPS 1e-3f
+#define FD_ATOL 1e-3
+#define FD_RTOL 1e-2
+
+static uint64_t rng_state;
+static float urand(void) { /* uniform [-1, 1) */
+  rng_state = tbl_mix64(rng_state);
+  return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
+}
+static void fill(float *p, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) p[i] = scale * urand();
+}
+static double wsum(const float *y, const float *r, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)y[i] * r[i];
+  return s;
+}
+
+/* ---- generic finite-difference check */
+typedef double (*objective_fn)(void *ctx);
+
+static void fd_check(const char *what, objective_fn f, void *ctx, float *p, size_t n,
+                     const float *analytic) {
+  for (size_t i = 0; i < n; i++) {
+    float saved = p[i];
+    p[i] = saved + FD_EPS;
+    double lp = f(ctx);
+    p[i] = saved - FD_EPS;
+    double lm = f(ctx);
+    p[i] = saved;
+    double num = (lp - lm) / (2.0 * FD_EPS);
+    double a = analytic[i];
+    if (fabs(a - num) > FD_ATOL + FD_RTOL * fabs(num)) {
+      print_error("%s[%zu]: analytic %.6g numeric %.6g\n", what, i, a, num);
+      fail();
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ linear */
+
+typedef struct lin_ctx_s {
+  uint32_t n, in, out;
+  nn_act_t act;
+  float *x, *w, *b, *y, *r;
+} lin_ctx_t;
+
+static double lin_obj(void *c) {
+  lin_ctx_t *l = c;
+  nn_linear_fwd(l->x, l->n, l->in, l->out, l->w, l->b, l->act, l->y);
+  return wsum(l->y, l->r, (size_t)l->n * l->out);
+}
+
+static void check_linear(nn_act_t act, int with_bias, uint32_t in, uint32_t out) {
+  lin_ctx_t l = {.n = 5, .in = in, .out = out, .act = act};
+  size_t nx = l.n * l.in, nw = l.in * l.out, ny = l.n * l.out;
+  l.x = malloc(nx * 4); l.w = malloc(nw * 4); l.b = with_bias ? malloc(l.out * 4) : NULL;
+  l.y = malloc(ny * 4); l.r = malloc(ny * 4);
+  float *dy = malloc(ny * 4), *dw = malloc(nw * 4), *db = malloc(l.out * 4),
+        *dx = malloc(nx * 4), *pre = malloc(ny * 4);
+  /* draw until every pre-activation is >= 0.02 from the ReLU kink */
+  for (rng_state = 1;; ) {
+    fill(l.x, nx, 1.0f); fill(l.w, nw, 0.5f); if (l.b) fill(l.b, l.out, 0.5f);
+    nn_linear_fwd(l.x, l.n, l.in, l.out, l.w, l.b, NN_ACT_NONE, pre);
+    size_t k = 0;
+    while (k < ny && fabsf(pre[k]) >= 0.02f) k++;
+    if (k == ny) break;
+  }
+  fill(l.r, ny, 1.0f);
+  /* forward against the direct formula */
+  lin_obj(&l);
+  for (uint32_t i = 0; i < l.n; i++)
+    for (uint32_t j = 0; j < l.out; j++) {
+      double s = l.b ? l.b[j] : 0.0;
+      for (uint32_t k = 0; k < l.in; k++) s += (double)l.x[i * l.in + k] * l.w[j * l.in + k];
+      if (act == NN_ACT_RELU && s < 0) s = 0;
+      assert_near(l.y[i * l.out + j], s, 1e-5);
+    }
+  memcpy(dy, l.r, ny * 4);
+  nn_linear_bwd(l.x, l.y, dy, l.n, l.in, l.out, l.w, act, dw, l.b ? db : NULL, dx, 0);
+  fd_check("linear dx", lin_obj, &l, l.x, nx, dx);
+  fd_check("linear dw", lin_obj, &l, l.w, nw, dw);
+  if (l.b) fd_check("linear db", lin_obj, &l, l.b, l.out, db);
+  /* dx_accumulate adds to what is there */
+  float *dx2 = malloc(nx * 4);
+  for (size_t i = 0; i < nx; i++) dx2[i] = 1.0f;
+  memcpy(dy, l.r, ny * 4);
+  lin_obj(&l);
+  nn_linear_bwd(l.x, l.y, dy, l.n, l.in, l.out, l.w, act, dw, NULL, dx2, 1);
+  for (size_t i = 0; i < nx; i++) assert_near(dx2[i], dx[i] + 1.0f, 1e-6);
+  free(dx2);
+  free(l.x); free(l.w); free(l.b); free(l.y); free(l.r);
+  free(dy); free(dw); free(db); free(dx); free(pre);
+}
+
+static void test_linear(void **state) {
+  (void)state;
+  check_linear(NN_ACT_NONE, 1, 7, 6);
+  check_linear(NN_ACT_RELU, 1, 7, 6);
+  check_linear(NN_ACT_NONE, 0, 7, 6);
+  check_linear(NN_ACT_RELU, 0, 7, 6);
+  /* one output: the matrix-vector path (in = 19: 8-lane blocks + tail) */
+  check_linear(NN_ACT_NONE, 1, 19, 1);
+  check_linear(NN_ACT_RELU, 0, 19, 1);
+}
+
+/* -------------------------------------------------------------- element-wise */
+
+typedef struct ew_ctx_s {
+  size_t n;
+  int sigmoid;
+  float *x, *y, *r;
+} ew_ctx_t;
+
+static double ew_obj(void *c) {
+  ew_ctx_t *e = c;
+  if (e->sigmoid) nn_sigmoid_fwd(e->x, e->n, e->y);
+  else nn_relu_fwd(e->x, e->n, e->y);
+  return wsum(e->y, e->r, e->n);
+}
+
+static void test_relu_sigmoid(void **state) {
+  (void)state;
+  enum { N = 64 };
+  float x[N], y[N], r[N], dx[N];
+  rng_state = 7;
+  for (int i = 0; i < N; i++) {
+    float v = 3.0f * urand();
+    x[i] = fabsf(v) < 0.02f ? 0.5f : v; /* away from the kink */
+  }
+  fill(r, N, 1.0f);
+  for (int s = 0; s < 2; s++) {
+    ew_ctx_t e = {N, s, x, y, r};
+    ew_obj(&e);
+    for (int i = 0; i < N; i++) {
+      double ref = s ? 1.0 / (1.0 + exp(-(double)x[i])) : (x[i] > 0 ? x[i] : 0.0);
+      assert_near(y[i], ref, 1e-6);
+    }
+    if (s) nn_sigmoid_bwd(y, r, N, dx);
+    else nn_relu_bwd(y, r, N, dx);
+    fd_check(s ? "sigmoid" : "relu", ew_obj, &e, x, N, dx);
+  }
+  /* sigmoid saturates without NaN or overflow */
+  float big[4] = {-200.0f, -90.0f, 90.0f, 200.0f}, out[4];
+  nn_sigmoid_fwd(big, 4, out);
+  assert_true(out[0] == 0.0f && out[1] >= 0.0f && out[1] < 1e-30f);
+  assert_true(out[2] == 1.0f && out[3] == 1.0f);
+  /* in place */
+  memcpy(y, x, sizeof(x));
+  nn_relu_fwd(y, N, y);
+  for (int i = 0; i < N; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+}
+
+/* ---------------------------------------------------------------- BCE */
+
+typedef struct bce_ctx_s {
+  uint32_t n;
+  float *z, *t;
+} bce_ctx_t;
+
+static double bce_obj(void *c) {
+  bce_ctx_t *b = c;
+  return nn_bce_logits_fwd(b->z, b->t, b->n);
+}
+
+static void test_bce(void **state) {
+  (void)state;
+  enum { N = 32 };
+  float z[N], t[N], dz[N];
+  rng_state = 11;
+  for (int i = 0; i < N; i++) {
+    z[i] = 6.0f * urand();
+    t[i] = (float)(i & 1);
+  }
+  double s = nn_bce_logits_fwd(z, t, N), ref = 0.0;
+  for (int i = 0; i < N; i++) {
+    double p = 1.0 / (1.0 + exp(-(double)z[i]));
+    ref += -(t[i] * log(p) + (1 - t[i]) * log(1 - p));
+  }
+  assert_near(s, ref, 1e-9 * N);
+  double s2 = nn_bce_logits_bwd(z, t, N, 1.0f, dz);
+  assert_true(s2 == s);
+  bce_ctx_t b = {N, z, t};
+  fd_check("bce", bce_obj, &b, z, N, dz);
+  /* scale multiplies the gradient */
+  float dz2[N];
+  nn_bce_logits_bwd(z, t, N, 0.25f, dz2);
+  for (int i = 0; i < N; i++) assert_near(dz2[i], 0.25f * dz[i], 1e-7);
+  /* extreme logits: finite, exact large-margin values */
+  float ze[4] = {100.0f, -100.0f, 100.0f, -100.0f}, te[4] = {0, 1, 1, 0}, de[4];
+  double e = nn_bce_logits_bwd(ze, te, 4, 1.0f, de);
+  assert_near(e, 200.0, 1e-9);
+  assert_near(de[0], 1.0, 1e-7);
+  assert_near(de[1], -1.0, 1e-7);
+  assert_near(de[2], 0.0, 1e-7);
+  assert_near(de[3], 0.0, 1e-7);
+}
+
+/* ---------------------------------------------------------------- concat */
+
+static void test_concat(void **state) {
+  (void)state;
+  float a[2 * 3] = {1, 2, 3, 4, 5, 6}; /* 2 samples x 3 (stride 3) */
+  float b[2 * 4] = {7, 8, 0, 0, 9, 10, 0, 0}; /* 2 samples x 2 (stride 4) */
+  const float *src[2] = {a, b};
+  size_t ss[2] = {3, 4};
+  uint32_t w[2] = {3, 2};
+  float d[2 * 6];
+  memset(d, 0xff, sizeof(d));
+  nn_concat_fwd(2, 2, src, ss, w, d, 6);
+  float want[12] = {1, 2, 3, 7, 8, -1, 4, 5, 6, 9, 10, -1};
+  for (int i = 0; i < 12; i++)
+    if (i != 5 && i != 11) assert_true(d[i] == want[i]);
+  float ga[6], gb[8] = {0};
+  float *dst[2] = {ga, gb};
+  nn_concat_bwd(2, 2, d, 6, w, dst, ss, 0);
+  for (int i = 0; i < 6; i++) assert_true(ga[i] == a[i]);
+  assert_true(gb[0] == 7 && gb[1] == 8 && gb[4] == 9 && gb[5] == 10);
+  nn_concat_bwd(2, 2, d, 6, w, dst, ss, 1);
+  for (int i = 0; i < 6; i++) assert_true(ga[i] == 2 * a[i]);
+  float *dst2[2] = {NULL, gb}; /* skip a piece */
+  nn_concat_bwd(2, 2, d, 6, w, dst2, ss, 0);
+  assert_true(gb[0] == 7 && gb[5] == 10);
+}
+
+/* ------------------------------------------------------------ embedding bag */
+
+static void test_embedding_bag_onehot(void **state) {
+  (void)state;
+  enum { ROWS = 10, DIM = 3, STRIDE = 4 }; /* one float of state after each row */
+  float base[ROWS * STRIDE];
+  for (int r = 0; r < ROWS; r++)
+    for (int d = 0; d < STRIDE; d++) base[r * STRIDE + d] = (float)(r * 10 + d);
+  uint64_t idx[4] = {3, 7, 3, 0};
+  float out[4 * 5];
+  nn_embedding_bag_fwd(base, STRIDE, idx, 4, 1, DIM, out, 5);
+  for (int i = 0; i < 4; i++)
+    for (int d = 0; d < DIM; d++) assert_true(out[i * 5 + d] == (float)(idx[i] * 10 + d));
+  /* backward: 3 appears twice -> coalesced, ids ascending */
+  float dout[4 * 5];
+  for (int i = 0; i < 4; i++)
+    for (int d = 0; d < 5; d++) dout[i * 5 + d] = (float)(i + 1) * (d + 1);
+  uint64_t uniq[4];
+  float grad[4 * DIM];
+  void *work = malloc(nn_embedding_bag_bwd_work_size(4, 1));
+  uint32_t u = nn_embedding_bag_bwd(dout, 5, idx, 4, 1, DIM, uniq, grad, DIM, work);
+  assert_int_equal(u, 3);
+  assert_true(uniq[0] == 0 && uniq[1] == 3 && uniq[2] == 7);
+  for (int d = 0; d < DIM; d++) {
+    assert_true(grad[0 * DIM + d] == 4.0f * (d + 1));            /* sample 3 */
+    assert_true(grad[1 * DIM + d] == (1.0f + 3.0f) * (d + 1));   /* samples 0, 2 */
+    assert_true(grad[2 * DIM + d] == 2.0f * (d + 1));            /* sample 1 */
+  }
+  free(work);
+}
+
+static void test_embedding_bag_multihot(void **state) {
+  (void)state;
+  enum { ROWS = 50, DIM = 5, N = 40, H = 4, STRIDE = DIM + 1 };
+  float base[ROWS * STRIDE], out[N * DIM], dout[N * DIM];
+  uint64_t idx[N * H], uniq[N * H];
+  rng_state = 99;
+  fill(base, ROWS * STRIDE, 1.0f);
+  fill(dout, N * DIM, 1.0f);
+  /* keys far above zero (as with table bits) and many duplicates, also
+   * within one sample */
+  uint64_t off = UINT64_C(5) << 48;
+  for (int k = 0; k < N * H; k++) {
+    rng_state = tbl_mix64(rng_state);
+    idx[k] = off + rng_state % ROWS;
+  }
+  idx[1] = idx[0];
+  uint64_t small[N * H]; /* the forward reads rows 0..ROWS-1 */
+  for (int k = 0; k < N * H; k++) small[k] = idx[k] - off;
+  nn_embedding_bag_fwd(base, STRIDE, small, N, H, DIM, out, DIM);
+  for (int i = 0; i < N; i++)
+    for (int d = 0; d < DIM; d++) {
+      float s = 0.0f;
+      for (int h = 0; h < H; h++) s += base[(idx[i * H + h] - off) * STRIDE + d];
+      assert_true(out[i * DIM + d] == s); /* same order, same bits */
+    }
+  float grad[N * H * DIM];
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, H));
+  uint32_t u = nn_embedding_bag_bwd(dout, DIM, idx, N, H, DIM, uniq, grad, DIM, work);
+  /* reference: ids ascending, contributions in sample order */
+  uint32_t want_u = 0;
+  for (uint64_t r = 0; r < ROWS; r++) {
+    float g[DIM] = {0};
+    int seen = 0;
+    for (int k = 0; k < N * H; k++)
+      if (idx[k] == off + r) {
+        seen = 1;
+        for (int d = 0; d < DIM; d++) g[d] += dout[(k / H) * DIM + d];
+      }
+    if (!seen) continue;
+    assert_true(uniq[want_u] == off + r);
+    for (int d = 0; d < DIM; d++) assert_true(grad[want_u * DIM + d] == g[d]);
+    want_u++;
+  }
+  assert_int_equal(u, want_u);
+  /* determinism: a second run gives the same bytes */
+  uint64_t uniq2[N * H];
+  float grad2[N * H * DIM];
+  uint32_t u2 = nn_embedding_bag_bwd(dout, DIM, idx, N, H, DIM, uniq2, grad2, DIM, work);
+  assert_int_equal(u2, u);
+  assert_memory_equal(uniq2, uniq, u * sizeof(uint64_t));
+  assert_memory_equal(grad2, grad, (size_t)u * DIM * sizeof(float));
+  free(work);
+}
+
+/* Keys spread over 2^40 (several radix passes), with duplicates: the
+ * coalesced output against a sort-and-sum reference. */
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void test_embedding_bag_wide_keys(void **state) {
+  (void)state;
+  enum { N = 3000, DIM = 3 };
+  static uint64_t idx[N], sorted[N], uniq[N];
+  static float dout[N * DIM], grad[N * DIM];
+  rng_state = 1234;
+  for (int i = 0; i < N; i++) {
+    rng_state = tbl_mix64(rng_state);
+    idx[i] = i % 7 == 3 ? idx[i / 2] : (rng_state >> 24); /* 40 bits, some repeats */
+  }
+  fill(dout, N * DIM, 1.0f);
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, 1));
+  uint32_t u = nn_embedding_bag_bwd(dout, DIM, idx, N, 1, DIM, uniq, grad, DIM, work);
+  memcpy(sorted, idx, sizeof(idx));
+  qsort(sorted, N, sizeof(uint64_t), cmp_u64);
+  uint32_t k = 0;
+  for (int i = 0; i < N; i++) {
+    if (i > 0 && sorted[i] == sorted[i - 1]) continue;
+    assert_true(k < u);
+    assert_true(uniq[k] == sorted[i]);
+    float g[DIM] = {0, 0, 0};
+    for (int j = 0; j < N; j++) /* sample order */
+      if (idx[j] == sorted[i])
+        for (int d = 0; d < DIM; d++) g[d] += dout[j * DIM + d];
+    for (int d = 0; d < DIM; d++) assert_true(grad[k * DIM + d] == g[d]);
+    k++;
+  }
+  assert_int_equal(u, k);
+  assert_true(u < N); /* there were duplicates */
+  free(work);
+}
+
+/* The bag is linear in the rows: its coalesced gradient is the exact
+ * derivative of sum r * out w.r.t. each row. */
+typedef struct eb_ctx_s {
+  float *base, *out, *r;
+  uint64_t *idx;
+  uint32_t n, h, dim, stride;
+} eb_ctx_t;
+
+static double eb_obj(void *c) {
+  eb_ctx_t *e = c;
+  nn_embedding_bag_fwd(e->base, e->stride, e->idx, e->n, e->h, e->dim, e->out, e->dim);
+  return wsum(e->out, e->r, (size_t)e->n * e->dim);
+}
+
+static void test_embedding_bag_fd(void **state) {
+  (void)state;
+  enum { ROWS = 6, DIM = 4, N = 5, H = 3, STRIDE = DIM };
+  float base[ROWS * STRIDE], out[N * DIM], r[N * DIM], grad[N * H * DIM];
+  uint64_t idx[N * H], uniq[N * H];
+  rng_state = 5;
+  fill(base, ROWS * STRIDE, 1.0f);
+  fill(r, N * DIM, 1.0f);
+  for (int k = 0; k < N * H; k++) idx[k] = (uint64_t)((k * 7) % 5);
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, H));
+  uint32_t u = nn_embedding_bag_bwd(r, DIM, idx, N, H, DIM, uniq, grad, DIM, work);
+  float full[ROWS * DIM];
+  memset(full, 0, sizeof(full));
+  for (uint32_t k = 0; k < u; k++) memcpy(full + uniq[k] * DIM, grad + k * DIM, DIM * 4);
+  eb_ctx_t e = {base, out, r, idx, N, H, DIM, STRIDE};
+  fd_check("embedding bag", eb_obj, &e, base, ROWS * DIM, full);
+  free(work);
+}
+
+/* ---------------------------------------------------------- dot interaction */
+
+typedef struct it_ctx_s {
+  float *bottom, *emb, *out, *r;
+  uint32_t n, t, dim, w;
+} it_ctx_t;
+
+static double it_obj(void *c) {
+  it_ctx_t *e = c;
+  nn_interact_fwd(e->bottom, e->dim, e->emb, (size_t)e->t * e->dim, e->n, e->t, e->dim,
+                  e->out, e->w);
+  return wsum(e->out, e->r, (size_t)e->n * e->w);
+}
+
+static void check_interact(int with_bottom, uint32_t T, uint32_t DIM) {
+  enum { N = 3 };
+  uint32_t f = T + (with_bottom ? 1 : 0);
+  uint32_t w = nn_interact_out_width(T, DIM, with_bottom);
+  assert_int_equal(w, (with_bottom ? DIM : 0) + f * (f - 1) / 2);
+  assert_true(nn_interact_fits(T, DIM, with_bottom));
+  float *bottom = malloc(N * DIM * 4), *emb = malloc(N * T * DIM * 4), *out = malloc(N * w * 4),
+        *r = malloc(N * w * 4), *dbot = malloc(N * DIM * 4), *demb = malloc(N * T * DIM * 4);
+  rng_state = 21 + with_bottom + T * 100 + DIM;
+  fill(bottom, N * DIM, 1.0f);
+  fill(emb, N * T * DIM, 1.0f);
+  fill(r, N * w, 1.0f);
+  it_ctx_t e = {with_bottom ? bottom : NULL, emb, out, r, N, T, DIM, w};
+  it_obj(&e);
+  /* forward: bottom copied, then pairs (1,0), (2,0), (2,1), ... each dot
+   * summed in d order, so equal to a float loop to the bit */
+  for (uint32_t i = 0; i < N; i++) {
+    const float *v[64];
+    uint32_t k = 0;
+    if (with_bottom) v[k++] = bottom + i * DIM;
+    for (uint32_t t = 0; t < T; t++) v[k++] = emb + (i * T + t) * DIM;
+    const float *o = out + i * w;
+    if (with_bottom)
+      for (uint32_t d = 0; d < DIM; d++) assert_true(o[d] == bottom[i * DIM + d]);
+    uint32_t p = with_bottom ? DIM : 0;
+    for (uint32_t a = 1; a < f; a++)
+      for (uint32_t b = 0; b < a; b++) {
+        float s = 0.0f;
+        for (uint32_t d = 0; d < DIM; d++) s += v[a][d] * v[b][d];
+        if (o[p] != s) print_error("pair (%u,%u): %.9g vs %.9g\n", a, b, o[p], s);
+        assert_true(o[p] == s);
+        p++;
+      }
+    assert_int_equal(p, w);
+  }
+  nn_interact_bwd(e.bottom, DIM, emb, T * DIM, N, T, DIM, r, w, with_bottom ? dbot : NULL,
+                  demb, T * DIM);
+  fd_check("interaction d_emb", it_obj, &e, emb, N * T * DIM, demb);
+  if (with_bottom) fd_check("interaction d_bottom", it_obj, &e, bottom, N * DIM, dbot);
+  free(bottom); free(emb); free(out); free(r); free(dbot); free(demb);
+}
+
+/* Shapes: scalar paths (dim 5), DLRM's default (27 vectors of 16: two
+ * column chunks, a partial row block), a dim with a vector part and a
+ * tail (20), more than 16 vectors without a bottom, a single pair. */
+static void test_interaction(void **state) {
+  (void)state;
+  check_interact(1, 4, 5);
+  check_interact(0, 4, 5);
+  check_interact(1, 26, 16);
+  check_interact(1, 18, 20);
+  check_interact(0, 17, 32);
+  check_interact(0, 2, 16);
+}
+
+/* ---------------------------------------------------------------- FM */
+
+typedef struct fm_ctx_s {
+  float *emb, *out, *r;
+  uint32_t n, t, dim;
+} fm_ctx_t;
+
+static double fm_obj(void *c) {
+  fm_ctx_t *e = c;
+  nn_fm_fwd(e->emb, (size_t)e->t * e->dim, e->n, e->t, e->dim, e->out);
+  return wsum(e->out, e->r, e->n);
+}
+
+static void test_fm(void **state) {
+  (void)state;
+  enum { N = 4, T = 5, DIM = 3 };
+  float emb[N * T * DIM], out[N], r[N], demb[N * T * DIM];
+  rng_state = 33;
+  fill(emb, N * T * DIM, 1.0f);
+  fill(r, N, 1.0f);
+  fm_ctx_t e = {emb, out, r, N, T, DIM};
+  fm_obj(&e);
+  for (int i = 0; i < N; i++) { /* the identity: sum over pairs a < b of <v_a, v_b> */
+    double s = 0.0;
+    for (int a = 0; a < T; a++)
+      for (int b = a + 1; b < T; b++)
+        for (int d = 0; d < DIM; d++)
+          s += (double)emb[(i * T + a) * DIM + d] * emb[(i * T + b) * DIM + d];
+    assert_near(out[i], s, 1e-5);
+  }
+  nn_fm_bwd(emb, T * DIM, N, T, DIM, r, demb, T * DIM, 0);
+  fd_check("fm", fm_obj, &e, emb, N * T * DIM, demb);
+  float demb2[N * T * DIM];
+  for (int k = 0; k < N * T * DIM; k++) demb2[k] = 2.0f;
+  nn_fm_bwd(emb, T * DIM, N, T, DIM, r, demb2, T * DIM, 1);
+  for (int k = 0; k < N * T * DIM; k++) assert_near(demb2[k], demb[k] + 2.0f, 1e-6);
+}
+
+/* ------------------------------------------------------------- cross layer */
+
+typedef struct cr_ctx_s {
+  float *x0, *x, *w, *b, *s, *y, *r;
+  uint32_t n, d;
+} cr_ctx_t;
+
+static double cr_obj(void *c) {
+  cr_ctx_t *e = c;
+  nn_cross_fwd(e->x0, e->x, e->n, e->d, e->w, e->b, e->s, e->y);
+  return wsum(e->y, e->r, (size_t)e->n * e->d);
+}
+
+static void test_cross(void **state) {
+  (void)state;
+  enum { N = 3, D = 11 }; /* D > 8: exercises the lane loop and its tail */
+  float x0[N * D], x[N * D], w[D], b[D], s[N], y[N * D], r[N * D];
+  float dw[D], db[D], dx[N * D], dx0[N * D];
+  rng_state = 44;
+  fill(x0, N * D, 1.0f); fill(x, N * D, 1.0f); fill(w, D, 0.5f); fill(b, D, 0.5f);
+  fill(r, N * D, 1.0f);
+  cr_ctx_t e = {x0, x, w, b, s, y, r, N, D};
+  cr_obj(&e);
+  for (int i = 0; i < N; i++) {
+    double dot = 0.0;
+    for (int j = 0; j < D; j++) dot += (double)x[i * D + j] * w[j];
+    for (int j = 0; j < D; j++)
+      assert_near(y[i * D + j], x0[i * D + j] * dot + b[j] + x[i * D + j], 1e-5);
+  }
+  memset(dx0, 0, sizeof(dx0));
+  nn_cross_bwd(x0, x, s, N, D, w, r, dw, db, dx, dx0);
+  fd_check("cross dx", cr_obj, &e, x, N * D, dx);
+  fd_check("cross dx0", cr_obj, &e, x0, N * D, dx0);
+  fd_check("cross dw", cr_obj, &e, w, D, dw);
+  fd_check("cross db", cr_obj, &e, b, D, db);
+  /* dx may alias dy */
+  float g[N * D];
+  memcpy(g, r, sizeof(g));
+  memset(dx0, 0, sizeof(dx0));
+  nn_cross_bwd(x0, x, s, N, D, w, g, dw, db, g, dx0);
+  assert_memory_equal(g, dx, sizeof(g));
+}
+
+/* The fused stack is the layer-by-layer computation, bit for bit. */
+static void test_cross_stack(void **state) {
+  (void)state;
+  enum { N = 5, D = 21, L = 3 };
+  static float x0[N * D], xs[L + 1][N * D], xr[L + 1][N * D], w[L][D], b[L][D];
+  static float ss[L][N], sr[L][N], dy[N * D], gs[N * D], gr[N * D];
+  static float dws[L][D], dbs[L][D], dwr[L][D], dbr[L][D], d0s[N * D], d0r[N * D];
+  rng_state = 55;
+  fill(x0, N * D, 1.0f);
+  fill(&w[0][0], L * D, 0.3f);
+  fill(&b[0][0], L * D, 0.3f);
+  fill(dy, N * D, 1.0f);
+  fill(d0s, N * D, 1.0f);
+  memcpy(d0r, d0s, sizeof(d0s));
+  const float *wp[L], *bp[L], *xsp[L + 1], *ssp[L];
+  float *ssw[L], *xsw[L + 1], *dwp[L], *dbp[L];
+  for (int l = 0; l < L; l++) {
+    wp[l] = w[l]; bp[l] = b[l]; ssw[l] = ss[l]; ssp[l] = ss[l];
+    dwp[l] = dws[l]; dbp[l] = dbs[l];
+  }
+  for (int l = 0; l <= L; l++) { xsw[l] = xs[l]; xsp[l] = xs[l]; }
+  memcpy(xs[0], x0, sizeof(x0));
+  memcpy(xr[0], x0, sizeof(x0));
+  nn_cross_stack_fwd(x0, N, D, L, wp, bp, ssw, xsw);
+  for (int l = 0; l < L; l++) nn_cross_fwd(x0, xr[l], N, D, w[l], b[l], sr[l], xr[l + 1]);
+  for (int l = 1; l <= L; l++) assert_memory_equal(xs[l], xr[l], sizeof(x0));
+  assert_memory_equal(ss, sr, sizeof(ss));
+  memcpy(gs, dy, sizeof(dy));
+  memcpy(gr, dy, sizeof(dy));
+  nn_cross_stack_bwd(x0, N, D, L, wp, xsp, ssp, gs, dwp, dbp, d0s);
+  for (int l = L; l-- > 0;) nn_cross_bwd(x0, xr[l], sr[l], N, D, w[l], gr, dwr[l], dbr[l], gr, d0r);
+  for (int k = 0; k < N * D; k++) d0r[k] += gr[k];
+  assert_memory_equal(d0s, d0r, sizeof(d0s));
+  assert_memory_equal(dws, dwr, sizeof(dws));
+  assert_memory_equal(dbs, dbr, sizeof(dbs));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_linear),
+      cmocka_unit_test(test_relu_sigmoid),
+      cmocka_unit_test(test_bce),
+      cmocka_unit_test(test_concat),
+      cmocka_unit_test(test_embedding_bag_onehot),
+      cmocka_unit_test(test_embedding_bag_multihot),
+      cmocka_unit_test(test_embedding_bag_wide_keys),
+      cmocka_unit_test(test_embedding_bag_fd),
+      cmocka_unit_test(test_interaction),
+      cmocka_unit_test(test_fm),
+      cmocka_unit_test(test_cross),
+      cmocka_unit_test(test_cross_stack),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
