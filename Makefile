@@ -174,6 +174,7 @@ unit: all
 bench: all
 	$(BUILD)/bin/chanter bench embedding
 	$(BUILD)/bin/chanter bench dataproc
+	$(BUILD)/bin/chanter bench model
 
 demo: deps all
 	tools/demo.sh $(BUILD)
