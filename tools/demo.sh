@@ -45,5 +45,9 @@ chanter embedding stats
 echo; echo "== stopping (SIGTERM drains in-flight calls and closes RocksDB)"
 stop
 trap - EXIT
+
+echo; echo "== chanter train --local: DLRM on the default synthetic Criteo-like data, one process"
+"$BIN/chanter" --set iterations=300 --set batch_size=1024 --set eval_batches=20 \
+    --set synthetic.samples=400000 train --local --workdir "$WORK/train"
 [ -n "$KEEP" ] || rm -rf "$WORK"
-echo "demo done; training arrives with the oracle and trainers (see README, 'Status')."
+echo "demo done; distributed training arrives with the oracle and trainers (see README, 'Status')."
