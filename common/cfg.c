@@ -87,6 +87,9 @@ static const entry_t entries[] = {
     /* ---- cluster endpoints ---- */
     {"cluster.embedding", T_STR, "", 0, 0, NULL,
      "comma-separated host:port of each embedding server, in shard order (empty: chanter local up assigns loopback ports)"},
+    {"cluster.oracle", T_STR, "", 0, 0, NULL, "host:port of the oracle (empty: chanter local up assigns a loopback port)"},
+    {"cluster.trainers", T_STR, "", 0, 0, NULL,
+     "comma-separated host of each trainer, in rank order: the address its collectives bind to (empty: 127.0.0.1)"},
     {"cluster.dataproc", T_STR, "", 0, 0, NULL,
      "comma-separated host:port of each data processor (empty: chanter local up assigns loopback ports)"},
     /* ---- sharding ---- */
@@ -111,6 +114,19 @@ static const entry_t entries[] = {
     {"embedding.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"embedding.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    /* ---- oracle ---- */
+    {"oracle.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
+     "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
+    {"oracle.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"oracle.window", T_INT, "4", 1, 1024, NULL, "steps the oracle sends a trainer ahead of its reports"},
+    {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
+     "a daemon silent this long is reported dead in Status"},
+    {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},
+    /* ---- trainer ---- */
+    {"trainer.metrics_port", T_INT, "0", 0, 65535, NULL, "Prometheus endpoint of a trainer (0 = a free port, printed at start)"},
+    {"trainer.heartbeat_ms", T_INT, "1000", 10, 600000, NULL, "how often trainers send a heartbeat to the oracle"},
+    {"trainer.coll_timeout_ms", T_INT, "60000", 100, 3600000, NULL,
+     "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
     /* ---- data processor ---- */
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
