@@ -1,0 +1,188 @@
+/* orc: see orc.h. */
+#include "orc.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "err.h"
+#include "log.h"
+
+#define OR_DESC(name) (&chanter__oracle__v1__##name##__descriptor)
+
+struct orc_s {
+  char *addr;
+  rpc_channel_t *ch;
+  int64_t timeout_ms;
+};
+
+static void set_err(char *err, size_t n, const char *fmt, ...) {
+  if (!err || !n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+}
+
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int orc_create(const cfg_t *cfg, const char *addr, orc_t **out, char *err, size_t err_len) {
+  if (!addr) addr = cfg_str(cfg, "cluster.oracle");
+  if (!addr || !*addr) {
+    set_err(err, err_len, "no oracle address: set cluster.oracle (from %s) in the job file",
+            cfg_origin(cfg, "cluster.oracle"));
+    return ERR_CONFIG;
+  }
+  orc_t *o = calloc(1, sizeof *o);
+  if (!o) return -ENOMEM;
+  o->addr = strdup(addr);
+  o->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
+  rpc_tls_t tls;
+  daemon_tls(cfg, &tls, 0);
+  int rc = rpc_channel_create(o->addr, tls.ca_file ? &tls : NULL, (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20,
+                              &o->ch);
+  if (rc) {
+    set_err(err, err_len, "cannot create a channel to the oracle at %s: %s", o->addr, err_str(rc));
+    orc_destroy(o);
+    return rc;
+  }
+  *out = o;
+  return 0;
+}
+
+void orc_destroy(orc_t *o) {
+  if (!o) return;
+  if (o->ch) rpc_channel_destroy(o->ch);
+  free(o->addr);
+  free(o);
+}
+
+const char *orc_address(const orc_t *o) { return o->addr; }
+
+/* A blocking call, retried with backoff while the oracle is unavailable. */
+static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
+                int64_t extra_ms, ProtobufCMessage **resp, char *err, size_t err_len) {
+  const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, method);
+  int64_t deadline = now_ms() + o->timeout_ms + extra_ms, backoff = 20;
+  for (;;) {
+    rpc_status_t st = {0};
+    int64_t left = deadline - now_ms();
+    int rc = rpc_unary(o->ch, path, req, rd, left > 1 ? left : 1, resp, &st);
+    if (rc == 0) return 0;
+    if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
+      set_err(err, err_len, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "",
+              st.message);
+      return rc;
+    }
+    struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    if (backoff < 1000) backoff *= 2;
+  }
+}
+
+int orc_join(orc_t *o, const Chanter__Oracle__V1__JoinRequest *req, Chanter__Oracle__V1__JoinResponse **resp,
+             char *err, size_t err_len) {
+  return call(o, "Join", &req->base, OR_DESC(join_response), 0, (ProtobufCMessage **)resp, err, err_len);
+}
+
+int orc_heartbeat(orc_t *o, Chanter__Oracle__V1__Role role, uint32_t rank, uint64_t iteration, int *stop, char *err,
+                  size_t err_len) {
+  Chanter__Oracle__V1__HeartbeatRequest req = CHANTER__ORACLE__V1__HEARTBEAT_REQUEST__INIT;
+  req.role = role;
+  req.rank = rank;
+  req.iteration = iteration;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "Heartbeat", &req.base, OR_DESC(heartbeat_response), 0, &resp, err, err_len);
+  if (rc == 0) {
+    if (stop) *stop = ((Chanter__Oracle__V1__HeartbeatResponse *)resp)->stop;
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  return rc;
+}
+
+int orc_kv_set(orc_t *o, const char *key, const void *val, size_t len, char *err, size_t err_len) {
+  Chanter__Oracle__V1__KvSetRequest req = CHANTER__ORACLE__V1__KV_SET_REQUEST__INIT;
+  req.key = (char *)key;
+  req.value.data = (uint8_t *)val;
+  req.value.len = len;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "KvSet", &req.base, OR_DESC(kv_set_response), 0, &resp, err, err_len);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
+int orc_kv_get(orc_t *o, const char *key, void **val, size_t *len, int64_t timeout_ms, char *err, size_t err_len) {
+  Chanter__Oracle__V1__KvGetRequest req = CHANTER__ORACLE__V1__KV_GET_REQUEST__INIT;
+  req.key = (char *)key;
+  req.timeout_ms = (uint32_t)(timeout_ms < 0 ? 0 : timeout_ms > UINT32_MAX ? UINT32_MAX : timeout_ms);
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "KvGet", &req.base, OR_DESC(kv_get_response), timeout_ms, &resp, err, err_len);
+  if (rc) return rc;
+  Chanter__Oracle__V1__KvGetResponse *r = (void *)resp;
+  *len = r->value.len;
+  *val = malloc(r->value.len ? r->value.len : 1);
+  if (*val && r->value.len) memcpy(*val, r->value.data, r->value.len);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return *val ? 0 : -ENOMEM;
+}
+
+int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len) {
+  Chanter__Oracle__V1__StatusRequest req = CHANTER__ORACLE__V1__STATUS_REQUEST__INIT;
+  return call(o, "Status", &req.base, OR_DESC(status_response), 0, (ProtobufCMessage **)resp, err, err_len);
+}
+
+int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len) {
+  Chanter__Oracle__V1__StopRequest req = CHANTER__ORACLE__V1__STOP_REQUEST__INIT;
+  req.reason = (char *)reason;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "Stop", &req.base, OR_DESC(stop_response), 0, &resp, err, err_len);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
+int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len) {
+  const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Work");
+  int rc = rpc_stream_open(o->ch, path, OR_DESC(work_item), 0, out);
+  if (rc) {
+    set_err(err, err_len, "oracle %s: cannot open the Work stream: %s", o->addr, err_str(rc));
+    return rc;
+  }
+  Chanter__Oracle__V1__Hello hello = CHANTER__ORACLE__V1__HELLO__INIT;
+  hello.rank = rank;
+  hello.next_iteration = next_iteration;
+  Chanter__Oracle__V1__TrainerMessage m = CHANTER__ORACLE__V1__TRAINER_MESSAGE__INIT;
+  m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO;
+  m.hello = &hello;
+  if ((rc = rpc_stream_write(*out, &m.base)) != 0) {
+    set_err(err, err_len, "oracle %s: cannot send Hello: %s", o->addr, err_str(rc));
+    rpc_stream_cancel(*out);
+    rpc_stream_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+int orc_work_next(rpc_stream_t *s, Chanter__Oracle__V1__WorkItem **item) {
+  return rpc_stream_read(s, (ProtobufCMessage **)item);
+}
+
+int orc_work_report(rpc_stream_t *s, const Chanter__Oracle__V1__Report *r) {
+  Chanter__Oracle__V1__TrainerMessage m = CHANTER__ORACLE__V1__TRAINER_MESSAGE__INIT;
+  m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT;
+  m.report = (Chanter__Oracle__V1__Report *)r;
+  return rpc_stream_write(s, &m.base);
+}
+
+int orc_work_eval(rpc_stream_t *s, const Chanter__Oracle__V1__EvalResult *r) {
+  Chanter__Oracle__V1__TrainerMessage m = CHANTER__ORACLE__V1__TRAINER_MESSAGE__INIT;
+  m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_EVAL;
+  m.eval = (Chanter__Oracle__V1__EvalResult *)r;
+  return rpc_stream_write(s, &m.base);
+}
