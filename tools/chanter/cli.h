@@ -9,6 +9,9 @@
 
 typedef struct cli_s {
   cfg_t *cfg;
+  const char *config_path;  /* --config as given, or NULL */
+  char **sets;              /* every --set key=value, in order */
+  int n_sets;
   int json;
   int argc;     /* the subcommand's own arguments, after the common ones */
   char **argv;
@@ -19,10 +22,17 @@ int cmd_embedding(cli_t *cli);
 int cmd_bench(cli_t *cli);
 int cmd_data(cli_t *cli);
 int cmd_dataproc(cli_t *cli);
-int cmd_train(cli_t *cli);         /* cmd_train.c: train --local */      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
+int cmd_train(cli_t *cli);
+int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */         /* cmd_train.c: train --local */      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */
+
+/* The configuration a cluster command should use: --config if given, else
+ * DIR/job.ini when workdir has one (written by `chanter local up`), else
+ * the defaults; the --set overrides are applied on top either way.  The
+ * result is cli->cfg or a new config the caller destroys (*owned = 1). */
+cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len);
 
 /* Removes a boolean flag from cli->argv; 1 if it was there. */
 int cli_flag(cli_t *cli, const char *name);

@@ -28,11 +28,14 @@
 #include "cli.h"
 #include "data.h"
 #include "err.h"
+#include "embc.h"
+#include "embedding.pb-c.h"
 #include "eval.h"
 #include "log.h"
 #include "model.h"
 #include "nn.h"
 #include "opt.h"
+#include "orc.h"
 #include "table.h"
 
 enum { PH_DATA, PH_GATHER, PH_FWD, PH_BWD, PH_DENSE_OPT, PH_EMB_OPT, PH_EVAL, PH_N };
@@ -221,15 +224,180 @@ static void progress(int tty, uint64_t it, uint64_t total, double sps, double lo
   }
 }
 
+/* ---- the cluster: watch the oracle's job to its end */
+
+/* The number after "key": in a flat JSON object; NAN when absent. */
+static double json_num(const char *json, const char *key) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* The string after "key": into out; 0 or -ENOENT. */
+static int json_str(const char *json, const char *key, char *out, size_t n) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  if (!p) return -ENOENT;
+  p += strlen(pat);
+  while (*p == ' ') p++;
+  if (*p != '"') return -ENOENT;
+  p++;
+  size_t i = 0;
+  while (*p && *p != '"' && i + 1 < n) out[i++] = *p++;
+  out[i] = 0;
+  return 0;
+}
+
+/* Combined embedding digest (SHA-256 over the servers' digests in shard
+ * order, as `chanter embedding digest` prints it) and stored rows. */
+static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char *err, size_t n) {
+  embc_t *c;
+  int rc = embc_create(cfg, &c, err, n);
+  if (rc) return rc;
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  *rows = 0;
+  for (uint32_t s = 0; s < embc_servers(c) && !rc; s++) {
+    Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    rc = embc_call(c, s, "Digest", &req.base, &chanter__embedding__v1__digest_response__descriptor, &resp, err, n);
+    if (rc) break;
+    Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
+    EVP_DigestUpdate(md, d->sha256.data, d->sha256.len);
+    *rows += d->rows;
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_DigestFinal_ex(md, h, &hl);
+  EVP_MD_CTX_free(md);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+  embc_destroy(c);
+  return rc;
+}
+
+static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
+  char err[1024] = "";
+  int owned = 0, rc = 1;
+  cfg_t *cfg = cli_cluster_cfg(cli, workdir, &owned, err, sizeof err);
+  if (!cfg) {
+    fprintf(stderr, "chanter train: %s\n", err);
+    return 1;
+  }
+  orc_t *o = NULL;
+  if (orc_create(cfg, NULL, &o, err, sizeof err)) {
+    fprintf(stderr, "chanter train: %s (start a cluster with `chanter local up --workdir DIR`, or set cluster.oracle)\n",
+            err);
+    goto out;
+  }
+  int tty = isatty(2);
+  double t0 = bench_now(), progress_at = t0, last_print = 0;
+  uint64_t last_it = UINT64_MAX;
+  Chanter__Oracle__V1__StatusResponse *st = NULL;
+  for (;;) {
+    if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+    st = NULL;
+    if (orc_status(o, &st, err, sizeof err)) {
+      fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", err);
+      goto out;
+    }
+    double now = bench_now();
+    if (st->iteration != last_it) {
+      last_it = st->iteration;
+      progress_at = now;
+    }
+    int finished = !strcmp(st->state, "done") || !strcmp(st->state, "failed") || !strcmp(st->state, "stopped");
+    if (!quiet && (finished || now - last_print > (tty ? 0.25 : 5.0))) {
+      double sps = json_num(st->summary_json, "samples_per_sec"), loss = json_num(st->summary_json, "train_logloss");
+      double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(cfg, "batch_size") / sps : 0;
+      if (!strcmp(st->state, "waiting"))
+        fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
+                st->n_members);
+      else
+        progress(tty, st->iteration, st->iterations, isnan(sps) ? 0 : sps, isnan(loss) ? 0 : loss, eta);
+      last_print = now;
+    }
+    if (finished) break;
+    if (now - progress_at > 180) {
+      fprintf(stderr, "%schanter train: no progress for 180 s (state %s, iteration %llu); see `chanter local status` and "
+                      "the daemons' logs\n",
+              tty ? "\n" : "", st->state, (unsigned long long)st->iteration);
+      goto out;
+    }
+    usleep(200000);
+  }
+  if (!quiet && tty) fputc('\n', stderr);
+  if (strcmp(st->state, "done") != 0) {
+    fprintf(stderr, "chanter train: the job %s: %s\n", st->state, st->message && *st->message ? st->message : "(no message)");
+    goto out;
+  }
+  char emb_hex[65], dense_hex[80] = "", digest_hex[65];
+  uint64_t stored = 0;
+  if (embedding_digest(cfg, emb_hex, &stored, err, sizeof err)) {
+    fprintf(stderr, "chanter train: embedding digest: %s\n", err);
+    goto out;
+  }
+  json_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
+  /* the model digest: SHA-256 of "<dense sha256 hex>:<embedding digest hex>" */
+  {
+    char both[160];
+    uint8_t h[32];
+    unsigned hl = 0;
+    int bl = snprintf(both, sizeof both, "%s:%s", dense_hex, emb_hex);
+    EVP_Digest(both, (size_t)bl, h, &hl, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) snprintf(digest_hex + 2 * i, 3, "%02x", h[i]);
+  }
+  /* summary.json: the oracle's summary plus the digests */
+  size_t sl = strlen(st->summary_json);
+  char *summary = malloc(sl + 512);
+  if (!summary) goto out;
+  memcpy(summary, st->summary_json, sl + 1);
+  while (sl && summary[sl - 1] != '}') sl--;
+  if (sl) sl--;
+  snprintf(summary + sl, 512, ", \"digest\": \"%s\", \"embedding_digest\": \"%s\", \"stored_rows\": %llu}\n", digest_hex,
+           emb_hex, (unsigned long long)stored);
+  if (workdir) {
+    char path[4096];
+    mkdir(workdir, 0755);
+    snprintf(path, sizeof path, "%s/summary.json", workdir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(summary, f) < 0 || fclose(f) != 0) {
+      fprintf(stderr, "chanter train: cannot write %s: %s\n", path, strerror(errno));
+      free(summary);
+      goto out;
+    }
+  }
+  if (cli->json) {
+    fputs(summary, stdout);
+  } else {
+    printf("iterations        %llu (batch %lld, %lld trainers)\n", (unsigned long long)st->iterations,
+           (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
+    printf("samples/s         %.0f\n", json_num(summary, "samples_per_sec"));
+    printf("train logloss     %.4f\n", json_num(summary, "train_logloss"));
+    printf("test logloss      %.4f\n", json_num(summary, "test_logloss"));
+    printf("test AUC          %.4f\n", json_num(summary, "test_auc"));
+    printf("rows / iteration  fetched %.0f, synchronized %.0f, written back %.0f\n", json_num(summary, "rows_fetched"),
+           json_num(summary, "rows_synced"), json_num(summary, "rows_written_back"));
+    printf("digest            %s (dense %s, embeddings %s over %llu stored rows)\n", digest_hex, dense_hex, emb_hex,
+           (unsigned long long)stored);
+  }
+  free(summary);
+  rc = 0;
+out:
+  if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+  orc_destroy(o);
+  if (owned) cfg_destroy(cfg);
+  return rc;
+}
+
 int cmd_train(cli_t *cli) {
   char err[1024] = "";
   int local = cli_flag(cli, "--local");
   const char *workdir = cli_opt(cli, "--workdir");
   int quiet = cli_flag(cli, "--quiet");
-  if (!local) {
-    fprintf(stderr, "chanter train: only --local exists yet (the distributed trainer arrives with the oracle)\n");
-    return 2;
-  }
+  if (!local) return train_cluster(cli, workdir, quiet);
   if (cli->argc) {
     fprintf(stderr, "chanter train: unexpected argument '%s'\n", cli->argv[0]);
     return 2;

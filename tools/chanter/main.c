@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "err.h"
@@ -23,6 +24,8 @@ static void usage(FILE *f) {
           "commands:\n"
           "  config keys                      every job key with its type, default and help\n"
           "  config show [--verbose]          the effective configuration (with origins)\n"
+          "  local up|down|status --workdir DIR   a whole cluster on this machine (config, logs, pids in DIR)\n"
+          "  train [--workdir DIR]            watch the cluster's job to the end; summary.json in DIR\n"
           "  train --local [--workdir DIR]    train the job's model in this process (no daemons)\n"
           "  embedding lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
           "  embedding write KEY=V,V,...      write full rows (vector + optimizer state)\n"
@@ -77,6 +80,13 @@ int main(int argc, char **argv) {
   proc_init("chanter");
   log_level = LOG_WARN;
   if (cfg_create(&cli.cfg)) return 1;
+  cli.sets = calloc((size_t)argc + 1, sizeof *cli.sets);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) cli.config_path = argv[i + 1];
+    else if (!strncmp(argv[i], "--config=", 9)) cli.config_path = argv[i] + 9;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc) cli.sets[cli.n_sets++] = argv[++i];
+    else if (!strncmp(argv[i], "--set=", 6)) cli.sets[cli.n_sets++] = argv[i] + 6;
+  }
   if (cfg_parse_args(cli.cfg, &argc, argv, err, sizeof err)) {
     fprintf(stderr, "chanter: %s\n", err);
     goto out;
@@ -103,6 +113,8 @@ int main(int argc, char **argv) {
     rc = cmd_dataproc(&cli);
   else if (!strcmp(cmd, "train"))
     rc = cmd_train(&cli);
+  else if (!strcmp(cmd, "local"))
+    rc = cmd_local(&cli);
   else if (!strcmp(cmd, "bench"))
     rc = cmd_bench(&cli);
   else {
@@ -111,7 +123,27 @@ int main(int argc, char **argv) {
   }
 out:
   cfg_destroy(cli.cfg);
+  free(cli.sets);
   return rc;
+}
+
+cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len) {
+  char path[4096];
+  *owned = 0;
+  if (cli->config_path || !workdir) return cli->cfg;
+  snprintf(path, sizeof path, "%s/job.ini", workdir);
+  if (access(path, R_OK) != 0) return cli->cfg;
+  cfg_t *c;
+  if (cfg_create(&c)) return NULL;
+  int rc = cfg_load_file(c, path, err, err_len);
+  for (int i = 0; i < cli->n_sets && !rc; i++) rc = cfg_set(c, cli->sets[i], "--set", err, err_len);
+  if (!rc) rc = cfg_validate(c, err, err_len);
+  if (rc) {
+    cfg_destroy(c);
+    return NULL;
+  }
+  *owned = 1;
+  return c;
 }
 
 int cmd_config(cli_t *cli) {
