@@ -466,15 +466,23 @@ int cmd_train(cli_t *cli) {
     local_close(&L);
     return 1;
   }
-  char hex[65];
+  char hex[65], dense_hex[65];
   digest(&L, hex);
+  {
+    uint8_t h[32];
+    unsigned hl = 0;
+    EVP_Digest(model_params(L.model), model_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) snprintf(dense_hex + 2 * i, 3, "%02x", h[i]);
+  }
   double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;
   char summary[4096];
   int o = snprintf(summary, sizeof summary,
                    "{\"mode\": \"local\", \"model\": \"%s\", \"iterations\": %" PRIu64 ", \"batch_size\": %u, "
                    "\"samples_per_sec\": %.1f, \"train_logloss\": %.6f, \"test_logloss\": %.6f, \"test_auc\": %.6f, "
-                   "\"test_accuracy\": %.6f, \"digest\": \"%s\", \"seconds\": %.3f, \"phase_seconds_per_iteration\": {",
-                   cfg_str(cli->cfg, "model"), iters, L.bs, sps, train_ll, test_ll, test_auc, test_acc, hex, elapsed);
+                   "\"test_accuracy\": %.6f, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
+                   "\"phase_seconds_per_iteration\": {",
+                   cfg_str(cli->cfg, "model"), iters, L.bs, sps, train_ll, test_ll, test_auc, test_acc, hex, dense_hex,
+                   elapsed);
   for (int p = 0; p < PH_N; p++)
     o += snprintf(summary + o, sizeof summary - (size_t)o, "%s\"%s\": %.6f", p ? ", " : "", phase_names[p],
                   iters ? L.phase[p] / (double)iters : 0);
