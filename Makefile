@@ -47,8 +47,11 @@ endif
 SERVICES := $(notdir $(wildcard services/*))
 CPPFLAGS := -D_GNU_SOURCE -Icommon $(addprefix -Iservices/,$(SERVICES)) -I$(BUILD)/gen $(PKG_CFLAGS)
 CFLAGS   := -std=c11 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
+# C++ only for the small extern "C" wrappers (common/*.cc: Gloo)
+CXXFLAGS := -std=c++17 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
 LDFLAGS  := -pthread $(SAN)
-LDLIBS   := $(PKG_LIBS) -lm
+# libgloo (Debian, no .pc file) brings its own hiredis/ibverbs as NEEDED
+LDLIBS   := $(PKG_LIBS) -lgloo -lstdc++ -lm
 
 # ---- CUDA: on when nvcc is found (CUDA=auto), forced with CUDA=1, off with CUDA=0
 NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
@@ -66,20 +69,40 @@ ifeq ($(USE_CUDA),1)
     $(error CUDA=1 but nvcc was not found; install the CUDA toolkit or use CUDA=0)
   endif
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
-  CPPFLAGS += -DCHANTER_CUDA=1
+  # C files that call the CUDA runtime (services/trainer/cuda_check.c) see its headers
+  CPPFLAGS += -DCHANTER_CUDA=1 -I$(CUDA_HOME)/include
 endif
 CU_SRCS := $(shell find common services -name '*.cu' 2>/dev/null)
 ifeq ($(USE_CUDA),1)
-ifneq ($(CU_SRCS),)
-  CU_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
+  # common/**/*.cu go into libchanter.a; services/<name>/*.cu into that
+  # service's library, next to the C reference they mirror (the rule's
+  # `ar rcs $@ $^` takes these extra prerequisites too)
+  CU_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter common/%,$(CU_SRCS)))
+  CU_ALL_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
+  define cu_service_rule
+  $(BUILD)/lib/libsvc_$(1).a: $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter services/$(1)/%,$(CU_SRCS)))
+  endef
+  $(foreach s,$(SERVICES),$(eval $(call cu_service_rule,$(s))))
+  # rpath: the binaries find libcudart & co. where ldconfig does not look
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
 endif
-endif
+# GPU code: SASS for Turing (sm_75, e.g. T4), Ampere (sm_80; also runs on
+# 8.6/8.9) and Hopper (sm_90), plus compute_90 PTX that newer GPUs JIT.
+# sm_75 is the oldest CUDA 13 compiles for (cuda_check.c's MIN_CC), so no
+# GPU is needed to build.  Override e.g. CUDA_ARCHS="-arch=native".
+CUDA_ARCHS ?= -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=[sm_90,compute_90]
 comma := ,
-NVCCFLAGS := -O2 -g -std=c++17 -Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) -Icommon -I$(BUILD)/gen
+# --fmad=false: no FMA contraction, as C11 (-std=c11) has none on the CPU,
+# so the element-wise kernels of nn.cu give nn.c's bits.  -fPIC: the
+# objects may end up in a shared library or a PIE.
+NVCCFLAGS := -O2 -g -std=c++17 --fmad=false $(CUDA_ARCHS) \
+             -Xcompiler -fPIC,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
+             $(if $(filter 1,$(WERROR)),-Werror all-warnings) -MMD -MP -Icommon -I$(BUILD)/gen
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(call say,NVCC,$@)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+-include $(CU_ALL_OBJS:.o=.d)
 
 # ---- generated protobuf-c code
 PROTOS   := $(wildcard proto/*.proto)
@@ -93,6 +116,7 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 # ---- common/: one static library
 COMMON_SRCS := $(wildcard common/*.c)
 COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMMON_SRCS)) \
+               $(patsubst %.cc,$(BUILD)/obj/%.cc.o,$(wildcard common/*.cc)) \
                $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PB_C))
 LIBCHANTER  := $(BUILD)/lib/libchanter.a
 
@@ -144,6 +168,10 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(PB_H)
 $(BUILD)/obj/%.o: %.c $(PB_H)
 	@mkdir -p $(@D)
 	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.cc.o: %.cc $(PB_H)
+	@mkdir -p $(@D)
+	$(call say,CXX,$@)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
 $(LIBCHANTER): $(COMMON_OBJS) $(CU_OBJS)
 	@mkdir -p $(@D)

@@ -1,0 +1,327 @@
+/*
+ * coll: the collective interface (coll.h) -- argument checks, dispatch to
+ * a backend (coll_gloo.cc, coll_nccl.c), the size-1 shortcuts, the
+ * "group failed" latch, and the one log line per failure.  The backends
+ * convert their libraries' errors to our codes; this file adds who failed
+ * (operation, rank, size, backend) and logs it.  Also the file-backed
+ * rendezvous store used by tests and single-host runs.
+ */
+#include "coll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+
+struct coll_s {
+  const coll__backend_t *be;
+  void *impl;
+  int rank, size;
+  int failed; /* the first error of a collective; 0 while healthy */
+};
+
+static const coll__backend_t *find_backend(const char *name) {
+  if (strcmp(name, "gloo") == 0) return &coll__gloo_backend;
+#ifdef CHANTER_CUDA
+  if (strcmp(name, "nccl") == 0) return &coll__nccl_backend;
+#endif
+  return NULL;
+}
+
+/* Gloo writes its sockets with writev(2): a write to a peer that died
+ * raises SIGPIPE, whose default action kills this process instead of
+ * failing the collective.  proc_init() ignores it in our daemons; do the
+ * same for every other caller (tests, tools) unless it chose a handler. */
+static void ignore_sigpipe(void) {
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int coll_create(const coll_opts_t *o, const coll_store_t *store, coll_t **out,
+                char *err, size_t err_len) {
+  char what[512] = "";
+  coll_t *c = NULL;
+  int rc = 0;
+  if (out) *out = NULL;
+  if (!o || !store || !store->set || !store->get || !out) {
+    snprintf(what, sizeof what, "missing options, store or output pointer");
+    rc = -EINVAL;
+    goto out;
+  }
+  const char *backend = o->backend ? o->backend : "gloo";
+  if (o->size < 1 || o->rank < 0 || o->rank >= o->size) {
+    snprintf(what, sizeof what, "rank %d outside group of size %d", o->rank,
+             o->size);
+    rc = -EINVAL;
+    goto out;
+  }
+  coll_opts_t opts = *o;
+  opts.backend = backend;
+  if (!opts.iface_addr || !*opts.iface_addr) opts.iface_addr = "127.0.0.1";
+  if (!opts.prefix) opts.prefix = "chanter";
+  if (opts.timeout_ms <= 0) opts.timeout_ms = 30000;
+
+  const coll__backend_t *be = find_backend(backend);
+  if (!be) {
+    if (strcmp(backend, "nccl") == 0) {
+      snprintf(what, sizeof what,
+               "backend nccl is not built into this binary (built with CUDA=0 "
+               "or without nvcc); use backend gloo");
+      rc = ERR_CONFIG;
+    } else {
+      snprintf(what, sizeof what, "unknown backend '%s' (gloo or nccl)",
+               backend);
+      rc = -EINVAL;
+    }
+    goto out;
+  }
+  c = calloc(1, sizeof *c);
+  if (!c) {
+    rc = -ENOMEM;
+    snprintf(what, sizeof what, "out of memory");
+    goto out;
+  }
+  ignore_sigpipe();
+  c->be = be;
+  c->rank = opts.rank;
+  c->size = opts.size;
+  rc = be->create(&opts, store, &c->impl, what, sizeof what);
+  if (rc < 0) goto out;
+  log_debug("coll group formed backend=%s rank=%d size=%d prefix=%s", be->name,
+            c->rank, c->size, opts.prefix);
+  *out = c;
+  c = NULL;
+out:
+  if (rc < 0) {
+    log_error("coll create failed backend=%s rank=%d size=%d err=%s what=%s",
+              o && o->backend ? o->backend : "gloo", o ? o->rank : -1,
+              o ? o->size : -1, err_str(rc), what);
+    if (err && err_len) snprintf(err, err_len, "%s", what);
+  }
+  free(c);
+  return rc;
+}
+
+void coll_destroy(coll_t *c) {
+  if (!c) return;
+  if (c->impl) c->be->destroy(c->impl);
+  free(c);
+}
+
+int coll_rank(const coll_t *c) { return c->rank; }
+int coll_size(const coll_t *c) { return c->size; }
+const char *coll_backend(const coll_t *c) { return c->be->name; }
+
+/* Shared prologue: a group that failed stays failed (its peers may still
+ * be inside the operation that broke). */
+static int check_healthy(coll_t *c, const char *op) {
+  if (!c->failed) return 0;
+  log_error("coll %s refused: the group failed earlier rank=%d size=%d "
+            "backend=%s err=%s",
+            op, c->rank, c->size, c->be->name, err_str(c->failed));
+  return c->failed;
+}
+
+static int finish(coll_t *c, const char *op, int rc, const char *what) {
+  if (rc < 0) {
+    c->failed = rc;
+    log_error("coll %s failed rank=%d size=%d backend=%s err=%s what=%s", op,
+              c->rank, c->size, c->be->name, err_str(rc), what);
+  }
+  return rc;
+}
+
+int coll_allreduce_sum_f32(coll_t *c, float *buf, size_t n) {
+  char what[512] = "";
+  int rc = check_healthy(c, "allreduce");
+  if (rc < 0) return rc;
+  if (n == 0) return 0;
+  if (!buf) return finish(c, "allreduce", -EINVAL, "NULL buffer");
+  if (c->size == 1) return 0;
+  rc = c->be->allreduce_sum_f32(c->impl, buf, n, what, sizeof what);
+  return finish(c, "allreduce", rc, what);
+}
+
+int coll_broadcast(coll_t *c, void *buf, size_t bytes, int root) {
+  char what[512] = "";
+  int rc = check_healthy(c, "broadcast");
+  if (rc < 0) return rc;
+  if (root < 0 || root >= c->size) {
+    /* A caller bug, not a broken group: do not latch. */
+    log_error("coll broadcast refused: root %d outside group rank=%d size=%d",
+              root, c->rank, c->size);
+    return -EINVAL;
+  }
+  if (bytes == 0) return 0;
+  if (!buf) return finish(c, "broadcast", -EINVAL, "NULL buffer");
+  if (c->size == 1) return 0;
+  rc = c->be->broadcast(c->impl, buf, bytes, root, what, sizeof what);
+  return finish(c, "broadcast", rc, what);
+}
+
+int coll_allgather(coll_t *c, const void *in, size_t bytes_each, void *out) {
+  char what[512] = "";
+  int rc = check_healthy(c, "allgather");
+  if (rc < 0) return rc;
+  if (bytes_each == 0) return 0;
+  if (!in || !out) return finish(c, "allgather", -EINVAL, "NULL buffer");
+  rc = c->be->allgather(c->impl, in, bytes_each, out, what, sizeof what);
+  return finish(c, "allgather", rc, what);
+}
+
+int coll_barrier(coll_t *c) {
+  char what[512] = "";
+  int rc = check_healthy(c, "barrier");
+  if (rc < 0) return rc;
+  if (c->size == 1) return 0;
+  rc = c->be->barrier(c->impl, what, sizeof what);
+  return finish(c, "barrier", rc, what);
+}
+
+/* ---- the file-backed store ----
+ * A key becomes a file name: [A-Za-z0-9._-] stay, every other byte is
+ * %XX, and a leading '.' too.  Temporary files start with '~', which a key
+ * never produces. */
+
+static int key_path(const char *dir, const char *key, char *path, size_t len) {
+  size_t n = (size_t)snprintf(path, len, "%s/", dir);
+  if (n >= len || !*key) return -EINVAL;
+  for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
+    int plain = (*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') ||
+                (*k >= '0' && *k <= '9') || *k == '_' || *k == '-' ||
+                (*k == '.' && k != (const unsigned char *)key);
+    if (n + 4 >= len) return -ENAMETOOLONG;
+    if (plain)
+      path[n++] = (char)*k;
+    else
+      n += (size_t)snprintf(path + n, len - n, "%%%02X", *k);
+  }
+  path[n] = '\0';
+  return 0;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int write_all(int fd, const void *p, size_t len) {
+  const char *b = p;
+  while (len) {
+    ssize_t w = write(fd, b, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    b += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static int file_store_set(void *ud, const char *key, const void *val,
+                          size_t len) {
+  static atomic_uint counter;
+  const char *dir = ud;
+  char path[4096], tmp[4096];
+  int fd = -1, rc = key_path(dir, key, path, sizeof path);
+  if (rc < 0) goto out;
+  snprintf(tmp, sizeof tmp, "%s/~tmp.%ld.%u", dir, (long)getpid(),
+           atomic_fetch_add(&counter, 1));
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = -errno;
+    goto out;
+  }
+  rc = write_all(fd, val, len);
+  if (rc == 0 && close(fd) < 0) rc = -errno;
+  fd = -1;
+  if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
+  if (rc < 0) unlink(tmp);
+out:
+  if (fd >= 0) close(fd);
+  if (rc < 0) log_error("coll file store set failed key=%s err=%s", key, err_str(rc));
+  return rc;
+}
+
+/* Reads the whole file; -ENOENT if it does not exist (yet). */
+static int read_file(const char *path, void **val, size_t *len) {
+  char *buf = NULL;
+  size_t got = 0;
+  int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    rc = -errno;
+    goto out;
+  }
+  buf = malloc((size_t)st.st_size + 1); /* +1: malloc(0) may be NULL */
+  if (!buf) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = -errno;
+      goto out;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  *val = buf;
+  *len = got;
+  buf = NULL;
+out:
+  free(buf);
+  close(fd);
+  return rc;
+}
+
+static int file_store_get(void *ud, const char *key, void **val, size_t *len,
+                          int64_t timeout_ms) {
+  const char *dir = ud;
+  char path[4096];
+  int rc = key_path(dir, key, path, sizeof path);
+  if (rc < 0) return rc;
+  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  long sleep_us = 500;
+  for (;;) {
+    rc = read_file(path, val, len);
+    if (rc != -ENOENT) return rc;
+    if (now_ms() >= deadline) return ERR_DEADLINE;
+    usleep((useconds_t)sleep_us);
+    if (sleep_us < 20000) sleep_us *= 2;
+  }
+}
+
+int coll_file_store_init(coll_store_t *s, const char *dir) {
+  struct stat st;
+  if (!s || !dir) return -EINVAL;
+  if (stat(dir, &st) < 0) return -errno;
+  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  char *d = strdup(dir);
+  if (!d) return -ENOMEM;
+  s->set = file_store_set;
+  s->get = file_store_get;
+  s->ud = d;
+  return 0;
+}
+
+void coll_file_store_close(coll_store_t *s) {
+  if (!s) return;
+  free(s->ud);
+  s->ud = NULL;
+}
