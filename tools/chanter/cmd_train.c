@@ -26,6 +26,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "cuda_check.h"
 #include "data.h"
 #include "err.h"
 #include "embc.h"
@@ -403,7 +404,12 @@ int cmd_train(cli_t *cli) {
     return 2;
   }
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
-    fprintf(stderr, "chanter train --local: device = cuda is not available yet: the CUDA model library is not built; "
+    /* no silent fallback to the CPU: say why not, and stop */
+    if (chanter_cuda_check(err, sizeof err) < 0) {
+      fprintf(stderr, "chanter train --local: %s\n", err);
+      return 1;
+    }
+    fprintf(stderr, "chanter train --local: device = cuda: the CUDA training path of train --local is not wired yet; "
                     "use device = cpu\n");
     return 1;
   }
