@@ -33,7 +33,7 @@
 #include "embedding.pb-c.h"
 #include "eval.h"
 #include "log.h"
-#include "model.h"
+#include "model_dev.h"
 #include "nn.h"
 #include "opt.h"
 #include "orc.h"
@@ -49,7 +49,7 @@ typedef struct local_s {
   const data_schema_t *schema;
   tbl_layout_t layout;
   float **tables;      /* per table: rows x row_floats */
-  model_t *model;
+  mdev_t *model;  /* the model on cfg's device (model_dev.h) */
   opt_t *dense_opt;
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
@@ -102,10 +102,10 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) tbl_init_row(&L->layout, TBL_KEY(t, r), L->tables[t] + r * rf);
   }
   L->bs = (uint32_t)cfg_int(cfg, "batch_size");
-  if ((rc = model_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->bs, &L->model, err, n)) != 0)
+  if ((rc = mdev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->bs, &L->model, err, n)) != 0)
     return rc;
-  model_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
-  if ((rc = opt_create(cfg, model_n_params(L->model), &L->dense_opt)) != 0)
+  mdev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
+  if ((rc = opt_create(cfg, mdev_n_params(L->model), &L->dense_opt)) != 0)
     return set_err(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
   opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
@@ -134,7 +134,7 @@ static void local_close(local_t *L) {
   free(L->grad);
   free(L->work);
   opt_destroy(L->dense_opt);
-  model_destroy(L->model);
+  mdev_destroy(L->model);
   tbl_layout_close(&L->layout);
   data_close(L->data);
 }
@@ -151,11 +151,13 @@ static double step(local_t *L, const data_batch_t *b) {
   double t0 = bench_now();
   gather(L, b);
   double t1 = bench_now();
-  model_forward(L->model, b->n, b->dense, L->emb, L->logits);
+  if (mdev_forward(L->model, b->n, b->dense, L->emb, L->logits)) return NAN;
   double t2 = bench_now();
-  double loss = model_backward(L->model, b->n, b->labels, 1.0f / (float)b->n, L->d_emb);
+  double loss = mdev_backward(L->model, b->n, b->labels, 1.0f / (float)b->n, L->d_emb);
+  if (isnan(loss)) return NAN;
   double t3 = bench_now();
-  opt_step_pool(L->dense_opt, model_params(L->model), model_grads(L->model), model_pool(L->model));
+  opt_step_pool(L->dense_opt, mdev_params(L->model), mdev_grads(L->model), mdev_pool(L->model));
+  if (mdev_params_changed(L->model)) return NAN;
   double t4 = bench_now();
   size_t width = (size_t)b->n_tables * L->dim;
   for (uint32_t t = 0; t < b->n_tables; t++) {
@@ -183,8 +185,8 @@ static int evaluate(local_t *L, uint64_t batches, double *logloss, double *acc, 
     data_batch_t b;
     if ((rc = data_read_batch(L->data, DATA_TEST, x, L->bs, &b, err, n)) != 0) break;
     gather(L, &b);
-    model_forward(L->model, b.n, b.dense, L->emb, L->logits);
-    rc = eval_acc_add(&a, L->logits, b.labels, b.n);
+    if (mdev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
+    if (!rc) rc = eval_acc_add(&a, L->logits, b.labels, b.n);
     data_batch_free(&b);
   }
   if (!rc) rc = eval_acc_result(&a, logloss, acc, auc);
@@ -198,7 +200,7 @@ static void digest(local_t *L, char hex[65]) {
   unsigned hl = 0;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  EVP_DigestUpdate(md, model_params(L->model), model_n_params(L->model) * sizeof(float));
+  EVP_DigestUpdate(md, mdev_params(L->model), mdev_n_params(L->model) * sizeof(float));
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
     uint32_t rf = tbl_row_floats(&L->layout, t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) {
@@ -404,14 +406,12 @@ int cmd_train(cli_t *cli) {
     return 2;
   }
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
-    /* no silent fallback to the CPU: say why not, and stop */
+    /* no silent fallback to the CPU: say why not, and stop (before
+     * loading the data, so the refusal is immediate) */
     if (chanter_cuda_check(err, sizeof err) < 0) {
       fprintf(stderr, "chanter train --local: %s\n", err);
       return 1;
     }
-    fprintf(stderr, "chanter train --local: device = cuda: the CUDA training path of train --local is not wired yet; "
-                    "use device = cpu\n");
-    return 1;
   }
   local_t L;
   int rc = local_open(&L, cli->cfg, err, sizeof err);
@@ -427,7 +427,7 @@ int cmd_train(cli_t *cli) {
   if (!quiet)
     fprintf(stderr, "train --local: %s, dataset %s (%" PRIu64 " train / %" PRIu64 " test samples), batch %u, %" PRIu64
                     " iterations, optimizer %s / %s\n",
-            model_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
+            mdev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
   int tty = isatty(2);
   double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
@@ -439,6 +439,13 @@ int cmd_train(cli_t *cli) {
     if ((rc = data_read_batch(L.data, DATA_TRAIN, it, L.bs, &b, err, sizeof err)) != 0) break;
     L.phase[PH_DATA] += bench_now() - t0;
     double loss = step(&L, &b);
+    if (isnan(loss)) {
+      snprintf(err, sizeof err, "iteration %" PRIu64 ": the %s model step failed%s", it, cfg_str(cli->cfg, "device"),
+               !strcmp(cfg_str(cli->cfg, "device"), "cuda") ? " (a CUDA call failed; see the log)" : " (loss is NaN: lower learning_rate?)");
+      data_batch_free(&b);
+      rc = -EIO;
+      break;
+    }
     samples += b.n;
     loss_window += loss;
     window_n += b.n;
@@ -477,7 +484,7 @@ int cmd_train(cli_t *cli) {
   {
     uint8_t h[32];
     unsigned hl = 0;
-    EVP_Digest(model_params(L.model), model_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
+    EVP_Digest(mdev_params(L.model), mdev_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
     for (int i = 0; i < 32; i++) snprintf(dense_hex + 2 * i, 3, "%02x", h[i]);
   }
   double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;

@@ -1,0 +1,171 @@
+/* model_dev: see model_dev.h. */
+#include "model_dev.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "err.h"
+#include "log.h"
+#include "model.h"
+#ifdef CHANTER_CUDA
+#include <cuda_runtime.h>
+
+#include "nn_cuda.h"
+#endif
+
+struct mdev_s {
+  int cuda;
+  model_t *cpu;
+#ifdef CHANTER_CUDA
+  model_cuda_t *gpu;
+  float *h_params, *h_grads;              /* host mirrors */
+  float *d_dense, *d_emb, *d_demb, *d_labels, *d_logits;
+  uint32_t n_dense, width, max_batch;
+#endif
+};
+
+int mdev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, uint32_t max_batch,
+                mdev_t **out, char *err, size_t err_len) {
+  mdev_t *m = calloc(1, sizeof *m);
+  if (!m) return -ENOMEM;
+  int rc;
+  if (strcmp(cfg_str(cfg, "device"), "cuda") != 0) {
+    if ((rc = model_create(cfg, n_dense, n_tables, dim, max_batch, &m->cpu, err, err_len)) != 0) {
+      free(m);
+      return rc;
+    }
+    *out = m;
+    return 0;
+  }
+  if ((rc = chanter_cuda_check(err, err_len)) != 0) {
+    free(m);
+    return rc;
+  }
+#ifdef CHANTER_CUDA
+  m->cuda = 1;
+  m->n_dense = n_dense;
+  m->width = n_tables * dim;
+  m->max_batch = max_batch;
+  if ((rc = model_cuda_create(cfg, n_dense, n_tables, dim, max_batch, &m->gpu, err, err_len)) != 0) {
+    free(m);
+    return rc;
+  }
+  size_t np = model_cuda_n_params(m->gpu), nb = max_batch;
+  m->h_params = calloc(np ? np : 1, sizeof(float));
+  m->h_grads = calloc(np ? np : 1, sizeof(float));
+  if (!m->h_params || !m->h_grads || cudaMalloc((void **)&m->d_dense, (nb * n_dense + 1) * 4) != cudaSuccess ||
+      cudaMalloc((void **)&m->d_emb, nb * m->width * 4) != cudaSuccess ||
+      cudaMalloc((void **)&m->d_demb, nb * m->width * 4) != cudaSuccess ||
+      cudaMalloc((void **)&m->d_labels, nb * 4) != cudaSuccess || cudaMalloc((void **)&m->d_logits, nb * 4) != cudaSuccess) {
+    snprintf(err, err_len, "cannot allocate the model's device buffers for batch %u", max_batch);
+    mdev_destroy(m);
+    return ERR_CUDA;
+  }
+  *out = m;
+  return 0;
+#else
+  free(m);
+  return ERR_NOGPU; /* not reached: chanter_cuda_check refuses without CUDA */
+#endif
+}
+
+void mdev_destroy(mdev_t *m) {
+  if (!m) return;
+  if (m->cpu) model_destroy(m->cpu);
+#ifdef CHANTER_CUDA
+  if (m->gpu) model_cuda_destroy(m->gpu);
+  cudaFree(m->d_dense);
+  cudaFree(m->d_emb);
+  cudaFree(m->d_demb);
+  cudaFree(m->d_labels);
+  cudaFree(m->d_logits);
+  free(m->h_params);
+  free(m->h_grads);
+#endif
+  free(m);
+}
+
+void mdev_init(mdev_t *m, uint64_t seed) {
+  if (!m->cuda) {
+    model_init(m->cpu, seed);
+    return;
+  }
+#ifdef CHANTER_CUDA
+  model_cuda_init(m->gpu, seed);
+  cudaMemcpy(m->h_params, model_cuda_params(m->gpu), model_cuda_n_params(m->gpu) * 4, cudaMemcpyDeviceToHost);
+  memset(m->h_grads, 0, model_cuda_n_params(m->gpu) * 4);
+#endif
+}
+
+size_t mdev_n_params(const mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return model_cuda_n_params(m->gpu);
+#endif
+  return model_n_params(m->cpu);
+}
+
+float *mdev_params(mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return m->h_params;
+#endif
+  return model_params(m->cpu);
+}
+
+float *mdev_grads(mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return m->h_grads;
+#endif
+  return model_grads(m->cpu);
+}
+
+int mdev_params_changed(mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda && cudaMemcpy(model_cuda_params(m->gpu), m->h_params, model_cuda_n_params(m->gpu) * 4,
+                            cudaMemcpyHostToDevice) != cudaSuccess)
+    return ERR_CUDA;
+#endif
+  (void)m;
+  return 0;
+}
+
+const char *mdev_describe(const mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return model_cuda_describe(m->gpu);
+#endif
+  return model_describe(m->cpu);
+}
+
+struct pool_s *mdev_pool(mdev_t *m) { return m->cpu ? model_pool(m->cpu) : NULL; }
+
+int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits) {
+  if (!m->cuda) {
+    model_forward(m->cpu, n, dense, emb, logits);
+    return 0;
+  }
+#ifdef CHANTER_CUDA
+  if ((dense && m->n_dense && cudaMemcpy(m->d_dense, dense, (size_t)n * m->n_dense * 4, cudaMemcpyHostToDevice)) ||
+      cudaMemcpy(m->d_emb, emb, (size_t)n * m->width * 4, cudaMemcpyHostToDevice))
+    return ERR_CUDA;
+  model_cuda_forward(m->gpu, n, m->n_dense ? m->d_dense : NULL, m->d_emb, m->d_logits);
+  if (cudaMemcpy(logits, m->d_logits, (size_t)n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return ERR_CUDA;
+#endif
+  return 0;
+}
+
+double mdev_backward(mdev_t *m, uint32_t n, const float *labels, float scale, float *d_emb) {
+  if (!m->cuda) return model_backward(m->cpu, n, labels, scale, d_emb);
+#ifdef CHANTER_CUDA
+  if (cudaMemcpy(m->d_labels, labels, (size_t)n * 4, cudaMemcpyHostToDevice) != cudaSuccess) return NAN;
+  double loss = model_cuda_backward(m->gpu, n, m->d_labels, scale, m->d_demb);
+  if ((d_emb && cudaMemcpy(d_emb, m->d_demb, (size_t)n * m->width * 4, cudaMemcpyDeviceToHost) != cudaSuccess) ||
+      cudaMemcpy(m->h_grads, model_cuda_grads(m->gpu), model_cuda_n_params(m->gpu) * 4, cudaMemcpyDeviceToHost) !=
+          cudaSuccess)
+    return NAN;
+  return loss;
+#else
+  return NAN;
+#endif
+}
