@@ -1,0 +1,135 @@
+/*
+ * chanter-oracle: the job's coordinator and the source of every trainer's
+ * work (DESIGN.md sections 3 and 4; this is the baseline, lookahead 0).
+ *
+ *   chanter-oracle --config job.ini [--set key=value ...]
+ *                  [--listen HOST:PORT] [--metrics-port P] [--ready-file PATH]
+ *
+ * Wiring only: validate the job, start the gRPC server with the Oracle
+ * service (oracle_service.c) and the job (oracle_job.c), the Prometheus
+ * endpoint, readiness and watchdog.  On SIGTERM the job is stopped (the
+ * trainers get StopWork), the server drains and the process exits 0.  The
+ * daemon keeps serving Status after the job is over, until it is stopped.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "err.h"
+#include "log.h"
+#include "oracle_service.h"
+#include "proc.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: chanter-oracle --config FILE [--set key=value ...]\n"
+          "                      [--listen HOST:PORT] [--metrics-port P] [--ready-file PATH]\n"
+          "Coordinates one training job: membership, rendezvous, batches and their plans, reports, evaluation.\n"
+          "  --listen        address to bind (default: cluster.oracle)\n"
+          "  --metrics-port  Prometheus port (default: RPC port + oracle.metrics_port_offset)\n"
+          "  --ready-file    write {\"rpc_port\":..,\"metrics_port\":..,\"job_id\":..} here once serving\n");
+}
+
+typedef struct sig_s {
+  uv_signal_t term, intr;
+  oracle_service_t *svc;
+} sig_t_;
+
+static void on_signal(uv_signal_t *h, int signum) {
+  sig_t_ *s = h->data;
+  oracle_service_shutdown(s->svc, signum == SIGTERM ? "the oracle is shutting down (SIGTERM)"
+                                                    : "the oracle is shutting down (SIGINT)");
+}
+
+int main(int argc, char **argv) {
+  daemon_t d = {0};
+  cfg_t *cfg = NULL;
+  oracle_service_t *svc = NULL;
+  sig_t_ sig = {0};
+  int sig_on = 0;
+  char err[1024] = "";
+  int rc = 1, metrics_port = -1;
+  const char *listen = NULL, *ready_file = NULL;
+
+  proc_init("chanter-oracle");
+  if (cfg_create(&cfg)) return 1;
+  if (cfg_parse_args(cfg, &argc, argv, err, sizeof err)) {
+    log_error("bad configuration: %s", err);
+    goto out;
+  }
+  log_set_level_str(cfg_str(cfg, "log_level"));
+  static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
+                                       {"metrics-port", required_argument, 0, 'm'},
+                                       {"ready-file", required_argument, 0, 'r'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'l': listen = optarg; break;
+    case 'm': metrics_port = atoi(optarg); break;
+    case 'r': ready_file = optarg; break;
+    case 'h': usage(stdout); rc = 0; goto out;
+    default: usage(stderr); goto out;
+    }
+  }
+  if (optind < argc) {
+    log_error("unexpected argument '%s'", argv[optind]);
+    usage(stderr);
+    goto out;
+  }
+  if (!listen) listen = cfg_str(cfg, "cluster.oracle");
+  if (!listen || !*listen) {
+    log_error("no address to listen on: set cluster.oracle in the job file (from %s) or pass --listen HOST:PORT",
+              cfg_origin(cfg, "cluster.oracle"));
+    goto out;
+  }
+  if (oracle_job_check_cfg(cfg, err, sizeof err)) {
+    log_error("cannot run this job: %s", err);
+    goto out;
+  }
+  if (daemon_init(&d, "chanter-oracle", cfg, listen, (int)cfg_int(cfg, "oracle.drain_ms"), "chanter_oracle"))
+    goto out_daemon;
+  if (oracle_service_create(d.loop, d.server, cfg, d.reg, &svc, err, sizeof err)) {
+    log_error("cannot start the oracle: %s", err);
+    goto out_daemon;
+  }
+  char extra[160], status[256];
+  snprintf(extra, sizeof extra, "\"job_id\": \"%s\"", oracle_job_id(oracle_service_job(svc)));
+  snprintf(status, sizeof status, "waiting for %lld trainers (job %s)", (long long)cfg_int(cfg, "trainers"),
+           oracle_job_id(oracle_service_job(svc)));
+  if (daemon_start(&d, metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), ready_file, extra, status))
+    goto out_daemon;
+  /* next to the daemon's own handlers (which drain the server): stop the
+   * job first so that the trainers' streams end at once */
+  sig.svc = svc;
+  uv_signal_init(d.loop, &sig.term);
+  uv_signal_init(d.loop, &sig.intr);
+  sig.term.data = sig.intr.data = &sig;
+  uv_signal_start(&sig.term, on_signal, SIGTERM);
+  uv_signal_start(&sig.intr, on_signal, SIGINT);
+  uv_unref((uv_handle_t *)&sig.term);
+  uv_unref((uv_handle_t *)&sig.intr);
+  sig_on = 1;
+  log_info("serving listen=%s port=%d metrics_port=%d trainers=%lld iterations=%lld batch_size=%lld dataproc=%s",
+           d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
+           (long long)cfg_int(cfg, "trainers"), (long long)cfg_int(cfg, "iterations"),
+           (long long)cfg_int(cfg, "batch_size"), cfg_str(cfg, "cluster.dataproc"));
+  rc = daemon_run(&d);
+
+out_daemon:
+  if (sig_on) {
+    uv_close((uv_handle_t *)&sig.term, NULL);
+    uv_close((uv_handle_t *)&sig.intr, NULL);
+    uv_run(d.loop, UV_RUN_NOWAIT);
+  }
+  oracle_service_destroy(svc);
+  daemon_close(&d);
+  if (rc == 0) log_info("stopped cleanly");
+out:
+  cfg_destroy(cfg);
+  return rc;
+}

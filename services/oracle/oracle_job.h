@@ -1,0 +1,106 @@
+/*
+ * oracle_job: one training job as the oracle runs it, with lookahead L = 0
+ * (the baseline of DESIGN.md section 3).
+ *
+ * Lifecycle: waiting (trainers join and open their Work streams) ->
+ * training (once every rank 0..P-1 has said Hello) -> done | failed |
+ * stopped.  The job then keeps answering Status until the daemon exits.
+ *
+ * Threads and queues.
+ *  - Fetch threads (2 per data processor, at most 16) pull the train
+ *    batches 0..iterations-1 with dpc_stream in chunks of C batches, C = 1
+ *    mod the number of processors, so chunk k starts at a batch number that
+ *    dpc sends to processor k mod n: every processor serves two streams at
+ *    once.  They put batches into a bounded reorder queue (batch x in slot
+ *    x mod Q, a thread waits while x >= head + Q) and wake the loop with a
+ *    uv_async.  One more thread fetches the evaluation set (eval_batches
+ *    test batches), concatenates it and plans its split across trainers.
+ *  - The loop thread pops batches in order and hands each to libuv's worker
+ *    pool for planning (oracle_plan_build; at most 2 at once, at most
+ *    window + 2 planned batches not yet sent to every trainer).
+ *  - Dispatch (loop): trainer p gets Step x once x is planned, x < (the
+ *    iterations every trainer has reported) + oracle.window, and its send
+ *    queue holds fewer than 2 messages (rpc_call_queued; on_sent and every
+ *    report call dispatch again).  An Eval item follows Step x directly on
+ *    the stream when an evaluation is due after x, so a trainer evaluates
+ *    the model exactly as it is after x without the oracle stalling.
+ *  - Reports are aggregated per iteration once all P arrived (in order,
+ *    since each trainer reports in order); EvalResults per round, whose
+ *    logloss and AUC are computed on the worker pool.
+ *
+ * Every function here runs on the loop thread; the job owns the Work
+ * stream calls it was given with oracle_job_attach (it finishes them).
+ */
+#ifndef CHANTER_ORACLE_JOB_H
+#define CHANTER_ORACLE_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "cfg.h"
+#include "err.h"
+#include "metrics.h"
+#include "oracle.pb-c.h"
+#include "rpc.h"
+
+typedef struct oracle_job_s oracle_job_t;
+
+enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED };
+
+/* The project code whose gRPC status is FAILED_PRECONDITION (err.h has no
+ * generic one; ERR_LAYOUT maps to it).  The status message says what is
+ * wrong, so the code's own phrase never shows. */
+#define ORACLE_ERR_PRECONDITION ERR_LAYOUT
+
+/* "waiting", "training", "done", "failed", "stopped". */
+const char *oracle_state_name(int state);
+
+/* Refuses what this oracle does not implement yet, with a sentence:
+ * lookahead other than 0 / auto, allocation = laia.  0 or ERR_CONFIG. */
+int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len);
+
+/* Creates the job (cfg must outlive it): channels to the data processors,
+ * metrics on reg, the start timer (oracle.start_timeout_ms).  Nothing is
+ * fetched before every trainer said Hello.  0 or an error with err.  Loop
+ * thread, or before the loop runs. */
+int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, oracle_job_t **out, char *err,
+                      size_t err_len);
+/* Stops the fetch threads (waiting at most drain_ms + 1 s for them: a
+ * thread stuck retrying a dead data processor is left behind, with the
+ * memory it uses), closes the job's handles (runs the loop once) and frees
+ * it.  After the loop stopped running. */
+void oracle_job_destroy(oracle_job_t *j);
+
+const char *oracle_job_id(const oracle_job_t *j);
+int oracle_job_state(const oracle_job_t *j);
+const char *oracle_job_message(const oracle_job_t *j);
+/* Iterations every trainer has reported. */
+uint64_t oracle_job_done(const oracle_job_t *j);
+uint64_t oracle_job_iterations(const oracle_job_t *j);
+/* Iterations rank has reported; whether it has a Work stream open. */
+uint64_t oracle_job_rank_reported(const oracle_job_t *j, uint32_t rank);
+int oracle_job_rank_attached(const oracle_job_t *j, uint32_t rank);
+/* The summary (running while training), JSON; malloc'd, caller frees. */
+char *oracle_job_summary(const oracle_job_t *j);
+
+/* Hello on a Work stream: rank takes the stream.  0, or an error (the
+ * caller fails the call with it) and a sentence in why: ERR_EXISTS (rank
+ * already has a stream), FAILED_PRECONDITION-class errors for a job that
+ * is not waiting or a resume (next_iteration != 0). */
+int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t next_iteration, char *why,
+                      size_t why_len);
+/* A message after Hello on rank's stream.  Protocol errors finish the call
+ * (INVALID_ARGUMENT) and fail the job. */
+void oracle_job_on_message(oracle_job_t *j, uint32_t rank, rpc_call_t *call,
+                           const Chanter__Oracle__V1__TrainerMessage *m);
+/* rank's stream ended: cancelled (the call is dead) or half-closed (the
+ * job finishes the call).  Mid-job this fails the job. */
+void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int cancelled);
+/* A message queued on rank's stream went out: room to dispatch. */
+void oracle_job_sent(oracle_job_t *j, uint32_t rank);
+/* Ends the job early (state stopped; StopWork with reason to every
+ * trainer).  No-op once the job is over. */
+void oracle_job_stop(oracle_job_t *j, const char *reason);
+
+#endif

@@ -1,0 +1,477 @@
+/* oracle_plan: see oracle_plan.h. */
+#include "oracle_plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "table.h"
+
+int oracle_alloc_parse(const char *name) {
+  if (!name) return -EINVAL;
+  if (!strcmp(name, "contiguous")) return ORACLE_ALLOC_CONTIGUOUS;
+  if (!strcmp(name, "random")) return ORACLE_ALLOC_RANDOM;
+  return -EINVAL;
+}
+
+/* malloc sizes: never 0 */
+static inline size_t nz(size_t n) { return n ? n : 1; }
+
+/* Trainer of position j of B among P: floor(j * P / B). */
+static inline uint32_t chunk_of(uint64_t j, uint32_t B, uint32_t P) { return (uint32_t)(j * P / B); }
+
+int oracle_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner) {
+  if (P == 0) return -EINVAL;
+  if (policy == ORACLE_ALLOC_CONTIGUOUS) {
+    for (uint32_t i = 0; i < B; i++) owner[i] = chunk_of(i, B, P);
+    return 0;
+  }
+  if (policy != ORACLE_ALLOC_RANDOM) return -EINVAL;
+  if (B == 0) return 0;
+  uint32_t *perm = malloc((size_t)B * sizeof *perm);
+  if (!perm) return -ENOMEM;
+  for (uint32_t i = 0; i < B; i++) perm[i] = i;
+  /* Fisher-Yates with a counter-based stream of (seed, x) */
+  uint64_t s = tbl_mix64(seed ^ tbl_mix64(x ^ UINT64_C(0x616c6c6f63617465)));
+  for (uint32_t j = B - 1; j > 0; j--) {
+    uint64_t r = tbl_mix64(s + j);
+    uint32_t k = (uint32_t)(((unsigned __int128)r * (j + 1)) >> 64);
+    uint32_t t = perm[j];
+    perm[j] = perm[k];
+    perm[k] = t;
+  }
+  for (uint32_t j = 0; j < B; j++) owner[perm[j]] = chunk_of(j, B, P);
+  free(perm);
+  return 0;
+}
+
+/* ---- sorting */
+
+static void insertion_sort(uint64_t *v, size_t n) {
+  for (size_t i = 1; i < n; i++) {
+    uint64_t k = v[i];
+    size_t j = i;
+    while (j > 0 && v[j - 1] > k) {
+      v[j] = v[j - 1];
+      j--;
+    }
+    v[j] = k;
+  }
+}
+
+/* LSD radix sort of v on bytes [lo, 8) of each value (lower bytes are
+ * ignored: callers keep flags there); passes where every value has the
+ * same byte are skipped, so table keys of a few rows sort in a few passes. */
+static int radix_sort(uint64_t *v, size_t n, uint64_t *tmp, int lo) {
+  if (n < 64) {
+    if (lo == 0) {
+      insertion_sort(v, n);
+    } else {
+      for (size_t i = 1; i < n; i++) {
+        uint64_t k = v[i];
+        size_t j = i;
+        while (j > 0 && (v[j - 1] >> (8 * lo)) > (k >> (8 * lo))) {
+          v[j] = v[j - 1];
+          j--;
+        }
+        v[j] = k;
+      }
+    }
+    return 0;
+  }
+  uint64_t *own = NULL;
+  if (!tmp && !(tmp = own = malloc(n * sizeof *tmp))) return -ENOMEM;
+  size_t (*cnt)[256] = calloc(8, sizeof *cnt);
+  if (!cnt) {
+    free(own);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = v[i];
+    for (int b = lo; b < 8; b++) cnt[b][(k >> (8 * b)) & 255]++;
+  }
+  uint64_t *src = v, *dst = tmp;
+  for (int b = lo; b < 8; b++) {
+    if (cnt[b][(v[0] >> (8 * b)) & 255] == n) continue; /* every value has the same byte here */
+    size_t off = 0;
+    for (int d = 0; d < 256; d++) {
+      size_t c = cnt[b][d];
+      cnt[b][d] = off;
+      off += c;
+    }
+    for (size_t i = 0; i < n; i++) dst[cnt[b][(src[i] >> (8 * b)) & 255]++] = src[i];
+    uint64_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != v) memcpy(v, src, n * sizeof *v);
+  free(cnt);
+  free(own);
+  return 0;
+}
+
+int oracle_sort_u64(uint64_t *v, size_t n, uint64_t *tmp) { return radix_sort(v, n, tmp, 0); }
+
+/* ---- the key table
+ *
+ * One table at a time (keys of different tables never collide), so the
+ * hash table is sized by the largest table's ids in the batch and stays in
+ * cache.  A slot is one uint64: row << 16 | owner << 2 | shared << 1 | 1,
+ * 0 when empty (rows < 2^48, owners < 2^14); sorting slot values on their
+ * top 6 bytes sorts by row. */
+
+#define SLOT_USED 1u
+#define SLOT_SHARED 2u
+#define SLOT_OWNER(s) ((uint32_t)(((s) >> 2) & 0x3fff))
+#define SLOT_ROW(s) ((s) >> 16)
+
+typedef struct keytab_s {
+  uint64_t *slots;
+  uint64_t mask;
+  int shift;
+  uint32_t *used; /* slot index of each distinct row, in insertion order */
+  size_t n_used;
+  uint64_t *vals, *tmp; /* scratch: the distinct slot values, sorted */
+} keytab_t;
+
+static int keytab_init(keytab_t *k, size_t max_keys) {
+  size_t cap = 16;
+  int bits = 4;
+  while (cap < 2 * max_keys) {
+    cap <<= 1;
+    bits++;
+  }
+  memset(k, 0, sizeof *k);
+  k->slots = calloc(cap, sizeof *k->slots);
+  k->used = malloc(nz(max_keys) * sizeof *k->used);
+  k->vals = malloc(nz(max_keys) * sizeof *k->vals);
+  k->tmp = malloc(nz(max_keys) * sizeof *k->tmp);
+  if (!k->slots || !k->used || !k->vals || !k->tmp) {
+    free(k->slots);
+    free(k->used);
+    free(k->vals);
+    free(k->tmp);
+    return -ENOMEM;
+  }
+  k->mask = cap - 1;
+  k->shift = 64 - bits;
+  return 0;
+}
+
+static void keytab_close(keytab_t *k) {
+  free(k->slots);
+  free(k->used);
+  free(k->vals);
+  free(k->tmp);
+}
+
+/* Records that trainer `owner` uses row (of the current table). */
+static inline void keytab_add(keytab_t *k, uint64_t row, uint32_t owner) {
+  uint64_t i = (row * UINT64_C(0x9e3779b97f4a7c15)) >> k->shift;
+  for (;; i = (i + 1) & k->mask) {
+    uint64_t s = k->slots[i];
+    if (!s) {
+      k->slots[i] = row << 16 | (uint64_t)owner << 2 | SLOT_USED;
+      k->used[k->n_used++] = (uint32_t)i;
+      return;
+    }
+    if (SLOT_ROW(s) == row) {
+      if (SLOT_OWNER(s) != owner) k->slots[i] = s | SLOT_SHARED;
+      return;
+    }
+  }
+}
+
+/* The current table's distinct slot values, sorted by row, into k->vals;
+ * empties the table for the next one.  Returns how many. */
+static size_t keytab_take(keytab_t *k) {
+  size_t n = k->n_used;
+  for (size_t i = 0; i < n; i++) {
+    k->vals[i] = k->slots[k->used[i]];
+    k->slots[k->used[i]] = 0;
+  }
+  k->n_used = 0;
+  radix_sort(k->vals, n, k->tmp, 2);
+  return n;
+}
+
+/* Sorted distinct keys of one share (eval: exactly what it uses). */
+static int share_keys(const oracle_share_t *sh, uint32_t n_tables, const uint32_t *hotness, uint64_t **out,
+                      size_t *n_out) {
+  size_t most = 0;
+  for (uint32_t t = 0; t < n_tables; t++)
+    if ((size_t)sh->n * hotness[t] > most) most = (size_t)sh->n * hotness[t];
+  keytab_t k;
+  int rc = keytab_init(&k, most);
+  if (rc) return rc;
+  uint64_t *v = malloc(nz(sh->n_ids) * sizeof *v);
+  if (!v) {
+    keytab_close(&k);
+    return -ENOMEM;
+  }
+  size_t o = 0, m = 0;
+  for (uint32_t t = 0; t < n_tables; t++) {
+    size_t c = (size_t)sh->n * hotness[t];
+    for (size_t i = 0; i < c; i++) keytab_add(&k, sh->ids[o + i], 0);
+    o += c;
+    size_t u = keytab_take(&k);
+    for (size_t i = 0; i < u; i++) v[m++] = TBL_KEY(t, SLOT_ROW(k.vals[i]));
+  }
+  keytab_close(&k);
+  *out = v;
+  *n_out = m;
+  return 0;
+}
+
+/* ---- the plan */
+
+void oracle_plan_close(oracle_plan_t *p) {
+  if (!p) return;
+  for (uint32_t i = 0; p->shares && i < p->trainers; i++) {
+    oracle_share_t *s = &p->shares[i];
+    free(s->labels);
+    free(s->dense);
+    free(s->ids);
+    free(s->fetch);
+    free(s->write_back);
+  }
+  free(p->shares);
+  free(p->hotness);
+  free(p->sync);
+  memset(p, 0, sizeof *p);
+}
+
+/* Gathers each trainer's samples (in batch order) from b. */
+static int gather(const data_batch_t *b, const uint32_t *owner, oracle_plan_t *p) {
+  uint32_t P = p->trainers, n = b->n;
+  size_t hot_sum = 0;
+  for (uint32_t t = 0; t < b->n_tables; t++) hot_sum += b->hotness[t];
+  uint32_t *order = malloc(((size_t)n + 1) * sizeof *order), *start = calloc((size_t)P + 1, sizeof *start);
+  if (!order || !start) {
+    free(order);
+    free(start);
+    return -ENOMEM;
+  }
+  for (uint32_t i = 0; i < n; i++) p->shares[owner[i]].n++;
+  for (uint32_t q = 0; q < P; q++) start[q + 1] = start[q] + p->shares[q].n;
+  {
+    uint32_t *fill = calloc(P, sizeof *fill);
+    if (!fill) {
+      free(order);
+      free(start);
+      return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++) order[start[owner[i]] + fill[owner[i]]++] = i;
+    free(fill);
+  }
+  int rc = 0;
+  for (uint32_t q = 0; q < P && !rc; q++) {
+    oracle_share_t *s = &p->shares[q];
+    size_t m = s->n;
+    s->n_ids = m * hot_sum;
+    s->labels = malloc((m ? m : 1) * sizeof(float));
+    s->dense = malloc(nz(m * b->n_dense) * sizeof(float));
+    s->ids = malloc((s->n_ids ? s->n_ids : 1) * sizeof(uint64_t));
+    if (!s->labels || !s->dense || !s->ids) {
+      rc = -ENOMEM;
+      break;
+    }
+    const uint32_t *mine = order + start[q];
+    for (size_t j = 0; j < m; j++) {
+      s->labels[j] = b->labels[mine[j]];
+      memcpy(s->dense + j * b->n_dense, b->dense + (size_t)mine[j] * b->n_dense, b->n_dense * sizeof(float));
+    }
+    size_t o = 0;
+    for (uint32_t t = 0; t < b->n_tables; t++) {
+      uint32_t h = b->hotness[t];
+      const uint64_t *src = b->ids + b->ids_off[t];
+      for (size_t j = 0; j < m; j++) {
+        memcpy(s->ids + o, src + (size_t)mine[j] * h, h * sizeof(uint64_t));
+        o += h;
+      }
+    }
+  }
+  free(order);
+  free(start);
+  return rc;
+}
+
+/* out = sorted union of disjoint sorted a and b (b filtered by keep when
+ * given: b[i] is taken if wb_owner(b[i]) == who). */
+static uint64_t *merge(const uint64_t *a, size_t na, const uint64_t *b, size_t nb, const uint32_t *b_owner,
+                       uint32_t who, size_t *n_out) {
+  size_t cap = na + nb;
+  uint64_t *o = malloc((cap ? cap : 1) * sizeof *o);
+  if (!o) return NULL;
+  size_t i = 0, j = 0, k = 0;
+  while (i < na || j < nb) {
+    if (j < nb && b_owner && b_owner[j] != who) {
+      j++;
+      continue;
+    }
+    if (j >= nb || (i < na && a[i] < b[j])) o[k++] = a[i++];
+    else o[k++] = b[j++];
+  }
+  *n_out = k;
+  return o;
+}
+
+static int plan_keys(const data_batch_t *b, const uint32_t *owner, oracle_plan_t *p) {
+  uint32_t P = p->trainers;
+  size_t total = b->ids_off[b->n_tables], most = 0;
+  for (uint32_t t = 0; t < b->n_tables; t++)
+    if (b->ids_off[t + 1] - b->ids_off[t] > most) most = b->ids_off[t + 1] - b->ids_off[t];
+  keytab_t k;
+  int rc = keytab_init(&k, most);
+  if (rc) return rc;
+  /* every distinct key in ascending order, with its trainer (UINT32_MAX: shared) */
+  uint64_t *ukey = malloc(nz(total) * sizeof *ukey);
+  uint32_t *uown = malloc(nz(total) * sizeof *uown), *sync_wb = NULL;
+  size_t *cnt = calloc(P, sizeof *cnt), *fill = calloc(P, sizeof *fill), n_shared = 0, u = 0;
+  uint64_t **priv = calloc(P, sizeof *priv);
+  if (!ukey || !uown || !cnt || !fill || !priv) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (uint32_t t = 0; t < b->n_tables; t++) {
+    uint32_t h = b->hotness[t];
+    const uint64_t *src = b->ids + b->ids_off[t];
+    for (uint32_t i = 0; i < b->n; i++) {
+      uint32_t o = owner[i];
+      for (uint32_t r = 0; r < h; r++) keytab_add(&k, src[(size_t)i * h + r], o);
+    }
+    size_t m = keytab_take(&k);
+    for (size_t i = 0; i < m; i++) {
+      uint64_t s = k.vals[i];
+      ukey[u] = TBL_KEY(t, SLOT_ROW(s));
+      if (s & SLOT_SHARED) {
+        uown[u] = UINT32_MAX;
+        n_shared++;
+      } else {
+        uown[u] = SLOT_OWNER(s);
+        cnt[uown[u]]++;
+      }
+      u++;
+    }
+  }
+  p->n_unique = u;
+  /* split: each trainer's private keys and the shared ones, still sorted */
+  p->sync = malloc(nz(n_shared) * sizeof *p->sync);
+  sync_wb = malloc(nz(n_shared) * sizeof *sync_wb);
+  if (!p->sync || !sync_wb) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (uint32_t q = 0; q < P; q++)
+    if (!(priv[q] = malloc(nz(cnt[q]) * sizeof **priv))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+  for (size_t i = 0; i < u; i++) {
+    if (uown[i] == UINT32_MAX) {
+      sync_wb[p->n_sync] = (uint32_t)(tbl_mix64(ukey[i]) % P);
+      p->sync[p->n_sync++] = ukey[i];
+    } else {
+      priv[uown[i]][fill[uown[i]]++] = ukey[i];
+    }
+  }
+  for (uint32_t q = 0; q < P; q++) {
+    oracle_share_t *s = &p->shares[q];
+    s->n_private = cnt[q];
+    s->fetch = merge(priv[q], cnt[q], p->sync, p->n_sync, NULL, 0, &s->n_fetch);
+    s->write_back = merge(priv[q], cnt[q], p->sync, p->n_sync, sync_wb, q, &s->n_write_back);
+    if (!s->fetch || !s->write_back) {
+      rc = -ENOMEM;
+      goto out;
+    }
+  }
+out:
+  for (uint32_t q = 0; priv && q < P; q++) free(priv[q]);
+  free(priv);
+  free(cnt);
+  free(fill);
+  free(ukey);
+  free(uown);
+  free(sync_wb);
+  keytab_close(&k);
+  return rc;
+}
+
+int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      oracle_plan_t *out) {
+  memset(out, 0, sizeof *out);
+  if (P == 0 || P > ORACLE_MAX_TRAINERS || (policy != ORACLE_ALLOC_CONTIGUOUS && policy != ORACLE_ALLOC_RANDOM))
+    return -EINVAL;
+  out->x = b->index;
+  out->batch = b->n;
+  out->trainers = P;
+  out->n_dense = b->n_dense;
+  out->n_tables = b->n_tables;
+  int rc = -ENOMEM;
+  uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
+  out->hotness = malloc(((size_t)b->n_tables + 1) * sizeof *out->hotness);
+  out->shares = calloc(P, sizeof *out->shares);
+  if (!owner || !out->hotness || !out->shares) goto out;
+  memcpy(out->hotness, b->hotness, b->n_tables * sizeof *out->hotness);
+  if ((rc = oracle_alloc(policy, seed, b->index, b->n, P, owner)) != 0) goto out;
+  if ((rc = gather(b, owner, out)) != 0) goto out;
+  if (flags & ORACLE_PLAN_IDEAL) goto out;
+  if (flags & ORACLE_PLAN_EVAL) {
+    for (uint32_t q = 0; q < P && !rc; q++) {
+      oracle_share_t *s = &out->shares[q];
+      rc = share_keys(s, b->n_tables, b->hotness, &s->fetch, &s->n_fetch);
+      out->n_unique += s->n_fetch;
+    }
+    goto out;
+  }
+  rc = plan_keys(b, owner, out);
+out:
+  free(owner);
+  if (rc) oracle_plan_close(out);
+  return rc;
+}
+
+int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) {
+  memset(out, 0, sizeof *out);
+  if (n == 0) return -EINVAL;
+  const data_batch_t *f = &batches[0];
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    const data_batch_t *b = &batches[i];
+    if (b->n_dense != f->n_dense || b->n_tables != f->n_tables ||
+        memcmp(b->hotness, f->hotness, f->n_tables * sizeof *f->hotness) != 0)
+      return -EINVAL;
+    total += b->n;
+  }
+  if (total > UINT32_MAX) return -EINVAL;
+  size_t hot_sum = 0;
+  for (uint32_t t = 0; t < f->n_tables; t++) hot_sum += f->hotness[t];
+  out->index = f->index;
+  out->split = f->split;
+  out->n = (uint32_t)total;
+  out->n_dense = f->n_dense;
+  out->n_tables = f->n_tables;
+  out->hotness = malloc(((size_t)f->n_tables + 1) * sizeof *out->hotness);
+  out->labels = malloc((total ? total : 1) * sizeof(float));
+  out->dense = malloc(nz(total * f->n_dense) * sizeof(float));
+  out->ids = malloc(nz(total * hot_sum) * sizeof(uint64_t));
+  out->ids_off = malloc(((size_t)f->n_tables + 1) * sizeof *out->ids_off);
+  if (!out->hotness || !out->labels || !out->dense || !out->ids || !out->ids_off) {
+    data_batch_free(out);
+    return -ENOMEM;
+  }
+  memcpy(out->hotness, f->hotness, f->n_tables * sizeof *out->hotness);
+  out->ids_off[0] = 0;
+  for (uint32_t t = 0; t < f->n_tables; t++) out->ids_off[t + 1] = out->ids_off[t] + total * f->hotness[t];
+  size_t s = 0;
+  for (size_t i = 0; i < n; i++) {
+    const data_batch_t *b = &batches[i];
+    memcpy(out->labels + s, b->labels, (size_t)b->n * sizeof(float));
+    memcpy(out->dense + s * f->n_dense, b->dense, (size_t)b->n * f->n_dense * sizeof(float));
+    for (uint32_t t = 0; t < f->n_tables; t++)
+      memcpy(out->ids + out->ids_off[t] + s * f->hotness[t], b->ids + b->ids_off[t],
+             (size_t)b->n * f->hotness[t] * sizeof(uint64_t));
+    s += b->n;
+  }
+  return 0;
+}

@@ -1,0 +1,97 @@
+/*
+ * oracle_plan: what the oracle decides for one global batch, with
+ * lookahead L = 0 (DESIGN.md sections 3 and 4, baseline).
+ *
+ * Sample allocation: which trainer trains which sample of batch x.
+ * `contiguous` gives sample i to trainer i*P/B; `random` draws a
+ * permutation seeded from (seed, x) and gives its contiguous chunks to the
+ * trainers the same way (position j -> trainer j*P/B).  A trainer's
+ * samples keep their order in the batch.
+ *
+ * Key lists: K_p is the set of rows (key = TBL_KEY(table, row)) the
+ * samples of trainer p use.  A key in exactly one K_p is private to p; a
+ * key in two or more is shared.  Trainer p fetches sorted(K_p U shared)
+ * before the step (every trainer holds every shared row, so that each
+ * applies the same all-reduced update), all-reduces the gradients of
+ * sorted(shared) (the same list on every trainer), and writes back its
+ * private keys plus the shared keys k with tbl_mix64(k) % P == p: every key
+ * the batch touches is written back by exactly one trainer.  Lists are
+ * sorted ascending; with `ideal` they are empty (rows live in the trainer).
+ *
+ * Cost: one pass over the batch's ids into an open-addressing hash table
+ * (one table at a time, so that it stays in cache), an LSD radix sort of
+ * each table's distinct rows, linear merges: O(ids + P * shared).
+ *
+ * Pure functions on caller-owned inputs; thread-safe (the oracle runs them
+ * on libuv worker threads).
+ */
+#ifndef CHANTER_ORACLE_PLAN_H
+#define CHANTER_ORACLE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+
+enum { ORACLE_ALLOC_CONTIGUOUS = 0, ORACLE_ALLOC_RANDOM = 1 };
+#define ORACLE_MAX_TRAINERS 16384 /* P of oracle_plan_build (the job allows 4096) */
+
+/* oracle_plan_build flags */
+#define ORACLE_PLAN_IDEAL 1u /* no fetch / sync / write-back lists */
+#define ORACLE_PLAN_EVAL 2u  /* fetch = exactly the keys each share uses; no sync, no write-back */
+
+/* One trainer's part of a batch: its samples in the data_batch_t layout
+ * (ids table-major, sample-major inside a table; rows, not keys) and its
+ * key lists. */
+typedef struct oracle_share_s {
+  uint32_t n;              /* samples */
+  float *labels;           /* n */
+  float *dense;            /* n * n_dense */
+  uint64_t *ids;           /* n_ids rows */
+  size_t n_ids;
+  uint64_t *fetch;         /* sorted keys to fetch before the step */
+  size_t n_fetch;
+  uint64_t *write_back;    /* sorted keys this trainer writes back */
+  size_t n_write_back;
+  size_t n_private;        /* keys only this trainer uses */
+} oracle_share_t;
+
+typedef struct oracle_plan_s {
+  uint64_t x;              /* batch number */
+  uint32_t batch;          /* B: samples in the global batch */
+  uint32_t trainers;       /* P */
+  uint32_t n_dense, n_tables;
+  uint32_t *hotness;       /* n_tables */
+  oracle_share_t *shares;  /* P */
+  uint64_t *sync;          /* sorted shared keys, the same list for every trainer */
+  size_t n_sync;
+  size_t n_unique;         /* distinct keys in the batch (0 with ORACLE_PLAN_IDEAL) */
+} oracle_plan_t;
+
+/* Fills owner[0..B) with the trainer of each sample of batch x.  policy is
+ * ORACLE_ALLOC_*; random depends only on (seed, x, B, P).  0, or -EINVAL
+ * (P = 0, unknown policy). */
+int oracle_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner);
+
+/* "contiguous" / "random" -> ORACLE_ALLOC_*; -EINVAL for anything else
+ * (laia is not implemented yet). */
+int oracle_alloc_parse(const char *name);
+
+/* Plans batch b for P trainers (see the file comment).  out is filled and
+ * owned by the caller (oracle_plan_close).  0, -EINVAL (P = 0 or above
+ * ORACLE_MAX_TRAINERS, bad policy)
+ * or -ENOMEM.  Any thread. */
+int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      oracle_plan_t *out);
+void oracle_plan_close(oracle_plan_t *p);
+
+/* Sorts v[0..n) ascending (LSD radix sort; tmp holds n entries, or NULL to
+ * allocate).  0 or -ENOMEM. */
+int oracle_sort_u64(uint64_t *v, size_t n, uint64_t *tmp);
+
+/* Concatenates batches[0..n) (same schema) into *out (free with
+ * data_batch_free); index = that of the first.  0, -EINVAL (schemas
+ * differ, n = 0) or -ENOMEM. */
+int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out);
+
+#endif

@@ -1,0 +1,567 @@
+/* oracle_service: see oracle_service.h. */
+#include "oracle_service.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "dpc.h"
+#include "err.h"
+#include "log.h"
+#include "oracle.pb-c.h"
+#include "table.h"
+
+typedef Chanter__Oracle__V1__Role role_t;
+
+typedef struct member_s {
+  role_t role;
+  uint32_t rank;
+  uint32_t pid;
+  char *address;
+  int64_t last_seen_ms; /* monotonic */
+  uint64_t iteration;   /* from heartbeats */
+  int warned_silent;
+} member_t;
+
+typedef struct kv_s {
+  char *key;
+  uint8_t *val;
+  size_t len;
+} kv_t;
+
+typedef struct waiter_s { /* a parked KvGet */
+  struct waiter_s *next, *prev;
+  oracle_service_t *svc;
+  rpc_call_t *call; /* NULL once answered (the timer is closing) */
+  char *key;
+  uint32_t timeout_ms;
+  uv_timer_t timer;
+} waiter_t;
+
+struct oracle_service_s {
+  uv_loop_t *loop;
+  const cfg_t *cfg;
+  oracle_job_t *job;
+  uint64_t schema_hash, layout_hash;
+  uint32_t trainers;
+  int64_t hb_timeout_ms;
+  member_t *members;
+  size_t n_members, cap_members;
+  kv_t *kv;
+  size_t n_kv, cap_kv;
+  waiter_t *waiters;
+  size_t open_waiters; /* timers not yet closed */
+  uv_timer_t tick;
+  int tick_open;
+  metrics_gauge_t *g_alive, *g_members;
+  metrics_counter_t *c_joins, *c_refused, *c_kv_set, *c_kv_get;
+};
+
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static const char *role_name(role_t r) {
+  switch (r) {
+  case CHANTER__ORACLE__V1__ROLE__TRAINER: return "trainer";
+  case CHANTER__ORACLE__V1__ROLE__DATAPROC: return "dataproc";
+  case CHANTER__ORACLE__V1__ROLE__EMBEDDING: return "embedding";
+  case CHANTER__ORACLE__V1__ROLE__CLIENT: return "client";
+  default: return "unknown";
+  }
+}
+
+static member_t *find_member(oracle_service_t *svc, role_t role, uint32_t rank) {
+  for (size_t i = 0; i < svc->n_members; i++)
+    if (svc->members[i].role == role && svc->members[i].rank == rank) return &svc->members[i];
+  return NULL;
+}
+
+static int member_alive(const oracle_service_t *svc, const member_t *m, int64_t now) {
+  return now - m->last_seen_ms <= svc->hb_timeout_ms;
+}
+
+/* ---- Join / Heartbeat */
+
+static void refuse(oracle_service_t *svc, rpc_call_t *call, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse(oracle_service_t *svc, rpc_call_t *call, int err, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  metrics_counter_inc(svc->c_refused);
+  log_warn("refused method=%s peer=%s why=\"%s\"", rpc_call_method(call), rpc_call_peer(call), msg);
+  rpc_call_fail(call, err, "%s", msg);
+}
+
+static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__JoinRequest *r = (const void *)m;
+  int64_t now = now_ms();
+  if (r->role < CHANTER__ORACLE__V1__ROLE__TRAINER || r->role > CHANTER__ORACLE__V1__ROLE__CLIENT) {
+    refuse(svc, call, -EINVAL, "Join: role %d is not one of TRAINER, DATAPROC, EMBEDDING, CLIENT", (int)r->role);
+    return;
+  }
+  int trainer = r->role == CHANTER__ORACLE__V1__ROLE__TRAINER;
+  if (trainer && r->rank >= svc->trainers) {
+    refuse(svc, call, -EINVAL, "Join: trainer rank %u is outside 0..%u: the job has trainers = %u (from %s)", r->rank,
+           svc->trainers - 1, svc->trainers, cfg_origin(svc->cfg, "trainers"));
+    return;
+  }
+  if (trainer && (!r->address || !*r->address)) {
+    refuse(svc, call, -EINVAL, "Join: trainer rank %u sent no address (the host its collectives bind to)", r->rank);
+    return;
+  }
+  if ((trainer || r->schema_hash) && r->schema_hash != svc->schema_hash) {
+    refuse(svc, call, ORACLE_ERR_PRECONDITION,
+           "Join: %s %u has data schema hash %016llx but the oracle's is %016llx: both must read the same job "
+           "configuration (n_dense, table_rows, table_hotness, hash_seed)",
+           role_name(r->role), r->rank, (unsigned long long)r->schema_hash, (unsigned long long)svc->schema_hash);
+    return;
+  }
+  if ((trainer || r->layout_hash) && r->layout_hash != svc->layout_hash) {
+    refuse(svc, call, ORACLE_ERR_PRECONDITION,
+           "Join: %s %u has table layout hash %016llx but the oracle's is %016llx: both must read the same job "
+           "configuration (table_rows, embedding_dim / table_dims, embedding_optimizer, seed)",
+           role_name(r->role), r->rank, (unsigned long long)r->layout_hash, (unsigned long long)svc->layout_hash);
+    return;
+  }
+  member_t *old = find_member(svc, r->role, r->rank);
+  if (trainer && oracle_job_state(svc->job) != ORACLE_WAITING &&
+      !(old && old->pid == r->pid && !strcmp(old->address, r->address))) {
+    refuse(svc, call, ORACLE_ERR_PRECONDITION,
+           "Join: the job is %s; trainer rank %u cannot join now (replacing a trainer is not supported yet)",
+           oracle_state_name(oracle_job_state(svc->job)), r->rank);
+    return;
+  }
+  if (old && trainer && (old->pid != r->pid || strcmp(old->address, r->address) != 0) &&
+      (member_alive(svc, old, now) || oracle_job_rank_attached(svc->job, r->rank))) {
+    refuse(svc, call, ERR_EXISTS,
+           "Join: trainer rank %u is already registered by pid %u at %s, last seen %.1f s ago; if that trainer is "
+           "gone, retry after oracle.heartbeat_timeout_ms = %lld ms",
+           r->rank, old->pid, old->address, (double)(now - old->last_seen_ms) / 1e3, (long long)svc->hb_timeout_ms);
+    return;
+  }
+  if (!old) {
+    if (svc->n_members == svc->cap_members) {
+      size_t cap = svc->cap_members ? 2 * svc->cap_members : 16;
+      member_t *nm = realloc(svc->members, cap * sizeof *nm);
+      if (!nm) {
+        rpc_call_fail(call, -ENOMEM, "Join: out of memory");
+        return;
+      }
+      svc->members = nm;
+      svc->cap_members = cap;
+    }
+    old = &svc->members[svc->n_members++];
+    memset(old, 0, sizeof *old);
+    old->role = r->role;
+    old->rank = r->rank;
+  }
+  char *addr = strdup(r->address ? r->address : "");
+  if (!addr) {
+    rpc_call_fail(call, -ENOMEM, "Join: out of memory");
+    return;
+  }
+  free(old->address);
+  old->address = addr;
+  old->pid = r->pid;
+  old->last_seen_ms = now;
+  metrics_counter_inc(svc->c_joins);
+  log_info("joined role=%s rank=%u address=%s pid=%u peer=%s", role_name(r->role), r->rank, old->address, r->pid,
+           rpc_call_peer(call));
+  Chanter__Oracle__V1__JoinResponse resp = CHANTER__ORACLE__V1__JOIN_RESPONSE__INIT;
+  resp.job_id = (char *)oracle_job_id(svc->job);
+  resp.generation = 1;
+  resp.trainers = svc->trainers;
+  resp.start_iteration = 0;
+  rpc_call_reply(call, &resp.base);
+}
+
+static void on_heartbeat(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__HeartbeatRequest *r = (const void *)m;
+  member_t *mb = find_member(svc, r->role, r->rank);
+  if (!mb) {
+    rpc_call_fail(call, ERR_NOTFOUND, "Heartbeat: %s %u has not joined this oracle (job %s): Join first",
+                  role_name(r->role), r->rank, oracle_job_id(svc->job));
+    return;
+  }
+  mb->last_seen_ms = now_ms();
+  if (r->iteration > mb->iteration) mb->iteration = r->iteration;
+  Chanter__Oracle__V1__HeartbeatResponse resp = CHANTER__ORACLE__V1__HEARTBEAT_RESPONSE__INIT;
+  resp.stop = oracle_job_state(svc->job) >= ORACLE_DONE;
+  rpc_call_reply(call, &resp.base);
+}
+
+/* ---- the rendezvous store */
+
+static kv_t *kv_find(oracle_service_t *svc, const char *key) {
+  for (size_t i = 0; i < svc->n_kv; i++)
+    if (!strcmp(svc->kv[i].key, key)) return &svc->kv[i];
+  return NULL;
+}
+
+static void waiter_closed(uv_handle_t *h) {
+  waiter_t *w = h->data;
+  w->svc->open_waiters--;
+  free(w->key);
+  free(w);
+}
+
+/* Unlinks w, answers it (value, or NOT_FOUND when kv is NULL, or err) and
+ * closes its timer. */
+static void waiter_answer(waiter_t *w, const kv_t *kv, int err) {
+  oracle_service_t *svc = w->svc;
+  if (w->prev) w->prev->next = w->next;
+  else svc->waiters = w->next;
+  if (w->next) w->next->prev = w->prev;
+  if (kv) {
+    Chanter__Oracle__V1__KvGetResponse resp = CHANTER__ORACLE__V1__KV_GET_RESPONSE__INIT;
+    resp.value.data = kv->val;
+    resp.value.len = kv->len;
+    rpc_call_reply(w->call, &resp.base);
+  } else if (err) {
+    rpc_call_fail(w->call, err, "KvGet '%s': the oracle is shutting down", w->key);
+  } else {
+    rpc_call_fail(w->call, ERR_NOTFOUND, "KvGet: key '%s' was not set within %u ms", w->key, w->timeout_ms);
+  }
+  w->call = NULL;
+  uv_timer_stop(&w->timer);
+  uv_close((uv_handle_t *)&w->timer, waiter_closed);
+}
+
+static void waiter_timeout(uv_timer_t *t) {
+  waiter_t *w = t->data;
+  if (w->call) waiter_answer(w, NULL, 0);
+}
+
+static int check_key(rpc_call_t *call, const char *method, const char *key) {
+  size_t n = key ? strlen(key) : 0;
+  if (n == 0 || n > ORACLE_KV_MAX_KEY) {
+    rpc_call_fail(call, -EINVAL, "%s: the key must have 1..%d bytes (got %zu)", method, ORACLE_KV_MAX_KEY, n);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static void on_kv_set(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__KvSetRequest *r = (const void *)m;
+  if (check_key(call, "KvSet", r->key)) return;
+  if (r->value.len > ORACLE_KV_MAX_VALUE) {
+    rpc_call_fail(call, -EINVAL, "KvSet '%s': the value has %zu bytes; at most %u", r->key, r->value.len,
+                  ORACLE_KV_MAX_VALUE);
+    return;
+  }
+  kv_t *kv = kv_find(svc, r->key);
+  if (!kv) {
+    if (svc->n_kv >= ORACLE_KV_MAX_KEYS) {
+      rpc_call_fail(call, -ENOSPC, "KvSet '%s': the store holds %d keys already", r->key, ORACLE_KV_MAX_KEYS);
+      return;
+    }
+    if (svc->n_kv == svc->cap_kv) {
+      size_t cap = svc->cap_kv ? 2 * svc->cap_kv : 64;
+      kv_t *nk = realloc(svc->kv, cap * sizeof *nk);
+      if (!nk) {
+        rpc_call_fail(call, -ENOMEM, "KvSet: out of memory");
+        return;
+      }
+      svc->kv = nk;
+      svc->cap_kv = cap;
+    }
+    kv = &svc->kv[svc->n_kv];
+    memset(kv, 0, sizeof *kv);
+    if (!(kv->key = strdup(r->key))) {
+      rpc_call_fail(call, -ENOMEM, "KvSet: out of memory");
+      return;
+    }
+    svc->n_kv++;
+  }
+  uint8_t *v = malloc(r->value.len ? r->value.len : 1);
+  if (!v) {
+    rpc_call_fail(call, -ENOMEM, "KvSet: out of memory");
+    return;
+  }
+  if (r->value.len) memcpy(v, r->value.data, r->value.len);
+  free(kv->val);
+  kv->val = v;
+  kv->len = r->value.len;
+  metrics_counter_inc(svc->c_kv_set);
+  log_debug("kv set key=%s bytes=%zu", kv->key, kv->len);
+  for (waiter_t *w = svc->waiters, *next; w; w = next) {
+    next = w->next;
+    if (!strcmp(w->key, kv->key)) waiter_answer(w, kv, 0);
+  }
+  Chanter__Oracle__V1__KvSetResponse resp = CHANTER__ORACLE__V1__KV_SET_RESPONSE__INIT;
+  rpc_call_reply(call, &resp.base);
+}
+
+static void on_kv_get(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__KvGetRequest *r = (const void *)m;
+  if (check_key(call, "KvGet", r->key)) return;
+  metrics_counter_inc(svc->c_kv_get);
+  kv_t *kv = kv_find(svc, r->key);
+  if (kv) {
+    Chanter__Oracle__V1__KvGetResponse resp = CHANTER__ORACLE__V1__KV_GET_RESPONSE__INIT;
+    resp.value.data = kv->val;
+    resp.value.len = kv->len;
+    rpc_call_reply(call, &resp.base);
+    return;
+  }
+  /* wait, but answer a little before the client's own deadline so that it
+   * reads NOT_FOUND rather than DEADLINE_EXCEEDED */
+  int64_t wait = r->timeout_ms, left = rpc_call_deadline_ms(call);
+  if (left != INT64_MAX && wait > left - 100) wait = left - 100;
+  if (wait <= 0) {
+    rpc_call_fail(call, ERR_NOTFOUND, "KvGet: key '%s' is not set", r->key);
+    return;
+  }
+  waiter_t *w = calloc(1, sizeof *w);
+  if (!w || !(w->key = strdup(r->key))) {
+    free(w);
+    rpc_call_fail(call, -ENOMEM, "KvGet: out of memory");
+    return;
+  }
+  w->svc = svc;
+  w->call = call;
+  w->timeout_ms = (uint32_t)wait;
+  uv_timer_init(svc->loop, &w->timer);
+  w->timer.data = w;
+  uv_unref((uv_handle_t *)&w->timer);
+  uv_timer_start(&w->timer, waiter_timeout, (uint64_t)wait, 0);
+  svc->open_waiters++;
+  w->next = svc->waiters;
+  if (w->next) w->next->prev = w;
+  svc->waiters = w;
+}
+
+/* ---- Status / Stop */
+
+static void on_status(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  int64_t now = now_ms();
+  Chanter__Oracle__V1__StatusResponse resp = CHANTER__ORACLE__V1__STATUS_RESPONSE__INIT;
+  Chanter__Oracle__V1__Member *mem = calloc(svc->n_members ? svc->n_members : 1, sizeof *mem);
+  Chanter__Oracle__V1__Member **ptrs = calloc(svc->n_members ? svc->n_members : 1, sizeof *ptrs);
+  char *summary = oracle_job_summary(svc->job);
+  if (!mem || !ptrs || !summary) {
+    free(mem);
+    free(ptrs);
+    free(summary);
+    rpc_call_fail(call, -ENOMEM, "Status: out of memory");
+    return;
+  }
+  for (size_t i = 0; i < svc->n_members; i++) {
+    const member_t *mb = &svc->members[i];
+    chanter__oracle__v1__member__init(&mem[i]);
+    mem[i].role = mb->role;
+    mem[i].rank = mb->rank;
+    mem[i].address = mb->address;
+    mem[i].alive = member_alive(svc, mb, now);
+    mem[i].seconds_since_heartbeat = (double)(now - mb->last_seen_ms) / 1e3;
+    mem[i].iteration = mb->iteration;
+    if (mb->role == CHANTER__ORACLE__V1__ROLE__TRAINER) {
+      uint64_t it = oracle_job_rank_reported(svc->job, mb->rank);
+      if (it > mem[i].iteration) mem[i].iteration = it;
+    }
+    ptrs[i] = &mem[i];
+  }
+  resp.job_id = (char *)oracle_job_id(svc->job);
+  resp.state = (char *)oracle_state_name(oracle_job_state(svc->job));
+  resp.message = (char *)oracle_job_message(svc->job);
+  resp.iteration = oracle_job_done(svc->job);
+  resp.iterations = oracle_job_iterations(svc->job);
+  resp.n_members = svc->n_members;
+  resp.members = ptrs;
+  resp.summary_json = summary;
+  rpc_call_reply(call, &resp.base);
+  free(summary);
+  free(ptrs);
+  free(mem);
+}
+
+static void on_stop(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__StopRequest *r = (const void *)m;
+  char reason[600];
+  snprintf(reason, sizeof reason, "stopped by %s: %s", rpc_call_peer(call),
+           r->reason && *r->reason ? r->reason : "no reason given");
+  if (oracle_job_state(svc->job) < ORACLE_DONE) {
+    log_info("stop requested peer=%s reason=\"%s\"", rpc_call_peer(call), r->reason ? r->reason : "");
+    oracle_job_stop(svc->job, reason);
+  }
+  Chanter__Oracle__V1__StopResponse resp = CHANTER__ORACLE__V1__STOP_RESPONSE__INIT;
+  rpc_call_reply(call, &resp.base);
+}
+
+/* ---- the Work stream: the call's data is (rank + 1) once Hello came */
+
+static void w_message(rpc_call_t *call, const ProtobufCMessage *msg, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__TrainerMessage *m = (const void *)msg;
+  uintptr_t tag = (uintptr_t)rpc_call_get_data(call);
+  if (tag) { /* a message on the Work stream is a sign of life too */
+    member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, (uint32_t)(tag - 1));
+    if (mb) mb->last_seen_ms = now_ms();
+    oracle_job_on_message(svc->job, (uint32_t)(tag - 1), call, m);
+    return;
+  }
+  if (m->kind_case != CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO) {
+    refuse(svc, call, -EINVAL, "Work: the first message must be Hello (got message kind %d)", (int)m->kind_case);
+    return;
+  }
+  const Chanter__Oracle__V1__Hello *h = m->hello;
+  member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, h->rank);
+  if (h->rank < svc->trainers && !mb) {
+    refuse(svc, call, ORACLE_ERR_PRECONDITION, "Work: trainer rank %u has not joined: call Join before opening Work",
+           h->rank);
+    return;
+  }
+  char why[1024];
+  int rc = oracle_job_attach(svc->job, h->rank, call, h->next_iteration, why, sizeof why);
+  if (rc) {
+    refuse(svc, call, rc, "Work: %s", why);
+    return;
+  }
+  mb->last_seen_ms = now_ms();
+  rpc_call_set_data(call, (void *)(uintptr_t)(h->rank + 1));
+}
+
+static void w_half_close(rpc_call_t *call, void *ud) {
+  oracle_service_t *svc = ud;
+  uintptr_t tag = (uintptr_t)rpc_call_get_data(call);
+  if (tag) oracle_job_detach(svc->job, (uint32_t)(tag - 1), call, 0);
+  else rpc_call_finish(call, -EINVAL, "Work: the stream ended before Hello");
+}
+
+static void w_cancel(rpc_call_t *call, void *ud) {
+  oracle_service_t *svc = ud;
+  uintptr_t tag = (uintptr_t)rpc_call_get_data(call);
+  if (tag) oracle_job_detach(svc->job, (uint32_t)(tag - 1), call, 1);
+}
+
+static void w_sent(rpc_call_t *call, void *ud) {
+  oracle_service_t *svc = ud;
+  uintptr_t tag = (uintptr_t)rpc_call_get_data(call);
+  if (tag) oracle_job_sent(svc->job, (uint32_t)(tag - 1));
+}
+
+static const rpc_stream_handlers_t work_handlers = {NULL, w_message, w_half_close, w_cancel, w_sent};
+
+/* ---- housekeeping */
+
+static void on_tick(uv_timer_t *t) {
+  oracle_service_t *svc = t->data;
+  int64_t now = now_ms();
+  size_t alive = 0;
+  for (size_t i = 0; i < svc->n_members; i++) {
+    member_t *m = &svc->members[i];
+    int ok = member_alive(svc, m, now);
+    alive += ok;
+    /* a silent trainer is only reported: its stream breaking (or gRPC
+     * keepalive noticing a dead peer) is what fails the job */
+    if (!ok && !m->warned_silent && m->role == CHANTER__ORACLE__V1__ROLE__TRAINER &&
+        oracle_job_state(svc->job) == ORACLE_TRAINING) {
+      log_warn("trainer silent rank=%u seconds=%.1f heartbeat_timeout_ms=%lld", m->rank,
+               (double)(now - m->last_seen_ms) / 1e3, (long long)svc->hb_timeout_ms);
+      m->warned_silent = 1;
+    }
+    if (ok) m->warned_silent = 0;
+  }
+  metrics_gauge_set(svc->g_alive, (double)alive);
+  metrics_gauge_set(svc->g_members, (double)svc->n_members);
+}
+
+int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
+                          oracle_service_t **out, char *err, size_t err_len) {
+  oracle_service_t *svc = calloc(1, sizeof *svc);
+  if (!svc) return -ENOMEM;
+  svc->loop = loop;
+  svc->cfg = cfg;
+  svc->trainers = (uint32_t)cfg_int(cfg, "trainers");
+  svc->hb_timeout_ms = cfg_int(cfg, "oracle.heartbeat_timeout_ms");
+  data_schema_t sc;
+  tbl_layout_t lay;
+  int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
+  if (rc) goto fail;
+  svc->schema_hash = dpc_schema_hash(&sc);
+  data_schema_close(&sc);
+  if ((rc = cfg_layout(cfg, &lay, err, err_len)) != 0) goto fail;
+  svc->layout_hash = tbl_layout_hash(&lay);
+  tbl_layout_close(&lay);
+  if ((rc = oracle_job_create(loop, cfg, reg, &svc->job, err, err_len)) != 0) goto fail;
+  svc->g_alive = metrics_gauge(reg, "members_alive", NULL, "members seen within oracle.heartbeat_timeout_ms");
+  svc->g_members = metrics_gauge(reg, "members", NULL, "members that joined");
+  svc->c_joins = metrics_counter(reg, "joins_total", NULL, "Join calls accepted");
+  svc->c_refused = metrics_counter(reg, "refused_total", NULL, "calls refused (bad input, wrong schema, duplicate rank)");
+  svc->c_kv_set = metrics_counter(reg, "kv_set_total", NULL, "KvSet calls");
+  svc->c_kv_get = metrics_counter(reg, "kv_get_total", NULL, "KvGet calls");
+  rpc_method_t methods[] = {
+      {.name = "Join", .unary = on_join, .ud = svc},
+      {.name = "Heartbeat", .unary = on_heartbeat, .ud = svc},
+      {.name = "KvSet", .unary = on_kv_set, .ud = svc},
+      {.name = "KvGet", .unary = on_kv_get, .ud = svc},
+      {.name = "Work", .stream = &work_handlers, .ud = svc},
+      {.name = "Status", .unary = on_status, .ud = svc},
+      {.name = "Stop", .unary = on_stop, .ud = svc},
+  };
+  if ((rc = rpc_server_add_service(server, &chanter__oracle__v1__oracle__descriptor, methods,
+                                   sizeof methods / sizeof methods[0])) != 0) {
+    snprintf(err, err_len, "cannot register the Oracle service: %s", err_str(rc));
+    goto fail;
+  }
+  uv_timer_init(loop, &svc->tick);
+  svc->tick.data = svc;
+  uv_timer_start(&svc->tick, on_tick, 1000, 1000);
+  uv_unref((uv_handle_t *)&svc->tick);
+  svc->tick_open = 1;
+  log_info("oracle service ready job_id=%s schema_hash=%016llx layout_hash=%016llx", oracle_job_id(svc->job),
+           (unsigned long long)svc->schema_hash, (unsigned long long)svc->layout_hash);
+  *out = svc;
+  return 0;
+fail:
+  oracle_service_destroy(svc);
+  return rc;
+}
+
+oracle_job_t *oracle_service_job(oracle_service_t *svc) { return svc->job; }
+
+void oracle_service_shutdown(oracle_service_t *svc, const char *why) {
+  if (svc->job) oracle_job_stop(svc->job, why);
+  while (svc->waiters) waiter_answer(svc->waiters, NULL, ERR_SHUTDOWN);
+}
+
+static void tick_closed(uv_handle_t *h) {
+  oracle_service_t *svc = h->data;
+  svc->tick_open = 0;
+}
+
+void oracle_service_destroy(oracle_service_t *svc) {
+  if (!svc) return;
+  while (svc->waiters) waiter_answer(svc->waiters, NULL, ERR_SHUTDOWN);
+  if (svc->tick_open) {
+    uv_timer_stop(&svc->tick);
+    uv_close((uv_handle_t *)&svc->tick, tick_closed);
+  }
+  while (svc->tick_open || svc->open_waiters) uv_run(svc->loop, UV_RUN_NOWAIT);
+  oracle_job_destroy(svc->job);
+  for (size_t i = 0; i < svc->n_members; i++) free(svc->members[i].address);
+  free(svc->members);
+  for (size_t i = 0; i < svc->n_kv; i++) {
+    free(svc->kv[i].key);
+    free(svc->kv[i].val);
+  }
+  free(svc->kv);
+  free(svc);
+}
