@@ -700,7 +700,9 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
   a->loss_sum += r->loss_sum;
   a->samples += r->samples;
   a->rows_fetched += r->rows_fetched;
-  a->rows_synced += r->rows_synced;
+  /* every trainer all-reduces the same shared list: rows synchronized in
+   * this iteration is that list's length, not P times it */
+  if (r->rows_synced > a->rows_synced) a->rows_synced = r->rows_synced;
   a->rows_written_back += r->rows_written_back;
   a->cache_hits += r->cache_hits;
   const double ts[N_PH] = {r->t_wait,      r->t_fetch,  r->t_forward,    r->t_backward,

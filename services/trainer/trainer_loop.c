@@ -1,0 +1,756 @@
+/* trainer_loop: see trainer_loop.h. */
+#include "trainer_loop.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll.h"
+#include "data.h"
+#include "dpc.h"
+#include "embc.h"
+#include "err.h"
+#include "log.h"
+#include "orc.h"
+#include "sdn.h"
+#include "trainer_rows.h"
+#include "trainer_step.h"
+
+/* A progress line every LOG_EVERY iterations (and the first and last). */
+#define LOG_EVERY 100
+
+enum { PH_WAIT, PH_FETCH, PH_FWD, PH_BWD, PH_ALLREDUCE, PH_UPDATE, PH_WB, PH_TOTAL, PH_N };
+static const char *phase_names[PH_N] = {"wait", "fetch", "forward", "backward", "allreduce", "update", "write_back",
+                                        "total"};
+
+struct trainer_s {
+  const cfg_t *cfg;
+  uint32_t rank, trainers;
+  uint64_t iterations;
+  int ideal;
+  char address[256];
+  data_schema_t schema;
+  int have_schema;
+  tbl_layout_t layout;
+  tstep_t *ts;
+  trows_t *local;      /* ideal mode */
+  embc_t *embc;        /* normal mode */
+  orc_t *orc;
+  cfg_t *hb_cfg;       /* the heartbeat's own client: a deadline of its period, */
+  orc_t *hb_orc;       /* so that a dead oracle cannot hold up the exit */
+  coll_t *coll;
+  char prefix[512];
+  char *save_dense;    /* --save-dense */
+
+  /* the Work stream, cancelled by trainer_stop from any thread */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  rpc_stream_t *stream;
+  atomic_int stop;
+  char stop_why[256];
+  int drained;        /* the final drain of the stream is over (under mu) */
+  int write_failed;   /* a Report / EvalResult could not be sent: the stream ended */
+
+  /* heartbeat thread */
+  pthread_t hb;
+  int hb_running;
+  atomic_ullong last_done; /* last finished iteration + 1 (0: none) */
+
+  /* scratch */
+  uint64_t *kbuf;
+  size_t cap_kbuf;
+  float *eval_logits;
+  size_t cap_eval;
+
+  /* metrics */
+  metrics_gauge_t *m_iter, *m_loss, *m_phase[PH_N];
+  metrics_hist_t *m_step;
+  metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals;
+};
+
+static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
+  if (err && n) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int stopping(trainer_t *t) { return atomic_load(&t->stop); }
+
+/* ------------------------------------------------------------------ create */
+
+static void register_metrics(trainer_t *t, metrics_registry_t *reg) {
+  if (!reg) return;
+  t->m_iter = metrics_gauge(reg, "iteration", NULL, "last training iteration finished by this trainer");
+  t->m_loss = metrics_gauge(reg, "loss", NULL, "mean BCE loss of this trainer's samples in the last iteration");
+  t->m_step = metrics_histogram(reg, "step_seconds", NULL, "seconds per training iteration (Step received to Report)",
+                                metrics_latency_bounds, metrics_latency_n);
+  t->m_fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows fetched for training steps");
+  t->m_synced =
+      metrics_counter(reg, "rows_synced_total", NULL, "shared embedding rows whose gradients were all-reduced");
+  t->m_written = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows written back");
+  t->m_samples = metrics_counter(reg, "samples_total", NULL, "training samples processed by this trainer");
+  t->m_evals = metrics_counter(reg, "eval_items_total", NULL, "evaluation items answered");
+  for (int p = 0; p < PH_N; p++) {
+    char lab[64];
+    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[p]);
+    t->m_phase[p] = metrics_gauge(reg, "last_phase_seconds", lab, "seconds of each phase in the last iteration");
+  }
+}
+
+/* The heartbeat's client: the job's oracle address, TLS and message size,
+ * with rpc.timeout_ms = max(2 heartbeat periods, 1 s) (at most the job's
+ * own), instead of the job's 30 s default. */
+static int heartbeat_client(trainer_t *t, char *err, size_t err_len) {
+  static const char *copy[] = {"cluster.oracle", "rpc.max_message_mb", "tls.ca_file", "tls.cert_file",
+                               "tls.key_file",   "tls.server_name"};
+  int64_t ms = 2 * cfg_int(t->cfg, "trainer.heartbeat_ms");
+  if (ms < 1000) ms = 1000;
+  if (ms > cfg_int(t->cfg, "rpc.timeout_ms")) ms = cfg_int(t->cfg, "rpc.timeout_ms");
+  int rc = cfg_create(&t->hb_cfg);
+  if (rc) return rc;
+  char kv[8192];
+  for (size_t i = 0; i < sizeof copy / sizeof copy[0] && !rc; i++) {
+    const char *v = copy[i][0] == 'r' ? NULL : cfg_str(t->cfg, copy[i]);
+    if (v)
+      snprintf(kv, sizeof kv, "%s=%s", copy[i], v);
+    else
+      snprintf(kv, sizeof kv, "%s=%lld", copy[i], (long long)cfg_int(t->cfg, copy[i]));
+    rc = cfg_set(t->hb_cfg, kv, "heartbeat", err, err_len);
+  }
+  snprintf(kv, sizeof kv, "rpc.timeout_ms=%lld", (long long)ms);
+  if (!rc) rc = cfg_set(t->hb_cfg, kv, "heartbeat", err, err_len);
+  if (!rc) rc = orc_create(t->hb_cfg, NULL, &t->hb_orc, err, err_len);
+  return rc;
+}
+
+int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
+                   size_t err_len) {
+  *out = NULL;
+  trainer_t *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  t->cfg = cfg;
+  t->rank = rank;
+  t->trainers = (uint32_t)cfg_int(cfg, "trainers");
+  t->iterations = (uint64_t)cfg_int(cfg, "iterations");
+  t->ideal = strcmp(cfg_str(cfg, "mode"), "ideal") == 0;
+  int rc = 0;
+  char **hosts = NULL;
+  size_t n_hosts = 0;
+  if (rank >= t->trainers) {
+    rc = set_err(err, err_len, ERR_CONFIG, "rank %u is outside the job's trainers = %u (from %s)", rank, t->trainers,
+                 cfg_origin(cfg, "trainers"));
+    goto fail;
+  }
+  if ((rc = cfg_list(cfg, "cluster.trainers", &hosts, &n_hosts)) != 0) goto fail;
+  snprintf(t->address, sizeof t->address, "%s", rank < n_hosts ? hosts[rank] : "127.0.0.1");
+  cfg_list_free(hosts, n_hosts);
+  if ((rc = data_schema_from_cfg(cfg, &t->schema, err, err_len)) != 0) goto fail;
+  t->have_schema = 1;
+  if ((rc = cfg_layout(cfg, &t->layout, err, err_len)) != 0) goto fail;
+  if ((rc = tstep_create(cfg, &t->schema, &t->layout, (uint32_t)cfg_int(cfg, "batch_size"), &t->ts, err, err_len)) != 0)
+    goto fail;
+  if (t->ideal) {
+    if ((rc = trows_create(&t->layout, &t->local)) != 0) {
+      set_err(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
+      goto fail;
+    }
+  } else if ((rc = embc_create(cfg, &t->embc, err, err_len)) != 0) {
+    goto fail;
+  }
+  if ((rc = orc_create(cfg, NULL, &t->orc, err, err_len)) != 0) goto fail;
+  if ((rc = heartbeat_client(t, err, err_len)) != 0) goto fail;
+  register_metrics(t, reg);
+  *out = t;
+  return 0;
+fail:
+  trainer_destroy(t);
+  return rc;
+}
+
+void trainer_destroy(trainer_t *t) {
+  if (!t) return;
+  coll_destroy(t->coll);
+  orc_destroy(t->hb_orc);
+  cfg_destroy(t->hb_cfg);
+  orc_destroy(t->orc);
+  embc_destroy(t->embc);
+  trows_destroy(t->local);
+  tstep_destroy(t->ts);
+  tbl_layout_close(&t->layout);
+  if (t->have_schema) data_schema_close(&t->schema);
+  free(t->kbuf);
+  free(t->eval_logits);
+  free(t->save_dense);
+  pthread_cond_destroy(&t->cv);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+int trainer_save_dense_to(trainer_t *t, const char *path) {
+  free(t->save_dense);
+  t->save_dense = path ? strdup(path) : NULL;
+  return path && !t->save_dense ? -ENOMEM : 0;
+}
+
+/* Writes the dense parameters to path (temporary file, then rename). */
+static int save_dense(trainer_t *t, const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  model_t *m = tstep_model(t->ts);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return -errno;
+  size_t n = model_n_params(m);
+  int rc = fwrite(model_params(m), sizeof(float), n, f) == n ? 0 : -EIO;
+  if (fclose(f) != 0 && !rc) rc = -errno;
+  if (!rc && rename(tmp, path) != 0) rc = -errno;
+  return rc;
+}
+
+void trainer_stop(trainer_t *t, const char *why) {
+  pthread_mutex_lock(&t->mu);
+  if (!atomic_exchange(&t->stop, 1)) {
+    snprintf(t->stop_why, sizeof t->stop_why, "%s", why ? why : "stop requested");
+    log_info("stopping rank=%u reason=\"%s\"", t->rank, t->stop_why);
+  }
+  if (t->stream) rpc_stream_cancel(t->stream);
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* ------------------------------------------------------------------ heartbeat */
+
+static void *heartbeat_main(void *arg) {
+  trainer_t *t = arg;
+  int64_t every = cfg_int(t->cfg, "trainer.heartbeat_ms");
+  int failing = 0;
+  pthread_mutex_lock(&t->mu);
+  while (!stopping(t)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += every / 1000;
+    ts.tv_nsec += (every % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    if (stopping(t)) break;
+    pthread_mutex_unlock(&t->mu);
+    unsigned long long done = atomic_load(&t->last_done);
+    int stop = 0;
+    char err[512] = "";
+    int rc = orc_heartbeat(t->hb_orc, CHANTER__ORACLE__V1__ROLE__TRAINER, t->rank, done ? done - 1 : 0, &stop, err,
+                           sizeof err);
+    if (rc && !failing) log_warn("heartbeat failed rank=%u err=\"%s\"", t->rank, err);
+    if (!rc && failing) log_info("heartbeat answered again rank=%u", t->rank);
+    failing = rc != 0;
+    if (!rc && stop) trainer_stop(t, "the oracle answered a heartbeat with stop");
+    pthread_mutex_lock(&t->mu);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ rendezvous store over the oracle's KV */
+
+static int kv_set(void *ud, const char *key, const void *val, size_t len) {
+  trainer_t *t = ud;
+  char err[512];
+  int rc = orc_kv_set(t->orc, key, val, len, err, sizeof err);
+  if (rc) log_error("rendezvous: KvSet failed rank=%u key=%s err=\"%s\"", t->rank, key, err);
+  return rc;
+}
+
+static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t timeout_ms) {
+  trainer_t *t = ud;
+  char err[512];
+  int rc = orc_kv_get(t->orc, key, val, len, timeout_ms, err, sizeof err);
+  if (rc == ERR_NOTFOUND) return ERR_DEADLINE;
+  if (rc) log_error("rendezvous: KvGet failed rank=%u key=%s err=\"%s\"", t->rank, key, err);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* keys of a bytes field as an aligned uint64 array (the field itself when
+ * aligned, else a copy in t->kbuf). */
+static const uint64_t *keys_of(trainer_t *t, const ProtobufCBinaryData *f) {
+  if (((uintptr_t)f->data & 7) == 0) return (const uint64_t *)(const void *)f->data;
+  size_t n = f->len / 8;
+  if (n + 1 > t->cap_kbuf) {
+    uint64_t *k = realloc(t->kbuf, (n + 1) * 8);
+    if (!k) return NULL;
+    t->kbuf = k;
+    t->cap_kbuf = n + 1;
+  }
+  memcpy(t->kbuf, f->data, n * 8);
+  return t->kbuf;
+}
+
+static int check_keys_field(const ProtobufCBinaryData *f, const char *name, uint64_t x, char *err, size_t err_len) {
+  if (f->len % 8)
+    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 8", x, name,
+                   f->len);
+  return 0;
+}
+
+/* Puts the rows of keys (sorted) into the step's slot array: from the
+ * embedding servers, or from the local store in ideal mode. */
+static int fetch(trainer_t *t, const void *keys, size_t n, char *err, size_t err_len) {
+  float *rows;
+  int rc = tstep_set_slots(t->ts, keys, n, &rows, err, err_len);
+  if (rc || !n) return rc;
+  if (t->ideal) {
+    char why[256] = "";
+    rc = trows_gather(t->local, tstep_slot_keys(t->ts), n, rows, why, sizeof why);
+    if (rc) set_err(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
+    return rc;
+  }
+  return embc_lookup(t->embc, tstep_slot_keys(t->ts), n, rows, err, err_len);
+}
+
+/* ------------------------------------------------------------------ one step */
+
+static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait, char *err,
+                   size_t err_len) {
+  uint64_t x = st->iteration;
+  double ph[PH_N] = {0};
+  ph[PH_WAIT] = t_wait;
+  double t0 = now_s();
+  if (x != expect)
+    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
+                   expect);
+  tstep_batch_t b;
+  char why[768] = "";
+  int rc = tstep_batch_from_pb(t->ts, st->samples, 0, &b, why, sizeof why);
+  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
+  if (b.n && st->global_batch < b.n)
+    return set_err(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
+                   st->global_batch, b.n);
+  if ((rc = check_keys_field(&st->fetch_keys, "fetch_keys", x, err, err_len)) ||
+      (rc = check_keys_field(&st->sync_keys, "sync_keys", x, err, err_len)) ||
+      (rc = check_keys_field(&st->write_back_keys, "write_back_keys", x, err, err_len)))
+    return rc;
+
+  /* a. rows */
+  size_t n_fetch, n_sync = 0, n_wb;
+  const void *fkeys; /* tstep_set_slots copies them (unaligned is fine) */
+  if (t->ideal) {
+    const uint64_t *k;
+    if ((rc = tstep_batch_keys(t->ts, &b, &k, &n_fetch)) != 0) return rc;
+    fkeys = k;
+  } else {
+    n_fetch = st->fetch_keys.len / 8;
+    fkeys = st->fetch_keys.data;
+  }
+  if ((rc = fetch(t, fkeys, n_fetch, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
+  double t1 = now_s();
+
+  /* b. forward, backward */
+  if ((rc = tstep_forward(t->ts, &b, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+  double t2 = now_s();
+  double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
+  double t3 = now_s();
+
+  /* c. dense all-reduce; d. shared rows */
+  model_t *m = tstep_model(t->ts);
+  if ((rc = coll_allreduce_sum_f32(t->coll, model_grads(m), model_n_params(m))) != 0)
+    return set_err(err, err_len, rc,
+                   "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
+                   "(a peer trainer died or is unreachable; see the collective's log line)",
+                   x, model_n_params(m), t->trainers, err_str(rc));
+  if (!t->ideal) {
+    /* ideal mode: no row synchronization at all (see trainer_loop.h) */
+    n_sync = st->sync_keys.len / 8;
+    float *buf;
+    if ((rc = tstep_sync_pack(t->ts, st->sync_keys.data, n_sync, &buf, why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+    if (n_sync && (rc = coll_allreduce_sum_f32(t->coll, buf, n_sync * tstep_dim(t->ts))) != 0)
+      return set_err(err, err_len, rc,
+                     "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
+                     x, n_sync, t->trainers, err_str(rc));
+    tstep_sync_unpack(t->ts);
+  }
+  double t4 = now_s();
+
+  /* e. update */
+  tstep_update(t->ts);
+  double t5 = now_s();
+
+  /* f. write back, then wait until every trainer's write-back is durable */
+  if (t->ideal) {
+    n_wb = tstep_slots(t->ts);
+    if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
+  } else {
+    n_wb = st->write_back_keys.len / 8;
+    const float *rows;
+    if ((rc = tstep_rows_for(t->ts, st->write_back_keys.data, n_wb, &rows, why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+    const uint64_t *wkeys = keys_of(t, &st->write_back_keys);
+    if (!wkeys) return -ENOMEM;
+    if (n_wb && (rc = embc_write(t->embc, wkeys, n_wb, rows, why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", x, n_wb, why);
+    if ((rc = coll_barrier(t->coll)) != 0)
+      return set_err(err, err_len, rc,
+                     "iteration %" PRIu64 ": barrier after the write-back failed among %u trainers: %s", x,
+                     t->trainers, err_str(rc));
+  }
+  double t6 = now_s();
+
+  ph[PH_FETCH] = t1 - t0;
+  ph[PH_FWD] = t2 - t1;
+  ph[PH_BWD] = t3 - t2;
+  ph[PH_ALLREDUCE] = t4 - t3;
+  ph[PH_UPDATE] = t5 - t4;
+  ph[PH_WB] = t6 - t5;
+  ph[PH_TOTAL] = t_wait + (t6 - t0);
+
+  /* g. report */
+  Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
+  r.iteration = x;
+  r.loss_sum = loss;
+  r.samples = b.n;
+  if (t->ideal) n_fetch = n_wb = 0; /* counters of embedding traffic: there is none */
+  r.rows_fetched = n_fetch;
+  r.rows_synced = n_sync;
+  r.rows_written_back = n_wb;
+  r.cache_hits = 0;
+  r.t_wait = ph[PH_WAIT];
+  r.t_fetch = ph[PH_FETCH];
+  r.t_forward = ph[PH_FWD];
+  r.t_backward = ph[PH_BWD];
+  r.t_allreduce = ph[PH_ALLREDUCE];
+  r.t_update = ph[PH_UPDATE];
+  r.t_write_back = ph[PH_WB];
+  r.t_total = ph[PH_TOTAL];
+  uint8_t sha[32];
+  char hex[65] = "";
+  if (x + 1 == t->iterations) {
+    tstep_dense_sha256(t->ts, sha);
+    r.dense_sha256.data = sha;
+    r.dense_sha256.len = 32;
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
+      log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
+    else if (t->save_dense)
+      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, model_n_params(m));
+  }
+  if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
+                   orc_address(t->orc), err_str(rc));
+  atomic_store(&t->last_done, x + 1);
+
+  metrics_gauge_set(t->m_iter, (double)x);
+  if (b.n) metrics_gauge_set(t->m_loss, loss / b.n);
+  metrics_hist_observe(t->m_step, ph[PH_TOTAL] - ph[PH_WAIT]);
+  metrics_counter_add(t->m_fetched, n_fetch);
+  metrics_counter_add(t->m_synced, n_sync);
+  metrics_counter_add(t->m_written, n_wb);
+  metrics_counter_add(t->m_samples, b.n);
+  for (int p = 0; p < PH_N; p++) metrics_gauge_set(t->m_phase[p], ph[p]);
+  if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
+    log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
+             " samples=%u loss=%.5f rows_fetched=%zu rows_synced=%zu rows_written_back=%zu wait_ms=%.2f"
+             " fetch_ms=%.2f forward_ms=%.2f backward_ms=%.2f allreduce_ms=%.2f update_ms=%.2f write_back_ms=%.2f"
+             " total_ms=%.2f%s%s",
+             t->rank, x, x + 1, t->iterations, b.n, b.n ? loss / b.n : 0.0, n_fetch, n_sync, n_wb, 1e3 * ph[PH_WAIT],
+             1e3 * ph[PH_FETCH], 1e3 * ph[PH_FWD], 1e3 * ph[PH_BWD], 1e3 * ph[PH_ALLREDUCE], 1e3 * ph[PH_UPDATE],
+             1e3 * ph[PH_WB], 1e3 * ph[PH_TOTAL], hex[0] ? " dense_sha256=" : "", hex);
+    sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
+               t->trainers);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ eval */
+
+static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err, size_t err_len) {
+  tstep_batch_t b;
+  char why[768] = "";
+  int rc = tstep_batch_from_pb(t->ts, ev->samples, 1, &b, why, sizeof why);
+  if (rc) return set_err(err, err_len, rc, "eval round %" PRIu64 ": bad samples: %s", ev->round, why);
+  if ((rc = check_keys_field(&ev->fetch_keys, "fetch_keys", ev->after_iteration, err, err_len)) != 0) return rc;
+  uint64_t done = atomic_load(&t->last_done);
+  if (done != ev->after_iteration + 1)
+    log_warn("eval round %" PRIu64 " asks for the model after iteration %" PRIu64 " but this trainer has finished %"
+             PRIu64 " iterations; evaluating the current model",
+             ev->round, ev->after_iteration, (uint64_t)done);
+  const void *keys;
+  size_t n;
+  if (t->ideal) {
+    const uint64_t *k;
+    if ((rc = tstep_batch_keys(t->ts, &b, &k, &n)) != 0) return rc;
+    keys = k;
+  } else {
+    keys = ev->fetch_keys.data;
+    n = ev->fetch_keys.len / 8;
+  }
+  if ((rc = fetch(t, keys, n, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
+  if (b.n + 1 > t->cap_eval) {
+    float *l = realloc(t->eval_logits, (b.n + 1) * sizeof(float));
+    if (!l) return -ENOMEM;
+    t->eval_logits = l;
+    t->cap_eval = b.n + 1;
+  }
+  if ((rc = tstep_eval(t->ts, &b, t->eval_logits, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
+  Chanter__Oracle__V1__EvalResult r = CHANTER__ORACLE__V1__EVAL_RESULT__INIT;
+  r.round = ev->round;
+  r.logits.data = (uint8_t *)t->eval_logits;
+  r.logits.len = (size_t)b.n * sizeof(float);
+  r.labels.data = (uint8_t *)b.labels;
+  r.labels.len = (size_t)b.n * sizeof(float);
+  if ((rc = orc_work_eval(t->stream, &r)) != 0 && (t->write_failed = 1))
+    return set_err(err, err_len, rc, "eval round %" PRIu64 ": cannot send the EvalResult to the oracle at %s: %s",
+                   ev->round, orc_address(t->orc), err_str(rc));
+  metrics_counter_inc(t->m_evals);
+  log_debug("eval round=%" PRIu64 " samples=%u rows=%zu", ev->round, b.n, n);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static int join(trainer_t *t, char *err, size_t err_len) {
+  Chanter__Oracle__V1__JoinRequest req = CHANTER__ORACLE__V1__JOIN_REQUEST__INIT;
+  req.role = CHANTER__ORACLE__V1__ROLE__TRAINER;
+  req.rank = t->rank;
+  req.address = t->address;
+  req.schema_hash = dpc_schema_hash(&t->schema);
+  req.layout_hash = tbl_layout_hash(&t->layout);
+  req.pid = (uint32_t)getpid();
+  Chanter__Oracle__V1__JoinResponse *resp = NULL;
+  sdn_status("joining the oracle at %s", orc_address(t->orc));
+  int rc = orc_join(t->orc, &req, &resp, err, err_len);
+  if (rc) return rc;
+  if (resp->trainers != t->trainers) {
+    rc = set_err(err, err_len, ERR_CONFIG,
+                 "the oracle at %s runs a job of %u trainers but this trainer's configuration says trainers = %u "
+                 "(from %s): do they read the same job file?",
+                 orc_address(t->orc), resp->trainers, t->trainers, cfg_origin(t->cfg, "trainers"));
+  } else if (resp->start_iteration != 0) {
+    rc = set_err(err, err_len, ERR_CONFIG,
+                 "the oracle asks to resume at iteration %" PRIu64 ", but this trainer starts from a fresh model "
+                 "(resuming a job is not implemented yet)",
+                 resp->start_iteration);
+  } else {
+    snprintf(t->prefix, sizeof t->prefix, "%s/%u", resp->job_id ? resp->job_id : "", resp->generation);
+    log_info("joined oracle=%s job_id=%s generation=%u trainers=%u rank=%u address=%s", orc_address(t->orc),
+             resp->job_id ? resp->job_id : "", resp->generation, resp->trainers, t->rank, t->address);
+  }
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  return rc;
+}
+
+static int form_group(trainer_t *t, char *err, size_t err_len) {
+  coll_store_t store = {.set = kv_set, .get = kv_get, .ud = t};
+  coll_opts_t o = {.rank = (int)t->rank,
+                   .size = (int)t->trainers,
+                   .backend = "gloo",
+                   .iface_addr = t->address,
+                   .prefix = t->prefix,
+                   .timeout_ms = cfg_int(t->cfg, "trainer.coll_timeout_ms")};
+  sdn_status("forming the trainer group (%u trainers, gloo) through the oracle at %s", t->trainers,
+             orc_address(t->orc));
+  char why[512] = "";
+  double t0 = now_s();
+  int rc = coll_create(&o, &store, &t->coll, why, sizeof why);
+  if (rc)
+    return set_err(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
+                   t->trainers, t->rank, t->address, t->prefix, why[0] ? why : err_str(rc));
+  /* every rank initialized identically; make sure anyway */
+  model_t *m = tstep_model(t->ts);
+  if ((rc = coll_broadcast(t->coll, model_params(m), model_n_params(m) * sizeof(float), 0)) != 0)
+    return set_err(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
+  log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f", t->rank, t->trainers,
+           coll_backend(t->coll), t->prefix, now_s() - t0);
+  return 0;
+}
+
+static int open_stream(trainer_t *t, char *err, size_t err_len) {
+  rpc_stream_t *s = NULL;
+  int rc = orc_work_open(t->orc, t->rank, 0, &s, err, err_len);
+  if (rc) return rc;
+  pthread_mutex_lock(&t->mu);
+  t->stream = s;
+  if (stopping(t)) rpc_stream_cancel(s);
+  pthread_mutex_unlock(&t->mu);
+  return 0;
+}
+
+/* Cancels t->stream unless t->drained is set within DRAIN_MS: a guard
+ * around the final drain of the Work stream, so that an oracle that never
+ * ends it cannot keep the trainer from exiting. */
+#define DRAIN_MS 5000
+static void *drain_guard(void *arg) {
+  trainer_t *t = arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += DRAIN_MS / 1000;
+  pthread_mutex_lock(&t->mu);
+  while (!t->drained) {
+    if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT) {
+      log_warn("the oracle did not end the Work stream within %d ms of StopWork; cancelling it", DRAIN_MS);
+      if (t->stream) rpc_stream_cancel(t->stream);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+static void close_stream(trainer_t *t, int clean) {
+  if (!t->stream) return;
+  if (clean) {
+    /* half-close, then read to the server's end of the stream (the oracle
+     * finishes it after StopWork), so that it sees a clean end */
+    pthread_t g;
+    t->drained = 0;
+    int guarded = pthread_create(&g, NULL, drain_guard, t) == 0;
+    rpc_stream_writes_done(t->stream);
+    Chanter__Oracle__V1__WorkItem *item = NULL;
+    while (orc_work_next(t->stream, &item) == 0) protobuf_c_message_free_unpacked(&item->base, NULL);
+    rpc_status_t st;
+    rpc_stream_finish(t->stream, &st);
+    pthread_mutex_lock(&t->mu);
+    t->drained = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (guarded) pthread_join(g, NULL);
+  }
+  pthread_mutex_lock(&t->mu);
+  rpc_stream_t *s = t->stream;
+  t->stream = NULL;
+  pthread_mutex_unlock(&t->mu);
+  rpc_stream_destroy(s);
+}
+
+/* After a failed write (the oracle ended the stream while this trainer was
+ * busy): 1 if a StopWork is among the items still buffered, i.e. the
+ * oracle stopped the job on purpose (its Stop RPC, SIGTERM, another
+ * trainer's failure), and the trainer should stop cleanly. */
+static int stop_pending(trainer_t *t, uint64_t done) {
+  Chanter__Oracle__V1__WorkItem *item = NULL;
+  int found = 0;
+  while (!found && orc_work_next(t->stream, &item) == 0) {
+    if (item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP) {
+      found = 1;
+      log_info("StopWork from the oracle while iteration %" PRIu64 " was running (its report was not delivered) "
+               "rank=%u reason=\"%s\"",
+               done, t->rank, item->stop->reason ? item->stop->reason : "");
+    }
+    protobuf_c_message_free_unpacked(&item->base, NULL);
+  }
+  return found;
+}
+
+static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
+  uint64_t expect = 0;
+  for (;;) {
+    Chanter__Oracle__V1__WorkItem *item = NULL;
+    double t0 = now_s();
+    int rc = orc_work_next(t->stream, &item);
+    double t_wait = now_s() - t0;
+    if (rc == 1) {
+      if (expect >= t->iterations) { /* every step done: as good as StopWork */
+        *got_stop = 1;
+        return 0;
+      }
+      return set_err(err, err_len, ERR_UNAVAILABLE,
+                     "the oracle at %s ended the Work stream before iteration %" PRIu64 " without StopWork",
+                     orc_address(t->orc), expect);
+    }
+    if (rc < 0)
+      return set_err(err, err_len, rc,
+                     "the Work stream from the oracle at %s broke while waiting for iteration %" PRIu64 ": %s",
+                     orc_address(t->orc), expect, err_str(rc));
+    switch (item->kind_case) {
+    case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP:
+      rc = do_step(t, item->step, expect, t_wait, err, err_len);
+      if (!rc) expect++;
+      break;
+    case CHANTER__ORACLE__V1__WORK_ITEM__KIND_EVAL:
+      rc = do_eval(t, item->eval, err, err_len);
+      break;
+    case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP:
+      log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " reason=\"%s\"", t->rank, expect,
+               item->stop->reason ? item->stop->reason : "");
+      *got_stop = 1;
+      break;
+    default:
+      rc = set_err(err, err_len, ERR_BADMSG, "the oracle sent an empty or unknown work item (kind %d)",
+                   (int)item->kind_case);
+      break;
+    }
+    protobuf_c_message_free_unpacked(&item->base, NULL);
+    if (rc && t->write_failed && stop_pending(t, expect)) {
+      *got_stop = 1;
+      rc = 0;
+    }
+    if (rc || *got_stop) return rc;
+  }
+}
+
+int trainer_run(trainer_t *t) {
+  char err[2048] = "";
+  int rc, got_stop = 0;
+  if ((rc = join(t, err, sizeof err)) != 0) goto out;
+  if (pthread_create(&t->hb, NULL, heartbeat_main, t) == 0) t->hb_running = 1;
+  else log_warn("cannot start the heartbeat thread rank=%u; training without heartbeats", t->rank);
+  if (stopping(t)) goto out;
+  if ((rc = form_group(t, err, sizeof err)) != 0) goto out;
+  if (stopping(t)) goto out;
+  if ((rc = open_stream(t, err, sizeof err)) != 0) goto out;
+  sdn_status("training (rank %u of %u)", t->rank, t->trainers);
+  rc = serve(t, &got_stop, err, sizeof err);
+out:
+  if (rc && stopping(t)) {
+    log_info("stopped rank=%u while %s", t->rank, err[0] ? err : err_str(rc));
+    rc = 0;
+  } else if (rc) {
+    log_error("trainer failed rank=%u: %s", t->rank, err[0] ? err : err_str(rc));
+  }
+  close_stream(t, got_stop && !rc);
+  /* stop the heartbeat thread (trainer_stop also wakes it) */
+  pthread_mutex_lock(&t->mu);
+  atomic_store(&t->stop, 1);
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  if (t->hb_running) pthread_join(t->hb, NULL);
+  t->hb_running = 0;
+  coll_destroy(t->coll);
+  t->coll = NULL;
+  if (!rc && got_stop) {
+    unsigned long long done = atomic_load(&t->last_done);
+    if (done == t->iterations)
+      log_info("finished rank=%u iterations=%llu", t->rank, done);
+    else
+      log_warn("the oracle stopped the job early rank=%u iterations_done=%llu of %llu", t->rank, done,
+               (unsigned long long)t->iterations);
+  }
+  return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * trainer_loop: what chanter-trainer does from start to StopWork, on one
+ * thread (the "training thread"; main.c keeps the libuv loop for signals,
+ * the watchdog and the exit).
+ *
+ *   1. Join the oracle (role TRAINER, rank, address, schema and layout
+ *      fingerprints); a heartbeat thread then calls Heartbeat every
+ *      trainer.heartbeat_ms.
+ *   2. Form the collective group (Gloo) through the oracle's KV store under
+ *      the prefix "<job_id>/<generation>"; broadcast rank 0's dense
+ *      parameters (every rank initialized them identically anyway).
+ *   3. Open the Work stream and serve its items in order:
+ *      Step x  fetch rows -> forward -> backward -> all-reduce dense
+ *              gradients -> all-reduce the shared rows' gradients ->
+ *              update -> write back -> barrier -> Report (trainer_step.h
+ *              has the math).  The barrier is the consistency rule of
+ *              L = 0: nobody fetches batch x+1 before every write-back of
+ *              x is durable.
+ *      Eval    fetch, forward only, EvalResult (logits and labels).
+ *      Stop    return 0.
+ *   mode = ideal keeps every row in a trainer-local store (trainer_rows.h)
+ *   instead of the embedding servers and synchronizes no rows: a lower
+ *   bound of iteration time, NOT a correct distributed model (each
+ *   trainer's copy of a shared row drifts apart).
+ *
+ * Failures (a broken stream, a failed collective, an embedding server
+ * still unreachable after embc's retries, a malformed item) are logged
+ * with the iteration and the peer, and trainer_run returns non-zero:
+ * systemd restarts the trainer (failover is a later issue).
+ */
+#ifndef CHANTER_TRAINER_LOOP_H
+#define CHANTER_TRAINER_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "metrics.h"
+
+typedef struct trainer_s trainer_t;
+
+/* Builds the model (identical on every rank: model_init(seed)), the data
+ * schema and table layout, the embedding client (mode normal) and the
+ * oracle client; registers metrics in reg (may be NULL).  Talks to nobody
+ * yet.  0 or a negative code with err. */
+int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
+                   size_t err_len);
+void trainer_destroy(trainer_t *t);
+
+/* After the last iteration, also write the dense parameters (raw native
+ * float32, model_params order) to path: to check a run against
+ * `chanter train --local`, whose digest starts with these bytes.  Before
+ * trainer_run; path is copied. */
+int trainer_save_dense_to(trainer_t *t, const char *path);
+
+/* Runs steps 1-3 above on the calling thread until StopWork (returns 0),
+ * a requested stop (trainer_stop: returns 0 too), or a failure (logged;
+ * returns the negative code). */
+int trainer_run(trainer_t *t);
+
+/* Asks trainer_run to return soon: sets the stop flag and cancels the Work
+ * stream.  A collective in progress still runs to its timeout.  Any
+ * thread, any time (also before trainer_run). */
+void trainer_stop(trainer_t *t, const char *why);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * trainer_rows: a trainer-local store of embedding rows, keyed by key, for
+ * mode = ideal.
+ *
+ * In ideal mode the trainer does no embedding traffic: every row it ever
+ * needs lives here, initialized on first use with tbl_init_row from (seed,
+ * key) exactly as an embedding server would initialize it.  Per step the
+ * trainer copies its batch's rows from here into the dense slot array of
+ * trainer_step (the "fetch") and copies them back after the update (the
+ * "write-back"), so the step code is the same in both modes.
+ *
+ * The store is an open-addressing hash table (linear probing) from key to
+ * a row index in one growing array of rows.  Used by one thread.
+ */
+#ifndef CHANTER_TRAINER_ROWS_H
+#define CHANTER_TRAINER_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "table.h"
+
+typedef struct trows_s trows_t;
+
+/* An empty store for rows of layout (every table must have the same row
+ * floats: the trainer's uniform slot stride).  layout is copied.  0,
+ * -EINVAL or -ENOMEM. */
+int trows_create(const tbl_layout_t *layout, trows_t **out);
+void trows_destroy(trows_t *s);
+
+/* Copies the rows of keys[0..n) into out (n * row floats, in key order),
+ * inserting (and initializing) the ones never seen.  0, -ENOMEM, or
+ * -ENOENT / -ERANGE for a key outside the layout (with why). */
+int trows_gather(trows_t *s, const uint64_t *keys, size_t n, float *out, char *why, size_t why_len);
+/* Stores rows[i] as the row of keys[i] (inserting when new).  0 or
+ * -ENOMEM (or a bad key, as above). */
+int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len);
+
+/* Rows held. */
+size_t trows_count(const trows_t *s);
+
+#endif

@@ -1,0 +1,474 @@
+/* trainer_step: see trainer_step.h. */
+#include "trainer_step.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "nn.h"
+
+struct tstep_s {
+  uint32_t n_dense, n_tables, dim, rf, max_batch, max_hot;
+  uint32_t *hotness;  /* n_tables */
+  tbl_layout_t layout;
+  model_t *model;
+  opt_t *dense_opt;
+  opt_kind_t emb_kind;
+  opt_hparams_t emb_hp;
+
+  /* slots */
+  uint64_t *slot_keys;
+  float *rows, *grad; /* n_slots x rf, n_slots x dim */
+  uint8_t *touched;   /* n_slots: the slot has a gradient this step */
+  size_t n_slots, cap_slots;
+
+  /* one batch */
+  float *labels, *dense;
+  uint64_t *ids;     /* copied ids (rows) */
+  size_t *ids_off;   /* n_tables + 1 */
+  size_t cap_n;      /* samples the three buffers above hold */
+  uint64_t *idx;     /* ids mapped to slots, same layout as ids (max_batch samples) */
+  float *emb, *d_emb, *logits;
+  uint64_t *uniq;
+  float *ugrad;
+  void *work;
+  uint32_t fwd_n;    /* n of the last forward (-1: none) */
+  int fwd_ok;
+
+  /* shared rows */
+  uint32_t *sync_slots;
+  float *sync_buf;
+  size_t n_sync, cap_sync, cap_sync_buf;
+
+  /* write-back / batch keys */
+  float *wb_buf;
+  size_t cap_wb;
+  uint64_t *bkeys;
+  size_t cap_bkeys;
+};
+
+static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
+  if (err && n) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static uint64_t load_u64(const void *p, size_t i) {
+  uint64_t v;
+  memcpy(&v, (const uint8_t *)p + i * 8, 8);
+  return v;
+}
+
+int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout_t *layout, uint32_t max_batch,
+                 tstep_t **out, char *err, size_t err_len) {
+  *out = NULL;
+  if (layout->n_tables != schema->n_tables || !layout->n_tables)
+    return set_err(err, err_len, ERR_CONFIG, "the data schema has %u tables but table_rows lists %u",
+                   schema->n_tables, layout->n_tables);
+  tstep_t *ts = calloc(1, sizeof *ts);
+  if (!ts) return -ENOMEM;
+  int rc = 0;
+  ts->n_dense = schema->n_dense;
+  ts->n_tables = schema->n_tables;
+  ts->dim = layout->tables[0].dim;
+  ts->rf = tbl_row_floats(layout, 0);
+  ts->max_batch = max_batch;
+  for (uint32_t t = 0; t < layout->n_tables; t++) {
+    if (layout->tables[t].dim != ts->dim) {
+      rc = set_err(err, err_len, ERR_CONFIG,
+                   "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
+                   layout->tables[t].dim, ts->dim);
+      goto fail;
+    }
+    if (tbl_row_floats(layout, t) != ts->rf) {
+      rc = set_err(err, err_len, ERR_CONFIG, "table %u has %u floats per row but table 0 has %u", t,
+                   tbl_row_floats(layout, t), ts->rf);
+      goto fail;
+    }
+  }
+  if ((rc = tbl_layout_copy(&ts->layout, layout)) != 0) goto fail;
+  ts->hotness = malloc(ts->n_tables * sizeof *ts->hotness);
+  ts->ids_off = malloc((ts->n_tables + 1) * sizeof *ts->ids_off);
+  if (!ts->hotness || !ts->ids_off) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  size_t ids_per_sample = 0;
+  ts->max_hot = 1;
+  for (uint32_t t = 0; t < ts->n_tables; t++) {
+    ts->hotness[t] = schema->hotness[t];
+    ids_per_sample += schema->hotness[t];
+    if (schema->hotness[t] > ts->max_hot) ts->max_hot = schema->hotness[t];
+  }
+  if ((rc = model_create(cfg, ts->n_dense, ts->n_tables, ts->dim, max_batch, &ts->model, err, err_len)) != 0) goto fail;
+  model_init(ts->model, (uint64_t)cfg_int(cfg, "seed"));
+  if ((rc = opt_create(cfg, model_n_params(ts->model), &ts->dense_opt)) != 0) {
+    rc = set_err(err, err_len, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
+    goto fail;
+  }
+  if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &ts->emb_kind)) != 0 || ts->emb_kind == OPT_ADAM) {
+    rc = set_err(err, err_len, ERR_CONFIG, "embedding_optimizer = %s cannot be used for embedding rows",
+                 cfg_str(cfg, "embedding_optimizer"));
+    goto fail;
+  }
+  opt_hparams_from_cfg(cfg, ts->emb_kind, &ts->emb_hp);
+  size_t width = (size_t)ts->n_tables * ts->dim, max_ids = (size_t)max_batch * ts->max_hot;
+  ts->idx = malloc(((size_t)max_batch * ids_per_sample + 1) * sizeof *ts->idx);
+  ts->emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+  ts->d_emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+  ts->logits = malloc(((size_t)max_batch + 1) * sizeof(float));
+  ts->uniq = malloc((max_ids + 1) * sizeof *ts->uniq);
+  ts->ugrad = malloc((max_ids * ts->dim + 1) * sizeof(float));
+  ts->work = malloc(nn_embedding_bag_bwd_work_size(max_batch, ts->max_hot) + 8);
+  if (!ts->idx || !ts->emb || !ts->d_emb || !ts->logits || !ts->uniq || !ts->ugrad || !ts->work) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  ts->fwd_ok = 0;
+  *out = ts;
+  return 0;
+fail:
+  tstep_destroy(ts);
+  return rc;
+}
+
+void tstep_destroy(tstep_t *ts) {
+  if (!ts) return;
+  model_destroy(ts->model);
+  opt_destroy(ts->dense_opt);
+  tbl_layout_close(&ts->layout);
+  free(ts->hotness);
+  free(ts->slot_keys);
+  free(ts->rows);
+  free(ts->grad);
+  free(ts->touched);
+  free(ts->labels);
+  free(ts->dense);
+  free(ts->ids);
+  free(ts->ids_off);
+  free(ts->idx);
+  free(ts->emb);
+  free(ts->d_emb);
+  free(ts->logits);
+  free(ts->uniq);
+  free(ts->ugrad);
+  free(ts->work);
+  free(ts->sync_slots);
+  free(ts->sync_buf);
+  free(ts->wb_buf);
+  free(ts->bkeys);
+  free(ts);
+}
+
+model_t *tstep_model(tstep_t *ts) { return ts->model; }
+opt_t *tstep_dense_opt(tstep_t *ts) { return ts->dense_opt; }
+uint32_t tstep_dim(const tstep_t *ts) { return ts->dim; }
+uint32_t tstep_row_floats(const tstep_t *ts) { return ts->rf; }
+uint32_t tstep_max_batch(const tstep_t *ts) { return ts->max_batch; }
+size_t tstep_slots(const tstep_t *ts) { return ts->n_slots; }
+const uint64_t *tstep_slot_keys(const tstep_t *ts) { return ts->slot_keys; }
+float *tstep_slot_rows(tstep_t *ts) { return ts->rows; }
+const float *tstep_logits(const tstep_t *ts) { return ts->logits; }
+
+/* ---------------------------------------------------------------- batches */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 64;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, nc * elem);
+  if (!q) return -ENOMEM;
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+int tstep_batch_from_pb(tstep_t *ts, const Chanter__Oracle__V1__Samples *s, int allow_large, tstep_batch_t *b,
+                        char *err, size_t err_len) {
+  memset(b, 0, sizeof *b);
+  uint32_t n = s ? s->n : 0;
+  if (n > ts->max_batch && !allow_large)
+    return set_err(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
+                   ts->max_batch);
+  if (n) {
+    if (s->n_dense != ts->n_dense || s->n_tables != ts->n_tables)
+      return set_err(err, err_len, ERR_BADMSG,
+                     "samples have %u dense features and %u tables, the job's schema %u and %u (same job file?)",
+                     s->n_dense, s->n_tables, ts->n_dense, ts->n_tables);
+    if (s->n_hotness != ts->n_tables)
+      return set_err(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
+                     ts->n_tables);
+    for (uint32_t t = 0; t < ts->n_tables; t++)
+      if (s->hotness[t] != ts->hotness[t])
+        return set_err(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
+                       s->hotness[t], ts->hotness[t]);
+  }
+  ts->ids_off[0] = 0;
+  for (uint32_t t = 0; t < ts->n_tables; t++) ts->ids_off[t + 1] = ts->ids_off[t] + (size_t)n * ts->hotness[t];
+  size_t n_ids = ts->ids_off[ts->n_tables];
+  if (n && (s->labels.len != (size_t)n * 4 || s->dense.len != (size_t)n * ts->n_dense * 4 || s->ids.len != n_ids * 8))
+    return set_err(err, err_len, ERR_BADMSG,
+                   "samples of %u: %zu label bytes (want %zu), %zu dense bytes (want %zu), %zu id bytes (want %zu)", n,
+                   s->labels.len, (size_t)n * 4, s->dense.len, (size_t)n * ts->n_dense * 4, s->ids.len, n_ids * 8);
+  if (n > ts->cap_n) {
+    size_t per = ts->ids_off[ts->n_tables] / n;
+    float *l = realloc(ts->labels, (size_t)n * sizeof(float));
+    if (l) ts->labels = l;
+    float *d = realloc(ts->dense, ((size_t)n * ts->n_dense + 1) * sizeof(float));
+    if (d) ts->dense = d;
+    uint64_t *i = realloc(ts->ids, ((size_t)n * per + 1) * sizeof(uint64_t));
+    if (i) ts->ids = i;
+    if (!l || !d || !i) return -ENOMEM;
+    ts->cap_n = n;
+  }
+  if (n) {
+    memcpy(ts->labels, s->labels.data, s->labels.len);
+    if (s->dense.len) memcpy(ts->dense, s->dense.data, s->dense.len);
+    memcpy(ts->ids, s->ids.data, s->ids.len);
+  }
+  b->n = n;
+  b->labels = ts->labels;
+  b->dense = ts->n_dense ? ts->dense : NULL;
+  b->ids = ts->ids;
+  b->ids_off = ts->ids_off;
+  return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys, size_t *n) {
+  size_t total = b->n ? b->ids_off[ts->n_tables] : 0;
+  if (grow((void **)&ts->bkeys, &ts->cap_bkeys, total + 1, sizeof *ts->bkeys)) return -ENOMEM;
+  size_t k = 0;
+  for (uint32_t t = 0; t < ts->n_tables && b->n; t++)
+    for (size_t i = b->ids_off[t]; i < b->ids_off[t + 1]; i++) ts->bkeys[k++] = TBL_KEY(t, b->ids[i]);
+  qsort(ts->bkeys, k, sizeof *ts->bkeys, cmp_u64);
+  size_t u = 0;
+  for (size_t i = 0; i < k; i++)
+    if (!u || ts->bkeys[u - 1] != ts->bkeys[i]) ts->bkeys[u++] = ts->bkeys[i];
+  *keys = ts->bkeys;
+  *n = u;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- slots */
+
+int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char *err, size_t err_len) {
+  if (n > ts->cap_slots) {
+    size_t nc = ts->cap_slots ? ts->cap_slots : 1024;
+    while (nc < n) nc *= 2;
+    uint64_t *k = realloc(ts->slot_keys, nc * sizeof *k);
+    if (k) ts->slot_keys = k;
+    float *r = realloc(ts->rows, nc * ts->rf * sizeof(float));
+    if (r) ts->rows = r;
+    float *g = realloc(ts->grad, nc * ts->dim * sizeof(float));
+    if (g) ts->grad = g;
+    uint8_t *tch = realloc(ts->touched, nc);
+    if (tch) ts->touched = tch;
+    if (!k || !r || !g || !tch) return set_err(err, err_len, -ENOMEM, "out of memory for %zu rows", n);
+    ts->cap_slots = nc;
+  }
+  ts->n_slots = 0;
+  ts->fwd_ok = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = load_u64(keys, i);
+    if (i && k <= ts->slot_keys[i - 1])
+      return set_err(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
+                     " after %#" PRIx64 ")", i, k, ts->slot_keys[i - 1]);
+    if (TBL_TABLE(k) >= ts->n_tables)
+      return set_err(err, err_len, -EINVAL, "fetch key %#" PRIx64 " names table %u; the job has %u tables", k,
+                     TBL_TABLE(k), ts->n_tables);
+    ts->slot_keys[i] = k;
+  }
+  ts->n_slots = n;
+  if (n) memset(ts->touched, 0, n);
+  *rows = ts->rows;
+  return 0;
+}
+
+long tstep_slot_of(const tstep_t *ts, uint64_t key) {
+  size_t lo = 0, hi = ts->n_slots;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ts->slot_keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < ts->n_slots && ts->slot_keys[lo] == key ? (long)lo : -1;
+}
+
+/* ---------------------------------------------------------------- forward / backward */
+
+/* Maps samples [i0, i0 + n) of b to slots (ts->idx, same layout as b's ids
+ * for those n samples) and pools them into ts->emb. */
+static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
+  size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+  for (uint32_t t = 0; t < ts->n_tables; t++) {
+    uint32_t h = ts->hotness[t];
+    const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i0 * h;
+    uint64_t *idx = ts->idx + o;
+    for (size_t j = 0; j < (size_t)n * h; j++) {
+      uint64_t row = ids[j];
+      long s = row <= TBL_ROW_MASK ? tstep_slot_of(ts, TBL_KEY(t, row)) : -1;
+      if (s < 0)
+        return set_err(err, err_len, -ENOENT,
+                       "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
+                       ") is not among the %zu rows fetched for this batch",
+                       i0 + j / h, t, TBL_KEY(t, row), t, row, ts->n_slots);
+      idx[j] = (uint64_t)s;
+    }
+    nn_embedding_bag_fwd(ts->rows, ts->rf, idx, n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
+    o += (size_t)n * h;
+  }
+  return 0;
+}
+
+int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len) {
+  ts->fwd_ok = 0;
+  if (b->n > ts->max_batch)
+    return set_err(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
+  if (b->n) {
+    int rc = map_and_pool(ts, b, 0, b->n, err, err_len);
+    if (rc) return rc;
+    model_forward(ts->model, b->n, b->dense, ts->emb, ts->logits);
+  }
+  ts->fwd_n = b->n;
+  ts->fwd_ok = 1;
+  return 0;
+}
+
+double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch) {
+  ASSERT(ts->fwd_ok);
+  ASSERT_OP(b->n, ==, ts->fwd_n);
+  if (ts->n_slots) {
+    memset(ts->grad, 0, ts->n_slots * ts->dim * sizeof(float));
+    memset(ts->touched, 0, ts->n_slots);
+  }
+  ts->n_sync = 0;
+  if (!b->n) {
+    memset(model_grads(ts->model), 0, model_n_params(ts->model) * sizeof(float));
+    return 0.0;
+  }
+  /* the same expression as train --local's 1.0f / (float)b->n */
+  double loss = model_backward(ts->model, b->n, b->labels, 1.0f / (float)global_batch, ts->d_emb);
+  size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+  for (uint32_t t = 0; t < ts->n_tables; t++) {
+    uint32_t h = ts->hotness[t];
+    uint32_t u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim, ts->uniq,
+                                      ts->ugrad, ts->dim, ts->work);
+    for (uint32_t k = 0; k < u; k++) {
+      size_t s = (size_t)ts->uniq[k];
+      float *g = ts->grad + s * ts->dim;
+      const float *src = ts->ugrad + (size_t)k * ts->dim;
+      if (ts->touched[s]) { /* keys are per table, so this does not happen; kept for safety */
+        for (uint32_t d = 0; d < ts->dim; d++) g[d] += src[d];
+      } else {
+        memcpy(g, src, ts->dim * sizeof(float));
+        ts->touched[s] = 1;
+      }
+    }
+    o += (size_t)b->n * h;
+  }
+  return loss;
+}
+
+/* ---------------------------------------------------------------- shared rows */
+
+int tstep_sync_pack(tstep_t *ts, const void *keys, size_t n, float **buf, char *err, size_t err_len) {
+  ts->n_sync = 0;
+  if (grow((void **)&ts->sync_slots, &ts->cap_sync, n + 1, sizeof *ts->sync_slots) ||
+      grow((void **)&ts->sync_buf, &ts->cap_sync_buf, (n + 1) * ts->dim, sizeof(float)))
+    return -ENOMEM;
+  float *sb = ts->sync_buf;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = load_u64(keys, i);
+    long s = tstep_slot_of(ts, k);
+    if (s < 0)
+      return set_err(err, err_len, -ENOENT,
+                     "sync key %zu, %#" PRIx64 " (table %u row %" PRIu64 "), is not among the %zu fetched rows", i, k,
+                     TBL_TABLE(k), TBL_ROW(k), ts->n_slots);
+    ts->sync_slots[i] = (uint32_t)s;
+    memcpy(sb + i * ts->dim, ts->grad + (size_t)s * ts->dim, ts->dim * sizeof(float));
+  }
+  ts->n_sync = n;
+  *buf = sb;
+  return 0;
+}
+
+void tstep_sync_unpack(tstep_t *ts) {
+  for (size_t i = 0; i < ts->n_sync; i++) {
+    size_t s = ts->sync_slots[i];
+    memcpy(ts->grad + s * ts->dim, ts->sync_buf + i * ts->dim, ts->dim * sizeof(float));
+    ts->touched[s] = 1;
+  }
+}
+
+/* ---------------------------------------------------------------- update / write-back */
+
+size_t tstep_update(tstep_t *ts) {
+  opt_step_pool(ts->dense_opt, model_params(ts->model), model_grads(ts->model), model_pool(ts->model));
+  size_t updated = 0;
+  for (size_t s = 0; s < ts->n_slots; s++) {
+    if (!ts->touched[s]) continue;
+    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->rows + s * ts->rf, ts->dim, ts->grad + s * ts->dim);
+    updated++;
+  }
+  ts->fwd_ok = 0;
+  return updated;
+}
+
+int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, char *err, size_t err_len) {
+  if (n == ts->n_slots && (n == 0 || memcmp(keys, ts->slot_keys, n * 8) == 0)) {
+    *rows = ts->rows;
+    return 0;
+  }
+  if (grow((void **)&ts->wb_buf, &ts->cap_wb, (n + 1) * ts->rf, sizeof(float))) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = load_u64(keys, i);
+    long s = tstep_slot_of(ts, k);
+    if (s < 0)
+      return set_err(err, err_len, -ENOENT,
+                     "write-back key %zu, %#" PRIx64 " (table %u row %" PRIu64 "), is not among the %zu fetched rows",
+                     i, k, TBL_TABLE(k), TBL_ROW(k), ts->n_slots);
+    memcpy(ts->wb_buf + i * ts->rf, ts->rows + (size_t)s * ts->rf, ts->rf * sizeof(float));
+  }
+  *rows = ts->wb_buf;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- eval, digest */
+
+int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_t err_len) {
+  ts->fwd_ok = 0;
+  for (uint32_t i0 = 0; i0 < b->n; i0 += ts->max_batch) {
+    uint32_t m = b->n - i0 < ts->max_batch ? b->n - i0 : ts->max_batch;
+    int rc = map_and_pool(ts, b, i0, m, err, err_len);
+    if (rc) return rc;
+    model_forward(ts->model, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0);
+  }
+  return 0;
+}
+
+void tstep_dense_sha256(tstep_t *ts, uint8_t out[32]) {
+  unsigned len = 0;
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  ASSERT(md);
+  EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  EVP_DigestUpdate(md, model_params(ts->model), model_n_params(ts->model) * sizeof(float));
+  EVP_DigestFinal_ex(md, out, &len);
+  EVP_MD_CTX_free(md);
+}

@@ -1,0 +1,141 @@
+/*
+ * trainer_step: the math of one distributed training step, without any
+ * communication -- what chanter-trainer does between the oracle's Step
+ * item and its Report, with the fetch, the all-reduces and the write-back
+ * left to the caller (trainer_loop.c drives them over embc / coll; the
+ * unit tests drive them by hand to simulate several trainers in one
+ * process).
+ *
+ * Rows live in a dense SLOT ARRAY: slot i holds the row (vector + optimizer
+ * state, tbl_row_floats floats) of slot_keys[i], the sorted keys fetched
+ * for the step.  Every table must have the same row floats (the models
+ * need one embedding dim, so they do): the array has one uniform stride
+ * and is exactly the packed reply of embc_lookup, which fills it in place.
+ * Sample ids (rows of their table, key = TBL_KEY(t, row)) are mapped to
+ * slots by binary search; the pooled embeddings are nn_embedding_bag_fwd
+ * over (slot array, slot indices).  The cache of the next issue keeps the
+ * same array and sends slots instead of keys.
+ *
+ * One step, in order:
+ *   tstep_set_slots       keys to hold; returns the array to fill
+ *   tstep_forward         map ids -> slots, pool, model_forward
+ *   tstep_backward        model_backward(scale = 1/global_batch), then per
+ *                         table nn_embedding_bag_bwd (coalesced, in sample
+ *                         order) into a per-slot gradient (zeroed first)
+ *   [all-reduce model_grads() over the trainers]
+ *   tstep_sync_pack       gradients of the shared rows, packed in the
+ *                         oracle's order, into a buffer
+ *   [all-reduce that buffer]
+ *   tstep_sync_unpack     the sums back into their slots
+ *   tstep_update          dense optimizer step; row optimizer on every
+ *                         slot with a gradient (touched here, or shared)
+ *   tstep_rows_for        the rows to write back, packed in key order
+ * With one trainer and no shared rows this is exactly the arithmetic of
+ * `chanter train --local` (same pooling, same gradients, same per-row sums
+ * in sample order, same updates), so the results are bit-identical.
+ *
+ * Errors: 0 or a negative code with a sentence in err (naming the key, the
+ * sample, the table).  A tstep_t is used by one thread at a time (the
+ * model's own threads run inside forward / backward / update).
+ */
+#ifndef CHANTER_TRAINER_STEP_H
+#define CHANTER_TRAINER_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "data.h"
+#include "model.h"
+#include "opt.h"
+#include "oracle.pb-c.h"
+#include "table.h"
+
+typedef struct tstep_s tstep_t;
+
+/* A batch as the step reads it: n samples, labels[n], dense[n * n_dense],
+ * ids table-major (table t's n * hotness[t] rows at ids + ids_off[t],
+ * sample-major inside), with hotness and ids_off of the job's schema and
+ * this n.  Views into buffers owned by someone else (tstep_batch_from_pb:
+ * the tstep_t; tests: their own arrays). */
+typedef struct tstep_batch_s {
+  uint32_t n;
+  const float *labels;
+  const float *dense;
+  const uint64_t *ids;
+  const size_t *ids_off; /* n_tables + 1 entries */
+} tstep_batch_t;
+
+/* Builds the model of cfg (model_create with the schema's n_dense /
+ * n_tables, the layout's dim, max_batch), model_init(seed), the dense
+ * optimizer ("optimizer") and the row optimizer ("embedding_optimizer").
+ * schema and layout are copied.  0, or ERR_CONFIG / -EINVAL / -ENOMEM
+ * with err. */
+int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout_t *layout, uint32_t max_batch,
+                 tstep_t **out, char *err, size_t err_len);
+void tstep_destroy(tstep_t *ts);
+
+model_t *tstep_model(tstep_t *ts);
+opt_t *tstep_dense_opt(tstep_t *ts);
+uint32_t tstep_dim(const tstep_t *ts);
+uint32_t tstep_row_floats(const tstep_t *ts);
+uint32_t tstep_max_batch(const tstep_t *ts);
+
+/* Validates a Samples message against the schema (n_dense, n_tables,
+ * hotness, byte lengths; n <= max_batch unless allow_large) and copies it
+ * into the tstep's own aligned buffers; *b views them until the next call.
+ * s may be NULL (n = 0).  0, ERR_BADMSG with err, -ENOMEM. */
+int tstep_batch_from_pb(tstep_t *ts, const Chanter__Oracle__V1__Samples *s, int allow_large, tstep_batch_t *b,
+                        char *err, size_t err_len);
+
+/* The sorted unique keys of b's ids (ideal mode computes its own fetch
+ * list); *keys is owned by ts until the next call.  0 or -ENOMEM. */
+int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys, size_t *n);
+
+/* Sets the step's slots to keys[0..n) (strictly ascending; copied; keys may
+ * be unaligned) and returns in *rows the slot array (n * row_floats
+ * floats, uninitialized) for the caller to fill (embc_lookup into it).
+ * 0, -EINVAL (unsorted, or a table with another row size), -ENOMEM. */
+int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char *err, size_t err_len);
+size_t tstep_slots(const tstep_t *ts);
+const uint64_t *tstep_slot_keys(const tstep_t *ts);
+float *tstep_slot_rows(tstep_t *ts);
+/* Slot of key, or -1. */
+long tstep_slot_of(const tstep_t *ts, uint64_t key);
+
+/* Maps b's ids to slots (-ENOENT with err naming the sample, table and key
+ * when a row was not fetched), pools, runs model_forward.  n == 0 is fine
+ * (nothing runs).  Logits: tstep_logits. */
+int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len);
+const float *tstep_logits(const tstep_t *ts);
+/* Backward of the last tstep_forward: model_grads() = (1/global_batch) *
+ * gradient of the sum of b's losses (all zeros when n == 0), and each
+ * slot's row gradient (zero for slots no sample of b uses).  Returns the
+ * sum of b's BCE losses. */
+double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch);
+
+/* Packs the row gradients of keys[0..n) (keys may be unaligned; each must
+ * be a slot: -ENOENT with err) into *buf (n * dim floats, owned by ts) in
+ * that order.  tstep_sync_unpack stores buf's (all-reduced) values back
+ * into those slots and marks them updated. */
+int tstep_sync_pack(tstep_t *ts, const void *keys, size_t n, float **buf, char *err, size_t err_len);
+void tstep_sync_unpack(tstep_t *ts);
+
+/* The optimizer: opt_step on the dense parameters with model_grads();
+ * opt_row_update on every slot that has a gradient (used by b, or in the
+ * sync list).  Returns the number of rows updated. */
+size_t tstep_update(tstep_t *ts);
+
+/* The rows of keys[0..n) (each a slot; -ENOENT with err otherwise), packed
+ * in that order: *rows is the slot array itself when keys are all the
+ * slots, else a buffer owned by ts. */
+int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, char *err, size_t err_len);
+
+/* Forward only over b (any n: run in chunks of max_batch), logits into
+ * out[b->n].  Changes no parameter. */
+int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_t err_len);
+
+/* SHA-256 of the dense parameter bytes (model_params, native float32). */
+void tstep_dense_sha256(tstep_t *ts, uint8_t out[32]);
+
+#endif

@@ -1,0 +1,653 @@
+/*
+ * The per-step math of chanter-trainer (services/trainer/trainer_step.h)
+ * without daemons, against a single-process reference that is the
+ * arithmetic of `chanter train --local` (tools/chanter/cmd_train.c: tables
+ * in memory initialized with tbl_init_row, gather, forward, backward with
+ * scale 1/B, dense optimizer, per-table coalesced row gradients and the row
+ * optimizer), on a tiny DLRM with a multi-hot table, Adagrad on the dense
+ * parameters and on the rows, several steps.
+ *
+ *  - P = 1: fetch every key of the batch, no shared rows, write every row
+ *    back: dense parameters and every table row BIT-identical to the
+ *    reference.
+ *  - P = 2, one trainer with all the samples and one with none: the empty
+ *    trainer contributes exact zeros, so again bit-identical.
+ *  - P = 2, the batch split as the oracle's contiguous allocation does, in
+ *    one process: dense gradients and the shared rows' gradients summed by
+ *    hand in the collective's order (for two ranks Gloo's ring adds x0 + x1,
+ *    one correctly rounded add: coll.h), private rows kept local, each
+ *    trainer writing back its own rows and half of the shared ones.  Both
+ *    trainers end with bit-identical dense parameters and shared rows, and
+ *    the result equals the single trainer's within |a - b| <= 1e-5 (values
+ *    O(0.1..1); summation order changes rounding by ~1e-7 per step and
+ *    Adagrad's g / sqrt(h) keeps that small).
+ *  - the same P = 2 step over a real Gloo group (two threads, the
+ *    file-backed rendezvous store) is bit-identical to the hand-summed one.
+ *  - errors: a sample row that was not fetched, unsorted fetch keys, a
+ *    sync key that is not a slot, malformed Samples.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cfg.h"
+#include "coll.h"
+#include "data.h"
+#include "err.h"
+#include "model.h"
+#include "nn.h"
+#include "opt.h"
+#include "table.h"
+#include "trainer_rows.h"
+#include "trainer_step.h"
+
+#define B 8     /* global batch */
+#define STEPS 4
+#define TOL 1e-5
+
+/* ------------------------------------------------------------------ the job */
+
+typedef struct job_s {
+  cfg_t *cfg;
+  data_schema_t schema;
+  tbl_layout_t layout;
+} job_t;
+
+static void job_open(job_t *j) {
+  static const char *sets[] = {
+      "model=dlrm",          "n_dense=3",         "table_rows=7,5,9",        "table_hotness=1,2,1",
+      "embedding_dim=4",     "model.bottom_mlp=8", "model.top_mlp=8",          "batch_size=8",
+      "seed=7",              "optimizer=adagrad", "embedding_optimizer=adagrad", "learning_rate=0.1",
+  };
+  char err[512];
+  assert_int_equal(cfg_create(&j->cfg), 0);
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    if (cfg_set(j->cfg, sets[i], "test", err, sizeof err)) fail_msg("cfg_set %s: %s", sets[i], err);
+  if (data_schema_from_cfg(j->cfg, &j->schema, err, sizeof err)) fail_msg("schema: %s", err);
+  if (cfg_layout(j->cfg, &j->layout, err, sizeof err)) fail_msg("layout: %s", err);
+}
+
+static void job_close(job_t *j) {
+  data_schema_close(&j->schema);
+  tbl_layout_close(&j->layout);
+  cfg_destroy(j->cfg);
+}
+
+/* ------------------------------------------------------------------ batches */
+
+typedef struct batch_s {
+  uint32_t n;
+  float labels[B], dense[B * 3];
+  uint64_t ids[B * 4]; /* hotness 1 + 2 + 1 */
+  size_t ids_off[4];
+  tstep_batch_t view;
+} batch_t;
+
+static void batch_view(const job_t *j, batch_t *b) {
+  b->ids_off[0] = 0;
+  for (uint32_t t = 0; t < 3; t++) b->ids_off[t + 1] = b->ids_off[t] + (size_t)b->n * j->schema.hotness[t];
+  b->view = (tstep_batch_t){b->n, b->labels, b->dense, b->ids, b->ids_off};
+}
+
+/* Batch x: skewed row ids (many repeats, so trainers share rows). */
+static void make_batch(const job_t *j, uint64_t x, batch_t *b) {
+  memset(b, 0, sizeof *b);
+  b->n = B;
+  batch_view(j, b);
+  uint64_t s = tbl_mix64(1000 + x);
+  for (uint32_t i = 0; i < B; i++) {
+    s = tbl_mix64(s);
+    b->labels[i] = (float)(s & 1);
+    for (int d = 0; d < 3; d++) {
+      s = tbl_mix64(s);
+      b->dense[i * 3 + d] = (float)((double)(s >> 40) / 16777216.0);
+    }
+  }
+  for (uint32_t t = 0; t < 3; t++)
+    for (size_t k = b->ids_off[t]; k < b->ids_off[t + 1]; k++) {
+      s = tbl_mix64(s);
+      uint64_t r = s % j->layout.tables[t].rows;
+      b->ids[k] = (s >> 32) % 3 ? r % 3 : r; /* 2/3 of the ids hit rows 0..2 */
+    }
+}
+
+/* Samples [i0, i0 + m) of full. */
+static void sub_batch(const job_t *j, const batch_t *full, uint32_t i0, uint32_t m, batch_t *out) {
+  memset(out, 0, sizeof *out);
+  out->n = m;
+  batch_view(j, out);
+  memcpy(out->labels, full->labels + i0, m * sizeof(float));
+  memcpy(out->dense, full->dense + i0 * 3, m * 3 * sizeof(float));
+  for (uint32_t t = 0; t < 3; t++) {
+    uint32_t h = j->schema.hotness[t];
+    memcpy(out->ids + out->ids_off[t], full->ids + full->ids_off[t] + (size_t)i0 * h, (size_t)m * h * 8);
+  }
+}
+
+/* ------------------------------------------------------------------ the tables ("embedding servers") */
+
+typedef struct tables_s {
+  float *t[3];
+  uint32_t rf;
+} tables_t;
+
+static void tables_init(const job_t *j, tables_t *s) {
+  s->rf = tbl_row_floats(&j->layout, 0);
+  for (uint32_t t = 0; t < 3; t++) {
+    s->t[t] = malloc(j->layout.tables[t].rows * s->rf * sizeof(float));
+    for (uint64_t r = 0; r < j->layout.tables[t].rows; r++)
+      tbl_init_row(&j->layout, TBL_KEY(t, r), s->t[t] + r * s->rf);
+  }
+}
+static void tables_close(tables_t *s) {
+  for (int t = 0; t < 3; t++) free(s->t[t]);
+}
+static float *row_ptr(tables_t *s, uint64_t key) { return s->t[TBL_TABLE(key)] + TBL_ROW(key) * s->rf; }
+static void lookup(tables_t *s, const uint64_t *keys, size_t n, float *out) {
+  for (size_t i = 0; i < n; i++) memcpy(out + i * s->rf, row_ptr(s, keys[i]), s->rf * sizeof(float));
+}
+static void write_back(tables_t *s, const uint64_t *keys, size_t n, const float *rows) {
+  for (size_t i = 0; i < n; i++) memcpy(row_ptr(s, keys[i]), rows + i * s->rf, s->rf * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ the reference: train --local's step */
+
+typedef struct ref_s {
+  model_t *model;
+  opt_t *opt;
+  opt_kind_t kind;
+  opt_hparams_t hp;
+  tables_t tab;
+  float emb[B * 12], d_emb[B * 12], logits[B], grad[B * 2 * 4];
+  uint64_t uniq[B * 2];
+  void *work;
+} ref_t;
+
+static void ref_open(const job_t *j, ref_t *r) {
+  char err[512];
+  memset(r, 0, sizeof *r);
+  if (model_create(j->cfg, 3, 3, 4, B, &r->model, err, sizeof err)) fail_msg("model: %s", err);
+  model_init(r->model, 7);
+  assert_int_equal(opt_create(j->cfg, model_n_params(r->model), &r->opt), 0);
+  assert_int_equal(opt_kind_parse("adagrad", &r->kind), 0);
+  opt_hparams_from_cfg(j->cfg, r->kind, &r->hp);
+  tables_init(j, &r->tab);
+  r->work = malloc(nn_embedding_bag_bwd_work_size(B, 2));
+}
+
+static void ref_close(ref_t *r) {
+  model_destroy(r->model);
+  opt_destroy(r->opt);
+  tables_close(&r->tab);
+  free(r->work);
+}
+
+static double ref_step(const job_t *j, ref_t *r, const batch_t *b) {
+  size_t width = 12;
+  for (uint32_t t = 0; t < 3; t++)
+    nn_embedding_bag_fwd(r->tab.t[t], r->tab.rf, b->ids + b->ids_off[t], b->n, j->schema.hotness[t], 4, r->emb + t * 4,
+                         width);
+  model_forward(r->model, b->n, b->dense, r->emb, r->logits);
+  double loss = model_backward(r->model, b->n, b->labels, 1.0f / (float)b->n, r->d_emb);
+  opt_step(r->opt, model_params(r->model), model_grads(r->model));
+  for (uint32_t t = 0; t < 3; t++) {
+    uint32_t u = nn_embedding_bag_bwd(r->d_emb + t * 4, width, b->ids + b->ids_off[t], b->n, j->schema.hotness[t], 4,
+                                      r->uniq, r->grad, 4, r->work);
+    for (uint32_t k = 0; k < u; k++)
+      opt_row_update(r->kind, &r->hp, r->tab.t[t] + r->uniq[k] * r->tab.rf, 4, r->grad + k * 4);
+  }
+  return loss;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static tstep_t *new_trainer(const job_t *j) {
+  tstep_t *ts = NULL;
+  char err[512];
+  if (tstep_create(j->cfg, &j->schema, &j->layout, B, &ts, err, sizeof err)) fail_msg("tstep_create: %s", err);
+  return ts;
+}
+
+/* sorted unique keys of b into keys (returns the count) */
+static size_t keys_of(tstep_t *ts, const batch_t *b, uint64_t *keys) {
+  const uint64_t *k;
+  size_t n;
+  assert_int_equal(tstep_batch_keys(ts, &b->view, &k, &n), 0);
+  memcpy(keys, k, n * 8);
+  return n;
+}
+
+/* fetch keys into the trainer from the tables */
+static void fetch(tstep_t *ts, tables_t *tab, const uint64_t *keys, size_t n) {
+  float *rows;
+  char err[512];
+  if (tstep_set_slots(ts, keys, n, &rows, err, sizeof err)) fail_msg("set_slots: %s", err);
+  lookup(tab, tstep_slot_keys(ts), n, rows);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > m || d != d) m = d != d ? INFINITY : d;
+  }
+  return m;
+}
+
+static void check_tables(const job_t *j, tables_t *got, tables_t *want, double tol) {
+  for (uint32_t t = 0; t < 3; t++) {
+    size_t n = j->layout.tables[t].rows * got->rf;
+    if (tol == 0) {
+      if (memcmp(got->t[t], want->t[t], n * sizeof(float)) != 0) fail_msg("table %u differs from the reference", t);
+    } else {
+      double d = max_diff(got->t[t], want->t[t], n);
+      if (d > tol) fail_msg("table %u: max |difference| %.3g > %.3g", t, d, tol);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ P = 1 */
+
+static void test_p1_exact(void **state) {
+  (void)state;
+  job_t j;
+  job_open(&j);
+  ref_t r;
+  ref_open(&j, &r);
+  tables_t srv;
+  tables_init(&j, &srv);
+  tstep_t *ts = new_trainer(&j);
+  assert_memory_equal(model_params(tstep_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
+  char err[512];
+  for (uint64_t x = 0; x < STEPS; x++) {
+    batch_t b;
+    make_batch(&j, x, &b);
+    uint64_t keys[B * 4];
+    size_t nk = keys_of(ts, &b, keys);
+    fetch(ts, &srv, keys, nk);
+    if (tstep_forward(ts, &b.view, err, sizeof err)) fail_msg("forward: %s", err);
+    double loss = tstep_backward(ts, &b.view, B);
+    /* all-reduce over one trainer: nothing; no shared rows */
+    float *buf;
+    assert_int_equal(tstep_sync_pack(ts, NULL, 0, &buf, err, sizeof err), 0);
+    tstep_sync_unpack(ts);
+    assert_int_equal(tstep_update(ts), nk);
+    const float *rows;
+    assert_int_equal(tstep_rows_for(ts, keys, nk, &rows, err, sizeof err), 0);
+    assert_ptr_equal(rows, tstep_slot_rows(ts)); /* all slots: no copy */
+    write_back(&srv, keys, nk, rows);
+
+    double rloss = ref_step(&j, &r, &b);
+    assert_true(loss == rloss);
+    assert_memory_equal(tstep_logits(ts), r.logits, B * sizeof(float));
+    assert_memory_equal(model_params(tstep_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
+    check_tables(&j, &srv, &r.tab, 0);
+  }
+  /* the dense digest is SHA-256 of exactly these bytes */
+  uint8_t h1[32], h2[32];
+  tstep_dense_sha256(ts, h1);
+  tstep_dense_sha256(ts, h2);
+  assert_memory_equal(h1, h2, 32);
+  tstep_destroy(ts);
+  tables_close(&srv);
+  ref_close(&r);
+  job_close(&j);
+}
+
+/* ------------------------------------------------------------------ P = 2 in one process */
+
+/* Keys in both sorted lists a and b (the rows the oracle would sync). */
+static size_t intersect(const uint64_t *a, size_t na, const uint64_t *b, size_t nb, uint64_t *out) {
+  size_t i = 0, k = 0, n = 0;
+  while (i < na && k < nb) {
+    if (a[i] < b[k]) i++;
+    else if (a[i] > b[k]) k++;
+    else {
+      out[n++] = a[i];
+      i++;
+      k++;
+    }
+  }
+  return n;
+}
+
+/* Trainer `me`'s write-back list: its keys that are not shared, plus the
+ * shared keys at even (me = 0) / odd (me = 1) positions. */
+static size_t owned(const uint64_t *keys, size_t n, const uint64_t *shared, size_t ns, int me, uint64_t *out) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t pos = ns;
+    for (size_t s = 0; s < ns; s++)
+      if (shared[s] == keys[i]) pos = s;
+    if (pos == ns || (int)(pos % 2) == me) out[m++] = keys[i];
+  }
+  return m;
+}
+
+typedef struct pair_s {
+  tstep_t *ts[2];
+  batch_t part[2];
+  uint64_t keys[2][B * 4], shared[B * 4];
+  size_t nk[2], ns;
+} pair_t;
+
+/* Everything of one step up to (not including) the all-reduces. */
+static void pair_prepare(const job_t *j, pair_t *p, tables_t *srv, const batch_t *full, uint32_t split) {
+  char err[512];
+  sub_batch(j, full, 0, split, &p->part[0]);
+  sub_batch(j, full, split, B - split, &p->part[1]);
+  for (int i = 0; i < 2; i++) p->nk[i] = keys_of(p->ts[i], &p->part[i], p->keys[i]);
+  p->ns = intersect(p->keys[0], p->nk[0], p->keys[1], p->nk[1], p->shared);
+  for (int i = 0; i < 2; i++) {
+    fetch(p->ts[i], srv, p->keys[i], p->nk[i]);
+    if (tstep_forward(p->ts[i], &p->part[i].view, err, sizeof err)) fail_msg("forward %d: %s", i, err);
+    tstep_backward(p->ts[i], &p->part[i].view, B);
+  }
+}
+
+/* After the all-reduces: update and write back. */
+static void pair_finish(pair_t *p, tables_t *srv) {
+  char err[512];
+  for (int i = 0; i < 2; i++) {
+    tstep_sync_unpack(p->ts[i]);
+    tstep_update(p->ts[i]);
+  }
+  /* every copy of a shared row is the same after the update */
+  for (size_t s = 0; s < p->ns; s++) {
+    long a = tstep_slot_of(p->ts[0], p->shared[s]), b = tstep_slot_of(p->ts[1], p->shared[s]);
+    assert_true(a >= 0 && b >= 0);
+    uint32_t rf = tstep_row_floats(p->ts[0]);
+    assert_memory_equal(tstep_slot_rows(p->ts[0]) + a * rf, tstep_slot_rows(p->ts[1]) + b * rf, rf * sizeof(float));
+  }
+  model_t *m0 = tstep_model(p->ts[0]), *m1 = tstep_model(p->ts[1]);
+  assert_memory_equal(model_params(m0), model_params(m1), model_n_params(m0) * sizeof(float));
+  for (int i = 0; i < 2; i++) {
+    uint64_t wb[B * 4];
+    size_t nw = owned(p->keys[i], p->nk[i], p->shared, p->ns, i, wb);
+    const float *rows;
+    if (tstep_rows_for(p->ts[i], wb, nw, &rows, err, sizeof err)) fail_msg("rows_for: %s", err);
+    write_back(srv, wb, nw, rows);
+  }
+}
+
+/* The hand-made all-reduce: x0 + x1 into both (Gloo's order for 2 ranks). */
+static void pair_allreduce_by_hand(pair_t *p) {
+  char err[512];
+  model_t *m0 = tstep_model(p->ts[0]), *m1 = tstep_model(p->ts[1]);
+  float *g0 = model_grads(m0), *g1 = model_grads(m1);
+  for (size_t k = 0; k < model_n_params(m0); k++) g0[k] = g1[k] = g0[k] + g1[k];
+  float *b0, *b1;
+  assert_int_equal(tstep_sync_pack(p->ts[0], p->shared, p->ns, &b0, err, sizeof err), 0);
+  assert_int_equal(tstep_sync_pack(p->ts[1], p->shared, p->ns, &b1, err, sizeof err), 0);
+  for (size_t k = 0; k < p->ns * 4; k++) b0[k] = b1[k] = b0[k] + b1[k];
+}
+
+static void run_p2(uint32_t split, double tol, size_t *shared_total) {
+  job_t j;
+  job_open(&j);
+  ref_t r;
+  ref_open(&j, &r);
+  tables_t srv;
+  tables_init(&j, &srv);
+  pair_t p;
+  memset(&p, 0, sizeof p);
+  p.ts[0] = new_trainer(&j);
+  p.ts[1] = new_trainer(&j);
+  *shared_total = 0;
+  for (uint64_t x = 0; x < STEPS; x++) {
+    batch_t b;
+    make_batch(&j, x, &b);
+    pair_prepare(&j, &p, &srv, &b, split);
+    pair_allreduce_by_hand(&p);
+    pair_finish(&p, &srv);
+    *shared_total += p.ns;
+    ref_step(&j, &r, &b);
+  }
+  size_t np = model_n_params(r.model);
+  if (tol == 0) {
+    assert_memory_equal(model_params(tstep_model(p.ts[0])), model_params(r.model), np * sizeof(float));
+  } else {
+    double d = max_diff(model_params(tstep_model(p.ts[0])), model_params(r.model), np);
+    if (d > tol) fail_msg("dense parameters: max |difference| %.3g > %.3g", d, tol);
+    print_message("P = 2, split %u/%u: dense max |diff| %.3g vs one trainer\n", split, B - split, d);
+  }
+  check_tables(&j, &srv, &r.tab, tol);
+  tstep_destroy(p.ts[0]);
+  tstep_destroy(p.ts[1]);
+  tables_close(&srv);
+  ref_close(&r);
+  job_close(&j);
+}
+
+static void test_p2_split_close(void **state) {
+  (void)state;
+  size_t shared;
+  run_p2(B / 2, TOL, &shared);
+  assert_true(shared > 0); /* the batches do exercise row synchronization */
+}
+
+static void test_p2_empty_trainer_exact(void **state) {
+  (void)state;
+  size_t shared;
+  run_p2(B, 0, &shared); /* trainer 1 gets n = 0 */
+  assert_int_equal(shared, 0);
+}
+
+/* ------------------------------------------------------------------ P = 2 over Gloo */
+
+typedef struct peer_s {
+  int rank;
+  char dir[256];
+  tstep_t *ts;
+  float *grads, *sync;
+  size_t n_grads, n_sync;
+  int rc;
+} peer_t;
+
+static void *peer_main(void *arg) {
+  peer_t *pe = arg;
+  coll_store_t st;
+  coll_t *c = NULL;
+  char err[512];
+  pe->rc = coll_file_store_init(&st, pe->dir);
+  coll_opts_t o = {.rank = pe->rank, .size = 2, .backend = "gloo", .prefix = "test", .timeout_ms = 20000};
+  if (!pe->rc) pe->rc = coll_create(&o, &st, &c, err, sizeof err);
+  if (!pe->rc) pe->rc = coll_allreduce_sum_f32(c, pe->grads, pe->n_grads);
+  if (!pe->rc && pe->n_sync) pe->rc = coll_allreduce_sum_f32(c, pe->sync, pe->n_sync);
+  if (!pe->rc) pe->rc = coll_barrier(c);
+  coll_destroy(c);
+  coll_file_store_close(&st);
+  return NULL;
+}
+
+static void test_p2_gloo_matches_hand_sum(void **state) {
+  (void)state;
+  job_t j;
+  job_open(&j);
+  tables_t srv_a, srv_b;
+  tables_init(&j, &srv_a);
+  tables_init(&j, &srv_b);
+  pair_t a, g;
+  memset(&a, 0, sizeof a);
+  memset(&g, 0, sizeof g);
+  for (int i = 0; i < 2; i++) {
+    a.ts[i] = new_trainer(&j);
+    g.ts[i] = new_trainer(&j);
+  }
+  char dir[] = "/tmp/chanter-test-step-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  batch_t b;
+  make_batch(&j, 0, &b);
+  /* by hand */
+  pair_prepare(&j, &a, &srv_a, &b, 3);
+  pair_allreduce_by_hand(&a);
+  pair_finish(&a, &srv_a);
+  /* through Gloo, one thread per rank */
+  pair_prepare(&j, &g, &srv_b, &b, 3);
+  peer_t pe[2];
+  pthread_t th[2];
+  char err[512];
+  for (int i = 0; i < 2; i++) {
+    memset(&pe[i], 0, sizeof pe[i]);
+    pe[i].rank = i;
+    snprintf(pe[i].dir, sizeof pe[i].dir, "%s", dir);
+    pe[i].ts = g.ts[i];
+    pe[i].grads = model_grads(tstep_model(g.ts[i]));
+    pe[i].n_grads = model_n_params(tstep_model(g.ts[i]));
+    assert_int_equal(tstep_sync_pack(g.ts[i], g.shared, g.ns, &pe[i].sync, err, sizeof err), 0);
+    pe[i].n_sync = g.ns * 4;
+    assert_int_equal(pthread_create(&th[i], NULL, peer_main, &pe[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    if (pe[i].rc) fail_msg("rank %d: collective failed: %s", i, err_str(pe[i].rc));
+  }
+  pair_finish(&g, &srv_b);
+  model_t *ma = tstep_model(a.ts[0]), *mg = tstep_model(g.ts[0]);
+  assert_memory_equal(model_params(ma), model_params(mg), model_n_params(ma) * sizeof(float));
+  check_tables(&j, &srv_b, &srv_a, 0);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+  for (int i = 0; i < 2; i++) {
+    tstep_destroy(a.ts[i]);
+    tstep_destroy(g.ts[i]);
+  }
+  tables_close(&srv_a);
+  tables_close(&srv_b);
+  job_close(&j);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static void test_errors(void **state) {
+  (void)state;
+  job_t j;
+  job_open(&j);
+  tables_t srv;
+  tables_init(&j, &srv);
+  tstep_t *ts = new_trainer(&j);
+  char err[512] = "";
+  batch_t b;
+  make_batch(&j, 0, &b);
+  uint64_t keys[B * 4];
+  size_t nk = keys_of(ts, &b, keys);
+  assert_true(nk > 1);
+
+  /* a row of the batch was not fetched: the error names the key */
+  uint64_t missing = keys[nk - 1];
+  fetch(ts, &srv, keys, nk - 1);
+  assert_int_equal(tstep_forward(ts, &b.view, err, sizeof err), -ENOENT);
+  char want[64];
+  snprintf(want, sizeof want, "key %#llx", (unsigned long long)missing);
+  if (!strstr(err, want) || !strstr(err, "not among")) fail_msg("unexpected message: %s", err);
+
+  /* unsorted fetch keys */
+  uint64_t bad[2] = {keys[1], keys[0]};
+  float *rows;
+  assert_int_equal(tstep_set_slots(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "ascending"));
+
+  /* a sync key that is not a slot */
+  fetch(ts, &srv, keys, nk - 1);
+  float *buf;
+  assert_int_equal(tstep_sync_pack(ts, &missing, 1, &buf, err, sizeof err), -ENOENT);
+  assert_non_null(strstr(err, "sync key"));
+  assert_int_equal(tstep_rows_for(ts, &missing, 1, (const float **)&buf, err, sizeof err), -ENOENT);
+
+  /* Samples messages */
+  Chanter__Oracle__V1__Samples s = CHANTER__ORACLE__V1__SAMPLES__INIT;
+  uint32_t hot[3] = {1, 2, 1};
+  s.n = 2;
+  s.n_dense = 3;
+  s.n_tables = 3;
+  s.n_hotness = 3;
+  s.hotness = hot;
+  s.labels.data = (uint8_t *)b.labels;
+  s.labels.len = 2 * 4;
+  s.dense.data = (uint8_t *)b.dense;
+  s.dense.len = 2 * 3 * 4;
+  uint64_t ids[8];
+  s.ids.data = (uint8_t *)ids;
+  s.ids.len = 8 * 8;
+  tstep_batch_t v;
+  for (int i = 0; i < 8; i++) ids[i] = (uint64_t)i % 5;
+  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), 0);
+  assert_int_equal(v.n, 2);
+  assert_int_equal(v.ids_off[1], 2);
+  assert_int_equal(v.ids_off[2], 6);
+  assert_int_equal(v.ids[7], 2);
+  s.ids.len = 7 * 8;
+  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
+  s.ids.len = 8 * 8;
+  hot[1] = 1;
+  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
+  assert_non_null(strstr(err, "hotness"));
+  hot[1] = 2;
+  s.n = B + 1;
+  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
+  assert_int_equal(tstep_batch_from_pb(ts, NULL, 0, &v, err, sizeof err), 0);
+  assert_int_equal(v.n, 0);
+
+  tstep_destroy(ts);
+  tables_close(&srv);
+  job_close(&j);
+}
+
+/* ------------------------------------------------------------------ ideal mode's local rows */
+
+static void test_local_rows(void **state) {
+  (void)state;
+  job_t j;
+  job_open(&j);
+  trows_t *s;
+  assert_int_equal(trows_create(&j.layout, &s), 0);
+  uint32_t rf = tbl_row_floats(&j.layout, 0);
+  /* every row of every table, twice: first use initializes as a server would */
+  uint64_t keys[21];
+  size_t n = 0;
+  for (uint32_t t = 0; t < 3; t++)
+    for (uint64_t r = 0; r < j.layout.tables[t].rows; r++) keys[n++] = TBL_KEY(t, r);
+  float *got = malloc(n * rf * sizeof(float)), *want = malloc(rf * sizeof(float));
+  char why[256];
+  assert_int_equal(trows_gather(s, keys, n, got, why, sizeof why), 0);
+  for (size_t i = 0; i < n; i++) {
+    tbl_init_row(&j.layout, keys[i], want);
+    assert_memory_equal(got + i * rf, want, rf * sizeof(float));
+  }
+  assert_int_equal(trows_count(s), n);
+  for (size_t i = 0; i < n * rf; i++) got[i] = (float)i;
+  assert_int_equal(trows_scatter(s, keys, n, got, why, sizeof why), 0);
+  memset(got, 0, n * rf * sizeof(float));
+  assert_int_equal(trows_gather(s, keys, n, got, why, sizeof why), 0);
+  for (size_t i = 0; i < n * rf; i++) assert_true(got[i] == (float)i);
+  assert_int_equal(trows_count(s), n);
+  uint64_t bad = TBL_KEY(1, 5);
+  assert_int_equal(trows_gather(s, &bad, 1, got, why, sizeof why), -ERANGE);
+  free(got);
+  free(want);
+  trows_destroy(s);
+  job_close(&j);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_p1_exact),
+      cmocka_unit_test(test_p2_empty_trainer_exact),
+      cmocka_unit_test(test_p2_split_close),
+      cmocka_unit_test(test_p2_gloo_matches_hand_sum),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_local_rows),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
