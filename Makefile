@@ -203,6 +203,7 @@ bench: all
 	$(BUILD)/bin/chanter bench embedding
 	$(BUILD)/bin/chanter bench dataproc
 	$(BUILD)/bin/chanter bench model
+	$(BUILD)/bin/chanter bench e2e
 
 demo: deps all
 	tools/demo.sh $(BUILD)

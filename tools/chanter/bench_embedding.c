@@ -307,6 +307,7 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "model")) return bench_model(cli);
   if (!strcmp(what, "data")) return bench_data_parse(cli);
   if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
-  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model)\n", what);
+  if (!strcmp(what, "e2e")) return bench_e2e(cli);
+  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model, e2e)\n", what);
   return 2;
 }

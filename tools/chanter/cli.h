@@ -26,13 +26,18 @@ int cmd_train(cli_t *cli);
 int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */         /* cmd_train.c: train --local */      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
-int bench_dataproc(cli_t *cli);    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */
+int bench_dataproc(cli_t *cli);
+int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */
 
 /* The configuration a cluster command should use: --config if given, else
  * DIR/job.ini when workdir has one (written by `chanter local up`), else
  * the defaults; the --set overrides are applied on top either way.  The
  * result is cli->cfg or a new config the caller destroys (*owned = 1). */
 cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len);
+
+/* The number after "key": in a flat JSON text (the first match); NAN
+ * when absent.  For our own summaries, not general JSON. */
+double cli_json_num(const char *json, const char *key);
 
 /* Removes a boolean flag from cli->argv; 1 if it was there. */
 int cli_flag(cli_t *cli, const char *name);

@@ -229,14 +229,6 @@ static void progress(int tty, uint64_t it, uint64_t total, double sps, double lo
 
 /* ---- the cluster: watch the oracle's job to its end */
 
-/* The number after "key": in a flat JSON object; NAN when absent. */
-static double json_num(const char *json, const char *key) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  return p ? strtod(p + strlen(pat), NULL) : NAN;
-}
-
 /* The string after "key": into out; 0 or -ENOENT. */
 static int json_str(const char *json, const char *key, char *out, size_t n) {
   char pat[128];
@@ -313,7 +305,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
     }
     int finished = !strcmp(st->state, "done") || !strcmp(st->state, "failed") || !strcmp(st->state, "stopped");
     if (!quiet && (finished || now - last_print > (tty ? 0.25 : 5.0))) {
-      double sps = json_num(st->summary_json, "samples_per_sec"), loss = json_num(st->summary_json, "train_logloss");
+      double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
       double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(cfg, "batch_size") / sps : 0;
       if (!strcmp(st->state, "waiting"))
         fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
@@ -377,12 +369,12 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
   } else {
     printf("iterations        %llu (batch %lld, %lld trainers)\n", (unsigned long long)st->iterations,
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
-    printf("samples/s         %.0f\n", json_num(summary, "samples_per_sec"));
-    printf("train logloss     %.4f\n", json_num(summary, "train_logloss"));
-    printf("test logloss      %.4f\n", json_num(summary, "test_logloss"));
-    printf("test AUC          %.4f\n", json_num(summary, "test_auc"));
-    printf("rows / iteration  fetched %.0f, synchronized %.0f, written back %.0f\n", json_num(summary, "rows_fetched"),
-           json_num(summary, "rows_synced"), json_num(summary, "rows_written_back"));
+    printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
+    printf("train logloss     %.4f\n", cli_json_num(summary, "train_logloss"));
+    printf("test logloss      %.4f\n", cli_json_num(summary, "test_logloss"));
+    printf("test AUC          %.4f\n", cli_json_num(summary, "test_auc"));
+    printf("rows / iteration  fetched %.0f, synchronized %.0f, written back %.0f\n", cli_json_num(summary, "rows_fetched"),
+           cli_json_num(summary, "rows_synced"), cli_json_num(summary, "rows_written_back"));
     printf("digest            %s (dense %s, embeddings %s over %llu stored rows)\n", digest_hex, dense_hex, emb_hex,
            (unsigned long long)stored);
   }

@@ -7,6 +7,7 @@
  * need them).  Every command reads the same job configuration as the
  * daemons.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,13 @@ out:
   cfg_destroy(cli.cfg);
   free(cli.sets);
   return rc;
+}
+
+double cli_json_num(const char *json, const char *key) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
 cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len) {
