@@ -28,50 +28,43 @@ finish() { echo "# $N_OK passed, $N_FAIL failed"; [ "$N_FAIL" -eq 0 ]; }
 # json_get FILE KEY -> value of a top-level integer/string key in a one-line JSON file
 json_get() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
-# start_embedding SHARD JOB [extra args...]: starts shard SHARD, waits until
-# ready, sets EMB_PID[SHARD] and EMB_PORT[SHARD]; log in $WORK/emb-SHARD.log
+# spawn_ready TAG BINARY INDEX_FLAG INDEX LISTEN_PORT JOB [extra args...]:
+# starts BINARY on 127.0.0.1:LISTEN_PORT (0 = the kernel picks) with its
+# --ready-file, waits up to 20 s until ready; sets R_PID, R_PORT, R_MPORT.
+# Log in $WORK/TAG-INDEX.log.
+spawn_ready() {
+  local tag=$1 bin=$2 flag=$3 idx=$4 port=$5 job=$6; shift 6
+  local ready=$WORK/$tag-$idx.ready log=$WORK/$tag-$idx.log
+  rm -f "$ready"
+  "$BIN/$bin" --config "$job" "$flag" "$idx" --listen "127.0.0.1:$port" --ready-file "$ready" "$@" >>"$log" 2>&1 &
+  R_PID=$!
+  PIDS+=("$R_PID")
+  for _ in $(seq 1 400); do
+    if [ -f "$ready" ]; then
+      R_PORT=$(json_get "$ready" rpc_port)
+      R_MPORT=$(json_get "$ready" metrics_port)
+      return 0
+    fi
+    kill -0 "$R_PID" 2>/dev/null || { echo "# $bin $idx exited; log:"; sed 's/^/#   /' "$log" | tail -20; return 1; }
+    sleep 0.05
+  done
+  echo "# $bin $idx not ready after 20 s"; return 1
+}
+
+# start_embedding SHARD JOB [extra args...]: sets EMB_PID/EMB_PORT/EMB_MPORT[SHARD]
+# (EMB_LISTEN_PORT: restart on a known port)
 declare -A EMB_PID EMB_PORT EMB_MPORT
 start_embedding() {
   local shard=$1 job=$2; shift 2
-  local ready=$WORK/emb-$shard.ready
-  rm -f "$ready"
-  "$BIN/chanter-embedding" --config "$job" --shard "$shard" --listen 127.0.0.1:${EMB_LISTEN_PORT:-0} \
-      --ready-file "$ready" "$@" >>"$WORK/emb-$shard.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1 200); do
-    if [ -f "$ready" ]; then
-      EMB_PID[$shard]=$pid
-      EMB_PORT[$shard]=$(json_get "$ready" rpc_port)
-      EMB_MPORT[$shard]=$(json_get "$ready" metrics_port)
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || { echo "# chanter-embedding shard $shard exited; log:"; sed 's/^/#   /' "$WORK/emb-$shard.log" | tail -20; return 1; }
-    sleep 0.05
-  done
-  echo "# chanter-embedding shard $shard not ready after 10 s"; return 1
+  spawn_ready emb chanter-embedding --shard "$shard" "${EMB_LISTEN_PORT:-0}" "$job" "$@" || return 1
+  EMB_PID[$shard]=$R_PID; EMB_PORT[$shard]=$R_PORT; EMB_MPORT[$shard]=$R_MPORT
 }
 
-# start_dataproc INDEX JOB [extra args...]: like start_embedding, for data
-# processors; sets DP_PID[INDEX], DP_PORT[INDEX], DP_MPORT[INDEX].
+# start_dataproc INDEX JOB [extra args...]: sets DP_PID/DP_PORT/DP_MPORT[INDEX]
+# (DP_LISTEN_PORT: restart on a known port)
 declare -A DP_PID DP_PORT DP_MPORT
 start_dataproc() {
   local idx=$1 job=$2; shift 2
-  local ready=$WORK/dp-$idx.ready
-  rm -f "$ready"
-  "$BIN/chanter-dataproc" --config "$job" --index "$idx" --listen 127.0.0.1:${DP_LISTEN_PORT:-0} \
-      --ready-file "$ready" "$@" >>"$WORK/dp-$idx.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1 400); do
-    if [ -f "$ready" ]; then
-      DP_PID[$idx]=$pid
-      DP_PORT[$idx]=$(json_get "$ready" rpc_port)
-      DP_MPORT[$idx]=$(json_get "$ready" metrics_port)
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || { echo "# chanter-dataproc $idx exited; log:"; sed 's/^/#   /' "$WORK/dp-$idx.log" | tail -20; return 1; }
-    sleep 0.05
-  done
-  echo "# chanter-dataproc $idx not ready after 20 s"; return 1
+  spawn_ready dp chanter-dataproc --index "$idx" "${DP_LISTEN_PORT:-0}" "$job" "$@" || return 1
+  DP_PID[$idx]=$R_PID; DP_PORT[$idx]=$R_PORT; DP_MPORT[$idx]=$R_MPORT
 }
