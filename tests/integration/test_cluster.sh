@@ -83,6 +83,20 @@ expect "a data processor killed mid-job fails the job with a clear error: $(tail
 "$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
 none_alive "$WORK/bad.pids"; expect "local down after a failed job leaves no daemon"
 
+# a trainer that loses an embedding server: the trainers stop with the
+# server's address in their logs, the job fails naming a rank, no hang
+C --set iterations=1000000 --set rpc.timeout_ms=3000 local up --workdir "$WORK/bad2" >"$WORK/bad2.up" 2>&1
+cluster_pids "$WORK/bad2" >"$WORK/bad2.pids"
+emb=$(awk '$1=="embedding-1"{print $2}' "$WORK/bad2/pids")
+emb_port=$(awk '$1=="embedding-1"{print $3}' "$WORK/bad2/pids")
+( sleep 2; kill -9 "$emb" ) &
+timeout 120 "$BIN/chanter" --config "$WORK/bad2/job.ini" train --workdir "$WORK/bad2" >/dev/null 2>"$WORK/bad2.err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank" "$WORK/bad2.err" && grep -qs "127.0.0.1:$emb_port" "$WORK/bad2/logs/"trainer-*.log
+expect "an embedding server killed mid-job: trainers name it in their logs, the job fails clearly: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
+"$BIN/chanter" local down --workdir "$WORK/bad2" >/dev/null 2>&1
+none_alive "$WORK/bad2.pids"; expect "local down after it leaves no daemon"
+
 # a port in use is a clear error for the cluster too: the oracle's address taken
 err=$(C --set cluster.oracle=127.0.0.1:1 --set trainers=1 train --workdir "$WORK/none" 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *"oracle 127.0.0.1:1"* ]]; expect "train against an oracle that is not there fails clearly, no hang"
