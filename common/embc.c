@@ -25,12 +25,6 @@ struct embc_s {
   const char *p_lookup, *p_write;
 };
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static void set_err(char *err, size_t n, const char *fmt, ...) {
   if (!err || !n) return;
   va_list ap;
@@ -111,26 +105,15 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
   return 0;
 }
 
-/* A blocking unary call with retries while the server is unavailable. */
+/* A blocking unary call, retried while the server is unavailable. */
 static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *rd, ProtobufCMessage **resp, char *err, size_t err_len) {
-  int64_t deadline = now_ms() + c->timeout_ms, backoff = 20;
   rpc_status_t st;
-  for (;;) {
-    int64_t left = deadline - now_ms();
-    if (left < 1) left = 1;
-    memset(&st, 0, sizeof st);
-    int rc = rpc_unary(c->ch[s], path, req, rd, left, resp, &st);
-    if (rc == 0) return 0;
-    if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
-      set_err(err, err_len, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
-              st.message[0] ? ": " : "", st.message);
-      return rc;
-    }
-    struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-    if (backoff < 1000) backoff *= 2;
-  }
+  int rc = rpc_unary_retry(c->ch[s], path, req, rd, c->timeout_ms, resp, &st);
+  if (rc)
+    set_err(err, err_len, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc), st.message[0] ? ": " : "",
+            st.message);
+  return rc;
 }
 
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,

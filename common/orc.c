@@ -27,12 +27,6 @@ static void set_err(char *err, size_t n, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 int orc_create(const cfg_t *cfg, const char *addr, orc_t **out, char *err, size_t err_len) {
   if (!addr) addr = cfg_str(cfg, "cluster.oracle");
   if (!addr || !*addr) {
@@ -70,21 +64,11 @@ const char *orc_address(const orc_t *o) { return o->addr; }
 static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
                 int64_t extra_ms, ProtobufCMessage **resp, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, method);
-  int64_t deadline = now_ms() + o->timeout_ms + extra_ms, backoff = 20;
-  for (;;) {
-    rpc_status_t st = {0};
-    int64_t left = deadline - now_ms();
-    int rc = rpc_unary(o->ch, path, req, rd, left > 1 ? left : 1, resp, &st);
-    if (rc == 0) return 0;
-    if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
-      set_err(err, err_len, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "",
-              st.message);
-      return rc;
-    }
-    struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-    if (backoff < 1000) backoff *= 2;
-  }
+  rpc_status_t st;
+  int rc = rpc_unary_retry(o->ch, path, req, rd, o->timeout_ms + extra_ms, resp, &st);
+  if (rc)
+    set_err(err, err_len, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "", st.message);
+  return rc;
 }
 
 int orc_join(orc_t *o, const Chanter__Oracle__V1__JoinRequest *req, Chanter__Oracle__V1__JoinResponse **resp,

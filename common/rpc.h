@@ -235,6 +235,14 @@ int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
               ProtobufCMessage **resp, rpc_status_t *st);
 
+/* rpc_unary, retried with backoff (20 ms doubling to 1 s) while the peer is
+ * unavailable (restarting, not yet listening), until timeout_ms has passed
+ * in all.  Other errors return at once.  Lookups, idempotent write-backs
+ * and coordinator calls use it so that a daemon restart is not an error. */
+int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
+                    rpc_status_t *st);
+
 /* Like rpc_unary with the request already packed (tests send garbage). */
 int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, size_t len,
                   const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct rpc_channel_s {
   grpc_channel *ch;
@@ -305,6 +306,27 @@ int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
               ProtobufCMessage **resp, rpc_status_t *st) {
   return unary_blocking(ch, path, rpc__pack(req), resp_desc, timeout_ms, resp, st);
+}
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
+                    rpc_status_t *st) {
+  int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000), backoff = 20;
+  for (;;) {
+    int64_t left = deadline - mono_ms();
+    if (st) memset(st, 0, sizeof *st);
+    int rc = rpc_unary(ch, path, req, resp_desc, left > 1 ? left : 1, resp, st);
+    if (rc != ERR_UNAVAILABLE || mono_ms() + backoff >= deadline) return rc;
+    struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    if (backoff < 1000) backoff *= 2;
+  }
 }
 
 static void async_done(rpc__tag_t *t, int ok) {
