@@ -199,7 +199,8 @@ struct data_writer_s {
   int created; /* tmp exists and is ours to remove */
 };
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
+int data__write_all(int fd, const void *buf, size_t n) {
+  const uint8_t *p = buf;
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0) {
@@ -264,7 +265,7 @@ out:
 int data__writer_add(data_writer_t *w, const uint8_t *rec) {
   if (w->failed) return w->failed;
   if (w->used + w->rec_bytes > WBUF) {
-    int rc = write_all(w->fd, w->buf, w->used);
+    int rc = data__write_all(w->fd, w->buf, w->used);
     if (rc) return w->failed = rc;
     w->used = 0;
   }
@@ -276,7 +277,7 @@ int data__writer_add(data_writer_t *w, const uint8_t *rec) {
 
 int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_t err_len) {
   int rc = w->failed;
-  if (!rc && w->used) rc = write_all(w->fd, w->buf, w->used);
+  if (!rc && w->used) rc = data__write_all(w->fd, w->buf, w->used);
   if (rc) {
     fail(rc, err, err_len, "%s: write failed: %s", w->tmp, strerror(-rc));
     data__writer_abort(w);

@@ -339,19 +339,6 @@ int data__open_synthetic(data_source_t *d, const cfg_t *cfg, char *err, size_t e
 
 /* ---- chanter data gen ---- */
 
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -errno;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, char *err, size_t err_len) {
   size_t pl = strlen(out), cap = 1 << 20, used = 0;
   char *tmp = malloc(pl + 5), *buf = malloc(cap);
@@ -369,14 +356,14 @@ static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, cha
   }
   for (uint64_t i = 0; i < samples && !rc; i++) {
     if (cap - used < DATA_SYNTH_TSV_MAX) {
-      rc = write_all(fd, buf, used);
+      rc = data__write_all(fd, buf, used);
       used = 0;
     }
     size_t n = 0;
     gen(g, i, rec, buf + used, &n);
     used += n;
   }
-  if (!rc) rc = write_all(fd, buf, used);
+  if (!rc) rc = data__write_all(fd, buf, used);
   if (rc) fail(rc, err, err_len, "%s: write failed: %s", tmp, strerror(-rc));
   if (close(fd) < 0 && !rc) rc = fail(-errno, err, err_len, "%s: close failed: %s", tmp, strerror(errno));
   if (!rc && rename(tmp, out) < 0) rc = fail(-errno, err, err_len, "%s: cannot rename: %s", tmp, strerror(errno));

@@ -69,6 +69,8 @@ static inline uint64_t data__hash(uint64_t tseed, const void *raw, size_t len) {
 uint64_t *data__table_seeds(const data_schema_t *s);
 
 int data__schema_copy(data_schema_t *dst, const data_schema_t *src);
+/* write(2) all n bytes, retrying short writes and EINTR; 0 or -errno. */
+int data__write_all(int fd, const void *buf, size_t n);
 
 /* ---- malformed records ---- */
 typedef struct data_reporter_s {
