@@ -127,6 +127,9 @@ static const entry_t entries[] = {
     {"trainer.heartbeat_ms", T_INT, "1000", 10, 600000, NULL, "how often trainers send a heartbeat to the oracle"},
     {"trainer.coll_timeout_ms", T_INT, "60000", 100, 3600000, NULL,
      "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
+    {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
+     "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
+     "the backward); part of the job: with 3+ trainers another size may change the last bits"},
     /* ---- data processor ---- */
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},

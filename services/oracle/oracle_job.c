@@ -574,6 +574,7 @@ static void end_job(oracle_job_t *j, int state, const char *fmt, ...) {
   pthread_mutex_unlock(&j->mu);
   Chanter__Oracle__V1__StopWork sw = CHANTER__ORACLE__V1__STOP_WORK__INIT;
   sw.reason = j->message;
+  sw.job_state = (char *)oracle_state_name(state);
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP;
   w.stop = &sw;

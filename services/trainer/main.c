@@ -16,8 +16,10 @@
  * group forms only when every trainer is up, and a launcher that waits for
  * trainer 0 before starting trainer 1 must not deadlock.  STATUS= lines
  * then say what it is doing (joining, forming the group, iteration x/N).
- * Exit status: 0 after StopWork or a requested stop, 1 on any failure
- * (systemd restarts it).
+ * Exit status: 0 after StopWork of a finished or stopped job or a
+ * requested stop; 1 on a failure of this trainer (systemd restarts it);
+ * 3 when the oracle ended the job as failed because of another daemon
+ * (the unit's RestartPreventExitStatus=3: restarting cannot help).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -223,9 +225,10 @@ int main(int argc, char **argv) {
   }
   uv_run(a.loop, UV_RUN_DEFAULT);
   uv_thread_join(&a.thread);
-  rc = a.rc ? 1 : 0;
-  sdn_status("%s", rc ? "failed (see the log)" : "stopped");
+  rc = a.rc == TRAINER_JOB_FAILED ? 3 : a.rc ? 1 : 0;
+  sdn_status("%s", rc == 3 ? "the job failed (see the oracle's log)" : rc ? "failed (see the log)" : "stopped");
   if (rc == 0) log_info("stopped cleanly rank=%d", rank);
+  else log_info("exiting rank=%d status=%d", rank, rc);
 
 out:
   if (loop_ready) uv_loop_close(a.loop);

@@ -11,8 +11,9 @@
  * A step is cut into MODEL_PARTS parts of rows (model.h, "threads"): each
  * part's forward and backward read and write only its rows of the shared
  * activation buffers and its own gradient buffer, so parts run on any
- * thread with no locking; job_reduce then sums the gradient buffers in part
- * order, sliced by parameter index across the threads.
+ * thread with no locking; the backward runs layer by layer ("stages",
+ * below) and sums each layer's part gradients in part order, sliced by
+ * parameter index across the threads, while the next layer computes.
  */
 #include "model.h"
 
@@ -102,10 +103,15 @@ struct model_s {
   part_t part[MODEL_PARTS];
   float *pgrads[MODEL_PARTS]; /* [0] = grads */
   pool_t *pool;               /* NULL: single-threaded */
+  model_grad_ready_fn ready;  /* model_set_grad_ready */
+  void *ready_ud;
 
   void *allocs[8 * MAX_LAYERS + 4 * MAX_CROSS + 32 + MODEL_PARTS];
   uint32_t n_allocs;
 };
+
+static uint32_t n_stages(const model_t *m);
+static size_t stage_lo(const model_t *m, uint32_t s);
 
 static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn"};
 
@@ -384,6 +390,11 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t
   size_t o = strlen(m->desc);
   snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
 
+  /* the stages must report suffixes ending at 0 (see "backward") */
+  for (uint32_t st = 0, S = n_stages(m); st < S; st++) {
+    ASSERT_OP(stage_lo(m, st), <=, st ? stage_lo(m, st - 1) : (size_t)m->n_params);
+    if (st + 1 == S) ASSERT_OP(stage_lo(m, st), ==, 0);
+  }
   if ((rc = model_set_threads(m, 0)) < 0) /* still correct, only slower */
     log_warn("model: cannot start threads, running single-threaded err=%s", err_str(rc));
   *out = m;
@@ -457,17 +468,6 @@ static const float *mlp_fwd(model_t *m, mlp_t *q, const part_t *p, const float *
     x = y;
   }
   return x;
-}
-
-/* Backward from the part's rows of q->dy[last] (set by the caller); dx
- * (the part's rows) of the input when not NULL, added to when acc. */
-static void mlp_bwd(model_t *m, mlp_t *q, const part_t *p, const float *x, float *dx, int acc) {
-  for (uint32_t i = q->n; i-- > 0;) {
-    const float *xi = i ? ROWS(q->y[i - 1], q->l[i - 1].out) : x;
-    float *dxi = i ? ROWS(q->dy[i - 1], q->l[i - 1].out) : dx;
-    lin_bwd(m, p, &q->l[i], xi, ROWS(q->y[i], q->l[i].out), ROWS(q->dy[i], q->l[i].out), dxi,
-            i ? 0 : acc);
-  }
 }
 
 static void concat_x0(model_t *m, const part_t *p, const float *dense, const float *emb) {
@@ -546,72 +546,133 @@ static void forward_part(model_t *m, const part_t *p) {
 
 /* ----------------------------------------------------------------- backward */
 
+/* The backward runs in STAGES, each one layer (or a parameter-free piece
+ * merged with its neighbour) over every part, in reverse layout order: the
+ * parameters whose gradients are final after stage s form a suffix
+ * [stage_lo(s), n_params) of the array, because every model lays its
+ * tensors out in forward order (model.h).  Between stages the threads meet
+ * once; that lets the part gradients of stage s-1 be summed while stage s
+ * computes, and lets model_backward report each finished suffix to a hook
+ * (model_set_grad_ready) that starts communicating it while the rest of
+ * the backward runs.  Stages change when work happens, never what is
+ * computed: the same layer calls with the same arguments as one
+ * uninterrupted backward, the same part-order sums. */
+
+/* Backward of layer i of q for part p, from the part's rows of q->dy[i]:
+ * the input gradient goes to q->dy[i-1], or to dx (added to when acc) for
+ * layer 0 with input x. */
+static void mlp_bwd_layer(model_t *m, mlp_t *q, const part_t *p, uint32_t i, const float *x, float *dx,
+                          int acc) {
+  const float *xi = i ? ROWS(q->y[i - 1], q->l[i - 1].out) : x;
+  float *dxi = i ? ROWS(q->dy[i - 1], q->l[i - 1].out) : dx;
+  lin_bwd(m, p, &q->l[i], xi, ROWS(q->y[i], q->l[i].out), ROWS(q->dy[i], q->l[i].out), dxi, i ? 0 : acc);
+}
+
+static uint32_t n_stages(const model_t *m) {
+  switch (m->kind) {
+    case MODEL_DLRM: return m->top.n + 1 + (m->has_bottom ? m->bottom.n : 0);
+    case MODEL_WDL:
+    case MODEL_DEEPFM: return m->deep.n + 1;
+    case MODEL_DCN: return m->deep.n + 2;
+  }
+  return 0;
+}
+
+/* The lowest parameter offset whose gradient is final after stage s. */
+static size_t stage_lo(const model_t *m, uint32_t s) {
+  switch (m->kind) {
+    case MODEL_DLRM:
+      if (s < m->top.n) return m->top.l[m->top.n - 1 - s].w;
+      if (s == m->top.n) return m->top.l[0].w; /* the interaction: no parameters */
+      return m->bottom.l[m->bottom.n - 1 - (s - m->top.n - 1)].w;
+    case MODEL_WDL:
+    case MODEL_DEEPFM:
+      return s < m->deep.n ? m->deep.l[m->deep.n - 1 - s].w : m->wide.w;
+    case MODEL_DCN:
+      if (s == 0) return m->final.w;
+      if (s <= m->deep.n) return m->deep.l[m->deep.n - s].w;
+      return m->n_cross ? m->cross_w[0] : stage_lo(m, s - 1);
+  }
+  return 0;
+}
+
 /* Note on the deep tower's output in wdl/deepfm: its y buffer holds the
  * final logit (wide + deep [+ fm]); the ReLU-free last layer's backward
  * never reads y, so reusing it is safe. */
-static void backward_part(model_t *m, part_t *p) {
+static void backward_stage(model_t *m, part_t *p, uint32_t s) {
   uint32_t n = p->n;
   float *dl = ROWS(m->dlogits, 1);
   float *d_emb = m->d_emb_out ? ROWS(m->d_emb_out, m->emb_w) : NULL;
-  p->loss = nn_bce_logits_bwd(ROWS(m->zbuf, 1), ROWS(m->labels, 1), n, m->scale, dl);
+  if (s == 0) p->loss = nn_bce_logits_bwd(ROWS(m->zbuf, 1), ROWS(m->labels, 1), n, m->scale, dl);
   switch (m->kind) {
     case MODEL_DLRM: {
       float *inter = ROWS(m->inter, m->inter_w), *d_inter = ROWS(m->d_inter, m->inter_w);
-      memcpy(ROWS(m->top.dy[m->top.n - 1], 1), dl, (size_t)n * sizeof(float));
-      mlp_bwd(m, &m->top, p, inter, d_inter, 0);
-      uint32_t lb = m->bottom.n - 1;
-      const float *bot = m->has_bottom ? ROWS(m->bottom.y[lb], m->dim) : NULL;
-      float *dbot = m->has_bottom ? ROWS(m->bottom.dy[lb], m->dim) : NULL;
-      nn_interact_bwd(bot, m->dim, ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim,
-                      d_inter, m->inter_w, dbot, d_emb ? d_emb : ROWS(m->d_emb_scratch, m->emb_w),
-                      m->emb_w);
-      if (m->has_bottom) mlp_bwd(m, &m->bottom, p, ROWS(m->dense, m->n_dense), NULL, 0);
+      if (s < m->top.n) {
+        if (s == 0) memcpy(ROWS(m->top.dy[m->top.n - 1], 1), dl, (size_t)n * sizeof(float));
+        mlp_bwd_layer(m, &m->top, p, m->top.n - 1 - s, inter, d_inter, 0);
+      } else if (s == m->top.n) {
+        uint32_t lb = m->bottom.n - 1;
+        const float *bot = m->has_bottom ? ROWS(m->bottom.y[lb], m->dim) : NULL;
+        float *dbot = m->has_bottom ? ROWS(m->bottom.dy[lb], m->dim) : NULL;
+        nn_interact_bwd(bot, m->dim, ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim, d_inter,
+                        m->inter_w, dbot, d_emb ? d_emb : ROWS(m->d_emb_scratch, m->emb_w), m->emb_w);
+      } else {
+        mlp_bwd_layer(m, &m->bottom, p, m->bottom.n - 1 - (s - m->top.n - 1), ROWS(m->dense, m->n_dense), NULL,
+                      0);
+      }
       break;
     }
     case MODEL_WDL:
     case MODEL_DEEPFM: {
       const float *x0 = ROWS(m->x0, m->d0);
       float *dx0 = ROWS(m->dx0, m->d0);
-      memcpy(ROWS(m->deep.dy[m->deep.n - 1], 1), dl, (size_t)n * sizeof(float));
-      memcpy(ROWS(m->wide_dy, 1), dl, (size_t)n * sizeof(float));
-      mlp_bwd(m, &m->deep, p, x0, dx0, 0);
-      lin_bwd(m, p, &m->wide, x0, ROWS(m->wide_y, 1), ROWS(m->wide_dy, 1), dx0, 1);
-      if (m->kind == MODEL_DEEPFM)
-        nn_fm_bwd(ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim, dl,
-                  dx0 + m->n_dense, m->d0, 1);
-      split_dx0(m, p, d_emb);
+      if (s < m->deep.n) {
+        if (s == 0) {
+          memcpy(ROWS(m->deep.dy[m->deep.n - 1], 1), dl, (size_t)n * sizeof(float));
+          memcpy(ROWS(m->wide_dy, 1), dl, (size_t)n * sizeof(float));
+        }
+        mlp_bwd_layer(m, &m->deep, p, m->deep.n - 1 - s, x0, dx0, 0);
+      } else {
+        lin_bwd(m, p, &m->wide, x0, ROWS(m->wide_y, 1), ROWS(m->wide_dy, 1), dx0, 1);
+        if (m->kind == MODEL_DEEPFM)
+          nn_fm_bwd(ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim, dl, dx0 + m->n_dense, m->d0, 1);
+        split_dx0(m, p, d_emb);
+      }
       break;
     }
     case MODEL_DCN: {
       const float *x0 = ROWS(m->x0, m->d0);
       float *dx0 = ROWS(m->dx0, m->d0), *dxl = ROWS(m->dxl, m->d0);
-      const float *fin = m->deep.n ? ROWS(m->cat, m->final.in) : ROWS(m->xl[m->n_cross], m->d0);
-      float *dfin = m->deep.n ? ROWS(m->dcat, m->final.in) : dxl;
-      lin_bwd(m, p, &m->final, fin, ROWS(m->final_y, 1), dl, dfin, 0);
-      if (m->deep.n) {
-        uint32_t hw = mlp_out(&m->deep, m->d0);
-        float *dst[2] = {dxl, ROWS(m->deep.dy[m->deep.n - 1], hw)};
-        size_t stride[2] = {m->d0, hw};
-        uint32_t width[2] = {m->d0, hw};
-        nn_concat_bwd(n, 2, dfin, m->final.in, width, dst, stride, 0);
-        mlp_bwd(m, &m->deep, p, x0, dx0, 0);
+      if (s == 0) {
+        const float *fin = m->deep.n ? ROWS(m->cat, m->final.in) : ROWS(m->xl[m->n_cross], m->d0);
+        float *dfin = m->deep.n ? ROWS(m->dcat, m->final.in) : dxl;
+        lin_bwd(m, p, &m->final, fin, ROWS(m->final_y, 1), dl, dfin, 0);
+        if (m->deep.n) {
+          uint32_t hw = mlp_out(&m->deep, m->d0);
+          float *dst[2] = {dxl, ROWS(m->deep.dy[m->deep.n - 1], hw)};
+          size_t stride[2] = {m->d0, hw};
+          uint32_t width[2] = {m->d0, hw};
+          nn_concat_bwd(n, 2, dfin, m->final.in, width, dst, stride, 0);
+        }
+      } else if (s <= m->deep.n) {
+        mlp_bwd_layer(m, &m->deep, p, m->deep.n - s, x0, dx0, 0);
       } else {
-        memset(dx0, 0, (size_t)n * m->d0 * sizeof(float));
+        if (!m->deep.n) memset(dx0, 0, (size_t)n * m->d0 * sizeof(float));
+        /* through the cross stack; x_0 is x0 itself, so its gradient as the
+         * first cross input (or as the final layer's input when there are no
+         * cross layers) adds into dx0 too */
+        const float *w[MAX_CROSS], *xl[MAX_CROSS + 1], *sl[MAX_CROSS];
+        float *dw[MAX_CROSS], *db[MAX_CROSS];
+        for (uint32_t l = 0; l < m->n_cross; l++) {
+          w[l] = m->params + m->cross_w[l];
+          xl[l] = ROWS(m->xl[l], m->d0);
+          sl[l] = ROWS(m->sl[l], 1);
+          dw[l] = p->g + m->cross_w[l];
+          db[l] = p->g + m->cross_b[l];
+        }
+        nn_cross_stack_bwd(x0, n, m->d0, m->n_cross, w, xl, sl, dxl, dw, db, dx0);
+        split_dx0(m, p, d_emb);
       }
-      /* through the cross stack; x_0 is x0 itself, so its gradient as the
-       * first cross input (or as the final layer's input when there are no
-       * cross layers) adds into dx0 too */
-      const float *w[MAX_CROSS], *xl[MAX_CROSS + 1], *sl[MAX_CROSS];
-      float *dw[MAX_CROSS], *db[MAX_CROSS];
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        w[l] = m->params + m->cross_w[l];
-        xl[l] = ROWS(m->xl[l], m->d0);
-        sl[l] = ROWS(m->sl[l], 1);
-        dw[l] = p->g + m->cross_w[l];
-        db[l] = p->g + m->cross_b[l];
-      }
-      nn_cross_stack_bwd(x0, n, m->d0, m->n_cross, w, xl, sl, dxl, dw, db, dx0);
-      split_dx0(m, p, d_emb);
       break;
     }
   }
@@ -628,19 +689,39 @@ static void job_forward(void *arg, uint32_t tid, uint32_t nt) {
   for (uint32_t k = tid; k < MODEL_PARTS; k += nt) forward_part(m, &m->part[k]);
 }
 
-static void job_backward(void *arg, uint32_t tid, uint32_t nt) {
-  model_t *m = arg;
-  for (uint32_t k = tid; k < MODEL_PARTS; k += nt) backward_part(m, &m->part[k]);
+/* grads[lo, hi) += the other parts' gradients, element-wise in part order
+ * ((g0 + g1) + g2) + g3, over this thread's slice of [lo, hi). */
+static void reduce_slice(model_t *m, size_t lo, size_t hi, uint32_t tid, uint32_t nt) {
+  size_t n = hi - lo;
+  size_t a = lo + n * tid / nt, b = lo + n * (tid + 1) / nt;
+  if (tid) a = lo + ((a - lo) & ~(size_t)15);
+  if (tid + 1 < nt) b = lo + ((b - lo) & ~(size_t)15);
+  if (b <= a) return;
+  for (uint32_t k = 1; k < MODEL_PARTS; k++) add_floats(m->grads + a, m->pgrads[k] + a, b - a);
 }
 
-/* grads = ((g0 + g1) + g2) + g3, element-wise in part order, over this
- * thread's slice of the parameters. */
-static void job_reduce(void *arg, uint32_t tid, uint32_t nt) {
+/* Thread tid runs stage s of the parts tid, tid + T, ...; then sums its
+ * slice of stage s-1's parameters (disjoint from what stage s writes);
+ * then all threads meet, and thread 0 (the caller of model_backward)
+ * reports the suffix that is now final. */
+static void job_backward(void *arg, uint32_t tid, uint32_t nt) {
   model_t *m = arg;
-  size_t lo = m->n_params * tid / nt, hi = m->n_params * (tid + 1) / nt;
-  lo &= ~(size_t)15;
-  if (tid + 1 < nt) hi &= ~(size_t)15;
-  for (uint32_t k = 1; k < MODEL_PARTS; k++) add_floats(m->grads + lo, m->pgrads[k] + lo, hi - lo);
+  uint32_t S = n_stages(m);
+  size_t hi = m->n_params, lo_prev = m->n_params;
+  for (uint32_t s = 0; s <= S; s++) {
+    if (s < S)
+      for (uint32_t k = tid; k < MODEL_PARTS; k += nt) backward_stage(m, &m->part[k], s);
+    if (s > 0) {
+      size_t lo = stage_lo(m, s - 1);
+      reduce_slice(m, lo, hi, tid, nt);
+      hi = lo;
+    }
+    pool_barrier(m->pool);
+    if (s > 0 && tid == 0 && m->ready && hi < lo_prev) {
+      m->ready(m->ready_ud, hi);
+      lo_prev = hi;
+    }
+  }
 }
 
 int model_set_threads(model_t *m, uint32_t n) {
@@ -655,6 +736,13 @@ int model_set_threads(model_t *m, uint32_t n) {
 }
 
 uint32_t model_threads(const model_t *m) { return pool_threads(m->pool); }
+
+void model_set_grad_ready(model_t *m, model_grad_ready_fn fn, void *ud) {
+  m->ready = fn;
+  m->ready_ud = ud;
+}
+
+uint32_t model_backward_stages(const model_t *m) { return n_stages(m); }
 pool_t *model_pool(model_t *m) { return m->pool; }
 
 /* ----------------------------------------------------------------- steps */
@@ -694,7 +782,6 @@ double model_backward(model_t *m, uint32_t n, const float *labels, float scale,
   m->scale = scale;
   m->d_emb_out = d_emb;
   pool_run(m->pool, job_backward, m);
-  pool_run(m->pool, job_reduce, m);
   double loss = 0.0;
   for (uint32_t k = 0; k < MODEL_PARTS; k++) loss += m->part[k].loss;
   return loss;

@@ -128,6 +128,22 @@ void model_forward(model_t *m, uint32_t n, const float *dense, const float *emb,
 double model_backward(model_t *m, uint32_t n, const float *labels, float scale,
                       float *d_emb);
 
+/* ---- overlapping communication with the backward.  model_backward runs
+ * layer by layer, last layer first; parameters are laid out in forward
+ * order, so the gradients that are final form a growing suffix of
+ * model_grads.  When set, fn(ud, lo) is called on the thread that called
+ * model_backward, inside it, each time the suffix [lo, n_params) grows
+ * (lo strictly decreasing, the last call with lo = 0), while the model's
+ * other threads go on with the next layer: fn may hand grads[lo, ...) to
+ * another thread (e.g. to all-reduce it) and must return quickly; nothing
+ * in the backward touches grads[lo, n_params) after the call.  NULL
+ * removes the hook.  Not during a step. */
+typedef void (*model_grad_ready_fn)(void *ud, size_t lo);
+void model_set_grad_ready(model_t *m, model_grad_ready_fn fn, void *ud);
+/* How many layer stages a backward has (one hook call per stage that owns
+ * parameters, at most). */
+uint32_t model_backward_stages(const model_t *m);
+
 /* A human-readable one-line description, e.g.
  * "dlrm bottom=13-512-256-64-16 top=367-512-256-1 params=...". */
 const char *model_describe(const model_t *m);

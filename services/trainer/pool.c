@@ -28,6 +28,11 @@ struct pool_s {
   int stop;
   pool_fn fn;
   void *arg;
+  /* pool_barrier: threads arrived in this round, and the round number */
+  pthread_mutex_t bmu;
+  pthread_cond_t bcv;
+  uint32_t barrived;
+  uint64_t bround;
 };
 
 uint32_t pool_default_threads(void) {
@@ -81,6 +86,8 @@ int pool_create(uint32_t n_threads, pool_t **out) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv_work, NULL);
   pthread_cond_init(&p->cv_done, NULL);
+  pthread_mutex_init(&p->bmu, NULL);
+  pthread_cond_init(&p->bcv, NULL);
   for (uint32_t t = 1; t < n_threads; t++) {
     p->w[t].p = p;
     p->w[t].tid = t;
@@ -98,6 +105,8 @@ int pool_create(uint32_t n_threads, pool_t **out) {
 void pool_destroy(pool_t *p) {
   if (!p) return;
   if (p->n > 1) stop_workers(p, p->n);
+  pthread_cond_destroy(&p->bcv);
+  pthread_mutex_destroy(&p->bmu);
   pthread_cond_destroy(&p->cv_done);
   pthread_cond_destroy(&p->cv_work);
   pthread_mutex_destroy(&p->mu);
@@ -123,4 +132,18 @@ void pool_run(pool_t *p, pool_fn fn, void *arg) {
   pthread_mutex_lock(&p->mu);
   while (p->pending) pthread_cond_wait(&p->cv_done, &p->mu);
   pthread_mutex_unlock(&p->mu);
+}
+
+void pool_barrier(pool_t *p) {
+  if (!p || p->n <= 1) return;
+  pthread_mutex_lock(&p->bmu);
+  uint64_t round = p->bround;
+  if (++p->barrived == p->n) {
+    p->barrived = 0;
+    p->bround++;
+    pthread_cond_broadcast(&p->bcv);
+  } else {
+    while (p->bround == round) pthread_cond_wait(&p->bcv, &p->bmu);
+  }
+  pthread_mutex_unlock(&p->bmu);
 }

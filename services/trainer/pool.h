@@ -27,6 +27,10 @@ void pool_destroy(pool_t *p);
 uint32_t pool_threads(const pool_t *p);
 /* Runs fn on every thread of the pool and returns when all have returned. */
 void pool_run(pool_t *p, pool_fn fn, void *arg);
+/* Inside a pool_run function only, called by every thread the same number
+ * of times: returns once all the pool's threads have called it (a
+ * fork-join step inside one run).  No-op on a single-threaded pool. */
+void pool_barrier(pool_t *p);
 /* The CPUs in this process's affinity mask (at least 1). */
 uint32_t pool_default_threads(void);
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "coll.h"
+#include "trainer_ar.h"
 #include "data.h"
 #include "dpc.h"
 #include "embc.h"
@@ -46,6 +47,7 @@ struct trainer_s {
   cfg_t *hb_cfg;       /* the heartbeat's own client: a deadline of its period, */
   orc_t *hb_orc;       /* so that a dead oracle cannot hold up the exit */
   coll_t *coll;
+  tar_t *dense_ar;     /* the bucketed dense all-reduce (trainer_ar.h) */
   char prefix[512];
   char *save_dense;    /* --save-dense */
 
@@ -55,6 +57,9 @@ struct trainer_s {
   rpc_stream_t *stream;
   atomic_int stop;
   char stop_why[256];
+  /* the oracle's StopWork said the job failed (another daemon's failure) */
+  int job_failed;
+  char job_msg[512];
   int drained;        /* the final drain of the stream is over (under mu) */
   int write_failed;   /* a Report / EvalResult could not be sent: the stream ended */
 
@@ -189,6 +194,7 @@ fail:
 
 void trainer_destroy(trainer_t *t) {
   if (!t) return;
+  tar_destroy(t->dense_ar);
   coll_destroy(t->coll);
   orc_destroy(t->hb_orc);
   cfg_destroy(t->hb_cfg);
@@ -372,12 +378,15 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   if ((rc = tstep_forward(t->ts, &b, why, sizeof why)) != 0)
     return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = now_s();
+  /* c. the dense all-reduce starts inside the backward (trainer_ar.h) */
+  tar_begin(t->dense_ar);
   double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
   double t3 = now_s();
 
-  /* c. dense all-reduce; d. shared rows */
+  /* ... and ends here; d. shared rows */
   model_t *m = tstep_model(t->ts);
-  if ((rc = coll_allreduce_sum_f32(t->coll, model_grads(m), model_n_params(m))) != 0)
+  double t_comm = 0;
+  if ((rc = tar_finish(t->dense_ar, &t_comm)) != 0)
     return set_err(err, err_len, rc,
                    "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
                    "(a peer trainer died or is unreachable; see the collective's log line)",
@@ -475,10 +484,11 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
     log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
              " samples=%u loss=%.5f rows_fetched=%zu rows_synced=%zu rows_written_back=%zu wait_ms=%.2f"
-             " fetch_ms=%.2f forward_ms=%.2f backward_ms=%.2f allreduce_ms=%.2f update_ms=%.2f write_back_ms=%.2f"
-             " total_ms=%.2f%s%s",
+             " fetch_ms=%.2f forward_ms=%.2f backward_ms=%.2f allreduce_ms=%.2f dense_comm_ms=%.2f update_ms=%.2f"
+             " write_back_ms=%.2f total_ms=%.2f%s%s",
              t->rank, x, x + 1, t->iterations, b.n, b.n ? loss / b.n : 0.0, n_fetch, n_sync, n_wb, 1e3 * ph[PH_WAIT],
-             1e3 * ph[PH_FETCH], 1e3 * ph[PH_FWD], 1e3 * ph[PH_BWD], 1e3 * ph[PH_ALLREDUCE], 1e3 * ph[PH_UPDATE],
+             1e3 * ph[PH_FETCH], 1e3 * ph[PH_FWD], 1e3 * ph[PH_BWD], 1e3 * ph[PH_ALLREDUCE], 1e3 * t_comm,
+             1e3 * ph[PH_UPDATE],
              1e3 * ph[PH_WB], 1e3 * ph[PH_TOTAL], hex[0] ? " dense_sha256=" : "", hex);
     sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
                t->trainers);
@@ -586,8 +596,16 @@ static int form_group(trainer_t *t, char *err, size_t err_len) {
   model_t *m = tstep_model(t->ts);
   if ((rc = coll_broadcast(t->coll, model_params(m), model_n_params(m) * sizeof(float), 0)) != 0)
     return set_err(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
-  log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f", t->rank, t->trainers,
-           coll_backend(t->coll), t->prefix, now_s() - t0);
+  /* the dense all-reduce in buckets, overlapped with the backward (one
+   * trainer: nothing to reduce, no hook) */
+  size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
+  if ((rc = tar_create(t->coll, model_grads(m), model_n_params(m), bucket, &t->dense_ar)) != 0)
+    return set_err(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
+  if (t->trainers > 1 && bucket) model_set_grad_ready(m, tar_ready, t->dense_ar);
+  log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
+           "overlap=%s",
+           t->rank, t->trainers, coll_backend(t->coll), t->prefix, now_s() - t0, model_n_params(m),
+           tar_buckets(t->dense_ar), t->trainers > 1 && bucket ? "yes" : "no");
   return 0;
 }
 
@@ -653,12 +671,20 @@ static void close_stream(trainer_t *t, int clean) {
  * busy): 1 if a StopWork is among the items still buffered, i.e. the
  * oracle stopped the job on purpose (its Stop RPC, SIGTERM, another
  * trainer's failure), and the trainer should stop cleanly. */
+static void note_stop(trainer_t *t, const Chanter__Oracle__V1__StopWork *sw) {
+  if (sw->job_state && !strcmp(sw->job_state, "failed")) {
+    t->job_failed = 1;
+    snprintf(t->job_msg, sizeof t->job_msg, "%s", sw->reason ? sw->reason : "");
+  }
+}
+
 static int stop_pending(trainer_t *t, uint64_t done) {
   Chanter__Oracle__V1__WorkItem *item = NULL;
   int found = 0;
   while (!found && orc_work_next(t->stream, &item) == 0) {
     if (item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP) {
       found = 1;
+      note_stop(t, item->stop);
       log_info("StopWork from the oracle while iteration %" PRIu64 " was running (its report was not delivered) "
                "rank=%u reason=\"%s\"",
                done, t->rank, item->stop->reason ? item->stop->reason : "");
@@ -697,8 +723,10 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       rc = do_eval(t, item->eval, err, err_len);
       break;
     case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP:
-      log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " reason=\"%s\"", t->rank, expect,
+      log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " job_state=%s reason=\"%s\"", t->rank,
+               expect, item->stop->job_state && *item->stop->job_state ? item->stop->job_state : "?",
                item->stop->reason ? item->stop->reason : "");
+      note_stop(t, item->stop);
       *got_stop = 1;
       break;
     default:
@@ -742,9 +770,17 @@ out:
   pthread_mutex_unlock(&t->mu);
   if (t->hb_running) pthread_join(t->hb, NULL);
   t->hb_running = 0;
+  if (t->ts) model_set_grad_ready(tstep_model(t->ts), NULL, NULL);
+  tar_destroy(t->dense_ar);
+  t->dense_ar = NULL;
   coll_destroy(t->coll);
   t->coll = NULL;
-  if (!rc && got_stop) {
+  if (!rc && got_stop && t->job_failed) {
+    log_error("the job failed elsewhere rank=%u iterations_done=%llu why=\"%s\" (this trainer is fine; see the "
+              "oracle's log)",
+              t->rank, (unsigned long long)atomic_load(&t->last_done), t->job_msg);
+    rc = TRAINER_JOB_FAILED;
+  } else if (!rc && got_stop) {
     unsigned long long done = atomic_load(&t->last_done);
     if (done == t->iterations)
       log_info("finished rank=%u iterations=%llu", t->rank, done);

@@ -53,9 +53,11 @@ void trainer_destroy(trainer_t *t);
  * trainer_run; path is copied. */
 int trainer_save_dense_to(trainer_t *t, const char *path);
 
-/* Runs steps 1-3 above on the calling thread until StopWork (returns 0),
- * a requested stop (trainer_stop: returns 0 too), or a failure (logged;
- * returns the negative code). */
+/* Runs steps 1-3 above on the calling thread until StopWork (returns 0,
+ * or TRAINER_JOB_FAILED when the StopWork says the job failed because of
+ * another daemon), a requested stop (trainer_stop: returns 0 too), or a
+ * failure of this trainer (logged; returns the negative code). */
+#define TRAINER_JOB_FAILED 3
 int trainer_run(trainer_t *t);
 
 /* Asks trainer_run to return soon: sets the stop flag and cancels the Work

@@ -80,6 +80,9 @@ timeout 120 "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/b
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "data processor" "$WORK/bad.err"
 expect "a data processor killed mid-job fails the job with a clear error: $(tail -1 "$WORK/bad.err" | cut -c1-160)"
+sleep 1
+grep -qs "the job failed elsewhere" "$WORK/bad/logs/"trainer-*.log && grep -qs "exiting rank=.* status=3" "$WORK/bad/logs/"trainer-*.log
+expect "the trainers, told the job failed, say so and exit with status 3 (systemd does not restart them)"
 "$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
 none_alive "$WORK/bad.pids"; expect "local down after a failed job leaves no daemon"
 

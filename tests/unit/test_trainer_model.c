@@ -506,6 +506,78 @@ static void test_determinism(void **state) {
   model_destroy(b);
 }
 
+
+/* ------------------------------------------------------- the backward hook */
+
+typedef struct hook_rec_s {
+  model_t *m;
+  size_t calls, lo[64];
+  float *snap[64]; /* grads[lo, n) at the moment of the call */
+} hook_rec_t;
+
+static void record_ready(void *ud, size_t lo) {
+  hook_rec_t *h = ud;
+  assert_true(h->calls < 64);
+  size_t n = model_n_params(h->m);
+  h->lo[h->calls] = lo;
+  h->snap[h->calls] = malloc((n - lo) * sizeof(float) + 1);
+  memcpy(h->snap[h->calls], model_grads(h->m) + lo, (n - lo) * sizeof(float));
+  h->calls++;
+}
+
+/* model_set_grad_ready: the reported suffixes shrink strictly to 0, at most
+ * one per stage, and what a suffix holds when reported is already its
+ * final value (nothing writes it afterwards) -- the property the
+ * overlapped all-reduce relies on; and the hook changes no result. */
+static void test_grad_ready(void **state) {
+  (void)state;
+  const char *models[5][6] = {
+      {"model=dlrm", "model.bottom_mlp=64,32", "model.top_mlp=64,32", NULL},
+      {"model=wdl", "model.deep_mlp=64,32", NULL},
+      {"model=deepfm", "model.deep_mlp=64,32", NULL},
+      {"model=dcn", "model.deep_mlp=64,32", "model.cross_layers=2", NULL},
+      {"model=dcn", "model.deep_mlp=", "model.cross_layers=3", NULL},
+  };
+  const uint32_t n = 200, nd = 5, nt = 4, dim = 8;
+  float *dense = malloc((size_t)n * nd * sizeof(float)), *emb = malloc((size_t)n * nt * dim * sizeof(float));
+  float *labels = malloc(n * sizeof(float)), *demb = malloc((size_t)n * nt * dim * sizeof(float));
+  rng_state = 17;
+  for (size_t i = 0; i < (size_t)n * nd; i++) dense[i] = urand();
+  for (size_t i = 0; i < (size_t)n * nt * dim; i++) emb[i] = urand();
+  for (uint32_t i = 0; i < n; i++) labels[i] = u01() < 0.3 ? 1.0f : 0.0f;
+  for (int k = 0; k < 5; k++) {
+    for (uint32_t threads = 1; threads <= 3; threads += 2) {
+      model_t *m = make_model(models[k], nd, nt, dim, n);
+      assert_int_equal(model_set_threads(m, threads), 0);
+      model_init(m, 3);
+      size_t np = model_n_params(m);
+      /* without the hook */
+      model_forward(m, n, dense, emb, NULL);
+      model_backward(m, n, labels, 1.0f / n, demb);
+      float *ref = malloc(np * sizeof(float));
+      memcpy(ref, model_grads(m), np * sizeof(float));
+      /* with it */
+      hook_rec_t h = {.m = m};
+      model_set_grad_ready(m, record_ready, &h);
+      model_forward(m, n, dense, emb, NULL);
+      model_backward(m, n, labels, 1.0f / n, demb);
+      assert_memory_equal(ref, model_grads(m), np * sizeof(float));
+      assert_true(h.calls >= 2);
+      assert_true(h.calls <= model_backward_stages(m));
+      assert_int_equal(h.lo[h.calls - 1], 0);
+      for (size_t c = 0; c < h.calls; c++) {
+        if (c) assert_true(h.lo[c] < h.lo[c - 1]);
+        assert_true(h.lo[c] < np);
+        assert_memory_equal(h.snap[c], ref + h.lo[c], (np - h.lo[c]) * sizeof(float));
+        free(h.snap[c]);
+      }
+      free(ref);
+      model_destroy(m);
+    }
+  }
+  free(dense); free(emb); free(labels); free(demb);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grad_dlrm),
@@ -518,6 +590,7 @@ int main(void) {
       cmocka_unit_test(test_learn_dlrm),
       cmocka_unit_test(test_learn_all),
       cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_grad_ready),
   };
   return cmocka_run_group_tests(tests, setup_data, teardown_data);
 }

@@ -8,7 +8,8 @@
  * the lower bound of iteration time), and prints samples/s and the time per
  * phase side by side.  This is the table the lookahead cache must beat.
  * The job comes from --config/--set (defaults: DLRM, batch 1024, 200
- * iterations; --quick: 60).  Prints only.
+ * iterations; --quick: 60), plus a third run of ideal with the dense
+ * all-reduce in one buffer after the backward (no overlap).  Prints only.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,15 +34,15 @@ static char *slurp(const char *path) {
 }
 
 /* up, train, down in dir; returns the summary text (caller frees) */
-static char *run(cli_t *cli, const char *self, const char *dir, const char *mode, int iters) {
+static char *run(cli_t *cli, const char *self, const char *dir, const char *extra, int iters) {
   char cmd[8192];
   int o = snprintf(cmd, sizeof cmd, "'%s'", self);
   if (cli->config_path) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --config '%s'", cli->config_path);
   for (int i = 0; i < cli->n_sets; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --set '%s'", cli->sets[i]);
   o += snprintf(cmd + o, sizeof cmd - (size_t)o,
-                " --set mode=%s --set lookahead=0 --set iterations=%d --set trainers=2 --set embedding_servers=2"
-                " --set dataprocs=1 --set eval_batches=0 local up --workdir '%s' >'%s.up' 2>&1",
-                mode, iters, dir, dir);
+                " --set iterations=%d --set trainers=2 --set embedding_servers=2"
+                " --set dataprocs=1 --set eval_batches=0 %s local up --workdir '%s' >'%s.up' 2>&1",
+                iters, extra, dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "bench e2e: local up failed; see %s.up\n", dir);
     return NULL;
@@ -52,7 +53,7 @@ static char *run(cli_t *cli, const char *self, const char *dir, const char *mode
   snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
   if (system(cmd) != 0) fprintf(stderr, "bench e2e: local down reported a problem in %s\n", dir);
   if (rc != 0) {
-    fprintf(stderr, "bench e2e: the %s job failed; see %s.train and %s/logs/\n", mode, dir, dir);
+    fprintf(stderr, "bench e2e: the job (%s) failed; see %s.train and %s/logs/\n", extra, dir, dir);
     return NULL;
   }
   char path[4200];
@@ -60,42 +61,63 @@ static char *run(cli_t *cli, const char *self, const char *dir, const char *mode
   return slurp(path);
 }
 
+/* The columns: the same job with these settings on top. */
+typedef struct col_s {
+  const char *label, *dir, *sets;
+} col_t;
+static const col_t cols[] = {
+    {"baseline L=0", "baseline", "--set mode=normal --set lookahead=0"},
+    {"ideal", "ideal", "--set mode=ideal --set lookahead=0"},
+    {"ideal, 1 AR", "ideal-noovl", "--set mode=ideal --set lookahead=0 --set trainer.bucket_kb=0"},
+};
+#define N_COLS (sizeof cols / sizeof cols[0])
+
 int bench_e2e(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
   int iters = quick ? 60 : 200;
-  char self[4096], tmp[] = "/tmp/chanter-bench-e2e-XXXXXX", dn[4200], di[4200];
+  char self[1024], tmp[] = "/tmp/chanter-bench-e2e-XXXXXX", dir[1200];
   ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
   self[l > 0 ? l : 0] = 0;
   if (!mkdtemp(tmp)) return 1;
-  snprintf(dn, sizeof dn, "%s/baseline", tmp);
-  snprintf(di, sizeof di, "%s/ideal", tmp);
   printf("chanter bench e2e: local cluster (1 data processor, 2 embedding servers, oracle, 2 trainers), %d iterations, "
          "batch %lld\n\n",
          iters, (long long)cfg_int(cli->cfg, "batch_size"));
-  char *sn = run(cli, self, dn, "normal", iters), *si = run(cli, self, di, "ideal", iters);
-  int rc = 1;
-  if (sn && si) {
+  char *sm[N_COLS];
+  int rc = 0;
+  for (size_t c = 0; c < N_COLS; c++) {
+    snprintf(dir, sizeof dir, "%s/%s", tmp, cols[c].dir);
+    if (!(sm[c] = run(cli, self, dir, cols[c].sets, iters))) rc = 1;
+  }
+  if (rc == 0) {
     static const char *ph[] = {"wait", "fetch", "forward", "backward", "allreduce", "update", "write_back", "total"};
     static const char *names[] = {"data wait", "fetch", "forward", "backward", "all-reduce", "update", "write-back",
                                   "iteration"};
-    double a = cli_json_num(sn, "samples_per_sec"), b = cli_json_num(si, "samples_per_sec");
-    printf("%-28s %14s %14s %9s\n", "", "baseline L=0", "ideal", "ideal/base");
-    printf("%-28s %14.0f %14.0f %8.2fx\n", "samples/s", a, b, b / a);
-    const char *pa = strstr(sn, "\"phase_seconds\""), *pb = strstr(si, "\"phase_seconds\"");
-    for (int i = 0; i < 8; i++)
-      printf("%-28s %12.2f ms %11.2f ms\n", names[i], 1e3 * cli_json_num(pa, ph[i]), 1e3 * cli_json_num(pb, ph[i]));
-    printf("%-28s %14.0f %14.0f\n", "rows fetched / iteration", cli_json_num(sn, "rows_fetched"),
-           cli_json_num(si, "rows_fetched"));
-    printf("%-28s %14.0f %14.0f\n", "rows synchronized / iter.", cli_json_num(sn, "rows_synced"),
-           cli_json_num(si, "rows_synced"));
-    printf("%-28s %14.0f %14.0f\n", "rows written back / iter.", cli_json_num(sn, "rows_written_back"),
-           cli_json_num(si, "rows_written_back"));
-    printf("\n(per-phase times are means over trainers and iterations; ideal keeps every row in the trainer and is "
-           "not a correct distributed model, only the lower bound of iteration time)\n");
-    rc = 0;
+    static const char *rows[] = {"rows_fetched", "rows_synced", "rows_written_back"};
+    static const char *rnames[] = {"rows fetched / iteration", "rows synchronized / iter.", "rows written back / iter."};
+    printf("%-26s", "");
+    for (size_t c = 0; c < N_COLS; c++) printf(" %14s", cols[c].label);
+    printf("\n%-26s", "samples/s");
+    for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], "samples_per_sec"));
+    printf("\n");
+    for (int i = 0; i < 8; i++) {
+      printf("%-26s", names[i]);
+      for (size_t c = 0; c < N_COLS; c++)
+        printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), ph[i]));
+      printf("\n");
+    }
+    for (int i = 0; i < 3; i++) {
+      printf("%-26s", rnames[i]);
+      for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], rows[i]));
+      printf("\n");
+    }
+    printf("\nideal / baseline: %.2fx samples/s.  \"ideal, 1 AR\": the dense gradients all-reduced in one buffer after "
+           "the backward (trainer.bucket_kb = 0) instead of in buckets during it.\n"
+           "(per-phase times are means over trainers and iterations; all-reduce is the time the trainer waits for it "
+           "after the backward; ideal keeps every row in the trainer and is not a correct distributed model, only the "
+           "lower bound of iteration time)\n",
+           cli_json_num(sm[1], "samples_per_sec") / cli_json_num(sm[0], "samples_per_sec"));
   }
-  free(sn);
-  free(si);
+  for (size_t c = 0; c < N_COLS; c++) free(sm[c]);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (rc == 0 && system(cmd) != 0) fprintf(stderr, "bench e2e: could not remove %s\n", tmp);

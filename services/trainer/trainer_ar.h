@@ -1,0 +1,53 @@
+/*
+ * trainer_ar: the dense-gradient all-reduce of a trainer, in buckets,
+ * overlapped with the backward pass.
+ *
+ * The model's backward finishes gradients as a growing suffix of its one
+ * gradient array (model_set_grad_ready).  The array is cut into fixed
+ * BUCKETS of bucket_floats floats counted from its end (bucket 0 =
+ * [n - B, n), bucket 1 = [n - 2B, n - B), ..., the last one starting at 0),
+ * so the layout depends on (n, B) only, never on timing.  A bucket is
+ * handed to this module's communication thread as soon as all of it is
+ * final, and all-reduced there (coll_allreduce_sum_f32, in bucket order,
+ * on the trainer's one group) while the backward computes earlier layers;
+ * tar_finish waits for the rest.
+ *
+ * Determinism: for P <= 2 every element's sum is the single rounded
+ * x0 + x1, whatever the buckets; for P >= 3 Gloo's ring order depends on
+ * an element's offset inside its buffer (coll.h), so the bucket size is
+ * part of the job's configuration (trainer.bucket_kb): the same job gives
+ * the same bits, another bucket size may differ in the last bits.
+ *
+ * Threads: tar_begin / tar_finish on the training thread; tar_ready from
+ * inside model_backward (the same thread).  The group (coll_t) is used by
+ * the communication thread only between tar_begin and tar_finish, and by
+ * the training thread otherwise (the hand-off is a mutex: happens-before).
+ */
+#ifndef CHANTER_TRAINER_AR_H
+#define CHANTER_TRAINER_AR_H
+
+#include <stddef.h>
+
+#include "coll.h"
+
+typedef struct tar_s tar_t;
+
+/* Over grads[0..n) on group c.  bucket_floats == 0: one bucket of the
+ * whole array, all-reduced by tar_finish on the calling thread after the
+ * backward (no overlap, no thread).  0, -ENOMEM, -EAGAIN. */
+int tar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, tar_t **out);
+void tar_destroy(tar_t *a);
+size_t tar_buckets(const tar_t *a);
+
+/* Before the backward: nothing is ready yet. */
+void tar_begin(tar_t *a);
+/* The model's hook (model_grad_ready_fn): grads[lo, n) are final. */
+void tar_ready(void *a, size_t lo);
+/* After the backward: waits until every bucket is all-reduced (doing any
+ * the hook did not see, e.g. without overlap).  0 or the first failed
+ * all-reduce's code (the group is then unusable, coll.h).  *t_comm: the
+ * seconds the communication thread spent in all-reduces this step (the
+ * overlapped part included). */
+int tar_finish(tar_t *a, double *t_comm);
+
+#endif
