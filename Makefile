@@ -148,8 +148,9 @@ $(BUILD)/bin/chanter: $(CLI_OBJS) $(SVC_LIBS) $(LIBCHANTER)
 # ---- unit tests: tests/unit/test_*.c, one binary each, cmocka
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-# test_<service>_*.c also links that service's library
-test_svc_libs = $(foreach s,$(SERVICES),$(if $(filter test_$(s)%,$(1)),$(BUILD)/lib/libsvc_$(s).a))
+# test_<service>_*.c also links that service's library; test_job_*.c (a
+# whole job simulated in one process) links every service's
+test_svc_libs = $(foreach s,$(SERVICES),$(if $(filter test_$(s)% test_job_%,$(1)),$(BUILD)/lib/libsvc_$(s).a))
 define test_rule
 $(BUILD)/tests/$(1): $(BUILD)/obj/tests/unit/$(1).o $(call test_svc_libs,$(1)) $(LIBCHANTER)
 	@mkdir -p $$(@D)

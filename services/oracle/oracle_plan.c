@@ -238,6 +238,8 @@ void oracle_plan_close(oracle_plan_t *p) {
   free(p->shares);
   free(p->hotness);
   free(p->sync);
+  free(p->ukeys);
+  free(p->users);
   memset(p, 0, sizeof *p);
 }
 
@@ -316,7 +318,7 @@ static uint64_t *merge(const uint64_t *a, size_t na, const uint64_t *b, size_t n
   return o;
 }
 
-static int plan_keys(const data_batch_t *b, const uint32_t *owner, oracle_plan_t *p) {
+static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flags, oracle_plan_t *p) {
   uint32_t P = p->trainers;
   size_t total = b->ids_off[b->n_tables], most = 0;
   for (uint32_t t = 0; t < b->n_tables; t++)
@@ -355,6 +357,13 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, oracle_plan_t
     }
   }
   p->n_unique = u;
+  if (flags & ORACLE_PLAN_KEYS) { /* the cacher takes it from here */
+    p->ukeys = ukey;
+    p->users = uown;
+    ukey = NULL;
+    uown = NULL;
+    goto out;
+  }
   /* split: each trainer's private keys and the shared ones, still sorted */
   p->sync = malloc(nz(n_shared) * sizeof *p->sync);
   sync_wb = malloc(nz(n_shared) * sizeof *sync_wb);
@@ -424,7 +433,7 @@ int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t se
     }
     goto out;
   }
-  rc = plan_keys(b, owner, out);
+  rc = plan_keys(b, owner, flags, out);
 out:
   free(owner);
   if (rc) oracle_plan_close(out);

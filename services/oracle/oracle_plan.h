@@ -39,6 +39,7 @@ enum { ORACLE_ALLOC_CONTIGUOUS = 0, ORACLE_ALLOC_RANDOM = 1 };
 /* oracle_plan_build flags */
 #define ORACLE_PLAN_IDEAL 1u /* no fetch / sync / write-back lists */
 #define ORACLE_PLAN_EVAL 2u  /* fetch = exactly the keys each share uses; no sync, no write-back */
+#define ORACLE_PLAN_KEYS 4u  /* no fetch / sync / write-back lists: ukeys / users for the cacher (oracle_cache.h) */
 
 /* One trainer's part of a batch: its samples in the data_batch_t layout
  * (ids table-major, sample-major inside a table; rows, not keys) and its
@@ -66,6 +67,8 @@ typedef struct oracle_plan_s {
   uint64_t *sync;          /* sorted shared keys, the same list for every trainer */
   size_t n_sync;
   size_t n_unique;         /* distinct keys in the batch (0 with ORACLE_PLAN_IDEAL) */
+  uint64_t *ukeys;         /* ORACLE_PLAN_KEYS: the n_unique distinct keys, ascending ... */
+  uint32_t *users;         /* ... and the trainer using each, UINT32_MAX when several do */
 } oracle_plan_t;
 
 /* Fills owner[0..B) with the trainer of each sample of batch x.  policy is

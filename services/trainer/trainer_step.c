@@ -50,6 +50,17 @@ struct tstep_s {
   size_t cap_wb;
   uint64_t *bkeys;
   size_t cap_bkeys;
+
+  /* the cache: rows of cache_rows slots; the step's gradients compact:
+   * cslot[i] has gradient cgrad[i*dim..], cidx[slot] = i or -1 */
+  float *crows;
+  uint64_t cache_rows;
+  int32_t *cidx;
+  uint32_t *cslot;
+  float *cgrad;
+  uint8_t *cskip;
+  size_t n_c, cap_c;
+  int cache_mode; /* the last forward was tstep_cache_forward */
 };
 
 static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -167,6 +178,11 @@ void tstep_destroy(tstep_t *ts) {
   free(ts->sync_buf);
   free(ts->wb_buf);
   free(ts->bkeys);
+  free(ts->crows);
+  free(ts->cidx);
+  free(ts->cslot);
+  free(ts->cgrad);
+  free(ts->cskip);
   free(ts);
 }
 
@@ -311,6 +327,146 @@ long tstep_slot_of(const tstep_t *ts, uint64_t key) {
   return lo < ts->n_slots && ts->slot_keys[lo] == key ? (long)lo : -1;
 }
 
+/* ---------------------------------------------------------------- the cache */
+
+static uint32_t load_u32(const void *p, size_t i) {
+  uint32_t v;
+  memcpy(&v, (const uint8_t *)p + i * 4, 4);
+  return v;
+}
+
+int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len) {
+  if (cache_rows == 0 || cache_rows > UINT32_MAX)
+    return set_err(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
+  free(ts->crows);
+  free(ts->cidx);
+  ts->crows = calloc(cache_rows, (size_t)ts->rf * sizeof(float));
+  ts->cidx = malloc(cache_rows * sizeof *ts->cidx);
+  if (!ts->crows || !ts->cidx)
+    return set_err(err, err_len, -ENOMEM, "out of memory for a cache of %" PRIu64 " rows of %u floats (%.1f GiB)",
+                   cache_rows, ts->rf, (double)cache_rows * ts->rf * 4 / (1 << 30));
+  memset(ts->cidx, 0xff, cache_rows * sizeof *ts->cidx);
+  ts->cache_rows = cache_rows;
+  ts->n_c = 0;
+  return 0;
+}
+
+uint64_t tstep_cache_size(const tstep_t *ts) { return ts->cache_rows; }
+float *tstep_cache_rows(tstep_t *ts) { return ts->crows; }
+
+int tstep_cache_check(const tstep_t *ts, const void *slots, size_t n, const char *what, char *err, size_t err_len) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t s = load_u32(slots, i);
+    if (s >= ts->cache_rows)
+      return set_err(err, err_len, ERR_BADMSG, "%s[%zu] = slot %u, beyond the cache of %" PRIu64 " rows", what, i, s,
+                     ts->cache_rows);
+  }
+  return 0;
+}
+
+/* forget the last step's gradients (touched entries only) */
+static void cache_reset(tstep_t *ts) {
+  for (size_t i = 0; i < ts->n_c; i++) ts->cidx[ts->cslot[i]] = -1;
+  ts->n_c = 0;
+}
+
+/* The gradient row of slot s, zeroed when new (ASSERTs room: callers grow). */
+static float *cache_grad_of(tstep_t *ts, uint32_t s) {
+  int32_t i = ts->cidx[s];
+  if (i < 0) {
+    if (ts->n_c == ts->cap_c) {
+      size_t nc = ts->cap_c ? ts->cap_c * 2 : 4096;
+      uint32_t *cs = realloc(ts->cslot, nc * sizeof *cs);
+      if (cs) ts->cslot = cs;
+      float *cg = realloc(ts->cgrad, nc * ts->dim * sizeof(float));
+      if (cg) ts->cgrad = cg;
+      uint8_t *ck = realloc(ts->cskip, nc);
+      if (ck) ts->cskip = ck;
+      ASSERT(cs && cg && ck); /* a few MB at most; no recovery from here */
+      ts->cap_c = nc;
+    }
+    i = (int32_t)ts->n_c++;
+    ts->cidx[s] = i;
+    ts->cslot[i] = s;
+    ts->cskip[i] = 0;
+    memset(ts->cgrad + (size_t)i * ts->dim, 0, ts->dim * sizeof(float));
+  }
+  return ts->cgrad + (size_t)i * ts->dim;
+}
+
+int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, char *err, size_t err_len) {
+  ts->fwd_ok = 0;
+  ts->cache_mode = 1;
+  if (b->n > ts->max_batch)
+    return set_err(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
+  if (b->n) {
+    size_t n_ids = b->ids_off[ts->n_tables];
+    int rc = tstep_cache_check(ts, slots, n_ids, "slots", err, err_len);
+    if (rc) return rc;
+    for (size_t i = 0; i < n_ids; i++) ts->idx[i] = load_u32(slots, i);
+    size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+    for (uint32_t t = 0; t < ts->n_tables; t++) {
+      uint32_t h = ts->hotness[t];
+      nn_embedding_bag_fwd(ts->crows, ts->rf, ts->idx + o, b->n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
+      o += (size_t)b->n * h;
+    }
+    model_forward(ts->model, b->n, b->dense, ts->emb, ts->logits);
+  }
+  ts->fwd_n = b->n;
+  ts->fwd_ok = 1;
+  return 0;
+}
+
+int tstep_cache_pack(tstep_t *ts, const void *slots, size_t n, float *buf) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t s = load_u32(slots, i);
+    float *dst = buf + i * ts->dim;
+    if (s < ts->cache_rows && ts->cidx[s] >= 0)
+      memcpy(dst, ts->cgrad + (size_t)ts->cidx[s] * ts->dim, ts->dim * sizeof(float));
+    else
+      memset(dst, 0, ts->dim * sizeof(float));
+  }
+  return 0;
+}
+
+void tstep_cache_unpack(tstep_t *ts, const void *slots, size_t n, const float *buf) {
+  for (size_t i = 0; i < n; i++)
+    memcpy(cache_grad_of(ts, load_u32(slots, i)), buf + i * ts->dim, ts->dim * sizeof(float));
+}
+
+size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip) {
+  opt_step_pool(ts->dense_opt, model_params(ts->model), model_grads(ts->model), model_pool(ts->model));
+  for (size_t i = 0; i < n_skip; i++) {
+    uint32_t s = load_u32(skip_slots, i);
+    if (s < ts->cache_rows && ts->cidx[s] >= 0) ts->cskip[ts->cidx[s]] = 1;
+  }
+  size_t updated = 0;
+  for (size_t i = 0; i < ts->n_c; i++) {
+    if (ts->cskip[i]) continue;
+    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)ts->cslot[i] * ts->rf, ts->dim,
+                   ts->cgrad + i * ts->dim);
+    updated++;
+  }
+  ts->fwd_ok = 0;
+  return updated;
+}
+
+void tstep_cache_update_rows(tstep_t *ts, const void *slots, size_t n, const float *grads) {
+  for (size_t i = 0; i < n; i++)
+    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->dim,
+                   grads + i * ts->dim);
+}
+
+void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *rows) {
+  for (size_t i = 0; i < n; i++)
+    memcpy(ts->crows + (size_t)load_u32(slots, i) * ts->rf, rows + i * ts->rf, ts->rf * sizeof(float));
+}
+
+void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows) {
+  for (size_t i = 0; i < n; i++)
+    memcpy(rows + i * ts->rf, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->rf * sizeof(float));
+}
+
 /* ---------------------------------------------------------------- forward / backward */
 
 /* Maps samples [i0, i0 + n) of b to slots (ts->idx, same layout as b's ids
@@ -339,6 +495,7 @@ static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32
 
 int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len) {
   ts->fwd_ok = 0;
+  ts->cache_mode = 0;
   if (b->n > ts->max_batch)
     return set_err(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
   if (b->n) {
@@ -354,7 +511,8 @@ int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len
 double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch) {
   ASSERT(ts->fwd_ok);
   ASSERT_OP(b->n, ==, ts->fwd_n);
-  if (ts->n_slots) {
+  if (ts->cache_mode) cache_reset(ts);
+  if (!ts->cache_mode && ts->n_slots) {
     memset(ts->grad, 0, ts->n_slots * ts->dim * sizeof(float));
     memset(ts->touched, 0, ts->n_slots);
   }
@@ -366,6 +524,20 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
   /* the same expression as train --local's 1.0f / (float)b->n */
   double loss = model_backward(ts->model, b->n, b->labels, 1.0f / (float)global_batch, ts->d_emb);
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+  if (ts->cache_mode) {
+    for (uint32_t t = 0; t < ts->n_tables; t++) {
+      uint32_t h = ts->hotness[t];
+      uint32_t u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim,
+                                        ts->uniq, ts->ugrad, ts->dim, ts->work);
+      for (uint32_t k = 0; k < u; k++) {
+        /* keys are per table: each slot appears once, and its gradient is
+         * exactly the table's coalesced one (copied, as the key path does) */
+        memcpy(cache_grad_of(ts, (uint32_t)ts->uniq[k]), ts->ugrad + (size_t)k * ts->dim, ts->dim * sizeof(float));
+      }
+      o += (size_t)b->n * h;
+    }
+    return loss;
+  }
   for (uint32_t t = 0; t < ts->n_tables; t++) {
     uint32_t h = ts->hotness[t];
     uint32_t u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim, ts->uniq,

@@ -131,6 +131,39 @@ size_t tstep_update(tstep_t *ts);
  * slots, else a buffer owned by ts. */
 int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, char *err, size_t err_len);
 
+/* ---- the cache (lookahead; DESIGN.md 3-4, services/oracle/oracle_cache.h).
+ * Rows live for the whole job in one dense array of cache_rows slots
+ * (host memory; the GPU build keeps it in device memory); the oracle names
+ * the slot of every id, of every row to prefetch, synchronize, write back.
+ * A step in cache mode:
+ *   tstep_cache_forward   ids given as slots
+ *   tstep_backward        (as above) row gradients per touched slot, compact
+ *   tstep_cache_pack      gradients of a slot list (zeros for slots this
+ *                         trainer did not touch) into a buffer, in order
+ *   [all-reduce it]
+ *   tstep_cache_unpack    the sums become those slots' gradients
+ *   tstep_cache_update    dense step; row step on every slot with a
+ *                         gradient except the ones listed (delayed ones,
+ *                         updated later by tstep_cache_update_rows)
+ * tstep_cache_scatter / _gather / _update_rows touch only the slots they
+ * are given and no other state of ts, so the prefetch and background
+ * threads may call them on slots the training thread does not use (the
+ * oracle guarantees disjointness) while it trains.  Everything else: the
+ * training thread.  Slots are uint32, possibly unaligned in messages. */
+int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len);
+uint64_t tstep_cache_size(const tstep_t *ts);
+float *tstep_cache_rows(tstep_t *ts);
+/* Checks slots[0..n) < cache_rows: 0 or ERR_BADMSG naming what (a label
+ * such as "fetch_slots") and the index. */
+int tstep_cache_check(const tstep_t *ts, const void *slots, size_t n, const char *what, char *err, size_t err_len);
+int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, char *err, size_t err_len);
+int tstep_cache_pack(tstep_t *ts, const void *slots, size_t n, float *buf);
+void tstep_cache_unpack(tstep_t *ts, const void *slots, size_t n, const float *buf);
+size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip);
+void tstep_cache_update_rows(tstep_t *ts, const void *slots, size_t n, const float *grads);
+void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *rows);
+void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows);
+
 /* Forward only over b (any n: run in chunks of max_batch), logits into
  * out[b->n].  Changes no parameter. */
 int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_t err_len);

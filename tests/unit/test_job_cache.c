@@ -1,0 +1,415 @@
+/*
+ * The guarantee of the lookahead cache, in one process: the oracle's
+ * decisions (oracle_plan + oracle_cache) executed by P simulated trainers
+ * (trainer_step in cache mode, each with its own slot array) against an
+ * in-memory "embedding server" end with BIT-identical parameters -- dense
+ * and every table row -- for L = 0 (the baseline), small L, large L and
+ * auto, with LRPP and delayed synchronization on and off, for P = 1, 2, 3.
+ *
+ * The simulation keeps the real system's orderings, so that a wrong
+ * decision shows up as a different digest rather than passing by luck:
+ *  - the prefetch of batch z runs as EARLY as its gate allows (once every
+ *    batch < gate is finished, write-backs included), i.e. while batches
+ *    z-L .. z-1 are still to be trained, exactly as the trainers' prefetch
+ *    threads do; a slot handed out too early would be overwritten before
+ *    its last use, a row prefetched before its write-back would be stale;
+ *  - the background work of batch x (delayed synchronization, delayed
+ *    updates, write-backs) runs only after batch x+1's forward, as it
+ *    overlaps it in the trainers; a row wrongly classified as delayed
+ *    would be read by that forward before its update;
+ *  - gradients are summed over trainers in rank order (what the trainers'
+ *    all-reduce gives for P <= 2, and the rank-ordered sum for any P).
+ * Sums are formed in the same order in every configuration, so equality is
+ * exact, not within a tolerance.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+
+#include "cfg.h"
+#include "data.h"
+#include "err.h"
+#include "model.h"
+#include "oracle_cache.h"
+#include "oracle_plan.h"
+#include "table.h"
+#include "trainer_step.h"
+
+#define NB 40 /* batches */
+#define BS 48 /* global batch */
+#define MAXP 3
+
+static cfg_t *g_cfg;
+static data_schema_t g_schema;
+static tbl_layout_t g_layout;
+static data_batch_t g_batches[NB];
+
+static int setup(void **state) {
+  (void)state;
+  static const char *sets[] = {
+      "model=dlrm",      "n_dense=3",          "table_rows=40,3000,12",   "table_hotness=1,2,1",
+      "embedding_dim=4", "model.bottom_mlp=8", "model.top_mlp=8",         "batch_size=48",
+      "seed=11",         "optimizer=adagrad",  "embedding_optimizer=rowwise_adagrad", "learning_rate=0.05",
+  };
+  char err[512];
+  if (cfg_create(&g_cfg)) return -1;
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    if (cfg_set(g_cfg, sets[i], "test", err, sizeof err)) {
+      fprintf(stderr, "%s: %s\n", sets[i], err);
+      return -1;
+    }
+  if (data_schema_from_cfg(g_cfg, &g_schema, err, sizeof err) || cfg_layout(g_cfg, &g_layout, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  /* skewed ids: a few hot rows shared by the trainers and kept in the
+   * cache, a long tail used once (private, evicted at once) */
+  uint64_t s = 99;
+  for (uint64_t x = 0; x < NB; x++) {
+    data_batch_t *b = &g_batches[x];
+    memset(b, 0, sizeof *b);
+    b->index = x;
+    b->n = BS;
+    b->n_dense = 3;
+    b->n_tables = 3;
+    b->hotness = malloc(3 * sizeof *b->hotness);
+    b->ids_off = malloc(4 * sizeof *b->ids_off);
+    b->labels = malloc(BS * sizeof(float));
+    b->dense = malloc(BS * 3 * sizeof(float));
+    b->ids_off[0] = 0;
+    for (uint32_t t = 0; t < 3; t++) {
+      b->hotness[t] = g_schema.hotness[t];
+      b->ids_off[t + 1] = b->ids_off[t] + (size_t)BS * b->hotness[t];
+    }
+    b->ids = malloc(b->ids_off[3] * sizeof *b->ids);
+    for (uint32_t i = 0; i < BS; i++) {
+      s = tbl_mix64(s);
+      b->labels[i] = (float)(s & 1);
+      for (int d = 0; d < 3; d++) {
+        s = tbl_mix64(s);
+        b->dense[i * 3 + d] = (float)((double)(s >> 40) / 16777216.0);
+      }
+    }
+    for (uint32_t t = 0; t < 3; t++)
+      for (size_t k = b->ids_off[t]; k < b->ids_off[t + 1]; k++) {
+        s = tbl_mix64(s);
+        double u = (double)(s >> 11) / 9007199254740992.0;
+        b->ids[k] = (uint64_t)((double)g_layout.tables[t].rows * u * u * u) % g_layout.tables[t].rows;
+      }
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  for (int x = 0; x < NB; x++) data_batch_free(&g_batches[x]);
+  data_schema_close(&g_schema);
+  tbl_layout_close(&g_layout);
+  cfg_destroy(g_cfg);
+  return 0;
+}
+
+/* ------------------------------------------------------------ the server */
+
+typedef struct server_s {
+  float *t[3];
+  uint32_t rf;
+} server_t;
+
+static void server_open(server_t *sv) {
+  sv->rf = tbl_row_floats(&g_layout, 0);
+  for (uint32_t t = 0; t < 3; t++) {
+    sv->t[t] = malloc(g_layout.tables[t].rows * sv->rf * sizeof(float));
+    for (uint64_t r = 0; r < g_layout.tables[t].rows; r++) tbl_init_row(&g_layout, TBL_KEY(t, r), sv->t[t] + r * sv->rf);
+  }
+}
+
+static float *srow(server_t *sv, uint64_t k) { return sv->t[TBL_TABLE(k)] + TBL_ROW(k) * sv->rf; }
+
+/* ------------------------------------------------------------ one run */
+
+typedef struct run_opts_s {
+  uint32_t P;
+  int lookahead; /* -1: auto */
+  int lrpp, delayed;
+  uint64_t cache_rows; /* 0: what L needs */
+} run_opts_t;
+
+typedef struct bg_s {
+  int pending;
+  uint64_t x;
+  size_t n_del;
+  uint32_t *del;          /* slots */
+  float *dsum;            /* their summed gradients */
+  float *pgrad[MAXP];
+} bg_t;
+
+static void sum_over(uint32_t P, float *const *v, size_t n, float *out) {
+  for (size_t i = 0; i < n; i++) {
+    float s = v[0][i];
+    for (uint32_t p = 1; p < P; p++) s += v[p][i];
+    out[i] = s;
+  }
+}
+
+/* the background work of batch x: delayed sync + updates, then write-backs */
+static void run_bg(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t *d, bg_t *bg) {
+  if (!bg->pending) return;
+  uint32_t dim = tstep_dim(ts[0]), rf = tstep_row_floats(ts[0]);
+  sum_over(P, bg->pgrad, bg->n_del * dim, bg->dsum);
+  for (uint32_t p = 0; p < P; p++) tstep_cache_update_rows(ts[p], bg->del, bg->n_del, bg->dsum);
+  for (uint32_t p = 0; p < P; p++) {
+    const ocache_tr_t *t = &d->tr[p];
+    float *rows = malloc((t->n_wb + 1) * rf * sizeof(float));
+    tstep_cache_gather(ts[p], t->wb_slots, t->n_wb, rows);
+    for (size_t i = 0; i < t->n_wb; i++) memcpy(srow(sv, t->wb_keys[i]), rows + i * rf, rf * sizeof(float));
+    free(rows);
+  }
+  free(bg->del);
+  free(bg->dsum);
+  for (uint32_t p = 0; p < P; p++) free(bg->pgrad[p]);
+  memset(bg, 0, sizeof *bg);
+}
+
+static void prefetch(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t *d) {
+  uint32_t rf = tstep_row_floats(ts[0]);
+  for (uint32_t p = 0; p < P; p++) {
+    const ocache_tr_t *t = &d->tr[p];
+    float *rows = malloc((t->n_fetch + 1) * rf * sizeof(float));
+    for (size_t i = 0; i < t->n_fetch; i++) memcpy(rows + i * rf, srow(sv, t->fetch_keys[i]), rf * sizeof(float));
+    tstep_cache_scatter(ts[p], t->fetch_slots, t->n_fetch, rows);
+    free(rows);
+  }
+}
+
+typedef struct result_s {
+  uint8_t digest[32];
+  uint32_t min_l, max_l;
+  size_t fetched, synced, delayed, hits;
+} result_t;
+
+static void run(const run_opts_t *o, result_t *res) {
+  uint32_t P = o->P;
+  memset(res, 0, sizeof *res);
+  res->min_l = UINT32_MAX;
+  oracle_plan_t plans[NB];
+  for (int x = 0; x < NB; x++)
+    assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+  uint32_t L = (uint32_t)o->lookahead;
+  uint64_t need;
+  uint64_t cache_rows = o->cache_rows;
+  if (o->lookahead < 0) {
+    /* auto: a cache between what L = 0 and L = 16 need */
+    uint64_t n0, n16;
+    assert_int_equal(ocache_need(plans, NB, P, 0, o->lrpp, &n0), 0);
+    assert_int_equal(ocache_need(plans, NB, P, 16, o->lrpp, &n16), 0);
+    cache_rows = (n0 + n16) / 2;
+    assert_int_equal(ocache_auto(plans, NB, P, cache_rows, 64, o->lrpp, &L, &need), 0);
+    assert_true(L >= 1 && L < 16);
+    assert_true(need <= cache_rows);
+  } else {
+    assert_int_equal(ocache_need(plans, NB, P, L, o->lrpp, &need), 0);
+  }
+  if (!cache_rows) cache_rows = need;
+  ocache_opts_t co = {.trainers = P, .lookahead = L, .cache_rows = cache_rows, .lrpp = o->lrpp, .delayed = o->delayed};
+  ocache_t *c;
+  assert_int_equal(ocache_create(&co, &c), 0);
+  static ocache_dec_t dec[NB];
+  char err[512];
+  int n_dec = 0;
+  for (int x = 0; x < NB; x++) {
+    assert_int_equal(ocache_push(c, &plans[x]), 0);
+    if (x + 1 == NB) ocache_end(c);
+    while (ocache_ready(c)) {
+      int rc = ocache_decide(c, &dec[n_dec], err, sizeof err);
+      if (rc) fail_msg("decide: %s", err);
+      n_dec++;
+    }
+  }
+  assert_int_equal(n_dec, NB);
+  assert_int_equal(ocache_cached(c), 0);
+  ocache_destroy(c);
+
+  /* trainers and the server */
+  tstep_t *ts[MAXP];
+  for (uint32_t p = 0; p < P; p++) {
+    assert_int_equal(tstep_create(g_cfg, &g_schema, &g_layout, BS, &ts[p], err, sizeof err), 0);
+    assert_int_equal(tstep_cache_init(ts[p], cache_rows, err, sizeof err), 0);
+    /* poison the cache: a row used without being fetched shows */
+    float *cr = tstep_cache_rows(ts[p]);
+    for (size_t i = 0; i < cache_rows * tstep_row_floats(ts[p]); i++) cr[i] = 1e30f;
+  }
+  server_t sv;
+  server_open(&sv);
+  uint32_t dim = tstep_dim(ts[0]);
+  size_t np = model_n_params(tstep_model(ts[0]));
+  float *dsum = malloc(np * sizeof(float));
+  float *dg[MAXP];
+  bg_t bg = {0};
+  uint64_t done = 0;       /* batches < done are finished, background work included */
+  int prefetched = 0;      /* batches < prefetched have been prefetched */
+  for (int x = 0; x < NB; x++) {
+    /* prefetch all that the gates allow, in order */
+    while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
+    if (prefetched <= x) { /* L = 0: the gate is x itself: finish x - 1 first */
+      run_bg(P, ts, &sv, x ? &dec[x - 1] : NULL, &bg);
+      done = (uint64_t)x;
+      while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
+    }
+    assert_true(prefetched > x);
+    const ocache_dec_t *d = &dec[x];
+    if (d->lookahead < res->min_l) res->min_l = d->lookahead;
+    if (d->lookahead > res->max_l) res->max_l = d->lookahead;
+    double loss = 0;
+    for (uint32_t p = 0; p < P; p++) {
+      const oracle_share_t *sh = &plans[x].shares[p];
+      size_t off[4] = {0};
+      for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
+      tstep_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
+      if (tstep_cache_forward(ts[p], &b, d->tr[p].slots, err, sizeof err)) fail_msg("forward: %s", err);
+      res->fetched += d->tr[p].n_fetch;
+      res->hits += d->tr[p].n_hits;
+    }
+    /* the background work of x - 1 overlaps x's forward: it runs after it */
+    run_bg(P, ts, &sv, x ? &dec[x - 1] : NULL, &bg);
+    done = (uint64_t)x;
+    while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
+    for (uint32_t p = 0; p < P; p++) {
+      const oracle_share_t *sh = &plans[x].shares[p];
+      size_t off[4] = {0};
+      for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
+      tstep_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
+      loss += tstep_backward(ts[p], &b, BS);
+      dg[p] = model_grads(tstep_model(ts[p]));
+    }
+    assert_true(loss == loss);
+    sum_over(P, dg, np, dsum);
+    for (uint32_t p = 0; p < P; p++) memcpy(model_grads(tstep_model(ts[p])), dsum, np * sizeof(float));
+    /* critical rows */
+    size_t nc = d->n_critical;
+    float *cg[MAXP], *csum = malloc((nc + 1) * dim * sizeof(float));
+    for (uint32_t p = 0; p < P; p++) {
+      cg[p] = malloc((nc + 1) * dim * sizeof(float));
+      tstep_cache_pack(ts[p], d->critical, nc, cg[p]);
+    }
+    sum_over(P, cg, nc * dim, csum);
+    for (uint32_t p = 0; p < P; p++) {
+      tstep_cache_unpack(ts[p], d->critical, nc, csum);
+      free(cg[p]);
+    }
+    free(csum);
+    /* delayed rows: gradients packed now, summed and applied in the background */
+    bg.pending = 1;
+    bg.x = (uint64_t)x;
+    bg.n_del = d->n_delayed;
+    bg.del = malloc((d->n_delayed + 1) * sizeof *bg.del);
+    memcpy(bg.del, d->delayed, d->n_delayed * sizeof *bg.del);
+    bg.dsum = malloc((d->n_delayed + 1) * dim * sizeof(float));
+    for (uint32_t p = 0; p < P; p++) {
+      bg.pgrad[p] = malloc((d->n_delayed + 1) * dim * sizeof(float));
+      tstep_cache_pack(ts[p], d->delayed, d->n_delayed, bg.pgrad[p]);
+      tstep_cache_update(ts[p], d->delayed, d->n_delayed);
+    }
+    res->synced += nc + d->n_delayed;
+    res->delayed += d->n_delayed;
+  }
+  run_bg(P, ts, &sv, &dec[NB - 1], &bg);
+
+  /* every trainer holds the same dense parameters; digest = dense + server */
+  for (uint32_t p = 1; p < P; p++)
+    assert_memory_equal(model_params(tstep_model(ts[0])), model_params(tstep_model(ts[p])), np * sizeof(float));
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  EVP_DigestUpdate(md, model_params(tstep_model(ts[0])), np * sizeof(float));
+  for (uint32_t t = 0; t < 3; t++) EVP_DigestUpdate(md, sv.t[t], g_layout.tables[t].rows * sv.rf * sizeof(float));
+  unsigned len;
+  EVP_DigestFinal_ex(md, res->digest, &len);
+  EVP_MD_CTX_free(md);
+  /* a row never written back would still be 1e30 in a cache, but the
+   * server never sees it: check the server has no poison */
+  for (uint32_t t = 0; t < 3; t++)
+    for (uint64_t i = 0; i < g_layout.tables[t].rows * sv.rf; i++) assert_true(sv.t[t][i] < 1e29f);
+
+  free(dsum);
+  for (uint32_t t = 0; t < 3; t++) free(sv.t[t]);
+  for (uint32_t p = 0; p < P; p++) tstep_destroy(ts[p]);
+  for (int x = 0; x < NB; x++) {
+    ocache_dec_free(&dec[x]);
+    oracle_plan_close(&plans[x]);
+  }
+}
+
+static void hex(const uint8_t *d, char *out) {
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static void test_bit_identical_across_l(void **state) {
+  (void)state;
+  for (uint32_t P = 1; P <= MAXP; P++) {
+    result_t base;
+    run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1};
+    run(&bo, &base);
+    char hb[65];
+    hex(base.digest, hb);
+    const int ls[] = {0, 1, 2, 5, 16, -1};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+      for (int lrpp = 0; lrpp <= 1; lrpp++)
+        for (int delayed = 0; delayed <= 1; delayed++) {
+          run_opts_t o = {.P = P, .lookahead = ls[i], .lrpp = lrpp, .delayed = delayed};
+          result_t r;
+          run(&o, &r);
+          char hr[65];
+          hex(r.digest, hr);
+          if (memcmp(r.digest, base.digest, 32))
+            fail_msg("P=%u L=%d lrpp=%d delayed=%d: digest %s, baseline %s", P, ls[i], lrpp, delayed, hr, hb);
+          if (ls[i] >= 2 && lrpp) {
+            /* the cache does its job: fewer rows moved than the baseline */
+            assert_true(r.fetched < base.fetched);
+            assert_true(r.hits > 0);
+          }
+          if (ls[i] >= 1 && delayed && P > 1) assert_true(r.delayed > 0);
+          if (ls[i] < 0) assert_true(r.max_l >= 1);
+        }
+    print_message("P=%u: digest %s identical for L in {0,1,2,5,16,auto} x lrpp x delayed\n", P, hb);
+  }
+}
+
+/* A cache one row too small for the chosen L: the cacher lowers L during
+ * the run and the model is still the same. */
+static void test_lowered_l_same_model(void **state) {
+  (void)state;
+  for (uint32_t P = 1; P <= 2; P++) {
+    result_t base, r;
+    run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1};
+    run(&bo, &base);
+    oracle_plan_t plans[NB];
+    for (int x = 0; x < NB; x++)
+      assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+    uint64_t n0, n8;
+    assert_int_equal(ocache_need(plans, NB, P, 0, 1, &n0), 0);
+    assert_int_equal(ocache_need(plans, NB, P, 8, 1, &n8), 0);
+    for (int x = 0; x < NB; x++) oracle_plan_close(&plans[x]);
+    assert_true(n8 > n0);
+    run_opts_t o = {.P = P, .lookahead = 8, .lrpp = 1, .delayed = 1, .cache_rows = (n0 + n8) / 2};
+    run(&o, &r);
+    assert_true(r.min_l < 8);
+    assert_memory_equal(r.digest, base.digest, 32);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bit_identical_across_l),
+      cmocka_unit_test(test_lowered_l_same_model),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
