@@ -47,6 +47,12 @@ static const entry_t entries[] = {
     {"dataprocs", T_INT, "1", 1, 4096, NULL, "number of data processors"},
     {"lookahead", T_STR, "auto", 0, 0, NULL, "lookahead L in batches (0 = baseline), or 'auto' (largest L cache_rows allows)"},
     {"cache_rows", T_INT, "1000000", 0, 1e12, NULL, "rows each trainer's embedding cache holds"},
+    {"lrpp", T_BOOL, "true", 0, 0, NULL,
+     "rows only one trainer uses in a batch, and evicted after it, are fetched, updated and written back by that "
+     "trainer alone, never synchronized (false: every row is shared)"},
+    {"delayed_sync", T_BOOL, "true", 0, 0, NULL,
+     "shared rows the next batch does not use are synchronized in the background during its forward (false: "
+     "every shared row before the next batch starts)"},
     {"allocation", T_ENUM, "contiguous", 0, 0, "contiguous|random|laia", "which trainer trains which sample"},
     {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
     {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
@@ -119,6 +125,9 @@ static const entry_t entries[] = {
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"oracle.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
     {"oracle.window", T_INT, "4", 1, 1024, NULL, "steps the oracle sends a trainer ahead of its reports"},
+    {"oracle.max_lookahead", T_INT, "64", 0, 4096, NULL, "the largest L lookahead = auto may choose"},
+    {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
+     "lookahead = auto measures the cache each L needs over this many first batches"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
      "a daemon silent this long is reported dead in Status"},
     {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},

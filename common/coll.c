@@ -152,6 +152,27 @@ int coll_allreduce_sum_f32(coll_t *c, float *buf, size_t n) {
   return finish(c, "allreduce", rc, what);
 }
 
+int coll_allreduce_sum_f32_ordered(coll_t *c, float *buf, size_t n) {
+  int rc = check_healthy(c, "allreduce_ordered");
+  if (rc < 0) return rc;
+  if (n == 0 || c->size == 1) return 0;
+  if (!buf) return finish(c, "allreduce_ordered", -EINVAL, "NULL buffer");
+  if (strcmp(c->be->name, "gloo") != 0) /* device memory: summed by a kernel, not here */
+    return finish(c, "allreduce_ordered", -EINVAL, "host buffers only (gloo backend)");
+  float *all = malloc((size_t)c->size * n * sizeof(float));
+  if (!all) return finish(c, "allreduce_ordered", -ENOMEM, "out of memory for the gathered buffers");
+  if ((rc = coll_allgather(c, buf, n * sizeof(float), all)) == 0) {
+    /* ((x0 + x1) + x2) + ... : rank order, whatever the element's offset */
+    memcpy(buf, all, n * sizeof(float));
+    for (int r = 1; r < c->size; r++) {
+      const float *x = all + (size_t)r * n;
+      for (size_t i = 0; i < n; i++) buf[i] += x[i];
+    }
+  }
+  free(all);
+  return rc;
+}
+
 int coll_broadcast(coll_t *c, void *buf, size_t bytes, int root) {
   char what[512] = "";
   int rc = check_healthy(c, "broadcast");

@@ -103,6 +103,14 @@ const char *coll_backend(const coll_t *c); /* "gloo" or "nccl" */
  * Order and determinism: see the top of this file.  Gloo: host memory;
  * NCCL: device memory, complete when the call returns. */
 int coll_allreduce_sum_f32(coll_t *c, float *buf, size_t n);
+/* The same sum formed in rank order, ((x0 + x1) + x2) + ..., for every
+ * element wherever it sits in buf (an allgather, then the sum on each
+ * rank): bit-identical results for the same values whatever the buffer's
+ * layout -- what the trainers use for embedding rows, whose position in the
+ * packed buffer depends on the lookahead.  For P <= 2 it equals
+ * coll_allreduce_sum_f32 bit for bit.  Moves P * n floats per rank instead
+ * of about 2n; host memory (gloo) only for now (-EINVAL otherwise). */
+int coll_allreduce_sum_f32_ordered(coll_t *c, float *buf, size_t n);
 /* Copies root's buf[0..bytes) to every other rank's buf. */
 int coll_broadcast(coll_t *c, void *buf, size_t bytes, int root);
 /* out[r*bytes_each .. +bytes_each) = rank r's in, on every rank.  out holds

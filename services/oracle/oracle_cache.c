@@ -2,12 +2,19 @@
  * oracle_cache: see oracle_cache.h.
  *
  * State: one open-addressing hash map (linear probing, backward-shift
- * deletion, no tombstones) from key to its entry -- last use in the window,
- * slot (when cached), the batch that fetched it, whether batch x+1 uses it,
- * and a per-(batch, trainer) stamp for counting each trainer's distinct
- * keys; the window (pointers to the caller's plans); the freed slots in a
- * FIFO tagged with the batch after which they were freed (so the front
- * holds the slots reusable soonest).
+ * deletion, no tombstones) from key to a 16-byte entry -- last use in the
+ * window and slot (when cached); the window (pointers to the caller's
+ * plans); the freed slots in a FIFO tagged with the batch after which they
+ * were freed (so the front holds the slots reusable soonest).
+ *
+ * Speed.  The map holds every key cached or in the window (millions with a
+ * long lookahead), so each access is a cache miss: the loops over a
+ * batch's keys prefetch the buckets PF keys ahead, the map is backed by
+ * huge pages when large, and the per-batch work avoids it where it can --
+ * which keys batch x + 1 uses comes from merging the two batches' sorted
+ * key lists, and each id is mapped to its slot through a small per-table
+ * hash of the batch's own distinct keys (it fits in the CPU cache), not
+ * through the map.
  */
 #include "oracle_cache.h"
 
@@ -16,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "err.h"
 #include "table.h"
@@ -25,14 +33,21 @@
 #define SHARED UINT32_MAX
 
 typedef struct ent_s {
-  uint64_t key;   /* EMPTY: free */
-  uint64_t last;  /* last use among the batches that entered */
-  uint64_t since; /* batch that fetched it (valid when slot != NOSLOT) */
-  uint64_t next;  /* x + 1 when batch x + 1 uses it (set while deciding x) */
-  uint64_t seen;  /* x * P + p + 1: counted for trainer p in batch x */
-  uint32_t slot;
-  uint32_t pad;
+  uint64_t key;  /* EMPTY: free */
+  uint32_t last; /* last use among the batches that entered, low 32 bits (a key stays in the map
+                    only while it is cached or in the window, far fewer than 2^32 batches) */
+  uint32_t slot; /* NOSLOT: not cached */
 } ent_t;
+
+/* An entry of the per-table hash of a batch's distinct keys (map_ids). */
+typedef struct lent_s {
+  uint64_t key; /* EMPTY: free */
+  uint32_t slot;
+  uint32_t tag; /* bit 0: a hit; above: trainer + 1 that last counted it */
+} lent_t;
+
+#define PF 16                        /* keys looked ahead: their map buckets are prefetched */
+#define HUGE_BYTES ((size_t)2 << 20) /* maps this large or more sit on (transparent) huge pages */
 
 /* per distinct key of the batch being decided */
 enum { C_FETCH_ONE = 1, C_FETCH_ALL = 2, C_EVICT = 4, C_PRIVATE = 8, C_CRITICAL = 16, C_DELAYED = 32, C_HIT = 64 };
@@ -58,9 +73,10 @@ struct ocache_s {
   /* scratch for one decision */
   uint8_t *cls;
   uint32_t *uslot;
-  ent_t **uent;
   size_t cap_u;
-  size_t *cnt_fetch, *cnt_wb;
+  lent_t *lh;      /* per-table hash of the batch's distinct keys */
+  size_t cap_lh;
+  size_t *cnt_fetch, *cnt_wb, *soff;
 };
 
 static inline size_t nz(size_t n) { return n ? n : 1; }
@@ -71,11 +87,21 @@ static inline size_t home(const ocache_t *c, uint64_t key) {
   return (size_t)((tbl_mix64(key) * UINT64_C(0x9e3779b97f4a7c15)) >> c->shift);
 }
 
+/* A macro: GCC finds a function holding only a prefetch side-effect free and drops its calls. */
+#define map_prefetch(c, key) __builtin_prefetch(&(c)->tab[home((c), (key))])
+
 static int map_init(ocache_t *c, size_t cap) {
   int bits = 0;
   while (((size_t)1 << bits) < cap) bits++;
   cap = (size_t)1 << bits;
-  ent_t *t = malloc(cap * sizeof *t);
+  size_t bytes = cap * sizeof(ent_t);
+  ent_t *t;
+  if (bytes >= HUGE_BYTES) { /* a multiple of HUGE_BYTES: fewer TLB misses on random access */
+    t = aligned_alloc(HUGE_BYTES, bytes);
+    if (t) madvise(t, bytes, MADV_HUGEPAGE);
+  } else {
+    t = malloc(bytes);
+  }
   if (!t) return -ENOMEM;
   for (size_t i = 0; i < cap; i++) t[i].key = EMPTY;
   c->tab = t;
@@ -117,18 +143,17 @@ static int map_grow(ocache_t *c) {
   return 0;
 }
 
-/* The entry of key, created (slot NOSLOT) when absent. */
+/* The entry of key, created (slot NOSLOT) when absent.  The caller made
+ * room (the load stays <= 1/2). */
 static ent_t *map_upsert(ocache_t *c, uint64_t key) {
-  if ((c->n + 1) * 2 > c->cap && map_grow(c) != 0) return NULL;
   size_t mask = c->cap - 1;
   for (size_t i = home(c, key);; i = (i + 1) & mask) {
     ent_t *e = &c->tab[i];
     if (e->key == key) return e;
     if (e->key == EMPTY) {
-      memset(e, 0, sizeof *e);
       e->key = key;
+      e->last = 0;
       e->slot = NOSLOT;
-      e->next = UINT64_MAX;
       c->n++;
       return e;
     }
@@ -166,7 +191,8 @@ int ocache_create(const ocache_opts_t *o, ocache_t **out) {
   c->win = calloc(c->win_cap, sizeof *c->win);
   c->cnt_fetch = calloc(o->trainers, sizeof *c->cnt_fetch);
   c->cnt_wb = calloc(o->trainers, sizeof *c->cnt_wb);
-  if (!c->win || !c->cnt_fetch || !c->cnt_wb || map_init(c, 1024) != 0) {
+  c->soff = calloc(o->trainers, sizeof *c->soff);
+  if (!c->win || !c->cnt_fetch || !c->cnt_wb || !c->soff || map_init(c, 1024) != 0) {
     ocache_destroy(c);
     return -ENOMEM;
   }
@@ -182,9 +208,10 @@ void ocache_destroy(ocache_t *c) {
   free(c->fq_y);
   free(c->cls);
   free(c->uslot);
-  free(c->uent);
+  free(c->lh);
   free(c->cnt_fetch);
   free(c->cnt_wb);
+  free(c->soff);
   free(c);
 }
 
@@ -193,16 +220,20 @@ uint32_t ocache_lookahead(const ocache_t *c) { return c->L; }
 size_t ocache_cached(const ocache_t *c) { return c->cached; }
 uint64_t ocache_slots_peak(const ocache_t *c) { return c->fresh; }
 
-/* slots usable now by a key first used at x: none waiting */
-uint64_t ocache_slots_used(const ocache_t *c) {
-  uint64_t x = c->next_decide, usable = 0;
-  for (size_t k = 0; k < c->fq_n; k++) {
-    size_t i = (c->fq_head + k) % c->fq_cap;
-    if (c->fq_y[i] + c->L + 1 > x) break;
-    usable++;
+/* Freed slots usable by a key first used at x: a prefix of the FIFO, which
+ * is in the order of the batches that freed them (binary search). */
+static size_t fq_usable(const ocache_t *c, uint64_t x) {
+  size_t lo = 0, hi = c->fq_n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->fq_y[(c->fq_head + mid) % c->fq_cap] + c->L + 1 <= x) lo = mid + 1;
+    else hi = mid;
   }
-  return c->fresh - usable;
+  return lo;
 }
+
+/* slots holding a key or waiting to be usable by the next batch decided */
+uint64_t ocache_slots_used(const ocache_t *c) { return c->fresh - fq_usable(c, c->next_decide); }
 
 static const oracle_plan_t *win_at(const ocache_t *c, uint64_t x) { return c->win[x % c->win_cap]; }
 
@@ -210,6 +241,10 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p) {
   if (c->failed || c->ended) return -EINVAL;
   if (!p || p->x != c->next_push || p->trainers != c->o.trainers || (p->n_unique && (!p->ukeys || !p->users)))
     return -EINVAL;
+  for (size_t i = 1; i < p->n_unique; i++) /* the merges below need the keys ascending and distinct */
+    if (p->ukeys[i - 1] >= p->ukeys[i]) return -EINVAL;
+  while ((c->n + p->n_unique) * 2 > c->cap) /* room for every key at once: no growth in the loop */
+    if (map_grow(c) != 0) return -ENOMEM;
   if (ocache_window(c) + 1 > c->win_cap) { /* re-seat the ring at double size */
     size_t nc = c->win_cap * 2;
     const oracle_plan_t **w = calloc(nc, sizeof *w);
@@ -220,9 +255,8 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p) {
     c->win_cap = nc;
   }
   for (size_t i = 0; i < p->n_unique; i++) {
-    ent_t *e = map_upsert(c, p->ukeys[i]);
-    if (!e) return -ENOMEM;
-    e->last = p->x;
+    if (i + PF < p->n_unique) map_prefetch(c, p->ukeys[i + PF]);
+    map_upsert(c, p->ukeys[i])->last = (uint32_t)p->x;
   }
   c->win[p->x % c->win_cap] = p;
   c->next_push++;
@@ -297,10 +331,71 @@ static int grow_scratch(ocache_t *c, size_t n) {
   if (cls) c->cls = cls;
   uint32_t *us = realloc(c->uslot, nc * sizeof *us);
   if (us) c->uslot = us;
-  ent_t **ue = realloc(c->uent, nc * sizeof *ue);
-  if (ue) c->uent = ue;
-  if (!cls || !us || !ue) return -ENOMEM;
+  if (!cls || !us) return -ENOMEM;
   c->cap_u = nc;
+  return 0;
+}
+
+static inline size_t lh_home(uint64_t key, int shift) {
+  return (size_t)((key * UINT64_C(0x9e3779b97f4a7c15)) >> shift);
+}
+
+/* Maps every id of table tb in every share to its slot through a hash of
+ * the batch's distinct keys of tb (ukeys[lo..hi), small enough to stay in
+ * the CPU cache; one entry holds all an id needs), and counts each
+ * trainer's distinct keys and hits.  -EINVAL (with err) for an id that is
+ * not among the keys. */
+static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_t tb, size_t lo, size_t hi,
+                   char *err, size_t err_len) {
+  int bits = 1;
+  while (((size_t)1 << bits) < 2 * (hi - lo)) bits++;
+  size_t cap = (size_t)1 << bits, mask = cap - 1;
+  int shift = 64 - bits;
+  if (cap > c->cap_lh) {
+    lent_t *lh = realloc(c->lh, cap * sizeof *lh);
+    if (!lh) return -ENOMEM;
+    c->lh = lh;
+    c->cap_lh = cap;
+  }
+  lent_t *lh = c->lh;
+  memset(lh, 0xff, cap * sizeof *lh); /* every key EMPTY */
+  for (size_t i = lo; i < hi; i++) {
+    size_t h = lh_home(p->ukeys[i], shift);
+    while (lh[h].key != EMPTY) h = (h + 1) & mask;
+    lh[h].key = p->ukeys[i];
+    lh[h].slot = c->uslot[i];
+    lh[h].tag = (c->cls[i] & C_HIT) != 0;
+  }
+  for (uint32_t q = 0; q < p->trainers; q++) {
+    const oracle_share_t *sh = &p->shares[q];
+    ocache_tr_t *t = &d->tr[q];
+    size_t o = c->soff[q], m = (size_t)sh->n * p->hotness[tb], nk = 0, nh = 0;
+    const uint64_t *ids = sh->ids + o;
+    uint32_t *slots = t->slots + o, seen = (q + 1) << 1;
+    for (size_t j = 0; j < m; j++) {
+      uint64_t key = TBL_KEY(tb, ids[j]);
+      size_t h = lh_home(key, shift);
+      while (lh[h].key != key) {
+        if (lh[h].key == EMPTY) {
+          snprintf(err, err_len,
+                   "batch %" PRIu64 ": trainer %u's id %zu (table %u row %" PRIu64 ") is not among its keys", p->x,
+                   q, o + j, tb, ids[j]);
+          return -EINVAL;
+        }
+        h = (h + 1) & mask;
+      }
+      lent_t *e = &lh[h];
+      slots[j] = e->slot;
+      if ((e->tag & ~1u) != seen) {
+        nh += e->tag & 1;
+        e->tag = seen | (e->tag & 1);
+        nk++;
+      }
+    }
+    t->n_keys += nk;
+    t->n_hits += nh;
+    c->soff[q] = o + m;
+  }
   return 0;
 }
 
@@ -356,15 +451,11 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   int rc;
   if ((rc = grow_scratch(c, U + 1)) != 0) goto fail;
 
-  /* which keys batch x + 1 uses (the critical ones among x's shared keys) */
+  /* which keys batch x + 1 uses (the critical ones among x's shared keys):
+   * both key lists are ascending, so a merge tells */
   int split = c->o.delayed && c->L >= 1 && x + 1 < c->next_push;
-  if (split) {
-    const oracle_plan_t *n1 = win_at(c, x + 1);
-    for (size_t i = 0; i < n1->n_unique; i++) {
-      ent_t *e = map_find(c, n1->ukeys[i]);
-      if (e) e->next = x + 1;
-    }
-  }
+  const uint64_t *nk = split ? win_at(c, x + 1)->ukeys : NULL;
+  size_t nn = split ? win_at(c, x + 1)->n_unique : 0, j1 = 0;
 
   /* pass 1: classify, allocate slots */
   size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0;
@@ -374,6 +465,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   for (size_t i = 0; i < U; i++) {
     uint64_t k = p->ukeys[i];
     uint32_t user = p->users[i];
+    if (i + PF < U) map_prefetch(c, p->ukeys[i + PF]);
     ent_t *e = map_find(c, k);
     if (!e) { /* pushed keys are always there: a bug, not bad input */
       snprintf(err, err_len, "batch %" PRIu64 ": key %#" PRIx64 " is not in the window", x, k);
@@ -381,44 +473,57 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       goto fail;
     }
     uint8_t f = 0;
-    int evict = e->last == x;
+    int evict = e->last == (uint32_t)x;
     int priv = c->o.lrpp && user != SHARED && evict;
-    if (e->slot == NOSLOT) {
+    if (e->slot != NOSLOT) f |= C_HIT;
+    else {
       uint32_t s = slot_alloc(c, x);
       if (s == NOSLOT) {
         snprintf(err, err_len,
                  "cache_rows = %" PRIu64 " is too small: batch %" PRIu64 " needs more slots even at lookahead 0 "
                  "(%zu distinct rows in the batch, %zu cached across it); raise cache_rows",
-                 c->o.cache_rows, x, U, c->cached);
+                 c->o.cache_rows, x, U, c->cached + n_evict);
         rc = ERR_CONFIG;
         goto fail;
       }
       e->slot = s;
-      e->since = x;
       c->cached++;
       n_new++;
       f |= priv ? C_FETCH_ONE : C_FETCH_ALL;
       if (priv) c->cnt_fetch[user]++;
       else n_fetch_all++;
     }
+    int next = 0;
+    if (split) {
+      while (j1 < nn && nk[j1] < k) j1++;
+      next = j1 < nn && nk[j1] == k;
+    }
     if (priv) {
       f |= C_PRIVATE;
-    } else if (split && e->next != x + 1) {
+    } else if (split && !next) {
       f |= C_DELAYED;
       ndel++;
     } else {
       f |= C_CRITICAL;
       ncrit++;
     }
-    if (evict) {
+    c->uslot[i] = e->slot;
+    if (evict) { /* its slot waits L batches in the FIFO; the entry leaves the map (nothing below reads it) */
       f |= C_EVICT;
       n_evict++;
       uint32_t owner = priv ? user : (uint32_t)(tbl_mix64(k) % P);
       c->cnt_wb[owner]++;
+      if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
+      map_erase(c, e);
+      c->cached--;
     }
     c->cls[i] = f;
-    c->uslot[i] = e->slot;
-    c->uent[i] = e;
+  }
+  if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (oracle_cache.h) */
+    for (size_t i = 0; i < U; i++)
+      if (c->cls[i] & C_DELAYED) c->cls[i] = (uint8_t)((c->cls[i] & ~C_DELAYED) | C_CRITICAL);
+    ncrit += ndel;
+    ndel = 0;
   }
 
   if (d) {
@@ -459,50 +564,26 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
         t->wb_slots[t->n_wb++] = s;
       }
     }
-    /* each id -> its slot; each trainer's distinct keys and hits */
-    for (uint32_t q = 0; q < P; q++) {
-      const oracle_share_t *sh = &p->shares[q];
-      ocache_tr_t *t = &d->tr[q];
-      uint64_t stamp = x * P + q + 1;
-      size_t o = 0;
-      for (uint32_t tb = 0; tb < p->n_tables; tb++) {
-        size_t m = (size_t)sh->n * p->hotness[tb];
-        for (size_t j = 0; j < m; j++) {
-          ent_t *e = map_find(c, TBL_KEY(tb, sh->ids[o + j]));
-          if (!e || e->slot == NOSLOT) {
-            snprintf(err, err_len, "batch %" PRIu64 ": trainer %u's id %zu (table %u row %" PRIu64 ") has no slot",
-                     x, q, o + j, tb, sh->ids[o + j]);
-            rc = -EINVAL;
-            goto fail_dec;
-          }
-          t->slots[o + j] = e->slot;
-          if (e->seen != stamp) {
-            e->seen = stamp;
-            t->n_keys++;
-            if (e->since < x) t->n_hits++;
-          }
-        }
-        o += m;
-      }
+    /* each id -> its slot; each trainer's distinct keys and hits; table
+     * by table (a table's keys are a run of ukeys, its ids a run of each
+     * share's) */
+    memset(c->soff, 0, P * sizeof *c->soff);
+    size_t lo = 0;
+    for (uint32_t tb = 0; tb < p->n_tables; tb++) {
+      size_t hi = lo;
+      while (hi < U && TBL_TABLE(p->ukeys[hi]) == tb) hi++;
+      if ((rc = map_ids(c, p, d, tb, lo, hi, err, err_len)) != 0) goto fail_dec;
+      lo = hi;
     }
   }
 
-  /* evictions: slots wait L batches in the FIFO, entries leave the map
-   * (erasing moves entries, so by key, after every use of uent) */
-  for (size_t i = 0; i < U; i++) {
-    if (!(c->cls[i] & C_EVICT)) continue;
-    if ((rc = fq_push(c, c->uslot[i], x)) != 0) goto fail_dec;
-    ent_t *e = map_find(c, p->ukeys[i]);
-    map_erase(c, e);
-    c->cached--;
-  }
+  c->win[x % c->win_cap] = NULL;
+  c->next_decide++;
   if (d) {
     d->lookahead = c->L;
     d->gate = x > c->L ? x - c->L : 0;
-    d->slots_used = c->fresh;
+    d->slots_used = ocache_slots_used(c); /* held or waiting, after x (not the peak, c->fresh) */
   }
-  c->win[x % c->win_cap] = NULL;
-  c->next_decide++;
   return 0;
 
 fail_dec:

@@ -14,20 +14,43 @@
 #include "dpc.h"
 #include "err.h"
 #include "log.h"
+#include "oracle_cache.h"
 #include "oracle_eval.h"
 #include "oracle_plan.h"
 #include "sdn.h"
 
+/* Slots and keys go on the wire as the bytes of uint32_t / uint64_t arrays
+ * (protobuf-c packs a bytes field by pointer, with no copy), and the
+ * protocol says little-endian: like the floats of Samples, that holds only
+ * on a little-endian host. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the oracle's wire format assumes a little-endian host");
+
 #define PLAN_PARALLEL 2   /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2      /* planned batches kept beyond the dispatch window */
+#define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
 #define SEND_QUEUE_MAX 2  /* messages queued on one stream before dispatch waits for on_sent */
 #define QUEUE_BYTES (256u << 20) /* budget of the batch reorder queue */
 #define LOSS_RING 1024    /* recent per-iteration losses for the running train_logloss */
 #define EVAL_HISTORY 100  /* evaluations kept for the summary (the last ones) */
 
-enum { PH_WAIT, PH_FETCH, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_UPDATE, PH_WRITE_BACK, PH_TOTAL, N_PH };
-static const char *const phase_names[N_PH] = {"wait",      "fetch",  "forward",    "backward",
-                                              "allreduce", "update", "write_back", "total"};
+/* Trainer time per iteration.  The last two are not phases of their own but
+ * the blocked part of others (prefetch_wait of fetch, sync_wait of the
+ * step's start): they show whether the lookahead hides the traffic. */
+enum {
+  PH_WAIT,
+  PH_FETCH,
+  PH_FORWARD,
+  PH_BACKWARD,
+  PH_ALLREDUCE,
+  PH_UPDATE,
+  PH_WRITE_BACK,
+  PH_TOTAL,
+  PH_PREFETCH_WAIT,
+  PH_SYNC_WAIT,
+  N_PH
+};
+static const char *const phase_names[N_PH] = {"wait",   "fetch",      "forward", "backward",      "allreduce",
+                                              "update", "write_back", "total",   "prefetch_wait", "sync_wait"};
 
 typedef Chanter__Oracle__V1__Report report_t;
 typedef Chanter__Oracle__V1__EvalResult eval_result_t;
@@ -45,16 +68,24 @@ typedef struct agg_s { /* one iteration's reports, summed */
   uint64_t x;
   uint32_t reports;
   double loss_sum;
-  uint64_t samples, rows_fetched, rows_synced, rows_written_back, cache_hits;
+  uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_written_back, cache_hits;
   double t[N_PH];
 } agg_t;
 
+/* A batch from its planning to its last Step.  In every mode but ideal the
+ * cacher reads the plan from ocache_push until ocache_decide, so a slot is
+ * dispatchable once decided and is freed once decided AND sent to every
+ * trainer. */
 enum { SLOT_EMPTY = 0, SLOT_PLANNING, SLOT_READY };
 typedef struct plan_slot_s {
   uint64_t x;
   int state;
-  uint32_t sent; /* trainers that got this Step */
+  int decided;        /* ideal: as soon as READY; else dec holds the cacher's decisions */
+  uint32_t sent;      /* trainers that got this Step */
   oracle_plan_t plan;
+  ocache_dec_t dec;
+  uint32_t *evict;    /* every slot freed after x: the trainers' wb_slots, concatenated in rank order */
+  size_t n_evict;
 } plan_slot_t;
 
 typedef struct eval_round_s {
@@ -80,10 +111,26 @@ struct oracle_job_s {
   uv_loop_t *loop;
   const cfg_t *cfg;
   /* configuration */
-  uint32_t P, B, window;
+  uint32_t P, B;
+  uint32_t window;     /* dispatch window: max(oracle.window, L + 2), set once L is known */
+  uint32_t window_cfg; /* oracle.window */
   uint64_t iterations, eval_every, eval_batches, seed, rounds_total, tail_start, log_every;
   int policy, ideal, drain_ms;
-  const char *mode, *allocation;
+  const char *mode, *allocation, *lookahead_cfg;
+  /* the cacher (every mode but ideal) */
+  int auto_l;          /* lookahead = auto: L is chosen over the first `probe` plans */
+  int lrpp, delayed;
+  uint32_t max_l;      /* oracle.max_lookahead */
+  uint32_t L_start;    /* L given or chosen; ocache may lower it */
+  uint32_t L_now;      /* L of the last decision */
+  int l_known;         /* L_start is set and the cacher exists */
+  uint64_t cache_rows, probe, probe_ready;
+  ocache_t *cache;
+  int auto_running;    /* ocache_auto reads the probe plans on the worker pool */
+  int destroying;
+  uint64_t push_next;  /* next batch to enter the cacher */
+  uint64_t decide_next; /* next batch to decide */
+  uint64_t slots_used, slots_peak;
   char job_id[96];
   /* state (loop thread) */
   int state;
@@ -91,9 +138,11 @@ struct oracle_job_s {
   trainer_t *tr;
   uint32_t attached;
   uint64_t done;
-  agg_t *agg;             /* window entries, by x % window */
+  agg_t *agg;             /* n_agg >= window entries, by x % window */
+  uint32_t n_agg;
   plan_slot_t *plans;     /* n_plans entries, by x % n_plans */
   uint32_t n_plans, plans_running;
+  uint32_t plan_span;     /* batches planned ahead of the slowest trainer's next Step (<= n_plans) */
   uint64_t plan_next;
   /* evaluation */
   int eval_ready;
@@ -112,7 +161,8 @@ struct oracle_job_s {
   uint64_t done_at_last_log;
   double loss_last, tail_loss_sum, loss_ring[LOSS_RING];
   uint64_t tail_n;
-  double sum_rows_fetched, sum_rows_synced, sum_rows_written_back, sum_cache_hits, sum_t[N_PH];
+  double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_written_back, sum_cache_hits,
+      sum_t[N_PH];
   double plan_secs_sum, sum_unique;
   uint64_t plans_done;
   char dense_hex[160];
@@ -139,14 +189,16 @@ struct oracle_job_s {
   uv_timer_t start_timer;
   int handles_open;
   /* metrics */
-  metrics_gauge_t *g_iteration, *g_sps, *g_loss, *g_test_loss, *g_test_auc, *g_state;
+  metrics_gauge_t *g_iteration, *g_sps, *g_loss, *g_test_loss, *g_test_auc, *g_state, *g_lookahead, *g_slots;
   metrics_hist_t *h_phase[N_PH], *h_plan, *h_iter;
-  metrics_counter_t *c_steps, *c_reports, *c_batches, *c_rows_fetched, *c_rows_synced, *c_rows_wb, *c_evals;
+  metrics_counter_t *c_steps, *c_reports, *c_batches, *c_rows_fetched, *c_rows_synced, *c_rows_synced_delayed,
+      *c_rows_wb, *c_evals;
 };
 
 static void end_job(oracle_job_t *j, int state, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void dispatch_all(oracle_job_t *j);
 static void pump_plans(oracle_job_t *j);
+static void run_cacher(oracle_job_t *j);
 static void check_finished(oracle_job_t *j);
 
 static double now_s(void) {
@@ -169,12 +221,22 @@ const char *oracle_state_name(int state) {
 }
 
 int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
+  /* cfg already checked that lookahead is auto or a number >= 0 */
   const char *la = cfg_str(cfg, "lookahead");
-  if (strcmp(la, "auto") != 0 && strtoll(la, NULL, 10) != 0) {
+  if (strcmp(la, "auto") != 0 && strtoull(la, NULL, 10) > MAX_LOOKAHEAD) {
     snprintf(err, err_len,
-             "lookahead = %s (from %s) is not supported yet: this oracle implements the baseline (L = 0, every row "
-             "fetched for its batch and written back after it); set lookahead = 0 or auto",
-             la, cfg_origin(cfg, "lookahead"));
+             "lookahead = %s (from %s) is above %d: the oracle keeps about 2 L planned batches in memory; set a "
+             "smaller lookahead, or auto",
+             la, cfg_origin(cfg, "lookahead"), MAX_LOOKAHEAD);
+    return ERR_CONFIG;
+  }
+  /* slots travel as uint32, and a trainer's cache has at least one row */
+  int64_t rows = cfg_int(cfg, "cache_rows");
+  if (strcmp(cfg_str(cfg, "mode"), "ideal") != 0 && (rows < 1 || (uint64_t)rows > UINT32_MAX)) {
+    snprintf(err, err_len,
+             "cache_rows = %lld (from %s) is not in [1, 2^32): every mode but ideal caches embedding rows in each "
+             "trainer; set cache_rows to the rows a trainer's cache may hold",
+             (long long)rows, cfg_origin(cfg, "cache_rows"));
     return ERR_CONFIG;
   }
   const char *al = cfg_str(cfg, "allocation");
@@ -358,6 +420,28 @@ static int start_threads(oracle_job_t *j) {
   return 0;
 }
 
+/* ---- plan slots */
+
+/* Frees a slot's plan and decisions (READY or decided slots only). */
+static void slot_release(plan_slot_t *s) {
+  oracle_plan_close(&s->plan);
+  if (s->decided) ocache_dec_free(&s->dec);
+  free(s->evict);
+  s->evict = NULL;
+  s->n_evict = 0;
+  s->decided = 0;
+  s->state = SLOT_EMPTY;
+}
+
+/* At the end of the job: every READY plan goes (PLANNING ones go when
+ * their work returns).  Not while ocache_auto reads the probe plans on the
+ * worker pool: auto_done calls this then. */
+static void release_plans(oracle_job_t *j) {
+  if (j->auto_running) return;
+  for (uint32_t i = 0; j->plans && i < j->n_plans; i++)
+    if (j->plans[i].state == SLOT_READY) slot_release(&j->plans[i]);
+}
+
 /* ---- planning on the worker pool */
 
 typedef struct plan_work_s {
@@ -373,7 +457,9 @@ static void plan_work(uv_work_t *req) {
   plan_work_t *w = req->data;
   oracle_job_t *j = w->j;
   double t0 = now_s();
-  w->rc = oracle_plan_build(w->batch, j->P, j->policy, j->seed, j->ideal ? ORACLE_PLAN_IDEAL : 0, &w->slot->plan);
+  /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
+  w->rc = oracle_plan_build(w->batch, j->P, j->policy, j->seed, j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS,
+                            &w->slot->plan);
   w->secs = now_s() - t0;
 }
 
@@ -393,10 +479,13 @@ static void plan_done(uv_work_t *req, int status) {
       end_job(j, ORACLE_FAILED, "planning batch %llu failed: %s", (unsigned long long)s->x, err_str(w->rc));
   } else {
     s->state = SLOT_READY;
+    s->decided = j->ideal; /* ideal: nothing to decide */
     j->plans_done++;
     j->plan_secs_sum += w->secs;
     j->sum_unique += (double)s->plan.n_unique;
+    if (s->x < j->probe) j->probe_ready++;
     metrics_hist_observe(j->h_plan, w->secs);
+    run_cacher(j);
     dispatch_all(j);
   }
   data_batch_free(w->batch);
@@ -428,11 +517,15 @@ static data_batch_t *pop_batch(oracle_job_t *j, uint64_t x) {
   return b;
 }
 
+/* Plans batches in order while fewer than plan_span are ahead of the
+ * slowest trainer.  Slot x % n_plans last held batch x - n_plans <= x -
+ * plan_span, below every trainer's next Step, so it was decided, sent to
+ * every trainer and freed. */
 static void pump_plans(oracle_job_t *j) {
   while (j->state == ORACLE_TRAINING && j->plan_next < j->iterations && j->plans_running < PLAN_PARALLEL &&
-         j->plan_next < min_next_step(j) + j->n_plans) {
+         j->plan_next < min_next_step(j) + j->plan_span) {
     plan_slot_t *s = &j->plans[j->plan_next % j->n_plans];
-    if (s->state != SLOT_EMPTY) break; /* cannot happen: the slot's plan went to every trainer */
+    if (s->state != SLOT_EMPTY) break; /* cannot happen: see above */
     data_batch_t *b = pop_batch(j, j->plan_next);
     if (!b) break; /* the fetchers wake us */
     plan_work_t *w = calloc(1, sizeof *w);
@@ -448,6 +541,7 @@ static void pump_plans(oracle_job_t *j) {
     w->slot = s;
     s->x = j->plan_next;
     s->state = SLOT_PLANNING;
+    s->decided = 0;
     s->sent = 0;
     int rc = uv_queue_work(j->loop, &w->req, plan_work, plan_done);
     if (rc) {
@@ -461,6 +555,201 @@ static void pump_plans(oracle_job_t *j) {
     }
     j->plans_running++;
     j->plan_next++;
+  }
+}
+
+/* ---- the cacher (every mode but ideal; oracle_cache.h) */
+
+/* L is known (given, or chosen by auto): the dispatch window, the planning
+ * span and the cacher follow from it.  The window is at least L + 2: a
+ * trainer prefetches batch x + L while it trains x, so it must already hold
+ * the Steps up to x + L, and one more lets the next arrive meanwhile.  The
+ * plans span the L + 1 batches the cacher holds undecided, the window and
+ * PLAN_AHEAD.  0 or -ENOMEM. */
+static int set_lookahead(oracle_job_t *j, uint32_t L) {
+  ocache_opts_t o = {
+      .trainers = j->P, .lookahead = L, .cache_rows = j->cache_rows, .lrpp = j->lrpp, .delayed = j->delayed};
+  int rc = ocache_create(&o, &j->cache);
+  if (rc) return rc;
+  j->L_start = j->L_now = L;
+  j->window = j->window_cfg > L + 2 ? j->window_cfg : L + 2;
+  j->plan_span = L + j->window + PLAN_AHEAD + 1;
+  ASSERT_OP(j->window, <=, j->n_agg);
+  ASSERT_OP(j->plan_span, <=, j->n_plans);
+  j->l_known = 1;
+  metrics_gauge_set(j->g_lookahead, L);
+  log_info("lookahead L=%u cache_rows=%llu lrpp=%d delayed_sync=%d window=%u (max of oracle.window=%u and L + 2) "
+           "plans_ahead=%u",
+           L, (unsigned long long)j->cache_rows, j->lrpp, j->delayed, j->window, j->window_cfg, j->plan_span);
+  return 0;
+}
+
+/* Decides batch decide_next into its slot, with the list of slots it
+ * frees.  0, or the job has failed (cache_rows too small even at L = 0,
+ * out of memory). */
+static int decide_one(oracle_job_t *j) {
+  uint64_t x = j->decide_next;
+  plan_slot_t *s = &j->plans[x % j->n_plans];
+  ASSERT(s->state == SLOT_READY && s->x == x && !s->decided);
+  char err[512];
+  int rc = ocache_decide(j->cache, &s->dec, err, sizeof err);
+  if (rc) {
+    if (rc == ERR_CONFIG) end_job(j, ORACLE_FAILED, "%s", err); /* names cache_rows, the batch and the need */
+    else
+      end_job(j, ORACLE_FAILED, "the cacher failed on batch %llu: %s", (unsigned long long)x,
+              err[0] ? err : err_str(rc));
+    return rc;
+  }
+  const ocache_dec_t *d = &s->dec;
+  /* The evicted set is the union of the trainers' write-backs (each
+   * evicted row is written back by exactly one trainer); every trainer
+   * frees all of it, a private row's slot being merely unused elsewhere. */
+  size_t n = 0;
+  for (uint32_t p = 0; p < j->P; p++) n += d->tr[p].n_wb;
+  s->evict = malloc((n ? n : 1) * sizeof *s->evict);
+  if (!s->evict) {
+    ocache_dec_free(&s->dec);
+    end_job(j, ORACLE_FAILED, "out of memory deciding batch %llu", (unsigned long long)x);
+    return -ENOMEM;
+  }
+  for (uint32_t p = 0; p < j->P; p++) {
+    memcpy(s->evict + s->n_evict, d->tr[p].wb_slots, d->tr[p].n_wb * sizeof *s->evict);
+    s->n_evict += d->tr[p].n_wb;
+  }
+  s->decided = 1;
+  j->decide_next++;
+  if (d->lookahead < j->L_now)
+    log_warn("lookahead lowered from %u to %u at batch %llu: cache_rows=%llu is full", j->L_now, d->lookahead,
+             (unsigned long long)x, (unsigned long long)j->cache_rows);
+  j->L_now = d->lookahead;
+  j->slots_used = d->slots_used;
+  j->slots_peak = ocache_slots_peak(j->cache);
+  metrics_gauge_set(j->g_lookahead, j->L_now);
+  metrics_gauge_set(j->g_slots, (double)j->slots_used);
+  return 0;
+}
+
+typedef struct auto_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  oracle_plan_t *plans; /* shallow copies of the probe plans, contiguous (ocache_auto only reads them) */
+  size_t n;
+  uint32_t L;
+  uint64_t need;
+  int rc;
+  double secs;
+} auto_work_t;
+
+static void auto_work(uv_work_t *req) {
+  auto_work_t *w = req->data;
+  const oracle_job_t *j = w->j;
+  double t0 = now_s();
+  w->rc = ocache_auto(w->plans, w->n, j->P, j->cache_rows, j->max_l, j->lrpp, &w->L, &w->need);
+  w->secs = now_s() - t0;
+}
+
+static void auto_done(uv_work_t *req, int status) {
+  auto_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  j->auto_running = 0;
+  free(w->plans);
+  if (j->destroying) { /* oracle_job_destroy frees the plans */
+    free(w);
+    return;
+  }
+  if (is_over(j)) { /* end_job left the plans to us */
+    release_plans(j);
+    free(w);
+    return;
+  }
+  if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
+  if (w->rc) {
+    end_job(j, ORACLE_FAILED, "lookahead = auto: measuring the cache over the first %zu batches failed: %s", w->n,
+            err_str(w->rc));
+  } else if (w->need > j->cache_rows) {
+    end_job(j, ORACLE_FAILED,
+            "lookahead = %s: cache_rows = %llu (from %s) is too small: even lookahead 0 needs %llu slots over the "
+            "first %zu batches (the distinct rows of a batch must fit); raise cache_rows to at least %llu",
+            j->lookahead_cfg, (unsigned long long)j->cache_rows, cfg_origin(j->cfg, "cache_rows"),
+            (unsigned long long)w->need, w->n,
+            (unsigned long long)w->need);
+  } else {
+    if (strcmp(j->lookahead_cfg, "auto") == 0)
+      log_info("lookahead auto: L=%u needs %llu of cache_rows=%llu slots over the first %zu batches "
+               "(oracle.max_lookahead=%u, measured in %.3f s)",
+               w->L, (unsigned long long)w->need, (unsigned long long)j->cache_rows, w->n, j->max_l, w->secs);
+    else if (w->L < j->max_l)
+      log_warn("lookahead lowered from %u to %u before training: cache_rows=%llu (from %s) holds what L=%u needs "
+               "(%llu slots over the first %zu batches) but not more; raise cache_rows to keep L=%u",
+               j->max_l, w->L, (unsigned long long)j->cache_rows, cfg_origin(j->cfg, "cache_rows"), w->L,
+               (unsigned long long)w->need, w->n, j->max_l);
+    else
+      log_info("lookahead L=%u needs %llu of cache_rows=%llu slots over the first %zu batches (measured in %.3f s)",
+               w->L, (unsigned long long)w->need, (unsigned long long)j->cache_rows, w->n, w->secs);
+    if (set_lookahead(j, w->L) != 0) {
+      end_job(j, ORACLE_FAILED, "out of memory creating the cacher");
+    } else {
+      run_cacher(j);
+      dispatch_all(j);
+    }
+  }
+  free(w);
+}
+
+/* lookahead = auto: once the first `probe` batches are planned, choose L
+ * over them on the worker pool (ocache_auto runs the decisions about log2
+ * max_lookahead times: too long for the loop).  Nothing is decided before. */
+static void start_auto(oracle_job_t *j) {
+  if (j->auto_running || j->probe == 0 || j->probe_ready < j->probe) return;
+  auto_work_t *w = calloc(1, sizeof *w);
+  if (!w || !(w->plans = malloc(j->probe * sizeof *w->plans))) {
+    free(w);
+    end_job(j, ORACLE_FAILED, "out of memory choosing lookahead = auto");
+    return;
+  }
+  /* n_plans >= probe: batch x < probe sits in slot x, READY and undecided */
+  for (uint64_t x = 0; x < j->probe; x++) {
+    const plan_slot_t *s = &j->plans[x % j->n_plans];
+    ASSERT(s->state == SLOT_READY && s->x == x);
+    w->plans[x] = s->plan;
+  }
+  w->n = (size_t)j->probe;
+  w->req.data = w;
+  w->j = j;
+  int rc = uv_queue_work(j->loop, &w->req, auto_work, auto_done);
+  if (rc) {
+    free(w->plans);
+    free(w);
+    end_job(j, ORACLE_FAILED, "cannot queue the choice of lookahead = auto: %s", uv_strerror(rc));
+    return;
+  }
+  j->auto_running = 1;
+  log_info("lookahead auto: measuring the cache each L <= %u needs over the first %zu batches, cache_rows=%llu",
+           j->max_l, w->n, (unsigned long long)j->cache_rows);
+}
+
+/* The cacher, on the loop thread and in batch order: every READY plan
+ * enters (ocache_push; ocache_end after the last batch's), and every batch
+ * that can be decided is, into its slot.  Called whenever a plan gets
+ * ready (the only thing the cacher waits for). */
+static void run_cacher(oracle_job_t *j) {
+  if (j->ideal || j->state != ORACLE_TRAINING) return;
+  if (!j->l_known) {
+    start_auto(j);
+    return;
+  }
+  for (;;) {
+    while (ocache_ready(j->cache))
+      if (decide_one(j) != 0) return;
+    if (j->push_next >= j->iterations) return;
+    plan_slot_t *s = &j->plans[j->push_next % j->n_plans];
+    if (s->state != SLOT_READY || s->x != j->push_next) return;
+    int rc = ocache_push(j->cache, &s->plan);
+    if (rc) {
+      end_job(j, ORACLE_FAILED, "the cacher refused batch %llu: %s", (unsigned long long)j->push_next, err_str(rc));
+      return;
+    }
+    if (++j->push_next == j->iterations) ocache_end(j->cache);
   }
 }
 
@@ -481,8 +770,14 @@ static void fill_samples(Chanter__Oracle__V1__Samples *s, const oracle_plan_t *p
   s->ids.len = sh->n_ids * sizeof(uint64_t);
 }
 
+/* Arrays as bytes fields, by pointer (little-endian host: see the top). */
 static ProtobufCBinaryData keys_pb(const uint64_t *k, size_t n) {
   ProtobufCBinaryData d = {n * sizeof(uint64_t), (uint8_t *)k};
+  return d;
+}
+
+static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
+  ProtobufCBinaryData d = {n * sizeof(uint32_t), (uint8_t *)v};
   return d;
 }
 
@@ -495,9 +790,28 @@ static int send_step(oracle_job_t *j, uint32_t p, plan_slot_t *s) {
   st.iteration = s->x;
   st.global_batch = pl->batch;
   st.samples = &smp;
-  st.fetch_keys = keys_pb(sh->fetch, sh->n_fetch);
-  st.sync_keys = keys_pb(pl->sync, pl->n_sync);
-  st.write_back_keys = keys_pb(sh->write_back, sh->n_write_back);
+  if (j->ideal) {
+    /* no embedding traffic: the plan's lists are empty */
+    st.fetch_keys = keys_pb(sh->fetch, sh->n_fetch);
+    st.sync_keys = keys_pb(pl->sync, pl->n_sync);
+    st.write_back_keys = keys_pb(sh->write_back, sh->n_write_back);
+  } else {
+    /* the cacher's decisions: rows by slot; sync_keys stays empty */
+    const ocache_dec_t *d = &s->dec;
+    const ocache_tr_t *t = &d->tr[p];
+    ASSERT_OP(t->n_ids, ==, sh->n_ids);
+    st.slots = slots_pb(t->slots, t->n_ids);
+    st.fetch_keys = keys_pb(t->fetch_keys, t->n_fetch);
+    st.fetch_slots = slots_pb(t->fetch_slots, t->n_fetch);
+    st.write_back_keys = keys_pb(t->wb_keys, t->n_wb);
+    st.write_back_slots = slots_pb(t->wb_slots, t->n_wb);
+    st.sync_critical = slots_pb(d->critical, d->n_critical);
+    st.sync_delayed = slots_pb(d->delayed, d->n_delayed);
+    st.evict_slots = slots_pb(s->evict, s->n_evict);
+    st.prefetch_gate = d->gate;
+    st.lookahead = d->lookahead;
+    st.cache_hits = t->n_hits;
+  }
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP;
   w.step = &st;
@@ -532,7 +846,7 @@ static void dispatch(oracle_job_t *j, uint32_t p) {
     uint64_t x = t->next_step;
     if (x >= j->iterations || x >= j->done + j->window) return;
     plan_slot_t *s = &j->plans[x % j->n_plans];
-    if (s->state != SLOT_READY || s->x != x) return;
+    if (s->state != SLOT_READY || s->x != x || !s->decided) return; /* planning or the cacher wake us */
     int rc = send_step(j, p, s);
     if (rc) {
       log_warn("cannot queue a step rank=%u iteration=%llu err=\"%s\"", p, (unsigned long long)x, err_str(rc));
@@ -540,10 +854,7 @@ static void dispatch(oracle_job_t *j, uint32_t p) {
     }
     metrics_counter_inc(j->c_steps);
     t->next_step++;
-    if (++s->sent == j->P) {
-      oracle_plan_close(&s->plan);
-      s->state = SLOT_EMPTY;
-    }
+    if (++s->sent == j->P) slot_release(s); /* decided and sent: the cacher no longer reads it */
   }
 }
 
@@ -586,11 +897,7 @@ static void end_job(oracle_job_t *j, int state, const char *fmt, ...) {
     rpc_call_send(c, &w.base);
     rpc_call_finish(c, 0, NULL);
   }
-  for (uint32_t i = 0; i < j->n_plans; i++)
-    if (j->plans[i].state == SLOT_READY) {
-      oracle_plan_close(&j->plans[i].plan);
-      j->plans[i].state = SLOT_EMPTY;
-    }
+  release_plans(j);
   if (state == ORACLE_FAILED) log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id,
                                         (unsigned long long)j->done, j->message);
   else log_info("job %s job_id=%s iteration=%llu message=\"%s\"", oracle_state_name(state), j->job_id,
@@ -644,6 +951,7 @@ static void complete_iteration(oracle_job_t *j, agg_t *a) {
   }
   j->sum_rows_fetched += (double)a->rows_fetched;
   j->sum_rows_synced += (double)a->rows_synced;
+  j->sum_rows_synced_delayed += (double)a->rows_synced_delayed;
   j->sum_rows_written_back += (double)a->rows_written_back;
   j->sum_cache_hits += (double)a->cache_hits;
   for (int k = 0; k < N_PH; k++) j->sum_t[k] += a->t[k] / j->P;
@@ -655,8 +963,9 @@ static void complete_iteration(oracle_job_t *j, agg_t *a) {
   if (j->done % j->log_every == 0 || j->done == j->iterations) {
     double span = now - j->t_last_log;
     double sps = span > 0 ? (double)(j->done - j->done_at_last_log) * j->B / span : 0;
-    log_info("iteration=%llu/%llu samples_per_sec=%.0f loss=%.5f plan_ms=%.3f", (unsigned long long)j->done,
-             (unsigned long long)j->iterations, sps, loss, j->plans_done ? 1e3 * j->plan_secs_sum / j->plans_done : 0);
+    log_info("iteration=%llu/%llu samples_per_sec=%.0f loss=%.5f plan_ms=%.3f lookahead=%u slots_used=%llu",
+             (unsigned long long)j->done, (unsigned long long)j->iterations, sps, loss,
+             j->plans_done ? 1e3 * j->plan_secs_sum / j->plans_done : 0, j->L_now, (unsigned long long)j->slots_used);
     sdn_status("training: iteration %llu/%llu, %.0f samples/s, loss %.4f", (unsigned long long)j->done,
                (unsigned long long)j->iterations, sps, loss);
     j->t_last_log = now;
@@ -704,10 +1013,11 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
   /* every trainer all-reduces the same shared list: rows synchronized in
    * this iteration is that list's length, not P times it */
   if (r->rows_synced > a->rows_synced) a->rows_synced = r->rows_synced;
+  if (r->rows_synced_delayed > a->rows_synced_delayed) a->rows_synced_delayed = r->rows_synced_delayed;
   a->rows_written_back += r->rows_written_back;
   a->cache_hits += r->cache_hits;
-  const double ts[N_PH] = {r->t_wait,      r->t_fetch,  r->t_forward,    r->t_backward,
-                           r->t_allreduce, r->t_update, r->t_write_back, r->t_total};
+  const double ts[N_PH] = {r->t_wait,   r->t_fetch,      r->t_forward, r->t_backward,     r->t_allreduce,
+                           r->t_update, r->t_write_back, r->t_total,   r->t_prefetch_wait, r->t_sync_wait};
   for (int k = 0; k < N_PH; k++) {
     a->t[k] += ts[k];
     metrics_hist_observe(j->h_phase[k], ts[k]);
@@ -715,6 +1025,7 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
   metrics_counter_inc(j->c_reports);
   metrics_counter_add(j->c_rows_fetched, r->rows_fetched);
   metrics_counter_add(j->c_rows_synced, r->rows_synced);
+  metrics_counter_add(j->c_rows_synced_delayed, r->rows_synced_delayed);
   metrics_counter_add(j->c_rows_wb, r->rows_written_back);
   if (r->iteration + 1 == j->iterations) {
     if (r->dense_sha256.len) memcpy(t->sha, r->dense_sha256.data, r->dense_sha256.len);
@@ -1006,7 +1317,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->cfg = cfg;
   j->P = (uint32_t)cfg_int(cfg, "trainers");
   j->B = (uint32_t)cfg_int(cfg, "batch_size");
-  j->window = (uint32_t)cfg_int(cfg, "oracle.window");
+  j->window = j->window_cfg = (uint32_t)cfg_int(cfg, "oracle.window");
   j->iterations = (uint64_t)cfg_int(cfg, "iterations");
   j->eval_every = (uint64_t)cfg_int(cfg, "eval_every");
   j->eval_batches = (uint64_t)cfg_int(cfg, "eval_batches");
@@ -1016,6 +1327,20 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->mode = cfg_str(cfg, "mode");
   j->ideal = !strcmp(j->mode, "ideal");
   j->drain_ms = (int)cfg_int(cfg, "oracle.drain_ms");
+  j->lookahead_cfg = cfg_str(cfg, "lookahead");
+  /* every L, given or auto, is checked against cache_rows over the first
+   * batches before training: a given L too large for the cache is lowered
+   * then (the cacher's lowering during the run only frees slots waiting
+   * out their L batches; it cannot undo rows already kept for a long
+   * window) */
+  j->auto_l = !j->ideal;
+  int given_l = strcmp(j->lookahead_cfg, "auto") != 0; /* lookahead = N: at most N */
+  j->lrpp = cfg_bool(cfg, "lrpp");
+  j->delayed = cfg_bool(cfg, "delayed_sync");
+  j->max_l = given_l ? (uint32_t)strtoul(j->lookahead_cfg, NULL, 10) : (uint32_t)cfg_int(cfg, "oracle.max_lookahead");
+  j->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
+  j->probe = j->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
+  if (j->probe > j->iterations) j->probe = j->iterations;
   j->rounds_total = 0;
   if (j->eval_batches && j->iterations)
     j->rounds_total = j->eval_every ? j->iterations / j->eval_every + (j->iterations % j->eval_every ? 1 : 0) : 1;
@@ -1055,9 +1380,21 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     if (q < 4) q = 4;
     j->q_cap = (uint32_t)q;
   }
-  j->n_plans = j->window + PLAN_AHEAD;
+  /* The rings: the reports of a dispatch window, and the plans (see
+   * set_lookahead; auto sizes them for the largest L it may choose, and the
+   * plans for the probe too). */
+  if (j->ideal) {
+    j->n_agg = j->window;
+    j->n_plans = j->window + PLAN_AHEAD;
+  } else {
+    uint32_t l = j->max_l;
+    j->n_agg = j->window_cfg > l + 2 ? j->window_cfg : l + 2;
+    uint64_t n = (uint64_t)l + j->n_agg + PLAN_AHEAD + 1;
+    j->n_plans = (uint32_t)(n > j->probe ? n : j->probe);
+  }
+  j->plan_span = j->n_plans;
   j->tr = calloc(j->P, sizeof *j->tr);
-  j->agg = calloc(j->window, sizeof *j->agg);
+  j->agg = calloc(j->n_agg, sizeof *j->agg);
   j->plans = calloc(j->n_plans, sizeof *j->plans);
   j->q = calloc(j->q_cap, sizeof *j->q);
   if (!j->tr || !j->agg || !j->plans || !j->q) {
@@ -1071,6 +1408,9 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->g_test_loss = metrics_gauge(reg, "test_logloss", NULL, "logloss of the last evaluation");
   j->g_test_auc = metrics_gauge(reg, "test_auc", NULL, "ROC AUC of the last evaluation");
   j->g_state = metrics_gauge(reg, "job_state", NULL, "0 waiting, 1 training, 2 done, 3 failed, 4 stopped");
+  j->g_lookahead = metrics_gauge(reg, "lookahead", NULL, "lookahead L in force (the cacher may lower it)");
+  j->g_slots = metrics_gauge(reg, "cache_slots_used", NULL,
+                             "trainer cache slots holding a row or waiting out L batches before reuse");
   for (int k = 0; k < N_PH; k++) {
     char lab[64];
     snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[k]);
@@ -1086,6 +1426,8 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->c_batches = metrics_counter(reg, "batches_fetched_total", NULL, "train batches received from data processors");
   j->c_rows_fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows the trainers fetched");
   j->c_rows_synced = metrics_counter(reg, "rows_synced_total", NULL, "embedding rows the trainers synchronized");
+  j->c_rows_synced_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
+                                             "of the rows synchronized, those synchronized in the background");
   j->c_rows_wb = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
   j->c_evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
   /* handles: unref'd, so that they never keep a draining daemon's loop alive */
@@ -1097,12 +1439,12 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   uv_timer_start(&j->start_timer, on_start_timeout, (uint64_t)cfg_int(cfg, "oracle.start_timeout_ms"), 0);
   uv_unref((uv_handle_t *)&j->start_timer);
   j->handles_open = 2;
-  if (!strcmp(cfg_str(cfg, "lookahead"), "auto"))
-    log_info("lookahead = auto: this oracle implements the baseline only, so L = 0");
-  log_info("job created job_id=%s trainers=%u batch_size=%u iterations=%llu allocation=%s mode=%s lookahead=0 "
+  log_info("job created job_id=%s trainers=%u batch_size=%u iterations=%llu allocation=%s mode=%s lookahead=%s "
            "eval_every=%llu eval_batches=%llu dataprocs=%u",
            j->job_id, j->P, j->B, (unsigned long long)j->iterations, j->allocation, j->mode,
-           (unsigned long long)j->eval_every, (unsigned long long)j->eval_batches, j->n_dpc);
+           j->ideal ? "0 (ideal)" : j->lookahead_cfg, (unsigned long long)j->eval_every,
+           (unsigned long long)j->eval_batches, j->n_dpc);
+  /* the cacher: once the probe batches are planned (start_auto) */
   *out = j;
   return 0;
 fail:
@@ -1117,6 +1459,9 @@ static void on_closed(uv_handle_t *h) {
 
 void oracle_job_destroy(oracle_job_t *j) {
   if (!j) return;
+  /* ocache_auto may still read the probe plans on the worker pool */
+  j->destroying = 1;
+  while (j->auto_running) uv_run(j->loop, UV_RUN_ONCE);
   pthread_mutex_lock(&j->mu);
   j->stop = 1;
   pthread_cond_broadcast(&j->cv_space);
@@ -1144,9 +1489,9 @@ void oracle_job_destroy(oracle_job_t *j) {
       free(j->q[i]);
     }
   free(j->q);
-  for (uint32_t i = 0; j->plans && i < j->n_plans; i++)
-    if (j->plans[i].state == SLOT_READY) oracle_plan_close(&j->plans[i].plan);
+  release_plans(j);
   free(j->plans);
+  ocache_destroy(j->cache);
   if (j->eval_pending) {
     oracle_plan_close(j->eval_pending);
     free(j->eval_pending);
@@ -1267,6 +1612,8 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_printf(&b, ", ");
   sb_num(&b, "rows_synced", n > 0 ? j->sum_rows_synced / n : 0);
   sb_printf(&b, ", ");
+  sb_num(&b, "rows_synced_delayed", n > 0 ? j->sum_rows_synced_delayed / n : 0);
+  sb_printf(&b, ", ");
   sb_num(&b, "rows_written_back", n > 0 ? j->sum_rows_written_back / n : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "cache_hits", n > 0 ? j->sum_cache_hits / n : 0);
@@ -1279,7 +1626,13 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_num(&b, "unique_keys", j->plans_done ? j->sum_unique / (double)j->plans_done : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "plan_seconds", j->plans_done ? j->plan_secs_sum / (double)j->plans_done : 0);
-  sb_printf(&b, ", \"trainers\": %u, \"batch_size\": %u, \"lookahead\": 0, ", j->P, j->B);
+  /* lookahead: in force at the end (or now); lookahead_start: given, or chosen by auto (0 until then) */
+  sb_printf(&b,
+            ", \"trainers\": %u, \"batch_size\": %u, \"lookahead\": %u, \"lookahead_start\": %u, \"cache_rows\": %llu, "
+            "\"slots_peak\": %llu, ",
+            j->P, j->B, j->L_now, j->L_start, (unsigned long long)j->cache_rows, (unsigned long long)j->slots_peak);
+  sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
+  sb_printf(&b, ", ");
   sb_str(&b, "mode", j->mode);
   sb_printf(&b, ", ");
   sb_str(&b, "allocation", j->allocation);

@@ -1,6 +1,9 @@
 /*
- * oracle_job: one training job as the oracle runs it, with lookahead L = 0
- * (the baseline of DESIGN.md section 3).
+ * oracle_job: one training job as the oracle runs it (DESIGN.md sections 3
+ * and 4): in mode ideal without any embedding traffic, in every other mode
+ * with the lookahead cacher (oracle_cache.h) deciding, batch by batch, what
+ * each trainer fetches into which cache slot, synchronizes (critical or
+ * delayed) and writes back and evicts.
  *
  * Lifecycle: waiting (trainers join and open their Work streams) ->
  * training (once every rank 0..P-1 has said Hello) -> done | failed |
@@ -17,13 +20,36 @@
  *    test batches), concatenates it and plans its split across trainers.
  *  - The loop thread pops batches in order and hands each to libuv's worker
  *    pool for planning (oracle_plan_build; at most 2 at once, at most
- *    window + 2 planned batches not yet sent to every trainer).
- *  - Dispatch (loop): trainer p gets Step x once x is planned, x < (the
- *    iterations every trainer has reported) + oracle.window, and its send
- *    queue holds fewer than 2 messages (rpc_call_queued; on_sent and every
- *    report call dispatch again).  An Eval item follows Step x directly on
- *    the stream when an evaluation is due after x, so a trainer evaluates
- *    the model exactly as it is after x without the oracle stalling.
+ *    L + window + 3 planned batches not yet sent to every trainer; ideal:
+ *    window + 2).  Plans keep each batch's distinct keys and their users
+ *    (ORACLE_PLAN_KEYS); ideal plans have no key lists at all.
+ *  - The cacher (loop, every mode but ideal): planned batches enter it in
+ *    order (ocache_push) and batch x is decided (ocache_decide) once x + L
+ *    has entered, or the last batch has.  lookahead = N starts at L = N;
+ *    lookahead = auto first waits for the first oracle.auto_probe batches
+ *    to be planned and picks, on the worker pool, the largest L <=
+ *    oracle.max_lookahead whose exact slot need over them fits cache_rows
+ *    (the job fails if even L = 0 does not).  The cacher lowers L when the
+ *    cache runs full (logged); a batch that does not fit even at L = 0
+ *    fails the job.  A plan lives until it is decided and sent to every
+ *    trainer.
+ *  - Dispatch (loop): trainer p gets Step x once x is planned (and
+ *    decided), x < (the iterations every trainer has reported) + window,
+ *    window = max(oracle.window, L + 2) so that trainers can prefetch L
+ *    batches ahead, and its send queue holds fewer than 2 messages
+ *    (rpc_call_queued; on_sent and every report call dispatch again).  An
+ *    Eval item follows Step x directly on the stream when an evaluation is
+ *    due after x, so a trainer evaluates the model exactly as it is after x
+ *    without the oracle stalling.
+ *  - A Step carries, besides the samples: the slot of each id; the rows to
+ *    fetch and their slots; the rows to write back and their slots; the
+ *    slots all-reduced before the next step (sync_critical) and in the
+ *    background (sync_delayed), both the same on every trainer; every slot
+ *    freed after the step (evict_slots: all trainers' write-back slots, in
+ *    rank order, the same list on every trainer); the prefetch gate (fetch
+ *    once every trainer finished the iterations below it); L; the trainer's
+ *    cache hits.  Slots are little-endian uint32, keys little-endian
+ *    uint64.  sync_keys stays empty.
  *  - Reports are aggregated per iteration once all P arrived (in order,
  *    since each trainer reports in order); EvalResults per round, whose
  *    logloss and AUC are computed on the worker pool.
@@ -56,8 +82,9 @@ enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_S
 /* "waiting", "training", "done", "failed", "stopped". */
 const char *oracle_state_name(int state);
 
-/* Refuses what this oracle does not implement yet, with a sentence:
- * lookahead other than 0 / auto, allocation = laia.  0 or ERR_CONFIG. */
+/* Refuses what this oracle does not implement, with a sentence: a fixed
+ * lookahead above 4096, cache_rows outside [1, 2^32) outside ideal mode,
+ * allocation = laia.  0 or ERR_CONFIG. */
 int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len);
 
 /* Creates the job (cfg must outlive it): channels to the data processors,

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "orc.h"
 #include "sdn.h"
+#include "trainer_kmap.h"
 #include "trainer_rows.h"
 #include "trainer_step.h"
 
@@ -68,6 +69,38 @@ struct trainer_s {
   int hb_running;
   atomic_ullong last_done; /* last finished iteration + 1 (0: none) */
 
+  /* ---- the cache pipeline (every mode but ideal; trainer_loop.h) */
+  uint64_t cache_rows;
+  kmap_t *kmap;          /* training thread only */
+  pthread_mutex_t pmu;   /* the fields below */
+  pthread_cond_t fcv;    /* feeder queue, known_done, gate waits */
+  pthread_cond_t bcv;    /* background work */
+  /* the feeder: reads the Work stream, prefetches each Step's rows once
+   * its gate allows, queues the items for the training thread */
+  pthread_t feeder;
+  int feeder_running;
+  struct fitem_s *fq_head, *fq_tail;
+  int feed_end, feed_rc, feed_quit;
+  char feed_err[768];
+  uint64_t known_done;   /* iterations < known_done finished by every trainer, background work included */
+  int pf_state;          /* 0 reading the stream, 1 waiting for a gate, 2 fetching */
+  uint64_t pf_x, pf_gate;
+  uint64_t *pf_keys;     /* feeder only */
+  float *pf_rows;
+  size_t pf_cap;
+  /* the background thread: delayed synchronization, delayed updates,
+   * write-backs of one step while the next one trains */
+  pthread_t bgth;
+  int bg_running, bg_busy, bg_quit, bg_rc, bg_evict_pending;
+  char bg_err[768];
+  uint64_t bg_x;
+  uint32_t *bg_del, *bg_wbs, *bg_evict;
+  uint64_t *bg_wbk;
+  float *bg_grad, *bg_rows;
+  size_t bg_n_del, bg_n_wb, bg_n_evict, bg_cap_del, bg_cap_wb, bg_cap_evict;
+  float *crit_buf;
+  size_t cap_crit;
+
   /* scratch */
   uint64_t *kbuf;
   size_t cap_kbuf;
@@ -77,7 +110,7 @@ struct trainer_s {
   /* metrics */
   metrics_gauge_t *m_iter, *m_loss, *m_phase[PH_N];
   metrics_hist_t *m_step;
-  metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals;
+  metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals, *m_hits, *m_delayed;
 };
 
 static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -111,6 +144,10 @@ static void register_metrics(trainer_t *t, metrics_registry_t *reg) {
   t->m_synced =
       metrics_counter(reg, "rows_synced_total", NULL, "shared embedding rows whose gradients were all-reduced");
   t->m_written = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows written back");
+  t->m_hits = metrics_counter(reg, "cache_hits_total", NULL,
+                              "distinct rows of a step's samples already in the cache (not fetched for it)");
+  t->m_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
+                                 "shared rows synchronized in the background, overlapped with the next step");
   t->m_samples = metrics_counter(reg, "samples_total", NULL, "training samples processed by this trainer");
   t->m_evals = metrics_counter(reg, "eval_items_total", NULL, "evaluation items answered");
   for (int p = 0; p < PH_N; p++) {
@@ -153,6 +190,9 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   if (!t) return -ENOMEM;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
+  pthread_mutex_init(&t->pmu, NULL);
+  pthread_cond_init(&t->fcv, NULL);
+  pthread_cond_init(&t->bcv, NULL);
   t->cfg = cfg;
   t->rank = rank;
   t->trainers = (uint32_t)cfg_int(cfg, "trainers");
@@ -179,8 +219,16 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
       set_err(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
       goto fail;
     }
-  } else if ((rc = embc_create(cfg, &t->embc, err, err_len)) != 0) {
-    goto fail;
+  } else {
+    if ((rc = embc_create(cfg, &t->embc, err, err_len)) != 0) goto fail;
+    t->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
+    if ((rc = tstep_cache_init(t->ts, t->cache_rows, err, err_len)) != 0) goto fail;
+    if ((rc = kmap_create(t->cache_rows, &t->kmap)) != 0) {
+      set_err(err, err_len, rc, "out of memory for the map of %" PRIu64 " cache slots", t->cache_rows);
+      goto fail;
+    }
+    log_info("cache rank=%u cache_rows=%" PRIu64 " bytes=%.1f MiB", rank, t->cache_rows,
+             (double)t->cache_rows * tstep_row_floats(t->ts) * 4 / (1 << 20));
   }
   if ((rc = orc_create(cfg, NULL, &t->orc, err, err_len)) != 0) goto fail;
   if ((rc = heartbeat_client(t, err, err_len)) != 0) goto fail;
@@ -207,6 +255,19 @@ void trainer_destroy(trainer_t *t) {
   free(t->kbuf);
   free(t->eval_logits);
   free(t->save_dense);
+  kmap_destroy(t->kmap);
+  free(t->pf_keys);
+  free(t->pf_rows);
+  free(t->bg_del);
+  free(t->bg_wbs);
+  free(t->bg_evict);
+  free(t->bg_wbk);
+  free(t->bg_grad);
+  free(t->bg_rows);
+  free(t->crit_buf);
+  pthread_cond_destroy(&t->bcv);
+  pthread_cond_destroy(&t->fcv);
+  pthread_mutex_destroy(&t->pmu);
   pthread_cond_destroy(&t->cv);
   pthread_mutex_destroy(&t->mu);
   free(t);
@@ -241,6 +302,10 @@ void trainer_stop(trainer_t *t, const char *why) {
   if (t->stream) rpc_stream_cancel(t->stream);
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
+  pthread_mutex_lock(&t->pmu);
+  pthread_cond_broadcast(&t->fcv);
+  pthread_cond_broadcast(&t->bcv);
+  pthread_mutex_unlock(&t->pmu);
 }
 
 /* ------------------------------------------------------------------ heartbeat */
@@ -333,6 +398,397 @@ static int fetch(trainer_t *t, const void *keys, size_t n, char *err, size_t err
     return rc;
   }
   return embc_lookup(t->embc, tstep_slot_keys(t->ts), n, rows, err, err_len);
+}
+
+/* ------------------------------------------------------------------ the cache pipeline
+ *
+ * Three threads per trainer (DESIGN.md 3):
+ *   feeder      reads the Work stream; for a Step, waits for its gate
+ *               (every trainer finished the iterations < prefetch_gate,
+ *               background work included), fetches its rows from the
+ *               embedding servers into their cache slots, then queues it;
+ *   training    forward, backward (dense all-reduce overlapped), critical
+ *               synchronization, updates, hand-off to the background, the
+ *               Report;
+ *   background  the delayed synchronization of step x, the delayed rows'
+ *               updates and x's write-backs, while step x+1's forward runs.
+ * They touch disjoint cache slots (the oracle's slot rules), so the hot
+ * path takes no lock; they meet once per step on pmu.
+ *
+ * What "every trainer finished" means here: the background work of x-1 is
+ * waited for before the backward of x, whose dense all-reduce then cannot
+ * complete on any trainer before every trainer has done so: after it,
+ * known_done = x.  A gate beyond that (x itself, with L = 0) is reached
+ * by an explicit barrier (gate_barrier).  The group's collectives run in
+ * one order on every trainer: [background x-1: delayed rows] [the gate
+ * barrier, if any] [dense buckets of x] [critical rows of x] ... */
+
+typedef struct fitem_s {
+  struct fitem_s *next;
+  Chanter__Oracle__V1__WorkItem *item;
+  double t_fetch; /* seconds the feeder spent fetching its rows */
+} fitem_t;
+
+static int grow_buf(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 1024;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, nc * elem);
+  if (!q) return -ENOMEM;
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+static int check_u32_field(const tstep_t *ts, const ProtobufCBinaryData *f, size_t want, const char *name, uint64_t x,
+                           char *err, size_t err_len) {
+  if (want != SIZE_MAX && f->len != want * 4)
+    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, want %zu (4 per entry)", x,
+                   name, f->len, want * 4);
+  if (f->len % 4)
+    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 4", x, name,
+                   f->len);
+  char why[256];
+  int rc = tstep_cache_check(ts, f->data, f->len / 4, name, why, sizeof why);
+  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+  return 0;
+}
+
+/* The feeder's prefetch of one Step: validate, wait for the gate, fetch. */
+static int prefetch(trainer_t *t, const Chanter__Oracle__V1__Step *st, double *t_fetch, char *err, size_t err_len) {
+  uint64_t x = st->iteration;
+  int rc;
+  if ((rc = check_keys_field(&st->fetch_keys, "fetch_keys", x, err, err_len)) != 0) return rc;
+  size_t n = st->fetch_keys.len / 8;
+  if ((rc = check_u32_field(t->ts, &st->fetch_slots, n, "fetch_slots", x, err, err_len)) != 0) return rc;
+  pthread_mutex_lock(&t->pmu);
+  if (st->prefetch_gate > t->known_done) {
+    t->pf_state = 1;
+    t->pf_x = x;
+    t->pf_gate = st->prefetch_gate;
+    pthread_cond_broadcast(&t->fcv);
+    while (st->prefetch_gate > t->known_done && !stopping(t) && !t->feed_quit) pthread_cond_wait(&t->fcv, &t->pmu);
+  }
+  t->pf_state = 2;
+  t->pf_x = x;
+  int quit = t->feed_quit;
+  pthread_mutex_unlock(&t->pmu);
+  if (stopping(t) || quit) return set_err(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
+  double t0 = now_s();
+  if (n) {
+    uint32_t rf = tstep_row_floats(t->ts);
+    size_t cap_k = t->pf_cap, cap_r = t->pf_cap;
+    if (grow_buf((void **)&t->pf_keys, &cap_k, n, sizeof *t->pf_keys) ||
+        grow_buf((void **)&t->pf_rows, &cap_r, n * rf, sizeof(float)))
+      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for %zu prefetched rows", x, n);
+    t->pf_cap = cap_k < cap_r / rf ? cap_k : cap_r / rf;
+    memcpy(t->pf_keys, st->fetch_keys.data, n * 8);
+    char why[768] = "";
+    if ((rc = embc_lookup(t->embc, t->pf_keys, n, t->pf_rows, why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": prefetch of %zu rows failed: %s", x, n, why);
+    tstep_cache_scatter(t->ts, st->fetch_slots.data, n, t->pf_rows);
+  }
+  *t_fetch = now_s() - t0;
+  return 0;
+}
+
+static void feed_finish(trainer_t *t, int rc, const char *why) {
+  pthread_mutex_lock(&t->pmu);
+  t->feed_end = 1;
+  t->feed_rc = rc;
+  snprintf(t->feed_err, sizeof t->feed_err, "%s", why);
+  t->pf_state = 0;
+  pthread_cond_broadcast(&t->fcv);
+  pthread_mutex_unlock(&t->pmu);
+}
+
+static void *feeder_main(void *arg) {
+  trainer_t *t = arg;
+  for (;;) {
+    Chanter__Oracle__V1__WorkItem *item = NULL;
+    int rc = orc_work_next(t->stream, &item);
+    if (rc) {
+      char why[768];
+      snprintf(why, sizeof why, "the Work stream from the oracle at %s broke: %s", orc_address(t->orc), err_str(rc));
+      feed_finish(t, rc, rc == 1 ? "" : why);
+      return NULL;
+    }
+    double tf = 0;
+    char err[768] = "";
+    if (!t->ideal && item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP &&
+        (rc = prefetch(t, item->step, &tf, err, sizeof err)) != 0) {
+      protobuf_c_message_free_unpacked(&item->base, NULL);
+      feed_finish(t, rc, err);
+      return NULL;
+    }
+    fitem_t *f = calloc(1, sizeof *f);
+    if (!f) {
+      protobuf_c_message_free_unpacked(&item->base, NULL);
+      feed_finish(t, -ENOMEM, "out of memory queueing a work item");
+      return NULL;
+    }
+    f->item = item;
+    f->t_fetch = tf;
+    pthread_mutex_lock(&t->pmu);
+    if (t->fq_tail) t->fq_tail->next = f;
+    else t->fq_head = f;
+    t->fq_tail = f;
+    t->pf_state = 0;
+    pthread_cond_broadcast(&t->fcv);
+    pthread_mutex_unlock(&t->pmu);
+  }
+}
+
+static void *bg_main(void *arg) {
+  trainer_t *t = arg;
+  uint32_t dim = tstep_dim(t->ts);
+  pthread_mutex_lock(&t->pmu);
+  for (;;) {
+    while (!t->bg_busy && !t->bg_quit) pthread_cond_wait(&t->bcv, &t->pmu);
+    if (!t->bg_busy) break;
+    int failed = t->bg_rc != 0;
+    pthread_mutex_unlock(&t->pmu);
+    int rc = 0;
+    char err[768] = "";
+    if (!failed && t->bg_n_del) {
+      if ((rc = coll_allreduce_sum_f32_ordered(t->coll, t->bg_grad, t->bg_n_del * dim)) != 0)
+        set_err(err, sizeof err, rc,
+                "iteration %" PRIu64 ": all-reduce of %zu delayed rows' gradients among %u trainers failed: %s",
+                t->bg_x, t->bg_n_del, t->trainers, err_str(rc));
+      else
+        tstep_cache_update_rows(t->ts, t->bg_del, t->bg_n_del, t->bg_grad);
+    }
+    if (!failed && !rc && t->bg_n_wb) {
+      tstep_cache_gather(t->ts, t->bg_wbs, t->bg_n_wb, t->bg_rows);
+      char why[768] = "";
+      if ((rc = embc_write(t->embc, t->bg_wbk, t->bg_n_wb, t->bg_rows, why, sizeof why)) != 0)
+        set_err(err, sizeof err, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", t->bg_x, t->bg_n_wb,
+                why);
+    }
+    pthread_mutex_lock(&t->pmu);
+    if (rc && !t->bg_rc) {
+      t->bg_rc = rc;
+      snprintf(t->bg_err, sizeof t->bg_err, "%s", err);
+    }
+    t->bg_busy = 0;
+    pthread_cond_broadcast(&t->bcv);
+  }
+  pthread_mutex_unlock(&t->pmu);
+  return NULL;
+}
+
+/* Waits for the background work in flight; then its evictions leave the
+ * key map.  0 or its error. */
+static int wait_bg(trainer_t *t, double *t_waited, char *err, size_t err_len) {
+  double t0 = now_s();
+  pthread_mutex_lock(&t->pmu);
+  while (t->bg_busy) pthread_cond_wait(&t->bcv, &t->pmu);
+  int rc = t->bg_rc;
+  if (rc) set_err(err, err_len, rc, "%s", t->bg_err);
+  pthread_mutex_unlock(&t->pmu);
+  if (!rc && t->bg_evict_pending) {
+    for (size_t i = 0; i < t->bg_n_evict; i++) kmap_clear(t->kmap, t->bg_evict[i]);
+    t->bg_evict_pending = 0;
+  }
+  if (t_waited) *t_waited += now_s() - t0;
+  return rc;
+}
+
+/* Every trainer has finished the iterations < x (background included):
+ * this trainer's background, then a barrier. */
+static int gate_barrier(trainer_t *t, uint64_t x, char *err, size_t err_len) {
+  int rc = wait_bg(t, NULL, err, err_len);
+  if (rc) return rc;
+  if ((rc = coll_barrier(t->coll)) != 0)
+    return set_err(err, err_len, rc, "barrier before iteration %" PRIu64 " failed among %u trainers: %s", x,
+                   t->trainers, err_str(rc));
+  pthread_mutex_lock(&t->pmu);
+  if (x > t->known_done) t->known_done = x;
+  pthread_cond_broadcast(&t->fcv);
+  pthread_mutex_unlock(&t->pmu);
+  return 0;
+}
+
+/* The next queued item (for iteration `expect` when it is a Step).  1 at
+ * the clean end of the stream, a negative code on failure (err). */
+static int next_item(trainer_t *t, uint64_t expect, fitem_t **out, double *t_prefetch_wait, char *err,
+                     size_t err_len) {
+  *out = NULL;
+  *t_prefetch_wait = 0;
+  double t0 = now_s();
+  int prefetching = 0;
+  pthread_mutex_lock(&t->pmu);
+  for (;;) {
+    if (t->fq_head) {
+      fitem_t *f = t->fq_head;
+      t->fq_head = f->next;
+      if (!t->fq_head) t->fq_tail = NULL;
+      pthread_mutex_unlock(&t->pmu);
+      if (prefetching) *t_prefetch_wait = now_s() - t0;
+      *out = f;
+      return 0;
+    }
+    if (t->feed_end) {
+      int rc = t->feed_rc;
+      if (rc != 1) set_err(err, err_len, rc, "%s", t->feed_err);
+      pthread_mutex_unlock(&t->pmu);
+      return rc;
+    }
+    if (t->pf_state && t->pf_x == expect) prefetching = 1;
+    if (!t->ideal && t->pf_state == 1 && t->pf_x == expect && t->pf_gate > t->known_done) {
+      pthread_mutex_unlock(&t->pmu);
+      int rc = gate_barrier(t, expect, err, err_len);
+      if (rc) return rc;
+      pthread_mutex_lock(&t->pmu);
+      continue;
+    }
+    pthread_cond_wait(&t->fcv, &t->pmu);
+  }
+}
+
+static void free_fitem(fitem_t *f) {
+  if (!f) return;
+  if (f->item) protobuf_c_message_free_unpacked(&f->item->base, NULL);
+  free(f);
+}
+
+/* Room in the background's buffers (only touched while it is idle). */
+static int bg_reserve(trainer_t *t, size_t n_del, size_t n_wb, size_t n_ev, uint32_t dim, uint32_t rf) {
+  if (n_del + 1 > t->bg_cap_del) {
+    size_t nc = (n_del + 1) * 2;
+    uint32_t *d = realloc(t->bg_del, nc * sizeof *d);
+    if (d) t->bg_del = d;
+    float *g = realloc(t->bg_grad, nc * dim * sizeof(float));
+    if (g) t->bg_grad = g;
+    if (!d || !g) return -ENOMEM;
+    t->bg_cap_del = nc;
+  }
+  if (n_wb + 1 > t->bg_cap_wb) {
+    size_t nc = (n_wb + 1) * 2;
+    uint64_t *k = realloc(t->bg_wbk, nc * sizeof *k);
+    if (k) t->bg_wbk = k;
+    uint32_t *w = realloc(t->bg_wbs, nc * sizeof *w);
+    if (w) t->bg_wbs = w;
+    float *r = realloc(t->bg_rows, nc * rf * sizeof(float));
+    if (r) t->bg_rows = r;
+    if (!k || !w || !r) return -ENOMEM;
+    t->bg_cap_wb = nc;
+  }
+  if (n_ev + 1 > t->bg_cap_evict) {
+    size_t nc = (n_ev + 1) * 2;
+    uint32_t *e = realloc(t->bg_evict, nc * sizeof *e);
+    if (!e) return -ENOMEM;
+    t->bg_evict = e;
+    t->bg_cap_evict = nc;
+  }
+  return 0;
+}
+
+static int start_pipeline(trainer_t *t) {
+  if (pthread_create(&t->feeder, NULL, feeder_main, t) != 0) return -EAGAIN;
+  t->feeder_running = 1;
+  if (!t->ideal) {
+    if (pthread_create(&t->bgth, NULL, bg_main, t) != 0) return -EAGAIN;
+    t->bg_running = 1;
+  }
+  return 0;
+}
+
+/* The feeder ends with the stream (cancelled or finished by the caller). */
+static void join_feeder(trainer_t *t) {
+  if (!t->feeder_running) return;
+  pthread_join(t->feeder, NULL);
+  t->feeder_running = 0;
+  pthread_mutex_lock(&t->pmu);
+  fitem_t *f = t->fq_head;
+  t->fq_head = t->fq_tail = NULL;
+  pthread_mutex_unlock(&t->pmu);
+  while (f) {
+    fitem_t *n = f->next;
+    free_fitem(f);
+    f = n;
+  }
+}
+
+static void stop_bg(trainer_t *t) {
+  if (!t->bg_running) return;
+  pthread_mutex_lock(&t->pmu);
+  t->bg_quit = 1;
+  pthread_cond_broadcast(&t->bcv);
+  pthread_mutex_unlock(&t->pmu);
+  pthread_join(t->bgth, NULL);
+  t->bg_running = 0;
+}
+
+/* What one step moved, for the Report, the metrics and the log. */
+typedef struct step_counts_s {
+  size_t fetched, synced, synced_delayed, written_back, hits;
+  double dense_comm, prefetch_wait, sync_wait;
+  uint32_t lookahead;
+} step_counts_t;
+
+static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const double *ph, const step_counts_t *c,
+                       char *err, size_t err_len) {
+  int rc;
+  Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
+  r.iteration = x;
+  r.loss_sum = loss;
+  r.samples = n;
+  r.rows_fetched = c->fetched;
+  r.rows_synced = c->synced;
+  r.rows_synced_delayed = c->synced_delayed;
+  r.rows_written_back = c->written_back;
+  r.cache_hits = c->hits;
+  r.t_wait = ph[PH_WAIT];
+  r.t_fetch = ph[PH_FETCH];
+  r.t_forward = ph[PH_FWD];
+  r.t_backward = ph[PH_BWD];
+  r.t_allreduce = ph[PH_ALLREDUCE];
+  r.t_update = ph[PH_UPDATE];
+  r.t_write_back = ph[PH_WB];
+  r.t_total = ph[PH_TOTAL];
+  r.t_prefetch_wait = c->prefetch_wait;
+  r.t_sync_wait = c->sync_wait;
+  uint8_t sha[32];
+  char hex[65] = "";
+  if (x + 1 == t->iterations) {
+    tstep_dense_sha256(t->ts, sha);
+    r.dense_sha256.data = sha;
+    r.dense_sha256.len = 32;
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
+      log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
+    else if (t->save_dense)
+      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, model_n_params(tstep_model(t->ts)));
+  }
+  if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
+                   orc_address(t->orc), err_str(rc));
+  atomic_store(&t->last_done, x + 1);
+
+  metrics_gauge_set(t->m_iter, (double)x);
+  if (n) metrics_gauge_set(t->m_loss, loss / n);
+  metrics_hist_observe(t->m_step, ph[PH_TOTAL] - ph[PH_WAIT]);
+  metrics_counter_add(t->m_fetched, c->fetched);
+  metrics_counter_add(t->m_synced, c->synced);
+  metrics_counter_add(t->m_written, c->written_back);
+  metrics_counter_add(t->m_hits, c->hits);
+  metrics_counter_add(t->m_delayed, c->synced_delayed);
+  metrics_counter_add(t->m_samples, n);
+  for (int p = 0; p < PH_N; p++) metrics_gauge_set(t->m_phase[p], ph[p]);
+  if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
+    log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
+             " samples=%u loss=%.5f lookahead=%u rows_fetched=%zu cache_hits=%zu rows_synced=%zu delayed=%zu"
+             " rows_written_back=%zu wait_ms=%.2f fetch_ms=%.2f forward_ms=%.2f sync_wait_ms=%.2f backward_ms=%.2f"
+             " allreduce_ms=%.2f dense_comm_ms=%.2f update_ms=%.2f write_back_ms=%.2f total_ms=%.2f%s%s",
+             t->rank, x, x + 1, t->iterations, n, n ? loss / n : 0.0, c->lookahead, c->fetched, c->hits, c->synced,
+             c->synced_delayed, c->written_back, 1e3 * ph[PH_WAIT], 1e3 * ph[PH_FETCH], 1e3 * ph[PH_FWD],
+             1e3 * c->sync_wait, 1e3 * ph[PH_BWD], 1e3 * ph[PH_ALLREDUCE], 1e3 * c->dense_comm, 1e3 * ph[PH_UPDATE],
+             1e3 * ph[PH_WB], 1e3 * ph[PH_TOTAL], hex[0] ? " dense_sha256=" : "", hex);
+    sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
+               t->trainers);
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------------ one step */
@@ -439,64 +895,182 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   ph[PH_TOTAL] = t_wait + (t6 - t0);
 
   /* g. report */
-  Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
-  r.iteration = x;
-  r.loss_sum = loss;
-  r.samples = b.n;
   if (t->ideal) n_fetch = n_wb = 0; /* counters of embedding traffic: there is none */
-  r.rows_fetched = n_fetch;
-  r.rows_synced = n_sync;
-  r.rows_written_back = n_wb;
-  r.cache_hits = 0;
-  r.t_wait = ph[PH_WAIT];
-  r.t_fetch = ph[PH_FETCH];
-  r.t_forward = ph[PH_FWD];
-  r.t_backward = ph[PH_BWD];
-  r.t_allreduce = ph[PH_ALLREDUCE];
-  r.t_update = ph[PH_UPDATE];
-  r.t_write_back = ph[PH_WB];
-  r.t_total = ph[PH_TOTAL];
-  uint8_t sha[32];
-  char hex[65] = "";
-  if (x + 1 == t->iterations) {
-    tstep_dense_sha256(t->ts, sha);
-    r.dense_sha256.data = sha;
-    r.dense_sha256.len = 32;
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
-    if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
-      log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
-    else if (t->save_dense)
-      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, model_n_params(m));
-  }
-  if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
-                   orc_address(t->orc), err_str(rc));
-  atomic_store(&t->last_done, x + 1);
+  step_counts_t c = {.fetched = n_fetch, .synced = n_sync, .written_back = n_wb, .dense_comm = t_comm};
+  return report_step(t, x, b.n, loss, ph, &c, err, err_len);
+}
 
-  metrics_gauge_set(t->m_iter, (double)x);
-  if (b.n) metrics_gauge_set(t->m_loss, loss / b.n);
-  metrics_hist_observe(t->m_step, ph[PH_TOTAL] - ph[PH_WAIT]);
-  metrics_counter_add(t->m_fetched, n_fetch);
-  metrics_counter_add(t->m_synced, n_sync);
-  metrics_counter_add(t->m_written, n_wb);
-  metrics_counter_add(t->m_samples, b.n);
-  for (int p = 0; p < PH_N; p++) metrics_gauge_set(t->m_phase[p], ph[p]);
-  if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
-    log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
-             " samples=%u loss=%.5f rows_fetched=%zu rows_synced=%zu rows_written_back=%zu wait_ms=%.2f"
-             " fetch_ms=%.2f forward_ms=%.2f backward_ms=%.2f allreduce_ms=%.2f dense_comm_ms=%.2f update_ms=%.2f"
-             " write_back_ms=%.2f total_ms=%.2f%s%s",
-             t->rank, x, x + 1, t->iterations, b.n, b.n ? loss / b.n : 0.0, n_fetch, n_sync, n_wb, 1e3 * ph[PH_WAIT],
-             1e3 * ph[PH_FETCH], 1e3 * ph[PH_FWD], 1e3 * ph[PH_BWD], 1e3 * ph[PH_ALLREDUCE], 1e3 * t_comm,
-             1e3 * ph[PH_UPDATE],
-             1e3 * ph[PH_WB], 1e3 * ph[PH_TOTAL], hex[0] ? " dense_sha256=" : "", hex);
-    sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
-               t->trainers);
+/* One step with the cache (every mode but ideal; see "the cache pipeline"
+ * above).  Its rows were prefetched into their slots by the feeder. */
+static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait,
+                         double t_prefetch, char *err, size_t err_len) {
+  uint64_t x = st->iteration;
+  double ph[PH_N] = {0};
+  step_counts_t c = {.lookahead = st->lookahead, .prefetch_wait = t_prefetch};
+  ph[PH_WAIT] = t_wait - t_prefetch;
+  ph[PH_FETCH] = t_prefetch; /* the part of the wait spent on this step's own rows */
+  double t0 = now_s();
+  if (x != expect)
+    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
+                   expect);
+  tstep_batch_t b;
+  char why[768] = "";
+  int rc = tstep_batch_from_pb(t->ts, st->samples, 0, &b, why, sizeof why);
+  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
+  if (b.n && st->global_batch < b.n)
+    return set_err(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
+                   st->global_batch, b.n);
+  size_t n_fetch = st->fetch_keys.len / 8, n_wb;
+  size_t n_crit = st->sync_critical.len / 4, n_del = st->sync_delayed.len / 4, n_ev = st->evict_slots.len / 4;
+  if ((rc = check_u32_field(t->ts, &st->slots, b.n ? b.ids_off[t->schema.n_tables] : 0, "slots", x, err, err_len)) ||
+      (rc = check_keys_field(&st->write_back_keys, "write_back_keys", x, err, err_len)) ||
+      (rc = check_u32_field(t->ts, &st->write_back_slots, st->write_back_keys.len / 8, "write_back_slots", x, err,
+                            err_len)) ||
+      (rc = check_u32_field(t->ts, &st->sync_critical, SIZE_MAX, "sync_critical", x, err, err_len)) ||
+      (rc = check_u32_field(t->ts, &st->sync_delayed, SIZE_MAX, "sync_delayed", x, err, err_len)) ||
+      (rc = check_u32_field(t->ts, &st->evict_slots, SIZE_MAX, "evict_slots", x, err, err_len)))
+    return rc;
+  n_wb = st->write_back_keys.len / 8;
+
+  /* a. forward over the cached rows */
+  if ((rc = tstep_cache_forward(t->ts, &b, st->slots.data, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+  double t1 = now_s();
+  ph[PH_FWD] = t1 - t0;
+
+  /* b. the background work of x - 1 must be over before x's dense
+   * all-reduce starts (it is what tells every trainer that x - 1 is done
+   * everywhere) and before x's critical rows are synchronized */
+  if ((rc = wait_bg(t, &c.sync_wait, why, sizeof why)) != 0) return set_err(err, err_len, rc, "%s", why);
+  for (size_t i = 0; i < n_fetch; i++) { /* x's rows are cached now: the key map learns them */
+    uint64_t k;
+    uint32_t sl;
+    memcpy(&k, st->fetch_keys.data + 8 * i, 8);
+    memcpy(&sl, st->fetch_slots.data + 4 * i, 4);
+    if (kmap_set(t->kmap, sl, k) != 0) return set_err(err, err_len, -ENOMEM, "out of memory in the key map");
   }
-  return 0;
+  double t2 = now_s();
+
+  /* c. backward, the dense all-reduce overlapped with it */
+  tar_begin(t->dense_ar);
+  double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
+  double t3 = now_s();
+  ph[PH_BWD] = t3 - t2;
+  model_t *m = tstep_model(t->ts);
+  if ((rc = tar_finish(t->dense_ar, &c.dense_comm)) != 0)
+    return set_err(err, err_len, rc,
+                   "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
+                   "(a peer trainer died or is unreachable; see the collective's log line)",
+                   x, model_n_params(m), t->trainers, err_str(rc));
+  pthread_mutex_lock(&t->pmu); /* every trainer finished x - 1: prefetches gated on it may go */
+  if (x > t->known_done) t->known_done = x;
+  pthread_cond_broadcast(&t->fcv);
+  pthread_mutex_unlock(&t->pmu);
+
+  /* d. critical rows: synchronized before x + 1 starts */
+  uint32_t dim = tstep_dim(t->ts);
+  if (n_crit) {
+    if (grow_buf((void **)&t->crit_buf, &t->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
+    tstep_cache_pack(t->ts, st->sync_critical.data, n_crit, t->crit_buf);
+    if ((rc = coll_allreduce_sum_f32_ordered(t->coll, t->crit_buf, n_crit * dim)) != 0)
+      return set_err(err, err_len, rc,
+                     "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s", x,
+                     n_crit, t->trainers, err_str(rc));
+    tstep_cache_unpack(t->ts, st->sync_critical.data, n_crit, t->crit_buf);
+  }
+  double t4 = now_s();
+  ph[PH_ALLREDUCE] = t4 - t3;
+
+  /* e. updates: dense, and every row with a gradient but the delayed ones
+   * (their gradients are packed for the background first: x + 1's
+   * backward will overwrite the step's gradients) */
+  uint32_t rf = tstep_row_floats(t->ts);
+  if (bg_reserve(t, n_del, n_wb, n_ev, dim, rf) != 0)
+    return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", x);
+  memcpy(t->bg_del, st->sync_delayed.data, n_del * 4);
+  tstep_cache_pack(t->ts, st->sync_delayed.data, n_del, t->bg_grad);
+  tstep_cache_update(t->ts, st->sync_delayed.data, n_del);
+  double t5 = now_s();
+  ph[PH_UPDATE] = t5 - t4;
+
+  /* f. hand the rest of x to the background: delayed rows, write-backs */
+  memcpy(t->bg_wbk, st->write_back_keys.data, n_wb * 8);
+  memcpy(t->bg_wbs, st->write_back_slots.data, n_wb * 4);
+  memcpy(t->bg_evict, st->evict_slots.data, n_ev * 4);
+  pthread_mutex_lock(&t->pmu);
+  t->bg_x = x;
+  t->bg_n_del = n_del;
+  t->bg_n_wb = n_wb;
+  t->bg_n_evict = n_ev;
+  t->bg_evict_pending = 1;
+  t->bg_busy = 1;
+  pthread_cond_broadcast(&t->bcv);
+  pthread_mutex_unlock(&t->pmu);
+  /* the last step's write-backs are durable before its Report: the digest
+   * the job computes next must see them */
+  if (x + 1 == t->iterations && (rc = wait_bg(t, &c.sync_wait, why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "%s", why);
+  double t6 = now_s();
+  ph[PH_WB] = t6 - t5;
+  ph[PH_TOTAL] = t_wait + (t6 - t0);
+
+  c.fetched = n_fetch;
+  c.hits = st->cache_hits;
+  c.synced = n_crit + n_del;
+  c.synced_delayed = n_del;
+  c.written_back = n_wb;
+  return report_step(t, x, b.n, loss, ph, &c, err, err_len);
 }
 
 /* ------------------------------------------------------------------ eval */
+
+/* The rows of an evaluation with the cache: the model as it is after the
+ * iteration just trained, so this trainer's background work is waited for
+ * and every trainer's (a barrier: their write-backs are then durable);
+ * rows in the cache are newer than the servers' copies and are taken from
+ * it (the key map), the others are fetched. */
+static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const void *keys, size_t n, char *err,
+                     size_t err_len) {
+  int rc = wait_bg(t, NULL, err, err_len);
+  if (rc) return rc;
+  if ((rc = coll_barrier(t->coll)) != 0)
+    return set_err(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,
+                   err_str(rc));
+  pthread_mutex_lock(&t->pmu); /* the barrier also says every trainer finished the iterations so far */
+  uint64_t done = atomic_load(&t->last_done);
+  if (done > t->known_done) t->known_done = done;
+  pthread_cond_broadcast(&t->fcv);
+  pthread_mutex_unlock(&t->pmu);
+  float *rows;
+  if ((rc = tstep_set_slots(t->ts, keys, n, &rows, err, err_len)) != 0 || !n) return rc;
+  const uint64_t *sk = tstep_slot_keys(t->ts);
+  uint32_t rf = tstep_row_floats(t->ts);
+  size_t miss = 0, hit = 0;
+  uint64_t *mk = malloc(n * sizeof *mk);
+  size_t *mi = malloc(n * sizeof *mi);
+  float *mr = malloc(n * rf * sizeof(float));
+  if (!mk || !mi || !mr) {
+    free(mk), free(mi), free(mr);
+    return set_err(err, err_len, -ENOMEM, "out of memory for %zu evaluation rows", n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    int64_t sl = kmap_find(t->kmap, sk[i]);
+    if (sl >= 0) {
+      uint32_t s32 = (uint32_t)sl;
+      tstep_cache_gather(t->ts, &s32, 1, rows + i * rf);
+      hit++;
+    } else {
+      mk[miss] = sk[i];
+      mi[miss++] = i;
+    }
+  }
+  if (miss && (rc = embc_lookup(t->embc, mk, miss, mr, err, err_len)) == 0)
+    for (size_t j = 0; j < miss; j++) memcpy(rows + mi[j] * rf, mr + j * rf, rf * sizeof(float));
+  free(mk), free(mi), free(mr);
+  log_debug("eval round=%" PRIu64 " rows=%zu from_cache=%zu fetched=%zu", ev->round, n, hit, miss);
+  return rc;
+}
 
 static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err, size_t err_len) {
   tstep_batch_t b;
@@ -519,8 +1093,12 @@ static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err,
     keys = ev->fetch_keys.data;
     n = ev->fetch_keys.len / 8;
   }
-  if ((rc = fetch(t, keys, n, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
+  if (t->ideal) {
+    if ((rc = fetch(t, keys, n, why, sizeof why)) != 0)
+      return set_err(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
+  } else if ((rc = eval_rows(t, ev, keys, n, why, sizeof why)) != 0) {
+    return set_err(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
+  }
   if (b.n + 1 > t->cap_eval) {
     float *l = realloc(t->eval_logits, (b.n + 1) * sizeof(float));
     if (!l) return -ENOMEM;
@@ -643,15 +1221,25 @@ static void *drain_guard(void *arg) {
 
 static void close_stream(trainer_t *t, int clean) {
   if (!t->stream) return;
+  /* a feeder waiting for a gate that will never open (the job ended) */
+  pthread_mutex_lock(&t->pmu);
+  t->feed_quit = 1;
+  pthread_cond_broadcast(&t->fcv);
+  pthread_mutex_unlock(&t->pmu);
   if (clean) {
     /* half-close, then read to the server's end of the stream (the oracle
-     * finishes it after StopWork), so that it sees a clean end */
+     * finishes it after StopWork; the feeder reads it), so that it sees a
+     * clean end */
     pthread_t g;
     t->drained = 0;
     int guarded = pthread_create(&g, NULL, drain_guard, t) == 0;
     rpc_stream_writes_done(t->stream);
-    Chanter__Oracle__V1__WorkItem *item = NULL;
-    while (orc_work_next(t->stream, &item) == 0) protobuf_c_message_free_unpacked(&item->base, NULL);
+    if (t->feeder_running) {
+      join_feeder(t);
+    } else {
+      Chanter__Oracle__V1__WorkItem *item = NULL;
+      while (orc_work_next(t->stream, &item) == 0) protobuf_c_message_free_unpacked(&item->base, NULL);
+    }
     rpc_status_t st;
     rpc_stream_finish(t->stream, &st);
     pthread_mutex_lock(&t->mu);
@@ -659,6 +1247,9 @@ static void close_stream(trainer_t *t, int clean) {
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     if (guarded) pthread_join(g, NULL);
+  } else {
+    rpc_stream_cancel(t->stream);
+    join_feeder(t);
   }
   pthread_mutex_lock(&t->mu);
   rpc_stream_t *s = t->stream;
@@ -679,27 +1270,37 @@ static void note_stop(trainer_t *t, const Chanter__Oracle__V1__StopWork *sw) {
 }
 
 static int stop_pending(trainer_t *t, uint64_t done) {
-  Chanter__Oracle__V1__WorkItem *item = NULL;
   int found = 0;
-  while (!found && orc_work_next(t->stream, &item) == 0) {
-    if (item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP) {
+  pthread_mutex_lock(&t->pmu);
+  while (!found) {
+    fitem_t *f = t->fq_head;
+    if (!f) {
+      if (t->feed_end) break;
+      pthread_cond_wait(&t->fcv, &t->pmu);
+      continue;
+    }
+    t->fq_head = f->next;
+    if (!t->fq_head) t->fq_tail = NULL;
+    if (f->item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP) {
       found = 1;
-      note_stop(t, item->stop);
+      note_stop(t, f->item->stop);
       log_info("StopWork from the oracle while iteration %" PRIu64 " was running (its report was not delivered) "
                "rank=%u reason=\"%s\"",
-               done, t->rank, item->stop->reason ? item->stop->reason : "");
+               done, t->rank, f->item->stop->reason ? f->item->stop->reason : "");
     }
-    protobuf_c_message_free_unpacked(&item->base, NULL);
+    free_fitem(f);
   }
+  pthread_mutex_unlock(&t->pmu);
   return found;
 }
 
 static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
   uint64_t expect = 0;
   for (;;) {
-    Chanter__Oracle__V1__WorkItem *item = NULL;
-    double t0 = now_s();
-    int rc = orc_work_next(t->stream, &item);
+    fitem_t *f = NULL;
+    double t0 = now_s(), t_pf = 0;
+    char why[1024] = "";
+    int rc = next_item(t, expect, &f, &t_pf, why, sizeof why);
     double t_wait = now_s() - t0;
     if (rc == 1) {
       if (expect >= t->iterations) { /* every step done: as good as StopWork */
@@ -710,13 +1311,12 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
                      "the oracle at %s ended the Work stream before iteration %" PRIu64 " without StopWork",
                      orc_address(t->orc), expect);
     }
-    if (rc < 0)
-      return set_err(err, err_len, rc,
-                     "the Work stream from the oracle at %s broke while waiting for iteration %" PRIu64 ": %s",
-                     orc_address(t->orc), expect, err_str(rc));
+    if (rc < 0) return set_err(err, err_len, rc, "waiting for iteration %" PRIu64 ": %s", expect, why);
+    Chanter__Oracle__V1__WorkItem *item = f->item;
     switch (item->kind_case) {
     case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP:
-      rc = do_step(t, item->step, expect, t_wait, err, err_len);
+      if (t->ideal) rc = do_step(t, item->step, expect, t_wait, err, err_len);
+      else rc = do_step_cache(t, item->step, expect, t_wait, t_pf, err, err_len);
       if (!rc) expect++;
       break;
     case CHANTER__ORACLE__V1__WORK_ITEM__KIND_EVAL:
@@ -734,7 +1334,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
                    (int)item->kind_case);
       break;
     }
-    protobuf_c_message_free_unpacked(&item->base, NULL);
+    free_fitem(f);
     if (rc && t->write_failed && stop_pending(t, expect)) {
       *got_stop = 1;
       rc = 0;
@@ -753,6 +1353,10 @@ int trainer_run(trainer_t *t) {
   if ((rc = form_group(t, err, sizeof err)) != 0) goto out;
   if (stopping(t)) goto out;
   if ((rc = open_stream(t, err, sizeof err)) != 0) goto out;
+  if ((rc = start_pipeline(t)) != 0) {
+    set_err(err, sizeof err, rc, "cannot start the feeder / background threads");
+    goto out;
+  }
   sdn_status("training (rank %u of %u)", t->rank, t->trainers);
   rc = serve(t, &got_stop, err, sizeof err);
 out:
@@ -762,7 +1366,14 @@ out:
   } else if (rc) {
     log_error("trainer failed rank=%u: %s", t->rank, err[0] ? err : err_str(rc));
   }
+  if (t->bg_running && !rc) { /* the background work of the last step (normally waited for already) */
+    char why[768] = "";
+    int brc = wait_bg(t, NULL, why, sizeof why);
+    if (brc) log_error("trainer failed rank=%u: %s", t->rank, why);
+    if (brc) rc = brc;
+  }
   close_stream(t, got_stop && !rc);
+  stop_bg(t);
   /* stop the heartbeat thread (trainer_stop also wakes it) */
   pthread_mutex_lock(&t->mu);
   atomic_store(&t->stop, 1);

@@ -1,7 +1,7 @@
 /*
- * trainer_loop: what chanter-trainer does from start to StopWork, on one
- * thread (the "training thread"; main.c keeps the libuv loop for signals,
- * the watchdog and the exit).
+ * trainer_loop: what chanter-trainer does from start to StopWork.  The
+ * "training thread" runs trainer_run (main.c keeps the libuv loop for
+ * signals, the watchdog and the exit); two more threads serve it.
  *
  *   1. Join the oracle (role TRAINER, rank, address, schema and layout
  *      fingerprints); a heartbeat thread then calls Heartbeat every
@@ -9,14 +9,27 @@
  *   2. Form the collective group (Gloo) through the oracle's KV store under
  *      the prefix "<job_id>/<generation>"; broadcast rank 0's dense
  *      parameters (every rank initialized them identically anyway).
- *   3. Open the Work stream and serve its items in order:
- *      Step x  fetch rows -> forward -> backward -> all-reduce dense
- *              gradients -> all-reduce the shared rows' gradients ->
- *              update -> write back -> barrier -> Report (trainer_step.h
- *              has the math).  The barrier is the consistency rule of
- *              L = 0: nobody fetches batch x+1 before every write-back of
- *              x is durable.
- *      Eval    fetch, forward only, EvalResult (logits and labels).
+ *   3. Open the Work stream.  The FEEDER thread reads its items in order;
+ *      for a Step it waits for the step's prefetch gate (every trainer has
+ *      finished the iterations < prefetch_gate, background work included)
+ *      and fetches the step's rows from the embedding servers straight
+ *      into their cache slots (trainer_step.h, "the cache"), up to L steps
+ *      ahead of training; then it queues the item.  The training thread
+ *      serves the queue:
+ *      Step x  forward over the cached rows -> wait for the BACKGROUND
+ *              thread to finish x-1 -> backward with the dense all-reduce
+ *              in buckets overlapped (trainer_ar.h) -> all-reduce the
+ *              critical rows' gradients -> update everything but the
+ *              delayed rows -> hand x's delayed rows and write-backs to
+ *              the background thread (it synchronizes and updates them
+ *              and writes back the evicted rows while x+1's forward runs)
+ *              -> Report.  With L = 0 the gate of x is x itself: the
+ *              training thread finishes x-1's background work and meets
+ *              the others at a barrier before x's rows are fetched (the
+ *              synchronous baseline, nothing overlapped).
+ *      Eval    wait for the background, barrier, rows from the cache when
+ *              cached (newer than the servers') else fetched, forward
+ *              only, EvalResult (logits and labels).
  *      Stop    return 0.
  *   mode = ideal keeps every row in a trainer-local store (trainer_rows.h)
  *   instead of the embedding servers and synchronizes no rows: a lower

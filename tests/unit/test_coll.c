@@ -340,6 +340,35 @@ static void allreduce_case(int P) {
     }
 }
 
+/* The rank-ordered sum: equal to ((x0 + x1) + x2) bitwise for every
+ * element (where the ring's order would differ for P = 3), the same at any
+ * offset: the values at position i of a buffer and at position i + 7 of a
+ * longer one sum to the same bits. */
+static int ordered_worker(coll_t *c, int rank, void *arg) {
+  (void)arg;
+  size_t n = 50000;
+  float *a = malloc(n * sizeof *a), *b = malloc((n + 7) * sizeof *b);
+  if (!a || !b) return 2;
+  for (size_t i = 0; i < n; i++) a[i] = b[i + 7] = gen(77, rank, i);
+  for (size_t i = 0; i < 7; i++) b[i] = 1.0f;
+  if (coll_allreduce_sum_f32_ordered(c, a, n) != 0 || coll_allreduce_sum_f32_ordered(c, b, n + 7) != 0) return 3;
+  int bad = memcmp(a, b + 7, n * sizeof *a) != 0;
+  for (size_t i = 0; i < n && !bad; i++) {
+    float want = gen(77, 0, i);
+    for (int r = 1; r < coll_size(c); r++) want += gen(77, r, i);
+    bad = memcmp(&want, &a[i], sizeof want) != 0;
+  }
+  free(a);
+  free(b);
+  return bad ? 4 : 0;
+}
+
+static void test_allreduce_ordered(void **state) {
+  (void)state;
+  group_run(3, 5000, ordered_worker, NULL);
+  group_run(2, 5000, ordered_worker, NULL);
+}
+
 static void test_allreduce_p1(void **state) { allreduce_case(1); }
 static void test_allreduce_p2(void **state) { allreduce_case(2); }
 static void test_allreduce_p3(void **state) { allreduce_case(3); }
@@ -669,7 +698,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_file_store),    cmocka_unit_test(test_bad_args),
       cmocka_unit_test(test_allreduce_p1),  cmocka_unit_test(test_allreduce_p2),
-      cmocka_unit_test(test_allreduce_p3),  cmocka_unit_test(test_broadcast),
+      cmocka_unit_test(test_allreduce_p3),
+      cmocka_unit_test(test_allreduce_ordered),  cmocka_unit_test(test_broadcast),
       cmocka_unit_test(test_allgather),     cmocka_unit_test(test_barrier),
       cmocka_unit_test(test_peer_killed),   cmocka_unit_test(test_peer_stopped),
       cmocka_unit_test(test_store_timeout), cmocka_unit_test(test_nccl_refused),

@@ -67,6 +67,7 @@ typedef struct col_s {
 } col_t;
 static const col_t cols[] = {
     {"baseline L=0", "baseline", "--set mode=normal --set lookahead=0"},
+    {"lookahead auto", "lookahead", "--set mode=normal --set lookahead=auto"},
     {"ideal", "ideal", "--set mode=ideal --set lookahead=0"},
     {"ideal, 1 AR", "ideal-noovl", "--set mode=ideal --set lookahead=0 --set trainer.bucket_kb=0"},
 };
@@ -92,8 +93,10 @@ int bench_e2e(cli_t *cli) {
     static const char *ph[] = {"wait", "fetch", "forward", "backward", "allreduce", "update", "write_back", "total"};
     static const char *names[] = {"data wait", "fetch", "forward", "backward", "all-reduce", "update", "write-back",
                                   "iteration"};
-    static const char *rows[] = {"rows_fetched", "rows_synced", "rows_written_back"};
-    static const char *rnames[] = {"rows fetched / iteration", "rows synchronized / iter.", "rows written back / iter."};
+    static const char *rows[] = {"rows_fetched", "rows_synced", "rows_synced_delayed", "rows_written_back",
+                                 "cache_hits"};
+    static const char *rnames[] = {"rows fetched / iteration", "rows synchronized / iter.", "  of which delayed",
+                                   "rows written back / iter.", "cache hits / iteration"};
     printf("%-26s", "");
     for (size_t c = 0; c < N_COLS; c++) printf(" %14s", cols[c].label);
     printf("\n%-26s", "samples/s");
@@ -105,17 +108,26 @@ int bench_e2e(cli_t *cli) {
         printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), ph[i]));
       printf("\n");
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
       printf("%-26s", rnames[i]);
       for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], rows[i]));
       printf("\n");
     }
-    printf("\nideal / baseline: %.2fx samples/s.  \"ideal, 1 AR\": the dense gradients all-reduced in one buffer after "
+    printf("%-26s", "lookahead L");
+    for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], "lookahead"));
+    double b = cli_json_num(sm[0], "samples_per_sec"), la = cli_json_num(sm[1], "samples_per_sec"),
+           id = cli_json_num(sm[2], "samples_per_sec");
+    double mb = cli_json_num(sm[0], "rows_fetched") + cli_json_num(sm[0], "rows_synced"),
+           ml = cli_json_num(sm[1], "rows_fetched") + cli_json_num(sm[1], "rows_synced");
+    printf("\n\nlookahead vs baseline: %.2fx samples/s; rows fetched + synchronized per iteration %.0f -> %.0f (%.0f%% "
+           "fewer; aim >= 80%%); iteration time %.0f%% above ideal (aim <= 15%%).\n",
+           la / b, mb, ml, mb > 0 ? 100.0 * (1.0 - ml / mb) : 0.0, 100.0 * (id / la - 1.0));
+    printf("ideal / baseline: %.2fx samples/s.  \"ideal, 1 AR\": the dense gradients all-reduced in one buffer after "
            "the backward (trainer.bucket_kb = 0) instead of in buckets during it.\n"
            "(per-phase times are means over trainers and iterations; all-reduce is the time the trainer waits for it "
            "after the backward; ideal keeps every row in the trainer and is not a correct distributed model, only the "
            "lower bound of iteration time)\n",
-           cli_json_num(sm[1], "samples_per_sec") / cli_json_num(sm[0], "samples_per_sec"));
+           id / b);
   }
   for (size_t c = 0; c < N_COLS; c++) free(sm[c]);
   char cmd[300];

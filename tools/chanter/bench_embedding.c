@@ -308,6 +308,7 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "data")) return bench_data_parse(cli);
   if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
   if (!strcmp(what, "e2e")) return bench_e2e(cli);
-  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model, e2e)\n", what);
+  if (!strcmp(what, "oracle")) return bench_oracle(cli);
+  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model, e2e, oracle)\n", what);
   return 2;
 }

@@ -27,6 +27,7 @@ int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */  
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);
+int bench_oracle(cli_t *cli);      /* bench_oracle.c: samples/s the oracle decides (plan + cacher) */
 int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */
 
 /* The configuration a cluster command should use: --config if given, else

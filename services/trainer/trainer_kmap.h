@@ -1,0 +1,32 @@
+/*
+ * trainer_kmap: which key each cache slot of a trainer holds, and the slot
+ * of a key -- the trainer's own view of its cache (the oracle sends slots,
+ * not keys, for training).  Used to evaluate with the cached rows (they are
+ * newer than the embedding servers' copies) and, later, to hand the cache
+ * contents to a restarted oracle.
+ *
+ * An array slot -> key (EMPTY when free) plus an open-addressing hash map
+ * key -> slot (linear probing, backward-shift deletion).  Insert when a
+ * fetched row lands in its slot, erase when the oracle evicts the slot.
+ * One thread.
+ */
+#ifndef CHANTER_TRAINER_KMAP_H
+#define CHANTER_TRAINER_KMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kmap_s kmap_t;
+
+/* 0, -ENOMEM. */
+int kmap_create(uint64_t slots, kmap_t **out);
+void kmap_destroy(kmap_t *m);
+/* slot now holds key (replacing whatever it held).  0 or -ENOMEM. */
+int kmap_set(kmap_t *m, uint32_t slot, uint64_t key);
+/* slot holds nothing (no-op if it held nothing). */
+void kmap_clear(kmap_t *m, uint32_t slot);
+/* The slot holding key, or -1. */
+int64_t kmap_find(const kmap_t *m, uint64_t key);
+size_t kmap_count(const kmap_t *m);
+
+#endif

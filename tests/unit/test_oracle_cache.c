@@ -1,0 +1,985 @@
+/*
+ * test_oracle_cache: the oracle's cacher (services/oracle/oracle_cache.c):
+ * lookahead, time-to-live, slot assignment, LRPP, the critical / delayed
+ * split, the prefetch gate, the exact slot count (ocache_need), auto L
+ * (ocache_auto) and lowering L under a cache_rows limit.
+ *
+ * Why: the cacher's decisions are what keep L > 0 training identical to
+ * synchronous training; a wrong slot, a missed write-back or a row fetched
+ * before its last write-back silently corrupts the model.  So besides the
+ * worked example of the Bagpipe paper (Figure 6, checked decision by
+ * decision) and a two-trainer LRPP case by hand, random skewed streams are
+ * run for many (P, L, lrpp, delayed) and the decisions alone drive a
+ * simulation of every trainer's cache and of the backing store, with a
+ * version counter per row: every id a trainer trains must find its row at
+ * the slot the cacher named, holding the value synchronous training would
+ * have (every earlier update applied), and every row written back must be
+ * that value.  The rules of oracle_cache.h (slot reuse after L batches, the
+ * gate, write-back owners, private rows, the slot count) are checked along
+ * the way.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "oracle_cache.h"
+#include "oracle_plan.h"
+#include "table.h"
+
+#define NONE UINT32_MAX
+#define NOKEY UINT64_MAX
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t sm_state;
+static uint64_t splitmix(void) {
+  uint64_t z = (sm_state += UINT64_C(0x9e3779b97f4a7c15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+static double unif(void) { return (double)(splitmix() >> 11) * 0x1.0p-53; }
+
+/* A batch of n samples (no dense features) with the given ids (table-major,
+ * sample-major inside a table, as data_batch_t). */
+static void make_batch(data_batch_t *b, uint64_t x, uint32_t n, uint32_t n_tables, const uint32_t *hotness,
+                       const uint64_t *ids) {
+  memset(b, 0, sizeof *b);
+  b->index = x;
+  b->n = n;
+  b->n_tables = n_tables;
+  b->hotness = malloc((n_tables + 1) * sizeof *b->hotness);
+  memcpy(b->hotness, hotness, n_tables * sizeof *hotness);
+  b->ids_off = malloc((n_tables + 1) * sizeof *b->ids_off);
+  b->ids_off[0] = 0;
+  for (uint32_t t = 0; t < n_tables; t++) b->ids_off[t + 1] = b->ids_off[t] + (size_t)n * hotness[t];
+  size_t ni = b->ids_off[n_tables];
+  b->labels = malloc((n + 1) * sizeof(float));
+  b->dense = malloc(sizeof(float));
+  b->ids = malloc((ni + 1) * sizeof(uint64_t));
+  for (uint32_t i = 0; i < n; i++) b->labels[i] = (float)(i % 2);
+  memcpy(b->ids, ids, ni * sizeof *ids);
+}
+
+/* A stream of batches and their KEYS plans. */
+typedef struct stream_s {
+  uint32_t P, n_tables, B;
+  uint32_t hot[4];
+  uint64_t rows[4], max_rows;
+  size_t n;
+  data_batch_t *b;
+  oracle_plan_t *pl;
+} stream_t;
+
+static void stream_plan(stream_t *s, int policy) {
+  s->pl = calloc(s->n, sizeof *s->pl);
+  for (size_t x = 0; x < s->n; x++)
+    assert_int_equal(oracle_plan_build(&s->b[x], s->P, policy, 7, ORACLE_PLAN_KEYS, &s->pl[x]), 0);
+}
+
+/* n batches of B samples, ids skewed: row = floor(rows * u^3). */
+static void stream_random(stream_t *s, uint64_t seed, size_t n, uint32_t P, uint32_t n_tables, uint32_t B,
+                          uint32_t hotness, int policy) {
+  memset(s, 0, sizeof *s);
+  sm_state = seed;
+  s->P = P;
+  s->n_tables = n_tables;
+  s->B = B;
+  s->n = n;
+  static const uint64_t rows[4] = {2000, 300, 40, 1000};
+  for (uint32_t t = 0; t < n_tables; t++) {
+    s->hot[t] = hotness;
+    s->rows[t] = rows[t];
+    if (rows[t] > s->max_rows) s->max_rows = rows[t];
+  }
+  s->b = calloc(n, sizeof *s->b);
+  uint64_t *ids = malloc((size_t)B * hotness * n_tables * sizeof *ids);
+  for (size_t x = 0; x < n; x++) {
+    size_t o = 0;
+    for (uint32_t t = 0; t < n_tables; t++)
+      for (uint32_t i = 0; i < B * hotness; i++) {
+        double u = unif();
+        ids[o++] = (uint64_t)((double)s->rows[t] * u * u * u);
+      }
+    make_batch(&s->b[x], x, B, n_tables, s->hot, ids);
+  }
+  free(ids);
+  stream_plan(s, policy);
+}
+
+static void stream_free(stream_t *s) {
+  for (size_t x = 0; x < s->n; x++) {
+    oracle_plan_close(&s->pl[x]);
+    data_batch_free(&s->b[x]);
+  }
+  free(s->pl);
+  free(s->b);
+  memset(s, 0, sizeof *s);
+}
+
+/* What one run produced: the decisions and, after each, the cacher's own
+ * counters. */
+typedef struct run_s {
+  ocache_dec_t *d;
+  size_t n; /* decided */
+  size_t *cached_after;
+  uint64_t *used_after;
+  uint64_t peak;
+  size_t cached_end;
+  int rc;
+  char err[256];
+} run_t;
+
+/* Pushes the stream in order, deciding whatever is ready after each push,
+ * as the oracle does. */
+static void run_cache(const stream_t *s, const ocache_opts_t *o, run_t *r) {
+  memset(r, 0, sizeof *r);
+  r->d = calloc(s->n, sizeof *r->d);
+  r->cached_after = calloc(s->n, sizeof *r->cached_after);
+  r->used_after = calloc(s->n, sizeof *r->used_after);
+  ocache_t *c;
+  assert_int_equal(ocache_create(o, &c), 0);
+  for (size_t x = 0; x < s->n && !r->rc; x++) {
+    assert_int_equal(ocache_push(c, &s->pl[x]), 0);
+    if (x + 1 == s->n) ocache_end(c);
+    while (ocache_ready(c)) {
+      r->rc = ocache_decide(c, &r->d[r->n], r->err, sizeof r->err);
+      if (r->rc) break;
+      assert_int_equal(r->d[r->n].x, r->n);
+      r->cached_after[r->n] = ocache_cached(c);
+      r->used_after[r->n] = ocache_slots_used(c);
+      assert_true(ocache_lookahead(c) == r->d[r->n].lookahead);
+      r->n++;
+    }
+    if (r->rc) break;
+    /* the window never holds more than L + 1 batches once decided */
+    assert_true(ocache_window(c) <= (size_t)o->lookahead + 1);
+    if (x + 1 < s->n) assert_int_equal(ocache_decide(c, &(ocache_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
+  }
+  if (!r->rc) assert_int_equal(r->n, s->n);
+  r->peak = ocache_slots_peak(c);
+  r->cached_end = ocache_cached(c);
+  ocache_destroy(c);
+}
+
+static void run_free(run_t *r) {
+  for (size_t x = 0; x < r->n; x++) ocache_dec_free(&r->d[x]);
+  free(r->d);
+  free(r->cached_after);
+  free(r->used_after);
+  memset(r, 0, sizeof *r);
+}
+
+static int find_key(const uint64_t *keys, size_t n, uint64_t k) {
+  for (size_t i = 0; i < n; i++)
+    if (keys[i] == k) return (int)i;
+  return -1;
+}
+
+static void assert_keys(const uint64_t *got, size_t n, const uint64_t *want, size_t n_want) {
+  assert_int_equal(n, n_want);
+  for (size_t i = 0; i < n; i++) assert_true(got[i] == want[i]);
+}
+
+static void assert_u32s(const uint32_t *got, size_t n, const uint32_t *want, size_t n_want) {
+  assert_int_equal(n, n_want);
+  for (size_t i = 0; i < n; i++) assert_int_equal(got[i], want[i]);
+}
+
+/* ------------------------------------------------------------------ simulation */
+
+/* What the simulation found over a run. */
+typedef struct sim_out_s {
+  uint64_t max_slot1; /* max slot index + 1 */
+  int lowered;        /* some batch ran at a lower L */
+  uint64_t fetched, synced;
+} sim_out_t;
+
+/* Replays r's decisions over s as the trainers and the store would, and
+ * checks every rule of oracle_cache.h (see the file comment). */
+static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r, sim_out_t *out) {
+  uint32_t P = s->P, L0 = o->lookahead, full = (1u << P) - 1;
+  size_t n = s->n, NK = (size_t)s->n_tables * s->max_rows;
+  size_t SMAX = 1;
+  for (size_t x = 0; x < n; x++) SMAX += s->pl[x].n_unique;
+#define KI(k) ((size_t)TBL_TABLE(k) * s->max_rows + (size_t)TBL_ROW(k))
+  uint32_t *key_slot = malloc(NK * sizeof *key_slot);
+  uint64_t *true_cnt = calloc(NK, sizeof *true_cnt), *store = calloc(NK, sizeof *store);
+  int64_t *last_use = malloc(NK * sizeof *last_use), *last_wb = malloc(NK * sizeof *last_wb);
+  uint32_t *n_fetch_ev = calloc(NK, sizeof *n_fetch_ev), *n_wb_ev = calloc(NK, sizeof *n_wb_ev);
+  uint8_t *used = calloc(n * NK, 1); /* used[x * NK + k]: batch x uses key k */
+  uint32_t *mask = calloc(NK, sizeof *mask), *fetch_by = calloc(NK, sizeof *fetch_by);
+  uint8_t *cls = calloc(NK, 1), *in_x = calloc(NK, 1), *cached_before = calloc(NK, 1), *wb_seen = calloc(NK, 1);
+  uint64_t *slot_key = malloc(SMAX * sizeof *slot_key);
+  int64_t *freed_at = malloc(SMAX * sizeof *freed_at);
+  uint64_t **tc_key = calloc(P, sizeof *tc_key), **tc_val = calloc(P, sizeof *tc_val);
+  for (size_t i = 0; i < NK; i++) {
+    key_slot[i] = NONE;
+    last_use[i] = last_wb[i] = -1;
+  }
+  for (size_t i = 0; i < SMAX; i++) {
+    slot_key[i] = NOKEY;
+    freed_at[i] = -1;
+  }
+  for (uint32_t q = 0; q < P; q++) {
+    tc_key[q] = malloc(SMAX * sizeof **tc_key);
+    tc_val[q] = calloc(SMAX, sizeof **tc_val);
+    for (size_t i = 0; i < SMAX; i++) tc_key[q][i] = NOKEY;
+  }
+  for (size_t x = 0; x < n; x++)
+    for (size_t i = 0; i < s->pl[x].n_unique; i++) used[x * NK + KI(s->pl[x].ukeys[i])] = 1;
+  memset(out, 0, sizeof *out);
+  uint32_t prevL = L0;
+  assert_int_equal(r->n, n);
+
+  for (size_t x = 0; x < n; x++) {
+    const oracle_plan_t *pl = &s->pl[x];
+    const ocache_dec_t *d = &r->d[x];
+    assert_int_equal(d->x, x);
+    assert_int_equal(d->trainers, P);
+    /* L never rises, and the gate follows it */
+    uint32_t Lx = d->lookahead;
+    assert_true(Lx <= prevL);
+    prevL = Lx;
+    if (Lx < L0) out->lowered = 1;
+    uint64_t gate = x > Lx ? x - Lx : 0;
+    assert_int_equal(d->gate, gate);
+    /* the keys of x and who uses them (from the shares' ids) */
+    assert_int_equal(d->n_unique, pl->n_unique);
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      size_t k = KI(pl->ukeys[i]);
+      if (i) assert_true(pl->ukeys[i - 1] < pl->ukeys[i]);
+      in_x[k] = 1;
+      mask[k] = fetch_by[k] = 0;
+      cls[k] = 0;
+      wb_seen[k] = 0;
+      cached_before[k] = key_slot[k] != NONE;
+    }
+    for (uint32_t q = 0; q < P; q++) {
+      const oracle_share_t *sh = &pl->shares[q];
+      size_t oo = 0;
+      for (uint32_t t = 0; t < pl->n_tables; t++) {
+        size_t m = (size_t)sh->n * pl->hotness[t];
+        for (size_t j = 0; j < m; j++) {
+          size_t k = KI(TBL_KEY(t, sh->ids[oo + j]));
+          assert_true(in_x[k]);
+          mask[k] |= 1u << q;
+        }
+        oo += m;
+      }
+    }
+    /* fetches: only rows not cached, into a free slot that has waited out
+     * L batches, after the row's last write-back and before the gate */
+    size_t n_new = 0;
+    for (uint32_t q = 0; q < P; q++) {
+      const ocache_tr_t *t = &d->tr[q];
+      for (size_t i = 0; i < t->n_fetch; i++) {
+        uint64_t key = t->fetch_keys[i];
+        uint32_t sl = t->fetch_slots[i];
+        size_t k = KI(key);
+        if (i) assert_true(t->fetch_keys[i - 1] < key);
+        assert_true(in_x[k]);
+        assert_false(cached_before[k]);
+        assert_true(sl < SMAX);
+        fetch_by[k] |= 1u << q;
+        if (key_slot[k] == NONE) { /* the first trainer fetching it this batch */
+          assert_true(slot_key[sl] == NOKEY);       /* the slot holds no row */
+          if (freed_at[sl] >= 0) assert_true((uint64_t)freed_at[sl] + Lx + 1 <= x); /* slot reuse rule */
+          if (last_use[k] >= 0) {
+            assert_true((uint64_t)last_use[k] + 1 <= gate); /* written back before the gate */
+            assert_true(x - (uint64_t)last_use[k] > Lx);
+            assert_int_equal(last_wb[k], last_use[k]);
+          }
+          assert_true(store[k] == true_cnt[k]); /* the store is up to date */
+          slot_key[sl] = key;
+          key_slot[k] = sl;
+          n_new++;
+          n_fetch_ev[k]++;
+          if (sl + 1 > out->max_slot1) out->max_slot1 = sl + 1;
+          if (o->cache_rows) assert_true(sl < o->cache_rows);
+        } else {
+          assert_int_equal(key_slot[k], sl);
+        }
+        assert_true(tc_key[q][sl] == NOKEY);
+        tc_key[q][sl] = key;
+        tc_val[q][sl] = store[k];
+      }
+      out->fetched += t->n_fetch;
+    }
+    assert_int_equal(d->n_new, n_new);
+    /* critical / delayed: ascending, disjoint, keys of x at their slots */
+    for (size_t i = 0; i < d->n_critical; i++) {
+      size_t k = KI(d->critical_keys[i]);
+      if (i) assert_true(d->critical_keys[i - 1] < d->critical_keys[i]);
+      assert_true(in_x[k]);
+      assert_int_equal(cls[k], 0);
+      cls[k] = 1;
+      assert_int_equal(d->critical[i], key_slot[k]);
+    }
+    for (size_t i = 0; i < d->n_delayed; i++) {
+      size_t k = KI(d->delayed_keys[i]);
+      if (i) assert_true(d->delayed_keys[i - 1] < d->delayed_keys[i]);
+      assert_true(in_x[k]);
+      assert_int_equal(cls[k], 0);
+      cls[k] = 2;
+      assert_int_equal(d->delayed[i], key_slot[k]);
+    }
+    out->synced += d->n_critical + d->n_delayed;
+    int split = o->delayed && Lx >= 1 && x + 1 < n;
+    if (!split) assert_int_equal(d->n_delayed, 0);
+    size_t priv_cnt[8] = {0};
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      uint64_t key = pl->ukeys[i];
+      size_t k = KI(key);
+      int nusers = __builtin_popcount(mask[k]);
+      assert_true(nusers >= 1);
+      assert_int_equal(pl->users[i], nusers == 1 ? (uint32_t)__builtin_ctz(mask[k]) : UINT32_MAX);
+      assert_int_not_equal(key_slot[k], NONE); /* every key of x has a slot when x trains */
+      if (!cached_before[k]) assert_true(fetch_by[k] != 0);
+      if (cls[k] == 0) { /* private: one user, fetched by it alone */
+        assert_true(o->lrpp);
+        assert_int_equal(nusers, 1);
+        assert_true(fetch_by[k] == 0 || fetch_by[k] == mask[k]);
+        priv_cnt[__builtin_ctz(mask[k])]++;
+      } else { /* shared: every trainer holds it */
+        if (!cached_before[k]) assert_int_equal(fetch_by[k], full);
+        if (split) assert_int_equal(cls[k] == 1, used[(x + 1) * NK + k]);
+      }
+      if (cached_before[k]) { /* a hit: used within the window that kept it */
+        assert_true(last_use[k] >= 0);
+        assert_true(x - (uint64_t)last_use[k] <= L0);
+      }
+    }
+    /* each trainer: per-id slots hold the row, up to date */
+    for (uint32_t q = 0; q < P; q++) {
+      const ocache_tr_t *t = &d->tr[q];
+      const oracle_share_t *sh = &pl->shares[q];
+      assert_int_equal(t->n_ids, sh->n_ids);
+      size_t nk = 0, nh = 0;
+      for (size_t i = 0; i < pl->n_unique; i++) {
+        size_t k = KI(pl->ukeys[i]);
+        if (mask[k] >> q & 1) {
+          nk++;
+          nh += cached_before[k];
+        }
+      }
+      assert_int_equal(t->n_keys, nk);
+      assert_int_equal(t->n_hits, nh);
+      assert_int_equal(t->n_private, priv_cnt[q]);
+      size_t oo = 0;
+      for (uint32_t tb = 0; tb < pl->n_tables; tb++) {
+        size_t m = (size_t)sh->n * pl->hotness[tb];
+        for (size_t j = 0; j < m; j++) {
+          uint64_t key = TBL_KEY(tb, sh->ids[oo + j]);
+          size_t k = KI(key);
+          uint32_t sl = t->slots[oo + j];
+          assert_int_equal(key_slot[k], sl);
+          assert_true(tc_key[q][sl] == key);
+          assert_true(tc_val[q][sl] == true_cnt[k]);
+        }
+        oo += m;
+      }
+    }
+    /* training x: private rows on their trainer, shared rows everywhere */
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      size_t k = KI(pl->ukeys[i]);
+      uint32_t sl = key_slot[k];
+      true_cnt[k]++;
+      if (cls[k] == 0) {
+        tc_val[__builtin_ctz(mask[k])][sl]++;
+      } else {
+        for (uint32_t q = 0; q < P; q++) {
+          assert_true(tc_key[q][sl] == pl->ukeys[i]);
+          assert_true(tc_val[q][sl] + 1 == true_cnt[k]);
+          tc_val[q][sl]++;
+        }
+      }
+    }
+    /* write-backs: each evicted key once, by its owner, the trained value */
+    size_t n_wb = 0;
+    for (uint32_t q = 0; q < P; q++) {
+      const ocache_tr_t *t = &d->tr[q];
+      for (size_t i = 0; i < t->n_wb; i++) {
+        uint64_t key = t->wb_keys[i];
+        size_t k = KI(key);
+        if (i) assert_true(t->wb_keys[i - 1] < key);
+        assert_true(in_x[k]);
+        assert_int_equal(key_slot[k], t->wb_slots[i]);
+        assert_int_equal(wb_seen[k], 0);
+        wb_seen[k] = 1;
+        if (cls[k] == 0)
+          assert_int_equal(q, (uint32_t)__builtin_ctz(mask[k]));
+        else
+          assert_int_equal(q, (uint32_t)(tbl_mix64(key) % P));
+        assert_true(tc_key[q][t->wb_slots[i]] == key);
+        store[k] = tc_val[q][t->wb_slots[i]];
+        assert_true(store[k] == true_cnt[k]);
+        n_wb++;
+      }
+    }
+    assert_int_equal(d->n_evicted, n_wb);
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      uint64_t key = pl->ukeys[i];
+      size_t k = KI(key);
+      int nusers = __builtin_popcount(mask[k]);
+      size_t next = x + 1;
+      while (next < n && !used[next * NK + k]) next++;
+      if (wb_seen[k]) { /* evicted: no use in [x + 1, x + L] */
+        assert_true(next >= n || next > x + Lx);
+        if (o->lrpp && nusers == 1) assert_int_equal(cls[k], 0); /* LRPP */
+        uint32_t sl = key_slot[k];
+        for (uint32_t q = 0; q < P; q++) {
+          if (cls[k] != 0) assert_true(tc_key[q][sl] == key);
+          if (tc_key[q][sl] == key) tc_key[q][sl] = NOKEY;
+          assert_true(tc_key[q][sl] == NOKEY); /* a private row existed only on its trainer */
+        }
+        slot_key[sl] = NOKEY;
+        freed_at[sl] = (int64_t)x;
+        key_slot[k] = NONE;
+        last_wb[k] = (int64_t)x;
+        n_wb_ev[k]++;
+      } else { /* kept: used again, within L unless L was lowered */
+        assert_int_not_equal(cls[k], 0);
+        assert_true(next < n);
+        if (!out->lowered) assert_true(next <= x + L0);
+      }
+      last_use[k] = (int64_t)x;
+      in_x[k] = 0;
+    }
+    /* the cacher's counters: rows cached, slots held or waiting */
+    size_t held = 0, waiting = 0;
+    for (size_t sl = 0; sl < out->max_slot1; sl++) {
+      if (slot_key[sl] != NOKEY) held++;
+      else if (freed_at[sl] >= 0 && (uint64_t)freed_at[sl] + Lx + 1 > x + 1) waiting++;
+    }
+    assert_int_equal(r->cached_after[x], held);
+    assert_int_equal(r->used_after[x], held + waiting);
+    assert_int_equal(d->slots_used, held + waiting);
+  }
+  /* the end: nothing cached, every fetched row written back */
+  assert_int_equal(r->cached_end, 0);
+  assert_int_equal(r->peak, out->max_slot1);
+  for (size_t k = 0; k < NK; k++) {
+    assert_int_equal(key_slot[k], NONE);
+    assert_int_equal(n_fetch_ev[k], n_wb_ev[k]);
+    assert_true(store[k] == true_cnt[k]);
+  }
+#undef KI
+  for (uint32_t q = 0; q < P; q++) {
+    free(tc_key[q]);
+    free(tc_val[q]);
+  }
+  free(tc_key);
+  free(tc_val);
+  free(key_slot);
+  free(true_cnt);
+  free(store);
+  free(last_use);
+  free(last_wb);
+  free(n_fetch_ev);
+  free(n_wb_ev);
+  free(used);
+  free(mask);
+  free(fetch_by);
+  free(cls);
+  free(in_x);
+  free(cached_before);
+  free(wb_seen);
+  free(slot_key);
+  free(freed_at);
+}
+
+/* ------------------------------------------------------------------ Figure 6 */
+
+/* One table, one trainer, batch 2, one id per sample: rows {3,9} {3,4}
+ * {3,6} {6,1}. */
+static void stream_fig6(stream_t *s) {
+  static const uint64_t rows[4][2] = {{3, 9}, {3, 4}, {3, 6}, {6, 1}};
+  memset(s, 0, sizeof *s);
+  s->P = 1;
+  s->n_tables = 1;
+  s->B = 2;
+  s->hot[0] = 1;
+  s->rows[0] = s->max_rows = 16;
+  s->n = 4;
+  s->b = calloc(s->n, sizeof *s->b);
+  for (size_t x = 0; x < 4; x++) make_batch(&s->b[x], x, 2, 1, s->hot, rows[x]);
+  stream_plan(s, ORACLE_ALLOC_CONTIGUOUS);
+}
+
+#define K(r) TBL_KEY(0, (r))
+
+/* The per-id slots of the single trainer: sample j -> the slot of its key. */
+static void assert_id_slots(const stream_t *s, const ocache_dec_t *d, const uint64_t *key_of_slot, size_t n_slots) {
+  const oracle_share_t *sh = &s->pl[d->x].shares[0];
+  assert_int_equal(d->tr[0].n_ids, 2);
+  for (size_t j = 0; j < 2; j++) {
+    uint32_t sl = d->tr[0].slots[j];
+    assert_true(sl < n_slots);
+    assert_true(key_of_slot[sl] == K(sh->ids[j]));
+  }
+}
+
+static void test_figure6(void **state) {
+  (void)state;
+  stream_t s;
+  stream_fig6(&s);
+  ocache_opts_t o = {.trainers = 1, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
+  run_t r;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  const ocache_dec_t *d = r.d;
+  /* x = 0: fetch 3 -> 0, 9 -> 1; 9 evicted after 0; 3 critical (used by 1) */
+  assert_keys(d[0].tr[0].fetch_keys, d[0].tr[0].n_fetch, (uint64_t[]){K(3), K(9)}, 2);
+  assert_u32s(d[0].tr[0].fetch_slots, d[0].tr[0].n_fetch, (uint32_t[]){0, 1}, 2);
+  assert_keys(d[0].tr[0].wb_keys, d[0].tr[0].n_wb, (uint64_t[]){K(9)}, 1);
+  assert_u32s(d[0].tr[0].wb_slots, d[0].tr[0].n_wb, (uint32_t[]){1}, 1);
+  assert_keys(d[0].critical_keys, d[0].n_critical, (uint64_t[]){K(3)}, 1);
+  assert_u32s(d[0].critical, d[0].n_critical, (uint32_t[]){0}, 1);
+  assert_int_equal(d[0].n_delayed, 0);
+  assert_int_equal(d[0].gate, 0);
+  assert_int_equal(d[0].lookahead, 1);
+  assert_int_equal(d[0].tr[0].n_hits, 0);
+  assert_int_equal(d[0].tr[0].n_keys, 2);
+  assert_int_equal(d[0].tr[0].n_private, 1);
+  assert_int_equal(d[0].n_new, 2);
+  assert_int_equal(d[0].n_evicted, 1);
+  assert_id_slots(&s, &d[0], (uint64_t[]){K(3), K(9)}, 2);
+  /* x = 1: slot 1 (freed after 0) is reusable only from batch 2: 4 -> 2 */
+  assert_keys(d[1].tr[0].fetch_keys, d[1].tr[0].n_fetch, (uint64_t[]){K(4)}, 1);
+  assert_u32s(d[1].tr[0].fetch_slots, d[1].tr[0].n_fetch, (uint32_t[]){2}, 1);
+  assert_int_equal(d[1].tr[0].n_hits, 1);
+  assert_keys(d[1].tr[0].wb_keys, d[1].tr[0].n_wb, (uint64_t[]){K(4)}, 1);
+  assert_u32s(d[1].tr[0].wb_slots, d[1].tr[0].n_wb, (uint32_t[]){2}, 1);
+  assert_keys(d[1].critical_keys, d[1].n_critical, (uint64_t[]){K(3)}, 1);
+  assert_int_equal(d[1].n_delayed, 0);
+  assert_int_equal(d[1].gate, 0);
+  assert_id_slots(&s, &d[1], (uint64_t[]){K(3), K(9), K(4)}, 3);
+  /* x = 2: 6 -> slot 1; 3 hit, evicted after 2; 6 critical */
+  assert_keys(d[2].tr[0].fetch_keys, d[2].tr[0].n_fetch, (uint64_t[]){K(6)}, 1);
+  assert_u32s(d[2].tr[0].fetch_slots, d[2].tr[0].n_fetch, (uint32_t[]){1}, 1);
+  assert_int_equal(d[2].tr[0].n_hits, 1);
+  assert_keys(d[2].tr[0].wb_keys, d[2].tr[0].n_wb, (uint64_t[]){K(3)}, 1);
+  assert_u32s(d[2].tr[0].wb_slots, d[2].tr[0].n_wb, (uint32_t[]){0}, 1);
+  assert_keys(d[2].critical_keys, d[2].n_critical, (uint64_t[]){K(6)}, 1);
+  assert_u32s(d[2].critical, d[2].n_critical, (uint32_t[]){1}, 1);
+  assert_int_equal(d[2].n_delayed, 0);
+  assert_int_equal(d[2].gate, 1);
+  assert_id_slots(&s, &d[2], (uint64_t[]){K(3), K(6), K(4)}, 3);
+  /* x = 3: 1 -> slot 2 (freed after 1); 6 hit; both written back */
+  assert_keys(d[3].tr[0].fetch_keys, d[3].tr[0].n_fetch, (uint64_t[]){K(1)}, 1);
+  assert_u32s(d[3].tr[0].fetch_slots, d[3].tr[0].n_fetch, (uint32_t[]){2}, 1);
+  assert_int_equal(d[3].tr[0].n_hits, 1);
+  assert_keys(d[3].tr[0].wb_keys, d[3].tr[0].n_wb, (uint64_t[]){K(1), K(6)}, 2);
+  assert_u32s(d[3].tr[0].wb_slots, d[3].tr[0].n_wb, (uint32_t[]){2, 1}, 2);
+  assert_int_equal(d[3].n_critical, 0);
+  assert_int_equal(d[3].n_delayed, 0);
+  assert_int_equal(d[3].gate, 2);
+  assert_int_equal(d[3].tr[0].n_private, 2);
+  assert_id_slots(&s, &d[3], (uint64_t[]){K(3), K(6), K(1)}, 3);
+  assert_int_equal(r.peak, 3);
+  sim_out_t so;
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+  uint64_t need;
+  assert_int_equal(ocache_need(s.pl, s.n, 1, 1, 1, &need), 0);
+  assert_int_equal(need, 3);
+
+  /* L = 0: every key fetched in its batch and written back after it */
+  o.lookahead = 0;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  for (size_t x = 0; x < 4; x++) {
+    const ocache_tr_t *t = &r.d[x].tr[0];
+    assert_int_equal(t->n_fetch, 2);
+    assert_int_equal(t->n_wb, 2);
+    assert_int_equal(t->n_hits, 0);
+    assert_int_equal(r.d[x].gate, x);
+    assert_int_equal(r.d[x].lookahead, 0);
+    assert_keys(t->fetch_keys, 2, s.pl[x].ukeys, 2);
+    assert_keys(t->wb_keys, 2, s.pl[x].ukeys, 2);
+    for (size_t i = 0; i < 2; i++) assert_true(t->fetch_slots[i] < 2);
+  }
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+  assert_int_equal(ocache_need(s.pl, s.n, 1, 0, 1, &need), 0);
+  assert_int_equal(need, 2);
+
+  /* L = 2: key 3 stays cached from x = 0 through x = 2 */
+  o.lookahead = 2;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(find_key(r.d[0].tr[0].fetch_keys, r.d[0].tr[0].n_fetch, K(3)), 0);
+  for (size_t x = 0; x < 3; x++) {
+    assert_int_equal(find_key(r.d[x].tr[0].fetch_keys, r.d[x].tr[0].n_fetch, K(3)) >= 0, x == 0);
+    assert_int_equal(find_key(r.d[x].tr[0].wb_keys, r.d[x].tr[0].n_wb, K(3)) >= 0, x == 2);
+  }
+  assert_int_equal(r.d[1].tr[0].n_hits, 1);
+  assert_int_equal(r.d[2].tr[0].n_hits, 1);
+  assert_int_equal(r.d[3].tr[0].n_hits, 1); /* 6, fetched at 2 */
+  assert_int_equal(r.d[2].gate, 0);
+  assert_int_equal(r.d[3].gate, 1);
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+  stream_free(&s);
+}
+
+/* ------------------------------------------------------------------ LRPP by hand */
+
+/* Two trainers, contiguous allocation, batch 4 (trainer 0: samples 0, 1;
+ * trainer 1: samples 2, 3), one table of hotness 2:
+ *   x = 0: {1,4} {2,1} | {2,3} {4,4}   t0 uses 1 2 4, t1 uses 2 3 4
+ *   x = 1: {5,3} {4,5} | {6,4} {7,7}   t0 uses 3 4 5, t1 uses 4 6 7
+ * With L = 1: at x = 0, 1 is private to t0 (evicted), 2 shared and delayed
+ * (not used by x = 1, evicted), 3 used by t1 alone but kept (used at 1):
+ * shared, critical, 4 shared and critical.  At x = 1 (the last batch), 3
+ * is a hit private to t0, 5 private to t0, 6 and 7 private to t1, 4
+ * shared. */
+static void test_lrpp_by_hand(void **state) {
+  (void)state;
+  static const uint64_t ids[2][8] = {{1, 4, 2, 1, 2, 3, 4, 4}, {5, 3, 4, 5, 6, 4, 7, 7}};
+  stream_t s;
+  memset(&s, 0, sizeof s);
+  s.P = 2;
+  s.n_tables = 1;
+  s.B = 4;
+  s.hot[0] = 2;
+  s.rows[0] = s.max_rows = 16;
+  s.n = 2;
+  s.b = calloc(2, sizeof *s.b);
+  for (size_t x = 0; x < 2; x++) make_batch(&s.b[x], x, 4, 1, s.hot, ids[x]);
+  stream_plan(&s, ORACLE_ALLOC_CONTIGUOUS);
+  uint32_t own2 = (uint32_t)(tbl_mix64(K(2)) % 2), own4 = (uint32_t)(tbl_mix64(K(4)) % 2);
+
+  ocache_opts_t o = {.trainers = 2, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
+  run_t r;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  const ocache_dec_t *d = &r.d[0];
+  assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(1), K(2), K(3), K(4)}, 4);
+  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(2), K(3), K(4)}, 3);
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4)}, 2);
+  assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(2)}, 1);
+  assert_int_equal(d->tr[0].n_private, 1);
+  assert_int_equal(d->tr[1].n_private, 0);
+  /* write-backs: 1 by t0 (private), 2 by its owner */
+  uint64_t wb0[2] = {0}, wb1[2] = {0};
+  size_t n0 = 0, n1 = 0;
+  wb0[n0++] = K(1);
+  if (own2 == 0) wb0[n0++] = K(2);
+  else wb1[n1++] = K(2);
+  assert_keys(d->tr[0].wb_keys, d->tr[0].n_wb, wb0, n0);
+  assert_keys(d->tr[1].wb_keys, d->tr[1].n_wb, wb1, n1);
+  /* x = 1 */
+  d = &r.d[1];
+  assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(5)}, 1);
+  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(6), K(7)}, 2);
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(4)}, 1);
+  assert_int_equal(d->n_delayed, 0);
+  assert_int_equal(d->tr[0].n_private, 2);
+  assert_int_equal(d->tr[1].n_private, 2);
+  assert_int_equal(d->tr[0].n_hits, 2); /* 3 and 4 */
+  assert_int_equal(d->tr[1].n_hits, 1); /* 4 */
+  n0 = n1 = 0;
+  wb0[n0++] = K(3);
+  if (own4 == 0) wb0[n0++] = K(4);
+  else wb1[n1++] = K(4);
+  uint64_t want0[3] = {0}, want1[3] = {0};
+  size_t m0 = 0, m1 = 0;
+  for (size_t i = 0; i < n0; i++) want0[m0++] = wb0[i];
+  want0[m0++] = K(5);
+  for (size_t i = 0; i < n1; i++) want1[m1++] = wb1[i];
+  want1[m1++] = K(6);
+  want1[m1++] = K(7);
+  assert_keys(d->tr[0].wb_keys, d->tr[0].n_wb, want0, m0);
+  assert_keys(d->tr[1].wb_keys, d->tr[1].n_wb, want1, m1);
+  sim_out_t so;
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+
+  /* delayed = 0: the same, with 2 critical */
+  o.delayed = 0;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  assert_keys(r.d[0].critical_keys, r.d[0].n_critical, (uint64_t[]){K(2), K(3), K(4)}, 3);
+  assert_int_equal(r.d[0].n_delayed, 0);
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+
+  /* lrpp = 0: every key shared, fetched by both, written back by its owner */
+  o.delayed = 1;
+  o.lrpp = 0;
+  run_cache(&s, &o, &r);
+  assert_int_equal(r.rc, 0);
+  d = &r.d[0];
+  for (uint32_t q = 0; q < 2; q++) {
+    assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(1), K(2), K(3), K(4)}, 4);
+    assert_int_equal(d->tr[q].n_private, 0);
+  }
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4)}, 2);
+  assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(1), K(2)}, 2);
+  for (uint32_t q = 0; q < 2; q++)
+    for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(tbl_mix64(d->tr[q].wb_keys[i]) % 2, q);
+  assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, 2);
+  d = &r.d[1];
+  for (uint32_t q = 0; q < 2; q++) {
+    assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(5), K(6), K(7)}, 3);
+    assert_int_equal(d->tr[q].n_private, 0);
+  }
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4), K(5), K(6), K(7)}, 5);
+  assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, 5);
+  check_run(&s, &o, &r, &so);
+  run_free(&r);
+  stream_free(&s);
+}
+
+/* ------------------------------------------------------------------ random streams */
+
+static void assert_same_decisions(const run_t *a, const run_t *b) {
+  assert_int_equal(a->n, b->n);
+  for (size_t x = 0; x < a->n; x++) {
+    const ocache_dec_t *p = &a->d[x], *q = &b->d[x];
+    assert_int_equal(p->lookahead, q->lookahead);
+    assert_int_equal(p->gate, q->gate);
+    assert_keys(p->critical_keys, p->n_critical, q->critical_keys, q->n_critical);
+    assert_u32s(p->critical, p->n_critical, q->critical, q->n_critical);
+    assert_keys(p->delayed_keys, p->n_delayed, q->delayed_keys, q->n_delayed);
+    assert_u32s(p->delayed, p->n_delayed, q->delayed, q->n_delayed);
+    assert_int_equal(p->slots_used, q->slots_used);
+    for (uint32_t t = 0; t < p->trainers; t++) {
+      const ocache_tr_t *u = &p->tr[t], *v = &q->tr[t];
+      assert_u32s(u->slots, u->n_ids, v->slots, v->n_ids);
+      assert_keys(u->fetch_keys, u->n_fetch, v->fetch_keys, v->n_fetch);
+      assert_u32s(u->fetch_slots, u->n_fetch, v->fetch_slots, v->n_fetch);
+      assert_keys(u->wb_keys, u->n_wb, v->wb_keys, v->n_wb);
+      assert_u32s(u->wb_slots, u->n_wb, v->wb_slots, v->n_wb);
+    }
+  }
+}
+
+/* Every (P, L, lrpp, delayed) over random streams, unlimited cache. */
+static void test_properties(void **state) {
+  (void)state;
+  static const uint32_t Ls[] = {0, 1, 3, 8};
+  int runs = 0, any_hit = 0, any_private = 0, any_delayed = 0;
+  for (uint32_t P = 1; P <= 3; P++)
+    for (uint32_t hot = 1; hot <= 2; hot++) {
+      stream_t s;
+      uint32_t B = 32 + 16 * (P + hot) % 33;
+      stream_random(&s, 1000 + P * 10 + hot, 60, P, 2 + (P + hot) % 2, B, hot,
+                    (P + hot) % 2 ? ORACLE_ALLOC_RANDOM : ORACLE_ALLOC_CONTIGUOUS);
+      for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
+        for (int lrpp = 0; lrpp <= 1; lrpp++)
+          for (int delayed = 0; delayed <= 1; delayed++) {
+            ocache_opts_t o = {.trainers = P, .lookahead = Ls[li], .lrpp = lrpp, .delayed = delayed};
+            run_t r;
+            run_cache(&s, &o, &r);
+            assert_int_equal(r.rc, 0);
+            sim_out_t so;
+            check_run(&s, &o, &r, &so);
+            assert_false(so.lowered);
+            uint64_t need;
+            assert_int_equal(ocache_need(s.pl, s.n, P, Ls[li], lrpp, &need), 0);
+            assert_int_equal(need, so.max_slot1);
+            assert_int_equal(need, r.peak);
+            for (size_t x = 0; x < r.n; x++) {
+              any_hit |= r.d[x].tr[0].n_hits > 0;
+              any_private |= r.d[x].tr[0].n_private > 0 && P > 1;
+              any_delayed |= r.d[x].n_delayed > 0;
+            }
+            if (li == 2 && lrpp && delayed) { /* determinism */
+              run_t r2;
+              run_cache(&s, &o, &r2);
+              assert_same_decisions(&r, &r2);
+              run_free(&r2);
+            }
+            run_free(&r);
+            runs++;
+          }
+      /* need grows with L */
+      uint64_t prev = 0;
+      for (uint32_t L = 0; L <= 10; L++) {
+        uint64_t need;
+        assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need), 0);
+        assert_true(need >= prev);
+        prev = need;
+      }
+      stream_free(&s);
+    }
+  /* the streams exercise what they should */
+  assert_true(any_hit && any_private && any_delayed);
+  assert_int_equal(runs, 3 * 2 * 4 * 2 * 2);
+}
+
+/* cache_rows limits: = need never lowers L; = need - 1 lowers it and stays
+ * within the limit; < need(0) fails with ERR_CONFIG. */
+static void test_capacity(void **state) {
+  (void)state;
+  static const uint32_t Ls[] = {1, 3, 8};
+  int lowered_runs = 0;
+  for (uint32_t P = 1; P <= 3; P++) {
+    stream_t s;
+    stream_random(&s, 5000 + P, 60, P, 3, 48, 1 + P % 2, ORACLE_ALLOC_CONTIGUOUS);
+    uint64_t need0;
+    assert_int_equal(ocache_need(s.pl, s.n, P, 0, 1, &need0), 0);
+    for (size_t li = 0; li < 3; li++) {
+      uint32_t L = Ls[li];
+      uint64_t need;
+      assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need), 0);
+      ocache_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = need, .lrpp = 1, .delayed = 1};
+      run_t r;
+      sim_out_t so;
+      run_cache(&s, &o, &r);
+      assert_int_equal(r.rc, 0);
+      check_run(&s, &o, &r, &so);
+      assert_false(so.lowered);
+      run_free(&r);
+      if (need > need0) {
+        o.cache_rows = need - 1;
+        run_cache(&s, &o, &r);
+        assert_int_equal(r.rc, 0);
+        check_run(&s, &o, &r, &so);
+        assert_true(so.lowered);
+        assert_true(so.max_slot1 <= need - 1);
+        run_free(&r);
+        lowered_runs++;
+      }
+      /* even L = 0 does not fit */
+      o.cache_rows = need0 - 1;
+      run_cache(&s, &o, &r);
+      assert_int_equal(r.rc, ERR_CONFIG);
+      assert_non_null(strstr(r.err, "cache_rows"));
+      run_free(&r);
+    }
+    ocache_opts_t o = {.trainers = P, .lookahead = 0, .cache_rows = need0 - 1, .lrpp = 1, .delayed = 1};
+    run_t r;
+    run_cache(&s, &o, &r);
+    assert_int_equal(r.rc, ERR_CONFIG);
+    assert_non_null(strstr(r.err, "cache_rows"));
+    run_free(&r);
+    /* after a failure the cacher is unusable */
+    ocache_t *c;
+    assert_int_equal(ocache_create(&o, &c), 0);
+    int rc = 0;
+    char err[256];
+    size_t x = 0;
+    ocache_dec_t d;
+    for (; x < s.n && !rc; x++) {
+      assert_int_equal(ocache_push(c, &s.pl[x]), 0);
+      while (!rc && ocache_ready(c)) {
+        rc = ocache_decide(c, &d, err, sizeof err);
+        if (!rc) ocache_dec_free(&d);
+      }
+    }
+    assert_int_equal(rc, ERR_CONFIG);
+    assert_false(ocache_ready(c));
+    if (x < s.n) assert_int_equal(ocache_push(c, &s.pl[x]), -EINVAL);
+    assert_int_not_equal(ocache_decide(c, &d, err, sizeof err), 0);
+    ocache_destroy(c);
+    stream_free(&s);
+  }
+  assert_true(lowered_runs > 0);
+}
+
+/* ocache_auto: the largest L <= max_l whose need fits. */
+static void test_auto(void **state) {
+  (void)state;
+  for (uint32_t P = 1; P <= 3; P += 2) {
+    stream_t s;
+    stream_random(&s, 9000 + P, 60, P, 2, 40, 1, ORACLE_ALLOC_CONTIGUOUS);
+    uint64_t need[13];
+    for (uint32_t L = 0; L <= 12; L++) assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need[L]), 0);
+    uint64_t rows_list[] = {need[0] - 1, need[0], need[3], need[3] + 1, (need[4] + need[8]) / 2, need[12] - 1,
+                            need[12], need[12] * 2};
+    for (size_t i = 0; i < sizeof rows_list / sizeof *rows_list; i++) {
+      uint64_t rows = rows_list[i], got_need;
+      uint32_t l;
+      assert_int_equal(ocache_auto(s.pl, s.n, P, rows, 12, 1, &l, &got_need), 0);
+      assert_true(l <= 12);
+      assert_int_equal(got_need, need[l]);
+      if (rows < need[0]) {
+        assert_int_equal(l, 0);
+        assert_true(got_need > rows);
+        continue;
+      }
+      assert_true(need[l] <= rows);
+      if (l < 12) assert_true(need[l + 1] > rows);
+    }
+    /* max_l bounds it */
+    uint32_t l;
+    uint64_t nd;
+    assert_int_equal(ocache_auto(s.pl, s.n, P, UINT64_MAX, 5, 1, &l, &nd), 0);
+    assert_int_equal(l, 5);
+    assert_int_equal(nd, need[5]);
+    stream_free(&s);
+  }
+}
+
+/* Bad calls: P = 0, pushes out of order, of another P, of a non-KEYS plan;
+ * deciding when nothing is ready. */
+static void test_errors(void **state) {
+  (void)state;
+  ocache_t *c;
+  ocache_opts_t o = {.trainers = 0, .lookahead = 1};
+  assert_int_equal(ocache_create(&o, &c), -EINVAL);
+  assert_null(c);
+  stream_t s;
+  stream_random(&s, 77, 4, 2, 2, 16, 1, ORACLE_ALLOC_CONTIGUOUS);
+  o.trainers = 2;
+  assert_int_equal(ocache_create(&o, &c), 0);
+  char err[128];
+  ocache_dec_t d;
+  assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
+  assert_int_equal(ocache_push(c, &s.pl[1]), -EINVAL); /* out of order */
+  /* a plan built without ORACLE_PLAN_KEYS */
+  oracle_plan_t plain;
+  assert_int_equal(oracle_plan_build(&s.b[0], 2, ORACLE_ALLOC_CONTIGUOUS, 7, 0, &plain), 0);
+  assert_int_equal(ocache_push(c, &plain), -EINVAL);
+  oracle_plan_close(&plain);
+  /* another P */
+  oracle_plan_t p3;
+  assert_int_equal(oracle_plan_build(&s.b[0], 3, ORACLE_ALLOC_CONTIGUOUS, 7, ORACLE_PLAN_KEYS, &p3), 0);
+  assert_int_equal(ocache_push(c, &p3), -EINVAL);
+  oracle_plan_close(&p3);
+  assert_int_equal(ocache_push(c, &s.pl[0]), 0);
+  assert_int_equal(ocache_push(c, &s.pl[0]), -EINVAL); /* again */
+  assert_int_equal(ocache_push(c, &s.pl[2]), -EINVAL); /* skips 1 */
+  assert_int_equal(ocache_window(c), 1);
+  assert_false(ocache_ready(c)); /* L = 1: needs batch 1 */
+  assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
+  assert_int_equal(ocache_push(c, &s.pl[1]), 0);
+  assert_true(ocache_ready(c));
+  assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+  ocache_dec_free(&d);
+  ocache_end(c);
+  assert_int_equal(ocache_push(c, &s.pl[2]), -EINVAL); /* after the end */
+  assert_true(ocache_ready(c));
+  assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+  ocache_dec_free(&d);
+  assert_false(ocache_ready(c));
+  assert_int_equal(ocache_cached(c), 0);
+  ocache_destroy(c);
+  ocache_destroy(NULL);
+  ocache_dec_free(NULL);
+  /* ocache_need over nothing */
+  uint64_t need = 99;
+  assert_int_equal(ocache_need(s.pl, 0, 2, 3, 1, &need), 0);
+  assert_int_equal(need, 0);
+  stream_free(&s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_figure6),  cmocka_unit_test(test_lrpp_by_hand), cmocka_unit_test(test_properties),
+      cmocka_unit_test(test_capacity), cmocka_unit_test(test_auto),         cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,572 @@
+/*
+ * chanter bench oracle: how many samples/s the oracle decides.
+ *
+ * The stream: batches of 16384 samples, 26 one-hot tables with Criteo's
+ * (Kaggle) cardinalities -- five of 2e6 to 1e7 rows, several of 1e4 to 3e5,
+ * some tiny -- and Zipf-like ids per table (row = rows * u^a, a steeper for
+ * the big tables: a few rows take most of the lookups, a long tail is seen
+ * once), generated from (seed, batch) by our own generator, never timed.
+ *
+ * Measured, at P = 8 trainers (contiguous allocation, LRPP and delayed
+ * synchronization on), L = 200:
+ *   (a) oracle_plan_build with ORACLE_PLAN_KEYS (sample allocation + the
+ *       batch's distinct keys), which the oracle runs on worker threads: on
+ *       one thread, and on 2 threads over disjoint batches;
+ *   (b) the cacher (ocache_push + ocache_decide + ocache_dec_free), which is
+ *       sequential: timed after L + 1 warm-up batches, over L + 100 batches
+ *       (fewer with --quick); also at P = 2;
+ *   (c) both: an estimate from (a) and (b) -- one core doing everything,
+ *       and 2 cores with the planning spread and the cacher on one -- and a
+ *       measured pipeline, one thread planning while the other runs the
+ *       cacher.
+ * Then the effect of L (0, 10, 50, 200), every cacher fed the same batches:
+ * the slots it needs (its peak over the run, which is what ocache_need
+ * returns for those batches), rows fetched per batch (summed over the
+ * trainers), rows synchronized per batch (critical + delayed), and its own
+ * cost per batch.
+ *
+ * Timed parts run alone (the plans a timed cacher reads are built before
+ * its clock starts); the untimed warm-up uses both cores.  The machine may
+ * be shared, so the cacher is also timed per chunk of 25 batches and the
+ * best chunk is shown next to the mean.  Prints only: nothing is a
+ * threshold.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "cli.h"
+#include "data.h"
+#include "oracle_cache.h"
+#include "oracle_plan.h"
+#include "table.h"
+
+#define BS 16384    /* samples per batch */
+#define NT 26       /* tables */
+#define LBIG 200    /* the lookahead of the headline figures */
+#define NL 4        /* lookaheads compared */
+#define CHUNK 16    /* batches planned at a time */
+#define RING (LBIG + 1 + CHUNK + 8)
+#define SEED UINT64_C(0x5eed0a11)
+#define TCHUNK 25   /* batches per timing chunk */
+
+static const uint32_t LS[NL] = {0, 10, 50, LBIG};
+
+/* Criteo Kaggle's 26 categorical cardinalities. */
+static const uint64_t CARD[NT] = {1460,  583,     10131227, 2202608, 305,   24,  12517, 633,    3,
+                                  93145, 5683,    8351593,  3194,    27,    14992, 5461306, 10,   5652,
+                                  2173,  4,       7046547,  18,      15,    286181, 105, 142572};
+
+/* ------------------------------------------------------------------ the stream */
+
+static uint32_t skew(uint64_t rows) { return rows >= 1000000 ? 8 : rows >= 10000 ? 6 : rows >= 1000 ? 4 : 2; }
+
+/* Batch x: ids of table t from a splitmix64 sequence seeded by (SEED, x, t);
+ * row = floor(rows * u^a). */
+static int gen_batch(uint64_t x, data_batch_t *b) {
+  memset(b, 0, sizeof *b);
+  b->index = x;
+  b->n = BS;
+  b->n_tables = NT;
+  b->hotness = malloc(NT * sizeof *b->hotness);
+  b->ids_off = malloc((NT + 1) * sizeof *b->ids_off);
+  b->labels = calloc(BS, sizeof *b->labels);
+  b->dense = malloc(sizeof *b->dense);
+  b->ids = malloc((size_t)NT * BS * sizeof *b->ids);
+  if (!b->hotness || !b->ids_off || !b->labels || !b->dense || !b->ids) {
+    data_batch_free(b);
+    return -ENOMEM;
+  }
+  for (uint32_t t = 0; t < NT; t++) {
+    b->hotness[t] = 1;
+    b->ids_off[t] = (size_t)t * BS;
+    uint64_t s = tbl_mix64(SEED ^ (x * NT + t)), *ids = b->ids + (size_t)t * BS;
+    uint32_t a = skew(CARD[t]);
+    double rows = (double)CARD[t];
+    for (uint32_t i = 0; i < BS; i++) {
+      s += UINT64_C(0x9e3779b97f4a7c15);
+      double u = (double)(tbl_mix64(s) >> 11) * 0x1.0p-53, v = u;
+      for (uint32_t k = 1; k < a; k++) v *= u;
+      uint64_t r = (uint64_t)(v * rows);
+      ids[i] = r < CARD[t] ? r : CARD[t] - 1;
+    }
+  }
+  b->ids_off[NT] = (size_t)NT * BS;
+  return 0;
+}
+
+/* Generates and plans batches [x0, x1) into ring[x % RING] on `threads`
+ * threads (batch x on thread x % threads). */
+typedef struct planjob_s {
+  oracle_plan_t *ring;
+  uint64_t x0, x1;
+  uint32_t P, tid, threads;
+  int rc;
+} planjob_t;
+
+static void *plan_worker(void *arg) {
+  planjob_t *j = arg;
+  for (uint64_t x = j->x0 + j->tid; x < j->x1 && !j->rc; x += j->threads) {
+    data_batch_t b;
+    if ((j->rc = gen_batch(x, &b)) != 0) break;
+    j->rc = oracle_plan_build(&b, j->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &j->ring[x % RING]);
+    data_batch_free(&b);
+  }
+  return NULL;
+}
+
+static int plan_range(oracle_plan_t *ring, uint64_t x0, uint64_t x1, uint32_t P, uint32_t threads) {
+  pthread_t th[2];
+  planjob_t j[2];
+  for (uint32_t i = 0; i < threads; i++) {
+    j[i] = (planjob_t){.ring = ring, .x0 = x0, .x1 = x1, .P = P, .tid = i, .threads = threads};
+    if (i) pthread_create(&th[i], NULL, plan_worker, &j[i]);
+  }
+  plan_worker(&j[0]);
+  int rc = j[0].rc;
+  for (uint32_t i = 1; i < threads; i++) {
+    pthread_join(th[i], NULL);
+    if (j[i].rc) rc = j[i].rc;
+  }
+  return rc;
+}
+
+/* ------------------------------------------------------------------ (a) planning */
+
+typedef struct ptime_s {
+  data_batch_t *b;
+  size_t n, first, stride;
+  uint32_t P;
+  double secs;
+  int rc;
+} ptime_t;
+
+static void *ptime_worker(void *arg) {
+  ptime_t *t = arg;
+  double s = 0;
+  for (size_t i = t->first; i < t->n && !t->rc; i += t->stride) {
+    oracle_plan_t p;
+    double t0 = bench_now();
+    t->rc = oracle_plan_build(&t->b[i], t->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &p);
+    s += bench_now() - t0;
+    oracle_plan_close(&p);
+  }
+  t->secs = s;
+  return NULL;
+}
+
+/* Samples/s of oracle_plan_build over b[0..n): on one thread (best of 2
+ * rounds), and on 2 threads over disjoint batches (wall time). */
+static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double *two, size_t *unique) {
+  double best = 0;
+  for (int round = 0; round < 2; round++) {
+    ptime_t t = {.b = b, .n = n, .first = 0, .stride = 1, .P = P};
+    ptime_worker(&t);
+    if (t.rc) return t.rc;
+    if (best == 0 || t.secs < best) best = t.secs;
+  }
+  *one = (double)n * BS / best;
+  ptime_t t[2];
+  pthread_t th;
+  double t0 = bench_now();
+  for (int i = 0; i < 2; i++) t[i] = (ptime_t){.b = b, .n = n, .first = (size_t)i, .stride = 2, .P = P};
+  pthread_create(&th, NULL, ptime_worker, &t[1]);
+  ptime_worker(&t[0]);
+  pthread_join(th, NULL);
+  double wall = bench_now() - t0;
+  if (t[0].rc || t[1].rc) return t[0].rc ? t[0].rc : t[1].rc;
+  *two = (double)n * BS / wall;
+  oracle_plan_t p;
+  int rc = oracle_plan_build(&b[0], P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &p);
+  if (rc) return rc;
+  *unique = p.n_unique;
+  oracle_plan_close(&p);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ (b) the cacher */
+
+typedef struct ccr_s {
+  uint32_t L, P;
+  ocache_t *c;
+  uint64_t end_at; /* its last batch (ocache_end after it); UINT64_MAX: open */
+  /* timing of the calls made while timed */
+  double t_push, t_decide, chunk_t, best_chunk;
+  uint64_t timed, chunk_n;
+  /* decisions of the batches in [s0, s1) */
+  uint64_t s0, s1, st_n, st_fetch, st_crit, st_del, st_unique, st_new, st_wb;
+  uint64_t decided;
+  int ended; /* its last batch went in and what the statistics need is decided */
+  char err[256];
+} ccr_t;
+
+static int ccr_open(ccr_t *r, uint32_t P, uint32_t L, uint64_t end_at) {
+  memset(r, 0, sizeof *r);
+  r->L = L;
+  r->P = P;
+  r->end_at = end_at;
+  ocache_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = 1, .delayed = 1};
+  return ocache_create(&o, &r->c);
+}
+
+static void ccr_stats(ccr_t *r, const ocache_dec_t *d) {
+  if (d->x < r->s0 || d->x >= r->s1) return;
+  r->st_n++;
+  for (uint32_t q = 0; q < d->trainers; q++) {
+    r->st_fetch += d->tr[q].n_fetch;
+    r->st_wb += d->tr[q].n_wb;
+  }
+  r->st_crit += d->n_critical;
+  r->st_del += d->n_delayed;
+  r->st_unique += d->n_unique;
+  r->st_new += d->n_new;
+}
+
+/* Decides whatever is ready, up to batch `upto` (excluded); each call (and
+ * the free of its decision) is timed when `timed`. */
+static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
+  while (r->decided < upto && ocache_ready(r->c)) {
+    ocache_dec_t d;
+    double t0 = bench_now();
+    int rc = ocache_decide(r->c, &d, r->err, sizeof r->err);
+    if (rc) return rc;
+    double t1 = bench_now();
+    ccr_stats(r, &d);
+    double t2 = bench_now();
+    ocache_dec_free(&d);
+    double t3 = bench_now();
+    if (timed) {
+      r->t_decide += (t1 - t0) + (t3 - t2);
+      r->chunk_t += (t1 - t0) + (t3 - t2);
+    }
+    r->decided++;
+  }
+  return 0;
+}
+
+/* Batch p enters r's cacher, then every ready batch is decided.  After its
+ * last batch (end_at) the stream ends and the rest is decided as far as the
+ * statistics need (s1), untimed: timed pushes and decisions stay one for
+ * one. */
+static int ccr_step(ccr_t *r, const oracle_plan_t *p, int timed) {
+  int last = p->x == r->end_at;
+  if (last) timed = 0;
+  double t0 = bench_now();
+  int rc = ocache_push(r->c, p);
+  if (rc) {
+    snprintf(r->err, sizeof r->err, "ocache_push of batch %" PRIu64 ": %s", p->x, strerror(-rc));
+    return rc;
+  }
+  if (last) {
+    ocache_end(r->c);
+    r->ended = 1;
+  }
+  if (timed) {
+    double dt = bench_now() - t0;
+    r->t_push += dt;
+    r->chunk_t += dt;
+  }
+  if ((rc = ccr_drain(r, timed, last ? r->s1 : UINT64_MAX)) != 0) return rc;
+  if (timed) {
+    r->timed++;
+    if (++r->chunk_n == TCHUNK) {
+      if (r->best_chunk == 0 || r->chunk_t < r->best_chunk) r->best_chunk = r->chunk_t;
+      r->chunk_n = 0;
+      r->chunk_t = 0;
+    }
+  }
+  return 0;
+}
+
+/* Cachers rs[first], rs[first + stride], ... over ring batches [x0, x1). */
+typedef struct cjob_s {
+  ccr_t **rs;
+  size_t n, first, stride;
+  const oracle_plan_t *ring;
+  uint64_t x0, x1;
+  int timed, rc;
+  ccr_t *failed;
+} cjob_t;
+
+static void *cacher_worker(void *arg) {
+  cjob_t *j = arg;
+  for (size_t i = j->first; i < j->n && !j->rc; i += j->stride)
+    for (uint64_t x = j->x0; x < j->x1 && !j->rc; x++)
+      if ((j->rc = ccr_step(j->rs[i], &j->ring[x % RING], j->timed)) != 0) j->failed = j->rs[i];
+  return NULL;
+}
+
+/* Feeds ring batches [x0, x1) to every cacher of rs: timed ones one after
+ * the other on this thread, untimed ones on 2 threads. */
+static int cachers_range(ccr_t **rs, size_t n, const oracle_plan_t *ring, uint64_t x0, uint64_t x1, int timed) {
+  cjob_t j[2];
+  int threads = timed || n < 2 ? 1 : 2;
+  pthread_t th;
+  for (int i = 0; i < threads; i++)
+    j[i] = (cjob_t){.rs = rs, .n = n, .first = (size_t)i, .stride = (size_t)threads, .ring = ring,
+                    .x0 = x0, .x1 = x1, .timed = timed};
+  if (threads == 2) pthread_create(&th, NULL, cacher_worker, &j[1]);
+  cacher_worker(&j[0]);
+  if (threads == 2) pthread_join(th, NULL);
+  for (int i = 0; i < threads; i++)
+    if (j[i].rc) {
+      fprintf(stderr, "bench oracle: cacher L=%u: %s\n", j[i].failed->L, j[i].failed->err);
+      return j[i].rc;
+    }
+  return 0;
+}
+
+/* Closes the ring plans every cacher of rs has decided (or ended without
+ * deciding: they no longer read them). */
+static void close_decided(oracle_plan_t *ring, ccr_t **rs, size_t n, uint64_t *closed) {
+  uint64_t upto = UINT64_MAX;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t d = rs[i]->ended ? UINT64_MAX : rs[i]->decided;
+    if (d < upto) upto = d;
+  }
+  if (upto == UINT64_MAX) return;
+  for (; *closed < upto; (*closed)++) oracle_plan_close(&ring[*closed % RING]);
+}
+
+/* Runs the cachers rs over batches [0, n_batches) at P: warm-up on both
+ * cores, batches >= warm timed (cacher by cacher, alone).  A cacher whose
+ * end_at is later stays open (a pipeline continues its stream). */
+static int cachers_run(ccr_t **rs, size_t n, oracle_plan_t *ring, uint32_t P, uint64_t warm, uint64_t n_batches,
+                       uint64_t *closed) {
+  int rc = 0;
+  for (uint64_t x0 = 0; x0 < n_batches && !rc; x0 += CHUNK) {
+    uint64_t x1 = x0 + CHUNK < n_batches ? x0 + CHUNK : n_batches;
+    if ((rc = plan_range(ring, x0, x1, P, 2)) != 0) {
+      fprintf(stderr, "bench oracle: planning batches %" PRIu64 "..%" PRIu64 ": %s\n", x0, x1 - 1, strerror(-rc));
+      break;
+    }
+    uint64_t split = x0 < warm ? (x1 < warm ? x1 : warm) : x0; /* [x0, split) warm-up, [split, x1) timed */
+    if (split > x0 && (rc = cachers_range(rs, n, ring, x0, split, 0)) != 0) break;
+    if (x1 > split && (rc = cachers_range(rs, n, ring, split, x1, 1)) != 0) break;
+    close_decided(ring, rs, n, closed);
+  }
+  return rc;
+}
+
+/* ------------------------------------------------------------------ (c) a pipeline */
+
+/* One thread plans batches (pre-generated) while this one runs the cacher:
+ * the planner stays at most `lead` batches ahead. */
+typedef struct pipe_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  oracle_plan_t *ring;
+  data_batch_t *b;
+  uint64_t x0, n, built, consumed, lead;
+  uint32_t P;
+  int rc;
+} pipe_t;
+
+static void *pipe_planner(void *arg) {
+  pipe_t *pp = arg;
+  for (uint64_t i = 0; i < pp->n; i++) {
+    pthread_mutex_lock(&pp->mu);
+    while (i >= pp->consumed + pp->lead && !pp->rc) pthread_cond_wait(&pp->cv, &pp->mu);
+    int stop = pp->rc != 0;
+    pthread_mutex_unlock(&pp->mu);
+    if (stop) break;
+    int rc = oracle_plan_build(&pp->b[i], pp->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS,
+                               &pp->ring[(pp->x0 + i) % RING]);
+    pthread_mutex_lock(&pp->mu);
+    if (rc) pp->rc = rc;
+    else pp->built = i + 1;
+    pthread_cond_broadcast(&pp->cv);
+    pthread_mutex_unlock(&pp->mu);
+    if (rc) break;
+  }
+  return NULL;
+}
+
+/* Continues r's stream with batches x0 .. x0+n-1 through the pipeline:
+ * samples/s over the wall time (r's stream stays open: the caller ends it). */
+static int bench_pipeline(ccr_t *r, oracle_plan_t *ring, uint64_t x0, uint64_t n, uint64_t *closed, double *sps) {
+  data_batch_t *b = calloc(n, sizeof *b);
+  if (!b) return -ENOMEM;
+  int rc = 0;
+  for (uint64_t i = 0; i < n && !rc; i++) rc = gen_batch(x0 + i, &b[i]);
+  pipe_t pp = {.ring = ring, .b = b, .x0 = x0, .n = n, .lead = 8, .P = r->P};
+  pthread_mutex_init(&pp.mu, NULL);
+  pthread_cond_init(&pp.cv, NULL);
+  pthread_t th;
+  int started = 0;
+  double t0 = bench_now();
+  if (!rc) started = pthread_create(&th, NULL, pipe_planner, &pp) == 0;
+  if (!started && !rc) rc = -EAGAIN;
+  for (uint64_t i = 0; i < n && !rc; i++) {
+    pthread_mutex_lock(&pp.mu);
+    while (pp.built <= i && !pp.rc) pthread_cond_wait(&pp.cv, &pp.mu);
+    rc = pp.rc;
+    pthread_mutex_unlock(&pp.mu);
+    if (rc) break;
+    if ((rc = ccr_step(r, &ring[(x0 + i) % RING], 0)) != 0) {
+      fprintf(stderr, "bench oracle: pipeline: %s\n", r->err);
+      break;
+    }
+    close_decided(ring, &r, 1, closed);
+    pthread_mutex_lock(&pp.mu);
+    pp.consumed = i + 1;
+    pthread_cond_broadcast(&pp.cv);
+    pthread_mutex_unlock(&pp.mu);
+  }
+  double wall = bench_now() - t0;
+  pthread_mutex_lock(&pp.mu);
+  if (rc && !pp.rc) pp.rc = rc;
+  pthread_cond_broadcast(&pp.cv);
+  pthread_mutex_unlock(&pp.mu);
+  if (started) pthread_join(th, NULL);
+  if (!rc) rc = pp.rc;
+  *sps = (double)n * BS / wall;
+  for (uint64_t i = 0; i < n; i++) data_batch_free(&b[i]);
+  free(b);
+  pthread_mutex_destroy(&pp.mu);
+  pthread_cond_destroy(&pp.cv);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static double ccr_sps(const ccr_t *r) { return r->timed ? (double)r->timed * BS / (r->t_push + r->t_decide) : 0; }
+static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHUNK * BS / r->best_chunk : ccr_sps(r); }
+
+static void row(const char *what, double sps, double best, double ms) {
+  printf("  %-52s %11.0f", what, sps);
+  if (best > 0) printf(" %11.0f", best);
+  else printf(" %11s", "-");
+  printf(" %9.2f\n", ms);
+  fflush(stdout);
+}
+
+static void close_ring(oracle_plan_t *ring, uint64_t *closed, uint64_t upto) {
+  for (; *closed < upto; (*closed)++) oracle_plan_close(&ring[*closed % RING]);
+}
+
+int bench_oracle(cli_t *cli) {
+  int quick = cli_flag(cli, "--quick");
+  const uint32_t P = 8, P2 = 2;
+  uint64_t warm = LBIG + 1, timed = quick ? 30 : LBIG + 100, timed2 = quick ? 10 : 100;
+  uint64_t n_batches = warm + timed, n_pipe = quick ? 16 : 40, n_plan = quick ? 6 : 16;
+  /* the effect of L: decisions of these batches (every window full, unless --quick) */
+  uint64_t s0 = warm, s1 = n_batches - LBIG > warm + 10 ? n_batches - LBIG : n_batches;
+  oracle_plan_t *ring = calloc(RING, sizeof *ring);
+  data_batch_t *pb = calloc(n_plan, sizeof *pb);
+  ccr_t cr[NL], cr2, *rs[NL], *rs2 = &cr2;
+  uint64_t closed = 0;
+  int rc = 1;
+  memset(cr, 0, sizeof cr);
+  memset(&cr2, 0, sizeof cr2);
+  if (!ring || !pb) goto out;
+
+  uint64_t big = 0, mid = 0, small = 0;
+  for (int t = 0; t < NT; t++) {
+    if (CARD[t] >= 1000000) big++;
+    else if (CARD[t] >= 10000) mid++;
+    else small++;
+  }
+  printf("\nchanter bench oracle: batch %d, %d one-hot tables with Criteo's cardinalities (%" PRIu64
+         " of 2e6..1e7 rows, %" PRIu64 " of 1e4..3e5, %" PRIu64 " smaller), Zipf-like ids%s\n",
+         BS, NT, big, mid, small, quick ? " (--quick)" : "");
+  printf("reference: Bagpipe reports 3.27M samples/s on 72 cores (%.0f per core); the aim: >= 1M samples/s per core\n\n",
+         3.27e6 / 72);
+
+  /* (a) planning, on batches of their own */
+  for (uint64_t i = 0; i < n_plan; i++)
+    if (gen_batch(UINT64_C(1) << 40 | i, &pb[i])) goto out;
+  double one = 0, two = 0;
+  size_t uniq = 0;
+  if ((rc = bench_plan(pb, n_plan, P, &one, &two, &uniq)) != 0) {
+    fprintf(stderr, "bench oracle: oracle_plan_build: %s\n", strerror(-rc));
+    rc = 1;
+    goto out;
+  }
+  rc = 1;
+  printf("%d ids and about %zu distinct keys a batch; P = %u trainers, contiguous allocation, LRPP and delayed "
+         "sync on\n\n",
+         BS * NT, uniq, P);
+  printf("  %-52s %11s %11s %9s\n", "", "samples/s", "best chunk", "ms/batch");
+  row("(a) plan (allocation + distinct keys), 1 thread", one, 0, 1e3 * BS / one);
+  row("(a) plan, 2 threads over disjoint batches", two, 0, 1e3 * BS / two);
+
+  /* (b) the cacher at every L on the same batches; the L = 200 one goes on
+   * into the pipeline (c) */
+  for (int i = 0; i < NL; i++) {
+    if (ccr_open(&cr[i], P, LS[i], LS[i] == LBIG ? UINT64_MAX : n_batches - 1)) goto out;
+    cr[i].s0 = s0;
+    cr[i].s1 = s1;
+    rs[i] = &cr[i];
+  }
+  ccr_t *hb = &cr[NL - 1];
+  if (cachers_run(rs, NL, ring, P, warm, n_batches, &closed)) goto out;
+  double cacher_s = (hb->t_push + hb->t_decide) / (double)hb->timed;
+  char what[128];
+  snprintf(what, sizeof what, "(b) cacher, P = %u, L = %d, %" PRIu64 " batches", P, LBIG, hb->timed);
+  row(what, ccr_sps(hb), ccr_best(hb), 1e3 * cacher_s);
+  printf("  %-52s push %.2f ms + decide %.2f ms a batch\n", "", 1e3 * hb->t_push / (double)hb->timed,
+         1e3 * hb->t_decide / (double)hb->timed);
+
+  /* (c) */
+  double pipe_sps = 0;
+  if ((rc = bench_pipeline(hb, ring, n_batches, n_pipe, &closed, &pipe_sps)) != 0) {
+    rc = 1;
+    goto out;
+  }
+  rc = 1;
+  ocache_end(hb->c);
+  hb->ended = 1;
+  if (ccr_drain(hb, 0, s1)) {
+    fprintf(stderr, "bench oracle: cacher L=%u: %s\n", hb->L, hb->err);
+    goto out;
+  }
+  close_ring(ring, &closed, n_batches + n_pipe); /* every plan: the cachers are done reading */
+  double plan_s = BS / one;
+  row("(c) plan + cacher on one core (from a, b)", BS / (plan_s + cacher_s), 0, 1e3 * (plan_s + cacher_s));
+  double two_s = cacher_s > (plan_s + cacher_s) / 2 ? cacher_s : (plan_s + cacher_s) / 2;
+  row("(c) plan + cacher on 2 cores, plans spread (from a, b)", BS / two_s, 0, 1e3 * two_s);
+  snprintf(what, sizeof what, "(c) measured: 1 thread plans, 1 runs the cacher (%" PRIu64 ")", n_pipe);
+  row(what, pipe_sps, 0, 1e3 * BS / pipe_sps);
+
+  /* (b) at P = 2 */
+  if (ccr_open(&cr2, P2, LBIG, warm + timed2 - 1)) goto out;
+  closed = 0;
+  if (cachers_run(&rs2, 1, ring, P2, warm, warm + timed2, &closed)) goto out;
+  close_ring(ring, &closed, warm + timed2);
+  snprintf(what, sizeof what, "(b) cacher, P = %u, L = %d, %" PRIu64 " batches", P2, LBIG, cr2.timed);
+  row(what, ccr_sps(&cr2), ccr_best(&cr2), 1e3 * (cr2.t_push + cr2.t_decide) / (double)cr2.timed);
+  printf("  (best chunk: the fastest %d consecutive batches, for a shared machine)\n", TCHUNK);
+
+  /* the effect of L */
+  printf("\neffect of L (P = %u; per batch, over batches %" PRIu64 "..%" PRIu64 "%s):\n", P, s0, s1 - 1,
+         s1 == n_batches ? ", the last ones decided as the stream ends" : "");
+  printf("  %5s %13s %8s %13s %12s %12s %11s %10s %10s %11s\n", "L", "slots needed", "(over)", "fetched rows",
+         "synced rows", "of critical", "written bk", "new keys", "cacher ms", "samples/s");
+  for (int i = 0; i < NL; i++) {
+    const ccr_t *r = &cr[i];
+    double n = r->st_n ? (double)r->st_n : 1;
+    printf("  %5u %13" PRIu64 " %8" PRIu64 " %13.0f %12.0f %12.0f %11.0f %10.0f %10.2f %11.0f\n", r->L,
+           ocache_slots_peak(r->c), r->decided, (double)r->st_fetch / n, (double)(r->st_crit + r->st_del) / n,
+           (double)r->st_crit / n, (double)r->st_wb / n, (double)r->st_new / n,
+           1e3 * (r->t_push + r->t_decide) / (double)r->timed, ccr_sps(r));
+  }
+  printf("  (slots needed: the peak over the first (over) batches, which is what ocache_need returns for them;\n"
+         "   fetched rows: summed over the %u trainers; synced: critical + delayed; written bk: rows written back;\n"
+         "   new keys: distinct keys not cached before the batch; cacher ms: push + decide a batch, timed)\n",
+         P);
+  rc = 0;
+out:
+  for (int i = 0; i < NL; i++)
+    if (cr[i].c) ocache_destroy(cr[i].c);
+  if (cr2.c) ocache_destroy(cr2.c);
+  for (uint64_t i = 0; ring && i < RING; i++) oracle_plan_close(&ring[i]);
+  for (uint64_t i = 0; pb && i < n_plan; i++) data_batch_free(&pb[i]);
+  free(pb);
+  free(ring);
+  return rc;
+}
