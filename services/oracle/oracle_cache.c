@@ -12,9 +12,10 @@
  * batch's keys prefetch the buckets PF keys ahead, the map is backed by
  * huge pages when large, and the per-batch work avoids it where it can --
  * which keys batch x + 1 uses comes from merging the two batches' sorted
- * key lists, and each id is mapped to its slot through a small per-table
- * hash of the batch's own distinct keys (it fits in the CPU cache), not
- * through the map.
+ * key lists, each evicted entry leaves the map while pass 1 holds it, and
+ * each id is mapped to its slot through a small per-table table of the
+ * batch's own distinct keys (hashed, or indexed by row when the rows are
+ * few; it fits in the CPU cache), not through the map.
  */
 #include "oracle_cache.h"
 
@@ -39,7 +40,7 @@ typedef struct ent_s {
   uint32_t slot; /* NOSLOT: not cached */
 } ent_t;
 
-/* An entry of the per-table hash of a batch's distinct keys (map_ids). */
+/* An entry of the per-table table of a batch's distinct keys (map_ids). */
 typedef struct lent_s {
   uint64_t key; /* EMPTY: free */
   uint32_t slot;
@@ -74,7 +75,7 @@ struct ocache_s {
   uint8_t *cls;
   uint32_t *uslot;
   size_t cap_u;
-  lent_t *lh;      /* per-table hash of the batch's distinct keys */
+  lent_t *lh;      /* per-table table of the batch's distinct keys */
   size_t cap_lh;
   size_t *cnt_fetch, *cnt_wb, *soff;
 };
@@ -340,9 +341,10 @@ static inline size_t lh_home(uint64_t key, int shift) {
   return (size_t)((key * UINT64_C(0x9e3779b97f4a7c15)) >> shift);
 }
 
-/* Maps every id of table tb in every share to its slot through a hash of
+/* Maps every id of table tb in every share to its slot through a table of
  * the batch's distinct keys of tb (ukeys[lo..hi), small enough to stay in
- * the CPU cache; one entry holds all an id needs), and counts each
+ * the CPU cache; one entry holds all an id needs): indexed by row when the
+ * largest row is below 4x the hash's size, else hashed.  Counts each
  * trainer's distinct keys and hits.  -EINVAL (with err) for an id that is
  * not among the keys. */
 static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_t tb, size_t lo, size_t hi,
@@ -351,16 +353,20 @@ static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_
   while (((size_t)1 << bits) < 2 * (hi - lo)) bits++;
   size_t cap = (size_t)1 << bits, mask = cap - 1;
   int shift = 64 - bits;
-  if (cap > c->cap_lh) {
-    lent_t *lh = realloc(c->lh, cap * sizeof *lh);
+  /* rows 0 .. max_row: small enough to index directly, no hashing */
+  uint64_t max_row = hi > lo ? TBL_ROW(p->ukeys[hi - 1]) : 0;
+  int dense = max_row < 4 * (uint64_t)cap;
+  size_t n_ent = dense ? (size_t)max_row + 1 : cap;
+  if (n_ent > c->cap_lh) {
+    lent_t *lh = realloc(c->lh, n_ent * sizeof *lh);
     if (!lh) return -ENOMEM;
     c->lh = lh;
-    c->cap_lh = cap;
+    c->cap_lh = n_ent;
   }
   lent_t *lh = c->lh;
-  memset(lh, 0xff, cap * sizeof *lh); /* every key EMPTY */
+  memset(lh, 0xff, n_ent * sizeof *lh); /* every key EMPTY */
   for (size_t i = lo; i < hi; i++) {
-    size_t h = lh_home(p->ukeys[i], shift);
+    size_t h = dense ? (size_t)TBL_ROW(p->ukeys[i]) : lh_home(p->ukeys[i], shift);
     while (lh[h].key != EMPTY) h = (h + 1) & mask;
     lh[h].key = p->ukeys[i];
     lh[h].slot = c->uslot[i];
@@ -374,23 +380,28 @@ static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_
     uint32_t *slots = t->slots + o, seen = (q + 1) << 1;
     for (size_t j = 0; j < m; j++) {
       uint64_t key = TBL_KEY(tb, ids[j]);
-      size_t h = lh_home(key, shift);
-      while (lh[h].key != key) {
-        if (lh[h].key == EMPTY) {
-          snprintf(err, err_len,
-                   "batch %" PRIu64 ": trainer %u's id %zu (table %u row %" PRIu64 ") is not among its keys", p->x,
-                   q, o + j, tb, ids[j]);
-          return -EINVAL;
+      lent_t *e;
+      if (dense) {
+        e = &lh[TBL_ROW(key) <= max_row ? TBL_ROW(key) : 0];
+        if (e->key != key) goto missing;
+      } else {
+        size_t h = lh_home(key, shift);
+        while (lh[h].key != key) {
+          if (lh[h].key == EMPTY) goto missing;
+          h = (h + 1) & mask;
         }
-        h = (h + 1) & mask;
+        e = &lh[h];
       }
-      lent_t *e = &lh[h];
       slots[j] = e->slot;
-      if ((e->tag & ~1u) != seen) {
-        nh += e->tag & 1;
-        e->tag = seen | (e->tag & 1);
-        nk++;
-      }
+      uint32_t tag = e->tag, fresh = (tag & ~1u) != seen; /* first id of this key in q's share */
+      nk += fresh;
+      nh += fresh & tag;
+      e->tag = seen | (tag & 1);
+      continue;
+    missing:
+      snprintf(err, err_len, "batch %" PRIu64 ": trainer %u's id %zu (table %u row %" PRIu64 ") is not among its keys",
+               p->x, q, o + j, tb, ids[j]);
+      return -EINVAL;
     }
     t->n_keys += nk;
     t->n_hits += nh;

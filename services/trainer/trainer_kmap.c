@@ -16,7 +16,9 @@ typedef struct kent_s {
 
 struct kmap_s {
   uint64_t *slot_key; /* slots */
+  uint8_t *owned;     /* slots */
   uint64_t n_slots;
+  size_t n_owned;
   kent_t *tab;
   size_t cap, n;
   int shift;
@@ -45,7 +47,8 @@ int kmap_create(uint64_t slots, kmap_t **out) {
   if (!m) return -ENOMEM;
   m->n_slots = slots;
   m->slot_key = malloc((slots ? slots : 1) * sizeof *m->slot_key);
-  if (!m->slot_key || tab_alloc(m, 1024) != 0) {
+  m->owned = calloc(slots ? slots : 1, 1);
+  if (!m->slot_key || !m->owned || tab_alloc(m, 1024) != 0) {
     kmap_destroy(m);
     return -ENOMEM;
   }
@@ -57,6 +60,7 @@ int kmap_create(uint64_t slots, kmap_t **out) {
 void kmap_destroy(kmap_t *m) {
   if (!m) return;
   free(m->slot_key);
+  free(m->owned);
   free(m->tab);
   free(m);
 }
@@ -112,8 +116,27 @@ static int grow(kmap_t *m) {
   return 0;
 }
 
+void kmap_set_owned(kmap_t *m, uint32_t slot, int owned) {
+  if (slot >= m->n_slots || m->slot_key[slot] == EMPTY || m->owned[slot] == (owned != 0)) return;
+  m->owned[slot] = owned != 0;
+  if (owned) m->n_owned++;
+  else m->n_owned--;
+}
+
+size_t kmap_owned(const kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap) {
+  if (!cap) return m->n_owned;
+  size_t k = 0;
+  for (uint64_t s = 0; s < m->n_slots && k < cap; s++)
+    if (m->owned[s]) {
+      slots[k] = (uint32_t)s;
+      keys[k++] = m->slot_key[s];
+    }
+  return m->n_owned;
+}
+
 void kmap_clear(kmap_t *m, uint32_t slot) {
   if (slot >= m->n_slots || m->slot_key[slot] == EMPTY) return;
+  kmap_set_owned(m, slot, 0);
   kent_t *e = find(m, m->slot_key[slot]);
   if (e && e->slot == slot) erase(m, e);
   m->slot_key[slot] = EMPTY;
@@ -124,6 +147,7 @@ int kmap_set(kmap_t *m, uint32_t slot, uint64_t key) {
   kmap_clear(m, slot);
   kent_t *e = find(m, key);
   if (e) { /* the key moved: its old slot no longer holds it */
+    kmap_set_owned(m, e->slot, 0);
     m->slot_key[e->slot] = EMPTY;
     e->slot = slot;
     m->slot_key[slot] = key;

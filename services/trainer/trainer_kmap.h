@@ -25,6 +25,12 @@ void kmap_destroy(kmap_t *m);
 int kmap_set(kmap_t *m, uint32_t slot, uint64_t key);
 /* slot holds nothing (no-op if it held nothing). */
 void kmap_clear(kmap_t *m, uint32_t slot);
+/* The row at slot is owned by this trainer (LRPP: only its copy is
+ * current) or no longer (0).  No-op for an empty slot. */
+void kmap_set_owned(kmap_t *m, uint32_t slot, int owned);
+/* Up to cap (slot, key) pairs of the owned rows, in slot order; returns how
+ * many there are (call with cap 0 to count). */
+size_t kmap_owned(const kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap);
 /* The slot holding key, or -1. */
 int64_t kmap_find(const kmap_t *m, uint64_t key);
 size_t kmap_count(const kmap_t *m);

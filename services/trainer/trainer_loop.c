@@ -900,6 +900,72 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   return report_step(t, x, b.n, loss, ph, &c, err, err_len);
 }
 
+/* Step x's ownership changes (Step fields 16-20): the replicated rows
+ * (an allgather of each owner's copies; every trainer takes the owner's
+ * bytes, no arithmetic, so the bits are the owner's), then this trainer's
+ * own / stale marks in the key map (what evaluation reads). */
+static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t x, char *err, size_t err_len) {
+  int rc;
+  size_t n = st->replicate_slots.len / 4;
+  if ((rc = check_u32_field(t->ts, &st->replicate_slots, SIZE_MAX, "replicate_slots", x, err, err_len)) != 0)
+    return rc;
+  if (st->replicate_owners.len != n * 4 || st->replicate_keys.len != n * 8)
+    return set_err(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": %zu replicate slots but %zu owner bytes and %zu key bytes", x, n,
+                   st->replicate_owners.len, st->replicate_keys.len);
+  if (n) {
+    uint32_t rf = tstep_row_floats(t->ts), P = t->trainers;
+    float *mine = calloc(n * rf, sizeof(float)), *all = malloc((size_t)P * n * rf * sizeof(float));
+    if (!mine || !all) {
+      free(mine), free(all);
+      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
+    }
+    for (size_t i = 0; i < n; i++) {
+      uint32_t o, sl;
+      memcpy(&o, st->replicate_owners.data + 4 * i, 4);
+      memcpy(&sl, st->replicate_slots.data + 4 * i, 4);
+      if (o >= P) {
+        free(mine), free(all);
+        return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
+                       x, i, o, P);
+      }
+      if (o == t->rank) tstep_cache_gather(t->ts, &sl, 1, mine + i * rf);
+    }
+    if ((rc = coll_allgather(t->coll, mine, n * rf * sizeof(float), all)) != 0) {
+      free(mine), free(all);
+      return set_err(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s",
+                     x, n, P, err_str(rc));
+    }
+    for (size_t i = 0; i < n; i++) {
+      uint32_t o, sl;
+      uint64_t k;
+      memcpy(&o, st->replicate_owners.data + 4 * i, 4);
+      memcpy(&sl, st->replicate_slots.data + 4 * i, 4);
+      memcpy(&k, st->replicate_keys.data + 8 * i, 8);
+      if (o != t->rank) tstep_cache_scatter(t->ts, &sl, 1, all + ((size_t)o * n + i) * rf);
+      if (kmap_set(t->kmap, sl, k) != 0) {
+        free(mine), free(all);
+        return set_err(err, err_len, -ENOMEM, "out of memory in the key map");
+      }
+    }
+    free(mine), free(all);
+  }
+  if ((rc = check_u32_field(t->ts, &st->own_slots, SIZE_MAX, "own_slots", x, err, err_len)) != 0 ||
+      (rc = check_u32_field(t->ts, &st->stale_slots, SIZE_MAX, "stale_slots", x, err, err_len)) != 0)
+    return rc;
+  for (size_t i = 0; i < st->own_slots.len / 4; i++) {
+    uint32_t sl;
+    memcpy(&sl, st->own_slots.data + 4 * i, 4);
+    kmap_set_owned(t->kmap, sl, 1);
+  }
+  for (size_t i = 0; i < st->stale_slots.len / 4; i++) {
+    uint32_t sl;
+    memcpy(&sl, st->stale_slots.data + 4 * i, 4);
+    kmap_clear(t->kmap, sl);
+  }
+  return 0;
+}
+
 /* One step with the cache (every mode but ideal; see "the cache pipeline"
  * above).  Its rows were prefetched into their slots by the feeder. */
 static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait,
@@ -992,7 +1058,12 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   tstep_cache_pack(t->ts, st->sync_delayed.data, n_del, t->bg_grad);
   tstep_cache_update(t->ts, st->sync_delayed.data, n_del);
   double t5 = now_s();
-  ph[PH_UPDATE] = t5 - t4;
+
+  /* e2. ownership (LRPP): rows that another trainer uses next get their
+   * owner's copy everywhere; rows taking an owner here go stale elsewhere */
+  if ((rc = ownership(t, st, x, err, err_len)) != 0) return rc;
+  ph[PH_UPDATE] = now_s() - t4;
+  t5 = now_s();
 
   /* f. hand the rest of x to the background: delayed rows, write-backs */
   memcpy(t->bg_wbk, st->write_back_keys.data, n_wb * 8);
@@ -1025,6 +1096,36 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
 
 /* ------------------------------------------------------------------ eval */
 
+static int cmp_ix(const void *a, const void *b, void *keys) {
+  uint64_t x = ((const uint64_t *)keys)[*(const size_t *)a], y = ((const uint64_t *)keys)[*(const size_t *)b];
+  return x < y ? -1 : x > y;
+}
+
+/* embc_write of n rows given in any key order. */
+static int write_sorted(trainer_t *t, const uint64_t *keys, const float *rows, size_t n, uint32_t rf, char *err,
+                        size_t err_len) {
+  size_t *ix = malloc(n * sizeof *ix);
+  uint64_t *k = malloc(n * sizeof *k);
+  float *r = malloc(n * rf * sizeof(float));
+  int rc = 0;
+  if (!ix || !k || !r) {
+    rc = set_err(err, err_len, -ENOMEM, "out of memory sorting %zu rows", n);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) ix[i] = i;
+  qsort_r(ix, n, sizeof *ix, cmp_ix, (void *)keys);
+  for (size_t i = 0; i < n; i++) {
+    k[i] = keys[ix[i]];
+    memcpy(r + i * rf, rows + ix[i] * rf, rf * sizeof(float));
+  }
+  char why[768] = "";
+  if ((rc = embc_write(t->embc, k, n, r, why, sizeof why)) != 0)
+    set_err(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n, why);
+out:
+  free(ix), free(k), free(r);
+  return rc;
+}
+
 /* The rows of an evaluation with the cache: the model as it is after the
  * iteration just trained, so this trainer's background work is waited for
  * and every trainer's (a barrier: their write-backs are then durable);
@@ -1034,6 +1135,25 @@ static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const vo
                      size_t err_len) {
   int rc = wait_bg(t, NULL, err, err_len);
   if (rc) return rc;
+  /* rows this trainer owns are current only here: to the servers first,
+   * so that the other trainers read them there */
+  size_t n_own = kmap_owned(t->kmap, NULL, NULL, 0);
+  if (n_own) {
+    uint32_t rf = tstep_row_floats(t->ts);
+    uint32_t *os = malloc(n_own * sizeof *os);
+    uint64_t *ok = malloc(n_own * sizeof *ok);
+    float *orow = malloc(n_own * rf * sizeof(float));
+    if (!os || !ok || !orow) {
+      free(os), free(ok), free(orow);
+      return set_err(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_own);
+    }
+    kmap_owned(t->kmap, os, ok, n_own);
+    tstep_cache_gather(t->ts, os, n_own, orow);
+    /* embc wants ascending keys: slot order is not key order */
+    rc = write_sorted(t, ok, orow, n_own, rf, err, err_len);
+    free(os), free(ok), free(orow);
+    if (rc) return rc;
+  }
   if ((rc = coll_barrier(t->coll)) != 0)
     return set_err(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,
                    err_str(rc));

@@ -976,10 +976,49 @@ static void test_errors(void **state) {
   stream_free(&s);
 }
 
+/* A plan whose keys are not ascending is refused; an id that is not among
+ * its plan's keys (a broken plan) fails the decision instead of getting
+ * some other row's slot -- small rows (indexed directly) and large ones
+ * (hashed), below, inside and above the keys' range. */
+static void test_inconsistent_plans(void **state) {
+  (void)state;
+  static const uint64_t small_rows[4] = {1, 5, 5, 1}, big_rows[4] = {1000000, 2000000, 1000000, 7};
+  static const uint64_t bad_small[] = {3, 100, 0}, bad_big[] = {3000000, 1500000, 6};
+  for (int big = 0; big <= 1; big++)
+    for (int k = 0; k < 3; k++) {
+      data_batch_t b;
+      uint32_t hot = 1;
+      make_batch(&b, 0, 4, 1, &hot, big ? big_rows : small_rows);
+      oracle_plan_t pl;
+      assert_int_equal(oracle_plan_build(&b, 1, ORACLE_ALLOC_CONTIGUOUS, 1, ORACLE_PLAN_KEYS, &pl), 0);
+      ocache_opts_t o = {.trainers = 1, .lookahead = 0, .lrpp = 1, .delayed = 1};
+      ocache_t *c;
+      assert_int_equal(ocache_create(&o, &c), 0);
+      if (k == 0) { /* keys out of order */
+        uint64_t t = pl.ukeys[0];
+        pl.ukeys[0] = pl.ukeys[1];
+        pl.ukeys[1] = t;
+        assert_int_equal(ocache_push(c, &pl), -EINVAL);
+        pl.ukeys[1] = pl.ukeys[0];
+        pl.ukeys[0] = t;
+      }
+      assert_int_equal(ocache_push(c, &pl), 0);
+      pl.shares[0].ids[3] = big ? bad_big[k] : bad_small[k];
+      ocache_dec_t d;
+      char err[256];
+      assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EINVAL);
+      assert_non_null(strstr(err, "not among"));
+      ocache_destroy(c);
+      oracle_plan_close(&pl);
+      data_batch_free(&b);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_figure6),  cmocka_unit_test(test_lrpp_by_hand), cmocka_unit_test(test_properties),
       cmocka_unit_test(test_capacity), cmocka_unit_test(test_auto),         cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_inconsistent_plans),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

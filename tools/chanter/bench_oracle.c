@@ -2,10 +2,12 @@
  * chanter bench oracle: how many samples/s the oracle decides.
  *
  * The stream: batches of 16384 samples, 26 one-hot tables with Criteo's
- * (Kaggle) cardinalities -- five of 2e6 to 1e7 rows, several of 1e4 to 3e5,
- * some tiny -- and Zipf-like ids per table (row = rows * u^a, a steeper for
- * the big tables: a few rows take most of the lookups, a long tail is seen
- * once), generated from (seed, batch) by our own generator, never timed.
+ * (Kaggle) cardinalities -- five of 2e6 to 1e7 rows, five of 1e4 to 3e5,
+ * sixteen smaller -- and Zipf-like ids per table: row = rows * u^a with u
+ * uniform, i.e. P(row) ~ row^-(1 - 1/a), a = 8 for the big tables (a few
+ * rows take most of the lookups, a long tail is seen once), 6, 4, 2 for
+ * smaller ones; generated from (seed, batch) by our own generator, never
+ * timed.
  *
  * Measured, at P = 8 trainers (contiguous allocation, LRPP and delayed
  * synchronization on), L = 200:
@@ -122,14 +124,16 @@ static void *plan_worker(void *arg) {
 static int plan_range(oracle_plan_t *ring, uint64_t x0, uint64_t x1, uint32_t P, uint32_t threads) {
   pthread_t th[2];
   planjob_t j[2];
+  int started[2] = {0, 0};
   for (uint32_t i = 0; i < threads; i++) {
     j[i] = (planjob_t){.ring = ring, .x0 = x0, .x1 = x1, .P = P, .tid = i, .threads = threads};
-    if (i) pthread_create(&th[i], NULL, plan_worker, &j[i]);
+    if (i) started[i] = pthread_create(&th[i], NULL, plan_worker, &j[i]) == 0;
   }
   plan_worker(&j[0]);
   int rc = j[0].rc;
   for (uint32_t i = 1; i < threads; i++) {
-    pthread_join(th[i], NULL);
+    if (started[i]) pthread_join(th[i], NULL);
+    else plan_worker(&j[i]); /* no thread: do its share here */
     if (j[i].rc) rc = j[i].rc;
   }
   return rc;
@@ -174,9 +178,10 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
   pthread_t th;
   double t0 = bench_now();
   for (int i = 0; i < 2; i++) t[i] = (ptime_t){.b = b, .n = n, .first = (size_t)i, .stride = 2, .P = P};
-  pthread_create(&th, NULL, ptime_worker, &t[1]);
+  int started = pthread_create(&th, NULL, ptime_worker, &t[1]) == 0;
   ptime_worker(&t[0]);
-  pthread_join(th, NULL);
+  if (started) pthread_join(th, NULL);
+  else ptime_worker(&t[1]);
   double wall = bench_now() - t0;
   if (t[0].rc || t[1].rc) return t[0].rc ? t[0].rc : t[1].rc;
   *two = (double)n * BS / wall;
@@ -309,9 +314,10 @@ static int cachers_range(ccr_t **rs, size_t n, const oracle_plan_t *ring, uint64
   for (int i = 0; i < threads; i++)
     j[i] = (cjob_t){.rs = rs, .n = n, .first = (size_t)i, .stride = (size_t)threads, .ring = ring,
                     .x0 = x0, .x1 = x1, .timed = timed};
-  if (threads == 2) pthread_create(&th, NULL, cacher_worker, &j[1]);
+  int started = threads == 2 && pthread_create(&th, NULL, cacher_worker, &j[1]) == 0;
   cacher_worker(&j[0]);
-  if (threads == 2) pthread_join(th, NULL);
+  if (started) pthread_join(th, NULL);
+  else if (threads == 2) cacher_worker(&j[1]);
   for (int i = 0; i < threads; i++)
     if (j[i].rc) {
       fprintf(stderr, "bench oracle: cacher L=%u: %s\n", j[i].failed->L, j[i].failed->err);
