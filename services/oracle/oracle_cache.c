@@ -38,6 +38,7 @@ typedef struct ent_s {
   uint32_t last; /* last use among the batches that entered, low 32 bits (a key stays in the map
                     only while it is cached or in the window, far fewer than 2^32 batches) */
   uint32_t slot; /* NOSLOT: not cached */
+  uint32_t owner; /* cached: the one trainer whose copy is current (LRPP), or SHARED: every trainer's */
 } ent_t;
 
 /* An entry of the per-table table of a batch's distinct keys (map_ids). */
@@ -51,7 +52,16 @@ typedef struct lent_s {
 #define HUGE_BYTES ((size_t)2 << 20) /* maps this large or more sit on (transparent) huge pages */
 
 /* per distinct key of the batch being decided */
-enum { C_FETCH_ONE = 1, C_FETCH_ALL = 2, C_EVICT = 4, C_PRIVATE = 8, C_CRITICAL = 16, C_DELAYED = 32, C_HIT = 64 };
+enum {
+  C_FETCH_ONE = 1,
+  C_FETCH_ALL = 2,
+  C_EVICT = 4,
+  C_PRIVATE = 8, /* owned by one trainer: no synchronization */
+  C_CRITICAL = 16,
+  C_DELAYED = 32,
+  C_HIT = 64,
+  C_OWN = 128 /* takes an owner at x and stays cached: the owner marks it, the others' copies go stale */
+};
 
 struct ocache_s {
   ocache_opts_t o;
@@ -77,7 +87,12 @@ struct ocache_s {
   size_t cap_u;
   lent_t *lh;      /* per-table table of the batch's distinct keys */
   size_t cap_lh;
-  size_t *cnt_fetch, *cnt_wb, *soff;
+  size_t *cnt_fetch, *cnt_wb, *soff, *cnt_own;
+  /* replication planned while deciding x (keys of x + 1 owned by a
+   * trainer that is not x + 1's only user) */
+  uint32_t *rep_slot, *rep_owner;
+  uint64_t *rep_key;
+  size_t n_rep, cap_rep;
 };
 
 static inline size_t nz(size_t n) { return n ? n : 1; }
@@ -155,6 +170,7 @@ static ent_t *map_upsert(ocache_t *c, uint64_t key) {
       e->key = key;
       e->last = 0;
       e->slot = NOSLOT;
+      e->owner = SHARED;
       c->n++;
       return e;
     }
@@ -193,7 +209,8 @@ int ocache_create(const ocache_opts_t *o, ocache_t **out) {
   c->cnt_fetch = calloc(o->trainers, sizeof *c->cnt_fetch);
   c->cnt_wb = calloc(o->trainers, sizeof *c->cnt_wb);
   c->soff = calloc(o->trainers, sizeof *c->soff);
-  if (!c->win || !c->cnt_fetch || !c->cnt_wb || !c->soff || map_init(c, 1024) != 0) {
+  c->cnt_own = calloc(o->trainers, sizeof *c->cnt_own);
+  if (!c->win || !c->cnt_fetch || !c->cnt_wb || !c->soff || !c->cnt_own || map_init(c, 1024) != 0) {
     ocache_destroy(c);
     return -ENOMEM;
   }
@@ -213,6 +230,10 @@ void ocache_destroy(ocache_t *c) {
   free(c->cnt_fetch);
   free(c->cnt_wb);
   free(c->soff);
+  free(c->cnt_own);
+  free(c->rep_slot);
+  free(c->rep_owner);
+  free(c->rep_key);
   free(c);
 }
 
@@ -268,7 +289,10 @@ void ocache_end(ocache_t *c) { c->ended = 1; }
 
 int ocache_ready(const ocache_t *c) {
   size_t w = ocache_window(c);
-  return !c->failed && w > 0 && (c->ended || w >= (size_t)c->L + 1);
+  /* with LRPP, batch x + 1 too: who uses it decides which owned rows x
+   * must hand to every trainer */
+  size_t need = (size_t)c->L + 1 + (c->o.lrpp && c->L == 0 ? 1 : 0);
+  return !c->failed && w > 0 && (c->ended || w >= need);
 }
 
 /* ------------------------------------------------------------------ slots */
@@ -419,8 +443,13 @@ void ocache_dec_free(ocache_dec_t *d) {
     free(t->fetch_slots);
     free(t->wb_keys);
     free(t->wb_slots);
+    free(t->own_slots);
+    free(t->stale_slots);
   }
   free(d->tr);
+  free(d->rep_slots);
+  free(d->rep_owners);
+  free(d->rep_keys);
   free(d->critical);
   free(d->delayed);
   free(d->critical_keys);
@@ -469,7 +498,8 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   size_t nn = split ? win_at(c, x + 1)->n_unique : 0, j1 = 0;
 
   /* pass 1: classify, allocate slots */
-  size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0;
+  size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0, n_trans = 0;
+  memset(c->cnt_own, 0, P * sizeof *c->cnt_own);
   memset(c->cnt_fetch, 0, P * sizeof *c->cnt_fetch);
   memset(c->cnt_wb, 0, P * sizeof *c->cnt_wb);
   size_t n_fetch_all = 0;
@@ -484,10 +514,32 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       goto fail;
     }
     uint8_t f = 0;
-    int evict = e->last == (uint32_t)x;
-    int priv = c->o.lrpp && user != SHARED && evict;
-    if (e->slot != NOSLOT) f |= C_HIT;
-    else {
+    /* with L = 0 every key leaves after its batch, whatever later batch
+     * already entered the window (LRPP keeps x + 1 there, to plan
+     * replication); its next use is then >= x + L + 1, as consistency needs */
+    int evict = e->last == (uint32_t)x || c->L == 0;
+    /* LRPP: a row one trainer uses is owned by it (fetched, updated and
+     * written back by it alone, never synchronized) -- while it stays
+     * cached too, until another trainer needs it (replication below) */
+    int priv = c->o.lrpp && user != SHARED;
+    if (e->slot != NOSLOT) {
+      f |= C_HIT;
+      if (e->owner != SHARED && e->owner != user) { /* replication at x - 1 prevents this */
+        snprintf(err, err_len,
+                 "batch %" PRIu64 ": key %#" PRIx64 " is owned by trainer %u but used by %s (an ownership bug)", x, k,
+                 e->owner, user == SHARED ? "several" : "another");
+        rc = -EINVAL;
+        goto fail;
+      }
+      if (priv && e->owner == SHARED) { /* every copy is current: one trainer takes it over */
+        e->owner = user;
+        if (!evict) {
+          f |= C_OWN;
+          c->cnt_own[user]++;
+          n_trans++;
+        }
+      }
+    } else {
       uint32_t s = slot_alloc(c, x);
       if (s == NOSLOT) {
         snprintf(err, err_len,
@@ -498,6 +550,11 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
         goto fail;
       }
       e->slot = s;
+      e->owner = priv ? user : SHARED;
+      if (priv && !evict) {
+        f |= C_OWN;
+        c->cnt_own[user]++;
+      }
       c->cached++;
       n_new++;
       f |= priv ? C_FETCH_ONE : C_FETCH_ALL;
@@ -525,10 +582,45 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       uint32_t owner = priv ? user : (uint32_t)(tbl_mix64(k) % P);
       c->cnt_wb[owner]++;
       if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
-      map_erase(c, e);
+      if (e->last == (uint32_t)x) {
+        map_erase(c, e);
+      } else { /* a batch in the window uses it later (L = 0): it stays, uncached */
+        e->slot = NOSLOT;
+        e->owner = SHARED;
+      }
       c->cached--;
     }
     c->cls[i] = f;
+  }
+  /* replication: a row still cached after x, owned by one trainer, that
+   * batch x + 1 lets another trainer use goes to every trainer after x's
+   * update; from then on every copy is current again */
+  c->n_rep = 0;
+  if (c->o.lrpp && x + 1 < c->next_push) {
+    const oracle_plan_t *n1 = win_at(c, x + 1);
+    for (size_t i = 0; i < n1->n_unique; i++) {
+      if (i + PF < n1->n_unique) map_prefetch(c, n1->ukeys[i + PF]);
+      ent_t *e = map_find(c, n1->ukeys[i]);
+      if (!e || e->slot == NOSLOT || e->owner == SHARED || e->owner == n1->users[i]) continue;
+      if (c->n_rep == c->cap_rep) {
+        size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
+        uint32_t *rs = realloc(c->rep_slot, nc * sizeof *rs);
+        if (rs) c->rep_slot = rs;
+        uint32_t *ro = realloc(c->rep_owner, nc * sizeof *ro);
+        if (ro) c->rep_owner = ro;
+        uint64_t *rk = realloc(c->rep_key, nc * sizeof *rk);
+        if (rk) c->rep_key = rk;
+        if (!rs || !ro || !rk) {
+          rc = -ENOMEM;
+          goto fail;
+        }
+        c->cap_rep = nc;
+      }
+      c->rep_slot[c->n_rep] = e->slot;
+      c->rep_owner[c->n_rep] = e->owner;
+      c->rep_key[c->n_rep++] = e->key;
+      e->owner = SHARED;
+    }
   }
   if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (oracle_cache.h) */
     for (size_t i = 0; i < U; i++)
@@ -541,6 +633,26 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     memset(d, 0, sizeof *d);
     for (uint32_t q = 0; q < P; q++) c->cnt_fetch[q] += n_fetch_all;
     if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_wb, ncrit, ndel)) != 0) goto fail_dec;
+    for (uint32_t q = 0; q < P; q++) {
+      ocache_tr_t *t = &d->tr[q];
+      t->own_slots = malloc(nz(c->cnt_own[q]) * sizeof *t->own_slots);
+      t->stale_slots = malloc(nz(n_trans) * sizeof *t->stale_slots);
+      if (!t->own_slots || !t->stale_slots) {
+        rc = -ENOMEM;
+        goto fail_dec;
+      }
+    }
+    d->rep_slots = malloc(nz(c->n_rep) * sizeof *d->rep_slots);
+    d->rep_owners = malloc(nz(c->n_rep) * sizeof *d->rep_owners);
+    d->rep_keys = malloc(nz(c->n_rep) * sizeof *d->rep_keys);
+    if (!d->rep_slots || !d->rep_owners || !d->rep_keys) {
+      rc = -ENOMEM;
+      goto fail_dec;
+    }
+    memcpy(d->rep_slots, c->rep_slot, c->n_rep * sizeof *d->rep_slots);
+    memcpy(d->rep_owners, c->rep_owner, c->n_rep * sizeof *d->rep_owners);
+    memcpy(d->rep_keys, c->rep_key, c->n_rep * sizeof *d->rep_keys);
+    d->n_rep = c->n_rep;
     d->x = x;
     d->n_unique = U;
     d->n_new = n_new;
@@ -562,6 +674,13 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
         t->fetch_slots[t->n_fetch++] = s;
       }
       if (f & C_PRIVATE) d->tr[user].n_private++;
+      if (f & C_OWN) {
+        ocache_tr_t *t = &d->tr[user];
+        t->own_slots[t->n_own++] = s;
+        if (f & C_HIT) /* taken over from every trainer: their copies go stale */
+          for (uint32_t q = 0; q < P; q++)
+            if (q != user) d->tr[q].stale_slots[d->tr[q].n_stale++] = s;
+      }
       if (f & C_CRITICAL) {
         d->critical_keys[d->n_critical] = k;
         d->critical[d->n_critical++] = s;

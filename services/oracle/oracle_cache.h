@@ -11,12 +11,24 @@
  *   - k not cached: it gets a free cache slot and is fetched for x;
  *   - TTL == x: k is evicted after x (written back, its slot freed);
  *     else it stays cached, TTL refreshed by later batches.
- * LRPP: a key used by exactly one trainer p in x and evicted after x is
- * PRIVATE: only p fetches it (if it was not cached), p alone updates it
- * and writes it back, nobody synchronizes it.  Every other key of x is
- * SHARED: fetched by every trainer (if not cached), its gradient
- * all-reduced in the order below, updated identically everywhere, and,
- * when evicted, written back by one owner, tbl_mix64(k) % P.
+ * With L = 0 every key of x is evicted after x.
+ * LRPP, with OWNERSHIP: a key used by exactly one trainer p in x is OWNED
+ * by p: only p fetches it (if it was not cached), p alone updates it, it
+ * is never synchronized, and p writes it back when it is evicted -- also
+ * while it stays cached across batches, for as long as p is its only
+ * user.  A cached key every trainer holds (SHARED) that only p uses at x
+ * is taken over by p (own_slots for p; the others' copies go stale,
+ * stale_slots).  When batch x+1 lets another trainer use a key owned by p,
+ * deciding x lists it for REPLICATION (rep_*): after x's update p's copy
+ * goes to every trainer and the key is SHARED again -- so at any batch an
+ * owned key is used by its owner only (with LRPP, batch x+1 is therefore
+ * in the window when x is decided, also at L = 0).  A key several
+ * trainers use in x is SHARED: fetched by every trainer (if not cached),
+ * its gradient all-reduced in the order below, updated identically
+ * everywhere, and, when evicted, written back by tbl_mix64(k) % P.  With
+ * lrpp = 0 every key is shared.  Every trainer's update of a row uses
+ * exactly the gradient synchronous training would (the owner's own, or
+ * the sum over trainers), so the model does not depend on any of this.
  * Delayed synchronization: a shared key also used by batch x+1 is
  * CRITICAL (synchronized before x+1 starts); the rest are DELAYED
  * (synchronized in the background during x+1's forward).  With L = 0, or
@@ -24,8 +36,8 @@
  * key order, the same on every trainer.
  *
  * Slots.  One slot space for all trainers (a shared row sits at the same
- * slot everywhere; a private row's slot is simply unused on the others),
- * slots 0 .. cache_rows-1.  A slot freed after batch y is reused only by a
+ * slot everywhere),
+ * slots 0 .. cache_rows-1 (an owned row's slot is unused on the others).  A slot freed after batch y is reused only by a
  * key first used at y + L + 1 or later: the trainer's prefetch for batch z
  * may run while batches z-L .. z-1 still train, and starts only once every
  * trainer finished batch z - L - 1 (the GATE, below) -- so it never
@@ -70,7 +82,7 @@ typedef struct ocache_opts_s {
   uint32_t trainers;   /* P >= 1 */
   uint32_t lookahead;  /* L (the start value; may be lowered, see above) */
   uint64_t cache_rows; /* slots; 0 = unlimited (ocache_need) */
-  int lrpp;            /* 1: private keys as above; 0: every key shared (fetched by all, synchronized) */
+  int lrpp;            /* 1: owned keys as above; 0: every key shared (fetched by all, synchronized) */
   int delayed;         /* 1: critical / delayed split; 0: all critical */
 } ocache_opts_t;
 
@@ -86,7 +98,11 @@ typedef struct ocache_tr_s {
   size_t n_wb;
   size_t n_keys;            /* distinct keys its samples use */
   size_t n_hits;            /* of those, already cached before x */
-  size_t n_private;         /* of those, private to it (LRPP) */
+  size_t n_private;         /* of those, owned by it (LRPP): updated by it alone */
+  uint32_t *own_slots;      /* rows it owns from x on, still cached after x */
+  size_t n_own;
+  uint32_t *stale_slots;    /* rows another trainer owns from x on: its copy is stale */
+  size_t n_stale;
 } ocache_tr_t;
 
 typedef struct ocache_dec_s {
@@ -98,6 +114,10 @@ typedef struct ocache_dec_s {
   uint32_t *delayed;  /* slots all-reduced in the background (ascending key order) */
   size_t n_delayed;
   uint64_t *critical_keys, *delayed_keys; /* the same rows' keys */
+  uint32_t *rep_slots;  /* after x's update, these owned rows go from their owner to every trainer ... */
+  uint32_t *rep_owners; /* ... (this one) ... */
+  uint64_t *rep_keys;   /* ... (these keys): batch x + 1 has another trainer use them */
+  size_t n_rep;
   ocache_tr_t *tr;    /* P */
   uint32_t trainers;
   size_t n_unique;    /* distinct keys of x */
@@ -118,7 +138,8 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p);
 /* No batch will be pushed after the last one: the window may run short. */
 void ocache_end(ocache_t *c);
 /* 1 when the oldest undecided batch can be decided (L batches after it have
- * entered, or the stream ended), else 0. */
+ * entered -- at least one with lrpp, see LRPP above -- or the stream
+ * ended), else 0. */
 int ocache_ready(const ocache_t *c);
 /* Batches pushed and not yet decided. */
 size_t ocache_window(const ocache_t *c);

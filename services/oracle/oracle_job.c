@@ -811,6 +811,11 @@ static int send_step(oracle_job_t *j, uint32_t p, plan_slot_t *s) {
     st.prefetch_gate = d->gate;
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
+    st.replicate_slots = slots_pb(d->rep_slots, d->n_rep);
+    st.replicate_owners = slots_pb(d->rep_owners, d->n_rep);
+    st.replicate_keys = keys_pb(d->rep_keys, d->n_rep);
+    st.own_slots = slots_pb(t->own_slots, t->n_own);
+    st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
   }
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP;

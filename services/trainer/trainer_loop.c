@@ -900,12 +900,26 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   return report_step(t, x, b.n, loss, ph, &c, err, err_len);
 }
 
-/* Step x's ownership changes (Step fields 16-20): the replicated rows
- * (an allgather of each owner's copies; every trainer takes the owner's
- * bytes, no arithmetic, so the bits are the owner's), then this trainer's
- * own / stale marks in the key map (what evaluation reads). */
+/* Step x's ownership changes (Step fields 16-20): this trainer's own /
+ * stale marks in the key map (what evaluation reads), then the replicated
+ * rows (an allgather of each owner's copies; every trainer takes the
+ * owner's bytes, no arithmetic, so the bits are the owner's), which every
+ * trainer holds again. */
 static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t x, char *err, size_t err_len) {
   int rc;
+  if ((rc = check_u32_field(t->ts, &st->own_slots, SIZE_MAX, "own_slots", x, err, err_len)) != 0 ||
+      (rc = check_u32_field(t->ts, &st->stale_slots, SIZE_MAX, "stale_slots", x, err, err_len)) != 0)
+    return rc;
+  for (size_t i = 0; i < st->own_slots.len / 4; i++) {
+    uint32_t sl;
+    memcpy(&sl, st->own_slots.data + 4 * i, 4);
+    kmap_set_owned(t->kmap, sl, 1);
+  }
+  for (size_t i = 0; i < st->stale_slots.len / 4; i++) {
+    uint32_t sl;
+    memcpy(&sl, st->stale_slots.data + 4 * i, 4);
+    kmap_clear(t->kmap, sl);
+  }
   size_t n = st->replicate_slots.len / 4;
   if ((rc = check_u32_field(t->ts, &st->replicate_slots, SIZE_MAX, "replicate_slots", x, err, err_len)) != 0)
     return rc;
@@ -949,19 +963,6 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
       }
     }
     free(mine), free(all);
-  }
-  if ((rc = check_u32_field(t->ts, &st->own_slots, SIZE_MAX, "own_slots", x, err, err_len)) != 0 ||
-      (rc = check_u32_field(t->ts, &st->stale_slots, SIZE_MAX, "stale_slots", x, err, err_len)) != 0)
-    return rc;
-  for (size_t i = 0; i < st->own_slots.len / 4; i++) {
-    uint32_t sl;
-    memcpy(&sl, st->own_slots.data + 4 * i, 4);
-    kmap_set_owned(t->kmap, sl, 1);
-  }
-  for (size_t i = 0; i < st->stale_slots.len / 4; i++) {
-    uint32_t sl;
-    memcpy(&sl, st->stale_slots.data + 4 * i, 4);
-    kmap_clear(t->kmap, sl);
   }
   return 0;
 }
@@ -1088,7 +1089,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
 
   c.fetched = n_fetch;
   c.hits = st->cache_hits;
-  c.synced = n_crit + n_del;
+  c.synced = n_crit + n_del + st->replicate_slots.len / 4; /* replicated owned rows move too */
   c.synced_delayed = n_del;
   c.written_back = n_wb;
   return report_step(t, x, b.n, loss, ph, &c, err, err_len);

@@ -194,7 +194,7 @@ static void prefetch(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t 
 typedef struct result_s {
   uint8_t digest[32];
   uint32_t min_l, max_l;
-  size_t fetched, synced, delayed, hits;
+  size_t fetched, synced, delayed, hits, replicated;
 } result_t;
 
 static void run(const run_opts_t *o, result_t *res) {
@@ -319,6 +319,19 @@ static void run(const run_opts_t *o, result_t *res) {
       tstep_cache_pack(ts[p], d->delayed, d->n_delayed, bg.pgrad[p]);
       tstep_cache_update(ts[p], d->delayed, d->n_delayed);
     }
+    /* ownership: rows x + 1 lets another trainer use go from their owner
+     * to every trainer after x's update (bytes copied, as the allgather) */
+    {
+      uint32_t rf = tstep_row_floats(ts[0]);
+      float *row = malloc(rf * sizeof(float));
+      for (size_t i = 0; i < d->n_rep; i++) {
+        tstep_cache_gather(ts[d->rep_owners[i]], &d->rep_slots[i], 1, row);
+        for (uint32_t p = 0; p < P; p++)
+          if (p != d->rep_owners[i]) tstep_cache_scatter(ts[p], &d->rep_slots[i], 1, row);
+      }
+      free(row);
+      res->replicated += d->n_rep;
+    }
     res->synced += nc + d->n_delayed;
     res->delayed += d->n_delayed;
   }
@@ -377,6 +390,7 @@ static void test_bit_identical_across_l(void **state) {
             assert_true(r.hits > 0);
           }
           if (ls[i] >= 1 && delayed && P > 1) assert_true(r.delayed > 0);
+          if (ls[i] >= 1 && lrpp && P > 1) assert_true(r.replicated > 0); /* owned rows changed hands */
           if (ls[i] < 0) assert_true(r.max_l >= 1);
         }
     print_message("P=%u: digest %s identical for L in {0,1,2,5,16,auto} x lrpp x delayed\n", P, hb);

@@ -1,22 +1,31 @@
 /*
  * test_oracle_cache: the oracle's cacher (services/oracle/oracle_cache.c):
- * lookahead, time-to-live, slot assignment, LRPP, the critical / delayed
- * split, the prefetch gate, the exact slot count (ocache_need), auto L
- * (ocache_auto) and lowering L under a cache_rows limit.
+ * lookahead, time-to-live, slot assignment, LRPP ownership and
+ * replication, the critical / delayed split, the prefetch gate, the exact
+ * slot count (ocache_need), auto L (ocache_auto) and lowering L under a
+ * cache_rows limit.
  *
  * Why: the cacher's decisions are what keep L > 0 training identical to
- * synchronous training; a wrong slot, a missed write-back or a row fetched
- * before its last write-back silently corrupts the model.  So besides the
- * worked example of the Bagpipe paper (Figure 6, checked decision by
- * decision) and a two-trainer LRPP case by hand, random skewed streams are
- * run for many (P, L, lrpp, delayed) and the decisions alone drive a
- * simulation of every trainer's cache and of the backing store, with a
- * version counter per row: every id a trainer trains must find its row at
- * the slot the cacher named, holding the value synchronous training would
- * have (every earlier update applied), and every row written back must be
- * that value.  The rules of oracle_cache.h (slot reuse after L batches, the
- * gate, write-back owners, private rows, the slot count) are checked along
- * the way.
+ * synchronous training; a wrong slot, a missed write-back, a row fetched
+ * before its last write-back, an owned row used by another trainer without
+ * being replicated first, or a stale copy not marked stale silently
+ * corrupts the model.  So besides the worked example of the Bagpipe paper
+ * (Figure 6, checked decision by decision, with lrpp = 0 for the paper's
+ * critical / delayed lists and lrpp = 1 for ownership) and a two-trainer
+ * LRPP case by hand (own, taken over, stale, replicated, shared), random
+ * skewed streams are run for many (P, L, lrpp, delayed) and the decisions
+ * alone drive a simulation of every trainer's cache and of the backing
+ * store, with a version counter per row: a trainer's cache gets a row only
+ * from its fetch list (or a replication); an owned row is updated by its
+ * owner alone, a shared row identically everywhere; stale_slots mark the
+ * other trainers' copies of a row taken over; replication copies the
+ * owner's current row to every trainer.  Every id a trainer trains must
+ * find its row at the slot the cacher named, holding the value synchronous
+ * training would have (every earlier update applied), and every row
+ * written back must be that value.  The rules of oracle_cache.h (slot reuse
+ * after L batches, the gate, write-back owners, which rows are owned and
+ * never synchronized, which are replicated, the slot count) are checked
+ * along the way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,9 +169,17 @@ static void run_cache(const stream_t *s, const ocache_opts_t *o, run_t *r) {
       r->n++;
     }
     if (r->rc) break;
-    /* the window never holds more than L + 1 batches once decided */
+    /* the window never holds more than L + 1 batches once decided: exactly
+     * the batches the next decision waits for (L after it; with LRPP at
+     * L = 0, batch x + 1 too -- it decides which owned rows x replicates) */
     assert_true(ocache_window(c) <= (size_t)o->lookahead + 1);
-    if (x + 1 < s->n) assert_int_equal(ocache_decide(c, &(ocache_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
+    assert_int_equal(ocache_window(c), x + 1 - r->n);
+    if (x + 1 < s->n) {
+      uint32_t Lc = ocache_lookahead(c);
+      size_t wait = (size_t)Lc + (o->lrpp && Lc == 0 ? 1 : 0);
+      assert_int_equal(ocache_window(c), x + 1 < wait ? x + 1 : wait);
+      assert_int_equal(ocache_decide(c, &(ocache_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
+    }
   }
   if (!r->rc) assert_int_equal(r->n, s->n);
   r->peak = ocache_slots_peak(c);
@@ -201,10 +218,20 @@ typedef struct sim_out_s {
   uint64_t max_slot1; /* max slot index + 1 */
   int lowered;        /* some batch ran at a lower L */
   uint64_t fetched, synced;
+  uint64_t owned_kept; /* rows taking an owner and staying cached (own_slots entries) */
+  uint64_t taken_over; /* ... of those, cached shared rows taken over (stale_slots entries on the others) */
+  uint64_t replicated; /* rep entries */
+  uint64_t owned_hits; /* hits on a row owned by its (only) user */
 } sim_out_t;
 
+#define SHARED_OWNER UINT32_MAX
+
 /* Replays r's decisions over s as the trainers and the store would, and
- * checks every rule of oracle_cache.h (see the file comment). */
+ * checks every rule of oracle_cache.h (see the file comment).  Per trainer
+ * and slot the simulation holds the key, a version counter (the number of
+ * updates its copy has seen) and a stale mark; per key, the number of
+ * updates synchronous training would have applied (true_cnt), the store's
+ * version and, while cached, its owner (one trainer, or every trainer). */
 static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r, sim_out_t *out) {
   uint32_t P = s->P, L0 = o->lookahead, full = (1u << P) - 1;
   size_t n = s->n, NK = (size_t)s->n_tables * s->max_rows;
@@ -215,14 +242,18 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   uint64_t *true_cnt = calloc(NK, sizeof *true_cnt), *store = calloc(NK, sizeof *store);
   int64_t *last_use = malloc(NK * sizeof *last_use), *last_wb = malloc(NK * sizeof *last_wb);
   uint32_t *n_fetch_ev = calloc(NK, sizeof *n_fetch_ev), *n_wb_ev = calloc(NK, sizeof *n_wb_ev);
-  uint8_t *used = calloc(n * NK, 1); /* used[x * NK + k]: batch x uses key k */
-  uint32_t *mask = calloc(NK, sizeof *mask), *fetch_by = calloc(NK, sizeof *fetch_by);
+  uint32_t *umask = calloc(n * NK, sizeof *umask); /* umask[x * NK + k]: the trainers batch x has use key k */
+  uint32_t *fetch_by = calloc(NK, sizeof *fetch_by), *own_of = malloc(NK * sizeof *own_of);
   uint8_t *cls = calloc(NK, 1), *in_x = calloc(NK, 1), *cached_before = calloc(NK, 1), *wb_seen = calloc(NK, 1);
+  uint8_t *newown = calloc(NK, 1); /* at x: 1 fetched for its one user and owned, 2 taken over from every trainer */
   uint64_t *slot_key = malloc(SMAX * sizeof *slot_key);
   int64_t *freed_at = malloc(SMAX * sizeof *freed_at);
+  uint8_t *listed = calloc(SMAX, 1);
   uint64_t **tc_key = calloc(P, sizeof *tc_key), **tc_val = calloc(P, sizeof *tc_val);
+  uint8_t **tc_stale = calloc(P, sizeof *tc_stale);
   for (size_t i = 0; i < NK; i++) {
     key_slot[i] = NONE;
+    own_of[i] = SHARED_OWNER;
     last_use[i] = last_wb[i] = -1;
   }
   for (size_t i = 0; i < SMAX; i++) {
@@ -232,36 +263,15 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   for (uint32_t q = 0; q < P; q++) {
     tc_key[q] = malloc(SMAX * sizeof **tc_key);
     tc_val[q] = calloc(SMAX, sizeof **tc_val);
+    tc_stale[q] = calloc(SMAX, 1);
     for (size_t i = 0; i < SMAX; i++) tc_key[q][i] = NOKEY;
   }
-  for (size_t x = 0; x < n; x++)
-    for (size_t i = 0; i < s->pl[x].n_unique; i++) used[x * NK + KI(s->pl[x].ukeys[i])] = 1;
-  memset(out, 0, sizeof *out);
-  uint32_t prevL = L0;
-  assert_int_equal(r->n, n);
-
+  /* who uses what, from the shares' ids (the plans' users are checked against it) */
   for (size_t x = 0; x < n; x++) {
     const oracle_plan_t *pl = &s->pl[x];
-    const ocache_dec_t *d = &r->d[x];
-    assert_int_equal(d->x, x);
-    assert_int_equal(d->trainers, P);
-    /* L never rises, and the gate follows it */
-    uint32_t Lx = d->lookahead;
-    assert_true(Lx <= prevL);
-    prevL = Lx;
-    if (Lx < L0) out->lowered = 1;
-    uint64_t gate = x > Lx ? x - Lx : 0;
-    assert_int_equal(d->gate, gate);
-    /* the keys of x and who uses them (from the shares' ids) */
-    assert_int_equal(d->n_unique, pl->n_unique);
     for (size_t i = 0; i < pl->n_unique; i++) {
-      size_t k = KI(pl->ukeys[i]);
       if (i) assert_true(pl->ukeys[i - 1] < pl->ukeys[i]);
-      in_x[k] = 1;
-      mask[k] = fetch_by[k] = 0;
-      cls[k] = 0;
-      wb_seen[k] = 0;
-      cached_before[k] = key_slot[k] != NONE;
+      in_x[KI(pl->ukeys[i])] = 1;
     }
     for (uint32_t q = 0; q < P; q++) {
       const oracle_share_t *sh = &pl->shares[q];
@@ -271,13 +281,56 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
         for (size_t j = 0; j < m; j++) {
           size_t k = KI(TBL_KEY(t, sh->ids[oo + j]));
           assert_true(in_x[k]);
-          mask[k] |= 1u << q;
+          umask[x * NK + k] |= 1u << q;
         }
         oo += m;
       }
     }
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      size_t k = KI(pl->ukeys[i]);
+      uint32_t msk = umask[x * NK + k];
+      assert_true(msk != 0);
+      assert_int_equal(pl->users[i], __builtin_popcount(msk) == 1 ? (uint32_t)__builtin_ctz(msk) : UINT32_MAX);
+      in_x[k] = 0;
+    }
+  }
+  memset(out, 0, sizeof *out);
+  uint32_t prevL = L0;
+  assert_int_equal(r->n, n);
+
+  for (size_t x = 0; x < n; x++) {
+    const oracle_plan_t *pl = &s->pl[x];
+    const ocache_dec_t *d = &r->d[x];
+    const uint32_t *mask = umask + x * NK;
+    assert_int_equal(d->x, x);
+    assert_int_equal(d->trainers, P);
+    /* L never rises, and the gate follows it */
+    uint32_t Lx = d->lookahead;
+    assert_true(Lx <= prevL);
+    prevL = Lx;
+    if (Lx < L0) out->lowered = 1;
+    uint64_t gate = x > Lx ? x - Lx : 0;
+    assert_int_equal(d->gate, gate);
+    /* the keys of x; an owned row is only ever used by its owner (the
+     * replication after x - 1 made every other row used here shared) */
+    assert_int_equal(d->n_unique, pl->n_unique);
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      size_t k = KI(pl->ukeys[i]);
+      in_x[k] = 1;
+      fetch_by[k] = 0;
+      cls[k] = 0;
+      wb_seen[k] = 0;
+      newown[k] = 0;
+      cached_before[k] = key_slot[k] != NONE;
+      if (cached_before[k] && own_of[k] != SHARED_OWNER) {
+        assert_true(o->lrpp);
+        assert_int_equal(mask[k], 1u << own_of[k]);
+      }
+      if (!cached_before[k]) assert_int_equal(own_of[k], SHARED_OWNER);
+    }
     /* fetches: only rows not cached, into a free slot that has waited out
-     * L batches, after the row's last write-back and before the gate */
+     * L batches, after the row's last write-back and before the gate; the
+     * trainer's cache gets the store's row there */
     size_t n_new = 0;
     for (uint32_t q = 0; q < P; q++) {
       const ocache_tr_t *t = &d->tr[q];
@@ -311,6 +364,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
         assert_true(tc_key[q][sl] == NOKEY);
         tc_key[q][sl] = key;
         tc_val[q][sl] = store[k];
+        tc_stale[q][sl] = 0;
       }
       out->fetched += t->n_fetch;
     }
@@ -335,30 +389,40 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
     out->synced += d->n_critical + d->n_delayed;
     int split = o->delayed && Lx >= 1 && x + 1 < n;
     if (!split) assert_int_equal(d->n_delayed, 0);
+    /* LRPP: a row one trainer uses is owned by it (never synchronized,
+     * fetched by it alone); a row several use (or any row, lrpp = 0) is
+     * shared (synchronized, fetched by all) */
     size_t priv_cnt[8] = {0};
     for (size_t i = 0; i < pl->n_unique; i++) {
-      uint64_t key = pl->ukeys[i];
-      size_t k = KI(key);
+      size_t k = KI(pl->ukeys[i]);
       int nusers = __builtin_popcount(mask[k]);
-      assert_true(nusers >= 1);
-      assert_int_equal(pl->users[i], nusers == 1 ? (uint32_t)__builtin_ctz(mask[k]) : UINT32_MAX);
+      int priv = o->lrpp && nusers == 1;
       assert_int_not_equal(key_slot[k], NONE); /* every key of x has a slot when x trains */
-      if (!cached_before[k]) assert_true(fetch_by[k] != 0);
-      if (cls[k] == 0) { /* private: one user, fetched by it alone */
-        assert_true(o->lrpp);
-        assert_int_equal(nusers, 1);
-        assert_true(fetch_by[k] == 0 || fetch_by[k] == mask[k]);
-        priv_cnt[__builtin_ctz(mask[k])]++;
-      } else { /* shared: every trainer holds it */
-        if (!cached_before[k]) assert_int_equal(fetch_by[k], full);
-        if (split) assert_int_equal(cls[k] == 1, used[(x + 1) * NK + k]);
+      assert_int_equal(cls[k] == 0, priv);     /* synchronized iff shared */
+      if (!cached_before[k]) assert_int_equal(fetch_by[k], priv ? mask[k] : full);
+      if (priv) {
+        uint32_t u = (uint32_t)__builtin_ctz(mask[k]);
+        priv_cnt[u]++;
+        if (!cached_before[k]) { /* fetched by its user alone: its own */
+          own_of[k] = u;
+          newown[k] = 1;
+        } else if (own_of[k] == SHARED_OWNER) { /* every copy current: u takes it over */
+          own_of[k] = u;
+          newown[k] = 2;
+        } else {
+          assert_int_equal(own_of[k], u);
+          out->owned_hits++;
+        }
+      } else {
+        assert_int_equal(own_of[k], SHARED_OWNER);
+        if (split) assert_int_equal(cls[k] == 1, (x + 1 < n && umask[(x + 1) * NK + k] != 0));
       }
       if (cached_before[k]) { /* a hit: used within the window that kept it */
         assert_true(last_use[k] >= 0);
         assert_true(x - (uint64_t)last_use[k] <= L0);
       }
     }
-    /* each trainer: per-id slots hold the row, up to date */
+    /* each trainer: per-id slots hold the row, up to date, not stale */
     for (uint32_t q = 0; q < P; q++) {
       const ocache_tr_t *t = &d->tr[q];
       const oracle_share_t *sh = &pl->shares[q];
@@ -384,26 +448,32 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
           assert_int_equal(key_slot[k], sl);
           assert_true(tc_key[q][sl] == key);
           assert_true(tc_val[q][sl] == true_cnt[k]);
+          assert_false(tc_stale[q][sl]);
         }
         oo += m;
       }
     }
-    /* training x: private rows on their trainer, shared rows everywhere */
+    /* training x: an owned row on its owner alone; a shared row everywhere
+     * (every copy current before, the same update on each) */
     for (size_t i = 0; i < pl->n_unique; i++) {
       size_t k = KI(pl->ukeys[i]);
       uint32_t sl = key_slot[k];
       true_cnt[k]++;
       if (cls[k] == 0) {
-        tc_val[__builtin_ctz(mask[k])][sl]++;
+        uint32_t u = own_of[k];
+        assert_true(tc_key[u][sl] == pl->ukeys[i]);
+        tc_val[u][sl]++;
       } else {
         for (uint32_t q = 0; q < P; q++) {
           assert_true(tc_key[q][sl] == pl->ukeys[i]);
+          assert_false(tc_stale[q][sl]);
           assert_true(tc_val[q][sl] + 1 == true_cnt[k]);
           tc_val[q][sl]++;
         }
       }
     }
-    /* write-backs: each evicted key once, by its owner, the trained value */
+    /* write-backs: each evicted key once, by its owner (shared: tbl_mix64
+     * % P), the trained value */
     size_t n_wb = 0;
     for (uint32_t q = 0; q < P; q++) {
       const ocache_tr_t *t = &d->tr[q];
@@ -416,7 +486,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
         assert_int_equal(wb_seen[k], 0);
         wb_seen[k] = 1;
         if (cls[k] == 0)
-          assert_int_equal(q, (uint32_t)__builtin_ctz(mask[k]));
+          assert_int_equal(q, own_of[k]);
         else
           assert_int_equal(q, (uint32_t)(tbl_mix64(key) % P));
         assert_true(tc_key[q][t->wb_slots[i]] == key);
@@ -426,39 +496,130 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
       }
     }
     assert_int_equal(d->n_evicted, n_wb);
+    /* own / stale: the rows taking an owner at x and staying cached go to
+     * the owner's own_slots; those taken over from every trainer go to the
+     * others' stale_slots (their copies missed x's update), and the others
+     * mark them stale */
+    for (uint32_t q = 0; q < P; q++) {
+      const ocache_tr_t *t = &d->tr[q];
+      size_t want_own = 0, want_stale = 0;
+      for (size_t i = 0; i < pl->n_unique; i++) {
+        size_t k = KI(pl->ukeys[i]);
+        if (!newown[k] || wb_seen[k]) continue;
+        want_own += own_of[k] == q;
+        want_stale += newown[k] == 2 && own_of[k] != q;
+      }
+      assert_int_equal(t->n_own, want_own);
+      for (size_t i = 0; i < t->n_own; i++) {
+        uint32_t sl = t->own_slots[i];
+        assert_true(sl < SMAX && slot_key[sl] != NOKEY);
+        size_t k = KI(slot_key[sl]);
+        assert_true(in_x[k] && newown[k] && !wb_seen[k]);
+        assert_int_equal(own_of[k], q);
+        assert_int_equal(listed[sl], 0);
+        listed[sl] = 1;
+      }
+      for (size_t i = 0; i < t->n_own; i++) listed[t->own_slots[i]] = 0;
+      out->owned_kept += t->n_own;
+      assert_int_equal(t->n_stale, want_stale);
+      for (size_t i = 0; i < t->n_stale; i++) {
+        uint32_t sl = t->stale_slots[i];
+        assert_true(sl < SMAX && slot_key[sl] != NOKEY);
+        size_t k = KI(slot_key[sl]);
+        assert_true(in_x[k] && newown[k] == 2 && !wb_seen[k]);
+        assert_int_not_equal(own_of[k], q);
+        assert_int_equal(listed[sl], 0);
+        listed[sl] = 1;
+        assert_true(tc_key[q][sl] == slot_key[sl]); /* it held the shared row */
+        tc_stale[q][sl] = 1;
+      }
+      for (size_t i = 0; i < t->n_stale; i++) listed[t->stale_slots[i]] = 0;
+    }
+    for (size_t i = 0; i < pl->n_unique; i++) {
+      size_t k = KI(pl->ukeys[i]);
+      out->taken_over += newown[k] == 2 && !wb_seen[k];
+    }
+    /* evictions: the slot is freed on every trainer (an owned row's other
+     * copies, stale or absent, go with it); kept rows are used again */
     for (size_t i = 0; i < pl->n_unique; i++) {
       uint64_t key = pl->ukeys[i];
       size_t k = KI(key);
-      int nusers = __builtin_popcount(mask[k]);
       size_t next = x + 1;
-      while (next < n && !used[next * NK + k]) next++;
+      while (next < n && !umask[next * NK + k]) next++;
       if (wb_seen[k]) { /* evicted: no use in [x + 1, x + L] */
         assert_true(next >= n || next > x + Lx);
-        if (o->lrpp && nusers == 1) assert_int_equal(cls[k], 0); /* LRPP */
         uint32_t sl = key_slot[k];
         for (uint32_t q = 0; q < P; q++) {
-          if (cls[k] != 0) assert_true(tc_key[q][sl] == key);
-          if (tc_key[q][sl] == key) tc_key[q][sl] = NOKEY;
-          assert_true(tc_key[q][sl] == NOKEY); /* a private row existed only on its trainer */
+          if (cls[k] != 0 || q == own_of[k]) assert_true(tc_key[q][sl] == key);
+          assert_true(tc_key[q][sl] == key || tc_key[q][sl] == NOKEY);
+          tc_key[q][sl] = NOKEY;
+          tc_stale[q][sl] = 0;
         }
         slot_key[sl] = NOKEY;
         freed_at[sl] = (int64_t)x;
         key_slot[k] = NONE;
+        own_of[k] = SHARED_OWNER;
         last_wb[k] = (int64_t)x;
         n_wb_ev[k]++;
       } else { /* kept: used again, within L unless L was lowered */
-        assert_int_not_equal(cls[k], 0);
         assert_true(next < n);
         if (!out->lowered) assert_true(next <= x + L0);
       }
       last_use[k] = (int64_t)x;
       in_x[k] = 0;
     }
-    /* the cacher's counters: rows cached, slots held or waiting */
+    /* replication: after x's update, each listed row (cached, owned by the
+     * listed trainer, used at x + 1 by another trainer or by several) goes
+     * from its owner, current, to every trainer; it is shared again */
+    if (!o->lrpp || x + 1 >= n) assert_int_equal(d->n_rep, 0);
+    out->replicated += d->n_rep;
+    for (size_t i = 0; i < d->n_rep; i++) {
+      uint64_t key = d->rep_keys[i];
+      size_t k = KI(key);
+      uint32_t sl = d->rep_slots[i], u = d->rep_owners[i];
+      assert_true(u < P);
+      assert_int_equal(key_slot[k], sl); /* cached after x */
+      assert_int_equal(own_of[k], u);    /* owned by u (and not listed twice: then it is shared) */
+      uint32_t m1 = umask[(x + 1) * NK + k];
+      assert_true(m1 != 0 && m1 != 1u << u);
+      assert_true(tc_key[u][sl] == key);
+      assert_true(tc_val[u][sl] == true_cnt[k]);
+      assert_false(tc_stale[u][sl]);
+      for (uint32_t q = 0; q < P; q++) {
+        tc_key[q][sl] = key;
+        tc_val[q][sl] = tc_val[u][sl];
+        tc_stale[q][sl] = 0;
+      }
+      own_of[k] = SHARED_OWNER;
+    }
+    /* every owned row x + 1 uses is used by its owner alone */
+    if (x + 1 < n) {
+      const oracle_plan_t *p1 = &s->pl[x + 1];
+      for (size_t i = 0; i < p1->n_unique; i++) {
+        size_t k = KI(p1->ukeys[i]);
+        if (key_slot[k] != NONE && own_of[k] != SHARED_OWNER)
+          assert_int_equal(umask[(x + 1) * NK + k], 1u << own_of[k]);
+      }
+    }
+    /* the cacher's counters: rows cached, slots held or waiting; every
+     * cached row: a shared one current on every trainer, an owned one
+     * current on its owner, and a copy is stale-marked iff it is not current */
     size_t held = 0, waiting = 0;
     for (size_t sl = 0; sl < out->max_slot1; sl++) {
-      if (slot_key[sl] != NOKEY) held++;
-      else if (freed_at[sl] >= 0 && (uint64_t)freed_at[sl] + Lx + 1 > x + 1) waiting++;
+      if (slot_key[sl] != NOKEY) {
+        size_t k = KI(slot_key[sl]);
+        held++;
+        for (uint32_t q = 0; q < P; q++) {
+          int has = tc_key[q][sl] == slot_key[sl];
+          assert_true(has || tc_key[q][sl] == NOKEY);
+          if (own_of[k] == SHARED_OWNER || own_of[k] == q) assert_true(has);
+          if (has) assert_int_equal(tc_stale[q][sl], tc_val[q][sl] != true_cnt[k]);
+          if (has && own_of[k] != SHARED_OWNER && own_of[k] != q) assert_true(tc_stale[q][sl]);
+        }
+      } else {
+        for (uint32_t q = 0; q < P; q++) assert_true(tc_key[q][sl] == NOKEY);
+        if (freed_at[sl] >= 0 && (uint64_t)freed_at[sl] + Lx + 1 > x + 1) waiting++;
+      }
     }
     assert_int_equal(r->cached_after[x], held);
     assert_int_equal(r->used_after[x], held + waiting);
@@ -476,9 +637,11 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   for (uint32_t q = 0; q < P; q++) {
     free(tc_key[q]);
     free(tc_val[q]);
+    free(tc_stale[q]);
   }
   free(tc_key);
   free(tc_val);
+  free(tc_stale);
   free(key_slot);
   free(true_cnt);
   free(store);
@@ -486,15 +649,17 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   free(last_wb);
   free(n_fetch_ev);
   free(n_wb_ev);
-  free(used);
-  free(mask);
+  free(umask);
   free(fetch_by);
+  free(own_of);
   free(cls);
   free(in_x);
   free(cached_before);
   free(wb_seen);
+  free(newown);
   free(slot_key);
   free(freed_at);
+  free(listed);
 }
 
 /* ------------------------------------------------------------------ Figure 6 */
@@ -528,124 +693,190 @@ static void assert_id_slots(const stream_t *s, const ocache_dec_t *d, const uint
   }
 }
 
+/* Figure 6, L = 1, run with lrpp = 0 and lrpp = 1.  The fetches, slots,
+ * write-backs, gates and hits do not depend on LRPP and are checked for
+ * both.  lrpp = 0: every row is shared, so the critical / delayed lists are
+ * the paper's (a row batch x + 1 uses is critical, the rest delayed; the
+ * last batch's are all critical).  lrpp = 1: the single trainer owns every
+ * row -- nothing is synchronized, nothing replicated or stale, and its
+ * own_slots list the rows it fetches and keeps (3 at x = 0, 6 at x = 2). */
 static void test_figure6(void **state) {
   (void)state;
   stream_t s;
   stream_fig6(&s);
-  ocache_opts_t o = {.trainers = 1, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
-  run_t r;
-  run_cache(&s, &o, &r);
-  assert_int_equal(r.rc, 0);
-  const ocache_dec_t *d = r.d;
-  /* x = 0: fetch 3 -> 0, 9 -> 1; 9 evicted after 0; 3 critical (used by 1) */
-  assert_keys(d[0].tr[0].fetch_keys, d[0].tr[0].n_fetch, (uint64_t[]){K(3), K(9)}, 2);
-  assert_u32s(d[0].tr[0].fetch_slots, d[0].tr[0].n_fetch, (uint32_t[]){0, 1}, 2);
-  assert_keys(d[0].tr[0].wb_keys, d[0].tr[0].n_wb, (uint64_t[]){K(9)}, 1);
-  assert_u32s(d[0].tr[0].wb_slots, d[0].tr[0].n_wb, (uint32_t[]){1}, 1);
-  assert_keys(d[0].critical_keys, d[0].n_critical, (uint64_t[]){K(3)}, 1);
-  assert_u32s(d[0].critical, d[0].n_critical, (uint32_t[]){0}, 1);
-  assert_int_equal(d[0].n_delayed, 0);
-  assert_int_equal(d[0].gate, 0);
-  assert_int_equal(d[0].lookahead, 1);
-  assert_int_equal(d[0].tr[0].n_hits, 0);
-  assert_int_equal(d[0].tr[0].n_keys, 2);
-  assert_int_equal(d[0].tr[0].n_private, 1);
-  assert_int_equal(d[0].n_new, 2);
-  assert_int_equal(d[0].n_evicted, 1);
-  assert_id_slots(&s, &d[0], (uint64_t[]){K(3), K(9)}, 2);
-  /* x = 1: slot 1 (freed after 0) is reusable only from batch 2: 4 -> 2 */
-  assert_keys(d[1].tr[0].fetch_keys, d[1].tr[0].n_fetch, (uint64_t[]){K(4)}, 1);
-  assert_u32s(d[1].tr[0].fetch_slots, d[1].tr[0].n_fetch, (uint32_t[]){2}, 1);
-  assert_int_equal(d[1].tr[0].n_hits, 1);
-  assert_keys(d[1].tr[0].wb_keys, d[1].tr[0].n_wb, (uint64_t[]){K(4)}, 1);
-  assert_u32s(d[1].tr[0].wb_slots, d[1].tr[0].n_wb, (uint32_t[]){2}, 1);
-  assert_keys(d[1].critical_keys, d[1].n_critical, (uint64_t[]){K(3)}, 1);
-  assert_int_equal(d[1].n_delayed, 0);
-  assert_int_equal(d[1].gate, 0);
-  assert_id_slots(&s, &d[1], (uint64_t[]){K(3), K(9), K(4)}, 3);
-  /* x = 2: 6 -> slot 1; 3 hit, evicted after 2; 6 critical */
-  assert_keys(d[2].tr[0].fetch_keys, d[2].tr[0].n_fetch, (uint64_t[]){K(6)}, 1);
-  assert_u32s(d[2].tr[0].fetch_slots, d[2].tr[0].n_fetch, (uint32_t[]){1}, 1);
-  assert_int_equal(d[2].tr[0].n_hits, 1);
-  assert_keys(d[2].tr[0].wb_keys, d[2].tr[0].n_wb, (uint64_t[]){K(3)}, 1);
-  assert_u32s(d[2].tr[0].wb_slots, d[2].tr[0].n_wb, (uint32_t[]){0}, 1);
-  assert_keys(d[2].critical_keys, d[2].n_critical, (uint64_t[]){K(6)}, 1);
-  assert_u32s(d[2].critical, d[2].n_critical, (uint32_t[]){1}, 1);
-  assert_int_equal(d[2].n_delayed, 0);
-  assert_int_equal(d[2].gate, 1);
-  assert_id_slots(&s, &d[2], (uint64_t[]){K(3), K(6), K(4)}, 3);
-  /* x = 3: 1 -> slot 2 (freed after 1); 6 hit; both written back */
-  assert_keys(d[3].tr[0].fetch_keys, d[3].tr[0].n_fetch, (uint64_t[]){K(1)}, 1);
-  assert_u32s(d[3].tr[0].fetch_slots, d[3].tr[0].n_fetch, (uint32_t[]){2}, 1);
-  assert_int_equal(d[3].tr[0].n_hits, 1);
-  assert_keys(d[3].tr[0].wb_keys, d[3].tr[0].n_wb, (uint64_t[]){K(1), K(6)}, 2);
-  assert_u32s(d[3].tr[0].wb_slots, d[3].tr[0].n_wb, (uint32_t[]){2, 1}, 2);
-  assert_int_equal(d[3].n_critical, 0);
-  assert_int_equal(d[3].n_delayed, 0);
-  assert_int_equal(d[3].gate, 2);
-  assert_int_equal(d[3].tr[0].n_private, 2);
-  assert_id_slots(&s, &d[3], (uint64_t[]){K(3), K(6), K(1)}, 3);
-  assert_int_equal(r.peak, 3);
   sim_out_t so;
-  check_run(&s, &o, &r, &so);
-  run_free(&r);
+  run_t r;
   uint64_t need;
-  assert_int_equal(ocache_need(s.pl, s.n, 1, 1, 1, &need), 0);
-  assert_int_equal(need, 3);
+  for (int lrpp = 0; lrpp <= 1; lrpp++) {
+    ocache_opts_t o = {.trainers = 1, .lookahead = 1, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+    run_cache(&s, &o, &r);
+    assert_int_equal(r.rc, 0);
+    const ocache_dec_t *d = r.d;
+    /* x = 0: fetch 3 -> 0, 9 -> 1; 9 evicted after 0 */
+    assert_keys(d[0].tr[0].fetch_keys, d[0].tr[0].n_fetch, (uint64_t[]){K(3), K(9)}, 2);
+    assert_u32s(d[0].tr[0].fetch_slots, d[0].tr[0].n_fetch, (uint32_t[]){0, 1}, 2);
+    assert_keys(d[0].tr[0].wb_keys, d[0].tr[0].n_wb, (uint64_t[]){K(9)}, 1);
+    assert_u32s(d[0].tr[0].wb_slots, d[0].tr[0].n_wb, (uint32_t[]){1}, 1);
+    assert_int_equal(d[0].gate, 0);
+    assert_int_equal(d[0].lookahead, 1);
+    assert_int_equal(d[0].tr[0].n_hits, 0);
+    assert_int_equal(d[0].tr[0].n_keys, 2);
+    assert_int_equal(d[0].n_new, 2);
+    assert_int_equal(d[0].n_evicted, 1);
+    assert_id_slots(&s, &d[0], (uint64_t[]){K(3), K(9)}, 2);
+    /* x = 1: slot 1 (freed after 0) is reusable only from batch 2: 4 -> 2 */
+    assert_keys(d[1].tr[0].fetch_keys, d[1].tr[0].n_fetch, (uint64_t[]){K(4)}, 1);
+    assert_u32s(d[1].tr[0].fetch_slots, d[1].tr[0].n_fetch, (uint32_t[]){2}, 1);
+    assert_int_equal(d[1].tr[0].n_hits, 1);
+    assert_keys(d[1].tr[0].wb_keys, d[1].tr[0].n_wb, (uint64_t[]){K(4)}, 1);
+    assert_u32s(d[1].tr[0].wb_slots, d[1].tr[0].n_wb, (uint32_t[]){2}, 1);
+    assert_int_equal(d[1].gate, 0);
+    assert_id_slots(&s, &d[1], (uint64_t[]){K(3), K(9), K(4)}, 3);
+    /* x = 2: 6 -> slot 1; 3 hit, evicted after 2 */
+    assert_keys(d[2].tr[0].fetch_keys, d[2].tr[0].n_fetch, (uint64_t[]){K(6)}, 1);
+    assert_u32s(d[2].tr[0].fetch_slots, d[2].tr[0].n_fetch, (uint32_t[]){1}, 1);
+    assert_int_equal(d[2].tr[0].n_hits, 1);
+    assert_keys(d[2].tr[0].wb_keys, d[2].tr[0].n_wb, (uint64_t[]){K(3)}, 1);
+    assert_u32s(d[2].tr[0].wb_slots, d[2].tr[0].n_wb, (uint32_t[]){0}, 1);
+    assert_int_equal(d[2].gate, 1);
+    assert_id_slots(&s, &d[2], (uint64_t[]){K(3), K(6), K(4)}, 3);
+    /* x = 3: 1 -> slot 2 (freed after 1); 6 hit; both written back */
+    assert_keys(d[3].tr[0].fetch_keys, d[3].tr[0].n_fetch, (uint64_t[]){K(1)}, 1);
+    assert_u32s(d[3].tr[0].fetch_slots, d[3].tr[0].n_fetch, (uint32_t[]){2}, 1);
+    assert_int_equal(d[3].tr[0].n_hits, 1);
+    assert_keys(d[3].tr[0].wb_keys, d[3].tr[0].n_wb, (uint64_t[]){K(1), K(6)}, 2);
+    assert_u32s(d[3].tr[0].wb_slots, d[3].tr[0].n_wb, (uint32_t[]){2, 1}, 2);
+    assert_int_equal(d[3].gate, 2);
+    assert_id_slots(&s, &d[3], (uint64_t[]){K(3), K(6), K(1)}, 3);
+    for (size_t x = 0; x < 4; x++) {
+      assert_int_equal(d[x].n_rep, 0); /* one trainer: nobody else to hand a row to */
+      assert_int_equal(d[x].tr[0].n_stale, 0);
+    }
+    if (!lrpp) {
+      /* x = 0: 3 critical (used by 1), 9 delayed */
+      assert_keys(d[0].critical_keys, d[0].n_critical, (uint64_t[]){K(3)}, 1);
+      assert_u32s(d[0].critical, d[0].n_critical, (uint32_t[]){0}, 1);
+      assert_keys(d[0].delayed_keys, d[0].n_delayed, (uint64_t[]){K(9)}, 1);
+      assert_u32s(d[0].delayed, d[0].n_delayed, (uint32_t[]){1}, 1);
+      /* x = 1: 3 critical, 4 delayed */
+      assert_keys(d[1].critical_keys, d[1].n_critical, (uint64_t[]){K(3)}, 1);
+      assert_u32s(d[1].critical, d[1].n_critical, (uint32_t[]){0}, 1);
+      assert_keys(d[1].delayed_keys, d[1].n_delayed, (uint64_t[]){K(4)}, 1);
+      assert_u32s(d[1].delayed, d[1].n_delayed, (uint32_t[]){2}, 1);
+      /* x = 2: 6 critical, 3 delayed */
+      assert_keys(d[2].critical_keys, d[2].n_critical, (uint64_t[]){K(6)}, 1);
+      assert_u32s(d[2].critical, d[2].n_critical, (uint32_t[]){1}, 1);
+      assert_keys(d[2].delayed_keys, d[2].n_delayed, (uint64_t[]){K(3)}, 1);
+      assert_u32s(d[2].delayed, d[2].n_delayed, (uint32_t[]){0}, 1);
+      /* x = 3, the last batch: both critical */
+      assert_keys(d[3].critical_keys, d[3].n_critical, (uint64_t[]){K(1), K(6)}, 2);
+      assert_u32s(d[3].critical, d[3].n_critical, (uint32_t[]){2, 1}, 2);
+      assert_int_equal(d[3].n_delayed, 0);
+      for (size_t x = 0; x < 4; x++) {
+        assert_int_equal(d[x].tr[0].n_private, 0);
+        assert_int_equal(d[x].tr[0].n_own, 0);
+      }
+    } else {
+      /* every row owned by the trainer: never synchronized */
+      for (size_t x = 0; x < 4; x++) {
+        assert_int_equal(d[x].n_critical, 0);
+        assert_int_equal(d[x].n_delayed, 0);
+        assert_int_equal(d[x].tr[0].n_private, 2);
+      }
+      /* rows taking their owner and staying cached: 3 (slot 0) at x = 0,
+       * 6 (slot 1) at x = 2; 3 at x = 1 and 2 and 6 at x = 3 are its
+       * already, 9, 4 and 1 are evicted */
+      assert_u32s(d[0].tr[0].own_slots, d[0].tr[0].n_own, (uint32_t[]){0}, 1);
+      assert_int_equal(d[1].tr[0].n_own, 0);
+      assert_u32s(d[2].tr[0].own_slots, d[2].tr[0].n_own, (uint32_t[]){1}, 1);
+      assert_int_equal(d[3].tr[0].n_own, 0);
+    }
+    assert_int_equal(r.peak, 3);
+    check_run(&s, &o, &r, &so);
+    assert_int_equal(so.synced, lrpp ? 0 : 8);
+    run_free(&r);
+    assert_int_equal(ocache_need(s.pl, s.n, 1, 1, lrpp, &need), 0);
+    assert_int_equal(need, 3);
 
-  /* L = 0: every key fetched in its batch and written back after it */
-  o.lookahead = 0;
-  run_cache(&s, &o, &r);
-  assert_int_equal(r.rc, 0);
-  for (size_t x = 0; x < 4; x++) {
-    const ocache_tr_t *t = &r.d[x].tr[0];
-    assert_int_equal(t->n_fetch, 2);
-    assert_int_equal(t->n_wb, 2);
-    assert_int_equal(t->n_hits, 0);
-    assert_int_equal(r.d[x].gate, x);
-    assert_int_equal(r.d[x].lookahead, 0);
-    assert_keys(t->fetch_keys, 2, s.pl[x].ukeys, 2);
-    assert_keys(t->wb_keys, 2, s.pl[x].ukeys, 2);
-    for (size_t i = 0; i < 2; i++) assert_true(t->fetch_slots[i] < 2);
+    /* L = 2: key 3 stays cached from x = 0 through x = 2 */
+    o.lookahead = 2;
+    run_cache(&s, &o, &r);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(find_key(r.d[0].tr[0].fetch_keys, r.d[0].tr[0].n_fetch, K(3)), 0);
+    for (size_t x = 0; x < 3; x++) {
+      assert_int_equal(find_key(r.d[x].tr[0].fetch_keys, r.d[x].tr[0].n_fetch, K(3)) >= 0, x == 0);
+      assert_int_equal(find_key(r.d[x].tr[0].wb_keys, r.d[x].tr[0].n_wb, K(3)) >= 0, x == 2);
+    }
+    assert_int_equal(r.d[1].tr[0].n_hits, 1);
+    assert_int_equal(r.d[2].tr[0].n_hits, 1);
+    assert_int_equal(r.d[3].tr[0].n_hits, 1); /* 6, fetched at 2 */
+    assert_int_equal(r.d[2].gate, 0);
+    assert_int_equal(r.d[3].gate, 1);
+    check_run(&s, &o, &r, &so);
+    run_free(&r);
   }
-  check_run(&s, &o, &r, &so);
-  run_free(&r);
-  assert_int_equal(ocache_need(s.pl, s.n, 1, 0, 1, &need), 0);
-  assert_int_equal(need, 2);
 
-  /* L = 2: key 3 stays cached from x = 0 through x = 2 */
-  o.lookahead = 2;
-  run_cache(&s, &o, &r);
-  assert_int_equal(r.rc, 0);
-  assert_int_equal(find_key(r.d[0].tr[0].fetch_keys, r.d[0].tr[0].n_fetch, K(3)), 0);
-  for (size_t x = 0; x < 3; x++) {
-    assert_int_equal(find_key(r.d[x].tr[0].fetch_keys, r.d[x].tr[0].n_fetch, K(3)) >= 0, x == 0);
-    assert_int_equal(find_key(r.d[x].tr[0].wb_keys, r.d[x].tr[0].n_wb, K(3)) >= 0, x == 2);
+  /* L = 0: every key fetched in its batch and written back after it (with
+   * LRPP too, though batch x + 1 is then in the window when x is decided) */
+  for (int lrpp = 0; lrpp <= 1; lrpp++) {
+    ocache_opts_t o = {.trainers = 1, .lookahead = 0, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+    run_cache(&s, &o, &r);
+    assert_int_equal(r.rc, 0);
+    for (size_t x = 0; x < 4; x++) {
+      const ocache_tr_t *t = &r.d[x].tr[0];
+      assert_int_equal(t->n_fetch, 2);
+      assert_int_equal(t->n_wb, 2);
+      assert_int_equal(t->n_hits, 0);
+      assert_int_equal(r.d[x].gate, x);
+      assert_int_equal(r.d[x].lookahead, 0);
+      assert_keys(t->fetch_keys, 2, s.pl[x].ukeys, 2);
+      assert_keys(t->wb_keys, 2, s.pl[x].ukeys, 2);
+      for (size_t i = 0; i < 2; i++) assert_true(t->fetch_slots[i] < 2);
+      if (lrpp) { /* owned, evicted: nothing synchronized, nothing kept */
+        assert_int_equal(r.d[x].n_critical, 0);
+        assert_int_equal(t->n_private, 2);
+      } else { /* shared: L = 0, all critical */
+        assert_keys(r.d[x].critical_keys, r.d[x].n_critical, s.pl[x].ukeys, 2);
+        assert_int_equal(t->n_private, 0);
+      }
+      assert_int_equal(r.d[x].n_delayed + r.d[x].n_rep + t->n_own + t->n_stale, 0);
+    }
+    check_run(&s, &o, &r, &so);
+    run_free(&r);
+    assert_int_equal(ocache_need(s.pl, s.n, 1, 0, lrpp, &need), 0);
+    assert_int_equal(need, 2);
   }
-  assert_int_equal(r.d[1].tr[0].n_hits, 1);
-  assert_int_equal(r.d[2].tr[0].n_hits, 1);
-  assert_int_equal(r.d[3].tr[0].n_hits, 1); /* 6, fetched at 2 */
-  assert_int_equal(r.d[2].gate, 0);
-  assert_int_equal(r.d[3].gate, 1);
-  check_run(&s, &o, &r, &so);
-  run_free(&r);
   stream_free(&s);
 }
 
 /* ------------------------------------------------------------------ LRPP by hand */
 
 /* Two trainers, contiguous allocation, batch 4 (trainer 0: samples 0, 1;
- * trainer 1: samples 2, 3), one table of hotness 2:
- *   x = 0: {1,4} {2,1} | {2,3} {4,4}   t0 uses 1 2 4, t1 uses 2 3 4
- *   x = 1: {5,3} {4,5} | {6,4} {7,7}   t0 uses 3 4 5, t1 uses 4 6 7
- * With L = 1: at x = 0, 1 is private to t0 (evicted), 2 shared and delayed
- * (not used by x = 1, evicted), 3 used by t1 alone but kept (used at 1):
- * shared, critical, 4 shared and critical.  At x = 1 (the last batch), 3
- * is a hit private to t0, 5 private to t0, 6 and 7 private to t1, 4
- * shared. */
+ * trainer 1: samples 2, 3), one table of hotness 2, L = 1:
+ *   x = 0: {1,2} {3,4} | {2,4} {5,5}   t0 uses 1 2 3 4, t1 uses 2 4 5
+ *   x = 1: {3,6} {6,3} | {3,4} {5,7}   t0 uses 3 6,     t1 uses 3 4 5 7
+ *   x = 2: {6,8} {8,6} | {4,8} {4,4}   t0 uses 6 8,     t1 uses 4 8
+ * Slots (fresh in key order; slots freed after 0 are reusable from 2):
+ * 1 -> 0, 2 -> 1, 3 -> 2, 4 -> 3, 5 -> 4, 6 -> 5, 7 -> 6, 8 -> 0.
+ *   x = 0: 1 t0's, evicted: fetched by t0 alone, written back by t0.
+ *          2 shared, not used at 1: fetched by both, delayed, evicted,
+ *          written back by tbl_mix64 % 2.
+ *          3 t0's, kept (used at 1): fetched by t0 alone, not synchronized,
+ *          in t0's own_slots; batch 1 has both use it: replicated after 0
+ *          (owner t0), shared at 1.
+ *          4 shared, used at 1: fetched by both, critical, kept.
+ *          5 t1's, kept (used by t1 alone at 1): in t1's own_slots, not
+ *          replicated.
+ *   x = 1: 3 shared (a hit for both), delayed, evicted (tbl_mix64 % 2).
+ *          4 a cached shared row t1 alone uses, kept (used at 2): taken
+ *          over by t1 -- t1's own_slots, t0's stale_slots.
+ *          5 t1's hit, evicted by t1; 7 t1's, fetched and evicted by t1.
+ *          6 t0's, fetched by t0 alone, kept: t0's own_slots.
+ *   x = 2: 6 t0's hit, 4 t1's hit, each written back by its owner; 8 shared,
+ *          fetched by both, critical (the last batch). */
 static void test_lrpp_by_hand(void **state) {
   (void)state;
-  static const uint64_t ids[2][8] = {{1, 4, 2, 1, 2, 3, 4, 4}, {5, 3, 4, 5, 6, 4, 7, 7}};
+  static const uint64_t ids[3][8] = {{1, 2, 3, 4, 2, 4, 5, 5}, {3, 6, 6, 3, 3, 4, 5, 7}, {6, 8, 8, 6, 4, 8, 4, 4}};
   stream_t s;
   memset(&s, 0, sizeof s);
   s.P = 2;
@@ -653,91 +884,153 @@ static void test_lrpp_by_hand(void **state) {
   s.B = 4;
   s.hot[0] = 2;
   s.rows[0] = s.max_rows = 16;
-  s.n = 2;
-  s.b = calloc(2, sizeof *s.b);
-  for (size_t x = 0; x < 2; x++) make_batch(&s.b[x], x, 4, 1, s.hot, ids[x]);
+  s.n = 3;
+  s.b = calloc(3, sizeof *s.b);
+  for (size_t x = 0; x < 3; x++) make_batch(&s.b[x], x, 4, 1, s.hot, ids[x]);
   stream_plan(&s, ORACLE_ALLOC_CONTIGUOUS);
-  uint32_t own2 = (uint32_t)(tbl_mix64(K(2)) % 2), own4 = (uint32_t)(tbl_mix64(K(4)) % 2);
+  uint32_t mix2 = (uint32_t)(tbl_mix64(K(2)) % 2), mix3 = (uint32_t)(tbl_mix64(K(3)) % 2),
+           mix8 = (uint32_t)(tbl_mix64(K(8)) % 2);
+  uint64_t want[2][4];
+  size_t nw[2];
+#define WB_RESET() (nw[0] = nw[1] = 0)
+#define WB(q, k) (want[q][nw[q]++] = (k)) /* trainer q writes back k (in ascending key order) */
+#define WB_CHECK(d) \
+  for (uint32_t q_ = 0; q_ < 2; q_++) assert_keys((d)->tr[q_].wb_keys, (d)->tr[q_].n_wb, want[q_], nw[q_])
 
   ocache_opts_t o = {.trainers = 2, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
   run_t r;
+  sim_out_t so;
   run_cache(&s, &o, &r);
   assert_int_equal(r.rc, 0);
+  /* x = 0 */
   const ocache_dec_t *d = &r.d[0];
   assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(1), K(2), K(3), K(4)}, 4);
-  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(2), K(3), K(4)}, 3);
-  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4)}, 2);
+  assert_u32s(d->tr[0].fetch_slots, d->tr[0].n_fetch, (uint32_t[]){0, 1, 2, 3}, 4);
+  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(2), K(4), K(5)}, 3);
+  assert_u32s(d->tr[1].fetch_slots, d->tr[1].n_fetch, (uint32_t[]){1, 3, 4}, 3);
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(4)}, 1);
+  assert_u32s(d->critical, d->n_critical, (uint32_t[]){3}, 1);
   assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(2)}, 1);
-  assert_int_equal(d->tr[0].n_private, 1);
-  assert_int_equal(d->tr[1].n_private, 0);
-  /* write-backs: 1 by t0 (private), 2 by its owner */
-  uint64_t wb0[2] = {0}, wb1[2] = {0};
-  size_t n0 = 0, n1 = 0;
-  wb0[n0++] = K(1);
-  if (own2 == 0) wb0[n0++] = K(2);
-  else wb1[n1++] = K(2);
-  assert_keys(d->tr[0].wb_keys, d->tr[0].n_wb, wb0, n0);
-  assert_keys(d->tr[1].wb_keys, d->tr[1].n_wb, wb1, n1);
+  assert_u32s(d->delayed, d->n_delayed, (uint32_t[]){1}, 1);
+  assert_int_equal(d->tr[0].n_private, 2); /* 1, 3 */
+  assert_int_equal(d->tr[1].n_private, 1); /* 5 */
+  assert_u32s(d->tr[0].own_slots, d->tr[0].n_own, (uint32_t[]){2}, 1); /* 3 */
+  assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){4}, 1); /* 5 */
+  assert_int_equal(d->tr[0].n_stale + d->tr[1].n_stale, 0);
+  assert_int_equal(d->n_rep, 1); /* 3 goes from t0 to both */
+  assert_int_equal(d->rep_keys[0], K(3));
+  assert_int_equal(d->rep_slots[0], 2);
+  assert_int_equal(d->rep_owners[0], 0);
+  WB_RESET();
+  WB(0, K(1));
+  WB(mix2, K(2));
+  WB_CHECK(d);
+  assert_int_equal(d->n_evicted, 2);
   /* x = 1 */
   d = &r.d[1];
-  assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(5)}, 1);
-  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(6), K(7)}, 2);
-  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(4)}, 1);
+  assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(6)}, 1);
+  assert_u32s(d->tr[0].fetch_slots, d->tr[0].n_fetch, (uint32_t[]){5}, 1);
+  assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(7)}, 1);
+  assert_u32s(d->tr[1].fetch_slots, d->tr[1].n_fetch, (uint32_t[]){6}, 1);
+  assert_int_equal(d->n_critical, 0);
+  assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(3)}, 1); /* shared again after the replication */
+  assert_u32s(d->delayed, d->n_delayed, (uint32_t[]){2}, 1);
+  assert_int_equal(d->tr[0].n_hits, 1); /* 3 */
+  assert_int_equal(d->tr[1].n_hits, 3); /* 3 4 5 */
+  assert_int_equal(d->tr[0].n_private, 1); /* 6 */
+  assert_int_equal(d->tr[1].n_private, 3); /* 4 5 7 */
+  assert_u32s(d->tr[0].own_slots, d->tr[0].n_own, (uint32_t[]){5}, 1);   /* 6 */
+  assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){3}, 1);   /* 4, taken over */
+  assert_u32s(d->tr[0].stale_slots, d->tr[0].n_stale, (uint32_t[]){3}, 1); /* ... so t0's copy is stale */
+  assert_int_equal(d->tr[1].n_stale, 0);
+  assert_int_equal(d->n_rep, 0); /* 4 and 6 are used at 2 by their owners alone */
+  WB_RESET();
+  WB(mix3, K(3));
+  WB(1, K(5));
+  WB(1, K(7));
+  WB_CHECK(d);
+  /* x = 2 */
+  d = &r.d[2];
+  for (uint32_t q = 0; q < 2; q++) {
+    assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(8)}, 1);
+    assert_u32s(d->tr[q].fetch_slots, d->tr[q].n_fetch, (uint32_t[]){0}, 1);
+    assert_int_equal(d->tr[q].n_hits, 1);
+    assert_int_equal(d->tr[q].n_private, 1);
+    assert_int_equal(d->tr[q].n_own + d->tr[q].n_stale, 0);
+  }
+  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(8)}, 1);
   assert_int_equal(d->n_delayed, 0);
-  assert_int_equal(d->tr[0].n_private, 2);
-  assert_int_equal(d->tr[1].n_private, 2);
-  assert_int_equal(d->tr[0].n_hits, 2); /* 3 and 4 */
-  assert_int_equal(d->tr[1].n_hits, 1); /* 4 */
-  n0 = n1 = 0;
-  wb0[n0++] = K(3);
-  if (own4 == 0) wb0[n0++] = K(4);
-  else wb1[n1++] = K(4);
-  uint64_t want0[3] = {0}, want1[3] = {0};
-  size_t m0 = 0, m1 = 0;
-  for (size_t i = 0; i < n0; i++) want0[m0++] = wb0[i];
-  want0[m0++] = K(5);
-  for (size_t i = 0; i < n1; i++) want1[m1++] = wb1[i];
-  want1[m1++] = K(6);
-  want1[m1++] = K(7);
-  assert_keys(d->tr[0].wb_keys, d->tr[0].n_wb, want0, m0);
-  assert_keys(d->tr[1].wb_keys, d->tr[1].n_wb, want1, m1);
-  sim_out_t so;
+  assert_int_equal(d->n_rep, 0);
+  WB_RESET();
+  if (mix8 == 0) { /* ascending key order per trainer */
+    WB(0, K(6));
+    WB(0, K(8));
+    WB(1, K(4));
+  } else {
+    WB(0, K(6));
+    WB(1, K(4));
+    WB(1, K(8));
+  }
+  WB_CHECK(d);
   check_run(&s, &o, &r, &so);
+  assert_int_equal(so.replicated, 1);
+  assert_int_equal(so.taken_over, 1);
+  assert_int_equal(so.owned_kept, 4);
   run_free(&r);
 
-  /* delayed = 0: the same, with 2 critical */
+  /* delayed = 0: the same, the shared rows all critical */
   o.delayed = 0;
   run_cache(&s, &o, &r);
   assert_int_equal(r.rc, 0);
-  assert_keys(r.d[0].critical_keys, r.d[0].n_critical, (uint64_t[]){K(2), K(3), K(4)}, 3);
-  assert_int_equal(r.d[0].n_delayed, 0);
+  assert_keys(r.d[0].critical_keys, r.d[0].n_critical, (uint64_t[]){K(2), K(4)}, 2);
+  assert_keys(r.d[1].critical_keys, r.d[1].n_critical, (uint64_t[]){K(3)}, 1);
+  assert_keys(r.d[2].critical_keys, r.d[2].n_critical, (uint64_t[]){K(8)}, 1);
+  for (size_t x = 0; x < 3; x++) assert_int_equal(r.d[x].n_delayed, 0);
+  assert_int_equal(r.d[0].n_rep, 1);
+  assert_u32s(r.d[1].tr[0].stale_slots, r.d[1].tr[0].n_stale, (uint32_t[]){3}, 1);
   check_run(&s, &o, &r, &so);
   run_free(&r);
 
-  /* lrpp = 0: every key shared, fetched by both, written back by its owner */
+  /* lrpp = 0: every key shared -- fetched by both, synchronized, written
+   * back by tbl_mix64 % 2; nothing owned, stale or replicated */
   o.delayed = 1;
   o.lrpp = 0;
   run_cache(&s, &o, &r);
   assert_int_equal(r.rc, 0);
-  d = &r.d[0];
-  for (uint32_t q = 0; q < 2; q++) {
-    assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(1), K(2), K(3), K(4)}, 4);
-    assert_int_equal(d->tr[q].n_private, 0);
+  static const uint64_t fetch0[] = {K(1), K(2), K(3), K(4), K(5)}, fetch1[] = {K(6), K(7)}, fetch2[] = {K(8)};
+  static const uint64_t crit[3][3] = {{K(3), K(4), K(5)}, {K(4), K(6)}, {K(4), K(6), K(8)}};
+  static const uint64_t del[3][3] = {{K(1), K(2)}, {K(3), K(5), K(7)}, {0}};
+  static const size_t n_crit[3] = {3, 2, 3}, n_del[3] = {2, 3, 0}, n_ev[3] = {2, 3, 3};
+  for (size_t x = 0; x < 3; x++) {
+    d = &r.d[x];
+    for (uint32_t q = 0; q < 2; q++) {
+      if (x == 0) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch0, 5);
+      if (x == 1) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch1, 2);
+      if (x == 2) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch2, 1);
+      assert_int_equal(d->tr[q].n_private, 0);
+      assert_int_equal(d->tr[q].n_own + d->tr[q].n_stale, 0);
+      for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(tbl_mix64(d->tr[q].wb_keys[i]) % 2, q);
+    }
+    assert_keys(d->critical_keys, d->n_critical, crit[x], n_crit[x]);
+    assert_keys(d->delayed_keys, d->n_delayed, del[x], n_del[x]);
+    assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, n_ev[x]);
+    assert_int_equal(d->n_rep, 0);
   }
-  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4)}, 2);
-  assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(1), K(2)}, 2);
-  for (uint32_t q = 0; q < 2; q++)
-    for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(tbl_mix64(d->tr[q].wb_keys[i]) % 2, q);
-  assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, 2);
-  d = &r.d[1];
-  for (uint32_t q = 0; q < 2; q++) {
-    assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(5), K(6), K(7)}, 3);
-    assert_int_equal(d->tr[q].n_private, 0);
-  }
-  assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(3), K(4), K(5), K(6), K(7)}, 5);
-  assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, 5);
   check_run(&s, &o, &r, &so);
   run_free(&r);
+
+  /* other lookaheads, under the simulation's rules */
+  for (uint32_t L = 0; L <= 2; L += 2)
+    for (int lrpp = 0; lrpp <= 1; lrpp++) {
+      ocache_opts_t o2 = {.trainers = 2, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+      run_cache(&s, &o2, &r);
+      assert_int_equal(r.rc, 0);
+      check_run(&s, &o2, &r, &so);
+      run_free(&r);
+    }
+#undef WB_RESET
+#undef WB
+#undef WB_CHECK
   stream_free(&s);
 }
 
@@ -754,6 +1047,9 @@ static void assert_same_decisions(const run_t *a, const run_t *b) {
     assert_keys(p->delayed_keys, p->n_delayed, q->delayed_keys, q->n_delayed);
     assert_u32s(p->delayed, p->n_delayed, q->delayed, q->n_delayed);
     assert_int_equal(p->slots_used, q->slots_used);
+    assert_u32s(p->rep_slots, p->n_rep, q->rep_slots, q->n_rep);
+    assert_u32s(p->rep_owners, p->n_rep, q->rep_owners, q->n_rep);
+    assert_keys(p->rep_keys, p->n_rep, q->rep_keys, q->n_rep);
     for (uint32_t t = 0; t < p->trainers; t++) {
       const ocache_tr_t *u = &p->tr[t], *v = &q->tr[t];
       assert_u32s(u->slots, u->n_ids, v->slots, v->n_ids);
@@ -761,6 +1057,9 @@ static void assert_same_decisions(const run_t *a, const run_t *b) {
       assert_u32s(u->fetch_slots, u->n_fetch, v->fetch_slots, v->n_fetch);
       assert_keys(u->wb_keys, u->n_wb, v->wb_keys, v->n_wb);
       assert_u32s(u->wb_slots, u->n_wb, v->wb_slots, v->n_wb);
+      assert_u32s(u->own_slots, u->n_own, v->own_slots, v->n_own);
+      assert_u32s(u->stale_slots, u->n_stale, v->stale_slots, v->n_stale);
+      assert_int_equal(u->n_private, v->n_private);
     }
   }
 }
@@ -770,6 +1069,7 @@ static void test_properties(void **state) {
   (void)state;
   static const uint32_t Ls[] = {0, 1, 3, 8};
   int runs = 0, any_hit = 0, any_private = 0, any_delayed = 0;
+  uint64_t owned_kept = 0, taken_over = 0, replicated = 0, owned_hits = 0; /* P > 1 */
   for (uint32_t P = 1; P <= 3; P++)
     for (uint32_t hot = 1; hot <= 2; hot++) {
       stream_t s;
@@ -790,6 +1090,14 @@ static void test_properties(void **state) {
             assert_int_equal(ocache_need(s.pl, s.n, P, Ls[li], lrpp, &need), 0);
             assert_int_equal(need, so.max_slot1);
             assert_int_equal(need, r.peak);
+            if (!lrpp) assert_int_equal(so.owned_kept + so.taken_over + so.replicated + so.owned_hits, 0);
+            if (P == 1) assert_int_equal(so.taken_over + so.replicated + (lrpp ? so.synced : 0), 0);
+            if (P > 1) {
+              owned_kept += so.owned_kept;
+              taken_over += so.taken_over;
+              replicated += so.replicated;
+              owned_hits += so.owned_hits;
+            }
             for (size_t x = 0; x < r.n; x++) {
               any_hit |= r.d[x].tr[0].n_hits > 0;
               any_private |= r.d[x].tr[0].n_private > 0 && P > 1;
@@ -805,17 +1113,20 @@ static void test_properties(void **state) {
             runs++;
           }
       /* need grows with L */
-      uint64_t prev = 0;
-      for (uint32_t L = 0; L <= 10; L++) {
-        uint64_t need;
-        assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need), 0);
-        assert_true(need >= prev);
-        prev = need;
+      for (int lrpp = 0; lrpp <= 1; lrpp++) {
+        uint64_t prev = 0;
+        for (uint32_t L = 0; L <= 10; L++) {
+          uint64_t need;
+          assert_int_equal(ocache_need(s.pl, s.n, P, L, lrpp, &need), 0);
+          assert_true(need >= prev);
+          prev = need;
+        }
       }
       stream_free(&s);
     }
   /* the streams exercise what they should */
   assert_true(any_hit && any_private && any_delayed);
+  assert_true(owned_kept > 0 && taken_over > 0 && replicated > 0 && owned_hits > 0);
   assert_int_equal(runs, 3 * 2 * 4 * 2 * 2);
 }
 
@@ -969,6 +1280,36 @@ static void test_errors(void **state) {
   ocache_destroy(c);
   ocache_destroy(NULL);
   ocache_dec_free(NULL);
+  /* ready: L batches after x, and with LRPP at L = 0 batch x + 1 too (it
+   * decides which owned rows x replicates); the end lets the rest go */
+  for (int lrpp = 0; lrpp <= 1; lrpp++)
+    for (uint32_t L = 0; L <= 2; L++) {
+      ocache_opts_t o2 = {.trainers = 2, .lookahead = L, .lrpp = lrpp, .delayed = 1};
+      size_t wait = L + (lrpp && L == 0 ? 1 : 0); /* batches after x */
+      assert_int_equal(ocache_create(&o2, &c), 0);
+      assert_false(ocache_ready(c));
+      for (size_t x = 0; x < 4; x++) {
+        assert_int_equal(ocache_push(c, &s.pl[x]), 0);
+        assert_int_equal(ocache_ready(c), x >= wait);
+        if (x >= wait) {
+          assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+          assert_int_equal(d.x, x - wait);
+          ocache_dec_free(&d);
+        }
+        assert_false(ocache_ready(c));
+        assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
+      }
+      ocache_end(c);
+      for (size_t x = 4 - (wait < 4 ? wait : 4); x < 4; x++) {
+        assert_true(ocache_ready(c));
+        assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+        assert_int_equal(d.x, x);
+        ocache_dec_free(&d);
+      }
+      assert_false(ocache_ready(c));
+      assert_int_equal(ocache_cached(c), 0);
+      ocache_destroy(c);
+    }
   /* ocache_need over nothing */
   uint64_t need = 99;
   assert_int_equal(ocache_need(s.pl, 0, 2, 3, 1, &need), 0);
@@ -1003,6 +1344,7 @@ static void test_inconsistent_plans(void **state) {
         pl.ukeys[0] = t;
       }
       assert_int_equal(ocache_push(c, &pl), 0);
+      ocache_end(c); /* LRPP at L = 0 waits for batch 1 otherwise */
       pl.shares[0].ids[3] = big ? bad_big[k] : bad_small[k];
       ocache_dec_t d;
       char err[256];
