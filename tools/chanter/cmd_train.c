@@ -310,8 +310,14 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
       if (!strcmp(st->state, "waiting"))
         fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
                 st->n_members);
-      else
+      else {
         progress(tty, st->iteration, st->iterations, isnan(sps) ? 0 : sps, isnan(loss) ? 0 : loss, eta);
+        double hits = cli_json_num(st->summary_json, "cache_hits"), fet = cli_json_num(st->summary_json, "rows_fetched");
+        double la = cli_json_num(st->summary_json, "lookahead");
+        if (!isnan(hits) && !isnan(fet) && hits + fet > 0 && !isnan(la))
+          fprintf(stderr, tty ? "L=%.0f hit %.0f%%   " : "  lookahead=%.0f cache_hit_pct=%.0f\n", la,
+                  100.0 * hits / (hits + fet));
+      }
       last_print = now;
     }
     if (finished) break;
@@ -373,8 +379,15 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
     printf("train logloss     %.4f\n", cli_json_num(summary, "train_logloss"));
     printf("test logloss      %.4f\n", cli_json_num(summary, "test_logloss"));
     printf("test AUC          %.4f\n", cli_json_num(summary, "test_auc"));
-    printf("rows / iteration  fetched %.0f, synchronized %.0f, written back %.0f\n", cli_json_num(summary, "rows_fetched"),
-           cli_json_num(summary, "rows_synced"), cli_json_num(summary, "rows_written_back"));
+    printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f), written back %.0f\n",
+           cli_json_num(summary, "rows_fetched"), cli_json_num(summary, "cache_hits"),
+           cli_json_num(summary, "rows_synced"), cli_json_num(summary, "rows_synced_delayed"),
+           cli_json_num(summary, "rows_written_back"));
+    double la = cli_json_num(summary, "lookahead");
+    if (!isnan(la))
+      printf("lookahead         L = %.0f (started at %.0f), cache_rows %.0f, slots used at most %.0f\n", la,
+             cli_json_num(summary, "lookahead_start"), cli_json_num(summary, "cache_rows"),
+             cli_json_num(summary, "slots_peak"));
     printf("digest            %s (dense %s, embeddings %s over %llu stored rows)\n", digest_hex, dense_hex, emb_hex,
            (unsigned long long)stored);
   }
