@@ -112,9 +112,10 @@ static int map_init(ocache_t *c, size_t cap) {
   cap = (size_t)1 << bits;
   size_t bytes = cap * sizeof(ent_t);
   ent_t *t;
-  if (bytes >= HUGE_BYTES) { /* a multiple of HUGE_BYTES: fewer TLB misses on random access */
-    t = aligned_alloc(HUGE_BYTES, bytes);
-    if (t) madvise(t, bytes, MADV_HUGEPAGE);
+  if (bytes >= HUGE_BYTES) { /* on huge pages: fewer TLB misses on random access */
+    size_t rounded = (bytes + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES; /* aligned_alloc wants a multiple */
+    t = aligned_alloc(HUGE_BYTES, rounded);
+    if (t) madvise(t, rounded, MADV_HUGEPAGE);
   } else {
     t = malloc(bytes);
   }

@@ -102,8 +102,6 @@ struct trainer_s {
   size_t cap_crit;
 
   /* scratch */
-  uint64_t *kbuf;
-  size_t cap_kbuf;
   float *eval_logits;
   size_t cap_eval;
 
@@ -252,7 +250,6 @@ void trainer_destroy(trainer_t *t) {
   tstep_destroy(t->ts);
   tbl_layout_close(&t->layout);
   if (t->have_schema) data_schema_close(&t->schema);
-  free(t->kbuf);
   free(t->eval_logits);
   free(t->save_dense);
   kmap_destroy(t->kmap);
@@ -363,21 +360,6 @@ static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t ti
 
 /* ------------------------------------------------------------------ helpers */
 
-/* keys of a bytes field as an aligned uint64 array (the field itself when
- * aligned, else a copy in t->kbuf). */
-static const uint64_t *keys_of(trainer_t *t, const ProtobufCBinaryData *f) {
-  if (((uintptr_t)f->data & 7) == 0) return (const uint64_t *)(const void *)f->data;
-  size_t n = f->len / 8;
-  if (n + 1 > t->cap_kbuf) {
-    uint64_t *k = realloc(t->kbuf, (n + 1) * 8);
-    if (!k) return NULL;
-    t->kbuf = k;
-    t->cap_kbuf = n + 1;
-  }
-  memcpy(t->kbuf, f->data, n * 8);
-  return t->kbuf;
-}
-
 static int check_keys_field(const ProtobufCBinaryData *f, const char *name, uint64_t x, char *err, size_t err_len) {
   if (f->len % 8)
     return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 8", x, name,
@@ -385,19 +367,16 @@ static int check_keys_field(const ProtobufCBinaryData *f, const char *name, uint
   return 0;
 }
 
-/* Puts the rows of keys (sorted) into the step's slot array: from the
- * embedding servers, or from the local store in ideal mode. */
+/* Ideal mode: puts the rows of keys (sorted) into the step's slot array
+ * from the trainer-local store. */
 static int fetch(trainer_t *t, const void *keys, size_t n, char *err, size_t err_len) {
   float *rows;
   int rc = tstep_set_slots(t->ts, keys, n, &rows, err, err_len);
   if (rc || !n) return rc;
-  if (t->ideal) {
-    char why[256] = "";
-    rc = trows_gather(t->local, tstep_slot_keys(t->ts), n, rows, why, sizeof why);
-    if (rc) set_err(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
-    return rc;
-  }
-  return embc_lookup(t->embc, tstep_slot_keys(t->ts), n, rows, err, err_len);
+  char why[256] = "";
+  rc = trows_gather(t->local, tstep_slot_keys(t->ts), n, rows, why, sizeof why);
+  if (rc) set_err(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
+  return rc;
 }
 
 /* ------------------------------------------------------------------ the cache pipeline
@@ -793,8 +772,8 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
 
 /* ------------------------------------------------------------------ one step */
 
-static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait, char *err,
-                   size_t err_len) {
+static int do_step_ideal(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait,
+                         char *err, size_t err_len) {
   uint64_t x = st->iteration;
   double ph[PH_N] = {0};
   ph[PH_WAIT] = t_wait;
@@ -810,36 +789,23 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
     return set_err(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
                    st->global_batch, b.n);
-  if ((rc = check_keys_field(&st->fetch_keys, "fetch_keys", x, err, err_len)) ||
-      (rc = check_keys_field(&st->sync_keys, "sync_keys", x, err, err_len)) ||
-      (rc = check_keys_field(&st->write_back_keys, "write_back_keys", x, err, err_len)))
-    return rc;
 
-  /* a. rows */
-  size_t n_fetch, n_sync = 0, n_wb;
-  const void *fkeys; /* tstep_set_slots copies them (unaligned is fine) */
-  if (t->ideal) {
-    const uint64_t *k;
-    if ((rc = tstep_batch_keys(t->ts, &b, &k, &n_fetch)) != 0) return rc;
-    fkeys = k;
-  } else {
-    n_fetch = st->fetch_keys.len / 8;
-    fkeys = st->fetch_keys.data;
-  }
+  /* a. rows: this batch's own, from the local store */
+  size_t n_fetch;
+  const uint64_t *fkeys;
+  if ((rc = tstep_batch_keys(t->ts, &b, &fkeys, &n_fetch)) != 0) return rc;
   if ((rc = fetch(t, fkeys, n_fetch, why, sizeof why)) != 0)
     return set_err(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
   double t1 = now_s();
 
-  /* b. forward, backward */
+  /* b. forward, backward; c. the dense all-reduce starts inside the
+   * backward (trainer_ar.h) and ends after it; no row is synchronized */
   if ((rc = tstep_forward(t->ts, &b, why, sizeof why)) != 0)
     return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = now_s();
-  /* c. the dense all-reduce starts inside the backward (trainer_ar.h) */
   tar_begin(t->dense_ar);
   double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
   double t3 = now_s();
-
-  /* ... and ends here; d. shared rows */
   model_t *m = tstep_model(t->ts);
   double t_comm = 0;
   if ((rc = tar_finish(t->dense_ar, &t_comm)) != 0)
@@ -847,43 +813,14 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
                    "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
                    "(a peer trainer died or is unreachable; see the collective's log line)",
                    x, model_n_params(m), t->trainers, err_str(rc));
-  if (!t->ideal) {
-    /* ideal mode: no row synchronization at all (see trainer_loop.h) */
-    n_sync = st->sync_keys.len / 8;
-    float *buf;
-    if ((rc = tstep_sync_pack(t->ts, st->sync_keys.data, n_sync, &buf, why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
-    if (n_sync && (rc = coll_allreduce_sum_f32(t->coll, buf, n_sync * tstep_dim(t->ts))) != 0)
-      return set_err(err, err_len, rc,
-                     "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
-                     x, n_sync, t->trainers, err_str(rc));
-    tstep_sync_unpack(t->ts);
-  }
   double t4 = now_s();
 
-  /* e. update */
+  /* d. update; e. the rows back to the local store */
   tstep_update(t->ts);
   double t5 = now_s();
-
-  /* f. write back, then wait until every trainer's write-back is durable */
-  if (t->ideal) {
-    n_wb = tstep_slots(t->ts);
-    if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
-  } else {
-    n_wb = st->write_back_keys.len / 8;
-    const float *rows;
-    if ((rc = tstep_rows_for(t->ts, st->write_back_keys.data, n_wb, &rows, why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
-    const uint64_t *wkeys = keys_of(t, &st->write_back_keys);
-    if (!wkeys) return -ENOMEM;
-    if (n_wb && (rc = embc_write(t->embc, wkeys, n_wb, rows, why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", x, n_wb, why);
-    if ((rc = coll_barrier(t->coll)) != 0)
-      return set_err(err, err_len, rc,
-                     "iteration %" PRIu64 ": barrier after the write-back failed among %u trainers: %s", x,
-                     t->trainers, err_str(rc));
-  }
+  size_t n_wb = tstep_slots(t->ts);
+  if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
+    return set_err(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
   double t6 = now_s();
 
   ph[PH_FETCH] = t1 - t0;
@@ -894,9 +831,8 @@ static int do_step(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t e
   ph[PH_WB] = t6 - t5;
   ph[PH_TOTAL] = t_wait + (t6 - t0);
 
-  /* g. report */
-  if (t->ideal) n_fetch = n_wb = 0; /* counters of embedding traffic: there is none */
-  step_counts_t c = {.fetched = n_fetch, .synced = n_sync, .written_back = n_wb, .dense_comm = t_comm};
+  /* f. report: no embedding traffic */
+  step_counts_t c = {.dense_comm = t_comm};
   return report_step(t, x, b.n, loss, ph, &c, err, err_len);
 }
 
@@ -1436,7 +1372,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
     Chanter__Oracle__V1__WorkItem *item = f->item;
     switch (item->kind_case) {
     case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP:
-      if (t->ideal) rc = do_step(t, item->step, expect, t_wait, err, err_len);
+      if (t->ideal) rc = do_step_ideal(t, item->step, expect, t_wait, err, err_len);
       else rc = do_step_cache(t, item->step, expect, t_wait, t_pf, err, err_len);
       if (!rc) expect++;
       break;
