@@ -34,12 +34,18 @@
 #define SHARED UINT32_MAX
 
 typedef struct ent_s {
-  uint64_t key;  /* EMPTY: free */
-  uint32_t last; /* last use among the batches that entered, low 32 bits (a key stays in the map
-                    only while it is cached or in the window, far fewer than 2^32 batches) */
-  uint32_t slot; /* NOSLOT: not cached */
-  uint32_t owner; /* cached: the one trainer whose copy is current (LRPP), or SHARED: every trainer's */
-} ent_t;
+  uint64_t key;   /* EMPTY: free */
+  uint32_t slot;  /* NOSLOT: not cached */
+  uint16_t last;  /* last use among the batches that entered, mod 2^16: every key in the map is
+                     cached or in the window, so its last use is in [x, x + window], and the
+                     window stays below 2^16 batches (ocache_push), so equality with x is exact */
+  uint16_t owner; /* cached: the one trainer whose copy is current (LRPP), or OWN_SHARED */
+} ent_t; /* 16 bytes: four to a cache line */
+
+#define OWN_SHARED 0xffffu
+#define OWNER(e) ((e)->owner == OWN_SHARED ? SHARED : (uint32_t)(e)->owner)
+#define SET_OWNER(e, v) ((e)->owner = (v) == SHARED ? (uint16_t)OWN_SHARED : (uint16_t)(v))
+#define WINDOW_MAX 60000u /* batches pushed and not decided (see last) */
 
 /* An entry of the per-table table of a batch's distinct keys (map_ids). */
 typedef struct lent_s {
@@ -171,7 +177,7 @@ static ent_t *map_upsert(ocache_t *c, uint64_t key) {
       e->key = key;
       e->last = 0;
       e->slot = NOSLOT;
-      e->owner = SHARED;
+      e->owner = OWN_SHARED;
       c->n++;
       return e;
     }
@@ -264,6 +270,7 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p) {
   if (c->failed || c->ended) return -EINVAL;
   if (!p || p->x != c->next_push || p->trainers != c->o.trainers || (p->n_unique && (!p->ukeys || !p->users)))
     return -EINVAL;
+  if (ocache_window(c) + 1 >= WINDOW_MAX) return -EINVAL; /* the 16-bit last use */
   for (size_t i = 1; i < p->n_unique; i++) /* the merges below need the keys ascending and distinct */
     if (p->ukeys[i - 1] >= p->ukeys[i]) return -EINVAL;
   while ((c->n + p->n_unique) * 2 > c->cap) /* room for every key at once: no growth in the loop */
@@ -279,7 +286,7 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p) {
   }
   for (size_t i = 0; i < p->n_unique; i++) {
     if (i + PF < p->n_unique) map_prefetch(c, p->ukeys[i + PF]);
-    map_upsert(c, p->ukeys[i])->last = (uint32_t)p->x;
+    map_upsert(c, p->ukeys[i])->last = (uint16_t)p->x;
   }
   c->win[p->x % c->win_cap] = p;
   c->next_push++;
@@ -481,6 +488,27 @@ static int dec_alloc(ocache_dec_t *d, const oracle_plan_t *p, const size_t *nf, 
   return 0;
 }
 
+/* Lists e for replication after the batch being decided; e is SHARED from
+ * then on.  0 or -ENOMEM. */
+static int add_rep(ocache_t *c, ent_t *e) {
+  if (c->n_rep == c->cap_rep) {
+    size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
+    uint32_t *rs = realloc(c->rep_slot, nc * sizeof *rs);
+    if (rs) c->rep_slot = rs;
+    uint32_t *ro = realloc(c->rep_owner, nc * sizeof *ro);
+    if (ro) c->rep_owner = ro;
+    uint64_t *rk = realloc(c->rep_key, nc * sizeof *rk);
+    if (rk) c->rep_key = rk;
+    if (!rs || !ro || !rk) return -ENOMEM;
+    c->cap_rep = nc;
+  }
+  c->rep_slot[c->n_rep] = e->slot;
+  c->rep_owner[c->n_rep] = OWNER(e);
+  c->rep_key[c->n_rep++] = e->key;
+  e->owner = OWN_SHARED;
+  return 0;
+}
+
 /* d == NULL: decisions only (ocache_need). */
 static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   if (c->failed) return -EINVAL;
@@ -494,9 +522,12 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
 
   /* which keys batch x + 1 uses (the critical ones among x's shared keys):
    * both key lists are ascending, so a merge tells */
-  int split = c->o.delayed && c->L >= 1 && x + 1 < c->next_push;
-  const uint64_t *nk = split ? win_at(c, x + 1)->ukeys : NULL;
-  size_t nn = split ? win_at(c, x + 1)->n_unique : 0, j1 = 0;
+  int have_next = x + 1 < c->next_push;
+  int split = c->o.delayed && c->L >= 1 && have_next;
+  const oracle_plan_t *n1 = have_next ? win_at(c, x + 1) : NULL;
+  const uint64_t *nk = have_next ? n1->ukeys : NULL;
+  size_t nn = have_next ? n1->n_unique : 0, j1 = 0;
+  c->n_rep = 0;
 
   /* pass 1: classify, allocate slots */
   size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0, n_trans = 0;
@@ -518,22 +549,22 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     /* with L = 0 every key leaves after its batch, whatever later batch
      * already entered the window (LRPP keeps x + 1 there, to plan
      * replication); its next use is then >= x + L + 1, as consistency needs */
-    int evict = e->last == (uint32_t)x || c->L == 0;
+    int evict = e->last == (uint16_t)x || c->L == 0;
     /* LRPP: a row one trainer uses is owned by it (fetched, updated and
      * written back by it alone, never synchronized) -- while it stays
      * cached too, until another trainer needs it (replication below) */
     int priv = c->o.lrpp && user != SHARED;
     if (e->slot != NOSLOT) {
       f |= C_HIT;
-      if (e->owner != SHARED && e->owner != user) { /* replication at x - 1 prevents this */
+      if (OWNER(e) != SHARED && OWNER(e) != user) { /* replication at x - 1 prevents this */
         snprintf(err, err_len,
                  "batch %" PRIu64 ": key %#" PRIx64 " is owned by trainer %u but used by %s (an ownership bug)", x, k,
-                 e->owner, user == SHARED ? "several" : "another");
+                 OWNER(e), user == SHARED ? "several" : "another");
         rc = -EINVAL;
         goto fail;
       }
-      if (priv && e->owner == SHARED) { /* every copy is current: one trainer takes it over */
-        e->owner = user;
+      if (priv && OWNER(e) == SHARED) { /* every copy is current: one trainer takes it over */
+        SET_OWNER(e, user);
         if (!evict) {
           f |= C_OWN;
           c->cnt_own[user]++;
@@ -551,7 +582,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
         goto fail;
       }
       e->slot = s;
-      e->owner = priv ? user : SHARED;
+      SET_OWNER(e, priv ? user : SHARED);
       if (priv && !evict) {
         f |= C_OWN;
         c->cnt_own[user]++;
@@ -563,10 +594,12 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       else n_fetch_all++;
     }
     int next = 0;
-    if (split) {
+    if (have_next) {
       while (j1 < nn && nk[j1] < k) j1++;
       next = j1 < nn && nk[j1] == k;
     }
+    /* replication (see below), for the keys of x + 1 that x uses too */
+    if (next && !evict && OWNER(e) != SHARED && OWNER(e) != n1->users[j1] && (rc = add_rep(c, e)) != 0) goto fail;
     if (priv) {
       f |= C_PRIVATE;
     } else if (split && !next) {
@@ -583,11 +616,11 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       uint32_t owner = priv ? user : (uint32_t)(tbl_mix64(k) % P);
       c->cnt_wb[owner]++;
       if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
-      if (e->last == (uint32_t)x) {
+      if (e->last == (uint16_t)x) {
         map_erase(c, e);
       } else { /* a batch in the window uses it later (L = 0): it stays, uncached */
         e->slot = NOSLOT;
-        e->owner = SHARED;
+        e->owner = OWN_SHARED;
       }
       c->cached--;
     }
@@ -595,32 +628,18 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   }
   /* replication: a row still cached after x, owned by one trainer, that
    * batch x + 1 lets another trainer use goes to every trainer after x's
-   * update; from then on every copy is current again */
-  c->n_rep = 0;
-  if (c->o.lrpp && x + 1 < c->next_push) {
-    const oracle_plan_t *n1 = win_at(c, x + 1);
-    for (size_t i = 0; i < n1->n_unique; i++) {
-      if (i + PF < n1->n_unique) map_prefetch(c, n1->ukeys[i + PF]);
-      ent_t *e = map_find(c, n1->ukeys[i]);
-      if (!e || e->slot == NOSLOT || e->owner == SHARED || e->owner == n1->users[i]) continue;
-      if (c->n_rep == c->cap_rep) {
-        size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
-        uint32_t *rs = realloc(c->rep_slot, nc * sizeof *rs);
-        if (rs) c->rep_slot = rs;
-        uint32_t *ro = realloc(c->rep_owner, nc * sizeof *ro);
-        if (ro) c->rep_owner = ro;
-        uint64_t *rk = realloc(c->rep_key, nc * sizeof *rk);
-        if (rk) c->rep_key = rk;
-        if (!rs || !ro || !rk) {
-          rc = -ENOMEM;
-          goto fail;
-        }
-        c->cap_rep = nc;
-      }
-      c->rep_slot[c->n_rep] = e->slot;
-      c->rep_owner[c->n_rep] = e->owner;
-      c->rep_key[c->n_rep++] = e->key;
-      e->owner = SHARED;
+   * update; from then on every copy is current again.  The keys x uses
+   * were handled in the pass above; the others of x + 1 are looked up
+   * here (a merge of the two ascending lists tells them apart). */
+  if (c->o.lrpp && have_next) {
+    size_t i = 0;
+    for (size_t j = 0; j < nn; j++) {
+      if (j + PF < nn) map_prefetch(c, nk[j + PF]);
+      while (i < U && p->ukeys[i] < nk[j]) i++;
+      if (i < U && p->ukeys[i] == nk[j]) continue;
+      ent_t *e = map_find(c, nk[j]);
+      if (!e || e->slot == NOSLOT || OWNER(e) == SHARED || OWNER(e) == n1->users[j]) continue;
+      if ((rc = add_rep(c, e)) != 0) goto fail;
     }
   }
   if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (oracle_cache.h) */

@@ -203,7 +203,7 @@ typedef struct ccr_s {
   double t_push, t_decide, chunk_t, best_chunk;
   uint64_t timed, chunk_n;
   /* decisions of the batches in [s0, s1) */
-  uint64_t s0, s1, st_n, st_fetch, st_crit, st_del, st_unique, st_new, st_wb;
+  uint64_t s0, s1, st_n, st_fetch, st_crit, st_del, st_unique, st_new, st_wb, st_rep;
   uint64_t decided;
   int ended; /* its last batch went in and what the statistics need is decided */
   char err[256];
@@ -227,6 +227,7 @@ static void ccr_stats(ccr_t *r, const ocache_dec_t *d) {
   }
   r->st_crit += d->n_critical;
   r->st_del += d->n_delayed;
+  r->st_rep += d->n_rep;
   r->st_unique += d->n_unique;
   r->st_new += d->n_new;
 }
@@ -551,18 +552,20 @@ int bench_oracle(cli_t *cli) {
   /* the effect of L */
   printf("\neffect of L (P = %u; per batch, over batches %" PRIu64 "..%" PRIu64 "%s):\n", P, s0, s1 - 1,
          s1 == n_batches ? ", the last ones decided as the stream ends" : "");
-  printf("  %5s %13s %8s %13s %12s %12s %11s %10s %10s %11s\n", "L", "slots needed", "(over)", "fetched rows",
-         "synced rows", "of critical", "written bk", "new keys", "cacher ms", "samples/s");
+  printf("  %5s %13s %8s %13s %12s %12s %11s %11s %10s %10s %11s\n", "L", "slots needed", "(over)", "fetched rows",
+         "synced rows", "of critical", "replicated", "written bk", "new keys", "cacher ms", "samples/s");
   for (int i = 0; i < NL; i++) {
     const ccr_t *r = &cr[i];
     double n = r->st_n ? (double)r->st_n : 1;
-    printf("  %5u %13" PRIu64 " %8" PRIu64 " %13.0f %12.0f %12.0f %11.0f %10.0f %10.2f %11.0f\n", r->L,
-           ocache_slots_peak(r->c), r->decided, (double)r->st_fetch / n, (double)(r->st_crit + r->st_del) / n,
-           (double)r->st_crit / n, (double)r->st_wb / n, (double)r->st_new / n,
+    printf("  %5u %13" PRIu64 " %8" PRIu64 " %13.0f %12.0f %12.0f %11.0f %11.0f %10.0f %10.2f %11.0f\n", r->L,
+           ocache_slots_peak(r->c), r->decided, (double)r->st_fetch / n,
+           (double)(r->st_crit + r->st_del + r->st_rep) / n, (double)r->st_crit / n, (double)r->st_rep / n,
+           (double)r->st_wb / n, (double)r->st_new / n,
            1e3 * (r->t_push + r->t_decide) / (double)r->timed, ccr_sps(r));
   }
   printf("  (slots needed: the peak over the first (over) batches, which is what ocache_need returns for them;\n"
-         "   fetched rows: summed over the %u trainers; synced: critical + delayed; written bk: rows written back;\n"
+         "   fetched rows: summed over the %u trainers; synced: critical + delayed + replicated (owned rows\n"
+         "   handed to every trainer); written bk: rows written back;\n"
          "   new keys: distinct keys not cached before the batch; cacher ms: push + decide a batch, timed)\n",
          P);
   rc = 0;
