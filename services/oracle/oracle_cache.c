@@ -297,10 +297,7 @@ void ocache_end(ocache_t *c) { c->ended = 1; }
 
 int ocache_ready(const ocache_t *c) {
   size_t w = ocache_window(c);
-  /* with LRPP, batch x + 1 too: who uses it decides which owned rows x
-   * must hand to every trainer */
-  size_t need = (size_t)c->L + 1 + (c->o.lrpp && c->L == 0 ? 1 : 0);
-  return !c->failed && w > 0 && (c->ended || w >= need);
+  return !c->failed && w > 0 && (c->ended || w >= (size_t)c->L + 1);
 }
 
 /* ------------------------------------------------------------------ slots */
@@ -488,8 +485,8 @@ static int dec_alloc(ocache_dec_t *d, const oracle_plan_t *p, const size_t *nf, 
   return 0;
 }
 
-/* Lists e for replication after the batch being decided; e is SHARED from
- * then on.  0 or -ENOMEM. */
+/* Lists e for replication before the batch being decided (after the one
+ * before it); e is SHARED from then on.  0 or -ENOMEM. */
 static int add_rep(ocache_t *c, ent_t *e) {
   if (c->n_rep == c->cap_rep) {
     size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
@@ -527,7 +524,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   const oracle_plan_t *n1 = have_next ? win_at(c, x + 1) : NULL;
   const uint64_t *nk = have_next ? n1->ukeys : NULL;
   size_t nn = have_next ? n1->n_unique : 0, j1 = 0;
-  c->n_rep = 0;
+  c->n_rep = 0; /* the rows x needs replicated after x - 1 (found below) */
 
   /* pass 1: classify, allocate slots */
   size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0, n_trans = 0;
@@ -547,8 +544,8 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     }
     uint8_t f = 0;
     /* with L = 0 every key leaves after its batch, whatever later batch
-     * already entered the window (LRPP keeps x + 1 there, to plan
-     * replication); its next use is then >= x + L + 1, as consistency needs */
+     * already entered the window; its next use is then >= x + L + 1, as
+     * consistency needs */
     int evict = e->last == (uint16_t)x || c->L == 0;
     /* LRPP: a row one trainer uses is owned by it (fetched, updated and
      * written back by it alone, never synchronized) -- while it stays
@@ -556,13 +553,9 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     int priv = c->o.lrpp && user != SHARED;
     if (e->slot != NOSLOT) {
       f |= C_HIT;
-      if (OWNER(e) != SHARED && OWNER(e) != user) { /* replication at x - 1 prevents this */
-        snprintf(err, err_len,
-                 "batch %" PRIu64 ": key %#" PRIx64 " is owned by trainer %u but used by %s (an ownership bug)", x, k,
-                 OWNER(e), user == SHARED ? "several" : "another");
-        rc = -EINVAL;
-        goto fail;
-      }
+      /* owned by one trainer, used at x by another or by several: its
+       * owner's copy goes to every trainer after x - 1 (rep_*) */
+      if (OWNER(e) != SHARED && OWNER(e) != user && (rc = add_rep(c, e)) != 0) goto fail;
       if (priv && OWNER(e) == SHARED) { /* every copy is current: one trainer takes it over */
         SET_OWNER(e, user);
         if (!evict) {
@@ -598,8 +591,6 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       while (j1 < nn && nk[j1] < k) j1++;
       next = j1 < nn && nk[j1] == k;
     }
-    /* replication (see below), for the keys of x + 1 that x uses too */
-    if (next && !evict && OWNER(e) != SHARED && OWNER(e) != n1->users[j1] && (rc = add_rep(c, e)) != 0) goto fail;
     if (priv) {
       f |= C_PRIVATE;
     } else if (split && !next) {
@@ -625,22 +616,6 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       c->cached--;
     }
     c->cls[i] = f;
-  }
-  /* replication: a row still cached after x, owned by one trainer, that
-   * batch x + 1 lets another trainer use goes to every trainer after x's
-   * update; from then on every copy is current again.  The keys x uses
-   * were handled in the pass above; the others of x + 1 are looked up
-   * here (a merge of the two ascending lists tells them apart). */
-  if (c->o.lrpp && have_next) {
-    size_t i = 0;
-    for (size_t j = 0; j < nn; j++) {
-      if (j + PF < nn) map_prefetch(c, nk[j + PF]);
-      while (i < U && p->ukeys[i] < nk[j]) i++;
-      if (i < U && p->ukeys[i] == nk[j]) continue;
-      ent_t *e = map_find(c, nk[j]);
-      if (!e || e->slot == NOSLOT || OWNER(e) == SHARED || OWNER(e) == n1->users[j]) continue;
-      if ((rc = add_rep(c, e)) != 0) goto fail;
-    }
   }
   if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (oracle_cache.h) */
     for (size_t i = 0; i < U; i++)

@@ -18,11 +18,11 @@
  * while it stays cached across batches, for as long as p is its only
  * user.  A cached key every trainer holds (SHARED) that only p uses at x
  * is taken over by p (own_slots for p; the others' copies go stale,
- * stale_slots).  When batch x+1 lets another trainer use a key owned by p,
- * deciding x lists it for REPLICATION (rep_*): after x's update p's copy
- * goes to every trainer and the key is SHARED again -- so at any batch an
- * owned key is used by its owner only (with LRPP, batch x+1 is therefore
- * in the window when x is decided, also at L = 0).  A key several
+ * stale_slots).  When batch x lets another trainer use a key owned by p
+ * (or several), deciding x lists it for REPLICATION (rep_*): after batch
+ * x-1's update p's copy goes to every trainer and the key is SHARED again
+ * -- so a decision is complete only with the next one's rep_* lists: the
+ * caller sends batch x-1 once x is decided (or x-1 is the last).  A key several
  * trainers use in x is SHARED: fetched by every trainer (if not cached),
  * its gradient all-reduced in the order below, updated identically
  * everywhere, and, when evicted, written back by tbl_mix64(k) % P.  With
@@ -114,9 +114,9 @@ typedef struct ocache_dec_s {
   uint32_t *delayed;  /* slots all-reduced in the background (ascending key order) */
   size_t n_delayed;
   uint64_t *critical_keys, *delayed_keys; /* the same rows' keys */
-  uint32_t *rep_slots;  /* after x's update, these owned rows go from their owner to every trainer ... */
+  uint32_t *rep_slots;  /* BEFORE x (after x-1's update), these owned rows go from their owner to every trainer ... */
   uint32_t *rep_owners; /* ... (this one) ... */
-  uint64_t *rep_keys;   /* ... (these keys): batch x + 1 has another trainer use them */
+  uint64_t *rep_keys;   /* ... (these keys): batch x has another trainer use them */
   size_t n_rep;
   ocache_tr_t *tr;    /* P */
   uint32_t trainers;
@@ -138,8 +138,7 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p);
 /* No batch will be pushed after the last one: the window may run short. */
 void ocache_end(ocache_t *c);
 /* 1 when the oldest undecided batch can be decided (L batches after it have
- * entered -- at least one with lrpp, see LRPP above -- or the stream
- * ended), else 0. */
+ * entered, or the stream ended), else 0. */
 int ocache_ready(const ocache_t *c);
 /* Batches pushed and not yet decided. */
 size_t ocache_window(const ocache_t *c);

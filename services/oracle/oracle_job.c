@@ -811,9 +811,12 @@ static int send_step(oracle_job_t *j, uint32_t p, plan_slot_t *s) {
     st.prefetch_gate = d->gate;
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
-    st.replicate_slots = slots_pb(d->rep_slots, d->n_rep);
-    st.replicate_owners = slots_pb(d->rep_owners, d->n_rep);
-    st.replicate_keys = keys_pb(d->rep_keys, d->n_rep);
+    if (s->x + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
+      const ocache_dec_t *dn = &j->plans[(s->x + 1) % j->n_plans].dec;
+      st.replicate_slots = slots_pb(dn->rep_slots, dn->n_rep);
+      st.replicate_owners = slots_pb(dn->rep_owners, dn->n_rep);
+      st.replicate_keys = keys_pb(dn->rep_keys, dn->n_rep);
+    }
     st.own_slots = slots_pb(t->own_slots, t->n_own);
     st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
   }
@@ -852,6 +855,11 @@ static void dispatch(oracle_job_t *j, uint32_t p) {
     if (x >= j->iterations || x >= j->done + j->window) return;
     plan_slot_t *s = &j->plans[x % j->n_plans];
     if (s->state != SLOT_READY || s->x != x || !s->decided) return; /* planning or the cacher wake us */
+    /* the rows x + 1 needs replicated after x are in x + 1's decision */
+    if (!j->ideal && x + 1 < j->iterations) {
+      const plan_slot_t *sn = &j->plans[(x + 1) % j->n_plans];
+      if (sn->state != SLOT_READY || sn->x != x + 1 || !sn->decided) return;
+    }
     int rc = send_step(j, p, s);
     if (rc) {
       log_warn("cannot queue a step rank=%u iteration=%llu err=\"%s\"", p, (unsigned long long)x, err_str(rc));

@@ -319,18 +319,20 @@ static void run(const run_opts_t *o, result_t *res) {
       tstep_cache_pack(ts[p], d->delayed, d->n_delayed, bg.pgrad[p]);
       tstep_cache_update(ts[p], d->delayed, d->n_delayed);
     }
-    /* ownership: rows x + 1 lets another trainer use go from their owner
-     * to every trainer after x's update (bytes copied, as the allgather) */
-    {
+    /* ownership: rows x + 1 lets another trainer use (listed in x + 1's
+     * decision) go from their owner to every trainer after x's update
+     * (bytes copied, as the allgather) */
+    if (x + 1 < NB) {
+      const ocache_dec_t *dn = &dec[x + 1];
       uint32_t rf = tstep_row_floats(ts[0]);
       float *row = malloc(rf * sizeof(float));
-      for (size_t i = 0; i < d->n_rep; i++) {
-        tstep_cache_gather(ts[d->rep_owners[i]], &d->rep_slots[i], 1, row);
+      for (size_t i = 0; i < dn->n_rep; i++) {
+        tstep_cache_gather(ts[dn->rep_owners[i]], &dn->rep_slots[i], 1, row);
         for (uint32_t p = 0; p < P; p++)
-          if (p != d->rep_owners[i]) tstep_cache_scatter(ts[p], &d->rep_slots[i], 1, row);
+          if (p != dn->rep_owners[i]) tstep_cache_scatter(ts[p], &dn->rep_slots[i], 1, row);
       }
       free(row);
-      res->replicated += d->n_rep;
+      res->replicated += dn->n_rep;
     }
     res->synced += nc + d->n_delayed;
     res->delayed += d->n_delayed;

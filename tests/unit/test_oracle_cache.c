@@ -170,13 +170,12 @@ static void run_cache(const stream_t *s, const ocache_opts_t *o, run_t *r) {
     }
     if (r->rc) break;
     /* the window never holds more than L + 1 batches once decided: exactly
-     * the batches the next decision waits for (L after it; with LRPP at
-     * L = 0, batch x + 1 too -- it decides which owned rows x replicates) */
+     * the L batches the next decision waits for */
     assert_true(ocache_window(c) <= (size_t)o->lookahead + 1);
     assert_int_equal(ocache_window(c), x + 1 - r->n);
     if (x + 1 < s->n) {
       uint32_t Lc = ocache_lookahead(c);
-      size_t wait = (size_t)Lc + (o->lrpp && Lc == 0 ? 1 : 0);
+      size_t wait = (size_t)Lc;
       assert_int_equal(ocache_window(c), x + 1 < wait ? x + 1 : wait);
       assert_int_equal(ocache_decide(c, &(ocache_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
     }
@@ -568,15 +567,19 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
       last_use[k] = (int64_t)x;
       in_x[k] = 0;
     }
-    /* replication: after x's update, each listed row (cached, owned by the
-     * listed trainer, used at x + 1 by another trainer or by several) goes
-     * from its owner, current, to every trainer; it is shared again */
-    if (!o->lrpp || x + 1 >= n) assert_int_equal(d->n_rep, 0);
-    out->replicated += d->n_rep;
-    for (size_t i = 0; i < d->n_rep; i++) {
-      uint64_t key = d->rep_keys[i];
+    /* replication: after x's update, each row x + 1's decision lists
+     * (cached, owned by the listed trainer, used at x + 1 by another
+     * trainer or by several) goes from its owner, current, to every
+     * trainer; it is shared again.  Batch 0's decision lists nothing. */
+    if (x == 0) assert_int_equal(d->n_rep, 0);
+    const ocache_dec_t *dn = x + 1 < n ? &r->d[x + 1] : NULL;
+    size_t n_rep = dn ? dn->n_rep : 0;
+    if (!o->lrpp) assert_int_equal(n_rep, 0);
+    out->replicated += n_rep;
+    for (size_t i = 0; i < n_rep; i++) {
+      uint64_t key = dn->rep_keys[i];
       size_t k = KI(key);
-      uint32_t sl = d->rep_slots[i], u = d->rep_owners[i];
+      uint32_t sl = dn->rep_slots[i], u = dn->rep_owners[i];
       assert_true(u < P);
       assert_int_equal(key_slot[k], sl); /* cached after x */
       assert_int_equal(own_of[k], u);    /* owned by u (and not listed twice: then it is shared) */
@@ -862,7 +865,8 @@ static void test_figure6(void **state) {
  *          2 shared, not used at 1: fetched by both, delayed, evicted,
  *          written back by tbl_mix64 % 2.
  *          3 t0's, kept (used at 1): fetched by t0 alone, not synchronized,
- *          in t0's own_slots; batch 1 has both use it: replicated after 0
+ *          in t0's own_slots; batch 1 has both use it: replicated after 0,
+ *          listed in batch 1's decision
  *          (owner t0), shared at 1.
  *          4 shared, used at 1: fetched by both, critical, kept.
  *          5 t1's, kept (used by t1 alone at 1): in t1's own_slots, not
@@ -917,10 +921,7 @@ static void test_lrpp_by_hand(void **state) {
   assert_u32s(d->tr[0].own_slots, d->tr[0].n_own, (uint32_t[]){2}, 1); /* 3 */
   assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){4}, 1); /* 5 */
   assert_int_equal(d->tr[0].n_stale + d->tr[1].n_stale, 0);
-  assert_int_equal(d->n_rep, 1); /* 3 goes from t0 to both */
-  assert_int_equal(d->rep_keys[0], K(3));
-  assert_int_equal(d->rep_slots[0], 2);
-  assert_int_equal(d->rep_owners[0], 0);
+  assert_int_equal(d->n_rep, 0); /* nothing before batch 0 */
   WB_RESET();
   WB(0, K(1));
   WB(mix2, K(2));
@@ -943,7 +944,10 @@ static void test_lrpp_by_hand(void **state) {
   assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){3}, 1);   /* 4, taken over */
   assert_u32s(d->tr[0].stale_slots, d->tr[0].n_stale, (uint32_t[]){3}, 1); /* ... so t0's copy is stale */
   assert_int_equal(d->tr[1].n_stale, 0);
-  assert_int_equal(d->n_rep, 0); /* 4 and 6 are used at 2 by their owners alone */
+  assert_int_equal(d->n_rep, 1); /* 3 went from t0 to both after batch 0: batch 1 lists it */
+  assert_int_equal(d->rep_keys[0], K(3));
+  assert_int_equal(d->rep_slots[0], 2);
+  assert_int_equal(d->rep_owners[0], 0);
   WB_RESET();
   WB(mix3, K(3));
   WB(1, K(5));
@@ -960,7 +964,7 @@ static void test_lrpp_by_hand(void **state) {
   }
   assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(8)}, 1);
   assert_int_equal(d->n_delayed, 0);
-  assert_int_equal(d->n_rep, 0);
+  assert_int_equal(d->n_rep, 0); /* 4 and 6 are used at 2 by their owners alone */
   WB_RESET();
   if (mix8 == 0) { /* ascending key order per trainer */
     WB(0, K(6));
@@ -986,7 +990,7 @@ static void test_lrpp_by_hand(void **state) {
   assert_keys(r.d[1].critical_keys, r.d[1].n_critical, (uint64_t[]){K(3)}, 1);
   assert_keys(r.d[2].critical_keys, r.d[2].n_critical, (uint64_t[]){K(8)}, 1);
   for (size_t x = 0; x < 3; x++) assert_int_equal(r.d[x].n_delayed, 0);
-  assert_int_equal(r.d[0].n_rep, 1);
+  assert_int_equal(r.d[1].n_rep, 1);
   assert_u32s(r.d[1].tr[0].stale_slots, r.d[1].tr[0].n_stale, (uint32_t[]){3}, 1);
   check_run(&s, &o, &r, &so);
   run_free(&r);
@@ -1280,12 +1284,11 @@ static void test_errors(void **state) {
   ocache_destroy(c);
   ocache_destroy(NULL);
   ocache_dec_free(NULL);
-  /* ready: L batches after x, and with LRPP at L = 0 batch x + 1 too (it
-   * decides which owned rows x replicates); the end lets the rest go */
+  /* ready: L batches after x (LRPP or not); the end lets the rest go */
   for (int lrpp = 0; lrpp <= 1; lrpp++)
     for (uint32_t L = 0; L <= 2; L++) {
       ocache_opts_t o2 = {.trainers = 2, .lookahead = L, .lrpp = lrpp, .delayed = 1};
-      size_t wait = L + (lrpp && L == 0 ? 1 : 0); /* batches after x */
+      size_t wait = L; /* batches after x */
       assert_int_equal(ocache_create(&o2, &c), 0);
       assert_false(ocache_ready(c));
       for (size_t x = 0; x < 4; x++) {
@@ -1344,7 +1347,7 @@ static void test_inconsistent_plans(void **state) {
         pl.ukeys[0] = t;
       }
       assert_int_equal(ocache_push(c, &pl), 0);
-      ocache_end(c); /* LRPP at L = 0 waits for batch 1 otherwise */
+      ocache_end(c);
       pl.shares[0].ids[3] = big ? bad_big[k] : bad_small[k];
       ocache_dec_t d;
       char err[256];
