@@ -33,9 +33,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the oracle's wire for
 #define LOSS_RING 1024    /* recent per-iteration losses for the running train_logloss */
 #define EVAL_HISTORY 100  /* evaluations kept for the summary (the last ones) */
 
-/* Trainer time per iteration.  The last two are not phases of their own but
- * the blocked part of others (prefetch_wait of fetch, sync_wait of the
- * step's start): they show whether the lookahead hides the traffic. */
+/* Trainer time per iteration.  The last four are not phases of their own
+ * but parts of others (prefetch_wait of fetch, sync_wait of the step's
+ * start, sync_critical of allreduce, replicate of update): they show
+ * whether the lookahead hides the traffic and what the rest costs. */
 enum {
   PH_WAIT,
   PH_FETCH,
@@ -47,10 +48,13 @@ enum {
   PH_TOTAL,
   PH_PREFETCH_WAIT,
   PH_SYNC_WAIT,
+  PH_SYNC_CRITICAL,
+  PH_REPLICATE,
   N_PH
 };
 static const char *const phase_names[N_PH] = {"wait",   "fetch",      "forward", "backward",      "allreduce",
-                                              "update", "write_back", "total",   "prefetch_wait", "sync_wait"};
+                                              "update", "write_back", "total",   "prefetch_wait", "sync_wait",
+                                              "sync_critical", "replicate"};
 
 typedef Chanter__Oracle__V1__Report report_t;
 typedef Chanter__Oracle__V1__EvalResult eval_result_t;
@@ -1030,7 +1034,8 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
   a->rows_written_back += r->rows_written_back;
   a->cache_hits += r->cache_hits;
   const double ts[N_PH] = {r->t_wait,   r->t_fetch,      r->t_forward, r->t_backward,     r->t_allreduce,
-                           r->t_update, r->t_write_back, r->t_total,   r->t_prefetch_wait, r->t_sync_wait};
+                           r->t_update, r->t_write_back, r->t_total,   r->t_prefetch_wait, r->t_sync_wait,
+                           r->t_sync_critical, r->t_replicate};
   for (int k = 0; k < N_PH; k++) {
     a->t[k] += ts[k];
     metrics_hist_observe(j->h_phase[k], ts[k]);

@@ -702,7 +702,7 @@ static void stop_bg(trainer_t *t) {
 /* What one step moved, for the Report, the metrics and the log. */
 typedef struct step_counts_s {
   size_t fetched, synced, synced_delayed, written_back, hits;
-  double dense_comm, prefetch_wait, sync_wait;
+  double dense_comm, prefetch_wait, sync_wait, sync_critical, replicate;
   uint32_t lookahead;
 } step_counts_t;
 
@@ -728,6 +728,8 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
   r.t_total = ph[PH_TOTAL];
   r.t_prefetch_wait = c->prefetch_wait;
   r.t_sync_wait = c->sync_wait;
+  r.t_sync_critical = c->sync_critical;
+  r.t_replicate = c->replicate;
   uint8_t sha[32];
   char hex[65] = "";
   if (x + 1 == t->iterations) {
@@ -973,6 +975,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
 
   /* d. critical rows: synchronized before x + 1 starts */
   uint32_t dim = tstep_dim(t->ts);
+  double tc0 = now_s();
   if (n_crit) {
     if (grow_buf((void **)&t->crit_buf, &t->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
     tstep_cache_pack(t->ts, st->sync_critical.data, n_crit, t->crit_buf);
@@ -984,6 +987,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   }
   double t4 = now_s();
   ph[PH_ALLREDUCE] = t4 - t3;
+  c.sync_critical = t4 - tc0;
 
   /* e. updates: dense, and every row with a gradient but the delayed ones
    * (their gradients are packed for the background first: x + 1's
@@ -994,13 +998,15 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   memcpy(t->bg_del, st->sync_delayed.data, n_del * 4);
   tstep_cache_pack(t->ts, st->sync_delayed.data, n_del, t->bg_grad);
   tstep_cache_update(t->ts, st->sync_delayed.data, n_del);
-  double t5 = now_s();
 
   /* e2. ownership (LRPP): rows that another trainer uses next get their
-   * owner's copy everywhere; rows taking an owner here go stale elsewhere */
+   * owner's copy everywhere; rows taking an owner here go stale elsewhere
+   * (part of the update phase) */
+  double tr0 = now_s();
   if ((rc = ownership(t, st, x, err, err_len)) != 0) return rc;
-  ph[PH_UPDATE] = now_s() - t4;
-  t5 = now_s();
+  double t5 = now_s();
+  c.replicate = t5 - tr0;
+  ph[PH_UPDATE] = t5 - t4;
 
   /* f. hand the rest of x to the background: delayed rows, write-backs */
   memcpy(t->bg_wbk, st->write_back_keys.data, n_wb * 8);

@@ -90,9 +90,12 @@ int bench_e2e(cli_t *cli) {
     if (!(sm[c] = run(cli, self, dir, cols[c].sets, iters))) rc = 1;
   }
   if (rc == 0) {
-    static const char *ph[] = {"wait", "fetch", "forward", "backward", "allreduce", "update", "write_back", "total"};
-    static const char *names[] = {"data wait", "fetch", "forward", "backward", "all-reduce", "update", "write-back",
-                                  "iteration"};
+    static const char *ph[] = {"wait",   "fetch",         "prefetch_wait", "sync_wait",  "forward",
+                               "backward", "allreduce",   "sync_critical", "update",     "replicate",
+                               "write_back", "total"};
+    static const char *names[] = {"data wait",  "fetch",         "  blocked on prefetch", "wait for background",
+                                  "forward",    "backward",      "all-reduce",            "  critical rows",
+                                  "update",     "  replication", "write-back",            "iteration"};
     static const char *rows[] = {"rows_fetched", "rows_synced", "rows_synced_delayed", "rows_written_back",
                                  "cache_hits"};
     static const char *rnames[] = {"rows fetched / iteration", "rows synchronized / iter.", "  of which delayed",
@@ -102,7 +105,7 @@ int bench_e2e(cli_t *cli) {
     printf("\n%-26s", "samples/s");
     for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], "samples_per_sec"));
     printf("\n");
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 12; i++) {
       printf("%-26s", names[i]);
       for (size_t c = 0; c < N_COLS; c++)
         printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), ph[i]));
