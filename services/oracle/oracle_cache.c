@@ -644,9 +644,11 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       rc = -ENOMEM;
       goto fail_dec;
     }
-    memcpy(d->rep_slots, c->rep_slot, c->n_rep * sizeof *d->rep_slots);
-    memcpy(d->rep_owners, c->rep_owner, c->n_rep * sizeof *d->rep_owners);
-    memcpy(d->rep_keys, c->rep_key, c->n_rep * sizeof *d->rep_keys);
+    if (c->n_rep) { /* (the lists may still be NULL: memcpy wants a valid source even for 0 bytes) */
+      memcpy(d->rep_slots, c->rep_slot, c->n_rep * sizeof *d->rep_slots);
+      memcpy(d->rep_owners, c->rep_owner, c->n_rep * sizeof *d->rep_owners);
+      memcpy(d->rep_keys, c->rep_key, c->n_rep * sizeof *d->rep_keys);
+    }
     d->n_rep = c->n_rep;
     d->x = x;
     d->n_unique = U;

@@ -995,7 +995,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   uint32_t rf = tstep_row_floats(t->ts);
   if (bg_reserve(t, n_del, n_wb, n_ev, dim, rf) != 0)
     return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", x);
-  memcpy(t->bg_del, st->sync_delayed.data, n_del * 4);
+  if (n_del) memcpy(t->bg_del, st->sync_delayed.data, n_del * 4); /* (an empty field's data may be NULL) */
   tstep_cache_pack(t->ts, st->sync_delayed.data, n_del, t->bg_grad);
   tstep_cache_update(t->ts, st->sync_delayed.data, n_del);
 
@@ -1009,9 +1009,11 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   ph[PH_UPDATE] = t5 - t4;
 
   /* f. hand the rest of x to the background: delayed rows, write-backs */
-  memcpy(t->bg_wbk, st->write_back_keys.data, n_wb * 8);
-  memcpy(t->bg_wbs, st->write_back_slots.data, n_wb * 4);
-  memcpy(t->bg_evict, st->evict_slots.data, n_ev * 4);
+  if (n_wb) {
+    memcpy(t->bg_wbk, st->write_back_keys.data, n_wb * 8);
+    memcpy(t->bg_wbs, st->write_back_slots.data, n_wb * 4);
+  }
+  if (n_ev) memcpy(t->bg_evict, st->evict_slots.data, n_ev * 4);
   pthread_mutex_lock(&t->pmu);
   t->bg_x = x;
   t->bg_n_del = n_del;
