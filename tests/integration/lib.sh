@@ -21,8 +21,13 @@ ok()   { echo "ok - $*"; N_OK=$((N_OK + 1)); }
 nok()  { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
 # check NAME CMD...: runs CMD, ok if it exits 0
 check() { local n=$1; shift; if "$@"; then ok "$n"; else nok "$n"; fi; }
-# expect NAME: ok if the previous command (or && chain) succeeded
+# expect NAME: ok if the previous command (or && chain) succeeded.  NAME
+# must not contain a command substitution: bash runs it before the call and
+# $? would be ITS status -- use expect_rc $? "... $(...)" for that.
 expect() { if [ $? -eq 0 ]; then ok "$1"; else nok "$1"; fi; }
+# expect_rc STATUS NAME: ok if STATUS is 0 ($? is expanded before NAME's
+# command substitutions run)
+expect_rc() { if [ "$1" -eq 0 ]; then ok "$2"; else nok "$2"; fi; }
 finish() { echo "# $N_OK passed, $N_FAIL failed"; [ "$N_FAIL" -eq 0 ]; }
 
 # json_get FILE KEY -> value of a top-level integer/string key in a one-line JSON file

@@ -54,7 +54,7 @@ assert d['iterations']==400, d
 assert d['test_auc'] > 0.65 and d['test_logloss'] < 0.6, d
 for k in ['samples_per_sec','train_logloss','digest','rows_fetched','rows_synced','rows_written_back','cache_hits']: assert k in d, k
 assert d['rows_fetched'] > 0 and d['rows_written_back'] > 0, d"
-expect "DLRM learns on the cluster (test AUC $(field "$WORK/p2/summary.json" test_auc)) and summary.json has the stable keys"
+expect_rc $? "DLRM learns on the cluster (test AUC $(field "$WORK/p2/summary.json" test_auc)) and summary.json has the stable keys"
 
 run_job p2b
 [ "$(field "$WORK/p2/summary.json" digest)" = "$(field "$WORK/p2b/summary.json" digest)" ]
@@ -79,7 +79,7 @@ dp=$(awk '$1=="dataproc-0"{print $2}' "$WORK/bad/pids")
 timeout 120 "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" >/dev/null 2>"$WORK/bad.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "data processor" "$WORK/bad.err"
-expect "a data processor killed mid-job fails the job with a clear error: $(tail -1 "$WORK/bad.err" | cut -c1-160)"
+expect_rc $? "a data processor killed mid-job fails the job with a clear error: $(tail -1 "$WORK/bad.err" | cut -c1-160)"
 sleep 1
 grep -qs "the job failed elsewhere" "$WORK/bad/logs/"trainer-*.log && grep -qs "exiting rank=.* status=3" "$WORK/bad/logs/"trainer-*.log
 expect "the trainers, told the job failed, say so and exit with status 3 (systemd does not restart them)"
@@ -96,7 +96,7 @@ emb_port=$(awk '$1=="embedding-1"{print $3}' "$WORK/bad2/pids")
 timeout 120 "$BIN/chanter" --config "$WORK/bad2/job.ini" train --workdir "$WORK/bad2" >/dev/null 2>"$WORK/bad2.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank" "$WORK/bad2.err" && grep -qs "127.0.0.1:$emb_port" "$WORK/bad2/logs/"trainer-*.log
-expect "an embedding server killed mid-job: trainers name it in their logs, the job fails clearly: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
+expect_rc $? "an embedding server killed mid-job: trainers name it in their logs, the job fails clearly: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
 "$BIN/chanter" local down --workdir "$WORK/bad2" >/dev/null 2>&1
 none_alive "$WORK/bad2.pids"; expect "local down after it leaves no daemon"
 

@@ -29,7 +29,7 @@ field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.ar
 for m in dlrm wdl deepfm dcn; do
   train --set model=$m >"$WORK/$m.json" 2>"$WORK/$m.err"
   python3 -c "import json; d=json.load(open('$WORK/$m.json')); assert d['test_auc'] > 0.65, d; assert d['test_logloss'] < 0.6, d"
-  expect "$m learns the planted signal (test AUC $(field "$WORK/$m.json" test_auc))"
+  expect_rc $? "$m learns the planted signal (test AUC $(field "$WORK/$m.json" test_auc))"
 done
 
 train --set model=dlrm --set optimizer=adam --set embedding_optimizer=rowwise_adagrad >"$WORK/adam.json" 2>"$WORK/adam.err"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Integration: chanter-trainer against a fake oracle (Python grpcio,
+# tests/integration/fake_oracle.py) that sends it one malformed Step --
+# slots short of the ids, a slot beyond the cache, fetch keys and slots of
+# different lengths, a replication owner that is no trainer, write-back
+# keys and slots of different lengths, id bytes short of the samples.  Each
+# time the trainer stops with exit status 1 and a log line naming the
+# iteration and the field; no crash, no hang (a malformed message from a
+# peer is that peer's bug, reported, never undefined behaviour).
+source "$(dirname "$0")/lib.sh"
+
+STUBS=$WORK/stubs
+mkdir -p "$STUBS"
+if ! protoc -I "$ROOT/proto" --python_out="$STUBS" --grpc_python_out="$STUBS" \
+     --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" "$ROOT/proto/oracle.proto" 2>"$WORK/protoc.err"; then
+  nok "python stubs generated: $(cat "$WORK/protoc.err")"
+  finish
+  exit
+fi
+
+JOB=$WORK/job.ini
+cat >"$JOB" <<INI
+trainers = 1
+batch_size = 4
+iterations = 3
+n_dense = 2
+table_rows = 50, 40
+table_hotness = 1, 1
+embedding_dim = 4
+cache_rows = 100
+lookahead = 1
+embedding_servers = 1
+[cluster]
+; never contacted: no Step here fetches a row
+embedding = 127.0.0.1:1
+[model]
+bottom_mlp = 8
+top_mlp = 8
+[rpc]
+timeout_ms = 3000
+INI
+
+# case -> what the trainer's log must say
+declare -A NEED=(
+  [slots_short]="slots has 12 bytes, want 32"
+  [slot_beyond_cache]="beyond the cache of 100 rows"
+  [fetch_slots_mismatch]="fetch_slots has 4 bytes, want 8"
+  [replicate_owner]="replicate_owners[0] = 5, only 1 trainers"
+  [write_back_slots]="write_back_slots has 12 bytes, want 8"
+  [samples_bytes]="id bytes"
+)
+for c in slots_short slot_beyond_cache fetch_slots_mismatch replicate_owner write_back_slots samples_bytes; do
+  rm -f "$WORK/port"
+  /usr/bin/python3 "$ROOT/tests/integration/fake_oracle.py" "$STUBS" "$WORK/port" "$c" >"$WORK/oracle-$c.log" 2>&1 &
+  op=$!
+  PIDS+=("$op")
+  for _ in $(seq 1 200); do [ -f "$WORK/port" ] && break; sleep 0.05; done
+  port=$(cat "$WORK/port" 2>/dev/null)
+  timeout 60 "$BIN/chanter-trainer" --config "$JOB" --rank 0 --set "cluster.oracle=127.0.0.1:$port" \
+    --set trainer.metrics_port=0 >"$WORK/trainer-$c.log" 2>&1
+  rc=$?
+  kill "$op" 2>/dev/null; wait "$op" 2>/dev/null
+  [ $rc -eq 1 ] && grep -q "iteration 0" "$WORK/trainer-$c.log" && grep -qF "${NEED[$c]}" "$WORK/trainer-$c.log"
+  expect_rc $? "$c: the trainer exits 1 naming it: $(grep -m1 -o 'trainer failed.*' "$WORK/trainer-$c.log" | cut -c1-150)"
+done
+finish
