@@ -774,23 +774,47 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
 
 /* ------------------------------------------------------------------ one step */
 
+/* What both kinds of step check first: the iteration expected, the
+ * samples against the schema, the global batch.  *b views the tstep's
+ * copy of the samples. */
+static int step_batch(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, tstep_batch_t *b, char *err,
+                      size_t err_len) {
+  uint64_t x = st->iteration;
+  if (x != expect)
+    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
+                   expect);
+  char why[768] = "";
+  int rc = tstep_batch_from_pb(t->ts, st->samples, 0, b, why, sizeof why);
+  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
+  if (b->n && st->global_batch < b->n)
+    return set_err(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
+                   st->global_batch, b->n);
+  return 0;
+}
+
+/* The end of the dense all-reduce that started inside the backward
+ * (trainer_ar.h); *t_comm: its own time. */
+static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, size_t err_len) {
+  int rc = tar_finish(t->dense_ar, t_comm);
+  if (rc)
+    set_err(err, err_len, rc,
+            "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
+            "(a peer trainer died or is unreachable; see the collective's log line)",
+            x, model_n_params(tstep_model(t->ts)), t->trainers, err_str(rc));
+  return rc;
+}
+
 static int do_step_ideal(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t expect, double t_wait,
                          char *err, size_t err_len) {
   uint64_t x = st->iteration;
   double ph[PH_N] = {0};
   ph[PH_WAIT] = t_wait;
   double t0 = now_s();
-  if (x != expect)
-    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
-                   expect);
   tstep_batch_t b;
   char why[768] = "";
-  int rc = tstep_batch_from_pb(t->ts, st->samples, 0, &b, why, sizeof why);
-  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
-  if (b.n && st->global_batch < b.n)
-    return set_err(err, err_len, ERR_BADMSG,
-                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
-                   st->global_batch, b.n);
+  int rc = step_batch(t, st, expect, &b, err, err_len);
+  if (rc) return rc;
 
   /* a. rows: this batch's own, from the local store */
   size_t n_fetch;
@@ -808,13 +832,8 @@ static int do_step_ideal(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   tar_begin(t->dense_ar);
   double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
   double t3 = now_s();
-  model_t *m = tstep_model(t->ts);
   double t_comm = 0;
-  if ((rc = tar_finish(t->dense_ar, &t_comm)) != 0)
-    return set_err(err, err_len, rc,
-                   "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
-                   "(a peer trainer died or is unreachable; see the collective's log line)",
-                   x, model_n_params(m), t->trainers, err_str(rc));
+  if ((rc = dense_finish(t, x, &t_comm, err, err_len)) != 0) return rc;
   double t4 = now_s();
 
   /* d. update; e. the rows back to the local store */
@@ -915,17 +934,10 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   ph[PH_WAIT] = t_wait - t_prefetch;
   ph[PH_FETCH] = t_prefetch; /* the part of the wait spent on this step's own rows */
   double t0 = now_s();
-  if (x != expect)
-    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
-                   expect);
   tstep_batch_t b;
   char why[768] = "";
-  int rc = tstep_batch_from_pb(t->ts, st->samples, 0, &b, why, sizeof why);
-  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
-  if (b.n && st->global_batch < b.n)
-    return set_err(err, err_len, ERR_BADMSG,
-                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
-                   st->global_batch, b.n);
+  int rc = step_batch(t, st, expect, &b, err, err_len);
+  if (rc) return rc;
   size_t n_fetch = st->fetch_keys.len / 8, n_wb;
   size_t n_crit = st->sync_critical.len / 4, n_del = st->sync_delayed.len / 4, n_ev = st->evict_slots.len / 4;
   if ((rc = check_u32_field(t->ts, &st->slots, b.n ? b.ids_off[t->schema.n_tables] : 0, "slots", x, err, err_len)) ||
@@ -962,12 +974,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
   double t3 = now_s();
   ph[PH_BWD] = t3 - t2;
-  model_t *m = tstep_model(t->ts);
-  if ((rc = tar_finish(t->dense_ar, &c.dense_comm)) != 0)
-    return set_err(err, err_len, rc,
-                   "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
-                   "(a peer trainer died or is unreachable; see the collective's log line)",
-                   x, model_n_params(m), t->trainers, err_str(rc));
+  if ((rc = dense_finish(t, x, &c.dense_comm, err, err_len)) != 0) return rc;
   pthread_mutex_lock(&t->pmu); /* every trainer finished x - 1: prefetches gated on it may go */
   if (x > t->known_done) t->known_done = x;
   pthread_cond_broadcast(&t->fcv);
@@ -1041,36 +1048,6 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
 
 /* ------------------------------------------------------------------ eval */
 
-static int cmp_ix(const void *a, const void *b, void *keys) {
-  uint64_t x = ((const uint64_t *)keys)[*(const size_t *)a], y = ((const uint64_t *)keys)[*(const size_t *)b];
-  return x < y ? -1 : x > y;
-}
-
-/* embc_write of n rows given in any key order. */
-static int write_sorted(trainer_t *t, const uint64_t *keys, const float *rows, size_t n, uint32_t rf, char *err,
-                        size_t err_len) {
-  size_t *ix = malloc(n * sizeof *ix);
-  uint64_t *k = malloc(n * sizeof *k);
-  float *r = malloc(n * rf * sizeof(float));
-  int rc = 0;
-  if (!ix || !k || !r) {
-    rc = set_err(err, err_len, -ENOMEM, "out of memory sorting %zu rows", n);
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) ix[i] = i;
-  qsort_r(ix, n, sizeof *ix, cmp_ix, (void *)keys);
-  for (size_t i = 0; i < n; i++) {
-    k[i] = keys[ix[i]];
-    memcpy(r + i * rf, rows + ix[i] * rf, rf * sizeof(float));
-  }
-  char why[768] = "";
-  if ((rc = embc_write(t->embc, k, n, r, why, sizeof why)) != 0)
-    set_err(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n, why);
-out:
-  free(ix), free(k), free(r);
-  return rc;
-}
-
 /* The rows of an evaluation with the cache: the model as it is after the
  * iteration just trained, so this trainer's background work is waited for
  * and every trainer's (a barrier: their write-backs are then durable);
@@ -1094,10 +1071,10 @@ static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const vo
     }
     kmap_owned(t->kmap, os, ok, n_own);
     tstep_cache_gather(t->ts, os, n_own, orow);
-    /* embc wants ascending keys: slot order is not key order */
-    rc = write_sorted(t, ok, orow, n_own, rf, err, err_len);
+    char why[768] = "";
+    rc = embc_write(t->embc, ok, n_own, orow, why, sizeof why); /* (any key order: embc routes each key) */
     free(os), free(ok), free(orow);
-    if (rc) return rc;
+    if (rc) return set_err(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_own, why);
   }
   if ((rc = coll_barrier(t->coll)) != 0)
     return set_err(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,
