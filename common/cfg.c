@@ -126,6 +126,8 @@ static const entry_t entries[] = {
     {"oracle.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
     {"oracle.window", T_INT, "4", 1, 1024, NULL, "steps the oracle sends a trainer ahead of its reports"},
     {"oracle.max_lookahead", T_INT, "64", 0, 4096, NULL, "the largest L lookahead = auto may choose"},
+    {"oracle.laia_window", T_INT, "64", 1, 1000000, NULL,
+     "allocation = laia: a row is held by the trainer that alone used it within this many batches"},
     {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
      "lookahead = auto measures the cache each L needs over this many first batches"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "oracle_cache.h"
 #include "oracle_eval.h"
+#include "oracle_laia.h"
 #include "oracle_plan.h"
 #include "sdn.h"
 
@@ -120,6 +121,9 @@ struct oracle_job_s {
   uint32_t window_cfg; /* oracle.window */
   uint64_t iterations, eval_every, eval_batches, seed, rounds_total, tail_start, log_every;
   int policy, ideal, drain_ms;
+  uint32_t laia_window; /* oracle.laia_window */
+  laia_t *laia;         /* allocation = laia: the rows each trainer holds (oracle_laia.h) */
+  double laia_secs;     /* spent allocating, on the loop thread */
   const char *mode, *allocation, *lookahead_cfg;
   /* the cacher (every mode but ideal) */
   int auto_l;          /* lookahead = auto: L is chosen over the first `probe` plans */
@@ -245,7 +249,7 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
   }
   const char *al = cfg_str(cfg, "allocation");
   if (oracle_alloc_parse(al) < 0) {
-    snprintf(err, err_len, "allocation = %s (from %s) is not implemented yet; use contiguous or random", al,
+    snprintf(err, err_len, "allocation = %s (from %s) is unknown; use contiguous, random or laia", al,
              cfg_origin(cfg, "allocation"));
     return ERR_CONFIG;
   }
@@ -452,6 +456,7 @@ typedef struct plan_work_s {
   uv_work_t req;
   oracle_job_t *j;
   data_batch_t *batch;
+  uint32_t *owner; /* allocation = laia: decided on the loop thread in batch order; else NULL */
   plan_slot_t *slot;
   int rc;
   double secs;
@@ -462,8 +467,9 @@ static void plan_work(uv_work_t *req) {
   oracle_job_t *j = w->j;
   double t0 = now_s();
   /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
-  w->rc = oracle_plan_build(w->batch, j->P, j->policy, j->seed, j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS,
-                            &w->slot->plan);
+  unsigned flags = j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS;
+  w->rc = w->owner ? oracle_plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
+                   : oracle_plan_build(w->batch, j->P, j->policy, j->seed, flags, &w->slot->plan);
   w->secs = now_s() - t0;
 }
 
@@ -494,6 +500,7 @@ static void plan_done(uv_work_t *req, int status) {
   }
   data_batch_free(w->batch);
   free(w->batch);
+  free(w->owner);
   free(w);
   pump_plans(j);
 }
@@ -543,6 +550,21 @@ static void pump_plans(oracle_job_t *j) {
     w->j = j;
     w->batch = b;
     w->slot = s;
+    if (j->laia) { /* in batch order, here: each batch's allocation depends on the ones before */
+      double t0 = now_s();
+      int rc = -ENOMEM;
+      if ((w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner)) != NULL) rc = laia_assign(j->laia, b, w->owner);
+      j->laia_secs += now_s() - t0;
+      if (rc) {
+        data_batch_free(b);
+        free(b);
+        free(w->owner);
+        free(w);
+        end_job(j, ORACLE_FAILED, "allocating the samples of batch %llu (laia): %s", (unsigned long long)j->plan_next,
+                err_str(rc));
+        return;
+      }
+    }
     s->x = j->plan_next;
     s->state = SLOT_PLANNING;
     s->decided = 0;
@@ -552,6 +574,7 @@ static void pump_plans(oracle_job_t *j) {
       s->state = SLOT_EMPTY;
       data_batch_free(b);
       free(b);
+      free(w->owner);
       free(w);
       end_job(j, ORACLE_FAILED, "cannot queue the planning of batch %llu: %s", (unsigned long long)j->plan_next,
               uv_strerror(rc));
@@ -1342,6 +1365,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->seed = (uint64_t)cfg_int(cfg, "seed");
   j->allocation = cfg_str(cfg, "allocation");
   j->policy = oracle_alloc_parse(j->allocation);
+  j->laia_window = (uint32_t)cfg_int(cfg, "oracle.laia_window");
   j->mode = cfg_str(cfg, "mode");
   j->ideal = !strcmp(j->mode, "ideal");
   j->drain_ms = (int)cfg_int(cfg, "oracle.drain_ms");
@@ -1411,6 +1435,13 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     j->n_plans = (uint32_t)(n > j->probe ? n : j->probe);
   }
   j->plan_span = j->n_plans;
+  if (j->policy == ORACLE_ALLOC_LAIA) {
+    laia_opts_t lo = {.trainers = j->P, .window = j->laia_window, .seed = j->seed};
+    if ((rc = laia_create(&lo, &j->laia)) != 0) {
+      snprintf(err, err_len, "allocation = laia: %s", err_str(rc));
+      goto fail;
+    }
+  }
   j->tr = calloc(j->P, sizeof *j->tr);
   j->agg = calloc(j->n_agg, sizeof *j->agg);
   j->plans = calloc(j->n_plans, sizeof *j->plans);
@@ -1510,6 +1541,7 @@ void oracle_job_destroy(oracle_job_t *j) {
   release_plans(j);
   free(j->plans);
   ocache_destroy(j->cache);
+  laia_destroy(j->laia);
   if (j->eval_pending) {
     oracle_plan_close(j->eval_pending);
     free(j->eval_pending);
@@ -1654,6 +1686,19 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_str(&b, "mode", j->mode);
   sb_printf(&b, ", ");
   sb_str(&b, "allocation", j->allocation);
+  if (j->laia) {
+    /* of the samples allocated: those some trainer held a row of, those placed on a trainer holding most of them */
+    laia_stats_t ls;
+    laia_stats(j->laia, &ls);
+    double ns = ls.samples ? (double)ls.samples : 1;
+    sb_printf(&b, ", \"laia\": {");
+    sb_num(&b, "samples_scored", (double)ls.scored / ns);
+    sb_printf(&b, ", ");
+    sb_num(&b, "samples_on_holder", (double)ls.best / ns);
+    sb_printf(&b, ", ");
+    sb_num(&b, "seconds_per_batch", ls.batches ? j->laia_secs / (double)ls.batches : 0);
+    sb_printf(&b, ", \"rows_held\": %zu}", ls.rows_held);
+  }
   sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
   sb_str(&b, "state", oracle_state_name(j->state));
   sb_printf(&b, ", ");

@@ -11,6 +11,7 @@ int oracle_alloc_parse(const char *name) {
   if (!name) return -EINVAL;
   if (!strcmp(name, "contiguous")) return ORACLE_ALLOC_CONTIGUOUS;
   if (!strcmp(name, "random")) return ORACLE_ALLOC_RANDOM;
+  if (!strcmp(name, "laia")) return ORACLE_ALLOC_LAIA;
   return -EINVAL;
 }
 
@@ -406,23 +407,18 @@ out:
   return rc;
 }
 
-int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
-                      oracle_plan_t *out) {
-  memset(out, 0, sizeof *out);
-  if (P == 0 || P > ORACLE_MAX_TRAINERS || (policy != ORACLE_ALLOC_CONTIGUOUS && policy != ORACLE_ALLOC_RANDOM))
-    return -EINVAL;
+/* The plan of b for P trainers, sample i going to trainer owner[i]. */
+static int plan_build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, oracle_plan_t *out) {
   out->x = b->index;
   out->batch = b->n;
   out->trainers = P;
   out->n_dense = b->n_dense;
   out->n_tables = b->n_tables;
   int rc = -ENOMEM;
-  uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
   out->hotness = malloc(((size_t)b->n_tables + 1) * sizeof *out->hotness);
   out->shares = calloc(P, sizeof *out->shares);
-  if (!owner || !out->hotness || !out->shares) goto out;
+  if (!out->hotness || !out->shares) goto out;
   memcpy(out->hotness, b->hotness, b->n_tables * sizeof *out->hotness);
-  if ((rc = oracle_alloc(policy, seed, b->index, b->n, P, owner)) != 0) goto out;
   if ((rc = gather(b, owner, out)) != 0) goto out;
   if (flags & ORACLE_PLAN_IDEAL) goto out;
   if (flags & ORACLE_PLAN_EVAL) {
@@ -435,9 +431,30 @@ int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t se
   }
   rc = plan_keys(b, owner, flags, out);
 out:
-  free(owner);
   if (rc) oracle_plan_close(out);
   return rc;
+}
+
+int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      oracle_plan_t *out) {
+  memset(out, 0, sizeof *out);
+  if (P == 0 || P > ORACLE_MAX_TRAINERS || (policy != ORACLE_ALLOC_CONTIGUOUS && policy != ORACLE_ALLOC_RANDOM))
+    return -EINVAL;
+  uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
+  if (!owner) return -ENOMEM;
+  int rc = oracle_alloc(policy, seed, b->index, b->n, P, owner);
+  if (!rc) rc = plan_build(b, P, owner, flags, out);
+  free(owner);
+  return rc;
+}
+
+int oracle_plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
+                            oracle_plan_t *out) {
+  memset(out, 0, sizeof *out);
+  if (P == 0 || P > ORACLE_MAX_TRAINERS) return -EINVAL;
+  for (uint32_t i = 0; i < b->n; i++)
+    if (owner[i] >= P) return -EINVAL;
+  return plan_build(b, P, owner, flags, out);
 }
 
 int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) {

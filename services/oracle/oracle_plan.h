@@ -33,7 +33,7 @@
 
 #include "data.h"
 
-enum { ORACLE_ALLOC_CONTIGUOUS = 0, ORACLE_ALLOC_RANDOM = 1 };
+enum { ORACLE_ALLOC_CONTIGUOUS = 0, ORACLE_ALLOC_RANDOM = 1, ORACLE_ALLOC_LAIA = 2 /* oracle_laia.h */ };
 #define ORACLE_MAX_TRAINERS 16384 /* P of oracle_plan_build (the job allows 4096) */
 
 /* oracle_plan_build flags */
@@ -72,20 +72,26 @@ typedef struct oracle_plan_s {
 } oracle_plan_t;
 
 /* Fills owner[0..B) with the trainer of each sample of batch x.  policy is
- * ORACLE_ALLOC_*; random depends only on (seed, x, B, P).  0, or -EINVAL
- * (P = 0, unknown policy). */
+ * ORACLE_ALLOC_CONTIGUOUS or _RANDOM; random depends only on (seed, x, B,
+ * P).  0, or -EINVAL (P = 0, another policy: laia needs the history of
+ * the batches before, oracle_laia.h). */
 int oracle_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner);
 
-/* "contiguous" / "random" -> ORACLE_ALLOC_*; -EINVAL for anything else
- * (laia is not implemented yet). */
+/* "contiguous" / "random" / "laia" -> ORACLE_ALLOC_*; -EINVAL for
+ * anything else. */
 int oracle_alloc_parse(const char *name);
 
 /* Plans batch b for P trainers (see the file comment).  out is filled and
  * owned by the caller (oracle_plan_close).  0, -EINVAL (P = 0 or above
  * ORACLE_MAX_TRAINERS, bad policy)
- * or -ENOMEM.  Any thread. */
+ * or -ENOMEM.  Any thread.  policy is contiguous or random; a laia
+ * allocation (or any other) goes through oracle_plan_build_owned. */
 int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
                       oracle_plan_t *out);
+/* The same with sample i of b given to trainer owner[i] (< P, else
+ * -EINVAL). */
+int oracle_plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
+                            oracle_plan_t *out);
 void oracle_plan_close(oracle_plan_t *p);
 
 /* Sorts v[0..n) ascending (LSD radix sort; tmp holds n entries, or NULL to

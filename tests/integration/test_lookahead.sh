@@ -73,6 +73,21 @@ err=$(C --set lookahead=4 --set cache_rows=100 local up --workdir "$WORK/tiny" 2
 [ $rc -ne 0 ] && [[ "$err" == *cache_rows* ]]
 expect_rc $? "a cache too small for one batch fails the job naming cache_rows: $(echo "$err" | tail -1 | cut -c1-120)"
 
+# allocation = laia: a different allocation (so a different summation
+# order than contiguous), but one that depends only on the batches: any L
+# still gives the same bits as L = 0 with it; and rows stay on one trainer,
+# so fewer are synchronized than with contiguous at the same L.
+run_job laia0 --set lookahead=0 --set allocation=laia && run_job laia16 --set lookahead=16 --set allocation=laia &&
+  [ "$(field "$WORK/laia0/summary.json" digest)" = "$(field "$WORK/laia16/summary.json" digest)" ] &&
+  [ "$(field "$WORK/laia0/summary.json" test_logloss)" = "$(field "$WORK/laia16/summary.json" test_logloss)" ]
+expect "allocation = laia: L = 16 bit-identical to L = 0"
+python3 -c "
+import json; c=json.load(open('$WORK/l16/summary.json')); d=json.load(open('$WORK/laia16/summary.json'))
+assert d['allocation']=='laia' and 0 < d['laia']['samples_on_holder'] <= d['laia']['samples_scored'] <= 1, d.get('laia')
+assert d['rows_synced'] < c['rows_synced'], (d['rows_synced'], c['rows_synced'])
+print('rows synchronized per iteration at L = 16: contiguous %.0f, laia %.0f' % (c['rows_synced'], d['rows_synced']))"
+expect "allocation = laia synchronizes fewer rows than contiguous (L = 16) and reports its placement in summary.json"
+
 run_job p3base --set trainers=3 --set lookahead=0 && run_job p3l8 --set trainers=3 --set lookahead=8 &&
   [ "$(field "$WORK/p3base/summary.json" digest)" = "$(field "$WORK/p3l8/summary.json" digest)" ]
 expect "three trainers: L = 8 bit-identical to L = 0 (rows summed in rank order)"

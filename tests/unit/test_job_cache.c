@@ -40,6 +40,7 @@
 #include "err.h"
 #include "model.h"
 #include "oracle_cache.h"
+#include "oracle_laia.h"
 #include "oracle_plan.h"
 #include "table.h"
 #include "trainer_step.h"
@@ -141,8 +142,27 @@ typedef struct run_opts_s {
   uint32_t P;
   int lookahead; /* -1: auto */
   int lrpp, delayed;
+  int laia;            /* allocation = laia (else contiguous) */
   uint64_t cache_rows; /* 0: what L needs */
 } run_opts_t;
+
+/* The plans of the NB batches for P trainers, contiguous or laia. */
+static void build_plans(uint32_t P, int laia, oracle_plan_t *plans) {
+  laia_t *l = NULL;
+  laia_opts_t lo = {.trainers = P, .window = 8, .seed = 5};
+  if (laia) assert_int_equal(laia_create(&lo, &l), 0);
+  for (int x = 0; x < NB; x++) {
+    if (!laia) {
+      assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+      continue;
+    }
+    uint32_t *own = malloc((g_batches[x].n + 1) * sizeof *own);
+    assert_int_equal(laia_assign(l, &g_batches[x], own), 0);
+    assert_int_equal(oracle_plan_build_owned(&g_batches[x], P, own, ORACLE_PLAN_KEYS, &plans[x]), 0);
+    free(own);
+  }
+  laia_destroy(l);
+}
 
 typedef struct bg_s {
   int pending;
@@ -202,8 +222,7 @@ static void run(const run_opts_t *o, result_t *res) {
   memset(res, 0, sizeof *res);
   res->min_l = UINT32_MAX;
   oracle_plan_t plans[NB];
-  for (int x = 0; x < NB; x++)
-    assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+  build_plans(P, o->laia, plans);
   uint32_t L = (uint32_t)o->lookahead;
   uint64_t need;
   uint64_t cache_rows = o->cache_rows;
@@ -399,6 +418,31 @@ static void test_bit_identical_across_l(void **state) {
   }
 }
 
+/* allocation = laia: the allocation depends on the batches alone, so any L
+ * gives the baseline's bits with it too; more rows stay with one trainer,
+ * so fewer are synchronized than with contiguous allocation. */
+static void test_laia_across_l(void **state) {
+  (void)state;
+  for (uint32_t P = 2; P <= MAXP; P++) {
+    result_t base, cont;
+    run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1, .laia = 1};
+    run(&bo, &base);
+    const int ls[] = {1, 5, 16, -1};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+      run_opts_t o = {.P = P, .lookahead = ls[i], .lrpp = 1, .delayed = 1, .laia = 1};
+      result_t r;
+      run(&o, &r);
+      if (memcmp(r.digest, base.digest, 32)) fail_msg("laia P=%u L=%d: digest differs from L = 0's", P, ls[i]);
+      if (ls[i] == 16) {
+        run_opts_t co = {.P = P, .lookahead = 16, .lrpp = 1, .delayed = 1};
+        run(&co, &cont);
+        print_message("P=%u L=16: rows synchronized contiguous %zu, laia %zu\n", P, cont.synced, r.synced);
+        assert_true(r.synced < cont.synced);
+      }
+    }
+  }
+}
+
 /* A cache one row too small for the chosen L: the cacher lowers L during
  * the run and the model is still the same. */
 static void test_lowered_l_same_model(void **state) {
@@ -408,8 +452,7 @@ static void test_lowered_l_same_model(void **state) {
     run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1};
     run(&bo, &base);
     oracle_plan_t plans[NB];
-    for (int x = 0; x < NB; x++)
-      assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+    build_plans(P, 0, plans);
     uint64_t n0, n8;
     assert_int_equal(ocache_need(plans, NB, P, 0, 1, &n0), 0);
     assert_int_equal(ocache_need(plans, NB, P, 8, 1, &n8), 0);
@@ -426,6 +469,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bit_identical_across_l),
       cmocka_unit_test(test_lowered_l_same_model),
+      cmocka_unit_test(test_laia_across_l),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

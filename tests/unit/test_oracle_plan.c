@@ -189,7 +189,8 @@ static void test_alloc_contiguous(void **state) {
   assert_int_equal(oracle_alloc(7, 1, 0, 10, 2, o), -EINVAL);
   assert_int_equal(oracle_alloc_parse("contiguous"), ORACLE_ALLOC_CONTIGUOUS);
   assert_int_equal(oracle_alloc_parse("random"), ORACLE_ALLOC_RANDOM);
-  assert_int_equal(oracle_alloc_parse("laia"), -EINVAL);
+  assert_int_equal(oracle_alloc_parse("laia"), ORACLE_ALLOC_LAIA); /* through oracle_laia.h: test_oracle_laia */
+  assert_int_equal(oracle_alloc_parse("herald"), -EINVAL);
 }
 
 static void test_alloc_random(void **state) {

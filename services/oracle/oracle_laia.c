@@ -1,0 +1,218 @@
+/* oracle_laia: see oracle_laia.h. */
+#include "oracle_laia.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "table.h"
+
+#define HOLD_NONE 0u          /* empty map entry */
+#define HOLD_SHARED UINT32_MAX /* last used from several trainers */
+/* else holder = trainer + 1 */
+
+typedef struct ent_s {
+  uint64_t key;
+  uint32_t last;   /* batch of the last use (mod 2^32) */
+  uint32_t holder; /* HOLD_* or trainer + 1 */
+} ent_t;
+
+struct laia_s {
+  laia_opts_t o;
+  ent_t *tab;
+  size_t cap, mask, count;
+  int started;
+  uint64_t next_x;
+  /* per batch / per sample scratch */
+  uint32_t *room;     /* P: samples trainer t may still take */
+  uint32_t *open;     /* trainers with room, n_open of them */
+  uint32_t *open_pos; /* P: position of t in open */
+  uint32_t n_open;
+  uint32_t *score;    /* P, zero between samples */
+  uint32_t *touched;  /* trainers with a score, this sample */
+  uint32_t *ties;
+  ent_t **ents;       /* the entries of one sample's ids */
+  size_t ents_cap;
+  laia_stats_t st;
+};
+
+static inline int live(const laia_t *l, const ent_t *e, uint32_t x) {
+  return e->holder != HOLD_NONE && (uint32_t)(x - e->last) <= l->o.window;
+}
+
+static int rehash(laia_t *l, size_t cap, uint32_t x) {
+  ent_t *t = calloc(cap, sizeof *t);
+  if (!t) return -ENOMEM;
+  size_t mask = cap - 1, n = 0;
+  for (size_t i = 0; i < l->cap; i++) {
+    const ent_t *e = &l->tab[i];
+    if (!live(l, e, x)) continue;
+    size_t h = (size_t)tbl_mix64(e->key) & mask;
+    while (t[h].holder != HOLD_NONE) h = (h + 1) & mask;
+    t[h] = *e;
+    n++;
+  }
+  free(l->tab);
+  l->tab = t;
+  l->cap = cap;
+  l->mask = mask;
+  l->count = n;
+  return 0;
+}
+
+/* Room for `add` more entries at load <= 1/2: first drop the expired
+ * ones, then grow. */
+static int reserve(laia_t *l, size_t add, uint32_t x) {
+  if ((l->count + add) * 2 <= l->cap) return 0;
+  size_t live_n = 0;
+  for (size_t i = 0; i < l->cap; i++) live_n += live(l, &l->tab[i], x);
+  size_t cap = l->cap ? l->cap : 1024;
+  while ((live_n + add) * 4 > cap) cap *= 2; /* load <= 1/4 after a rebuild: rebuilds stay rare */
+  return rehash(l, cap, x);
+}
+
+/* The entry of key; if absent, inserted as held by nobody and expired
+ * (capacity reserved). */
+static inline ent_t *slot_of(laia_t *l, uint64_t key, uint32_t x) {
+  size_t h = (size_t)tbl_mix64(key) & l->mask;
+  for (;;) {
+    ent_t *e = &l->tab[h];
+    if (e->holder == HOLD_NONE) {
+      e->key = key;
+      e->holder = HOLD_SHARED;
+      e->last = x - l->o.window - 1;
+      l->count++;
+      return e;
+    }
+    if (e->key == key) return e;
+    h = (h + 1) & l->mask;
+  }
+}
+
+int laia_create(const laia_opts_t *o, laia_t **out) {
+  *out = NULL;
+  if (!o->trainers || !o->window || o->window > LAIA_WINDOW_MAX) return -EINVAL;
+  laia_t *l = calloc(1, sizeof *l);
+  if (!l) return -ENOMEM;
+  l->o = *o;
+  uint32_t P = o->trainers;
+  l->room = calloc(P, sizeof *l->room);
+  l->open = calloc(P, sizeof *l->open);
+  l->open_pos = calloc(P, sizeof *l->open_pos);
+  l->score = calloc(P, sizeof *l->score);
+  l->touched = calloc(P, sizeof *l->touched);
+  l->ties = calloc(P, sizeof *l->ties);
+  if (!l->room || !l->open || !l->open_pos || !l->score || !l->touched || !l->ties) {
+    laia_destroy(l);
+    return -ENOMEM;
+  }
+  *out = l;
+  return 0;
+}
+
+void laia_destroy(laia_t *l) {
+  if (!l) return;
+  free(l->tab);
+  free(l->room);
+  free(l->open);
+  free(l->open_pos);
+  free(l->score);
+  free(l->touched);
+  free(l->ties);
+  free(l->ents);
+  free(l);
+}
+
+void laia_stats(const laia_t *l, laia_stats_t *out) {
+  *out = l->st;
+  out->rows_held = l->count;
+}
+
+static void close_trainer(laia_t *l, uint32_t t) {
+  uint32_t pos = l->open_pos[t], last = l->open[--l->n_open];
+  l->open[pos] = last;
+  l->open_pos[last] = pos;
+}
+
+int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
+  if (l->started && b->index != l->next_x) return -EINVAL;
+  const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->index;
+  size_t per = 0; /* ids per sample */
+  for (uint32_t t = 0; t < b->n_tables; t++) per += b->hotness[t];
+  if (per > l->ents_cap) {
+    ent_t **e = realloc(l->ents, per * sizeof *e);
+    if (!e) return -ENOMEM;
+    l->ents = e;
+    l->ents_cap = per;
+  }
+  if (reserve(l, (size_t)B * per, x) != 0) return -ENOMEM;
+  l->n_open = 0;
+  for (uint32_t t = 0; t < P; t++) {
+    l->room[t] = B / P + (t < B % P);
+    if (l->room[t]) {
+      l->open_pos[t] = l->n_open;
+      l->open[l->n_open++] = t;
+    }
+  }
+  const uint64_t rs = tbl_mix64(l->o.seed ^ tbl_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  for (uint32_t i = 0; i < B; i++) {
+    /* score: rows of sample i each trainer holds */
+    uint32_t n_touched = 0;
+    size_t k = 0;
+    for (uint32_t t = 0; t < b->n_tables; t++) {
+      uint32_t hot = b->hotness[t];
+      const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i * hot;
+      for (uint32_t h = 0; h < hot; h++) {
+        ent_t *e = slot_of(l, TBL_KEY(t, ids[h]), x);
+        l->ents[k++] = e;
+        if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
+        uint32_t q = e->holder - 1;
+        if (!l->score[q]++) l->touched[n_touched++] = q;
+      }
+    }
+    uint32_t best = 0, n_ties = 0;
+    for (uint32_t j = 0; j < n_touched; j++) {
+      uint32_t q = l->touched[j], s = l->score[q];
+      l->score[q] = 0;
+      if (!l->room[q] || s < best) continue;
+      if (s > best) {
+        best = s;
+        n_ties = 0;
+      }
+      l->ties[n_ties++] = q;
+    }
+    uint64_t r = tbl_mix64(rs + i);
+    uint32_t q;
+    if (n_ties) {
+      /* the candidates in trainer order, so the draw does not depend on the ids' order */
+      for (uint32_t a = 1; a < n_ties; a++)
+        for (uint32_t c = a; c > 0 && l->ties[c - 1] > l->ties[c]; c--) {
+          uint32_t tmp = l->ties[c];
+          l->ties[c] = l->ties[c - 1];
+          l->ties[c - 1] = tmp;
+        }
+      q = l->ties[(uint32_t)(((unsigned __int128)r * n_ties) >> 64)];
+    } else {
+      q = l->open[(uint32_t)(((unsigned __int128)r * l->n_open) >> 64)];
+    }
+    l->st.scored += n_touched > 0;
+    l->st.best += n_ties > 0;
+    owner[i] = q;
+    if (!--l->room[q]) close_trainer(l, q);
+    /* the rows of i are now held by q, or by nobody if another trainer used them in this batch */
+    for (size_t a = 0; a < k; a++) {
+      ent_t *e = l->ents[a];
+      if (e->last != x) { /* first use in this batch (expired entries never have last == x) */
+        e->holder = q + 1;
+        e->last = x;
+      } else if (e->holder != q + 1) {
+        e->holder = HOLD_SHARED;
+      }
+    }
+  }
+  l->st.batches++;
+  l->st.samples += B;
+  l->started = 1;
+  l->next_x = b->index + 1;
+  return 0;
+}

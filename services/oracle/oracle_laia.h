@@ -1,0 +1,68 @@
+/*
+ * oracle_laia: locality-aware sample allocation (allocation = laia;
+ * DESIGN.md section 4, papers/herald.txt 4.3).
+ *
+ * Which trainer trains which sample of batch x.  A row is HELD by trainer
+ * t when the last batch that used it, within the last `window` batches,
+ * used it from t alone (rows used from several trainers in their last
+ * batch are held by nobody, nor are rows unused for longer than window
+ * batches).  Samples are placed in batch order: sample i scores each
+ * trainer by how many of its ids are rows that trainer holds, and goes to
+ * the best-scoring trainer that still has room (equal shares: trainer t
+ * gets B/P samples, one more when t < B % P); ties, and samples no trainer
+ * holds a row of, go to a trainer drawn from (seed, x, i) among those
+ * tied / with room.  Placing a sample updates the holdings at once, so
+ * the samples of one batch that share a new row gather too.
+ *
+ * Why: with lookahead a row every use of which inside its cache lifetime
+ * lands on one trainer is owned by it and never synchronized
+ * (oracle_cache.h); with `contiguous` or `random` moderately hot rows
+ * land on every trainer.  Any allocation gives the same gradient sum, so
+ * the model is the same up to the summation order of floating point.  The
+ * allocation depends only on the batches, P, window and seed -- not on the
+ * lookahead -- so runs with any L, cache policy or delayed sync are still
+ * bit-identical to each other.
+ *
+ * Cost: two hash lookups per id (score, then update) and, per sample, work
+ * proportional to the trainers its rows touch; independent of window.
+ * The map keeps the rows used in the last window batches (expired entries
+ * are dropped when it grows).  Batches must come in order (x = the
+ * previous x + 1, starting anywhere).  Not thread-safe: one caller.
+ */
+#ifndef CHANTER_ORACLE_LAIA_H
+#define CHANTER_ORACLE_LAIA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+
+#define LAIA_WINDOW_MAX 1000000u
+
+typedef struct laia_s laia_t;
+
+typedef struct laia_opts_s {
+  uint32_t trainers; /* P >= 1 */
+  uint32_t window;   /* 1 .. LAIA_WINDOW_MAX batches */
+  uint64_t seed;     /* the job seed: tie-breaking */
+} laia_opts_t;
+
+typedef struct laia_stats_s {
+  uint64_t batches, samples;
+  uint64_t scored;  /* samples some trainer held a row of */
+  uint64_t best;    /* ... placed on a trainer holding the most of its rows (the others being full) */
+  size_t rows_held; /* map entries (rows used in the last window batches, at most) */
+} laia_stats_t;
+
+/* 0, -EINVAL (P = 0, window out of range) or -ENOMEM. */
+int laia_create(const laia_opts_t *o, laia_t **out);
+void laia_destroy(laia_t *l);
+
+/* Fills owner[0 .. b->n) for batch b and records its rows.  0, -EINVAL
+ * (b->index not the one after the previous batch's) or -ENOMEM (the state
+ * is unchanged then). */
+int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner);
+
+void laia_stats(const laia_t *l, laia_stats_t *out);
+
+#endif
