@@ -31,8 +31,6 @@ struct laia_s {
   uint32_t *score;    /* P, zero between samples */
   uint32_t *touched;  /* trainers with a score, this sample */
   uint32_t *ties;
-  ent_t **ents;       /* the entries of one sample's ids */
-  size_t ents_cap;
   laia_stats_t st;
 };
 
@@ -119,7 +117,6 @@ void laia_destroy(laia_t *l) {
   free(l->score);
   free(l->touched);
   free(l->ties);
-  free(l->ents);
   free(l);
 }
 
@@ -139,12 +136,6 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->index;
   size_t per = 0; /* ids per sample */
   for (uint32_t t = 0; t < b->n_tables; t++) per += b->hotness[t];
-  if (per > l->ents_cap) {
-    ent_t **e = realloc(l->ents, per * sizeof *e);
-    if (!e) return -ENOMEM;
-    l->ents = e;
-    l->ents_cap = per;
-  }
   if (reserve(l, (size_t)B * per, x) != 0) return -ENOMEM;
   l->n_open = 0;
   for (uint32_t t = 0; t < P; t++) {
@@ -155,16 +146,14 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
     }
   }
   const uint64_t rs = tbl_mix64(l->o.seed ^ tbl_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  /* 1: place every sample, scored against the holdings after the batch before */
   for (uint32_t i = 0; i < B; i++) {
-    /* score: rows of sample i each trainer holds */
     uint32_t n_touched = 0;
-    size_t k = 0;
     for (uint32_t t = 0; t < b->n_tables; t++) {
       uint32_t hot = b->hotness[t];
       const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i * hot;
       for (uint32_t h = 0; h < hot; h++) {
-        ent_t *e = slot_of(l, TBL_KEY(t, ids[h]), x);
-        l->ents[k++] = e;
+        const ent_t *e = slot_of(l, TBL_KEY(t, ids[h]), x);
         if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
         uint32_t q = e->holder - 1;
         if (!l->score[q]++) l->touched[n_touched++] = q;
@@ -199,14 +188,21 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
     l->st.best += n_ties > 0;
     owner[i] = q;
     if (!--l->room[q]) close_trainer(l, q);
-    /* the rows of i are now held by q, or by nobody if another trainer used them in this batch */
-    for (size_t a = 0; a < k; a++) {
-      ent_t *e = l->ents[a];
-      if (e->last != x) { /* first use in this batch (expired entries never have last == x) */
-        e->holder = q + 1;
-        e->last = x;
-      } else if (e->holder != q + 1) {
-        e->holder = HOLD_SHARED;
+  }
+  /* 2: the batch's rows are now held by their one trainer, or by nobody if several used them */
+  for (uint32_t t = 0; t < b->n_tables; t++) {
+    uint32_t hot = b->hotness[t];
+    const uint64_t *ids = b->ids + b->ids_off[t];
+    for (uint32_t i = 0; i < B; i++) {
+      uint32_t q = owner[i] + 1;
+      for (uint32_t h = 0; h < hot; h++) {
+        ent_t *e = slot_of(l, TBL_KEY(t, ids[(size_t)i * hot + h]), x);
+        if (e->last != x) { /* first use in this batch (entries inserted expired never have last == x) */
+          e->holder = q;
+          e->last = x;
+        } else if (e->holder != q) {
+          e->holder = HOLD_SHARED;
+        }
       }
     }
   }
