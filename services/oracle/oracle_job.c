@@ -755,10 +755,16 @@ static void start_auto(oracle_job_t *j) {
            j->max_l, w->n, (unsigned long long)j->cache_rows);
 }
 
+static void dispatch(oracle_job_t *j, uint32_t p);
+
 /* The cacher, on the loop thread and in batch order: every READY plan
  * enters (ocache_push; ocache_end after the last batch's), and every batch
  * that can be decided is, into its slot.  Called whenever a plan gets
- * ready (the only thing the cacher waits for). */
+ * ready (the only thing the cacher waits for).  Each decision is
+ * dispatched at once: once L is known (lookahead = auto) about L + 1
+ * batches are pushed and decided in one go here (about 1.5 ms each), and
+ * the first Steps, which the trainers are waiting for, need only the
+ * first two decisions. */
 static void run_cacher(oracle_job_t *j) {
   if (j->ideal || j->state != ORACLE_TRAINING) return;
   if (!j->l_known) {
@@ -766,8 +772,10 @@ static void run_cacher(oracle_job_t *j) {
     return;
   }
   for (;;) {
-    while (ocache_ready(j->cache))
+    while (ocache_ready(j->cache)) {
       if (decide_one(j) != 0) return;
+      for (uint32_t p = 0; p < j->P && j->state == ORACLE_TRAINING; p++) dispatch(j, p);
+    }
     if (j->push_next >= j->iterations) return;
     plan_slot_t *s = &j->plans[j->push_next % j->n_plans];
     if (s->state != SLOT_READY || s->x != j->push_next) return;

@@ -405,7 +405,8 @@ static int fetch(trainer_t *t, const void *keys, size_t n, char *err, size_t err
 typedef struct fitem_s {
   struct fitem_s *next;
   Chanter__Oracle__V1__WorkItem *item;
-  double t_fetch; /* seconds the feeder spent fetching its rows */
+  double t_fetch;   /* seconds the feeder spent fetching its rows */
+  double t_arrived; /* when the feeder read it from the stream (now_s) */
 } fitem_t;
 
 static int grow_buf(void **p, size_t *cap, size_t need, size_t elem) {
@@ -486,6 +487,7 @@ static void *feeder_main(void *arg) {
   for (;;) {
     Chanter__Oracle__V1__WorkItem *item = NULL;
     int rc = orc_work_next(t->stream, &item);
+    double t_arrived = now_s();
     if (rc) {
       char why[768];
       snprintf(why, sizeof why, "the Work stream from the oracle at %s broke: %s", orc_address(t->orc), err_str(rc));
@@ -508,6 +510,7 @@ static void *feeder_main(void *arg) {
     }
     f->item = item;
     f->t_fetch = tf;
+    f->t_arrived = t_arrived;
     pthread_mutex_lock(&t->pmu);
     if (t->fq_tail) t->fq_tail->next = f;
     else t->fq_head = f;
@@ -589,13 +592,16 @@ static int gate_barrier(trainer_t *t, uint64_t x, char *err, size_t err_len) {
 }
 
 /* The next queued item (for iteration `expect` when it is a Step).  1 at
- * the clean end of the stream, a negative code on failure (err). */
+ * the clean end of the stream, a negative code on failure (err).
+ * *t_prefetch_wait: the part of the wait after the item had arrived from
+ * the oracle (its gate and the fetch of its rows: the feeder's work, not
+ * the oracle's); the caller's whole wait minus that is the wait for the
+ * oracle's Step itself. */
 static int next_item(trainer_t *t, uint64_t expect, fitem_t **out, double *t_prefetch_wait, char *err,
                      size_t err_len) {
   *out = NULL;
   *t_prefetch_wait = 0;
   double t0 = now_s();
-  int prefetching = 0;
   pthread_mutex_lock(&t->pmu);
   for (;;) {
     if (t->fq_head) {
@@ -603,7 +609,7 @@ static int next_item(trainer_t *t, uint64_t expect, fitem_t **out, double *t_pre
       t->fq_head = f->next;
       if (!t->fq_head) t->fq_tail = NULL;
       pthread_mutex_unlock(&t->pmu);
-      if (prefetching) *t_prefetch_wait = now_s() - t0;
+      *t_prefetch_wait = now_s() - (f->t_arrived > t0 ? f->t_arrived : t0);
       *out = f;
       return 0;
     }
@@ -613,7 +619,6 @@ static int next_item(trainer_t *t, uint64_t expect, fitem_t **out, double *t_pre
       pthread_mutex_unlock(&t->pmu);
       return rc;
     }
-    if (t->pf_state && t->pf_x == expect) prefetching = 1;
     if (!t->ideal && t->pf_state == 1 && t->pf_x == expect && t->pf_gate > t->known_done) {
       pthread_mutex_unlock(&t->pmu);
       int rc = gate_barrier(t, expect, err, err_len);
@@ -1355,6 +1360,10 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
     }
     if (rc < 0) return set_err(err, err_len, rc, "waiting for iteration %" PRIu64 ": %s", expect, why);
     Chanter__Oracle__V1__WorkItem *item = f->item;
+    if (expect == 0 && item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP)
+      log_info("first Step rank=%u waited_ms=%.1f (the job's start at the oracle: planning, lookahead = auto's "
+               "probe, the first decisions; counted as iteration 0's wait) rows_ms=%.1f (its fetch)",
+               t->rank, 1e3 * (t_wait - t_pf), 1e3 * t_pf);
     switch (item->kind_case) {
     case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP:
       if (t->ideal) rc = do_step_ideal(t, item->step, expect, t_wait, err, err_len);
