@@ -171,6 +171,8 @@ struct oracle_job_s {
   uint64_t tail_n;
   double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_written_back, sum_cache_hits,
       sum_t[N_PH];
+  double first_t[N_PH]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
+  double t_first_done;  /* when iteration 0 completed */
   double plan_secs_sum, sum_unique;
   uint64_t plans_done;
   char dense_hex[160];
@@ -1003,6 +1005,10 @@ static void complete_iteration(oracle_job_t *j, agg_t *a) {
   j->sum_rows_written_back += (double)a->rows_written_back;
   j->sum_cache_hits += (double)a->cache_hits;
   for (int k = 0; k < N_PH; k++) j->sum_t[k] += a->t[k] / j->P;
+  if (j->done == 0) {
+    for (int k = 0; k < N_PH; k++) j->first_t[k] = a->t[k] / j->P;
+    j->t_first_done = now;
+  }
   j->done++;
   metrics_gauge_set(j->g_iteration, (double)j->done);
   metrics_gauge_set(j->g_loss, loss);
@@ -1681,6 +1687,17 @@ char *oracle_job_summary(const oracle_job_t *j) {
     sb_num(&b, phase_names[k], n > 0 ? j->sum_t[k] / n : 0);
   }
   sb_printf(&b, "}, ");
+  /* the start-up (iteration 0: planning the probe, choosing L, the first decisions and fetches) and the rest */
+  {
+    double first = j->done && j->t_start > 0 ? j->t_first_done - j->t_start : NAN;
+    double rest = j->done > 1 ? end - j->t_first_done : 0;
+    sb_num(&b, "first_iteration_seconds", first);
+    sb_printf(&b, ", ");
+    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (n - 1) * j->B / rest : NAN);
+    sb_printf(&b, ", ");
+    sb_num(&b, "steady_iteration_seconds", n > 1 ? (j->sum_t[PH_TOTAL] - j->first_t[PH_TOTAL]) / (n - 1) : NAN);
+    sb_printf(&b, ", ");
+  }
   sb_num(&b, "unique_keys", j->plans_done ? j->sum_unique / (double)j->plans_done : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "plan_seconds", j->plans_done ? j->plan_secs_sum / (double)j->plans_done : 0);

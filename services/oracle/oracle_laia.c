@@ -31,6 +31,9 @@ struct laia_s {
   uint32_t *score;    /* P, zero between samples */
   uint32_t *touched;  /* trainers with a score, this sample */
   uint32_t *ties;
+  uint64_t *keys;     /* one sample's keys ... */
+  size_t *homes;      /* ... and where their probes start */
+  size_t per_cap;
   laia_stats_t st;
 };
 
@@ -71,8 +74,7 @@ static int reserve(laia_t *l, size_t add, uint32_t x) {
 
 /* The entry of key; if absent, inserted as held by nobody and expired
  * (capacity reserved). */
-static inline ent_t *slot_of(laia_t *l, uint64_t key, uint32_t x) {
-  size_t h = (size_t)tbl_mix64(key) & l->mask;
+static inline ent_t *slot_at(laia_t *l, uint64_t key, size_t h, uint32_t x) {
   for (;;) {
     ent_t *e = &l->tab[h];
     if (e->holder == HOLD_NONE) {
@@ -86,6 +88,11 @@ static inline ent_t *slot_of(laia_t *l, uint64_t key, uint32_t x) {
     h = (h + 1) & l->mask;
   }
 }
+
+/* Where key's probe starts. */
+static inline size_t home(const laia_t *l, uint64_t key) { return (size_t)tbl_mix64(key) & l->mask; }
+
+#define AHEAD 16 /* ids whose map entries are prefetched ahead of their probe (the map is far larger than the caches) */
 
 int laia_create(const laia_opts_t *o, laia_t **out) {
   *out = NULL;
@@ -117,6 +124,8 @@ void laia_destroy(laia_t *l) {
   free(l->score);
   free(l->touched);
   free(l->ties);
+  free(l->keys);
+  free(l->homes);
   free(l);
 }
 
@@ -136,6 +145,14 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->index;
   size_t per = 0; /* ids per sample */
   for (uint32_t t = 0; t < b->n_tables; t++) per += b->hotness[t];
+  if (per > l->per_cap) {
+    uint64_t *k = realloc(l->keys, per * sizeof *k);
+    if (k) l->keys = k;
+    size_t *h = realloc(l->homes, per * sizeof *h);
+    if (h) l->homes = h;
+    if (!k || !h) return -ENOMEM;
+    l->per_cap = per;
+  }
   if (reserve(l, (size_t)B * per, x) != 0) return -ENOMEM;
   l->n_open = 0;
   for (uint32_t t = 0; t < P; t++) {
@@ -149,15 +166,22 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   /* 1: place every sample, scored against the holdings after the batch before */
   for (uint32_t i = 0; i < B; i++) {
     uint32_t n_touched = 0;
+    /* the sample's keys and their homes, prefetched together */
+    size_t k = 0;
     for (uint32_t t = 0; t < b->n_tables; t++) {
       uint32_t hot = b->hotness[t];
       const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i * hot;
-      for (uint32_t h = 0; h < hot; h++) {
-        const ent_t *e = slot_of(l, TBL_KEY(t, ids[h]), x);
-        if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
-        uint32_t q = e->holder - 1;
-        if (!l->score[q]++) l->touched[n_touched++] = q;
+      for (uint32_t h = 0; h < hot; h++, k++) {
+        l->keys[k] = TBL_KEY(t, ids[h]);
+        l->homes[k] = home(l, l->keys[k]);
+        __builtin_prefetch(&l->tab[l->homes[k]]);
       }
+    }
+    for (size_t a = 0; a < k; a++) {
+      const ent_t *e = slot_at(l, l->keys[a], l->homes[a], x);
+      if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
+      uint32_t q = e->holder - 1;
+      if (!l->score[q]++) l->touched[n_touched++] = q;
     }
     uint32_t best = 0, n_ties = 0;
     for (uint32_t j = 0; j < n_touched; j++) {
@@ -193,16 +217,18 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   for (uint32_t t = 0; t < b->n_tables; t++) {
     uint32_t hot = b->hotness[t];
     const uint64_t *ids = b->ids + b->ids_off[t];
-    for (uint32_t i = 0; i < B; i++) {
-      uint32_t q = owner[i] + 1;
-      for (uint32_t h = 0; h < hot; h++) {
-        ent_t *e = slot_of(l, TBL_KEY(t, ids[(size_t)i * hot + h]), x);
-        if (e->last != x) { /* first use in this batch (entries inserted expired never have last == x) */
-          e->holder = q;
-          e->last = x;
-        } else if (e->holder != q) {
-          e->holder = HOLD_SHARED;
-        }
+    size_t n_ids = (size_t)B * hot;
+    for (size_t a = 0; a < n_ids && a < AHEAD; a++) __builtin_prefetch(&l->tab[home(l, TBL_KEY(t, ids[a]))]);
+    for (size_t a = 0; a < n_ids; a++) {
+      if (a + AHEAD < n_ids) __builtin_prefetch(&l->tab[home(l, TBL_KEY(t, ids[a + AHEAD]))]);
+      uint32_t q = owner[a / hot] + 1;
+      uint64_t key = TBL_KEY(t, ids[a]);
+      ent_t *e = slot_at(l, key, home(l, key), x);
+      if (e->last != x) { /* first use in this batch (entries inserted expired never have last == x) */
+        e->holder = q;
+        e->last = x;
+      } else if (e->holder != q) {
+        e->holder = HOLD_SHARED;
       }
     }
   }

@@ -55,6 +55,8 @@ expect "L = 16: bit-identical digest and test loss"
 python3 -c "
 import json; b=json.load(open('$WORK/base/summary.json')); d=json.load(open('$WORK/l16/summary.json'))
 assert d['lookahead']==16 and d['cache_hits']>0 and d['rows_synced_delayed']>0, d
+assert 0 < d['first_iteration_seconds'] < d['train_seconds'] and d['steady_samples_per_sec'] > 0, d
+assert 0 < d['steady_iteration_seconds'] <= d['phase_seconds']['total'] * d['iterations'], d
 assert d['rows_fetched'] < b['rows_fetched'], (d['rows_fetched'], b['rows_fetched'])"
 expect "L = 16 hits the cache, fetches fewer rows than the baseline, delays some synchronization"
 

@@ -27,6 +27,10 @@
  * trainers), rows synchronized per batch (critical + delayed), and its own
  * cost per batch.
  *
+ * Then (d) the effect of the sample allocation at L = 64: rows fetched,
+ * all-reduced and handed over per batch with contiguous and laia
+ * allocation (oracle_laia.h), P = 2 and 8, and laia's own cost.
+ *
  * Timed parts run alone (the plans a timed cacher reads are built before
  * its clock starts); the untimed warm-up uses both cores.  The machine may
  * be shared, so the cacher is also timed per chunk of 25 batches and the
@@ -44,6 +48,7 @@
 #include "cli.h"
 #include "data.h"
 #include "oracle_cache.h"
+#include "oracle_laia.h"
 #include "oracle_plan.h"
 #include "table.h"
 
@@ -444,6 +449,86 @@ static int bench_pipeline(ccr_t *r, oracle_plan_t *ring, uint64_t x0, uint64_t n
 static double ccr_sps(const ccr_t *r) { return r->timed ? (double)r->timed * BS / (r->t_push + r->t_decide) : 0; }
 static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHUNK * BS / r->best_chunk : ccr_sps(r); }
 
+/* ------------------------------------------------------------------ (d) allocation */
+
+#define LALLOC 64 /* the lookahead of the allocation comparison (lookahead = auto's default cap) */
+
+/* The cacher at L = LALLOC over b[0..n) for P trainers, contiguous or laia
+ * (window LALLOC); per batch over [LALLOC + 1, n): *r holds the counts,
+ * *laia_s the seconds laia_assign took a batch. */
+static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s) {
+  oracle_plan_t *pl = calloc(n, sizeof *pl);
+  uint32_t *own = malloc((size_t)BS * sizeof *own);
+  laia_t *l = NULL;
+  laia_opts_t lo = {.trainers = P, .window = LALLOC, .seed = SEED};
+  int rc = -ENOMEM;
+  *laia_s = 0;
+  if (!pl || !own || ccr_open(r, P, LALLOC, n - 1) || (laia && laia_create(&lo, &l))) goto out;
+  r->s0 = LALLOC + 1;
+  r->s1 = n;
+  for (uint64_t x = 0; x < n; x++) {
+    if (laia) {
+      double t0 = bench_now();
+      if ((rc = laia_assign(l, &b[x], own)) != 0) goto out;
+      *laia_s += bench_now() - t0;
+      rc = oracle_plan_build_owned(&b[x], P, own, ORACLE_PLAN_KEYS, &pl[x]);
+    } else {
+      rc = oracle_plan_build(&b[x], P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &pl[x]);
+    }
+    if (rc || (rc = ccr_step(r, &pl[x], 0)) != 0) goto out;
+  }
+  *laia_s /= (double)n;
+  rc = 0;
+out:
+  for (uint64_t x = 0; pl && x < n; x++) oracle_plan_close(&pl[x]);
+  free(pl);
+  free(own);
+  laia_destroy(l);
+  return rc;
+}
+
+/* Rows that move per batch with contiguous and laia allocation, P = 2 and
+ * 8, the same batches. */
+static int bench_alloc(uint64_t n) {
+  data_batch_t *b = calloc(n, sizeof *b);
+  int rc = 1;
+  if (!b) return 1;
+  for (uint64_t x = 0; x < n; x++)
+    if (gen_batch(UINT64_C(2) << 40 | x, &b[x])) goto out;
+  for (uint64_t x = 0; x < n; x++) b[x].index = x;
+  printf("\nallocation (L = %d, laia window %d; per batch over batches %d..%" PRIu64 "):\n", LALLOC, LALLOC,
+         LALLOC + 1, n - 1);
+  printf("  %3s %-11s %13s %12s %12s %13s %14s %12s\n", "P", "allocation", "fetched rows", "all-reduced",
+         "handed over", "fetch+synced", "laia ms/batch", "samples/s");
+  const uint32_t Ps[2] = {2, 8};
+  for (int pi = 0; pi < 2; pi++)
+    for (int laia = 0; laia <= 1; laia++) {
+      ccr_t r;
+      double ls = 0;
+      int e = alloc_run(b, n, Ps[pi], laia, &r, &ls);
+      if (e) {
+        fprintf(stderr, "bench oracle: allocation P=%u %s: %s %s\n", Ps[pi], laia ? "laia" : "contiguous",
+                strerror(-e), r.err);
+        if (r.c) ocache_destroy(r.c);
+        goto out;
+      }
+      double k = r.st_n ? (double)r.st_n : 1;
+      printf("  %3u %-11s %13.0f %12.0f %12.0f %13.0f", Ps[pi], laia ? "laia" : "contiguous", (double)r.st_fetch / k,
+             (double)(r.st_crit + r.st_del) / k, (double)r.st_rep / k,
+             (double)(r.st_fetch + r.st_crit + r.st_del + r.st_rep) / k);
+      if (laia) printf(" %14.2f %12.0f\n", 1e3 * ls, BS / ls);
+      else printf(" %14s %12s\n", "-", "-");
+      ocache_destroy(r.c);
+    }
+  printf("  (all-reduced: rows several trainers use in the batch; handed over: owned rows replicated because another\n"
+         "   trainer uses them; laia ms/batch: laia_assign alone, one thread -- the oracle runs it on its loop)\n");
+  rc = 0;
+out:
+  for (uint64_t x = 0; x < n; x++) data_batch_free(&b[x]);
+  free(b);
+  return rc;
+}
+
 static void row(const char *what, double sps, double best, double ms) {
   printf("  %-52s %11.0f", what, sps);
   if (best > 0) printf(" %11.0f", best);
@@ -568,6 +653,7 @@ int bench_oracle(cli_t *cli) {
          "   handed to every trainer); written bk: rows written back;\n"
          "   new keys: distinct keys not cached before the batch; cacher ms: push + decide a batch, timed)\n",
          P);
+  if (bench_alloc(quick ? LALLOC + 11 : LALLOC + 61)) goto out;
   rc = 0;
 out:
   for (int i = 0; i < NL; i++)
