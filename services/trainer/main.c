@@ -163,11 +163,6 @@ int main(int argc, char **argv) {
     usage(stderr);
     goto out;
   }
-  if (!strcmp(cfg_str(cfg, "device"), "cuda")) {
-    log_error("device = cuda (from %s): chanter-trainer has no CUDA path yet; use device = cpu",
-              cfg_origin(cfg, "device"));
-    goto out;
-  }
   const char *core = nn_blas_better_core();
   if (core)
     log_warn("OpenBLAS picked generic kernels (%s) on this CPU; set OPENBLAS_CORETYPE=%s in the environment "

@@ -139,6 +139,22 @@ const char *mdev_describe(const mdev_t *m) {
 }
 
 struct pool_s *mdev_pool(mdev_t *m) { return m->cpu ? model_pool(m->cpu) : NULL; }
+struct model_s *mdev_cpu_model(mdev_t *m) { return m->cpu; }
+int mdev_is_cuda(const mdev_t *m) { return m->cuda; }
+float *mdev_emb_dev(mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return m->d_emb;
+#endif
+  (void)m;
+  return NULL;
+}
+float *mdev_demb_dev(mdev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return m->d_demb;
+#endif
+  (void)m;
+  return NULL;
+}
 
 int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits) {
   if (!m->cuda) {
@@ -147,7 +163,7 @@ int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, fl
   }
 #ifdef CHANTER_CUDA
   if ((dense && m->n_dense && cudaMemcpy(m->d_dense, dense, (size_t)n * m->n_dense * 4, cudaMemcpyHostToDevice)) ||
-      cudaMemcpy(m->d_emb, emb, (size_t)n * m->width * 4, cudaMemcpyHostToDevice))
+      (emb != m->d_emb && cudaMemcpy(m->d_emb, emb, (size_t)n * m->width * 4, cudaMemcpyHostToDevice)))
     return ERR_CUDA;
   model_cuda_forward(m->gpu, n, m->n_dense ? m->d_dense : NULL, m->d_emb, m->d_logits);
   if (cudaMemcpy(logits, m->d_logits, (size_t)n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return ERR_CUDA;

@@ -38,8 +38,20 @@ float *mdev_grads(mdev_t *m);
 int mdev_params_changed(mdev_t *m);
 const char *mdev_describe(const mdev_t *m);
 struct pool_s *mdev_pool(mdev_t *m);  /* CPU model's threads, or NULL */
-/* As model_forward / model_backward, host pointers. */
+/* As model_forward / model_backward, host pointers -- except that on
+ * device = cuda, emb may be mdev_emb_dev(m) (already on the device: read in
+ * place) and d_emb may be NULL (the input gradient stays in
+ * mdev_demb_dev(m)).  The device embedding cache (tcache_cuda.h) uses
+ * both, so rows never cross to the host for a step. */
 int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits);
 double mdev_backward(mdev_t *m, uint32_t n, const float *labels, float scale, float *d_emb);
+/* device = cuda: the model's DEVICE input (max_batch rows of n_tables * dim
+ * floats) and input gradient; NULL on the CPU. */
+float *mdev_emb_dev(mdev_t *m);
+float *mdev_demb_dev(mdev_t *m);
+/* The CPU model (device = cpu: its threads, the backward's grad-ready
+ * hook), or NULL. */
+struct model_s *mdev_cpu_model(mdev_t *m);
+int mdev_is_cuda(const mdev_t *m);
 
 #endif

@@ -280,11 +280,10 @@ int trainer_save_dense_to(trainer_t *t, const char *path) {
 static int save_dense(trainer_t *t, const char *path) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  model_t *m = tstep_model(t->ts);
   FILE *f = fopen(tmp, "wb");
   if (!f) return -errno;
-  size_t n = model_n_params(m);
-  int rc = fwrite(model_params(m), sizeof(float), n, f) == n ? 0 : -EIO;
+  size_t n = tstep_n_params(t->ts);
+  int rc = fwrite(tstep_params(t->ts), sizeof(float), n, f) == n ? 0 : -EIO;
   if (fclose(f) != 0 && !rc) rc = -errno;
   if (!rc && rename(tmp, path) != 0) rc = -errno;
   return rc;
@@ -484,6 +483,7 @@ static void feed_finish(trainer_t *t, int rc, const char *why) {
 
 static void *feeder_main(void *arg) {
   trainer_t *t = arg;
+  tstep_cache_thread(TSTEP_ROLE_PREFETCH);
   for (;;) {
     Chanter__Oracle__V1__WorkItem *item = NULL;
     int rc = orc_work_next(t->stream, &item);
@@ -523,6 +523,7 @@ static void *feeder_main(void *arg) {
 
 static void *bg_main(void *arg) {
   trainer_t *t = arg;
+  tstep_cache_thread(TSTEP_ROLE_BACKGROUND);
   uint32_t dim = tstep_dim(t->ts);
   pthread_mutex_lock(&t->pmu);
   for (;;) {
@@ -713,7 +714,10 @@ typedef struct step_counts_s {
 
 static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const double *ph, const step_counts_t *c,
                        char *err, size_t err_len) {
-  int rc;
+  char why[600];
+  int rc = tstep_device_status(t->ts, why, sizeof why);
+  if (rc) /* a GPU failure in this step (or in the background work before it): not reported as done */
+    return set_err(err, err_len, rc, "iteration %" PRIu64 " on the GPU: %s", x, why);
   Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
   r.iteration = x;
   r.loss_sum = loss;
@@ -745,7 +749,7 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
     if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
       log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
     else if (t->save_dense)
-      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, model_n_params(tstep_model(t->ts)));
+      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, tstep_n_params(t->ts));
   }
   if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
     return set_err(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
@@ -806,7 +810,7 @@ static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, siz
     set_err(err, err_len, rc,
             "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
             "(a peer trainer died or is unreachable; see the collective's log line)",
-            x, model_n_params(tstep_model(t->ts)), t->trainers, err_str(rc));
+            x, tstep_n_params(t->ts), t->trainers, err_str(rc));
   return rc;
 }
 
@@ -1218,19 +1222,22 @@ static int form_group(trainer_t *t, char *err, size_t err_len) {
     return set_err(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
                    t->trainers, t->rank, t->address, t->prefix, why[0] ? why : err_str(rc));
   /* every rank initialized identically; make sure anyway */
-  model_t *m = tstep_model(t->ts);
-  if ((rc = coll_broadcast(t->coll, model_params(m), model_n_params(m) * sizeof(float), 0)) != 0)
+  model_t *m = tstep_model(t->ts); /* the CPU model (its backward's grad-ready hook), or NULL on a GPU */
+  if ((rc = coll_broadcast(t->coll, tstep_params(t->ts), tstep_n_params(t->ts) * sizeof(float), 0)) != 0)
     return set_err(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
+  if ((rc = tstep_params_changed(t->ts)) != 0)
+    return set_err(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
   /* the dense all-reduce in buckets, overlapped with the backward (one
    * trainer: nothing to reduce, no hook) */
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
-  if ((rc = tar_create(t->coll, model_grads(m), model_n_params(m), bucket, &t->dense_ar)) != 0)
+  if ((rc = tar_create(t->coll, tstep_grads(t->ts), tstep_n_params(t->ts), bucket, &t->dense_ar)) != 0)
     return set_err(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
-  if (t->trainers > 1 && bucket) model_set_grad_ready(m, tar_ready, t->dense_ar);
+  int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
+  if (overlap) model_set_grad_ready(m, tar_ready, t->dense_ar);
   log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
            "overlap=%s",
-           t->rank, t->trainers, coll_backend(t->coll), t->prefix, now_s() - t0, model_n_params(m),
-           tar_buckets(t->dense_ar), t->trainers > 1 && bucket ? "yes" : "no");
+           t->rank, t->trainers, coll_backend(t->coll), t->prefix, now_s() - t0, tstep_n_params(t->ts),
+           tar_buckets(t->dense_ar), overlap ? "yes" : "no");
   return 0;
 }
 
@@ -1432,7 +1439,7 @@ out:
   pthread_mutex_unlock(&t->mu);
   if (t->hb_running) pthread_join(t->hb, NULL);
   t->hb_running = 0;
-  if (t->ts) model_set_grad_ready(tstep_model(t->ts), NULL, NULL);
+  if (t->ts && tstep_model(t->ts)) model_set_grad_ready(tstep_model(t->ts), NULL, NULL);
   tar_destroy(t->dense_ar);
   t->dense_ar = NULL;
   coll_destroy(t->coll);

@@ -3,20 +3,42 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "model_dev.h"
 #include "nn.h"
+#ifdef CHANTER_CUDA
+#include "tcache_cuda.h"
+#endif
+
+/* The calling thread's part in the cache (tstep_cache_thread). */
+static _Thread_local int g_role = TSTEP_ROLE_TRAIN;
 
 struct tstep_s {
   uint32_t n_dense, n_tables, dim, rf, max_batch, max_hot;
   uint32_t *hotness;  /* n_tables */
   tbl_layout_t layout;
-  model_t *model;
+  mdev_t *md;     /* the model on its device */
+  model_t *model; /* device = cpu: md's model; else NULL */
+  int cuda;       /* device = cuda: the cache in GPU memory (tcache_cuda.h) */
+#ifdef CHANTER_CUDA
+  tcc_t *dc;
+#endif
+  uint32_t *aslots[TSTEP_ROLES]; /* aligned copies of slot lists, per thread role */
+  size_t cap_aslots[TSTEP_ROLES];
+  float *ugrads;                 /* the rows updated by tstep_cache_update, compact (device = cuda) */
+  size_t cap_ugrads;
+  pthread_mutex_t dev_mu;        /* the three below (any thread may record a failure) */
+  int dev_mu_ok;
+  int dev_rc;                    /* the first device failure since tstep_device_status */
+  char dev_err[512];
   opt_t *dense_opt;
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
@@ -88,6 +110,11 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
                    schema->n_tables, layout->n_tables);
   tstep_t *ts = calloc(1, sizeof *ts);
   if (!ts) return -ENOMEM;
+  if (pthread_mutex_init(&ts->dev_mu, NULL) != 0) {
+    free(ts);
+    return -ENOMEM;
+  }
+  ts->dev_mu_ok = 1;
   int rc = 0;
   ts->n_dense = schema->n_dense;
   ts->n_tables = schema->n_tables;
@@ -121,9 +148,11 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
     ids_per_sample += schema->hotness[t];
     if (schema->hotness[t] > ts->max_hot) ts->max_hot = schema->hotness[t];
   }
-  if ((rc = model_create(cfg, ts->n_dense, ts->n_tables, ts->dim, max_batch, &ts->model, err, err_len)) != 0) goto fail;
-  model_init(ts->model, (uint64_t)cfg_int(cfg, "seed"));
-  if ((rc = opt_create(cfg, model_n_params(ts->model), &ts->dense_opt)) != 0) {
+  if ((rc = mdev_create(cfg, ts->n_dense, ts->n_tables, ts->dim, max_batch, &ts->md, err, err_len)) != 0) goto fail;
+  mdev_init(ts->md, (uint64_t)cfg_int(cfg, "seed"));
+  ts->model = mdev_cpu_model(ts->md);
+  ts->cuda = mdev_is_cuda(ts->md);
+  if ((rc = opt_create(cfg, mdev_n_params(ts->md), &ts->dense_opt)) != 0) {
     rc = set_err(err, err_len, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
     goto fail;
   }
@@ -155,7 +184,13 @@ fail:
 
 void tstep_destroy(tstep_t *ts) {
   if (!ts) return;
-  model_destroy(ts->model);
+  mdev_destroy(ts->md);
+#ifdef CHANTER_CUDA
+  tcc_destroy(ts->dc);
+#endif
+  for (int r = 0; r < TSTEP_ROLES; r++) free(ts->aslots[r]);
+  free(ts->ugrads);
+  if (ts->dev_mu_ok) pthread_mutex_destroy(&ts->dev_mu);
   opt_destroy(ts->dense_opt);
   tbl_layout_close(&ts->layout);
   free(ts->hotness);
@@ -187,6 +222,58 @@ void tstep_destroy(tstep_t *ts) {
 }
 
 model_t *tstep_model(tstep_t *ts) { return ts->model; }
+float *tstep_params(tstep_t *ts) { return mdev_params(ts->md); }
+float *tstep_grads(tstep_t *ts) { return mdev_grads(ts->md); }
+size_t tstep_n_params(const tstep_t *ts) { return mdev_n_params(ts->md); }
+int tstep_is_cuda(const tstep_t *ts) { return ts->cuda; }
+void tstep_cache_thread(int role) { g_role = role >= 0 && role < TSTEP_ROLES ? role : TSTEP_ROLE_TRAIN; }
+
+/* Records the first device failure (rc, "what: the device's message"). */
+static void dev_fail(tstep_t *ts, int rc, const char *what, const char *msg) {
+  pthread_mutex_lock(&ts->dev_mu);
+  if (!ts->dev_rc) {
+    ts->dev_rc = rc;
+    snprintf(ts->dev_err, sizeof ts->dev_err, "%s: %s", what, msg);
+  }
+  pthread_mutex_unlock(&ts->dev_mu);
+}
+
+int tstep_device_status(tstep_t *ts, char *err, size_t err_len) {
+  pthread_mutex_lock(&ts->dev_mu);
+  int rc = ts->dev_rc;
+  if (rc) set_err(err, err_len, rc, "%s", ts->dev_err);
+  ts->dev_rc = 0;
+  pthread_mutex_unlock(&ts->dev_mu);
+  return rc;
+}
+
+int tstep_params_changed(tstep_t *ts) { return mdev_params_changed(ts->md); }
+
+/* The dense optimizer step (host parameters on either device; pushed to
+ * the GPU after it). */
+static void dense_step(tstep_t *ts) {
+  opt_step_pool(ts->dense_opt, mdev_params(ts->md), mdev_grads(ts->md), mdev_pool(ts->md));
+  if (ts->cuda) {
+    int rc = mdev_params_changed(ts->md);
+    if (rc) dev_fail(ts, rc, "copying the dense parameters to the GPU", err_str(rc));
+  }
+}
+
+#ifdef CHANTER_CUDA
+/* slots[0..n) (possibly unaligned) as an aligned array of this thread's
+ * role; NULL when out of memory. */
+static uint32_t *aligned_slots(tstep_t *ts, const void *slots, size_t n) {
+  int r = g_role;
+  if (n + 1 > ts->cap_aslots[r]) {
+    uint32_t *a = realloc(ts->aslots[r], (n + 1) * 2 * sizeof *a);
+    if (!a) return NULL;
+    ts->aslots[r] = a;
+    ts->cap_aslots[r] = (n + 1) * 2;
+  }
+  if (n) memcpy(ts->aslots[r], slots, n * sizeof(uint32_t));
+  return ts->aslots[r];
+}
+#endif
 opt_t *tstep_dense_opt(tstep_t *ts) { return ts->dense_opt; }
 uint32_t tstep_dim(const tstep_t *ts) { return ts->dim; }
 uint32_t tstep_row_floats(const tstep_t *ts) { return ts->rf; }
@@ -340,9 +427,19 @@ int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len
     return set_err(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
   free(ts->crows);
   free(ts->cidx);
-  ts->crows = calloc(cache_rows, (size_t)ts->rf * sizeof(float));
+  ts->crows = NULL;
   ts->cidx = malloc(cache_rows * sizeof *ts->cidx);
-  if (!ts->crows || !ts->cidx)
+  if (ts->cuda) {
+#ifdef CHANTER_CUDA
+    tcc_destroy(ts->dc);
+    ts->dc = NULL;
+    int rc = tcc_create(cache_rows, ts->rf, ts->dim, ts->n_tables, ts->hotness, ts->max_batch, &ts->dc, err, err_len);
+    if (rc) return rc;
+#endif
+  } else {
+    ts->crows = calloc(cache_rows, (size_t)ts->rf * sizeof(float));
+  }
+  if ((!ts->cuda && !ts->crows) || !ts->cidx)
     return set_err(err, err_len, -ENOMEM, "out of memory for a cache of %" PRIu64 " rows of %u floats (%.1f GiB)",
                    cache_rows, ts->rf, (double)cache_rows * ts->rf * 4 / (1 << 30));
   memset(ts->cidx, 0xff, cache_rows * sizeof *ts->cidx);
@@ -404,13 +501,23 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, 
     int rc = tstep_cache_check(ts, slots, n_ids, "slots", err, err_len);
     if (rc) return rc;
     for (size_t i = 0; i < n_ids; i++) ts->idx[i] = load_u32(slots, i);
-    size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
-    for (uint32_t t = 0; t < ts->n_tables; t++) {
-      uint32_t h = ts->hotness[t];
-      nn_embedding_bag_fwd(ts->crows, ts->rf, ts->idx + o, b->n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
-      o += (size_t)b->n * h;
+    const float *emb = ts->emb;
+    if (ts->cuda) {
+#ifdef CHANTER_CUDA
+      /* pooled on the GPU straight into the model's input */
+      if ((rc = tcc_forward(ts->dc, ts->idx, b->n, mdev_emb_dev(ts->md), err, err_len)) != 0) return rc;
+      emb = mdev_emb_dev(ts->md);
+#endif
+    } else {
+      size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+      for (uint32_t t = 0; t < ts->n_tables; t++) {
+        uint32_t h = ts->hotness[t];
+        nn_embedding_bag_fwd(ts->crows, ts->rf, ts->idx + o, b->n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
+        o += (size_t)b->n * h;
+      }
     }
-    model_forward(ts->model, b->n, b->dense, ts->emb, ts->logits);
+    if ((rc = mdev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
+      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
@@ -434,35 +541,88 @@ void tstep_cache_unpack(tstep_t *ts, const void *slots, size_t n, const float *b
     memcpy(cache_grad_of(ts, load_u32(slots, i)), buf + i * ts->dim, ts->dim * sizeof(float));
 }
 
+#ifdef CHANTER_CUDA
+/* The row optimizer on the GPU for slots[0..n) (aligned) with grads. */
+static void dev_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const float *grads) {
+  char e[400];
+  int rc = tcc_update_rows(ts->dc, (tcc_role_t)g_role, slots, n, grads, ts->emb_kind, &ts->emb_hp, e, sizeof e);
+  if (rc) dev_fail(ts, rc, "updating embedding rows on the GPU", e);
+}
+#endif
+
 size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip) {
-  opt_step_pool(ts->dense_opt, model_params(ts->model), model_grads(ts->model), model_pool(ts->model));
+  dense_step(ts);
   for (size_t i = 0; i < n_skip; i++) {
     uint32_t s = load_u32(skip_slots, i);
     if (s < ts->cache_rows && ts->cidx[s] >= 0) ts->cskip[ts->cidx[s]] = 1;
   }
   size_t updated = 0;
-  for (size_t i = 0; i < ts->n_c; i++) {
-    if (ts->cskip[i]) continue;
-    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)ts->cslot[i] * ts->rf, ts->dim,
-                   ts->cgrad + i * ts->dim);
-    updated++;
+  if (ts->cuda) {
+#ifdef CHANTER_CUDA
+    /* the rows not skipped, compacted in the same order, updated in one call */
+    int r = g_role;
+    if (grow((void **)&ts->ugrads, &ts->cap_ugrads, (ts->n_c + 1) * ts->dim, sizeof(float)) ||
+        grow((void **)&ts->aslots[r], &ts->cap_aslots[r], ts->n_c + 1, sizeof(uint32_t))) {
+      dev_fail(ts, -ENOMEM, "updating embedding rows on the GPU", "out of memory");
+    } else {
+      uint32_t *sl = ts->aslots[r];
+      for (size_t i = 0; i < ts->n_c; i++) {
+        if (ts->cskip[i]) continue;
+        sl[updated] = ts->cslot[i];
+        memcpy(ts->ugrads + updated * ts->dim, ts->cgrad + i * ts->dim, ts->dim * sizeof(float));
+        updated++;
+      }
+      dev_update_rows(ts, sl, updated, ts->ugrads);
+    }
+#endif
+  } else {
+    for (size_t i = 0; i < ts->n_c; i++) {
+      if (ts->cskip[i]) continue;
+      opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)ts->cslot[i] * ts->rf, ts->dim,
+                     ts->cgrad + i * ts->dim);
+      updated++;
+    }
   }
   ts->fwd_ok = 0;
   return updated;
 }
 
 void tstep_cache_update_rows(tstep_t *ts, const void *slots, size_t n, const float *grads) {
+  if (ts->cuda) {
+#ifdef CHANTER_CUDA
+    const uint32_t *a = aligned_slots(ts, slots, n);
+    if (!a) dev_fail(ts, -ENOMEM, "updating embedding rows on the GPU", "out of memory");
+    else dev_update_rows(ts, a, n, grads);
+#endif
+    return;
+  }
   for (size_t i = 0; i < n; i++)
     opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->dim,
                    grads + i * ts->dim);
 }
 
 void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *rows) {
+  if (ts->cuda) {
+#ifdef CHANTER_CUDA
+    char e[400];
+    int rc = tcc_scatter(ts->dc, (tcc_role_t)g_role, slots, n, rows, e, sizeof e);
+    if (rc) dev_fail(ts, rc, "copying fetched rows into the GPU cache", e);
+#endif
+    return;
+  }
   for (size_t i = 0; i < n; i++)
     memcpy(ts->crows + (size_t)load_u32(slots, i) * ts->rf, rows + i * ts->rf, ts->rf * sizeof(float));
 }
 
 void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows) {
+  if (ts->cuda) {
+#ifdef CHANTER_CUDA
+    char e[400];
+    int rc = tcc_gather(ts->dc, (tcc_role_t)g_role, slots, n, rows, e, sizeof e);
+    if (rc) dev_fail(ts, rc, "copying rows out of the GPU cache", e);
+#endif
+    return;
+  }
   for (size_t i = 0; i < n; i++)
     memcpy(rows + i * ts->rf, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->rf * sizeof(float));
 }
@@ -501,7 +661,8 @@ int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len
   if (b->n) {
     int rc = map_and_pool(ts, b, 0, b->n, err, err_len);
     if (rc) return rc;
-    model_forward(ts->model, b->n, b->dense, ts->emb, ts->logits);
+    if ((rc = mdev_forward(ts->md, b->n, b->dense, ts->emb, ts->logits)) != 0)
+      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
@@ -518,17 +679,31 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
   }
   ts->n_sync = 0;
   if (!b->n) {
-    memset(model_grads(ts->model), 0, model_n_params(ts->model) * sizeof(float));
+    memset(mdev_grads(ts->md), 0, mdev_n_params(ts->md) * sizeof(float));
     return 0.0;
   }
   /* the same expression as train --local's 1.0f / (float)b->n */
-  double loss = model_backward(ts->model, b->n, b->labels, 1.0f / (float)global_batch, ts->d_emb);
+  /* device = cuda in cache mode: the input gradient stays on the GPU for tcc_backward */
+  int on_dev = ts->cuda && ts->cache_mode;
+  double loss = mdev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch, on_dev ? NULL : ts->d_emb);
+  if (isnan(loss) && ts->cuda) dev_fail(ts, ERR_CUDA, "the model's backward on the GPU", "a CUDA call failed");
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
   if (ts->cache_mode) {
     for (uint32_t t = 0; t < ts->n_tables; t++) {
-      uint32_t h = ts->hotness[t];
-      uint32_t u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim,
-                                        ts->uniq, ts->ugrad, ts->dim, ts->work);
+      uint32_t h = ts->hotness[t], u = 0;
+      if (on_dev) {
+#ifdef CHANTER_CUDA
+        char e[400];
+        int rc = tcc_backward(ts->dc, mdev_demb_dev(ts->md), t, ts->uniq, ts->ugrad, &u, e, sizeof e);
+        if (rc) {
+          dev_fail(ts, rc, "folding embedding gradients on the GPU", e);
+          u = 0;
+        }
+#endif
+      } else {
+        u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim, ts->uniq,
+                                 ts->ugrad, ts->dim, ts->work);
+      }
       for (uint32_t k = 0; k < u; k++) {
         /* keys are per table: each slot appears once, and its gradient is
          * exactly the table's coalesced one (copied, as the key path does) */
@@ -592,7 +767,7 @@ void tstep_sync_unpack(tstep_t *ts) {
 /* ---------------------------------------------------------------- update / write-back */
 
 size_t tstep_update(tstep_t *ts) {
-  opt_step_pool(ts->dense_opt, model_params(ts->model), model_grads(ts->model), model_pool(ts->model));
+  dense_step(ts);
   size_t updated = 0;
   for (size_t s = 0; s < ts->n_slots; s++) {
     if (!ts->touched[s]) continue;
@@ -630,7 +805,8 @@ int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_
     uint32_t m = b->n - i0 < ts->max_batch ? b->n - i0 : ts->max_batch;
     int rc = map_and_pool(ts, b, i0, m, err, err_len);
     if (rc) return rc;
-    model_forward(ts->model, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0);
+    if ((rc = mdev_forward(ts->md, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0)) != 0)
+      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   return 0;
 }
@@ -640,7 +816,7 @@ void tstep_dense_sha256(tstep_t *ts, uint8_t out[32]) {
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   ASSERT(md);
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  EVP_DigestUpdate(md, model_params(ts->model), model_n_params(ts->model) * sizeof(float));
+  EVP_DigestUpdate(md, mdev_params(ts->md), mdev_n_params(ts->md) * sizeof(float));
   EVP_DigestFinal_ex(md, out, &len);
   EVP_MD_CTX_free(md);
 }

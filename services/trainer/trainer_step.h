@@ -75,7 +75,28 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
                  tstep_t **out, char *err, size_t err_len);
 void tstep_destroy(tstep_t *ts);
 
+/* The CPU model (device = cpu), NULL on device = cuda. */
 model_t *tstep_model(tstep_t *ts);
+/* The dense parameters and gradients (host arrays of tstep_n_params
+ * floats, authoritative on either device: the all-reduce, the optimizer
+ * and the digest use them). */
+float *tstep_params(tstep_t *ts);
+float *tstep_grads(tstep_t *ts);
+size_t tstep_n_params(const tstep_t *ts);
+int tstep_is_cuda(const tstep_t *ts);
+/* After tstep_params changed outside a step (a broadcast, a restore):
+ * the GPU sees them.  0 or ERR_CUDA; nothing to do on the CPU. */
+int tstep_params_changed(tstep_t *ts);
+/* A device failure since the last call (the GPU build records the first
+ * one instead of stopping a thread mid-step): 0, or its code with a
+ * sentence in err.  The training thread checks it once a step. */
+int tstep_device_status(tstep_t *ts, char *err, size_t err_len);
+/* The calling thread's part, once at its start: the prefetch and the
+ * background threads (the GPU cache gives each its own staging buffers and
+ * stream); the training thread is TSTEP_ROLE_TRAIN by default.  Changes
+ * nothing on the CPU. */
+enum { TSTEP_ROLE_TRAIN = 0, TSTEP_ROLE_PREFETCH = 1, TSTEP_ROLE_BACKGROUND = 2, TSTEP_ROLES = 3 };
+void tstep_cache_thread(int role);
 opt_t *tstep_dense_opt(tstep_t *ts);
 uint32_t tstep_dim(const tstep_t *ts);
 uint32_t tstep_row_floats(const tstep_t *ts);
@@ -133,7 +154,9 @@ int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, 
 
 /* ---- the cache (lookahead; DESIGN.md 3-4, services/oracle/oracle_cache.h).
  * Rows live for the whole job in one dense array of cache_rows slots
- * (host memory; the GPU build keeps it in device memory); the oracle names
+ * (host memory; with device = cuda in GPU memory, tcache_cuda.h, the
+ * model's input pooled there and its gradient folded there, only the
+ * compact row gradients coming back for the all-reduce); the oracle names
  * the slot of every id, of every row to prefetch, synchronize, write back.
  * A step in cache mode:
  *   tstep_cache_forward   ids given as slots

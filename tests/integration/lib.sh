@@ -19,6 +19,8 @@ trap cleanup EXIT
 
 ok()   { echo "ok - $*"; N_OK=$((N_OK + 1)); }
 nok()  { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
+# skip NAME: a check this machine cannot make (said, not counted)
+skip() { echo "ok - # SKIP $*"; }
 # check NAME CMD...: runs CMD, ok if it exits 0
 check() { local n=$1; shift; if "$@"; then ok "$n"; else nok "$n"; fi; }
 # expect NAME: ok if the previous command (or && chain) succeeded.  NAME

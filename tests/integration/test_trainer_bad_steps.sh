@@ -6,7 +6,8 @@
 # keys and slots of different lengths, id bytes short of the samples.  Each
 # time the trainer stops with exit status 1 and a log line naming the
 # iteration and the field; no crash, no hang (a malformed message from a
-# peer is that peer's bug, reported, never undefined behaviour).
+# peer is that peer's bug, reported, never undefined behaviour).  And
+# device = cuda without a GPU: refused at start, saying why.
 source "$(dirname "$0")/lib.sh"
 
 STUBS=$WORK/stubs
@@ -63,4 +64,18 @@ for c in slots_short slot_beyond_cache fetch_slots_mismatch replicate_owner writ
   [ $rc -eq 1 ] && grep -q "iteration 0" "$WORK/trainer-$c.log" && grep -qF "${NEED[$c]}" "$WORK/trainer-$c.log"
   expect_rc $? "$c: the trainer exits 1 naming it: $(grep -m1 -o 'trainer failed.*' "$WORK/trainer-$c.log" | cut -c1-150)"
 done
+
+# device = cuda on a machine without a GPU (or a build without CUDA): the
+# trainer refuses at start, saying why, before it contacts anyone; never a
+# silent run on the CPU.
+timeout 60 "$BIN/chanter-trainer" --config "$JOB" --rank 0 --set cluster.oracle=127.0.0.1:1 --set device=cuda \
+  --set trainer.metrics_port=0 >"$WORK/trainer-cuda.log" 2>&1
+rc=$?
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  skip "device = cuda refused without a GPU (this machine has one)"
+else
+  [ $rc -eq 1 ] && { grep -q "no CUDA device.*use device = cpu" "$WORK/trainer-cuda.log" ||
+    grep -q "built without CUDA.*use device = cpu" "$WORK/trainer-cuda.log"; }
+  expect_rc $? "device = cuda without a GPU: exit 1 saying so: $(grep -m1 -io 'cuda.*' "$WORK/trainer-cuda.log" | cut -c1-150)"
+fi
 finish

@@ -714,8 +714,10 @@ static void test_trainer_dies(void **state) {
   Chanter__Oracle__V1__StatusResponse *st = wait_state(c, o.addr, "failed");
   assert_string_equal(st->state, "failed");
   assert_non_null(strstr(st->message, "trainer rank 1"));
-  /* it died on receiving Step 5, having sent Report 4; a cancel may overtake that last report */
-  assert_true(strstr(st->message, "at iteration 5") || strstr(st->message, "at iteration 4"));
+  /* it died on receiving Step 5, having sent Report 4; the oracle sends Step 5 once iteration 2 is done (window
+   * 3), and the cancel may overtake the reports still in flight: iteration 3, 4 or 5 */
+  assert_true(strstr(st->message, "at iteration 5") || strstr(st->message, "at iteration 4") ||
+              strstr(st->message, "at iteration 3"));
   assert_true(st->iteration <= 5);
   protobuf_c_message_free_unpacked(&st->base, NULL);
   for (uint32_t p = 0; p < P; p++) trainer_free(&tr[p]);
