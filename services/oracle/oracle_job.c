@@ -123,7 +123,13 @@ struct oracle_job_s {
   int policy, ideal, drain_ms;
   uint32_t laia_window; /* oracle.laia_window */
   laia_t *laia;         /* allocation = laia: the rows each trainer holds (oracle_laia.h) */
-  double laia_secs;     /* spent allocating, on the loop thread */
+  /* laia runs in the planning work, on the worker pool, one batch after the
+   * other: batch x waits for laia_next == x (under laia_mu) */
+  pthread_mutex_t laia_mu;
+  pthread_cond_t laia_cv;
+  uint64_t laia_next;
+  int laia_rc;          /* a failed allocation: the batches after it fail too */
+  double laia_secs;     /* spent allocating */
   const char *mode, *allocation, *lookahead_cfg;
   /* the cacher (every mode but ideal) */
   int auto_l;          /* lookahead = auto: L is chosen over the first `probe` plans */
@@ -458,16 +464,40 @@ typedef struct plan_work_s {
   uv_work_t req;
   oracle_job_t *j;
   data_batch_t *batch;
-  uint32_t *owner; /* allocation = laia: decided on the loop thread in batch order; else NULL */
+  uint32_t *owner; /* allocation = laia: decided in plan_work, in batch order; else NULL */
   plan_slot_t *slot;
   int rc;
   double secs;
 } plan_work_t;
 
+/* allocation = laia: the owners of w's batch, once the batch before has
+ * its own (the works are queued in batch order, so that one runs or ran on
+ * another worker). */
+static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
+  uint64_t x = w->batch->index;
+  pthread_mutex_lock(&j->laia_mu);
+  while (j->laia_next != x && !j->laia_rc) pthread_cond_wait(&j->laia_cv, &j->laia_mu);
+  int rc = j->laia_rc;
+  if (!rc) {
+    double t0 = now_s();
+    rc = laia_assign(j->laia, w->batch, w->owner);
+    j->laia_secs += now_s() - t0;
+    if (rc) j->laia_rc = rc;
+    j->laia_next = x + 1;
+  }
+  pthread_cond_broadcast(&j->laia_cv);
+  pthread_mutex_unlock(&j->laia_mu);
+  return rc;
+}
+
 static void plan_work(uv_work_t *req) {
   plan_work_t *w = req->data;
   oracle_job_t *j = w->j;
   double t0 = now_s();
+  if (w->owner && (w->rc = laia_in_order(j, w)) != 0) {
+    w->secs = now_s() - t0;
+    return;
+  }
   /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
   unsigned flags = j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS;
   w->rc = w->owner ? oracle_plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
@@ -552,20 +582,13 @@ static void pump_plans(oracle_job_t *j) {
     w->j = j;
     w->batch = b;
     w->slot = s;
-    if (j->laia) { /* in batch order, here: each batch's allocation depends on the ones before */
-      double t0 = now_s();
-      int rc = -ENOMEM;
-      if ((w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner)) != NULL) rc = laia_assign(j->laia, b, w->owner);
-      j->laia_secs += now_s() - t0;
-      if (rc) {
-        data_batch_free(b);
-        free(b);
-        free(w->owner);
-        free(w);
-        end_job(j, ORACLE_FAILED, "allocating the samples of batch %llu (laia): %s", (unsigned long long)j->plan_next,
-                err_str(rc));
-        return;
-      }
+    if (j->laia && !(w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner))) {
+      data_batch_free(b);
+      free(b);
+      free(w);
+      end_job(j, ORACLE_FAILED, "out of memory allocating the samples of batch %llu (laia)",
+              (unsigned long long)j->plan_next);
+      return;
     }
     s->x = j->plan_next;
     s->state = SLOT_PLANNING;
@@ -1416,6 +1439,8 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   }
   pthread_mutex_init(&j->mu, NULL);
   pthread_cond_init(&j->cv_space, NULL);
+  pthread_mutex_init(&j->laia_mu, NULL);
+  pthread_cond_init(&j->laia_cv, NULL);
   if ((rc = dpc_create(cfg, &j->dpc, err, err_len)) != 0) goto fail;
   j->n_dpc = dpc_servers(j->dpc);
   j->n_train_threads = 2 * j->n_dpc > 16 ? 16 : 2 * j->n_dpc;
@@ -1575,6 +1600,8 @@ void oracle_job_destroy(oracle_job_t *j) {
   free(j->fetchers);
   pthread_cond_destroy(&j->cv_space);
   pthread_mutex_destroy(&j->mu);
+  pthread_mutex_destroy(&j->laia_mu);
+  pthread_cond_destroy(&j->laia_cv);
   free(j);
 }
 
@@ -1714,14 +1741,17 @@ char *oracle_job_summary(const oracle_job_t *j) {
   if (j->laia) {
     /* of the samples allocated: those some trainer held a row of, those placed on a trainer holding most of them */
     laia_stats_t ls;
+    pthread_mutex_lock((pthread_mutex_t *)&j->laia_mu);
     laia_stats(j->laia, &ls);
+    double laia_secs = j->laia_secs;
+    pthread_mutex_unlock((pthread_mutex_t *)&j->laia_mu);
     double ns = ls.samples ? (double)ls.samples : 1;
     sb_printf(&b, ", \"laia\": {");
     sb_num(&b, "samples_scored", (double)ls.scored / ns);
     sb_printf(&b, ", ");
     sb_num(&b, "samples_on_holder", (double)ls.best / ns);
     sb_printf(&b, ", ");
-    sb_num(&b, "seconds_per_batch", ls.batches ? j->laia_secs / (double)ls.batches : 0);
+    sb_num(&b, "seconds_per_batch", ls.batches ? laia_secs / (double)ls.batches : 0);
     sb_printf(&b, ", \"rows_held\": %zu}", ls.rows_held);
   }
   sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
