@@ -73,7 +73,7 @@ typedef struct agg_s { /* one iteration's reports, summed */
   uint64_t x;
   uint32_t reports;
   double loss_sum;
-  uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_written_back, cache_hits;
+  uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back, cache_hits;
   double t[N_PH];
 } agg_t;
 
@@ -175,7 +175,8 @@ struct oracle_job_s {
   uint64_t done_at_last_log;
   double loss_last, tail_loss_sum, loss_ring[LOSS_RING];
   uint64_t tail_n;
-  double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_written_back, sum_cache_hits,
+  double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_replicated, sum_rows_written_back,
+      sum_cache_hits,
       sum_t[N_PH];
   double first_t[N_PH]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
   double t_first_done;  /* when iteration 0 completed */
@@ -207,6 +208,7 @@ struct oracle_job_s {
   /* metrics */
   metrics_gauge_t *g_iteration, *g_sps, *g_loss, *g_test_loss, *g_test_auc, *g_state, *g_lookahead, *g_slots;
   metrics_hist_t *h_phase[N_PH], *h_plan, *h_iter;
+  metrics_counter_t *c_rows_replicated;
   metrics_counter_t *c_steps, *c_reports, *c_batches, *c_rows_fetched, *c_rows_synced, *c_rows_synced_delayed,
       *c_rows_wb, *c_evals;
 };
@@ -1025,6 +1027,7 @@ static void complete_iteration(oracle_job_t *j, agg_t *a) {
   j->sum_rows_fetched += (double)a->rows_fetched;
   j->sum_rows_synced += (double)a->rows_synced;
   j->sum_rows_synced_delayed += (double)a->rows_synced_delayed;
+  j->sum_rows_replicated += (double)a->rows_replicated;
   j->sum_rows_written_back += (double)a->rows_written_back;
   j->sum_cache_hits += (double)a->cache_hits;
   for (int k = 0; k < N_PH; k++) j->sum_t[k] += a->t[k] / j->P;
@@ -1091,6 +1094,7 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
    * this iteration is that list's length, not P times it */
   if (r->rows_synced > a->rows_synced) a->rows_synced = r->rows_synced;
   if (r->rows_synced_delayed > a->rows_synced_delayed) a->rows_synced_delayed = r->rows_synced_delayed;
+  if (r->rows_replicated > a->rows_replicated) a->rows_replicated = r->rows_replicated;
   a->rows_written_back += r->rows_written_back;
   a->cache_hits += r->cache_hits;
   const double ts[N_PH] = {r->t_wait,   r->t_fetch,      r->t_forward, r->t_backward,     r->t_allreduce,
@@ -1104,6 +1108,7 @@ static void on_report(oracle_job_t *j, uint32_t p, rpc_call_t *call, const repor
   metrics_counter_add(j->c_rows_fetched, r->rows_fetched);
   metrics_counter_add(j->c_rows_synced, r->rows_synced);
   metrics_counter_add(j->c_rows_synced_delayed, r->rows_synced_delayed);
+  metrics_counter_add(j->c_rows_replicated, r->rows_replicated);
   metrics_counter_add(j->c_rows_wb, r->rows_written_back);
   if (r->iteration + 1 == j->iterations) {
     if (r->dense_sha256.len) memcpy(t->sha, r->dense_sha256.data, r->dense_sha256.len);
@@ -1514,6 +1519,8 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->c_batches = metrics_counter(reg, "batches_fetched_total", NULL, "train batches received from data processors");
   j->c_rows_fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows the trainers fetched");
   j->c_rows_synced = metrics_counter(reg, "rows_synced_total", NULL, "embedding rows the trainers synchronized");
+  j->c_rows_replicated = metrics_counter(reg, "rows_replicated_total", NULL,
+                                         "of the rows synchronized, owned rows handed to every trainer");
   j->c_rows_synced_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
                                              "of the rows synchronized, those synchronized in the background");
   j->c_rows_wb = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
@@ -1704,6 +1711,8 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_num(&b, "rows_synced", n > 0 ? j->sum_rows_synced / n : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "rows_synced_delayed", n > 0 ? j->sum_rows_synced_delayed / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_replicated", n > 0 ? j->sum_rows_replicated / n : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "rows_written_back", n > 0 ? j->sum_rows_written_back / n : 0);
   sb_printf(&b, ", ");

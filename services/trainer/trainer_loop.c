@@ -108,7 +108,7 @@ struct trainer_s {
   /* metrics */
   metrics_gauge_t *m_iter, *m_loss, *m_phase[PH_N];
   metrics_hist_t *m_step;
-  metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals, *m_hits, *m_delayed;
+  metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals, *m_hits, *m_delayed, *m_replicated;
 };
 
 static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -144,6 +144,8 @@ static void register_metrics(trainer_t *t, metrics_registry_t *reg) {
   t->m_written = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows written back");
   t->m_hits = metrics_counter(reg, "cache_hits_total", NULL,
                               "distinct rows of a step's samples already in the cache (not fetched for it)");
+  t->m_replicated = metrics_counter(reg, "rows_replicated_total", NULL,
+                                    "of the rows synchronized, owned rows handed to every trainer");
   t->m_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
                                  "shared rows synchronized in the background, overlapped with the next step");
   t->m_samples = metrics_counter(reg, "samples_total", NULL, "training samples processed by this trainer");
@@ -707,7 +709,7 @@ static void stop_bg(trainer_t *t) {
 
 /* What one step moved, for the Report, the metrics and the log. */
 typedef struct step_counts_s {
-  size_t fetched, synced, synced_delayed, written_back, hits;
+  size_t fetched, synced, synced_delayed, replicated, written_back, hits;
   double dense_comm, prefetch_wait, sync_wait, sync_critical, replicate;
   uint32_t lookahead;
 } step_counts_t;
@@ -725,6 +727,7 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
   r.rows_fetched = c->fetched;
   r.rows_synced = c->synced;
   r.rows_synced_delayed = c->synced_delayed;
+  r.rows_replicated = c->replicated;
   r.rows_written_back = c->written_back;
   r.cache_hits = c->hits;
   r.t_wait = ph[PH_WAIT];
@@ -764,6 +767,7 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
   metrics_counter_add(t->m_written, c->written_back);
   metrics_counter_add(t->m_hits, c->hits);
   metrics_counter_add(t->m_delayed, c->synced_delayed);
+  metrics_counter_add(t->m_replicated, c->replicated);
   metrics_counter_add(t->m_samples, n);
   for (int p = 0; p < PH_N; p++) metrics_gauge_set(t->m_phase[p], ph[p]);
   if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
@@ -1051,6 +1055,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   c.hits = st->cache_hits;
   c.synced = n_crit + n_del + st->replicate_slots.len / 4; /* replicated owned rows move too */
   c.synced_delayed = n_del;
+  c.replicated = st->replicate_slots.len / 4;
   c.written_back = n_wb;
   return report_step(t, x, b.n, loss, ph, &c, err, err_len);
 }

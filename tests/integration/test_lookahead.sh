@@ -87,7 +87,8 @@ python3 -c "
 import json; c=json.load(open('$WORK/l16/summary.json')); d=json.load(open('$WORK/laia16/summary.json'))
 assert d['allocation']=='laia' and 0 < d['laia']['samples_on_holder'] <= d['laia']['samples_scored'] <= 1, d.get('laia')
 assert d['rows_synced'] < c['rows_synced'], (d['rows_synced'], c['rows_synced'])
-print('rows synchronized per iteration at L = 16: contiguous %.0f, laia %.0f' % (c['rows_synced'], d['rows_synced']))"
+assert 0 < d['rows_replicated'] < c['rows_replicated'] < c['rows_synced'], (d['rows_replicated'], c['rows_replicated'])
+print('rows synchronized (of which handed over) per iteration at L = 16: contiguous %.0f (%.0f), laia %.0f (%.0f)' % (c['rows_synced'], c['rows_replicated'], d['rows_synced'], d['rows_replicated']))"
 expect "allocation = laia synchronizes fewer rows than contiguous (L = 16) and reports its placement in summary.json"
 
 run_job p3base --set trainers=3 --set lookahead=0 && run_job p3l8 --set trainers=3 --set lookahead=8 &&

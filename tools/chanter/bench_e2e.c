@@ -98,10 +98,10 @@ int bench_e2e(cli_t *cli) {
     static const char *names[] = {"data wait",  "fetch",         "  blocked on prefetch", "wait for background",
                                   "forward",    "backward",      "all-reduce",            "  critical rows",
                                   "update",     "  replication", "write-back",            "iteration"};
-    static const char *rows[] = {"rows_fetched", "rows_synced", "rows_synced_delayed", "rows_written_back",
-                                 "cache_hits"};
+    static const char *rows[] = {"rows_fetched", "rows_synced", "rows_synced_delayed", "rows_replicated",
+                                 "rows_written_back", "cache_hits"};
     static const char *rnames[] = {"rows fetched / iteration", "rows synchronized / iter.", "  of which delayed",
-                                   "rows written back / iter.", "cache hits / iteration"};
+                                   "  of which handed over",    "rows written back / iter.", "cache hits / iteration"};
     printf("%-26s", "");
     for (size_t c = 0; c < N_COLS; c++) printf(" %14s", cols[c].label);
     printf("\n%-26s", "samples/s");
@@ -117,7 +117,7 @@ int bench_e2e(cli_t *cli) {
         printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), ph[i]));
       printf("\n");
     }
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
       printf("%-26s", rnames[i]);
       for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], rows[i]));
       printf("\n");
