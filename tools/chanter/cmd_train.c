@@ -379,10 +379,15 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
     printf("train logloss     %.4f\n", cli_json_num(summary, "train_logloss"));
     printf("test logloss      %.4f\n", cli_json_num(summary, "test_logloss"));
     printf("test AUC          %.4f\n", cli_json_num(summary, "test_auc"));
-    printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f), written back %.0f\n",
+    printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f, handed over %.0f), "
+           "written back %.0f\n",
            cli_json_num(summary, "rows_fetched"), cli_json_num(summary, "cache_hits"),
            cli_json_num(summary, "rows_synced"), cli_json_num(summary, "rows_synced_delayed"),
-           cli_json_num(summary, "rows_written_back"));
+           cli_json_num(summary, "rows_replicated"), cli_json_num(summary, "rows_written_back"));
+    double first = cli_json_num(summary, "first_iteration_seconds");
+    if (!isnan(first))
+      printf("start-up          %.2f s to the first iteration; %.0f samples/s after it\n", first,
+             cli_json_num(summary, "steady_samples_per_sec"));
     double la = cli_json_num(summary, "lookahead");
     if (!isnan(la))
       printf("lookahead         L = %.0f (started at %.0f), cache_rows %.0f, slots used at most %.0f\n", la,
