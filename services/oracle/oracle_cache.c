@@ -747,12 +747,18 @@ int ocache_need(const oracle_plan_t *plans, size_t n, uint32_t P, uint32_t L, in
 int ocache_auto(const oracle_plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
                 uint32_t *l, uint64_t *need) {
   uint64_t nd;
-  int rc = ocache_need(plans, n, P, 0, lrpp, &nd);
+  /* the need grows with L: the largest L first (the usual case, a cache
+   * that holds it, costs one run), then L = 0, then a binary search */
+  int rc = ocache_need(plans, n, P, max_l, lrpp, &nd);
   if (rc) return rc;
+  *l = max_l;
+  *need = nd;
+  if (nd <= cache_rows || max_l == 0) return 0;
+  if ((rc = ocache_need(plans, n, P, 0, lrpp, &nd)) != 0) return rc;
   *l = 0;
   *need = nd;
   if (nd > cache_rows) return 0;
-  uint32_t lo = 0, hi = max_l; /* need(lo) fits */
+  uint32_t lo = 0, hi = max_l - 1; /* need(lo) fits, need(max_l) does not */
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo + 1) / 2;
     if ((rc = ocache_need(plans, n, P, mid, lrpp, &nd)) != 0) return rc;

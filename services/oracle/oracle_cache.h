@@ -161,7 +161,8 @@ size_t ocache_cached(const ocache_t *c);
  * -ENOMEM. */
 int ocache_need(const oracle_plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need);
 /* The largest L <= max_l whose need over plans[0..n) is <= cache_rows
- * (need grows with L; binary search).  *l = 0 with *need > cache_rows when
+ * (need grows with L: max_l first -- one run when the cache holds it --,
+ * then L = 0, then a binary search).  *l = 0 with *need > cache_rows when
  * even L = 0 does not fit.  0 or -ENOMEM. */
 int ocache_auto(const oracle_plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
                 uint32_t *l, uint64_t *need);
