@@ -39,6 +39,7 @@
  *    sized models it does happen: one flip in 180k activations was seen
  *    with a reference GEMM.)
  */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,7 +59,12 @@
 #include "model.h"
 #include "nn.h"
 #include "nn_cuda.h"
+#include "opt.h"
 #include "table.h"
+#include "trainer_step.h"
+#ifdef CHANTER_CUDA
+#include "tcache_cuda.h"
+#endif
 
 #ifdef CHANTER_CUDA
 #include <cuda_runtime_api.h>
@@ -201,6 +207,8 @@ static void test_symbols_link(void **state) {
       (any_fn)model_cuda_kind, (any_fn)model_cuda_n_params, (any_fn)model_cuda_params,
       (any_fn)model_cuda_grads, (any_fn)model_cuda_max_batch, (any_fn)model_cuda_describe,
       (any_fn)model_cuda_forward, (any_fn)model_cuda_backward,
+      (any_fn)tcc_create, (any_fn)tcc_destroy, (any_fn)tcc_scatter, (any_fn)tcc_gather,
+      (any_fn)tcc_forward, (any_fn)tcc_backward, (any_fn)tcc_update_rows,
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) assert_non_null(fns[i]);
   /* the CPU twins are distinct functions */
@@ -233,6 +241,40 @@ static void test_model_refuses_without_device(void **state) {
   assert_non_null(strstr(err, "model.bottom_mlp"));
   cfg_destroy(c2);
   cfg_destroy(c);
+}
+
+/* The trainer's GPU cache and step without a device: a sentence, no
+ * crash, nothing half made. */
+static void test_trainer_cache_refuses_without_device(void **state) {
+  (void)state;
+  if (have_device()) skip();
+  const uint32_t hot[2] = {1, 2};
+  tcc_t *c = (tcc_t *)&c;
+  char err[1024] = "";
+  int rc = tcc_create(1000, 5, 4, 2, hot, 16, &c, err, sizeof err);
+  assert_int_not_equal(rc, 0);
+  assert_null(c);
+  print_message("  tcc_create: %s\n", err);
+  assert_non_null(strstr(err, "cuda"));
+  /* bad shapes are refused before the device is looked at */
+  assert_int_equal(tcc_create(0, 5, 4, 2, hot, 16, &c, err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "cache_rows"));
+  assert_int_equal(tcc_create(10, 3, 4, 2, hot, 16, &c, err, sizeof err), -EINVAL);
+  /* the whole step: device = cuda refused with the machine's reason */
+  const char *sets[] = {"device=cuda", "model=dlrm", "model.bottom_mlp=8", "model.top_mlp=8", "n_dense=3",
+                        "table_rows=50,40", "table_hotness=1,2", "embedding_dim=4", NULL};
+  cfg_t *cf = make_cfg(sets);
+  data_schema_t sc;
+  tbl_layout_t lay;
+  assert_int_equal(data_schema_from_cfg(cf, &sc, err, sizeof err), 0);
+  assert_int_equal(cfg_layout(cf, &lay, err, sizeof err), 0);
+  tstep_t *ts = (tstep_t *)&ts;
+  rc = tstep_create(cf, &sc, &lay, 16, &ts, err, sizeof err);
+  assert_null(ts);
+  assert_refusal(rc, err);
+  tbl_layout_close(&lay);
+  data_schema_close(&sc);
+  cfg_destroy(cf);
 }
 
 /* Without a driver a launch fails; the failure lands in nn_cuda_error
@@ -705,6 +747,97 @@ static void test_gpu_models(void **state) {
   nn_cuda_release();
 }
 
+/* The trainer's GPU cache (tcache_cuda.h) against the host cache's loops
+ * (trainer_step.c): bit for bit, since each is the same float operations
+ * in the same order -- scatter / gather, pooling by slot, per-slot
+ * gradient folding in sample order, and the three row optimizers. */
+static void check_row_update(tcc_t *c, opt_kind_t kind, float *host_rows, uint32_t rf, uint32_t dim) {
+  enum { NU = 37 };
+  uint32_t slots[NU];
+  for (uint32_t i = 0; i < NU; i++) slots[i] = (i * 53 + 11) % 997; /* distinct */
+  float *g = rnd((size_t)NU * dim, 1);
+  opt_hparams_t hp = {.lr = 0.05f, .eps = 1e-8f};
+  char err[512];
+  assert_int_equal(tcc_update_rows(c, TCC_BACKGROUND, slots, NU, g, kind, &hp, err, sizeof err), 0);
+  for (uint32_t i = 0; i < NU; i++) opt_row_update(kind, &hp, host_rows + (size_t)slots[i] * rf, dim, g + (size_t)i * dim);
+  float *got = malloc((size_t)NU * rf * sizeof(float));
+  assert_int_equal(tcc_gather(c, TCC_BACKGROUND, slots, NU, got, err, sizeof err), 0);
+  for (uint32_t i = 0; i < NU; i++) same("row update", got + (size_t)i * rf, host_rows + (size_t)slots[i] * rf, rf);
+  free(got);
+  free(g);
+}
+
+static void test_gpu_trainer_cache(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  rng_state = 9;
+  enum { ROWS = 1000, DIM = 4, RF = 5, N = 24, NT = 2 };
+  const uint32_t hot[NT] = {1, 3};
+  char err[512];
+  tcc_t *c;
+  assert_int_equal(tcc_create(ROWS, RF, DIM, NT, hot, N, &c, err, sizeof err), 0);
+  /* every row through scatter (unaligned slot bytes, as in a message), back through gather */
+  float *rows = rnd((size_t)ROWS * RF, 1);
+  for (size_t i = 0; i < ROWS; i++) rows[i * RF + DIM] = fabsf(rows[i * RF + DIM]); /* adagrad state >= 0 */
+  uint8_t *sb = malloc(ROWS * 4 + 1);
+  for (uint32_t i = 0; i < ROWS; i++) {
+    uint32_t sl = ROWS - 1 - i;
+    memcpy(sb + 1 + i * 4, &sl, 4);
+  }
+  float *rev = malloc((size_t)ROWS * RF * sizeof(float));
+  for (uint32_t i = 0; i < ROWS; i++) memcpy(rev + (size_t)i * RF, rows + (size_t)(ROWS - 1 - i) * RF, RF * 4);
+  assert_int_equal(tcc_scatter(c, TCC_PREFETCH, sb + 1, ROWS, rev, err, sizeof err), 0);
+  float *all = malloc((size_t)ROWS * RF * sizeof(float));
+  assert_int_equal(tcc_gather(c, TCC_TRAIN, sb + 1, ROWS, all, err, sizeof err), 0);
+  same("scatter/gather", all, rev, (size_t)ROWS * RF);
+  /* pooling: table-major slot lists with repeats */
+  size_t n_ids = (size_t)N * (hot[0] + hot[1]);
+  uint64_t *idx = malloc(n_ids * sizeof *idx);
+  for (size_t k = 0; k < n_ids; k++) idx[k] = tbl_mix64(k * 7 + 1) % 60 * 11;
+  float *emb = malloc((size_t)N * NT * DIM * sizeof(float));
+  float *dEmb = devf(NULL, (size_t)N * NT * DIM);
+  assert_int_equal(tcc_forward(c, idx, N, dEmb, err, sizeof err), 0);
+  size_t o = 0;
+  for (uint32_t t = 0; t < NT; t++) {
+    nn_embedding_bag_fwd(rows, RF, idx + o, N, hot[t], DIM, emb + (size_t)t * DIM, NT * DIM);
+    o += (size_t)N * hot[t];
+  }
+  float *gemb = back(dEmb, (size_t)N * NT * DIM);
+  same("pooling by slot", gemb, emb, (size_t)N * NT * DIM);
+  /* folding per slot, table by table */
+  float *d = rnd((size_t)N * NT * DIM, 1);
+  float *dD = devf(d, (size_t)N * NT * DIM);
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, 3) + 8);
+  o = 0;
+  for (uint32_t t = 0; t < NT; t++) {
+    uint64_t uq[N * 3], guq[N * 3];
+    float gr[N * 3 * DIM], ggr[N * 3 * DIM];
+    uint32_t u = nn_embedding_bag_bwd(d + (size_t)t * DIM, NT * DIM, idx + o, N, hot[t], DIM, uq, gr, DIM, work), gu = 0;
+    assert_int_equal(tcc_backward(c, dD, t, guq, ggr, &gu, err, sizeof err), 0);
+    assert_int_equal(gu, u);
+    for (uint32_t k = 0; k < u; k++) assert_true(guq[k] == uq[k]);
+    same("folded gradients", ggr, gr, (size_t)u * DIM);
+    o += (size_t)N * hot[t];
+  }
+  /* the row optimizers: slot s holds rows[s] */
+  check_row_update(c, OPT_SGD, rows, RF, DIM);
+  check_row_update(c, OPT_ROWWISE_ADAGRAD, rows, RF, DIM);
+  tcc_destroy(c);
+  /* full-vector adagrad: rf = 2 dim */
+  assert_int_equal(tcc_create(ROWS, 2 * DIM, DIM, NT, hot, N, &c, err, sizeof err), 0);
+  float *r2 = rnd((size_t)ROWS * 2 * DIM, 1);
+  for (size_t i = 0; i < (size_t)ROWS * 2 * DIM; i++) r2[i] = fabsf(r2[i]);
+  uint32_t *sl = malloc(ROWS * sizeof *sl);
+  for (uint32_t i = 0; i < ROWS; i++) sl[i] = i;
+  assert_int_equal(tcc_scatter(c, TCC_PREFETCH, sl, ROWS, r2, err, sizeof err), 0);
+  check_row_update(c, OPT_ADAGRAD, r2, 2 * DIM, DIM);
+  tcc_destroy(c);
+  no_cuda_error();
+  cudaFree(dEmb);
+  cudaFree(dD);
+  free(sl); free(r2); free(work); free(d); free(gemb); free(emb); free(idx); free(all); free(rev); free(sb); free(rows);
+}
+
 #endif /* CHANTER_CUDA */
 
 int main(void) {
@@ -715,6 +848,7 @@ int main(void) {
 #ifdef CHANTER_CUDA
       cmocka_unit_test(test_symbols_link),
       cmocka_unit_test(test_model_refuses_without_device),
+      cmocka_unit_test(test_trainer_cache_refuses_without_device),
       cmocka_unit_test(test_launch_failure_is_reported),
       cmocka_unit_test(test_gpu_linear),
       cmocka_unit_test(test_gpu_elementwise),
@@ -725,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_gpu_fm),
       cmocka_unit_test(test_gpu_cross),
       cmocka_unit_test(test_gpu_models),
+      cmocka_unit_test(test_gpu_trainer_cache),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
