@@ -1422,6 +1422,10 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->lrpp = cfg_bool(cfg, "lrpp");
   j->delayed = cfg_bool(cfg, "delayed_sync");
   j->max_l = given_l ? (uint32_t)strtoul(j->lookahead_cfg, NULL, 10) : (uint32_t)cfg_int(cfg, "oracle.max_lookahead");
+  /* lookahead = 0 (the baseline) has nothing to lower: no probe; a batch
+   * too large for the cache fails the job when it is decided, naming
+   * cache_rows (oracle_cache.c) */
+  if (given_l && j->max_l == 0) j->auto_l = 0;
   j->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
   j->probe = j->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
   if (j->probe > j->iterations) j->probe = j->iterations;
@@ -1539,7 +1543,11 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
            j->job_id, j->P, j->B, (unsigned long long)j->iterations, j->allocation, j->mode,
            j->ideal ? "0 (ideal)" : j->lookahead_cfg, (unsigned long long)j->eval_every,
            (unsigned long long)j->eval_batches, j->n_dpc);
-  /* the cacher: once the probe batches are planned (start_auto) */
+  /* the cacher: now for lookahead = 0, else once the probe batches are planned (start_auto) */
+  if (!j->ideal && !j->auto_l && (rc = set_lookahead(j, 0)) != 0) {
+    snprintf(err, err_len, "out of memory creating the cacher");
+    goto fail;
+  }
   *out = j;
   return 0;
 fail:

@@ -74,6 +74,12 @@ err=$(C --set lookahead=4 --set cache_rows=100 local up --workdir "$WORK/tiny" 2
 "$BIN/chanter" local down --workdir "$WORK/tiny" >/dev/null 2>&1
 [ $rc -ne 0 ] && [[ "$err" == *cache_rows* ]]
 expect_rc $? "a cache too small for one batch fails the job naming cache_rows: $(echo "$err" | tail -1 | cut -c1-120)"
+# the same at lookahead = 0, which has no probe: the cacher says it when it decides the batch
+err=$(C --set lookahead=0 --set cache_rows=100 local up --workdir "$WORK/tiny0" 2>&1 >/dev/null; \
+      "$BIN/chanter" --config "$WORK/tiny0/job.ini" train --workdir "$WORK/tiny0" --quiet 2>&1 >/dev/null); rc=$?
+"$BIN/chanter" local down --workdir "$WORK/tiny0" >/dev/null 2>&1
+[ $rc -ne 0 ] && [[ "$err" == *"cache_rows = 100"*"raise cache_rows"* ]]
+expect_rc $? "lookahead = 0 with a cache too small for a batch fails naming cache_rows: $(echo "$err" | tail -1 | cut -c1-120)"
 
 # allocation = laia: a different allocation (so a different summation
 # order than contiguous), but one that depends only on the batches: any L
