@@ -62,14 +62,7 @@ struct tstep_s {
   uint32_t fwd_n;    /* n of the last forward (-1: none) */
   int fwd_ok;
 
-  /* shared rows */
-  uint32_t *sync_slots;
-  float *sync_buf;
-  size_t n_sync, cap_sync, cap_sync_buf;
-
-  /* write-back / batch keys */
-  float *wb_buf;
-  size_t cap_wb;
+  /* batch keys */
   uint64_t *bkeys;
   size_t cap_bkeys;
 
@@ -209,9 +202,6 @@ void tstep_destroy(tstep_t *ts) {
   free(ts->uniq);
   free(ts->ugrad);
   free(ts->work);
-  free(ts->sync_slots);
-  free(ts->sync_buf);
-  free(ts->wb_buf);
   free(ts->bkeys);
   free(ts->crows);
   free(ts->cidx);
@@ -677,7 +667,6 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
     memset(ts->grad, 0, ts->n_slots * ts->dim * sizeof(float));
     memset(ts->touched, 0, ts->n_slots);
   }
-  ts->n_sync = 0;
   if (!b->n) {
     memset(mdev_grads(ts->md), 0, mdev_n_params(ts->md) * sizeof(float));
     return 0.0;
@@ -733,37 +722,6 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
   return loss;
 }
 
-/* ---------------------------------------------------------------- shared rows */
-
-int tstep_sync_pack(tstep_t *ts, const void *keys, size_t n, float **buf, char *err, size_t err_len) {
-  ts->n_sync = 0;
-  if (grow((void **)&ts->sync_slots, &ts->cap_sync, n + 1, sizeof *ts->sync_slots) ||
-      grow((void **)&ts->sync_buf, &ts->cap_sync_buf, (n + 1) * ts->dim, sizeof(float)))
-    return -ENOMEM;
-  float *sb = ts->sync_buf;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t k = load_u64(keys, i);
-    long s = tstep_slot_of(ts, k);
-    if (s < 0)
-      return set_err(err, err_len, -ENOENT,
-                     "sync key %zu, %#" PRIx64 " (table %u row %" PRIu64 "), is not among the %zu fetched rows", i, k,
-                     TBL_TABLE(k), TBL_ROW(k), ts->n_slots);
-    ts->sync_slots[i] = (uint32_t)s;
-    memcpy(sb + i * ts->dim, ts->grad + (size_t)s * ts->dim, ts->dim * sizeof(float));
-  }
-  ts->n_sync = n;
-  *buf = sb;
-  return 0;
-}
-
-void tstep_sync_unpack(tstep_t *ts) {
-  for (size_t i = 0; i < ts->n_sync; i++) {
-    size_t s = ts->sync_slots[i];
-    memcpy(ts->grad + s * ts->dim, ts->sync_buf + i * ts->dim, ts->dim * sizeof(float));
-    ts->touched[s] = 1;
-  }
-}
-
 /* ---------------------------------------------------------------- update / write-back */
 
 size_t tstep_update(tstep_t *ts) {
@@ -776,25 +734,6 @@ size_t tstep_update(tstep_t *ts) {
   }
   ts->fwd_ok = 0;
   return updated;
-}
-
-int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, char *err, size_t err_len) {
-  if (n == ts->n_slots && (n == 0 || memcmp(keys, ts->slot_keys, n * 8) == 0)) {
-    *rows = ts->rows;
-    return 0;
-  }
-  if (grow((void **)&ts->wb_buf, &ts->cap_wb, (n + 1) * ts->rf, sizeof(float))) return -ENOMEM;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t k = load_u64(keys, i);
-    long s = tstep_slot_of(ts, k);
-    if (s < 0)
-      return set_err(err, err_len, -ENOENT,
-                     "write-back key %zu, %#" PRIx64 " (table %u row %" PRIu64 "), is not among the %zu fetched rows",
-                     i, k, TBL_TABLE(k), TBL_ROW(k), ts->n_slots);
-    memcpy(ts->wb_buf + i * ts->rf, ts->rows + (size_t)s * ts->rf, ts->rf * sizeof(float));
-  }
-  *rows = ts->wb_buf;
-  return 0;
 }
 
 /* ---------------------------------------------------------------- eval, digest */

@@ -13,26 +13,24 @@
  * and is exactly the packed reply of embc_lookup, which fills it in place.
  * Sample ids (rows of their table, key = TBL_KEY(t, row)) are mapped to
  * slots by binary search; the pooled embeddings are nn_embedding_bag_fwd
- * over (slot array, slot indices).  The cache of the next issue keeps the
- * same array and sends slots instead of keys.
+ * over (slot array, slot indices).  Two ways to hold rows:
  *
- * One step, in order:
+ * The key path (mode = ideal, whose rows live in the trainer, and
+ * evaluation): the step's sorted keys are the slots.
  *   tstep_set_slots       keys to hold; returns the array to fill
  *   tstep_forward         map ids -> slots, pool, model_forward
  *   tstep_backward        model_backward(scale = 1/global_batch), then per
  *                         table nn_embedding_bag_bwd (coalesced, in sample
  *                         order) into a per-slot gradient (zeroed first)
- *   [all-reduce model_grads() over the trainers]
- *   tstep_sync_pack       gradients of the shared rows, packed in the
- *                         oracle's order, into a buffer
- *   [all-reduce that buffer]
- *   tstep_sync_unpack     the sums back into their slots
+ *   [all-reduce tstep_grads() over the trainers]
  *   tstep_update          dense optimizer step; row optimizer on every
- *                         slot with a gradient (touched here, or shared)
- *   tstep_rows_for        the rows to write back, packed in key order
- * With one trainer and no shared rows this is exactly the arithmetic of
- * `chanter train --local` (same pooling, same gradients, same per-row sums
- * in sample order, same updates), so the results are bit-identical.
+ *                         slot with a gradient
+ * With one trainer this is exactly the arithmetic of `chanter train
+ * --local` (same pooling, same gradients, same per-row sums in sample
+ * order, same updates), so the results are bit-identical.
+ *
+ * The cache (every other mode, below): slots the oracle assigns for the
+ * whole job, shared rows' gradients packed and all-reduced by slot.
  *
  * Errors: 0 or a negative code with a sentence in err (naming the key, the
  * sample, the table).  A tstep_t is used by one thread at a time (the
@@ -135,22 +133,10 @@ const float *tstep_logits(const tstep_t *ts);
  * sum of b's BCE losses. */
 double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch);
 
-/* Packs the row gradients of keys[0..n) (keys may be unaligned; each must
- * be a slot: -ENOENT with err) into *buf (n * dim floats, owned by ts) in
- * that order.  tstep_sync_unpack stores buf's (all-reduced) values back
- * into those slots and marks them updated. */
-int tstep_sync_pack(tstep_t *ts, const void *keys, size_t n, float **buf, char *err, size_t err_len);
-void tstep_sync_unpack(tstep_t *ts);
-
-/* The optimizer: opt_step on the dense parameters with model_grads();
- * opt_row_update on every slot that has a gradient (used by b, or in the
- * sync list).  Returns the number of rows updated. */
+/* The optimizer: opt_step on the dense parameters with tstep_grads();
+ * opt_row_update on every slot that has a gradient (used by b).  Returns
+ * the number of rows updated. */
 size_t tstep_update(tstep_t *ts);
-
-/* The rows of keys[0..n) (each a slot; -ENOENT with err otherwise), packed
- * in that order: *rows is the slot array itself when keys are all the
- * slots, else a buffer owned by ts. */
-int tstep_rows_for(tstep_t *ts, const void *keys, size_t n, const float **rows, char *err, size_t err_len);
 
 /* ---- the cache (lookahead; DESIGN.md 3-4, services/oracle/oracle_cache.h).
  * Rows live for the whole job in one dense array of cache_rows slots

@@ -278,14 +278,8 @@ static void test_p1_exact(void **state) {
     if (tstep_forward(ts, &b.view, err, sizeof err)) fail_msg("forward: %s", err);
     double loss = tstep_backward(ts, &b.view, B);
     /* all-reduce over one trainer: nothing; no shared rows */
-    float *buf;
-    assert_int_equal(tstep_sync_pack(ts, NULL, 0, &buf, err, sizeof err), 0);
-    tstep_sync_unpack(ts);
     assert_int_equal(tstep_update(ts), nk);
-    const float *rows;
-    assert_int_equal(tstep_rows_for(ts, keys, nk, &rows, err, sizeof err), 0);
-    assert_ptr_equal(rows, tstep_slot_rows(ts)); /* all slots: no copy */
-    write_back(&srv, keys, nk, rows);
+    write_back(&srv, keys, nk, tstep_slot_rows(ts)); /* the slots are the keys, in order */
 
     double rloss = ref_step(&j, &r, &b);
     assert_true(loss == rloss);
@@ -334,12 +328,32 @@ static size_t owned(const uint64_t *keys, size_t n, const uint64_t *shared, size
   return m;
 }
 
+#define PAIR_SLOTS (2 * B * 4) /* the cache: room for every key of a batch */
+
 typedef struct pair_s {
   tstep_t *ts[2];
   batch_t part[2];
   uint64_t keys[2][B * 4], shared[B * 4];
   size_t nk[2], ns;
+  /* the slots, as a cacher gives them: key i of the batch's union (sorted)
+   * sits at slot i on both trainers, so a shared row has one slot */
+  uint64_t ukeys[PAIR_SLOTS];
+  size_t nu;
+  uint32_t sh_slots[B * 4];
+  float sbuf[2][B * 4 * 4]; /* the shared rows' gradients, packed (dim 4) */
+  int cache_ready[2];
 } pair_t;
+
+static uint32_t pair_slot(const pair_t *p, uint64_t key) {
+  size_t lo = 0, hi = p->nu;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (p->ukeys[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  ASSERT(lo < p->nu && p->ukeys[lo] == key);
+  return (uint32_t)lo;
+}
 
 /* Everything of one step up to (not including) the all-reduces. */
 static void pair_prepare(const job_t *j, pair_t *p, tables_t *srv, const batch_t *full, uint32_t split) {
@@ -348,48 +362,71 @@ static void pair_prepare(const job_t *j, pair_t *p, tables_t *srv, const batch_t
   sub_batch(j, full, split, B - split, &p->part[1]);
   for (int i = 0; i < 2; i++) p->nk[i] = keys_of(p->ts[i], &p->part[i], p->keys[i]);
   p->ns = intersect(p->keys[0], p->nk[0], p->keys[1], p->nk[1], p->shared);
-  for (int i = 0; i < 2; i++) {
-    fetch(p->ts[i], srv, p->keys[i], p->nk[i]);
-    if (tstep_forward(p->ts[i], &p->part[i].view, err, sizeof err)) fail_msg("forward %d: %s", i, err);
-    tstep_backward(p->ts[i], &p->part[i].view, B);
+  /* the union of both key lists, merged */
+  size_t a = 0, b = 0;
+  p->nu = 0;
+  while (a < p->nk[0] || b < p->nk[1]) {
+    uint64_t ka = a < p->nk[0] ? p->keys[0][a] : UINT64_MAX, kb = b < p->nk[1] ? p->keys[1][b] : UINT64_MAX;
+    p->ukeys[p->nu++] = ka < kb ? ka : kb;
+    a += ka <= kb;
+    b += kb <= ka;
   }
+  for (size_t k = 0; k < p->ns; k++) p->sh_slots[k] = pair_slot(p, p->shared[k]);
+  for (int i = 0; i < 2; i++) {
+    if (!p->cache_ready[i]) {
+      if (tstep_cache_init(p->ts[i], PAIR_SLOTS, err, sizeof err)) fail_msg("cache_init: %s", err);
+      p->cache_ready[i] = 1;
+    }
+    /* fetch: this trainer's rows into their slots */
+    uint32_t sl[B * 4];
+    float rows[B * 4 * 8];
+    ASSERT_OP(p->nk[i] * tstep_row_floats(p->ts[i]), <=, sizeof rows / sizeof *rows);
+    for (size_t k = 0; k < p->nk[i]; k++) sl[k] = pair_slot(p, p->keys[i][k]);
+    lookup(srv, p->keys[i], p->nk[i], rows);
+    tstep_cache_scatter(p->ts[i], sl, p->nk[i], rows);
+    /* the samples' ids as slots */
+    const tstep_batch_t *v = &p->part[i].view;
+    uint32_t ids[B * 4];
+    for (uint32_t t = 0; t < 3; t++)
+      for (size_t e = v->ids_off[t]; e < v->ids_off[t + 1]; e++) ids[e] = pair_slot(p, TBL_KEY(t, v->ids[e]));
+    if (tstep_cache_forward(p->ts[i], v, ids, err, sizeof err)) fail_msg("forward %d: %s", i, err);
+    tstep_backward(p->ts[i], v, B);
+  }
+  /* what goes into the all-reduce of the shared rows, in the oracle's order */
+  for (int i = 0; i < 2; i++) tstep_cache_pack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
 }
 
 /* After the all-reduces: update and write back. */
 static void pair_finish(pair_t *p, tables_t *srv) {
-  char err[512];
+  uint32_t rf = tstep_row_floats(p->ts[0]);
   for (int i = 0; i < 2; i++) {
-    tstep_sync_unpack(p->ts[i]);
-    tstep_update(p->ts[i]);
+    tstep_cache_unpack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
+    tstep_cache_update(p->ts[i], NULL, 0);
   }
   /* every copy of a shared row is the same after the update */
   for (size_t s = 0; s < p->ns; s++) {
-    long a = tstep_slot_of(p->ts[0], p->shared[s]), b = tstep_slot_of(p->ts[1], p->shared[s]);
-    assert_true(a >= 0 && b >= 0);
-    uint32_t rf = tstep_row_floats(p->ts[0]);
-    assert_memory_equal(tstep_slot_rows(p->ts[0]) + a * rf, tstep_slot_rows(p->ts[1]) + b * rf, rf * sizeof(float));
+    float r0[8], r1[8];
+    tstep_cache_gather(p->ts[0], &p->sh_slots[s], 1, r0);
+    tstep_cache_gather(p->ts[1], &p->sh_slots[s], 1, r1);
+    assert_memory_equal(r0, r1, rf * sizeof(float));
   }
-  model_t *m0 = tstep_model(p->ts[0]), *m1 = tstep_model(p->ts[1]);
-  assert_memory_equal(model_params(m0), model_params(m1), model_n_params(m0) * sizeof(float));
+  assert_memory_equal(tstep_params(p->ts[0]), tstep_params(p->ts[1]), tstep_n_params(p->ts[0]) * sizeof(float));
   for (int i = 0; i < 2; i++) {
     uint64_t wb[B * 4];
+    uint32_t sl[B * 4];
+    float rows[B * 4 * 8];
     size_t nw = owned(p->keys[i], p->nk[i], p->shared, p->ns, i, wb);
-    const float *rows;
-    if (tstep_rows_for(p->ts[i], wb, nw, &rows, err, sizeof err)) fail_msg("rows_for: %s", err);
+    for (size_t k = 0; k < nw; k++) sl[k] = pair_slot(p, wb[k]);
+    tstep_cache_gather(p->ts[i], sl, nw, rows);
     write_back(srv, wb, nw, rows);
   }
 }
 
 /* The hand-made all-reduce: x0 + x1 into both (Gloo's order for 2 ranks). */
 static void pair_allreduce_by_hand(pair_t *p) {
-  char err[512];
-  model_t *m0 = tstep_model(p->ts[0]), *m1 = tstep_model(p->ts[1]);
-  float *g0 = model_grads(m0), *g1 = model_grads(m1);
-  for (size_t k = 0; k < model_n_params(m0); k++) g0[k] = g1[k] = g0[k] + g1[k];
-  float *b0, *b1;
-  assert_int_equal(tstep_sync_pack(p->ts[0], p->shared, p->ns, &b0, err, sizeof err), 0);
-  assert_int_equal(tstep_sync_pack(p->ts[1], p->shared, p->ns, &b1, err, sizeof err), 0);
-  for (size_t k = 0; k < p->ns * 4; k++) b0[k] = b1[k] = b0[k] + b1[k];
+  float *g0 = tstep_grads(p->ts[0]), *g1 = tstep_grads(p->ts[1]);
+  for (size_t k = 0; k < tstep_n_params(p->ts[0]); k++) g0[k] = g1[k] = g0[k] + g1[k];
+  for (size_t k = 0; k < p->ns * 4; k++) p->sbuf[0][k] = p->sbuf[1][k] = p->sbuf[0][k] + p->sbuf[1][k];
 }
 
 static void run_p2(uint32_t split, double tol, size_t *shared_total) {
@@ -496,15 +533,14 @@ static void test_p2_gloo_matches_hand_sum(void **state) {
   pair_prepare(&j, &g, &srv_b, &b, 3);
   peer_t pe[2];
   pthread_t th[2];
-  char err[512];
   for (int i = 0; i < 2; i++) {
     memset(&pe[i], 0, sizeof pe[i]);
     pe[i].rank = i;
     snprintf(pe[i].dir, sizeof pe[i].dir, "%s", dir);
     pe[i].ts = g.ts[i];
-    pe[i].grads = model_grads(tstep_model(g.ts[i]));
-    pe[i].n_grads = model_n_params(tstep_model(g.ts[i]));
-    assert_int_equal(tstep_sync_pack(g.ts[i], g.shared, g.ns, &pe[i].sync, err, sizeof err), 0);
+    pe[i].grads = tstep_grads(g.ts[i]);
+    pe[i].n_grads = tstep_n_params(g.ts[i]);
+    pe[i].sync = g.sbuf[i];
     pe[i].n_sync = g.ns * 4;
     assert_int_equal(pthread_create(&th[i], NULL, peer_main, &pe[i]), 0);
   }
@@ -558,12 +594,6 @@ static void test_errors(void **state) {
   assert_int_equal(tstep_set_slots(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
   assert_non_null(strstr(err, "ascending"));
 
-  /* a sync key that is not a slot */
-  fetch(ts, &srv, keys, nk - 1);
-  float *buf;
-  assert_int_equal(tstep_sync_pack(ts, &missing, 1, &buf, err, sizeof err), -ENOENT);
-  assert_non_null(strstr(err, "sync key"));
-  assert_int_equal(tstep_rows_for(ts, &missing, 1, (const float **)&buf, err, sizeof err), -ENOENT);
 
   /* Samples messages */
   Chanter__Oracle__V1__Samples s = CHANTER__ORACLE__V1__SAMPLES__INIT;
