@@ -973,6 +973,18 @@ static void end_job(oracle_job_t *j, int state, const char *fmt, ...) {
     rpc_call_finish(c, 0, NULL);
   }
   release_plans(j);
+  if (j->laia) {
+    laia_stats_t ls;
+    pthread_mutex_lock(&j->laia_mu);
+    laia_stats(j->laia, &ls);
+    double secs = j->laia_secs;
+    pthread_mutex_unlock(&j->laia_mu);
+    double ns = ls.samples ? (double)ls.samples : 1;
+    log_info("allocation laia: batches=%llu samples_on_holder=%.1f%% samples_scored=%.1f%% rows_held=%zu "
+             "ms_per_batch=%.2f window=%u",
+             (unsigned long long)ls.batches, 100.0 * (double)ls.best / ns, 100.0 * (double)ls.scored / ns,
+             ls.rows_held, ls.batches ? 1e3 * secs / (double)ls.batches : 0.0, j->laia_window);
+  }
   if (state == ORACLE_FAILED) log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id,
                                         (unsigned long long)j->done, j->message);
   else log_info("job %s job_id=%s iteration=%llu message=\"%s\"", oracle_state_name(state), j->job_id,

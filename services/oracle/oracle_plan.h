@@ -5,8 +5,15 @@
  * Sample allocation: which trainer trains which sample of batch x.
  * `contiguous` gives sample i to trainer i*P/B; `random` draws a
  * permutation seeded from (seed, x) and gives its contiguous chunks to the
- * trainers the same way (position j -> trainer j*P/B).  A trainer's
+ * trainers the same way (position j -> trainer j*P/B); `laia` is decided
+ * by oracle_laia.h and given to oracle_plan_build_owned.  A trainer's
  * samples keep their order in the batch.
+ *
+ * What the oracle uses: ORACLE_PLAN_KEYS (the batch's distinct keys and
+ * their users, for the cacher, oracle_cache.h), ORACLE_PLAN_IDEAL and
+ * ORACLE_PLAN_EVAL.  The key lists below (flags 0) are the synchronous
+ * baseline written out directly, without the cacher: the tests check the
+ * cacher's L = 0 decisions and the users against them.
  *
  * Key lists: K_p is the set of rows (key = TBL_KEY(table, row)) the
  * samples of trainer p use.  A key in exactly one K_p is private to p; a

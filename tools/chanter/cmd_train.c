@@ -377,8 +377,13 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
     printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
     printf("train logloss     %.4f\n", cli_json_num(summary, "train_logloss"));
-    printf("test logloss      %.4f\n", cli_json_num(summary, "test_logloss"));
-    printf("test AUC          %.4f\n", cli_json_num(summary, "test_auc"));
+    double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");
+    if (isnan(tl) && isnan(ta)) {
+      printf("test logloss/AUC  none (no evaluation ran: eval_batches = %lld)\n", (long long)cfg_int(cfg, "eval_batches"));
+    } else {
+      printf("test logloss      %.4f\n", tl);
+      printf("test AUC          %.4f\n", ta);
+    }
     printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f, handed over %.0f), "
            "written back %.0f\n",
            cli_json_num(summary, "rows_fetched"), cli_json_num(summary, "cache_hits"),

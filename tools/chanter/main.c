@@ -132,7 +132,10 @@ double cli_json_num(const char *json, const char *key) {
   char pat[128];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = json ? strstr(json, pat) : NULL;
-  return p ? strtod(p + strlen(pat), NULL) : NAN;
+  if (!p) return NAN;
+  char *end;
+  double v = strtod(p + strlen(pat), &end);
+  return end == p + strlen(pat) ? NAN : v; /* null (no number): NaN, not 0 */
 }
 
 cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len) {
