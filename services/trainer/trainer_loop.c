@@ -898,41 +898,63 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
                    "iteration %" PRIu64 ": %zu replicate slots but %zu owner bytes and %zu key bytes", x, n,
                    st->replicate_owners.len, st->replicate_keys.len);
   if (n) {
+    /* Each owner sends only its own rows: grouped by owner (in list order
+     * inside a group), every group padded to the largest, one allgather;
+     * one gather of this trainer's rows and one scatter per other owner. */
     uint32_t rf = tstep_row_floats(t->ts), P = t->trainers;
-    float *mine = calloc(n * rf, sizeof(float)), *all = malloc((size_t)P * n * rf * sizeof(float));
-    if (!mine || !all) {
-      free(mine), free(all);
+    size_t *off = calloc((size_t)P + 1, sizeof *off), maxc = 0;
+    uint32_t *grouped = malloc(n * sizeof *grouped);
+    if (!off || !grouped) {
+      free(off), free(grouped);
+      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
+    }
+    for (size_t i = 0; i < n; i++) {
+      uint32_t o;
+      memcpy(&o, st->replicate_owners.data + 4 * i, 4);
+      if (o >= P) {
+        free(off), free(grouped);
+        return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
+                       x, i, o, P);
+      }
+      off[o + 1]++;
+    }
+    for (uint32_t o = 0; o < P; o++) {
+      if (off[o + 1] > maxc) maxc = off[o + 1];
+      off[o + 1] += off[o];
+    }
+    size_t *fill = calloc(P, sizeof *fill);
+    float *mine = calloc(maxc * rf, sizeof(float)), *all = malloc((size_t)P * maxc * rf * sizeof(float));
+    if (!fill || !mine || !all) {
+      free(off), free(grouped), free(fill), free(mine), free(all);
       return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
     }
     for (size_t i = 0; i < n; i++) {
       uint32_t o, sl;
       memcpy(&o, st->replicate_owners.data + 4 * i, 4);
       memcpy(&sl, st->replicate_slots.data + 4 * i, 4);
-      if (o >= P) {
-        free(mine), free(all);
-        return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
-                       x, i, o, P);
-      }
-      if (o == t->rank) tstep_cache_gather(t->ts, &sl, 1, mine + i * rf);
+      grouped[off[o] + fill[o]++] = sl;
     }
-    if ((rc = coll_allgather(t->coll, mine, n * rf * sizeof(float), all)) != 0) {
-      free(mine), free(all);
+    size_t mine_n = off[t->rank + 1] - off[t->rank];
+    tstep_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
+    if ((rc = coll_allgather(t->coll, mine, maxc * rf * sizeof(float), all)) != 0) {
+      free(off), free(grouped), free(fill), free(mine), free(all);
       return set_err(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s",
                      x, n, P, err_str(rc));
     }
+    for (uint32_t o = 0; o < P; o++)
+      if (o != t->rank && off[o + 1] > off[o])
+        tstep_cache_scatter(t->ts, grouped + off[o], off[o + 1] - off[o], all + (size_t)o * maxc * rf);
     for (size_t i = 0; i < n; i++) {
-      uint32_t o, sl;
+      uint32_t sl;
       uint64_t k;
-      memcpy(&o, st->replicate_owners.data + 4 * i, 4);
       memcpy(&sl, st->replicate_slots.data + 4 * i, 4);
       memcpy(&k, st->replicate_keys.data + 8 * i, 8);
-      if (o != t->rank) tstep_cache_scatter(t->ts, &sl, 1, all + ((size_t)o * n + i) * rf);
       if (kmap_set(t->kmap, sl, k) != 0) {
-        free(mine), free(all);
+        free(off), free(grouped), free(fill), free(mine), free(all);
         return set_err(err, err_len, -ENOMEM, "out of memory in the key map");
       }
     }
-    free(mine), free(all);
+    free(off), free(grouped), free(fill), free(mine), free(all);
   }
   return 0;
 }
