@@ -1124,28 +1124,33 @@ static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const vo
   if ((rc = tstep_set_slots(t->ts, keys, n, &rows, err, err_len)) != 0 || !n) return rc;
   const uint64_t *sk = tstep_slot_keys(t->ts);
   uint32_t rf = tstep_row_floats(t->ts);
+  /* cached rows in one gather (one copy on a GPU), the rest from the servers */
   size_t miss = 0, hit = 0;
   uint64_t *mk = malloc(n * sizeof *mk);
-  size_t *mi = malloc(n * sizeof *mi);
+  size_t *mi = malloc(n * sizeof *mi), *hi = malloc(n * sizeof *hi);
+  uint32_t *hs = malloc(n * sizeof *hs);
   float *mr = malloc(n * rf * sizeof(float));
-  if (!mk || !mi || !mr) {
-    free(mk), free(mi), free(mr);
+  if (!mk || !mi || !hi || !hs || !mr) {
+    free(mk), free(mi), free(hi), free(hs), free(mr);
     return set_err(err, err_len, -ENOMEM, "out of memory for %zu evaluation rows", n);
   }
   for (size_t i = 0; i < n; i++) {
     int64_t sl = kmap_find(t->kmap, sk[i]);
     if (sl >= 0) {
-      uint32_t s32 = (uint32_t)sl;
-      tstep_cache_gather(t->ts, &s32, 1, rows + i * rf);
-      hit++;
+      hs[hit] = (uint32_t)sl;
+      hi[hit++] = i;
     } else {
       mk[miss] = sk[i];
       mi[miss++] = i;
     }
   }
+  if (hit) {
+    tstep_cache_gather(t->ts, hs, hit, mr);
+    for (size_t j = 0; j < hit; j++) memcpy(rows + hi[j] * rf, mr + j * rf, rf * sizeof(float));
+  }
   if (miss && (rc = embc_lookup(t->embc, mk, miss, mr, err, err_len)) == 0)
     for (size_t j = 0; j < miss; j++) memcpy(rows + mi[j] * rf, mr + j * rf, rf * sizeof(float));
-  free(mk), free(mi), free(mr);
+  free(mk), free(mi), free(hi), free(hs), free(mr);
   log_debug("eval round=%" PRIu64 " rows=%zu from_cache=%zu fetched=%zu", ev->round, n, hit, miss);
   return rc;
 }
