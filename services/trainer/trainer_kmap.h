@@ -5,10 +5,10 @@
  * newer than the embedding servers' copies) and, later, to hand the cache
  * contents to a restarted oracle.
  *
- * An array slot -> key (EMPTY when free) plus an open-addressing hash map
- * key -> slot (linear probing, backward-shift deletion).  Insert when a
- * fetched row lands in its slot, erase when the oracle evicts the slot.
- * One thread.
+ * An array slot -> key (with a per-slot free flag) plus a hash map key ->
+ * slot (common/u64map.h: linear probing, backward-shift deletion).  Insert
+ * when a fetched row lands in its slot, erase when the oracle evicts the
+ * slot.  One thread.
  */
 #ifndef CHANTER_TRAINER_KMAP_H
 #define CHANTER_TRAINER_KMAP_H

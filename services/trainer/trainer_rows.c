@@ -5,43 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EMPTY UINT64_MAX /* not a valid key: no table has 2^48 rows */
+#include "u64map.h"
 
 struct trows_s {
   tbl_layout_t layout;
-  uint32_t rf;      /* floats per row */
-  uint64_t *keys;   /* hash slots: key or EMPTY */
-  uint64_t *index;  /* hash slots: row index into rows */
-  size_t cap;       /* hash slots, a power of two */
-  size_t n;         /* rows held */
-  float *rows;      /* n_cap rows of rf floats */
+  uint32_t rf;  /* floats per row */
+  u64map_t map; /* key -> row index into rows */
+  size_t n;     /* rows held */
+  float *rows;  /* n_cap rows of rf floats */
   size_t n_cap;
 };
-
-static size_t hash_of(uint64_t key, size_t cap) { return (size_t)tbl_mix64(key) & (cap - 1); }
-
-static int rehash(trows_t *s, size_t cap) {
-  uint64_t *keys = malloc(cap * sizeof *keys), *index = malloc(cap * sizeof *index);
-  if (!keys || !index) {
-    free(keys);
-    free(index);
-    return -ENOMEM;
-  }
-  for (size_t i = 0; i < cap; i++) keys[i] = EMPTY;
-  for (size_t i = 0; i < s->cap; i++) {
-    if (s->keys[i] == EMPTY) continue;
-    size_t h = hash_of(s->keys[i], cap);
-    while (keys[h] != EMPTY) h = (h + 1) & (cap - 1);
-    keys[h] = s->keys[i];
-    index[h] = s->index[i];
-  }
-  free(s->keys);
-  free(s->index);
-  s->keys = keys;
-  s->index = index;
-  s->cap = cap;
-  return 0;
-}
 
 int trows_create(const tbl_layout_t *layout, trows_t **out) {
   if (!layout->n_tables) return -EINVAL;
@@ -52,7 +25,7 @@ int trows_create(const tbl_layout_t *layout, trows_t **out) {
   if (!s) return -ENOMEM;
   s->rf = rf;
   int rc = tbl_layout_copy(&s->layout, layout);
-  if (!rc) rc = rehash(s, 1024);
+  if (!rc) rc = u64map_init(&s->map, 512);
   if (rc) {
     trows_destroy(s);
     return rc;
@@ -63,8 +36,7 @@ int trows_create(const tbl_layout_t *layout, trows_t **out) {
 
 void trows_destroy(trows_t *s) {
   if (!s) return;
-  free(s->keys);
-  free(s->index);
+  u64map_close(&s->map);
   free(s->rows);
   tbl_layout_close(&s->layout);
   free(s);
@@ -75,29 +47,20 @@ size_t trows_count(const trows_t *s) { return s->n; }
 /* The row of key, inserted (initialized) when new; NULL on -ENOMEM / bad
  * key (*rc says which). */
 static float *row_of(trows_t *s, uint64_t key, int *rc, char *why, size_t why_len) {
-  size_t h = hash_of(key, s->cap);
-  while (s->keys[h] != EMPTY) {
-    if (s->keys[h] == key) return s->rows + s->index[h] * s->rf;
-    h = (h + 1) & (s->cap - 1);
-  }
+  uint32_t i;
+  if (u64map_find(&s->map, key, &i)) return s->rows + (size_t)i * s->rf;
   if ((*rc = tbl_check_key(&s->layout, key, why, why_len)) != 0) return NULL;
-  if (2 * (s->n + 1) > s->cap) { /* load factor at most 1/2 */
-    if ((*rc = rehash(s, 2 * s->cap)) != 0) return NULL;
-    h = hash_of(key, s->cap);
-    while (s->keys[h] != EMPTY) h = (h + 1) & (s->cap - 1);
-  }
+  *rc = -ENOMEM;
+  if (s->n > UINT32_MAX) return NULL; /* a row index is a uint32 */
   if (s->n == s->n_cap) {
     size_t nc = s->n_cap ? 2 * s->n_cap : 1024;
     float *r = realloc(s->rows, nc * s->rf * sizeof(float));
-    if (!r) {
-      *rc = -ENOMEM;
-      return NULL;
-    }
+    if (!r) return NULL;
     s->rows = r;
     s->n_cap = nc;
   }
-  s->keys[h] = key;
-  s->index[h] = s->n;
+  if (u64map_insert(&s->map, key, (uint32_t)s->n, NULL) < 0) return NULL;
+  *rc = 0;
   float *row = s->rows + s->n * s->rf;
   tbl_init_row(&s->layout, key, row);
   s->n++;
