@@ -455,8 +455,10 @@ static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHU
 
 /* The cacher at L = LALLOC over b[0..n) for P trainers, contiguous or laia
  * (window LALLOC); per batch over [LALLOC + 1, n): *r holds the counts,
- * *laia_s the seconds laia_assign took a batch. */
-static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s) {
+ * *laia_s the seconds laia_assign took a batch, *held the rows laia's map
+ * holds at the end (its memory: 16 bytes each, at a load of 1/4 to 1/2). */
+static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s,
+                     size_t *held) {
   oracle_plan_t *pl = calloc(n, sizeof *pl);
   uint32_t *own = malloc((size_t)BS * sizeof *own);
   laia_t *l = NULL;
@@ -478,6 +480,12 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
     if (rc || (rc = ccr_step(r, &pl[x], 0)) != 0) goto out;
   }
   *laia_s /= (double)n;
+  *held = 0;
+  if (l) {
+    laia_stats_t ls;
+    laia_stats(l, &ls);
+    *held = ls.rows_held;
+  }
   rc = 0;
 out:
   for (uint64_t x = 0; pl && x < n; x++) oracle_plan_close(&pl[x]);
@@ -498,14 +506,15 @@ static int bench_alloc(uint64_t n) {
   for (uint64_t x = 0; x < n; x++) b[x].index = x;
   printf("\nallocation (L = %d, laia window %d; per batch over batches %d..%" PRIu64 "):\n", LALLOC, LALLOC,
          LALLOC + 1, n - 1);
-  printf("  %3s %-11s %13s %12s %12s %13s %14s %12s\n", "P", "allocation", "fetched rows", "all-reduced",
-         "handed over", "fetch+synced", "laia ms/batch", "samples/s");
+  printf("  %3s %-11s %13s %12s %12s %13s %14s %12s %12s\n", "P", "allocation", "fetched rows", "all-reduced",
+         "handed over", "fetch+synced", "laia ms/batch", "samples/s", "rows held");
   const uint32_t Ps[2] = {2, 8};
   for (int pi = 0; pi < 2; pi++)
     for (int laia = 0; laia <= 1; laia++) {
       ccr_t r;
       double ls = 0;
-      int e = alloc_run(b, n, Ps[pi], laia, &r, &ls);
+      size_t held = 0;
+      int e = alloc_run(b, n, Ps[pi], laia, &r, &ls, &held);
       if (e) {
         fprintf(stderr, "bench oracle: allocation P=%u %s: %s %s\n", Ps[pi], laia ? "laia" : "contiguous",
                 strerror(-e), r.err);
@@ -516,12 +525,13 @@ static int bench_alloc(uint64_t n) {
       printf("  %3u %-11s %13.0f %12.0f %12.0f %13.0f", Ps[pi], laia ? "laia" : "contiguous", (double)r.st_fetch / k,
              (double)(r.st_crit + r.st_del) / k, (double)r.st_rep / k,
              (double)(r.st_fetch + r.st_crit + r.st_del + r.st_rep) / k);
-      if (laia) printf(" %14.2f %12.0f\n", 1e3 * ls, BS / ls);
-      else printf(" %14s %12s\n", "-", "-");
+      if (laia) printf(" %14.2f %12.0f %11.2fM\n", 1e3 * ls, BS / ls, (double)held / 1e6);
+      else printf(" %14s %12s %12s\n", "-", "-", "-");
       ocache_destroy(r.c);
     }
   printf("  (all-reduced: rows several trainers use in the batch; handed over: owned rows replicated because another\n"
-         "   trainer uses them; laia ms/batch: laia_assign alone, one thread -- the oracle runs it on its loop)\n");
+         "   trainer uses them; laia ms/batch: laia_assign alone, one thread -- the oracle runs it on its planning\n"
+         "   workers, one batch after the other; rows held: laia's map at the end, 16 bytes a row at a load of 1/4..1/2)\n");
   rc = 0;
 out:
   for (uint64_t x = 0; x < n; x++) data_batch_free(&b[x]);
