@@ -122,6 +122,8 @@ struct oracle_job_s {
   uint64_t iterations, eval_every, eval_batches, seed, rounds_total, tail_start, log_every;
   int policy, ideal, drain_ms;
   uint32_t laia_window; /* oracle.laia_window */
+  uint32_t laia_profile; /* oracle.laia_profile */
+  double laia_min_share; /* oracle.laia_min_share */
   laia_t *laia;         /* allocation = laia: the rows each trainer holds (oracle_laia.h) */
   /* laia runs in the planning work, on the worker pool, one batch after the
    * other: batch x waits for laia_next == x (under laia_mu) */
@@ -981,9 +983,10 @@ static void end_job(oracle_job_t *j, int state, const char *fmt, ...) {
     pthread_mutex_unlock(&j->laia_mu);
     double ns = ls.samples ? (double)ls.samples : 1;
     log_info("allocation laia: batches=%llu samples_on_holder=%.1f%% samples_scored=%.1f%% rows_held=%zu "
-             "ms_per_batch=%.2f window=%u",
+             "ms_per_batch=%.2f window=%u tables_scored=%u/%u",
              (unsigned long long)ls.batches, 100.0 * (double)ls.best / ns, 100.0 * (double)ls.scored / ns,
-             ls.rows_held, ls.batches ? 1e3 * secs / (double)ls.batches : 0.0, j->laia_window);
+             ls.rows_held, ls.batches ? 1e3 * secs / (double)ls.batches : 0.0, j->laia_window, ls.tables_scored,
+             ls.tables);
   }
   if (state == ORACLE_FAILED) log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id,
                                         (unsigned long long)j->done, j->message);
@@ -1420,6 +1423,8 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->allocation = cfg_str(cfg, "allocation");
   j->policy = oracle_alloc_parse(j->allocation);
   j->laia_window = (uint32_t)cfg_int(cfg, "oracle.laia_window");
+  j->laia_profile = (uint32_t)cfg_int(cfg, "oracle.laia_profile");
+  j->laia_min_share = cfg_float(cfg, "oracle.laia_min_share");
   j->mode = cfg_str(cfg, "mode");
   j->ideal = !strcmp(j->mode, "ideal");
   j->drain_ms = (int)cfg_int(cfg, "oracle.drain_ms");
@@ -1496,7 +1501,11 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   }
   j->plan_span = j->n_plans;
   if (j->policy == ORACLE_ALLOC_LAIA) {
-    laia_opts_t lo = {.trainers = j->P, .window = j->laia_window, .seed = j->seed};
+    laia_opts_t lo = {.trainers = j->P,
+                      .window = j->laia_window,
+                      .seed = j->seed,
+                      .profile = j->laia_profile,
+                      .min_share = j->laia_min_share};
     if ((rc = laia_create(&lo, &j->laia)) != 0) {
       snprintf(err, err_len, "allocation = laia: %s", err_str(rc));
       goto fail;
@@ -1781,7 +1790,8 @@ char *oracle_job_summary(const oracle_job_t *j) {
     sb_num(&b, "samples_on_holder", (double)ls.best / ns);
     sb_printf(&b, ", ");
     sb_num(&b, "seconds_per_batch", ls.batches ? laia_secs / (double)ls.batches : 0);
-    sb_printf(&b, ", \"rows_held\": %zu}", ls.rows_held);
+    sb_printf(&b, ", \"rows_held\": %zu, \"tables_scored\": %u, \"tables\": %u}", ls.rows_held, ls.tables_scored,
+              ls.tables);
   }
   sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
   sb_str(&b, "state", oracle_state_name(j->state));

@@ -2,6 +2,7 @@
 #include "oracle_laia.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,12 @@ struct laia_s {
   size_t *homes;      /* ... and where their probes start */
   size_t per_cap;
   laia_stats_t st;
+  /* the profile: per table, ids seen and ids that found a held row; then
+   * which tables are scored (NULL until the first batch gives n_tables) */
+  uint32_t n_tables;
+  uint64_t *t_ids, *t_hits;
+  uint8_t *t_on;
+  int profiled;
 };
 
 static inline int live(const laia_t *l, const ent_t *e, uint32_t x) {
@@ -96,7 +103,8 @@ static inline size_t home(const laia_t *l, uint64_t key) { return (size_t)tbl_mi
 
 int laia_create(const laia_opts_t *o, laia_t **out) {
   *out = NULL;
-  if (!o->trainers || !o->window || o->window > LAIA_WINDOW_MAX) return -EINVAL;
+  if (!o->trainers || !o->window || o->window > LAIA_WINDOW_MAX || !(o->min_share >= 0 && o->min_share <= 1))
+    return -EINVAL;
   laia_t *l = calloc(1, sizeof *l);
   if (!l) return -ENOMEM;
   l->o = *o;
@@ -126,12 +134,43 @@ void laia_destroy(laia_t *l) {
   free(l->ties);
   free(l->keys);
   free(l->homes);
+  free(l->t_ids);
+  free(l->t_hits);
+  free(l->t_on);
   free(l);
 }
 
 void laia_stats(const laia_t *l, laia_stats_t *out) {
   *out = l->st;
   out->rows_held = l->count;
+  out->tables = l->n_tables;
+  out->tables_scored = 0;
+  for (uint32_t t = 0; t < l->n_tables; t++) out->tables_scored += l->t_on[t];
+}
+
+int laia_table_scored(const laia_t *l, uint32_t t) { return t < l->n_tables && l->t_on[t]; }
+
+double laia_table_share(const laia_t *l, uint32_t t) {
+  if (!l->profiled || t >= l->n_tables || !l->t_ids[t]) return NAN;
+  return (double)l->t_hits[t] / (double)l->t_ids[t];
+}
+
+/* After the profile's last batch: keep the tables that decide something
+ * (at least one, the best, so that laia stays laia). */
+static void end_profile(laia_t *l) {
+  uint32_t best = 0, kept = 0;
+  double best_share = -1;
+  for (uint32_t t = 0; t < l->n_tables; t++) {
+    double sh = l->t_ids[t] ? (double)l->t_hits[t] / (double)l->t_ids[t] : 0;
+    l->t_on[t] = sh >= l->o.min_share && l->t_hits[t] > 0;
+    kept += l->t_on[t];
+    if (sh > best_share) {
+      best_share = sh;
+      best = t;
+    }
+  }
+  if (!kept && l->n_tables) l->t_on[best] = 1;
+  l->profiled = 1;
 }
 
 static void close_trainer(laia_t *l, uint32_t t) {
@@ -142,6 +181,22 @@ static void close_trainer(laia_t *l, uint32_t t) {
 
 int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   if (l->started && b->index != l->next_x) return -EINVAL;
+  if (!l->t_on) {
+    l->t_ids = calloc(b->n_tables + 1, sizeof *l->t_ids);
+    l->t_hits = calloc(b->n_tables + 1, sizeof *l->t_hits);
+    l->t_on = malloc(b->n_tables + 1);
+    if (!l->t_ids || !l->t_hits || !l->t_on) {
+      free(l->t_ids), free(l->t_hits), free(l->t_on);
+      l->t_ids = l->t_hits = NULL;
+      l->t_on = NULL;
+      return -ENOMEM;
+    }
+    memset(l->t_on, 1, b->n_tables + 1);
+    l->n_tables = b->n_tables;
+  } else if (b->n_tables != l->n_tables) {
+    return -EINVAL;
+  }
+  const int profiling = !l->profiled && l->o.profile > 0;
   const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->index;
   size_t per = 0; /* ids per sample */
   for (uint32_t t = 0; t < b->n_tables; t++) per += b->hotness[t];
@@ -169,6 +224,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
     /* the sample's keys and their homes, prefetched together */
     size_t k = 0;
     for (uint32_t t = 0; t < b->n_tables; t++) {
+      if (!l->t_on[t]) continue;
       uint32_t hot = b->hotness[t];
       const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i * hot;
       for (uint32_t h = 0; h < hot; h++, k++) {
@@ -181,6 +237,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       const ent_t *e = slot_at(l, l->keys[a], l->homes[a], x);
       if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
       uint32_t q = e->holder - 1;
+      if (profiling) l->t_hits[TBL_TABLE(l->keys[a])]++;
       if (!l->score[q]++) l->touched[n_touched++] = q;
     }
     uint32_t best = 0, n_ties = 0;
@@ -215,7 +272,9 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   }
   /* 2: the batch's rows are now held by their one trainer, or by nobody if several used them */
   for (uint32_t t = 0; t < b->n_tables; t++) {
+    if (!l->t_on[t]) continue;
     uint32_t hot = b->hotness[t];
+    if (profiling) l->t_ids[t] += (uint64_t)B * hot;
     const uint64_t *ids = b->ids + b->ids_off[t];
     size_t n_ids = (size_t)B * hot;
     for (size_t a = 0; a < n_ids && a < AHEAD; a++) __builtin_prefetch(&l->tab[home(l, TBL_KEY(t, ids[a]))]);
@@ -234,6 +293,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   }
   l->st.batches++;
   l->st.samples += B;
+  if (profiling && l->st.batches >= l->o.profile) end_profile(l);
   l->started = 1;
   l->next_x = b->index + 1;
   return 0;

@@ -27,8 +27,10 @@
  * lookahead -- so runs with any L, cache policy or delayed sync are still
  * bit-identical to each other.
  *
- * Cost: two hash lookups per id (score, then update) and, per sample, work
- * proportional to the trainers its rows touch; independent of window.
+ * Cost: two hash lookups per id of a scored table (score, then update)
+ * and, per sample, work proportional to the trainers its rows touch;
+ * independent of window.  With a profile (below) only the tables that
+ * decide something are scored.
  * The map keeps the rows used in the last window batches (expired entries
  * are dropped when it grows).  Batches must come in order (x = the
  * previous x + 1, starting anywhere).  Not thread-safe: one caller.
@@ -49,6 +51,14 @@ typedef struct laia_opts_s {
   uint32_t trainers; /* P >= 1 */
   uint32_t window;   /* 1 .. LAIA_WINDOW_MAX batches */
   uint64_t seed;     /* the job seed: tie-breaking */
+  /* Adaptive (Herald's profiler): the first `profile` batches score every
+   * table and count, per table, the ids that found a held row; from then
+   * on only the tables where at least `min_share` of the ids did are
+   * scored and tracked (the others -- tiny tables whose rows every trainer
+   * uses, huge ones whose rows are seen once -- cost two lookups an id and
+   * decide nothing).  profile = 0: every table, always. */
+  uint32_t profile;
+  double min_share;
 } laia_opts_t;
 
 typedef struct laia_stats_s {
@@ -56,6 +66,7 @@ typedef struct laia_stats_s {
   uint64_t scored;  /* samples some trainer held a row of */
   uint64_t best;    /* ... placed on a trainer holding the most of its rows (the others being full) */
   size_t rows_held; /* map entries (rows used in the last window batches, at most) */
+  uint32_t tables, tables_scored; /* after the profile: the tables still scored */
 } laia_stats_t;
 
 /* 0, -EINVAL (P = 0, window out of range) or -ENOMEM. */
@@ -68,5 +79,10 @@ void laia_destroy(laia_t *l);
 int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner);
 
 void laia_stats(const laia_t *l, laia_stats_t *out);
+/* Whether table t is scored (every table before the profile ends). */
+int laia_table_scored(const laia_t *l, uint32_t t);
+/* The share of table t's ids that found a held row during the profile
+ * (NaN before it ends or without one). */
+double laia_table_share(const laia_t *l, uint32_t t);
 
 #endif

@@ -66,6 +66,7 @@ typedef struct ref_s {
   uint64_t seed;
   int64_t last[MAXT][MAXROWS]; /* -1: never used */
   uint32_t holder[MAXT][MAXROWS]; /* trainer + 1, or UINT32_MAX: several */
+  uint8_t on[MAXT];               /* tables scored */
 } ref_t;
 
 static void ref_init(ref_t *r, uint32_t P, uint32_t window, uint64_t seed) {
@@ -73,8 +74,10 @@ static void ref_init(ref_t *r, uint32_t P, uint32_t window, uint64_t seed) {
   r->P = P;
   r->window = window;
   r->seed = seed;
-  for (int t = 0; t < MAXT; t++)
+  for (int t = 0; t < MAXT; t++) {
+    r->on[t] = 1;
     for (int i = 0; i < MAXROWS; i++) r->last[t][i] = -1;
+  }
 }
 
 /* No trainer holds a row of sample i: the draw over the trainers with
@@ -108,7 +111,7 @@ static void ref_assign(ref_t *r, const data_batch_t *b, uint32_t *owner) {
   for (uint32_t i = 0; i < B; i++) {
     memset(score, 0, sizeof score);
     for (uint32_t t = 0; t < b->n_tables; t++)
-      for (uint32_t h = 0; h < b->hotness[t]; h++) {
+      for (uint32_t h = 0; h < b->hotness[t] && r->on[t]; h++) {
         uint64_t row = b->ids[b->ids_off[t] + (size_t)i * b->hotness[t] + h];
         if (r->last[t][row] < 0 || x - r->last[t][row] > r->window || r->holder[t][row] == UINT32_MAX) continue;
         score[r->holder[t][row] - 1]++;
@@ -130,7 +133,7 @@ static void ref_assign(ref_t *r, const data_batch_t *b, uint32_t *owner) {
   /* then the holdings take the batch in */
   for (uint32_t i = 0; i < B; i++)
     for (uint32_t t = 0; t < b->n_tables; t++)
-      for (uint32_t h = 0; h < b->hotness[t]; h++) {
+      for (uint32_t h = 0; h < b->hotness[t] && r->on[t]; h++) {
         uint64_t row = b->ids[b->ids_off[t] + (size_t)i * b->hotness[t] + h];
         if (r->last[t][row] != x) {
           r->last[t][row] = x;
@@ -285,6 +288,81 @@ static void test_bad_options(void **state) {
   assert_int_equal(oracle_alloc(ORACLE_ALLOC_LAIA, 1, 0, 4, 2, own), -EINVAL); /* needs the history */
 }
 
+/* Adaptive: a profile of 6 batches over three tables -- table 0 of 2 rows
+ * (every trainer uses them: never held), table 1 of 300 rows skewed (rows
+ * held), table 2 whose every id is new (never held) -- keeps table 1
+ * alone; from then on the allocation is the reference's scoring table 1
+ * only (and before, all three). */
+static void test_adaptive(void **state) {
+  (void)state;
+  static ref_t ref;
+  const uint32_t P = 2, W = 8, PROF = 6, hot[3] = {1, 1, 1};
+  laia_t *l;
+  laia_opts_t o = {.trainers = P, .window = W, .seed = 4, .profile = PROF, .min_share = 0.01};
+  assert_int_equal(laia_create(&o, &l), 0);
+  ref_init(&ref, P, W, o.seed);
+  sm_state = 321;
+  uint64_t fresh = 0;
+  for (uint64_t x = 0; x < 40; x++) {
+    const uint32_t B = 48;
+    uint64_t ids[3 * 48];
+    for (uint32_t i = 0; i < B; i++) {
+      ids[i] = splitmix() % 2;
+      double u = unif();
+      ids[B + i] = (uint64_t)(300.0 * u * u);
+      ids[2 * B + i] = fresh++ % MAXROWS;
+    }
+    data_batch_t b;
+    make_batch(&b, x, B, 3, hot, ids);
+    uint32_t got[64], want[64];
+    assert_int_equal(laia_assign(l, &b, got), 0);
+    ref_assign(&ref, &b, want);
+    for (uint32_t i = 0; i < B; i++)
+      if (got[i] != want[i]) fail_msg("batch %llu sample %u: laia %u, reference %u", (unsigned long long)x, i, got[i], want[i]);
+    check_shares(got, B, P);
+    if (x + 1 == PROF) {
+      /* the profile just ended */
+      assert_false(laia_table_scored(l, 0));
+      assert_true(laia_table_scored(l, 1));
+      assert_false(laia_table_scored(l, 2));
+      print_message("profile: shares %.4f %.4f %.4f\n", laia_table_share(l, 0), laia_table_share(l, 1),
+                    laia_table_share(l, 2));
+      assert_true(laia_table_share(l, 1) >= 0.01);
+      assert_true(laia_table_share(l, 2) == 0.0);
+      for (uint32_t t = 0; t < 3; t++) ref.on[t] = (uint8_t)laia_table_scored(l, t);
+    }
+    data_batch_free(&b);
+  }
+  laia_stats_t st;
+  laia_stats(l, &st);
+  assert_int_equal(st.tables, 3);
+  assert_int_equal(st.tables_scored, 1);
+  laia_destroy(l);
+  /* a min_share nobody reaches keeps the best table */
+  o.min_share = 1.0;
+  assert_int_equal(laia_create(&o, &l), 0);
+  sm_state = 321;
+  for (uint64_t x = 0; x < PROF; x++) {
+    uint64_t ids[3 * 16];
+    for (uint32_t i = 0; i < 16; i++) {
+      ids[i] = splitmix() % 2;
+      ids[16 + i] = splitmix() % 40;
+      ids[32 + i] = 1000 + x * 16 + i;
+    }
+    data_batch_t b;
+    uint32_t own[16];
+    make_batch(&b, x, 16, 3, hot, ids);
+    assert_int_equal(laia_assign(l, &b, own), 0);
+    data_batch_free(&b);
+  }
+  laia_stats(l, &st);
+  assert_int_equal(st.tables_scored, 1);
+  assert_true(laia_table_scored(l, 1));
+  laia_destroy(l);
+  o.min_share = 1.5;
+  assert_int_equal(laia_create(&o, &l), -EINVAL);
+}
+
 /* Rows that move between trainers over a stream of plans: shared in a
  * batch (all-reduced), or used by another trainer than the one that alone
  * used them last, within `window` batches (handed over). */
@@ -353,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_by_hand),
       cmocka_unit_test(test_bad_options),
       cmocka_unit_test(test_matches_reference),
+      cmocka_unit_test(test_adaptive),
       cmocka_unit_test(test_fewer_rows_moved),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

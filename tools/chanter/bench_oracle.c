@@ -458,11 +458,12 @@ static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHU
  * *laia_s the seconds laia_assign took a batch, *held the rows laia's map
  * holds at the end (its memory: 16 bytes each, at a load of 1/4 to 1/2). */
 static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s,
-                     size_t *held) {
+                     size_t *held, uint32_t *tables) {
   oracle_plan_t *pl = calloc(n, sizeof *pl);
   uint32_t *own = malloc((size_t)BS * sizeof *own);
   laia_t *l = NULL;
-  laia_opts_t lo = {.trainers = P, .window = LALLOC, .seed = SEED};
+  /* laia: 1 every table, 2 adaptive with the job's defaults (oracle.laia_profile, oracle.laia_min_share) */
+  laia_opts_t lo = {.trainers = P, .window = LALLOC, .seed = SEED, .profile = laia == 2 ? 16 : 0, .min_share = 0.01};
   int rc = -ENOMEM;
   *laia_s = 0;
   if (!pl || !own || ccr_open(r, P, LALLOC, n - 1) || (laia && laia_create(&lo, &l))) goto out;
@@ -485,6 +486,7 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
     laia_stats_t ls;
     laia_stats(l, &ls);
     *held = ls.rows_held;
+    *tables = ls.tables_scored;
   }
   rc = 0;
 out:
@@ -506,30 +508,34 @@ static int bench_alloc(uint64_t n) {
   for (uint64_t x = 0; x < n; x++) b[x].index = x;
   printf("\nallocation (L = %d, laia window %d; per batch over batches %d..%" PRIu64 "):\n", LALLOC, LALLOC,
          LALLOC + 1, n - 1);
-  printf("  %3s %-11s %13s %12s %12s %13s %14s %12s %12s\n", "P", "allocation", "fetched rows", "all-reduced",
-         "handed over", "fetch+synced", "laia ms/batch", "samples/s", "rows held");
+  printf("  %3s %-11s %13s %12s %12s %13s %14s %12s %12s %10s\n", "P", "allocation", "fetched rows", "all-reduced",
+         "handed over", "fetch+synced", "laia ms/batch", "samples/s", "rows held", "tables");
   const uint32_t Ps[2] = {2, 8};
+  static const char *names[3] = {"contiguous", "laia all", "laia"};
   for (int pi = 0; pi < 2; pi++)
-    for (int laia = 0; laia <= 1; laia++) {
+    for (int laia = 0; laia <= 2; laia++) {
       ccr_t r;
       double ls = 0;
       size_t held = 0;
-      int e = alloc_run(b, n, Ps[pi], laia, &r, &ls, &held);
+      uint32_t tables = 0;
+      int e = alloc_run(b, n, Ps[pi], laia, &r, &ls, &held, &tables);
       if (e) {
-        fprintf(stderr, "bench oracle: allocation P=%u %s: %s %s\n", Ps[pi], laia ? "laia" : "contiguous",
+        fprintf(stderr, "bench oracle: allocation P=%u %s: %s %s\n", Ps[pi], names[laia],
                 strerror(-e), r.err);
         if (r.c) ocache_destroy(r.c);
         goto out;
       }
       double k = r.st_n ? (double)r.st_n : 1;
-      printf("  %3u %-11s %13.0f %12.0f %12.0f %13.0f", Ps[pi], laia ? "laia" : "contiguous", (double)r.st_fetch / k,
+      printf("  %3u %-11s %13.0f %12.0f %12.0f %13.0f", Ps[pi], names[laia], (double)r.st_fetch / k,
              (double)(r.st_crit + r.st_del) / k, (double)r.st_rep / k,
              (double)(r.st_fetch + r.st_crit + r.st_del + r.st_rep) / k);
-      if (laia) printf(" %14.2f %12.0f %11.2fM\n", 1e3 * ls, BS / ls, (double)held / 1e6);
-      else printf(" %14s %12s %12s\n", "-", "-", "-");
+      if (laia) printf(" %14.2f %12.0f %11.2fM %7u/%u\n", 1e3 * ls, BS / ls, (double)held / 1e6, tables, NT);
+      else printf(" %14s %12s %12s %10s\n", "-", "-", "-", "-");
       ocache_destroy(r.c);
     }
-  printf("  (all-reduced: rows several trainers use in the batch; handed over: owned rows replicated because another\n"
+  printf("  (laia all: every table scored; laia: scored after a 16-batch profile only where >= 1%% of the ids found\n"
+         "   a held row, the job's default;\n"
+         "   all-reduced: rows several trainers use in the batch; handed over: owned rows replicated because another\n"
          "   trainer uses them; laia ms/batch: laia_assign alone, one thread -- the oracle runs it on its planning\n"
          "   workers, one batch after the other; rows held: laia's map at the end, 16 bytes a row at a load of 1/4..1/2)\n");
   rc = 0;
