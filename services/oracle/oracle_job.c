@@ -131,6 +131,7 @@ struct oracle_job_s {
   pthread_cond_t laia_cv;
   uint64_t laia_next;
   int laia_rc;          /* a failed allocation: the batches after it fail too */
+  int laia_said;        /* the end of laia's profile was logged */
   double laia_secs;     /* spent allocating */
   const char *mode, *allocation, *lookahead_cfg;
   /* the cacher (every mode but ideal) */
@@ -486,6 +487,21 @@ static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
     double t0 = now_s();
     rc = laia_assign(j->laia, w->batch, w->owner);
     j->laia_secs += now_s() - t0;
+    if (!rc && !j->laia_said && laia_profiled(j->laia)) {
+      /* which tables decide the placement from now on (log_info is thread-safe) */
+      char list[1024];
+      size_t o = 0;
+      laia_stats_t ls;
+      laia_stats(j->laia, &ls);
+      for (uint32_t t = 0; t < ls.tables && o + 24 < sizeof list; t++)
+        if (laia_table_scored(j->laia, t))
+          o += (size_t)snprintf(list + o, sizeof list - o, "%s%u:%.3f", o ? "," : "", t, laia_table_share(j->laia, t));
+      list[o] = 0;
+      log_info("allocation laia: profile of %u batches done; scoring %u of %u tables (table:share of ids on a held row) "
+               "%s; the others are below oracle.laia_min_share=%.3f",
+               j->laia_profile, ls.tables_scored, ls.tables, list, j->laia_min_share);
+      j->laia_said = 1;
+    }
     if (rc) j->laia_rc = rc;
     j->laia_next = x + 1;
   }

@@ -148,6 +148,8 @@ void laia_stats(const laia_t *l, laia_stats_t *out) {
   for (uint32_t t = 0; t < l->n_tables; t++) out->tables_scored += l->t_on[t];
 }
 
+int laia_profiled(const laia_t *l) { return l->profiled; }
+
 int laia_table_scored(const laia_t *l, uint32_t t) { return t < l->n_tables && l->t_on[t]; }
 
 double laia_table_share(const laia_t *l, uint32_t t) {

@@ -79,6 +79,8 @@ void laia_destroy(laia_t *l);
 int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner);
 
 void laia_stats(const laia_t *l, laia_stats_t *out);
+/* The profile has ended (never without one). */
+int laia_profiled(const laia_t *l);
 /* Whether table t is scored (every table before the profile ends). */
 int laia_table_scored(const laia_t *l, uint32_t t);
 /* The share of table t's ids that found a held row during the profile
