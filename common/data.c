@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,17 +19,6 @@
 #include "data_internal.h"
 #include "err.h"
 #include "log.h"
-
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 /* ---- schema ---- */
 
@@ -49,7 +37,7 @@ static int parse_list(const cfg_t *cfg, const char *key, uint64_t **vals, size_t
     errno = 0;
     unsigned long long x = strtoull(items[i], &end, 10);
     if (errno || *end || items[i][0] == '-' || x < min || x > max)
-      rc = fail(ERR_CONFIG, err, err_len, "%s (from %s): entry %zu '%s' must be an integer in [%" PRIu64 ", %" PRIu64 "]",
+      rc = err_set(err, err_len, ERR_CONFIG, "%s (from %s): entry %zu '%s' must be an integer in [%" PRIu64 ", %" PRIu64 "]",
                 key, cfg_origin(cfg, key), i, items[i], min, max);
     else
       (*vals)[i] = x;
@@ -69,13 +57,13 @@ int data_schema_from_cfg(const cfg_t *cfg, data_schema_t *out, char *err, size_t
   memset(out, 0, sizeof *out);
   if ((rc = parse_list(cfg, "table_rows", &out->table_rows, &nr, 1, TBL_ROW_MASK, err, err_len)) != 0) goto out;
   if (nr == 0 || nr > TBL_MAX_TABLES) {
-    rc = fail(ERR_CONFIG, err, err_len, "table_rows (from %s) lists %zu tables; need 1 to %d",
+    rc = err_set(err, err_len, ERR_CONFIG, "table_rows (from %s) lists %zu tables; need 1 to %d",
               cfg_origin(cfg, "table_rows"), nr, TBL_MAX_TABLES);
     goto out;
   }
   if ((rc = parse_list(cfg, "table_hotness", &hot, &nh, 1, 4096, err, err_len)) != 0) goto out;
   if (nh && nh != nr) {
-    rc = fail(ERR_CONFIG, err, err_len, "table_hotness (from %s) lists %zu values but table_rows (from %s) lists %zu tables",
+    rc = err_set(err, err_len, ERR_CONFIG, "table_hotness (from %s) lists %zu values but table_rows (from %s) lists %zu tables",
               cfg_origin(cfg, "table_hotness"), nh, cfg_origin(cfg, "table_rows"), nr);
     goto out;
   }
@@ -158,7 +146,7 @@ const char *data_bad_kind_name(int kind) {
 int data__bad(data_reporter_t *r, uint64_t line, int kind, const char *why) {
   r->st->bad_records++;
   r->st->bad_kind[kind]++;
-  if (r->strict) return fail(-EINVAL, r->err, r->err_len, "%s:%" PRIu64 ": %s (strict = true)", r->path, line, why);
+  if (r->strict) return err_set(r->err, r->err_len, -EINVAL, "%s:%" PRIu64 ": %s (strict = true)", r->path, line, why);
   if (r->reported < r->max_reports) {
     r->reported++;
     log_warn("bad record skipped at=%s:%" PRIu64 " why=\"%s\"", r->path, line, why);
@@ -227,17 +215,17 @@ int data__detect(const char *path, int want, int *fmt, char *err, size_t err_len
     return 0;
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(-errno, err, err_len, "%s: cannot open dataset: %s", path, strerror(errno));
+  if (fd < 0) return err_set(err, err_len, -errno, "%s: cannot open dataset: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(-EINVAL, err, err_len, "%s: not a regular file", path);
+    return err_set(err, err_len, -EINVAL, "%s: not a regular file", path);
   }
   uint8_t head[8];
   ssize_t n = read(fd, head, sizeof head);
   int e = errno;
   close(fd);
-  if (n < 0) return fail(-e, err, err_len, "%s: cannot read dataset: %s", path, strerror(e));
+  if (n < 0) return err_set(err, err_len, -e, "%s: cannot read dataset: %s", path, strerror(e));
   size_t l = strlen(path);
   if (data__is_binary(head, (size_t)n))
     *fmt = DATA_FMT_BINARY;
@@ -270,7 +258,7 @@ int data_open_path(const cfg_t *cfg, const char *path, data_source_t **out, char
     fmt = DATA_FMT_SYNTHETIC;
   } else {
     if (!*path) {
-      rc = fail(ERR_CONFIG, err, err_len, "dataset (from %s) is empty: give a path or 'synthetic'",
+      rc = err_set(err, err_len, ERR_CONFIG, "dataset (from %s) is empty: give a path or 'synthetic'",
                 cfg_origin(cfg, "dataset"));
       goto out;
     }
@@ -286,7 +274,7 @@ int data_open_path(const cfg_t *cfg, const char *path, data_source_t **out, char
   }
   if (rc) goto out;
   if (d->samples == 0) {
-    rc = fail(-EINVAL, err, err_len, "%s: no valid records (%" PRIu64 " malformed)", d->path ? d->path : "synthetic",
+    rc = err_set(err, err_len, -EINVAL, "%s: no valid records (%" PRIu64 " malformed)", d->path ? d->path : "synthetic",
               d->stats.bad_records);
     goto out;
   }
@@ -347,12 +335,12 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_b
   case DATA_TRAIN: n = d->n_train; base = 0; break;
   case DATA_TEST: n = d->n_test; base = d->n_train; break;
   case DATA_ALL: n = d->samples; base = 0; break;
-  default: return fail(-EINVAL, err, err_len, "unknown split %d", split);
+  default: return err_set(err, err_len, -EINVAL, "unknown split %d", split);
   }
   if (n == 0)
-    return fail(-EINVAL, err, err_len, "%s: the %s split is empty (%" PRIu64 " samples, test_fraction)", name,
+    return err_set(err, err_len, -EINVAL, "%s: the %s split is empty (%" PRIu64 " samples, test_fraction)", name,
                 split == DATA_TEST ? "test" : "train", d->samples);
-  if (bs == 0) return fail(-EINVAL, err, err_len, "batch size 0");
+  if (bs == 0) return err_set(err, err_len, -EINVAL, "batch size 0");
   out->index = x;
   out->split = split;
   out->n = bs;
@@ -365,7 +353,7 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_b
   out->ids_off = malloc((s->n_tables + 1) * sizeof *out->ids_off);
   scratch = malloc(d->record_bytes);
   if (!out->hotness || !out->labels || !out->dense || !out->ids || !out->ids_off || !scratch) {
-    rc = fail(-ENOMEM, err, err_len, "out of memory for a batch of %u", bs);
+    rc = err_set(err, err_len, -ENOMEM, "out of memory for a batch of %u", bs);
     goto out;
   }
   memcpy(out->hotness, s->hotness, s->n_tables * sizeof *out->hotness);
@@ -379,7 +367,7 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_b
     float label;
     memcpy(&label, rec, 4);
     if (label != 0.0f && label != 1.0f) {
-      rc = fail(-EIO, err, err_len, "%s: record %" PRIu64 " is corrupt (label %g)", name, base + idx, (double)label);
+      rc = err_set(err, err_len, -EIO, "%s: record %" PRIu64 " is corrupt (label %g)", name, base + idx, (double)label);
       goto out;
     }
     out->labels[j] = label;

@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +47,6 @@
 #include "err.h"
 
 #define HDR_FIXED 56
-
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 static size_t header_bytes(uint32_t n_tables) { return ((HDR_FIXED + 4 * (size_t)n_tables + 7) & ~(size_t)7) + 8; }
 
@@ -123,26 +111,26 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len) {
   if (b->len < 16 || memcmp(h, DATA_BIN_MAGIC, 8) != 0) {
     char m[9] = {0};
     for (size_t i = 0; i < 8 && i < b->len; i++) m[i] = (h[i] >= 0x20 && h[i] < 0x7f) ? (char)h[i] : '?';
-    return fail(-EINVAL, err, err_len, "%s: not a chanter binary dataset (starts with '%s', expected magic '%s')", path,
+    return err_set(err, err_len, -EINVAL, "%s: not a chanter binary dataset (starts with '%s', expected magic '%s')", path,
                 m, DATA_BIN_MAGIC);
   }
   uint32_t version = rd32(h + 8);
   if (version != DATA_BIN_VERSION)
-    return fail(-EINVAL, err, err_len,
+    return err_set(err, err_len, -EINVAL,
                 "%s: binary dataset format version %u; this chanter reads version %u (convert the source again with "
                 "this chanter)",
                 path, version, DATA_BIN_VERSION);
-  if (b->len < HDR_FIXED + 8) return fail(-EINVAL, err, err_len, "%s: truncated header (%zu bytes)", path, b->len);
+  if (b->len < HDR_FIXED + 8) return err_set(err, err_len, -EINVAL, "%s: truncated header (%zu bytes)", path, b->len);
   uint32_t hdr = rd32(h + 12), n_dense = rd32(h + 16), n_tables = rd32(h + 20), rec_bytes = rd32(h + 24),
            flags = rd32(h + 28);
   if (n_tables == 0 || n_tables > TBL_MAX_TABLES || hdr != header_bytes(n_tables))
-    return fail(-EINVAL, err, err_len, "%s: corrupt header (%u tables, header of %u bytes)", path, n_tables, hdr);
+    return err_set(err, err_len, -EINVAL, "%s: corrupt header (%u tables, header of %u bytes)", path, n_tables, hdr);
   if (b->len < hdr)
-    return fail(-EINVAL, err, err_len, "%s: truncated header (%zu bytes, the header says %u)", path, b->len, hdr);
+    return err_set(err, err_len, -EINVAL, "%s: truncated header (%zu bytes, the header says %u)", path, b->len, hdr);
   if (XXH3_64bits(h, hdr - 8) != rd64(h + hdr - 8))
-    return fail(-EINVAL, err, err_len, "%s: header checksum mismatch (corrupt file)", path);
+    return err_set(err, err_len, -EINVAL, "%s: header checksum mismatch (corrupt file)", path);
   if (flags != 0)
-    return fail(-EINVAL, err, err_len, "%s: header flags 0x%x unknown to this chanter (version %u has none)", path, flags,
+    return err_set(err, err_len, -EINVAL, "%s: header flags 0x%x unknown to this chanter (version %u has none)", path, flags,
                 DATA_BIN_VERSION);
   uint64_t seed = rd64(h + 32), samples = rd64(h + 40), bad = rd64(h + 48);
   uint32_t *hot = malloc(n_tables * sizeof *hot);
@@ -155,7 +143,7 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len) {
     char fh[200], jh[200];
     list_u32(fh, sizeof fh, hot, n_tables);
     list_u32(jh, sizeof jh, s->hotness, s->n_tables);
-    rc = fail(ERR_CONFIG, err, err_len,
+    rc = err_set(err, err_len, ERR_CONFIG,
               "%s: written for n_dense = %u, %u tables with hotness %s, hash_seed = %" PRIu64
               "; the job says n_dense = %u, %u tables with hotness %s, hash_seed = %" PRIu64,
               path, n_dense, n_tables, fh, seed, s->n_dense, s->n_tables, jh, s->hash_seed);
@@ -164,16 +152,16 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len) {
   }
   free(hot);
   if ((uint64_t)rec_bytes != 4 + 4 * (uint64_t)n_dense + 8 * ids || rec_bytes != d->record_bytes)
-    return fail(-EINVAL, err, err_len, "%s: corrupt header (record of %u bytes for %u dense and %" PRIu64 " ids)", path,
+    return err_set(err, err_len, -EINVAL, "%s: corrupt header (record of %u bytes for %u dense and %" PRIu64 " ids)", path,
                 rec_bytes, n_dense, ids);
   uint64_t body = b->len - hdr;
   if (samples > body / rec_bytes || body != samples * rec_bytes) {
     if (body / rec_bytes < samples || body % rec_bytes)
-      return fail(-EINVAL, err, err_len,
+      return err_set(err, err_len, -EINVAL,
                   "%s: truncated: %" PRIu64 " bytes of records hold %" PRIu64 " complete records (%" PRIu64
                   " bytes left over); the header says %" PRIu64,
                   path, body, body / rec_bytes, body % rec_bytes, samples);
-    return fail(-EINVAL, err, err_len,
+    return err_set(err, err_len, -EINVAL,
                 "%s: %" PRIu64 " bytes after the %" PRIu64 " records the header announces (not written by a finished "
                 "chanter data convert/gen?)",
                 path, body - samples * rec_bytes, samples);
@@ -242,12 +230,12 @@ int data__writer_open(const char *path, const data_schema_t *s, data_writer_t **
   memcpy(w->tmp, path, pl);
   memcpy(w->tmp + pl, ".tmp", 5);
   if (w->rec_bytes > WBUF || w->hdr > WBUF) {
-    rc = fail(-EINVAL, err, err_len, "%s: records of %zu bytes are too large", path, w->rec_bytes);
+    rc = err_set(err, err_len, -EINVAL, "%s: records of %zu bytes are too large", path, w->rec_bytes);
     goto out;
   }
   w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
-    rc = fail(-errno, err, err_len, "%s: cannot create: %s", w->tmp, strerror(errno));
+    rc = err_set(err, err_len, -errno, "%s: cannot create: %s", w->tmp, strerror(errno));
     goto out;
   }
   w->created = 1;
@@ -279,7 +267,7 @@ int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_
   int rc = w->failed;
   if (!rc && w->used) rc = data__write_all(w->fd, w->buf, w->used);
   if (rc) {
-    fail(rc, err, err_len, "%s: write failed: %s", w->tmp, strerror(-rc));
+    err_set(err, err_len, rc, "%s: write failed: %s", w->tmp, strerror(-rc));
     data__writer_abort(w);
     return rc;
   }
@@ -303,15 +291,15 @@ int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_
   ssize_t n = pwrite(w->fd, h, w->hdr, 0);
   free(h);
   if (n != (ssize_t)w->hdr) {
-    rc = fail(n < 0 ? -errno : -EIO, err, err_len, "%s: cannot write the header: %s", w->tmp,
+    rc = err_set(err, err_len, n < 0 ? -errno : -EIO, "%s: cannot write the header: %s", w->tmp,
               n < 0 ? strerror(errno) : "short write");
   } else if (close(w->fd) < 0) {
     w->fd = -1;
-    rc = fail(-errno, err, err_len, "%s: close failed: %s", w->tmp, strerror(errno));
+    rc = err_set(err, err_len, -errno, "%s: close failed: %s", w->tmp, strerror(errno));
   } else {
     w->fd = -1;
     if (rename(w->tmp, w->path) < 0)
-      rc = fail(-errno, err, err_len, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(errno));
+      rc = err_set(err, err_len, -errno, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(errno));
   }
   if (rc) {
     data__writer_abort(w);
@@ -361,7 +349,7 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
                          .err = err,
                          .err_len = err_len};
     rc = data__text_scan(tx, buf, len, first, first_line, &r, write_cb, w);
-    if (rc && rc != -EINVAL) fail(rc, err, err_len, "%s: write failed: %s", out, strerror(-rc));
+    if (rc && rc != -EINVAL) err_set(err, err_len, rc, "%s: write failed: %s", out, strerror(-rc));
     if (rc) goto out;
     data__bad_summary(&r);
     st->samples = w->samples;
@@ -378,13 +366,13 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
       for (uint64_t i = 0; i < d->samples && !rc; i++) {
         const uint8_t *rec;
         if ((rc = d->ops->rec(d, i, scratch, &rec, err, err_len)) == 0 && (rc = data__writer_add(w, rec)) != 0)
-          fail(rc, err, err_len, "%s: write failed: %s", out, strerror(-rc));
+          err_set(err, err_len, rc, "%s: write failed: %s", out, strerror(-rc));
       }
     free(scratch);
     if (rc) goto out;
   }
   if (w->samples == 0) {
-    rc = fail(-EINVAL, err, err_len, "%s: no valid records (%" PRIu64 " malformed); %s not written", in, st->bad_records,
+    rc = err_set(err, err_len, -EINVAL, "%s: no valid records (%" PRIu64 " malformed); %s not written", in, st->bad_records,
               out);
     goto out;
   }

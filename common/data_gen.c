@@ -48,7 +48,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,17 +83,6 @@ struct data_synth_s {
   tgen_t *tab;
   double *w;
 };
-
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 /* ---- randomness ---- */
 
@@ -351,7 +339,7 @@ static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, cha
   memcpy(tmp, out, pl);
   memcpy(tmp + pl, ".tmp", 5);
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
-    rc = fail(-errno, err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
+    rc = err_set(err, err_len, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     goto out;
   }
   for (uint64_t i = 0; i < samples && !rc; i++) {
@@ -364,9 +352,9 @@ static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, cha
     used += n;
   }
   if (!rc) rc = data__write_all(fd, buf, used);
-  if (rc) fail(rc, err, err_len, "%s: write failed: %s", tmp, strerror(-rc));
-  if (close(fd) < 0 && !rc) rc = fail(-errno, err, err_len, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, out) < 0) rc = fail(-errno, err, err_len, "%s: cannot rename: %s", tmp, strerror(errno));
+  if (rc) err_set(err, err_len, rc, "%s: write failed: %s", tmp, strerror(-rc));
+  if (close(fd) < 0 && !rc) rc = err_set(err, err_len, -errno, "%s: close failed: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, out) < 0) rc = err_set(err, err_len, -errno, "%s: cannot rename: %s", tmp, strerror(errno));
   if (rc) unlink(tmp);
 out:
   free(tmp);
@@ -383,7 +371,7 @@ static int gen_binary(const data_synth_t *g, const char *out, uint64_t samples, 
   for (uint64_t i = 0; i < samples && !rc; i++) {
     gen(g, i, rec, NULL, NULL);
     if ((rc = data__writer_add(w, rec)) != 0) {
-      fail(rc, err, err_len, "%s: write failed: %s", out, strerror(-rc));
+      err_set(err, err_len, rc, "%s: write failed: %s", out, strerror(-rc));
       data__writer_abort(w);
     }
   }
@@ -401,7 +389,7 @@ int data_gen(const cfg_t *cfg, const char *out, int format, uint64_t samples, ch
   if ((rc = data__synth_create(cfg, &s, &g, err, err_len)) != 0) goto out;
   if (format == DATA_FMT_CRITEO) {
     if (!g->criteo) {
-      rc = fail(ERR_CONFIG, err, err_len,
+      rc = err_set(err, err_len, ERR_CONFIG,
                 "Criteo TSV holds 13 integers and 26 one-hot categoricals, but the job has n_dense = %u (from %s) and "
                 "%u tables (table_rows from %s)%s: use --format binary for this schema",
                 s.n_dense, cfg_origin(cfg, "n_dense"), s.n_tables, cfg_origin(cfg, "table_rows"),
@@ -412,7 +400,7 @@ int data_gen(const cfg_t *cfg, const char *out, int format, uint64_t samples, ch
   } else if (format == DATA_FMT_BINARY) {
     rc = gen_binary(g, out, samples, err, err_len);
   } else {
-    rc = fail(-EINVAL, err, err_len, "data gen writes criteo (tsv) or binary, not %s", data_format_name(format));
+    rc = err_set(err, err_len, -EINVAL, "data gen writes criteo (tsv) or binary, not %s", data_format_name(format));
   }
 out:
   data__synth_destroy(g);

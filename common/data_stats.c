@@ -7,23 +7,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data_internal.h"
-
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
+#include "err.h"
 
 /* open addressing, key + 1 stored (0 = empty) */
 typedef struct cmap_s {
@@ -174,7 +163,7 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
     }
   }
 out:
-  if (rc == -ENOMEM) fail(rc, err, err_len, "out of memory counting rows");
+  if (rc == -ENOMEM) err_set(err, err_len, rc, "out of memory counting rows");
   if (maps)
     for (uint32_t t = 0; t < s->n_tables; t++) cmap_free(&maps[t]);
   free(maps);

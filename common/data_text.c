@@ -57,17 +57,6 @@ struct data_text_s {
   char **names;    /* column names (for messages) */
 };
 
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int rc, char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 static const uint8_t is_hex[256] = {
     ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
     ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1,
@@ -360,7 +349,7 @@ int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const c
   if (len >= 3 && buf[0] == 0xef && buf[1] == 0xbb && buf[2] == 0xbf) *first = 3; /* UTF-8 BOM */
   if (fmt == DATA_FMT_CRITEO) {
     if (s->n_dense != CRITEO_DENSE || s->n_tables != CRITEO_TABLES || !one_hot(s)) {
-      rc = fail(ERR_CONFIG, err, err_len,
+      rc = err_set(err, err_len, ERR_CONFIG,
                 "%s: Criteo TSV holds %d integer features and %d one-hot categoricals, but the job says n_dense = %u "
                 "(from %s) and %u tables in table_rows (from %s)%s: set n_dense = %d and %d table_rows",
                 path, CRITEO_DENSE, CRITEO_TABLES, s->n_dense, origin(cfg, "n_dense"), s->n_tables,
@@ -371,19 +360,19 @@ int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const c
     goto out;
   }
   if (fmt != DATA_FMT_AVAZU) {
-    rc = fail(-EINVAL, err, err_len, "%s: not a text format (%s)", path, data_format_name(fmt));
+    rc = err_set(err, err_len, -EINVAL, "%s: not a text format (%s)", path, data_format_name(fmt));
     goto out;
   }
   /* the Avazu header */
   if (len <= *first) {
-    rc = fail(-EINVAL, err, err_len, "%s: empty file (Avazu CSV starts with a header: id,click,...)", path);
+    rc = err_set(err, err_len, -EINVAL, "%s: empty file (Avazu CSV starts with a header: id,click,...)", path);
     goto out;
   }
   const uint8_t *p = buf + *first, *e;
   size_t rem = len - *first, win = rem < DATA_MAX_LINE + 2 ? rem : DATA_MAX_LINE + 2;
   const uint8_t *nl = memchr(p, '\n', win);
   if (!nl && rem > win) {
-    rc = fail(-EINVAL, err, err_len, "%s:1: the Avazu CSV header is longer than 65536 bytes", path);
+    rc = err_set(err, err_len, -EINVAL, "%s:1: the Avazu CSV header is longer than 65536 bytes", path);
     goto out;
   }
   e = nl ? nl : p + rem;
@@ -391,12 +380,12 @@ int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const c
   *first_line = 2;
   if (e > p && e[-1] == '\r') e--;
   if (e == p) {
-    rc = fail(-EINVAL, err, err_len, "%s:1: empty file or empty header (Avazu CSV starts with a header: id,click,...)",
+    rc = err_set(err, err_len, -EINVAL, "%s:1: empty file or empty header (Avazu CSV starts with a header: id,click,...)",
               path);
     goto out;
   }
   if (first_garbage(p, e) >= 0) {
-    rc = fail(-EINVAL, err, err_len, "%s:1: the Avazu CSV header holds binary data or invalid UTF-8", path);
+    rc = err_set(err, err_len, -EINVAL, "%s:1: the Avazu CSV header holds binary data or invalid UTF-8", path);
     goto out;
   }
   tx->ncols = count_fields(p, e, ',');
@@ -421,13 +410,13 @@ int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const c
     else tx->col[c] = (int32_t)ncat++;
   }
   if (click < 0) {
-    rc = fail(-EINVAL, err, err_len,
+    rc = err_set(err, err_len, -EINVAL,
               "%s:1: the Avazu CSV header has no 'click' column (the label); first column '%s'%s", path,
               tx->names[0], tx->ncols < 2 ? " (is this CSV?)" : "");
     goto out;
   }
   if (s->n_dense != 0 || s->n_tables != ncat || !one_hot(s)) {
-    rc = fail(ERR_CONFIG, err, err_len,
+    rc = err_set(err, err_len, ERR_CONFIG,
               "%s: this Avazu CSV has no dense features and %u one-hot categorical columns (all but%s click), but the "
               "job says n_dense = %u (from %s) and %u tables in table_rows (from %s)%s: set n_dense = 0 and %u "
               "table_rows",
@@ -450,17 +439,17 @@ int data__map_file(const char *path, const uint8_t **buf, size_t *len, char *err
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   *buf = NULL;
   *len = 0;
-  if (fd < 0) return fail(-errno, err, err_len, "%s: cannot open dataset: %s", path, strerror(errno));
+  if (fd < 0) return err_set(err, err_len, -errno, "%s: cannot open dataset: %s", path, strerror(errno));
   struct stat st;
   int rc = 0;
   if (fstat(fd, &st) < 0) {
-    rc = fail(-errno, err, err_len, "%s: cannot stat: %s", path, strerror(errno));
+    rc = err_set(err, err_len, -errno, "%s: cannot stat: %s", path, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
-    rc = fail(-EINVAL, err, err_len, "%s: not a regular file", path);
+    rc = err_set(err, err_len, -EINVAL, "%s: not a regular file", path);
   } else if (st.st_size > 0) {
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-      rc = fail(-errno, err, err_len, "%s: cannot map: %s", path, strerror(errno));
+      rc = err_set(err, err_len, -errno, "%s: cannot map: %s", path, strerror(errno));
     } else {
       *buf = m;
       *len = (size_t)st.st_size;
@@ -484,7 +473,7 @@ typedef struct text_src_s {
 static int text_rec(data_source_t *d, uint64_t i, uint8_t *scratch, const uint8_t **rec, char *err, size_t err_len) {
   text_src_t *ts = d->impl;
   if (data__text_parse_at(ts->tx, ts->buf, ts->len, data__index_get(&ts->idx, i), scratch))
-    return fail(-EIO, err, err_len, "%s: record %" PRIu64 " no longer parses (was the file changed after open?)",
+    return err_set(err, err_len, -EIO, "%s: record %" PRIu64 " no longer parses (was the file changed after open?)",
                 d->path, i);
   *rec = scratch;
   return 0;
@@ -528,7 +517,7 @@ int data__open_text(data_source_t *d, int fmt, const cfg_t *cfg, char *err, size
                        .err = err,
                        .err_len = err_len};
   rc = data__text_scan(ts->tx, ts->buf, ts->len, first, first_line, &r, index_cb, &ts->idx);
-  if (rc == -ENOMEM) fail(rc, err, err_len, "%s: out of memory indexing records", d->path);
+  if (rc == -ENOMEM) err_set(err, err_len, rc, "%s: out of memory indexing records", d->path);
   if (rc) return rc;
   data__bad_summary(&r);
   if (ts->len) madvise((void *)ts->buf, ts->len, MADV_NORMAL);

@@ -2,7 +2,18 @@
 #include "err.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <string.h>
+
+int err_set(char *err, size_t n, int rc, const char *fmt, ...) {
+  if (err && n) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
 
 const char *err_str(int err) {
   if (err == 0) return "ok";

@@ -37,6 +37,11 @@ enum {
 #undef ERR_ENUM
 };
 
+/* Writes the sentence fmt, ... into err[0..n) (when err and n are given)
+ * and returns rc: `return err_set(err, err_len, -EINVAL, "...", ...);` --
+ * the one helper every function that reports "code + sentence" uses. */
+int err_set(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* A static, never-NULL description of err (0, -errno or a project code). */
 const char *err_str(int err);
 

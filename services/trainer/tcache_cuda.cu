@@ -67,7 +67,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,17 +110,6 @@ struct tcc_s {
 
 /* ------------------------------------------------------------------ errors */
 
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 /* 1 when st is success; else ERR_CUDA's sentence ("what: message") in err
  * and 0. */
 static int ok(cudaError_t st, const char *what, char *err, size_t err_len, int *rc) {
@@ -135,7 +123,7 @@ static int ok(cudaError_t st, const char *what, char *err, size_t err_len, int *
 static int nn_failed(const char *what, char *err, size_t err_len) {
   char msg[400];
   int rc = nn_cuda_error(msg, sizeof msg);
-  if (rc) return set_err(err, err_len, rc, "%s: %s", what, msg);
+  if (rc) return err_set(err, err_len, rc, "%s: %s", what, msg);
   return 0;
 }
 
@@ -261,7 +249,7 @@ static int upload_slots(tcc_t *c, int r, const void *slots, size_t n, const char
   for (size_t i = 0; i < n; i++) {
     uint32_t s = load_u32(slots, i);
     if (s >= c->cache_rows)
-      return set_err(err, err_len, -EINVAL, "%s: slots[%zu] = %u, beyond the cache of %" PRIu64 " rows", fn, i, s,
+      return err_set(err, err_len, -EINVAL, "%s: slots[%zu] = %u, beyond the cache of %" PRIu64 " rows", fn, i, s,
                      c->cache_rows);
     ro->h_slots[i] = s;
   }
@@ -276,7 +264,7 @@ static int upload_slots(tcc_t *c, int r, const void *slots, size_t n, const char
 
 static int bad_role(tcc_role_t role, const char *fn, char *err, size_t err_len) {
   if ((unsigned)role < TCC_ROLES) return 0;
-  return set_err(err, err_len, -EINVAL, "%s: role %d is not one of train, prefetch, background", fn, (int)role);
+  return err_set(err, err_len, -EINVAL, "%s: role %d is not one of train, prefetch, background", fn, (int)role);
 }
 
 /* ------------------------------------------------------------------ create / destroy */
@@ -285,18 +273,18 @@ int tcc_create(uint64_t cache_rows, uint32_t rf, uint32_t dim, uint32_t n_tables
                uint32_t max_batch, tcc_t **out, char *err, size_t err_len) {
   *out = NULL;
   if (cache_rows == 0 || cache_rows > UINT32_MAX)
-    return set_err(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
+    return err_set(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
   if (dim == 0 || rf < dim || n_tables == 0 || !hotness || max_batch == 0)
-    return set_err(err, err_len, -EINVAL,
+    return err_set(err, err_len, -EINVAL,
                    "tcc_create: bad shape (rf = %u, dim = %u, n_tables = %u, max_batch = %u): need 0 < dim <= rf, "
                    "at least one table and one sample",
                    rf, dim, n_tables, max_batch);
   tcc_t *c = (tcc_t *)calloc(1, sizeof *c);
-  if (!c) return set_err(err, err_len, -ENOMEM, "tcc_create: out of memory");
+  if (!c) return err_set(err, err_len, -ENOMEM, "tcc_create: out of memory");
   c->hotness = (uint32_t *)malloc(n_tables * sizeof *c->hotness);
   if (!c->hotness) {
     free(c);
-    return set_err(err, err_len, -ENOMEM, "tcc_create: out of memory");
+    return err_set(err, err_len, -ENOMEM, "tcc_create: out of memory");
   }
   c->cache_rows = cache_rows;
   c->rf = rf;
@@ -353,7 +341,7 @@ int tcc_create(uint64_t cache_rows, uint32_t rf, uint32_t dim, uint32_t n_tables
     if (b == 0) {
       rc = nn_failed("tcc_create: sizing the embedding backward's workspace", err, err_len);
       if (!rc)
-        rc = set_err(err, err_len, ERR_CUDA, "tcc_create: the embedding backward's workspace for table %u "
+        rc = err_set(err, err_len, ERR_CUDA, "tcc_create: the embedding backward's workspace for table %u "
                      "(%u samples x %u ids) could not be sized", t, max_batch, c->hotness[t]);
       goto fail;
     }
@@ -437,12 +425,12 @@ int tcc_gather(tcc_t *c, tcc_role_t role, const void *slots, size_t n, float *ro
 int tcc_forward(tcc_t *c, const uint64_t *idx, uint32_t n, float *emb, char *err, size_t err_len) {
   c->fwd_ok = 0;
   if (n > c->max_batch)
-    return set_err(err, err_len, -EINVAL, "tcc_forward: %u samples, more than the batch of %u", n, c->max_batch);
+    return err_set(err, err_len, -EINVAL, "tcc_forward: %u samples, more than the batch of %u", n, c->max_batch);
   if (n) {
     size_t n_ids = (size_t)n * c->ids_per_sample;
     for (size_t i = 0; i < n_ids; i++)
       if (idx[i] >= c->cache_rows)
-        return set_err(err, err_len, -EINVAL, "tcc_forward: idx[%zu] = slot %" PRIu64 ", beyond the cache of %" PRIu64
+        return err_set(err, err_len, -EINVAL, "tcc_forward: idx[%zu] = slot %" PRIu64 ", beyond the cache of %" PRIu64
                        " rows", i, idx[i], c->cache_rows);
     cudaStream_t st = (cudaStream_t)nn_cuda_stream();
     int rc = 0;
@@ -470,9 +458,9 @@ int tcc_backward(tcc_t *c, const float *d_emb, uint32_t table, uint64_t *uniq, f
                  char *err, size_t err_len) {
   *n_uniq = 0;
   if (!c->fwd_ok)
-    return set_err(err, err_len, -EINVAL, "tcc_backward: no successful tcc_forward to take the slots from");
+    return err_set(err, err_len, -EINVAL, "tcc_backward: no successful tcc_forward to take the slots from");
   if (table >= c->n_tables)
-    return set_err(err, err_len, -EINVAL, "tcc_backward: table %u of %u", table, c->n_tables);
+    return err_set(err, err_len, -EINVAL, "tcc_backward: table %u of %u", table, c->n_tables);
   uint32_t n = c->fwd_n, h = c->hotness[table];
   if ((size_t)n * h == 0) return 0;
   size_t o = 0;
@@ -481,7 +469,7 @@ int tcc_backward(tcc_t *c, const float *d_emb, uint32_t table, uint64_t *uniq, f
   int rc = nn_failed("tcc_backward (sizing the workspace)", err, err_len);
   if (rc) return rc;
   if (need == 0 || need > c->work_bytes)
-    return set_err(err, err_len, ERR_CUDA,
+    return err_set(err, err_len, ERR_CUDA,
                    "tcc_backward: table %u over %u samples needs %zu bytes of workspace, %zu were sized at create",
                    table, n, need, c->work_bytes);
   size_t width = (size_t)c->n_tables * c->dim;
@@ -489,7 +477,7 @@ int tcc_backward(tcc_t *c, const float *d_emb, uint32_t table, uint64_t *uniq, f
                                          c->grad, c->dim, c->work);
   if ((rc = nn_failed("tcc_backward (coalescing)", err, err_len)) != 0) return rc;
   if (u == 0) /* n * h > 0 ids give at least one unique slot */
-    return set_err(err, err_len, ERR_CUDA, "tcc_backward: table %u: the device found no unique slot", table);
+    return err_set(err, err_len, ERR_CUDA, "tcc_backward: table %u: the device found no unique slot", table);
   cudaStream_t st = (cudaStream_t)nn_cuda_stream();
   char what[160];
   snprintf(what, sizeof what, "cudaMemcpyAsync (tcc_backward: %u unique slots to the host)", u);
@@ -512,12 +500,12 @@ int tcc_update_rows(tcc_t *c, tcc_role_t role, const uint32_t *slots, size_t n, 
   int rc = bad_role(role, "tcc_update_rows", err, err_len);
   if (rc) return rc;
   if (kind != OPT_SGD && kind != OPT_ADAGRAD && kind != OPT_ROWWISE_ADAGRAD)
-    return set_err(err, err_len, -EINVAL,
+    return err_set(err, err_len, -EINVAL,
                    "tcc_update_rows: embedding rows are updated with sgd, adagrad or rowwise_adagrad, not %s",
                    opt_kind_name(kind));
   uint32_t state = opt_row_state_floats(kind, c->dim);
   if ((uint64_t)c->dim + state > c->rf)
-    return set_err(err, err_len, -EINVAL, "tcc_update_rows: %s needs %u + %u floats per row, the cache has %u",
+    return err_set(err, err_len, -EINVAL, "tcc_update_rows: %s needs %u + %u floats per row, the cache has %u",
                    opt_kind_name(kind), c->dim, state, c->rf);
   if (n == 0) return 0;
   role_t *ro = &c->role[role];

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,17 +110,6 @@ struct trainer_s {
   metrics_counter_t *m_fetched, *m_synced, *m_written, *m_samples, *m_evals, *m_hits, *m_delayed, *m_replicated;
 };
 
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -202,7 +190,7 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   char **hosts = NULL;
   size_t n_hosts = 0;
   if (rank >= t->trainers) {
-    rc = set_err(err, err_len, ERR_CONFIG, "rank %u is outside the job's trainers = %u (from %s)", rank, t->trainers,
+    rc = err_set(err, err_len, ERR_CONFIG, "rank %u is outside the job's trainers = %u (from %s)", rank, t->trainers,
                  cfg_origin(cfg, "trainers"));
     goto fail;
   }
@@ -216,7 +204,7 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
     goto fail;
   if (t->ideal) {
     if ((rc = trows_create(&t->layout, &t->local)) != 0) {
-      set_err(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
+      err_set(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
       goto fail;
     }
   } else {
@@ -224,7 +212,7 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
     t->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
     if ((rc = tstep_cache_init(t->ts, t->cache_rows, err, err_len)) != 0) goto fail;
     if ((rc = kmap_create(t->cache_rows, &t->kmap)) != 0) {
-      set_err(err, err_len, rc, "out of memory for the map of %" PRIu64 " cache slots", t->cache_rows);
+      err_set(err, err_len, rc, "out of memory for the map of %" PRIu64 " cache slots", t->cache_rows);
       goto fail;
     }
     log_info("cache rank=%u cache_rows=%" PRIu64 " bytes=%.1f MiB", rank, t->cache_rows,
@@ -363,7 +351,7 @@ static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t ti
 
 static int check_keys_field(const ProtobufCBinaryData *f, const char *name, uint64_t x, char *err, size_t err_len) {
   if (f->len % 8)
-    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 8", x, name,
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 8", x, name,
                    f->len);
   return 0;
 }
@@ -376,7 +364,7 @@ static int fetch(trainer_t *t, const void *keys, size_t n, char *err, size_t err
   if (rc || !n) return rc;
   char why[256] = "";
   rc = trows_gather(t->local, tstep_slot_keys(t->ts), n, rows, why, sizeof why);
-  if (rc) set_err(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
+  if (rc) err_set(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
   return rc;
 }
 
@@ -424,14 +412,14 @@ static int grow_buf(void **p, size_t *cap, size_t need, size_t elem) {
 static int check_u32_field(const tstep_t *ts, const ProtobufCBinaryData *f, size_t want, const char *name, uint64_t x,
                            char *err, size_t err_len) {
   if (want != SIZE_MAX && f->len != want * 4)
-    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, want %zu (4 per entry)", x,
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, want %zu (4 per entry)", x,
                    name, f->len, want * 4);
   if (f->len % 4)
-    return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 4", x, name,
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 4", x, name,
                    f->len);
   char why[256];
   int rc = tstep_cache_check(ts, f->data, f->len / 4, name, why, sizeof why);
-  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+  if (rc) return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   return 0;
 }
 
@@ -454,19 +442,19 @@ static int prefetch(trainer_t *t, const Chanter__Oracle__V1__Step *st, double *t
   t->pf_x = x;
   int quit = t->feed_quit;
   pthread_mutex_unlock(&t->pmu);
-  if (stopping(t) || quit) return set_err(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
+  if (stopping(t) || quit) return err_set(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
   double t0 = now_s();
   if (n) {
     uint32_t rf = tstep_row_floats(t->ts);
     size_t cap_k = t->pf_cap, cap_r = t->pf_cap;
     if (grow_buf((void **)&t->pf_keys, &cap_k, n, sizeof *t->pf_keys) ||
         grow_buf((void **)&t->pf_rows, &cap_r, n * rf, sizeof(float)))
-      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for %zu prefetched rows", x, n);
+      return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for %zu prefetched rows", x, n);
     t->pf_cap = cap_k < cap_r / rf ? cap_k : cap_r / rf;
     memcpy(t->pf_keys, st->fetch_keys.data, n * 8);
     char why[768] = "";
     if ((rc = embc_lookup(t->embc, t->pf_keys, n, t->pf_rows, why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": prefetch of %zu rows failed: %s", x, n, why);
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": prefetch of %zu rows failed: %s", x, n, why);
     tstep_cache_scatter(t->ts, st->fetch_slots.data, n, t->pf_rows);
   }
   *t_fetch = now_s() - t0;
@@ -537,7 +525,7 @@ static void *bg_main(void *arg) {
     char err[768] = "";
     if (!failed && t->bg_n_del) {
       if ((rc = coll_allreduce_sum_f32_ordered(t->coll, t->bg_grad, t->bg_n_del * dim)) != 0)
-        set_err(err, sizeof err, rc,
+        err_set(err, sizeof err, rc,
                 "iteration %" PRIu64 ": all-reduce of %zu delayed rows' gradients among %u trainers failed: %s",
                 t->bg_x, t->bg_n_del, t->trainers, err_str(rc));
       else
@@ -547,7 +535,7 @@ static void *bg_main(void *arg) {
       tstep_cache_gather(t->ts, t->bg_wbs, t->bg_n_wb, t->bg_rows);
       char why[768] = "";
       if ((rc = embc_write(t->embc, t->bg_wbk, t->bg_n_wb, t->bg_rows, why, sizeof why)) != 0)
-        set_err(err, sizeof err, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", t->bg_x, t->bg_n_wb,
+        err_set(err, sizeof err, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", t->bg_x, t->bg_n_wb,
                 why);
     }
     pthread_mutex_lock(&t->pmu);
@@ -569,7 +557,7 @@ static int wait_bg(trainer_t *t, double *t_waited, char *err, size_t err_len) {
   pthread_mutex_lock(&t->pmu);
   while (t->bg_busy) pthread_cond_wait(&t->bcv, &t->pmu);
   int rc = t->bg_rc;
-  if (rc) set_err(err, err_len, rc, "%s", t->bg_err);
+  if (rc) err_set(err, err_len, rc, "%s", t->bg_err);
   pthread_mutex_unlock(&t->pmu);
   if (!rc && t->bg_evict_pending) {
     for (size_t i = 0; i < t->bg_n_evict; i++) kmap_clear(t->kmap, t->bg_evict[i]);
@@ -585,7 +573,7 @@ static int gate_barrier(trainer_t *t, uint64_t x, char *err, size_t err_len) {
   int rc = wait_bg(t, NULL, err, err_len);
   if (rc) return rc;
   if ((rc = coll_barrier(t->coll)) != 0)
-    return set_err(err, err_len, rc, "barrier before iteration %" PRIu64 " failed among %u trainers: %s", x,
+    return err_set(err, err_len, rc, "barrier before iteration %" PRIu64 " failed among %u trainers: %s", x,
                    t->trainers, err_str(rc));
   pthread_mutex_lock(&t->pmu);
   if (x > t->known_done) t->known_done = x;
@@ -618,7 +606,7 @@ static int next_item(trainer_t *t, uint64_t expect, fitem_t **out, double *t_pre
     }
     if (t->feed_end) {
       int rc = t->feed_rc;
-      if (rc != 1) set_err(err, err_len, rc, "%s", t->feed_err);
+      if (rc != 1) err_set(err, err_len, rc, "%s", t->feed_err);
       pthread_mutex_unlock(&t->pmu);
       return rc;
     }
@@ -719,7 +707,7 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
   char why[600];
   int rc = tstep_device_status(t->ts, why, sizeof why);
   if (rc) /* a GPU failure in this step (or in the background work before it): not reported as done */
-    return set_err(err, err_len, rc, "iteration %" PRIu64 " on the GPU: %s", x, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 " on the GPU: %s", x, why);
   Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
   r.iteration = x;
   r.loss_sum = loss;
@@ -755,7 +743,7 @@ static int report_step(trainer_t *t, uint64_t x, uint32_t n, double loss, const 
       log_info("dense parameters saved path=%s floats=%zu", t->save_dense, tstep_n_params(t->ts));
   }
   if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
                    orc_address(t->orc), err_str(rc));
   atomic_store(&t->last_done, x + 1);
 
@@ -794,13 +782,13 @@ static int step_batch(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_
                       size_t err_len) {
   uint64_t x = st->iteration;
   if (x != expect)
-    return set_err(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
+    return err_set(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
                    expect);
   char why[768] = "";
   int rc = tstep_batch_from_pb(t->ts, st->samples, 0, b, why, sizeof why);
-  if (rc) return set_err(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
+  if (rc) return err_set(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
   if (b->n && st->global_batch < b->n)
-    return set_err(err, err_len, ERR_BADMSG,
+    return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
                    st->global_batch, b->n);
   return 0;
@@ -811,7 +799,7 @@ static int step_batch(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_
 static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, size_t err_len) {
   int rc = tar_finish(t->dense_ar, t_comm);
   if (rc)
-    set_err(err, err_len, rc,
+    err_set(err, err_len, rc,
             "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
             "(a peer trainer died or is unreachable; see the collective's log line)",
             x, tstep_n_params(t->ts), t->trainers, err_str(rc));
@@ -834,13 +822,13 @@ static int do_step_ideal(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   const uint64_t *fkeys;
   if ((rc = tstep_batch_keys(t->ts, &b, &fkeys, &n_fetch)) != 0) return rc;
   if ((rc = fetch(t, fkeys, n_fetch, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
   double t1 = now_s();
 
   /* b. forward, backward; c. the dense all-reduce starts inside the
    * backward (trainer_ar.h) and ends after it; no row is synchronized */
   if ((rc = tstep_forward(t->ts, &b, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = now_s();
   tar_begin(t->dense_ar);
   double loss = tstep_backward(t->ts, &b, st->global_batch ? st->global_batch : 1);
@@ -854,7 +842,7 @@ static int do_step_ideal(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   double t5 = now_s();
   size_t n_wb = tstep_slots(t->ts);
   if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
   double t6 = now_s();
 
   ph[PH_FETCH] = t1 - t0;
@@ -894,7 +882,7 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
   if ((rc = check_u32_field(t->ts, &st->replicate_slots, SIZE_MAX, "replicate_slots", x, err, err_len)) != 0)
     return rc;
   if (st->replicate_owners.len != n * 4 || st->replicate_keys.len != n * 8)
-    return set_err(err, err_len, ERR_BADMSG,
+    return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": %zu replicate slots but %zu owner bytes and %zu key bytes", x, n,
                    st->replicate_owners.len, st->replicate_keys.len);
   if (n) {
@@ -906,14 +894,14 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
     uint32_t *grouped = malloc(n * sizeof *grouped);
     if (!off || !grouped) {
       free(off), free(grouped);
-      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
+      return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
     }
     for (size_t i = 0; i < n; i++) {
       uint32_t o;
       memcpy(&o, st->replicate_owners.data + 4 * i, 4);
       if (o >= P) {
         free(off), free(grouped);
-        return set_err(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
+        return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
                        x, i, o, P);
       }
       off[o + 1]++;
@@ -926,7 +914,7 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
     float *mine = calloc(maxc * rf, sizeof(float)), *all = malloc((size_t)P * maxc * rf * sizeof(float));
     if (!fill || !mine || !all) {
       free(off), free(grouped), free(fill), free(mine), free(all);
-      return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
+      return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
     }
     for (size_t i = 0; i < n; i++) {
       uint32_t o, sl;
@@ -938,7 +926,7 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
     tstep_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
     if ((rc = coll_allgather(t->coll, mine, maxc * rf * sizeof(float), all)) != 0) {
       free(off), free(grouped), free(fill), free(mine), free(all);
-      return set_err(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s",
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s",
                      x, n, P, err_str(rc));
     }
     for (uint32_t o = 0; o < P; o++)
@@ -951,7 +939,7 @@ static int ownership(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint64_t
       memcpy(&k, st->replicate_keys.data + 8 * i, 8);
       if (kmap_set(t->kmap, sl, k) != 0) {
         free(off), free(grouped), free(fill), free(mine), free(all);
-        return set_err(err, err_len, -ENOMEM, "out of memory in the key map");
+        return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
       }
     }
     free(off), free(grouped), free(fill), free(mine), free(all);
@@ -987,20 +975,20 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
 
   /* a. forward over the cached rows */
   if ((rc = tstep_cache_forward(t->ts, &b, st->slots.data, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t1 = now_s();
   ph[PH_FWD] = t1 - t0;
 
   /* b. the background work of x - 1 must be over before x's dense
    * all-reduce starts (it is what tells every trainer that x - 1 is done
    * everywhere) and before x's critical rows are synchronized */
-  if ((rc = wait_bg(t, &c.sync_wait, why, sizeof why)) != 0) return set_err(err, err_len, rc, "%s", why);
+  if ((rc = wait_bg(t, &c.sync_wait, why, sizeof why)) != 0) return err_set(err, err_len, rc, "%s", why);
   for (size_t i = 0; i < n_fetch; i++) { /* x's rows are cached now: the key map learns them */
     uint64_t k;
     uint32_t sl;
     memcpy(&k, st->fetch_keys.data + 8 * i, 8);
     memcpy(&sl, st->fetch_slots.data + 4 * i, 4);
-    if (kmap_set(t->kmap, sl, k) != 0) return set_err(err, err_len, -ENOMEM, "out of memory in the key map");
+    if (kmap_set(t->kmap, sl, k) != 0) return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
   }
   double t2 = now_s();
 
@@ -1022,7 +1010,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
     if (grow_buf((void **)&t->crit_buf, &t->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
     tstep_cache_pack(t->ts, st->sync_critical.data, n_crit, t->crit_buf);
     if ((rc = coll_allreduce_sum_f32_ordered(t->coll, t->crit_buf, n_crit * dim)) != 0)
-      return set_err(err, err_len, rc,
+      return err_set(err, err_len, rc,
                      "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s", x,
                      n_crit, t->trainers, err_str(rc));
     tstep_cache_unpack(t->ts, st->sync_critical.data, n_crit, t->crit_buf);
@@ -1036,7 +1024,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
    * backward will overwrite the step's gradients) */
   uint32_t rf = tstep_row_floats(t->ts);
   if (bg_reserve(t, n_del, n_wb, n_ev, dim, rf) != 0)
-    return set_err(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", x);
+    return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", x);
   if (n_del) memcpy(t->bg_del, st->sync_delayed.data, n_del * 4); /* (an empty field's data may be NULL) */
   tstep_cache_pack(t->ts, st->sync_delayed.data, n_del, t->bg_grad);
   tstep_cache_update(t->ts, st->sync_delayed.data, n_del);
@@ -1068,7 +1056,7 @@ static int do_step_cache(trainer_t *t, const Chanter__Oracle__V1__Step *st, uint
   /* the last step's write-backs are durable before its Report: the digest
    * the job computes next must see them */
   if (x + 1 == t->iterations && (rc = wait_bg(t, &c.sync_wait, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "%s", why);
+    return err_set(err, err_len, rc, "%s", why);
   double t6 = now_s();
   ph[PH_WB] = t6 - t5;
   ph[PH_TOTAL] = t_wait + (t6 - t0);
@@ -1103,17 +1091,17 @@ static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const vo
     float *orow = malloc(n_own * rf * sizeof(float));
     if (!os || !ok || !orow) {
       free(os), free(ok), free(orow);
-      return set_err(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_own);
+      return err_set(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_own);
     }
     kmap_owned(t->kmap, os, ok, n_own);
     tstep_cache_gather(t->ts, os, n_own, orow);
     char why[768] = "";
     rc = embc_write(t->embc, ok, n_own, orow, why, sizeof why); /* (any key order: embc routes each key) */
     free(os), free(ok), free(orow);
-    if (rc) return set_err(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_own, why);
+    if (rc) return err_set(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_own, why);
   }
   if ((rc = coll_barrier(t->coll)) != 0)
-    return set_err(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,
+    return err_set(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,
                    err_str(rc));
   pthread_mutex_lock(&t->pmu); /* the barrier also says every trainer finished the iterations so far */
   uint64_t done = atomic_load(&t->last_done);
@@ -1132,7 +1120,7 @@ static int eval_rows(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, const vo
   float *mr = malloc(n * rf * sizeof(float));
   if (!mk || !mi || !hi || !hs || !mr) {
     free(mk), free(mi), free(hi), free(hs), free(mr);
-    return set_err(err, err_len, -ENOMEM, "out of memory for %zu evaluation rows", n);
+    return err_set(err, err_len, -ENOMEM, "out of memory for %zu evaluation rows", n);
   }
   for (size_t i = 0; i < n; i++) {
     int64_t sl = kmap_find(t->kmap, sk[i]);
@@ -1159,7 +1147,7 @@ static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err,
   tstep_batch_t b;
   char why[768] = "";
   int rc = tstep_batch_from_pb(t->ts, ev->samples, 1, &b, why, sizeof why);
-  if (rc) return set_err(err, err_len, rc, "eval round %" PRIu64 ": bad samples: %s", ev->round, why);
+  if (rc) return err_set(err, err_len, rc, "eval round %" PRIu64 ": bad samples: %s", ev->round, why);
   if ((rc = check_keys_field(&ev->fetch_keys, "fetch_keys", ev->after_iteration, err, err_len)) != 0) return rc;
   uint64_t done = atomic_load(&t->last_done);
   if (done != ev->after_iteration + 1)
@@ -1178,9 +1166,9 @@ static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err,
   }
   if (t->ideal) {
     if ((rc = fetch(t, keys, n, why, sizeof why)) != 0)
-      return set_err(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
+      return err_set(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
   } else if ((rc = eval_rows(t, ev, keys, n, why, sizeof why)) != 0) {
-    return set_err(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
+    return err_set(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
   }
   if (b.n + 1 > t->cap_eval) {
     float *l = realloc(t->eval_logits, (b.n + 1) * sizeof(float));
@@ -1189,7 +1177,7 @@ static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err,
     t->cap_eval = b.n + 1;
   }
   if ((rc = tstep_eval(t->ts, &b, t->eval_logits, why, sizeof why)) != 0)
-    return set_err(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
+    return err_set(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
   Chanter__Oracle__V1__EvalResult r = CHANTER__ORACLE__V1__EVAL_RESULT__INIT;
   r.round = ev->round;
   r.logits.data = (uint8_t *)t->eval_logits;
@@ -1197,7 +1185,7 @@ static int do_eval(trainer_t *t, const Chanter__Oracle__V1__Eval *ev, char *err,
   r.labels.data = (uint8_t *)b.labels;
   r.labels.len = (size_t)b.n * sizeof(float);
   if ((rc = orc_work_eval(t->stream, &r)) != 0 && (t->write_failed = 1))
-    return set_err(err, err_len, rc, "eval round %" PRIu64 ": cannot send the EvalResult to the oracle at %s: %s",
+    return err_set(err, err_len, rc, "eval round %" PRIu64 ": cannot send the EvalResult to the oracle at %s: %s",
                    ev->round, orc_address(t->orc), err_str(rc));
   metrics_counter_inc(t->m_evals);
   log_debug("eval round=%" PRIu64 " samples=%u rows=%zu", ev->round, b.n, n);
@@ -1219,12 +1207,12 @@ static int join(trainer_t *t, char *err, size_t err_len) {
   int rc = orc_join(t->orc, &req, &resp, err, err_len);
   if (rc) return rc;
   if (resp->trainers != t->trainers) {
-    rc = set_err(err, err_len, ERR_CONFIG,
+    rc = err_set(err, err_len, ERR_CONFIG,
                  "the oracle at %s runs a job of %u trainers but this trainer's configuration says trainers = %u "
                  "(from %s): do they read the same job file?",
                  orc_address(t->orc), resp->trainers, t->trainers, cfg_origin(t->cfg, "trainers"));
   } else if (resp->start_iteration != 0) {
-    rc = set_err(err, err_len, ERR_CONFIG,
+    rc = err_set(err, err_len, ERR_CONFIG,
                  "the oracle asks to resume at iteration %" PRIu64 ", but this trainer starts from a fresh model "
                  "(resuming a job is not implemented yet)",
                  resp->start_iteration);
@@ -1251,19 +1239,19 @@ static int form_group(trainer_t *t, char *err, size_t err_len) {
   double t0 = now_s();
   int rc = coll_create(&o, &store, &t->coll, why, sizeof why);
   if (rc)
-    return set_err(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
+    return err_set(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
                    t->trainers, t->rank, t->address, t->prefix, why[0] ? why : err_str(rc));
   /* every rank initialized identically; make sure anyway */
   model_t *m = tstep_model(t->ts); /* the CPU model (its backward's grad-ready hook), or NULL on a GPU */
   if ((rc = coll_broadcast(t->coll, tstep_params(t->ts), tstep_n_params(t->ts) * sizeof(float), 0)) != 0)
-    return set_err(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
+    return err_set(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
   if ((rc = tstep_params_changed(t->ts)) != 0)
-    return set_err(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
+    return err_set(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
   /* the dense all-reduce in buckets, overlapped with the backward (one
    * trainer: nothing to reduce, no hook) */
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
   if ((rc = tar_create(t->coll, tstep_grads(t->ts), tstep_n_params(t->ts), bucket, &t->dense_ar)) != 0)
-    return set_err(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
+    return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
   int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
   if (overlap) model_set_grad_ready(m, tar_ready, t->dense_ar);
   log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
@@ -1393,11 +1381,11 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
         *got_stop = 1;
         return 0;
       }
-      return set_err(err, err_len, ERR_UNAVAILABLE,
+      return err_set(err, err_len, ERR_UNAVAILABLE,
                      "the oracle at %s ended the Work stream before iteration %" PRIu64 " without StopWork",
                      orc_address(t->orc), expect);
     }
-    if (rc < 0) return set_err(err, err_len, rc, "waiting for iteration %" PRIu64 ": %s", expect, why);
+    if (rc < 0) return err_set(err, err_len, rc, "waiting for iteration %" PRIu64 ": %s", expect, why);
     Chanter__Oracle__V1__WorkItem *item = f->item;
     if (expect == 0 && item->kind_case == CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP)
       log_info("first Step rank=%u waited_ms=%.1f (the job's start at the oracle: planning, lookahead = auto's "
@@ -1420,7 +1408,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       *got_stop = 1;
       break;
     default:
-      rc = set_err(err, err_len, ERR_BADMSG, "the oracle sent an empty or unknown work item (kind %d)",
+      rc = err_set(err, err_len, ERR_BADMSG, "the oracle sent an empty or unknown work item (kind %d)",
                    (int)item->kind_case);
       break;
     }
@@ -1444,7 +1432,7 @@ int trainer_run(trainer_t *t) {
   if (stopping(t)) goto out;
   if ((rc = open_stream(t, err, sizeof err)) != 0) goto out;
   if ((rc = start_pipeline(t)) != 0) {
-    set_err(err, sizeof err, rc, "cannot start the feeder / background threads");
+    err_set(err, sizeof err, rc, "cannot start the feeder / background threads");
     goto out;
   }
   sdn_status("training (rank %u of %u)", t->rank, t->trainers);

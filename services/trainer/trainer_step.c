@@ -6,7 +6,6 @@
 #include <math.h>
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,17 +77,6 @@ struct tstep_s {
   int cache_mode; /* the last forward was tstep_cache_forward */
 };
 
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 static uint64_t load_u64(const void *p, size_t i) {
   uint64_t v;
   memcpy(&v, (const uint8_t *)p + i * 8, 8);
@@ -99,7 +87,7 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
                  tstep_t **out, char *err, size_t err_len) {
   *out = NULL;
   if (layout->n_tables != schema->n_tables || !layout->n_tables)
-    return set_err(err, err_len, ERR_CONFIG, "the data schema has %u tables but table_rows lists %u",
+    return err_set(err, err_len, ERR_CONFIG, "the data schema has %u tables but table_rows lists %u",
                    schema->n_tables, layout->n_tables);
   tstep_t *ts = calloc(1, sizeof *ts);
   if (!ts) return -ENOMEM;
@@ -116,13 +104,13 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
   ts->max_batch = max_batch;
   for (uint32_t t = 0; t < layout->n_tables; t++) {
     if (layout->tables[t].dim != ts->dim) {
-      rc = set_err(err, err_len, ERR_CONFIG,
+      rc = err_set(err, err_len, ERR_CONFIG,
                    "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
                    layout->tables[t].dim, ts->dim);
       goto fail;
     }
     if (tbl_row_floats(layout, t) != ts->rf) {
-      rc = set_err(err, err_len, ERR_CONFIG, "table %u has %u floats per row but table 0 has %u", t,
+      rc = err_set(err, err_len, ERR_CONFIG, "table %u has %u floats per row but table 0 has %u", t,
                    tbl_row_floats(layout, t), ts->rf);
       goto fail;
     }
@@ -146,11 +134,11 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
   ts->model = mdev_cpu_model(ts->md);
   ts->cuda = mdev_is_cuda(ts->md);
   if ((rc = opt_create(cfg, mdev_n_params(ts->md), &ts->dense_opt)) != 0) {
-    rc = set_err(err, err_len, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
+    rc = err_set(err, err_len, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
     goto fail;
   }
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &ts->emb_kind)) != 0 || ts->emb_kind == OPT_ADAM) {
-    rc = set_err(err, err_len, ERR_CONFIG, "embedding_optimizer = %s cannot be used for embedding rows",
+    rc = err_set(err, err_len, ERR_CONFIG, "embedding_optimizer = %s cannot be used for embedding rows",
                  cfg_str(cfg, "embedding_optimizer"));
     goto fail;
   }
@@ -231,7 +219,7 @@ static void dev_fail(tstep_t *ts, int rc, const char *what, const char *msg) {
 int tstep_device_status(tstep_t *ts, char *err, size_t err_len) {
   pthread_mutex_lock(&ts->dev_mu);
   int rc = ts->dev_rc;
-  if (rc) set_err(err, err_len, rc, "%s", ts->dev_err);
+  if (rc) err_set(err, err_len, rc, "%s", ts->dev_err);
   ts->dev_rc = 0;
   pthread_mutex_unlock(&ts->dev_mu);
   return rc;
@@ -249,21 +237,6 @@ static void dense_step(tstep_t *ts) {
   }
 }
 
-#ifdef CHANTER_CUDA
-/* slots[0..n) (possibly unaligned) as an aligned array of this thread's
- * role; NULL when out of memory. */
-static uint32_t *aligned_slots(tstep_t *ts, const void *slots, size_t n) {
-  int r = g_role;
-  if (n + 1 > ts->cap_aslots[r]) {
-    uint32_t *a = realloc(ts->aslots[r], (n + 1) * 2 * sizeof *a);
-    if (!a) return NULL;
-    ts->aslots[r] = a;
-    ts->cap_aslots[r] = (n + 1) * 2;
-  }
-  if (n) memcpy(ts->aslots[r], slots, n * sizeof(uint32_t));
-  return ts->aslots[r];
-}
-#endif
 opt_t *tstep_dense_opt(tstep_t *ts) { return ts->dense_opt; }
 uint32_t tstep_dim(const tstep_t *ts) { return ts->dim; }
 uint32_t tstep_row_floats(const tstep_t *ts) { return ts->rf; }
@@ -286,31 +259,42 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
+#ifdef CHANTER_CUDA
+/* slots[0..n) (possibly unaligned) as an aligned array of this thread's
+ * role; NULL when out of memory. */
+static uint32_t *aligned_slots(tstep_t *ts, const void *slots, size_t n) {
+  int r = g_role;
+  if (grow((void **)&ts->aslots[r], &ts->cap_aslots[r], n + 1, sizeof(uint32_t))) return NULL;
+  if (n) memcpy(ts->aslots[r], slots, n * sizeof(uint32_t));
+  return ts->aslots[r];
+}
+#endif
+
 int tstep_batch_from_pb(tstep_t *ts, const Chanter__Oracle__V1__Samples *s, int allow_large, tstep_batch_t *b,
                         char *err, size_t err_len) {
   memset(b, 0, sizeof *b);
   uint32_t n = s ? s->n : 0;
   if (n > ts->max_batch && !allow_large)
-    return set_err(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
+    return err_set(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
                    ts->max_batch);
   if (n) {
     if (s->n_dense != ts->n_dense || s->n_tables != ts->n_tables)
-      return set_err(err, err_len, ERR_BADMSG,
+      return err_set(err, err_len, ERR_BADMSG,
                      "samples have %u dense features and %u tables, the job's schema %u and %u (same job file?)",
                      s->n_dense, s->n_tables, ts->n_dense, ts->n_tables);
     if (s->n_hotness != ts->n_tables)
-      return set_err(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
+      return err_set(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
                      ts->n_tables);
     for (uint32_t t = 0; t < ts->n_tables; t++)
       if (s->hotness[t] != ts->hotness[t])
-        return set_err(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
+        return err_set(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
                        s->hotness[t], ts->hotness[t]);
   }
   ts->ids_off[0] = 0;
   for (uint32_t t = 0; t < ts->n_tables; t++) ts->ids_off[t + 1] = ts->ids_off[t] + (size_t)n * ts->hotness[t];
   size_t n_ids = ts->ids_off[ts->n_tables];
   if (n && (s->labels.len != (size_t)n * 4 || s->dense.len != (size_t)n * ts->n_dense * 4 || s->ids.len != n_ids * 8))
-    return set_err(err, err_len, ERR_BADMSG,
+    return err_set(err, err_len, ERR_BADMSG,
                    "samples of %u: %zu label bytes (want %zu), %zu dense bytes (want %zu), %zu id bytes (want %zu)", n,
                    s->labels.len, (size_t)n * 4, s->dense.len, (size_t)n * ts->n_dense * 4, s->ids.len, n_ids * 8);
   if (n > ts->cap_n) {
@@ -371,7 +355,7 @@ int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char 
     if (g) ts->grad = g;
     uint8_t *tch = realloc(ts->touched, nc);
     if (tch) ts->touched = tch;
-    if (!k || !r || !g || !tch) return set_err(err, err_len, -ENOMEM, "out of memory for %zu rows", n);
+    if (!k || !r || !g || !tch) return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows", n);
     ts->cap_slots = nc;
   }
   ts->n_slots = 0;
@@ -379,10 +363,10 @@ int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char 
   for (size_t i = 0; i < n; i++) {
     uint64_t k = load_u64(keys, i);
     if (i && k <= ts->slot_keys[i - 1])
-      return set_err(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
+      return err_set(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
                      " after %#" PRIx64 ")", i, k, ts->slot_keys[i - 1]);
     if (TBL_TABLE(k) >= ts->n_tables)
-      return set_err(err, err_len, -EINVAL, "fetch key %#" PRIx64 " names table %u; the job has %u tables", k,
+      return err_set(err, err_len, -EINVAL, "fetch key %#" PRIx64 " names table %u; the job has %u tables", k,
                      TBL_TABLE(k), ts->n_tables);
     ts->slot_keys[i] = k;
   }
@@ -414,7 +398,7 @@ static uint32_t load_u32(const void *p, size_t i) {
 
 int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len) {
   if (cache_rows == 0 || cache_rows > UINT32_MAX)
-    return set_err(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
+    return err_set(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
   free(ts->crows);
   free(ts->cidx);
   ts->crows = NULL;
@@ -430,7 +414,7 @@ int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len
     ts->crows = calloc(cache_rows, (size_t)ts->rf * sizeof(float));
   }
   if ((!ts->cuda && !ts->crows) || !ts->cidx)
-    return set_err(err, err_len, -ENOMEM, "out of memory for a cache of %" PRIu64 " rows of %u floats (%.1f GiB)",
+    return err_set(err, err_len, -ENOMEM, "out of memory for a cache of %" PRIu64 " rows of %u floats (%.1f GiB)",
                    cache_rows, ts->rf, (double)cache_rows * ts->rf * 4 / (1 << 30));
   memset(ts->cidx, 0xff, cache_rows * sizeof *ts->cidx);
   ts->cache_rows = cache_rows;
@@ -445,7 +429,7 @@ int tstep_cache_check(const tstep_t *ts, const void *slots, size_t n, const char
   for (size_t i = 0; i < n; i++) {
     uint32_t s = load_u32(slots, i);
     if (s >= ts->cache_rows)
-      return set_err(err, err_len, ERR_BADMSG, "%s[%zu] = slot %u, beyond the cache of %" PRIu64 " rows", what, i, s,
+      return err_set(err, err_len, ERR_BADMSG, "%s[%zu] = slot %u, beyond the cache of %" PRIu64 " rows", what, i, s,
                      ts->cache_rows);
   }
   return 0;
@@ -485,7 +469,7 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, 
   ts->fwd_ok = 0;
   ts->cache_mode = 1;
   if (b->n > ts->max_batch)
-    return set_err(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
+    return err_set(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
   if (b->n) {
     size_t n_ids = b->ids_off[ts->n_tables];
     int rc = tstep_cache_check(ts, slots, n_ids, "slots", err, err_len);
@@ -507,7 +491,7 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, 
       }
     }
     if ((rc = mdev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
-      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
+      return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
@@ -631,7 +615,7 @@ static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32
       uint64_t row = ids[j];
       long s = row <= TBL_ROW_MASK ? tstep_slot_of(ts, TBL_KEY(t, row)) : -1;
       if (s < 0)
-        return set_err(err, err_len, -ENOENT,
+        return err_set(err, err_len, -ENOENT,
                        "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
                        ") is not among the %zu rows fetched for this batch",
                        i0 + j / h, t, TBL_KEY(t, row), t, row, ts->n_slots);
@@ -647,12 +631,12 @@ int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len
   ts->fwd_ok = 0;
   ts->cache_mode = 0;
   if (b->n > ts->max_batch)
-    return set_err(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
+    return err_set(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
   if (b->n) {
     int rc = map_and_pool(ts, b, 0, b->n, err, err_len);
     if (rc) return rc;
     if ((rc = mdev_forward(ts->md, b->n, b->dense, ts->emb, ts->logits)) != 0)
-      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
+      return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
@@ -745,7 +729,7 @@ int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_
     int rc = map_and_pool(ts, b, i0, m, err, err_len);
     if (rc) return rc;
     if ((rc = mdev_forward(ts->md, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0)) != 0)
-      return set_err(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
+      return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   return 0;
 }

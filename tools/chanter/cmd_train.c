@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,15 +61,6 @@ typedef struct local_s {
   double phase[PH_N];
 } local_t;
 
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int set_err(char *err, size_t n, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   memset(L, 0, sizeof *L);
   L->cfg = cfg;
@@ -79,18 +69,18 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   L->schema = data_schema(L->data);
   if ((rc = cfg_layout(cfg, &L->layout, err, n)) != 0) return rc;
   if (L->layout.n_tables != L->schema->n_tables)
-    return set_err(err, n, ERR_CONFIG, "the dataset has %u tables but table_rows lists %u", L->schema->n_tables,
+    return err_set(err, n, ERR_CONFIG, "the dataset has %u tables but table_rows lists %u", L->schema->n_tables,
                    L->layout.n_tables);
   L->dim = L->layout.tables[0].dim;
   uint64_t total = 0;
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
     if (L->layout.tables[t].dim != L->dim)
-      return set_err(err, n, ERR_CONFIG, "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
+      return err_set(err, n, ERR_CONFIG, "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
                      L->layout.tables[t].dim, L->dim);
     total += L->layout.tables[t].rows * tbl_row_floats(&L->layout, t);
   }
   if (total * 4 > (UINT64_C(16) << 30))
-    return set_err(err, n, -ENOMEM,
+    return err_set(err, n, -ENOMEM,
                    "the tables need %.1f GiB: too large for train --local (use the distributed trainer)",
                    (double)total * 4 / (1 << 30));
   L->tables = calloc(L->layout.n_tables, sizeof *L->tables);
@@ -98,7 +88,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
     uint32_t rf = tbl_row_floats(&L->layout, t);
     L->tables[t] = malloc(L->layout.tables[t].rows * rf * sizeof(float));
-    if (!L->tables[t]) return set_err(err, n, -ENOMEM, "out of memory for table %u", t);
+    if (!L->tables[t]) return err_set(err, n, -ENOMEM, "out of memory for table %u", t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) tbl_init_row(&L->layout, TBL_KEY(t, r), L->tables[t] + r * rf);
   }
   L->bs = (uint32_t)cfg_int(cfg, "batch_size");
@@ -106,7 +96,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     return rc;
   mdev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
   if ((rc = opt_create(cfg, mdev_n_params(L->model), &L->dense_opt)) != 0)
-    return set_err(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
+    return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
   opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
   size_t width = (size_t)L->schema->n_tables * L->dim;
