@@ -29,32 +29,7 @@
 #include "oracle_plan.h"
 #include "table.h"
 
-static uint64_t sm_state;
-static uint64_t splitmix(void) {
-  uint64_t z = (sm_state += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-static double unif(void) { return (double)(splitmix() >> 11) * 0x1.0p-53; }
-
-static void make_batch(data_batch_t *b, uint64_t x, uint32_t n, uint32_t n_tables, const uint32_t *hotness,
-                       const uint64_t *ids) {
-  memset(b, 0, sizeof *b);
-  b->index = x;
-  b->n = n;
-  b->n_tables = n_tables;
-  b->hotness = malloc((n_tables + 1) * sizeof *b->hotness);
-  memcpy(b->hotness, hotness, n_tables * sizeof *hotness);
-  b->ids_off = malloc((n_tables + 1) * sizeof *b->ids_off);
-  b->ids_off[0] = 0;
-  for (uint32_t t = 0; t < n_tables; t++) b->ids_off[t + 1] = b->ids_off[t] + (size_t)n * hotness[t];
-  size_t ni = b->ids_off[n_tables];
-  b->labels = calloc(n + 1, sizeof(float));
-  b->dense = malloc(sizeof(float));
-  b->ids = malloc((ni + 1) * sizeof(uint64_t));
-  if (ni) memcpy(b->ids, ids, ni * sizeof *ids);
-}
+#include "batch_util.h"
 
 /* ------------------------------------------------------------ reference */
 
