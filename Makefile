@@ -27,9 +27,20 @@ endif
 
 PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd inih libmicrohttpd libcrypto openblas libxxhash
 
+# The flags below are read from pkg-config when make parses this file, so a
+# build needs the packages installed *before* its make starts: `make demo`
+# installs them and then builds in a second make (see demo:), and any other
+# goal with packages missing stops here, in one line, before compiling
+# anything (tests/integration/test_make_fresh.sh checks both).
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+NO_DEPS_GOALS := deps demo clean
+ifneq ($(if $(MAKECMDGOALS),$(filter-out $(NO_DEPS_GOALS),$(MAKECMDGOALS)),all),)
+  ifeq ($(shell pkg-config --exists $(PKGS) cmocka 2>/dev/null && command -v protoc-c >/dev/null && echo ok),)
+    $(error build dependencies are missing (pkg-config cannot find them, or protoc-c is not on PATH): run 'make demo' (installs them, builds, runs the demo) or 'make deps' (installs them only))
+  endif
+endif
 
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wformat=2 -Wno-format-nonliteral
 ifeq ($(WERROR),1)
@@ -191,7 +202,7 @@ check-deps:
 	  echo "gRPC core $$(pkg-config --modversion grpc) found; chanter is pinned to core 29.x (gRPC 1.51, Debian 12)" >&2; exit 1;; esac
 
 deps:
-	tools/install-deps.sh
+	$(DEPS_INSTALL)
 
 # make test: every unit test binary, then every integration test, one summary
 test: all
@@ -207,7 +218,13 @@ bench: all
 	$(BUILD)/bin/chanter bench oracle
 	$(BUILD)/bin/chanter bench e2e
 
-demo: deps all
+# Three steps, not prerequisites: the build must be a new make that parses
+# this file after the packages are installed (PKG_LIBS above). The `+`
+# runs the install under `make -n` too, as make does for $(MAKE) lines.
+DEPS_INSTALL ?= tools/install-deps.sh
+demo:
+	+$(DEPS_INSTALL)
+	$(MAKE) BUILD=$(BUILD) CUDA=$(CUDA) all
 	tools/demo.sh $(BUILD)
 
 clean:
