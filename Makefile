@@ -224,7 +224,7 @@ bench: all
 DEPS_INSTALL ?= tools/install-deps.sh
 demo:
 	+$(DEPS_INSTALL)
-	$(MAKE) BUILD=$(BUILD) CUDA=$(CUDA) all
+	$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2)) all
 	tools/demo.sh $(BUILD)
 
 clean:
