@@ -169,6 +169,8 @@ static int find(const char *name) {
   return -1;
 }
 
+int cfg_is_key(const char *name) { return find(name) >= 0; }
+
 static int fmt_err(char *err, size_t n, const char *fmt, ...) {
   if (err && n) {
     va_list ap;

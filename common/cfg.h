@@ -44,6 +44,8 @@ int64_t cfg_int(const cfg_t *c, const char *key);
 double cfg_float(const cfg_t *c, const char *key);
 int cfg_bool(const cfg_t *c, const char *key);
 const char *cfg_str(const cfg_t *c, const char *key);   /* strings and enums */
+/* 1 when name is a declared job key ("seed", "embedding.hot_mb"). */
+int cfg_is_key(const char *name);
 /* Where the value came from: "default", "FILE:LINE" or "--set". */
 const char *cfg_origin(const cfg_t *c, const char *key);
 

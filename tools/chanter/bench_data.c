@@ -98,10 +98,15 @@ static int set(cfg_t *c, const char *kv) {
 
 int bench_data_parse(cli_t *cli) {
   uint64_t samples = 200000;
-  for (int i = 0; i < cli->argc; i++)
-    if (!strcmp(cli->argv[i], "--quick")) samples = 50000;
+  if (cli_flag(cli, "--quick")) samples = 50000;
   const char *ns = cli_opt(cli, "--samples");
-  if (ns && atoll(ns) > 0) samples = (uint64_t)atoll(ns);
+  if (cli_done(cli, NULL)) return 2;
+  if (ns) {
+    char *end;
+    long long v = strtoll(ns, &end, 10);
+    if (*end || end == ns || v <= 0) return cli_usage_error(cli, "--samples '%s' is not a positive integer", ns);
+    samples = (uint64_t)v;
+  }
   const char *tmp = getenv("TMPDIR");
   char dir[256], tsv[300], bin[300], err[1024], kv[64];
   cfg_t *cfg = NULL;

@@ -273,6 +273,7 @@ out:
 
 static int bench_embedding(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
+  if (cli_done(cli, "embedding")) return 2;
   char tmp[] = "/tmp/chanter-bench-XXXXXX";
   if (!mkdtemp(tmp)) {
     perror("mkdtemp");
@@ -296,19 +297,15 @@ static int bench_embedding(cli_t *cli) {
 }
 
 int cmd_bench(cli_t *cli) {
-  if (cli->argc < 1) {
-    fprintf(stderr, "chanter bench: expected 'embedding'\n");
-    return 2;
-  }
+  if (cli->argc < 1) return cli_usage_error(cli, "expected what to measure");
   const char *what = cli->argv[0];
   cli->argc--;
   cli->argv++;
-  if (!strcmp(what, "embedding")) return bench_embedding(cli);
   if (!strcmp(what, "model")) return bench_model(cli);
+  if (!strcmp(what, "embedding")) return bench_embedding(cli);
   if (!strcmp(what, "data")) return bench_data_parse(cli);
   if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
   if (!strcmp(what, "e2e")) return bench_e2e(cli);
   if (!strcmp(what, "oracle")) return bench_oracle(cli);
-  fprintf(stderr, "chanter bench: unknown benchmark '%s' (have: embedding, dataproc, data, model, e2e, oracle)\n", what);
-  return 2;
+  return cli_usage_error(cli, "unknown benchmark '%s'", what);
 }

@@ -443,7 +443,8 @@ int bench_model(cli_t *cli) {
   if ((s = cli_opt(cli, "--threads"))) threads = (uint32_t)strtoul(s, NULL, 10);
   if ((s = cli_opt(cli, "--rows-cap"))) rows_cap = strtoull(s, NULL, 10);
   if ((s = cli_opt(cli, "--models"))) models = s;
-  if (cli->argc > 0 || batch == 0 || rows_cap == 0 || iters < 1 || rounds < 1 || seconds < 0) {
+  if (cli->argc > 0) return cli_done(cli, "model");
+  if (batch == 0 || rows_cap == 0 || iters < 1 || rounds < 1 || seconds < 0) {
     usage(stderr);
     return 2;
   }

@@ -559,6 +559,7 @@ static void close_ring(oracle_plan_t *ring, uint64_t *closed, uint64_t upto) {
 
 int bench_oracle(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
+  if (cli_done(cli, "oracle")) return 2;
   const uint32_t P = 8, P2 = 2;
   uint64_t warm = LBIG + 1, timed = quick ? 30 : LBIG + 100, timed2 = quick ? 10 : 100;
   uint64_t n_batches = warm + timed, n_pipe = quick ? 16 : 40, n_plan = quick ? 6 : 16;

@@ -13,6 +13,8 @@ typedef struct cli_s {
   char **sets;              /* every --set key=value, in order */
   int n_sets;
   int json;
+  const char *cmd;   /* the command being run ("data"), for messages */
+  const char *sub;   /* and its subcommand ("gen") once known, or NULL */
   int argc;     /* the subcommand's own arguments, after the common ones */
   char **argv;
 } cli_t;
@@ -23,12 +25,12 @@ int cmd_bench(cli_t *cli);
 int cmd_data(cli_t *cli);
 int cmd_dataproc(cli_t *cli);
 int cmd_train(cli_t *cli);
-int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */         /* cmd_train.c: train --local */      /* cmd_dataproc.c: info | batch | stream against data processors */          /* cmd_data.c: data gen | convert | stats */
+int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);
 int bench_oracle(cli_t *cli);      /* bench_oracle.c: samples/s the oracle decides (plan + cacher) */
-int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */    /* bench_dataproc.c: batches over gRPC vs in-process vs raw read */       /* bench_model.c: model step vs sgemm peak */
+int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */
 
 /* The configuration a cluster command should use: --config if given, else
  * DIR/job.ini when workdir has one (written by `chanter local up`), else
@@ -39,6 +41,20 @@ cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, s
 /* The number after "key": in a flat JSON text (the first match); NAN
  * when absent.  For our own summaries, not general JSON. */
 double cli_json_num(const char *json, const char *key);
+
+/* An argument error of the running command: prints "chanter CMD SUB: what"
+ * (and, when what names an argument that is a job key, the one-line hint
+ * "use --set key=value"), then the command's usage once, all on stderr.
+ * Returns 2, the exit code of a usage error. */
+int cli_usage_error(cli_t *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* After a subcommand took its options: 0 when nothing is left, else
+ * cli_usage_error naming the first leftover argument ("unexpected
+ * argument '--seed'", with the --set hint when it is a job key). */
+int cli_done(cli_t *cli, const char *sub);
+/* The positional arguments left after the options were taken: 0 when
+ * there are min..max of them and none is an option, else the usage error
+ * ("expected WHAT, got N arguments", or the leftover option). */
+int cli_args(cli_t *cli, int min, int max, const char *sub, const char *what);
 
 /* Removes a boolean flag from cli->argv; 1 if it was there. */
 int cli_flag(cli_t *cli, const char *name);

@@ -32,14 +32,6 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: chanter data gen --out FILE [--format tsv|binary] [--samples N]\n"
-          "       chanter data convert [IN] OUT\n"
-          "       chanter data stats [FILE] [--json]\n"
-          "       chanter data bench [--quick]\n");
-}
-
 /* prints bad-record counts by kind: " (fields 2, hex 1)" */
 static void print_bad(FILE *f, const data_stats_t *st) {
   if (!st->bad_records) return;
@@ -62,11 +54,8 @@ static void json_bad(FILE *f, const data_stats_t *st) {
 static int do_gen(cli_t *cli) {
   const char *out = cli_opt(cli, "--out"), *fmt_s = cli_opt(cli, "--format"), *n_s = cli_opt(cli, "--samples");
   char err[1024];
-  if (!out || cli->argc) {
-    fprintf(stderr, "chanter data gen: %s\n", !out ? "--out FILE is required" : "unexpected argument");
-    usage(stderr);
-    return 2;
-  }
+  if (cli_done(cli, "gen")) return 2;
+  if (!out) return cli_usage_error(cli, "--out FILE is required");
   size_t l = strlen(out);
   int fmt = l > 4 && !strcmp(out + l - 4, ".bin") ? DATA_FMT_BINARY : DATA_FMT_CRITEO;
   if (fmt_s) {
@@ -105,10 +94,7 @@ static int do_gen(cli_t *cli) {
 
 static int do_convert(cli_t *cli) {
   char err[1024];
-  if (cli->argc < 1 || cli->argc > 2) {
-    usage(stderr);
-    return 2;
-  }
+  if (cli_args(cli, 1, 2, "convert", "[IN] OUT")) return 2;
   const char *in = cli->argc == 2 ? cli->argv[0] : NULL, *out = cli->argv[cli->argc - 1];
   data_stats_t st;
   double t0 = now_s();
@@ -137,10 +123,7 @@ static int do_convert(cli_t *cli) {
 
 static int do_stats(cli_t *cli) {
   char err[1024];
-  if (cli->argc > 1) {
-    usage(stderr);
-    return 2;
-  }
+  if (cli_args(cli, 0, 1, "stats", "at most one FILE")) return 2;
   const char *path = cli->argc ? cli->argv[0] : cfg_str(cli->cfg, "dataset");
   data_source_t *d;
   data_profile_t p;
@@ -205,10 +188,7 @@ static int do_stats(cli_t *cli) {
 }
 
 int cmd_data(cli_t *cli) {
-  if (cli->argc < 1) {
-    usage(stderr);
-    return 2;
-  }
+  if (cli->argc < 1) return cli_usage_error(cli, "expected gen, convert, stats or bench");
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
@@ -216,11 +196,5 @@ int cmd_data(cli_t *cli) {
   if (!strcmp(sub, "convert")) return do_convert(cli);
   if (!strcmp(sub, "stats")) return do_stats(cli);
   if (!strcmp(sub, "bench")) return bench_data_parse(cli);
-  if (!strcmp(sub, "help") || !strcmp(sub, "--help")) {
-    usage(stdout);
-    return 0;
-  }
-  fprintf(stderr, "chanter data: unknown subcommand '%s'\n", sub);
-  usage(stderr);
-  return 2;
+  return cli_usage_error(cli, "unknown subcommand '%s'", sub);
 }

@@ -42,16 +42,17 @@ static int on_batch(const data_batch_t *b, void *ud) {
 
 int cmd_dataproc(cli_t *cli) {
   char err[1024] = "";
-  if (cli->argc < 1) {
-    fprintf(stderr, "chanter dataproc: expected info | batch X | stream FIRST COUNT  [--test] [--batch-size B]\n");
-    return 2;
-  }
+  if (cli->argc < 1) return cli_usage_error(cli, "expected info, batch X or stream FIRST COUNT");
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
   int split = cli_flag(cli, "--test") ? DATA_TEST : DATA_TRAIN;
   const char *bs_s = cli_opt(cli, "--batch-size");
   uint32_t bs = bs_s ? (uint32_t)strtoul(bs_s, NULL, 10) : (uint32_t)cfg_int(cli->cfg, "batch_size");
+  if (bs_s && bs == 0) return cli_usage_error(cli, "--batch-size '%s' is not a positive integer", bs_s);
+  int want = !strcmp(sub, "info") ? 0 : !strcmp(sub, "batch") ? 1 : !strcmp(sub, "stream") ? 2 : -1;
+  if (want < 0) return cli_usage_error(cli, "unknown subcommand '%s'", sub);
+  if (cli_args(cli, want, want, sub, want == 0 ? "no arguments" : want == 1 ? "X" : "FIRST COUNT")) return 2;
   dpc_t *c;
   if (dpc_create(cli->cfg, &c, err, sizeof err)) {
     fprintf(stderr, "chanter dataproc %s: %s\n", sub, err);
@@ -81,7 +82,7 @@ int cmd_dataproc(cli_t *cli) {
       protobuf_c_message_free_unpacked(&r->base, NULL);
     }
     if (cli->json) printf("\n]}\n");
-  } else if (!strcmp(sub, "batch") && cli->argc == 1) {
+  } else if (!strcmp(sub, "batch")) {
     data_batch_t b;
     if (dpc_get_batch(c, split, strtoull(cli->argv[0], NULL, 10), bs, &b, err, sizeof err)) {
       fprintf(stderr, "chanter dataproc batch: %s\n", err);
@@ -92,7 +93,7 @@ int cmd_dataproc(cli_t *cli) {
       if (cli->json) printf("\n]}\n");
       data_batch_free(&b);
     }
-  } else if (!strcmp(sub, "stream") && cli->argc == 2) {
+  } else {
     stream_ctx_t x = {.json = cli->json};
     uint32_t restarts = 0;
     if (cli->json) printf("{\"batches\": [");
@@ -104,9 +105,6 @@ int cmd_dataproc(cli_t *cli) {
       fprintf(stderr, "chanter dataproc stream: %s\n", err);
       rc = 1;
     }
-  } else {
-    fprintf(stderr, "chanter dataproc: expected info | batch X | stream FIRST COUNT\n");
-    rc = 2;
   }
   dpc_destroy(c);
   return rc;

@@ -313,13 +313,17 @@ static int do_list(cli_t *cli, embc_t *c) {
 
 int cmd_embedding(cli_t *cli) {
   char err[1024];
-  if (cli->argc < 1) {
-    fprintf(stderr, "chanter embedding: expected lookup|write|digest|stats|checkpoint|checkpoints|restore\n");
-    return 2;
-  }
+  if (cli->argc < 1) return cli_usage_error(cli, "expected lookup, write, digest, stats, checkpoint, checkpoints or restore");
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
+  static const char *const subs[] = {"lookup", "write", "digest", "stats", "checkpoint", "restore", "checkpoints"};
+  int known = 0;
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) known |= !strcmp(sub, subs[i]);
+  if (!known) return cli_usage_error(cli, "unknown subcommand '%s'", sub);
+  int n_pos = !strcmp(sub, "checkpoint") || !strcmp(sub, "restore") ? 1 : !strcmp(sub, "lookup") || !strcmp(sub, "write") ? -1 : 0;
+  if (n_pos >= 0 && cli_args(cli, n_pos, n_pos, sub, n_pos ? "one checkpoint ID" : "no arguments")) return 2;
+  if (n_pos < 0 && cli_args(cli, 1, 1 << 30, sub, !strcmp(sub, "lookup") ? "KEY..." : "KEY=V,V,...")) return 2;
   embc_t *c;
   if (embc_create(cli->cfg, &c, err, sizeof err)) {
     fprintf(stderr, "chanter embedding %s: %s\n", sub, err);
@@ -340,10 +344,8 @@ int cmd_embedding(cli_t *cli) {
     rc = do_checkpoint(cli, c, 1);
   else if (!strcmp(sub, "checkpoints"))
     rc = do_list(cli, c);
-  else {
-    fprintf(stderr, "chanter embedding: unknown subcommand '%s'\n", sub);
-    rc = 2;
-  }
+  else
+    rc = 2; /* not reached: checked above */
   embc_destroy(c);
   return rc;
 }

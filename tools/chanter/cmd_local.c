@@ -346,21 +346,17 @@ static int local_status(cli_t *cli, const char *workdir) {
 }
 
 int cmd_local(cli_t *cli) {
-  if (cli->argc < 1) {
-    fprintf(stderr, "chanter local: expected up | down | status, with --workdir DIR\n");
-    return 2;
-  }
+  if (cli->argc < 1) return cli_usage_error(cli, "expected up, down or status, with --workdir DIR");
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
+  if (strcmp(sub, "up") && strcmp(sub, "down") && strcmp(sub, "status"))
+    return cli_usage_error(cli, "unknown subcommand '%s'", sub);
   const char *workdir = cli_opt(cli, "--workdir");
-  if (!workdir) {
-    fprintf(stderr, "chanter local %s: --workdir DIR is required (the cluster's config, logs and pids live there)\n", sub);
-    return 2;
-  }
+  if (cli_done(cli, sub)) return 2;
+  if (!workdir)
+    return cli_usage_error(cli, "--workdir DIR is required (the cluster's config, logs and pids live there)");
   if (!strcmp(sub, "up")) return local_up(cli, workdir);
   if (!strcmp(sub, "down")) return local_down(cli, workdir);
-  if (!strcmp(sub, "status")) return local_status(cli, workdir);
-  fprintf(stderr, "chanter local: unknown subcommand '%s'\n", sub);
-  return 2;
+  return local_status(cli, workdir);
 }

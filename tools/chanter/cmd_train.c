@@ -405,11 +405,8 @@ int cmd_train(cli_t *cli) {
   int local = cli_flag(cli, "--local");
   const char *workdir = cli_opt(cli, "--workdir");
   int quiet = cli_flag(cli, "--quiet");
+  if (cli_done(cli, NULL)) return 2;
   if (!local) return train_cluster(cli, workdir, quiet);
-  if (cli->argc) {
-    fprintf(stderr, "chanter train: unexpected argument '%s'\n", cli->argv[0]);
-    return 2;
-  }
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
     /* no silent fallback to the CPU: say why not, and stop (before
      * loading the data, so the refusal is immediate) */

@@ -3,11 +3,13 @@
  *
  *   chanter [--config FILE] [--set key=value ...] [--json] COMMAND ...
  *
- * Commands: config, embedding, bench (more arrive with the daemons that
- * need them).  Every command reads the same job configuration as the
- * daemons.
+ * Commands: config, local, train, embedding, data, dataproc, bench (the
+ * table `commands` below, with each one's usage).  Every command takes
+ * --help.  Every command reads the same job configuration as the daemons;
+ * a job key given as an option (--seed 1) is answered with the --set form.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,31 +20,130 @@
 #include "log.h"
 #include "proc.h"
 
+/* Every command, its usage (printed once: on --help to stdout, after an
+ * argument error to stderr) and what runs it. */
+typedef struct command_s {
+  const char *name;
+  int (*run)(cli_t *cli);
+  const char *usage;
+} command_t;
+
+static const command_t commands[] = {
+    {"config", cmd_config,
+     "usage: chanter [--config FILE] [--set k=v ...] config keys | show [--verbose]\n"
+     "  keys            every job key with its type, default, bounds and help\n"
+     "  show            the effective configuration as a job file (--verbose: with origins)\n"},
+    {"local", cmd_local,
+     "usage: chanter [--config FILE] [--set k=v ...] local up | down | status --workdir DIR [--json]\n"
+     "  up              start every daemon of the job on 127.0.0.1; DIR/job.ini has their addresses\n"
+     "  down            stop them (SIGTERM, then SIGKILL after 15 s)\n"
+     "  status          which are alive\n"},
+    {"train", cmd_train,
+     "usage: chanter [--config FILE] [--set k=v ...] train [--workdir DIR] [--quiet]\n"
+     "       chanter [--config FILE] [--set k=v ...] train --local [--workdir DIR]\n"
+     "  (cluster)       watch the cluster's job to the end; summary in DIR/summary.json\n"
+     "  --local         train the job's model in this process, no daemons\n"},
+    {"embedding", cmd_embedding,
+     "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
+     "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
+     "  write KEY=V,V,...      write full rows (vector + optimizer state)\n"
+     "  digest                 SHA-256 of every stored row, per server and combined\n"
+     "  stats                  per-server counters\n"
+     "  checkpoint ID          consistent RocksDB checkpoint on every server\n"
+     "  checkpoints            list checkpoints\n"
+     "  restore ID             restore every server to checkpoint ID\n"
+     "Servers are found through cluster.embedding in the job configuration.\n"},
+    {"data", cmd_data,
+     "usage: chanter [--config FILE] [--set k=v ...] data SUBCOMMAND [--json]\n"
+     "  gen --out FILE [--format tsv|binary] [--samples N]   synthetic samples, as dataset = synthetic serves them\n"
+     "  convert [IN] OUT                                      a dataset into the binary format\n"
+     "  stats [FILE]                                          samples, bad records, per-table statistics\n"
+     "  bench [--quick] [--samples N]                         parse rates\n"
+     "The schema (n_dense, table_rows, ...) and the seed are job keys: --set seed=7.\n"},
+    {"dataproc", cmd_dataproc,
+     "usage: chanter [--config FILE] [--set k=v ...] dataproc SUBCOMMAND [--test] [--batch-size B] [--json]\n"
+     "  info                   what each data processor serves\n"
+     "  batch X                one batch (digest), from processor X mod P or a live one\n"
+     "  stream FIRST COUNT     a range of batches, resuming across processor restarts\n"},
+    {"bench", cmd_bench,
+     "usage: chanter [--config FILE] [--set k=v ...] bench WHAT [--quick]\n"
+     "  embedding              Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
+     "  dataproc               batches over gRPC vs in-process vs raw read (and data's parse rates)\n"
+     "  data [--samples N]     parse rates of every format\n"
+     "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
+     "  oracle                 samples/s the oracle decides (plan + cacher)\n"
+     "  e2e                    the local cluster: baseline vs lookahead vs ideal\n"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const command_t *find_command(const char *name) {
+  for (size_t i = 0; name && i < N_COMMANDS; i++)
+    if (!strcmp(commands[i].name, name)) return &commands[i];
+  return NULL;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: chanter [--config FILE] [--set key=value ...] [--json] COMMAND ...\n"
           "\n"
-          "commands:\n"
-          "  config keys                      every job key with its type, default and help\n"
-          "  config show [--verbose]          the effective configuration (with origins)\n"
-          "  local up|down|status --workdir DIR   a whole cluster on this machine (config, logs, pids in DIR)\n"
-          "  train [--workdir DIR]            watch the cluster's job to the end; summary.json in DIR\n"
-          "  train --local [--workdir DIR]    train the job's model in this process (no daemons)\n"
-          "  embedding lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
-          "  embedding write KEY=V,V,...      write full rows (vector + optimizer state)\n"
-          "  embedding digest                 SHA-256 of every stored row, per server and combined\n"
-          "  embedding stats                  per-server counters\n"
-          "  embedding checkpoint ID          consistent RocksDB checkpoint on every server\n"
-          "  embedding checkpoints            list checkpoints\n"
-          "  embedding restore ID             restore every server to checkpoint ID\n"
-          "  data gen|convert|stats ...       synthetic data, format conversion, dataset statistics\n"
-          "  dataproc info                    what each data processor serves\n"
-          "  dataproc batch X [--test]        one batch (digest), from processor X mod P or a live one\n"
-          "  dataproc stream FIRST COUNT      a range of batches, resuming across processor restarts\n"
-          "  bench embedding [--quick]        Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
-          "\n"
-          "Embedding servers are found through cluster.embedding in the job configuration.\n");
+          "commands (chanter COMMAND --help for each):\n");
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    /* each command's summary lines: its usage without the first line */
+    const char *u = strchr(commands[i].usage, '\n');
+    fprintf(f, "\n%s%s", commands[i].name, u ? u : "\n");
+  }
+  fprintf(f, "\nEvery command reads the same job configuration as the daemons: `chanter config keys`.\n");
 }
+
+/* "--seed" / "--batch-size=8" / "--embedding.hot-mb" -> the job key it
+ * spells ("seed", "batch_size", "embedding.hot_mb") in key, or 0. */
+static int arg_as_key(const char *arg, char *key, size_t n) {
+  if (strncmp(arg, "--", 2) || !arg[2]) return 0;
+  size_t i = 0;
+  for (const char *p = arg + 2; *p && *p != '=' && i + 1 < n; p++) key[i++] = *p == '-' ? '_' : *p;
+  key[i] = 0;
+  return cfg_is_key(key);
+}
+
+int cli_usage_error(cli_t *cli, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "chanter%s%s%s%s: ", cli->cmd ? " " : "", cli->cmd ? cli->cmd : "", cli->sub ? " " : "",
+          cli->sub ? cli->sub : "");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  const command_t *c = find_command(cli->cmd);
+  if (c) fputs(c->usage, stderr);
+  else usage(stderr);
+  return 2;
+}
+
+/* "chanter CMD SUB: unexpected argument 'A'", or the --set hint when A
+ * spells a job key (its value: after '=', else the next argument). */
+static int bad_arg(cli_t *cli, int i) {
+  const char *a = cli->argv[i];
+  char key[128];
+  if (arg_as_key(a, key, sizeof key)) {
+    const char *eq = strchr(a, '=');
+    const char *v = eq ? eq + 1 : i + 1 < cli->argc && strncmp(cli->argv[i + 1], "--", 2) ? cli->argv[i + 1] : "VALUE";
+    return cli_usage_error(cli, "'%.*s' is a job key, not an option: use --set %s=%s", eq ? (int)(eq - a) : (int)strlen(a),
+                           a, key, v);
+  }
+  return cli_usage_error(cli, "unexpected argument '%s'", a);
+}
+
+int cli_args(cli_t *cli, int min, int max, const char *sub, const char *what) {
+  if (sub) cli->sub = sub;
+  for (int i = 0; i < cli->argc; i++)
+    if (!strncmp(cli->argv[i], "--", 2) && cli->argv[i][2]) return bad_arg(cli, i);
+  if (cli->argc > max && max == 0) return bad_arg(cli, 0);
+  if (cli->argc < min || cli->argc > max)
+    return cli_usage_error(cli, "expected %s, got %d argument%s", what, cli->argc, cli->argc == 1 ? "" : "s");
+  return 0;
+}
+
+int cli_done(cli_t *cli, const char *sub) { return cli_args(cli, 0, 0, sub, "no more arguments"); }
 
 int cli_flag(cli_t *cli, const char *name) {
   for (int i = 0; i < cli->argc; i++) {
@@ -97,31 +198,31 @@ int main(int argc, char **argv) {
   cli.json = cli_flag(&cli, "--json");
   if (cli_flag(&cli, "--verbose-log")) log_level = LOG_DEBUG;
   if (cli.argc < 1 || !strcmp(cli.argv[0], "help") || !strcmp(cli.argv[0], "--help") || !strcmp(cli.argv[0], "-h")) {
-    usage(cli.argc < 1 ? stderr : stdout);
+    const command_t *c = cli.argc > 1 ? find_command(cli.argv[1]) : NULL; /* chanter help data */
+    if (c) fputs(c->usage, stdout);
+    else usage(cli.argc < 1 ? stderr : stdout);
     rc = cli.argc < 1 ? 2 : 0;
     goto out;
   }
-  const char *cmd = cli.argv[0];
+  const command_t *c = find_command(cli.argv[0]);
+  if (!c) {
+    fprintf(stderr, "chanter: unknown command '%s'\n\n", cli.argv[0]);
+    usage(stderr);
+    goto out;
+  }
+  cli.cmd = c->name;
   cli.argc--;
   cli.argv++;
-  if (!strcmp(cmd, "config"))
-    rc = cmd_config(&cli);
-  else if (!strcmp(cmd, "embedding"))
-    rc = cmd_embedding(&cli);
-  else if (!strcmp(cmd, "data"))
-    rc = cmd_data(&cli);
-  else if (!strcmp(cmd, "dataproc"))
-    rc = cmd_dataproc(&cli);
-  else if (!strcmp(cmd, "train"))
-    rc = cmd_train(&cli);
-  else if (!strcmp(cmd, "local"))
-    rc = cmd_local(&cli);
-  else if (!strcmp(cmd, "bench"))
-    rc = cmd_bench(&cli);
-  else {
-    fprintf(stderr, "chanter: unknown command '%s'\n\n", cmd);
-    usage(stderr);
+  /* --help (or -h, or `help` as the subcommand) anywhere after the
+   * command: its usage once, exit 0, before anything opens a dataset or
+   * calls a server.  `bench model` has options of its own and says them. */
+  int model_bench = !strcmp(c->name, "bench") && cli.argc > 0 && !strcmp(cli.argv[0], "model");
+  if (!model_bench && ((cli.argc > 0 && !strcmp(cli.argv[0], "help")) || cli_flag(&cli, "--help") || cli_flag(&cli, "-h"))) {
+    fputs(c->usage, stdout);
+    rc = 0;
+    goto out;
   }
+  rc = c->run(&cli);
 out:
   cfg_destroy(cli.cfg);
   free(cli.sets);
@@ -158,20 +259,20 @@ cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, s
 }
 
 int cmd_config(cli_t *cli) {
-  if (cli->argc < 1) {
-    fprintf(stderr, "chanter config: expected 'keys' or 'show'\n");
-    return 2;
-  }
-  if (!strcmp(cli->argv[0], "keys")) {
+  if (cli->argc < 1) return cli_usage_error(cli, "expected 'keys' or 'show'");
+  const char *sub = cli->argv[0];
+  cli->argc--;
+  cli->argv++;
+  if (!strcmp(sub, "keys")) {
+    if (cli_done(cli, "keys")) return 2;
     cfg_print_keys(stdout);
     return 0;
   }
-  if (!strcmp(cli->argv[0], "show")) {
-    cli->argc--;
-    cli->argv++;
-    cfg_dump(cli->cfg, stdout, cli_flag(cli, "--verbose"));
+  if (!strcmp(sub, "show")) {
+    int verbose = cli_flag(cli, "--verbose");
+    if (cli_done(cli, "show")) return 2;
+    cfg_dump(cli->cfg, stdout, verbose);
     return 0;
   }
-  fprintf(stderr, "chanter config: unknown subcommand '%s'\n", cli->argv[0]);
-  return 2;
+  return cli_usage_error(cli, "unknown subcommand '%s'", sub);
 }
