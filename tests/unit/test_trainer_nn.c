@@ -607,9 +607,31 @@ static void test_cross_stack(void **state) {
   assert_memory_equal(dbs, dbr, sizeof(dbs));
 }
 
+/* The OpenBLAS kernel set chanter advises (trainer log, bench model's
+ * re-exec) must run on this CPU: SkylakeX only with AVX-512, Haswell only
+ * with AVX2 (SkylakeX on an AMD Zen 3 is SIGILL), and nothing while the
+ * operator has chosen OPENBLAS_CORETYPE. */
+static void test_blas_core_advice(void **state) {
+  (void)state;
+  const char *core = nn_blas_better_core();
+  assert_non_null(nn_blas_core());
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (core && !strcmp(core, "SkylakeX")) assert_true(__builtin_cpu_supports("avx512f"));
+  if (core && !strcmp(core, "Haswell")) assert_true(__builtin_cpu_supports("avx2"));
+#endif
+  char *prev = getenv("OPENBLAS_CORETYPE") ? strdup(getenv("OPENBLAS_CORETYPE")) : NULL;
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  assert_null(nn_blas_better_core());
+  if (prev) setenv("OPENBLAS_CORETYPE", prev, 1);
+  else unsetenv("OPENBLAS_CORETYPE");
+  free(prev);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear),
+      cmocka_unit_test(test_blas_core_advice),
       cmocka_unit_test(test_relu_sigmoid),
       cmocka_unit_test(test_bce),
       cmocka_unit_test(test_concat),
