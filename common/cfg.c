@@ -8,7 +8,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,7 +15,10 @@
 
 #include "err.h"
 
-typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM } ctype_t;
+/* T_LIST: comma-separated strings; T_INTS: comma-separated integers >= 0
+ * (bounds are checked where the list is used).  Both are read strictly (no
+ * empty entry) and stored as "a,b,c"; cfg_str returns that. */
+typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_LIST, T_INTS } ctype_t;
 
 typedef struct entry_s {
   const char *name;
@@ -61,29 +63,31 @@ static const entry_t entries[] = {
     {"log_level", T_ENUM, "info", 0, 0, "error|warn|info|debug", "log verbosity of every daemon"},
     /* ---- embedding tables ---- */
     {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},
-    {"table_rows", T_STR, CRITEO_ROWS, 0, 0, NULL,
+    {"table_rows", T_INTS, CRITEO_ROWS, 0, 0, NULL,
      "comma-separated row count of each embedding table (Criteo's 26 cardinalities, capped at 200000)"},
     {"embedding_dim", T_INT, "16", 1, 65536, NULL, "embedding dimension of every table"},
-    {"table_dims", T_STR, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
+    {"table_dims", T_INTS, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
     /* ---- data ---- */
     {"dataset_format", T_ENUM, "auto", 0, 0, "auto|criteo|avazu|binary",
      "format of dataset: auto = by content (binary magic) and extension (.csv = avazu, else criteo TSV)"},
     {"test_fraction", T_FLOAT, "0.1", 0, 0.9, NULL, "the last fraction of the dataset's samples is held out for evaluation"},
-    {"strict", T_BOOL, "false", 0, 0, NULL, "stop at the first malformed record (file:line and why) instead of counting and skipping it"},
+    {"strict", T_BOOL, "false", 0, 0, NULL, "stop at the first malformed record (file:line and why) instead of counting and skipping it; also refuse a batch_size larger than the train or test split"},
     {"hash_seed", T_INT, "0", 0, 9.2e18, NULL, "seed of hash64 (XXH3) that maps raw categorical values to table rows"},
-    {"table_hotness", T_STR, "", 0, 0, NULL,
+    {"table_hotness", T_INTS, "", 0, 0, NULL,
      "optional comma-separated ids per sample of each table (multi-hot, pooled by sum); empty = one-hot everywhere"},
     {"data.max_reports", T_INT, "5", 0, 1000000, NULL, "malformed records reported individually (file:line) before only counting"},
+    {"data.max_bad_fraction", T_FLOAT, "0.01", 0, 1, NULL,
+     "a text dataset with more than this fraction of malformed records is refused at open and by data convert (1 = no limit)"},
     {"synthetic.samples", T_INT, "1000000", 1, 1e13, NULL, "samples in the synthetic dataset (train + test)"},
     {"synthetic.alpha", T_FLOAT, "1.05", 0, 10, NULL, "Zipf exponent of row popularity in each table (0 = uniform)"},
     {"synthetic.hot_share", T_FLOAT, "0", 0, 100, NULL,
      "if > 0: the hottest 1% of each table's rows take this % of accesses, the rest uniform (overrides alpha)"},
     {"synthetic.signal", T_FLOAT, "1.0", 0, 100, NULL, "strength of the planted logistic signal (0 = labels are coin flips)"},
     /* ---- model ---- */
-    {"model.bottom_mlp", T_STR, "512,256,64", 0, 0, NULL,
+    {"model.bottom_mlp", T_INTS, "512,256,64", 0, 0, NULL,
      "DLRM bottom MLP hidden sizes (dense features -> ... -> embedding_dim is appended)"},
-    {"model.top_mlp", T_STR, "512,256", 0, 0, NULL, "DLRM top MLP hidden sizes (an output of 1 is appended)"},
-    {"model.deep_mlp", T_STR, "512,256,128", 0, 0, NULL, "deep tower hidden sizes of wdl, deepfm and dcn (an output of 1 is appended)"},
+    {"model.top_mlp", T_INTS, "512,256", 0, 0, NULL, "DLRM top MLP hidden sizes (an output of 1 is appended)"},
+    {"model.deep_mlp", T_INTS, "512,256,128", 0, 0, NULL, "deep tower hidden sizes of wdl, deepfm and dcn (an output of 1 is appended)"},
     {"model.cross_layers", T_INT, "3", 0, 64, NULL, "cross layers of dcn"},
     {"adagrad_eps", T_FLOAT, "1e-8", 0, 1, NULL, "epsilon of Adagrad and row-wise Adagrad"},
     {"adagrad_init", T_FLOAT, "0", 0, 1e6, NULL, "initial Adagrad accumulator of dense parameters"},
@@ -91,12 +95,12 @@ static const entry_t entries[] = {
     {"adam_beta2", T_FLOAT, "0.999", 0, 1, NULL, "Adam second-moment decay"},
     {"adam_eps", T_FLOAT, "1e-8", 0, 1, NULL, "Adam epsilon"},
     /* ---- cluster endpoints ---- */
-    {"cluster.embedding", T_STR, "", 0, 0, NULL,
+    {"cluster.embedding", T_LIST, "", 0, 0, NULL,
      "comma-separated host:port of each embedding server, in shard order (empty: chanter local up assigns loopback ports)"},
     {"cluster.oracle", T_STR, "", 0, 0, NULL, "host:port of the oracle (empty: chanter local up assigns a loopback port)"},
-    {"cluster.trainers", T_STR, "", 0, 0, NULL,
+    {"cluster.trainers", T_LIST, "", 0, 0, NULL,
      "comma-separated host of each trainer, in rank order: the address its collectives bind to (empty: 127.0.0.1)"},
-    {"cluster.dataproc", T_STR, "", 0, 0, NULL,
+    {"cluster.dataproc", T_LIST, "", 0, 0, NULL,
      "comma-separated host:port of each data processor (empty: chanter local up assigns loopback ports)"},
     /* ---- sharding ---- */
     {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
@@ -188,11 +192,66 @@ static char *trim(char *s) {
   return s;
 }
 
-/* Parses raw into slot idx; on error writes "key = 'raw': why" to err. */
-static int assign(cfg_t *c, int idx, const char *raw, const char *origin, char *err, size_t n) {
+/* Checks a list value (T_LIST, T_INTS) and writes its canonical form
+ * "a,b,c" (entries trimmed) into out, which has strlen(raw) + 1 bytes.  An
+ * empty (or all-blank) value is the empty list.  Entries count from 0, like
+ * tables, shards and ranks.  On error writes "key: entry N ..." to err and
+ * sets *at to the entry's offset in raw (the loader turns it into a line). */
+static int check_list(const entry_t *e, const char *raw, char *out, size_t *at, char *err, size_t n) {
+  const char *p = raw;
+  size_t k = 0, o = 0;
+  while (isspace((unsigned char)*p)) p++;
+  if (!*p) {
+    out[0] = 0;
+    return 0;
+  }
+  for (p = raw;; p++, k++) {
+    const char *comma = strchr(p, ','), *a = p, *b = comma ? comma : p + strlen(p);
+    while (a < b && isspace((unsigned char)*a)) a++;
+    while (b > a && isspace((unsigned char)b[-1])) b--;
+    if (a == b) {
+      *at = (size_t)(p - raw);
+      return fmt_err(err, n, "%s: entry %zu is empty%s", e->name, k,
+                     !comma ? " (the list ends with a comma)" : k == 0 ? " (the list starts with a comma)" : "");
+    }
+    for (const char *q = a; e->type == T_INTS && q < b; q++)
+      if (!isdigit((unsigned char)*q)) {
+        *at = (size_t)(a - raw);
+        int l = b - a > 40 ? 40 : (int)(b - a);
+        return fmt_err(err, n, "%s: entry %zu '%.*s%s' must be an integer >= 0", e->name, k, l, a,
+                       b - a > 40 ? "..." : "");
+      }
+    if (o) out[o++] = ',';
+    memcpy(out + o, a, (size_t)(b - a));
+    o += (size_t)(b - a);
+    if (!comma) break;
+    p = comma;
+  }
+  out[o] = 0;
+  return 0;
+}
+
+/* Every value must survive cfg_dump and a reload: no line breaks, and no
+ * ';' after a blank, which a job file reads as the start of a comment.
+ * Only --set can bring such a value (the reader never yields one). */
+static const char *unwritable(const char *v) {
+  for (const char *p = v; *p; p++) {
+    if (*p == '\n' || *p == '\r') return "contains a line break";
+    if (*p == ';' && p > v && isspace((unsigned char)p[-1]))
+      return "has a ';' after a blank, which a job file would read as a comment";
+  }
+  return NULL;
+}
+
+/* Parses raw into slot idx; on error writes "key = 'raw': why" (lists:
+ * "key: entry N ...", with its offset in raw in *at when at is not NULL). */
+static int assign(cfg_t *c, int idx, const char *raw, const char *origin, size_t *at, char *err, size_t n) {
   const entry_t *e = &entries[idx];
   value_t nv = {0};
   char *end = NULL;
+  size_t bad_at = 0;
+  const char *why = unwritable(raw);
+  if (why) return fmt_err(err, n, "%s = '%s' %s", e->name, raw, why);
   switch (e->type) {
   case T_INT: {
     errno = 0;
@@ -237,6 +296,17 @@ static int assign(cfg_t *c, int idx, const char *raw, const char *origin, char *
   }
   case T_STR:
     break;
+  case T_LIST:
+  case T_INTS: {
+    if (!(nv.str = malloc(strlen(raw) + 1))) return -ENOMEM;
+    int rc = check_list(e, raw, nv.str, &bad_at, err, n);
+    if (rc) {
+      free(nv.str);
+      if (at) *at = bad_at;
+      return rc;
+    }
+    break;
+  }
   }
   if (!strcmp(e->name, "lookahead") && strcmp(raw, "auto") != 0) {
     errno = 0;
@@ -244,8 +314,7 @@ static int assign(cfg_t *c, int idx, const char *raw, const char *origin, char *
     if (errno || end == raw || *end || x < 0)
       return fmt_err(err, n, "lookahead = '%s' is neither a number >= 0 nor 'auto'", raw);
   }
-  nv.str = strdup(raw);
-  if (!nv.str) return -ENOMEM;
+  if (!nv.str && !(nv.str = strdup(raw))) return -ENOMEM;
   snprintf(nv.origin, sizeof nv.origin, "%s", origin);
   free(c->v[idx].str);
   c->v[idx] = nv;
@@ -257,7 +326,7 @@ int cfg_create(cfg_t **out) {
   if (!c) return -ENOMEM;
   for (size_t i = 0; i < N_ENTRIES; i++) {
     char err[256];
-    int rc = assign(c, (int)i, entries[i].def, "default", err, sizeof err);
+    int rc = assign(c, (int)i, entries[i].def, "default", NULL, err, sizeof err);
     ASSERT(rc == 0); /* a default that does not parse is a bug in the table */
   }
   *out = c;
@@ -270,70 +339,111 @@ void cfg_destroy(cfg_t *c) {
   free(c);
 }
 
-typedef struct load_ctx_s {
+/* ---- the job file reader ----
+ *
+ * A small INI reader of its own: inih, as Debian builds it, cuts lines at
+ * 200 characters, and a job with many large tables needs more.  It reads
+ * what inih read: "; " and "# " comment lines, "[section]" ("[]" is the job
+ * keys again), "key = value" (or "key: value"), an inline comment after a
+ * blank and ';', and an indented line continuing the previous key's value
+ * (blank and comment lines may sit in between; a section header ends it).
+ * The pieces of a continued value are joined with ',' unless one of them
+ * already has it there, so "1, 2,\n    3" and "1, 2\n    3" are both
+ * "1,2,3".  A key is assigned once its whole value is read; a list error
+ * names the line of the offending entry. */
+
+typedef struct load_s {
   cfg_t *c;
   const char *path;
+  int idx;          /* the key being read (-1: none) */
+  int key_line;
+  char *val;        /* its value so far */
+  size_t len, cap;
+  size_t *piece_at; /* where each line's piece starts in val ... */
+  int *piece_line;  /* ... and that line */
+  size_t n_pieces, cap_pieces;
   char msg[512];
-  int line;    /* lines read so far: inih gives handlers no line number */
-  int failed;
-  int cont;           /* the line just read is a continuation (indented) */
-  FILE *f;
-  char prev_key[256]; /* key of the last assignment, for continuations */
-  char *acc;          /* its value so far */
-} load_ctx_t;
+} load_t;
 
-/* inih's reader callback (fgets-like); counts lines for origins. */
-static char *read_line(char *buf, int size, void *ud) {
-  load_ctx_t *x = ud;
-  char *r = fgets(buf, size, x->f);
-  if (!r) return NULL;
-  x->line++;
-  x->cont = (r[0] == ' ' || r[0] == '\t');
-  size_t n = strlen(r);
-  if (n == (size_t)size - 1 && r[n - 1] != '\n' && !feof(x->f) && !x->failed) {
-    snprintf(x->msg, sizeof x->msg, "line longer than %d characters (split long lists or use --set)", size - 2);
-    x->failed = x->line;
-    return NULL;
+/* Reads one line (without its newline) into *buf, grown as needed.
+ * 1 = a line, 0 = end of file, -E2BIG = longer than CFG_MAX_LINE, -EIO. */
+static int read_line(FILE *f, char **buf, size_t *cap) {
+  size_t n = 0;
+  for (;;) {
+    if (*cap - n < 2) {
+      size_t nc = *cap ? *cap * 2 : 4096;
+      char *nb = realloc(*buf, nc);
+      if (!nb) return -ENOMEM;
+      *buf = nb;
+      *cap = nc;
+    }
+    if (!fgets(*buf + n, (int)(*cap - n), f)) break;
+    n += strlen(*buf + n);
+    if (n && (*buf)[n - 1] == '\n') {
+      (*buf)[--n] = 0;
+      return n > CFG_MAX_LINE ? -E2BIG : 1;
+    }
+    if (n > CFG_MAX_LINE) return -E2BIG;
   }
-  return r;
+  if (ferror(f)) return -EIO;
+  (*buf)[n] = 0;
+  return n > 0;
 }
 
-static int ini_cb(void *ud, const char *section, const char *name, const char *value) {
-  load_ctx_t *x = ud;
-  char key[256], origin[160];
-  if (x->failed) return 1; /* keep only the first error */
-  if (section && *section)
-    snprintf(key, sizeof key, "%s.%s", section, name);
-  else
-    snprintf(key, sizeof key, "%s", name);
-  int idx = find(key);
-  if (idx < 0) {
-    snprintf(x->msg, sizeof x->msg, "unknown key '%s'%s%s%s (see `chanter config keys`)", name,
-             section && *section ? " in section [" : "", section ? section : "",
-             section && *section ? "]" : "");
-    x->failed = 1;
-    return 0;
+/* Cuts s at an inline comment: a ';' after a blank. */
+static void strip_comment(char *s) {
+  for (size_t i = 1; s[i]; i++)
+    if (s[i] == ';' && isspace((unsigned char)s[i - 1])) {
+      s[i] = 0;
+      return;
+    }
+}
+
+/* Appends one line's piece (trimmed) of the current key's value. */
+static int add_piece(load_t *x, const char *piece, int line) {
+  size_t pl = strlen(piece);
+  int sep = x->len && pl && x->val[x->len - 1] != ',' && piece[0] != ',';
+  if (x->len + (size_t)sep + pl + 1 > x->cap) {
+    size_t nc = (x->len + (size_t)sep + pl + 1) * 2;
+    char *nv = realloc(x->val, nc);
+    if (!nv) return -ENOMEM;
+    x->val = nv;
+    x->cap = nc;
   }
-  snprintf(origin, sizeof origin, "%s:%d", x->path, x->line);
-  /* An indented line continues the previous key's value: long lists
-   * (table_rows) may span lines; the pieces are joined with ','. */
-  char *v;
-  if (x->cont && x->acc && !strcmp(key, x->prev_key)) {
-    if (asprintf(&v, "%s,%s", x->acc, value ? value : "") < 0) v = NULL;
-  } else {
-    v = strdup(value ? value : "");
+  if (x->n_pieces == x->cap_pieces) {
+    size_t nc = x->cap_pieces ? x->cap_pieces * 2 : 16;
+    size_t *na = realloc(x->piece_at, nc * sizeof *na);
+    if (na) x->piece_at = na;
+    int *nl = realloc(x->piece_line, nc * sizeof *nl);
+    if (nl) x->piece_line = nl;
+    if (!na || !nl) return -ENOMEM;
+    x->cap_pieces = nc;
   }
-  if (!v) return 0;
-  free(x->acc);
-  x->acc = strdup(v);
-  snprintf(x->prev_key, sizeof x->prev_key, "%s", key);
-  int rc = assign(x->c, idx, trim(v), origin, x->msg, sizeof x->msg);
-  free(v);
+  if (sep) x->val[x->len++] = ',';
+  x->piece_at[x->n_pieces] = x->len;
+  x->piece_line[x->n_pieces++] = line;
+  memcpy(x->val + x->len, piece, pl + 1);
+  x->len += pl;
+  return 0;
+}
+
+/* Assigns the key read so far, if any.  On error sets *bad to the line to
+ * blame: the key's, or for a list the line of the offending entry. */
+static int flush(load_t *x, int *bad) {
+  if (x->idx < 0) return 0;
+  int idx = x->idx;
+  x->idx = -1;
+  char origin[160];
+  snprintf(origin, sizeof origin, "%s:%d", x->path, x->key_line);
+  size_t at = SIZE_MAX;
+  int rc = assign(x->c, idx, x->val, origin, &at, x->msg, sizeof x->msg);
   if (rc) {
-    x->failed = 1;
-    return 0;
+    *bad = x->key_line;
+    for (size_t i = 0; at != SIZE_MAX && i < x->n_pieces && x->piece_at[i] <= at; i++) *bad = x->piece_line[i];
   }
-  return 1;
+  x->len = 0;
+  x->n_pieces = 0;
+  return rc;
 }
 
 int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
@@ -343,15 +453,65 @@ int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
     fmt_err(err, err_len, "%s: cannot open job configuration: %s", path, strerror(e));
     return -e;
   }
-  load_ctx_t x = {.c = c, .path = path, .f = f};
-  int line = ini_parse_stream(read_line, &x, ini_cb, &x);
+  load_t x = {.c = c, .path = path, .idx = -1};
+  char *buf = NULL, section[256] = "";
+  size_t cap = 0;
+  int line = 0, bad = 0, rc;
+  while ((rc = read_line(f, &buf, &cap)) == 1) {
+    char *t = buf;
+    if (++line == 1 && !strncmp(t, "\xEF\xBB\xBF", 3)) t += 3; /* a UTF-8 BOM */
+    int indented = *t == ' ' || *t == '\t';
+    t = trim(t);
+    if (!*t || *t == ';' || *t == '#') continue;
+    strip_comment(t);
+    t = trim(t);
+    if (indented && x.idx >= 0) {
+      if ((rc = add_piece(&x, t, line)) != 0) break;
+      continue;
+    }
+    if ((rc = flush(&x, &bad)) != 0) break;
+    char *close = *t == '[' ? strchr(t, ']') : NULL, *sep = t + strcspn(t, "=:");
+    if (*t == '[' ? !close || close[1] : !*sep || sep == t) {
+      snprintf(x.msg, sizeof x.msg, "syntax error (expected 'key = value' or '[section]')");
+      rc = ERR_CONFIG;
+      bad = line;
+      break;
+    }
+    if (*t == '[') {
+      *close = 0;
+      snprintf(section, sizeof section, "%s", trim(t + 1));
+      continue;
+    }
+    *sep = 0;
+    char key[512], *name = trim(t);
+    snprintf(key, sizeof key, "%s%s%s", section, *section ? "." : "", name);
+    if ((x.idx = find(key)) < 0) {
+      snprintf(x.msg, sizeof x.msg, "unknown key '%.100s'%s%s%s (see `chanter config keys`)", name,
+               *section ? " in section [" : "", section, *section ? "]" : "");
+      rc = ERR_CONFIG;
+      bad = line;
+      break;
+    }
+    x.key_line = line;
+    if ((rc = add_piece(&x, trim(sep + 1), line)) != 0) break;
+  }
+  if (rc == 0) rc = flush(&x, &bad);
+  int e = ferror(f) ? errno : 0;
   fclose(f);
-  free(x.acc);
-  if (line == 0 && x.failed) return fmt_err(err, err_len, "%s:%d: %s", path, x.failed, x.msg);
-  if (line == 0) return 0;
-  if (line < 0) return fmt_err(err, err_len, "%s: cannot read job configuration", path);
-  if (!x.failed) return fmt_err(err, err_len, "%s:%d: syntax error (expected 'key = value' or '[section]')", path, line);
-  return fmt_err(err, err_len, "%s:%d: %s", path, line, x.msg);
+  free(buf);
+  free(x.val);
+  free(x.piece_at);
+  free(x.piece_line);
+  if (rc == -E2BIG)
+    return fmt_err(err, err_len, "%s:%d: line longer than %d characters (split long lists over indented continuation lines)",
+                   path, line + 1, CFG_MAX_LINE);
+  if (rc == -EIO) return fmt_err(err, err_len, "%s:%d: cannot read job configuration: %s", path, line + 1, strerror(e ? e : EIO));
+  if (rc == -ENOMEM) {
+    fmt_err(err, err_len, "%s:%d: out of memory", path, line);
+    return rc;
+  }
+  if (rc) return fmt_err(err, err_len, "%s:%d: %s", path, bad, x.msg);
+  return 0;
 }
 
 int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_len) {
@@ -368,7 +528,7 @@ int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_
   char *v = strdup(eq + 1);
   if (!v) return -ENOMEM;
   char msg[400];
-  int rc = assign(c, idx, trim(v), origin, msg, sizeof msg);
+  int rc = assign(c, idx, trim(v), origin, NULL, msg, sizeof msg);
   free(v);
   if (rc) return fmt_err(err, err_len, "%s %s: %s", origin, kv, msg);
   return 0;
@@ -407,20 +567,23 @@ int cfg_parse_args(cfg_t *c, int *argc, char **argv, char *err, size_t err_len) 
   return cfg_validate(c, err, err_len);
 }
 
-static const value_t *get(const cfg_t *c, const char *key, ctype_t t1, ctype_t t2) {
+#define TY(t) (1u << (t))
+static const value_t *get(const cfg_t *c, const char *key, unsigned types) {
   int idx = find(key);
   if (idx < 0) {
     fprintf(stderr, "<2>cfg: undeclared key '%s'\n", key);
     ASSERT(idx >= 0);
   }
-  ASSERT(entries[idx].type == t1 || entries[idx].type == t2);
+  ASSERT((types & TY(entries[idx].type)) != 0);
   return &c->v[idx];
 }
 
-int64_t cfg_int(const cfg_t *c, const char *key) { return get(c, key, T_INT, T_BOOL)->i; }
-double cfg_float(const cfg_t *c, const char *key) { return get(c, key, T_FLOAT, T_INT)->f; }
-int cfg_bool(const cfg_t *c, const char *key) { return (int)get(c, key, T_BOOL, T_BOOL)->i; }
-const char *cfg_str(const cfg_t *c, const char *key) { return get(c, key, T_STR, T_ENUM)->str; }
+int64_t cfg_int(const cfg_t *c, const char *key) { return get(c, key, TY(T_INT) | TY(T_BOOL))->i; }
+double cfg_float(const cfg_t *c, const char *key) { return get(c, key, TY(T_FLOAT) | TY(T_INT))->f; }
+int cfg_bool(const cfg_t *c, const char *key) { return (int)get(c, key, TY(T_BOOL))->i; }
+const char *cfg_str(const cfg_t *c, const char *key) {
+  return get(c, key, TY(T_STR) | TY(T_ENUM) | TY(T_LIST) | TY(T_INTS))->str;
+}
 
 const char *cfg_origin(const cfg_t *c, const char *key) {
   int idx = find(key);
@@ -545,24 +708,63 @@ int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
   return 0;
 }
 
-void cfg_dump(const cfg_t *c, FILE *f, int verbose) {
-  const char *section = "";
-  for (size_t i = 0; i < N_ENTRIES; i++) {
-    const char *dot = strchr(entries[i].name, '.');
-    char sec[64] = "";
-    if (dot) snprintf(sec, sizeof sec, "%.*s", (int)(dot - entries[i].name), entries[i].name);
-    if (strcmp(sec, section) != 0) {
-      fprintf(f, "\n[%s]\n", sec);
-      section = dot ? entries[i].name : "";
+/* Writes "key = value"; a list that would pass DUMP_WIDTH columns goes on
+ * over indented continuation lines, each ending in its ',' (which the
+ * reader does not double).  What the reader would take for a comment stays
+ * off the start of a value (";x": "key =;x") and of a line (an entry
+ * beginning with ';' or '#' is not moved to the next line). */
+#define DUMP_WIDTH 80
+static void dump_value(FILE *f, const entry_t *e, const char *key, const char *v) {
+  if (!*v) {
+    fprintf(f, "%s =\n", key);
+    return;
+  }
+  int col = fprintf(f, "%s =%s", key, v[0] == ';' ? "" : " ");
+  if (e->type != T_LIST && e->type != T_INTS) {
+    fprintf(f, "%s\n", v);
+    return;
+  }
+  for (const char *p = v; *p;) {
+    size_t l = strcspn(p, ",");
+    int last = p[l] == 0;
+    if (p != v && (size_t)col + l + 1 > DUMP_WIDTH && *p != ';' && *p != '#') {
+      fputs("\n    ", f);
+      col = 4;
     }
-    const char *key = dot ? dot + 1 : entries[i].name;
-    if (verbose) fprintf(f, "# %s (from %s)\n", entries[i].help, c->v[i].origin);
-    fprintf(f, "%s = %s\n", key, c->v[i].str);
+    col += fprintf(f, "%.*s%s", (int)l, p, last ? "" : ",");
+    p += l + !last;
+  }
+  fputc('\n', f);
+}
+
+static size_t section_len(const char *name) {
+  const char *dot = strchr(name, '.');
+  return dot ? (size_t)(dot - name) : 0;
+}
+
+static int same_section(const char *a, const char *b) {
+  size_t l = section_len(a);
+  return l == section_len(b) && strncmp(a, b, l) == 0;
+}
+
+void cfg_dump(const cfg_t *c, FILE *f, int verbose) {
+  /* the job keys, then each section once, in the table's order */
+  for (size_t i = 0; i < N_ENTRIES; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++) seen = same_section(entries[i].name, entries[j].name);
+    if (seen) continue;
+    size_t sl = section_len(entries[i].name);
+    if (sl) fprintf(f, "\n[%.*s]\n", (int)sl, entries[i].name);
+    for (size_t j = i; j < N_ENTRIES; j++) {
+      if (!same_section(entries[i].name, entries[j].name)) continue;
+      if (verbose) fprintf(f, "# %s (from %s)\n", entries[j].help, c->v[j].origin);
+      dump_value(f, &entries[j], entries[j].name + (sl ? sl + 1 : 0), c->v[j].str);
+    }
   }
 }
 
 void cfg_print_keys(FILE *f) {
-  static const char *tn[] = {"int", "float", "bool", "string", "enum"};
+  static const char *tn[] = {"int", "float", "bool", "string", "enum", "list", "ints"};
   for (size_t i = 0; i < N_ENTRIES; i++) {
     const entry_t *e = &entries[i];
     fprintf(f, "%-30s %-6s default=%s", e->name, tn[e->type], *e->def ? e->def : "''");

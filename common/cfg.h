@@ -10,6 +10,13 @@
  * --set key=value.  Errors name the file and line (or the --set argument)
  * and what was wrong.  A cfg_t is read-only after loading and safe to read
  * from any thread.
+ *
+ * Lines may be up to CFG_MAX_LINE characters; an indented line continues
+ * the previous key's value (a long list over several lines).  List keys
+ * (table_rows, cluster.embedding, ...) are read strictly: an empty entry
+ * ("1,,2", a trailing comma) or, in a list of integers, a non-number is an
+ * error naming the key, the line and the entry (counted from 0).  Every
+ * file cfg_dump writes reads back to the same values.
  */
 #ifndef CHANTER_CFG_H
 #define CHANTER_CFG_H
@@ -22,12 +29,16 @@
 
 typedef struct cfg_s cfg_t;
 
+/* The longest line a job file may have (8 MiB: 65536 tables of any size). */
+#define CFG_MAX_LINE (8 << 20)
+
 /* A config holding every key's default.  0 or -ENOMEM. */
 int cfg_create(cfg_t **out);
 void cfg_destroy(cfg_t *c);
 
 /* Reads an INI job file.  On error returns ERR_CONFIG (or -errno for a
- * missing file) and writes "FILE:LINE: what" into err. */
+ * missing file, -ENOMEM) and writes "FILE:LINE: what" into err; a list
+ * error is "FILE:LINE: key: entry N is empty" with the line of that entry. */
 int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len);
 /* Applies one "key=value" override; origin names where it came from. */
 int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_len);
@@ -50,7 +61,8 @@ int cfg_is_key(const char *name);
 const char *cfg_origin(const cfg_t *c, const char *key);
 
 /* Splits a comma-separated list key into *n malloc'd strings (trimmed);
- * free with cfg_list_free.  An empty value gives n = 0. */
+ * free with cfg_list_free.  An empty value gives n = 0.  cfg_str of a list
+ * key gives it as "a,b,c". */
 int cfg_list(const cfg_t *c, const char *key, char ***items, size_t *n);
 void cfg_list_free(char **items, size_t n);
 
@@ -60,9 +72,12 @@ int cfg_layout(const cfg_t *c, tbl_layout_t *out, char *err, size_t err_len);
 /* Optimizer state floats per row for an embedding optimizer name. */
 int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
 
-/* Prints the effective configuration as an INI file (with origins as
- * comments when verbose), or every declared key with type, default, bounds
- * and help. */
+/* Prints the effective configuration as an INI job file that
+ * cfg_load_file reads back to the same values: the job keys, then each
+ * section once; lists longer than a line go on over indented continuation
+ * lines.  With verbose, each key's help and origin as a comment.
+ * cfg_print_keys prints every declared key with type, default, bounds and
+ * help. */
 void cfg_dump(const cfg_t *c, FILE *f, int verbose);
 void cfg_print_keys(FILE *f);
 

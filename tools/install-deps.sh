@@ -15,7 +15,6 @@ PKGS=(
   libopenblas-dev        # CPU matrix products
   libgloo-dev            # CPU collectives (C++; wrapped in extern "C")
   libcmocka-dev          # unit tests
-  libinih-dev            # job configuration (INI)
   libmicrohttpd-dev      # Prometheus text endpoint
   libssl-dev openssl     # SHA-256 digests; test certificates for TLS tests
   libxxhash-dev          # hash64 of raw categorical values (XXH3)

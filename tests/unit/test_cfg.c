@@ -1,4 +1,5 @@
-/* Unit tests of cfg: defaults, files, --set overrides, errors with file:line. */
+/* Unit tests of cfg: defaults, files, --set overrides, errors with file:line,
+ * long lines and continuations, strict lists, and cfg_dump reading back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,9 +112,226 @@ static void test_file_errors(void **st) {
                     "lists 2 servers but embedding_servers");
   expect_file_error("lookahead = soon\n", "lookahead = 'soon'");
   expect_file_error("[tls]\ncert_file = /x.pem\n", "must be set together");
-  char longline[400];
-  snprintf(longline, sizeof longline, "dataset = %0300d\n", 7);
-  expect_file_error(longline, "line longer than");
+}
+
+/* A cfg from --set style assignments (NULL-terminated); asserts they apply. */
+static cfg_t *cfg_of(const char *const *sets) {
+  cfg_t *c;
+  char err[512];
+  assert_int_equal(cfg_create(&c), 0);
+  for (; *sets; sets++)
+    if (cfg_set(c, *sets, "test", err, sizeof err)) fail_msg("%.60s: %s", *sets, err);
+  return c;
+}
+
+/* cfg_dump of c into a malloc'd string. */
+static char *dump_of(const cfg_t *c, int verbose) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  assert_non_null(f);
+  cfg_dump(c, f, verbose);
+  fclose(f);
+  return buf;
+}
+
+static void test_long_lines(void **st) {
+  /* 26 tables of 40M rows, 8-digit dims, long cluster lists, on one line each */
+  size_t cap = 1 << 16, o = 0;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  o += (size_t)snprintf(text + o, cap - o, "embedding_servers = 26\ntable_rows = ");
+  for (int t = 0; t < 26; t++) o += (size_t)snprintf(text + o, cap - o, "%s40000000", t ? ", " : "");
+  o += (size_t)snprintf(text + o, cap - o, "\ntable_dims = ");
+  for (int t = 0; t < 26; t++) o += (size_t)snprintf(text + o, cap - o, "%s%08d", t ? "," : "", 4 + t % 3);
+  o += (size_t)snprintf(text + o, cap - o, "\n[cluster]\nembedding = ");
+  for (int t = 0; t < 26; t++) o += (size_t)snprintf(text + o, cap - o, "%semb%02d.example.internal:7100", t ? ", " : "", t);
+  o += (size_t)snprintf(text + o, cap - o, "\n");
+  const char *path = write_tmp(text);
+  cfg_t *c;
+  char err[512] = "";
+  assert_int_equal(cfg_create(&c), 0);
+  if (cfg_load_file(c, path, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(cfg_validate(c, err, sizeof err), 0);
+  tbl_layout_t l;
+  assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
+  assert_int_equal(l.n_tables, 26);
+  assert_int_equal(l.tables[25].rows, 40000000);
+  assert_int_equal(l.tables[1].dim, 5);
+  tbl_layout_close(&l);
+  char **items;
+  size_t n;
+  assert_int_equal(cfg_list(c, "cluster.embedding", &items, &n), 0);
+  assert_int_equal(n, 26);
+  assert_string_equal(items[25], "emb25.example.internal:7100");
+  cfg_list_free(items, n);
+  cfg_destroy(c);
+  unlink(path);
+  free(text);
+
+  /* a line of CFG_MAX_LINE characters is read; one more is refused, named */
+  char path2[] = "/tmp/chanter-cfg-XXXXXX";
+  int fd = mkstemp(path2);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "model = dcn\ndataset = ");
+  for (int i = 0; i < CFG_MAX_LINE - 10; i++) fputc('d', f);
+  fprintf(f, "\n");
+  fclose(f);
+  assert_int_equal(cfg_create(&c), 0);
+  if (cfg_load_file(c, path2, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(strlen(cfg_str(c, "dataset")), CFG_MAX_LINE - 10);
+  cfg_destroy(c);
+  f = fopen(path2, "a");
+  fprintf(f, "seed = 1\ndataset = x");
+  for (int i = 0; i < CFG_MAX_LINE; i++) fputc('d', f);
+  fprintf(f, "\nseed = 2\n");
+  fclose(f);
+  assert_int_equal(cfg_create(&c), 0);
+  assert_int_equal(cfg_load_file(c, path2, err, sizeof err), ERR_CONFIG);
+  char want[128];
+  snprintf(want, sizeof want, "%s:4: line longer than %d characters", path2, CFG_MAX_LINE);
+  if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
+  cfg_destroy(c);
+  unlink(path2);
+}
+
+static void test_continuations(void **st) {
+  static const struct {
+    const char *text, *key, *want;
+  } cases[] = {
+      {"table_rows = 10, 20,\n   30\n", "table_rows", "10,20,30"},     /* the comma before the break is not doubled */
+      {"table_rows = 10, 20\n\t30\n", "table_rows", "10,20,30"},       /* nor missing without one */
+      {"table_rows = 10\n   , 20\n", "table_rows", "10,20"},            /* or with it on the next line */
+      {"table_rows = 1,\n; two\n\n  # more\n    2\n", "table_rows", "1,2"}, /* comments, blank lines between */
+      {"table_rows =\n    5, 6\n", "table_rows", "5,6"},
+      {"\xEF\xBB\xBF" "dataset = d1 ; a comment\r\n", "dataset", "d1"}, /* BOM, inline comment, CRLF */
+      {"dataset = a;b\n", "dataset", "a;b"},
+      {"table_rows = 7\n[tls]\n  server_name = n9\n", "tls.server_name", "n9"}, /* a header ends the list */
+      {"[model]\ntop_mlp = 8\n[]\nmodel = dcn\n", "model", "dcn"},        /* "[]": the job keys again */
+      {"[cluster]\nembedding = a:1 ,\n  b:2\n", "cluster.embedding", "a:1,b:2"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *path = write_tmp(cases[i].text);
+    cfg_t *c;
+    char err[512] = "";
+    assert_int_equal(cfg_create(&c), 0);
+    if (cfg_load_file(c, path, err, sizeof err)) fail_msg("case %zu: %s", i, err);
+    if (strcmp(cfg_str(c, cases[i].key), cases[i].want))
+      fail_msg("case %zu: %s = '%s', want '%s'", i, cases[i].key, cfg_str(c, cases[i].key), cases[i].want);
+    cfg_destroy(c);
+    unlink(path);
+  }
+  /* a continued key's origin is the line of the key */
+  const char *path = write_tmp("model = dcn\ntable_rows = 1,\n  2,\n  3\n");
+  cfg_t *c;
+  char err[512], want[128];
+  assert_int_equal(cfg_create(&c), 0);
+  assert_int_equal(cfg_load_file(c, path, err, sizeof err), 0);
+  snprintf(want, sizeof want, "%s:2", path);
+  assert_string_equal(cfg_origin(c, "table_rows"), want);
+  cfg_destroy(c);
+  unlink(path);
+}
+
+static void test_list_errors(void **st) {
+  expect_file_error("table_rows = 1,,2\n", ":1: table_rows: entry 1 is empty");
+  expect_file_error("seed = 1\ntable_rows = 1, 2,\n", ":2: table_rows: entry 2 is empty (the list ends with a comma)");
+  expect_file_error("table_rows = 1, 2,\n[embedding]\nhot_mb = 3\n",
+                    ":1: table_rows: entry 2 is empty (the list ends with a comma)");
+  expect_file_error("table_rows = ,1\n", ":1: table_rows: entry 0 is empty (the list starts with a comma)");
+  /* the line of the entry, not of the key */
+  expect_file_error("table_rows = 1, 2,\n    3, 4,\n    5,, 6\n", ":3: table_rows: entry 5 is empty");
+  expect_file_error("table_rows = 1,\n    2,\n    x3, 4\nseed = 1\n", ":3: table_rows: entry 2 'x3' must be an integer");
+  expect_file_error("table_dims = 4, 4.5\n", ":1: table_dims: entry 1 '4.5' must be an integer");
+  expect_file_error("table_hotness = 1,-2\n", ":1: table_hotness: entry 1 '-2' must be an integer");
+  expect_file_error("[model]\ntop_mlp = 64 32\n", ":2: model.top_mlp: entry 0 '64 32' must be an integer");
+  expect_file_error("[cluster]\nembedding = a:1,,b:2\n", ":2: cluster.embedding: entry 1 is empty");
+  expect_file_error("[cluster]\ntrainers = h0, h1,\n", ":2: cluster.trainers: entry 2 is empty");
+  /* bounds are still checked where the list is used, with its origin */
+  expect_file_error("table_rows = 5, 0\n", "table_rows (from ");
+  cfg_t *c;
+  char err[512];
+  assert_int_equal(cfg_create(&c), 0);
+  assert_int_equal(cfg_set(c, "table_rows=1,,2", "--set", err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "--set table_rows=1,,2: table_rows: entry 1 is empty")) fail_msg("%s", err);
+  assert_int_equal(cfg_set(c, "cluster.dataproc=h:1,", "--set", err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "cluster.dataproc: entry 1 is empty")) fail_msg("%s", err);
+  /* lists are kept as "a,b,c" whatever the spacing */
+  assert_int_equal(cfg_set(c, "model.top_mlp= 64 ,  32", "--set", err, sizeof err), 0);
+  assert_string_equal(cfg_str(c, "model.top_mlp"), "64,32");
+  assert_int_equal(cfg_set(c, "table_dims=  ", "--set", err, sizeof err), 0);
+  assert_string_equal(cfg_str(c, "table_dims"), "");
+  /* a value a job file could not carry is refused at --set */
+  assert_int_equal(cfg_set(c, "dataset=/d/a ;b", "--set", err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "would read as a comment")) fail_msg("%s", err);
+  assert_int_equal(cfg_set(c, "dataset=a\nb", "--set", err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "line break")) fail_msg("%s", err);
+  cfg_destroy(c);
+}
+
+static void test_dump_reads_back(void **st) {
+  char rows[1024], dims[512], emb[2048], trainers[2048], dp[1024];
+  int o = snprintf(rows, sizeof rows, "table_rows=");
+  for (int t = 0; t < 26; t++) o += snprintf(rows + o, sizeof rows - (size_t)o, "%s40000000", t ? "," : "");
+  o = snprintf(dims, sizeof dims, "table_dims=");
+  for (int t = 0; t < 26; t++) o += snprintf(dims + o, sizeof dims - (size_t)o, "%s%08d", t ? "," : "", 8);
+  o = snprintf(emb, sizeof emb, "cluster.embedding=");
+  for (int t = 0; t < 26; t++) o += snprintf(emb + o, sizeof emb - (size_t)o, "%s127.0.0.1:%d", t ? "," : "", 40000 + t);
+  o = snprintf(trainers, sizeof trainers, "cluster.trainers=");
+  for (int t = 0; t < 64; t++) o += snprintf(trainers + o, sizeof trainers - (size_t)o, "%strainer-%02d.example.internal", t ? "," : "", t);
+  o = snprintf(dp, sizeof dp, "cluster.dataproc=");
+  for (int t = 0; t < 16; t++) o += snprintf(dp + o, sizeof dp - (size_t)o, "%sdata%d.example.internal:7200", t ? "," : "", t);
+  const char *sets[] = {rows, dims, "embedding_servers=26", emb, trainers, dp, "cluster.oracle=127.0.0.1:7000",
+                        "dataset=/var/lib/chanter/a path with spaces;and=signs.bin", "model.deep_mlp=", NULL};
+  cfg_t *c = cfg_of(sets);
+  char err[512];
+  assert_int_equal(cfg_validate(c, err, sizeof err), 0);
+  for (int verbose = 0; verbose <= 1; verbose++) {
+    char *text = dump_of(c, verbose);
+    /* the lists went over continuation lines, none past 80 columns */
+    for (char *line = text, *nl; *line; line = nl + 1) {
+      nl = strchr(line, '\n');
+      assert_non_null(nl);
+      if (line[0] != '#' && nl - line > 80) fail_msg("line of %d characters: %.60s...", (int)(nl - line), line);
+    }
+    assert_non_null(strstr(text, "\ntable_rows = 40000000,"));
+    assert_non_null(strstr(text, ",\n    40000000,"));
+    const char *path = write_tmp(text);
+    cfg_t *c2;
+    assert_int_equal(cfg_create(&c2), 0);
+    if (cfg_load_file(c2, path, err, sizeof err)) fail_msg("verbose=%d: %s", verbose, err);
+    assert_int_equal(cfg_validate(c2, err, sizeof err), 0);
+    char *again = dump_of(c2, 0), *first = dump_of(c, 0);
+    assert_string_equal(again, first); /* every key reads back to the same value */
+    assert_string_equal(cfg_str(c2, "dataset"), "/var/lib/chanter/a path with spaces;and=signs.bin");
+    free(again);
+    free(first);
+    free(text);
+    cfg_destroy(c2);
+    unlink(path);
+  }
+  cfg_destroy(c);
+  /* values the reader could take for a comment are written so it does not */
+  const char *odd[] = {"tls.server_name=;odd", "dataset=#odd",
+                       "cluster.trainers=#t0.example.internal,;t1.example.internal,#t2.example.internal,"
+                       "#t3.example.internal,#t4.example.internal,#t5.example.internal",
+                       NULL};
+  c = cfg_of(odd);
+  char *text = dump_of(c, 0), *first = dump_of(c, 0);
+  const char *path = write_tmp(text);
+  cfg_t *c2;
+  assert_int_equal(cfg_create(&c2), 0);
+  if (cfg_load_file(c2, path, err, sizeof err)) fail_msg("%s", err);
+  char *again = dump_of(c2, 0);
+  assert_string_equal(again, first);
+  assert_string_equal(cfg_str(c2, "tls.server_name"), ";odd");
+  free(again);
+  free(first);
+  free(text);
+  cfg_destroy(c2);
+  cfg_destroy(c);
+  unlink(path);
 }
 
 static void test_set_errors_and_missing_file(void **st) {
@@ -140,6 +358,10 @@ int main(void) {
       cmocka_unit_test(test_file_and_overrides),
       cmocka_unit_test(test_file_errors),
       cmocka_unit_test(test_set_errors_and_missing_file),
+      cmocka_unit_test(test_long_lines),
+      cmocka_unit_test(test_continuations),
+      cmocka_unit_test(test_list_errors),
+      cmocka_unit_test(test_dump_reads_back),
   };
   return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

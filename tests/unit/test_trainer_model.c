@@ -225,7 +225,7 @@ static void test_bad_config(void **state) {
   (void)state;
   const char *bad[][3] = {
       {"model=dlrm", "model.top_mlp=64,0", NULL},
-      {"model=wdl", "model.deep_mlp=12,abc", NULL},
+      {"model=wdl", "model.deep_mlp=12,2000000", NULL}, /* a non-number is cfg's to refuse (test_cfg) */
   };
   for (int i = 0; i < 2; i++) {
     cfg_t *c = make_cfg(bad[i]);

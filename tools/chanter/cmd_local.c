@@ -148,14 +148,26 @@ static int stop_all(proc_t *ps, int n, int grace_ms) {
   return killed;
 }
 
+/* Writes the effective configuration to path (through path.tmp and a
+ * rename) and reads it back first as every daemon will: a file they would
+ * refuse stops `local up` here, saying why, instead of as a daemon that
+ * exits during start-up. */
 static int write_job(const cfg_t *cfg, const char *path) {
-  char tmp[4200];
+  char tmp[4200], err[1024] = "out of memory";
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return -errno;
   fprintf(f, "; written by chanter local up: the job's configuration with the cluster's addresses\n");
   cfg_dump(cfg, f, 0);
   if (fclose(f)) return -errno;
+  cfg_t *back = NULL;
+  int rc = cfg_create(&back);
+  if (!rc && (rc = cfg_load_file(back, tmp, err, sizeof err)) == 0) rc = cfg_validate(back, err, sizeof err);
+  cfg_destroy(back);
+  if (rc) {
+    fprintf(stderr, "chanter local up: the job file written for the daemons does not read back: %s\n", err);
+    return rc;
+  }
   return rename(tmp, path) ? -errno : 0;
 }
 
