@@ -143,9 +143,25 @@ const char *data_bad_kind_name(int kind) {
 
 /* ---- malformed records ---- */
 
+void data__reporter_init(data_reporter_t *r, const cfg_t *cfg, const char *path, data_stats_t *st, char *err,
+                         size_t err_len) {
+  memset(r, 0, sizeof *r);
+  r->path = path;
+  r->strict = cfg_bool(cfg, "strict");
+  r->max_reports = (uint64_t)cfg_int(cfg, "data.max_reports");
+  r->max_bad_fraction = cfg_float(cfg, "data.max_bad_fraction");
+  r->st = st;
+  r->err = err;
+  r->err_len = err_len;
+}
+
 int data__bad(data_reporter_t *r, uint64_t line, int kind, const char *why) {
   r->st->bad_records++;
   r->st->bad_kind[kind]++;
+  if (!r->first_line) {
+    r->first_line = line;
+    snprintf(r->first_why, sizeof r->first_why, "%s", why);
+  }
   if (r->strict) return err_set(r->err, r->err_len, -EINVAL, "%s:%" PRIu64 ": %s (strict = true)", r->path, line, why);
   if (r->reported < r->max_reports) {
     r->reported++;
@@ -158,6 +174,37 @@ void data__bad_summary(data_reporter_t *r) {
   if (r->st->bad_records > r->reported)
     log_warn("bad records skipped file=%s count=%" PRIu64 " reported=%" PRIu64 " (data.max_reports)", r->path,
              r->st->bad_records, r->reported);
+}
+
+/* 100 x for a message: one decimal ("48.0"), two significant digits under
+ * 1 ("0.05"), and more if it would read as the limit it passed ("1.004",
+ * never "1.0%, more than 1.0%") */
+static void pct(char *out, size_t n, double x, double limit) {
+  char b[32];
+  if (x > 0 && x < 0.01) snprintf(out, n, "%.2g", 100 * x);
+  else snprintf(out, n, "%.1f", 100 * x);
+  if (limit >= 0 && x != limit) {
+    pct(b, sizeof b, limit, -1);
+    if (!strcmp(out, b)) snprintf(out, n, "%.4g", 100 * x);
+  }
+}
+
+int data__bad_check(data_reporter_t *r, uint64_t valid) {
+  uint64_t bad = r->st->bad_records, total = bad + valid;
+  if (!bad) return 0;
+  if (!valid)
+    return err_set(r->err, r->err_len, -EINVAL,
+                   "%s: no valid records (%" PRIu64 " malformed; first at %s:%" PRIu64 ": %s)", r->path, bad, r->path,
+                   r->first_line, r->first_why);
+  double f = (double)bad / (double)total, lim = r->max_bad_fraction;
+  if (f <= lim) return 0;
+  char fs[32], ls[32];
+  pct(fs, sizeof fs, f, lim);
+  pct(ls, sizeof ls, lim, -1);
+  return err_set(r->err, r->err_len, -EINVAL,
+                 "%s: %" PRIu64 " of %" PRIu64 " records are malformed (%s%%, more than data.max_bad_fraction = %s%%); "
+                 "first at %s:%" PRIu64 ": %s",
+                 r->path, bad, total, fs, ls, r->path, r->first_line, r->first_why);
 }
 
 /* ---- text index ---- */

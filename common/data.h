@@ -18,10 +18,17 @@
  * Sources (dataset_format / dataset):
  *   - criteo: TSV, label \t 13 integers \t 26 hex categoricals (Kaggle and
  *     Terabyte layouts; empty fields allowed: an empty integer is 0, an
- *     empty categorical hashes the empty string);
+ *     empty categorical hashes the empty string).  A "short line", with
+ *     fewer than 40 fields but at least 2 (label and I1), is read as if its
+ *     missing trailing fields were there and empty (copies of Criteo with
+ *     trailing empty fields stripped), bit-identical to the full line, and
+ *     counted in data_stats_t.short_lines; a lone label, a line with more
+ *     than 40 fields, or a short last line without its newline (a cut
+ *     file) is malformed;
  *   - avazu: CSV with a header (id, click, hour, C1 ... C21): label = click,
  *     no dense features (the job must say n_dense = 0), every other column
- *     but id is a categorical (22 tables);
+ *     but id is a categorical (22 tables); every line has every column
+ *     (no short lines: a missing column is malformed);
  *   - binary: our own format, written by `chanter data convert` or
  *     `chanter data gen --format binary`, memory-mapped, batch x read by
  *     offset;
@@ -29,7 +36,12 @@
  *     `chanter data gen` would write it.
  * Malformed records are counted and skipped (the first data.max_reports are
  * logged with file:line and why); with strict = true the first one is an
- * error at open naming file:line.  Text files are indexed (and validated)
+ * error at open naming file:line.  If more than data.max_bad_fraction of a
+ * text file's records (valid + malformed; empty lines are not records) are
+ * malformed, opening or converting it fails with the count, the fraction,
+ * the limit and the first bad record's file:line and why.  A binary file
+ * is not checked again (the conversion that wrote it was; its header keeps
+ * the count for information).  Text files are indexed (and validated)
  * at open, so batch reads are random-access for every format.  Lines may
  * end in \n or \r\n, the last one may lack it; empty lines are skipped
  * without counting; a line over DATA_MAX_LINE bytes is malformed.  The
@@ -97,6 +109,8 @@ typedef struct data_stats_s {
   uint64_t bad_records;      /* malformed records skipped */
   uint64_t bytes;            /* size of the file(s) read */
   uint64_t bad_kind[DATA_BAD_KINDS]; /* bad_records by kind */
+  uint64_t short_lines;      /* valid Criteo lines read with missing trailing fields as empty (in samples;
+                                text sources and their conversion only: a binary file does not keep it) */
   int format;                /* DATA_FMT_* actually read */
 } data_stats_t;
 
@@ -145,7 +159,8 @@ uint64_t data_samples(const data_source_t *d);
 /* Converts dataset `in` (read with cfg's dataset_format and schema; NULL:
  * cfg's dataset) into the binary format at `out` (written to out.tmp, then
  * renamed).  Text input is converted in one streaming pass; malformed
- * records are counted, reported and skipped as data_open does (strict stops).
+ * records are counted, reported and skipped as data_open does (strict, or
+ * more than data.max_bad_fraction of them, stops and writes nothing).
  * st (optional) receives the counts.  0 or -errno / ERR_CONFIG / -EINVAL. */
 int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t *st, char *err, size_t err_len);
 
@@ -155,19 +170,39 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
  * binary (DATA_FMT_BINARY: any schema).  Same config, same bytes. */
 int data_gen(const cfg_t *cfg, const char *out, int format, uint64_t samples, char *err, size_t err_len);
 
-/* Access statistics of a whole dataset (chanter data stats). */
+/* Access statistics of a whole dataset (chanter data stats).
+ *
+ * Raw values and merged rows: every source's records hold each categorical
+ * value's 64-bit hash before the modulo (text: hashed as read; binary: as
+ * stored; synthetic: as generated), so distinct raw values are counted as
+ * distinct 64-bit hashes (two raw values of one table sharing a 64-bit
+ * hash is negligible: ~n^2 / 2^65).  A merged row is a row that more than
+ * one distinct raw value maps to (hash % table_rows); merged_share is the
+ * share of accesses that land on merged rows.  Counting raw values takes
+ * memory for each value beyond the first of its row (a hash set of 8-byte
+ * entries), at most DATA_PROFILE_RAW_BYTES over all tables; past that a
+ * table's raw_values is a lower bound (raw_exact = 0).  merged_share is
+ * always exact (it needs one hash per row). */
 #define DATA_PROFILE_BATCH_SIZES 3 /* 1024, 4096, 16384 */
+#define DATA_PROFILE_RAW_BYTES ((size_t)1 << 30)
+#define DATA_PROFILE_MERGED_WARN 0.10 /* chanter data stats warns past this merged_share */
 typedef struct data_table_profile_s {
   uint64_t rows;             /* table_rows */
   uint64_t accesses;         /* ids read (samples * hotness) */
   uint64_t distinct;         /* distinct rows seen */
   double top_0_1, top_1;     /* share of accesses taken by the ceil(0.1% / 1% of rows) most used rows */
+  uint64_t raw_values;       /* distinct raw values (64-bit hashes); a lower bound if !raw_exact */
+  int raw_exact;
+  uint64_t merged_rows;      /* rows seen that more than one raw value maps to */
+  uint64_t merged_accesses;  /* accesses landing on them */
+  double merged_share;       /* merged_accesses / accesses (0 if no accesses) */
 } data_table_profile_t;
 typedef struct data_profile_s {
   data_stats_t stats;
   uint32_t n_tables;
   data_table_profile_t *tables; /* n_tables */
-  data_table_profile_t overall; /* all tables: rows = sum of table_rows, top k of all rows */
+  data_table_profile_t overall; /* all tables: rows = sum of table_rows, top k of all rows; raw values,
+                                   merged rows and accesses summed */
   struct {
     uint32_t batch_size;
     uint32_t batches;          /* train batches averaged (at most 16) */

@@ -342,17 +342,14 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
     if ((rc = data__text_create(&s, cfg, fmt, in, buf, len, &tx, &first, &first_line, err, err_len)) != 0) goto out;
     if ((rc = data__writer_open(out, &s, &w, err, err_len)) != 0) goto out;
     if (len) madvise((void *)buf, len, MADV_SEQUENTIAL);
-    data_reporter_t r = {.path = in,
-                         .strict = cfg_bool(cfg, "strict"),
-                         .max_reports = (uint64_t)cfg_int(cfg, "data.max_reports"),
-                         .st = st,
-                         .err = err,
-                         .err_len = err_len};
+    data_reporter_t r;
+    data__reporter_init(&r, cfg, in, st, err, err_len);
     rc = data__text_scan(tx, buf, len, first, first_line, &r, write_cb, w);
     if (rc && rc != -EINVAL) err_set(err, err_len, rc, "%s: write failed: %s", out, strerror(-rc));
     if (rc) goto out;
     data__bad_summary(&r);
     st->samples = w->samples;
+    if ((rc = data__bad_check(&r, w->samples)) != 0) goto out; /* nothing written: out.tmp is removed */
   } else {
     /* binary or synthetic: copy records */
     if ((rc = data_open_path(cfg, in, &d, err, err_len)) != 0) goto out;

@@ -77,16 +77,27 @@ typedef struct data_reporter_s {
   const char *path;
   int strict;
   uint64_t max_reports, reported;
+  double max_bad_fraction;
   data_stats_t *st;
   char *err;
   size_t err_len;
+  uint64_t first_line;  /* the first bad record (0: none yet) and why */
+  char first_why[480];
 } data_reporter_t;
-/* Counts one bad record (line is 1-based) and logs it if still under
- * max_reports.  Strict: writes "FILE:LINE: why" to err and returns -EINVAL;
- * otherwise 0 (skip it). */
+/* A reporter for path with cfg's strict, data.max_reports and
+ * data.max_bad_fraction, counting into st. */
+void data__reporter_init(data_reporter_t *r, const cfg_t *cfg, const char *path, data_stats_t *st, char *err,
+                         size_t err_len);
+/* Counts one bad record (line is 1-based), remembers the first, and logs it
+ * if still under max_reports.  Strict: writes "FILE:LINE: why" to err and
+ * returns -EINVAL; otherwise 0 (skip it). */
 int data__bad(data_reporter_t *r, uint64_t line, int kind, const char *why);
 /* Logs how many were skipped beyond the reported ones. */
 void data__bad_summary(data_reporter_t *r);
+/* After a scan that found `valid` good records: -EINVAL with err giving
+ * the count, the fraction, the limit and the first bad record if more than
+ * max_bad_fraction of the records were bad, or if none was valid; else 0. */
+int data__bad_check(data_reporter_t *r, uint64_t valid);
 
 /* ---- index of valid records in a text file (offset of each line start) ----
  * 4 bytes per record plus 8 per 1024 records; falls back to 8 bytes per
@@ -157,5 +168,10 @@ void data__synth_sample(const data_synth_t *g, uint64_t i, uint8_t *rec, char *t
  * ideal model predicts.  For tests. */
 double data__synth_logit(const data_synth_t *g, uint64_t i);
 int data__open_synthetic(data_source_t *d, const cfg_t *cfg, char *err, size_t err_len);
+
+/* ---- profile (data_stats.c) ---- */
+/* Memory data_profile may take for counting raw values (bytes, all tables):
+ * DATA_PROFILE_RAW_BYTES; tests lower it to reach the lower-bound case. */
+extern size_t data__profile_raw_bytes;
 
 #endif

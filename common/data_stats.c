@@ -3,7 +3,16 @@
  * pattern -- the numbers that decide how much a lookahead cache can save:
  * per-table distinct rows, how concentrated accesses are (share of the
  * top 0.1% / 1% of rows), and distinct rows per batch at several batch
- * sizes.  Reads every sample once (records, then hash % table_rows).
+ * sizes -- and whether table_rows is too small for the data: distinct raw
+ * values against rows, and the share of accesses landing on rows that
+ * several raw values were merged into by the modulo.  Reads every sample
+ * once (records, then hash % table_rows).
+ *
+ * Merged rows cost one 64-bit hash per row seen: each row keeps the first
+ * raw value's hash that reached it, and is merged as soon as another one
+ * does.  Counting distinct raw values also needs every other value of a
+ * merged row, in a per-table hash set of 8-byte entries, within
+ * data__profile_raw_bytes over all tables (see data.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,25 +23,39 @@
 #include "data_internal.h"
 #include "err.h"
 
-/* open addressing, key + 1 stored (0 = empty) */
+size_t data__profile_raw_bytes = DATA_PROFILE_RAW_BYTES;
+
+/* Counts by key: open addressing, key + 1 stored (0 = empty).  A map that
+ * tracks (per-table rows) also keeps, per key, the first hash seen and
+ * whether another one came. */
 typedef struct cmap_s {
   uint64_t *keys, *cnt;
+  uint64_t *first; /* tracking maps only */
+  uint8_t *merged; /* tracking maps only */
   size_t cap, n;
 } cmap_t;
-
-static int cmap_init(cmap_t *m, size_t cap) {
-  m->cap = 16;
-  while (m->cap < cap) m->cap <<= 1;
-  m->n = 0;
-  m->keys = calloc(m->cap, sizeof *m->keys);
-  m->cnt = calloc(m->cap, sizeof *m->cnt);
-  return m->keys && m->cnt ? 0 : -ENOMEM;
-}
 
 static void cmap_free(cmap_t *m) {
   free(m->keys);
   free(m->cnt);
+  free(m->first);
+  free(m->merged);
   memset(m, 0, sizeof *m);
+}
+
+static int cmap_init(cmap_t *m, size_t cap, int track) {
+  memset(m, 0, sizeof *m);
+  m->cap = 16;
+  while (m->cap < cap) m->cap <<= 1;
+  m->keys = calloc(m->cap, sizeof *m->keys);
+  m->cnt = calloc(m->cap, sizeof *m->cnt);
+  if (track) {
+    m->first = calloc(m->cap, sizeof *m->first);
+    m->merged = calloc(m->cap, sizeof *m->merged);
+  }
+  if (m->keys && m->cnt && (!track || (m->first && m->merged))) return 0;
+  cmap_free(m);
+  return -ENOMEM;
 }
 
 static void cmap_clear(cmap_t *m) {
@@ -41,22 +64,83 @@ static void cmap_clear(cmap_t *m) {
   m->n = 0;
 }
 
-static int cmap_add(cmap_t *m, uint64_t key, uint64_t c) {
+/* key's slot, or the empty slot where it goes */
+static size_t cmap_slot(const cmap_t *m, uint64_t key) {
+  size_t mask = m->cap - 1, i = (size_t)tbl_mix64(key) & mask;
+  while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
+  return i;
+}
+
+/* Adds c to key's count; *slot (if given) is its slot.  1 if key is new,
+ * 0 if not, -ENOMEM. */
+static int cmap_add(cmap_t *m, uint64_t key, uint64_t c, size_t *slot) {
   if (2 * (m->n + 1) > m->cap) {
     cmap_t b;
-    if (cmap_init(&b, m->cap * 2)) return -ENOMEM;
+    if (cmap_init(&b, m->cap * 2, m->first != NULL)) return -ENOMEM;
     for (size_t i = 0; i < m->cap; i++)
-      if (m->keys[i]) cmap_add(&b, m->keys[i] - 1, m->cnt[i]);
+      if (m->keys[i]) {
+        size_t j = cmap_slot(&b, m->keys[i] - 1);
+        b.keys[j] = m->keys[i];
+        b.cnt[j] = m->cnt[i];
+        if (b.first) b.first[j] = m->first[i], b.merged[j] = m->merged[i];
+      }
+    b.n = m->n;
     cmap_free(m);
     *m = b;
   }
-  size_t mask = m->cap - 1, i = (size_t)tbl_mix64(key) & mask;
-  while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
-  if (!m->keys[i]) {
+  size_t i = cmap_slot(m, key);
+  int fresh = !m->keys[i];
+  if (fresh) {
     m->keys[i] = key + 1;
     m->n++;
   }
   m->cnt[i] += c;
+  if (slot) *slot = i;
+  return fresh;
+}
+
+/* A set of 64-bit hashes: 8 bytes an entry, load at most 0.7, 0 kept
+ * aside.  Grows only while *budget (bytes, shared by all tables) allows. */
+typedef struct hset_s {
+  uint64_t *keys;
+  size_t cap, n; /* n counts the zero key too */
+  int has_zero;
+} hset_t;
+
+/* 0: key present or added; 1: absent and no room left within the budget
+ * (not counted); -ENOMEM. */
+static int hset_add(hset_t *h, uint64_t key, size_t *budget) {
+  if (key == 0) {
+    h->n += !h->has_zero;
+    h->has_zero = 1;
+    return 0;
+  }
+  int full = 10 * (h->n + 1) > 7 * h->cap;
+  if (full) {
+    size_t cap = h->cap ? 2 * h->cap : 1024, need = (cap - h->cap) * sizeof *h->keys;
+    if (need <= *budget) {
+      uint64_t *k = calloc(cap, sizeof *k);
+      if (!k) return -ENOMEM;
+      for (size_t i = 0; i < h->cap; i++)
+        if (h->keys[i]) {
+          size_t j = (size_t)tbl_mix64(h->keys[i]) & (cap - 1);
+          while (k[j]) j = (j + 1) & (cap - 1);
+          k[j] = h->keys[i];
+        }
+      free(h->keys);
+      h->keys = k;
+      h->cap = cap;
+      *budget -= need;
+      full = 0;
+    }
+  }
+  if (!h->cap) return 1;
+  size_t mask = h->cap - 1, i = (size_t)tbl_mix64(key) & mask;
+  while (h->keys[i] && h->keys[i] != key) i = (i + 1) & mask;
+  if (h->keys[i]) return 0;
+  if (full) return 1;
+  h->keys[i] = key;
+  h->n++;
   return 0;
 }
 
@@ -86,6 +170,9 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
   const data_schema_t *s = &d->schema;
   static const uint32_t sizes[DATA_PROFILE_BATCH_SIZES] = {1024, 4096, 16384};
   cmap_t *maps = NULL, set = {0};
+  hset_t *raw = NULL; /* per table: raw values (hashes) of merged rows but their row's first */
+  int *inexact = NULL;
+  size_t budget = data__profile_raw_bytes;
   uint8_t *scratch = NULL;
   uint64_t *all = NULL;
   int rc = 0;
@@ -94,13 +181,15 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
   p->n_tables = s->n_tables;
   p->tables = calloc(s->n_tables, sizeof *p->tables);
   maps = calloc(s->n_tables, sizeof *maps);
+  raw = calloc(s->n_tables, sizeof *raw);
+  inexact = calloc(s->n_tables, sizeof *inexact);
   scratch = malloc(d->record_bytes);
-  if (!p->tables || !maps || !scratch) {
+  if (!p->tables || !maps || !raw || !inexact || !scratch) {
     rc = -ENOMEM;
     goto out;
   }
   for (uint32_t t = 0; t < s->n_tables; t++)
-    if ((rc = cmap_init(&maps[t], 1024)) != 0) goto out;
+    if ((rc = cmap_init(&maps[t], 1024, 1)) != 0) goto out;
   const size_t hoff = 4 + 4 * (size_t)s->n_dense;
   for (uint64_t i = 0; i < d->samples; i++) {
     const uint8_t *rec;
@@ -109,8 +198,24 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
     for (uint32_t t = 0; t < s->n_tables; t++)
       for (uint32_t k = 0; k < s->hotness[t]; k++, h += 8) {
         uint64_t v;
+        size_t at;
         memcpy(&v, h, 8);
-        if ((rc = cmap_add(&maps[t], v % s->table_rows[t], 1)) != 0) goto out;
+        int fresh = cmap_add(&maps[t], v % s->table_rows[t], 1, &at);
+        if (fresh < 0) {
+          rc = fresh;
+          goto out;
+        }
+        if (fresh) {
+          maps[t].first[at] = v;
+        } else if (maps[t].first[at] != v) {
+          maps[t].merged[at] = 1;
+          int r = hset_add(&raw[t], v, &budget);
+          if (r < 0) {
+            rc = r;
+            goto out;
+          }
+          inexact[t] |= r;
+        }
       }
   }
   size_t total_distinct = 0;
@@ -125,18 +230,37 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
     uint64_t *c = all + na;
     size_t n = 0;
     for (size_t i = 0; i < maps[t].cap; i++)
-      if (maps[t].keys[i]) c[n++] = maps[t].cnt[i];
+      if (maps[t].keys[i]) {
+        c[n++] = maps[t].cnt[i];
+        if (maps[t].merged[i]) {
+          tp->merged_rows++;
+          tp->merged_accesses += maps[t].cnt[i];
+        }
+      }
     tp->rows = s->table_rows[t];
     tp->accesses = d->samples * s->hotness[t];
     tp->distinct = n;
+    /* each row seen holds its first raw value; the set holds the others */
+    tp->raw_values = n + raw[t].n;
+    tp->raw_exact = !inexact[t];
+    tp->merged_share = tp->accesses ? (double)tp->merged_accesses / (double)tp->accesses : 0;
     shares(c, n, tp->rows, tp->accesses, tp);
     na += n;
     p->overall.rows += tp->rows;
     p->overall.accesses += tp->accesses;
     p->overall.distinct += n;
+    p->overall.raw_values += tp->raw_values;
+    p->overall.merged_rows += tp->merged_rows;
+    p->overall.merged_accesses += tp->merged_accesses;
     cmap_free(&maps[t]);
+    free(raw[t].keys);
+    raw[t].keys = NULL;
   }
   shares(all, na, p->overall.rows, p->overall.accesses, &p->overall);
+  p->overall.raw_exact = 1;
+  for (uint32_t t = 0; t < s->n_tables; t++) p->overall.raw_exact &= p->tables[t].raw_exact;
+  p->overall.merged_share =
+      p->overall.accesses ? (double)p->overall.merged_accesses / (double)p->overall.accesses : 0;
   /* distinct keys per train batch */
   if (d->n_train) {
     for (int b = 0; b < DATA_PROFILE_BATCH_SIZES; b++) {
@@ -147,14 +271,14 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
       p->batch[b].batch_size = bs;
       p->batch[b].batches = (uint32_t)nb;
       p->batch[b].ids_per_batch = (double)bs * d->ids;
-      if (!set.keys && (rc = cmap_init(&set, (size_t)2 * bs * d->ids)) != 0) goto out;
+      if (!set.keys && (rc = cmap_init(&set, (size_t)2 * bs * d->ids, 0)) != 0) goto out;
       for (uint64_t x = 0; x < nb; x++) {
         data_batch_t batch;
         if ((rc = data_read_batch(d, DATA_TRAIN, x, bs, &batch, err, err_len)) != 0) goto out;
         cmap_clear(&set);
         for (uint32_t t = 0; t < s->n_tables && !rc; t++)
           for (size_t i = batch.ids_off[t]; i < batch.ids_off[t + 1] && !rc; i++)
-            rc = cmap_add(&set, TBL_KEY(t, batch.ids[i]), 1);
+            rc = cmap_add(&set, TBL_KEY(t, batch.ids[i]), 1, NULL) < 0 ? -ENOMEM : 0;
         data_batch_free(&batch);
         if (rc) goto out;
         sum += set.n;
@@ -167,6 +291,10 @@ out:
   if (maps)
     for (uint32_t t = 0; t < s->n_tables; t++) cmap_free(&maps[t]);
   free(maps);
+  if (raw)
+    for (uint32_t t = 0; t < s->n_tables; t++) free(raw[t].keys);
+  free(raw);
+  free(inexact);
   cmap_free(&set);
   free(scratch);
   free(all);

@@ -12,11 +12,18 @@
  * Criteo (Kaggle train.txt and Terabyte day_N share the layout):
  *   label \t I1 .. I13 \t C1 .. C26
  * label 0/1; I* decimal integers (optionally negative; empty = 0); C* hex
- * strings (any length, empty allowed), hashed as the raw bytes.
+ * strings (any length, empty allowed), hashed as the raw bytes.  A short
+ * line (2 to 39 fields: copies of Criteo often strip trailing empty fields)
+ * is read as if the missing fields were there and empty: the same record,
+ * bit for bit, as the line with its tabs.  A lone label (1 field) carries
+ * no feature and is rather a stray line: malformed.  So is a short last
+ * line without its newline, which is what a cut file looks like.
  * Avazu: CSV with a header naming the columns; `click` is the label, `id`
  * is ignored, every other column is a categorical hashed as its raw bytes
  * (any valid UTF-8 without control characters).  No quoting (Avazu has
- * none).
+ * none).  Every line must have every column of the header: Avazu has no
+ * empty trailing columns to strip, and with columns known by name a short
+ * line is more likely cut than abbreviated, so it is malformed.
  * Both: lines end in \n or \r\n, the last line may lack its newline, a
  * UTF-8 byte-order mark at the start is skipped, empty lines are skipped
  * (not counted), a line longer than DATA_MAX_LINE bytes is malformed.
@@ -51,6 +58,7 @@ struct data_text_s {
   uint32_t n_dense, n_tables, ids;
   size_t record_bytes;
   uint64_t *tseed;
+  uint64_t *empty; /* criteo: hash of the empty value per table (short lines) */
   /* avazu */
   uint32_t ncols;
   int32_t *col;    /* per column: table index, COL_ID or COL_CLICK */
@@ -116,18 +124,23 @@ static void field_text(const uint8_t *p, const uint8_t *e, uint8_t sep, uint32_t
 
 /* ---- Criteo ---- */
 
-/* Parses one line [p, e) (no newline, no CR) into rec.  0, or the kind of
- * failure with *field the 0-based field that failed. */
-static int parse_criteo(const data_text_t *tx, const uint8_t *p, const uint8_t *e, uint8_t *rec, uint32_t *field) {
+/* Parses one line [p, e) (no newline, no CR) into rec.  0 (*is_short set
+ * if trailing fields were missing and read as empty), or the kind of
+ * failure + 1 with *field the 0-based field that failed. */
+static int parse_criteo(const data_text_t *tx, const uint8_t *p, const uint8_t *e, uint8_t *rec, uint32_t *field,
+                        int *is_short) {
   float label, dense[CRITEO_DENSE];
+  uint8_t *h = rec + 4 + 4 * CRITEO_DENSE;
+  uint32_t j = 0, t = 0;
   if (p >= e || (*p != '0' && *p != '1') || (p + 1 < e && p[1] != '\t')) {
     *field = 0;
     return DATA_BAD_LABEL + 1;
   }
   label = (float)(*p - '0');
   p++;
-  for (uint32_t j = 0; j < CRITEO_DENSE; j++) {
-    if (p >= e) return DATA_BAD_FIELDS + 1;
+  if (p >= e) return DATA_BAD_FIELDS + 1; /* a lone label */
+  for (; j < CRITEO_DENSE; j++) {
+    if (p >= e) goto pad;
     p++; /* the tab */
     int neg = 0;
     if (p < e && *p == '-') neg = 1, p++;
@@ -141,9 +154,8 @@ static int parse_criteo(const data_text_t *tx, const uint8_t *p, const uint8_t *
     }
     dense[j] = neg || v == 0 ? 0.0f : data_norm_int((double)v);
   }
-  uint8_t *h = rec + 4 + 4 * CRITEO_DENSE;
-  for (uint32_t t = 0; t < CRITEO_TABLES; t++) {
-    if (p >= e) return DATA_BAD_FIELDS + 1;
+  for (; t < CRITEO_TABLES; t++) {
+    if (p >= e) goto pad;
     p++;
     const uint8_t *q = p;
     while (p < e && is_hex[*p]) p++;
@@ -155,6 +167,12 @@ static int parse_criteo(const data_text_t *tx, const uint8_t *p, const uint8_t *
     memcpy(h + 8 * t, &v, 8);
   }
   if (p != e) return DATA_BAD_FIELDS + 1;
+  goto done;
+pad: /* a short line: the missing fields are empty, as an explicit empty field reads */
+  *is_short = 1;
+  for (; j < CRITEO_DENSE; j++) dense[j] = 0.0f;
+  for (; t < CRITEO_TABLES; t++) memcpy(h + 8 * t, &tx->empty[t], 8);
+done:
   memcpy(rec, &label, 4);
   memcpy(rec + 4, dense, sizeof dense);
   return 0;
@@ -199,8 +217,10 @@ static int parse_avazu(const data_text_t *tx, const uint8_t *p, const uint8_t *e
 
 /* ---- the scanner ---- */
 
-static int parse_line(const data_text_t *tx, const uint8_t *p, const uint8_t *e, uint8_t *rec, uint32_t *field) {
-  if (tx->fmt == DATA_FMT_CRITEO) return parse_criteo(tx, p, e, rec, field);
+static int parse_line(const data_text_t *tx, const uint8_t *p, const uint8_t *e, uint8_t *rec, uint32_t *field,
+                      int *is_short) {
+  *is_short = 0;
+  if (tx->fmt == DATA_FMT_CRITEO) return parse_criteo(tx, p, e, rec, field, is_short);
   int rc = parse_avazu(tx, p, e, rec, field);
   if (rc == -1) return first_garbage(p, e) >= 0 ? DATA_BAD_BINARY + 1 : 0;
   return rc;
@@ -217,25 +237,29 @@ static int diagnose(const data_text_t *tx, const uint8_t *p, const uint8_t *e, i
   uint8_t sep = tx->fmt == DATA_FMT_CRITEO ? '\t' : ',';
   uint32_t want = tx->fmt == DATA_FMT_CRITEO ? CRITEO_FIELDS : tx->ncols;
   uint32_t got = count_fields(p, e, sep);
-  if (got != want || rc == DATA_BAD_FIELDS + 1) {
+  /* Criteo: fewer fields is fine (a short line) unless a lone label; what
+   * failed is then a field's value */
+  if (rc == DATA_BAD_FIELDS + 1 || got > want || (got < want && tx->fmt != DATA_FMT_CRITEO)) {
     if (tx->fmt == DATA_FMT_CRITEO)
-      snprintf(why, n, "%u fields, expected %u (label, 13 integers, 26 categoricals, tab-separated)%s", got, want,
-               got == want - 1 ? "; Kaggle's test.txt has no labels" : "");
+      snprintf(why, n, "%u field%s, expected %u (label, 13 integers, 26 categoricals, tab-separated)", got,
+               got == 1 ? "" : "s", want);
     else
       snprintf(why, n, "%u fields, expected %u (the header's columns)", got, want);
     return DATA_BAD_FIELDS;
   }
+  const char *hint =
+      tx->fmt == DATA_FMT_CRITEO && got == want - 1 ? "; 39 fields: Kaggle's test.txt has no labels" : "";
   char txt[48], fname[48];
   field_text(p, e, sep, field, txt, sizeof txt);
   int kind = rc - 1;
   if (tx->fmt == DATA_FMT_CRITEO) criteo_field_name(field, fname, sizeof fname);
   else snprintf(fname, sizeof fname, "%s", tx->names[field]);
   switch (kind) {
-  case DATA_BAD_LABEL: snprintf(why, n, "field %u (%s) '%s' is not 0 or 1", field + 1, fname, txt); break;
+  case DATA_BAD_LABEL: snprintf(why, n, "field %u (%s) '%s' is not 0 or 1%s", field + 1, fname, txt, hint); break;
   case DATA_BAD_INT:
-    snprintf(why, n, "field %u (%s) '%s' is not an integer (or out of range)", field + 1, fname, txt);
+    snprintf(why, n, "field %u (%s) '%s' is not an integer (or out of range)%s", field + 1, fname, txt, hint);
     break;
-  case DATA_BAD_HEX: snprintf(why, n, "field %u (%s) '%s' is not hexadecimal", field + 1, fname, txt); break;
+  case DATA_BAD_HEX: snprintf(why, n, "field %u (%s) '%s' is not hexadecimal%s", field + 1, fname, txt, hint); break;
   default: snprintf(why, n, "malformed"); break;
   }
   return kind;
@@ -274,8 +298,16 @@ int data__text_scan(data_text_t *tx, const uint8_t *buf, size_t len, size_t firs
       if ((rc = data__bad(r, line, DATA_BAD_LONG, "line longer than 65536 bytes")) != 0) break;
     } else if (e > p) {
       uint32_t field = 0;
-      int bad = parse_line(tx, p, e, rec, &field);
-      if (!bad) {
+      int is_short = 0;
+      int bad = parse_line(tx, p, e, rec, &field, &is_short);
+      if (!bad && is_short && !has_nl) {
+        /* a short last line without its newline: a cut file, not a stripped line */
+        char why[160];
+        snprintf(why, sizeof why, "truncated last record (no newline at end of file): %u fields, expected %u",
+                 count_fields(p, e, '\t'), CRITEO_FIELDS);
+        if ((rc = data__bad(r, line, DATA_BAD_TRUNCATED, why)) != 0) break;
+      } else if (!bad) {
+        r->st->short_lines += (uint64_t)is_short;
         if (cb && (rc = cb(ctx, pos, rec)) != 0) break;
       } else {
         char why[400], full[480];
@@ -304,7 +336,8 @@ int data__text_parse_at(data_text_t *tx, const uint8_t *buf, size_t len, uint64_
   if (!e) e = p + win;
   if (e > p && e[-1] == '\r') e--;
   uint32_t field;
-  return parse_line(tx, p, e, rec, &field) ? -EIO : 0;
+  int is_short;
+  return parse_line(tx, p, e, rec, &field, &is_short) ? -EIO : 0;
 }
 
 /* ---- setup ---- */
@@ -316,6 +349,7 @@ void data__text_destroy(data_text_t *tx) {
   free(tx->names);
   free(tx->col);
   free(tx->tseed);
+  free(tx->empty);
   free(tx->path);
   free(tx);
 }
@@ -357,6 +391,11 @@ int data__text_create(const data_schema_t *s, const cfg_t *cfg, int fmt, const c
                 CRITEO_TABLES);
       goto out;
     }
+    if (!(tx->empty = malloc(CRITEO_TABLES * sizeof *tx->empty))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    for (uint32_t t = 0; t < CRITEO_TABLES; t++) tx->empty[t] = data__hash(tx->tseed[t], "", 0);
     goto out;
   }
   if (fmt != DATA_FMT_AVAZU) {
@@ -510,16 +549,13 @@ int data__open_text(data_source_t *d, int fmt, const cfg_t *cfg, char *err, size
                               err_len)) != 0)
     return rc;
   if (ts->len) madvise((void *)ts->buf, ts->len, MADV_SEQUENTIAL);
-  data_reporter_t r = {.path = d->path,
-                       .strict = cfg_bool(cfg, "strict"),
-                       .max_reports = (uint64_t)cfg_int(cfg, "data.max_reports"),
-                       .st = &d->stats,
-                       .err = err,
-                       .err_len = err_len};
+  data_reporter_t r;
+  data__reporter_init(&r, cfg, d->path, &d->stats, err, err_len);
   rc = data__text_scan(ts->tx, ts->buf, ts->len, first, first_line, &r, index_cb, &ts->idx);
   if (rc == -ENOMEM) err_set(err, err_len, rc, "%s: out of memory indexing records", d->path);
   if (rc) return rc;
   data__bad_summary(&r);
+  if ((rc = data__bad_check(&r, ts->idx.n)) != 0) return rc;
   if (ts->len) madvise((void *)ts->buf, ts->len, MADV_NORMAL);
   d->samples = ts->idx.n;
   return 0;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -176,7 +177,7 @@ static size_t criteo_malformed(char *buf, int truncated_tail) {
   size_t o = 0;
   int v = 0;
   o += criteo_line(buf + o, ++v, "\n");                                 /* line 1 ok */
-  o += (size_t)sprintf(buf + o, "1\t2\t3\n");                           /* 2: 3 fields */
+  o += (size_t)sprintf(buf + o, "1\n");                                 /* 2: a lone label */
   char l[4096];
   size_t n = criteo_line(l, 50, "\n");
   memcpy(strstr(l, "\t200\t"), "\t2x0\t", 5);                          /* I5 = "2x0" */
@@ -215,7 +216,7 @@ static void test_criteo_malformed(void **st) {
   size_t n = criteo_malformed(buf, 1);
   const char *p = path_of("bad.tsv");
   write_file(p, buf, n);
-  cfg_t *c = make_cfg("test_fraction=0", "data.max_reports=3", NULL);
+  cfg_t *c = make_cfg("test_fraction=0", "data.max_reports=3", "data.max_bad_fraction=1", NULL);
   data_source_t *d;
   char err[512];
   capture_start();
@@ -236,7 +237,7 @@ static void test_criteo_malformed(void **st) {
   /* the first 3 reported with file:line and why, then a summary */
   assert_int_equal(count_str(log, "bad record skipped"), 3);
   char want[256];
-  snprintf(want, sizeof want, "%s:2 why=\"3 fields, expected 40", p);
+  snprintf(want, sizeof want, "%s:2 why=\"1 field, expected 40", p);
   assert_non_null(strstr(log, want));
   snprintf(want, sizeof want, "%s:3 why=\"field 5 (integer I4) '2x0' is not an integer", p);
   assert_non_null(strstr(log, want));
@@ -261,7 +262,7 @@ static void test_criteo_strict(void **st) {
   static const struct {
     int line;
     const char *why;
-  } want[] = {{2, "3 fields, expected 40"},
+  } want[] = {{2, "1 field, expected 40"},
               {3, "is not an integer"},
               {5, "is not hexadecimal"},
               {6, "(label) '2' is not 0 or 1"},
@@ -356,14 +357,15 @@ static void test_avazu(void **st) {
       "\xef\xbb\xbfid,click,hour,C1,site_id\r\n"      /* BOM, CRLF */
       "1000009418151094273,0,14102100,1005,1fbe01fe\r\n" /* 2 */
       "10000169349117863715,1,14102100,,caf\xc3\xa9\n"   /* 3: empty field, UTF-8 */
-      "1,1,14102100,1005\n"                              /* 4: 4 fields */
+      "1,1,14102100,1005\n"                              /* 4: 4 fields (no short lines in Avazu) */
       "2,x,14102100,1005,a\n"                            /* 5: label */
       "3,0,14102100,10\x01" "5,a\n"                      /* 6: control byte */
       "4,1,14102100,1005,\xff\n"                         /* 7: invalid UTF-8 */
       "5,1,14102101,1002,85f751fd";                      /* 8: no newline, fine */
   const char *p = path_of("train.csv");
   write_file(p, csv, strlen(csv));
-  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000,10,77", "test_fraction=0", "data.max_reports=0", NULL);
+  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000,10,77", "test_fraction=0", "data.max_reports=0",
+                      "data.max_bad_fraction=1", NULL);
   data_source_t *d;
   char err[512];
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), 0); /* .csv: Avazu by name */
@@ -600,10 +602,10 @@ static void test_binary_errors(void **st) {
   assert_int_equal(access(path_of("nope.bin.tmp"), F_OK), -1);
   cfg_set(c, "strict=true", "test", err, sizeof err);
   n = criteo_line(line, 1, "\n");
-  memcpy(line + n, "1\t2\n", 4);
-  write_file(path_of("strict.tsv"), line, n + 4);
+  memcpy(line + n, "1\t2\tz\n", 6); /* a short line, but 'z' is not an integer */
+  write_file(path_of("strict.tsv"), line, n + 6);
   assert_int_equal(data_convert(c, path_of("strict.tsv"), path_of("s.bin"), NULL, err, sizeof err), -EINVAL);
-  assert_non_null(strstr(err, "strict.tsv:2: 2 fields"));
+  assert_non_null(strstr(err, "strict.tsv:2: field 3 (integer I2) 'z' is not an integer"));
   assert_int_equal(access(path_of("s.bin"), F_OK), -1);
   assert_int_equal(access(path_of("s.bin.tmp"), F_OK), -1);
   free(m);
@@ -686,8 +688,9 @@ static void test_fuzz(void **st) {
   char *base = malloc(1 << 16), *m = malloc(1 << 17), err[512];
   size_t n = 0;
   for (int i = 0; i < 40; i++) n += criteo_line(base + n, i, i % 2 ? "\n" : "\r\n");
-  cfg_t *crit = make_cfg("data.max_reports=0", "test_fraction=0.3", NULL);
-  cfg_t *avz = make_cfg("data.max_reports=0", "n_dense=0", "table_rows=10,20,30", "dataset_format=avazu", NULL);
+  cfg_t *crit = make_cfg("data.max_reports=0", "test_fraction=0.3", "data.max_bad_fraction=1", NULL);
+  cfg_t *avz = make_cfg("data.max_reports=0", "n_dense=0", "table_rows=10,20,30", "dataset_format=avazu",
+                        "data.max_bad_fraction=1", NULL);
   const char *avbase = "id,click,a,b,c\n1,0,x,y,z\n2,1,,\xc3\xa9,q\r\n3,1,k,l,m\n4,0,1,2,3\n";
   uint64_t x = 7;
   const char seps[] = "\n\t,\r\0\xff-";
@@ -798,6 +801,314 @@ static void test_schema_hash(void **st) {
   cfg_destroy(c);
 }
 
+/* ---- too many malformed records: data.max_bad_fraction ---- */
+
+/* n lines, those with (i % every == every - 1) having 41 fields; returns the
+ * first bad line number (1-based), 0 if none */
+static int criteo_with_bad(const char *path, int n, int bad) {
+  char *buf = malloc((size_t)n * 400 + 16), l[4096];
+  size_t o = 0;
+  int first = 0;
+  for (int i = 0; i < n; i++) {
+    size_t k = criteo_line(l, i, "\n");
+    if (i * bad / n != (i + 1) * bad / n) { /* bad lines spread evenly */
+      memcpy(l + k - 1, "\t7\n", 3), k += 2; /* 41 fields */
+      if (!first) first = i + 1;
+    }
+    memcpy(buf + o, l, k), o += k;
+  }
+  write_file(path, buf, o);
+  free(buf);
+  return first;
+}
+
+static void test_bad_fraction(void **st) {
+  (void)st;
+  char err[1024], want[600];
+  const char *p = path_of("frac.tsv");
+  data_source_t *d = NULL;
+  cfg_t *c = make_cfg("data.max_reports=0", NULL); /* default data.max_bad_fraction = 0.01 */
+  /* 96 of 200 bad: refused at open, with the count, the fraction, the limit and the first */
+  int first = criteo_with_bad(p, 200, 96);
+  assert_int_equal(first, 3);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  assert_null(d);
+  snprintf(want, sizeof want,
+           "%s: 96 of 200 records are malformed (48.0%%, more than data.max_bad_fraction = 1.0%%); first at %s:3: "
+           "41 fields, expected 40",
+           p, p);
+  if (strncmp(err, want, strlen(want))) fail_msg("got '%s'", err);
+  /* ... by data convert too, writing nothing */
+  data_stats_t cs;
+  assert_int_equal(data_convert(c, p, path_of("frac.bin"), &cs, err, sizeof err), -EINVAL);
+  if (strncmp(err, want, strlen(want))) fail_msg("convert: got '%s'", err);
+  assert_int_equal(cs.bad_records, 96);
+  assert_int_equal(access(path_of("frac.bin"), F_OK), -1);
+  assert_int_equal(access(path_of("frac.bin.tmp"), F_OK), -1);
+  /* under the limit: opens, counts */
+  cfg_set(c, "data.max_bad_fraction=0.5", "test", err, sizeof err);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), 0);
+  data_stats_t s;
+  data_stats(d, &s);
+  assert_int_equal(s.samples, 104);
+  assert_int_equal(s.bad_records, 96);
+  data_close(d);
+  /* at the default: 2 of 200 is exactly 1.0%, not more; 3 of 200 is */
+  cfg_set(c, "data.max_bad_fraction=0.01", "test", err, sizeof err);
+  criteo_with_bad(p, 200, 2);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), 0);
+  data_close(d);
+  first = criteo_with_bad(p, 200, 3);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  snprintf(want, sizeof want,
+           "%s: 3 of 200 records are malformed (1.5%%, more than data.max_bad_fraction = 1.0%%); first at %s:%d: ", p,
+           p, first);
+  if (strncmp(err, want, strlen(want))) fail_msg("got '%s'", err);
+  /* 0: any bad record fails (after counting all of them); a limit of 0.1% prints as set */
+  cfg_set(c, "data.max_bad_fraction=0", "test", err, sizeof err);
+  first = criteo_with_bad(p, 200, 1);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "1 of 200 records are malformed (0.5%, more than data.max_bad_fraction = 0.0%)"));
+  cfg_set(c, "data.max_bad_fraction=0.0004", "test", err, sizeof err);
+  criteo_with_bad(p, 2000, 1);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "1 of 2000 records are malformed (0.05%, more than data.max_bad_fraction = 0.04%)"));
+  /* strict: the first bad record, whatever the fraction */
+  cfg_set(c, "data.max_bad_fraction=1", "test", err, sizeof err);
+  cfg_set(c, "strict=true", "test", err, sizeof err);
+  first = criteo_with_bad(p, 200, 1);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  snprintf(want, sizeof want, "%s:%d: 41 fields, expected 40", p, first);
+  assert_non_null(strstr(err, want));
+  assert_non_null(strstr(err, "(strict = true)"));
+  /* nothing valid, whatever the limit: says so, with the first */
+  cfg_set(c, "strict=false", "test", err, sizeof err);
+  write_file(p, "x\n1\n", 4);
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), -EINVAL);
+  snprintf(want, sizeof want, "%s: no valid records (2 malformed; first at %s:1: field 1 (label) 'x' is not 0 or 1)", p,
+           p);
+  if (strcmp(err, want)) fail_msg("got '%s'", err);
+  /* Avazu: the same check */
+  const char *csv = "id,click,a\n1,0,x\n2,1\n3,1,y\n4,0,z,w\n";
+  write_file(path_of("frac.csv"), csv, strlen(csv));
+  cfg_t *ca = make_cfg("n_dense=0", "table_rows=10", "data.max_reports=0", "data.max_bad_fraction=0.25", NULL);
+  assert_int_equal(data_open_path(ca, path_of("frac.csv"), &d, err, sizeof err), -EINVAL);
+  snprintf(want, sizeof want,
+           "%s: 2 of 4 records are malformed (50.0%%, more than data.max_bad_fraction = 25.0%%); first at %s:3: 2 "
+           "fields, expected 3",
+           path_of("frac.csv"), path_of("frac.csv"));
+  if (strncmp(err, want, strlen(want))) fail_msg("got '%s'", err);
+  cfg_destroy(ca);
+  cfg_destroy(c);
+}
+
+/* ---- short Criteo lines (trailing empty fields stripped) ---- */
+
+/* Line i of a file whose fields from n on are empty: full (40 fields, the
+ * empty ones explicit) or stripped (n fields). */
+static size_t criteo_tail_empty(char *b, int i, int n, int stripped) {
+  size_t o = (size_t)sprintf(b, "%d", i % 2);
+  for (int f = 1; f < 40; f++) {
+    if (f >= n && stripped) break;
+    if (f >= n) o += (size_t)sprintf(b + o, "\t");
+    else if (f <= 13) o += (size_t)sprintf(b + o, "\t%d", f * 3 + i);
+    else o += (size_t)sprintf(b + o, "\t%08x", f * 7919 + i);
+  }
+  b[o++] = '\n';
+  return o;
+}
+
+static void test_short_lines(void **st) {
+  (void)st;
+  char *full = malloc(1 << 16), *cut = malloc(1 << 16), err[1024];
+  size_t nf = 0, nc = 0;
+  for (int n = 2; n <= 40; n++) /* 2 .. 39 fields: short; 40: a full line in both */
+    for (int i = 0; i < 3; i++) {
+      nf += criteo_tail_empty(full + nf, n * 3 + i, n, 0);
+      nc += criteo_tail_empty(cut + nc, n * 3 + i, n, 1);
+    }
+  write_file(path_of("full.tsv"), full, nf);
+  write_file(path_of("cut.tsv"), cut, nc);
+  cfg_t *c = make_cfg("test_fraction=0.2", "hash_seed=77", NULL);
+  data_source_t *a, *b;
+  assert_int_equal(data_open_path(c, path_of("full.tsv"), &a, err, sizeof err), 0);
+  assert_int_equal(data_open_path(c, path_of("cut.tsv"), &b, err, sizeof err), 0);
+  data_stats_t sa, sb;
+  data_stats(a, &sa);
+  data_stats(b, &sb);
+  assert_int_equal(sa.samples, 117);
+  assert_int_equal(sb.samples, 117);
+  assert_int_equal(sa.short_lines, 0);
+  assert_int_equal(sb.short_lines, 114); /* 38 lengths x 3 */
+  assert_int_equal(sb.bad_records, 0);
+  /* the same samples, bit for bit: an empty integer is 0, an empty categorical hashes "" */
+  compare_sources(a, b);
+  data_batch_t x;
+  assert_int_equal(data_read_batch(b, DATA_ALL, 0, 3, &x, err, sizeof err), 0); /* the 2-field lines */
+  for (uint32_t t = 0; t < 26; t++) assert_int_equal(x.ids[x.ids_off[t]], data_hash_row(data_schema(b), t, "", 0));
+  for (uint32_t k = 1; k < 13; k++) assert_true(x.dense[k] == 0.0f);
+  assert_true(x.dense[0] == data_norm_int(3 + 6));
+  data_batch_free(&x);
+  data_close(a);
+  data_close(b);
+  /* and the binary conversions are the same bytes; convert counts short lines */
+  data_stats_t ca, cb;
+  assert_int_equal(data_convert(c, path_of("full.tsv"), path_of("full.bin"), &ca, err, sizeof err), 0);
+  assert_int_equal(data_convert(c, path_of("cut.tsv"), path_of("cut.bin"), &cb, err, sizeof err), 0);
+  assert_int_equal(ca.short_lines, 0);
+  assert_int_equal(cb.short_lines, 114);
+  assert_int_equal(cb.samples, 117);
+  size_t la, lb;
+  char *ba = read_file(path_of("full.bin"), &la), *bb = read_file(path_of("cut.bin"), &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(ba, bb, la);
+  free(ba);
+  free(bb);
+
+  /* what stays malformed: a lone label, 41 fields, a bad value in a short
+   * line (named), a short last line without its newline (a cut file) */
+  cfg_set(c, "data.max_bad_fraction=1", "test", err, sizeof err);
+  cfg_set(c, "data.max_reports=10", "test", err, sizeof err);
+  size_t o = 0;
+  o += criteo_tail_empty(cut + o, 1, 5, 1);                   /* 1: short, fine */
+  o += (size_t)sprintf(cut + o, "1\n");                       /* 2: lone label */
+  o += criteo_tail_empty(cut + o, 2, 40, 0);                  /* 3: full, fine */
+  memcpy(cut + o - 1, "\tab\n", 4), o += 3;                   /*    ... plus a 41st field */
+  o += (size_t)sprintf(cut + o, "0\t1\t2\tq\t4\n");           /* 4: I3 'q' */
+  o += (size_t)sprintf(cut + o, "1\t\t\t\t\t\t\t\t\t\t\t\t\t\tzz\n"); /* 5: C1 'zz' */
+  o += criteo_tail_empty(cut + o, 3, 38, 1);                  /* 6: short, fine */
+  size_t k = criteo_tail_empty(cut + o, 5, 40, 0);            /* 7: without its label, as */
+  memmove(cut + o, cut + o + 2, k - 2), o += k - 2;           /*    Kaggle's test.txt */
+  o += criteo_tail_empty(cut + o, 4, 20, 1) - 1;              /* 8: short, no newline */
+  const char *p = path_of("shortbad.tsv");
+  write_file(p, cut, o);
+  capture_start();
+  int rc = data_open_path(c, p, &a, err, sizeof err);
+  char *log = capture_end();
+  assert_int_equal(rc, 0);
+  data_stats(a, &sa);
+  assert_int_equal(sa.samples, 2);
+  assert_int_equal(sa.short_lines, 2);
+  assert_int_equal(sa.bad_records, 6);
+  assert_int_equal(sa.bad_kind[DATA_BAD_FIELDS], 2);
+  assert_int_equal(sa.bad_kind[DATA_BAD_LABEL], 1);
+  assert_int_equal(sa.bad_kind[DATA_BAD_INT], 1);
+  assert_int_equal(sa.bad_kind[DATA_BAD_HEX], 1);
+  assert_int_equal(sa.bad_kind[DATA_BAD_TRUNCATED], 1);
+  char want[300];
+  const char *whys[] = {":2 why=\"1 field, expected 40", ":3 why=\"41 fields, expected 40",
+                        ":4 why=\"field 4 (integer I3) 'q' is not an integer",
+                        ":5 why=\"field 15 (categorical C1) 'zz' is not hexadecimal",
+                        ":7 why=\"field 1 (label) '8' is not 0 or 1; 39 fields: Kaggle's test.txt has no labels\"",
+                        ":8 why=\"truncated last record (no newline at end of file): 20 fields, expected 40\""};
+  for (size_t i = 0; i < sizeof whys / sizeof whys[0]; i++) {
+    snprintf(want, sizeof want, "%s%s", p, whys[i]);
+    if (!strstr(log, want)) fail_msg("no '%s' in:\n%s", want, log);
+  }
+  free(log);
+  data_close(a);
+  cfg_destroy(c);
+  free(full);
+  free(cut);
+}
+
+/* ---- raw values and merged rows (data_profile) ---- */
+
+static void test_profile_merged(void **st) {
+  (void)st;
+  char err[512];
+  /* two values x, y of table 0 that share a row at 1000 rows, and z alone */
+  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000,1", "test_fraction=0", "hash_seed=5", NULL);
+  data_schema_t sc;
+  assert_int_equal(data_schema_from_cfg(c, &sc, err, sizeof err), 0);
+  char x[16] = "", y[16] = "", z[16] = "";
+  for (int i = 0; i < 1000 && !y[0]; i++)
+    for (int j = 0; j < i && !y[0]; j++) {
+      char a[16], b[16];
+      sprintf(a, "v%d", j);
+      sprintf(b, "v%d", i);
+      if (data_hash_row(&sc, 0, a, strlen(a)) == data_hash_row(&sc, 0, b, strlen(b))) strcpy(x, a), strcpy(y, b);
+    }
+  assert_true(y[0]);
+  for (int i = 0; !z[0]; i++) {
+    sprintf(z, "w%d", i);
+    if (data_hash_row(&sc, 0, z, strlen(z)) == data_hash_row(&sc, 0, x, strlen(x))) z[0] = 0;
+  }
+  /* table 0: x x5, y x3, z x2 -> rows {x,y}: 8 accesses, {z}: 2.
+   * table 1 (1 row): p x6, q x4 -> one row, both values: 10 merged. */
+  const char *t0[10] = {x, y, x, z, x, y, x, z, y, x}, *t1[10] = {"p", "q", "p", "p", "q", "p", "q", "p", "q", "p"};
+  char csv[1024];
+  size_t o = (size_t)sprintf(csv, "click,a,b\n");
+  for (int i = 0; i < 10; i++) o += (size_t)sprintf(csv + o, "%d,%s,%s\n", i % 2, t0[i], t1[i]);
+  write_file(path_of("m.csv"), csv, o);
+  assert_int_equal(data_convert(c, path_of("m.csv"), path_of("m.bin"), NULL, err, sizeof err), 0);
+  const char *paths[2] = {path_of("m.csv"), path_of("m.bin")}; /* the binary keeps the 64-bit hashes */
+  for (int k = 0; k < 2; k++) {
+    data_source_t *d;
+    data_profile_t p;
+    assert_int_equal(data_open_path(c, paths[k], &d, err, sizeof err), 0);
+    assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
+    const data_table_profile_t *a = &p.tables[0], *b = &p.tables[1], *all = &p.overall;
+    assert_int_equal(a->distinct, 2);
+    assert_int_equal(a->raw_values, 3);
+    assert_true(a->raw_exact);
+    assert_int_equal(a->merged_rows, 1);
+    assert_int_equal(a->merged_accesses, 8);
+    assert_true(a->merged_share == 0.8);
+    assert_int_equal(b->distinct, 1);
+    assert_int_equal(b->raw_values, 2);
+    assert_int_equal(b->merged_rows, 1);
+    assert_true(b->merged_share == 1.0);
+    assert_int_equal(all->raw_values, 5);
+    assert_true(all->raw_exact);
+    assert_int_equal(all->merged_rows, 2);
+    assert_int_equal(all->merged_accesses, 18);
+    assert_true(fabs(all->merged_share - 0.9) < 1e-12);
+    data_profile_close(&p);
+    /* no memory for raw values: lower bounds, marked; merged shares still exact */
+    data__profile_raw_bytes = 0;
+    assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
+    data__profile_raw_bytes = DATA_PROFILE_RAW_BYTES;
+    assert_int_equal(p.tables[0].raw_values, 2);
+    assert_false(p.tables[0].raw_exact);
+    assert_int_equal(p.tables[1].raw_values, 1);
+    assert_false(p.overall.raw_exact);
+    assert_true(p.tables[0].merged_share == 0.8);
+    assert_true(p.tables[1].merged_share == 1.0);
+    data_profile_close(&p);
+    data_close(d);
+  }
+  /* more rows: nothing merged */
+  cfg_t *c2 = make_cfg("n_dense=0", "table_rows=1000000,1000000", "test_fraction=0", "hash_seed=5", NULL);
+  data_source_t *d;
+  data_profile_t p;
+  assert_int_equal(data_open_path(c2, path_of("m.csv"), &d, err, sizeof err), 0);
+  assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
+  assert_int_equal(p.tables[0].raw_values, 3);
+  assert_int_equal(p.tables[0].distinct, 3);
+  assert_int_equal(p.tables[0].merged_rows, 0);
+  assert_true(p.overall.merged_share == 0.0);
+  data_profile_close(&p);
+  data_close(d);
+  cfg_destroy(c2);
+  /* synthetic: records hold the raw values' hashes too.  All 50 ranks of a
+   * uniform 50-row table are drawn, their 50 raw values hashed into 50 rows:
+   * about 1 - 1/e of them share a row */
+  c2 = make_cfg("n_dense=0", "table_rows=50", "synthetic.samples=20000", "synthetic.alpha=0", NULL);
+  assert_int_equal(data_open(c2, &d, err, sizeof err), 0);
+  assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
+  print_message("synthetic: 50 raw values in %" PRIu64 " rows, %" PRIu64 " merged, share %.3f\n", p.tables[0].distinct,
+                p.tables[0].merged_rows, p.tables[0].merged_share);
+  assert_int_equal(p.tables[0].raw_values, 50);
+  assert_true(p.tables[0].distinct < 50);
+  assert_true(p.tables[0].merged_share > 0.3 && p.tables[0].merged_share < 0.9);
+  data_profile_close(&p);
+  data_close(d);
+  cfg_destroy(c2);
+  data_schema_close(&sc);
+  cfg_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_schema_hash),
@@ -810,6 +1121,9 @@ int main(void) {
       cmocka_unit_test(test_binary_errors),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_bad_fraction),
+      cmocka_unit_test(test_short_lines),
+      cmocka_unit_test(test_profile_merged),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

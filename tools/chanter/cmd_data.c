@@ -10,13 +10,16 @@
  *       IN (default: the job's dataset, read with dataset_format) into the
  *       binary format; malformed records are counted and reported.
  *   chanter data stats [FILE] [--json]
- *       samples, bad records, per-table cardinality, top-row shares,
- *       distinct rows per batch.
+ *       samples, bad records, short lines, per-table cardinality, raw
+ *       values and merged rows (a warning on stderr per table whose merged
+ *       share passes 10%: table_rows too small), top-row shares, distinct
+ *       rows per batch.
  *   chanter data bench [--quick]
  *       parse rates (the same table as `chanter bench data`).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,50 @@ static void json_bad(FILE *f, const data_stats_t *st) {
   fprintf(f, "\"bad_records\": %" PRIu64 ", \"bad_by_kind\": {", st->bad_records);
   for (int k = 0; k < DATA_BAD_KINDS; k++)
     fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", data_bad_kind_name(k), st->bad_kind[k]);
-  fprintf(f, "}");
+  fprintf(f, "}, \"short_lines\": %" PRIu64, st->short_lines);
+}
+
+/* ", 3 short lines read with empty trailing fields" (nothing if none) */
+static void print_short(FILE *f, const data_stats_t *st) {
+  if (st->short_lines)
+    fprintf(f, ", %" PRIu64 " short line%s read with empty trailing fields", st->short_lines,
+            st->short_lines == 1 ? "" : "s");
+}
+
+/* "12345" or ">=12345" (a lower bound: the raw-value count ran out of memory) */
+static const char *raw_text(const data_table_profile_t *tp, char *buf, size_t n) {
+  snprintf(buf, n, "%s%" PRIu64, tp->raw_exact ? "" : ">=", tp->raw_values);
+  return buf;
+}
+
+static void json_table(FILE *f, const data_table_profile_t *tp) {
+  fprintf(f,
+          "\"rows\": %" PRIu64 ", \"accesses\": %" PRIu64 ", \"distinct\": %" PRIu64
+          ", \"top_0_1pct_share\": %.6f, \"top_1pct_share\": %.6f, \"raw_values\": %" PRIu64
+          ", \"raw_values_exact\": %s, \"merged_rows\": %" PRIu64 ", \"merged_accesses\": %" PRIu64
+          ", \"merged_share\": %.6f",
+          tp->rows, tp->accesses, tp->distinct, tp->top_0_1, tp->top_1, tp->raw_values,
+          tp->raw_exact ? "true" : "false", tp->merged_rows, tp->merged_accesses, tp->merged_share);
+}
+
+/* One line on stderr per table whose merged share passes
+ * DATA_PROFILE_MERGED_WARN.  With n raw values hashed into R rows, a value
+ * shares its row with probability 1 - exp(-(n - 1) / R), whatever its
+ * popularity: R = (n - 1) / -ln(1 - 0.10) (9.5 n) brings the share to
+ * about 10%. */
+static void warn_merged(const data_profile_t *p) {
+  for (uint32_t t = 0; t < p->n_tables; t++) {
+    const data_table_profile_t *tp = &p->tables[t];
+    if (tp->merged_share <= DATA_PROFILE_MERGED_WARN) continue;
+    char raw[32];
+    double want = ceil((double)(tp->raw_values - 1) / -log1p(-DATA_PROFILE_MERGED_WARN));
+    fprintf(stderr,
+            "chanter data stats: warning: table %u: %.1f%% of accesses land on rows that several raw values share "
+            "(%s distinct raw values hashed into table_rows[%u] = %" PRIu64 " row%s); raise table_rows[%u]: about "
+            "%.0f rows (9.5x the raw values) would bring it near %.0f%%\n",
+            t, 100 * tp->merged_share, raw_text(tp, raw, sizeof raw), t, tp->rows, tp->rows == 1 ? "" : "s", t, want,
+            100 * DATA_PROFILE_MERGED_WARN);
+  }
 }
 
 static int do_gen(cli_t *cli) {
@@ -114,6 +160,7 @@ static int do_convert(cli_t *cli) {
     printf("converted %s (%s) to %s: %" PRIu64 " samples, %" PRIu64 " bad records skipped", in,
            data_format_name(st.format), out, st.samples, st.bad_records);
     print_bad(stdout, &st);
+    print_short(stdout, &st);
     printf(", %.2f s", dt);
     if (st.bytes && dt > 0) printf(" (%.0f MB/s)", (double)st.bytes / dt / 1e6);
     printf("\n");
@@ -147,14 +194,13 @@ static int do_stats(cli_t *cli) {
     json_bad(stdout, st);
     printf(",\n \"tables\": [");
     for (uint32_t t = 0; t < p.n_tables; t++) {
-      const data_table_profile_t *tp = &p.tables[t];
-      printf("%s\n  {\"table\": %u, \"rows\": %" PRIu64 ", \"hotness\": %u, \"accesses\": %" PRIu64
-             ", \"distinct\": %" PRIu64 ", \"top_0_1pct_share\": %.6f, \"top_1pct_share\": %.6f}",
-             t ? "," : "", t, tp->rows, s->hotness[t], tp->accesses, tp->distinct, tp->top_0_1, tp->top_1);
+      printf("%s\n  {\"table\": %u, \"hotness\": %u, ", t ? "," : "", t, s->hotness[t]);
+      json_table(stdout, &p.tables[t]);
+      printf("}");
     }
-    printf("],\n \"overall\": {\"rows\": %" PRIu64 ", \"accesses\": %" PRIu64 ", \"distinct\": %" PRIu64
-           ", \"top_0_1pct_share\": %.6f, \"top_1pct_share\": %.6f},\n \"unique_per_batch\": [",
-           p.overall.rows, p.overall.accesses, p.overall.distinct, p.overall.top_0_1, p.overall.top_1);
+    printf("],\n \"overall\": {");
+    json_table(stdout, &p.overall);
+    printf("},\n \"unique_per_batch\": [");
     for (int b = 0; b < DATA_PROFILE_BATCH_SIZES && p.batch[b].batch_size; b++)
       printf("%s{\"batch_size\": %u, \"batches\": %u, \"ids_per_batch\": %.0f, \"unique_rows\": %.1f, "
              "\"unique_share\": %.6f}",
@@ -167,21 +213,29 @@ static int do_stats(cli_t *cli) {
     printf(")\nsamples  %" PRIu64 " (train %" PRIu64 ", test %" PRIu64 "), bad records skipped %" PRIu64, st->samples,
            st->train_samples, st->test_samples, st->bad_records);
     print_bad(stdout, st);
-    printf("\n\n%-6s %14s %7s %14s %12s %9s %9s\n", "table", "rows", "hotness", "accesses", "distinct", "top0.1%",
-           "top1%");
+    print_short(stdout, st);
+    char raw[32];
+    printf("\n\n%-6s %14s %7s %14s %12s %14s %9s %9s %9s\n", "table", "rows", "hotness", "accesses", "distinct",
+           "raw values", "merged", "top0.1%", "top1%");
     for (uint32_t t = 0; t < p.n_tables; t++) {
       const data_table_profile_t *tp = &p.tables[t];
-      printf("%-6u %14" PRIu64 " %7u %14" PRIu64 " %12" PRIu64 " %8.1f%% %8.1f%%\n", t, tp->rows, s->hotness[t],
-             tp->accesses, tp->distinct, 100 * tp->top_0_1, 100 * tp->top_1);
+      printf("%-6u %14" PRIu64 " %7u %14" PRIu64 " %12" PRIu64 " %14s %8.1f%% %8.1f%% %8.1f%%\n", t, tp->rows,
+             s->hotness[t], tp->accesses, tp->distinct, raw_text(tp, raw, sizeof raw), 100 * tp->merged_share,
+             100 * tp->top_0_1, 100 * tp->top_1);
     }
-    printf("%-6s %14" PRIu64 " %7s %14" PRIu64 " %12" PRIu64 " %8.1f%% %8.1f%%\n", "all", p.overall.rows, "",
-           p.overall.accesses, p.overall.distinct, 100 * p.overall.top_0_1, 100 * p.overall.top_1);
-    printf("\n(top x%%: share of accesses taken by the most used x%% of the table's rows)\n\n");
+    printf("%-6s %14" PRIu64 " %7s %14" PRIu64 " %12" PRIu64 " %14s %8.1f%% %8.1f%% %8.1f%%\n", "all",
+           p.overall.rows, "", p.overall.accesses, p.overall.distinct, raw_text(&p.overall, raw, sizeof raw),
+           100 * p.overall.merged_share, 100 * p.overall.top_0_1, 100 * p.overall.top_1);
+    printf("\n(distinct: rows used; raw values: distinct raw values (64-bit hashes), \">=\" if counting them ran\n"
+           " out of memory; merged: share of accesses landing on rows that more than one raw value maps to;\n"
+           " top x%%: share of accesses taken by the most used x%% of the table's rows)\n\n");
     printf("%-10s %8s %14s %14s %8s\n", "batch", "batches", "ids/batch", "unique rows", "unique");
     for (int b = 0; b < DATA_PROFILE_BATCH_SIZES && p.batch[b].batch_size; b++)
       printf("%-10u %8u %14.0f %14.1f %7.1f%%\n", p.batch[b].batch_size, p.batch[b].batches,
              p.batch[b].ids_per_batch, p.batch[b].unique_rows, 100 * p.batch[b].unique_rows / p.batch[b].ids_per_batch);
   }
+  fflush(stdout);
+  warn_merged(&p);
   data_profile_close(&p);
   data_close(d);
   return 0;
