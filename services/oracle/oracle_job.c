@@ -161,7 +161,16 @@ struct oracle_job_s {
   uint32_t n_plans, plans_running;
   uint32_t plan_span;     /* batches planned ahead of the slowest trainer's next Step (<= n_plans) */
   uint64_t plan_next;
+  /* the dataset as the data processors serve it: asked once (Info) when
+   * training starts, before any batch is fetched */
+  int info_running;
+  int strict;
+  uint64_t train_samples, test_samples;
+  char warnings[2][ORACLE_NOTE_MAX]; /* said once at start (log, summary.json) */
+  int n_warnings;
   /* evaluation */
+  uint64_t eval_want;          /* test samples an evaluation scores (oracle_eval_samples) */
+  uint64_t eval_fetch_batches; /* the test batches holding them, the last one cut */
   int eval_ready;
   oracle_plan_t eval_plan; /* the eval set split across trainers */
   float *eval_labels;      /* N, eval set order */
@@ -327,13 +336,16 @@ static int put_batch(const data_batch_t *b, void *ud) {
 typedef struct evalset_acc_s {
   data_batch_t *b;
   size_t n, cap;
+  uint64_t samples, want; /* so far; wanted (the last batch is cut to fit: no test sample twice) */
   oracle_job_t *j;
 } evalset_acc_t;
 
 static int put_eval(const data_batch_t *b, void *ud) {
   evalset_acc_t *a = ud;
   if (a->n == a->cap) return 1;
-  if (oracle_batch_concat(b, 1, &a->b[a->n]) != 0) return 1;
+  uint64_t left = a->want - a->samples;
+  if (oracle_batch_head(b, b->n < left ? b->n : (uint32_t)left, &a->b[a->n]) != 0) return 1;
+  a->samples += a->b[a->n].n;
   a->n++;
   pthread_mutex_lock(&a->j->mu);
   int stop = a->j->stop;
@@ -343,14 +355,14 @@ static int put_eval(const data_batch_t *b, void *ud) {
 
 static void fetch_eval(oracle_job_t *j) {
   char err[1024] = "";
-  evalset_acc_t a = {.j = j, .cap = (size_t)j->eval_batches};
+  evalset_acc_t a = {.j = j, .cap = (size_t)j->eval_fetch_batches, .want = j->eval_want};
   data_batch_t all = {0};
   oracle_plan_t *plan = calloc(1, sizeof *plan);
   float *labels = NULL;
   int rc = -ENOMEM;
   if (!plan || !(a.b = calloc(a.cap, sizeof *a.b))) goto out;
   uint32_t restarts = 0;
-  rc = dpc_stream(j->dpc, DATA_TEST, 0, j->eval_batches, j->B, put_eval, &a, &restarts, err, sizeof err);
+  rc = dpc_stream(j->dpc, DATA_TEST, 0, j->eval_fetch_batches, j->B, put_eval, &a, &restarts, err, sizeof err);
   if (rc == 0 && a.n < a.cap) {
     pthread_mutex_lock(&j->mu);
     int stop = j->stop;
@@ -360,8 +372,9 @@ static void fetch_eval(oracle_job_t *j) {
     snprintf(err, sizeof err, "out of memory");
   }
   if (rc) {
-    post_error(j, rc, "fetching the evaluation set (eval_batches = %llu test batches of %u): %s",
-               (unsigned long long)j->eval_batches, j->B, err[0] ? err : err_str(rc));
+    post_error(j, rc, "fetching the evaluation set (%llu test batches of %u, eval_batches = %llu): %s",
+               (unsigned long long)j->eval_fetch_batches, j->B, (unsigned long long)j->eval_batches,
+               err[0] ? err : err_str(rc));
     goto out;
   }
   if ((rc = oracle_batch_concat(a.b, a.n, &all)) != 0 ||
@@ -1193,7 +1206,7 @@ static void eval_done(uv_work_t *req, int status) {
     j->evals[j->n_evals++ % EVAL_HISTORY] = (eval_rec_t){r->round, r->after, w->logloss, w->auc};
     j->last_test_logloss = w->logloss;
     j->last_test_auc = w->auc;
-    log_info("evaluation round=%llu after_iteration=%llu samples=%zu test_logloss=%.5f test_auc=%.5f",
+    log_info("evaluation round=%llu after_iteration=%llu: scored %zu test samples, test_logloss=%.5f test_auc=%.5f",
              (unsigned long long)r->round, (unsigned long long)r->after, j->eval_n, w->logloss, w->auc);
     j->evals_done++;
     check_finished(j);
@@ -1266,7 +1279,104 @@ static void on_eval_result(oracle_job_t *j, uint32_t p, rpc_call_t *call, const 
   j->evals_running++;
 }
 
-/* ---- streams */
+/* ---- the start: what the data processors serve, then the fetch threads */
+
+/* With the splits' sizes known: says once what a batch larger than a split
+ * means (strict refuses it), sizes the evaluation set, starts fetching. */
+static void start_fetch(oracle_job_t *j) {
+  j->n_warnings = oracle_batch_notes(j->B, j->train_samples, j->test_samples,
+                                     j->iterations ? j->eval_batches : 0, j->strict, j->warnings);
+  if (j->strict && j->n_warnings) {
+    end_job(j, ORACLE_FAILED, "%s%s%s", j->warnings[0], j->n_warnings > 1 ? "; " : "",
+            j->n_warnings > 1 ? j->warnings[1] : "");
+    j->n_warnings = 0;
+    return;
+  }
+  for (int k = 0; k < j->n_warnings; k++) log_warn("%s", j->warnings[k]);
+  if (j->eval_batches && j->iterations) {
+    j->eval_want = oracle_eval_samples(j->eval_batches, j->B, j->test_samples);
+    j->eval_fetch_batches = (j->eval_want + j->B - 1) / j->B;
+    if (j->eval_want < j->eval_batches * j->B)
+      log_info("evaluation set: eval_batches x batch_size exceeds the test split; each evaluation scores each test "
+               "sample once eval_batches=%llu batch_size=%u test_samples=%llu batches=%llu (the last one cut)",
+               (unsigned long long)j->eval_batches, j->B, (unsigned long long)j->test_samples,
+               (unsigned long long)j->eval_fetch_batches);
+  }
+  int rc = start_threads(j);
+  j->threads_started = 1;
+  if (rc) {
+    end_job(j, ORACLE_FAILED, "cannot start the batch fetch threads: %s", err_str(rc));
+    return;
+  }
+  check_finished(j); /* iterations = 0 */
+}
+
+typedef struct info_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  int64_t timeout_ms;
+  int rc;
+  uint64_t train, test;
+  char err[1024];
+} info_work_t;
+
+/* Worker pool: Info from the processors in turn until one answers;
+ * those not up yet (UNAVAILABLE) are asked again, with backoff after each
+ * round, until rpc.timeout_ms.  Any processor will do: they serve one
+ * dataset. */
+static void info_work(uv_work_t *req) {
+  info_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  double deadline = now_s() + (double)w->timeout_ms / 1e3, backoff = 0.02;
+  char last[768] = "";
+  for (uint32_t attempt = 0;; attempt++) {
+    Chanter__Dataproc__V1__InfoResponse *r = NULL;
+    w->rc = dpc_info(j->dpc, attempt % j->n_dpc, &r, last, sizeof last);
+    if (w->rc == 0) {
+      w->train = r->train_samples;
+      w->test = r->test_samples;
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      return;
+    }
+    pthread_mutex_lock(&j->mu);
+    int stop = j->stop;
+    pthread_mutex_unlock(&j->mu);
+    if (stop) return;
+    if (w->rc != ERR_UNAVAILABLE) {
+      snprintf(w->err, sizeof w->err, "%s", last);
+      return;
+    }
+    if (now_s() + backoff >= deadline) {
+      snprintf(w->err, sizeof w->err, "no data processor answered Info within rpc.timeout_ms = %lld ms (last: %s)",
+               (long long)w->timeout_ms, last);
+      return;
+    }
+    if ((attempt + 1) % j->n_dpc == 0) {
+      struct timespec ts = {(time_t)backoff, (long)((backoff - (double)(time_t)backoff) * 1e9)};
+      nanosleep(&ts, NULL);
+      if (backoff < 1) backoff *= 2;
+    }
+  }
+}
+
+static void info_done(uv_work_t *req, int status) {
+  info_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  j->info_running = 0;
+  if (!j->destroying && !is_over(j)) {
+    if (status != 0 || w->rc != 0) {
+      end_job(j, ORACLE_FAILED, "asking the data processors what they serve: %s",
+              status != 0 ? uv_strerror(status) : w->err[0] ? w->err : err_str(w->rc));
+    } else {
+      j->train_samples = w->train;
+      j->test_samples = w->test;
+      log_info("dataset train_samples=%llu test_samples=%llu", (unsigned long long)w->train,
+               (unsigned long long)w->test);
+      start_fetch(j);
+    }
+  }
+  free(w);
+}
 
 static void start_training(oracle_job_t *j) {
   j->state = ORACLE_TRAINING;
@@ -1278,14 +1388,28 @@ static void start_training(oracle_job_t *j) {
            j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->window,
            j->n_train_threads, j->chunk, j->q_cap);
   sdn_status("training: iteration 0/%llu", (unsigned long long)j->iterations);
-  int rc = start_threads(j);
-  j->threads_started = 1;
-  if (rc) {
-    end_job(j, ORACLE_FAILED, "cannot start the batch fetch threads: %s", err_str(rc));
+  if (j->iterations == 0) { /* nothing to fetch: done at once */
+    start_fetch(j);
     return;
   }
-  check_finished(j); /* iterations = 0 */
+  info_work_t *w = calloc(1, sizeof *w);
+  int rc = -ENOMEM;
+  if (w) {
+    w->j = j;
+    w->timeout_ms = cfg_int(j->cfg, "rpc.timeout_ms");
+    w->req.data = w;
+    rc = uv_queue_work(j->loop, &w->req, info_work, info_done);
+  }
+  if (rc) {
+    free(w);
+    end_job(j, ORACLE_FAILED, "cannot ask the data processors what they serve: %s",
+            rc == -ENOMEM ? err_str(rc) : uv_strerror(rc));
+    return;
+  }
+  j->info_running = 1;
 }
+
+/* ---- streams */
 
 int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t next_iteration, char *why,
                       size_t why_len) {
@@ -1396,8 +1520,10 @@ static void on_async(uv_async_t *h) {
     }
     for (uint32_t p = 0; p < j->P; p++) j->eval_off[p + 1] = j->eval_off[p] + j->eval_plan.shares[p].n;
     j->eval_ready = 1;
-    log_info("evaluation set ready samples=%zu batches=%llu unique_keys=%zu", n, (unsigned long long)j->eval_batches,
-             j->eval_plan.n_unique);
+    log_info("evaluation set ready: each evaluation scores %zu test samples batches=%llu eval_batches=%llu "
+             "test_samples=%llu unique_keys=%zu",
+             n, (unsigned long long)j->eval_fetch_batches, (unsigned long long)j->eval_batches,
+             (unsigned long long)j->test_samples, j->eval_plan.n_unique);
   }
   if (rc && !is_over(j)) {
     end_job(j, ORACLE_FAILED, "%s", err);
@@ -1435,6 +1561,9 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->iterations = (uint64_t)cfg_int(cfg, "iterations");
   j->eval_every = (uint64_t)cfg_int(cfg, "eval_every");
   j->eval_batches = (uint64_t)cfg_int(cfg, "eval_batches");
+  j->eval_want = j->eval_batches * j->B; /* until the test split's size is known */
+  j->eval_fetch_batches = j->eval_batches;
+  j->strict = cfg_bool(cfg, "strict");
   j->seed = (uint64_t)cfg_int(cfg, "seed");
   j->allocation = cfg_str(cfg, "allocation");
   j->policy = oracle_alloc_parse(j->allocation);
@@ -1465,9 +1594,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->rounds_total = 0;
   if (j->eval_batches && j->iterations)
     j->rounds_total = j->eval_every ? j->iterations / j->eval_every + (j->iterations % j->eval_every ? 1 : 0) : 1;
-  uint64_t tail = j->iterations / 10;
-  j->tail_start = j->iterations - (tail ? tail : 1);
-  if (j->iterations == 0) j->tail_start = 0;
+  j->tail_start = j->iterations - oracle_train_tail(j->iterations); /* the train logloss's iterations */
   j->log_every = j->iterations / 10;
   if (j->log_every > 100) j->log_every = 100;
   if (j->log_every == 0) j->log_every = 1;
@@ -1599,13 +1726,14 @@ static void on_closed(uv_handle_t *h) {
 
 void oracle_job_destroy(oracle_job_t *j) {
   if (!j) return;
-  /* ocache_auto may still read the probe plans on the worker pool */
+  /* ocache_auto may still read the probe plans on the worker pool, and
+   * Info still be asked there (stop ends its retries) */
   j->destroying = 1;
-  while (j->auto_running) uv_run(j->loop, UV_RUN_ONCE);
   pthread_mutex_lock(&j->mu);
   j->stop = 1;
   pthread_cond_broadcast(&j->cv_space);
   pthread_mutex_unlock(&j->mu);
+  while (j->auto_running || j->info_running) uv_run(j->loop, UV_RUN_ONCE);
   int stuck = 0;
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
@@ -1709,14 +1837,20 @@ static void sb_num(sbuf_t *b, const char *key, double v) {
   else sb_printf(b, "\"%s\": null", key);
 }
 
-static void sb_str(sbuf_t *b, const char *key, const char *v) {
-  sb_printf(b, "\"%s\": \"", key);
+/* A JSON string. */
+static void sb_str_value(sbuf_t *b, const char *v) {
+  sb_printf(b, "\"");
   for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
     if (*p == '"' || *p == '\\') sb_printf(b, "\\%c", *p);
     else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
     else sb_printf(b, "%c", *p);
   }
   sb_printf(b, "\"");
+}
+
+static void sb_str(sbuf_t *b, const char *key, const char *v) {
+  sb_printf(b, "\"%s\": ", key);
+  sb_str_value(b, v);
 }
 
 char *oracle_job_summary(const oracle_job_t *j) {
@@ -1744,10 +1878,20 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_num(&b, "samples_per_sec", sps);
   sb_printf(&b, ", ");
   sb_num(&b, "train_logloss", train_loss);
+  {
+    /* what train_logloss is once the job is done (before: the same over the iterations done so far) */
+    char def[256];
+    oracle_train_logloss_definition(j->iterations, def, sizeof def);
+    sb_printf(&b, ", \"train_logloss_iterations\": %llu, ", (unsigned long long)oracle_train_tail(j->iterations));
+    sb_str(&b, "train_logloss_definition", def);
+  }
   sb_printf(&b, ", ");
   sb_num(&b, "test_logloss", j->n_evals ? j->last_test_logloss : NAN);
   sb_printf(&b, ", ");
   sb_num(&b, "test_auc", j->n_evals ? j->last_test_auc : NAN);
+  sb_printf(&b, ", ");
+  /* each evaluation scores these, each test sample at most once */
+  sb_num(&b, "test_samples_scored", j->eval_ready ? (double)j->eval_n : NAN);
   sb_printf(&b, ", ");
   sb_str(&b, "dense_sha256", j->dense_hex);
   sb_printf(&b, ", ");
@@ -1815,7 +1959,13 @@ char *oracle_job_summary(const oracle_job_t *j) {
   sb_str(&b, "job_id", j->job_id);
   sb_printf(&b, ", ");
   sb_num(&b, "train_seconds", span);
-  sb_printf(&b, ", \"evals\": [");
+  /* said once at start: a batch larger than a split */
+  sb_printf(&b, ", \"warnings\": [");
+  for (int k = 0; k < j->n_warnings; k++) {
+    if (k) sb_printf(&b, ", ");
+    sb_str_value(&b, j->warnings[k]);
+  }
+  sb_printf(&b, "], \"evals\": [");
   uint64_t first = j->n_evals > EVAL_HISTORY ? j->n_evals - EVAL_HISTORY : 0;
   for (uint64_t i = first; i < j->n_evals; i++) {
     const eval_rec_t *e = &j->evals[i % EVAL_HISTORY];

@@ -10,6 +10,13 @@
  * stopped.  The job then keeps answering Status until the daemon exits.
  *
  * Threads and queues.
+ *  - At the start of training, before any batch is fetched, one Info call
+ *    (worker pool; the processors in turn, retried until rpc.timeout_ms)
+ *    gives the sizes of the train and test splits.  A batch larger than a
+ *    split (oracle_batch_notes) is logged once as a warning and listed in
+ *    the summary's "warnings", or, with strict = true, fails the job with
+ *    that message; the evaluation set is cut to the test split, so that
+ *    no test sample is scored twice (oracle_eval_samples).
  *  - Fetch threads (2 per data processor, at most 16) pull the train
  *    batches 0..iterations-1 with dpc_stream in chunks of C batches, C = 1
  *    mod the number of processors, so chunk k starts at a batch number that
@@ -17,7 +24,8 @@
  *    once.  They put batches into a bounded reorder queue (batch x in slot
  *    x mod Q, a thread waits while x >= head + Q) and wake the loop with a
  *    uv_async.  One more thread fetches the evaluation set (eval_batches
- *    test batches), concatenates it and plans its split across trainers.
+ *    test batches, at most the test split: the last batch cut),
+ *    concatenates it and plans its split across trainers.
  *  - The loop thread pops batches in order and hands each to libuv's worker
  *    pool for planning (oracle_plan_build; at most 2 at once, at most
  *    L + window + 3 planned batches not yet sent to every trainer; ideal:

@@ -501,3 +501,13 @@ int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out
   }
   return 0;
 }
+
+int oracle_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out) {
+  memset(out, 0, sizeof *out);
+  if (m > b->n) return -EINVAL;
+  /* within a table, ids are sample-major: the first m samples' ids start
+   * where the table's do, and concat copies exactly n * hotness[t] of them */
+  data_batch_t head = *b;
+  head.n = m;
+  return oracle_batch_concat(&head, 1, out);
+}

@@ -110,4 +110,8 @@ int oracle_sort_u64(uint64_t *v, size_t n, uint64_t *tmp);
  * differ, n = 0) or -ENOMEM. */
 int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out);
 
+/* The first m samples of b (m <= b->n) as a batch of their own in *out
+ * (free with data_batch_free).  0, -EINVAL (m > b->n) or -ENOMEM. */
+int oracle_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out);
+
 #endif

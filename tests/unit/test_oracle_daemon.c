@@ -600,6 +600,10 @@ static void test_train_to_done(void **state) {
   assert_true(fabs(json_num(js, "train_logloss") - 0.5) < 1e-9);
   assert_true(fabs(json_num(js, "test_auc") - 1.0) < 1e-12);
   assert_true(fabs(json_num(js, "test_logloss") - log1p(exp(-1.0))) < 1e-6);
+  /* the test split (600 samples) holds the eval set; the batch fits both splits: no warning */
+  assert_true(json_num(js, "test_samples_scored") == EVAL_BATCHES * B);
+  assert_non_null(strstr(js, "\"warnings\": []"));
+  assert_true(json_num(js, "train_logloss_iterations") == ITERS / 10);
   assert_true(fabs(json_num(js, "rows_fetched") - fetched / ITERS) < 1e-6);
   assert_true(fabs(json_num(js, "rows_synced") - synced / ITERS) < 1e-6);
   assert_true(fabs(json_num(js, "rows_written_back") - written / ITERS) < 1e-6);

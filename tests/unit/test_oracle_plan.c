@@ -1,9 +1,11 @@
 /*
  * test_oracle_plan: the oracle's pure decisions (services/oracle/
  * oracle_plan.c, oracle_eval.c): sample allocation, the per-trainer
- * fetch / sync / write-back key lists of L = 0, the radix sort, and the
+ * fetch / sync / write-back key lists of L = 0, the radix sort, the
  * evaluation metrics, each against a hand-computed case or a brute-force
- * reference.  Prints (does not assert) how long planning a Criteo-sized
+ * reference, and what a job reports about its data (the evaluation set's
+ * size, the train logloss's iterations, a batch larger than a split: the
+ * exact text).  Prints (does not assert) how long planning a Criteo-sized
  * batch takes.
  */
 #include <setjmp.h>
@@ -392,6 +394,96 @@ static void test_concat(void **state) {
   for (int i = 0; i < 3; i++) data_batch_free(&parts[i]);
 }
 
+/* the first m samples, alone: what the evaluation set's last batch is cut to */
+static void test_batch_head(void **state) {
+  (void)state;
+  const uint32_t hot[3] = {2, 1, 3};
+  data_batch_t b, h, want;
+  make_batch(&b, 7, 9, 2, 3, hot, NULL, 1000);
+  assert_int_equal(oracle_batch_head(&b, 4, &h), 0);
+  /* by hand: each table's first 4 samples' ids, in the layout of a 4-sample batch */
+  make_batch(&want, 7, 4, 2, 3, hot, NULL, 1000);
+  for (uint32_t t = 0; t < 3; t++)
+    memcpy(want.ids + want.ids_off[t], b.ids + b.ids_off[t], (size_t)4 * hot[t] * sizeof(uint64_t));
+  assert_int_equal(h.n, 4);
+  assert_int_equal(h.index, 7);
+  for (uint32_t t = 0; t <= 3; t++) assert_int_equal(h.ids_off[t], want.ids_off[t]);
+  assert_memory_equal(h.ids, want.ids, want.ids_off[3] * sizeof(uint64_t));
+  assert_memory_equal(h.labels, b.labels, 4 * sizeof(float));
+  assert_memory_equal(h.dense, b.dense, 4 * 2 * sizeof(float));
+  data_batch_free(&h);
+  assert_int_equal(oracle_batch_head(&b, 9, &h), 0); /* all of it: a copy */
+  assert_memory_equal(h.ids, b.ids, b.ids_off[3] * sizeof(uint64_t));
+  data_batch_free(&h);
+  assert_int_equal(oracle_batch_head(&b, 10, &h), -EINVAL);
+  data_batch_free(&want);
+  data_batch_free(&b);
+}
+
+/* ---- what a job reports about its data */
+
+static void test_eval_samples(void **state) {
+  (void)state;
+  assert_int_equal(oracle_eval_samples(8, 1024, 100000), 8192);  /* a large test split: unchanged */
+  assert_int_equal(oracle_eval_samples(8, 1024, 8192), 8192);
+  assert_int_equal(oracle_eval_samples(8, 1024, 20), 20);        /* 200-line file: each test sample once */
+  assert_int_equal(oracle_eval_samples(40, 256, 5000), 5000);    /* 20 batches, the last one cut to 136 */
+  assert_int_equal(oracle_eval_samples(0, 1024, 20), 0);
+  assert_int_equal(oracle_eval_samples(8, 1024, 0), 8192);       /* empty split: the reader says so */
+  assert_true(oracle_eval_samples(UINT64_MAX / 2, 1u << 24, 0) == UINT64_MAX); /* saturates */
+}
+
+static void test_train_tail(void **state) {
+  (void)state;
+  assert_int_equal(oracle_train_tail(0), 0);
+  assert_int_equal(oracle_train_tail(1), 1);
+  assert_int_equal(oracle_train_tail(9), 1);
+  assert_int_equal(oracle_train_tail(10), 1);
+  assert_int_equal(oracle_train_tail(19), 1);
+  assert_int_equal(oracle_train_tail(20), 2);
+  assert_int_equal(oracle_train_tail(400), 40);
+  char d[256];
+  oracle_train_logloss_definition(400, d, sizeof d);
+  assert_string_equal(d, "mean of the per-iteration training logloss over the last 10% of iterations, at least "
+                         "one: the last 40 of 400");
+  oracle_train_logloss_definition(5, d, sizeof d);
+  assert_string_equal(d, "mean of the per-iteration training logloss over the last 10% of iterations, at least "
+                         "one: the last 1 of 5");
+}
+
+static void test_batch_notes(void **state) {
+  (void)state;
+  char n[2][ORACLE_NOTE_MAX];
+  /* the defaults on a 200-line file: 180 train, 20 test samples */
+  assert_int_equal(oracle_batch_notes(1024, 180, 20, 8, 0, n), 2);
+  assert_string_equal(n[0], "batch_size = 1024 is larger than the train split (180 samples): each batch holds 5.7 "
+                            "copies of the training set; lower batch_size to at most 180 or use more data (strict = "
+                            "true refuses this)");
+  assert_string_equal(n[1], "batch_size = 1024 is larger than the test split (20 samples): a test batch holds 51.2 "
+                            "copies of it; each evaluation scores the 20 test samples once (strict = true refuses "
+                            "this)");
+  assert_int_equal(oracle_batch_notes(1024, 180, 20, 8, 1, n), 2);
+  assert_string_equal(n[0], "strict = true refuses batch_size = 1024: it is larger than the train split (180 "
+                            "samples), each batch would hold 5.7 copies of the training set; lower batch_size to at "
+                            "most 180, use more data, or set strict = false");
+  assert_string_equal(n[1], "strict = true refuses batch_size = 1024: it is larger than the test split (20 samples), "
+                            "a test batch would hold 51.2 copies of it; lower batch_size to at most 20, raise "
+                            "test_fraction, set eval_batches = 0, or set strict = false");
+  /* no evaluation: the test split does not matter */
+  assert_int_equal(oracle_batch_notes(1024, 180, 20, 0, 0, n), 1);
+  assert_non_null(strstr(n[0], "train split (180 samples): each batch holds 5.7 copies"));
+  /* only the test split is too small */
+  assert_int_equal(oracle_batch_notes(64, 180, 20, 8, 0, n), 1);
+  assert_non_null(strstr(n[0], "test split (20 samples): a test batch holds 3.2 copies"));
+  /* just above one copy: two decimals */
+  assert_int_equal(oracle_batch_notes(101, 100, 1000, 8, 0, n), 1);
+  assert_non_null(strstr(n[0], "holds 1.01 copies"));
+  /* fits, exactly fits, empty splits (the reader's error): nothing */
+  assert_int_equal(oracle_batch_notes(256, 180000, 20000, 8, 1, n), 0);
+  assert_int_equal(oracle_batch_notes(180, 180, 180, 8, 1, n), 0);
+  assert_int_equal(oracle_batch_notes(1024, 0, 0, 8, 1, n), 0);
+}
+
 /* ---- evaluation metrics */
 
 static double auc_brute(const float *s, const float *y, size_t n) {
@@ -483,6 +575,8 @@ int main(void) {
       cmocka_unit_test(test_sort),              cmocka_unit_test(test_plan_by_hand),
       cmocka_unit_test(test_plan_properties),   cmocka_unit_test(test_plan_empty_shares),
       cmocka_unit_test(test_plan_ideal_and_eval), cmocka_unit_test(test_concat),
+      cmocka_unit_test(test_batch_head),        cmocka_unit_test(test_eval_samples),
+      cmocka_unit_test(test_train_tail),        cmocka_unit_test(test_batch_notes),
       cmocka_unit_test(test_auc_and_logloss),   cmocka_unit_test(test_plan_timing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

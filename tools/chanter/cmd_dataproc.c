@@ -49,7 +49,6 @@ int cmd_dataproc(cli_t *cli) {
   int split = cli_flag(cli, "--test") ? DATA_TEST : DATA_TRAIN;
   const char *bs_s = cli_opt(cli, "--batch-size");
   uint32_t bs = bs_s ? (uint32_t)strtoul(bs_s, NULL, 10) : (uint32_t)cfg_int(cli->cfg, "batch_size");
-  if (bs_s && bs == 0) return cli_usage_error(cli, "--batch-size '%s' is not a positive integer", bs_s);
   int want = !strcmp(sub, "info") ? 0 : !strcmp(sub, "batch") ? 1 : !strcmp(sub, "stream") ? 2 : -1;
   if (want < 0) return cli_usage_error(cli, "unknown subcommand '%s'", sub);
   if (cli_args(cli, want, want, sub, want == 0 ? "no arguments" : want == 1 ? "X" : "FIRST COUNT")) return 2;

@@ -35,6 +35,7 @@
 #include "model_dev.h"
 #include "nn.h"
 #include "opt.h"
+#include "oracle_eval.h"
 #include "orc.h"
 #include "table.h"
 
@@ -166,17 +167,23 @@ static double step(local_t *L, const data_batch_t *b) {
   return loss;
 }
 
-static int evaluate(local_t *L, uint64_t batches, double *logloss, double *acc, double *auc, char *err, size_t n) {
+/* Scores the first `samples` test samples (oracle_eval_samples: each at
+ * most once) in batches of the training batch size, the last one cut, as
+ * the oracle's evaluation set does. */
+static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, double *auc, char *err, size_t n) {
   eval_acc_t a;
   eval_acc_init(&a);
   double t0 = bench_now();
   int rc = 0;
-  for (uint64_t x = 0; x < batches && !rc; x++) {
+  uint64_t scored = 0;
+  for (uint64_t x = 0; scored < samples && !rc; x++) {
     data_batch_t b;
     if ((rc = data_read_batch(L->data, DATA_TEST, x, L->bs, &b, err, n)) != 0) break;
+    uint64_t m = samples - scored < b.n ? samples - scored : b.n;
     gather(L, &b);
     if (mdev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
-    if (!rc) rc = eval_acc_add(&a, L->logits, b.labels, b.n);
+    if (!rc) rc = eval_acc_add(&a, L->logits, b.labels, (size_t)m);
+    scored += m;
     data_batch_free(&b);
   }
   if (!rc) rc = eval_acc_result(&a, logloss, acc, auc);
@@ -235,6 +242,60 @@ static int json_str(const char *json, const char *key, char *out, size_t n) {
   return 0;
 }
 
+/* Appends s as a JSON string at buf + o (cut to fit cap); the new length. */
+static int json_put_str(char *buf, size_t cap, int o, const char *s) {
+  size_t i = (size_t)o;
+  if (i + 1 < cap) buf[i++] = '"';
+  for (const unsigned char *p = (const unsigned char *)s; *p && i + 8 < cap; p++) {
+    if (*p == '"' || *p == '\\') {
+      buf[i++] = '\\';
+      buf[i++] = (char)*p;
+    } else if (*p < 0x20) {
+      i += (size_t)snprintf(buf + i, cap - i, "\\u%04x", *p);
+    } else {
+      buf[i++] = (char)*p;
+    }
+  }
+  if (i + 1 < cap) buf[i++] = '"';
+  buf[i < cap ? i : cap - 1] = 0;
+  return (int)i;
+}
+
+/* The idx-th string of the array "key": [...] into out (escapes undone;
+ * \uXXXX only below 0x80); 0, or -ENOENT when there is no such entry. */
+static int json_str_at(const char *json, const char *key, size_t idx, char *out, size_t n) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\": [", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  if (!p) return -ENOENT;
+  p += strlen(pat);
+  for (size_t k = 0;; k++) {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p != '"') return -ENOENT; /* the array's end (or not strings) */
+    p++;
+    size_t i = 0;
+    for (; *p && *p != '"'; p++) {
+      char c = *p;
+      if (c == '\\' && p[1]) {
+        p++;
+        c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+        if (*p == 'u' && p[1] && p[2] && p[3] && p[4]) {
+          char hx[5] = {p[1], p[2], p[3], p[4], 0};
+          c = (char)strtol(hx, NULL, 16);
+          p += 4;
+        }
+      }
+      if (k == idx && i + 1 < n) out[i++] = c;
+    }
+    if (*p != '"') return -ENOENT;
+    p++;
+    if (k == idx) {
+      out[i] = 0;
+      return 0;
+    }
+  }
+}
+
 /* Combined embedding digest (SHA-256 over the servers' digests in shard
  * order, as `chanter embedding digest` prints it) and stored rows. */
 static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char *err, size_t n) {
@@ -280,6 +341,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
   int tty = isatty(2);
   double t0 = bench_now(), progress_at = t0, last_print = 0;
   uint64_t last_it = UINT64_MAX;
+  size_t warned = 0; /* the job's warnings printed so far: each once, as soon as the oracle has it */
   Chanter__Oracle__V1__StatusResponse *st = NULL;
   for (;;) {
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
@@ -288,6 +350,9 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
       fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", err);
       goto out;
     }
+    char warning[1024];
+    for (; json_str_at(st->summary_json, "warnings", warned, warning, sizeof warning) == 0; warned++)
+      fprintf(stderr, "%schanter train: warning: %s\n", tty && last_print > 0 ? "\n" : "", warning);
     double now = bench_now();
     if (st->iteration != last_it) {
       last_it = st->iteration;
@@ -366,12 +431,17 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
     printf("iterations        %llu (batch %lld, %lld trainers)\n", (unsigned long long)st->iterations,
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
     printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
-    printf("train logloss     %.4f\n", cli_json_num(summary, "train_logloss"));
+    char ll_def[256] = "";
+    json_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
+    printf("train logloss     %.4f%s%s%s\n", cli_json_num(summary, "train_logloss"), ll_def[0] ? " (" : "", ll_def,
+           ll_def[0] ? ")" : "");
     double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");
+    double scored = cli_json_num(summary, "test_samples_scored");
     if (isnan(tl) && isnan(ta)) {
       printf("test logloss/AUC  none (no evaluation ran: eval_batches = %lld)\n", (long long)cfg_int(cfg, "eval_batches"));
     } else {
-      printf("test logloss      %.4f\n", tl);
+      if (!isnan(scored)) printf("test logloss      %.4f (scored %.0f test samples)\n", tl, scored);
+      else printf("test logloss      %.4f\n", tl);
       printf("test AUC          %.4f\n", ta);
     }
     printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f, handed over %.0f), "
@@ -398,6 +468,13 @@ out:
   orc_destroy(o);
   if (owned) cfg_destroy(cfg);
   return rc;
+}
+
+/* a JSON number with 6 decimals, or null for NaN (no evaluation ran) */
+static const char *json_num(char buf[32], double v) {
+  if (isnan(v) || isinf(v)) return "null";
+  snprintf(buf, 32, "%.6f", v);
+  return buf;
 }
 
 int cmd_train(cli_t *cli) {
@@ -431,6 +508,20 @@ int cmd_train(cli_t *cli) {
                     " iterations, optimizer %s / %s\n",
             mdev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
+  /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
+   * oracle says the same of a cluster's job */
+  char notes[2][ORACLE_NOTE_MAX];
+  int strict = cfg_bool(cli->cfg, "strict");
+  int n_notes = oracle_batch_notes(L.bs, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
+  for (int k = 0; k < n_notes; k++) fprintf(stderr, "chanter train --local: %s%s\n", strict ? "" : "warning: ", notes[k]);
+  if (strict && n_notes) {
+    local_close(&L);
+    return 1;
+  }
+  /* each evaluation scores these test samples, each at most once */
+  uint64_t eval_samples = eval_batches ? oracle_eval_samples(eval_batches, L.bs, ds.test_samples) : 0;
+  /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (oracle_train_tail) */
+  uint64_t tail_start = iters - oracle_train_tail(iters);
   int tty = isatty(2);
   double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
   uint64_t window_n = 0, samples = 0, train_n = 0;
@@ -451,14 +542,17 @@ int cmd_train(cli_t *cli) {
     samples += b.n;
     loss_window += loss;
     window_n += b.n;
-    train_loss_sum += loss;
-    train_n += b.n;
+    if (it >= tail_start) {
+      train_loss_sum += loss / b.n;
+      train_n++;
+    }
     data_batch_free(&b);
     if (eval_every && (it + 1) % eval_every == 0 && it + 1 < iters) {
-      if ((rc = evaluate(&L, eval_batches, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) break;
+      if ((rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) break;
       if (!quiet)
-        fprintf(stderr, "%seval at iteration %" PRIu64 ": test logloss %.4f  AUC %.4f  accuracy %.4f\n", tty ? "\n" : "",
-                it + 1, test_ll, test_auc, test_acc);
+        fprintf(stderr, "%seval at iteration %" PRIu64 ": test logloss %.4f  AUC %.4f  accuracy %.4f (scored %" PRIu64
+                        " test samples)\n",
+                tty ? "\n" : "", it + 1, test_ll, test_auc, test_acc, eval_samples);
     }
     double now = bench_now();
     if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == iters)) {
@@ -476,7 +570,7 @@ int cmd_train(cli_t *cli) {
     return 1;
   }
   double elapsed = bench_now() - t_start;
-  if (eval_batches && (rc = evaluate(&L, eval_batches, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) {
+  if (eval_batches && (rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) {
     fprintf(stderr, "chanter train --local: evaluation: %s\n", err);
     local_close(&L);
     return 1;
@@ -490,14 +584,28 @@ int cmd_train(cli_t *cli) {
     for (int i = 0; i < 32; i++) snprintf(dense_hex + 2 * i, 3, "%02x", h[i]);
   }
   double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;
-  char summary[4096];
+  char ll_def[256];
+  oracle_train_logloss_definition(iters, ll_def, sizeof ll_def);
+  char summary[8192], j_tl[32], j_ll[32], j_auc[32], j_acc[32];
   int o = snprintf(summary, sizeof summary,
                    "{\"mode\": \"local\", \"model\": \"%s\", \"iterations\": %" PRIu64 ", \"batch_size\": %u, "
-                   "\"samples_per_sec\": %.1f, \"train_logloss\": %.6f, \"test_logloss\": %.6f, \"test_auc\": %.6f, "
-                   "\"test_accuracy\": %.6f, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
-                   "\"phase_seconds_per_iteration\": {",
-                   cfg_str(cli->cfg, "model"), iters, L.bs, sps, train_ll, test_ll, test_auc, test_acc, hex, dense_hex,
-                   elapsed);
+                   "\"samples_per_sec\": %.1f, \"train_logloss\": %s, \"test_logloss\": %s, \"test_auc\": %s, "
+                   "\"test_accuracy\": %s, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
+                   "\"train_logloss_iterations\": %" PRIu64 ", \"train_logloss_definition\": ",
+                   cfg_str(cli->cfg, "model"), iters, L.bs, sps, json_num(j_tl, train_ll), json_num(j_ll, test_ll),
+                   json_num(j_auc, test_auc), json_num(j_acc, test_acc), hex, dense_hex,
+                   elapsed, oracle_train_tail(iters));
+  o = json_put_str(summary, sizeof summary, o, ll_def);
+  if (eval_batches)
+    o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": %" PRIu64, eval_samples);
+  else
+    o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": null");
+  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"warnings\": [");
+  for (int k = 0; k < n_notes; k++) {
+    if (k) o += snprintf(summary + o, sizeof summary - (size_t)o, ", ");
+    o = json_put_str(summary, sizeof summary, o, notes[k]);
+  }
+  o += snprintf(summary + o, sizeof summary - (size_t)o, "], \"phase_seconds_per_iteration\": {");
   for (int p = 0; p < PH_N; p++)
     o += snprintf(summary + o, sizeof summary - (size_t)o, "%s\"%s\": %.6f", p ? ", " : "", phase_names[p],
                   iters ? L.phase[p] / (double)iters : 0);
@@ -507,10 +615,11 @@ int cmd_train(cli_t *cli) {
   } else {
     printf("iterations        %" PRIu64 " (batch %u)\n", iters, L.bs);
     printf("samples/s         %.0f\n", sps);
-    printf("train logloss     %.4f (mean over all iterations)\n", train_ll);
-    printf("test logloss      %.4f\n", test_ll);
-    printf("test AUC          %.4f\n", test_auc);
-    printf("test accuracy     %.4f\n", test_acc);
+    printf("train logloss     %.4f (%s)\n", train_ll, ll_def);
+    if (eval_batches) printf("test logloss      %.4f (scored %" PRIu64 " test samples)\n", test_ll, eval_samples);
+    else printf("test logloss/AUC  none (no evaluation ran: eval_batches = 0)\n");
+    if (eval_batches) printf("test AUC          %.4f\n", test_auc);
+    if (eval_batches) printf("test accuracy     %.4f\n", test_acc);
     printf("time per phase    ");
     for (int p = 0; p < PH_N; p++) printf("%s%s %.2f ms", p ? ", " : "", phase_names[p], iters ? 1e3 * L.phase[p] / iters : 0);
     printf(" (per iteration)\n");
