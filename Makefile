@@ -6,6 +6,7 @@
 #   make demo       the README's main command
 #   make deps       install the Debian packages the project needs
 #   make clean
+#   make print-VAR  a variable's value (print-INC_trainer: the trainer's include paths)
 #
 # Knobs: CUDA=auto|0|1   SANITIZER=address|undefined   WERROR=1|0   O=-O2
 
@@ -56,7 +57,8 @@ endif
 endif
 
 SERVICES := $(notdir $(wildcard services/*))
-CPPFLAGS := -D_GNU_SOURCE -Icommon $(addprefix -Iservices/,$(SERVICES)) -I$(BUILD)/gen $(PKG_CFLAGS)
+# the include paths are per room (INC, below), not here
+CPPFLAGS := -D_GNU_SOURCE $(PKG_CFLAGS)
 CFLAGS   := -std=c11 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
 # C++ only for the small extern "C" wrappers (common/*.cc: Gloo)
 CXXFLAGS := -std=c++17 $(O) -g -pthread $(WARN) $(SAN) -MMD -MP
@@ -80,20 +82,15 @@ ifeq ($(USE_CUDA),1)
     $(error CUDA=1 but nvcc was not found; install the CUDA toolkit or use CUDA=0)
   endif
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
-  # C files that call the CUDA runtime (services/trainer/cuda_check.c) see its headers
+  # C files that call the CUDA runtime (common/model/cuda_check.c) see its headers
   CPPFLAGS += -DCHANTER_CUDA=1 -I$(CUDA_HOME)/include
 endif
-CU_SRCS := $(shell find common services -name '*.cu' 2>/dev/null)
+# A directory's *.cu objects go into the library of its *.c, next to the C
+# reference they mirror; cu_objs DIR gives them (none with CUDA=0), and
+# cu_all DIR whether built or not (for their INC)
+cu_all  = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard $(1)/*.cu))
+cu_objs = $(if $(filter 1,$(USE_CUDA)),$(call cu_all,$(1)))
 ifeq ($(USE_CUDA),1)
-  # common/**/*.cu go into libchanter.a; services/<name>/*.cu into that
-  # service's library, next to the C reference they mirror (the rule's
-  # `ar rcs $@ $^` takes these extra prerequisites too)
-  CU_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter common/%,$(CU_SRCS)))
-  CU_ALL_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
-  define cu_service_rule
-  $(BUILD)/lib/libsvc_$(1).a: $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter services/$(1)/%,$(CU_SRCS)))
-  endef
-  $(foreach s,$(SERVICES),$(eval $(call cu_service_rule,$(s))))
   # rpath: the binaries find libcudart & co. where ldconfig does not look
   LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
 endif
@@ -109,11 +106,10 @@ comma := ,
 # objects may end up in a shared library or a PIE.
 NVCCFLAGS := -O2 -g -std=c++17 --fmad=false $(CUDA_ARCHS) \
              -Xcompiler -fPIC,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
-             $(if $(filter 1,$(WERROR)),-Werror all-warnings) -MMD -MP -Icommon -I$(BUILD)/gen
+             $(if $(filter 1,$(WERROR)),-Werror all-warnings) -MMD -MP
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(call say,NVCC,$@)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
--include $(CU_ALL_OBJS:.o=.d)
+	$(call say,NVCC,$@)$(NVCC) $(NVCCFLAGS) $(INC) -c -o $@ $<
 
 # ---- generated protobuf-c code
 PROTOS   := $(wildcard proto/*.proto)
@@ -124,54 +120,101 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/gen
 	$(call say,PROTOC,$<)protoc-c --c_out=$(BUILD)/gen -Iproto $<
 
-# ---- common/: one static library
+# ---- rooms: who may include what, and what links what
+# common/*.c is the runtime every daemon shares (libchanter.a).  A library
+# with a life of its own is a room common/<lib>/ with its own
+# libchanter_<lib>.a, built with -Icommon only (a file's own directory is
+# searched first, so a room reaches its own headers anyway): it knows no
+# daemon, and not the generated protobuf code either.  Each daemon and the
+# CLI list the libraries they use (USES_*); their include paths (INC_*) and
+# their link lines both come from that one list, and no room has another
+# daemon's directory on its path, so including another daemon's header
+# fails to compile (tests/integration/test_layout.sh checks; `make
+# print-INC_trainer` shows a room's paths).
+LIBS := model plan store
+USES_trainer   := model
+USES_oracle    := plan model
+USES_embedding := store
+USES_dataproc  :=
+USES_cli       := model plan store
+GEN_INC := -I$(BUILD)/gen
+INC_common := -Icommon $(GEN_INC)
+$(foreach l,$(LIBS),$(eval INC_$(l) := -Icommon))
+$(foreach s,$(SERVICES),$(eval INC_$(s) := -Icommon $(addprefix -Icommon/,$(USES_$(s))) -Iservices/$(s) $(GEN_INC)))
+INC_cli := -Icommon $(addprefix -Icommon/,$(USES_cli)) $(GEN_INC)
+lib_files = $(foreach l,$(1),$(BUILD)/lib/libchanter_$(l).a)
+
+# ---- common/: the shared runtime, one static library
 COMMON_SRCS := $(wildcard common/*.c)
 COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMMON_SRCS)) \
                $(patsubst %.cc,$(BUILD)/obj/%.cc.o,$(wildcard common/*.cc)) \
                $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PB_C))
 LIBCHANTER  := $(BUILD)/lib/libchanter.a
+$(COMMON_OBJS) $(call cu_all,common): INC := $(INC_common)
+
+# ---- common/<lib>/: the libraries with a life of their own
+define lib_rules
+LIB_$(1)_OBJS := $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard common/$(1)/*.c))
+$$(LIB_$(1)_OBJS) $$(call cu_all,common/$(1)): INC := $$(INC_$(1))
+$(BUILD)/lib/libchanter_$(1).a: $$(LIB_$(1)_OBJS) $$(call cu_objs,common/$(1))
+	@mkdir -p $$(@D)
+	$$(call say,AR,$$@)rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach l,$(LIBS),$(eval $(call lib_rules,$(l))))
 
 # ---- services/<name>/: main.c wires, the rest is a library tests can link
 define service_rules
 SVC_$(1)_SRCS := $$(filter-out services/$(1)/main.c,$$(wildcard services/$(1)/*.c))
 SVC_$(1)_OBJS := $$(patsubst %.c,$(BUILD)/obj/%.o,$$(SVC_$(1)_SRCS))
-SVC_LIBS += $(BUILD)/lib/libsvc_$(1).a
-$(BUILD)/lib/libsvc_$(1).a: $$(SVC_$(1)_OBJS)
+$$(SVC_$(1)_OBJS) $(BUILD)/obj/services/$(1)/main.o $$(call cu_all,services/$(1)): INC := $$(INC_$(1))
+$(BUILD)/lib/libsvc_$(1).a: $$(SVC_$(1)_OBJS) $$(call cu_objs,services/$(1))
 	@mkdir -p $$(@D)
 	$$(call say,AR,$$@)rm -f $$@ && ar rcs $$@ $$^
 ifneq ($(wildcard services/$(1)/main.c),)
 BINS += $(BUILD)/bin/chanter-$(1)
-$(BUILD)/bin/chanter-$(1): $(BUILD)/obj/services/$(1)/main.o $(BUILD)/lib/libsvc_$(1).a $(LIBCHANTER)
+$(BUILD)/bin/chanter-$(1): $(BUILD)/obj/services/$(1)/main.o $(BUILD)/lib/libsvc_$(1).a \
+                         $$(call lib_files,$$(USES_$(1))) $(LIBCHANTER)
 	@mkdir -p $$(@D)
 	$$(call say,LD,$$@)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endif
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_rules,$(s))))
 
-# ---- the CLI (tools/chanter/), which also carries the benchmarks
+# ---- the CLI (tools/chanter/), which also carries the benchmarks: it
+# reaches the daemons only through the libraries or the daemon binaries
 CLI_SRCS := $(wildcard tools/chanter/*.c)
 CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
+$(CLI_OBJS): INC := $(INC_cli)
 BINS += $(BUILD)/bin/chanter
-$(BUILD)/bin/chanter: $(CLI_OBJS) $(SVC_LIBS) $(LIBCHANTER)
+$(BUILD)/bin/chanter: $(CLI_OBJS) $(call lib_files,$(USES_cli)) $(LIBCHANTER)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # ---- unit tests: tests/unit/test_*.c, one binary each, cmocka
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-# test_<service>_*.c also links that service's library; test_job_*.c (a
-# whole job simulated in one process) links every service's
-test_svc_libs = $(foreach s,$(SERVICES),$(if $(filter test_$(s)% test_job_%,$(1)),$(BUILD)/lib/libsvc_$(s).a))
+# test_<service>_*.c gets that service's include paths and links its
+# library and the libraries it uses; test_<lib>_*.c that library alone;
+# test_job_*.c (a whole job simulated in one process) every service and
+# every library; any other test, common/ alone.
+test_svcs = $(if $(filter test_job_%,$(1)),$(SERVICES),$(foreach s,$(SERVICES),$(if $(filter test_$(s)_%,$(1)),$(s))))
+test_libs = $(if $(filter test_job_%,$(1)),$(LIBS),$(foreach s,$(call test_svcs,$(1)),$(USES_$(s))) \
+              $(foreach l,$(LIBS),$(if $(filter test_$(l)_%,$(1)),$(l))))
 define test_rule
-$(BUILD)/tests/$(1): $(BUILD)/obj/tests/unit/$(1).o $(call test_svc_libs,$(1)) $(LIBCHANTER)
+$(BUILD)/obj/tests/unit/$(1).o: INC := -Icommon $(addprefix -Icommon/,$(call test_libs,$(1))) \
+                                       $(addprefix -Iservices/,$(call test_svcs,$(1))) $(GEN_INC)
+$(BUILD)/tests/$(1): $(BUILD)/obj/tests/unit/$(1).o $(foreach s,$(call test_svcs,$(1)),$(BUILD)/lib/libsvc_$(s).a) \
+                     $(call lib_files,$(call test_libs,$(1))) $(LIBCHANTER)
 	@mkdir -p $$(@D)
 	$$(call say,LD,$$@)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS) $$(CMOCKA_LIBS)
 endef
 $(foreach t,$(patsubst tests/unit/%.c,%,$(TEST_SRCS)),$(eval $(call test_rule,$(t))))
 
 # ---- objects
-ALL_OBJS := $(COMMON_OBJS) $(CLI_OBJS) $(foreach s,$(SERVICES),$(SVC_$(s)_OBJS) $(BUILD)/obj/services/$(s)/main.o) \
-            $(patsubst tests/unit/%.c,$(BUILD)/obj/tests/unit/%.o,$(TEST_SRCS))
+ALL_OBJS := $(COMMON_OBJS) $(CLI_OBJS) $(foreach l,$(LIBS),$(LIB_$(l)_OBJS)) \
+            $(foreach s,$(SERVICES),$(SVC_$(s)_OBJS) $(BUILD)/obj/services/$(s)/main.o) \
+            $(patsubst tests/unit/%.c,$(BUILD)/obj/tests/unit/%.o,$(TEST_SRCS)) \
+            $(foreach d,common $(addprefix common/,$(LIBS)) $(addprefix services/,$(SERVICES)),$(call cu_objs,$(d)))
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(PB_H)
 	@mkdir -p $(@D)
@@ -179,13 +222,13 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(PB_H)
 
 $(BUILD)/obj/%.o: %.c $(PB_H)
 	@mkdir -p $(@D)
-	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(INC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/obj/%.cc.o: %.cc $(PB_H)
 	@mkdir -p $(@D)
-	$(call say,CXX,$@)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+	$(call say,CXX,$@)$(CXX) $(CPPFLAGS) $(INC) $(CXXFLAGS) -c -o $@ $<
 
-$(LIBCHANTER): $(COMMON_OBJS) $(CU_OBJS)
+$(LIBCHANTER): $(COMMON_OBJS) $(call cu_objs,common)
 	@mkdir -p $(@D)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
@@ -229,5 +272,9 @@ demo:
 
 clean:
 	rm -rf $(BUILD)
+
+# make print-VAR: a variable's value (e.g. print-INC_trainer, print-CPPFLAGS)
+print-%:
+	@printf '%s\n' '$($*)'
 
 -include $(ALL_OBJS:.o=.d)

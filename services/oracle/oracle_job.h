@@ -13,19 +13,20 @@
  *  - At the start of training, before any batch is fetched, one Info call
  *    (worker pool; the processors in turn, retried until rpc.timeout_ms)
  *    gives the sizes of the train and test splits.  A batch larger than a
- *    split (oracle_batch_notes) is logged once as a warning and listed in
+ *    split (jobrule_batch_notes) is logged once as a warning and listed in
  *    the summary's "warnings", or, with strict = true, fails the job with
  *    that message; the evaluation set is cut to the test split, so that
- *    no test sample is scored twice (oracle_eval_samples).
+ *    no test sample is scored twice (jobrule_eval_samples).
  *  - Fetch threads (2 per data processor, at most 16) pull the train
  *    batches 0..iterations-1 with dpc_stream in chunks of C batches, C = 1
  *    mod the number of processors, so chunk k starts at a batch number that
  *    dpc sends to processor k mod n: every processor serves two streams at
  *    once.  They put batches into a bounded reorder queue (batch x in slot
  *    x mod Q, a thread waits while x >= head + Q) and wake the loop with a
- *    uv_async.  One more thread fetches the evaluation set (eval_batches
- *    test batches, at most the test split: the last batch cut),
- *    concatenates it and plans its split across trainers.
+ *    uv_async (the conductor runs).  One more thread fetches the
+ *    evaluation set (eval_batches test batches, at most the test split:
+ *    the last batch cut), concatenates it and plans its split across
+ *    trainers.
  *  - The loop thread pops batches in order and hands each to libuv's worker
  *    pool for planning (oracle_plan_build; at most 2 at once, at most
  *    L + window + 3 planned batches not yet sent to every trainer; ideal:
@@ -45,10 +46,10 @@
  *    decided), x < (the iterations every trainer has reported) + window,
  *    window = max(oracle.window, L + 2) so that trainers can prefetch L
  *    batches ahead, and its send queue holds fewer than 2 messages
- *    (rpc_call_queued; on_sent and every report call dispatch again).  An
- *    Eval item follows Step x directly on the stream when an evaluation is
- *    due after x, so a trainer evaluates the model exactly as it is after x
- *    without the oracle stalling.
+ *    (rpc_call_queued; a message sent and every report run the conductor
+ *    again).  An Eval item follows Step x directly on the stream when an
+ *    evaluation is due after x, so a trainer evaluates the model exactly as
+ *    it is after x without the oracle stalling.
  *  - A Step carries, besides the samples: the slot of each id; the rows to
  *    fetch and their slots; the rows to write back and their slots; the
  *    slots all-reduced before the next step (sync_critical) and in the
@@ -60,7 +61,13 @@
  *    uint64.  sync_keys stays empty.
  *  - Reports are aggregated per iteration once all P arrived (in order,
  *    since each trainer reports in order); EvalResults per round, whose
- *    logloss and AUC are computed on the worker pool.
+ *    logloss and AUC (the model library's eval_logloss / eval_auc) are
+ *    computed on the worker pool.
+ *
+ * The stages above are files of their own (oracle_fetch.c,
+ * oracle_pipeline.c, oracle_dispatch.c, oracle_report.c), run in that
+ * order by one conductor in oracle_job.c, which alone ends a job;
+ * oracle_job_internal.h says how they share it.
  *
  * Every function here runs on the loop thread; the job owns the Work
  * stream calls it was given with oracle_job_attach (it finishes them).

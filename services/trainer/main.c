@@ -6,7 +6,8 @@
  *                   [--metrics-port P] [--ready-file PATH]
  *                   [--save-dense PATH]
  *
- * Wiring only (the work is in trainer_loop.c and trainer_step.c): parse the
+ * Wiring only (the work is in trainer_loop.c, the conductor, and the
+ * stages it runs: trainer_state.h says which file does what): parse the
  * configuration, build the trainer, serve Prometheus metrics, then run the
  * training on its own thread while the main thread's libuv loop handles
  * SIGTERM/SIGINT (stop: cancel the Work stream and let the training thread

@@ -18,8 +18,8 @@
  *   tcc_update_rows  opt_row_update of each listed slot with its gradient
  *                    (--fmad=false and IEEE sqrt / division: the same
  *                    float operations in the same order as opt.c)
- * Slots are uint32; in `slots` arguments they may be unaligned (protobuf
- * bytes), as in trainer_step.h.  tcc_forward and tcc_backward run on the
+ * Slots are uint32; in `slots` arguments they may be unaligned (they are
+ * copied to a staging buffer; trainer_step.h passes aligned arrays).  tcc_forward and tcc_backward run on the
  * calling thread's stream (nn_cuda_stream(), the model's), the others on
  * their role's own stream; every call returns once its results are where
  * the caller reads them (host copies done, device writes finished).  Thread-safety: as trainer_step's cache

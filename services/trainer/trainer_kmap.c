@@ -1,4 +1,10 @@
-/* trainer_kmap: see trainer_kmap.h. */
+/*
+ * trainer_kmap: the trainer's own view of its cache, slot -> key and key
+ * -> slot, with an owned bit per slot (see trainer_kmap.h).  The training
+ * thread keeps it: trainer_exec.c as rows are fetched, owned, replicated
+ * or go stale, trainer_pipeline.c's background wait as they are evicted;
+ * trainer_eval.c reads it.
+ */
 #include "trainer_kmap.h"
 
 #include <errno.h>

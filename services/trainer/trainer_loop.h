@@ -36,6 +36,11 @@
  *   bound of iteration time, NOT a correct distributed model (each
  *   trainer's copy of a shared row drifts apart).
  *
+ * How this is cut into files (the conductor, trainer_loop.c, and the
+ * stages it runs: join, pipeline, exec, eval): trainer_state.h.  Each
+ * WorkItem is decoded and checked once, when the feeder reads it
+ * (trainer_work.h); nothing after that sees protobuf.
+ *
  * Failures (a broken stream, a failed collective, an embedding server
  * still unreachable after embc's retries, a malformed item) are logged
  * with the iteration and the peer, and trainer_run returns non-zero:

@@ -1,10 +1,16 @@
-/* trainer_rows: see trainer_rows.h. */
+/*
+ * trainer_rows: mode = ideal's trainer-local row store (see
+ * trainer_rows.h): a u64map from key to a row index in one growing array,
+ * rows initialized on first use as an embedding server would, and the
+ * "fetch" that fills trainer_step's slot array from it.
+ */
 #include "trainer_rows.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
 #include "u64map.h"
 
 struct trows_s {
@@ -85,4 +91,14 @@ int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows,
     memcpy(row, rows + i * s->rf, s->rf * sizeof(float));
   }
   return 0;
+}
+
+int trows_fetch(trows_t *s, tstep_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len) {
+  float *rows;
+  int rc = tstep_set_slots(ts, keys, n, &rows, err, err_len);
+  if (rc || !n) return rc;
+  char why[256] = "";
+  rc = trows_gather(s, tstep_slot_keys(ts), n, rows, why, sizeof why);
+  if (rc) err_set(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
+  return rc;
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "table.h"
+#include "trainer_step.h"
 
 typedef struct trows_s trows_t;
 
@@ -35,6 +36,11 @@ int trows_gather(trows_t *s, const uint64_t *keys, size_t n, float *out, char *w
 /* Stores rows[i] as the row of keys[i] (inserting when new).  0 or
  * -ENOMEM (or a bad key, as above). */
 int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len);
+
+/* Ideal mode's "fetch": sets ts's slots to keys[0..n) (strictly
+ * ascending, tstep_set_slots) and fills them from s.  0 or the error with
+ * err (tstep_set_slots's, or "local rows: ..."). */
+int trows_fetch(trows_t *s, tstep_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len);
 
 /* Rows held. */
 size_t trows_count(const trows_t *s);

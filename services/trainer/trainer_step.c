@@ -1,4 +1,12 @@
-/* trainer_step: see trainer_step.h. */
+/*
+ * trainer_step: the math of one training step (contract in trainer_step.h)
+ * -- the key path's slot array, the cache's slot array and compact
+ * per-slot gradients, forward / backward / optimizer over them, on the CPU
+ * here and on the GPU through tcache_cuda.h and model_dev.h, whose calls
+ * sit in #ifdef CHANTER_CUDA branches next to the C loops they mirror.
+ * Plain arrays in, plain arrays out: trainer_exec.c, trainer_pipeline.c
+ * and trainer_eval.c call it with the lists trainer_work.h decoded.
+ */
 #include "trainer_step.h"
 
 #include <errno.h>
@@ -30,7 +38,7 @@ struct tstep_s {
 #ifdef CHANTER_CUDA
   tcc_t *dc;
 #endif
-  uint32_t *aslots[TSTEP_ROLES]; /* aligned copies of slot lists, per thread role */
+  uint32_t *aslots[TSTEP_ROLES]; /* compacted slot lists (tstep_cache_update on the GPU), per thread role */
   size_t cap_aslots[TSTEP_ROLES];
   float *ugrads;                 /* the rows updated by tstep_cache_update, compact (device = cuda) */
   size_t cap_ugrads;
@@ -49,10 +57,6 @@ struct tstep_s {
   size_t n_slots, cap_slots;
 
   /* one batch */
-  float *labels, *dense;
-  uint64_t *ids;     /* copied ids (rows) */
-  size_t *ids_off;   /* n_tables + 1 */
-  size_t cap_n;      /* samples the three buffers above hold */
   uint64_t *idx;     /* ids mapped to slots, same layout as ids (max_batch samples) */
   float *emb, *d_emb, *logits;
   uint64_t *uniq;
@@ -76,12 +80,6 @@ struct tstep_s {
   size_t n_c, cap_c;
   int cache_mode; /* the last forward was tstep_cache_forward */
 };
-
-static uint64_t load_u64(const void *p, size_t i) {
-  uint64_t v;
-  memcpy(&v, (const uint8_t *)p + i * 8, 8);
-  return v;
-}
 
 int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout_t *layout, uint32_t max_batch,
                  tstep_t **out, char *err, size_t err_len) {
@@ -117,8 +115,7 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
   }
   if ((rc = tbl_layout_copy(&ts->layout, layout)) != 0) goto fail;
   ts->hotness = malloc(ts->n_tables * sizeof *ts->hotness);
-  ts->ids_off = malloc((ts->n_tables + 1) * sizeof *ts->ids_off);
-  if (!ts->hotness || !ts->ids_off) {
+  if (!ts->hotness) {
     rc = -ENOMEM;
     goto fail;
   }
@@ -179,10 +176,6 @@ void tstep_destroy(tstep_t *ts) {
   free(ts->rows);
   free(ts->grad);
   free(ts->touched);
-  free(ts->labels);
-  free(ts->dense);
-  free(ts->ids);
-  free(ts->ids_off);
   free(ts->idx);
   free(ts->emb);
   free(ts->d_emb);
@@ -259,68 +252,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-#ifdef CHANTER_CUDA
-/* slots[0..n) (possibly unaligned) as an aligned array of this thread's
- * role; NULL when out of memory. */
-static uint32_t *aligned_slots(tstep_t *ts, const void *slots, size_t n) {
-  int r = g_role;
-  if (grow((void **)&ts->aslots[r], &ts->cap_aslots[r], n + 1, sizeof(uint32_t))) return NULL;
-  if (n) memcpy(ts->aslots[r], slots, n * sizeof(uint32_t));
-  return ts->aslots[r];
-}
-#endif
-
-int tstep_batch_from_pb(tstep_t *ts, const Chanter__Oracle__V1__Samples *s, int allow_large, tstep_batch_t *b,
-                        char *err, size_t err_len) {
-  memset(b, 0, sizeof *b);
-  uint32_t n = s ? s->n : 0;
-  if (n > ts->max_batch && !allow_large)
-    return err_set(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
-                   ts->max_batch);
-  if (n) {
-    if (s->n_dense != ts->n_dense || s->n_tables != ts->n_tables)
-      return err_set(err, err_len, ERR_BADMSG,
-                     "samples have %u dense features and %u tables, the job's schema %u and %u (same job file?)",
-                     s->n_dense, s->n_tables, ts->n_dense, ts->n_tables);
-    if (s->n_hotness != ts->n_tables)
-      return err_set(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
-                     ts->n_tables);
-    for (uint32_t t = 0; t < ts->n_tables; t++)
-      if (s->hotness[t] != ts->hotness[t])
-        return err_set(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
-                       s->hotness[t], ts->hotness[t]);
-  }
-  ts->ids_off[0] = 0;
-  for (uint32_t t = 0; t < ts->n_tables; t++) ts->ids_off[t + 1] = ts->ids_off[t] + (size_t)n * ts->hotness[t];
-  size_t n_ids = ts->ids_off[ts->n_tables];
-  if (n && (s->labels.len != (size_t)n * 4 || s->dense.len != (size_t)n * ts->n_dense * 4 || s->ids.len != n_ids * 8))
-    return err_set(err, err_len, ERR_BADMSG,
-                   "samples of %u: %zu label bytes (want %zu), %zu dense bytes (want %zu), %zu id bytes (want %zu)", n,
-                   s->labels.len, (size_t)n * 4, s->dense.len, (size_t)n * ts->n_dense * 4, s->ids.len, n_ids * 8);
-  if (n > ts->cap_n) {
-    size_t per = ts->ids_off[ts->n_tables] / n;
-    float *l = realloc(ts->labels, (size_t)n * sizeof(float));
-    if (l) ts->labels = l;
-    float *d = realloc(ts->dense, ((size_t)n * ts->n_dense + 1) * sizeof(float));
-    if (d) ts->dense = d;
-    uint64_t *i = realloc(ts->ids, ((size_t)n * per + 1) * sizeof(uint64_t));
-    if (i) ts->ids = i;
-    if (!l || !d || !i) return -ENOMEM;
-    ts->cap_n = n;
-  }
-  if (n) {
-    memcpy(ts->labels, s->labels.data, s->labels.len);
-    if (s->dense.len) memcpy(ts->dense, s->dense.data, s->dense.len);
-    memcpy(ts->ids, s->ids.data, s->ids.len);
-  }
-  b->n = n;
-  b->labels = ts->labels;
-  b->dense = ts->n_dense ? ts->dense : NULL;
-  b->ids = ts->ids;
-  b->ids_off = ts->ids_off;
-  return 0;
-}
-
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -343,7 +274,7 @@ int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys,
 
 /* ---------------------------------------------------------------- slots */
 
-int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char *err, size_t err_len) {
+int tstep_set_slots(tstep_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len) {
   if (n > ts->cap_slots) {
     size_t nc = ts->cap_slots ? ts->cap_slots : 1024;
     while (nc < n) nc *= 2;
@@ -361,7 +292,7 @@ int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char 
   ts->n_slots = 0;
   ts->fwd_ok = 0;
   for (size_t i = 0; i < n; i++) {
-    uint64_t k = load_u64(keys, i);
+    uint64_t k = keys[i];
     if (i && k <= ts->slot_keys[i - 1])
       return err_set(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
                      " after %#" PRIx64 ")", i, k, ts->slot_keys[i - 1]);
@@ -389,12 +320,6 @@ long tstep_slot_of(const tstep_t *ts, uint64_t key) {
 }
 
 /* ---------------------------------------------------------------- the cache */
-
-static uint32_t load_u32(const void *p, size_t i) {
-  uint32_t v;
-  memcpy(&v, (const uint8_t *)p + i * 4, 4);
-  return v;
-}
 
 int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len) {
   if (cache_rows == 0 || cache_rows > UINT32_MAX)
@@ -425,9 +350,13 @@ int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len
 uint64_t tstep_cache_size(const tstep_t *ts) { return ts->cache_rows; }
 float *tstep_cache_rows(tstep_t *ts) { return ts->crows; }
 
-int tstep_cache_check(const tstep_t *ts, const void *slots, size_t n, const char *what, char *err, size_t err_len) {
+/* Checks slots[0..n) < cache_rows: 0 or ERR_BADMSG naming what and the
+ * index (the oracle's lists were checked when they arrived; this guards
+ * the ids of a forward, which a caller may build itself). */
+static int cache_check(const tstep_t *ts, const uint32_t *slots, size_t n, const char *what, char *err,
+                       size_t err_len) {
   for (size_t i = 0; i < n; i++) {
-    uint32_t s = load_u32(slots, i);
+    uint32_t s = slots[i];
     if (s >= ts->cache_rows)
       return err_set(err, err_len, ERR_BADMSG, "%s[%zu] = slot %u, beyond the cache of %" PRIu64 " rows", what, i, s,
                      ts->cache_rows);
@@ -465,16 +394,16 @@ static float *cache_grad_of(tstep_t *ts, uint32_t s) {
   return ts->cgrad + (size_t)i * ts->dim;
 }
 
-int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, char *err, size_t err_len) {
+int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slots, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   ts->cache_mode = 1;
   if (b->n > ts->max_batch)
     return err_set(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
   if (b->n) {
     size_t n_ids = b->ids_off[ts->n_tables];
-    int rc = tstep_cache_check(ts, slots, n_ids, "slots", err, err_len);
+    int rc = cache_check(ts, slots, n_ids, "slots", err, err_len);
     if (rc) return rc;
-    for (size_t i = 0; i < n_ids; i++) ts->idx[i] = load_u32(slots, i);
+    for (size_t i = 0; i < n_ids; i++) ts->idx[i] = slots[i];
     const float *emb = ts->emb;
     if (ts->cuda) {
 #ifdef CHANTER_CUDA
@@ -498,9 +427,9 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, 
   return 0;
 }
 
-int tstep_cache_pack(tstep_t *ts, const void *slots, size_t n, float *buf) {
+int tstep_cache_pack(tstep_t *ts, const uint32_t *slots, size_t n, float *buf) {
   for (size_t i = 0; i < n; i++) {
-    uint32_t s = load_u32(slots, i);
+    uint32_t s = slots[i];
     float *dst = buf + i * ts->dim;
     if (s < ts->cache_rows && ts->cidx[s] >= 0)
       memcpy(dst, ts->cgrad + (size_t)ts->cidx[s] * ts->dim, ts->dim * sizeof(float));
@@ -510,9 +439,9 @@ int tstep_cache_pack(tstep_t *ts, const void *slots, size_t n, float *buf) {
   return 0;
 }
 
-void tstep_cache_unpack(tstep_t *ts, const void *slots, size_t n, const float *buf) {
+void tstep_cache_unpack(tstep_t *ts, const uint32_t *slots, size_t n, const float *buf) {
   for (size_t i = 0; i < n; i++)
-    memcpy(cache_grad_of(ts, load_u32(slots, i)), buf + i * ts->dim, ts->dim * sizeof(float));
+    memcpy(cache_grad_of(ts, slots[i]), buf + i * ts->dim, ts->dim * sizeof(float));
 }
 
 #ifdef CHANTER_CUDA
@@ -524,10 +453,10 @@ static void dev_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const 
 }
 #endif
 
-size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip) {
+size_t tstep_cache_update(tstep_t *ts, const uint32_t *skip_slots, size_t n_skip) {
   dense_step(ts);
   for (size_t i = 0; i < n_skip; i++) {
-    uint32_t s = load_u32(skip_slots, i);
+    uint32_t s = skip_slots[i];
     if (s < ts->cache_rows && ts->cidx[s] >= 0) ts->cskip[ts->cidx[s]] = 1;
   }
   size_t updated = 0;
@@ -561,21 +490,19 @@ size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip) {
   return updated;
 }
 
-void tstep_cache_update_rows(tstep_t *ts, const void *slots, size_t n, const float *grads) {
+void tstep_cache_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const float *grads) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
-    const uint32_t *a = aligned_slots(ts, slots, n);
-    if (!a) dev_fail(ts, -ENOMEM, "updating embedding rows on the GPU", "out of memory");
-    else dev_update_rows(ts, a, n, grads);
+    dev_update_rows(ts, slots, n, grads);
 #endif
     return;
   }
   for (size_t i = 0; i < n; i++)
-    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->dim,
+    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)slots[i] * ts->rf, ts->dim,
                    grads + i * ts->dim);
 }
 
-void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *rows) {
+void tstep_cache_scatter(tstep_t *ts, const uint32_t *slots, size_t n, const float *rows) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
     char e[400];
@@ -585,10 +512,10 @@ void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *
     return;
   }
   for (size_t i = 0; i < n; i++)
-    memcpy(ts->crows + (size_t)load_u32(slots, i) * ts->rf, rows + i * ts->rf, ts->rf * sizeof(float));
+    memcpy(ts->crows + (size_t)slots[i] * ts->rf, rows + i * ts->rf, ts->rf * sizeof(float));
 }
 
-void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows) {
+void tstep_cache_gather(tstep_t *ts, const uint32_t *slots, size_t n, float *rows) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
     char e[400];
@@ -598,7 +525,7 @@ void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows) {
     return;
   }
   for (size_t i = 0; i < n; i++)
-    memcpy(rows + i * ts->rf, ts->crows + (size_t)load_u32(slots, i) * ts->rf, ts->rf * sizeof(float));
+    memcpy(rows + i * ts->rf, ts->crows + (size_t)slots[i] * ts->rf, ts->rf * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- forward / backward */

@@ -1,10 +1,11 @@
 /*
  * trainer_step: the math of one distributed training step, without any
- * communication -- what chanter-trainer does between the oracle's Step
- * item and its Report, with the fetch, the all-reduces and the write-back
- * left to the caller (trainer_loop.c drives them over embc / coll; the
- * unit tests drive them by hand to simulate several trainers in one
- * process).
+ * communication and without any wire type -- what chanter-trainer does
+ * between the oracle's Step item and its Report, with the fetch, the
+ * all-reduces and the write-back left to the caller (trainer_exec.c and
+ * trainer_pipeline.c drive them over embc / coll, on the plain arrays
+ * trainer_work.h decoded from the oracle's messages; the unit tests drive
+ * them by hand to simulate several trainers in one process).
  *
  * Rows live in a dense SLOT ARRAY: slot i holds the row (vector + optimizer
  * state, tbl_row_floats floats) of slot_keys[i], the sorted keys fetched
@@ -46,7 +47,6 @@
 #include "data.h"
 #include "model.h"
 #include "opt.h"
-#include "oracle.pb-c.h"
 #include "table.h"
 
 typedef struct tstep_s tstep_t;
@@ -54,8 +54,8 @@ typedef struct tstep_s tstep_t;
 /* A batch as the step reads it: n samples, labels[n], dense[n * n_dense],
  * ids table-major (table t's n * hotness[t] rows at ids + ids_off[t],
  * sample-major inside), with hotness and ids_off of the job's schema and
- * this n.  Views into buffers owned by someone else (tstep_batch_from_pb:
- * the tstep_t; tests: their own arrays). */
+ * this n.  Views into buffers owned by someone else (a decoded work item,
+ * trainer_work.h; tests: their own arrays). */
 typedef struct tstep_batch_s {
   uint32_t n;
   const float *labels;
@@ -100,22 +100,14 @@ uint32_t tstep_dim(const tstep_t *ts);
 uint32_t tstep_row_floats(const tstep_t *ts);
 uint32_t tstep_max_batch(const tstep_t *ts);
 
-/* Validates a Samples message against the schema (n_dense, n_tables,
- * hotness, byte lengths; n <= max_batch unless allow_large) and copies it
- * into the tstep's own aligned buffers; *b views them until the next call.
- * s may be NULL (n = 0).  0, ERR_BADMSG with err, -ENOMEM. */
-int tstep_batch_from_pb(tstep_t *ts, const Chanter__Oracle__V1__Samples *s, int allow_large, tstep_batch_t *b,
-                        char *err, size_t err_len);
-
 /* The sorted unique keys of b's ids (ideal mode computes its own fetch
  * list); *keys is owned by ts until the next call.  0 or -ENOMEM. */
 int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys, size_t *n);
 
-/* Sets the step's slots to keys[0..n) (strictly ascending; copied; keys may
- * be unaligned) and returns in *rows the slot array (n * row_floats
+/* Sets the step's slots to keys[0..n) (strictly ascending; copied) and returns in *rows the slot array (n * row_floats
  * floats, uninitialized) for the caller to fill (embc_lookup into it).
  * 0, -EINVAL (unsorted, or a table with another row size), -ENOMEM. */
-int tstep_set_slots(tstep_t *ts, const void *keys, size_t n, float **rows, char *err, size_t err_len);
+int tstep_set_slots(tstep_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len);
 size_t tstep_slots(const tstep_t *ts);
 const uint64_t *tstep_slot_keys(const tstep_t *ts);
 float *tstep_slot_rows(tstep_t *ts);
@@ -158,20 +150,18 @@ size_t tstep_update(tstep_t *ts);
  * are given and no other state of ts, so the prefetch and background
  * threads may call them on slots the training thread does not use (the
  * oracle guarantees disjointness) while it trains.  Everything else: the
- * training thread.  Slots are uint32, possibly unaligned in messages. */
+ * training thread.  Slots are uint32 indices < cache_rows (the oracle's
+ * lists, checked when they arrived: trainer_work.h). */
 int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len);
 uint64_t tstep_cache_size(const tstep_t *ts);
 float *tstep_cache_rows(tstep_t *ts);
-/* Checks slots[0..n) < cache_rows: 0 or ERR_BADMSG naming what (a label
- * such as "fetch_slots") and the index. */
-int tstep_cache_check(const tstep_t *ts, const void *slots, size_t n, const char *what, char *err, size_t err_len);
-int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const void *slots, char *err, size_t err_len);
-int tstep_cache_pack(tstep_t *ts, const void *slots, size_t n, float *buf);
-void tstep_cache_unpack(tstep_t *ts, const void *slots, size_t n, const float *buf);
-size_t tstep_cache_update(tstep_t *ts, const void *skip_slots, size_t n_skip);
-void tstep_cache_update_rows(tstep_t *ts, const void *slots, size_t n, const float *grads);
-void tstep_cache_scatter(tstep_t *ts, const void *slots, size_t n, const float *rows);
-void tstep_cache_gather(tstep_t *ts, const void *slots, size_t n, float *rows);
+int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slots, char *err, size_t err_len);
+int tstep_cache_pack(tstep_t *ts, const uint32_t *slots, size_t n, float *buf);
+void tstep_cache_unpack(tstep_t *ts, const uint32_t *slots, size_t n, const float *buf);
+size_t tstep_cache_update(tstep_t *ts, const uint32_t *skip_slots, size_t n_skip);
+void tstep_cache_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const float *grads);
+void tstep_cache_scatter(tstep_t *ts, const uint32_t *slots, size_t n, const float *rows);
+void tstep_cache_gather(tstep_t *ts, const uint32_t *slots, size_t n, float *rows);
 
 /* Forward only over b (any n: run in chunks of max_batch), logits into
  * out[b->n].  Changes no parameter. */

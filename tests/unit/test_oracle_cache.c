@@ -1,5 +1,5 @@
 /*
- * test_oracle_cache: the oracle's cacher (services/oracle/oracle_cache.c):
+ * test_oracle_cache: the oracle's cacher (common/plan/oracle_cache.c):
  * lookahead, time-to-live, slot assignment, LRPP ownership and
  * replication, the critical / delayed split, the prefetch gate, the exact
  * slot count (ocache_need), auto L (ocache_auto) and lowering L under a

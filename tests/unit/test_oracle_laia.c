@@ -1,6 +1,6 @@
 /*
  * test_oracle_laia: locality-aware sample allocation
- * (services/oracle/oracle_laia.c).
+ * (common/plan/oracle_laia.c).
  *
  * Why: the allocation decides which rows stay on one trainer (owned, never
  * synchronized) and which travel; it must give every trainer its equal

@@ -1,12 +1,12 @@
 /*
- * test_oracle_plan: the oracle's pure decisions (services/oracle/
- * oracle_plan.c, oracle_eval.c): sample allocation, the per-trainer
- * fetch / sync / write-back key lists of L = 0, the radix sort, the
- * evaluation metrics, each against a hand-computed case or a brute-force
- * reference, and what a job reports about its data (the evaluation set's
- * size, the train logloss's iterations, a batch larger than a split: the
- * exact text).  Prints (does not assert) how long planning a Criteo-sized
- * batch takes.
+ * test_oracle_plan: the oracle's pure decisions (common/plan/oracle_plan.c,
+ * common/model/eval.c, common/jobrule.c): sample allocation, the
+ * per-trainer fetch / sync / write-back key lists of L = 0, the radix
+ * sort, the evaluation metrics, each against a hand-computed case or a
+ * brute-force reference, and what a job reports about its data (the
+ * evaluation set's size, the train logloss's iterations, a batch larger
+ * than a split: the exact text).  Prints (does not assert) how long
+ * planning a Criteo-sized batch takes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,7 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "oracle_eval.h"
+#include "eval.h"
+#include "jobrule.h"
 #include "oracle_plan.h"
 #include "proc.h"
 #include "table.h"
@@ -424,45 +425,45 @@ static void test_batch_head(void **state) {
 
 static void test_eval_samples(void **state) {
   (void)state;
-  assert_int_equal(oracle_eval_samples(8, 1024, 100000), 8192);  /* a large test split: unchanged */
-  assert_int_equal(oracle_eval_samples(8, 1024, 8192), 8192);
-  assert_int_equal(oracle_eval_samples(8, 1024, 20), 20);        /* 200-line file: each test sample once */
-  assert_int_equal(oracle_eval_samples(40, 256, 5000), 5000);    /* 20 batches, the last one cut to 136 */
-  assert_int_equal(oracle_eval_samples(0, 1024, 20), 0);
-  assert_int_equal(oracle_eval_samples(8, 1024, 0), 8192);       /* empty split: the reader says so */
-  assert_true(oracle_eval_samples(UINT64_MAX / 2, 1u << 24, 0) == UINT64_MAX); /* saturates */
+  assert_int_equal(jobrule_eval_samples(8, 1024, 100000), 8192);  /* a large test split: unchanged */
+  assert_int_equal(jobrule_eval_samples(8, 1024, 8192), 8192);
+  assert_int_equal(jobrule_eval_samples(8, 1024, 20), 20);        /* 200-line file: each test sample once */
+  assert_int_equal(jobrule_eval_samples(40, 256, 5000), 5000);    /* 20 batches, the last one cut to 136 */
+  assert_int_equal(jobrule_eval_samples(0, 1024, 20), 0);
+  assert_int_equal(jobrule_eval_samples(8, 1024, 0), 8192);       /* empty split: the reader says so */
+  assert_true(jobrule_eval_samples(UINT64_MAX / 2, 1u << 24, 0) == UINT64_MAX); /* saturates */
 }
 
 static void test_train_tail(void **state) {
   (void)state;
-  assert_int_equal(oracle_train_tail(0), 0);
-  assert_int_equal(oracle_train_tail(1), 1);
-  assert_int_equal(oracle_train_tail(9), 1);
-  assert_int_equal(oracle_train_tail(10), 1);
-  assert_int_equal(oracle_train_tail(19), 1);
-  assert_int_equal(oracle_train_tail(20), 2);
-  assert_int_equal(oracle_train_tail(400), 40);
+  assert_int_equal(jobrule_train_tail(0), 0);
+  assert_int_equal(jobrule_train_tail(1), 1);
+  assert_int_equal(jobrule_train_tail(9), 1);
+  assert_int_equal(jobrule_train_tail(10), 1);
+  assert_int_equal(jobrule_train_tail(19), 1);
+  assert_int_equal(jobrule_train_tail(20), 2);
+  assert_int_equal(jobrule_train_tail(400), 40);
   char d[256];
-  oracle_train_logloss_definition(400, d, sizeof d);
+  jobrule_train_logloss_definition(400, d, sizeof d);
   assert_string_equal(d, "mean of the per-iteration training logloss over the last 10% of iterations, at least "
                          "one: the last 40 of 400");
-  oracle_train_logloss_definition(5, d, sizeof d);
+  jobrule_train_logloss_definition(5, d, sizeof d);
   assert_string_equal(d, "mean of the per-iteration training logloss over the last 10% of iterations, at least "
                          "one: the last 1 of 5");
 }
 
 static void test_batch_notes(void **state) {
   (void)state;
-  char n[2][ORACLE_NOTE_MAX];
+  char n[2][JOBRULE_NOTE_MAX];
   /* the defaults on a 200-line file: 180 train, 20 test samples */
-  assert_int_equal(oracle_batch_notes(1024, 180, 20, 8, 0, n), 2);
+  assert_int_equal(jobrule_batch_notes(1024, 180, 20, 8, 0, n), 2);
   assert_string_equal(n[0], "batch_size = 1024 is larger than the train split (180 samples): each batch holds 5.7 "
                             "copies of the training set; lower batch_size to at most 180 or use more data (strict = "
                             "true refuses this)");
   assert_string_equal(n[1], "batch_size = 1024 is larger than the test split (20 samples): a test batch holds 51.2 "
                             "copies of it; each evaluation scores the 20 test samples once (strict = true refuses "
                             "this)");
-  assert_int_equal(oracle_batch_notes(1024, 180, 20, 8, 1, n), 2);
+  assert_int_equal(jobrule_batch_notes(1024, 180, 20, 8, 1, n), 2);
   assert_string_equal(n[0], "strict = true refuses batch_size = 1024: it is larger than the train split (180 "
                             "samples), each batch would hold 5.7 copies of the training set; lower batch_size to at "
                             "most 180, use more data, or set strict = false");
@@ -470,18 +471,18 @@ static void test_batch_notes(void **state) {
                             "a test batch would hold 51.2 copies of it; lower batch_size to at most 20, raise "
                             "test_fraction, set eval_batches = 0, or set strict = false");
   /* no evaluation: the test split does not matter */
-  assert_int_equal(oracle_batch_notes(1024, 180, 20, 0, 0, n), 1);
+  assert_int_equal(jobrule_batch_notes(1024, 180, 20, 0, 0, n), 1);
   assert_non_null(strstr(n[0], "train split (180 samples): each batch holds 5.7 copies"));
   /* only the test split is too small */
-  assert_int_equal(oracle_batch_notes(64, 180, 20, 8, 0, n), 1);
+  assert_int_equal(jobrule_batch_notes(64, 180, 20, 8, 0, n), 1);
   assert_non_null(strstr(n[0], "test split (20 samples): a test batch holds 3.2 copies"));
   /* just above one copy: two decimals */
-  assert_int_equal(oracle_batch_notes(101, 100, 1000, 8, 0, n), 1);
+  assert_int_equal(jobrule_batch_notes(101, 100, 1000, 8, 0, n), 1);
   assert_non_null(strstr(n[0], "holds 1.01 copies"));
   /* fits, exactly fits, empty splits (the reader's error): nothing */
-  assert_int_equal(oracle_batch_notes(256, 180000, 20000, 8, 1, n), 0);
-  assert_int_equal(oracle_batch_notes(180, 180, 180, 8, 1, n), 0);
-  assert_int_equal(oracle_batch_notes(1024, 0, 0, 8, 1, n), 0);
+  assert_int_equal(jobrule_batch_notes(256, 180000, 20000, 8, 1, n), 0);
+  assert_int_equal(jobrule_batch_notes(180, 180, 180, 8, 1, n), 0);
+  assert_int_equal(jobrule_batch_notes(1024, 0, 0, 8, 1, n), 0);
 }
 
 /* ---- evaluation metrics */
@@ -508,21 +509,21 @@ static void test_auc_and_logloss(void **state) {
       s[i] = (float)((int)(rnd() % 7) + (y[i] > 0.5f ? 2 : 0)) * 0.5f - 2.0f;
     }
     double auc;
-    assert_int_equal(oracle_auc(s, y, N, &auc), 0);
+    assert_int_equal(eval_auc(s, y, N, &auc), 0);
     assert_true(fabs(auc - auc_brute(s, y, N)) < 1e-12);
     assert_true(auc > 0.5);
   }
   /* perfect, inverted, all tied */
   const float ys[4] = {0, 1, 0, 1}, good[4] = {-1, 2, 0, 3}, bad[4] = {3, 0, 2, -1}, tie[4] = {1, 1, 1, 1};
   double a;
-  oracle_auc(good, ys, 4, &a);
+  eval_auc(good, ys, 4, &a);
   assert_true(a == 1.0);
-  oracle_auc(bad, ys, 4, &a);
+  eval_auc(bad, ys, 4, &a);
   assert_true(a == 0.0);
-  oracle_auc(tie, ys, 4, &a);
+  eval_auc(tie, ys, 4, &a);
   assert_true(a == 0.5);
   const float ones[3] = {1, 1, 1};
-  oracle_auc(good, ones, 3, &a);
+  eval_auc(good, ones, 3, &a);
   assert_true(isnan(a)); /* one class only */
   /* logloss of logits = BCE of sigmoid */
   double want = 0;
@@ -531,10 +532,10 @@ static void test_auc_and_logloss(void **state) {
     double p = 1 / (1 + exp(-(double)z[i]));
     want += ys[i] > 0.5f ? -log(p) : -log(1 - p);
   }
-  assert_true(fabs(oracle_logloss(z, ys, 4) - want / 4) < 1e-12);
-  assert_true(oracle_logloss(z, ys, 0) == 0);
+  assert_true(fabs(eval_logloss(z, ys, 4) - want / 4) < 1e-12);
+  assert_true(eval_logloss(z, ys, 0) == 0);
   const float big[2] = {80.0f, -80.0f}, yb[2] = {0, 1}; /* confidently wrong: stays finite */
-  assert_true(fabs(oracle_logloss(big, yb, 2) - 80.0) < 1e-9);
+  assert_true(fabs(eval_logloss(big, yb, 2) - 80.0) < 1e-9);
 }
 
 /* ---- how fast: a Criteo-shaped batch, printed for the report */

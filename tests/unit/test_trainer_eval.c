@@ -1,5 +1,5 @@
 /*
- * Metrics of services/trainer/eval.h: exact AUC against a brute-force
+ * Metrics of common/model/eval.h: exact AUC against a brute-force
  * pairwise count on random scores with many ties, logloss and accuracy
  * against direct formulas, and the batch accumulator against one call.
  */

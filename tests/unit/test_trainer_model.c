@@ -1,5 +1,5 @@
 /*
- * The four models of services/trainer/model.h: whole-model gradients
+ * The four models of common/model/model.h: whole-model gradients
  * against finite differences, the parameter accounting, determinism, and
  * learning a planted signal end to end (embedding bag + model + dense and
  * row optimizers, as a trainer runs them).

@@ -1,5 +1,5 @@
 /*
- * Layers of services/trainer/nn.h: forward values against direct formulas
+ * Layers of common/model/nn.h: forward values against direct formulas
  * and backward against central finite differences.
  *
  * Finite differences: every layer is checked through the scalar

@@ -1,5 +1,5 @@
 /*
- * Optimizers of services/trainer/opt.h against values computed by hand
+ * Optimizers of common/model/opt.h against values computed by hand
  * (the arithmetic is in the comments), and the embedding-row state layout:
  * the state sits right after the vector, matches cfg_state_floats, and a
  * row can be copied out (to a server) and back between updates without

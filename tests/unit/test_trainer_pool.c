@@ -1,5 +1,5 @@
 /*
- * The fork-join pool of services/trainer/pool.h: every thread runs the
+ * The fork-join pool of common/model/pool.h: every thread runs the
  * function once per run with its own tid, runs do not overlap, and a pool
  * of one thread runs on the caller.
  */

@@ -50,6 +50,7 @@
 #include "table.h"
 #include "trainer_rows.h"
 #include "trainer_step.h"
+#include "trainer_work.h"
 
 #define B 8     /* global batch */
 #define STEPS 4
@@ -611,23 +612,29 @@ static void test_errors(void **state) {
   s.ids.data = (uint8_t *)ids;
   s.ids.len = 8 * 8;
   tstep_batch_t v;
+  trainer_work_limits_t lim = {.schema = &j.schema, .max_batch = B};
+  trainer_work_t w;
   for (int i = 0; i < 8; i++) ids[i] = (uint64_t)i % 5;
-  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), 0);
+  assert_int_equal(trainer_work_decode_samples(&s, &lim, 0, &w, err, sizeof err), 0);
+  v = w.batch;
   assert_int_equal(v.n, 2);
   assert_int_equal(v.ids_off[1], 2);
   assert_int_equal(v.ids_off[2], 6);
   assert_int_equal(v.ids[7], 2);
+  trainer_work_close(&w);
   s.ids.len = 7 * 8;
-  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
+  assert_int_equal(trainer_work_decode_samples(&s, &lim, 0, &w, err, sizeof err), ERR_BADMSG);
   s.ids.len = 8 * 8;
   hot[1] = 1;
-  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
+  assert_int_equal(trainer_work_decode_samples(&s, &lim, 0, &w, err, sizeof err), ERR_BADMSG);
   assert_non_null(strstr(err, "hotness"));
   hot[1] = 2;
   s.n = B + 1;
-  assert_int_equal(tstep_batch_from_pb(ts, &s, 0, &v, err, sizeof err), ERR_BADMSG);
-  assert_int_equal(tstep_batch_from_pb(ts, NULL, 0, &v, err, sizeof err), 0);
+  assert_int_equal(trainer_work_decode_samples(&s, &lim, 0, &w, err, sizeof err), ERR_BADMSG);
+  assert_int_equal(trainer_work_decode_samples(NULL, &lim, 0, &w, err, sizeof err), 0);
+  v = w.batch;
   assert_int_equal(v.n, 0);
+  trainer_work_close(&w);
 
   tstep_destroy(ts);
   tables_close(&srv);

@@ -31,11 +31,11 @@
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "eval.h"
+#include "jobrule.h"
 #include "log.h"
 #include "model_dev.h"
 #include "nn.h"
 #include "opt.h"
-#include "oracle_eval.h"
 #include "orc.h"
 #include "table.h"
 
@@ -167,7 +167,7 @@ static double step(local_t *L, const data_batch_t *b) {
   return loss;
 }
 
-/* Scores the first `samples` test samples (oracle_eval_samples: each at
+/* Scores the first `samples` test samples (jobrule_eval_samples: each at
  * most once) in batches of the training batch size, the last one cut, as
  * the oracle's evaluation set does. */
 static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, double *auc, char *err, size_t n) {
@@ -510,18 +510,18 @@ int cmd_train(cli_t *cli) {
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
   /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
    * oracle says the same of a cluster's job */
-  char notes[2][ORACLE_NOTE_MAX];
+  char notes[2][JOBRULE_NOTE_MAX];
   int strict = cfg_bool(cli->cfg, "strict");
-  int n_notes = oracle_batch_notes(L.bs, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
+  int n_notes = jobrule_batch_notes(L.bs, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
   for (int k = 0; k < n_notes; k++) fprintf(stderr, "chanter train --local: %s%s\n", strict ? "" : "warning: ", notes[k]);
   if (strict && n_notes) {
     local_close(&L);
     return 1;
   }
   /* each evaluation scores these test samples, each at most once */
-  uint64_t eval_samples = eval_batches ? oracle_eval_samples(eval_batches, L.bs, ds.test_samples) : 0;
-  /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (oracle_train_tail) */
-  uint64_t tail_start = iters - oracle_train_tail(iters);
+  uint64_t eval_samples = eval_batches ? jobrule_eval_samples(eval_batches, L.bs, ds.test_samples) : 0;
+  /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (jobrule_train_tail) */
+  uint64_t tail_start = iters - jobrule_train_tail(iters);
   int tty = isatty(2);
   double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
   uint64_t window_n = 0, samples = 0, train_n = 0;
@@ -585,7 +585,7 @@ int cmd_train(cli_t *cli) {
   }
   double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;
   char ll_def[256];
-  oracle_train_logloss_definition(iters, ll_def, sizeof ll_def);
+  jobrule_train_logloss_definition(iters, ll_def, sizeof ll_def);
   char summary[8192], j_tl[32], j_ll[32], j_auc[32], j_acc[32];
   int o = snprintf(summary, sizeof summary,
                    "{\"mode\": \"local\", \"model\": \"%s\", \"iterations\": %" PRIu64 ", \"batch_size\": %u, "
@@ -594,7 +594,7 @@ int cmd_train(cli_t *cli) {
                    "\"train_logloss_iterations\": %" PRIu64 ", \"train_logloss_definition\": ",
                    cfg_str(cli->cfg, "model"), iters, L.bs, sps, json_num(j_tl, train_ll), json_num(j_ll, test_ll),
                    json_num(j_auc, test_auc), json_num(j_acc, test_acc), hex, dense_hex,
-                   elapsed, oracle_train_tail(iters));
+                   elapsed, jobrule_train_tail(iters));
   o = json_put_str(summary, sizeof summary, o, ll_def);
   if (eval_batches)
     o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": %" PRIu64, eval_samples);

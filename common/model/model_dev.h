@@ -41,8 +41,8 @@ struct pool_s *mdev_pool(mdev_t *m);  /* CPU model's threads, or NULL */
 /* As model_forward / model_backward, host pointers -- except that on
  * device = cuda, emb may be mdev_emb_dev(m) (already on the device: read in
  * place) and d_emb may be NULL (the input gradient stays in
- * mdev_demb_dev(m)).  The device embedding cache (tcache_cuda.h) uses
- * both, so rows never cross to the host for a step. */
+ * mdev_demb_dev(m)).  A caller that keeps its embedding rows on the
+ * device uses both, so rows never cross to the host for a step. */
 int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits);
 double mdev_backward(mdev_t *m, uint32_t n, const float *labels, float scale, float *d_emb);
 /* device = cuda: the model's DEVICE input (max_batch rows of n_tables * dim

@@ -1,0 +1,184 @@
+/*
+ * oracle_dispatch: the third stage of a job (oracle_job_internal.h): what
+ * goes to the trainers on their Work streams.  The only file that knows
+ * the wire shape of a WorkItem (Step, Eval, StopWork); the other stages
+ * hand it plain C (plans, the cacher's decisions, the evaluation set).
+ *
+ * Trainer p gets Step x once x is planned (and decided), x < (the
+ * iterations every trainer has reported) + window, window = max(
+ * oracle.window, L + 2) so that trainers can prefetch L batches ahead, and
+ * its send queue holds fewer than 2 messages (rpc_call_queued; a message
+ * sent and every report run the conductor again).  An Eval item follows
+ * Step x directly on the stream when an evaluation is due after x, so a
+ * trainer evaluates the model exactly as it is after x without the oracle
+ * stalling.
+ *
+ * A Step carries, besides the samples: the slot of each id; the rows to
+ * fetch and their slots; the rows to write back and their slots; the slots
+ * all-reduced before the next step (sync_critical) and in the background
+ * (sync_delayed), both the same on every trainer; every slot freed after
+ * the step (evict_slots: all trainers' write-back slots, in rank order);
+ * the prefetch gate; L; the trainer's cache hits; the rows x + 1 has
+ * replicated after x.  Slots are little-endian uint32, keys little-endian
+ * uint64.  sync_keys stays empty.  j->dispatch is this file's.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "err.h"
+#include "log.h"
+#include "oracle_job_internal.h"
+
+/* Slots and keys go on the wire as the bytes of uint32_t / uint64_t arrays
+ * (protobuf-c packs a bytes field by pointer, with no copy), and the
+ * protocol says little-endian: like the floats of Samples, that holds only
+ * on a little-endian host. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the oracle's wire format assumes a little-endian host");
+
+#define SEND_QUEUE_MAX 2 /* messages queued on one stream before dispatch waits for on_sent */
+
+static void fill_samples(Chanter__Oracle__V1__Samples *s, const oracle_plan_t *p, const oracle_share_t *sh) {
+  chanter__oracle__v1__samples__init(s);
+  s->n = sh->n;
+  s->n_dense = p->n_dense;
+  s->n_tables = p->n_tables;
+  s->n_hotness = p->n_tables;
+  s->hotness = p->hotness;
+  s->labels.data = (uint8_t *)sh->labels;
+  s->labels.len = (size_t)sh->n * sizeof(float);
+  s->dense.data = (uint8_t *)sh->dense;
+  s->dense.len = (size_t)sh->n * p->n_dense * sizeof(float);
+  s->ids.data = (uint8_t *)sh->ids;
+  s->ids.len = sh->n_ids * sizeof(uint64_t);
+}
+
+/* Arrays as bytes fields, by pointer (little-endian host: see the top). */
+static ProtobufCBinaryData keys_pb(const uint64_t *k, size_t n) {
+  ProtobufCBinaryData d = {n * sizeof(uint64_t), (uint8_t *)k};
+  return d;
+}
+
+static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
+  ProtobufCBinaryData d = {n * sizeof(uint32_t), (uint8_t *)v};
+  return d;
+}
+
+static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
+  const oracle_plan_t *pl = &s->plan;
+  const oracle_share_t *sh = &pl->shares[p];
+  Chanter__Oracle__V1__Samples smp;
+  fill_samples(&smp, pl, sh);
+  Chanter__Oracle__V1__Step st = CHANTER__ORACLE__V1__STEP__INIT;
+  st.iteration = s->x;
+  st.global_batch = pl->batch;
+  st.samples = &smp;
+  if (j->ideal) {
+    /* no embedding traffic: the plan's lists are empty */
+    st.fetch_keys = keys_pb(sh->fetch, sh->n_fetch);
+    st.sync_keys = keys_pb(pl->sync, pl->n_sync);
+    st.write_back_keys = keys_pb(sh->write_back, sh->n_write_back);
+  } else {
+    /* the cacher's decisions: rows by slot; sync_keys stays empty */
+    const ocache_dec_t *d = &s->dec;
+    const ocache_tr_t *t = &d->tr[p];
+    ASSERT_OP(t->n_ids, ==, sh->n_ids);
+    st.slots = slots_pb(t->slots, t->n_ids);
+    st.fetch_keys = keys_pb(t->fetch_keys, t->n_fetch);
+    st.fetch_slots = slots_pb(t->fetch_slots, t->n_fetch);
+    st.write_back_keys = keys_pb(t->wb_keys, t->n_wb);
+    st.write_back_slots = slots_pb(t->wb_slots, t->n_wb);
+    st.sync_critical = slots_pb(d->critical, d->n_critical);
+    st.sync_delayed = slots_pb(d->delayed, d->n_delayed);
+    st.evict_slots = slots_pb(s->evict, s->n_evict);
+    st.prefetch_gate = d->gate;
+    st.lookahead = d->lookahead;
+    st.cache_hits = t->n_hits;
+    if (s->x + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
+      const ocache_dec_t *dn = &oracle_pipeline__decided(j, s->x + 1)->dec;
+      st.replicate_slots = slots_pb(dn->rep_slots, dn->n_rep);
+      st.replicate_owners = slots_pb(dn->rep_owners, dn->n_rep);
+      st.replicate_keys = keys_pb(dn->rep_keys, dn->n_rep);
+    }
+    st.own_slots = slots_pb(t->own_slots, t->n_own);
+    st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
+  }
+  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
+  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP;
+  w.step = &st;
+  return rpc_call_send(j->tr[p].call, &w.base);
+}
+
+static int send_eval(oracle_job_t *j, uint32_t p, uint64_t round) {
+  const oracle_plan_t *ep = &j->fetch.eval.plan;
+  const oracle_share_t *sh = &ep->shares[p];
+  Chanter__Oracle__V1__Samples smp;
+  fill_samples(&smp, ep, sh);
+  Chanter__Oracle__V1__Eval ev = CHANTER__ORACLE__V1__EVAL__INIT;
+  ev.round = round;
+  ev.after_iteration = oracle_report__round_after(j, round);
+  ev.samples = &smp;
+  ev.fetch_keys = keys_pb(sh->fetch, sh->n_fetch);
+  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
+  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_EVAL;
+  w.eval = &ev;
+  return rpc_call_send(j->tr[p].call, &w.base);
+}
+
+/* Fills rank p's send queue; whether a Step went out. */
+static int dispatch(oracle_job_t *j, uint32_t p) {
+  oracle_dispatch_rank_t *t = &j->dispatch.rank[p];
+  rpc_call_t *call = j->tr[p].call;
+  int stepped = 0;
+  while (call && rpc_call_queued(call) < SEND_QUEUE_MAX) {
+    /* an evaluation due after the last Step sent goes first */
+    if (t->next_step > 0 && t->evals_sent < oracle_report__rounds_upto(j, t->next_step - 1)) {
+      if (!j->fetch.eval.ready) break; /* the eval set is still on its way: its arrival dispatches */
+      if (send_eval(j, p, t->evals_sent) != 0) break;
+      t->evals_sent++;
+      continue;
+    }
+    uint64_t x = t->next_step;
+    if (x >= j->iterations || x >= j->report.done + j->pipe.window) break;
+    const oracle_slot_t *s = oracle_pipeline__decided(j, x);
+    if (!s) break; /* planning or the cacher wake us */
+    /* the rows x + 1 needs replicated after x are in x + 1's decision */
+    if (!j->ideal && x + 1 < j->iterations && !oracle_pipeline__decided(j, x + 1)) break;
+    int rc = send_step(j, p, s);
+    if (rc) {
+      log_warn("cannot queue a step rank=%u iteration=%llu err=\"%s\"", p, (unsigned long long)x, err_str(rc));
+      break; /* the stream is ending; its cancel handler says why */
+    }
+    metrics_counter_inc(j->m.steps);
+    t->next_step++;
+    stepped = 1;
+  }
+  return stepped;
+}
+
+int oracle_dispatch__run(oracle_job_t *j) {
+  int changed = 0;
+  for (uint32_t p = 0; p < j->P; p++)
+    if (dispatch(j, p)) changed = ORACLE_CH_SENT;
+  return changed;
+}
+
+void oracle_dispatch__stop_work(rpc_call_t *call, const char *reason, int state) {
+  Chanter__Oracle__V1__StopWork sw = CHANTER__ORACLE__V1__STOP_WORK__INIT;
+  sw.reason = (char *)reason;
+  sw.job_state = (char *)oracle_state_name(state);
+  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
+  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP;
+  w.stop = &sw;
+  rpc_call_send(call, &w.base);
+}
+
+int oracle_dispatch__init(oracle_job_t *j) {
+  j->dispatch.rank = calloc(j->P, sizeof *j->dispatch.rank);
+  return j->dispatch.rank ? 0 : -ENOMEM;
+}
+
+void oracle_dispatch__close(oracle_job_t *j) {
+  free(j->dispatch.rank);
+  j->dispatch.rank = NULL;
+}

@@ -1,0 +1,413 @@
+/*
+ * oracle_job_internal: what the files of one oracle job share and nobody
+ * else uses (as libuv keeps an internal header per subsystem).  A job
+ * (oracle_job.h says what it does) is four stages and the conductor that
+ * runs them; a batch travels through them in this order:
+ *
+ *   oracle_fetch.c     pulls train batches and the evaluation set from the
+ *                      data processors (threads, a reorder queue)
+ *   oracle_pipeline.c  plans each batch on the worker pool (allocation,
+ *                      laia), chooses L (lookahead = auto) and drives the
+ *                      cacher that decides the batch
+ *   oracle_dispatch.c  sends Steps and Evals to the trainers, and StopWork:
+ *                      the only file that knows the wire shape of a WorkItem
+ *   oracle_report.c    takes the trainers' Reports and EvalResults, scores
+ *                      evaluations, says when the job is finished, writes
+ *                      the summary
+ *   oracle_job.c       the job's states (waiting, training, done, failed,
+ *                      stopped), create / destroy, the Work streams, and
+ *                      oracle_job__advance: the one place that says in which
+ *                      order the stages run
+ *
+ * Three rules keep the stages from calling each other in circles:
+ *  - A stage's step returns what it changed (ORACLE_CH_* bits) or a
+ *    negative error, and never calls another stage's step: advance runs
+ *    them in order, and again while a change lets an earlier stage go on.
+ *    Events (a worker-pool completion, a fetch thread's wake-up, a message
+ *    on a stream) update their own stage's state and call advance.
+ *  - Each stage owns one sub-struct of the job (j->fetch, j->pipe,
+ *    j->dispatch, j->report) and writes only that and the metrics; it may
+ *    read the others' and the job's shape.  A stage may ask another for
+ *    what it produced (oracle_fetch__take, oracle_pipeline__decided).
+ *  - A failure is said once, with oracle_job__error (the first reason
+ *    wins), and the stage returns the error: only oracle_job.c ends a job
+ *    (StopWork to every trainer, the stages' end hooks, the logs).
+ *
+ * Everything here runs on the loop thread unless it says otherwise.
+ */
+#ifndef CHANTER_ORACLE_JOB_INTERNAL_H
+#define CHANTER_ORACLE_JOB_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <uv.h>
+
+#include "cfg.h"
+#include "data.h"
+#include "dpc.h"
+#include "jobrule.h"
+#include "metrics.h"
+#include "oracle.pb-c.h"
+#include "oracle_cache.h"
+#include "oracle_job.h"
+#include "oracle_laia.h"
+#include "oracle_plan.h"
+#include "rpc.h"
+
+#define ORACLE_LOSS_RING 1024   /* recent per-iteration losses for the running train_logloss */
+#define ORACLE_EVAL_HISTORY 100 /* evaluations kept for the summary (the last ones) */
+
+/* Trainer time per iteration (a Report's t_*).  The last four are not
+ * phases of their own but parts of others (prefetch_wait of fetch,
+ * sync_wait of the step's start, sync_critical of allreduce, replicate of
+ * update): they show whether the lookahead hides the traffic and what the
+ * rest costs.  Names: oracle_report__phase_names. */
+enum {
+  ORACLE_PH_WAIT,
+  ORACLE_PH_FETCH,
+  ORACLE_PH_FORWARD,
+  ORACLE_PH_BACKWARD,
+  ORACLE_PH_ALLREDUCE,
+  ORACLE_PH_UPDATE,
+  ORACLE_PH_WRITE_BACK,
+  ORACLE_PH_TOTAL,
+  ORACLE_PH_PREFETCH_WAIT,
+  ORACLE_PH_SYNC_WAIT,
+  ORACLE_PH_SYNC_CRITICAL,
+  ORACLE_PH_REPLICATE,
+  ORACLE_N_PH
+};
+extern const char *const oracle_report__phase_names[ORACLE_N_PH];
+
+/* What a stage's step changed.  oracle_job__advance runs the stages again
+ * while DECIDED or SENT: a decision may let dispatch send and the cacher
+ * decide the next batch; a Step sent may let planning go on. */
+enum {
+  ORACLE_CH_EVAL_SET = 1 << 0, /* fetch: the evaluation set arrived (dispatch may send Evals) */
+  ORACLE_CH_PLANNING = 1 << 1, /* pipeline: batches went to the worker pool */
+  ORACLE_CH_DECIDED = 1 << 2,  /* pipeline: the cacher decided a batch */
+  ORACLE_CH_SENT = 1 << 3,     /* dispatch: a Step went out */
+  ORACLE_CH_FINISHED = 1 << 4, /* report: every iteration and evaluation is in, the replicas agree */
+};
+
+/* ---- the job's metrics (registered together, in oracle_job_create) */
+typedef struct oracle_metrics_s {
+  metrics_gauge_t *iteration, *sps, *loss, *test_loss, *test_auc, *state, *lookahead, *slots;
+  metrics_hist_t *phase[ORACLE_N_PH], *plan, *iter;
+  metrics_counter_t *steps, *reports, *batches, *rows_fetched, *rows_synced, *rows_replicated, *rows_synced_delayed,
+      *rows_wb, *evals;
+} oracle_metrics_t;
+
+/* ---- oracle_fetch.c: j->fetch */
+
+typedef struct oracle_fetcher_s {
+  oracle_job_t *j;
+  uint32_t idx;
+  int eval; /* the evaluation-set fetcher */
+} oracle_fetcher_t;
+
+/* The evaluation set, once fetched: read by dispatch (the shares) and
+ * report (labels, offsets). */
+typedef struct oracle_eval_set_s {
+  int ready;          /* arrived */
+  uint64_t want;      /* test samples an evaluation scores (jobrule_eval_samples) */
+  uint64_t batches;   /* the test batches holding them, the last one cut */
+  oracle_plan_t plan; /* the eval set split across trainers */
+  float *labels;      /* n, eval set order */
+  size_t n, *off;     /* off[p]: where rank p's share starts (P + 1 entries) */
+} oracle_eval_set_t;
+
+typedef struct oracle_fetch_s {
+  int open; /* oracle_fetch__init ran: oracle_fetch__close may */
+  dpc_t *dpc;
+  uint32_t n_dpc, n_train_threads, chunk;
+  pthread_t *threads;
+  oracle_fetcher_t *fetchers;
+  uint32_t n_threads;
+  /* the dataset as the data processors serve it: asked once (Info) when
+   * training starts, before any batch is fetched */
+  int info_running;
+  int strict;
+  uint64_t train_samples, test_samples;
+  char warnings[2][JOBRULE_NOTE_MAX]; /* said once at start (log, summary.json) */
+  int n_warnings;
+  oracle_eval_set_t eval;
+  /* shared with the fetch threads (under mu) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_space;
+  data_batch_t **q; /* the reorder queue: batch x in q[x % q_cap] */
+  uint32_t q_cap;
+  uint64_t q_head; /* the next batch the loop takes */
+  int stop;
+  int rc; /* a fetch thread failed: err says why */
+  char err[1024];
+  oracle_plan_t *eval_pending; /* the evaluation set, fetched and split, until the loop takes it */
+  float *eval_labels_pending;
+  size_t eval_n_pending;
+} oracle_fetch_t;
+
+/* ---- oracle_pipeline.c: j->pipe */
+
+/* A batch from its planning to its last Step.  In every mode but ideal the
+ * cacher reads the plan from ocache_push until ocache_decide, so a slot is
+ * dispatchable once decided and is freed once decided AND sent to every
+ * trainer (below every trainer's next Step). */
+enum { ORACLE_SLOT_EMPTY = 0, ORACLE_SLOT_PLANNING, ORACLE_SLOT_READY };
+typedef struct oracle_slot_s {
+  uint64_t x;
+  int state;
+  int decided; /* ideal: as soon as READY; else dec holds the cacher's decisions */
+  oracle_plan_t plan;
+  ocache_dec_t dec;
+  uint32_t *evict; /* every slot freed after x: the trainers' wb_slots, concatenated in rank order */
+  size_t n_evict;
+} oracle_slot_t;
+
+typedef struct oracle_pipe_s {
+  int open; /* oracle_pipeline__init ran: oracle_pipeline__close may */
+  /* allocation */
+  int policy;
+  laia_t *laia;           /* allocation = laia: the rows each trainer holds (oracle_laia.h) */
+  uint32_t laia_window;   /* oracle.laia_window */
+  uint32_t laia_profile;  /* oracle.laia_profile */
+  double laia_min_share;  /* oracle.laia_min_share */
+  /* laia runs in the planning work, on the worker pool, one batch after
+   * the other: batch x waits for laia_next == x (under laia_mu) */
+  pthread_mutex_t laia_mu;
+  pthread_cond_t laia_cv;
+  uint64_t laia_next;
+  int laia_rc;      /* a failed allocation: the batches after it fail too */
+  int laia_said;    /* the end of laia's profile was logged */
+  double laia_secs; /* spent allocating */
+  /* the plans: a ring of n_plans slots, batch x in plans[x % n_plans] */
+  oracle_slot_t *plans;
+  uint32_t n_plans, running;
+  uint32_t span;   /* batches planned ahead of the slowest trainer's next Step (<= n_plans) */
+  uint64_t next;   /* next batch to plan */
+  uint64_t reaped; /* slots below this one were sent to every trainer and freed */
+  double plan_secs_sum, sum_unique;
+  uint64_t plans_done;
+  /* the dispatch window: max(oracle.window, L + 2), set once L is known */
+  uint32_t window, window_cfg, window_max;
+  /* the cacher (every mode but ideal) */
+  int auto_l; /* L is chosen over the first `probe` plans */
+  int lrpp, delayed;
+  uint32_t max_l;   /* oracle.max_lookahead, or the given L */
+  uint32_t L_start; /* L given or chosen; ocache may lower it */
+  uint32_t L_now;   /* L of the last decision */
+  int l_known;      /* L_start is set and the cacher exists */
+  uint64_t cache_rows, probe, probe_ready;
+  ocache_t *cache;
+  int auto_running; /* ocache_auto reads the probe plans on the worker pool */
+  uint64_t push_next;   /* next batch to enter the cacher */
+  uint64_t decide_next; /* next batch to decide */
+  uint64_t slots_used, slots_peak;
+} oracle_pipe_t;
+
+/* ---- oracle_dispatch.c: j->dispatch */
+
+typedef struct oracle_dispatch_rank_s {
+  uint64_t next_step;  /* next Step to send */
+  uint64_t evals_sent; /* Eval items sent */
+} oracle_dispatch_rank_t;
+
+typedef struct oracle_dispatch_s {
+  oracle_dispatch_rank_t *rank; /* P */
+} oracle_dispatch_t;
+
+/* ---- oracle_report.c: j->report */
+
+typedef struct oracle_report_rank_s {
+  uint64_t reported; /* reports received = the next iteration expected */
+  uint8_t sha[64];   /* dense_sha256 of the last iteration's report */
+  size_t sha_len;
+} oracle_report_rank_t;
+
+typedef struct oracle_agg_s { /* one iteration's reports, summed */
+  uint64_t x;
+  uint32_t reports;
+  double loss_sum;
+  uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back, cache_hits;
+  double t[ORACLE_N_PH];
+} oracle_agg_t;
+
+typedef struct oracle_eval_round_s {
+  struct oracle_eval_round_s *next;
+  uint64_t round, after;
+  uint32_t received;
+  uint8_t *got;  /* P flags */
+  float *logits; /* N, in the order of the eval set */
+} oracle_eval_round_t;
+
+typedef struct oracle_eval_rec_s {
+  uint64_t round, after;
+  double logloss, auc;
+} oracle_eval_rec_t;
+
+typedef struct oracle_report_s {
+  int open; /* oracle_report__init ran: oracle_report__close may */
+  oracle_report_rank_t *rank; /* P */
+  uint64_t rounds_total, tail_start, log_every;
+  oracle_agg_t *agg; /* n_agg >= any dispatch window, by x % n_agg */
+  uint32_t n_agg;
+  uint64_t done; /* iterations every trainer has reported */
+  /* evaluation */
+  oracle_eval_round_t *rounds; /* rounds still collecting EvalResults */
+  uint64_t evals_done;
+  uint32_t evals_running;
+  int labels_warned;
+  oracle_eval_rec_t evals[ORACLE_EVAL_HISTORY]; /* the last ones, by n_evals % ORACLE_EVAL_HISTORY */
+  uint64_t n_evals;
+  double last_test_logloss, last_test_auc;
+  /* statistics */
+  double t_start, t_last, t_last_log, ema_dt;
+  uint64_t done_at_last_log;
+  double loss_last, tail_loss_sum, loss_ring[ORACLE_LOSS_RING];
+  uint64_t tail_n;
+  double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_replicated, sum_rows_written_back,
+      sum_cache_hits, sum_t[ORACLE_N_PH];
+  double first_t[ORACLE_N_PH]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
+  double t_first_done;         /* when iteration 0 completed */
+  char dense_hex[160];
+} oracle_report_t;
+
+/* ---- the job (oracle_job.c) */
+
+typedef struct oracle_trainer_s {
+  rpc_call_t *call; /* the Work stream, NULL when none */
+} oracle_trainer_t;
+
+struct oracle_job_s {
+  uv_loop_t *loop;
+  const cfg_t *cfg;
+  /* the job's shape, from the configuration: every stage reads it */
+  uint32_t P, B;
+  uint64_t iterations, eval_every, eval_batches, seed;
+  int ideal, drain_ms;
+  const char *mode, *allocation, *lookahead_cfg;
+  char job_id[96];
+  /* the state machine */
+  int state;
+  char message[1536];
+  int fail_rc; /* a stage failed (oracle_job__error): advance ends the job with fail_why */
+  char fail_why[1536];
+  int advancing, again; /* advance is running; run it once more */
+  int destroying;
+  oracle_trainer_t *tr; /* P */
+  uint32_t attached;
+  uv_async_t wake; /* a fetch thread has something for the loop: advance */
+  uv_timer_t start_timer;
+  int handles_open;
+  oracle_metrics_t m;
+  /* the stages */
+  oracle_fetch_t fetch;
+  oracle_pipe_t pipe;
+  oracle_dispatch_t dispatch;
+  oracle_report_t report;
+};
+
+static inline double oracle_job__now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline int oracle_job__over(const oracle_job_t *j) { return j->state >= ORACLE_DONE; }
+
+/* ---- oracle_job.c */
+
+/* Says why the job must fail: the first reason wins, and none is kept
+ * once the job is over.  Returns rc (a negative error or a project code),
+ * for `return oracle_job__error(j, rc, ...)`. */
+int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The conductor: ends the job if a stage failed, else runs the stages in
+ * order until nothing more can move.  Every event ends by calling it;
+ * re-entered, it runs once more instead. */
+void oracle_job__advance(oracle_job_t *j);
+
+/* ---- oracle_fetch.c */
+
+/* The data processors' channels, the reorder queue, the fetch threads'
+ * lock.  0 or an error with err. */
+int oracle_fetch__init(oracle_job_t *j, char *err, size_t err_len);
+/* Training starts: ask the data processors what they serve (Info, on the
+ * worker pool), then size the evaluation set and start the fetch threads
+ * (at once when there is nothing to fetch).  0 or an error (said). */
+int oracle_fetch__begin(oracle_job_t *j);
+/* Takes what the fetch threads posted: the evaluation set
+ * (ORACLE_CH_EVAL_SET), or their failure (an error, said). */
+int oracle_fetch__collect(oracle_job_t *j);
+/* Batch x if it is next in the reorder queue and has arrived (the caller
+ * owns it), else NULL: the fetch threads wake the loop when it does. */
+data_batch_t *oracle_fetch__take(oracle_job_t *j, uint64_t x);
+/* Tells the fetch threads (and the Info call) to stop.  Any thread. */
+void oracle_fetch__stop(oracle_job_t *j);
+/* Waits at most drain_ms + 1 s for the fetch threads; returns how many
+ * are still running (stuck retrying a dead data processor). */
+int oracle_fetch__join(oracle_job_t *j);
+/* Frees the queue, the channels, the evaluation set.  After join found
+ * every thread gone. */
+void oracle_fetch__close(oracle_job_t *j);
+
+/* ---- oracle_pipeline.c */
+
+/* Allocation (laia), the plan ring, the dispatch window, the lookahead
+ * settings.  0 or an error with err. */
+int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len);
+/* lookahead = 0 (not ideal): the cacher now, there is nothing to choose
+ * (lookahead = auto or N waits for the probe batches).  0 or -ENOMEM. */
+int oracle_pipeline__start(oracle_job_t *j);
+/* Frees the slots every trainer has been sent, then queues the next
+ * batches for planning on the worker pool while the plan span allows.
+ * ORACLE_CH_PLANNING, 0, or an error (said). */
+int oracle_pipeline__plan(oracle_job_t *j);
+/* The cacher: starts choosing L (auto) once the probe is planned; pushes
+ * planned batches in order and decides at most one.  ORACLE_CH_DECIDED,
+ * 0, or an error (said). */
+int oracle_pipeline__cache(oracle_job_t *j);
+/* Batch x's slot if it is planned and decided, else NULL. */
+const oracle_slot_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x);
+/* The job is over: frees the plans not in use on the worker pool, logs
+ * laia's statistics. */
+void oracle_pipeline__end(oracle_job_t *j);
+/* laia's statistics and the time it took (allocation = laia only). */
+void oracle_pipeline__laia_stats(const oracle_job_t *j, laia_stats_t *ls, double *secs);
+void oracle_pipeline__close(oracle_job_t *j);
+
+/* ---- oracle_dispatch.c */
+
+int oracle_dispatch__init(oracle_job_t *j);
+/* Sends each trainer what it may have now: Steps within the window,
+ * decided, and the Evals due after them, while its send queue has room.
+ * ORACLE_CH_SENT or 0 (a send that fails is the stream's end: its cancel
+ * handler says why). */
+int oracle_dispatch__run(oracle_job_t *j);
+/* Queues StopWork (reason, the job's state) on call. */
+void oracle_dispatch__stop_work(rpc_call_t *call, const char *reason, int state);
+void oracle_dispatch__close(oracle_job_t *j);
+
+/* ---- oracle_report.c */
+
+int oracle_report__init(oracle_job_t *j);
+/* Training starts: the clocks behind samples_per_sec. */
+void oracle_report__start(oracle_job_t *j);
+/* A Report or EvalResult from rank (m, decoded here).  0; -EINVAL for a
+ * protocol error, with the sentence in why (the caller ends the stream and
+ * fails the job); or another error (said). */
+int oracle_report__message(oracle_job_t *j, uint32_t rank, const Chanter__Oracle__V1__TrainerMessage *m, char *why,
+                           size_t why_len);
+/* Whether the job is complete: ORACLE_CH_FINISHED once every iteration and
+ * evaluation is in and every rank's dense parameters agree; 0; or an
+ * error (said) when they differ. */
+int oracle_report__finished(oracle_job_t *j);
+/* The evaluation schedule: rounds due after iterations 0..x; the
+ * iteration after which round r is due. */
+uint64_t oracle_report__rounds_upto(const oracle_job_t *j, uint64_t x);
+uint64_t oracle_report__round_after(const oracle_job_t *j, uint64_t r);
+/* oracle_job_summary. */
+char *oracle_report__summary(const oracle_job_t *j);
+void oracle_report__close(oracle_job_t *j);
+
+#endif

@@ -1,0 +1,519 @@
+/*
+ * oracle_pipeline: the second stage of a job (oracle_job_internal.h): from
+ * a fetched batch to a decided one.
+ *
+ * Planning: the loop takes batches in order (oracle_fetch__take) and hands
+ * each to libuv's worker pool (oracle_plan_build; at most 2 at once, at
+ * most L + window + 3 planned batches not yet sent to every trainer;
+ * ideal: window + 2).  Plans keep each batch's distinct keys and their
+ * users (ORACLE_PLAN_KEYS); ideal plans have no key lists at all.  With
+ * allocation = laia the planning work first allocates the batch's samples
+ * (laia_assign), in batch order across the workers.
+ *
+ * The cacher (loop, every mode but ideal): planned batches enter it in
+ * order (ocache_push) and batch x is decided (ocache_decide) once x + L
+ * has entered, or the last batch has.  lookahead = N starts at L = N;
+ * lookahead = auto first waits for the first oracle.auto_probe batches to
+ * be planned and picks, on the worker pool, the largest L <=
+ * oracle.max_lookahead whose exact slot need over them fits cache_rows (a
+ * given L is checked the same way and lowered if it does not fit; the job
+ * fails if even L = 0 does not).  The cacher lowers L when the cache runs
+ * full (logged); a batch that does not fit even at L = 0 fails the job.
+ * L fixes the dispatch window, max(oracle.window, L + 2), which dispatch
+ * reads.
+ *
+ * A plan lives in the slot ring j->pipe.plans until it is decided and sent
+ * to every trainer.  j->pipe is this file's; the planning works touch only
+ * their own slot and, for laia, the part under laia_mu.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "oracle_job_internal.h"
+
+#define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
+#define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */
+
+/* ---- plan slots */
+
+/* Frees a slot's plan and decisions (READY or decided slots only). */
+static void slot_release(oracle_slot_t *s) {
+  oracle_plan_close(&s->plan);
+  if (s->decided) ocache_dec_free(&s->dec);
+  free(s->evict);
+  s->evict = NULL;
+  s->n_evict = 0;
+  s->decided = 0;
+  s->state = ORACLE_SLOT_EMPTY;
+}
+
+/* At the end of the job: every READY plan goes (PLANNING ones go when
+ * their work returns).  Not while ocache_auto reads the probe plans on the
+ * worker pool: auto_done calls this then. */
+static void release_plans(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  if (pp->auto_running) return;
+  for (uint32_t i = 0; pp->plans && i < pp->n_plans; i++)
+    if (pp->plans[i].state == ORACLE_SLOT_READY) slot_release(&pp->plans[i]);
+}
+
+const oracle_slot_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x) {
+  const oracle_slot_t *s = &j->pipe.plans[x % j->pipe.n_plans];
+  return s->state == ORACLE_SLOT_READY && s->x == x && s->decided ? s : NULL;
+}
+
+/* ---- planning on the worker pool */
+
+typedef struct plan_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  data_batch_t *batch;
+  uint32_t *owner; /* allocation = laia: decided in plan_work, in batch order; else NULL */
+  oracle_slot_t *slot;
+  int rc;
+  double secs;
+} plan_work_t;
+
+/* allocation = laia: the owners of w's batch, once the batch before has
+ * its own (the works are queued in batch order, so that one runs or ran on
+ * another worker). */
+static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t x = w->batch->index;
+  pthread_mutex_lock(&pp->laia_mu);
+  while (pp->laia_next != x && !pp->laia_rc) pthread_cond_wait(&pp->laia_cv, &pp->laia_mu);
+  int rc = pp->laia_rc;
+  if (!rc) {
+    double t0 = oracle_job__now();
+    rc = laia_assign(pp->laia, w->batch, w->owner);
+    pp->laia_secs += oracle_job__now() - t0;
+    if (!rc && !pp->laia_said && laia_profiled(pp->laia)) {
+      /* which tables decide the placement from now on (log_info is thread-safe) */
+      char list[1024];
+      size_t o = 0;
+      laia_stats_t ls;
+      laia_stats(pp->laia, &ls);
+      for (uint32_t t = 0; t < ls.tables && o + 24 < sizeof list; t++)
+        if (laia_table_scored(pp->laia, t))
+          o += (size_t)snprintf(list + o, sizeof list - o, "%s%u:%.3f", o ? "," : "", t, laia_table_share(pp->laia, t));
+      list[o] = 0;
+      log_info("allocation laia: profile of %u batches done; scoring %u of %u tables (table:share of ids on a held row) "
+               "%s; the others are below oracle.laia_min_share=%.3f",
+               pp->laia_profile, ls.tables_scored, ls.tables, list, pp->laia_min_share);
+      pp->laia_said = 1;
+    }
+    if (rc) pp->laia_rc = rc;
+    pp->laia_next = x + 1;
+  }
+  pthread_cond_broadcast(&pp->laia_cv);
+  pthread_mutex_unlock(&pp->laia_mu);
+  return rc;
+}
+
+static void plan_work(uv_work_t *req) {
+  plan_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  double t0 = oracle_job__now();
+  if (w->owner && (w->rc = laia_in_order(j, w)) != 0) {
+    w->secs = oracle_job__now() - t0;
+    return;
+  }
+  /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
+  unsigned flags = j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS;
+  w->rc = w->owner ? oracle_plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
+                   : oracle_plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->slot->plan);
+  w->secs = oracle_job__now() - t0;
+}
+
+static void plan_done(uv_work_t *req, int status) {
+  plan_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  oracle_pipe_t *pp = &j->pipe;
+  oracle_slot_t *s = w->slot;
+  pp->running--;
+  if (status == UV_ECANCELED && !w->rc) {
+    w->rc = ERR_SHUTDOWN;
+    oracle_plan_close(&s->plan);
+  }
+  if (w->rc || oracle_job__over(j)) {
+    if (!w->rc) oracle_plan_close(&s->plan);
+    s->state = ORACLE_SLOT_EMPTY;
+    if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->x, err_str(w->rc));
+  } else {
+    s->state = ORACLE_SLOT_READY;
+    s->decided = j->ideal; /* ideal: nothing to decide */
+    pp->plans_done++;
+    pp->plan_secs_sum += w->secs;
+    pp->sum_unique += (double)s->plan.n_unique;
+    if (s->x < pp->probe) pp->probe_ready++;
+    metrics_hist_observe(j->m.plan, w->secs);
+  }
+  data_batch_free(w->batch);
+  free(w->batch);
+  free(w->owner);
+  free(w);
+  oracle_job__advance(j);
+}
+
+static uint64_t min_next_step(const oracle_job_t *j) {
+  uint64_t m = UINT64_MAX;
+  for (uint32_t p = 0; p < j->P; p++)
+    if (j->dispatch.rank[p].next_step < m) m = j->dispatch.rank[p].next_step;
+  return m;
+}
+
+/* Plans batches in order while fewer than span are ahead of the slowest
+ * trainer.  Slot x % n_plans last held batch x - n_plans <= x - span,
+ * below every trainer's next Step, so it was decided, sent to every
+ * trainer and freed (the reaping just before). */
+int oracle_pipeline__plan(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t slowest = min_next_step(j);
+  for (; pp->reaped < slowest; pp->reaped++) { /* decided and sent: the cacher no longer reads it */
+    oracle_slot_t *s = &pp->plans[pp->reaped % pp->n_plans];
+    ASSERT(s->state == ORACLE_SLOT_READY && s->x == pp->reaped && s->decided);
+    slot_release(s);
+  }
+  int changed = 0;
+  while (pp->next < j->iterations && pp->running < PLAN_PARALLEL && pp->next < slowest + pp->span) {
+    uint64_t x = pp->next;
+    oracle_slot_t *s = &pp->plans[x % pp->n_plans];
+    if (s->state != ORACLE_SLOT_EMPTY) break; /* cannot happen: see above */
+    data_batch_t *b = oracle_fetch__take(j, x);
+    if (!b) break; /* the fetchers wake us */
+    plan_work_t *w = calloc(1, sizeof *w);
+    if (!w) {
+      data_batch_free(b);
+      free(b);
+      return oracle_job__error(j, -ENOMEM, "out of memory planning batch %llu", (unsigned long long)x);
+    }
+    w->req.data = w;
+    w->j = j;
+    w->batch = b;
+    w->slot = s;
+    if (pp->laia && !(w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner))) {
+      data_batch_free(b);
+      free(b);
+      free(w);
+      return oracle_job__error(j, -ENOMEM, "out of memory allocating the samples of batch %llu (laia)",
+                               (unsigned long long)x);
+    }
+    s->x = x;
+    s->state = ORACLE_SLOT_PLANNING;
+    s->decided = 0;
+    int rc = uv_queue_work(j->loop, &w->req, plan_work, plan_done);
+    if (rc) {
+      s->state = ORACLE_SLOT_EMPTY;
+      data_batch_free(b);
+      free(b);
+      free(w->owner);
+      free(w);
+      return oracle_job__error(j, rc, "cannot queue the planning of batch %llu: %s", (unsigned long long)x,
+                               uv_strerror(rc));
+    }
+    pp->running++;
+    pp->next++;
+    changed = ORACLE_CH_PLANNING;
+  }
+  return changed;
+}
+
+/* ---- the cacher (every mode but ideal; oracle_cache.h) */
+
+/* L is known (given, or chosen by auto): the dispatch window, the planning
+ * span and the cacher follow from it.  The window is at least L + 2: a
+ * trainer prefetches batch x + L while it trains x, so it must already hold
+ * the Steps up to x + L, and one more lets the next arrive meanwhile.  The
+ * plans span the L + 1 batches the cacher holds undecided, the window and
+ * PLAN_AHEAD.  0 or -ENOMEM. */
+static int set_lookahead(oracle_job_t *j, uint32_t L) {
+  oracle_pipe_t *pp = &j->pipe;
+  ocache_opts_t o = {
+      .trainers = j->P, .lookahead = L, .cache_rows = pp->cache_rows, .lrpp = pp->lrpp, .delayed = pp->delayed};
+  int rc = ocache_create(&o, &pp->cache);
+  if (rc) return rc;
+  pp->L_start = pp->L_now = L;
+  pp->window = pp->window_cfg > L + 2 ? pp->window_cfg : L + 2;
+  pp->span = L + pp->window + PLAN_AHEAD + 1;
+  ASSERT_OP(pp->window, <=, pp->window_max);
+  ASSERT_OP(pp->span, <=, pp->n_plans);
+  pp->l_known = 1;
+  metrics_gauge_set(j->m.lookahead, L);
+  log_info("lookahead L=%u cache_rows=%llu lrpp=%d delayed_sync=%d window=%u (max of oracle.window=%u and L + 2) "
+           "plans_ahead=%u",
+           L, (unsigned long long)pp->cache_rows, pp->lrpp, pp->delayed, pp->window, pp->window_cfg, pp->span);
+  return 0;
+}
+
+/* Decides batch decide_next into its slot, with the list of slots it
+ * frees.  0 or an error (said): cache_rows too small even at L = 0, out
+ * of memory. */
+static int decide_one(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t x = pp->decide_next;
+  oracle_slot_t *s = &pp->plans[x % pp->n_plans];
+  ASSERT(s->state == ORACLE_SLOT_READY && s->x == x && !s->decided);
+  char err[512];
+  int rc = ocache_decide(pp->cache, &s->dec, err, sizeof err);
+  if (rc) {
+    if (rc == ERR_CONFIG) return oracle_job__error(j, rc, "%s", err); /* names cache_rows, the batch and the need */
+    return oracle_job__error(j, rc, "the cacher failed on batch %llu: %s", (unsigned long long)x,
+                             err[0] ? err : err_str(rc));
+  }
+  const ocache_dec_t *d = &s->dec;
+  /* The evicted set is the union of the trainers' write-backs (each
+   * evicted row is written back by exactly one trainer); every trainer
+   * frees all of it, a private row's slot being merely unused elsewhere. */
+  size_t n = 0;
+  for (uint32_t p = 0; p < j->P; p++) n += d->tr[p].n_wb;
+  s->evict = malloc((n ? n : 1) * sizeof *s->evict);
+  if (!s->evict) {
+    ocache_dec_free(&s->dec);
+    return oracle_job__error(j, -ENOMEM, "out of memory deciding batch %llu", (unsigned long long)x);
+  }
+  for (uint32_t p = 0; p < j->P; p++) {
+    memcpy(s->evict + s->n_evict, d->tr[p].wb_slots, d->tr[p].n_wb * sizeof *s->evict);
+    s->n_evict += d->tr[p].n_wb;
+  }
+  s->decided = 1;
+  pp->decide_next++;
+  if (d->lookahead < pp->L_now)
+    log_warn("lookahead lowered from %u to %u at batch %llu: cache_rows=%llu is full", pp->L_now, d->lookahead,
+             (unsigned long long)x, (unsigned long long)pp->cache_rows);
+  pp->L_now = d->lookahead;
+  pp->slots_used = d->slots_used;
+  pp->slots_peak = ocache_slots_peak(pp->cache);
+  metrics_gauge_set(j->m.lookahead, pp->L_now);
+  metrics_gauge_set(j->m.slots, (double)pp->slots_used);
+  return 0;
+}
+
+typedef struct auto_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  oracle_plan_t *plans; /* shallow copies of the probe plans, contiguous (ocache_auto only reads them) */
+  size_t n;
+  uint32_t L;
+  uint64_t need;
+  int rc;
+  double secs;
+} auto_work_t;
+
+static void auto_work(uv_work_t *req) {
+  auto_work_t *w = req->data;
+  const oracle_pipe_t *pp = &w->j->pipe;
+  double t0 = oracle_job__now();
+  w->rc = ocache_auto(w->plans, w->n, w->j->P, pp->cache_rows, pp->max_l, pp->lrpp, &w->L, &w->need);
+  w->secs = oracle_job__now() - t0;
+}
+
+static void auto_done(uv_work_t *req, int status) {
+  auto_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  oracle_pipe_t *pp = &j->pipe;
+  pp->auto_running = 0;
+  free(w->plans);
+  if (j->destroying) { /* oracle_job_destroy frees the plans */
+    free(w);
+    return;
+  }
+  if (oracle_job__over(j)) { /* the job's end left the plans to us */
+    release_plans(j);
+    free(w);
+    return;
+  }
+  if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
+  if (w->rc) {
+    oracle_job__error(j, w->rc, "lookahead = auto: measuring the cache over the first %zu batches failed: %s", w->n,
+                      err_str(w->rc));
+  } else if (w->need > pp->cache_rows) {
+    oracle_job__error(j, ERR_CONFIG,
+                      "lookahead = %s: cache_rows = %llu (from %s) is too small: even lookahead 0 needs %llu slots "
+                      "over the first %zu batches (the distinct rows of a batch must fit); raise cache_rows to at "
+                      "least %llu",
+                      j->lookahead_cfg, (unsigned long long)pp->cache_rows, cfg_origin(j->cfg, "cache_rows"),
+                      (unsigned long long)w->need, w->n, (unsigned long long)w->need);
+  } else {
+    if (strcmp(j->lookahead_cfg, "auto") == 0)
+      log_info("lookahead auto: L=%u needs %llu of cache_rows=%llu slots over the first %zu batches "
+               "(oracle.max_lookahead=%u, measured in %.3f s)",
+               w->L, (unsigned long long)w->need, (unsigned long long)pp->cache_rows, w->n, pp->max_l, w->secs);
+    else if (w->L < pp->max_l)
+      log_warn("lookahead lowered from %u to %u before training: cache_rows=%llu (from %s) holds what L=%u needs "
+               "(%llu slots over the first %zu batches) but not more; raise cache_rows to keep L=%u",
+               pp->max_l, w->L, (unsigned long long)pp->cache_rows, cfg_origin(j->cfg, "cache_rows"), w->L,
+               (unsigned long long)w->need, w->n, pp->max_l);
+    else
+      log_info("lookahead L=%u needs %llu of cache_rows=%llu slots over the first %zu batches (measured in %.3f s)",
+               w->L, (unsigned long long)w->need, (unsigned long long)pp->cache_rows, w->n, w->secs);
+    if (set_lookahead(j, w->L) != 0) oracle_job__error(j, -ENOMEM, "out of memory creating the cacher");
+  }
+  free(w);
+  oracle_job__advance(j);
+}
+
+/* lookahead = auto: once the first `probe` batches are planned, choose L
+ * over them on the worker pool (ocache_auto runs the decisions about log2
+ * max_lookahead times: too long for the loop).  Nothing is decided before.
+ * 0 or an error (said). */
+static int start_auto(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  if (pp->auto_running || pp->probe == 0 || pp->probe_ready < pp->probe) return 0;
+  auto_work_t *w = calloc(1, sizeof *w);
+  if (!w || !(w->plans = malloc(pp->probe * sizeof *w->plans))) {
+    free(w);
+    return oracle_job__error(j, -ENOMEM, "out of memory choosing lookahead = auto");
+  }
+  /* n_plans >= probe: batch x < probe sits in slot x, READY and undecided */
+  for (uint64_t x = 0; x < pp->probe; x++) {
+    const oracle_slot_t *s = &pp->plans[x % pp->n_plans];
+    ASSERT(s->state == ORACLE_SLOT_READY && s->x == x);
+    w->plans[x] = s->plan;
+  }
+  w->n = (size_t)pp->probe;
+  w->req.data = w;
+  w->j = j;
+  int rc = uv_queue_work(j->loop, &w->req, auto_work, auto_done);
+  if (rc) {
+    free(w->plans);
+    free(w);
+    return oracle_job__error(j, rc, "cannot queue the choice of lookahead = auto: %s", uv_strerror(rc));
+  }
+  pp->auto_running = 1;
+  log_info("lookahead auto: measuring the cache each L <= %u needs over the first %zu batches, cache_rows=%llu",
+           pp->max_l, w->n, (unsigned long long)pp->cache_rows);
+  return 0;
+}
+
+/* In batch order: a planned batch enters (ocache_push; ocache_end after
+ * the last one's) whenever none can be decided, and a batch is decided as
+ * soon as it can be -- one per call, so that the conductor dispatches each
+ * decision at once: once L is known (lookahead = auto) about L + 1
+ * batches can be decided in a row (about 1.5 ms each), and the first
+ * Steps, which the trainers are waiting for, need only the first two. */
+int oracle_pipeline__cache(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  if (j->ideal) return 0;
+  if (!pp->l_known) return start_auto(j);
+  for (;;) {
+    if (ocache_ready(pp->cache)) {
+      int rc = decide_one(j);
+      return rc ? rc : ORACLE_CH_DECIDED;
+    }
+    if (pp->push_next >= j->iterations) return 0;
+    oracle_slot_t *s = &pp->plans[pp->push_next % pp->n_plans];
+    if (s->state != ORACLE_SLOT_READY || s->x != pp->push_next) return 0;
+    int rc = ocache_push(pp->cache, &s->plan);
+    if (rc)
+      return oracle_job__error(j, rc, "the cacher refused batch %llu: %s", (unsigned long long)pp->push_next,
+                               err_str(rc));
+    if (++pp->push_next == j->iterations) ocache_end(pp->cache);
+  }
+}
+
+/* ---- the end, statistics */
+
+void oracle_pipeline__laia_stats(const oracle_job_t *j, laia_stats_t *ls, double *secs) {
+  oracle_pipe_t *pp = (oracle_pipe_t *)&j->pipe; /* the lock only */
+  pthread_mutex_lock(&pp->laia_mu);
+  laia_stats(pp->laia, ls);
+  *secs = pp->laia_secs;
+  pthread_mutex_unlock(&pp->laia_mu);
+}
+
+void oracle_pipeline__end(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  release_plans(j);
+  if (pp->laia) {
+    laia_stats_t ls;
+    double secs;
+    oracle_pipeline__laia_stats(j, &ls, &secs);
+    double ns = ls.samples ? (double)ls.samples : 1;
+    log_info("allocation laia: batches=%llu samples_on_holder=%.1f%% samples_scored=%.1f%% rows_held=%zu "
+             "ms_per_batch=%.2f window=%u tables_scored=%u/%u",
+             (unsigned long long)ls.batches, 100.0 * (double)ls.best / ns, 100.0 * (double)ls.scored / ns,
+             ls.rows_held, ls.batches ? 1e3 * secs / (double)ls.batches : 0.0, pp->laia_window, ls.tables_scored,
+             ls.tables);
+  }
+}
+
+/* ---- create / destroy */
+
+int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
+  oracle_pipe_t *pp = &j->pipe;
+  const cfg_t *cfg = j->cfg;
+  pthread_mutex_init(&pp->laia_mu, NULL);
+  pthread_cond_init(&pp->laia_cv, NULL);
+  pp->open = 1;
+  pp->policy = oracle_alloc_parse(j->allocation);
+  pp->laia_window = (uint32_t)cfg_int(cfg, "oracle.laia_window");
+  pp->laia_profile = (uint32_t)cfg_int(cfg, "oracle.laia_profile");
+  pp->laia_min_share = cfg_float(cfg, "oracle.laia_min_share");
+  pp->window = pp->window_cfg = (uint32_t)cfg_int(cfg, "oracle.window");
+  /* every L, given or auto, is checked against cache_rows over the first
+   * batches before training: a given L too large for the cache is lowered
+   * then (the cacher's lowering during the run only frees slots waiting
+   * out their L batches; it cannot undo rows already kept for a long
+   * window) */
+  pp->auto_l = !j->ideal;
+  int given_l = strcmp(j->lookahead_cfg, "auto") != 0; /* lookahead = N: at most N */
+  pp->lrpp = cfg_bool(cfg, "lrpp");
+  pp->delayed = cfg_bool(cfg, "delayed_sync");
+  pp->max_l = given_l ? (uint32_t)strtoul(j->lookahead_cfg, NULL, 10) : (uint32_t)cfg_int(cfg, "oracle.max_lookahead");
+  /* lookahead = 0 (the baseline) has nothing to lower: no probe; a batch
+   * too large for the cache fails the job when it is decided, naming
+   * cache_rows (oracle_cache.c) */
+  if (given_l && pp->max_l == 0) pp->auto_l = 0;
+  pp->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
+  pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
+  if (pp->probe > j->iterations) pp->probe = j->iterations;
+  /* The ring of plans and the largest window (which sizes report's ring):
+   * see set_lookahead; auto sizes them for the largest L it may choose,
+   * and the plans for the probe too. */
+  if (j->ideal) {
+    pp->window_max = pp->window;
+    pp->n_plans = pp->window + PLAN_AHEAD;
+  } else {
+    uint32_t l = pp->max_l;
+    pp->window_max = pp->window_cfg > l + 2 ? pp->window_cfg : l + 2;
+    uint64_t n = (uint64_t)l + pp->window_max + PLAN_AHEAD + 1;
+    pp->n_plans = (uint32_t)(n > pp->probe ? n : pp->probe);
+  }
+  pp->span = pp->n_plans;
+  if (pp->policy == ORACLE_ALLOC_LAIA) {
+    laia_opts_t lo = {.trainers = j->P,
+                      .window = pp->laia_window,
+                      .seed = j->seed,
+                      .profile = pp->laia_profile,
+                      .min_share = pp->laia_min_share};
+    int rc = laia_create(&lo, &pp->laia);
+    if (rc) {
+      snprintf(err, err_len, "allocation = laia: %s", err_str(rc));
+      return rc;
+    }
+  }
+  if (!(pp->plans = calloc(pp->n_plans, sizeof *pp->plans))) return -ENOMEM;
+  return 0;
+}
+
+int oracle_pipeline__start(oracle_job_t *j) {
+  /* the cacher: now for lookahead = 0, else once the probe batches are planned (start_auto) */
+  if (!j->ideal && !j->pipe.auto_l) return set_lookahead(j, 0);
+  return 0;
+}
+
+void oracle_pipeline__close(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  if (!pp->open) return;
+  release_plans(j);
+  free(pp->plans);
+  ocache_destroy(pp->cache);
+  laia_destroy(pp->laia);
+  pthread_mutex_destroy(&pp->laia_mu);
+  pthread_cond_destroy(&pp->laia_cv);
+  pp->open = 0;
+}

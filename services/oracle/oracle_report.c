@@ -1,0 +1,579 @@
+/*
+ * oracle_report: the last stage of a job (oracle_job_internal.h): what
+ * comes back from the trainers and what the job says about itself.
+ *
+ * A TrainerMessage after Hello is decoded and checked here, once, into
+ * plain C: Reports are aggregated per iteration once all P arrived (in
+ * order, since each trainer reports in order), which moves the dispatch
+ * window and the statistics; EvalResults are gathered per round, whose
+ * logloss and AUC (the model library's eval_logloss / eval_auc, as
+ * `chanter train --local` computes them) are computed on the worker pool.
+ * oracle_report__finished tells the conductor when every iteration and
+ * evaluation is in and the trainers' dense parameters agree.  The
+ * evaluation schedule (rounds due after iterations x with (x + 1) %
+ * eval_every == 0, and after the last one) lives here too: dispatch asks
+ * it when an Eval is due.  The summary (summary.json, Status) is written
+ * here from every stage's counters.  j->report is this file's.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "eval.h"
+#include "log.h"
+#include "oracle_job_internal.h"
+#include "sdn.h"
+
+const char *const oracle_report__phase_names[ORACLE_N_PH] = {
+    "wait",   "fetch",      "forward", "backward",      "allreduce", "update",
+    "write_back", "total", "prefetch_wait", "sync_wait", "sync_critical", "replicate"};
+
+/* ---- the evaluation schedule */
+
+uint64_t oracle_report__rounds_upto(const oracle_job_t *j, uint64_t x) {
+  if (j->eval_batches == 0 || j->iterations == 0) return 0;
+  if (x >= j->iterations - 1) return j->report.rounds_total;
+  return j->eval_every ? (x + 1) / j->eval_every : 0;
+}
+
+uint64_t oracle_report__round_after(const oracle_job_t *j, uint64_t r) {
+  if (!j->eval_every) return j->iterations - 1;
+  uint64_t a = (r + 1) * j->eval_every - 1;
+  return a < j->iterations - 1 ? a : j->iterations - 1;
+}
+
+/* ---- reports */
+
+typedef struct report_s { /* a Report, decoded */
+  uint64_t iteration, samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back,
+      cache_hits;
+  double loss_sum, t[ORACLE_N_PH];
+  const uint8_t *sha;
+  size_t sha_len;
+} report_t;
+
+static void decode_report(const Chanter__Oracle__V1__Report *m, report_t *r) {
+  *r = (report_t){.iteration = m->iteration,
+                  .samples = m->samples,
+                  .rows_fetched = m->rows_fetched,
+                  .rows_synced = m->rows_synced,
+                  .rows_synced_delayed = m->rows_synced_delayed,
+                  .rows_replicated = m->rows_replicated,
+                  .rows_written_back = m->rows_written_back,
+                  .cache_hits = m->cache_hits,
+                  .loss_sum = m->loss_sum,
+                  .t = {m->t_wait, m->t_fetch, m->t_forward, m->t_backward, m->t_allreduce, m->t_update,
+                        m->t_write_back, m->t_total, m->t_prefetch_wait, m->t_sync_wait, m->t_sync_critical,
+                        m->t_replicate},
+                  .sha = m->dense_sha256.data,
+                  .sha_len = m->dense_sha256.len};
+}
+
+static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
+  oracle_report_t *rp = &j->report;
+  double now = oracle_job__now();
+  double loss = a->loss_sum / (double)(j->B ? j->B : 1);
+  double dt = now - rp->t_last;
+  rp->t_last = now;
+  rp->ema_dt = rp->done == 0 ? dt : 0.9 * rp->ema_dt + 0.1 * dt;
+  rp->loss_last = loss;
+  rp->loss_ring[rp->done % ORACLE_LOSS_RING] = loss;
+  if (rp->done >= rp->tail_start) {
+    rp->tail_loss_sum += loss;
+    rp->tail_n++;
+  }
+  rp->sum_rows_fetched += (double)a->rows_fetched;
+  rp->sum_rows_synced += (double)a->rows_synced;
+  rp->sum_rows_synced_delayed += (double)a->rows_synced_delayed;
+  rp->sum_rows_replicated += (double)a->rows_replicated;
+  rp->sum_rows_written_back += (double)a->rows_written_back;
+  rp->sum_cache_hits += (double)a->cache_hits;
+  for (int k = 0; k < ORACLE_N_PH; k++) rp->sum_t[k] += a->t[k] / j->P;
+  if (rp->done == 0) {
+    for (int k = 0; k < ORACLE_N_PH; k++) rp->first_t[k] = a->t[k] / j->P;
+    rp->t_first_done = now;
+  }
+  rp->done++;
+  metrics_gauge_set(j->m.iteration, (double)rp->done);
+  metrics_gauge_set(j->m.loss, loss);
+  metrics_gauge_set(j->m.sps, rp->ema_dt > 0 ? j->B / rp->ema_dt : 0);
+  metrics_hist_observe(j->m.iter, dt);
+  if (rp->done % rp->log_every == 0 || rp->done == j->iterations) {
+    double span = now - rp->t_last_log;
+    double sps = span > 0 ? (double)(rp->done - rp->done_at_last_log) * j->B / span : 0;
+    const oracle_pipe_t *pp = &j->pipe;
+    log_info("iteration=%llu/%llu samples_per_sec=%.0f loss=%.5f plan_ms=%.3f lookahead=%u slots_used=%llu",
+             (unsigned long long)rp->done, (unsigned long long)j->iterations, sps, loss,
+             pp->plans_done ? 1e3 * pp->plan_secs_sum / pp->plans_done : 0, pp->L_now,
+             (unsigned long long)pp->slots_used);
+    sdn_status("training: iteration %llu/%llu, %.0f samples/s, loss %.4f", (unsigned long long)rp->done,
+               (unsigned long long)j->iterations, sps, loss);
+    rp->t_last_log = now;
+    rp->done_at_last_log = rp->done;
+  }
+  memset(a, 0, sizeof *a);
+}
+
+static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, size_t why_len) {
+  oracle_report_t *rp = &j->report;
+  oracle_report_rank_t *t = &rp->rank[p];
+  uint64_t next_step = j->dispatch.rank[p].next_step;
+  if (r->iteration != t->reported || r->iteration >= next_step) {
+    snprintf(why, why_len, "Report for iteration %llu, but the next iteration due from this rank is %llu%s",
+             (unsigned long long)r->iteration, (unsigned long long)t->reported,
+             t->reported >= next_step ? " and it has not been sent yet" : "");
+    return -EINVAL;
+  }
+  if (r->sha_len > sizeof t->sha) {
+    snprintf(why, why_len, "Report.dense_sha256 has %zu bytes; a SHA-256 has 32", r->sha_len);
+    return -EINVAL;
+  }
+  oracle_agg_t *a = &rp->agg[r->iteration % rp->n_agg];
+  if (a->reports == 0) a->x = r->iteration;
+  ASSERT(a->x == r->iteration);
+  a->reports++;
+  a->loss_sum += r->loss_sum;
+  a->samples += r->samples;
+  a->rows_fetched += r->rows_fetched;
+  /* every trainer all-reduces the same shared list: rows synchronized in
+   * this iteration is that list's length, not P times it */
+  if (r->rows_synced > a->rows_synced) a->rows_synced = r->rows_synced;
+  if (r->rows_synced_delayed > a->rows_synced_delayed) a->rows_synced_delayed = r->rows_synced_delayed;
+  if (r->rows_replicated > a->rows_replicated) a->rows_replicated = r->rows_replicated;
+  a->rows_written_back += r->rows_written_back;
+  a->cache_hits += r->cache_hits;
+  for (int k = 0; k < ORACLE_N_PH; k++) {
+    a->t[k] += r->t[k];
+    metrics_hist_observe(j->m.phase[k], r->t[k]);
+  }
+  metrics_counter_inc(j->m.reports);
+  metrics_counter_add(j->m.rows_fetched, r->rows_fetched);
+  metrics_counter_add(j->m.rows_synced, r->rows_synced);
+  metrics_counter_add(j->m.rows_synced_delayed, r->rows_synced_delayed);
+  metrics_counter_add(j->m.rows_replicated, r->rows_replicated);
+  metrics_counter_add(j->m.rows_wb, r->rows_written_back);
+  if (r->iteration + 1 == j->iterations) {
+    if (r->sha_len) memcpy(t->sha, r->sha, r->sha_len);
+    t->sha_len = r->sha_len;
+  }
+  t->reported++;
+  while (rp->done < j->iterations) {
+    oracle_agg_t *c = &rp->agg[rp->done % rp->n_agg];
+    if (c->reports < j->P || c->x != rp->done) break;
+    complete_iteration(j, c);
+  }
+  return 0;
+}
+
+/* ---- evaluation results */
+
+typedef struct eval_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  oracle_eval_round_t *r;
+  double logloss, auc;
+  int rc;
+} eval_work_t;
+
+static void eval_work(uv_work_t *req) {
+  eval_work_t *w = req->data;
+  const oracle_eval_set_t *e = &w->j->fetch.eval;
+  float *z = w->r->logits;
+  w->logloss = eval_logloss(z, e->labels, e->n);
+  /* a NaN score ranks lowest, tied with -inf (eval_auc leaves NaNs' order
+   * to qsort): the logits are this round's own copy */
+  for (size_t i = 0; i < e->n; i++)
+    if (isnan(z[i])) z[i] = -INFINITY;
+  w->rc = eval_auc(z, e->labels, e->n, &w->auc);
+}
+
+static void eval_free(oracle_eval_round_t *r) {
+  if (!r) return;
+  free(r->got);
+  free(r->logits);
+  free(r);
+}
+
+static void eval_done(uv_work_t *req, int status) {
+  eval_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  oracle_report_t *rp = &j->report;
+  oracle_eval_round_t *r = w->r;
+  rp->evals_running--;
+  if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
+  if (w->rc) {
+    oracle_job__error(j, w->rc, "evaluation round %llu: %s", (unsigned long long)r->round, err_str(w->rc));
+  } else {
+    metrics_gauge_set(j->m.test_loss, w->logloss);
+    metrics_gauge_set(j->m.test_auc, w->auc);
+    metrics_counter_inc(j->m.evals);
+    rp->evals[rp->n_evals++ % ORACLE_EVAL_HISTORY] = (oracle_eval_rec_t){r->round, r->after, w->logloss, w->auc};
+    rp->last_test_logloss = w->logloss;
+    rp->last_test_auc = w->auc;
+    log_info("evaluation round=%llu after_iteration=%llu: scored %zu test samples, test_logloss=%.5f test_auc=%.5f",
+             (unsigned long long)r->round, (unsigned long long)r->after, j->fetch.eval.n, w->logloss, w->auc);
+    rp->evals_done++;
+  }
+  eval_free(r);
+  free(w);
+  oracle_job__advance(j);
+}
+
+static int on_eval_result(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__EvalResult *e, char *why,
+                          size_t why_len) {
+  oracle_report_t *rp = &j->report;
+  const oracle_eval_set_t *es = &j->fetch.eval;
+  /* decoded: the round, and the logits and labels as float arrays (little-endian host) */
+  uint64_t round = e->round;
+  const uint8_t *logits = e->logits.data, *labels = e->labels.data;
+  size_t logits_len = e->logits.len, labels_len = e->labels.len;
+  if (round >= j->dispatch.rank[p].evals_sent) {
+    snprintf(why, why_len, "EvalResult for round %llu, which was not sent to this rank", (unsigned long long)round);
+    return -EINVAL;
+  }
+  const oracle_share_t *sh = &es->plan.shares[p];
+  if (logits_len != (size_t)sh->n * sizeof(float) || (labels_len && labels_len != logits_len)) {
+    snprintf(why, why_len, "EvalResult of round %llu has %zu logit bytes and %zu label bytes; the Eval had %u samples",
+             (unsigned long long)round, logits_len, labels_len, sh->n);
+    return -EINVAL;
+  }
+  oracle_eval_round_t *r = rp->rounds, **pp = &rp->rounds;
+  while (r && r->round != round) {
+    pp = &r->next;
+    r = r->next;
+  }
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r || !(r->got = calloc(j->P, 1)) || !(r->logits = malloc((es->n ? es->n : 1) * sizeof(float)))) {
+      eval_free(r);
+      return oracle_job__error(j, -ENOMEM, "out of memory collecting evaluation round %llu", (unsigned long long)round);
+    }
+    r->round = round;
+    r->after = oracle_report__round_after(j, round);
+    *pp = r;
+  }
+  if (r->got[p]) {
+    snprintf(why, why_len, "a second EvalResult for round %llu", (unsigned long long)round);
+    return -EINVAL;
+  }
+  r->got[p] = 1;
+  if (logits_len) memcpy(r->logits + es->off[p], logits, logits_len);
+  if (labels_len && !rp->labels_warned && memcmp(labels, es->labels + es->off[p], labels_len) != 0) {
+    rp->labels_warned = 1;
+    log_warn("EvalResult labels differ from the eval set's rank=%u round=%llu (using the oracle's labels)", p,
+             (unsigned long long)round);
+  }
+  if (++r->received < j->P) return 0;
+  /* complete: unlink and compute off the loop */
+  *pp = r->next;
+  r->next = NULL;
+  eval_work_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    eval_free(r);
+    return oracle_job__error(j, -ENOMEM, "out of memory computing evaluation round %llu", (unsigned long long)round);
+  }
+  w->req.data = w;
+  w->j = j;
+  w->r = r;
+  int rc = uv_queue_work(j->loop, &w->req, eval_work, eval_done);
+  if (rc) {
+    eval_free(r);
+    free(w);
+    return oracle_job__error(j, rc, "cannot queue evaluation round %llu: %s", (unsigned long long)round,
+                             uv_strerror(rc));
+  }
+  rp->evals_running++;
+  return 0;
+}
+
+int oracle_report__message(oracle_job_t *j, uint32_t rank, const Chanter__Oracle__V1__TrainerMessage *m, char *why,
+                           size_t why_len) {
+  switch (m->kind_case) {
+  case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT: {
+    if (j->state != ORACLE_TRAINING) break;
+    report_t r;
+    decode_report(m->report, &r);
+    return on_report(j, rank, &r, why, why_len);
+  }
+  case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_EVAL:
+    if (j->state != ORACLE_TRAINING) break;
+    return on_eval_result(j, rank, m->eval, why, why_len);
+  case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO:
+    snprintf(why, why_len, "a second Hello on one Work stream");
+    return -EINVAL;
+  default:
+    snprintf(why, why_len, "an empty TrainerMessage (no hello, report or eval)");
+    return -EINVAL;
+  }
+  snprintf(why, why_len, "%s before the job started",
+           m->kind_case == CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT ? "Report" : "EvalResult");
+  return -EINVAL;
+}
+
+/* ---- the end */
+
+static void hex(const uint8_t *b, size_t n, char *out, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < n && o + 3 <= cap; i++) o += (size_t)snprintf(out + o, cap - o, "%02x", b[i]);
+  if (cap) out[o < cap ? o : cap - 1] = 0;
+}
+
+int oracle_report__finished(oracle_job_t *j) {
+  oracle_report_t *rp = &j->report;
+  if (rp->done < j->iterations || rp->evals_done < rp->rounds_total) return 0;
+  if (j->iterations == 0) return ORACLE_CH_FINISHED;
+  /* every rank's dense parameters must agree after the last iteration */
+  const oracle_report_rank_t *r0 = &rp->rank[0];
+  char bad[1024] = "";
+  size_t o = 0;
+  for (uint32_t p = 1; p < j->P; p++) {
+    const oracle_report_rank_t *t = &rp->rank[p];
+    if (t->sha_len != r0->sha_len || memcmp(t->sha, r0->sha, t->sha_len) != 0) {
+      char h[40];
+      hex(t->sha, t->sha_len < 8 ? t->sha_len : 8, h, sizeof h);
+      if (o < sizeof bad) o += (size_t)snprintf(bad + o, sizeof bad - o, "%srank %u (%s...)", o ? ", " : "", p, h);
+    }
+  }
+  if (o) {
+    char h0[40];
+    hex(r0->sha, r0->sha_len < 8 ? r0->sha_len : 8, h0, sizeof h0);
+    return oracle_job__error(j, ORACLE_ERR_PRECONDITION,
+                             "the trainers' dense parameters differ after the last iteration: rank 0 has SHA-256 "
+                             "%s..., %s; the replicas diverged (a collective or the update is not deterministic)",
+                             h0, bad);
+  }
+  hex(r0->sha, r0->sha_len, rp->dense_hex, sizeof rp->dense_hex);
+  return ORACLE_CH_FINISHED;
+}
+
+/* ---- create / destroy */
+
+int oracle_report__init(oracle_job_t *j) {
+  oracle_report_t *rp = &j->report;
+  rp->open = 1;
+  rp->rounds_total = 0;
+  if (j->eval_batches && j->iterations)
+    rp->rounds_total = j->eval_every ? j->iterations / j->eval_every + (j->iterations % j->eval_every ? 1 : 0) : 1;
+  rp->tail_start = j->iterations - jobrule_train_tail(j->iterations); /* the train logloss's iterations */
+  rp->log_every = j->iterations / 10;
+  if (rp->log_every > 100) rp->log_every = 100;
+  if (rp->log_every == 0) rp->log_every = 1;
+  /* the reports of a dispatch window, the largest the pipeline may set */
+  rp->n_agg = j->pipe.window_max;
+  rp->rank = calloc(j->P, sizeof *rp->rank);
+  rp->agg = calloc(rp->n_agg, sizeof *rp->agg);
+  return rp->rank && rp->agg ? 0 : -ENOMEM;
+}
+
+void oracle_report__start(oracle_job_t *j) {
+  oracle_report_t *rp = &j->report;
+  rp->t_start = rp->t_last = rp->t_last_log = oracle_job__now();
+}
+
+void oracle_report__close(oracle_job_t *j) {
+  oracle_report_t *rp = &j->report;
+  if (!rp->open) return;
+  while (rp->rounds) {
+    oracle_eval_round_t *r = rp->rounds;
+    rp->rounds = r->next;
+    eval_free(r);
+  }
+  free(rp->agg);
+  free(rp->rank);
+  rp->open = 0;
+}
+
+/* ---- the summary */
+
+typedef struct sbuf_s {
+  char *s;
+  size_t n, cap;
+  int oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = 1;
+      return;
+    }
+    if (b->s && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 1024;
+    while (cap < b->n + (size_t)k + 1) cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) {
+      b->oom = 1;
+      return;
+    }
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+/* A JSON number, or null when not finite. */
+static void sb_num(sbuf_t *b, const char *key, double v) {
+  if (isfinite(v)) sb_printf(b, "\"%s\": %.10g", key, v);
+  else sb_printf(b, "\"%s\": null", key);
+}
+
+/* A JSON string. */
+static void sb_str_value(sbuf_t *b, const char *v) {
+  sb_printf(b, "\"");
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+    if (*p == '"' || *p == '\\') sb_printf(b, "\\%c", *p);
+    else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
+    else sb_printf(b, "%c", *p);
+  }
+  sb_printf(b, "\"");
+}
+
+static void sb_str(sbuf_t *b, const char *key, const char *v) {
+  sb_printf(b, "\"%s\": ", key);
+  sb_str_value(b, v);
+}
+
+char *oracle_report__summary(const oracle_job_t *j) {
+  const oracle_report_t *rp = &j->report;
+  const oracle_pipe_t *pp = &j->pipe;
+  const oracle_fetch_t *f = &j->fetch;
+  sbuf_t b = {0};
+  double n = (double)rp->done;
+  double end = oracle_job__over(j) ? rp->t_last : oracle_job__now();
+  if (j->state == ORACLE_TRAINING && rp->done == 0) end = oracle_job__now();
+  double span = rp->t_start > 0 ? end - rp->t_start : 0;
+  double sps = span > 0 && rp->done ? n * j->B / span : 0;
+  double train_loss = NAN;
+  if (rp->done > 0) {
+    if (rp->tail_n && rp->done == j->iterations) {
+      train_loss = rp->tail_loss_sum / (double)rp->tail_n;
+    } else {
+      uint64_t k = rp->done / 10;
+      if (k == 0) k = 1;
+      if (k > ORACLE_LOSS_RING) k = ORACLE_LOSS_RING;
+      double s = 0;
+      for (uint64_t i = rp->done - k; i < rp->done; i++) s += rp->loss_ring[i % ORACLE_LOSS_RING];
+      train_loss = s / (double)k;
+    }
+  }
+  sb_printf(&b, "{");
+  sb_printf(&b, "\"iterations\": %llu, ", (unsigned long long)rp->done);
+  sb_num(&b, "samples_per_sec", sps);
+  sb_printf(&b, ", ");
+  sb_num(&b, "train_logloss", train_loss);
+  {
+    /* what train_logloss is once the job is done (before: the same over the iterations done so far) */
+    char def[256];
+    jobrule_train_logloss_definition(j->iterations, def, sizeof def);
+    sb_printf(&b, ", \"train_logloss_iterations\": %llu, ", (unsigned long long)jobrule_train_tail(j->iterations));
+    sb_str(&b, "train_logloss_definition", def);
+  }
+  sb_printf(&b, ", ");
+  sb_num(&b, "test_logloss", rp->n_evals ? rp->last_test_logloss : NAN);
+  sb_printf(&b, ", ");
+  sb_num(&b, "test_auc", rp->n_evals ? rp->last_test_auc : NAN);
+  sb_printf(&b, ", ");
+  /* each evaluation scores these, each test sample at most once */
+  sb_num(&b, "test_samples_scored", f->eval.ready ? (double)f->eval.n : NAN);
+  sb_printf(&b, ", ");
+  sb_str(&b, "dense_sha256", rp->dense_hex);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_fetched", n > 0 ? rp->sum_rows_fetched / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_synced", n > 0 ? rp->sum_rows_synced / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_synced_delayed", n > 0 ? rp->sum_rows_synced_delayed / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_replicated", n > 0 ? rp->sum_rows_replicated / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "rows_written_back", n > 0 ? rp->sum_rows_written_back / n : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "cache_hits", n > 0 ? rp->sum_cache_hits / n : 0);
+  sb_printf(&b, ", \"phase_seconds\": {");
+  for (int k = 0; k < ORACLE_N_PH; k++) {
+    if (k) sb_printf(&b, ", ");
+    sb_num(&b, oracle_report__phase_names[k], n > 0 ? rp->sum_t[k] / n : 0);
+  }
+  sb_printf(&b, "}, ");
+  /* the start-up (iteration 0: planning the probe, choosing L, the first decisions and fetches) and the rest */
+  {
+    double first = rp->done && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
+    double rest = rp->done > 1 ? end - rp->t_first_done : 0;
+    sb_num(&b, "first_iteration_seconds", first);
+    sb_printf(&b, ", ");
+    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (n - 1) * j->B / rest : NAN);
+    sb_printf(&b, ", ");
+    sb_num(&b, "steady_iteration_seconds",
+           n > 1 ? (rp->sum_t[ORACLE_PH_TOTAL] - rp->first_t[ORACLE_PH_TOTAL]) / (n - 1) : NAN);
+    sb_printf(&b, ", ");
+  }
+  sb_num(&b, "unique_keys", pp->plans_done ? pp->sum_unique / (double)pp->plans_done : 0);
+  sb_printf(&b, ", ");
+  sb_num(&b, "plan_seconds", pp->plans_done ? pp->plan_secs_sum / (double)pp->plans_done : 0);
+  /* lookahead: in force at the end (or now); lookahead_start: given, or chosen by auto (0 until then) */
+  sb_printf(&b,
+            ", \"trainers\": %u, \"batch_size\": %u, \"lookahead\": %u, \"lookahead_start\": %u, \"cache_rows\": %llu, "
+            "\"slots_peak\": %llu, ",
+            j->P, j->B, pp->L_now, pp->L_start, (unsigned long long)pp->cache_rows, (unsigned long long)pp->slots_peak);
+  sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
+  sb_printf(&b, ", ");
+  sb_str(&b, "mode", j->mode);
+  sb_printf(&b, ", ");
+  sb_str(&b, "allocation", j->allocation);
+  if (pp->laia) {
+    /* of the samples allocated: those some trainer held a row of, those placed on a trainer holding most of them */
+    laia_stats_t ls;
+    double laia_secs;
+    oracle_pipeline__laia_stats(j, &ls, &laia_secs);
+    double ns = ls.samples ? (double)ls.samples : 1;
+    sb_printf(&b, ", \"laia\": {");
+    sb_num(&b, "samples_scored", (double)ls.scored / ns);
+    sb_printf(&b, ", ");
+    sb_num(&b, "samples_on_holder", (double)ls.best / ns);
+    sb_printf(&b, ", ");
+    sb_num(&b, "seconds_per_batch", ls.batches ? laia_secs / (double)ls.batches : 0);
+    sb_printf(&b, ", \"rows_held\": %zu, \"tables_scored\": %u, \"tables\": %u}", ls.rows_held, ls.tables_scored,
+              ls.tables);
+  }
+  sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
+  sb_str(&b, "state", oracle_state_name(j->state));
+  sb_printf(&b, ", ");
+  sb_str(&b, "job_id", j->job_id);
+  sb_printf(&b, ", ");
+  sb_num(&b, "train_seconds", span);
+  /* said once at start: a batch larger than a split */
+  sb_printf(&b, ", \"warnings\": [");
+  for (int k = 0; k < f->n_warnings; k++) {
+    if (k) sb_printf(&b, ", ");
+    sb_str_value(&b, f->warnings[k]);
+  }
+  sb_printf(&b, "], \"evals\": [");
+  uint64_t first = rp->n_evals > ORACLE_EVAL_HISTORY ? rp->n_evals - ORACLE_EVAL_HISTORY : 0;
+  for (uint64_t i = first; i < rp->n_evals; i++) {
+    const oracle_eval_rec_t *e = &rp->evals[i % ORACLE_EVAL_HISTORY];
+    sb_printf(&b, "%s{\"round\": %llu, \"after_iteration\": %llu, ", i > first ? ", " : "",
+              (unsigned long long)e->round, (unsigned long long)e->after);
+    sb_num(&b, "logloss", e->logloss);
+    sb_printf(&b, ", ");
+    sb_num(&b, "auc", e->auc);
+    sb_printf(&b, "}");
+  }
+  sb_printf(&b, "]}");
+  if (b.oom) {
+    free(b.s);
+    return NULL;
+  }
+  return b.s;
+}

@@ -1,0 +1,377 @@
+/*
+ * trainer_exec: the phases of a training step and its Report (see
+ * trainer_exec.h for the order the conductor runs them in).  Reads the
+ * decoded Step only -- its lists were checked when it arrived -- and
+ * drives trainer_step.h's math, the group's all-reduces and allgather,
+ * the key map, and the Work stream's write side.  Never waits for the
+ * pipeline's threads: the conductor does that between the phases.
+ */
+#include "trainer_exec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "sdn.h"
+#include "trainer_state.h"
+
+/* A progress line every LOG_EVERY iterations (and the first and last). */
+#define LOG_EVERY 100
+
+static const char *phase_names[TRAINER_PH_N] = {"wait",      "fetch",  "forward",    "backward",
+                                                "allreduce", "update", "write_back", "total"};
+
+void trainer_exec_metrics(trainer_t *t, metrics_registry_t *reg) {
+  trainer_metrics_t *m = &t->m;
+  if (!reg) return;
+  m->iter = metrics_gauge(reg, "iteration", NULL, "last training iteration finished by this trainer");
+  m->loss = metrics_gauge(reg, "loss", NULL, "mean BCE loss of this trainer's samples in the last iteration");
+  m->step = metrics_histogram(reg, "step_seconds", NULL, "seconds per training iteration (Step received to Report)",
+                              metrics_latency_bounds, metrics_latency_n);
+  m->fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows fetched for training steps");
+  m->synced =
+      metrics_counter(reg, "rows_synced_total", NULL, "shared embedding rows whose gradients were all-reduced");
+  m->written = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows written back");
+  m->hits = metrics_counter(reg, "cache_hits_total", NULL,
+                            "distinct rows of a step's samples already in the cache (not fetched for it)");
+  m->replicated = metrics_counter(reg, "rows_replicated_total", NULL,
+                                  "of the rows synchronized, owned rows handed to every trainer");
+  m->delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
+                               "shared rows synchronized in the background, overlapped with the next step");
+  m->samples = metrics_counter(reg, "samples_total", NULL, "training samples processed by this trainer");
+  m->evals = metrics_counter(reg, "eval_items_total", NULL, "evaluation items answered");
+  for (int p = 0; p < TRAINER_PH_N; p++) {
+    char lab[64];
+    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[p]);
+    m->phase[p] = metrics_gauge(reg, "last_phase_seconds", lab, "seconds of each phase in the last iteration");
+  }
+}
+
+void trainer_exec_close(trainer_t *t) {
+  free(t->exec.crit_buf);
+  t->exec.crit_buf = NULL;
+  t->exec.cap_crit = 0;
+}
+
+/* ------------------------------------------------------------------ the report */
+
+/* Writes the dense parameters to path (temporary file, then rename). */
+static int save_dense(trainer_t *t, const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return -errno;
+  size_t n = tstep_n_params(t->ts);
+  int rc = fwrite(tstep_params(t->ts), sizeof(float), n, f) == n ? 0 : -EIO;
+  if (fclose(f) != 0 && !rc) rc = -errno;
+  if (!rc && rename(tmp, path) != 0) rc = -errno;
+  return rc;
+}
+
+int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
+  uint64_t x = s->x;
+  uint32_t n = s->n;
+  double *ph = s->ph;
+  const trainer_exec_counts_t *c = &s->c;
+  if (s->cache) { /* f. ends here: the hand-off to the background (and, after the last step, its wait) */
+    double t6 = trainer_now();
+    ph[TRAINER_PH_WB] = t6 - s->t_end;
+    ph[TRAINER_PH_TOTAL] = s->t_wait + (t6 - s->t0);
+  }
+  char why[600];
+  int rc = tstep_device_status(t->ts, why, sizeof why);
+  if (rc) /* a GPU failure in this step (or in the background work before it): not reported as done */
+    return err_set(err, err_len, rc, "iteration %" PRIu64 " on the GPU: %s", x, why);
+  Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
+  r.iteration = x;
+  r.loss_sum = s->loss;
+  r.samples = n;
+  r.rows_fetched = c->fetched;
+  r.rows_synced = c->synced;
+  r.rows_synced_delayed = c->synced_delayed;
+  r.rows_replicated = c->replicated;
+  r.rows_written_back = c->written_back;
+  r.cache_hits = c->hits;
+  r.t_wait = ph[TRAINER_PH_WAIT];
+  r.t_fetch = ph[TRAINER_PH_FETCH];
+  r.t_forward = ph[TRAINER_PH_FWD];
+  r.t_backward = ph[TRAINER_PH_BWD];
+  r.t_allreduce = ph[TRAINER_PH_ALLREDUCE];
+  r.t_update = ph[TRAINER_PH_UPDATE];
+  r.t_write_back = ph[TRAINER_PH_WB];
+  r.t_total = ph[TRAINER_PH_TOTAL];
+  r.t_prefetch_wait = c->prefetch_wait;
+  r.t_sync_wait = c->sync_wait;
+  r.t_sync_critical = c->sync_critical;
+  r.t_replicate = c->replicate;
+  uint8_t sha[32];
+  char hex[65] = "";
+  if (x + 1 == t->iterations) {
+    tstep_dense_sha256(t->ts, sha);
+    r.dense_sha256.data = sha;
+    r.dense_sha256.len = 32;
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
+      log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
+    else if (t->save_dense)
+      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, tstep_n_params(t->ts));
+  }
+  if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
+                   orc_address(t->orc), err_str(rc));
+  atomic_store(&t->exec.last_done, x + 1);
+
+  trainer_metrics_t *m = &t->m;
+  metrics_gauge_set(m->iter, (double)x);
+  if (n) metrics_gauge_set(m->loss, s->loss / n);
+  metrics_hist_observe(m->step, ph[TRAINER_PH_TOTAL] - ph[TRAINER_PH_WAIT]);
+  metrics_counter_add(m->fetched, c->fetched);
+  metrics_counter_add(m->synced, c->synced);
+  metrics_counter_add(m->written, c->written_back);
+  metrics_counter_add(m->hits, c->hits);
+  metrics_counter_add(m->delayed, c->synced_delayed);
+  metrics_counter_add(m->replicated, c->replicated);
+  metrics_counter_add(m->samples, n);
+  for (int p = 0; p < TRAINER_PH_N; p++) metrics_gauge_set(m->phase[p], ph[p]);
+  if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
+    log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
+             " samples=%u loss=%.5f lookahead=%u rows_fetched=%zu cache_hits=%zu rows_synced=%zu delayed=%zu"
+             " rows_written_back=%zu wait_ms=%.2f fetch_ms=%.2f forward_ms=%.2f sync_wait_ms=%.2f backward_ms=%.2f"
+             " allreduce_ms=%.2f dense_comm_ms=%.2f update_ms=%.2f write_back_ms=%.2f total_ms=%.2f%s%s",
+             t->rank, x, x + 1, t->iterations, n, n ? s->loss / n : 0.0, c->lookahead, c->fetched, c->hits,
+             c->synced, c->synced_delayed, c->written_back, 1e3 * ph[TRAINER_PH_WAIT], 1e3 * ph[TRAINER_PH_FETCH],
+             1e3 * ph[TRAINER_PH_FWD], 1e3 * c->sync_wait, 1e3 * ph[TRAINER_PH_BWD], 1e3 * ph[TRAINER_PH_ALLREDUCE],
+             1e3 * c->dense_comm, 1e3 * ph[TRAINER_PH_UPDATE], 1e3 * ph[TRAINER_PH_WB], 1e3 * ph[TRAINER_PH_TOTAL],
+             hex[0] ? " dense_sha256=" : "", hex);
+    sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
+               t->trainers);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ shared pieces */
+
+/* The Step must be the iteration that comes next. */
+static int check_next(uint64_t x, uint64_t expect, char *err, size_t err_len) {
+  if (x != expect)
+    return err_set(err, err_len, ERR_BADMSG, "the oracle sent Step %" PRIu64 " but iteration %" PRIu64 " was next", x,
+                   expect);
+  return 0;
+}
+
+/* The end of the dense all-reduce that started inside the backward
+ * (trainer_ar.h); *t_comm: its own time. */
+static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, size_t err_len) {
+  int rc = tar_finish(t->join.dense_ar, t_comm);
+  if (rc)
+    err_set(err, err_len, rc,
+            "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
+            "(a peer trainer died or is unreachable; see the collective's log line)",
+            x, tstep_n_params(t->ts), t->trainers, err_str(rc));
+  return rc;
+}
+
+static void step_begin(const trainer_work_t *w, double t_wait, int cache, trainer_exec_step_t *s) {
+  memset(s, 0, sizeof *s);
+  s->w = w;
+  s->x = w->step.iteration;
+  s->n = w->batch.n;
+  s->cache = cache;
+  s->t_wait = t_wait;
+  s->ph[TRAINER_PH_WAIT] = t_wait;
+  s->t0 = trainer_now();
+}
+
+/* ------------------------------------------------------------------ mode = ideal */
+
+int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expect, double t_wait,
+                            trainer_exec_step_t *s, char *err, size_t err_len) {
+  step_begin(w, t_wait, 0, s);
+  uint64_t x = s->x;
+  const tstep_batch_t *b = &w->batch;
+  double *ph = s->ph, t0 = s->t0;
+  char why[768] = "";
+  int rc = check_next(x, expect, err, err_len);
+  if (rc) return rc;
+
+  /* a. rows: this batch's own, from the local store */
+  size_t n_fetch;
+  const uint64_t *fkeys;
+  if ((rc = tstep_batch_keys(t->ts, b, &fkeys, &n_fetch)) != 0) return rc;
+  if ((rc = trows_fetch(t->local, t->ts, fkeys, n_fetch, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
+  double t1 = trainer_now();
+
+  /* b. forward, backward; c. the dense all-reduce starts inside the
+   * backward (trainer_ar.h) and ends after it; no row is synchronized */
+  if ((rc = tstep_forward(t->ts, b, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
+  double t2 = trainer_now();
+  tar_begin(t->join.dense_ar);
+  s->loss = tstep_backward(t->ts, b, w->step.global_batch ? w->step.global_batch : 1);
+  double t3 = trainer_now();
+  if ((rc = dense_finish(t, x, &s->c.dense_comm, err, err_len)) != 0) return rc;
+  double t4 = trainer_now();
+
+  /* d. update; e. the rows back to the local store */
+  tstep_update(t->ts);
+  double t5 = trainer_now();
+  size_t n_wb = tstep_slots(t->ts);
+  if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
+  double t6 = trainer_now();
+
+  ph[TRAINER_PH_FETCH] = t1 - t0;
+  ph[TRAINER_PH_FWD] = t2 - t1;
+  ph[TRAINER_PH_BWD] = t3 - t2;
+  ph[TRAINER_PH_ALLREDUCE] = t4 - t3;
+  ph[TRAINER_PH_UPDATE] = t5 - t4;
+  ph[TRAINER_PH_WB] = t6 - t5;
+  ph[TRAINER_PH_TOTAL] = t_wait + (t6 - t0);
+  /* f. the report: no embedding traffic */
+  return 0;
+}
+
+/* ------------------------------------------------------------------ the cache path */
+
+int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect, double t_wait, double t_prefetch,
+                         trainer_exec_step_t *s, char *err, size_t err_len) {
+  step_begin(w, t_wait, 1, s);
+  s->c.lookahead = w->step.lookahead;
+  s->c.prefetch_wait = t_prefetch;
+  s->ph[TRAINER_PH_WAIT] = t_wait - t_prefetch;
+  s->ph[TRAINER_PH_FETCH] = t_prefetch; /* the part of the wait spent on this step's own rows */
+  char why[768] = "";
+  int rc = check_next(s->x, expect, err, err_len);
+  if (rc) return rc;
+  if ((rc = tstep_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->x, why);
+  s->t_end = trainer_now();
+  s->ph[TRAINER_PH_FWD] = s->t_end - s->t0;
+  return 0;
+}
+
+int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
+  const trainer_work_step_t *st = &s->w->step;
+  for (size_t i = 0; i < st->n_fetch; i++) /* x's rows are cached now: the key map learns them */
+    if (kmap_set(t->kmap, st->fetch_slots[i], st->fetch_keys[i]) != 0)
+      return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
+  double t2 = trainer_now();
+  tar_begin(t->join.dense_ar);
+  s->loss = tstep_backward(t->ts, &s->w->batch, st->global_batch ? st->global_batch : 1);
+  double t3 = trainer_now();
+  s->ph[TRAINER_PH_BWD] = t3 - t2;
+  s->t_end = t3;
+  return dense_finish(t, s->x, &s->c.dense_comm, err, err_len);
+}
+
+int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
+  const trainer_work_step_t *st = &s->w->step;
+  trainer_exec_t *e = &t->exec;
+  size_t n_crit = st->n_critical;
+  uint32_t dim = tstep_dim(t->ts);
+  double tc0 = trainer_now();
+  if (n_crit) {
+    if (trainer_grow((void **)&e->crit_buf, &e->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
+    tstep_cache_pack(t->ts, st->sync_critical, n_crit, e->crit_buf);
+    int rc = coll_allreduce_sum_f32_ordered(t->join.coll, e->crit_buf, n_crit * dim);
+    if (rc)
+      return err_set(err, err_len, rc,
+                     "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
+                     s->x, n_crit, t->trainers, err_str(rc));
+    tstep_cache_unpack(t->ts, st->sync_critical, n_crit, e->crit_buf);
+  }
+  double t4 = trainer_now();
+  s->ph[TRAINER_PH_ALLREDUCE] = t4 - s->t_end; /* from the backward's end: the dense all-reduce's rest too */
+  s->c.sync_critical = t4 - tc0;
+  s->t_end = t4;
+  return 0;
+}
+
+/* Step x's ownership changes: this trainer's own / stale marks in the key
+ * map (what evaluation reads), then the replicated rows (an allgather of
+ * each owner's copies; every trainer takes the owner's bytes, no
+ * arithmetic, so the bits are the owner's), which every trainer holds
+ * again. */
+static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, char *err, size_t err_len) {
+  for (size_t i = 0; i < st->n_own; i++) kmap_set_owned(t->kmap, st->own_slots[i], 1);
+  for (size_t i = 0; i < st->n_stale; i++) kmap_clear(t->kmap, st->stale_slots[i]);
+  size_t n = st->n_replicate;
+  if (!n) return 0;
+  /* Each owner sends only its own rows: grouped by owner (in list order
+   * inside a group), every group padded to the largest, one allgather;
+   * one gather of this trainer's rows and one scatter per other owner. */
+  uint32_t rf = tstep_row_floats(t->ts), P = t->trainers;
+  size_t *off = calloc((size_t)P + 1, sizeof *off), maxc = 0;
+  size_t *fill = calloc(P, sizeof *fill);
+  uint32_t *grouped = malloc(n * sizeof *grouped);
+  float *mine = NULL, *all = NULL;
+  int rc = 0;
+  if (!off || !fill || !grouped) goto nomem;
+  for (size_t i = 0; i < n; i++) off[st->replicate_owners[i] + 1]++; /* owners < P: checked on arrival */
+  for (uint32_t o = 0; o < P; o++) {
+    if (off[o + 1] > maxc) maxc = off[o + 1];
+    off[o + 1] += off[o];
+  }
+  mine = calloc(maxc * rf, sizeof(float));
+  all = malloc((size_t)P * maxc * rf * sizeof(float));
+  if (!mine || !all) goto nomem;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t o = st->replicate_owners[i];
+    grouped[off[o] + fill[o]++] = st->replicate_slots[i];
+  }
+  size_t mine_n = off[t->rank + 1] - off[t->rank];
+  tstep_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
+  if ((rc = coll_allgather(t->join.coll, mine, maxc * rf * sizeof(float), all)) != 0) {
+    err_set(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s", x, n,
+            P, err_str(rc));
+    goto out;
+  }
+  for (uint32_t o = 0; o < P; o++)
+    if (o != t->rank && off[o + 1] > off[o])
+      tstep_cache_scatter(t->ts, grouped + off[o], off[o + 1] - off[o], all + (size_t)o * maxc * rf);
+  for (size_t i = 0; i < n; i++)
+    if (kmap_set(t->kmap, st->replicate_slots[i], st->replicate_keys[i]) != 0) {
+      rc = err_set(err, err_len, -ENOMEM, "out of memory in the key map");
+      goto out;
+    }
+  goto out;
+nomem:
+  rc = err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory replicating %zu rows", x, n);
+out:
+  free(off), free(grouped), free(fill), free(mine), free(all);
+  return rc;
+}
+
+int trainer_exec_update(trainer_t *t, trainer_exec_step_t *s, float *delayed_grads, char *err, size_t err_len) {
+  const trainer_work_step_t *st = &s->w->step;
+  /* e. updates: dense, and every row with a gradient but the delayed ones
+   * (their gradients are packed for the background first: x + 1's
+   * backward will overwrite the step's gradients) */
+  tstep_cache_pack(t->ts, st->sync_delayed, st->n_delayed, delayed_grads);
+  tstep_cache_update(t->ts, st->sync_delayed, st->n_delayed);
+
+  /* e2. ownership (LRPP): rows that another trainer uses next get their
+   * owner's copy everywhere; rows taking an owner here go stale elsewhere
+   * (part of the update phase) */
+  double tr0 = trainer_now();
+  int rc = ownership(t, st, s->x, err, err_len);
+  if (rc) return rc;
+  double t5 = trainer_now();
+  s->c.replicate = t5 - tr0;
+  s->ph[TRAINER_PH_UPDATE] = t5 - s->t_end;
+  s->t_end = t5;
+
+  trainer_exec_counts_t *c = &s->c;
+  c->fetched = st->n_fetch;
+  c->hits = st->cache_hits;
+  c->synced = st->n_critical + st->n_delayed + st->n_replicate; /* replicated owned rows move too */
+  c->synced_delayed = st->n_delayed;
+  c->replicated = st->n_replicate;
+  c->written_back = st->n_write_back;
+  s->w = NULL; /* the Step may go to the background now */
+  return 0;
+}

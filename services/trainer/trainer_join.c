@@ -1,0 +1,197 @@
+/*
+ * trainer_join: the trainer's membership of its job (trainer_join.h) --
+ * Join, the heartbeat thread, the rendezvous store over the oracle's KV
+ * and the collective group.  Everything here talks to the oracle or to the
+ * peers; nothing touches the cache or the Work stream.  Failover will call
+ * trainer_join_oracle and trainer_join_group_form again for a new
+ * generation, after trainer_join_group_close.
+ */
+#include "trainer_join.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dpc.h"
+#include "err.h"
+#include "log.h"
+#include "sdn.h"
+#include "trainer_state.h"
+
+/* ------------------------------------------------------------------ the heartbeat */
+
+int trainer_join_init(trainer_t *t, char *err, size_t err_len) {
+  static const char *copy[] = {"cluster.oracle", "rpc.max_message_mb", "tls.ca_file", "tls.cert_file",
+                               "tls.key_file",   "tls.server_name"};
+  trainer_join_t *j = &t->join;
+  int64_t ms = 2 * cfg_int(t->cfg, "trainer.heartbeat_ms");
+  if (ms < 1000) ms = 1000;
+  if (ms > cfg_int(t->cfg, "rpc.timeout_ms")) ms = cfg_int(t->cfg, "rpc.timeout_ms");
+  int rc = cfg_create(&j->hb_cfg);
+  if (rc) return rc;
+  char kv[8192];
+  for (size_t i = 0; i < sizeof copy / sizeof copy[0] && !rc; i++) {
+    const char *v = copy[i][0] == 'r' ? NULL : cfg_str(t->cfg, copy[i]);
+    if (v)
+      snprintf(kv, sizeof kv, "%s=%s", copy[i], v);
+    else
+      snprintf(kv, sizeof kv, "%s=%lld", copy[i], (long long)cfg_int(t->cfg, copy[i]));
+    rc = cfg_set(j->hb_cfg, kv, "heartbeat", err, err_len);
+  }
+  snprintf(kv, sizeof kv, "rpc.timeout_ms=%lld", (long long)ms);
+  if (!rc) rc = cfg_set(j->hb_cfg, kv, "heartbeat", err, err_len);
+  if (!rc) rc = orc_create(j->hb_cfg, NULL, &j->hb_orc, err, err_len);
+  return rc;
+}
+
+void trainer_join_close(trainer_t *t) {
+  trainer_join_group_close(t);
+  orc_destroy(t->join.hb_orc);
+  t->join.hb_orc = NULL;
+  cfg_destroy(t->join.hb_cfg);
+  t->join.hb_cfg = NULL;
+}
+
+static void *heartbeat_main(void *arg) {
+  trainer_t *t = arg;
+  int64_t every = cfg_int(t->cfg, "trainer.heartbeat_ms");
+  int failing = 0;
+  pthread_mutex_lock(&t->mu);
+  while (!trainer_stopping(t)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += every / 1000;
+    ts.tv_nsec += (every % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    if (trainer_stopping(t)) break;
+    pthread_mutex_unlock(&t->mu);
+    unsigned long long done = atomic_load(&t->exec.last_done);
+    int stop = 0;
+    char err[512] = "";
+    int rc = orc_heartbeat(t->join.hb_orc, CHANTER__ORACLE__V1__ROLE__TRAINER, t->rank, done ? done - 1 : 0, &stop,
+                           err, sizeof err);
+    if (rc && !failing) log_warn("heartbeat failed rank=%u err=\"%s\"", t->rank, err);
+    if (!rc && failing) log_info("heartbeat answered again rank=%u", t->rank);
+    failing = rc != 0;
+    if (!rc && stop) trainer_stop(t, "the oracle answered a heartbeat with stop");
+    pthread_mutex_lock(&t->mu);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+void trainer_join_heartbeat_start(trainer_t *t) {
+  if (pthread_create(&t->join.hb, NULL, heartbeat_main, t) == 0)
+    t->join.hb_running = 1;
+  else
+    log_warn("cannot start the heartbeat thread rank=%u; training without heartbeats", t->rank);
+}
+
+void trainer_join_heartbeat_stop(trainer_t *t) {
+  if (t->join.hb_running) pthread_join(t->join.hb, NULL);
+  t->join.hb_running = 0;
+}
+
+/* ------------------------------------------------------------------ Join */
+
+int trainer_join_oracle(trainer_t *t, char *err, size_t err_len) {
+  Chanter__Oracle__V1__JoinRequest req = CHANTER__ORACLE__V1__JOIN_REQUEST__INIT;
+  req.role = CHANTER__ORACLE__V1__ROLE__TRAINER;
+  req.rank = t->rank;
+  req.address = t->address;
+  req.schema_hash = dpc_schema_hash(&t->schema);
+  req.layout_hash = tbl_layout_hash(&t->layout);
+  req.pid = (uint32_t)getpid();
+  Chanter__Oracle__V1__JoinResponse *resp = NULL;
+  sdn_status("joining the oracle at %s", orc_address(t->orc));
+  int rc = orc_join(t->orc, &req, &resp, err, err_len);
+  if (rc) return rc;
+  if (resp->trainers != t->trainers) {
+    rc = err_set(err, err_len, ERR_CONFIG,
+                 "the oracle at %s runs a job of %u trainers but this trainer's configuration says trainers = %u "
+                 "(from %s): do they read the same job file?",
+                 orc_address(t->orc), resp->trainers, t->trainers, cfg_origin(t->cfg, "trainers"));
+  } else if (resp->start_iteration != 0) {
+    rc = err_set(err, err_len, ERR_CONFIG,
+                 "the oracle asks to resume at iteration %" PRIu64 ", but this trainer starts from a fresh model "
+                 "(resuming a job is not implemented yet)",
+                 resp->start_iteration);
+  } else {
+    snprintf(t->join.prefix, sizeof t->join.prefix, "%s/%u", resp->job_id ? resp->job_id : "", resp->generation);
+    log_info("joined oracle=%s job_id=%s generation=%u trainers=%u rank=%u address=%s", orc_address(t->orc),
+             resp->job_id ? resp->job_id : "", resp->generation, resp->trainers, t->rank, t->address);
+  }
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ the group */
+
+/* The rendezvous store over the oracle's KV. */
+static int kv_set(void *ud, const char *key, const void *val, size_t len) {
+  trainer_t *t = ud;
+  char err[512];
+  int rc = orc_kv_set(t->orc, key, val, len, err, sizeof err);
+  if (rc) log_error("rendezvous: KvSet failed rank=%u key=%s err=\"%s\"", t->rank, key, err);
+  return rc;
+}
+
+static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t timeout_ms) {
+  trainer_t *t = ud;
+  char err[512];
+  int rc = orc_kv_get(t->orc, key, val, len, timeout_ms, err, sizeof err);
+  if (rc == ERR_NOTFOUND) return ERR_DEADLINE;
+  if (rc) log_error("rendezvous: KvGet failed rank=%u key=%s err=\"%s\"", t->rank, key, err);
+  return rc;
+}
+
+int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
+  trainer_join_t *j = &t->join;
+  coll_store_t store = {.set = kv_set, .get = kv_get, .ud = t};
+  coll_opts_t o = {.rank = (int)t->rank,
+                   .size = (int)t->trainers,
+                   .backend = "gloo",
+                   .iface_addr = t->address,
+                   .prefix = j->prefix,
+                   .timeout_ms = cfg_int(t->cfg, "trainer.coll_timeout_ms")};
+  sdn_status("forming the trainer group (%u trainers, gloo) through the oracle at %s", t->trainers,
+             orc_address(t->orc));
+  char why[512] = "";
+  double t0 = trainer_now();
+  int rc = coll_create(&o, &store, &j->coll, why, sizeof why);
+  if (rc)
+    return err_set(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
+                   t->trainers, t->rank, t->address, j->prefix, why[0] ? why : err_str(rc));
+  /* every rank initialized identically; make sure anyway */
+  model_t *m = tstep_model(t->ts); /* the CPU model (its backward's grad-ready hook), or NULL on a GPU */
+  if ((rc = coll_broadcast(j->coll, tstep_params(t->ts), tstep_n_params(t->ts) * sizeof(float), 0)) != 0)
+    return err_set(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
+  if ((rc = tstep_params_changed(t->ts)) != 0)
+    return err_set(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
+  /* the dense all-reduce in buckets, overlapped with the backward (one
+   * trainer: nothing to reduce, no hook) */
+  size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
+  if ((rc = tar_create(j->coll, tstep_grads(t->ts), tstep_n_params(t->ts), bucket, &j->dense_ar)) != 0)
+    return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
+  int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
+  if (overlap) model_set_grad_ready(m, tar_ready, j->dense_ar);
+  log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
+           "overlap=%s",
+           t->rank, t->trainers, coll_backend(j->coll), j->prefix, trainer_now() - t0, tstep_n_params(t->ts),
+           tar_buckets(j->dense_ar), overlap ? "yes" : "no");
+  return 0;
+}
+
+void trainer_join_group_close(trainer_t *t) {
+  if (t->ts && tstep_model(t->ts)) model_set_grad_ready(tstep_model(t->ts), NULL, NULL);
+  tar_destroy(t->join.dense_ar);
+  t->join.dense_ar = NULL;
+  coll_destroy(t->join.coll);
+  t->join.coll = NULL;
+}

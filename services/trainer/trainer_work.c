@@ -1,0 +1,303 @@
+/*
+ * trainer_work: see trainer_work.h.  Each decode runs in two parts: every
+ * check first (no allocation), then one block is sized and filled by the
+ * same lay-out function run twice (once with no memory, counting; once
+ * copying), so the decoded arrays and the checks cannot disagree on a
+ * length.
+ */
+#include "trainer_work.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+/* ------------------------------------------------------------------ checks */
+
+/* A field of uint64 keys: a whole number of them.  *n: how many. */
+static int keys_field(const ProtobufCBinaryData *f, const char *name, uint64_t x, size_t *n, char *err,
+                      size_t err_len) {
+  if (f->len % 8)
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 8", x, name,
+                   f->len);
+  *n = f->len / 8;
+  return 0;
+}
+
+/* A field of uint32 slots: want of them (SIZE_MAX: any number), each
+ * inside the cache.  *n: how many. */
+static int slots_field(const trainer_work_limits_t *lim, const ProtobufCBinaryData *f, size_t want, const char *name,
+                       uint64_t x, size_t *n, char *err, size_t err_len) {
+  if (want != SIZE_MAX && f->len != want * 4)
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, want %zu (4 per entry)", x,
+                   name, f->len, want * 4);
+  if (f->len % 4)
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": %s has %zu bytes, not a multiple of 4", x, name,
+                   f->len);
+  for (size_t i = 0; i < f->len / 4; i++) {
+    uint32_t s;
+    memcpy(&s, f->data + 4 * i, 4);
+    if (s >= lim->cache_rows)
+      return err_set(err, err_len, ERR_BADMSG,
+                     "iteration %" PRIu64 ": %s[%zu] = slot %u, beyond the cache of %" PRIu64 " rows", x, name, i, s,
+                     lim->cache_rows);
+  }
+  *n = f->len / 4;
+  return 0;
+}
+
+/* The samples against the schema; *n samples with *n_ids ids in all. */
+static int check_samples(const Chanter__Oracle__V1__Samples *s, const trainer_work_limits_t *lim, int allow_large,
+                         uint32_t *n_out, size_t *n_ids_out, char *err, size_t err_len) {
+  const data_schema_t *sc = lim->schema;
+  uint32_t n = s ? s->n : 0;
+  if (n > lim->max_batch && !allow_large)
+    return err_set(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
+                   lim->max_batch);
+  if (n) {
+    if (s->n_dense != sc->n_dense || s->n_tables != sc->n_tables)
+      return err_set(err, err_len, ERR_BADMSG,
+                     "samples have %u dense features and %u tables, the job's schema %u and %u (same job file?)",
+                     s->n_dense, s->n_tables, sc->n_dense, sc->n_tables);
+    if (s->n_hotness != sc->n_tables)
+      return err_set(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
+                     sc->n_tables);
+    for (uint32_t t = 0; t < sc->n_tables; t++)
+      if (s->hotness[t] != sc->hotness[t])
+        return err_set(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
+                       s->hotness[t], sc->hotness[t]);
+  }
+  size_t n_ids = 0;
+  for (uint32_t t = 0; t < sc->n_tables; t++) n_ids += (size_t)n * sc->hotness[t];
+  if (n && (s->labels.len != (size_t)n * 4 || s->dense.len != (size_t)n * sc->n_dense * 4 || s->ids.len != n_ids * 8))
+    return err_set(err, err_len, ERR_BADMSG,
+                   "samples of %u: %zu label bytes (want %zu), %zu dense bytes (want %zu), %zu id bytes (want %zu)", n,
+                   s->labels.len, (size_t)n * 4, s->dense.len, (size_t)n * sc->n_dense * 4, s->ids.len, n_ids * 8);
+  *n_out = n;
+  *n_ids_out = n_ids;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ the block */
+
+/* Run once with mem == NULL (adds up size), then with mem (copies). */
+typedef struct block_s {
+  uint8_t *mem;
+  size_t size, off;
+} block_t;
+
+static size_t al8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* len bytes of src (NULL: uninitialized room) in the block; NULL when
+ * counting. */
+static void *put(block_t *b, const void *src, size_t len) {
+  if (!b->mem) {
+    b->size += al8(len);
+    return NULL;
+  }
+  void *p = b->mem + b->off; /* (never NULL, even for 0 bytes) */
+  if (len && src) memcpy(p, src, len);
+  b->off += al8(len);
+  return p;
+}
+
+static const void *put_field(block_t *b, const ProtobufCBinaryData *f) { return put(b, f->data, f->len); }
+
+static int block_alloc(block_t *b, char *err, size_t err_len) {
+  b->mem = malloc(b->size ? b->size : 1);
+  b->off = 0;
+  if (!b->mem) return err_set(err, err_len, -ENOMEM, "out of memory for a work item of %zu bytes", b->size);
+  return 0;
+}
+
+/* The samples (n of them, checked) as the step's batch view. */
+static void lay_out_samples(block_t *b, const Chanter__Oracle__V1__Samples *s, uint32_t n,
+                            const trainer_work_limits_t *lim, tstep_batch_t *out) {
+  const data_schema_t *sc = lim->schema;
+  out->n = n;
+  out->labels = put(b, n ? s->labels.data : NULL, (size_t)n * 4);
+  const float *dense = put(b, n ? s->dense.data : NULL, (size_t)n * sc->n_dense * 4);
+  out->dense = sc->n_dense ? dense : NULL;
+  size_t *off = put(b, NULL, (sc->n_tables + 1) * sizeof(size_t));
+  if (off) {
+    off[0] = 0;
+    for (uint32_t t = 0; t < sc->n_tables; t++) off[t + 1] = off[t] + (size_t)n * sc->hotness[t];
+  }
+  out->ids_off = off;
+  out->ids = put(b, n ? s->ids.data : NULL, n ? s->ids.len : 0);
+}
+
+/* ------------------------------------------------------------------ Step */
+
+static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32_t n, const trainer_work_limits_t *lim,
+                         trainer_work_t *w) {
+  lay_out_samples(b, st->samples, n, lim, &w->batch);
+  if (!lim->cache_rows) return;
+  trainer_work_step_t *s = &w->step;
+  s->slots = put_field(b, &st->slots);
+  s->fetch_keys = put_field(b, &st->fetch_keys);
+  s->fetch_slots = put_field(b, &st->fetch_slots);
+  s->write_back_keys = put_field(b, &st->write_back_keys);
+  s->write_back_slots = put_field(b, &st->write_back_slots);
+  s->sync_critical = put_field(b, &st->sync_critical);
+  s->sync_delayed = put_field(b, &st->sync_delayed);
+  s->evict_slots = put_field(b, &st->evict_slots);
+  s->own_slots = put_field(b, &st->own_slots);
+  s->stale_slots = put_field(b, &st->stale_slots);
+  s->replicate_slots = put_field(b, &st->replicate_slots);
+  s->replicate_owners = put_field(b, &st->replicate_owners);
+  s->replicate_keys = put_field(b, &st->replicate_keys);
+}
+
+/* The checks in the order the trainer meets the fields: the prefetch's,
+ * the samples', the step's lists, then ownership. */
+static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_limits_t *lim, trainer_work_t *w,
+                       char *err, size_t err_len) {
+  trainer_work_step_t *s = &w->step;
+  uint64_t x = st->iteration;
+  int rc, cache = lim->cache_rows != 0;
+  if (cache && ((rc = keys_field(&st->fetch_keys, "fetch_keys", x, &s->n_fetch, err, err_len)) != 0 ||
+                (rc = slots_field(lim, &st->fetch_slots, s->n_fetch, "fetch_slots", x, &s->n_fetch, err, err_len)) != 0))
+    return rc;
+  uint32_t n;
+  size_t n_ids;
+  char why[768] = "";
+  if ((rc = check_samples(st->samples, lim, 0, &n, &n_ids, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": bad samples: %s", x, why);
+  if (n && st->global_batch < n)
+    return err_set(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": global_batch %u is smaller than this trainer's %u samples", x,
+                   st->global_batch, n);
+  if (cache) {
+    size_t n_slots;
+    if ((rc = slots_field(lim, &st->slots, n ? n_ids : 0, "slots", x, &n_slots, err, err_len)) ||
+        (rc = keys_field(&st->write_back_keys, "write_back_keys", x, &s->n_write_back, err, err_len)) ||
+        (rc = slots_field(lim, &st->write_back_slots, s->n_write_back, "write_back_slots", x, &s->n_write_back, err,
+                          err_len)) ||
+        (rc = slots_field(lim, &st->sync_critical, SIZE_MAX, "sync_critical", x, &s->n_critical, err, err_len)) ||
+        (rc = slots_field(lim, &st->sync_delayed, SIZE_MAX, "sync_delayed", x, &s->n_delayed, err, err_len)) ||
+        (rc = slots_field(lim, &st->evict_slots, SIZE_MAX, "evict_slots", x, &s->n_evict, err, err_len)) ||
+        (rc = slots_field(lim, &st->own_slots, SIZE_MAX, "own_slots", x, &s->n_own, err, err_len)) ||
+        (rc = slots_field(lim, &st->stale_slots, SIZE_MAX, "stale_slots", x, &s->n_stale, err, err_len)) ||
+        (rc = slots_field(lim, &st->replicate_slots, SIZE_MAX, "replicate_slots", x, &s->n_replicate, err, err_len)))
+      return rc;
+    size_t nr = s->n_replicate;
+    if (st->replicate_owners.len != nr * 4 || st->replicate_keys.len != nr * 8)
+      return err_set(err, err_len, ERR_BADMSG,
+                     "iteration %" PRIu64 ": %zu replicate slots but %zu owner bytes and %zu key bytes", x, nr,
+                     st->replicate_owners.len, st->replicate_keys.len);
+    for (size_t i = 0; i < nr; i++) {
+      uint32_t o;
+      memcpy(&o, st->replicate_owners.data + 4 * i, 4);
+      if (o >= lim->trainers)
+        return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": replicate_owners[%zu] = %u, only %u trainers",
+                       x, i, o, lim->trainers);
+    }
+  }
+  s->iteration = x;
+  s->global_batch = st->global_batch;
+  s->prefetch_gate = st->prefetch_gate;
+  s->lookahead = st->lookahead;
+  s->cache_hits = st->cache_hits;
+  block_t b = {0};
+  lay_out_step(&b, st, n, lim, w);
+  if ((rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  lay_out_step(&b, st, n, lim, w);
+  w->mem = b.mem;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ Eval, StopWork */
+
+static void lay_out_eval(block_t *b, const Chanter__Oracle__V1__Eval *ev, uint32_t n, const trainer_work_limits_t *lim,
+                         trainer_work_t *w) {
+  lay_out_samples(b, ev->samples, n, lim, &w->batch);
+  w->eval.fetch_keys = put_field(b, &ev->fetch_keys);
+}
+
+static int decode_eval(const Chanter__Oracle__V1__Eval *ev, const trainer_work_limits_t *lim, trainer_work_t *w,
+                       char *err, size_t err_len) {
+  uint32_t n;
+  size_t n_ids;
+  char why[768] = "";
+  int rc = check_samples(ev->samples, lim, 1, &n, &n_ids, why, sizeof why);
+  if (rc) return err_set(err, err_len, rc, "eval round %" PRIu64 ": bad samples: %s", ev->round, why);
+  if ((rc = keys_field(&ev->fetch_keys, "fetch_keys", ev->after_iteration, &w->eval.n_fetch, err, err_len)) != 0)
+    return rc;
+  w->eval.round = ev->round;
+  w->eval.after_iteration = ev->after_iteration;
+  block_t b = {0};
+  lay_out_eval(&b, ev, n, lim, w);
+  if ((rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  lay_out_eval(&b, ev, n, lim, w);
+  w->mem = b.mem;
+  return 0;
+}
+
+static int decode_stop(const Chanter__Oracle__V1__StopWork *sw, trainer_work_t *w, char *err, size_t err_len) {
+  const char *reason = sw->reason ? sw->reason : "", *state = sw->job_state ? sw->job_state : "";
+  block_t b = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    w->stop.reason = put(&b, reason, strlen(reason) + 1);
+    w->stop.job_state = put(&b, state, strlen(state) + 1);
+    int rc;
+    if (!pass && (rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  }
+  w->mem = b.mem;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ API */
+
+int trainer_work_decode(const Chanter__Oracle__V1__WorkItem *item, const trainer_work_limits_t *lim,
+                        trainer_work_t *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
+  int rc;
+  switch (item->kind_case) {
+  case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP:
+    out->kind = TRAINER_WORK_STEP;
+    rc = decode_step(item->step, lim, out, err, err_len);
+    break;
+  case CHANTER__ORACLE__V1__WORK_ITEM__KIND_EVAL:
+    out->kind = TRAINER_WORK_EVAL;
+    rc = decode_eval(item->eval, lim, out, err, err_len);
+    break;
+  case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP:
+    out->kind = TRAINER_WORK_STOP;
+    rc = decode_stop(item->stop, out, err, err_len);
+    break;
+  default:
+    rc = err_set(err, err_len, ERR_BADMSG, "the oracle sent an empty or unknown work item (kind %d)",
+                 (int)item->kind_case);
+    break;
+  }
+  if (rc) { /* owns nothing, says what it was */
+    trainer_work_kind_t kind = out->kind;
+    trainer_work_close(out);
+    out->kind = kind;
+  }
+  return rc;
+}
+
+int trainer_work_decode_samples(const Chanter__Oracle__V1__Samples *s, const trainer_work_limits_t *lim,
+                                int allow_large, trainer_work_t *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
+  uint32_t n;
+  size_t n_ids;
+  int rc = check_samples(s, lim, allow_large, &n, &n_ids, err, err_len);
+  if (rc) return rc;
+  block_t b = {0};
+  lay_out_samples(&b, s, n, lim, &out->batch);
+  if ((rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  lay_out_samples(&b, s, n, lim, &out->batch);
+  out->mem = b.mem;
+  return 0;
+}
+
+void trainer_work_close(trainer_work_t *w) {
+  if (!w) return;
+  free(w->mem);
+  memset(w, 0, sizeof *w);
+}

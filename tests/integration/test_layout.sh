@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The shape of the tree (STYLE.md, "Shape of the tree"), as the Makefile
+# enforces it: each room compiles with its own include paths (INC_* in the
+# Makefile, read here with `make print-INC_<room>`), so a daemon that
+# includes another daemon's header does not compile, a library of
+# common/<lib>/ sees no daemon and no generated protobuf code, and the CLI
+# (tools/) reaches no daemon's header.  Only the preprocessor runs (-E):
+# whether a header is FOUND is the question.  Each refusal is paired with
+# the control that the same flags do find the room's own headers, so a
+# failure cannot come from broken flags.
+source "$(dirname "$0")/lib.sh"
+
+CC=${CC:-cc}
+SERVICES=$(cd "$ROOT/services" && ls -d -- */ | tr -d /)
+ROOMS=$(printf '%s\n' $SERVICES trainer oracle model plan store cli | sort -u)   # each goal once
+# the base flags, then each room's include paths, one line each (one make)
+mapfile -t LINES < <(make --no-print-directory -s -C "$ROOT" BUILD="$BUILD" print-CPPFLAGS \
+                       $(for r in $ROOMS; do echo "print-INC_$r"; done))
+BASE=${LINES[0]:-}
+declare -A INC=()
+i=1
+for r in $ROOMS; do INC[$r]=${LINES[$i]:-}; i=$((i + 1)); done
+[ -n "$BASE" ] && [ -n "${INC[trainer]}" ] && [ -n "${INC[cli]}" ]
+expect "make print-CPPFLAGS print-INC_<room> give the flags (trainer: ${INC[trainer]})"
+
+# finds ROOM HEADER: 0 if a file that includes HEADER preprocesses with
+# ROOM's flags (from the repository root, as make compiles); the
+# compiler's message in $WORK/pp.err
+finds() {
+  [ -n "${INC[$1]:-}" ] || { echo "# make print-INC_$1 is empty" >"$WORK/pp.err"; return 2; }
+  # shellcheck disable=SC2086 # the flags are a list
+  (cd "$ROOT" && printf '#include "%s"\n' "$2" | "$CC" $BASE ${INC[$1]} -E -o /dev/null -x c - 2>"$WORK/pp.err")
+}
+
+# 1. The case in point: the trainer's flags do not reach the oracle's job.
+if finds trainer oracle_job.h; then rc=1; else rc=0; fi
+grep -q 'oracle_job.h' "$WORK/pp.err" || rc=1
+expect_rc $rc "#include \"oracle_job.h\" with the trainer's flags fails: $(head -1 "$WORK/pp.err")"
+finds oracle oracle_job.h
+expect "control: the oracle's flags find oracle_job.h"
+finds trainer nn.h && finds trainer trainer_step.h
+expect "control: the trainer's flags find nn.h (common/model) and trainer_step.h"
+
+# 2. Every daemon: its own headers are found, no other daemon's is.
+for s in $SERVICES; do
+  own_bad="" other_found=""
+  for h in "$ROOT/services/$s"/*.h; do
+    [ -e "$h" ] || continue
+    finds "$s" "$(basename "$h")" || own_bad="$own_bad $(basename "$h")"
+  done
+  for t in $SERVICES; do
+    [ "$t" = "$s" ] && continue
+    for h in "$ROOT/services/$t"/*.h; do
+      [ -e "$h" ] || continue
+      finds "$s" "$(basename "$h")" && other_found="$other_found $t/$(basename "$h")"
+    done
+  done
+  [ -z "$own_bad" ]
+  expect_rc $? "chanter-$s's flags find its own headers (not found:${own_bad:- none})"
+  [ -z "$other_found" ]
+  expect_rc $? "chanter-$s's flags find no other daemon's header (found:${other_found:- none})"
+done
+
+# 3. The libraries and the CLI: no daemon header; the libraries not the
+# generated protobuf code either (the math never sees protobuf).
+for room in model plan store cli; do
+  found=""
+  for h in "$ROOT"/services/*/*.h; do
+    [ -e "$h" ] || continue
+    finds "$room" "$(basename "$h")" && found="$found ${h#"$ROOT"/services/}"
+  done
+  [ -z "$found" ]
+  expect_rc $? "the $room room's flags find no daemon header (found:${found:- none})"
+done
+for lib in model plan store; do
+  finds "$lib" cfg.h
+  expect "control: common/$lib's flags find common/cfg.h"
+  if finds "$lib" embedding.pb-c.h; then rc=1; else rc=0; fi
+  expect_rc $rc "common/$lib's flags do not find the generated embedding.pb-c.h"
+done
+finds cli embedding.pb-c.h && finds cli nn.h && finds cli oracle_plan.h && finds cli embedding_store.h
+expect "control: the CLI's flags find the generated code and the libraries' headers"
+
+# 4. The sources say the same: no file in tools/ or common/ includes a
+# header of services/ (by path or by a name that only services/ has).
+svc_names=" $(cd "$ROOT/services" && ls -- */*.h | xargs -n1 basename | tr '\n' ' ') "
+for dir in tools common; do
+  bad=""
+  while IFS= read -r line; do
+    f=${line%%:*} name=${line#*\"}; name=${name%%\"*}
+    case "$name" in *services/*) bad="$bad $f:$name"; continue;; esac
+    own=$ROOT/$(dirname "$f")/$name   # its own directory first, as the compiler looks
+    if [ -e "$own" ]; then
+      case "$(realpath -m "$own")" in "$ROOT"/services/*) bad="$bad $f:$name";; esac
+      continue
+    fi
+    case "$svc_names" in *" $(basename "$name") "*) bad="$bad $f:$name";; esac
+  done < <(cd "$ROOT" && grep -rHE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir" \
+             --include='*.c' --include='*.h' --include='*.cu' --include='*.cc')
+  [ -z "$bad" ]
+  expect_rc $? "no file in $dir/ includes a services/ header (offenders:${bad:- none})"
+done
+
+finish
