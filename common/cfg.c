@@ -654,20 +654,20 @@ static int parse_u64_list(const cfg_t *c, const char *key, uint64_t **vals, size
   return rc;
 }
 
-int cfg_layout(const cfg_t *c, tbl_layout_t *out, char *err, size_t err_len) {
+int cfg_layout(const cfg_t *c, table_layout_t *out, char *err, size_t err_len) {
   uint64_t *rows = NULL, *dims = NULL;
   size_t nr = 0, nd = 0;
-  int rc = parse_u64_list(c, "table_rows", &rows, &nr, 1, TBL_ROW_MASK, err, err_len);
+  int rc = parse_u64_list(c, "table_rows", &rows, &nr, 1, TABLE_ROW_MASK, err, err_len);
   if (rc) return rc;
   if ((rc = parse_u64_list(c, "table_dims", &dims, &nd, 1, 65536, err, err_len)) != 0) goto out;
   if (nr == 0) { rc = fmt_err(err, err_len, "table_rows (from %s) is empty", cfg_origin(c, "table_rows")); goto out; }
-  if (nr > TBL_MAX_TABLES) { rc = fmt_err(err, err_len, "table_rows lists %zu tables; at most %d", nr, TBL_MAX_TABLES); goto out; }
+  if (nr > TABLE_MAX) { rc = fmt_err(err, err_len, "table_rows lists %zu tables; at most %d", nr, TABLE_MAX); goto out; }
   if (nd && nd != nr) {
     rc = fmt_err(err, err_len, "table_dims (from %s) lists %zu dimensions but table_rows lists %zu tables",
                  cfg_origin(c, "table_dims"), nd, nr);
     goto out;
   }
-  if ((rc = tbl_layout_init(out, (uint32_t)nr, (uint64_t)cfg_int(c, "seed"))) != 0) goto out;
+  if ((rc = table_layout_init(out, (uint32_t)nr, (uint64_t)cfg_int(c, "seed"))) != 0) goto out;
   for (size_t t = 0; t < nr; t++) {
     uint32_t dim = nd ? (uint32_t)dims[t] : (uint32_t)cfg_int(c, "embedding_dim");
     out->tables[t].rows = rows[t];
@@ -681,10 +681,10 @@ out:
 }
 
 int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
-  tbl_layout_t l;
+  table_layout_t l;
   int rc = cfg_layout(c, &l, err, err_len);
   if (rc) return rc;
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   char **addrs;
   size_t n;
   if ((rc = cfg_list(c, "cluster.embedding", &addrs, &n)) != 0) return rc;

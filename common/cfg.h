@@ -68,7 +68,7 @@ void cfg_list_free(char **items, size_t n);
 
 /* The embedding table layout: table_rows, embedding_dim / table_dims,
  * embedding_optimizer (-> state floats) and seed.  Caller closes it. */
-int cfg_layout(const cfg_t *c, tbl_layout_t *out, char *err, size_t err_len);
+int cfg_layout(const cfg_t *c, table_layout_t *out, char *err, size_t err_len);
 /* Optimizer state floats per row for an embedding optimizer name. */
 int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
 

@@ -55,10 +55,10 @@ int data_schema_from_cfg(const cfg_t *cfg, data_schema_t *out, char *err, size_t
   size_t nr = 0, nh = 0;
   int rc;
   memset(out, 0, sizeof *out);
-  if ((rc = parse_list(cfg, "table_rows", &out->table_rows, &nr, 1, TBL_ROW_MASK, err, err_len)) != 0) goto out;
-  if (nr == 0 || nr > TBL_MAX_TABLES) {
+  if ((rc = parse_list(cfg, "table_rows", &out->table_rows, &nr, 1, TABLE_ROW_MASK, err, err_len)) != 0) goto out;
+  if (nr == 0 || nr > TABLE_MAX) {
     rc = err_set(err, err_len, ERR_CONFIG, "table_rows (from %s) lists %zu tables; need 1 to %d",
-              cfg_origin(cfg, "table_rows"), nr, TBL_MAX_TABLES);
+              cfg_origin(cfg, "table_rows"), nr, TABLE_MAX);
     goto out;
   }
   if ((rc = parse_list(cfg, "table_hotness", &hot, &nh, 1, 4096, err, err_len)) != 0) goto out;

@@ -88,7 +88,7 @@ typedef struct data_schema_s {
 /* One batch, structure-of-arrays.  ids are table-major: table t's ids are
  * ids[ids_off[t] .. ids_off[t] + n * hotness[t]), sample-major inside (the
  * hotness[t] ids of sample 0, then of sample 1...).  ids are rows within
- * their table (the embedding key is TBL_KEY(t, row)). */
+ * their table (the embedding key is TABLE_KEY(t, row)). */
 typedef struct data_batch_s {
   uint64_t index;        /* batch number x */
   int split;             /* DATA_TRAIN or DATA_TEST */

@@ -123,7 +123,7 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len) {
   if (b->len < HDR_FIXED + 8) return err_set(err, err_len, -EINVAL, "%s: truncated header (%zu bytes)", path, b->len);
   uint32_t hdr = rd32(h + 12), n_dense = rd32(h + 16), n_tables = rd32(h + 20), rec_bytes = rd32(h + 24),
            flags = rd32(h + 28);
-  if (n_tables == 0 || n_tables > TBL_MAX_TABLES || hdr != header_bytes(n_tables))
+  if (n_tables == 0 || n_tables > TABLE_MAX || hdr != header_bytes(n_tables))
     return err_set(err, err_len, -EINVAL, "%s: corrupt header (%u tables, header of %u bytes)", path, n_tables, hdr);
   if (b->len < hdr)
     return err_set(err, err_len, -EINVAL, "%s: truncated header (%zu bytes, the header says %u)", path, b->len, hdr);

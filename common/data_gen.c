@@ -92,7 +92,7 @@ typedef struct rng_s {
 
 static inline uint64_t rng_next(rng_t *r) {
   r->s += UINT64_C(0x9e3779b97f4a7c15);
-  return tbl_mix64(r->s);
+  return table_mix64(r->s);
 }
 static inline double rng_unif(rng_t *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
 static inline uint64_t rng_below(rng_t *r, uint64_t n) {
@@ -100,7 +100,7 @@ static inline uint64_t rng_below(rng_t *r, uint64_t n) {
   return x < n ? x : n - 1;
 }
 /* uniform in [-1, 1) from a key */
-static inline double unit_of(uint64_t key) { return (double)(tbl_mix64(key) >> 11) * 0x1p-52 - 1.0; }
+static inline double unit_of(uint64_t key) { return (double)(table_mix64(key) >> 11) * 0x1p-52 - 1.0; }
 
 /* ---- Zipf by rejection-inversion ---- */
 
@@ -158,7 +158,7 @@ static uint32_t perm32(uint32_t x, uint64_t key) {
   x ^= x >> 16;
   return x;
 }
-static uint64_t perm64(uint64_t x, uint64_t key) { return tbl_mix64(tbl_mix64(x ^ key) + key); }
+static uint64_t perm64(uint64_t x, uint64_t key) { return table_mix64(table_mix64(x ^ key) + key); }
 
 static const char hexd[16] = "0123456789abcdef";
 
@@ -179,7 +179,7 @@ static size_t put_uint(char *o, uint64_t v) {
 /* ---- one sample ---- */
 
 static double gen(const data_synth_t *g, uint64_t i, uint8_t *rec, char *tsv, size_t *tsv_len) {
-  rng_t r = {tbl_mix64(g->seed_key ^ tbl_mix64(i))};
+  rng_t r = {table_mix64(g->seed_key ^ table_mix64(i))};
   const data_schema_t *s = &g->s;
   size_t o = 2; /* the label goes first, once known */
   double z = g->bias;
@@ -205,7 +205,7 @@ static double gen(const data_synth_t *g, uint64_t i, uint8_t *rec, char *tsv, si
       size_t rl = tg->wide ? put_hex(raw, perm64(rank, tg->key), 16) : put_hex(raw, perm32((uint32_t)rank, tg->key), 8);
       uint64_t h = data__hash(g->tseed[t], raw, rl);
       memcpy(hp, &h, 8);
-      z += g->c_v * unit_of(g->v_seed ^ tbl_mix64(TBL_KEY(t, h % tg->rows)));
+      z += g->c_v * unit_of(g->v_seed ^ table_mix64(TABLE_KEY(t, h % tg->rows)));
       if (tsv) {
         memcpy(tsv + o, raw, rl);
         o += rl;
@@ -265,8 +265,8 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
     return -ENOMEM;
   }
   g->seed = (uint64_t)cfg_int(cfg, "seed");
-  g->seed_key = tbl_mix64(g->seed ^ UINT64_C(0x73796e7468657469));
-  g->v_seed = tbl_mix64(g->seed_key + 1);
+  g->seed_key = table_mix64(g->seed ^ UINT64_C(0x73796e7468657469));
+  g->v_seed = table_mix64(g->seed_key + 1);
   g->ids = data__ids(s);
   g->record_bytes = data__record_bytes(s, g->ids);
   g->alpha = cfg_float(cfg, "synthetic.alpha");
@@ -284,7 +284,7 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
     tgen_t *tg = &g->tab[t];
     tg->rows = s->table_rows[t];
     tg->hot = (tg->rows + 99) / 100;
-    tg->key = tbl_mix64(g->seed_key + 2 + t);
+    tg->key = table_mix64(g->seed_key + 2 + t);
     tg->wide = tg->rows > UINT64_C(0xffffffff);
     if (g->alpha > 0) zipf_init(tg, g->alpha);
   }

@@ -58,9 +58,9 @@ static inline uint32_t data__ids(const data_schema_t *s) {
   for (uint32_t t = 0; t < s->n_tables; t++) n += s->hotness[t];
   return n;
 }
-/* The XXH3 seed of table t: hash_seed and t mixed through tbl_mix64. */
+/* The XXH3 seed of table t: hash_seed and t mixed through table_mix64. */
 static inline uint64_t data__table_seed(uint64_t hash_seed, uint32_t t) {
-  return tbl_mix64(hash_seed ^ tbl_mix64(UINT64_C(0x6368616e74657200) + t));
+  return table_mix64(hash_seed ^ table_mix64(UINT64_C(0x6368616e74657200) + t));
 }
 static inline uint64_t data__hash(uint64_t tseed, const void *raw, size_t len) {
   return XXH3_64bits_withSeed(raw, len, tseed);

@@ -66,7 +66,7 @@ static void cmap_clear(cmap_t *m) {
 
 /* key's slot, or the empty slot where it goes */
 static size_t cmap_slot(const cmap_t *m, uint64_t key) {
-  size_t mask = m->cap - 1, i = (size_t)tbl_mix64(key) & mask;
+  size_t mask = m->cap - 1, i = (size_t)table_mix64(key) & mask;
   while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & mask;
   return i;
 }
@@ -123,7 +123,7 @@ static int hset_add(hset_t *h, uint64_t key, size_t *budget) {
       if (!k) return -ENOMEM;
       for (size_t i = 0; i < h->cap; i++)
         if (h->keys[i]) {
-          size_t j = (size_t)tbl_mix64(h->keys[i]) & (cap - 1);
+          size_t j = (size_t)table_mix64(h->keys[i]) & (cap - 1);
           while (k[j]) j = (j + 1) & (cap - 1);
           k[j] = h->keys[i];
         }
@@ -135,7 +135,7 @@ static int hset_add(hset_t *h, uint64_t key, size_t *budget) {
     }
   }
   if (!h->cap) return 1;
-  size_t mask = h->cap - 1, i = (size_t)tbl_mix64(key) & mask;
+  size_t mask = h->cap - 1, i = (size_t)table_mix64(key) & mask;
   while (h->keys[i] && h->keys[i] != key) i = (i + 1) & mask;
   if (h->keys[i]) return 0;
   if (full) return 1;
@@ -278,7 +278,7 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
         cmap_clear(&set);
         for (uint32_t t = 0; t < s->n_tables && !rc; t++)
           for (size_t i = batch.ids_off[t]; i < batch.ids_off[t + 1] && !rc; i++)
-            rc = cmap_add(&set, TBL_KEY(t, batch.ids[i]), 1, NULL) < 0 ? -ENOMEM : 0;
+            rc = cmap_add(&set, TABLE_KEY(t, batch.ids[i]), 1, NULL) < 0 ? -ENOMEM : 0;
         data_batch_free(&batch);
         if (rc) goto out;
         sum += set.n;

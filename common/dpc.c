@@ -47,12 +47,12 @@ static void sleep_ms(int64_t ms) {
 }
 
 uint64_t dpc_schema_hash(const data_schema_t *s) {
-  uint64_t h = tbl_mix64(UINT64_C(0x64617461) ^ s->n_dense);
-  h = tbl_mix64(h ^ s->n_tables);
-  h = tbl_mix64(h ^ s->hash_seed);
+  uint64_t h = table_mix64(UINT64_C(0x64617461) ^ s->n_dense);
+  h = table_mix64(h ^ s->n_tables);
+  h = table_mix64(h ^ s->hash_seed);
   for (uint32_t t = 0; t < s->n_tables; t++) {
-    h = tbl_mix64(h ^ s->table_rows[t]);
-    h = tbl_mix64(h ^ s->hotness[t]);
+    h = table_mix64(h ^ s->table_rows[t]);
+    h = table_mix64(h ^ s->hotness[t]);
   }
   return h ? h : 1;
 }

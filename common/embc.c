@@ -14,7 +14,7 @@
 #include "log.h"
 
 struct embc_s {
-  tbl_layout_t layout;
+  table_layout_t layout;
   uint64_t layout_hash;
   shard_map_t map;
   uint32_t n;
@@ -38,7 +38,7 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   if (!c) return -ENOMEM;
   int rc = cfg_layout(cfg, &c->layout, err, err_len);
   if (rc) goto fail;
-  c->layout_hash = tbl_layout_hash(&c->layout);
+  c->layout_hash = table_layout_hash(&c->layout);
   c->n = (uint32_t)cfg_int(cfg, "embedding_servers");
   if ((rc = cfg_list(cfg, "cluster.embedding", &c->addrs, &c->n_addrs)) != 0) goto fail;
   if (c->n_addrs != c->n) {
@@ -80,12 +80,12 @@ void embc_destroy(embc_t *c) {
   free(c->ch);
   cfg_list_free(c->addrs, c->n_addrs);
   shard_map_close(&c->map);
-  tbl_layout_close(&c->layout);
+  table_layout_close(&c->layout);
   free(c);
   if (had_rpc) rpc_global_shutdown();
 }
 
-const tbl_layout_t *embc_layout(const embc_t *c) { return &c->layout; }
+const table_layout_t *embc_layout(const embc_t *c) { return &c->layout; }
 const shard_map_t *embc_shard_map(const embc_t *c) { return &c->map; }
 uint32_t embc_servers(const embc_t *c) { return c->n; }
 const char *embc_address(const embc_t *c, uint32_t s) { return s < c->n ? c->addrs[s] : "?"; }
@@ -94,12 +94,12 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
   size_t b = 0;
   for (size_t i = 0; i < n; i++) {
     char why[256];
-    int rc = tbl_check_key(&c->layout, keys[i], why, sizeof why);
+    int rc = table_check_key(&c->layout, keys[i], why, sizeof why);
     if (rc) {
       set_err(err, err_len, "key index %zu: %s", i, why);
       return rc;
     }
-    b += tbl_row_bytes(&c->layout, TBL_TABLE(keys[i]));
+    b += table_row_bytes(&c->layout, TABLE_ID(keys[i]));
   }
   *bytes = b;
   return 0;
@@ -205,12 +205,12 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     char why[256];
-    if ((rc = tbl_check_key(&c->layout, keys[i], why, sizeof why)) != 0) {
+    if ((rc = table_check_key(&c->layout, keys[i], why, sizeof why)) != 0) {
       set_err(err, err_len, "key index %zu: %s", i, why);
       goto out;
     }
     off[i] = total;
-    total += tbl_row_floats(&c->layout, TBL_TABLE(keys[i]));
+    total += table_row_floats(&c->layout, TABLE_ID(keys[i]));
     owner[i] = shard_of(&c->map, keys[i]);
     parts[owner[i]].n++;
   }
@@ -226,7 +226,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     part_t *p = &parts[owner[i]];
     p->idx[p->n] = i;
     p->keys[p->n++] = keys[i];
-    if (write) p->rows_bytes += tbl_row_bytes(&c->layout, TBL_TABLE(keys[i]));
+    if (write) p->rows_bytes += table_row_bytes(&c->layout, TABLE_ID(keys[i]));
   }
   if (write) {
     for (uint32_t s = 0; s < c->n; s++) {
@@ -235,7 +235,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
       if (!(p->rows = malloc(p->rows_bytes))) { rc = -ENOMEM; goto out; }
       size_t o = 0;
       for (size_t k = 0; k < p->n; k++) {
-        uint32_t f = tbl_row_floats(&c->layout, TBL_TABLE(p->keys[k]));
+        uint32_t f = table_row_floats(&c->layout, TABLE_ID(p->keys[k]));
         memcpy(p->rows + o, in + off[p->idx[k]], f * sizeof(float));
         o += f;
       }
@@ -292,7 +292,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     if (write) continue;
     Chanter__Embedding__V1__LookupResponse *r = (void *)p->resp;
     size_t want = 0;
-    for (size_t k = 0; k < p->n; k++) want += tbl_row_bytes(&c->layout, TBL_TABLE(p->keys[k]));
+    for (size_t k = 0; k < p->n; k++) want += table_row_bytes(&c->layout, TABLE_ID(p->keys[k]));
     if (r->rows.len != want) {
       set_err(err, err_len, "embedding server %u (%s) returned %zu bytes of rows for %zu keys; expected %zu", s,
               c->addrs[s], r->rows.len, p->n, want);
@@ -301,7 +301,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     }
     size_t o = 0;
     for (size_t k = 0; k < p->n; k++) {
-      uint32_t f = tbl_row_floats(&c->layout, TBL_TABLE(p->keys[k]));
+      uint32_t f = table_row_floats(&c->layout, TABLE_ID(p->keys[k]));
       memcpy(out + off[p->idx[k]], r->rows.data + o, f * sizeof(float));
       o += f * sizeof(float);
     }

@@ -30,7 +30,7 @@ typedef struct embc_s embc_t;
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len);
 void embc_destroy(embc_t *c);
 
-const tbl_layout_t *embc_layout(const embc_t *c);
+const table_layout_t *embc_layout(const embc_t *c);
 const shard_map_t *embc_shard_map(const embc_t *c);
 uint32_t embc_servers(const embc_t *c);
 const char *embc_address(const embc_t *c, uint32_t server);

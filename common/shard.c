@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int shard_map_init(shard_map_t *m, const tbl_layout_t *l, uint32_t n_servers,
+int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows) {
   memset(m, 0, sizeof *m);
   if (n_servers == 0) return -EINVAL;
@@ -21,7 +21,7 @@ int shard_map_init(shard_map_t *m, const tbl_layout_t *l, uint32_t n_servers,
   m->n_tables = l->n_tables;
   /* Row-wise tables load every server evenly; count them first. */
   for (uint32_t t = 0; t < l->n_tables; t++) {
-    uint64_t bytes = l->tables[t].rows * (uint64_t)tbl_row_floats(l, t);
+    uint64_t bytes = l->tables[t].rows * (uint64_t)table_row_floats(l, t);
     if (n_servers == 1 || l->tables[t].rows > table_wise_max_rows) {
       m->table_server[t] = n_servers == 1 ? 0 : SHARD_ROWWISE;
       for (uint32_t s = 0; s < n_servers; s++) load[s] += bytes / n_servers;
@@ -35,7 +35,7 @@ int shard_map_init(shard_map_t *m, const tbl_layout_t *l, uint32_t n_servers,
     for (uint32_t s = 1; s < n_servers; s++)
       if (load[s] < load[best]) best = s;
     m->table_server[t] = best;
-    load[best] += l->tables[t].rows * (uint64_t)tbl_row_floats(l, t);
+    load[best] += l->tables[t].rows * (uint64_t)table_row_floats(l, t);
   }
   free(load);
   return 0;

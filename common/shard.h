@@ -24,16 +24,16 @@ typedef struct shard_map_s {
 } shard_map_t;
 
 /* Plans the map.  0, -EINVAL (no servers) or -ENOMEM. */
-int shard_map_init(shard_map_t *m, const tbl_layout_t *l, uint32_t n_servers,
+int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows);
 void shard_map_close(shard_map_t *m);
 
 /* The server index (0..n_servers-1) that owns key.  Any thread. */
 static inline uint32_t shard_of(const shard_map_t *m, uint64_t key) {
-  uint32_t t = TBL_TABLE(key);
+  uint32_t t = TABLE_ID(key);
   uint32_t s = t < m->n_tables ? m->table_server[t] : SHARD_ROWWISE;
   if (s != SHARD_ROWWISE) return s;
-  return (uint32_t)(tbl_mix64(key ^ UINT64_C(0x5348415244)) % m->n_servers);
+  return (uint32_t)(table_mix64(key ^ UINT64_C(0x5348415244)) % m->n_servers);
 }
 
 #endif

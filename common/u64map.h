@@ -8,7 +8,7 @@
  * rehashed) to keep the load factor at most 1/2; erase shifts the rest of
  * the probe run back over the hole (backward-shift deletion), so there are
  * no tombstones and lookups never slow down with churn.  A key's home entry
- * is the top log2(cap) bits of tbl_mix64(key) (u64map_home).  Each entry
+ * is the top log2(cap) bits of table_mix64(key) (u64map_home).  Each entry
  * carries its own "full" flag (in what would be padding), so no key value
  * is reserved: every uint64 key and every uint32 value is valid.  Not
  * thread-safe; one owner at a time.
@@ -44,7 +44,7 @@ static inline size_t u64map_count(const u64map_t *m) { return m->n; }
 
 /* The entry where key's probe run starts. */
 static inline size_t u64map_home(const u64map_t *m, uint64_t key) {
-  return (size_t)(tbl_mix64(key) >> m->shift);
+  return (size_t)(table_mix64(key) >> m->shift);
 }
 
 /* 1 if key is present (its value in *val, when val is given), else 0. */

@@ -23,7 +23,7 @@
  * CUDA_ARCHS start at sm_75 (CUDA 13 dropped everything older). */
 #define MIN_CC 75
 
-int chanter_cuda_built(void) {
+int cuda_check_built(void) {
 #ifdef CHANTER_CUDA
   return 1;
 #else
@@ -33,7 +33,7 @@ int chanter_cuda_built(void) {
 
 #ifdef CHANTER_CUDA
 
-int chanter_cuda_check(char *err, size_t err_len) {
+int cuda_check(char *err, size_t err_len) {
   int n = 0, dev = 0, rc = 0;
   struct cudaDeviceProp prop;
   cudaError_t st = cudaGetDeviceCount(&n);
@@ -79,14 +79,14 @@ out:
   return rc;
 }
 
-int chanter_cuda_error(int cuda_status, const char *what, char *err, size_t err_len) {
+int cuda_check_error(int cuda_status, const char *what, char *err, size_t err_len) {
   if (cuda_status == (int)cudaSuccess) return 0;
   snprintf(err, err_len, "%s: %s (%s, code %d)", what, cudaGetErrorString((cudaError_t)cuda_status),
            cudaGetErrorName((cudaError_t)cuda_status), cuda_status);
   return ERR_CUDA;
 }
 
-int chanter_cublas_error(int cublas_status, const char *what, char *err, size_t err_len) {
+int cuda_check_cublas_error(int cublas_status, const char *what, char *err, size_t err_len) {
   if (cublas_status == (int)CUBLAS_STATUS_SUCCESS) return 0;
   snprintf(err, err_len, "%s: %s (cuBLAS code %d)", what,
            cublasGetStatusString((cublasStatus_t)cublas_status), cublas_status);
@@ -95,18 +95,18 @@ int chanter_cublas_error(int cublas_status, const char *what, char *err, size_t 
 
 #else /* !CHANTER_CUDA */
 
-int chanter_cuda_check(char *err, size_t err_len) {
+int cuda_check(char *err, size_t err_len) {
   snprintf(err, err_len, "this chanter was built without CUDA (make CUDA=0 or no nvcc): use device = cpu");
   return ERR_NOGPU;
 }
 
-int chanter_cuda_error(int cuda_status, const char *what, char *err, size_t err_len) {
+int cuda_check_error(int cuda_status, const char *what, char *err, size_t err_len) {
   if (cuda_status == 0) return 0;
   snprintf(err, err_len, "%s: CUDA status %d (this chanter was built without CUDA)", what, cuda_status);
   return ERR_CUDA;
 }
 
-int chanter_cublas_error(int cublas_status, const char *what, char *err, size_t err_len) {
+int cuda_check_cublas_error(int cublas_status, const char *what, char *err, size_t err_len) {
   if (cublas_status == 0) return 0;
   snprintf(err, err_len, "%s: cuBLAS status %d (this chanter was built without CUDA)", what,
            cublas_status);

@@ -6,7 +6,7 @@
  *
  * Plain C with no CUDA types in this header, so the CLI and the tests
  * include it whether or not the build has CUDA.  In a CUDA=0 build (or one
- * without nvcc) chanter_cuda_check always refuses, with a sentence saying
+ * without nvcc) cuda_check always refuses, with a sentence saying
  * so; the trainer never falls back to the CPU silently.
  */
 #ifndef CHANTER_CUDA_CHECK_H
@@ -26,16 +26,16 @@ extern "C" {
  * device = cpu".  Never crashes on a machine without a driver or GPU.
  * Checks the calling thread's current device (0 unless the caller chose
  * another with cudaSetDevice), whose context it creates.  Any thread. */
-int chanter_cuda_check(char *err, size_t err_len);
+int cuda_check(char *err, size_t err_len);
 
 /* 1 when this chanter was built with CUDA (CHANTER_CUDA), else 0. */
-int chanter_cuda_built(void);
+int cuda_check_built(void);
 
 /* Conversion of a cudaError_t / cublasStatus_t (passed as int) made by the
  * call named `what`: 0 for success, else ERR_CUDA with "what: <the
  * library's message> (code N)" in err.  Any thread. */
-int chanter_cuda_error(int cuda_status, const char *what, char *err, size_t err_len);
-int chanter_cublas_error(int cublas_status, const char *what, char *err, size_t err_len);
+int cuda_check_error(int cuda_status, const char *what, char *err, size_t err_len);
+int cuda_check_cublas_error(int cublas_status, const char *what, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

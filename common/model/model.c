@@ -419,7 +419,7 @@ void model_destroy(model_t *m) {
 
 /* Uniform in [-1, 1) from (seed, tensor, element): 24 random bits. */
 static inline float unif(uint64_t tseed, size_t i) {
-  uint64_t r = tbl_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
+  uint64_t r = table_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
   return (float)((double)(r >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
@@ -432,7 +432,7 @@ void model_init(model_t *m, uint64_t seed) {
       lim = sqrt(6.0 / (double)ts->fan_in);
     else if (ts->init == INIT_XAVIER)
       lim = sqrt(6.0 / ((double)ts->fan_in + (double)ts->fan_out));
-    uint64_t tseed = tbl_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
+    uint64_t tseed = table_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
     for (size_t i = 0; i < ts->len; i++) p[i] = lim > 0.0 ? (float)(lim * unif(tseed, i)) : 0.0f;
   }
   for (uint32_t k = 0; k < MODEL_PARTS; k++) memset(m->pgrads[k], 0, m->n_params * sizeof(float));

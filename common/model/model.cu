@@ -282,7 +282,7 @@ int model_cuda_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uin
   }
 
   /* the shape is valid: now the device */
-  if ((rc = chanter_cuda_check(err, err_len)) < 0) goto out;
+  if ((rc = cuda_check(err, err_len)) < 0) goto out;
   if ((rc = nn_cuda_reserve(max_batch)) < 0) goto cuda_failed;
 
   m->params = dalloc(m, m->n_params);
@@ -376,7 +376,7 @@ void model_cuda_destroy(model_cuda_t *m) {
 
 /* model.c's unif: uniform in [-1, 1) from (seed, tensor, element). */
 static inline float unif(uint64_t tseed, size_t i) {
-  uint64_t r = tbl_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
+  uint64_t r = table_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
   return (float)((double)(r >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
@@ -394,7 +394,7 @@ void model_cuda_init(model_cuda_t *m, uint64_t seed) {
       lim = sqrt(6.0 / (double)ts->fan_in);
     else if (ts->init == INIT_XAVIER)
       lim = sqrt(6.0 / ((double)ts->fan_in + (double)ts->fan_out));
-    uint64_t tseed = tbl_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
+    uint64_t tseed = table_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
     for (size_t i = 0; i < ts->len; i++) p[i] = lim > 0.0 ? (float)(lim * unif(tseed, i)) : 0.0f;
   }
   size_t bytes = m->n_params * sizeof(float);

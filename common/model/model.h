@@ -34,7 +34,7 @@
  * sqrt(6/in)); of a linear layer producing a logit Xavier-uniform,
  * U(-sqrt(6/(in+out)), sqrt(6/(in+out))); biases 0; cross weights
  * Xavier-uniform over (d0, 1), cross biases 0.  Each value is
- * tbl_mix64(seed, tensor number, element index) mapped to [-1, 1) with 24
+ * table_mix64(seed, tensor number, element index) mapped to [-1, 1) with 24
  * bits, so it does not depend on thread count or call order.
  *
  * Determinism: same config + seed + inputs -> bit-identical logits, losses,

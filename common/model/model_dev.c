@@ -16,7 +16,7 @@
 #include "nn_cuda.h"
 #endif
 
-struct mdev_s {
+struct model_dev_s {
   int cuda;
   model_t *cpu;
 #ifdef CHANTER_CUDA
@@ -27,9 +27,9 @@ struct mdev_s {
 #endif
 };
 
-int mdev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, uint32_t max_batch,
-                mdev_t **out, char *err, size_t err_len) {
-  mdev_t *m = calloc(1, sizeof *m);
+int model_dev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, uint32_t max_batch,
+                model_dev_t **out, char *err, size_t err_len) {
+  model_dev_t *m = calloc(1, sizeof *m);
   if (!m) return -ENOMEM;
   int rc;
   if (strcmp(cfg_str(cfg, "device"), "cuda") != 0) {
@@ -40,7 +40,7 @@ int mdev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t 
     *out = m;
     return 0;
   }
-  if ((rc = chanter_cuda_check(err, err_len)) != 0) {
+  if ((rc = cuda_check(err, err_len)) != 0) {
     free(m);
     return rc;
   }
@@ -61,18 +61,18 @@ int mdev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t 
       cudaMalloc((void **)&m->d_demb, nb * m->width * 4) != cudaSuccess ||
       cudaMalloc((void **)&m->d_labels, nb * 4) != cudaSuccess || cudaMalloc((void **)&m->d_logits, nb * 4) != cudaSuccess) {
     snprintf(err, err_len, "cannot allocate the model's device buffers for batch %u", max_batch);
-    mdev_destroy(m);
+    model_dev_destroy(m);
     return ERR_CUDA;
   }
   *out = m;
   return 0;
 #else
   free(m);
-  return ERR_NOGPU; /* not reached: chanter_cuda_check refuses without CUDA */
+  return ERR_NOGPU; /* not reached: cuda_check refuses without CUDA */
 #endif
 }
 
-void mdev_destroy(mdev_t *m) {
+void model_dev_destroy(model_dev_t *m) {
   if (!m) return;
   if (m->cpu) model_destroy(m->cpu);
 #ifdef CHANTER_CUDA
@@ -88,7 +88,7 @@ void mdev_destroy(mdev_t *m) {
   free(m);
 }
 
-void mdev_init(mdev_t *m, uint64_t seed) {
+void model_dev_init(model_dev_t *m, uint64_t seed) {
   if (!m->cuda) {
     model_init(m->cpu, seed);
     return;
@@ -100,28 +100,28 @@ void mdev_init(mdev_t *m, uint64_t seed) {
 #endif
 }
 
-size_t mdev_n_params(const mdev_t *m) {
+size_t model_dev_n_params(const model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return model_cuda_n_params(m->gpu);
 #endif
   return model_n_params(m->cpu);
 }
 
-float *mdev_params(mdev_t *m) {
+float *model_dev_params(model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return m->h_params;
 #endif
   return model_params(m->cpu);
 }
 
-float *mdev_grads(mdev_t *m) {
+float *model_dev_grads(model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return m->h_grads;
 #endif
   return model_grads(m->cpu);
 }
 
-int mdev_params_changed(mdev_t *m) {
+int model_dev_params_changed(model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda && cudaMemcpy(model_cuda_params(m->gpu), m->h_params, model_cuda_n_params(m->gpu) * 4,
                             cudaMemcpyHostToDevice) != cudaSuccess)
@@ -131,24 +131,24 @@ int mdev_params_changed(mdev_t *m) {
   return 0;
 }
 
-const char *mdev_describe(const mdev_t *m) {
+const char *model_dev_describe(const model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return model_cuda_describe(m->gpu);
 #endif
   return model_describe(m->cpu);
 }
 
-struct pool_s *mdev_pool(mdev_t *m) { return m->cpu ? model_pool(m->cpu) : NULL; }
-struct model_s *mdev_cpu_model(mdev_t *m) { return m->cpu; }
-int mdev_is_cuda(const mdev_t *m) { return m->cuda; }
-float *mdev_emb_dev(mdev_t *m) {
+struct pool_s *model_dev_pool(model_dev_t *m) { return m->cpu ? model_pool(m->cpu) : NULL; }
+struct model_s *model_dev_cpu_model(model_dev_t *m) { return m->cpu; }
+int model_dev_is_cuda(const model_dev_t *m) { return m->cuda; }
+float *model_dev_emb_dev(model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return m->d_emb;
 #endif
   (void)m;
   return NULL;
 }
-float *mdev_demb_dev(mdev_t *m) {
+float *model_dev_demb_dev(model_dev_t *m) {
 #ifdef CHANTER_CUDA
   if (m->cuda) return m->d_demb;
 #endif
@@ -156,7 +156,7 @@ float *mdev_demb_dev(mdev_t *m) {
   return NULL;
 }
 
-int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits) {
+int model_dev_forward(model_dev_t *m, uint32_t n, const float *dense, const float *emb, float *logits) {
   if (!m->cuda) {
     model_forward(m->cpu, n, dense, emb, logits);
     return 0;
@@ -171,7 +171,7 @@ int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, fl
   return 0;
 }
 
-double mdev_backward(mdev_t *m, uint32_t n, const float *labels, float scale, float *d_emb) {
+double model_dev_backward(model_dev_t *m, uint32_t n, const float *labels, float scale, float *d_emb) {
   if (!m->cuda) return model_backward(m->cpu, n, labels, scale, d_emb);
 #ifdef CHANTER_CUDA
   if (cudaMemcpy(m->d_labels, labels, (size_t)n * 4, cudaMemcpyHostToDevice) != cudaSuccess) return NAN;

@@ -6,7 +6,7 @@
  * batch's dense features, pooled embeddings and labels to the device and
  * the embedding gradients and dense gradients back, and pushes the
  * parameters after the host-side optimizer step.  The host copy of the
- * parameters (mdev_params) is authoritative between steps on both devices,
+ * parameters (model_dev_params) is authoritative between steps on both devices,
  * so the optimizer, the all-reduce and the digest see one host array
  * either way, and what the CPU tests prove about the step carries over.
  * (Keeping the optimizer on the device would save two copies per step; not
@@ -20,38 +20,38 @@
 
 #include "cfg.h"
 
-typedef struct mdev_s mdev_t;
+typedef struct model_dev_s model_dev_t;
 struct pool_s;
 
 /* The model of cfg on cfg's device.  device = cuda without a usable GPU:
- * ERR_NOGPU with chanter_cuda_check's sentence in err. */
-int mdev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, uint32_t max_batch,
-                mdev_t **out, char *err, size_t err_len);
-void mdev_destroy(mdev_t *m);
-void mdev_init(mdev_t *m, uint64_t seed);
-size_t mdev_n_params(const mdev_t *m);
-/* Host arrays (mdev_n_params floats): parameters, and the gradients of
- * the last mdev_backward. */
-float *mdev_params(mdev_t *m);
-float *mdev_grads(mdev_t *m);
-/* After changing mdev_params (optimizer, restore): make the device see it. */
-int mdev_params_changed(mdev_t *m);
-const char *mdev_describe(const mdev_t *m);
-struct pool_s *mdev_pool(mdev_t *m);  /* CPU model's threads, or NULL */
+ * ERR_NOGPU with cuda_check's sentence in err. */
+int model_dev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, uint32_t max_batch,
+                model_dev_t **out, char *err, size_t err_len);
+void model_dev_destroy(model_dev_t *m);
+void model_dev_init(model_dev_t *m, uint64_t seed);
+size_t model_dev_n_params(const model_dev_t *m);
+/* Host arrays (model_dev_n_params floats): parameters, and the gradients of
+ * the last model_dev_backward. */
+float *model_dev_params(model_dev_t *m);
+float *model_dev_grads(model_dev_t *m);
+/* After changing model_dev_params (optimizer, restore): make the device see it. */
+int model_dev_params_changed(model_dev_t *m);
+const char *model_dev_describe(const model_dev_t *m);
+struct pool_s *model_dev_pool(model_dev_t *m);  /* CPU model's threads, or NULL */
 /* As model_forward / model_backward, host pointers -- except that on
- * device = cuda, emb may be mdev_emb_dev(m) (already on the device: read in
+ * device = cuda, emb may be model_dev_emb_dev(m) (already on the device: read in
  * place) and d_emb may be NULL (the input gradient stays in
- * mdev_demb_dev(m)).  A caller that keeps its embedding rows on the
+ * model_dev_demb_dev(m)).  A caller that keeps its embedding rows on the
  * device uses both, so rows never cross to the host for a step. */
-int mdev_forward(mdev_t *m, uint32_t n, const float *dense, const float *emb, float *logits);
-double mdev_backward(mdev_t *m, uint32_t n, const float *labels, float scale, float *d_emb);
+int model_dev_forward(model_dev_t *m, uint32_t n, const float *dense, const float *emb, float *logits);
+double model_dev_backward(model_dev_t *m, uint32_t n, const float *labels, float scale, float *d_emb);
 /* device = cuda: the model's DEVICE input (max_batch rows of n_tables * dim
  * floats) and input gradient; NULL on the CPU. */
-float *mdev_emb_dev(mdev_t *m);
-float *mdev_demb_dev(mdev_t *m);
+float *model_dev_emb_dev(model_dev_t *m);
+float *model_dev_demb_dev(model_dev_t *m);
 /* The CPU model (device = cpu: its threads, the backward's grad-ready
  * hook), or NULL. */
-struct model_s *mdev_cpu_model(mdev_t *m);
-int mdev_is_cuda(const mdev_t *m);
+struct model_s *model_dev_cpu_model(model_dev_t *m);
+int model_dev_is_cuda(const model_dev_t *m);
 
 #endif

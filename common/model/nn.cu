@@ -61,13 +61,13 @@ static thread_local ctx_t ctx;
 
 static int ok_cuda(cudaError_t st, const char *what) {
   if (st == cudaSuccess) return 1;
-  if (!ctx.failed) ctx.failed = chanter_cuda_error((int)st, what, ctx.msg, sizeof ctx.msg);
+  if (!ctx.failed) ctx.failed = cuda_check_error((int)st, what, ctx.msg, sizeof ctx.msg);
   return 0;
 }
 
 static int ok_blas(cublasStatus_t st, const char *what) {
   if (st == CUBLAS_STATUS_SUCCESS) return 1;
-  if (!ctx.failed) ctx.failed = chanter_cublas_error((int)st, what, ctx.msg, sizeof ctx.msg);
+  if (!ctx.failed) ctx.failed = cuda_check_cublas_error((int)st, what, ctx.msg, sizeof ctx.msg);
   return 0;
 }
 

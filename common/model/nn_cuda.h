@@ -11,7 +11,7 @@
  *
  * Plain C (no CUDA types), so C code includes it in any build; the
  * functions exist only when the build has CUDA (CHANTER_CUDA): check
- * chanter_cuda_check() (cuda_check.h) before calling any of them.
+ * cuda_check() (cuda_check.h) before calling any of them.
  *
  * Execution.  A function enqueues its work on the calling thread's stream
  * (nn_cuda_set_stream; default the legacy default stream) and returns
@@ -163,7 +163,7 @@ void nn_cuda_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L
  * There are no parts and no threads: a batch runs whole on the stream. */
 typedef struct model_cuda_s model_cuda_t;
 
-/* As model_create, plus ERR_NOGPU (chanter_cuda_check's sentence in err)
+/* As model_create, plus ERR_NOGPU (cuda_check's sentence in err)
  * when no device is usable and ERR_CUDA when a cudaMalloc fails. */
 int model_cuda_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables,
                       uint32_t dim, uint32_t max_batch, model_cuda_t **out, char *err,

@@ -10,7 +10,7 @@
  *   sgd:             w -= lr * g
  *   adagrad:         h += g*g;            w -= lr * g / (sqrt(h) + eps)
  *                    (dense h starts at adagrad_init; rows' h starts at 0,
- *                    as tbl_init_row zeroes the state)
+ *                    as table_init_row zeroes the state)
  *   rowwise_adagrad: h += mean_d(g_d^2);  w_d -= lr * g_d / (sqrt(h) + eps)
  *                    (one float per row, FBGEMM's row-wise Adagrad)
  *   adam:            m = b1 m + (1-b1) g; v = b2 v + (1-b2) g*g;

@@ -11,7 +11,7 @@
 #include "err.h"
 #include "log.h"
 
-struct dp_service_s {
+struct dataproc_service_s {
   uv_loop_t *loop;
   data_source_t *src;
   char *dataset;
@@ -31,9 +31,9 @@ static double since(const struct timespec *t0) {
 static int split_of(Chanter__Dataproc__V1__Split s) { return s == CHANTER__DATAPROC__V1__SPLIT__TEST ? DATA_TEST : DATA_TRAIN; }
 
 /* Checks what every batch request carries; 0 or -EINVAL/ERR_LAYOUT + why. */
-static int check_req(dp_service_t *svc, uint32_t bs, uint64_t schema_hash, char *why, size_t n) {
-  if (bs == 0 || bs > DP_MAX_BATCH) {
-    snprintf(why, n, "batch_size %u is outside [1, %u]", bs, DP_MAX_BATCH);
+static int check_req(dataproc_service_t *svc, uint32_t bs, uint64_t schema_hash, char *why, size_t n) {
+  if (bs == 0 || bs > DATAPROC_MAX_BATCH) {
+    snprintf(why, n, "batch_size %u is outside [1, %u]", bs, DATAPROC_MAX_BATCH);
     return -EINVAL;
   }
   if (schema_hash && schema_hash != svc->schema_hash) {
@@ -50,7 +50,7 @@ static int check_req(dp_service_t *svc, uint32_t bs, uint64_t schema_hash, char 
 
 typedef struct build_s {
   uv_work_t req;
-  dp_service_t *svc;
+  dataproc_service_t *svc;
   int split;
   uint64_t x;
   uint32_t bs;
@@ -68,14 +68,14 @@ static void build_work(uv_work_t *req) {
   b->rc = data_read_batch(b->svc->src, b->split, b->x, b->bs, &b->batch, b->why, sizeof b->why);
 }
 
-static void count_served(dp_service_t *svc, build_t *b) {
+static void count_served(dataproc_service_t *svc, build_t *b) {
   svc->served++;
   metrics_counter_inc(svc->batches);
   metrics_counter_add(svc->samples, b->batch.n);
   metrics_hist_observe(svc->build_seconds, since(&b->t0));
 }
 
-static build_t *build_new(dp_service_t *svc, int split, uint64_t x, uint32_t bs) {
+static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32_t bs) {
   build_t *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   b->svc = svc;
@@ -107,7 +107,7 @@ static void get_done(uv_work_t *req, int status) {
 }
 
 static void on_get(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
-  dp_service_t *svc = ud;
+  dataproc_service_t *svc = ud;
   const Chanter__Dataproc__V1__GetBatchRequest *r = (const void *)m;
   char why[512];
   int rc = check_req(svc, r->batch_size, r->schema_hash, why, sizeof why);
@@ -138,7 +138,7 @@ typedef struct range_s {
 } range_t;
 
 typedef struct stream_s {
-  dp_service_t *svc;
+  dataproc_service_t *svc;
   rpc_call_t *call;   /* NULL once the call is dead (cancelled) */
   range_t *head, *tail;
   int building;       /* a batch of this stream is on the worker pool */
@@ -209,7 +209,7 @@ static void stream_pump(stream_t *st) {
     }
     return;
   }
-  if (rpc_call_queued(st->call) >= DP_STREAM_WINDOW) return; /* on_sent calls back */
+  if (rpc_call_queued(st->call) >= DATAPROC_STREAM_WINDOW) return; /* on_sent calls back */
   range_t *r = st->head;
   build_t *b = build_new(st->svc, r->split, r->next_x, r->bs);
   if (!b) return;
@@ -223,7 +223,7 @@ static void stream_pump(stream_t *st) {
 }
 
 static void s_open(rpc_call_t *call, void *ud) {
-  dp_service_t *svc = ud;
+  dataproc_service_t *svc = ud;
   stream_t *st = calloc(1, sizeof *st);
   if (!st) {
     rpc_call_finish(call, -ENOMEM, "StreamBatches: out of memory");
@@ -237,14 +237,14 @@ static void s_open(rpc_call_t *call, void *ud) {
 }
 
 static void s_message(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
-  dp_service_t *svc = ud;
+  dataproc_service_t *svc = ud;
   stream_t *st = rpc_call_get_data(call);
   if (!st || st->failed) return;
   const Chanter__Dataproc__V1__StreamRequest *r = (const void *)m;
   char why[512];
   int rc = check_req(svc, r->batch_size, r->schema_hash, why, sizeof why);
-  if (!rc && (r->count == 0 || r->count > DP_MAX_COUNT)) {
-    snprintf(why, sizeof why, "count %u is outside [1, %u]", r->count, DP_MAX_COUNT);
+  if (!rc && (r->count == 0 || r->count > DATAPROC_MAX_COUNT)) {
+    snprintf(why, sizeof why, "count %u is outside [1, %u]", r->count, DATAPROC_MAX_COUNT);
     rc = -EINVAL;
   }
   if (rc) {
@@ -293,7 +293,7 @@ static const rpc_stream_handlers_t stream_handlers = {s_open, s_message, s_half_
 /* ---- Info */
 
 static void on_info(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
-  dp_service_t *svc = ud;
+  dataproc_service_t *svc = ud;
   const data_schema_t *s = data_schema(svc->src);
   data_stats_t ds;
   data_stats(svc->src, &ds);
@@ -315,9 +315,9 @@ static void on_info(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   rpc_call_reply(call, &r.base);
 }
 
-int dp_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
-                      metrics_registry_t *reg, dp_service_t **out) {
-  dp_service_t *svc = calloc(1, sizeof *svc);
+int dataproc_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
+                      metrics_registry_t *reg, dataproc_service_t **out) {
+  dataproc_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
   svc->loop = loop;
   svc->src = src;
@@ -337,14 +337,14 @@ int dp_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src,
   };
   int rc = rpc_server_add_service(server, &chanter__dataproc__v1__data_proc__descriptor, methods, 3);
   if (rc) {
-    dp_service_destroy(svc);
+    dataproc_service_destroy(svc);
     return rc;
   }
   *out = svc;
   return 0;
 }
 
-void dp_service_destroy(dp_service_t *svc) {
+void dataproc_service_destroy(dataproc_service_t *svc) {
   if (!svc) return;
   free(svc->dataset);
   free(svc);

@@ -2,7 +2,7 @@
  * dataproc_service: the chanter.dataproc.v1.DataProc RPC handlers.
  *
  * GetBatch and Info are unary; StreamBatches serves ranges of batches in
- * order with backpressure (at most DP_STREAM_WINDOW batches queued per
+ * order with backpressure (at most DATAPROC_STREAM_WINDOW batches queued per
  * stream; the next is built when the transport has taken one).  Building a
  * batch (parsing, hashing) runs on libuv's worker pool; replies are sent
  * from the loop thread.  Nothing is cached: a batch is a pure function of
@@ -17,16 +17,16 @@
 #include "metrics.h"
 #include "rpc.h"
 
-#define DP_STREAM_WINDOW 4
-#define DP_MAX_COUNT 1024
-#define DP_MAX_BATCH (1u << 22)
+#define DATAPROC_STREAM_WINDOW 4
+#define DATAPROC_MAX_COUNT 1024
+#define DATAPROC_MAX_BATCH (1u << 22)
 
-typedef struct dp_service_s dp_service_t;
+typedef struct dataproc_service_s dataproc_service_t;
 
 /* Registers the handlers on server and metrics on reg.  src stays the
  * caller's and must outlive the service.  Loop thread. */
-int dp_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
-                      metrics_registry_t *reg, dp_service_t **out);
-void dp_service_destroy(dp_service_t *svc);
+int dataproc_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
+                      metrics_registry_t *reg, dataproc_service_t **out);
+void dataproc_service_destroy(dataproc_service_t *svc);
 
 #endif

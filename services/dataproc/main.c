@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   daemon_t d = {0};
   cfg_t *cfg = NULL;
   data_source_t *src = NULL;
-  dp_service_t *svc = NULL;
+  dataproc_service_t *svc = NULL;
   char err[1024];
   int rc = 1, index = 0, metrics_port = -1;
   const char *listen = NULL, *ready_file = NULL;
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
   data_stats(src, &ds);
   if (daemon_init(&d, "chanter-dataproc", cfg, listen, (int)cfg_int(cfg, "dataproc.drain_ms"), "chanter_dataproc"))
     goto out_daemon;
-  if (dp_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), d.reg, &svc)) goto out_daemon;
+  if (dataproc_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), d.reg, &svc)) goto out_daemon;
   char extra[64], status[256];
   snprintf(extra, sizeof extra, "\"index\": %d", index);
   snprintf(status, sizeof status, "serving %s (%llu samples)", cfg_str(cfg, "dataset"), (unsigned long long)ds.samples);
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
 
 out_daemon:
   daemon_close(&d);
-  dp_service_destroy(svc);
+  dataproc_service_destroy(svc);
   if (src) data_close(src);
   if (rc == 0) log_info("stopped cleanly");
 out:

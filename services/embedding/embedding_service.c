@@ -25,10 +25,10 @@ enum { M_LOOKUP, M_WRITEBACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETB
 static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
                                             "PutBlob", "GetBlob", "Digest", "Stats"};
 
-struct emb_service_s {
+struct embedding_service_s {
   uv_loop_t *loop;
-  emb_store_t *store;
-  tbl_layout_t layout;
+  store_t *store;
+  table_layout_t layout;
   uint64_t layout_hash;
   uint32_t shard, n_shards;
   metrics_registry_t *reg;
@@ -42,7 +42,7 @@ struct emb_service_s {
 /* One unit of storage work: runs on a worker thread, answered on the loop. */
 typedef struct work_s {
   uv_work_t req;
-  emb_service_t *svc;
+  embedding_service_t *svc;
   rpc_call_t *call;
   int method;
   const ProtobufCMessage *in;
@@ -52,11 +52,11 @@ typedef struct work_s {
   /* results */
   void *buf;          /* rows / blob data */
   size_t buf_len;
-  emb_lookup_info_t info;
+  store_lookup_info_t info;
   uint64_t count;
   uint8_t sha[32];
-  emb_checkpoint_info_t cp;
-  emb_checkpoint_info_t *cps;
+  store_checkpoint_info_t cp;
+  store_checkpoint_info_t *cps;
   size_t n_cps;
 } work_t;
 
@@ -76,18 +76,18 @@ static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
 
 static void work_cb(uv_work_t *req) {
   work_t *w = req->data;
-  emb_store_t *st = w->svc->store;
+  store_t *st = w->svc->store;
   switch (w->method) {
   case M_LOOKUP: {
     const Chanter__Embedding__V1__LookupRequest *r = (const void *)w->in;
     size_t n, bytes = 0;
     uint64_t *keys = keys_of(&r->keys, &n);
     if (!keys) { w->rc = -ENOMEM; break; }
-    w->rc = emb_store_rows_bytes(st, keys, n, &bytes, w->why, sizeof w->why);
+    w->rc = store_rows_bytes(st, keys, n, &bytes, w->why, sizeof w->why);
     if (w->rc == 0) {
       w->buf = malloc(bytes ? bytes : 1);
       w->buf_len = bytes;
-      w->rc = w->buf ? emb_store_lookup(st, keys, n, w->buf, bytes, 0, &w->info, w->why, sizeof w->why) : -ENOMEM;
+      w->rc = w->buf ? store_lookup(st, keys, n, w->buf, bytes, 0, &w->info, w->why, sizeof w->why) : -ENOMEM;
     }
     w->count = n;
     free(keys);
@@ -102,7 +102,7 @@ static void work_cb(uv_work_t *req) {
       w->rc = -ENOMEM;
     } else {
       if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
-      w->rc = emb_store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
+      w->rc = store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
     }
     w->count = n;
     free(keys);
@@ -111,35 +111,35 @@ static void work_cb(uv_work_t *req) {
   }
   case M_CHECKPOINT: {
     const Chanter__Embedding__V1__CheckpointRequest *r = (const void *)w->in;
-    w->rc = emb_store_checkpoint(st, r->id, &w->cp, w->why, sizeof w->why);
+    w->rc = store_checkpoint(st, r->id, &w->cp, w->why, sizeof w->why);
     break;
   }
   case M_LIST:
-    w->rc = emb_store_list_checkpoints(st, &w->cps, &w->n_cps);
+    w->rc = store_list_checkpoints(st, &w->cps, &w->n_cps);
     break;
   case M_RESTORE: {
     const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
-    w->rc = emb_store_restore(st, r->id, w->why, sizeof w->why);
+    w->rc = store_restore(st, r->id, w->why, sizeof w->why);
     break;
   }
   case M_PUTBLOB: {
     const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)w->in;
-    w->rc = emb_store_put_blob(st, r->name, r->data.data, r->data.len, w->why, sizeof w->why);
+    w->rc = store_put_blob(st, r->name, r->data.data, r->data.len, w->why, sizeof w->why);
     break;
   }
   case M_GETBLOB: {
     const Chanter__Embedding__V1__GetBlobRequest *r = (const void *)w->in;
-    w->rc = emb_store_get_blob(st, r->name, &w->buf, &w->buf_len);
+    w->rc = store_get_blob(st, r->name, &w->buf, &w->buf_len);
     if (w->rc == ERR_NOTFOUND) snprintf(w->why, sizeof w->why, "no blob named '%s' on this server", r->name);
     break;
   }
   case M_DIGEST:
-    w->rc = emb_store_digest(st, w->sha, &w->count);
+    w->rc = store_digest(st, w->sha, &w->count);
     break;
   }
 }
 
-static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, emb_checkpoint_info_t *c) {
+static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
   chanter__embedding__v1__checkpoint_info__init(o);
   o->id = c->id;
   o->path = c->path;
@@ -149,7 +149,7 @@ static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, emb_checkpoint_in
 
 static void after_cb(uv_work_t *req, int status) {
   work_t *w = req->data;
-  emb_service_t *svc = w->svc;
+  embedding_service_t *svc = w->svc;
   if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
   /* a key naming no table or no row is a bad argument, not a missing thing */
   if ((w->method == M_LOOKUP || w->method == M_WRITEBACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
@@ -257,7 +257,7 @@ static int method_index(rpc_call_t *call) {
 }
 
 /* Shape checks that need no storage; 0 or an error already sent. */
-static int reject(emb_service_t *svc, rpc_call_t *call, int m, int err, const char *fmt, const char *field,
+static int reject(embedding_service_t *svc, rpc_call_t *call, int m, int err, const char *fmt, const char *field,
                   size_t len, unsigned mult) {
   svc->rejected++;
   metrics_counter_inc(svc->errors[m]);
@@ -266,7 +266,7 @@ static int reject(emb_service_t *svc, rpc_call_t *call, int m, int err, const ch
   return -1;
 }
 
-static int check_layout(emb_service_t *svc, rpc_call_t *call, int m, uint64_t client_hash) {
+static int check_layout(embedding_service_t *svc, rpc_call_t *call, int m, uint64_t client_hash) {
   if (client_hash == 0 || client_hash == svc->layout_hash) return 0;
   svc->rejected++;
   metrics_counter_inc(svc->errors[m]);
@@ -283,7 +283,7 @@ static int check_layout(emb_service_t *svc, rpc_call_t *call, int m, uint64_t cl
 static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
 
 static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
-  emb_service_t *svc = ud;
+  embedding_service_t *svc = ud;
   int m = method_index(call);
   ASSERT(m >= 0);
   metrics_counter_inc(svc->calls[m]);
@@ -306,8 +306,8 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
   } else if (m == M_STATS) {
-    emb_store_stats_t s;
-    emb_store_stats(svc->store, &s);
+    store_stats_t s;
+    store_stats(svc->store, &s);
     Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
     r.shard = svc->shard;
     r.shards = svc->n_shards;
@@ -325,7 +325,7 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
     r.stored_rows_estimate = s.stored_rows_estimate;
     r.hot_evictions = s.hot_evictions;
     r.layout_hash = svc->layout_hash;
-    r.data_dir = (char *)emb_store_dir(svc->store);
+    r.data_dir = (char *)store_dir(svc->store);
     rpc_call_reply(call, &r.base);
     return;
   }
@@ -348,9 +348,9 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
 }
 
 static void collect(void *ud) {
-  emb_service_t *svc = ud;
-  emb_store_stats_t s;
-  emb_store_stats(svc->store, &s);
+  embedding_service_t *svc = ud;
+  store_stats_t s;
+  store_stats(svc->store, &s);
   metrics_gauge_set(svc->hot_rows, (double)s.hot_rows);
   metrics_gauge_set(svc->hot_bytes, (double)s.hot_bytes);
   metrics_gauge_set(svc->hot_capacity, (double)s.hot_capacity_bytes);
@@ -358,18 +358,18 @@ static void collect(void *ud) {
   metrics_gauge_set(svc->evictions, (double)s.hot_evictions);
 }
 
-int emb_service_create(uv_loop_t *loop, rpc_server_t *server, emb_store_t *store, const tbl_layout_t *layout,
-                       uint32_t shard, uint32_t n_shards, metrics_registry_t *reg, emb_service_t **out) {
-  emb_service_t *svc = calloc(1, sizeof *svc);
+int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store, const table_layout_t *layout,
+                       uint32_t shard, uint32_t n_shards, metrics_registry_t *reg, embedding_service_t **out) {
+  embedding_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
-  int rc = tbl_layout_copy(&svc->layout, layout);
+  int rc = table_layout_copy(&svc->layout, layout);
   if (rc) {
     free(svc);
     return rc;
   }
   svc->loop = loop;
   svc->store = store;
-  svc->layout_hash = tbl_layout_hash(layout);
+  svc->layout_hash = table_layout_hash(layout);
   svc->shard = shard;
   svc->n_shards = n_shards;
   svc->reg = reg;
@@ -398,15 +398,15 @@ int emb_service_create(uv_loop_t *loop, rpc_server_t *server, emb_store_t *store
   for (int i = 0; i < M_COUNT; i++) methods[i] = (rpc_method_t){.name = method_names[i], .unary = handle, .ud = svc};
   rc = rpc_server_add_service(server, &chanter__embedding__v1__embedding__descriptor, methods, M_COUNT);
   if (rc) {
-    emb_service_destroy(svc);
+    embedding_service_destroy(svc);
     return rc;
   }
   *out = svc;
   return 0;
 }
 
-void emb_service_destroy(emb_service_t *svc) {
+void embedding_service_destroy(embedding_service_t *svc) {
   if (!svc) return;
-  tbl_layout_close(&svc->layout);
+  table_layout_close(&svc->layout);
   free(svc);
 }

@@ -11,18 +11,18 @@
 
 #include <uv.h>
 
-#include "embedding_store.h"
+#include "store.h"
 #include "metrics.h"
 #include "rpc.h"
 
-typedef struct emb_service_s emb_service_t;
+typedef struct embedding_service_s embedding_service_t;
 
 /* Registers the Embedding service's handlers on server and its metrics on
  * reg (required).  The store and registry stay the caller's and must
  * outlive the service.  Loop thread. */
-int emb_service_create(uv_loop_t *loop, rpc_server_t *server, emb_store_t *store,
-                       const tbl_layout_t *layout, uint32_t shard, uint32_t n_shards,
-                       metrics_registry_t *reg, emb_service_t **out);
-void emb_service_destroy(emb_service_t *svc);
+int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store,
+                       const table_layout_t *layout, uint32_t shard, uint32_t n_shards,
+                       metrics_registry_t *reg, embedding_service_t **out);
+void embedding_service_destroy(embedding_service_t *svc);
 
 #endif

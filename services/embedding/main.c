@@ -18,7 +18,7 @@
 #include "cfg.h"
 #include "daemon.h"
 #include "embedding_service.h"
-#include "embedding_store.h"
+#include "store.h"
 #include "err.h"
 #include "log.h"
 #include "metrics.h"
@@ -41,15 +41,15 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   daemon_t d = {0};
   cfg_t *cfg = NULL;
-  emb_store_t *store = NULL;
-  emb_service_t *svc = NULL;
+  store_t *store = NULL;
+  embedding_service_t *svc = NULL;
   char err[1024];
   int rc = 1, shard = -1, metrics_port = -1;
   const char *listen = NULL, *data_dir_arg = NULL, *ready_file = NULL;
   char data_dir[4096];
   char **addrs = NULL;
   size_t n_addrs = 0;
-  tbl_layout_t layout = {0};
+  table_layout_t layout = {0};
   shard_map_t map = {0};
 
   proc_init("chanter-embedding");
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   }
   if (shard_map_init(&map, &layout, (uint32_t)n_shards, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) goto out;
 
-  emb_store_opts_t so = {
+  store_opts_t so = {
       .data_dir = data_dir,
       .layout = &layout,
       .shard_map = &map,
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
       .block_cache_bytes = (size_t)cfg_int(cfg, "embedding.block_cache_mb") << 20,
       .sync_writes = cfg_bool(cfg, "embedding.sync_writes"),
   };
-  if ((rc = emb_store_open(&so, &store, err, sizeof err)) != 0) {
+  if ((rc = store_open(&so, &store, err, sizeof err)) != 0) {
     log_error("cannot open the store data_dir=%s: %s (%s)", data_dir, err, err_str(rc));
     rc = 1;
     goto out;
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
   rc = 1;
   if (daemon_init(&d, "chanter-embedding", cfg, listen, (int)cfg_int(cfg, "embedding.drain_ms"), "chanter_embedding"))
     goto out_daemon;
-  if (emb_service_create(d.loop, d.server, store, &layout, (uint32_t)shard, (uint32_t)n_shards, d.reg, &svc))
+  if (embedding_service_create(d.loop, d.server, store, &layout, (uint32_t)shard, (uint32_t)n_shards, d.reg, &svc))
     goto out_daemon;
   char extra[64], status[128];
   snprintf(extra, sizeof extra, "\"shard\": %d", shard);
@@ -139,18 +139,18 @@ int main(int argc, char **argv) {
     goto out_daemon;
   log_info("serving shard=%d/%lld listen=%s port=%d metrics_port=%d data_dir=%s tables=%u layout_hash=%016llx tls=%s",
            shard, (long long)n_shards, d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
-           data_dir, layout.n_tables, (unsigned long long)tbl_layout_hash(&layout),
+           data_dir, layout.n_tables, (unsigned long long)table_layout_hash(&layout),
            *cfg_str(cfg, "tls.cert_file") ? "on" : "off");
   rc = daemon_run(&d);
 
 out_daemon:
   daemon_close(&d); /* server, metrics endpoint: nothing calls into the store after this */
-  emb_service_destroy(svc);
-  if (store) emb_store_close(store);
+  embedding_service_destroy(svc);
+  if (store) store_close(store);
   if (rc == 0) log_info("stopped cleanly");
 out:
   shard_map_close(&map);
-  tbl_layout_close(&layout);
+  table_layout_close(&layout);
   cfg_list_free(addrs, n_addrs);
   cfg_destroy(cfg);
   return rc;

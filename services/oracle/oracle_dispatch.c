@@ -38,7 +38,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the oracle's wire for
 
 #define SEND_QUEUE_MAX 2 /* messages queued on one stream before dispatch waits for on_sent */
 
-static void fill_samples(Chanter__Oracle__V1__Samples *s, const oracle_plan_t *p, const oracle_share_t *sh) {
+static void fill_samples(Chanter__Oracle__V1__Samples *s, const plan_t *p, const plan_share_t *sh) {
   chanter__oracle__v1__samples__init(s);
   s->n = sh->n;
   s->n_dense = p->n_dense;
@@ -65,8 +65,8 @@ static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
 }
 
 static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
-  const oracle_plan_t *pl = &s->plan;
-  const oracle_share_t *sh = &pl->shares[p];
+  const plan_t *pl = &s->plan;
+  const plan_share_t *sh = &pl->shares[p];
   Chanter__Oracle__V1__Samples smp;
   fill_samples(&smp, pl, sh);
   Chanter__Oracle__V1__Step st = CHANTER__ORACLE__V1__STEP__INIT;
@@ -80,8 +80,8 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
     st.write_back_keys = keys_pb(sh->write_back, sh->n_write_back);
   } else {
     /* the cacher's decisions: rows by slot; sync_keys stays empty */
-    const ocache_dec_t *d = &s->dec;
-    const ocache_tr_t *t = &d->tr[p];
+    const cacher_dec_t *d = &s->dec;
+    const cacher_tr_t *t = &d->tr[p];
     ASSERT_OP(t->n_ids, ==, sh->n_ids);
     st.slots = slots_pb(t->slots, t->n_ids);
     st.fetch_keys = keys_pb(t->fetch_keys, t->n_fetch);
@@ -95,7 +95,7 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
     if (s->x + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
-      const ocache_dec_t *dn = &oracle_pipeline__decided(j, s->x + 1)->dec;
+      const cacher_dec_t *dn = &oracle_pipeline__decided(j, s->x + 1)->dec;
       st.replicate_slots = slots_pb(dn->rep_slots, dn->n_rep);
       st.replicate_owners = slots_pb(dn->rep_owners, dn->n_rep);
       st.replicate_keys = keys_pb(dn->rep_keys, dn->n_rep);
@@ -110,8 +110,8 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
 }
 
 static int send_eval(oracle_job_t *j, uint32_t p, uint64_t round) {
-  const oracle_plan_t *ep = &j->fetch.eval.plan;
-  const oracle_share_t *sh = &ep->shares[p];
+  const plan_t *ep = &j->fetch.eval.plan;
+  const plan_share_t *sh = &ep->shares[p];
   Chanter__Oracle__V1__Samples smp;
   fill_samples(&smp, ep, sh);
   Chanter__Oracle__V1__Eval ev = CHANTER__ORACLE__V1__EVAL__INIT;

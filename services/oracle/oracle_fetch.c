@@ -60,7 +60,7 @@ static int put_batch(const data_batch_t *b, void *ud) {
   oracle_job_t *j = ((oracle_fetcher_t *)ud)->j;
   oracle_fetch_t *f = &j->fetch;
   data_batch_t *c = malloc(sizeof *c);
-  if (!c || oracle_batch_concat(b, 1, c) != 0) {
+  if (!c || plan_batch_concat(b, 1, c) != 0) {
     free(c);
     post_error(j, -ENOMEM, "out of memory copying batch %llu", (unsigned long long)b->index);
     return 1;
@@ -92,7 +92,7 @@ static int put_eval(const data_batch_t *b, void *ud) {
   evalset_acc_t *a = ud;
   if (a->n == a->cap) return 1;
   uint64_t left = a->want - a->samples;
-  if (oracle_batch_head(b, b->n < left ? b->n : (uint32_t)left, &a->b[a->n]) != 0) return 1;
+  if (plan_batch_head(b, b->n < left ? b->n : (uint32_t)left, &a->b[a->n]) != 0) return 1;
   a->samples += a->b[a->n].n;
   a->n++;
   return stopping(&a->j->fetch);
@@ -103,7 +103,7 @@ static void fetch_eval(oracle_job_t *j) {
   char err[1024] = "";
   evalset_acc_t a = {.j = j, .cap = (size_t)f->eval.batches, .want = f->eval.want};
   data_batch_t all = {0};
-  oracle_plan_t *plan = calloc(1, sizeof *plan);
+  plan_t *plan = calloc(1, sizeof *plan);
   float *labels = NULL;
   int rc = -ENOMEM;
   if (!plan || !(a.b = calloc(a.cap, sizeof *a.b))) goto out;
@@ -120,8 +120,8 @@ static void fetch_eval(oracle_job_t *j) {
                err[0] ? err : err_str(rc));
     goto out;
   }
-  if ((rc = oracle_batch_concat(a.b, a.n, &all)) != 0 ||
-      (rc = oracle_plan_build(&all, j->P, ORACLE_ALLOC_CONTIGUOUS, 0, j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_EVAL,
+  if ((rc = plan_batch_concat(a.b, a.n, &all)) != 0 ||
+      (rc = plan_build(&all, j->P, PLAN_ALLOC_CONTIGUOUS, 0, j->ideal ? PLAN_IDEAL : PLAN_EVAL,
                               plan)) != 0) {
     post_error(j, rc, "preparing the evaluation set: %s", err_str(rc));
     goto out;
@@ -147,7 +147,7 @@ out:
   free(a.b);
   data_batch_free(&all);
   if (plan) {
-    oracle_plan_close(plan);
+    plan_close(plan);
     free(plan);
   }
   free(labels);
@@ -319,7 +319,7 @@ int oracle_fetch__collect(oracle_job_t *j) {
   pthread_mutex_lock(&f->mu);
   int rc = f->rc;
   if (rc) memcpy(err, f->err, sizeof err);
-  oracle_plan_t *ev = f->eval_pending;
+  plan_t *ev = f->eval_pending;
   float *labels = f->eval_labels_pending;
   size_t n = f->eval_n_pending;
   f->eval_pending = NULL;
@@ -428,11 +428,11 @@ void oracle_fetch__close(oracle_job_t *j) {
     }
   free(f->q);
   if (f->eval_pending) {
-    oracle_plan_close(f->eval_pending);
+    plan_close(f->eval_pending);
     free(f->eval_pending);
   }
   free(f->eval_labels_pending);
-  oracle_plan_close(&f->eval.plan);
+  plan_close(&f->eval.plan);
   free(f->eval.labels);
   free(f->eval.off);
   free(f->threads);

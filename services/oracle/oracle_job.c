@@ -67,7 +67,7 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
     return ERR_CONFIG;
   }
   const char *al = cfg_str(cfg, "allocation");
-  if (oracle_alloc_parse(al) < 0) {
+  if (plan_alloc_parse(al) < 0) {
     snprintf(err, err_len, "allocation = %s (from %s) is unknown; use contiguous, random or laia", al,
              cfg_origin(cfg, "allocation"));
     return ERR_CONFIG;
@@ -381,7 +381,7 @@ static void on_closed(uv_handle_t *h) {
 
 void oracle_job_destroy(oracle_job_t *j) {
   if (!j) return;
-  /* ocache_auto may still read the probe plans on the worker pool, and
+  /* cacher_auto may still read the probe plans on the worker pool, and
    * Info still be asked there (stop ends its retries) */
   j->destroying = 1;
   oracle_fetch__stop(j);

@@ -1,7 +1,7 @@
 /*
  * oracle_job: one training job as the oracle runs it (DESIGN.md sections 3
  * and 4): in mode ideal without any embedding traffic, in every other mode
- * with the lookahead cacher (oracle_cache.h) deciding, batch by batch, what
+ * with the lookahead cacher (cacher.h) deciding, batch by batch, what
  * each trainer fetches into which cache slot, synchronizes (critical or
  * delayed) and writes back and evicts.
  *
@@ -28,12 +28,12 @@
  *    the last batch cut), concatenates it and plans its split across
  *    trainers.
  *  - The loop thread pops batches in order and hands each to libuv's worker
- *    pool for planning (oracle_plan_build; at most 2 at once, at most
+ *    pool for planning (plan_build; at most 2 at once, at most
  *    L + window + 3 planned batches not yet sent to every trainer; ideal:
  *    window + 2).  Plans keep each batch's distinct keys and their users
- *    (ORACLE_PLAN_KEYS); ideal plans have no key lists at all.
+ *    (PLAN_KEYS); ideal plans have no key lists at all.
  *  - The cacher (loop, every mode but ideal): planned batches enter it in
- *    order (ocache_push) and batch x is decided (ocache_decide) once x + L
+ *    order (cacher_push) and batch x is decided (cacher_decide) once x + L
  *    has entered, or the last batch has.  lookahead = N starts at L = N;
  *    lookahead = auto first waits for the first oracle.auto_probe batches
  *    to be planned and picks, on the worker pool, the largest L <=

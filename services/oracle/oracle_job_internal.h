@@ -50,10 +50,10 @@
 #include "jobrule.h"
 #include "metrics.h"
 #include "oracle.pb-c.h"
-#include "oracle_cache.h"
+#include "cacher.h"
 #include "oracle_job.h"
-#include "oracle_laia.h"
-#include "oracle_plan.h"
+#include "laia.h"
+#include "plan.h"
 #include "rpc.h"
 
 #define ORACLE_LOSS_RING 1024   /* recent per-iteration losses for the running train_logloss */
@@ -114,7 +114,7 @@ typedef struct oracle_eval_set_s {
   int ready;          /* arrived */
   uint64_t want;      /* test samples an evaluation scores (jobrule_eval_samples) */
   uint64_t batches;   /* the test batches holding them, the last one cut */
-  oracle_plan_t plan; /* the eval set split across trainers */
+  plan_t plan; /* the eval set split across trainers */
   float *labels;      /* n, eval set order */
   size_t n, *off;     /* off[p]: where rank p's share starts (P + 1 entries) */
 } oracle_eval_set_t;
@@ -143,7 +143,7 @@ typedef struct oracle_fetch_s {
   int stop;
   int rc; /* a fetch thread failed: err says why */
   char err[1024];
-  oracle_plan_t *eval_pending; /* the evaluation set, fetched and split, until the loop takes it */
+  plan_t *eval_pending; /* the evaluation set, fetched and split, until the loop takes it */
   float *eval_labels_pending;
   size_t eval_n_pending;
 } oracle_fetch_t;
@@ -151,7 +151,7 @@ typedef struct oracle_fetch_s {
 /* ---- oracle_pipeline.c: j->pipe */
 
 /* A batch from its planning to its last Step.  In every mode but ideal the
- * cacher reads the plan from ocache_push until ocache_decide, so a slot is
+ * cacher reads the plan from cacher_push until cacher_decide, so a slot is
  * dispatchable once decided and is freed once decided AND sent to every
  * trainer (below every trainer's next Step). */
 enum { ORACLE_SLOT_EMPTY = 0, ORACLE_SLOT_PLANNING, ORACLE_SLOT_READY };
@@ -159,8 +159,8 @@ typedef struct oracle_slot_s {
   uint64_t x;
   int state;
   int decided; /* ideal: as soon as READY; else dec holds the cacher's decisions */
-  oracle_plan_t plan;
-  ocache_dec_t dec;
+  plan_t plan;
+  cacher_dec_t dec;
   uint32_t *evict; /* every slot freed after x: the trainers' wb_slots, concatenated in rank order */
   size_t n_evict;
 } oracle_slot_t;
@@ -169,7 +169,7 @@ typedef struct oracle_pipe_s {
   int open; /* oracle_pipeline__init ran: oracle_pipeline__close may */
   /* allocation */
   int policy;
-  laia_t *laia;           /* allocation = laia: the rows each trainer holds (oracle_laia.h) */
+  laia_t *laia;           /* allocation = laia: the rows each trainer holds (laia.h) */
   uint32_t laia_window;   /* oracle.laia_window */
   uint32_t laia_profile;  /* oracle.laia_profile */
   double laia_min_share;  /* oracle.laia_min_share */
@@ -199,8 +199,8 @@ typedef struct oracle_pipe_s {
   uint32_t L_now;   /* L of the last decision */
   int l_known;      /* L_start is set and the cacher exists */
   uint64_t cache_rows, probe, probe_ready;
-  ocache_t *cache;
-  int auto_running; /* ocache_auto reads the probe plans on the worker pool */
+  cacher_t *cache;
+  int auto_running; /* cacher_auto reads the probe plans on the worker pool */
   uint64_t push_next;   /* next batch to enter the cacher */
   uint64_t decide_next; /* next batch to decide */
   uint64_t slots_used, slots_peak;

@@ -3,15 +3,15 @@
  * a fetched batch to a decided one.
  *
  * Planning: the loop takes batches in order (oracle_fetch__take) and hands
- * each to libuv's worker pool (oracle_plan_build; at most 2 at once, at
+ * each to libuv's worker pool (plan_build; at most 2 at once, at
  * most L + window + 3 planned batches not yet sent to every trainer;
  * ideal: window + 2).  Plans keep each batch's distinct keys and their
- * users (ORACLE_PLAN_KEYS); ideal plans have no key lists at all.  With
+ * users (PLAN_KEYS); ideal plans have no key lists at all.  With
  * allocation = laia the planning work first allocates the batch's samples
  * (laia_assign), in batch order across the workers.
  *
  * The cacher (loop, every mode but ideal): planned batches enter it in
- * order (ocache_push) and batch x is decided (ocache_decide) once x + L
+ * order (cacher_push) and batch x is decided (cacher_decide) once x + L
  * has entered, or the last batch has.  lookahead = N starts at L = N;
  * lookahead = auto first waits for the first oracle.auto_probe batches to
  * be planned and picks, on the worker pool, the largest L <=
@@ -42,8 +42,8 @@
 
 /* Frees a slot's plan and decisions (READY or decided slots only). */
 static void slot_release(oracle_slot_t *s) {
-  oracle_plan_close(&s->plan);
-  if (s->decided) ocache_dec_free(&s->dec);
+  plan_close(&s->plan);
+  if (s->decided) cacher_dec_free(&s->dec);
   free(s->evict);
   s->evict = NULL;
   s->n_evict = 0;
@@ -52,7 +52,7 @@ static void slot_release(oracle_slot_t *s) {
 }
 
 /* At the end of the job: every READY plan goes (PLANNING ones go when
- * their work returns).  Not while ocache_auto reads the probe plans on the
+ * their work returns).  Not while cacher_auto reads the probe plans on the
  * worker pool: auto_done calls this then. */
 static void release_plans(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
@@ -123,9 +123,9 @@ static void plan_work(uv_work_t *req) {
     return;
   }
   /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
-  unsigned flags = j->ideal ? ORACLE_PLAN_IDEAL : ORACLE_PLAN_KEYS;
-  w->rc = w->owner ? oracle_plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
-                   : oracle_plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->slot->plan);
+  unsigned flags = j->ideal ? PLAN_IDEAL : PLAN_KEYS;
+  w->rc = w->owner ? plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
+                   : plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->slot->plan);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -137,10 +137,10 @@ static void plan_done(uv_work_t *req, int status) {
   pp->running--;
   if (status == UV_ECANCELED && !w->rc) {
     w->rc = ERR_SHUTDOWN;
-    oracle_plan_close(&s->plan);
+    plan_close(&s->plan);
   }
   if (w->rc || oracle_job__over(j)) {
-    if (!w->rc) oracle_plan_close(&s->plan);
+    if (!w->rc) plan_close(&s->plan);
     s->state = ORACLE_SLOT_EMPTY;
     if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->x, err_str(w->rc));
   } else {
@@ -222,7 +222,7 @@ int oracle_pipeline__plan(oracle_job_t *j) {
   return changed;
 }
 
-/* ---- the cacher (every mode but ideal; oracle_cache.h) */
+/* ---- the cacher (every mode but ideal; cacher.h) */
 
 /* L is known (given, or chosen by auto): the dispatch window, the planning
  * span and the cacher follow from it.  The window is at least L + 2: a
@@ -232,9 +232,9 @@ int oracle_pipeline__plan(oracle_job_t *j) {
  * PLAN_AHEAD.  0 or -ENOMEM. */
 static int set_lookahead(oracle_job_t *j, uint32_t L) {
   oracle_pipe_t *pp = &j->pipe;
-  ocache_opts_t o = {
+  cacher_opts_t o = {
       .trainers = j->P, .lookahead = L, .cache_rows = pp->cache_rows, .lrpp = pp->lrpp, .delayed = pp->delayed};
-  int rc = ocache_create(&o, &pp->cache);
+  int rc = cacher_create(&o, &pp->cache);
   if (rc) return rc;
   pp->L_start = pp->L_now = L;
   pp->window = pp->window_cfg > L + 2 ? pp->window_cfg : L + 2;
@@ -258,13 +258,13 @@ static int decide_one(oracle_job_t *j) {
   oracle_slot_t *s = &pp->plans[x % pp->n_plans];
   ASSERT(s->state == ORACLE_SLOT_READY && s->x == x && !s->decided);
   char err[512];
-  int rc = ocache_decide(pp->cache, &s->dec, err, sizeof err);
+  int rc = cacher_decide(pp->cache, &s->dec, err, sizeof err);
   if (rc) {
     if (rc == ERR_CONFIG) return oracle_job__error(j, rc, "%s", err); /* names cache_rows, the batch and the need */
     return oracle_job__error(j, rc, "the cacher failed on batch %llu: %s", (unsigned long long)x,
                              err[0] ? err : err_str(rc));
   }
-  const ocache_dec_t *d = &s->dec;
+  const cacher_dec_t *d = &s->dec;
   /* The evicted set is the union of the trainers' write-backs (each
    * evicted row is written back by exactly one trainer); every trainer
    * frees all of it, a private row's slot being merely unused elsewhere. */
@@ -272,7 +272,7 @@ static int decide_one(oracle_job_t *j) {
   for (uint32_t p = 0; p < j->P; p++) n += d->tr[p].n_wb;
   s->evict = malloc((n ? n : 1) * sizeof *s->evict);
   if (!s->evict) {
-    ocache_dec_free(&s->dec);
+    cacher_dec_free(&s->dec);
     return oracle_job__error(j, -ENOMEM, "out of memory deciding batch %llu", (unsigned long long)x);
   }
   for (uint32_t p = 0; p < j->P; p++) {
@@ -286,7 +286,7 @@ static int decide_one(oracle_job_t *j) {
              (unsigned long long)x, (unsigned long long)pp->cache_rows);
   pp->L_now = d->lookahead;
   pp->slots_used = d->slots_used;
-  pp->slots_peak = ocache_slots_peak(pp->cache);
+  pp->slots_peak = cacher_slots_peak(pp->cache);
   metrics_gauge_set(j->m.lookahead, pp->L_now);
   metrics_gauge_set(j->m.slots, (double)pp->slots_used);
   return 0;
@@ -295,7 +295,7 @@ static int decide_one(oracle_job_t *j) {
 typedef struct auto_work_s {
   uv_work_t req;
   oracle_job_t *j;
-  oracle_plan_t *plans; /* shallow copies of the probe plans, contiguous (ocache_auto only reads them) */
+  plan_t *plans; /* shallow copies of the probe plans, contiguous (cacher_auto only reads them) */
   size_t n;
   uint32_t L;
   uint64_t need;
@@ -307,7 +307,7 @@ static void auto_work(uv_work_t *req) {
   auto_work_t *w = req->data;
   const oracle_pipe_t *pp = &w->j->pipe;
   double t0 = oracle_job__now();
-  w->rc = ocache_auto(w->plans, w->n, w->j->P, pp->cache_rows, pp->max_l, pp->lrpp, &w->L, &w->need);
+  w->rc = cacher_auto(w->plans, w->n, w->j->P, pp->cache_rows, pp->max_l, pp->lrpp, &w->L, &w->need);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -357,7 +357,7 @@ static void auto_done(uv_work_t *req, int status) {
 }
 
 /* lookahead = auto: once the first `probe` batches are planned, choose L
- * over them on the worker pool (ocache_auto runs the decisions about log2
+ * over them on the worker pool (cacher_auto runs the decisions about log2
  * max_lookahead times: too long for the loop).  Nothing is decided before.
  * 0 or an error (said). */
 static int start_auto(oracle_job_t *j) {
@@ -389,7 +389,7 @@ static int start_auto(oracle_job_t *j) {
   return 0;
 }
 
-/* In batch order: a planned batch enters (ocache_push; ocache_end after
+/* In batch order: a planned batch enters (cacher_push; cacher_end after
  * the last one's) whenever none can be decided, and a batch is decided as
  * soon as it can be -- one per call, so that the conductor dispatches each
  * decision at once: once L is known (lookahead = auto) about L + 1
@@ -400,18 +400,18 @@ int oracle_pipeline__cache(oracle_job_t *j) {
   if (j->ideal) return 0;
   if (!pp->l_known) return start_auto(j);
   for (;;) {
-    if (ocache_ready(pp->cache)) {
+    if (cacher_ready(pp->cache)) {
       int rc = decide_one(j);
       return rc ? rc : ORACLE_CH_DECIDED;
     }
     if (pp->push_next >= j->iterations) return 0;
     oracle_slot_t *s = &pp->plans[pp->push_next % pp->n_plans];
     if (s->state != ORACLE_SLOT_READY || s->x != pp->push_next) return 0;
-    int rc = ocache_push(pp->cache, &s->plan);
+    int rc = cacher_push(pp->cache, &s->plan);
     if (rc)
       return oracle_job__error(j, rc, "the cacher refused batch %llu: %s", (unsigned long long)pp->push_next,
                                err_str(rc));
-    if (++pp->push_next == j->iterations) ocache_end(pp->cache);
+    if (++pp->push_next == j->iterations) cacher_end(pp->cache);
   }
 }
 
@@ -449,7 +449,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
   pthread_mutex_init(&pp->laia_mu, NULL);
   pthread_cond_init(&pp->laia_cv, NULL);
   pp->open = 1;
-  pp->policy = oracle_alloc_parse(j->allocation);
+  pp->policy = plan_alloc_parse(j->allocation);
   pp->laia_window = (uint32_t)cfg_int(cfg, "oracle.laia_window");
   pp->laia_profile = (uint32_t)cfg_int(cfg, "oracle.laia_profile");
   pp->laia_min_share = cfg_float(cfg, "oracle.laia_min_share");
@@ -466,7 +466,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
   pp->max_l = given_l ? (uint32_t)strtoul(j->lookahead_cfg, NULL, 10) : (uint32_t)cfg_int(cfg, "oracle.max_lookahead");
   /* lookahead = 0 (the baseline) has nothing to lower: no probe; a batch
    * too large for the cache fails the job when it is decided, naming
-   * cache_rows (oracle_cache.c) */
+   * cache_rows (cacher.c) */
   if (given_l && pp->max_l == 0) pp->auto_l = 0;
   pp->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
   pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
@@ -484,7 +484,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
     pp->n_plans = (uint32_t)(n > pp->probe ? n : pp->probe);
   }
   pp->span = pp->n_plans;
-  if (pp->policy == ORACLE_ALLOC_LAIA) {
+  if (pp->policy == PLAN_ALLOC_LAIA) {
     laia_opts_t lo = {.trainers = j->P,
                       .window = pp->laia_window,
                       .seed = j->seed,
@@ -511,7 +511,7 @@ void oracle_pipeline__close(oracle_job_t *j) {
   if (!pp->open) return;
   release_plans(j);
   free(pp->plans);
-  ocache_destroy(pp->cache);
+  cacher_destroy(pp->cache);
   laia_destroy(pp->laia);
   pthread_mutex_destroy(&pp->laia_mu);
   pthread_cond_destroy(&pp->laia_cv);

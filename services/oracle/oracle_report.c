@@ -235,7 +235,7 @@ static int on_eval_result(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1
     snprintf(why, why_len, "EvalResult for round %llu, which was not sent to this rank", (unsigned long long)round);
     return -EINVAL;
   }
-  const oracle_share_t *sh = &es->plan.shares[p];
+  const plan_share_t *sh = &es->plan.shares[p];
   if (logits_len != (size_t)sh->n * sizeof(float) || (labels_len && labels_len != logits_len)) {
     snprintf(why, why_len, "EvalResult of round %llu has %zu logit bytes and %zu label bytes; the Eval had %u samples",
              (unsigned long long)round, logits_len, labels_len, sh->n);

@@ -492,14 +492,14 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
   svc->trainers = (uint32_t)cfg_int(cfg, "trainers");
   svc->hb_timeout_ms = cfg_int(cfg, "oracle.heartbeat_timeout_ms");
   data_schema_t sc;
-  tbl_layout_t lay;
+  table_layout_t lay;
   int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
   if (rc) goto fail;
   svc->schema_hash = dpc_schema_hash(&sc);
   data_schema_close(&sc);
   if ((rc = cfg_layout(cfg, &lay, err, err_len)) != 0) goto fail;
-  svc->layout_hash = tbl_layout_hash(&lay);
-  tbl_layout_close(&lay);
+  svc->layout_hash = table_layout_hash(&lay);
+  table_layout_close(&lay);
   if ((rc = oracle_job_create(loop, cfg, reg, &svc->job, err, err_len)) != 0) goto fail;
   svc->g_alive = metrics_gauge(reg, "members_alive", NULL, "members seen within oracle.heartbeat_timeout_ms");
   svc->g_members = metrics_gauge(reg, "members", NULL, "members that joined");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-struct tar_s {
+struct trainer_ar_s {
   coll_t *c;
   float *g;
   size_t n, B, nb; /* floats, bucket floats (0 = one, no thread), buckets */
@@ -31,14 +31,14 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static size_t bucket_hi(const tar_t *a, size_t k) { return a->n - k * a->B; }
-static size_t bucket_lo(const tar_t *a, size_t k) {
+static size_t bucket_hi(const trainer_ar_t *a, size_t k) { return a->n - k * a->B; }
+static size_t bucket_lo(const trainer_ar_t *a, size_t k) {
   size_t hi = bucket_hi(a, k);
   return hi > a->B ? hi - a->B : 0;
 }
 
 static void *comm_main(void *arg) {
-  tar_t *a = arg;
+  trainer_ar_t *a = arg;
   pthread_mutex_lock(&a->mu);
   for (;;) {
     while (!a->quit && a->started >= a->ready) pthread_cond_wait(&a->cv, &a->mu);
@@ -61,9 +61,9 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-int tar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, tar_t **out) {
+int trainer_ar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, trainer_ar_t **out) {
   *out = NULL;
-  tar_t *a = calloc(1, sizeof(*a));
+  trainer_ar_t *a = calloc(1, sizeof(*a));
   if (!a) return -ENOMEM;
   a->c = c;
   a->g = grads;
@@ -74,7 +74,7 @@ int tar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, tar_t **
   pthread_cond_init(&a->cv, NULL);
   if (bucket_floats && a->nb) {
     if (pthread_create(&a->th, NULL, comm_main, a) != 0) {
-      tar_destroy(a);
+      trainer_ar_destroy(a);
       return -EAGAIN;
     }
     a->threaded = 1;
@@ -83,7 +83,7 @@ int tar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, tar_t **
   return 0;
 }
 
-void tar_destroy(tar_t *a) {
+void trainer_ar_destroy(trainer_ar_t *a) {
   if (!a) return;
   if (a->threaded) {
     pthread_mutex_lock(&a->mu);
@@ -97,17 +97,17 @@ void tar_destroy(tar_t *a) {
   free(a);
 }
 
-size_t tar_buckets(const tar_t *a) { return a->nb; }
+size_t trainer_ar_buckets(const trainer_ar_t *a) { return a->nb; }
 
-void tar_begin(tar_t *a) {
+void trainer_ar_begin(trainer_ar_t *a) {
   pthread_mutex_lock(&a->mu);
   a->ready = a->started = a->done = 0;
   a->t_comm = 0;
   pthread_mutex_unlock(&a->mu);
 }
 
-void tar_ready(void *arg, size_t lo) {
-  tar_t *a = arg;
+void trainer_ar_ready(void *arg, size_t lo) {
+  trainer_ar_t *a = arg;
   if (!a->threaded) return;
   pthread_mutex_lock(&a->mu);
   size_t k = a->ready;
@@ -119,7 +119,7 @@ void tar_ready(void *arg, size_t lo) {
   pthread_mutex_unlock(&a->mu);
 }
 
-int tar_finish(tar_t *a, double *t_comm) {
+int trainer_ar_finish(trainer_ar_t *a, double *t_comm) {
   if (!a->threaded) {
     double t0 = now_s();
     int rc = a->rc;

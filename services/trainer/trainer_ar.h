@@ -10,7 +10,7 @@
  * handed to this module's communication thread as soon as all of it is
  * final, and all-reduced there (coll_allreduce_sum_f32, in bucket order,
  * on the trainer's one group) while the backward computes earlier layers;
- * tar_finish waits for the rest.
+ * trainer_ar_finish waits for the rest.
  *
  * Determinism: for P <= 2 every element's sum is the single rounded
  * x0 + x1, whatever the buckets; for P >= 3 Gloo's ring order depends on
@@ -18,9 +18,9 @@
  * part of the job's configuration (trainer.bucket_kb): the same job gives
  * the same bits, another bucket size may differ in the last bits.
  *
- * Threads: tar_begin / tar_finish on the training thread; tar_ready from
+ * Threads: trainer_ar_begin / trainer_ar_finish on the training thread; trainer_ar_ready from
  * inside model_backward (the same thread).  The group (coll_t) is used by
- * the communication thread only between tar_begin and tar_finish, and by
+ * the communication thread only between trainer_ar_begin and trainer_ar_finish, and by
  * the training thread otherwise (the hand-off is a mutex: happens-before).
  */
 #ifndef CHANTER_TRAINER_AR_H
@@ -30,24 +30,24 @@
 
 #include "coll.h"
 
-typedef struct tar_s tar_t;
+typedef struct trainer_ar_s trainer_ar_t;
 
 /* Over grads[0..n) on group c.  bucket_floats == 0: one bucket of the
- * whole array, all-reduced by tar_finish on the calling thread after the
+ * whole array, all-reduced by trainer_ar_finish on the calling thread after the
  * backward (no overlap, no thread).  0, -ENOMEM, -EAGAIN. */
-int tar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, tar_t **out);
-void tar_destroy(tar_t *a);
-size_t tar_buckets(const tar_t *a);
+int trainer_ar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, trainer_ar_t **out);
+void trainer_ar_destroy(trainer_ar_t *a);
+size_t trainer_ar_buckets(const trainer_ar_t *a);
 
 /* Before the backward: nothing is ready yet. */
-void tar_begin(tar_t *a);
+void trainer_ar_begin(trainer_ar_t *a);
 /* The model's hook (model_grad_ready_fn): grads[lo, n) are final. */
-void tar_ready(void *a, size_t lo);
+void trainer_ar_ready(void *a, size_t lo);
 /* After the backward: waits until every bucket is all-reduced (doing any
  * the hook did not see, e.g. without overlap).  0 or the first failed
  * all-reduce's code (the group is then unusable, coll.h).  *t_comm: the
  * seconds the communication thread spent in all-reduces this step (the
  * overlapped part included). */
-int tar_finish(tar_t *a, double *t_comm);
+int trainer_ar_finish(trainer_ar_t *a, double *t_comm);
 
 #endif

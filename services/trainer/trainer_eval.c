@@ -34,9 +34,9 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
   /* rows this trainer owns are current only here: to the servers first,
    * so that the other trainers read them there */
   int rc = 0;
-  size_t n_own = kmap_owned(t->kmap, NULL, NULL, 0);
+  size_t n_own = trainer_kmap_owned(t->kmap, NULL, NULL, 0);
   if (n_own) {
-    uint32_t rf = tstep_row_floats(t->ts);
+    uint32_t rf = trainer_step_row_floats(t->ts);
     uint32_t *os = malloc(n_own * sizeof *os);
     uint64_t *ok = malloc(n_own * sizeof *ok);
     float *orow = malloc(n_own * rf * sizeof(float));
@@ -44,8 +44,8 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
       free(os), free(ok), free(orow);
       return err_set(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_own);
     }
-    kmap_owned(t->kmap, os, ok, n_own);
-    tstep_cache_gather(t->ts, os, n_own, orow);
+    trainer_kmap_owned(t->kmap, os, ok, n_own);
+    trainer_step_cache_gather(t->ts, os, n_own, orow);
     char why[768] = "";
     rc = embc_write(t->embc, ok, n_own, orow, why, sizeof why); /* (any key order: embc routes each key) */
     free(os), free(ok), free(orow);
@@ -63,10 +63,10 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
 static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_t *keys, size_t n, char *err,
                       size_t err_len) {
   float *rows;
-  int rc = tstep_set_slots(t->ts, keys, n, &rows, err, err_len);
+  int rc = trainer_step_set_slots(t->ts, keys, n, &rows, err, err_len);
   if (rc || !n) return rc;
-  const uint64_t *sk = tstep_slot_keys(t->ts);
-  uint32_t rf = tstep_row_floats(t->ts);
+  const uint64_t *sk = trainer_step_slot_keys(t->ts);
+  uint32_t rf = trainer_step_row_floats(t->ts);
   size_t miss = 0, hit = 0;
   uint64_t *mk = malloc(n * sizeof *mk);
   size_t *mi = malloc(n * sizeof *mi), *hi = malloc(n * sizeof *hi);
@@ -77,7 +77,7 @@ static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_
     return err_set(err, err_len, -ENOMEM, "out of memory for %zu evaluation rows", n);
   }
   for (size_t i = 0; i < n; i++) {
-    int64_t sl = kmap_find(t->kmap, sk[i]);
+    int64_t sl = trainer_kmap_find(t->kmap, sk[i]);
     if (sl >= 0) {
       hs[hit] = (uint32_t)sl;
       hi[hit++] = i;
@@ -87,7 +87,7 @@ static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_
     }
   }
   if (hit) {
-    tstep_cache_gather(t->ts, hs, hit, mr);
+    trainer_step_cache_gather(t->ts, hs, hit, mr);
     for (size_t j = 0; j < hit; j++) memcpy(rows + hi[j] * rf, mr + j * rf, rf * sizeof(float));
   }
   if (miss && (rc = embc_lookup(t->embc, mk, miss, mr, err, err_len)) == 0)
@@ -99,14 +99,14 @@ static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_
 
 int trainer_eval_answer(trainer_t *t, const trainer_work_t *w, char *err, size_t err_len) {
   const trainer_work_eval_t *ev = &w->eval;
-  const tstep_batch_t *b = &w->batch;
+  const trainer_step_batch_t *b = &w->batch;
   char why[768] = "";
   int rc;
   const uint64_t *keys;
   size_t n;
   if (t->ideal) {
-    if ((rc = tstep_batch_keys(t->ts, b, &keys, &n)) != 0) return rc;
-    if ((rc = trows_fetch(t->local, t->ts, keys, n, why, sizeof why)) != 0)
+    if ((rc = trainer_step_batch_keys(t->ts, b, &keys, &n)) != 0) return rc;
+    if ((rc = trainer_rows_fetch(t->local, t->ts, keys, n, why, sizeof why)) != 0)
       return err_set(err, err_len, rc, "eval round %" PRIu64 ": fetch of %zu rows failed: %s", ev->round, n, why);
   } else {
     keys = ev->fetch_keys;
@@ -121,7 +121,7 @@ int trainer_eval_answer(trainer_t *t, const trainer_work_t *w, char *err, size_t
     e->logits = l;
     e->cap = b->n + 1;
   }
-  if ((rc = tstep_eval(t->ts, b, e->logits, why, sizeof why)) != 0)
+  if ((rc = trainer_step_eval(t->ts, b, e->logits, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "eval round %" PRIu64 ": %s", ev->round, why);
   Chanter__Oracle__V1__EvalResult r = CHANTER__ORACLE__V1__EVAL_RESULT__INIT;
   r.round = ev->round;

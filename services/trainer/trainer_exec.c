@@ -64,8 +64,8 @@ static int save_dense(trainer_t *t, const char *path) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "wb");
   if (!f) return -errno;
-  size_t n = tstep_n_params(t->ts);
-  int rc = fwrite(tstep_params(t->ts), sizeof(float), n, f) == n ? 0 : -EIO;
+  size_t n = trainer_step_n_params(t->ts);
+  int rc = fwrite(trainer_step_params(t->ts), sizeof(float), n, f) == n ? 0 : -EIO;
   if (fclose(f) != 0 && !rc) rc = -errno;
   if (!rc && rename(tmp, path) != 0) rc = -errno;
   return rc;
@@ -82,7 +82,7 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
     ph[TRAINER_PH_TOTAL] = s->t_wait + (t6 - s->t0);
   }
   char why[600];
-  int rc = tstep_device_status(t->ts, why, sizeof why);
+  int rc = trainer_step_device_status(t->ts, why, sizeof why);
   if (rc) /* a GPU failure in this step (or in the background work before it): not reported as done */
     return err_set(err, err_len, rc, "iteration %" PRIu64 " on the GPU: %s", x, why);
   Chanter__Oracle__V1__Report r = CHANTER__ORACLE__V1__REPORT__INIT;
@@ -110,14 +110,14 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   uint8_t sha[32];
   char hex[65] = "";
   if (x + 1 == t->iterations) {
-    tstep_dense_sha256(t->ts, sha);
+    trainer_step_dense_sha256(t->ts, sha);
     r.dense_sha256.data = sha;
     r.dense_sha256.len = 32;
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
     if (t->save_dense && (rc = save_dense(t, t->save_dense)) != 0)
       log_warn("cannot save the dense parameters path=%s err=\"%s\"", t->save_dense, err_str(rc));
     else if (t->save_dense)
-      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, tstep_n_params(t->ts));
+      log_info("dense parameters saved path=%s floats=%zu", t->save_dense, trainer_step_n_params(t->ts));
   }
   if ((rc = orc_work_report(t->stream, &r)) != 0 && (t->write_failed = 1))
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": cannot send the Report to the oracle at %s: %s", x,
@@ -165,12 +165,12 @@ static int check_next(uint64_t x, uint64_t expect, char *err, size_t err_len) {
 /* The end of the dense all-reduce that started inside the backward
  * (trainer_ar.h); *t_comm: its own time. */
 static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, size_t err_len) {
-  int rc = tar_finish(t->join.dense_ar, t_comm);
+  int rc = trainer_ar_finish(t->join.dense_ar, t_comm);
   if (rc)
     err_set(err, err_len, rc,
             "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
             "(a peer trainer died or is unreachable; see the collective's log line)",
-            x, tstep_n_params(t->ts), t->trainers, err_str(rc));
+            x, trainer_step_n_params(t->ts), t->trainers, err_str(rc));
   return rc;
 }
 
@@ -191,7 +191,7 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
                             trainer_exec_step_t *s, char *err, size_t err_len) {
   step_begin(w, t_wait, 0, s);
   uint64_t x = s->x;
-  const tstep_batch_t *b = &w->batch;
+  const trainer_step_batch_t *b = &w->batch;
   double *ph = s->ph, t0 = s->t0;
   char why[768] = "";
   int rc = check_next(x, expect, err, err_len);
@@ -200,27 +200,27 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
   /* a. rows: this batch's own, from the local store */
   size_t n_fetch;
   const uint64_t *fkeys;
-  if ((rc = tstep_batch_keys(t->ts, b, &fkeys, &n_fetch)) != 0) return rc;
-  if ((rc = trows_fetch(t->local, t->ts, fkeys, n_fetch, why, sizeof why)) != 0)
+  if ((rc = trainer_step_batch_keys(t->ts, b, &fkeys, &n_fetch)) != 0) return rc;
+  if ((rc = trainer_rows_fetch(t->local, t->ts, fkeys, n_fetch, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
   double t1 = trainer_now();
 
   /* b. forward, backward; c. the dense all-reduce starts inside the
    * backward (trainer_ar.h) and ends after it; no row is synchronized */
-  if ((rc = tstep_forward(t->ts, b, why, sizeof why)) != 0)
+  if ((rc = trainer_step_forward(t->ts, b, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = trainer_now();
-  tar_begin(t->join.dense_ar);
-  s->loss = tstep_backward(t->ts, b, w->step.global_batch ? w->step.global_batch : 1);
+  trainer_ar_begin(t->join.dense_ar);
+  s->loss = trainer_step_backward(t->ts, b, w->step.global_batch ? w->step.global_batch : 1);
   double t3 = trainer_now();
   if ((rc = dense_finish(t, x, &s->c.dense_comm, err, err_len)) != 0) return rc;
   double t4 = trainer_now();
 
   /* d. update; e. the rows back to the local store */
-  tstep_update(t->ts);
+  trainer_step_update(t->ts);
   double t5 = trainer_now();
-  size_t n_wb = tstep_slots(t->ts);
-  if ((rc = trows_scatter(t->local, tstep_slot_keys(t->ts), n_wb, tstep_slot_rows(t->ts), why, sizeof why)) != 0)
+  size_t n_wb = trainer_step_slots(t->ts);
+  if ((rc = trainer_rows_scatter(t->local, trainer_step_slot_keys(t->ts), n_wb, trainer_step_slot_rows(t->ts), why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
   double t6 = trainer_now();
 
@@ -247,7 +247,7 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
   char why[768] = "";
   int rc = check_next(s->x, expect, err, err_len);
   if (rc) return rc;
-  if ((rc = tstep_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
+  if ((rc = trainer_step_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->x, why);
   s->t_end = trainer_now();
   s->ph[TRAINER_PH_FWD] = s->t_end - s->t0;
@@ -257,11 +257,11 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
 int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
   const trainer_work_step_t *st = &s->w->step;
   for (size_t i = 0; i < st->n_fetch; i++) /* x's rows are cached now: the key map learns them */
-    if (kmap_set(t->kmap, st->fetch_slots[i], st->fetch_keys[i]) != 0)
+    if (trainer_kmap_set(t->kmap, st->fetch_slots[i], st->fetch_keys[i]) != 0)
       return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
   double t2 = trainer_now();
-  tar_begin(t->join.dense_ar);
-  s->loss = tstep_backward(t->ts, &s->w->batch, st->global_batch ? st->global_batch : 1);
+  trainer_ar_begin(t->join.dense_ar);
+  s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch ? st->global_batch : 1);
   double t3 = trainer_now();
   s->ph[TRAINER_PH_BWD] = t3 - t2;
   s->t_end = t3;
@@ -272,17 +272,17 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
   const trainer_work_step_t *st = &s->w->step;
   trainer_exec_t *e = &t->exec;
   size_t n_crit = st->n_critical;
-  uint32_t dim = tstep_dim(t->ts);
+  uint32_t dim = trainer_step_dim(t->ts);
   double tc0 = trainer_now();
   if (n_crit) {
     if (trainer_grow((void **)&e->crit_buf, &e->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
-    tstep_cache_pack(t->ts, st->sync_critical, n_crit, e->crit_buf);
+    trainer_step_cache_pack(t->ts, st->sync_critical, n_crit, e->crit_buf);
     int rc = coll_allreduce_sum_f32_ordered(t->join.coll, e->crit_buf, n_crit * dim);
     if (rc)
       return err_set(err, err_len, rc,
                      "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
                      s->x, n_crit, t->trainers, err_str(rc));
-    tstep_cache_unpack(t->ts, st->sync_critical, n_crit, e->crit_buf);
+    trainer_step_cache_unpack(t->ts, st->sync_critical, n_crit, e->crit_buf);
   }
   double t4 = trainer_now();
   s->ph[TRAINER_PH_ALLREDUCE] = t4 - s->t_end; /* from the backward's end: the dense all-reduce's rest too */
@@ -297,14 +297,14 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
  * arithmetic, so the bits are the owner's), which every trainer holds
  * again. */
 static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, char *err, size_t err_len) {
-  for (size_t i = 0; i < st->n_own; i++) kmap_set_owned(t->kmap, st->own_slots[i], 1);
-  for (size_t i = 0; i < st->n_stale; i++) kmap_clear(t->kmap, st->stale_slots[i]);
+  for (size_t i = 0; i < st->n_own; i++) trainer_kmap_set_owned(t->kmap, st->own_slots[i], 1);
+  for (size_t i = 0; i < st->n_stale; i++) trainer_kmap_clear(t->kmap, st->stale_slots[i]);
   size_t n = st->n_replicate;
   if (!n) return 0;
   /* Each owner sends only its own rows: grouped by owner (in list order
    * inside a group), every group padded to the largest, one allgather;
    * one gather of this trainer's rows and one scatter per other owner. */
-  uint32_t rf = tstep_row_floats(t->ts), P = t->trainers;
+  uint32_t rf = trainer_step_row_floats(t->ts), P = t->trainers;
   size_t *off = calloc((size_t)P + 1, sizeof *off), maxc = 0;
   size_t *fill = calloc(P, sizeof *fill);
   uint32_t *grouped = malloc(n * sizeof *grouped);
@@ -324,7 +324,7 @@ static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, ch
     grouped[off[o] + fill[o]++] = st->replicate_slots[i];
   }
   size_t mine_n = off[t->rank + 1] - off[t->rank];
-  tstep_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
+  trainer_step_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
   if ((rc = coll_allgather(t->join.coll, mine, maxc * rf * sizeof(float), all)) != 0) {
     err_set(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s", x, n,
             P, err_str(rc));
@@ -332,9 +332,9 @@ static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, ch
   }
   for (uint32_t o = 0; o < P; o++)
     if (o != t->rank && off[o + 1] > off[o])
-      tstep_cache_scatter(t->ts, grouped + off[o], off[o + 1] - off[o], all + (size_t)o * maxc * rf);
+      trainer_step_cache_scatter(t->ts, grouped + off[o], off[o + 1] - off[o], all + (size_t)o * maxc * rf);
   for (size_t i = 0; i < n; i++)
-    if (kmap_set(t->kmap, st->replicate_slots[i], st->replicate_keys[i]) != 0) {
+    if (trainer_kmap_set(t->kmap, st->replicate_slots[i], st->replicate_keys[i]) != 0) {
       rc = err_set(err, err_len, -ENOMEM, "out of memory in the key map");
       goto out;
     }
@@ -351,8 +351,8 @@ int trainer_exec_update(trainer_t *t, trainer_exec_step_t *s, float *delayed_gra
   /* e. updates: dense, and every row with a gradient but the delayed ones
    * (their gradients are packed for the background first: x + 1's
    * backward will overwrite the step's gradients) */
-  tstep_cache_pack(t->ts, st->sync_delayed, st->n_delayed, delayed_grads);
-  tstep_cache_update(t->ts, st->sync_delayed, st->n_delayed);
+  trainer_step_cache_pack(t->ts, st->sync_delayed, st->n_delayed, delayed_grads);
+  trainer_step_cache_update(t->ts, st->sync_delayed, st->n_delayed);
 
   /* e2. ownership (LRPP): rows that another trainer uses next get their
    * owner's copy everywhere; rows taking an owner here go stale elsewhere

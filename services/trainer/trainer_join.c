@@ -106,7 +106,7 @@ int trainer_join_oracle(trainer_t *t, char *err, size_t err_len) {
   req.rank = t->rank;
   req.address = t->address;
   req.schema_hash = dpc_schema_hash(&t->schema);
-  req.layout_hash = tbl_layout_hash(&t->layout);
+  req.layout_hash = table_layout_hash(&t->layout);
   req.pid = (uint32_t)getpid();
   Chanter__Oracle__V1__JoinResponse *resp = NULL;
   sdn_status("joining the oracle at %s", orc_address(t->orc));
@@ -169,28 +169,28 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
     return err_set(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
                    t->trainers, t->rank, t->address, j->prefix, why[0] ? why : err_str(rc));
   /* every rank initialized identically; make sure anyway */
-  model_t *m = tstep_model(t->ts); /* the CPU model (its backward's grad-ready hook), or NULL on a GPU */
-  if ((rc = coll_broadcast(j->coll, tstep_params(t->ts), tstep_n_params(t->ts) * sizeof(float), 0)) != 0)
+  model_t *m = trainer_step_model(t->ts); /* the CPU model (its backward's grad-ready hook), or NULL on a GPU */
+  if ((rc = coll_broadcast(j->coll, trainer_step_params(t->ts), trainer_step_n_params(t->ts) * sizeof(float), 0)) != 0)
     return err_set(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
-  if ((rc = tstep_params_changed(t->ts)) != 0)
+  if ((rc = trainer_step_params_changed(t->ts)) != 0)
     return err_set(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
   /* the dense all-reduce in buckets, overlapped with the backward (one
    * trainer: nothing to reduce, no hook) */
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
-  if ((rc = tar_create(j->coll, tstep_grads(t->ts), tstep_n_params(t->ts), bucket, &j->dense_ar)) != 0)
+  if ((rc = trainer_ar_create(j->coll, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket, &j->dense_ar)) != 0)
     return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
   int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
-  if (overlap) model_set_grad_ready(m, tar_ready, j->dense_ar);
+  if (overlap) model_set_grad_ready(m, trainer_ar_ready, j->dense_ar);
   log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
            "overlap=%s",
-           t->rank, t->trainers, coll_backend(j->coll), j->prefix, trainer_now() - t0, tstep_n_params(t->ts),
-           tar_buckets(j->dense_ar), overlap ? "yes" : "no");
+           t->rank, t->trainers, coll_backend(j->coll), j->prefix, trainer_now() - t0, trainer_step_n_params(t->ts),
+           trainer_ar_buckets(j->dense_ar), overlap ? "yes" : "no");
   return 0;
 }
 
 void trainer_join_group_close(trainer_t *t) {
-  if (t->ts && tstep_model(t->ts)) model_set_grad_ready(tstep_model(t->ts), NULL, NULL);
-  tar_destroy(t->join.dense_ar);
+  if (t->ts && trainer_step_model(t->ts)) model_set_grad_ready(trainer_step_model(t->ts), NULL, NULL);
+  trainer_ar_destroy(t->join.dense_ar);
   t->join.dense_ar = NULL;
   coll_destroy(t->join.coll);
   t->join.coll = NULL;

@@ -32,7 +32,7 @@ typedef struct trainer_join_s {
   int hb_running;
   char prefix[512]; /* the group's rendezvous prefix, "<job_id>/<generation>" (Join's answer) */
   coll_t *coll;     /* the group */
-  tar_t *dense_ar;  /* the bucketed dense all-reduce (trainer_ar.h) on it */
+  trainer_ar_t *dense_ar;  /* the bucketed dense all-reduce (trainer_ar.h) on it */
 } trainer_join_t;
 
 /* The heartbeat's client (cluster.oracle, TLS and message size of the

@@ -18,7 +18,7 @@
 #define OWNED 2 /* ... and this trainer owns that row */
 
 /* Invariant: state[s] & FULL  <=>  map holds slot_key[s] -> s. */
-struct kmap_s {
+struct trainer_kmap_s {
   uint64_t *slot_key; /* slots */
   uint8_t *state;     /* slots: FULL | OWNED */
   uint64_t n_slots;
@@ -26,22 +26,22 @@ struct kmap_s {
   u64map_t map; /* key -> slot */
 };
 
-int kmap_create(uint64_t slots, kmap_t **out) {
+int trainer_kmap_create(uint64_t slots, trainer_kmap_t **out) {
   *out = NULL;
-  kmap_t *m = calloc(1, sizeof *m);
+  trainer_kmap_t *m = calloc(1, sizeof *m);
   if (!m) return -ENOMEM;
   m->n_slots = slots;
   m->slot_key = malloc((slots ? slots : 1) * sizeof *m->slot_key);
   m->state = calloc(slots ? slots : 1, 1);
   if (!m->slot_key || !m->state || u64map_init(&m->map, 512) != 0) {
-    kmap_destroy(m);
+    trainer_kmap_destroy(m);
     return -ENOMEM;
   }
   *out = m;
   return 0;
 }
 
-void kmap_destroy(kmap_t *m) {
+void trainer_kmap_destroy(trainer_kmap_t *m) {
   if (!m) return;
   free(m->slot_key);
   free(m->state);
@@ -49,23 +49,23 @@ void kmap_destroy(kmap_t *m) {
   free(m);
 }
 
-size_t kmap_count(const kmap_t *m) { return u64map_count(&m->map); }
+size_t trainer_kmap_count(const trainer_kmap_t *m) { return u64map_count(&m->map); }
 
-int64_t kmap_find(const kmap_t *m, uint64_t key) {
+int64_t trainer_kmap_find(const trainer_kmap_t *m, uint64_t key) {
   uint32_t slot;
   return u64map_find(&m->map, key, &slot) ? (int64_t)slot : -1;
 }
 
-static int is_full(const kmap_t *m, uint32_t slot) { return slot < m->n_slots && (m->state[slot] & FULL); }
+static int is_full(const trainer_kmap_t *m, uint32_t slot) { return slot < m->n_slots && (m->state[slot] & FULL); }
 
-void kmap_set_owned(kmap_t *m, uint32_t slot, int owned) {
+void trainer_kmap_set_owned(trainer_kmap_t *m, uint32_t slot, int owned) {
   if (!is_full(m, slot) || ((m->state[slot] & OWNED) != 0) == (owned != 0)) return;
   m->state[slot] ^= OWNED;
   if (owned) m->n_owned++;
   else m->n_owned--;
 }
 
-size_t kmap_owned(const kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap) {
+size_t trainer_kmap_owned(const trainer_kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap) {
   if (!cap) return m->n_owned;
   size_t k = 0;
   for (uint64_t s = 0; s < m->n_slots && k < cap; s++)
@@ -77,20 +77,20 @@ size_t kmap_owned(const kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap) 
 }
 
 /* slot forgets its key (the map is the caller's business). */
-static void empty(kmap_t *m, uint32_t slot) {
-  kmap_set_owned(m, slot, 0);
+static void empty(trainer_kmap_t *m, uint32_t slot) {
+  trainer_kmap_set_owned(m, slot, 0);
   m->state[slot] = 0;
 }
 
-void kmap_clear(kmap_t *m, uint32_t slot) {
+void trainer_kmap_clear(trainer_kmap_t *m, uint32_t slot) {
   if (!is_full(m, slot)) return;
   u64map_erase(&m->map, m->slot_key[slot], NULL); /* maps to slot: the invariant */
   empty(m, slot);
 }
 
-int kmap_set(kmap_t *m, uint32_t slot, uint64_t key) {
+int trainer_kmap_set(trainer_kmap_t *m, uint32_t slot, uint64_t key) {
   if (slot >= m->n_slots) return -EINVAL;
-  kmap_clear(m, slot);
+  trainer_kmap_clear(m, slot);
   uint32_t *at;
   int rc = u64map_insert(&m->map, key, slot, &at);
   if (rc < 0) return rc;

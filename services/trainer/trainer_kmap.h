@@ -16,23 +16,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct kmap_s kmap_t;
+typedef struct trainer_kmap_s trainer_kmap_t;
 
 /* 0, -ENOMEM. */
-int kmap_create(uint64_t slots, kmap_t **out);
-void kmap_destroy(kmap_t *m);
+int trainer_kmap_create(uint64_t slots, trainer_kmap_t **out);
+void trainer_kmap_destroy(trainer_kmap_t *m);
 /* slot now holds key (replacing whatever it held).  0 or -ENOMEM. */
-int kmap_set(kmap_t *m, uint32_t slot, uint64_t key);
+int trainer_kmap_set(trainer_kmap_t *m, uint32_t slot, uint64_t key);
 /* slot holds nothing (no-op if it held nothing). */
-void kmap_clear(kmap_t *m, uint32_t slot);
+void trainer_kmap_clear(trainer_kmap_t *m, uint32_t slot);
 /* The row at slot is owned by this trainer (LRPP: only its copy is
  * current) or no longer (0).  No-op for an empty slot. */
-void kmap_set_owned(kmap_t *m, uint32_t slot, int owned);
+void trainer_kmap_set_owned(trainer_kmap_t *m, uint32_t slot, int owned);
 /* Up to cap (slot, key) pairs of the owned rows, in slot order; returns how
  * many there are (call with cap 0 to count). */
-size_t kmap_owned(const kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap);
+size_t trainer_kmap_owned(const trainer_kmap_t *m, uint32_t *slots, uint64_t *keys, size_t cap);
 /* The slot holding key, or -1. */
-int64_t kmap_find(const kmap_t *m, uint64_t key);
-size_t kmap_count(const kmap_t *m);
+int64_t trainer_kmap_find(const trainer_kmap_t *m, uint64_t key);
+size_t trainer_kmap_count(const trainer_kmap_t *m);
 
 #endif

@@ -51,26 +51,26 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   if ((rc = data_schema_from_cfg(cfg, &t->schema, err, err_len)) != 0) goto fail;
   t->have_schema = 1;
   if ((rc = cfg_layout(cfg, &t->layout, err, err_len)) != 0) goto fail;
-  if ((rc = tstep_create(cfg, &t->schema, &t->layout, (uint32_t)cfg_int(cfg, "batch_size"), &t->ts, err, err_len)) != 0)
+  if ((rc = trainer_step_create(cfg, &t->schema, &t->layout, (uint32_t)cfg_int(cfg, "batch_size"), &t->ts, err, err_len)) != 0)
     goto fail;
   if (t->ideal) {
-    if ((rc = trows_create(&t->layout, &t->local)) != 0) {
+    if ((rc = trainer_rows_create(&t->layout, &t->local)) != 0) {
       err_set(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
       goto fail;
     }
   } else {
     if ((rc = embc_create(cfg, &t->embc, err, err_len)) != 0) goto fail;
     t->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
-    if ((rc = tstep_cache_init(t->ts, t->cache_rows, err, err_len)) != 0) goto fail;
-    if ((rc = kmap_create(t->cache_rows, &t->kmap)) != 0) {
+    if ((rc = trainer_step_cache_init(t->ts, t->cache_rows, err, err_len)) != 0) goto fail;
+    if ((rc = trainer_kmap_create(t->cache_rows, &t->kmap)) != 0) {
       err_set(err, err_len, rc, "out of memory for the map of %" PRIu64 " cache slots", t->cache_rows);
       goto fail;
     }
     log_info("cache rank=%u cache_rows=%" PRIu64 " bytes=%.1f MiB", rank, t->cache_rows,
-             (double)t->cache_rows * tstep_row_floats(t->ts) * 4 / (1 << 20));
+             (double)t->cache_rows * trainer_step_row_floats(t->ts) * 4 / (1 << 20));
   }
   t->limits = (trainer_work_limits_t){.schema = &t->schema,
-                                      .max_batch = tstep_max_batch(t->ts),
+                                      .max_batch = trainer_step_max_batch(t->ts),
                                       .cache_rows = t->cache_rows,
                                       .trainers = t->trainers};
   if ((rc = orc_create(cfg, NULL, &t->orc, err, err_len)) != 0) goto fail;
@@ -88,14 +88,14 @@ void trainer_destroy(trainer_t *t) {
   trainer_join_close(t);
   orc_destroy(t->orc);
   embc_destroy(t->embc);
-  trows_destroy(t->local);
-  tstep_destroy(t->ts);
-  tbl_layout_close(&t->layout);
+  trainer_rows_destroy(t->local);
+  trainer_step_destroy(t->ts);
+  table_layout_close(&t->layout);
   if (t->have_schema) data_schema_close(&t->schema);
   trainer_eval_close(t);
   trainer_exec_close(t);
   free(t->save_dense);
-  kmap_destroy(t->kmap);
+  trainer_kmap_destroy(t->kmap);
   trainer_pipeline_close(t);
   pthread_cond_destroy(&t->cv);
   pthread_mutex_destroy(&t->mu);

@@ -85,13 +85,13 @@ static int prefetch(trainer_t *t, const trainer_work_step_t *st, double *t_fetch
     return err_set(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
   double t0 = trainer_now();
   if (n) {
-    uint32_t rf = tstep_row_floats(t->ts);
+    uint32_t rf = trainer_step_row_floats(t->ts);
     if (trainer_grow((void **)&p->pf_rows, &p->pf_cap, n * rf, sizeof(float)))
       return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for %zu prefetched rows", x, n);
     char why[768] = "";
     int rc = embc_lookup(t->embc, st->fetch_keys, n, p->pf_rows, why, sizeof why);
     if (rc) return err_set(err, err_len, rc, "iteration %" PRIu64 ": prefetch of %zu rows failed: %s", x, n, why);
-    tstep_cache_scatter(t->ts, st->fetch_slots, n, p->pf_rows);
+    trainer_step_cache_scatter(t->ts, st->fetch_slots, n, p->pf_rows);
   }
   *t_fetch = trainer_now() - t0;
   return 0;
@@ -111,7 +111,7 @@ static void feed_finish(trainer_t *t, int rc, const char *why) {
 static void *feeder_main(void *arg) {
   trainer_t *t = arg;
   trainer_pipeline_t *p = &t->pipe;
-  tstep_cache_thread(TSTEP_ROLE_PREFETCH);
+  trainer_step_cache_thread(TRAINER_STEP_ROLE_PREFETCH);
   for (;;) {
     Chanter__Oracle__V1__WorkItem *msg = NULL;
     int rc = orc_work_next(t->stream, &msg);
@@ -190,8 +190,8 @@ int trainer_pipeline_next(trainer_t *t, uint64_t expect, double t_start, trainer
 static void *bg_main(void *arg) {
   trainer_t *t = arg;
   trainer_pipeline_t *p = &t->pipe;
-  tstep_cache_thread(TSTEP_ROLE_BACKGROUND);
-  uint32_t dim = tstep_dim(t->ts);
+  trainer_step_cache_thread(TRAINER_STEP_ROLE_BACKGROUND);
+  uint32_t dim = trainer_step_dim(t->ts);
   pthread_mutex_lock(&p->mu);
   for (;;) {
     while (!p->bg_busy && !p->bg_quit) pthread_cond_wait(&p->bcv, &p->mu);
@@ -208,10 +208,10 @@ static void *bg_main(void *arg) {
                 "iteration %" PRIu64 ": all-reduce of %zu delayed rows' gradients among %u trainers failed: %s", x,
                 st->n_delayed, t->trainers, err_str(rc));
       else
-        tstep_cache_update_rows(t->ts, st->sync_delayed, st->n_delayed, p->bg_grad);
+        trainer_step_cache_update_rows(t->ts, st->sync_delayed, st->n_delayed, p->bg_grad);
     }
     if (!failed && !rc && st->n_write_back) {
-      tstep_cache_gather(t->ts, st->write_back_slots, st->n_write_back, p->bg_rows);
+      trainer_step_cache_gather(t->ts, st->write_back_slots, st->n_write_back, p->bg_rows);
       char why[768] = "";
       if ((rc = embc_write(t->embc, st->write_back_keys, st->n_write_back, p->bg_rows, why, sizeof why)) != 0)
         err_set(err, sizeof err, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", x,
@@ -239,7 +239,7 @@ int trainer_pipeline_bg_wait(trainer_t *t, double *t_waited, char *err, size_t e
   pthread_mutex_unlock(&p->mu);
   if (!rc && p->bg_item) { /* the step is over: its evicted slots leave the key map */
     const trainer_work_step_t *st = &p->bg_item->work.step;
-    for (size_t i = 0; i < st->n_evict; i++) kmap_clear(t->kmap, st->evict_slots[i]);
+    for (size_t i = 0; i < st->n_evict; i++) trainer_kmap_clear(t->kmap, st->evict_slots[i]);
     trainer_pipeline_release(p->bg_item);
     p->bg_item = NULL;
   }
@@ -250,8 +250,8 @@ int trainer_pipeline_bg_wait(trainer_t *t, double *t_waited, char *err, size_t e
 int trainer_pipeline_bg_reserve(trainer_t *t, const trainer_work_t *w, float **grads) {
   trainer_pipeline_t *p = &t->pipe;
   *grads = NULL;
-  if (trainer_grow((void **)&p->bg_grad, &p->cap_grad, (w->step.n_delayed + 1) * tstep_dim(t->ts), sizeof(float)) ||
-      trainer_grow((void **)&p->bg_rows, &p->cap_rows, (w->step.n_write_back + 1) * tstep_row_floats(t->ts),
+  if (trainer_grow((void **)&p->bg_grad, &p->cap_grad, (w->step.n_delayed + 1) * trainer_step_dim(t->ts), sizeof(float)) ||
+      trainer_grow((void **)&p->bg_rows, &p->cap_rows, (w->step.n_write_back + 1) * trainer_step_row_floats(t->ts),
                    sizeof(float)))
     return -ENOMEM;
   *grads = p->bg_grad;

@@ -13,8 +13,8 @@
 #include "err.h"
 #include "u64map.h"
 
-struct trows_s {
-  tbl_layout_t layout;
+struct trainer_rows_s {
+  table_layout_t layout;
   uint32_t rf;  /* floats per row */
   u64map_t map; /* key -> row index into rows */
   size_t n;     /* rows held */
@@ -22,40 +22,40 @@ struct trows_s {
   size_t n_cap;
 };
 
-int trows_create(const tbl_layout_t *layout, trows_t **out) {
+int trainer_rows_create(const table_layout_t *layout, trainer_rows_t **out) {
   if (!layout->n_tables) return -EINVAL;
-  uint32_t rf = tbl_row_floats(layout, 0);
+  uint32_t rf = table_row_floats(layout, 0);
   for (uint32_t t = 1; t < layout->n_tables; t++)
-    if (tbl_row_floats(layout, t) != rf) return -EINVAL;
-  trows_t *s = calloc(1, sizeof *s);
+    if (table_row_floats(layout, t) != rf) return -EINVAL;
+  trainer_rows_t *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   s->rf = rf;
-  int rc = tbl_layout_copy(&s->layout, layout);
+  int rc = table_layout_copy(&s->layout, layout);
   if (!rc) rc = u64map_init(&s->map, 512);
   if (rc) {
-    trows_destroy(s);
+    trainer_rows_destroy(s);
     return rc;
   }
   *out = s;
   return 0;
 }
 
-void trows_destroy(trows_t *s) {
+void trainer_rows_destroy(trainer_rows_t *s) {
   if (!s) return;
   u64map_close(&s->map);
   free(s->rows);
-  tbl_layout_close(&s->layout);
+  table_layout_close(&s->layout);
   free(s);
 }
 
-size_t trows_count(const trows_t *s) { return s->n; }
+size_t trainer_rows_count(const trainer_rows_t *s) { return s->n; }
 
 /* The row of key, inserted (initialized) when new; NULL on -ENOMEM / bad
  * key (*rc says which). */
-static float *row_of(trows_t *s, uint64_t key, int *rc, char *why, size_t why_len) {
+static float *row_of(trainer_rows_t *s, uint64_t key, int *rc, char *why, size_t why_len) {
   uint32_t i;
   if (u64map_find(&s->map, key, &i)) return s->rows + (size_t)i * s->rf;
-  if ((*rc = tbl_check_key(&s->layout, key, why, why_len)) != 0) return NULL;
+  if ((*rc = table_check_key(&s->layout, key, why, why_len)) != 0) return NULL;
   *rc = -ENOMEM;
   if (s->n > UINT32_MAX) return NULL; /* a row index is a uint32 */
   if (s->n == s->n_cap) {
@@ -68,12 +68,12 @@ static float *row_of(trows_t *s, uint64_t key, int *rc, char *why, size_t why_le
   if (u64map_insert(&s->map, key, (uint32_t)s->n, NULL) < 0) return NULL;
   *rc = 0;
   float *row = s->rows + s->n * s->rf;
-  tbl_init_row(&s->layout, key, row);
+  table_init_row(&s->layout, key, row);
   s->n++;
   return row;
 }
 
-int trows_gather(trows_t *s, const uint64_t *keys, size_t n, float *out, char *why, size_t why_len) {
+int trainer_rows_gather(trainer_rows_t *s, const uint64_t *keys, size_t n, float *out, char *why, size_t why_len) {
   for (size_t i = 0; i < n; i++) {
     int rc = 0;
     const float *row = row_of(s, keys[i], &rc, why, why_len);
@@ -83,7 +83,7 @@ int trows_gather(trows_t *s, const uint64_t *keys, size_t n, float *out, char *w
   return 0;
 }
 
-int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len) {
+int trainer_rows_scatter(trainer_rows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len) {
   for (size_t i = 0; i < n; i++) {
     int rc = 0;
     float *row = row_of(s, keys[i], &rc, why, why_len);
@@ -93,12 +93,12 @@ int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows,
   return 0;
 }
 
-int trows_fetch(trows_t *s, tstep_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len) {
+int trainer_rows_fetch(trainer_rows_t *s, trainer_step_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len) {
   float *rows;
-  int rc = tstep_set_slots(ts, keys, n, &rows, err, err_len);
+  int rc = trainer_step_set_slots(ts, keys, n, &rows, err, err_len);
   if (rc || !n) return rc;
   char why[256] = "";
-  rc = trows_gather(s, tstep_slot_keys(ts), n, rows, why, sizeof why);
+  rc = trainer_rows_gather(s, trainer_step_slot_keys(ts), n, rows, why, sizeof why);
   if (rc) err_set(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
   return rc;
 }

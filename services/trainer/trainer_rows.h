@@ -3,7 +3,7 @@
  * mode = ideal.
  *
  * In ideal mode the trainer does no embedding traffic: every row it ever
- * needs lives here, initialized on first use with tbl_init_row from (seed,
+ * needs lives here, initialized on first use with table_init_row from (seed,
  * key) exactly as an embedding server would initialize it.  Per step the
  * trainer copies its batch's rows from here into the dense slot array of
  * trainer_step (the "fetch") and copies them back after the update (the
@@ -21,28 +21,28 @@
 #include "table.h"
 #include "trainer_step.h"
 
-typedef struct trows_s trows_t;
+typedef struct trainer_rows_s trainer_rows_t;
 
 /* An empty store for rows of layout (every table must have the same row
  * floats: the trainer's uniform slot stride).  layout is copied.  0,
  * -EINVAL or -ENOMEM. */
-int trows_create(const tbl_layout_t *layout, trows_t **out);
-void trows_destroy(trows_t *s);
+int trainer_rows_create(const table_layout_t *layout, trainer_rows_t **out);
+void trainer_rows_destroy(trainer_rows_t *s);
 
 /* Copies the rows of keys[0..n) into out (n * row floats, in key order),
  * inserting (and initializing) the ones never seen.  0, -ENOMEM, or
  * -ENOENT / -ERANGE for a key outside the layout (with why). */
-int trows_gather(trows_t *s, const uint64_t *keys, size_t n, float *out, char *why, size_t why_len);
+int trainer_rows_gather(trainer_rows_t *s, const uint64_t *keys, size_t n, float *out, char *why, size_t why_len);
 /* Stores rows[i] as the row of keys[i] (inserting when new).  0 or
  * -ENOMEM (or a bad key, as above). */
-int trows_scatter(trows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len);
+int trainer_rows_scatter(trainer_rows_t *s, const uint64_t *keys, size_t n, const float *rows, char *why, size_t why_len);
 
 /* Ideal mode's "fetch": sets ts's slots to keys[0..n) (strictly
- * ascending, tstep_set_slots) and fills them from s.  0 or the error with
- * err (tstep_set_slots's, or "local rows: ..."). */
-int trows_fetch(trows_t *s, tstep_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len);
+ * ascending, trainer_step_set_slots) and fills them from s.  0 or the error with
+ * err (trainer_step_set_slots's, or "local rows: ..."). */
+int trainer_rows_fetch(trainer_rows_t *s, trainer_step_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len);
 
 /* Rows held. */
-size_t trows_count(const trows_t *s);
+size_t trainer_rows_count(const trainer_rows_t *s);
 
 #endif

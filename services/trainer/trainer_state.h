@@ -74,16 +74,16 @@ struct trainer_s {
   char address[256];
   data_schema_t schema;
   int have_schema;
-  tbl_layout_t layout;
+  table_layout_t layout;
   trainer_work_limits_t limits; /* what every WorkItem is checked against */
   char *save_dense;             /* --save-dense */
 
   /* ---- the model, the rows, the clients */
-  tstep_t *ts;
-  trows_t *local;      /* ideal mode */
+  trainer_step_t *ts;
+  trainer_rows_t *local;      /* ideal mode */
   embc_t *embc;        /* normal mode */
   uint64_t cache_rows; /* normal mode */
-  kmap_t *kmap;        /* normal mode; training thread only */
+  trainer_kmap_t *kmap;        /* normal mode; training thread only */
   orc_t *orc;
   trainer_metrics_t m;
 

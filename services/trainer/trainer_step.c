@@ -25,26 +25,26 @@
 #include "tcache_cuda.h"
 #endif
 
-/* The calling thread's part in the cache (tstep_cache_thread). */
-static _Thread_local int g_role = TSTEP_ROLE_TRAIN;
+/* The calling thread's part in the cache (trainer_step_cache_thread). */
+static _Thread_local int g_role = TRAINER_STEP_ROLE_TRAIN;
 
-struct tstep_s {
+struct trainer_step_s {
   uint32_t n_dense, n_tables, dim, rf, max_batch, max_hot;
   uint32_t *hotness;  /* n_tables */
-  tbl_layout_t layout;
-  mdev_t *md;     /* the model on its device */
+  table_layout_t layout;
+  model_dev_t *md;     /* the model on its device */
   model_t *model; /* device = cpu: md's model; else NULL */
   int cuda;       /* device = cuda: the cache in GPU memory (tcache_cuda.h) */
 #ifdef CHANTER_CUDA
-  tcc_t *dc;
+  tcache_cuda_t *dc;
 #endif
-  uint32_t *aslots[TSTEP_ROLES]; /* compacted slot lists (tstep_cache_update on the GPU), per thread role */
-  size_t cap_aslots[TSTEP_ROLES];
-  float *ugrads;                 /* the rows updated by tstep_cache_update, compact (device = cuda) */
+  uint32_t *aslots[TRAINER_STEP_ROLES]; /* compacted slot lists (trainer_step_cache_update on the GPU), per thread role */
+  size_t cap_aslots[TRAINER_STEP_ROLES];
+  float *ugrads;                 /* the rows updated by trainer_step_cache_update, compact (device = cuda) */
   size_t cap_ugrads;
   pthread_mutex_t dev_mu;        /* the three below (any thread may record a failure) */
   int dev_mu_ok;
-  int dev_rc;                    /* the first device failure since tstep_device_status */
+  int dev_rc;                    /* the first device failure since trainer_step_device_status */
   char dev_err[512];
   opt_t *dense_opt;
   opt_kind_t emb_kind;
@@ -78,16 +78,16 @@ struct tstep_s {
   float *cgrad;
   uint8_t *cskip;
   size_t n_c, cap_c;
-  int cache_mode; /* the last forward was tstep_cache_forward */
+  int cache_mode; /* the last forward was trainer_step_cache_forward */
 };
 
-int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout_t *layout, uint32_t max_batch,
-                 tstep_t **out, char *err, size_t err_len) {
+int trainer_step_create(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout, uint32_t max_batch,
+                 trainer_step_t **out, char *err, size_t err_len) {
   *out = NULL;
   if (layout->n_tables != schema->n_tables || !layout->n_tables)
     return err_set(err, err_len, ERR_CONFIG, "the data schema has %u tables but table_rows lists %u",
                    schema->n_tables, layout->n_tables);
-  tstep_t *ts = calloc(1, sizeof *ts);
+  trainer_step_t *ts = calloc(1, sizeof *ts);
   if (!ts) return -ENOMEM;
   if (pthread_mutex_init(&ts->dev_mu, NULL) != 0) {
     free(ts);
@@ -98,7 +98,7 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
   ts->n_dense = schema->n_dense;
   ts->n_tables = schema->n_tables;
   ts->dim = layout->tables[0].dim;
-  ts->rf = tbl_row_floats(layout, 0);
+  ts->rf = table_row_floats(layout, 0);
   ts->max_batch = max_batch;
   for (uint32_t t = 0; t < layout->n_tables; t++) {
     if (layout->tables[t].dim != ts->dim) {
@@ -107,13 +107,13 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
                    layout->tables[t].dim, ts->dim);
       goto fail;
     }
-    if (tbl_row_floats(layout, t) != ts->rf) {
+    if (table_row_floats(layout, t) != ts->rf) {
       rc = err_set(err, err_len, ERR_CONFIG, "table %u has %u floats per row but table 0 has %u", t,
-                   tbl_row_floats(layout, t), ts->rf);
+                   table_row_floats(layout, t), ts->rf);
       goto fail;
     }
   }
-  if ((rc = tbl_layout_copy(&ts->layout, layout)) != 0) goto fail;
+  if ((rc = table_layout_copy(&ts->layout, layout)) != 0) goto fail;
   ts->hotness = malloc(ts->n_tables * sizeof *ts->hotness);
   if (!ts->hotness) {
     rc = -ENOMEM;
@@ -126,11 +126,11 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
     ids_per_sample += schema->hotness[t];
     if (schema->hotness[t] > ts->max_hot) ts->max_hot = schema->hotness[t];
   }
-  if ((rc = mdev_create(cfg, ts->n_dense, ts->n_tables, ts->dim, max_batch, &ts->md, err, err_len)) != 0) goto fail;
-  mdev_init(ts->md, (uint64_t)cfg_int(cfg, "seed"));
-  ts->model = mdev_cpu_model(ts->md);
-  ts->cuda = mdev_is_cuda(ts->md);
-  if ((rc = opt_create(cfg, mdev_n_params(ts->md), &ts->dense_opt)) != 0) {
+  if ((rc = model_dev_create(cfg, ts->n_dense, ts->n_tables, ts->dim, max_batch, &ts->md, err, err_len)) != 0) goto fail;
+  model_dev_init(ts->md, (uint64_t)cfg_int(cfg, "seed"));
+  ts->model = model_dev_cpu_model(ts->md);
+  ts->cuda = model_dev_is_cuda(ts->md);
+  if ((rc = opt_create(cfg, model_dev_n_params(ts->md), &ts->dense_opt)) != 0) {
     rc = err_set(err, err_len, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
     goto fail;
   }
@@ -156,21 +156,21 @@ int tstep_create(const cfg_t *cfg, const data_schema_t *schema, const tbl_layout
   *out = ts;
   return 0;
 fail:
-  tstep_destroy(ts);
+  trainer_step_destroy(ts);
   return rc;
 }
 
-void tstep_destroy(tstep_t *ts) {
+void trainer_step_destroy(trainer_step_t *ts) {
   if (!ts) return;
-  mdev_destroy(ts->md);
+  model_dev_destroy(ts->md);
 #ifdef CHANTER_CUDA
-  tcc_destroy(ts->dc);
+  tcache_cuda_destroy(ts->dc);
 #endif
-  for (int r = 0; r < TSTEP_ROLES; r++) free(ts->aslots[r]);
+  for (int r = 0; r < TRAINER_STEP_ROLES; r++) free(ts->aslots[r]);
   free(ts->ugrads);
   if (ts->dev_mu_ok) pthread_mutex_destroy(&ts->dev_mu);
   opt_destroy(ts->dense_opt);
-  tbl_layout_close(&ts->layout);
+  table_layout_close(&ts->layout);
   free(ts->hotness);
   free(ts->slot_keys);
   free(ts->rows);
@@ -192,15 +192,15 @@ void tstep_destroy(tstep_t *ts) {
   free(ts);
 }
 
-model_t *tstep_model(tstep_t *ts) { return ts->model; }
-float *tstep_params(tstep_t *ts) { return mdev_params(ts->md); }
-float *tstep_grads(tstep_t *ts) { return mdev_grads(ts->md); }
-size_t tstep_n_params(const tstep_t *ts) { return mdev_n_params(ts->md); }
-int tstep_is_cuda(const tstep_t *ts) { return ts->cuda; }
-void tstep_cache_thread(int role) { g_role = role >= 0 && role < TSTEP_ROLES ? role : TSTEP_ROLE_TRAIN; }
+model_t *trainer_step_model(trainer_step_t *ts) { return ts->model; }
+float *trainer_step_params(trainer_step_t *ts) { return model_dev_params(ts->md); }
+float *trainer_step_grads(trainer_step_t *ts) { return model_dev_grads(ts->md); }
+size_t trainer_step_n_params(const trainer_step_t *ts) { return model_dev_n_params(ts->md); }
+int trainer_step_is_cuda(const trainer_step_t *ts) { return ts->cuda; }
+void trainer_step_cache_thread(int role) { g_role = role >= 0 && role < TRAINER_STEP_ROLES ? role : TRAINER_STEP_ROLE_TRAIN; }
 
 /* Records the first device failure (rc, "what: the device's message"). */
-static void dev_fail(tstep_t *ts, int rc, const char *what, const char *msg) {
+static void dev_fail(trainer_step_t *ts, int rc, const char *what, const char *msg) {
   pthread_mutex_lock(&ts->dev_mu);
   if (!ts->dev_rc) {
     ts->dev_rc = rc;
@@ -209,7 +209,7 @@ static void dev_fail(tstep_t *ts, int rc, const char *what, const char *msg) {
   pthread_mutex_unlock(&ts->dev_mu);
 }
 
-int tstep_device_status(tstep_t *ts, char *err, size_t err_len) {
+int trainer_step_device_status(trainer_step_t *ts, char *err, size_t err_len) {
   pthread_mutex_lock(&ts->dev_mu);
   int rc = ts->dev_rc;
   if (rc) err_set(err, err_len, rc, "%s", ts->dev_err);
@@ -218,26 +218,26 @@ int tstep_device_status(tstep_t *ts, char *err, size_t err_len) {
   return rc;
 }
 
-int tstep_params_changed(tstep_t *ts) { return mdev_params_changed(ts->md); }
+int trainer_step_params_changed(trainer_step_t *ts) { return model_dev_params_changed(ts->md); }
 
 /* The dense optimizer step (host parameters on either device; pushed to
  * the GPU after it). */
-static void dense_step(tstep_t *ts) {
-  opt_step_pool(ts->dense_opt, mdev_params(ts->md), mdev_grads(ts->md), mdev_pool(ts->md));
+static void dense_step(trainer_step_t *ts) {
+  opt_step_pool(ts->dense_opt, model_dev_params(ts->md), model_dev_grads(ts->md), model_dev_pool(ts->md));
   if (ts->cuda) {
-    int rc = mdev_params_changed(ts->md);
+    int rc = model_dev_params_changed(ts->md);
     if (rc) dev_fail(ts, rc, "copying the dense parameters to the GPU", err_str(rc));
   }
 }
 
-opt_t *tstep_dense_opt(tstep_t *ts) { return ts->dense_opt; }
-uint32_t tstep_dim(const tstep_t *ts) { return ts->dim; }
-uint32_t tstep_row_floats(const tstep_t *ts) { return ts->rf; }
-uint32_t tstep_max_batch(const tstep_t *ts) { return ts->max_batch; }
-size_t tstep_slots(const tstep_t *ts) { return ts->n_slots; }
-const uint64_t *tstep_slot_keys(const tstep_t *ts) { return ts->slot_keys; }
-float *tstep_slot_rows(tstep_t *ts) { return ts->rows; }
-const float *tstep_logits(const tstep_t *ts) { return ts->logits; }
+opt_t *trainer_step_dense_opt(trainer_step_t *ts) { return ts->dense_opt; }
+uint32_t trainer_step_dim(const trainer_step_t *ts) { return ts->dim; }
+uint32_t trainer_step_row_floats(const trainer_step_t *ts) { return ts->rf; }
+uint32_t trainer_step_max_batch(const trainer_step_t *ts) { return ts->max_batch; }
+size_t trainer_step_slots(const trainer_step_t *ts) { return ts->n_slots; }
+const uint64_t *trainer_step_slot_keys(const trainer_step_t *ts) { return ts->slot_keys; }
+float *trainer_step_slot_rows(trainer_step_t *ts) { return ts->rows; }
+const float *trainer_step_logits(const trainer_step_t *ts) { return ts->logits; }
 
 /* ---------------------------------------------------------------- batches */
 
@@ -257,12 +257,12 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys, size_t *n) {
+int trainer_step_batch_keys(trainer_step_t *ts, const trainer_step_batch_t *b, const uint64_t **keys, size_t *n) {
   size_t total = b->n ? b->ids_off[ts->n_tables] : 0;
   if (grow((void **)&ts->bkeys, &ts->cap_bkeys, total + 1, sizeof *ts->bkeys)) return -ENOMEM;
   size_t k = 0;
   for (uint32_t t = 0; t < ts->n_tables && b->n; t++)
-    for (size_t i = b->ids_off[t]; i < b->ids_off[t + 1]; i++) ts->bkeys[k++] = TBL_KEY(t, b->ids[i]);
+    for (size_t i = b->ids_off[t]; i < b->ids_off[t + 1]; i++) ts->bkeys[k++] = TABLE_KEY(t, b->ids[i]);
   qsort(ts->bkeys, k, sizeof *ts->bkeys, cmp_u64);
   size_t u = 0;
   for (size_t i = 0; i < k; i++)
@@ -274,7 +274,7 @@ int tstep_batch_keys(tstep_t *ts, const tstep_batch_t *b, const uint64_t **keys,
 
 /* ---------------------------------------------------------------- slots */
 
-int tstep_set_slots(tstep_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len) {
+int trainer_step_set_slots(trainer_step_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len) {
   if (n > ts->cap_slots) {
     size_t nc = ts->cap_slots ? ts->cap_slots : 1024;
     while (nc < n) nc *= 2;
@@ -296,9 +296,9 @@ int tstep_set_slots(tstep_t *ts, const uint64_t *keys, size_t n, float **rows, c
     if (i && k <= ts->slot_keys[i - 1])
       return err_set(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
                      " after %#" PRIx64 ")", i, k, ts->slot_keys[i - 1]);
-    if (TBL_TABLE(k) >= ts->n_tables)
+    if (TABLE_ID(k) >= ts->n_tables)
       return err_set(err, err_len, -EINVAL, "fetch key %#" PRIx64 " names table %u; the job has %u tables", k,
-                     TBL_TABLE(k), ts->n_tables);
+                     TABLE_ID(k), ts->n_tables);
     ts->slot_keys[i] = k;
   }
   ts->n_slots = n;
@@ -307,7 +307,7 @@ int tstep_set_slots(tstep_t *ts, const uint64_t *keys, size_t n, float **rows, c
   return 0;
 }
 
-long tstep_slot_of(const tstep_t *ts, uint64_t key) {
+long trainer_step_slot_of(const trainer_step_t *ts, uint64_t key) {
   size_t lo = 0, hi = ts->n_slots;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -321,7 +321,7 @@ long tstep_slot_of(const tstep_t *ts, uint64_t key) {
 
 /* ---------------------------------------------------------------- the cache */
 
-int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len) {
+int trainer_step_cache_init(trainer_step_t *ts, uint64_t cache_rows, char *err, size_t err_len) {
   if (cache_rows == 0 || cache_rows > UINT32_MAX)
     return err_set(err, err_len, ERR_CONFIG, "cache_rows = %" PRIu64 " is not in [1, 2^32)", cache_rows);
   free(ts->crows);
@@ -330,9 +330,9 @@ int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len
   ts->cidx = malloc(cache_rows * sizeof *ts->cidx);
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
-    tcc_destroy(ts->dc);
+    tcache_cuda_destroy(ts->dc);
     ts->dc = NULL;
-    int rc = tcc_create(cache_rows, ts->rf, ts->dim, ts->n_tables, ts->hotness, ts->max_batch, &ts->dc, err, err_len);
+    int rc = tcache_cuda_create(cache_rows, ts->rf, ts->dim, ts->n_tables, ts->hotness, ts->max_batch, &ts->dc, err, err_len);
     if (rc) return rc;
 #endif
   } else {
@@ -347,13 +347,13 @@ int tstep_cache_init(tstep_t *ts, uint64_t cache_rows, char *err, size_t err_len
   return 0;
 }
 
-uint64_t tstep_cache_size(const tstep_t *ts) { return ts->cache_rows; }
-float *tstep_cache_rows(tstep_t *ts) { return ts->crows; }
+uint64_t trainer_step_cache_size(const trainer_step_t *ts) { return ts->cache_rows; }
+float *trainer_step_cache_rows(trainer_step_t *ts) { return ts->crows; }
 
 /* Checks slots[0..n) < cache_rows: 0 or ERR_BADMSG naming what and the
  * index (the oracle's lists were checked when they arrived; this guards
  * the ids of a forward, which a caller may build itself). */
-static int cache_check(const tstep_t *ts, const uint32_t *slots, size_t n, const char *what, char *err,
+static int cache_check(const trainer_step_t *ts, const uint32_t *slots, size_t n, const char *what, char *err,
                        size_t err_len) {
   for (size_t i = 0; i < n; i++) {
     uint32_t s = slots[i];
@@ -365,13 +365,13 @@ static int cache_check(const tstep_t *ts, const uint32_t *slots, size_t n, const
 }
 
 /* forget the last step's gradients (touched entries only) */
-static void cache_reset(tstep_t *ts) {
+static void cache_reset(trainer_step_t *ts) {
   for (size_t i = 0; i < ts->n_c; i++) ts->cidx[ts->cslot[i]] = -1;
   ts->n_c = 0;
 }
 
 /* The gradient row of slot s, zeroed when new (ASSERTs room: callers grow). */
-static float *cache_grad_of(tstep_t *ts, uint32_t s) {
+static float *cache_grad_of(trainer_step_t *ts, uint32_t s) {
   int32_t i = ts->cidx[s];
   if (i < 0) {
     if (ts->n_c == ts->cap_c) {
@@ -394,7 +394,7 @@ static float *cache_grad_of(tstep_t *ts, uint32_t s) {
   return ts->cgrad + (size_t)i * ts->dim;
 }
 
-int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slots, char *err, size_t err_len) {
+int trainer_step_cache_forward(trainer_step_t *ts, const trainer_step_batch_t *b, const uint32_t *slots, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   ts->cache_mode = 1;
   if (b->n > ts->max_batch)
@@ -408,8 +408,8 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slo
     if (ts->cuda) {
 #ifdef CHANTER_CUDA
       /* pooled on the GPU straight into the model's input */
-      if ((rc = tcc_forward(ts->dc, ts->idx, b->n, mdev_emb_dev(ts->md), err, err_len)) != 0) return rc;
-      emb = mdev_emb_dev(ts->md);
+      if ((rc = tcache_cuda_forward(ts->dc, ts->idx, b->n, model_dev_emb_dev(ts->md), err, err_len)) != 0) return rc;
+      emb = model_dev_emb_dev(ts->md);
 #endif
     } else {
       size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
@@ -419,7 +419,7 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slo
         o += (size_t)b->n * h;
       }
     }
-    if ((rc = mdev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
+    if ((rc = model_dev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
@@ -427,7 +427,7 @@ int tstep_cache_forward(tstep_t *ts, const tstep_batch_t *b, const uint32_t *slo
   return 0;
 }
 
-int tstep_cache_pack(tstep_t *ts, const uint32_t *slots, size_t n, float *buf) {
+int trainer_step_cache_pack(trainer_step_t *ts, const uint32_t *slots, size_t n, float *buf) {
   for (size_t i = 0; i < n; i++) {
     uint32_t s = slots[i];
     float *dst = buf + i * ts->dim;
@@ -439,21 +439,21 @@ int tstep_cache_pack(tstep_t *ts, const uint32_t *slots, size_t n, float *buf) {
   return 0;
 }
 
-void tstep_cache_unpack(tstep_t *ts, const uint32_t *slots, size_t n, const float *buf) {
+void trainer_step_cache_unpack(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *buf) {
   for (size_t i = 0; i < n; i++)
     memcpy(cache_grad_of(ts, slots[i]), buf + i * ts->dim, ts->dim * sizeof(float));
 }
 
 #ifdef CHANTER_CUDA
 /* The row optimizer on the GPU for slots[0..n) (aligned) with grads. */
-static void dev_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const float *grads) {
+static void dev_update_rows(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *grads) {
   char e[400];
-  int rc = tcc_update_rows(ts->dc, (tcc_role_t)g_role, slots, n, grads, ts->emb_kind, &ts->emb_hp, e, sizeof e);
+  int rc = tcache_cuda_update_rows(ts->dc, (tcache_cuda_role_t)g_role, slots, n, grads, ts->emb_kind, &ts->emb_hp, e, sizeof e);
   if (rc) dev_fail(ts, rc, "updating embedding rows on the GPU", e);
 }
 #endif
 
-size_t tstep_cache_update(tstep_t *ts, const uint32_t *skip_slots, size_t n_skip) {
+size_t trainer_step_cache_update(trainer_step_t *ts, const uint32_t *skip_slots, size_t n_skip) {
   dense_step(ts);
   for (size_t i = 0; i < n_skip; i++) {
     uint32_t s = skip_slots[i];
@@ -490,7 +490,7 @@ size_t tstep_cache_update(tstep_t *ts, const uint32_t *skip_slots, size_t n_skip
   return updated;
 }
 
-void tstep_cache_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const float *grads) {
+void trainer_step_cache_update_rows(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *grads) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
     dev_update_rows(ts, slots, n, grads);
@@ -502,11 +502,11 @@ void tstep_cache_update_rows(tstep_t *ts, const uint32_t *slots, size_t n, const
                    grads + i * ts->dim);
 }
 
-void tstep_cache_scatter(tstep_t *ts, const uint32_t *slots, size_t n, const float *rows) {
+void trainer_step_cache_scatter(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *rows) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
     char e[400];
-    int rc = tcc_scatter(ts->dc, (tcc_role_t)g_role, slots, n, rows, e, sizeof e);
+    int rc = tcache_cuda_scatter(ts->dc, (tcache_cuda_role_t)g_role, slots, n, rows, e, sizeof e);
     if (rc) dev_fail(ts, rc, "copying fetched rows into the GPU cache", e);
 #endif
     return;
@@ -515,11 +515,11 @@ void tstep_cache_scatter(tstep_t *ts, const uint32_t *slots, size_t n, const flo
     memcpy(ts->crows + (size_t)slots[i] * ts->rf, rows + i * ts->rf, ts->rf * sizeof(float));
 }
 
-void tstep_cache_gather(tstep_t *ts, const uint32_t *slots, size_t n, float *rows) {
+void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t n, float *rows) {
   if (ts->cuda) {
 #ifdef CHANTER_CUDA
     char e[400];
-    int rc = tcc_gather(ts->dc, (tcc_role_t)g_role, slots, n, rows, e, sizeof e);
+    int rc = tcache_cuda_gather(ts->dc, (tcache_cuda_role_t)g_role, slots, n, rows, e, sizeof e);
     if (rc) dev_fail(ts, rc, "copying rows out of the GPU cache", e);
 #endif
     return;
@@ -532,7 +532,7 @@ void tstep_cache_gather(tstep_t *ts, const uint32_t *slots, size_t n, float *row
 
 /* Maps samples [i0, i0 + n) of b to slots (ts->idx, same layout as b's ids
  * for those n samples) and pools them into ts->emb. */
-static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
+static int map_and_pool(trainer_step_t *ts, const trainer_step_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
   for (uint32_t t = 0; t < ts->n_tables; t++) {
     uint32_t h = ts->hotness[t];
@@ -540,12 +540,12 @@ static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32
     uint64_t *idx = ts->idx + o;
     for (size_t j = 0; j < (size_t)n * h; j++) {
       uint64_t row = ids[j];
-      long s = row <= TBL_ROW_MASK ? tstep_slot_of(ts, TBL_KEY(t, row)) : -1;
+      long s = row <= TABLE_ROW_MASK ? trainer_step_slot_of(ts, TABLE_KEY(t, row)) : -1;
       if (s < 0)
         return err_set(err, err_len, -ENOENT,
                        "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
                        ") is not among the %zu rows fetched for this batch",
-                       i0 + j / h, t, TBL_KEY(t, row), t, row, ts->n_slots);
+                       i0 + j / h, t, TABLE_KEY(t, row), t, row, ts->n_slots);
       idx[j] = (uint64_t)s;
     }
     nn_embedding_bag_fwd(ts->rows, ts->rf, idx, n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
@@ -554,7 +554,7 @@ static int map_and_pool(tstep_t *ts, const tstep_batch_t *b, uint32_t i0, uint32
   return 0;
 }
 
-int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len) {
+int trainer_step_forward(trainer_step_t *ts, const trainer_step_batch_t *b, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   ts->cache_mode = 0;
   if (b->n > ts->max_batch)
@@ -562,7 +562,7 @@ int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len
   if (b->n) {
     int rc = map_and_pool(ts, b, 0, b->n, err, err_len);
     if (rc) return rc;
-    if ((rc = mdev_forward(ts->md, b->n, b->dense, ts->emb, ts->logits)) != 0)
+    if ((rc = model_dev_forward(ts->md, b->n, b->dense, ts->emb, ts->logits)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   ts->fwd_n = b->n;
@@ -570,7 +570,7 @@ int tstep_forward(tstep_t *ts, const tstep_batch_t *b, char *err, size_t err_len
   return 0;
 }
 
-double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch) {
+double trainer_step_backward(trainer_step_t *ts, const trainer_step_batch_t *b, uint32_t global_batch) {
   ASSERT(ts->fwd_ok);
   ASSERT_OP(b->n, ==, ts->fwd_n);
   if (ts->cache_mode) cache_reset(ts);
@@ -579,13 +579,13 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
     memset(ts->touched, 0, ts->n_slots);
   }
   if (!b->n) {
-    memset(mdev_grads(ts->md), 0, mdev_n_params(ts->md) * sizeof(float));
+    memset(model_dev_grads(ts->md), 0, model_dev_n_params(ts->md) * sizeof(float));
     return 0.0;
   }
   /* the same expression as train --local's 1.0f / (float)b->n */
-  /* device = cuda in cache mode: the input gradient stays on the GPU for tcc_backward */
+  /* device = cuda in cache mode: the input gradient stays on the GPU for tcache_cuda_backward */
   int on_dev = ts->cuda && ts->cache_mode;
-  double loss = mdev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch, on_dev ? NULL : ts->d_emb);
+  double loss = model_dev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch, on_dev ? NULL : ts->d_emb);
   if (isnan(loss) && ts->cuda) dev_fail(ts, ERR_CUDA, "the model's backward on the GPU", "a CUDA call failed");
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
   if (ts->cache_mode) {
@@ -594,7 +594,7 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
       if (on_dev) {
 #ifdef CHANTER_CUDA
         char e[400];
-        int rc = tcc_backward(ts->dc, mdev_demb_dev(ts->md), t, ts->uniq, ts->ugrad, &u, e, sizeof e);
+        int rc = tcache_cuda_backward(ts->dc, model_dev_demb_dev(ts->md), t, ts->uniq, ts->ugrad, &u, e, sizeof e);
         if (rc) {
           dev_fail(ts, rc, "folding embedding gradients on the GPU", e);
           u = 0;
@@ -635,7 +635,7 @@ double tstep_backward(tstep_t *ts, const tstep_batch_t *b, uint32_t global_batch
 
 /* ---------------------------------------------------------------- update / write-back */
 
-size_t tstep_update(tstep_t *ts) {
+size_t trainer_step_update(trainer_step_t *ts) {
   dense_step(ts);
   size_t updated = 0;
   for (size_t s = 0; s < ts->n_slots; s++) {
@@ -649,24 +649,24 @@ size_t tstep_update(tstep_t *ts) {
 
 /* ---------------------------------------------------------------- eval, digest */
 
-int tstep_eval(tstep_t *ts, const tstep_batch_t *b, float *out, char *err, size_t err_len) {
+int trainer_step_eval(trainer_step_t *ts, const trainer_step_batch_t *b, float *out, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   for (uint32_t i0 = 0; i0 < b->n; i0 += ts->max_batch) {
     uint32_t m = b->n - i0 < ts->max_batch ? b->n - i0 : ts->max_batch;
     int rc = map_and_pool(ts, b, i0, m, err, err_len);
     if (rc) return rc;
-    if ((rc = mdev_forward(ts->md, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0)) != 0)
+    if ((rc = model_dev_forward(ts->md, m, b->dense ? b->dense + (size_t)i0 * ts->n_dense : NULL, ts->emb, out + i0)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
   return 0;
 }
 
-void tstep_dense_sha256(tstep_t *ts, uint8_t out[32]) {
+void trainer_step_dense_sha256(trainer_step_t *ts, uint8_t out[32]) {
   unsigned len = 0;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   ASSERT(md);
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  EVP_DigestUpdate(md, mdev_params(ts->md), mdev_n_params(ts->md) * sizeof(float));
+  EVP_DigestUpdate(md, model_dev_params(ts->md), model_dev_n_params(ts->md) * sizeof(float));
   EVP_DigestFinal_ex(md, out, &len);
   EVP_MD_CTX_free(md);
 }

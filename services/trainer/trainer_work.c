@@ -114,7 +114,7 @@ static int block_alloc(block_t *b, char *err, size_t err_len) {
 
 /* The samples (n of them, checked) as the step's batch view. */
 static void lay_out_samples(block_t *b, const Chanter__Oracle__V1__Samples *s, uint32_t n,
-                            const trainer_work_limits_t *lim, tstep_batch_t *out) {
+                            const trainer_work_limits_t *lim, trainer_step_batch_t *out) {
   const data_schema_t *sc = lim->schema;
   out->n = n;
   out->labels = put(b, n ? s->labels.data : NULL, (size_t)n * 4);

@@ -78,7 +78,7 @@ for lib in model plan store; do
   if finds "$lib" embedding.pb-c.h; then rc=1; else rc=0; fi
   expect_rc $rc "common/$lib's flags do not find the generated embedding.pb-c.h"
 done
-finds cli embedding.pb-c.h && finds cli nn.h && finds cli oracle_plan.h && finds cli embedding_store.h
+finds cli embedding.pb-c.h && finds cli nn.h && finds cli plan.h && finds cli store.h
 expect "control: the CLI's flags find the generated code and the libraries' headers"
 
 # 4. The sources say the same: no file in tools/ or common/ includes a

@@ -34,12 +34,12 @@ static void test_defaults(void **st) {
   assert_string_equal(cfg_origin(c, "model"), "default");
   char err[256];
   assert_int_equal(cfg_validate(c, err, sizeof err), 0);
-  tbl_layout_t l;
+  table_layout_t l;
   assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
   assert_int_equal(l.n_tables, 26);
   assert_int_equal(l.tables[0].rows, 1460);
   assert_int_equal(l.tables[0].state_floats, 0);
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   cfg_destroy(c);
 }
 
@@ -70,12 +70,12 @@ static void test_file_and_overrides(void **st) {
   char want[128];
   snprintf(want, sizeof want, "%s:8", path);
   assert_string_equal(cfg_origin(c, "embedding.hot_mb"), want);
-  tbl_layout_t l;
+  table_layout_t l;
   assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
   assert_int_equal(l.n_tables, 3); /* the indented line continued the list */
   assert_int_equal(l.tables[2].rows, 30);
   assert_int_equal(l.tables[1].state_floats, 1);
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   char **items;
   size_t n;
   assert_int_equal(cfg_list(c, "cluster.embedding", &items, &n), 0);
@@ -153,12 +153,12 @@ static void test_long_lines(void **st) {
   assert_int_equal(cfg_create(&c), 0);
   if (cfg_load_file(c, path, err, sizeof err)) fail_msg("%s", err);
   assert_int_equal(cfg_validate(c, err, sizeof err), 0);
-  tbl_layout_t l;
+  table_layout_t l;
   assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
   assert_int_equal(l.n_tables, 26);
   assert_int_equal(l.tables[25].rows, 40000000);
   assert_int_equal(l.tables[1].dim, 5);
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   char **items;
   size_t n;
   assert_int_equal(cfg_list(c, "cluster.embedding", &items, &n), 0);

@@ -340,7 +340,7 @@ static void test_criteo_config_and_open_errors(void **st) {
   /* binary garbage as Criteo: every line bad, nothing crashes */
   uint8_t *g = malloc(300000);
   uint64_t x = 1;
-  for (size_t i = 0; i < 300000; i++) x = tbl_mix64(x), g[i] = (uint8_t)x;
+  for (size_t i = 0; i < 300000; i++) x = table_mix64(x), g[i] = (uint8_t)x;
   write_file(path_of("garbage.tsv"), g, 300000);
   cfg_set(c, "data.max_reports=0", "test", err, sizeof err);
   assert_int_equal(data_open_path(c, path_of("garbage.tsv"), &d, err, sizeof err), -EINVAL);
@@ -700,9 +700,9 @@ static void test_fuzz(void **st) {
     const char *src = avazu ? avbase : base;
     size_t len = avazu ? strlen(avbase) : n;
     memcpy(m, src, len);
-    int edits = 1 + (int)((x = tbl_mix64(x)) % 8);
+    int edits = 1 + (int)((x = table_mix64(x)) % 8);
     for (int e = 0; e < edits; e++) {
-      x = tbl_mix64(x);
+      x = table_mix64(x);
       size_t at = (size_t)(x % (len + 1));
       switch ((x >> 32) % 4) {
       case 0: if (at < len) m[at] = (char)(x >> 40); break;
@@ -745,7 +745,7 @@ static void test_fuzz(void **st) {
   for (int round = 0; round < 300; round++) {
     memcpy(m, good, blen);
     size_t len = blen;
-    x = tbl_mix64(x);
+    x = table_mix64(x);
     m[8 + x % (hdr - 16)] = (char)(x >> 40);
     if (round % 2) { /* a consistent checksum: only the field checks remain */
       uint64_t h = XXH3_64bits(m, hdr - 8);

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "embedding_store.h"
+#include "store.h"
 #include "err.h"
 #include "log.h"
 #include "shard.h"
@@ -36,11 +36,11 @@
 /* ------------------------------------------------------------ fixtures */
 
 /* t0: small, SGD; t1: big, row-wise Adagrad; t2: Adam-ish state = dim */
-static void make_layout(tbl_layout_t *l, uint64_t seed) {
-  assert_int_equal(tbl_layout_init(l, 3, seed), 0);
-  l->tables[0] = (tbl_table_t){.rows = 1000, .dim = 8, .state_floats = 0};
-  l->tables[1] = (tbl_table_t){.rows = 100000, .dim = 16, .state_floats = 1};
-  l->tables[2] = (tbl_table_t){.rows = 50000, .dim = 4, .state_floats = 4};
+static void make_layout(table_layout_t *l, uint64_t seed) {
+  assert_int_equal(table_layout_init(l, 3, seed), 0);
+  l->tables[0] = (table_info_t){.rows = 1000, .dim = 8, .state_floats = 0};
+  l->tables[1] = (table_info_t){.rows = 100000, .dim = 16, .state_floats = 1};
+  l->tables[2] = (table_info_t){.rows = 50000, .dim = 4, .state_floats = 4};
 }
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -50,7 +50,7 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 
 typedef struct fx_s {
   char dir[64];
-  tbl_layout_t layout;
+  table_layout_t layout;
 } fx_t;
 
 static int setup(void **state) {
@@ -66,52 +66,52 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fx_t *f = *state;
   nftw(f->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-  tbl_layout_close(&f->layout);
+  table_layout_close(&f->layout);
   free(f);
   return 0;
 }
 
-static emb_store_t *open_full(const char *dir, const tbl_layout_t *l, size_t hot_bytes, int sync,
+static store_t *open_full(const char *dir, const table_layout_t *l, size_t hot_bytes, int sync,
                               const shard_map_t *map, uint32_t shard) {
-  emb_store_opts_t o = {.data_dir = dir,
+  store_opts_t o = {.data_dir = dir,
                         .layout = l,
                         .shard_map = map,
                         .shard = shard,
                         .hot_bytes = hot_bytes,
                         .block_cache_bytes = 8u << 20,
                         .sync_writes = sync};
-  emb_store_t *s = NULL;
+  store_t *s = NULL;
   char why[512] = "";
-  int rc = emb_store_open(&o, &s, why, sizeof why);
+  int rc = store_open(&o, &s, why, sizeof why);
   if (rc) fprintf(stderr, "open failed: %s (%s)\n", err_str(rc), why);
   assert_int_equal(rc, 0);
   assert_non_null(s);
   return s;
 }
 
-static emb_store_t *open_store(fx_t *f, size_t hot_bytes) {
+static store_t *open_store(fx_t *f, size_t hot_bytes) {
   return open_full(f->dir, &f->layout, hot_bytes, 0, NULL, 0);
 }
 
 /* A deterministic finite value for (key, float index, version). */
 static float val(uint64_t key, uint32_t j, uint32_t ver) {
-  uint64_t h = tbl_mix64(key * 1000003u + j * 7919u + (uint64_t)ver * 104729u + 1);
+  uint64_t h = table_mix64(key * 1000003u + j * 7919u + (uint64_t)ver * 104729u + 1);
   return (float)((int32_t)(h & 0xffffff) - 0x800000) / 65536.0f;
 }
 
-static size_t total_floats(const tbl_layout_t *l, const uint64_t *keys, size_t n) {
+static size_t total_floats(const table_layout_t *l, const uint64_t *keys, size_t n) {
   size_t t = 0;
-  for (size_t i = 0; i < n; i++) t += tbl_row_floats(l, TBL_TABLE(keys[i]));
+  for (size_t i = 0; i < n; i++) t += table_row_floats(l, TABLE_ID(keys[i]));
   return t;
 }
 
 /* rows for keys at version ver (packed); caller frees */
-static float *make_rows(const tbl_layout_t *l, const uint64_t *keys, size_t n, uint32_t ver) {
+static float *make_rows(const table_layout_t *l, const uint64_t *keys, size_t n, uint32_t ver) {
   float *r = malloc((total_floats(l, keys, n) + 1) * sizeof(float));
   assert_non_null(r);
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
-    uint32_t nf = tbl_row_floats(l, TBL_TABLE(keys[i]));
+    uint32_t nf = table_row_floats(l, TABLE_ID(keys[i]));
     for (uint32_t j = 0; j < nf; j++) r[at + j] = val(keys[i], j, ver);
     at += nf;
   }
@@ -119,42 +119,42 @@ static float *make_rows(const tbl_layout_t *l, const uint64_t *keys, size_t n, u
 }
 
 /* initial rows (lazy init) for keys; caller frees */
-static float *init_rows(const tbl_layout_t *l, const uint64_t *keys, size_t n) {
+static float *init_rows(const table_layout_t *l, const uint64_t *keys, size_t n) {
   float *r = malloc((total_floats(l, keys, n) + 1) * sizeof(float));
   assert_non_null(r);
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
-    tbl_init_row(l, keys[i], r + at);
-    at += tbl_row_floats(l, TBL_TABLE(keys[i]));
+    table_init_row(l, keys[i], r + at);
+    at += table_row_floats(l, TABLE_ID(keys[i]));
   }
   return r;
 }
 
-static void write_ok(emb_store_t *s, const tbl_layout_t *l, const uint64_t *keys, size_t n,
+static void write_ok(store_t *s, const table_layout_t *l, const uint64_t *keys, size_t n,
                      const float *rows, int flags) {
   char why[512] = "";
-  int rc = emb_store_write(s, keys, n, rows, total_floats(l, keys, n) * sizeof(float), flags, why,
+  int rc = store_write(s, keys, n, rows, total_floats(l, keys, n) * sizeof(float), flags, why,
                            sizeof why);
   if (rc) fprintf(stderr, "write failed: %s (%s)\n", err_str(rc), why);
   assert_int_equal(rc, 0);
 }
 
 /* Looks keys up and asserts the result equals expect bit for bit. */
-static void expect_rows(emb_store_t *s, const tbl_layout_t *l, const uint64_t *keys, size_t n,
-                        const float *expect, int flags, emb_lookup_info_t *info) {
+static void expect_rows(store_t *s, const table_layout_t *l, const uint64_t *keys, size_t n,
+                        const float *expect, int flags, store_lookup_info_t *info) {
   size_t bytes = total_floats(l, keys, n) * sizeof(float);
   float *got = malloc(bytes + sizeof(float));
   assert_non_null(got);
   char why[512] = "";
-  int rc = emb_store_lookup(s, keys, n, got, bytes, flags, info, why, sizeof why);
+  int rc = store_lookup(s, keys, n, got, bytes, flags, info, why, sizeof why);
   if (rc) fprintf(stderr, "lookup failed: %s (%s)\n", err_str(rc), why);
   assert_int_equal(rc, 0);
   assert_memory_equal(got, expect, bytes);
   free(got);
 }
 
-static void digest_of(emb_store_t *s, uint8_t d[32], uint64_t *rows) {
-  assert_int_equal(emb_store_digest(s, d, rows), 0);
+static void digest_of(store_t *s, uint8_t d[32], uint64_t *rows) {
+  assert_int_equal(store_digest(s, d, rows), 0);
 }
 
 /* keys spread over the three tables */
@@ -164,7 +164,7 @@ static uint64_t *mixed_keys(size_t n, uint64_t salt) {
   const uint64_t rows[3] = {1000, 100000, 50000};
   for (size_t i = 0; i < n; i++) {
     uint32_t t = (uint32_t)(i % 3);
-    k[i] = TBL_KEY(t, (i * 7919 + salt) % rows[t]);
+    k[i] = TABLE_KEY(t, (i * 7919 + salt) % rows[t]);
   }
   return k;
 }
@@ -175,7 +175,7 @@ static uint64_t *fresh_keys(size_t n, const uint64_t *avoid, size_t navoid) {
   assert_non_null(k);
   size_t got = 0;
   for (uint64_t r = 0; got < n; r++) {
-    uint64_t c = TBL_KEY(1 + r % 2, 20011 + r * 3);
+    uint64_t c = TABLE_KEY(1 + r % 2, 20011 + r * 3);
     int dup = 0;
     for (size_t i = 0; i < navoid && !dup; i++) dup = avoid[i] == c;
     if (!dup) k[got++] = c;
@@ -190,33 +190,33 @@ static void test_lazy_init(void **state) {
   size_t n = 300;
   uint64_t *keys = mixed_keys(n, 1);
   float *init = init_rows(&f->layout, keys, n);
-  emb_store_t *s = open_store(f, 1u << 20);
-  emb_lookup_info_t info;
+  store_t *s = open_store(f, 1u << 20);
+  store_lookup_info_t info;
   expect_rows(s, &f->layout, keys, n, init, 0, &info);
   assert_int_equal(info.lazy_inits, n);
   assert_int_equal(info.hot_hits, 0);
   expect_rows(s, &f->layout, keys, n, init, 0, &info); /* second time: the memory tier */
   assert_int_equal(info.hot_hits, n);
-  expect_rows(s, &f->layout, keys, n, init, EMB_LOOKUP_NO_HOT, &info);
+  expect_rows(s, &f->layout, keys, n, init, STORE_LOOKUP_NO_HOT, &info);
   assert_int_equal(info.lazy_inits, n);
   assert_int_equal(info.kv_reads, 0);
   uint64_t rows = 99;
   uint8_t d[32];
   digest_of(s, d, &rows);
   assert_int_equal(rows, 0); /* lazy init stores nothing */
-  emb_store_close(s);
+  store_close(s);
 
   s = open_store(f, 1u << 20);
   expect_rows(s, &f->layout, keys, n, init, 0, &info);
   assert_int_equal(info.lazy_inits, n);
   digest_of(s, d, &rows);
   assert_int_equal(rows, 0);
-  emb_store_stats_t st;
-  emb_store_stats(s, &st);
+  store_stats_t st;
+  store_stats(s, &st);
   assert_int_equal(st.lookup_calls, 1);
   assert_int_equal(st.lazy_inits, n);
   assert_int_equal(st.write_rows, 0);
-  emb_store_close(s);
+  store_close(s);
   free(init);
   free(keys);
 }
@@ -231,38 +231,38 @@ static void test_write_lookup(void **state) {
   rows[0] = -0.0f; /* bit-exact, not just == */
   uint32_t nan_bits = 0x7fc01234u;
   memcpy(&rows[3], &nan_bits, 4);
-  emb_store_t *s = open_store(f, 1u << 20);
+  store_t *s = open_store(f, 1u << 20);
   size_t need = 0;
   char why[512];
-  assert_int_equal(emb_store_rows_bytes(s, keys, n, &need, why, sizeof why), 0);
+  assert_int_equal(store_rows_bytes(s, keys, n, &need, why, sizeof why), 0);
   assert_int_equal(need, total_floats(&f->layout, keys, n) * sizeof(float));
   write_ok(s, &f->layout, keys, n, rows, 0);
-  emb_lookup_info_t info;
+  store_lookup_info_t info;
   expect_rows(s, &f->layout, keys, n, rows, 0, &info);
   assert_int_equal(info.hot_hits, n); /* writes upsert the memory tier */
-  expect_rows(s, &f->layout, keys, n, rows, EMB_LOOKUP_NO_HOT, &info);
+  expect_rows(s, &f->layout, keys, n, rows, STORE_LOOKUP_NO_HOT, &info);
   assert_int_equal(info.kv_reads, n);
   assert_int_equal(info.hot_hits, 0);
 
   /* a subset, reversed, with a duplicate and a never-written key */
-  uint64_t sub[4] = {keys[10], keys[4], keys[10], TBL_KEY(2, 49999)};
+  uint64_t sub[4] = {keys[10], keys[4], keys[10], TABLE_KEY(2, 49999)};
   float *exp = malloc(total_floats(&f->layout, sub, 4) * sizeof(float));
   size_t at = 0;
   for (int i = 0; i < 3; i++) {
     size_t src = 0, idx = i == 1 ? 4 : 10;
-    for (size_t j = 0; j < idx; j++) src += tbl_row_floats(&f->layout, TBL_TABLE(keys[j]));
-    uint32_t nf = tbl_row_floats(&f->layout, TBL_TABLE(sub[i]));
+    for (size_t j = 0; j < idx; j++) src += table_row_floats(&f->layout, TABLE_ID(keys[j]));
+    uint32_t nf = table_row_floats(&f->layout, TABLE_ID(sub[i]));
     memcpy(exp + at, rows + src, nf * sizeof(float));
     at += nf;
   }
-  tbl_init_row(&f->layout, sub[3], exp + at);
-  expect_rows(s, &f->layout, sub, 4, exp, EMB_LOOKUP_NO_HOT, &info);
+  table_init_row(&f->layout, sub[3], exp + at);
+  expect_rows(s, &f->layout, sub, 4, exp, STORE_LOOKUP_NO_HOT, &info);
   assert_int_equal(info.kv_reads, 3);
   assert_int_equal(info.lazy_inits, 1);
 
-  /* overwrite a few through EMB_WRITE_NO_HOT: the cached copy must not be stale */
+  /* overwrite a few through STORE_WRITE_NO_HOT: the cached copy must not be stale */
   float *rows2 = make_rows(&f->layout, keys, 30, 2);
-  write_ok(s, &f->layout, keys, 30, rows2, EMB_WRITE_NO_HOT);
+  write_ok(s, &f->layout, keys, 30, rows2, STORE_WRITE_NO_HOT);
   expect_rows(s, &f->layout, keys, 30, rows2, 0, NULL);
   memcpy(rows, rows2, total_floats(&f->layout, keys, 30) * sizeof(float));
 
@@ -270,10 +270,10 @@ static void test_write_lookup(void **state) {
   uint64_t c1, c2;
   digest_of(s, d1, &c1);
   assert_int_equal(c1, n);
-  emb_store_close(s);
+  store_close(s);
 
   s = open_store(f, 1u << 20);
-  expect_rows(s, &f->layout, keys, n, rows, EMB_LOOKUP_NO_HOT, &info);
+  expect_rows(s, &f->layout, keys, n, rows, STORE_LOOKUP_NO_HOT, &info);
   assert_int_equal(info.kv_reads, n);
   expect_rows(s, &f->layout, keys, n, rows, 0, &info);
   expect_rows(s, &f->layout, keys, n, rows, 0, &info);
@@ -281,18 +281,18 @@ static void test_write_lookup(void **state) {
   digest_of(s, d2, &c2);
   assert_int_equal(c2, n);
   assert_memory_equal(d1, d2, 32);
-  emb_store_stats_t st;
-  emb_store_stats(s, &st);
+  store_stats_t st;
+  store_stats(s, &st);
   assert_true(st.stored_rows_estimate > 0);
   assert_true(st.hot_rows >= n && st.hot_bytes <= st.hot_capacity_bytes);
-  emb_store_close(s);
+  store_close(s);
   /* n == 0 is a no-op */
   s = open_store(f, 0);
-  assert_int_equal(emb_store_write(s, keys, 0, rows, 0, 0, why, sizeof why), 0);
-  assert_int_equal(emb_store_lookup(s, keys, 0, rows, 0, 0, NULL, why, sizeof why), 0);
+  assert_int_equal(store_write(s, keys, 0, rows, 0, 0, why, sizeof why), 0);
+  assert_int_equal(store_lookup(s, keys, 0, rows, 0, 0, NULL, why, sizeof why), 0);
   expect_rows(s, &f->layout, keys, n, rows, 0, &info); /* no memory tier at all */
   assert_int_equal(info.kv_reads, n);
-  emb_store_close(s);
+  store_close(s);
   free(rows2);
   free(exp);
   free(rows);
@@ -305,29 +305,29 @@ static void test_hot_eviction(void **state) {
   fx_t *f = *state;
   const size_t n = 20000, batch = 1000;
   uint64_t *keys = malloc(n * sizeof *keys);
-  for (size_t i = 0; i < n; i++) keys[i] = TBL_KEY(1, i * 3);
+  for (size_t i = 0; i < n; i++) keys[i] = TABLE_KEY(1, i * 3);
   float *rows = make_rows(&f->layout, keys, n, 7);
-  emb_store_t *s = open_store(f, 64u << 10);
-  size_t rf = tbl_row_floats(&f->layout, 1);
+  store_t *s = open_store(f, 64u << 10);
+  size_t rf = table_row_floats(&f->layout, 1);
   for (size_t b = 0; b < n; b += batch) write_ok(s, &f->layout, keys + b, batch, rows + b * rf, 0);
-  emb_store_stats_t st;
-  emb_store_stats(s, &st);
+  store_stats_t st;
+  store_stats(s, &st);
   assert_true(st.hot_evictions > 0);
   assert_true(st.hot_bytes <= st.hot_capacity_bytes);
   assert_int_equal(st.hot_capacity_bytes, 64u << 10);
   for (size_t b = 0; b < n; b += batch)
     expect_rows(s, &f->layout, keys + b, batch, rows + b * rf, 0, NULL);
   /* a small working set read repeatedly stays hot */
-  emb_lookup_info_t info;
+  store_lookup_info_t info;
   expect_rows(s, &f->layout, keys + 100, 50, rows + 100 * rf, 0, NULL);
   expect_rows(s, &f->layout, keys + 100, 50, rows + 100 * rf, 0, &info);
   assert_true(info.hot_hits > 25);
-  emb_store_stats(s, &st);
+  store_stats(s, &st);
   assert_true(st.hot_bytes <= st.hot_capacity_bytes);
   assert_true(st.hot_rows > 0 && st.hot_rows < 1000);
   assert_int_equal(st.lookup_rows, n + 100);
   assert_int_equal(st.write_rows, n);
-  emb_store_close(s);
+  store_close(s);
   free(rows);
   free(keys);
 }
@@ -335,31 +335,31 @@ static void test_hot_eviction(void **state) {
 /* ------------------------------------------------------------ 4. kill -9 */
 
 #define DURA_N 3000
-static uint64_t dura_key(size_t i) { return TBL_KEY(i % 3, (i * 13) % 1000); }
+static uint64_t dura_key(size_t i) { return TABLE_KEY(i % 3, (i * 13) % 1000); }
 
 /* The child: open, write DURA_N rows in batches with sync_writes=1, report
  * "ok" after the last call returned, then wait to be killed. */
 static int durability_child(const char *dir, int fd) {
-  tbl_layout_t l;
+  table_layout_t l;
   make_layout(&l, 42);
-  emb_store_opts_t o = {.data_dir = dir, .layout = &l, .hot_bytes = 1u << 20, .sync_writes = 1};
-  emb_store_t *s = NULL;
+  store_opts_t o = {.data_dir = dir, .layout = &l, .hot_bytes = 1u << 20, .sync_writes = 1};
+  store_t *s = NULL;
   char why[512];
-  if (emb_store_open(&o, &s, why, sizeof why) != 0) return 2;
+  if (store_open(&o, &s, why, sizeof why) != 0) return 2;
   uint64_t keys[DURA_N];
   for (size_t i = 0; i < DURA_N; i++) keys[i] = dura_key(i);
   for (size_t b = 0; b < DURA_N; b += 500) {
     size_t nb = 500;
     size_t floats = 0;
-    for (size_t i = 0; i < nb; i++) floats += tbl_row_floats(&l, TBL_TABLE(keys[b + i]));
+    for (size_t i = 0; i < nb; i++) floats += table_row_floats(&l, TABLE_ID(keys[b + i]));
     float *rows = malloc(floats * sizeof(float));
     size_t at = 0;
     for (size_t i = 0; i < nb; i++) {
-      uint32_t nf = tbl_row_floats(&l, TBL_TABLE(keys[b + i]));
+      uint32_t nf = table_row_floats(&l, TABLE_ID(keys[b + i]));
       for (uint32_t j = 0; j < nf; j++) rows[at + j] = val(keys[b + i], j, 9);
       at += nf;
     }
-    int rc = emb_store_write(s, keys + b, nb, rows, floats * sizeof(float), 0, why, sizeof why);
+    int rc = store_write(s, keys + b, nb, rows, floats * sizeof(float), 0, why, sizeof why);
     free(rows);
     if (rc) return 3;
   }
@@ -398,12 +398,12 @@ static void test_kill9_durability(void **state) {
   for (size_t i = 0; i < DURA_N; i++) keys[i] = dura_key(i);
   /* dura_key is injective on [0, DURA_N) (CRT: 3 and 1000 are coprime) */
   float *exp = make_rows(&f->layout, keys, DURA_N, 9);
-  emb_store_t *s = open_store(f, 1u << 20);
-  emb_lookup_info_t info;
-  expect_rows(s, &f->layout, keys, DURA_N, exp, EMB_LOOKUP_NO_HOT, &info);
+  store_t *s = open_store(f, 1u << 20);
+  store_lookup_info_t info;
+  expect_rows(s, &f->layout, keys, DURA_N, exp, STORE_LOOKUP_NO_HOT, &info);
   assert_int_equal(info.kv_reads, DURA_N);
   assert_int_equal(info.lazy_inits, 0);
-  emb_store_close(s);
+  store_close(s);
   free(exp);
 }
 
@@ -414,17 +414,17 @@ static void test_checkpoint_restore(void **state) {
   size_t n = 400;
   uint64_t *keys = mixed_keys(n, 11);
   float *v1 = make_rows(&f->layout, keys, n, 1);
-  emb_store_t *s = open_store(f, 1u << 20);
+  store_t *s = open_store(f, 1u << 20);
   char why[512] = "";
   write_ok(s, &f->layout, keys, n, v1, 0);
-  assert_int_equal(emb_store_put_blob(s, "dense.trainer0", "before", 6, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "dense.trainer0", "before", 6, why, sizeof why), 0);
   uint8_t dck[32], d[32];
   uint64_t cck, c;
   digest_of(s, dck, &cck);
   assert_int_equal(cck, n);
-  emb_checkpoint_info_t ci;
+  store_checkpoint_info_t ci;
   time_t t0 = time(NULL);
-  assert_int_equal(emb_store_checkpoint(s, "iter-100.a_B", &ci, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "iter-100.a_B", &ci, why, sizeof why), 0);
   assert_string_equal(ci.id, "iter-100.a_B");
   assert_true(ci.bytes > 0);
   assert_true(ci.created_unix >= (uint64_t)t0 - 1 && ci.created_unix <= (uint64_t)time(NULL) + 1);
@@ -434,18 +434,18 @@ static void test_checkpoint_restore(void **state) {
   assert_non_null(strstr(ci.path, "/checkpoints/iter-100.a_B"));
 
   /* rejected ids */
-  assert_int_equal(emb_store_checkpoint(s, "iter-100.a_B", NULL, why, sizeof why), ERR_EXISTS);
+  assert_int_equal(store_checkpoint(s, "iter-100.a_B", NULL, why, sizeof why), ERR_EXISTS);
   assert_non_null(strstr(why, "already exists"));
-  assert_int_equal(emb_store_checkpoint(s, "bad/id", NULL, why, sizeof why), -EINVAL);
+  assert_int_equal(store_checkpoint(s, "bad/id", NULL, why, sizeof why), -EINVAL);
   assert_non_null(strstr(why, "not valid"));
-  assert_int_equal(emb_store_checkpoint(s, "", NULL, why, sizeof why), -EINVAL);
-  assert_int_equal(emb_store_checkpoint(s, "..", NULL, why, sizeof why), -EINVAL);
+  assert_int_equal(store_checkpoint(s, "", NULL, why, sizeof why), -EINVAL);
+  assert_int_equal(store_checkpoint(s, "..", NULL, why, sizeof why), -EINVAL);
   char long_id[66];
   memset(long_id, 'x', 65);
   long_id[65] = 0;
-  assert_int_equal(emb_store_checkpoint(s, long_id, NULL, why, sizeof why), -EINVAL);
+  assert_int_equal(store_checkpoint(s, long_id, NULL, why, sizeof why), -EINVAL);
   long_id[64] = 0; /* 64 chars is fine */
-  assert_int_equal(emb_store_checkpoint(s, long_id, NULL, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, long_id, NULL, why, sizeof why), 0);
 
   /* after the checkpoint: overwrite half, add new keys, change the blob */
   float *v2 = make_rows(&f->layout, keys, n / 2, 2);
@@ -453,16 +453,16 @@ static void test_checkpoint_restore(void **state) {
   uint64_t *fresh = fresh_keys(100, keys, n);
   float *fv = make_rows(&f->layout, fresh, 100, 3);
   write_ok(s, &f->layout, fresh, 100, fv, 0);
-  assert_int_equal(emb_store_put_blob(s, "dense.trainer0", "after!", 6, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "dense.trainer0", "after!", 6, why, sizeof why), 0);
   expect_rows(s, &f->layout, keys, n / 2, v2, 0, NULL);
   expect_rows(s, &f->layout, fresh, 100, fv, 0, NULL); /* both now in the memory tier */
   digest_of(s, d, &c);
   assert_memory_not_equal(d, dck, 32);
 
   /* list */
-  emb_checkpoint_info_t *list = NULL;
+  store_checkpoint_info_t *list = NULL;
   size_t nl = 0;
-  assert_int_equal(emb_store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
   assert_int_equal(nl, 2);
   assert_string_equal(list[0].id, "iter-100.a_B"); /* sorted by id */
   assert_string_equal(list[1].id, long_id);
@@ -472,16 +472,16 @@ static void test_checkpoint_restore(void **state) {
   free(list);
 
   /* restore errors */
-  assert_int_equal(emb_store_restore(s, "nope", why, sizeof why), ERR_NOTFOUND);
+  assert_int_equal(store_restore(s, "nope", why, sizeof why), ERR_NOTFOUND);
   assert_non_null(strstr(why, "nope"));
-  assert_int_equal(emb_store_restore(s, "a b", why, sizeof why), -EINVAL);
+  assert_int_equal(store_restore(s, "a b", why, sizeof why), -EINVAL);
 
   /* restore */
-  assert_int_equal(emb_store_restore(s, "iter-100.a_B", why, sizeof why), 0);
+  assert_int_equal(store_restore(s, "iter-100.a_B", why, sizeof why), 0);
   float *finit = init_rows(&f->layout, fresh, 100);
   expect_rows(s, &f->layout, keys, n, v1, 0, NULL); /* overwritten rows are back */
-  expect_rows(s, &f->layout, keys, n, v1, EMB_LOOKUP_NO_HOT, NULL);
-  emb_lookup_info_t info;
+  expect_rows(s, &f->layout, keys, n, v1, STORE_LOOKUP_NO_HOT, NULL);
+  store_lookup_info_t info;
   expect_rows(s, &f->layout, fresh, 100, finit, 0, &info); /* new rows: lazy init again */
   assert_int_equal(info.lazy_inits, 100);
   digest_of(s, d, &c);
@@ -489,24 +489,24 @@ static void test_checkpoint_restore(void **state) {
   assert_memory_equal(d, dck, 32);
   void *blob = NULL;
   size_t bl = 0;
-  assert_int_equal(emb_store_get_blob(s, "dense.trainer0", &blob, &bl), 0);
+  assert_int_equal(store_get_blob(s, "dense.trainer0", &blob, &bl), 0);
   assert_int_equal(bl, 6);
   assert_memory_equal(blob, "before", 6);
   free(blob);
   /* the store keeps working after a restore, and the restore persists */
   write_ok(s, &f->layout, fresh, 10, fv, 0);
-  emb_store_close(s);
+  store_close(s);
   s = open_store(f, 1u << 20);
   expect_rows(s, &f->layout, keys, n, v1, 0, NULL);
   expect_rows(s, &f->layout, fresh, 10, fv, 0, NULL);
-  assert_int_equal(emb_store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
   assert_int_equal(nl, 2);
   free(list);
   /* no leftovers of the restore next to db/ */
   char p[256];
   snprintf(p, sizeof p, "%s/db.restore", f->dir);
   assert_int_not_equal(stat(p, &sb), 0);
-  emb_store_close(s);
+  store_close(s);
   free(finit);
   free(fv);
   free(fresh);
@@ -519,51 +519,51 @@ static void test_checkpoint_restore(void **state) {
 
 static void test_blobs(void **state) {
   fx_t *f = *state;
-  emb_store_t *s = open_store(f, 0);
+  store_t *s = open_store(f, 0);
   char why[512] = "";
   size_t big_len = 5u << 20;
   uint8_t *big = malloc(big_len);
-  for (size_t i = 0; i < big_len; i++) big[i] = (uint8_t)(tbl_mix64(i) >> 56);
-  assert_int_equal(emb_store_put_blob(s, "cache.trainer-1", big, big_len, why, sizeof why), 0);
-  assert_int_equal(emb_store_put_blob(s, "small", "abc", 3, why, sizeof why), 0);
-  assert_int_equal(emb_store_put_blob(s, "empty", NULL, 0, why, sizeof why), 0);
-  assert_int_equal(emb_store_put_blob(s, "small", "xyz!", 4, why, sizeof why), 0); /* overwrite */
-  assert_int_equal(emb_store_put_blob(s, "bad name", "x", 1, why, sizeof why), -EINVAL);
+  for (size_t i = 0; i < big_len; i++) big[i] = (uint8_t)(table_mix64(i) >> 56);
+  assert_int_equal(store_put_blob(s, "cache.trainer-1", big, big_len, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "small", "abc", 3, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "empty", NULL, 0, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "small", "xyz!", 4, why, sizeof why), 0); /* overwrite */
+  assert_int_equal(store_put_blob(s, "bad name", "x", 1, why, sizeof why), -EINVAL);
   assert_non_null(strstr(why, "not valid"));
   char long_name[130];
   memset(long_name, 'n', 129);
   long_name[129] = 0;
-  assert_int_equal(emb_store_put_blob(s, long_name, "x", 1, why, sizeof why), -EINVAL);
+  assert_int_equal(store_put_blob(s, long_name, "x", 1, why, sizeof why), -EINVAL);
   long_name[128] = 0;
-  assert_int_equal(emb_store_put_blob(s, long_name, "x", 1, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, long_name, "x", 1, why, sizeof why), 0);
   for (int round = 0; round < 2; round++) {
     void *d = NULL;
     size_t len = 0;
-    assert_int_equal(emb_store_get_blob(s, "cache.trainer-1", &d, &len), 0);
+    assert_int_equal(store_get_blob(s, "cache.trainer-1", &d, &len), 0);
     assert_int_equal(len, big_len);
     assert_memory_equal(d, big, big_len);
     free(d);
-    assert_int_equal(emb_store_get_blob(s, "small", &d, &len), 0);
+    assert_int_equal(store_get_blob(s, "small", &d, &len), 0);
     assert_int_equal(len, 4);
     assert_memory_equal(d, "xyz!", 4);
     free(d);
-    assert_int_equal(emb_store_get_blob(s, "empty", &d, &len), 0);
+    assert_int_equal(store_get_blob(s, "empty", &d, &len), 0);
     assert_int_equal(len, 0);
     assert_non_null(d);
     free(d);
-    assert_int_equal(emb_store_get_blob(s, long_name, &d, &len), 0);
+    assert_int_equal(store_get_blob(s, long_name, &d, &len), 0);
     free(d);
-    assert_int_equal(emb_store_get_blob(s, "missing", &d, &len), ERR_NOTFOUND);
+    assert_int_equal(store_get_blob(s, "missing", &d, &len), ERR_NOTFOUND);
     assert_null(d);
-    assert_int_equal(emb_store_get_blob(s, "../etc", &d, &len), -EINVAL);
-    emb_store_close(s);
+    assert_int_equal(store_get_blob(s, "../etc", &d, &len), -EINVAL);
+    store_close(s);
     s = open_store(f, 0);
   }
   uint64_t rows;
   uint8_t dg[32];
   digest_of(s, dg, &rows);
   assert_int_equal(rows, 0); /* blobs are not rows */
-  emb_store_close(s);
+  store_close(s);
   free(big);
 }
 
@@ -578,11 +578,11 @@ static void test_bad_input(void **state) {
   uint64_t mine[8], theirs = 0;
   size_t nm = 0;
   for (uint64_t r = 0; nm < 8 || !theirs; r++) {
-    uint64_t k = TBL_KEY(1, r);
+    uint64_t k = TABLE_KEY(1, r);
     if (shard_of(&map, k) == 0 && nm < 8) mine[nm++] = k;
     if (shard_of(&map, k) == 1 && !theirs) theirs = k;
   }
-  emb_store_t *s = open_full(f->dir, &f->layout, 1u << 20, 0, &map, 0);
+  store_t *s = open_full(f->dir, &f->layout, 1u << 20, 0, &map, 0);
   float *v1 = make_rows(&f->layout, mine, 8, 1);
   write_ok(s, &f->layout, mine, 8, v1, 0);
   uint8_t d0[32], d1[32];
@@ -591,47 +591,47 @@ static void test_bad_input(void **state) {
   assert_int_equal(c0, 8);
 
   char why[512];
-  size_t rf = tbl_row_floats(&f->layout, 1);
+  size_t rf = table_row_floats(&f->layout, 1);
   float *v2 = make_rows(&f->layout, mine, 8, 2); /* what a partial write would leave */
   float *buf = calloc(8 * 64, sizeof(float));
   uint64_t req[4] = {mine[0], mine[1], mine[2], mine[3]};
   size_t bytes = 4 * rf * sizeof(float);
 
   /* unknown table at index 2 */
-  req[2] = TBL_KEY(7, 1);
-  assert_int_equal(emb_store_write(s, req, 4, v2, bytes, 0, why, sizeof why), -ENOENT);
+  req[2] = TABLE_KEY(7, 1);
+  assert_int_equal(store_write(s, req, 4, v2, bytes, 0, why, sizeof why), -ENOENT);
   assert_non_null(strstr(why, "request index 2"));
   assert_non_null(strstr(why, "table 7"));
-  assert_int_equal(emb_store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why), -ENOENT);
+  assert_int_equal(store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why), -ENOENT);
   assert_non_null(strstr(why, "request index 2"));
   size_t need = 1;
-  assert_int_equal(emb_store_rows_bytes(s, req, 4, &need, why, sizeof why), -ENOENT);
+  assert_int_equal(store_rows_bytes(s, req, 4, &need, why, sizeof why), -ENOENT);
   assert_non_null(strstr(why, "request index 2"));
 
   /* row out of range at index 1 */
   req[2] = mine[2];
-  req[1] = TBL_KEY(1, 100000);
-  assert_int_equal(emb_store_write(s, req, 4, v2, bytes, 0, why, sizeof why), -ERANGE);
+  req[1] = TABLE_KEY(1, 100000);
+  assert_int_equal(store_write(s, req, 4, v2, bytes, 0, why, sizeof why), -ERANGE);
   assert_non_null(strstr(why, "request index 1"));
   assert_non_null(strstr(why, "row 100000"));
-  assert_int_equal(emb_store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why), -ERANGE);
+  assert_int_equal(store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why), -ERANGE);
 
   /* key of the other server at index 3 */
   req[1] = mine[1];
   req[3] = theirs;
-  assert_int_equal(emb_store_write(s, req, 4, v2, bytes, 0, why, sizeof why), ERR_WRONGSHARD);
+  assert_int_equal(store_write(s, req, 4, v2, bytes, 0, why, sizeof why), ERR_WRONGSHARD);
   assert_non_null(strstr(why, "request index 3"));
   assert_non_null(strstr(why, "embedding server 1"));
-  assert_int_equal(emb_store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why),
+  assert_int_equal(store_lookup(s, req, 4, buf, bytes, 0, NULL, why, sizeof why),
                    ERR_WRONGSHARD);
-  assert_int_equal(emb_store_rows_bytes(s, req, 4, &need, why, sizeof why), ERR_WRONGSHARD);
+  assert_int_equal(store_rows_bytes(s, req, 4, &need, why, sizeof why), ERR_WRONGSHARD);
 
   /* rows_bytes short by 4 */
   req[3] = mine[3];
-  assert_int_equal(emb_store_write(s, req, 4, v2, bytes - 4, 0, why, sizeof why), -EINVAL);
+  assert_int_equal(store_write(s, req, 4, v2, bytes - 4, 0, why, sizeof why), -EINVAL);
   assert_non_null(strstr(why, "short by 4"));
-  assert_int_equal(emb_store_lookup(s, req, 4, buf, bytes - 4, 0, NULL, why, sizeof why), -EINVAL);
-  assert_int_equal(emb_store_rows_bytes(s, req, 4, &need, why, sizeof why), 0);
+  assert_int_equal(store_lookup(s, req, 4, buf, bytes - 4, 0, NULL, why, sizeof why), -EINVAL);
+  assert_int_equal(store_rows_bytes(s, req, 4, &need, why, sizeof why), 0);
   assert_int_equal(need, bytes);
 
   /* nothing of any rejected request was written: not in RocksDB, not in the memory tier */
@@ -639,13 +639,13 @@ static void test_bad_input(void **state) {
   assert_int_equal(c1, 8);
   assert_memory_equal(d0, d1, 32);
   expect_rows(s, &f->layout, mine, 8, v1, 0, NULL);
-  expect_rows(s, &f->layout, mine, 8, v1, EMB_LOOKUP_NO_HOT, NULL);
-  emb_store_close(s);
+  expect_rows(s, &f->layout, mine, 8, v1, STORE_LOOKUP_NO_HOT, NULL);
+  store_close(s);
 
   /* a bad shard index is refused at open */
-  emb_store_opts_t o = {.data_dir = f->dir, .layout = &f->layout, .shard_map = &map, .shard = 2};
-  emb_store_t *s2 = NULL;
-  assert_int_equal(emb_store_open(&o, &s2, why, sizeof why), -EINVAL);
+  store_opts_t o = {.data_dir = f->dir, .layout = &f->layout, .shard_map = &map, .shard = 2};
+  store_t *s2 = NULL;
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), -EINVAL);
   assert_null(s2);
   shard_map_close(&map);
   free(buf);
@@ -657,47 +657,47 @@ static void test_bad_input(void **state) {
 
 static void test_layout_mismatch(void **state) {
   fx_t *f = *state;
-  emb_store_t *s = open_store(f, 0);
-  uint64_t k = TBL_KEY(0, 1);
+  store_t *s = open_store(f, 0);
+  uint64_t k = TABLE_KEY(0, 1);
   float *v = make_rows(&f->layout, &k, 1, 1);
   write_ok(s, &f->layout, &k, 1, v, 0);
-  emb_store_close(s);
+  store_close(s);
 
   char why[1024];
-  tbl_layout_t other;
-  emb_store_opts_t o = {.data_dir = f->dir};
-  emb_store_t *s2 = NULL;
+  table_layout_t other;
+  store_opts_t o = {.data_dir = f->dir};
+  store_t *s2 = NULL;
 
   make_layout(&other, 43); /* other seed */
   o.layout = &other;
-  assert_int_equal(emb_store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
   assert_null(s2);
   assert_non_null(strstr(why, "different table layout"));
   assert_non_null(strstr(why, "seed is 42"));
-  tbl_layout_close(&other);
+  table_layout_close(&other);
 
   make_layout(&other, 42); /* other dim */
   other.tables[1].dim = 32;
-  assert_int_equal(emb_store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
   assert_non_null(strstr(why, "different table layout"));
   assert_non_null(strstr(why, "table 1"));
   assert_non_null(strstr(why, "dim 32"));
-  tbl_layout_close(&other);
+  table_layout_close(&other);
 
-  assert_int_equal(tbl_layout_init(&other, 2, 42), 0); /* other table count */
+  assert_int_equal(table_layout_init(&other, 2, 42), 0); /* other table count */
   other.tables[0] = f->layout.tables[0];
   other.tables[1] = f->layout.tables[1];
-  assert_int_equal(emb_store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
   assert_non_null(strstr(why, "3 tables"));
-  tbl_layout_close(&other);
+  table_layout_close(&other);
 
   /* the right layout still opens, with the data intact */
   s = open_store(f, 0);
   expect_rows(s, &f->layout, &k, 1, v, 0, NULL);
   /* a second store on the same dir is refused while the first is open */
   o.layout = &f->layout;
-  assert_int_equal(emb_store_open(&o, &s2, why, sizeof why), -EBUSY);
-  emb_store_close(s);
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), -EBUSY);
+  store_close(s);
   free(v);
 }
 
@@ -711,15 +711,15 @@ static void test_digest_order(void **state) {
   size_t n = 500;
   uint64_t *keys = mixed_keys(n, 3);
   float *v = make_rows(&f->layout, keys, n, 1);
-  emb_store_t *a = open_full(da, &f->layout, 1u << 20, 0, NULL, 0);
-  emb_store_t *b = open_full(db, &f->layout, 0, 0, NULL, 0);
+  store_t *a = open_full(da, &f->layout, 1u << 20, 0, NULL, 0);
+  store_t *b = open_full(db, &f->layout, 0, 0, NULL, 0);
   write_ok(a, &f->layout, keys, n, v, 0);
   /* b: garbage first, then the rows in reverse order, in batches of 7 */
   float *junk = make_rows(&f->layout, keys, n, 99);
   write_ok(b, &f->layout, keys, n, junk, 0);
   size_t *off = malloc((n + 1) * sizeof *off);
   off[0] = 0;
-  for (size_t i = 0; i < n; i++) off[i + 1] = off[i] + tbl_row_floats(&f->layout, TBL_TABLE(keys[i]));
+  for (size_t i = 0; i < n; i++) off[i + 1] = off[i] + table_row_floats(&f->layout, TABLE_ID(keys[i]));
   for (size_t end = n; end > 0;) {
     size_t start = end >= 7 ? end - 7 : 0;
     for (size_t i = end; i-- > start;) write_ok(b, &f->layout, &keys[i], 1, v + off[i], 0);
@@ -740,8 +740,8 @@ static void test_digest_order(void **state) {
   write_ok(b, &f->layout, &keys[17], 1, row, 0);
   digest_of(b, hb, &cb);
   assert_memory_not_equal(ha, hb, 32);
-  emb_store_close(a);
-  emb_store_close(b);
+  store_close(a);
+  store_close(b);
   free(row);
   free(off);
   free(junk);
@@ -756,8 +756,8 @@ static void test_digest_order(void **state) {
 #define CT_ITERS 150
 
 typedef struct ct_arg_s {
-  emb_store_t *s;
-  const tbl_layout_t *l;
+  store_t *s;
+  const table_layout_t *l;
   int id;
   uint32_t ver[CT_KEYS]; /* 0 = never written */
   int failures;
@@ -765,47 +765,47 @@ typedef struct ct_arg_s {
 
 static uint64_t ct_key(int id, size_t i) {
   /* tables 1 and 2 alternate so rows of different sizes mix in one call */
-  return i % 2 ? TBL_KEY(1, (uint64_t)id * 10000 + i) : TBL_KEY(2, (uint64_t)id * 10000 + i);
+  return i % 2 ? TABLE_KEY(1, (uint64_t)id * 10000 + i) : TABLE_KEY(2, (uint64_t)id * 10000 + i);
 }
 
 static void *ct_worker(void *p) {
   ct_arg_t *a = p;
-  uint64_t rng = tbl_mix64((uint64_t)a->id + 1);
+  uint64_t rng = table_mix64((uint64_t)a->id + 1);
   uint64_t keys[32];
   size_t idx[32];
   float *rows = malloc(32 * 17 * sizeof(float)), *got = malloc(32 * 17 * sizeof(float));
   float *exp = malloc(32 * 17 * sizeof(float));
   char why[256];
   for (int it = 0; it < CT_ITERS; it++) {
-    size_t nk = 1 + (rng = tbl_mix64(rng)) % 32;
+    size_t nk = 1 + (rng = table_mix64(rng)) % 32;
     for (size_t i = 0; i < nk; i++) {
       /* distinct indices within a request keep the model simple */
-      idx[i] = ((rng = tbl_mix64(rng)) % (CT_KEYS / 32)) * 32 + i;
+      idx[i] = ((rng = table_mix64(rng)) % (CT_KEYS / 32)) * 32 + i;
       keys[i] = ct_key(a->id, idx[i]);
     }
     size_t floats = total_floats(a->l, keys, nk), at = 0;
     if (it % 3 == 0) { /* write */
       uint32_t v = (uint32_t)it + 1;
       for (size_t i = 0; i < nk; i++) {
-        uint32_t nf = tbl_row_floats(a->l, TBL_TABLE(keys[i]));
+        uint32_t nf = table_row_floats(a->l, TABLE_ID(keys[i]));
         for (uint32_t j = 0; j < nf; j++) rows[at + j] = val(keys[i], j, v);
         at += nf;
       }
-      int flags = it % 9 == 0 ? EMB_WRITE_NO_HOT : 0;
-      if (emb_store_write(a->s, keys, nk, rows, floats * sizeof(float), flags, why, sizeof why))
+      int flags = it % 9 == 0 ? STORE_WRITE_NO_HOT : 0;
+      if (store_write(a->s, keys, nk, rows, floats * sizeof(float), flags, why, sizeof why))
         a->failures++;
       for (size_t i = 0; i < nk; i++) a->ver[idx[i]] = v;
     } else { /* lookup and check against the model */
       for (size_t i = 0; i < nk; i++) {
-        uint32_t nf = tbl_row_floats(a->l, TBL_TABLE(keys[i]));
+        uint32_t nf = table_row_floats(a->l, TABLE_ID(keys[i]));
         if (a->ver[idx[i]])
           for (uint32_t j = 0; j < nf; j++) exp[at + j] = val(keys[i], j, a->ver[idx[i]]);
         else
-          tbl_init_row(a->l, keys[i], exp + at);
+          table_init_row(a->l, keys[i], exp + at);
         at += nf;
       }
-      int flags = it % 7 == 0 ? EMB_LOOKUP_NO_HOT : 0;
-      if (emb_store_lookup(a->s, keys, nk, got, floats * sizeof(float), flags, NULL, why,
+      int flags = it % 7 == 0 ? STORE_LOOKUP_NO_HOT : 0;
+      if (store_lookup(a->s, keys, nk, got, floats * sizeof(float), flags, NULL, why,
                            sizeof why) ||
           memcmp(got, exp, floats * sizeof(float)) != 0)
         a->failures++;
@@ -820,7 +820,7 @@ static void *ct_worker(void *p) {
 static void test_concurrency(void **state) {
   fx_t *f = *state;
   /* a budget small enough that threads evict each other's rows */
-  emb_store_t *s = open_store(f, 48u << 10);
+  store_t *s = open_store(f, 48u << 10);
   ct_arg_t args[CT_THREADS];
   pthread_t th[CT_THREADS];
   memset(args, 0, sizeof args);
@@ -833,23 +833,23 @@ static void test_concurrency(void **state) {
     uint8_t d[32];
     uint64_t c;
     digest_of(s, d, &c);
-    emb_store_stats_t st;
-    emb_store_stats(s, &st);
+    store_stats_t st;
+    store_stats(s, &st);
     assert_true(st.hot_bytes <= st.hot_capacity_bytes);
     char name[16], why[256];
     snprintf(name, sizeof name, "b%d", i);
-    assert_int_equal(emb_store_put_blob(s, name, name, strlen(name), why, sizeof why), 0);
+    assert_int_equal(store_put_blob(s, name, name, strlen(name), why, sizeof why), 0);
   }
   char why[256];
-  assert_int_equal(emb_store_checkpoint(s, "during", NULL, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "during", NULL, why, sizeof why), 0);
   for (int i = 0; i < CT_THREADS; i++) {
     pthread_join(th[i], NULL);
     assert_int_equal(args[i].failures, 0);
   }
-  emb_store_stats_t st;
-  emb_store_stats(s, &st);
+  store_stats_t st;
+  store_stats(s, &st);
   assert_true(st.hot_evictions > 0);
-  emb_store_close(s);
+  store_close(s);
 
   /* final state, from disk */
   s = open_store(f, 0);
@@ -857,13 +857,13 @@ static void test_concurrency(void **state) {
   for (int t = 0; t < CT_THREADS; t++) {
     for (size_t i = 0; i < CT_KEYS; i++) {
       uint64_t k = ct_key(t, i);
-      uint32_t nf = tbl_row_floats(&f->layout, TBL_TABLE(k));
+      uint32_t nf = table_row_floats(&f->layout, TABLE_ID(k));
       float exp[17];
       if (args[t].ver[i]) {
         for (uint32_t j = 0; j < nf; j++) exp[j] = val(k, j, args[t].ver[i]);
         stored++;
       } else {
-        tbl_init_row(&f->layout, k, exp);
+        table_init_row(&f->layout, k, exp);
       }
       expect_rows(s, &f->layout, &k, 1, exp, 0, NULL);
     }
@@ -872,7 +872,7 @@ static void test_concurrency(void **state) {
   uint64_t c;
   digest_of(s, d, &c);
   assert_int_equal(c, stored);
-  emb_store_close(s);
+  store_close(s);
 }
 
 int main(int argc, char **argv) {

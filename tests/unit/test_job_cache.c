@@ -39,9 +39,9 @@
 #include "data.h"
 #include "err.h"
 #include "model.h"
-#include "oracle_cache.h"
-#include "oracle_laia.h"
-#include "oracle_plan.h"
+#include "cacher.h"
+#include "laia.h"
+#include "plan.h"
 #include "table.h"
 #include "trainer_step.h"
 
@@ -51,7 +51,7 @@
 
 static cfg_t *g_cfg;
 static data_schema_t g_schema;
-static tbl_layout_t g_layout;
+static table_layout_t g_layout;
 static data_batch_t g_batches[NB];
 
 static int setup(void **state) {
@@ -93,16 +93,16 @@ static int setup(void **state) {
     }
     b->ids = malloc(b->ids_off[3] * sizeof *b->ids);
     for (uint32_t i = 0; i < BS; i++) {
-      s = tbl_mix64(s);
+      s = table_mix64(s);
       b->labels[i] = (float)(s & 1);
       for (int d = 0; d < 3; d++) {
-        s = tbl_mix64(s);
+        s = table_mix64(s);
         b->dense[i * 3 + d] = (float)((double)(s >> 40) / 16777216.0);
       }
     }
     for (uint32_t t = 0; t < 3; t++)
       for (size_t k = b->ids_off[t]; k < b->ids_off[t + 1]; k++) {
-        s = tbl_mix64(s);
+        s = table_mix64(s);
         double u = (double)(s >> 11) / 9007199254740992.0;
         b->ids[k] = (uint64_t)((double)g_layout.tables[t].rows * u * u * u) % g_layout.tables[t].rows;
       }
@@ -114,7 +114,7 @@ static int teardown(void **state) {
   (void)state;
   for (int x = 0; x < NB; x++) data_batch_free(&g_batches[x]);
   data_schema_close(&g_schema);
-  tbl_layout_close(&g_layout);
+  table_layout_close(&g_layout);
   cfg_destroy(g_cfg);
   return 0;
 }
@@ -127,14 +127,14 @@ typedef struct server_s {
 } server_t;
 
 static void server_open(server_t *sv) {
-  sv->rf = tbl_row_floats(&g_layout, 0);
+  sv->rf = table_row_floats(&g_layout, 0);
   for (uint32_t t = 0; t < 3; t++) {
     sv->t[t] = malloc(g_layout.tables[t].rows * sv->rf * sizeof(float));
-    for (uint64_t r = 0; r < g_layout.tables[t].rows; r++) tbl_init_row(&g_layout, TBL_KEY(t, r), sv->t[t] + r * sv->rf);
+    for (uint64_t r = 0; r < g_layout.tables[t].rows; r++) table_init_row(&g_layout, TABLE_KEY(t, r), sv->t[t] + r * sv->rf);
   }
 }
 
-static float *srow(server_t *sv, uint64_t k) { return sv->t[TBL_TABLE(k)] + TBL_ROW(k) * sv->rf; }
+static float *srow(server_t *sv, uint64_t k) { return sv->t[TABLE_ID(k)] + TABLE_ROW(k) * sv->rf; }
 
 /* ------------------------------------------------------------ one run */
 
@@ -147,18 +147,18 @@ typedef struct run_opts_s {
 } run_opts_t;
 
 /* The plans of the NB batches for P trainers, contiguous or laia. */
-static void build_plans(uint32_t P, int laia, oracle_plan_t *plans) {
+static void build_plans(uint32_t P, int laia, plan_t *plans) {
   laia_t *l = NULL;
   laia_opts_t lo = {.trainers = P, .window = 8, .seed = 5};
   if (laia) assert_int_equal(laia_create(&lo, &l), 0);
   for (int x = 0; x < NB; x++) {
     if (!laia) {
-      assert_int_equal(oracle_plan_build(&g_batches[x], P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &plans[x]), 0);
+      assert_int_equal(plan_build(&g_batches[x], P, PLAN_ALLOC_CONTIGUOUS, 5, PLAN_KEYS, &plans[x]), 0);
       continue;
     }
     uint32_t *own = malloc((g_batches[x].n + 1) * sizeof *own);
     assert_int_equal(laia_assign(l, &g_batches[x], own), 0);
-    assert_int_equal(oracle_plan_build_owned(&g_batches[x], P, own, ORACLE_PLAN_KEYS, &plans[x]), 0);
+    assert_int_equal(plan_build_owned(&g_batches[x], P, own, PLAN_KEYS, &plans[x]), 0);
     free(own);
   }
   laia_destroy(l);
@@ -182,15 +182,15 @@ static void sum_over(uint32_t P, float *const *v, size_t n, float *out) {
 }
 
 /* the background work of batch x: delayed sync + updates, then write-backs */
-static void run_bg(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t *d, bg_t *bg) {
+static void run_bg(uint32_t P, trainer_step_t **ts, server_t *sv, const cacher_dec_t *d, bg_t *bg) {
   if (!bg->pending) return;
-  uint32_t dim = tstep_dim(ts[0]), rf = tstep_row_floats(ts[0]);
+  uint32_t dim = trainer_step_dim(ts[0]), rf = trainer_step_row_floats(ts[0]);
   sum_over(P, bg->pgrad, bg->n_del * dim, bg->dsum);
-  for (uint32_t p = 0; p < P; p++) tstep_cache_update_rows(ts[p], bg->del, bg->n_del, bg->dsum);
+  for (uint32_t p = 0; p < P; p++) trainer_step_cache_update_rows(ts[p], bg->del, bg->n_del, bg->dsum);
   for (uint32_t p = 0; p < P; p++) {
-    const ocache_tr_t *t = &d->tr[p];
+    const cacher_tr_t *t = &d->tr[p];
     float *rows = malloc((t->n_wb + 1) * rf * sizeof(float));
-    tstep_cache_gather(ts[p], t->wb_slots, t->n_wb, rows);
+    trainer_step_cache_gather(ts[p], t->wb_slots, t->n_wb, rows);
     for (size_t i = 0; i < t->n_wb; i++) memcpy(srow(sv, t->wb_keys[i]), rows + i * rf, rf * sizeof(float));
     free(rows);
   }
@@ -200,13 +200,13 @@ static void run_bg(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t *d
   memset(bg, 0, sizeof *bg);
 }
 
-static void prefetch(uint32_t P, tstep_t **ts, server_t *sv, const ocache_dec_t *d) {
-  uint32_t rf = tstep_row_floats(ts[0]);
+static void prefetch(uint32_t P, trainer_step_t **ts, server_t *sv, const cacher_dec_t *d) {
+  uint32_t rf = trainer_step_row_floats(ts[0]);
   for (uint32_t p = 0; p < P; p++) {
-    const ocache_tr_t *t = &d->tr[p];
+    const cacher_tr_t *t = &d->tr[p];
     float *rows = malloc((t->n_fetch + 1) * rf * sizeof(float));
     for (size_t i = 0; i < t->n_fetch; i++) memcpy(rows + i * rf, srow(sv, t->fetch_keys[i]), rf * sizeof(float));
-    tstep_cache_scatter(ts[p], t->fetch_slots, t->n_fetch, rows);
+    trainer_step_cache_scatter(ts[p], t->fetch_slots, t->n_fetch, rows);
     free(rows);
   }
 }
@@ -221,7 +221,7 @@ static void run(const run_opts_t *o, result_t *res) {
   uint32_t P = o->P;
   memset(res, 0, sizeof *res);
   res->min_l = UINT32_MAX;
-  oracle_plan_t plans[NB];
+  plan_t plans[NB];
   build_plans(P, o->laia, plans);
   uint32_t L = (uint32_t)o->lookahead;
   uint64_t need;
@@ -229,48 +229,48 @@ static void run(const run_opts_t *o, result_t *res) {
   if (o->lookahead < 0) {
     /* auto: a cache between what L = 0 and L = 16 need */
     uint64_t n0, n16;
-    assert_int_equal(ocache_need(plans, NB, P, 0, o->lrpp, &n0), 0);
-    assert_int_equal(ocache_need(plans, NB, P, 16, o->lrpp, &n16), 0);
+    assert_int_equal(cacher_need(plans, NB, P, 0, o->lrpp, &n0), 0);
+    assert_int_equal(cacher_need(plans, NB, P, 16, o->lrpp, &n16), 0);
     cache_rows = (n0 + n16) / 2;
-    assert_int_equal(ocache_auto(plans, NB, P, cache_rows, 64, o->lrpp, &L, &need), 0);
+    assert_int_equal(cacher_auto(plans, NB, P, cache_rows, 64, o->lrpp, &L, &need), 0);
     assert_true(L >= 1 && L < 16);
     assert_true(need <= cache_rows);
   } else {
-    assert_int_equal(ocache_need(plans, NB, P, L, o->lrpp, &need), 0);
+    assert_int_equal(cacher_need(plans, NB, P, L, o->lrpp, &need), 0);
   }
   if (!cache_rows) cache_rows = need;
-  ocache_opts_t co = {.trainers = P, .lookahead = L, .cache_rows = cache_rows, .lrpp = o->lrpp, .delayed = o->delayed};
-  ocache_t *c;
-  assert_int_equal(ocache_create(&co, &c), 0);
-  static ocache_dec_t dec[NB];
+  cacher_opts_t co = {.trainers = P, .lookahead = L, .cache_rows = cache_rows, .lrpp = o->lrpp, .delayed = o->delayed};
+  cacher_t *c;
+  assert_int_equal(cacher_create(&co, &c), 0);
+  static cacher_dec_t dec[NB];
   char err[512];
   int n_dec = 0;
   for (int x = 0; x < NB; x++) {
-    assert_int_equal(ocache_push(c, &plans[x]), 0);
-    if (x + 1 == NB) ocache_end(c);
-    while (ocache_ready(c)) {
-      int rc = ocache_decide(c, &dec[n_dec], err, sizeof err);
+    assert_int_equal(cacher_push(c, &plans[x]), 0);
+    if (x + 1 == NB) cacher_end(c);
+    while (cacher_ready(c)) {
+      int rc = cacher_decide(c, &dec[n_dec], err, sizeof err);
       if (rc) fail_msg("decide: %s", err);
       n_dec++;
     }
   }
   assert_int_equal(n_dec, NB);
-  assert_int_equal(ocache_cached(c), 0);
-  ocache_destroy(c);
+  assert_int_equal(cacher_cached(c), 0);
+  cacher_destroy(c);
 
   /* trainers and the server */
-  tstep_t *ts[MAXP];
+  trainer_step_t *ts[MAXP];
   for (uint32_t p = 0; p < P; p++) {
-    assert_int_equal(tstep_create(g_cfg, &g_schema, &g_layout, BS, &ts[p], err, sizeof err), 0);
-    assert_int_equal(tstep_cache_init(ts[p], cache_rows, err, sizeof err), 0);
+    assert_int_equal(trainer_step_create(g_cfg, &g_schema, &g_layout, BS, &ts[p], err, sizeof err), 0);
+    assert_int_equal(trainer_step_cache_init(ts[p], cache_rows, err, sizeof err), 0);
     /* poison the cache: a row used without being fetched shows */
-    float *cr = tstep_cache_rows(ts[p]);
-    for (size_t i = 0; i < cache_rows * tstep_row_floats(ts[p]); i++) cr[i] = 1e30f;
+    float *cr = trainer_step_cache_rows(ts[p]);
+    for (size_t i = 0; i < cache_rows * trainer_step_row_floats(ts[p]); i++) cr[i] = 1e30f;
   }
   server_t sv;
   server_open(&sv);
-  uint32_t dim = tstep_dim(ts[0]);
-  size_t np = model_n_params(tstep_model(ts[0]));
+  uint32_t dim = trainer_step_dim(ts[0]);
+  size_t np = model_n_params(trainer_step_model(ts[0]));
   float *dsum = malloc(np * sizeof(float));
   float *dg[MAXP];
   bg_t bg = {0};
@@ -285,16 +285,16 @@ static void run(const run_opts_t *o, result_t *res) {
       while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
     }
     assert_true(prefetched > x);
-    const ocache_dec_t *d = &dec[x];
+    const cacher_dec_t *d = &dec[x];
     if (d->lookahead < res->min_l) res->min_l = d->lookahead;
     if (d->lookahead > res->max_l) res->max_l = d->lookahead;
     double loss = 0;
     for (uint32_t p = 0; p < P; p++) {
-      const oracle_share_t *sh = &plans[x].shares[p];
+      const plan_share_t *sh = &plans[x].shares[p];
       size_t off[4] = {0};
       for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
-      tstep_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
-      if (tstep_cache_forward(ts[p], &b, d->tr[p].slots, err, sizeof err)) fail_msg("forward: %s", err);
+      trainer_step_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
+      if (trainer_step_cache_forward(ts[p], &b, d->tr[p].slots, err, sizeof err)) fail_msg("forward: %s", err);
       res->fetched += d->tr[p].n_fetch;
       res->hits += d->tr[p].n_hits;
     }
@@ -303,26 +303,26 @@ static void run(const run_opts_t *o, result_t *res) {
     done = (uint64_t)x;
     while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
     for (uint32_t p = 0; p < P; p++) {
-      const oracle_share_t *sh = &plans[x].shares[p];
+      const plan_share_t *sh = &plans[x].shares[p];
       size_t off[4] = {0};
       for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
-      tstep_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
-      loss += tstep_backward(ts[p], &b, BS);
-      dg[p] = model_grads(tstep_model(ts[p]));
+      trainer_step_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
+      loss += trainer_step_backward(ts[p], &b, BS);
+      dg[p] = model_grads(trainer_step_model(ts[p]));
     }
     assert_true(loss == loss);
     sum_over(P, dg, np, dsum);
-    for (uint32_t p = 0; p < P; p++) memcpy(model_grads(tstep_model(ts[p])), dsum, np * sizeof(float));
+    for (uint32_t p = 0; p < P; p++) memcpy(model_grads(trainer_step_model(ts[p])), dsum, np * sizeof(float));
     /* critical rows */
     size_t nc = d->n_critical;
     float *cg[MAXP], *csum = malloc((nc + 1) * dim * sizeof(float));
     for (uint32_t p = 0; p < P; p++) {
       cg[p] = malloc((nc + 1) * dim * sizeof(float));
-      tstep_cache_pack(ts[p], d->critical, nc, cg[p]);
+      trainer_step_cache_pack(ts[p], d->critical, nc, cg[p]);
     }
     sum_over(P, cg, nc * dim, csum);
     for (uint32_t p = 0; p < P; p++) {
-      tstep_cache_unpack(ts[p], d->critical, nc, csum);
+      trainer_step_cache_unpack(ts[p], d->critical, nc, csum);
       free(cg[p]);
     }
     free(csum);
@@ -335,20 +335,20 @@ static void run(const run_opts_t *o, result_t *res) {
     bg.dsum = malloc((d->n_delayed + 1) * dim * sizeof(float));
     for (uint32_t p = 0; p < P; p++) {
       bg.pgrad[p] = malloc((d->n_delayed + 1) * dim * sizeof(float));
-      tstep_cache_pack(ts[p], d->delayed, d->n_delayed, bg.pgrad[p]);
-      tstep_cache_update(ts[p], d->delayed, d->n_delayed);
+      trainer_step_cache_pack(ts[p], d->delayed, d->n_delayed, bg.pgrad[p]);
+      trainer_step_cache_update(ts[p], d->delayed, d->n_delayed);
     }
     /* ownership: rows x + 1 lets another trainer use (listed in x + 1's
      * decision) go from their owner to every trainer after x's update
      * (bytes copied, as the allgather) */
     if (x + 1 < NB) {
-      const ocache_dec_t *dn = &dec[x + 1];
-      uint32_t rf = tstep_row_floats(ts[0]);
+      const cacher_dec_t *dn = &dec[x + 1];
+      uint32_t rf = trainer_step_row_floats(ts[0]);
       float *row = malloc(rf * sizeof(float));
       for (size_t i = 0; i < dn->n_rep; i++) {
-        tstep_cache_gather(ts[dn->rep_owners[i]], &dn->rep_slots[i], 1, row);
+        trainer_step_cache_gather(ts[dn->rep_owners[i]], &dn->rep_slots[i], 1, row);
         for (uint32_t p = 0; p < P; p++)
-          if (p != dn->rep_owners[i]) tstep_cache_scatter(ts[p], &dn->rep_slots[i], 1, row);
+          if (p != dn->rep_owners[i]) trainer_step_cache_scatter(ts[p], &dn->rep_slots[i], 1, row);
       }
       free(row);
       res->replicated += dn->n_rep;
@@ -360,10 +360,10 @@ static void run(const run_opts_t *o, result_t *res) {
 
   /* every trainer holds the same dense parameters; digest = dense + server */
   for (uint32_t p = 1; p < P; p++)
-    assert_memory_equal(model_params(tstep_model(ts[0])), model_params(tstep_model(ts[p])), np * sizeof(float));
+    assert_memory_equal(model_params(trainer_step_model(ts[0])), model_params(trainer_step_model(ts[p])), np * sizeof(float));
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  EVP_DigestUpdate(md, model_params(tstep_model(ts[0])), np * sizeof(float));
+  EVP_DigestUpdate(md, model_params(trainer_step_model(ts[0])), np * sizeof(float));
   for (uint32_t t = 0; t < 3; t++) EVP_DigestUpdate(md, sv.t[t], g_layout.tables[t].rows * sv.rf * sizeof(float));
   unsigned len;
   EVP_DigestFinal_ex(md, res->digest, &len);
@@ -375,10 +375,10 @@ static void run(const run_opts_t *o, result_t *res) {
 
   free(dsum);
   for (uint32_t t = 0; t < 3; t++) free(sv.t[t]);
-  for (uint32_t p = 0; p < P; p++) tstep_destroy(ts[p]);
+  for (uint32_t p = 0; p < P; p++) trainer_step_destroy(ts[p]);
   for (int x = 0; x < NB; x++) {
-    ocache_dec_free(&dec[x]);
-    oracle_plan_close(&plans[x]);
+    cacher_dec_free(&dec[x]);
+    plan_close(&plans[x]);
   }
 }
 
@@ -451,12 +451,12 @@ static void test_lowered_l_same_model(void **state) {
     result_t base, r;
     run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1};
     run(&bo, &base);
-    oracle_plan_t plans[NB];
+    plan_t plans[NB];
     build_plans(P, 0, plans);
     uint64_t n0, n8;
-    assert_int_equal(ocache_need(plans, NB, P, 0, 1, &n0), 0);
-    assert_int_equal(ocache_need(plans, NB, P, 8, 1, &n8), 0);
-    for (int x = 0; x < NB; x++) oracle_plan_close(&plans[x]);
+    assert_int_equal(cacher_need(plans, NB, P, 0, 1, &n0), 0);
+    assert_int_equal(cacher_need(plans, NB, P, 8, 1, &n8), 0);
+    for (int x = 0; x < NB; x++) plan_close(&plans[x]);
     assert_true(n8 > n0);
     run_opts_t o = {.P = P, .lookahead = 8, .lrpp = 1, .delayed = 1, .cache_rows = (n0 + n8) / 2};
     run(&o, &r);

@@ -1,8 +1,8 @@
 /*
- * test_oracle_cache: the oracle's cacher (common/plan/oracle_cache.c):
+ * test_oracle_cache: the oracle's cacher (common/plan/cacher.c):
  * lookahead, time-to-live, slot assignment, LRPP ownership and
  * replication, the critical / delayed split, the prefetch gate, the exact
- * slot count (ocache_need), auto L (ocache_auto) and lowering L under a
+ * slot count (cacher_need), auto L (cacher_auto) and lowering L under a
  * cache_rows limit.
  *
  * Why: the cacher's decisions are what keep L > 0 training identical to
@@ -22,7 +22,7 @@
  * owner's current row to every trainer.  Every id a trainer trains must
  * find its row at the slot the cacher named, holding the value synchronous
  * training would have (every earlier update applied), and every row
- * written back must be that value.  The rules of oracle_cache.h (slot reuse
+ * written back must be that value.  The rules of cacher.h (slot reuse
  * after L batches, the gate, write-back owners, which rows are owned and
  * never synchronized, which are replicated, the slot count) are checked
  * along the way.
@@ -39,8 +39,8 @@
 #include <string.h>
 
 #include "err.h"
-#include "oracle_cache.h"
-#include "oracle_plan.h"
+#include "cacher.h"
+#include "plan.h"
 #include "table.h"
 
 #include "batch_util.h"
@@ -57,13 +57,13 @@ typedef struct stream_s {
   uint64_t rows[4], max_rows;
   size_t n;
   data_batch_t *b;
-  oracle_plan_t *pl;
+  plan_t *pl;
 } stream_t;
 
 static void stream_plan(stream_t *s, int policy) {
   s->pl = calloc(s->n, sizeof *s->pl);
   for (size_t x = 0; x < s->n; x++)
-    assert_int_equal(oracle_plan_build(&s->b[x], s->P, policy, 7, ORACLE_PLAN_KEYS, &s->pl[x]), 0);
+    assert_int_equal(plan_build(&s->b[x], s->P, policy, 7, PLAN_KEYS, &s->pl[x]), 0);
 }
 
 /* n batches of B samples, ids skewed: row = floor(rows * u^3). */
@@ -98,7 +98,7 @@ static void stream_random(stream_t *s, uint64_t seed, size_t n, uint32_t P, uint
 
 static void stream_free(stream_t *s) {
   for (size_t x = 0; x < s->n; x++) {
-    oracle_plan_close(&s->pl[x]);
+    plan_close(&s->pl[x]);
     data_batch_free(&s->b[x]);
   }
   free(s->pl);
@@ -109,7 +109,7 @@ static void stream_free(stream_t *s) {
 /* What one run produced: the decisions and, after each, the cacher's own
  * counters. */
 typedef struct run_s {
-  ocache_dec_t *d;
+  cacher_dec_t *d;
   size_t n; /* decided */
   size_t *cached_after;
   uint64_t *used_after;
@@ -121,45 +121,45 @@ typedef struct run_s {
 
 /* Pushes the stream in order, deciding whatever is ready after each push,
  * as the oracle does. */
-static void run_cache(const stream_t *s, const ocache_opts_t *o, run_t *r) {
+static void run_cache(const stream_t *s, const cacher_opts_t *o, run_t *r) {
   memset(r, 0, sizeof *r);
   r->d = calloc(s->n, sizeof *r->d);
   r->cached_after = calloc(s->n, sizeof *r->cached_after);
   r->used_after = calloc(s->n, sizeof *r->used_after);
-  ocache_t *c;
-  assert_int_equal(ocache_create(o, &c), 0);
+  cacher_t *c;
+  assert_int_equal(cacher_create(o, &c), 0);
   for (size_t x = 0; x < s->n && !r->rc; x++) {
-    assert_int_equal(ocache_push(c, &s->pl[x]), 0);
-    if (x + 1 == s->n) ocache_end(c);
-    while (ocache_ready(c)) {
-      r->rc = ocache_decide(c, &r->d[r->n], r->err, sizeof r->err);
+    assert_int_equal(cacher_push(c, &s->pl[x]), 0);
+    if (x + 1 == s->n) cacher_end(c);
+    while (cacher_ready(c)) {
+      r->rc = cacher_decide(c, &r->d[r->n], r->err, sizeof r->err);
       if (r->rc) break;
       assert_int_equal(r->d[r->n].x, r->n);
-      r->cached_after[r->n] = ocache_cached(c);
-      r->used_after[r->n] = ocache_slots_used(c);
-      assert_true(ocache_lookahead(c) == r->d[r->n].lookahead);
+      r->cached_after[r->n] = cacher_cached(c);
+      r->used_after[r->n] = cacher_slots_used(c);
+      assert_true(cacher_lookahead(c) == r->d[r->n].lookahead);
       r->n++;
     }
     if (r->rc) break;
     /* the window never holds more than L + 1 batches once decided: exactly
      * the L batches the next decision waits for */
-    assert_true(ocache_window(c) <= (size_t)o->lookahead + 1);
-    assert_int_equal(ocache_window(c), x + 1 - r->n);
+    assert_true(cacher_window(c) <= (size_t)o->lookahead + 1);
+    assert_int_equal(cacher_window(c), x + 1 - r->n);
     if (x + 1 < s->n) {
-      uint32_t Lc = ocache_lookahead(c);
+      uint32_t Lc = cacher_lookahead(c);
       size_t wait = (size_t)Lc;
-      assert_int_equal(ocache_window(c), x + 1 < wait ? x + 1 : wait);
-      assert_int_equal(ocache_decide(c, &(ocache_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
+      assert_int_equal(cacher_window(c), x + 1 < wait ? x + 1 : wait);
+      assert_int_equal(cacher_decide(c, &(cacher_dec_t){0}, r->err, sizeof r->err), -EAGAIN);
     }
   }
   if (!r->rc) assert_int_equal(r->n, s->n);
-  r->peak = ocache_slots_peak(c);
-  r->cached_end = ocache_cached(c);
-  ocache_destroy(c);
+  r->peak = cacher_slots_peak(c);
+  r->cached_end = cacher_cached(c);
+  cacher_destroy(c);
 }
 
 static void run_free(run_t *r) {
-  for (size_t x = 0; x < r->n; x++) ocache_dec_free(&r->d[x]);
+  for (size_t x = 0; x < r->n; x++) cacher_dec_free(&r->d[x]);
   free(r->d);
   free(r->cached_after);
   free(r->used_after);
@@ -198,17 +198,17 @@ typedef struct sim_out_s {
 #define SHARED_OWNER UINT32_MAX
 
 /* Replays r's decisions over s as the trainers and the store would, and
- * checks every rule of oracle_cache.h (see the file comment).  Per trainer
+ * checks every rule of cacher.h (see the file comment).  Per trainer
  * and slot the simulation holds the key, a version counter (the number of
  * updates its copy has seen) and a stale mark; per key, the number of
  * updates synchronous training would have applied (true_cnt), the store's
  * version and, while cached, its owner (one trainer, or every trainer). */
-static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r, sim_out_t *out) {
+static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r, sim_out_t *out) {
   uint32_t P = s->P, L0 = o->lookahead, full = (1u << P) - 1;
   size_t n = s->n, NK = (size_t)s->n_tables * s->max_rows;
   size_t SMAX = 1;
   for (size_t x = 0; x < n; x++) SMAX += s->pl[x].n_unique;
-#define KI(k) ((size_t)TBL_TABLE(k) * s->max_rows + (size_t)TBL_ROW(k))
+#define KI(k) ((size_t)TABLE_ID(k) * s->max_rows + (size_t)TABLE_ROW(k))
   uint32_t *key_slot = malloc(NK * sizeof *key_slot);
   uint64_t *true_cnt = calloc(NK, sizeof *true_cnt), *store = calloc(NK, sizeof *store);
   int64_t *last_use = malloc(NK * sizeof *last_use), *last_wb = malloc(NK * sizeof *last_wb);
@@ -239,18 +239,18 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   }
   /* who uses what, from the shares' ids (the plans' users are checked against it) */
   for (size_t x = 0; x < n; x++) {
-    const oracle_plan_t *pl = &s->pl[x];
+    const plan_t *pl = &s->pl[x];
     for (size_t i = 0; i < pl->n_unique; i++) {
       if (i) assert_true(pl->ukeys[i - 1] < pl->ukeys[i]);
       in_x[KI(pl->ukeys[i])] = 1;
     }
     for (uint32_t q = 0; q < P; q++) {
-      const oracle_share_t *sh = &pl->shares[q];
+      const plan_share_t *sh = &pl->shares[q];
       size_t oo = 0;
       for (uint32_t t = 0; t < pl->n_tables; t++) {
         size_t m = (size_t)sh->n * pl->hotness[t];
         for (size_t j = 0; j < m; j++) {
-          size_t k = KI(TBL_KEY(t, sh->ids[oo + j]));
+          size_t k = KI(TABLE_KEY(t, sh->ids[oo + j]));
           assert_true(in_x[k]);
           umask[x * NK + k] |= 1u << q;
         }
@@ -270,8 +270,8 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
   assert_int_equal(r->n, n);
 
   for (size_t x = 0; x < n; x++) {
-    const oracle_plan_t *pl = &s->pl[x];
-    const ocache_dec_t *d = &r->d[x];
+    const plan_t *pl = &s->pl[x];
+    const cacher_dec_t *d = &r->d[x];
     const uint32_t *mask = umask + x * NK;
     assert_int_equal(d->x, x);
     assert_int_equal(d->trainers, P);
@@ -304,7 +304,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
      * trainer's cache gets the store's row there */
     size_t n_new = 0;
     for (uint32_t q = 0; q < P; q++) {
-      const ocache_tr_t *t = &d->tr[q];
+      const cacher_tr_t *t = &d->tr[q];
       for (size_t i = 0; i < t->n_fetch; i++) {
         uint64_t key = t->fetch_keys[i];
         uint32_t sl = t->fetch_slots[i];
@@ -395,8 +395,8 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
     }
     /* each trainer: per-id slots hold the row, up to date, not stale */
     for (uint32_t q = 0; q < P; q++) {
-      const ocache_tr_t *t = &d->tr[q];
-      const oracle_share_t *sh = &pl->shares[q];
+      const cacher_tr_t *t = &d->tr[q];
+      const plan_share_t *sh = &pl->shares[q];
       assert_int_equal(t->n_ids, sh->n_ids);
       size_t nk = 0, nh = 0;
       for (size_t i = 0; i < pl->n_unique; i++) {
@@ -413,7 +413,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
       for (uint32_t tb = 0; tb < pl->n_tables; tb++) {
         size_t m = (size_t)sh->n * pl->hotness[tb];
         for (size_t j = 0; j < m; j++) {
-          uint64_t key = TBL_KEY(tb, sh->ids[oo + j]);
+          uint64_t key = TABLE_KEY(tb, sh->ids[oo + j]);
           size_t k = KI(key);
           uint32_t sl = t->slots[oo + j];
           assert_int_equal(key_slot[k], sl);
@@ -443,11 +443,11 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
         }
       }
     }
-    /* write-backs: each evicted key once, by its owner (shared: tbl_mix64
+    /* write-backs: each evicted key once, by its owner (shared: table_mix64
      * % P), the trained value */
     size_t n_wb = 0;
     for (uint32_t q = 0; q < P; q++) {
-      const ocache_tr_t *t = &d->tr[q];
+      const cacher_tr_t *t = &d->tr[q];
       for (size_t i = 0; i < t->n_wb; i++) {
         uint64_t key = t->wb_keys[i];
         size_t k = KI(key);
@@ -459,7 +459,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
         if (cls[k] == 0)
           assert_int_equal(q, own_of[k]);
         else
-          assert_int_equal(q, (uint32_t)(tbl_mix64(key) % P));
+          assert_int_equal(q, (uint32_t)(table_mix64(key) % P));
         assert_true(tc_key[q][t->wb_slots[i]] == key);
         store[k] = tc_val[q][t->wb_slots[i]];
         assert_true(store[k] == true_cnt[k]);
@@ -472,7 +472,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
      * others' stale_slots (their copies missed x's update), and the others
      * mark them stale */
     for (uint32_t q = 0; q < P; q++) {
-      const ocache_tr_t *t = &d->tr[q];
+      const cacher_tr_t *t = &d->tr[q];
       size_t want_own = 0, want_stale = 0;
       for (size_t i = 0; i < pl->n_unique; i++) {
         size_t k = KI(pl->ukeys[i]);
@@ -544,7 +544,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
      * trainer or by several) goes from its owner, current, to every
      * trainer; it is shared again.  Batch 0's decision lists nothing. */
     if (x == 0) assert_int_equal(d->n_rep, 0);
-    const ocache_dec_t *dn = x + 1 < n ? &r->d[x + 1] : NULL;
+    const cacher_dec_t *dn = x + 1 < n ? &r->d[x + 1] : NULL;
     size_t n_rep = dn ? dn->n_rep : 0;
     if (!o->lrpp) assert_int_equal(n_rep, 0);
     out->replicated += n_rep;
@@ -569,7 +569,7 @@ static void check_run(const stream_t *s, const ocache_opts_t *o, const run_t *r,
     }
     /* every owned row x + 1 uses is used by its owner alone */
     if (x + 1 < n) {
-      const oracle_plan_t *p1 = &s->pl[x + 1];
+      const plan_t *p1 = &s->pl[x + 1];
       for (size_t i = 0; i < p1->n_unique; i++) {
         size_t k = KI(p1->ukeys[i]);
         if (key_slot[k] != NONE && own_of[k] != SHARED_OWNER)
@@ -652,14 +652,14 @@ static void stream_fig6(stream_t *s) {
   s->n = 4;
   s->b = calloc(s->n, sizeof *s->b);
   for (size_t x = 0; x < 4; x++) make_batch(&s->b[x], x, 2, 1, s->hot, rows[x]);
-  stream_plan(s, ORACLE_ALLOC_CONTIGUOUS);
+  stream_plan(s, PLAN_ALLOC_CONTIGUOUS);
 }
 
-#define K(r) TBL_KEY(0, (r))
+#define K(r) TABLE_KEY(0, (r))
 
 /* The per-id slots of the single trainer: sample j -> the slot of its key. */
-static void assert_id_slots(const stream_t *s, const ocache_dec_t *d, const uint64_t *key_of_slot, size_t n_slots) {
-  const oracle_share_t *sh = &s->pl[d->x].shares[0];
+static void assert_id_slots(const stream_t *s, const cacher_dec_t *d, const uint64_t *key_of_slot, size_t n_slots) {
+  const plan_share_t *sh = &s->pl[d->x].shares[0];
   assert_int_equal(d->tr[0].n_ids, 2);
   for (size_t j = 0; j < 2; j++) {
     uint32_t sl = d->tr[0].slots[j];
@@ -683,10 +683,10 @@ static void test_figure6(void **state) {
   run_t r;
   uint64_t need;
   for (int lrpp = 0; lrpp <= 1; lrpp++) {
-    ocache_opts_t o = {.trainers = 1, .lookahead = 1, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+    cacher_opts_t o = {.trainers = 1, .lookahead = 1, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
     run_cache(&s, &o, &r);
     assert_int_equal(r.rc, 0);
-    const ocache_dec_t *d = r.d;
+    const cacher_dec_t *d = r.d;
     /* x = 0: fetch 3 -> 0, 9 -> 1; 9 evicted after 0 */
     assert_keys(d[0].tr[0].fetch_keys, d[0].tr[0].n_fetch, (uint64_t[]){K(3), K(9)}, 2);
     assert_u32s(d[0].tr[0].fetch_slots, d[0].tr[0].n_fetch, (uint32_t[]){0, 1}, 2);
@@ -770,7 +770,7 @@ static void test_figure6(void **state) {
     check_run(&s, &o, &r, &so);
     assert_int_equal(so.synced, lrpp ? 0 : 8);
     run_free(&r);
-    assert_int_equal(ocache_need(s.pl, s.n, 1, 1, lrpp, &need), 0);
+    assert_int_equal(cacher_need(s.pl, s.n, 1, 1, lrpp, &need), 0);
     assert_int_equal(need, 3);
 
     /* L = 2: key 3 stays cached from x = 0 through x = 2 */
@@ -794,11 +794,11 @@ static void test_figure6(void **state) {
   /* L = 0: every key fetched in its batch and written back after it (with
    * LRPP too, though batch x + 1 is then in the window when x is decided) */
   for (int lrpp = 0; lrpp <= 1; lrpp++) {
-    ocache_opts_t o = {.trainers = 1, .lookahead = 0, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+    cacher_opts_t o = {.trainers = 1, .lookahead = 0, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
     run_cache(&s, &o, &r);
     assert_int_equal(r.rc, 0);
     for (size_t x = 0; x < 4; x++) {
-      const ocache_tr_t *t = &r.d[x].tr[0];
+      const cacher_tr_t *t = &r.d[x].tr[0];
       assert_int_equal(t->n_fetch, 2);
       assert_int_equal(t->n_wb, 2);
       assert_int_equal(t->n_hits, 0);
@@ -818,7 +818,7 @@ static void test_figure6(void **state) {
     }
     check_run(&s, &o, &r, &so);
     run_free(&r);
-    assert_int_equal(ocache_need(s.pl, s.n, 1, 0, lrpp, &need), 0);
+    assert_int_equal(cacher_need(s.pl, s.n, 1, 0, lrpp, &need), 0);
     assert_int_equal(need, 2);
   }
   stream_free(&s);
@@ -835,7 +835,7 @@ static void test_figure6(void **state) {
  * 1 -> 0, 2 -> 1, 3 -> 2, 4 -> 3, 5 -> 4, 6 -> 5, 7 -> 6, 8 -> 0.
  *   x = 0: 1 t0's, evicted: fetched by t0 alone, written back by t0.
  *          2 shared, not used at 1: fetched by both, delayed, evicted,
- *          written back by tbl_mix64 % 2.
+ *          written back by table_mix64 % 2.
  *          3 t0's, kept (used at 1): fetched by t0 alone, not synchronized,
  *          in t0's own_slots; batch 1 has both use it: replicated after 0,
  *          listed in batch 1's decision
@@ -843,7 +843,7 @@ static void test_figure6(void **state) {
  *          4 shared, used at 1: fetched by both, critical, kept.
  *          5 t1's, kept (used by t1 alone at 1): in t1's own_slots, not
  *          replicated.
- *   x = 1: 3 shared (a hit for both), delayed, evicted (tbl_mix64 % 2).
+ *   x = 1: 3 shared (a hit for both), delayed, evicted (table_mix64 % 2).
  *          4 a cached shared row t1 alone uses, kept (used at 2): taken
  *          over by t1 -- t1's own_slots, t0's stale_slots.
  *          5 t1's hit, evicted by t1; 7 t1's, fetched and evicted by t1.
@@ -863,9 +863,9 @@ static void test_lrpp_by_hand(void **state) {
   s.n = 3;
   s.b = calloc(3, sizeof *s.b);
   for (size_t x = 0; x < 3; x++) make_batch(&s.b[x], x, 4, 1, s.hot, ids[x]);
-  stream_plan(&s, ORACLE_ALLOC_CONTIGUOUS);
-  uint32_t mix2 = (uint32_t)(tbl_mix64(K(2)) % 2), mix3 = (uint32_t)(tbl_mix64(K(3)) % 2),
-           mix8 = (uint32_t)(tbl_mix64(K(8)) % 2);
+  stream_plan(&s, PLAN_ALLOC_CONTIGUOUS);
+  uint32_t mix2 = (uint32_t)(table_mix64(K(2)) % 2), mix3 = (uint32_t)(table_mix64(K(3)) % 2),
+           mix8 = (uint32_t)(table_mix64(K(8)) % 2);
   uint64_t want[2][4];
   size_t nw[2];
 #define WB_RESET() (nw[0] = nw[1] = 0)
@@ -873,13 +873,13 @@ static void test_lrpp_by_hand(void **state) {
 #define WB_CHECK(d) \
   for (uint32_t q_ = 0; q_ < 2; q_++) assert_keys((d)->tr[q_].wb_keys, (d)->tr[q_].n_wb, want[q_], nw[q_])
 
-  ocache_opts_t o = {.trainers = 2, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
+  cacher_opts_t o = {.trainers = 2, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
   run_t r;
   sim_out_t so;
   run_cache(&s, &o, &r);
   assert_int_equal(r.rc, 0);
   /* x = 0 */
-  const ocache_dec_t *d = &r.d[0];
+  const cacher_dec_t *d = &r.d[0];
   assert_keys(d->tr[0].fetch_keys, d->tr[0].n_fetch, (uint64_t[]){K(1), K(2), K(3), K(4)}, 4);
   assert_u32s(d->tr[0].fetch_slots, d->tr[0].n_fetch, (uint32_t[]){0, 1, 2, 3}, 4);
   assert_keys(d->tr[1].fetch_keys, d->tr[1].n_fetch, (uint64_t[]){K(2), K(4), K(5)}, 3);
@@ -968,7 +968,7 @@ static void test_lrpp_by_hand(void **state) {
   run_free(&r);
 
   /* lrpp = 0: every key shared -- fetched by both, synchronized, written
-   * back by tbl_mix64 % 2; nothing owned, stale or replicated */
+   * back by table_mix64 % 2; nothing owned, stale or replicated */
   o.delayed = 1;
   o.lrpp = 0;
   run_cache(&s, &o, &r);
@@ -985,7 +985,7 @@ static void test_lrpp_by_hand(void **state) {
       if (x == 2) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch2, 1);
       assert_int_equal(d->tr[q].n_private, 0);
       assert_int_equal(d->tr[q].n_own + d->tr[q].n_stale, 0);
-      for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(tbl_mix64(d->tr[q].wb_keys[i]) % 2, q);
+      for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(table_mix64(d->tr[q].wb_keys[i]) % 2, q);
     }
     assert_keys(d->critical_keys, d->n_critical, crit[x], n_crit[x]);
     assert_keys(d->delayed_keys, d->n_delayed, del[x], n_del[x]);
@@ -998,7 +998,7 @@ static void test_lrpp_by_hand(void **state) {
   /* other lookaheads, under the simulation's rules */
   for (uint32_t L = 0; L <= 2; L += 2)
     for (int lrpp = 0; lrpp <= 1; lrpp++) {
-      ocache_opts_t o2 = {.trainers = 2, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
+      cacher_opts_t o2 = {.trainers = 2, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 1};
       run_cache(&s, &o2, &r);
       assert_int_equal(r.rc, 0);
       check_run(&s, &o2, &r, &so);
@@ -1015,7 +1015,7 @@ static void test_lrpp_by_hand(void **state) {
 static void assert_same_decisions(const run_t *a, const run_t *b) {
   assert_int_equal(a->n, b->n);
   for (size_t x = 0; x < a->n; x++) {
-    const ocache_dec_t *p = &a->d[x], *q = &b->d[x];
+    const cacher_dec_t *p = &a->d[x], *q = &b->d[x];
     assert_int_equal(p->lookahead, q->lookahead);
     assert_int_equal(p->gate, q->gate);
     assert_keys(p->critical_keys, p->n_critical, q->critical_keys, q->n_critical);
@@ -1027,7 +1027,7 @@ static void assert_same_decisions(const run_t *a, const run_t *b) {
     assert_u32s(p->rep_owners, p->n_rep, q->rep_owners, q->n_rep);
     assert_keys(p->rep_keys, p->n_rep, q->rep_keys, q->n_rep);
     for (uint32_t t = 0; t < p->trainers; t++) {
-      const ocache_tr_t *u = &p->tr[t], *v = &q->tr[t];
+      const cacher_tr_t *u = &p->tr[t], *v = &q->tr[t];
       assert_u32s(u->slots, u->n_ids, v->slots, v->n_ids);
       assert_keys(u->fetch_keys, u->n_fetch, v->fetch_keys, v->n_fetch);
       assert_u32s(u->fetch_slots, u->n_fetch, v->fetch_slots, v->n_fetch);
@@ -1051,11 +1051,11 @@ static void test_properties(void **state) {
       stream_t s;
       uint32_t B = 32 + 16 * (P + hot) % 33;
       stream_random(&s, 1000 + P * 10 + hot, 60, P, 2 + (P + hot) % 2, B, hot,
-                    (P + hot) % 2 ? ORACLE_ALLOC_RANDOM : ORACLE_ALLOC_CONTIGUOUS);
+                    (P + hot) % 2 ? PLAN_ALLOC_RANDOM : PLAN_ALLOC_CONTIGUOUS);
       for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
         for (int lrpp = 0; lrpp <= 1; lrpp++)
           for (int delayed = 0; delayed <= 1; delayed++) {
-            ocache_opts_t o = {.trainers = P, .lookahead = Ls[li], .lrpp = lrpp, .delayed = delayed};
+            cacher_opts_t o = {.trainers = P, .lookahead = Ls[li], .lrpp = lrpp, .delayed = delayed};
             run_t r;
             run_cache(&s, &o, &r);
             assert_int_equal(r.rc, 0);
@@ -1063,7 +1063,7 @@ static void test_properties(void **state) {
             check_run(&s, &o, &r, &so);
             assert_false(so.lowered);
             uint64_t need;
-            assert_int_equal(ocache_need(s.pl, s.n, P, Ls[li], lrpp, &need), 0);
+            assert_int_equal(cacher_need(s.pl, s.n, P, Ls[li], lrpp, &need), 0);
             assert_int_equal(need, so.max_slot1);
             assert_int_equal(need, r.peak);
             if (!lrpp) assert_int_equal(so.owned_kept + so.taken_over + so.replicated + so.owned_hits, 0);
@@ -1093,7 +1093,7 @@ static void test_properties(void **state) {
         uint64_t prev = 0;
         for (uint32_t L = 0; L <= 10; L++) {
           uint64_t need;
-          assert_int_equal(ocache_need(s.pl, s.n, P, L, lrpp, &need), 0);
+          assert_int_equal(cacher_need(s.pl, s.n, P, L, lrpp, &need), 0);
           assert_true(need >= prev);
           prev = need;
         }
@@ -1114,14 +1114,14 @@ static void test_capacity(void **state) {
   int lowered_runs = 0;
   for (uint32_t P = 1; P <= 3; P++) {
     stream_t s;
-    stream_random(&s, 5000 + P, 60, P, 3, 48, 1 + P % 2, ORACLE_ALLOC_CONTIGUOUS);
+    stream_random(&s, 5000 + P, 60, P, 3, 48, 1 + P % 2, PLAN_ALLOC_CONTIGUOUS);
     uint64_t need0;
-    assert_int_equal(ocache_need(s.pl, s.n, P, 0, 1, &need0), 0);
+    assert_int_equal(cacher_need(s.pl, s.n, P, 0, 1, &need0), 0);
     for (size_t li = 0; li < 3; li++) {
       uint32_t L = Ls[li];
       uint64_t need;
-      assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need), 0);
-      ocache_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = need, .lrpp = 1, .delayed = 1};
+      assert_int_equal(cacher_need(s.pl, s.n, P, L, 1, &need), 0);
+      cacher_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = need, .lrpp = 1, .delayed = 1};
       run_t r;
       sim_out_t so;
       run_cache(&s, &o, &r);
@@ -1146,50 +1146,50 @@ static void test_capacity(void **state) {
       assert_non_null(strstr(r.err, "cache_rows"));
       run_free(&r);
     }
-    ocache_opts_t o = {.trainers = P, .lookahead = 0, .cache_rows = need0 - 1, .lrpp = 1, .delayed = 1};
+    cacher_opts_t o = {.trainers = P, .lookahead = 0, .cache_rows = need0 - 1, .lrpp = 1, .delayed = 1};
     run_t r;
     run_cache(&s, &o, &r);
     assert_int_equal(r.rc, ERR_CONFIG);
     assert_non_null(strstr(r.err, "cache_rows"));
     run_free(&r);
     /* after a failure the cacher is unusable */
-    ocache_t *c;
-    assert_int_equal(ocache_create(&o, &c), 0);
+    cacher_t *c;
+    assert_int_equal(cacher_create(&o, &c), 0);
     int rc = 0;
     char err[256];
     size_t x = 0;
-    ocache_dec_t d;
+    cacher_dec_t d;
     for (; x < s.n && !rc; x++) {
-      assert_int_equal(ocache_push(c, &s.pl[x]), 0);
-      while (!rc && ocache_ready(c)) {
-        rc = ocache_decide(c, &d, err, sizeof err);
-        if (!rc) ocache_dec_free(&d);
+      assert_int_equal(cacher_push(c, &s.pl[x]), 0);
+      while (!rc && cacher_ready(c)) {
+        rc = cacher_decide(c, &d, err, sizeof err);
+        if (!rc) cacher_dec_free(&d);
       }
     }
     assert_int_equal(rc, ERR_CONFIG);
-    assert_false(ocache_ready(c));
-    if (x < s.n) assert_int_equal(ocache_push(c, &s.pl[x]), -EINVAL);
-    assert_int_not_equal(ocache_decide(c, &d, err, sizeof err), 0);
-    ocache_destroy(c);
+    assert_false(cacher_ready(c));
+    if (x < s.n) assert_int_equal(cacher_push(c, &s.pl[x]), -EINVAL);
+    assert_int_not_equal(cacher_decide(c, &d, err, sizeof err), 0);
+    cacher_destroy(c);
     stream_free(&s);
   }
   assert_true(lowered_runs > 0);
 }
 
-/* ocache_auto: the largest L <= max_l whose need fits. */
+/* cacher_auto: the largest L <= max_l whose need fits. */
 static void test_auto(void **state) {
   (void)state;
   for (uint32_t P = 1; P <= 3; P += 2) {
     stream_t s;
-    stream_random(&s, 9000 + P, 60, P, 2, 40, 1, ORACLE_ALLOC_CONTIGUOUS);
+    stream_random(&s, 9000 + P, 60, P, 2, 40, 1, PLAN_ALLOC_CONTIGUOUS);
     uint64_t need[13];
-    for (uint32_t L = 0; L <= 12; L++) assert_int_equal(ocache_need(s.pl, s.n, P, L, 1, &need[L]), 0);
+    for (uint32_t L = 0; L <= 12; L++) assert_int_equal(cacher_need(s.pl, s.n, P, L, 1, &need[L]), 0);
     uint64_t rows_list[] = {need[0] - 1, need[0], need[3], need[3] + 1, (need[4] + need[8]) / 2, need[12] - 1,
                             need[12], need[12] * 2};
     for (size_t i = 0; i < sizeof rows_list / sizeof *rows_list; i++) {
       uint64_t rows = rows_list[i], got_need;
       uint32_t l;
-      assert_int_equal(ocache_auto(s.pl, s.n, P, rows, 12, 1, &l, &got_need), 0);
+      assert_int_equal(cacher_auto(s.pl, s.n, P, rows, 12, 1, &l, &got_need), 0);
       assert_true(l <= 12);
       assert_int_equal(got_need, need[l]);
       if (rows < need[0]) {
@@ -1203,7 +1203,7 @@ static void test_auto(void **state) {
     /* max_l bounds it */
     uint32_t l;
     uint64_t nd;
-    assert_int_equal(ocache_auto(s.pl, s.n, P, UINT64_MAX, 5, 1, &l, &nd), 0);
+    assert_int_equal(cacher_auto(s.pl, s.n, P, UINT64_MAX, 5, 1, &l, &nd), 0);
     assert_int_equal(l, 5);
     assert_int_equal(nd, need[5]);
     stream_free(&s);
@@ -1214,80 +1214,80 @@ static void test_auto(void **state) {
  * deciding when nothing is ready. */
 static void test_errors(void **state) {
   (void)state;
-  ocache_t *c;
-  ocache_opts_t o = {.trainers = 0, .lookahead = 1};
-  assert_int_equal(ocache_create(&o, &c), -EINVAL);
+  cacher_t *c;
+  cacher_opts_t o = {.trainers = 0, .lookahead = 1};
+  assert_int_equal(cacher_create(&o, &c), -EINVAL);
   assert_null(c);
   stream_t s;
-  stream_random(&s, 77, 4, 2, 2, 16, 1, ORACLE_ALLOC_CONTIGUOUS);
+  stream_random(&s, 77, 4, 2, 2, 16, 1, PLAN_ALLOC_CONTIGUOUS);
   o.trainers = 2;
-  assert_int_equal(ocache_create(&o, &c), 0);
+  assert_int_equal(cacher_create(&o, &c), 0);
   char err[128];
-  ocache_dec_t d;
-  assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
-  assert_int_equal(ocache_push(c, &s.pl[1]), -EINVAL); /* out of order */
-  /* a plan built without ORACLE_PLAN_KEYS */
-  oracle_plan_t plain;
-  assert_int_equal(oracle_plan_build(&s.b[0], 2, ORACLE_ALLOC_CONTIGUOUS, 7, 0, &plain), 0);
-  assert_int_equal(ocache_push(c, &plain), -EINVAL);
-  oracle_plan_close(&plain);
+  cacher_dec_t d;
+  assert_int_equal(cacher_decide(c, &d, err, sizeof err), -EAGAIN);
+  assert_int_equal(cacher_push(c, &s.pl[1]), -EINVAL); /* out of order */
+  /* a plan built without PLAN_KEYS */
+  plan_t plain;
+  assert_int_equal(plan_build(&s.b[0], 2, PLAN_ALLOC_CONTIGUOUS, 7, 0, &plain), 0);
+  assert_int_equal(cacher_push(c, &plain), -EINVAL);
+  plan_close(&plain);
   /* another P */
-  oracle_plan_t p3;
-  assert_int_equal(oracle_plan_build(&s.b[0], 3, ORACLE_ALLOC_CONTIGUOUS, 7, ORACLE_PLAN_KEYS, &p3), 0);
-  assert_int_equal(ocache_push(c, &p3), -EINVAL);
-  oracle_plan_close(&p3);
-  assert_int_equal(ocache_push(c, &s.pl[0]), 0);
-  assert_int_equal(ocache_push(c, &s.pl[0]), -EINVAL); /* again */
-  assert_int_equal(ocache_push(c, &s.pl[2]), -EINVAL); /* skips 1 */
-  assert_int_equal(ocache_window(c), 1);
-  assert_false(ocache_ready(c)); /* L = 1: needs batch 1 */
-  assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
-  assert_int_equal(ocache_push(c, &s.pl[1]), 0);
-  assert_true(ocache_ready(c));
-  assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
-  ocache_dec_free(&d);
-  ocache_end(c);
-  assert_int_equal(ocache_push(c, &s.pl[2]), -EINVAL); /* after the end */
-  assert_true(ocache_ready(c));
-  assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
-  ocache_dec_free(&d);
-  assert_false(ocache_ready(c));
-  assert_int_equal(ocache_cached(c), 0);
-  ocache_destroy(c);
-  ocache_destroy(NULL);
-  ocache_dec_free(NULL);
+  plan_t p3;
+  assert_int_equal(plan_build(&s.b[0], 3, PLAN_ALLOC_CONTIGUOUS, 7, PLAN_KEYS, &p3), 0);
+  assert_int_equal(cacher_push(c, &p3), -EINVAL);
+  plan_close(&p3);
+  assert_int_equal(cacher_push(c, &s.pl[0]), 0);
+  assert_int_equal(cacher_push(c, &s.pl[0]), -EINVAL); /* again */
+  assert_int_equal(cacher_push(c, &s.pl[2]), -EINVAL); /* skips 1 */
+  assert_int_equal(cacher_window(c), 1);
+  assert_false(cacher_ready(c)); /* L = 1: needs batch 1 */
+  assert_int_equal(cacher_decide(c, &d, err, sizeof err), -EAGAIN);
+  assert_int_equal(cacher_push(c, &s.pl[1]), 0);
+  assert_true(cacher_ready(c));
+  assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
+  cacher_dec_free(&d);
+  cacher_end(c);
+  assert_int_equal(cacher_push(c, &s.pl[2]), -EINVAL); /* after the end */
+  assert_true(cacher_ready(c));
+  assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
+  cacher_dec_free(&d);
+  assert_false(cacher_ready(c));
+  assert_int_equal(cacher_cached(c), 0);
+  cacher_destroy(c);
+  cacher_destroy(NULL);
+  cacher_dec_free(NULL);
   /* ready: L batches after x (LRPP or not); the end lets the rest go */
   for (int lrpp = 0; lrpp <= 1; lrpp++)
     for (uint32_t L = 0; L <= 2; L++) {
-      ocache_opts_t o2 = {.trainers = 2, .lookahead = L, .lrpp = lrpp, .delayed = 1};
+      cacher_opts_t o2 = {.trainers = 2, .lookahead = L, .lrpp = lrpp, .delayed = 1};
       size_t wait = L; /* batches after x */
-      assert_int_equal(ocache_create(&o2, &c), 0);
-      assert_false(ocache_ready(c));
+      assert_int_equal(cacher_create(&o2, &c), 0);
+      assert_false(cacher_ready(c));
       for (size_t x = 0; x < 4; x++) {
-        assert_int_equal(ocache_push(c, &s.pl[x]), 0);
-        assert_int_equal(ocache_ready(c), x >= wait);
+        assert_int_equal(cacher_push(c, &s.pl[x]), 0);
+        assert_int_equal(cacher_ready(c), x >= wait);
         if (x >= wait) {
-          assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+          assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
           assert_int_equal(d.x, x - wait);
-          ocache_dec_free(&d);
+          cacher_dec_free(&d);
         }
-        assert_false(ocache_ready(c));
-        assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EAGAIN);
+        assert_false(cacher_ready(c));
+        assert_int_equal(cacher_decide(c, &d, err, sizeof err), -EAGAIN);
       }
-      ocache_end(c);
+      cacher_end(c);
       for (size_t x = 4 - (wait < 4 ? wait : 4); x < 4; x++) {
-        assert_true(ocache_ready(c));
-        assert_int_equal(ocache_decide(c, &d, err, sizeof err), 0);
+        assert_true(cacher_ready(c));
+        assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
         assert_int_equal(d.x, x);
-        ocache_dec_free(&d);
+        cacher_dec_free(&d);
       }
-      assert_false(ocache_ready(c));
-      assert_int_equal(ocache_cached(c), 0);
-      ocache_destroy(c);
+      assert_false(cacher_ready(c));
+      assert_int_equal(cacher_cached(c), 0);
+      cacher_destroy(c);
     }
-  /* ocache_need over nothing */
+  /* cacher_need over nothing */
   uint64_t need = 99;
-  assert_int_equal(ocache_need(s.pl, 0, 2, 3, 1, &need), 0);
+  assert_int_equal(cacher_need(s.pl, 0, 2, 3, 1, &need), 0);
   assert_int_equal(need, 0);
   stream_free(&s);
 }
@@ -1305,28 +1305,28 @@ static void test_inconsistent_plans(void **state) {
       data_batch_t b;
       uint32_t hot = 1;
       make_batch(&b, 0, 4, 1, &hot, big ? big_rows : small_rows);
-      oracle_plan_t pl;
-      assert_int_equal(oracle_plan_build(&b, 1, ORACLE_ALLOC_CONTIGUOUS, 1, ORACLE_PLAN_KEYS, &pl), 0);
-      ocache_opts_t o = {.trainers = 1, .lookahead = 0, .lrpp = 1, .delayed = 1};
-      ocache_t *c;
-      assert_int_equal(ocache_create(&o, &c), 0);
+      plan_t pl;
+      assert_int_equal(plan_build(&b, 1, PLAN_ALLOC_CONTIGUOUS, 1, PLAN_KEYS, &pl), 0);
+      cacher_opts_t o = {.trainers = 1, .lookahead = 0, .lrpp = 1, .delayed = 1};
+      cacher_t *c;
+      assert_int_equal(cacher_create(&o, &c), 0);
       if (k == 0) { /* keys out of order */
         uint64_t t = pl.ukeys[0];
         pl.ukeys[0] = pl.ukeys[1];
         pl.ukeys[1] = t;
-        assert_int_equal(ocache_push(c, &pl), -EINVAL);
+        assert_int_equal(cacher_push(c, &pl), -EINVAL);
         pl.ukeys[1] = pl.ukeys[0];
         pl.ukeys[0] = t;
       }
-      assert_int_equal(ocache_push(c, &pl), 0);
-      ocache_end(c);
+      assert_int_equal(cacher_push(c, &pl), 0);
+      cacher_end(c);
       pl.shares[0].ids[3] = big ? bad_big[k] : bad_small[k];
-      ocache_dec_t d;
+      cacher_dec_t d;
       char err[256];
-      assert_int_equal(ocache_decide(c, &d, err, sizeof err), -EINVAL);
+      assert_int_equal(cacher_decide(c, &d, err, sizeof err), -EINVAL);
       assert_non_null(strstr(err, "not among"));
-      ocache_destroy(c);
-      oracle_plan_close(&pl);
+      cacher_destroy(c);
+      plan_close(&pl);
       data_batch_free(&b);
     }
 }

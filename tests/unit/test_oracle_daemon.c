@@ -200,14 +200,14 @@ static cfg_t *job_cfg(const char *oracle_addr, int dp_port) {
 
 static void hashes(const cfg_t *c, uint64_t *schema, uint64_t *layout) {
   data_schema_t s;
-  tbl_layout_t l;
+  table_layout_t l;
   char err[256];
   assert_int_equal(data_schema_from_cfg(c, &s, err, sizeof err), 0);
   *schema = dpc_schema_hash(&s);
   data_schema_close(&s);
   assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
-  *layout = tbl_layout_hash(&l);
-  tbl_layout_close(&l);
+  *layout = table_layout_hash(&l);
+  table_layout_close(&l);
 }
 
 /* ---- a fake trainer */
@@ -557,7 +557,7 @@ static void test_train_to_done(void **state) {
         uint32_t h = b.hotness[t];
         assert_memory_equal(r->ids + o2, b.ids + b.ids_off[t] + (size_t)first * h, (size_t)r->n * h * 8);
         for (size_t i = 0; i < (size_t)r->n * h; i++) {
-          uint64_t k = TBL_KEY(t, r->ids[o2 + i]);
+          uint64_t k = TABLE_KEY(t, r->ids[o2 + i]);
           assert_true(has(r->fetch, r->n_fetch, k)); /* the fetch list covers every id */
           all[n_all++] = k;
         }

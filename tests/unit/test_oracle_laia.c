@@ -1,6 +1,6 @@
 /*
  * test_oracle_laia: locality-aware sample allocation
- * (common/plan/oracle_laia.c).
+ * (common/plan/laia.c).
  *
  * Why: the allocation decides which rows stay on one trainer (owned, never
  * synchronized) and which travel; it must give every trainer its equal
@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oracle_laia.h"
-#include "oracle_plan.h"
+#include "laia.h"
+#include "plan.h"
 #include "table.h"
 
 #include "batch_util.h"
@@ -56,7 +56,7 @@ static void ref_init(ref_t *r, uint32_t P, uint32_t window, uint64_t seed) {
 }
 
 /* No trainer holds a row of sample i: the draw over the trainers with
- * room, listed as oracle_laia.c keeps them (in trainer order at first; a
+ * room, listed as laia.c keeps them (in trainer order at first; a
  * trainer that fills up is replaced by the last of the list), which is
  * replayed from the samples placed before i. */
 static uint32_t open_pick(const uint32_t *owner, uint32_t i, uint32_t B, uint32_t P, uint64_t rr) {
@@ -82,7 +82,7 @@ static void ref_assign(ref_t *r, const data_batch_t *b, uint32_t *owner) {
   int64_t x = (int64_t)b->index;
   uint32_t room[64], score[64];
   for (uint32_t t = 0; t < P; t++) room[t] = B / P + (t < B % P);
-  uint64_t rs = tbl_mix64(r->seed ^ tbl_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  uint64_t rs = table_mix64(r->seed ^ table_mix64(b->index ^ UINT64_C(0x6c61696131)));
   for (uint32_t i = 0; i < B; i++) {
     memset(score, 0, sizeof score);
     for (uint32_t t = 0; t < b->n_tables; t++)
@@ -100,7 +100,7 @@ static void ref_assign(ref_t *r, const data_batch_t *b, uint32_t *owner) {
       }
       cand[nc++] = q;
     }
-    uint64_t rr = tbl_mix64(rs + i);
+    uint64_t rr = table_mix64(rs + i);
     uint32_t q = nc ? cand[(uint32_t)(((unsigned __int128)rr * nc) >> 64)] : open_pick(owner, i, B, P, rr);
     owner[i] = q;
     room[q]--;
@@ -258,9 +258,9 @@ static void test_bad_options(void **state) {
   assert_int_equal(laia_create(&o, &l), -EINVAL);
   o.window = LAIA_WINDOW_MAX + 1;
   assert_int_equal(laia_create(&o, &l), -EINVAL);
-  assert_int_equal(oracle_alloc_parse("laia"), ORACLE_ALLOC_LAIA);
+  assert_int_equal(plan_alloc_parse("laia"), PLAN_ALLOC_LAIA);
   uint32_t own[4];
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_LAIA, 1, 0, 4, 2, own), -EINVAL); /* needs the history */
+  assert_int_equal(plan_alloc(PLAN_ALLOC_LAIA, 1, 0, 4, 2, own), -EINVAL); /* needs the history */
 }
 
 /* Adaptive: a profile of 6 batches over three tables -- table 0 of 2 rows
@@ -345,10 +345,10 @@ typedef struct moves_s {
   size_t shared, handed;
 } moves_t;
 
-static void count_moves(const oracle_plan_t *p, uint32_t window, int64_t *last, uint32_t *user, moves_t *m) {
+static void count_moves(const plan_t *p, uint32_t window, int64_t *last, uint32_t *user, moves_t *m) {
   for (size_t i = 0; i < p->n_unique; i++) {
     uint64_t k = p->ukeys[i];
-    size_t at = (size_t)TBL_TABLE(k) * MAXROWS + (k & TBL_ROW_MASK);
+    size_t at = (size_t)TABLE_ID(k) * MAXROWS + (k & TABLE_ROW_MASK);
     uint32_t u = p->users[i];
     if (u == UINT32_MAX) m->shared++;
     if (last[at] >= 0 && (int64_t)p->x - last[at] <= window && user[at] != UINT32_MAX && user[at] != u) m->handed++;
@@ -377,14 +377,14 @@ static void test_fewer_rows_moved(void **state) {
     random_batch(&b, x, B, 4, 1, rows);
     uint32_t own[64];
     assert_int_equal(laia_assign(l, &b, own), 0);
-    oracle_plan_t pl, pc;
-    assert_int_equal(oracle_plan_build_owned(&b, P, own, ORACLE_PLAN_KEYS, &pl), 0);
-    assert_int_equal(oracle_plan_build(&b, P, ORACLE_ALLOC_CONTIGUOUS, 5, ORACLE_PLAN_KEYS, &pc), 0);
+    plan_t pl, pc;
+    assert_int_equal(plan_build_owned(&b, P, own, PLAN_KEYS, &pl), 0);
+    assert_int_equal(plan_build(&b, P, PLAN_ALLOC_CONTIGUOUS, 5, PLAN_KEYS, &pc), 0);
     assert_int_equal(pl.n_unique, pc.n_unique);
     count_moves(&pl, W, last_l, user_l, &ml);
     count_moves(&pc, W, last_c, user_c, &mc);
-    oracle_plan_close(&pl);
-    oracle_plan_close(&pc);
+    plan_close(&pl);
+    plan_close(&pc);
     data_batch_free(&b);
   }
   print_message("over 200 batches: shared contiguous %zu laia %zu; handed over contiguous %zu laia %zu\n", mc.shared,
@@ -396,8 +396,8 @@ static void test_fewer_rows_moved(void **state) {
   data_batch_t b;
   random_batch(&b, 0, 4, 1, 1, rows);
   uint32_t bad[4] = {0, 1, 2, 0};
-  oracle_plan_t p;
-  assert_int_equal(oracle_plan_build_owned(&b, P, bad, 0, &p), -EINVAL);
+  plan_t p;
+  assert_int_equal(plan_build_owned(&b, P, bad, 0, &p), -EINVAL);
   data_batch_free(&b);
 }
 

@@ -1,5 +1,5 @@
 /*
- * test_oracle_plan: the oracle's pure decisions (common/plan/oracle_plan.c,
+ * test_oracle_plan: the oracle's pure decisions (common/plan/plan.c,
  * common/model/eval.c, common/jobrule.c): sample allocation, the
  * per-trainer fetch / sync / write-back key lists of L = 0, the radix
  * sort, the evaluation metrics, each against a hand-computed case or a
@@ -23,14 +23,14 @@
 
 #include "eval.h"
 #include "jobrule.h"
-#include "oracle_plan.h"
+#include "plan.h"
 #include "proc.h"
 #include "table.h"
 
 /* ---- helpers */
 
 static uint64_t rng_state = 1;
-static uint64_t rnd(void) { return tbl_mix64(rng_state++); }
+static uint64_t rnd(void) { return table_mix64(rng_state++); }
 
 /* A batch of n samples; rows of table t drawn by gen (or given). */
 static void make_batch(data_batch_t *b, uint64_t x, uint32_t n, uint32_t n_dense, uint32_t n_tables,
@@ -82,7 +82,7 @@ static uint64_t *keys_of(const data_batch_t *b, const uint32_t *owner, uint32_t 
     for (uint32_t i = 0; i < b->n; i++)
       if (p == UINT32_MAX || owner[i] == p)
         for (uint32_t h = 0; h < b->hotness[t]; h++)
-          v[m++] = TBL_KEY(t, b->ids[b->ids_off[t] + (size_t)i * b->hotness[t] + h]);
+          v[m++] = TABLE_KEY(t, b->ids[b->ids_off[t] + (size_t)i * b->hotness[t] + h]);
   qsort(v, m, sizeof *v, cmp_u64);
   size_t u = 0;
   for (size_t i = 0; i < m; i++)
@@ -92,15 +92,15 @@ static uint64_t *keys_of(const data_batch_t *b, const uint32_t *owner, uint32_t 
 }
 
 /* Checks every property of a plan of b against a brute-force reference. */
-static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, const oracle_plan_t *pl) {
+static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, const plan_t *pl) {
   uint32_t *owner = malloc((b->n + 1) * sizeof *owner);
-  assert_int_equal(oracle_alloc(policy, seed, b->index, b->n, P, owner), 0);
+  assert_int_equal(plan_alloc(policy, seed, b->index, b->n, P, owner), 0);
   assert_int_equal(pl->trainers, P);
   assert_int_equal(pl->batch, b->n);
   /* samples: each share holds its samples in batch order, in the batch layout */
   uint32_t total = 0;
   for (uint32_t p = 0; p < P; p++) {
-    const oracle_share_t *s = &pl->shares[p];
+    const plan_share_t *s = &pl->shares[p];
     uint32_t j = 0;
     size_t hot_sum = 0;
     for (uint32_t t = 0; t < b->n_tables; t++) hot_sum += b->hotness[t];
@@ -144,7 +144,7 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
   }
   assert_int_equal(n_shared, pl->n_sync);
   for (uint32_t p = 0; p < P; p++) {
-    const oracle_share_t *s = &pl->shares[p];
+    const plan_share_t *s = &pl->shares[p];
     assert_sorted_unique(s->fetch, s->n_fetch);
     assert_sorted_unique(s->write_back, s->n_write_back);
     /* fetch = K_p U shared */
@@ -160,7 +160,7 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
     for (size_t i = 0; i < s->n_write_back; i++) {
       uint64_t k = s->write_back[i];
       assert_true(contains(s->fetch, s->n_fetch, k));
-      if (contains(pl->sync, pl->n_sync, k)) assert_int_equal(tbl_mix64(k) % P, p);
+      if (contains(pl->sync, pl->n_sync, k)) assert_int_equal(table_mix64(k) % P, p);
       else assert_true(contains(kp[p], nk[p], k));
       uint64_t *f = bsearch(&k, all, nall, sizeof k, cmp_u64);
       assert_non_null(f);
@@ -181,30 +181,30 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
 static void test_alloc_contiguous(void **state) {
   (void)state;
   uint32_t o[10];
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_CONTIGUOUS, 1, 0, 10, 3, o), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_CONTIGUOUS, 1, 0, 10, 3, o), 0);
   const uint32_t want[10] = {0, 0, 0, 0, 1, 1, 1, 2, 2, 2}; /* i*3/10 */
   assert_memory_equal(o, want, sizeof want);
   /* fewer samples than trainers: trainers 1 and 3 get none */
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_CONTIGUOUS, 1, 0, 2, 4, o), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_CONTIGUOUS, 1, 0, 2, 4, o), 0);
   assert_int_equal(o[0], 0);
   assert_int_equal(o[1], 2);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_CONTIGUOUS, 1, 0, 10, 0, o), -EINVAL);
-  assert_int_equal(oracle_alloc(7, 1, 0, 10, 2, o), -EINVAL);
-  assert_int_equal(oracle_alloc_parse("contiguous"), ORACLE_ALLOC_CONTIGUOUS);
-  assert_int_equal(oracle_alloc_parse("random"), ORACLE_ALLOC_RANDOM);
-  assert_int_equal(oracle_alloc_parse("laia"), ORACLE_ALLOC_LAIA); /* through oracle_laia.h: test_oracle_laia */
-  assert_int_equal(oracle_alloc_parse("herald"), -EINVAL);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_CONTIGUOUS, 1, 0, 10, 0, o), -EINVAL);
+  assert_int_equal(plan_alloc(7, 1, 0, 10, 2, o), -EINVAL);
+  assert_int_equal(plan_alloc_parse("contiguous"), PLAN_ALLOC_CONTIGUOUS);
+  assert_int_equal(plan_alloc_parse("random"), PLAN_ALLOC_RANDOM);
+  assert_int_equal(plan_alloc_parse("laia"), PLAN_ALLOC_LAIA); /* through laia.h: test_oracle_laia */
+  assert_int_equal(plan_alloc_parse("herald"), -EINVAL);
 }
 
 static void test_alloc_random(void **state) {
   (void)state;
   enum { B = 257, P = 4 };
   uint32_t a[B], b[B], c[B], d[B], cont[B];
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 42, 7, B, P, a), 0);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 42, 7, B, P, b), 0);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 42, 8, B, P, c), 0);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 43, 7, B, P, d), 0);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_CONTIGUOUS, 42, 7, B, P, cont), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 42, 7, B, P, a), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 42, 7, B, P, b), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 42, 8, B, P, c), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 43, 7, B, P, d), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_CONTIGUOUS, 42, 7, B, P, cont), 0);
   assert_memory_equal(a, b, sizeof a); /* deterministic in (seed, x) */
   assert_memory_not_equal(a, c, sizeof a);
   assert_memory_not_equal(a, d, sizeof a);
@@ -218,9 +218,9 @@ static void test_alloc_random(void **state) {
   }
   assert_memory_equal(na, nc, sizeof na);
   /* P = 1: everything to trainer 0 */
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 42, 7, B, 1, a), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 42, 7, B, 1, a), 0);
   for (int i = 0; i < B; i++) assert_int_equal(a[i], 0);
-  assert_int_equal(oracle_alloc(ORACLE_ALLOC_RANDOM, 42, 7, 0, 2, a), 0);
+  assert_int_equal(plan_alloc(PLAN_ALLOC_RANDOM, 42, 7, 0, 2, a), 0);
 }
 
 /* ---- sorting */
@@ -234,10 +234,10 @@ static void test_sort(void **state) {
     for (size_t i = 0; i < n; i++) {
       /* keys as the oracle sees them: few tables, rows of various widths, duplicates */
       uint64_t r = rnd();
-      v[i] = (i % 3 == 0) ? TBL_KEY(r % 26, (r >> 8) % 200000) : (i % 3 == 1 ? r : TBL_KEY(3, r % 50));
+      v[i] = (i % 3 == 0) ? TABLE_KEY(r % 26, (r >> 8) % 200000) : (i % 3 == 1 ? r : TABLE_KEY(3, r % 50));
       w[i] = v[i];
     }
-    assert_int_equal(oracle_sort_u64(v, n, NULL), 0);
+    assert_int_equal(plan_sort_u64(v, n, NULL), 0);
     qsort(w, n, 8, cmp_u64);
     if (n) assert_memory_equal(v, w, n * 8);
     free(v);
@@ -255,14 +255,14 @@ static void test_plan_by_hand(void **state) {
   const uint64_t ids[] = {5, 5, 7, 8, /* table 1 */ 1, 2, 2, 3, 3, 4, 4, 4};
   data_batch_t b;
   make_batch(&b, 3, 4, 2, 2, hot, ids, 0);
-  oracle_plan_t pl;
-  assert_int_equal(oracle_plan_build(&b, 2, ORACLE_ALLOC_CONTIGUOUS, 0, 0, &pl), 0);
+  plan_t pl;
+  assert_int_equal(plan_build(&b, 2, PLAN_ALLOC_CONTIGUOUS, 0, 0, &pl), 0);
   assert_int_equal(pl.x, 3);
   assert_int_equal(pl.n_unique, 7);
   assert_int_equal(pl.n_sync, 1);
-  assert_true(pl.sync[0] == TBL_KEY(1, 3)); /* the only row both trainers use */
-  const uint64_t f0[] = {TBL_KEY(0, 5), TBL_KEY(1, 1), TBL_KEY(1, 2), TBL_KEY(1, 3)};
-  const uint64_t f1[] = {TBL_KEY(0, 7), TBL_KEY(0, 8), TBL_KEY(1, 3), TBL_KEY(1, 4)};
+  assert_true(pl.sync[0] == TABLE_KEY(1, 3)); /* the only row both trainers use */
+  const uint64_t f0[] = {TABLE_KEY(0, 5), TABLE_KEY(1, 1), TABLE_KEY(1, 2), TABLE_KEY(1, 3)};
+  const uint64_t f1[] = {TABLE_KEY(0, 7), TABLE_KEY(0, 8), TABLE_KEY(1, 3), TABLE_KEY(1, 4)};
   assert_int_equal(pl.shares[0].n_fetch, 4);
   assert_memory_equal(pl.shares[0].fetch, f0, sizeof f0);
   assert_int_equal(pl.shares[1].n_fetch, 4);
@@ -270,7 +270,7 @@ static void test_plan_by_hand(void **state) {
   assert_int_equal(pl.shares[0].n_private, 3);
   assert_int_equal(pl.shares[1].n_private, 3);
   /* the shared row is written back by its hash owner, the private ones by their trainer */
-  uint32_t owner = (uint32_t)(tbl_mix64(TBL_KEY(1, 3)) % 2);
+  uint32_t owner = (uint32_t)(table_mix64(TABLE_KEY(1, 3)) % 2);
   assert_int_equal(pl.shares[owner].n_write_back, 4);
   assert_int_equal(pl.shares[1 - owner].n_write_back, 3);
   assert_memory_equal(pl.shares[owner].write_back, owner ? f1 : f0, 4 * 8);
@@ -281,8 +281,8 @@ static void test_plan_by_hand(void **state) {
   assert_memory_equal(pl.shares[0].ids, s0, sizeof s0);
   assert_true(pl.shares[1].labels[0] == b.labels[2] && pl.shares[1].labels[1] == b.labels[3]);
   assert_true(pl.shares[1].dense[0] == b.dense[2 * 2]);
-  check_plan(&b, 2, ORACLE_ALLOC_CONTIGUOUS, 0, &pl);
-  oracle_plan_close(&pl);
+  check_plan(&b, 2, PLAN_ALLOC_CONTIGUOUS, 0, &pl);
+  plan_close(&pl);
   data_batch_free(&b);
 }
 
@@ -295,8 +295,8 @@ static void test_plan_properties(void **state) {
       for (uint64_t x = 0; x < 3; x++) {
         data_batch_t b;
         make_batch(&b, x, 200, 3, 4, hot, NULL, 300);
-        oracle_plan_t pl;
-        assert_int_equal(oracle_plan_build(&b, Ps[k], pol, 9, 0, &pl), 0);
+        plan_t pl;
+        assert_int_equal(plan_build(&b, Ps[k], pol, 9, 0, &pl), 0);
         check_plan(&b, Ps[k], pol, 9, &pl);
         if (Ps[k] == 1) { /* one trainer: nothing shared, it fetches and writes back everything */
           assert_int_equal(pl.n_sync, 0);
@@ -305,7 +305,7 @@ static void test_plan_properties(void **state) {
         } else {
           assert_true(pl.n_sync > 0); /* the skew makes rows 0..16 common */
         }
-        oracle_plan_close(&pl);
+        plan_close(&pl);
         data_batch_free(&b);
       }
 }
@@ -315,9 +315,9 @@ static void test_plan_empty_shares(void **state) {
   const uint32_t hot[2] = {1, 1};
   data_batch_t b;
   make_batch(&b, 0, 3, 2, 2, hot, NULL, 10);
-  oracle_plan_t pl;
-  assert_int_equal(oracle_plan_build(&b, 5, ORACLE_ALLOC_CONTIGUOUS, 0, 0, &pl), 0);
-  check_plan(&b, 5, ORACLE_ALLOC_CONTIGUOUS, 0, &pl);
+  plan_t pl;
+  assert_int_equal(plan_build(&b, 5, PLAN_ALLOC_CONTIGUOUS, 0, 0, &pl), 0);
+  check_plan(&b, 5, PLAN_ALLOC_CONTIGUOUS, 0, &pl);
   uint32_t empty = 0;
   for (uint32_t p = 0; p < 5; p++)
     if (pl.shares[p].n == 0) {
@@ -328,16 +328,16 @@ static void test_plan_empty_shares(void **state) {
       assert_int_equal(pl.shares[p].n_private, 0);
     }
   assert_int_equal(empty, 2);
-  oracle_plan_close(&pl);
+  plan_close(&pl);
   /* a batch of 0 samples */
   data_batch_t z;
   make_batch(&z, 0, 0, 2, 2, hot, NULL, 10);
-  assert_int_equal(oracle_plan_build(&z, 2, ORACLE_ALLOC_RANDOM, 0, 0, &pl), 0);
+  assert_int_equal(plan_build(&z, 2, PLAN_ALLOC_RANDOM, 0, 0, &pl), 0);
   assert_int_equal(pl.n_unique, 0);
   assert_int_equal(pl.shares[0].n, 0);
   assert_int_equal(pl.shares[1].n_fetch, 0);
-  oracle_plan_close(&pl);
-  assert_int_equal(oracle_plan_build(&z, 0, ORACLE_ALLOC_RANDOM, 0, 0, &pl), -EINVAL);
+  plan_close(&pl);
+  assert_int_equal(plan_build(&z, 0, PLAN_ALLOC_RANDOM, 0, 0, &pl), -EINVAL);
   data_batch_free(&z);
   data_batch_free(&b);
 }
@@ -347,8 +347,8 @@ static void test_plan_ideal_and_eval(void **state) {
   const uint32_t hot[3] = {1, 2, 1};
   data_batch_t b;
   make_batch(&b, 0, 100, 2, 3, hot, NULL, 60);
-  oracle_plan_t pl;
-  assert_int_equal(oracle_plan_build(&b, 3, ORACLE_ALLOC_CONTIGUOUS, 0, ORACLE_PLAN_IDEAL, &pl), 0);
+  plan_t pl;
+  assert_int_equal(plan_build(&b, 3, PLAN_ALLOC_CONTIGUOUS, 0, PLAN_IDEAL, &pl), 0);
   uint32_t n = 0;
   for (uint32_t p = 0; p < 3; p++) {
     assert_int_equal(pl.shares[p].n_fetch, 0);
@@ -357,11 +357,11 @@ static void test_plan_ideal_and_eval(void **state) {
   }
   assert_int_equal(pl.n_sync, 0);
   assert_int_equal(n, 100); /* samples still go out */
-  oracle_plan_close(&pl);
+  plan_close(&pl);
   /* eval: each trainer fetches exactly the rows its samples use */
   uint32_t owner[100];
-  oracle_alloc(ORACLE_ALLOC_CONTIGUOUS, 0, 0, 100, 3, owner);
-  assert_int_equal(oracle_plan_build(&b, 3, ORACLE_ALLOC_CONTIGUOUS, 0, ORACLE_PLAN_EVAL, &pl), 0);
+  plan_alloc(PLAN_ALLOC_CONTIGUOUS, 0, 0, 100, 3, owner);
+  assert_int_equal(plan_build(&b, 3, PLAN_ALLOC_CONTIGUOUS, 0, PLAN_EVAL, &pl), 0);
   assert_int_equal(pl.n_sync, 0);
   for (uint32_t p = 0; p < 3; p++) {
     size_t nk;
@@ -371,7 +371,7 @@ static void test_plan_ideal_and_eval(void **state) {
     assert_int_equal(pl.shares[p].n_write_back, 0);
     free(k);
   }
-  oracle_plan_close(&pl);
+  plan_close(&pl);
   data_batch_free(&b);
 }
 
@@ -380,7 +380,7 @@ static void test_concat(void **state) {
   const uint32_t hot[2] = {2, 1};
   data_batch_t parts[3], all;
   for (int i = 0; i < 3; i++) make_batch(&parts[i], 10 + i, 5 + i, 2, 2, hot, NULL, 1000);
-  assert_int_equal(oracle_batch_concat(parts, 3, &all), 0);
+  assert_int_equal(plan_batch_concat(parts, 3, &all), 0);
   assert_int_equal(all.n, 18);
   assert_int_equal(all.index, 10);
   assert_true(all.labels[5] == parts[1].labels[0]);
@@ -390,7 +390,7 @@ static void test_concat(void **state) {
   assert_true(all.ids[all.ids_off[0] + 2 * 11 + 1] == parts[2].ids[1]);
   data_batch_free(&all);
   parts[2].n_dense = 3;
-  assert_int_equal(oracle_batch_concat(parts, 3, &all), -EINVAL);
+  assert_int_equal(plan_batch_concat(parts, 3, &all), -EINVAL);
   parts[2].n_dense = 2;
   for (int i = 0; i < 3; i++) data_batch_free(&parts[i]);
 }
@@ -401,7 +401,7 @@ static void test_batch_head(void **state) {
   const uint32_t hot[3] = {2, 1, 3};
   data_batch_t b, h, want;
   make_batch(&b, 7, 9, 2, 3, hot, NULL, 1000);
-  assert_int_equal(oracle_batch_head(&b, 4, &h), 0);
+  assert_int_equal(plan_batch_head(&b, 4, &h), 0);
   /* by hand: each table's first 4 samples' ids, in the layout of a 4-sample batch */
   make_batch(&want, 7, 4, 2, 3, hot, NULL, 1000);
   for (uint32_t t = 0; t < 3; t++)
@@ -413,10 +413,10 @@ static void test_batch_head(void **state) {
   assert_memory_equal(h.labels, b.labels, 4 * sizeof(float));
   assert_memory_equal(h.dense, b.dense, 4 * 2 * sizeof(float));
   data_batch_free(&h);
-  assert_int_equal(oracle_batch_head(&b, 9, &h), 0); /* all of it: a copy */
+  assert_int_equal(plan_batch_head(&b, 9, &h), 0); /* all of it: a copy */
   assert_memory_equal(h.ids, b.ids, b.ids_off[3] * sizeof(uint64_t));
   data_batch_free(&h);
-  assert_int_equal(oracle_batch_head(&b, 10, &h), -EINVAL);
+  assert_int_equal(plan_batch_head(&b, 10, &h), -EINVAL);
   data_batch_free(&want);
   data_batch_free(&b);
 }
@@ -549,21 +549,21 @@ static void test_plan_timing(void **state) {
     data_batch_t b;
     make_batch(&b, 0, Bs[k], 13, 26, hot, NULL, 200000);
     for (uint32_t P = 2; P <= 8; P *= 4) {
-      oracle_plan_t pl;
+      plan_t pl;
       double best = 1e9;
       for (int r = 0; r < 7; r++) { /* best of 7: the build machines are shared */
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        assert_int_equal(oracle_plan_build(&b, P, ORACLE_ALLOC_RANDOM, 1, 0, &pl), 0);
+        assert_int_equal(plan_build(&b, P, PLAN_ALLOC_RANDOM, 1, 0, &pl), 0);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         if (ms < best) best = ms;
-        if (r < 6) oracle_plan_close(&pl);
+        if (r < 6) plan_close(&pl);
       }
       double ms = best;
       printf("# plan B=%u tables=26 P=%u: %.3f ms (%.1f M ids/s), %zu unique keys, %zu shared\n", Bs[k], P, ms,
              (double)Bs[k] * 26 / ms / 1e3, pl.n_unique, pl.n_sync);
-      oracle_plan_close(&pl);
+      plan_close(&pl);
     }
     data_batch_free(&b);
   }

@@ -12,40 +12,40 @@
 #include "shard.h"
 #include "table.h"
 
-static void make_layout(tbl_layout_t *l, uint64_t seed) {
-  assert_int_equal(tbl_layout_init(l, 3, seed), 0);
-  l->tables[0] = (tbl_table_t){.rows = 100, .dim = 4, .state_floats = 0};
-  l->tables[1] = (tbl_table_t){.rows = 1000000, .dim = 8, .state_floats = 1};
-  l->tables[2] = (tbl_table_t){.rows = 50, .dim = 16, .state_floats = 16};
+static void make_layout(table_layout_t *l, uint64_t seed) {
+  assert_int_equal(table_layout_init(l, 3, seed), 0);
+  l->tables[0] = (table_info_t){.rows = 100, .dim = 4, .state_floats = 0};
+  l->tables[1] = (table_info_t){.rows = 1000000, .dim = 8, .state_floats = 1};
+  l->tables[2] = (table_info_t){.rows = 50, .dim = 16, .state_floats = 16};
 }
 
 static void test_keys(void **st) {
-  tbl_layout_t l;
+  table_layout_t l;
   make_layout(&l, 7);
   char why[200];
-  assert_int_equal(TBL_TABLE(TBL_KEY(2, 49)), 2);
-  assert_int_equal(TBL_ROW(TBL_KEY(2, 49)), 49);
-  assert_int_equal(tbl_check_key(&l, TBL_KEY(2, 49), why, sizeof why), 0);
-  assert_int_equal(tbl_check_key(&l, TBL_KEY(2, 50), why, sizeof why), -ERANGE);
+  assert_int_equal(TABLE_ID(TABLE_KEY(2, 49)), 2);
+  assert_int_equal(TABLE_ROW(TABLE_KEY(2, 49)), 49);
+  assert_int_equal(table_check_key(&l, TABLE_KEY(2, 49), why, sizeof why), 0);
+  assert_int_equal(table_check_key(&l, TABLE_KEY(2, 50), why, sizeof why), -ERANGE);
   assert_non_null(strstr(why, "row 50 of table 2, which has 50 rows"));
-  assert_int_equal(tbl_check_key(&l, TBL_KEY(3, 0), why, sizeof why), -ENOENT);
+  assert_int_equal(table_check_key(&l, TABLE_KEY(3, 0), why, sizeof why), -ENOENT);
   assert_non_null(strstr(why, "table 3 but the layout has 3 tables"));
-  assert_int_equal(tbl_row_floats(&l, 2), 32);
-  assert_int_equal(tbl_max_row_floats(&l), 32);
-  tbl_layout_close(&l);
+  assert_int_equal(table_row_floats(&l, 2), 32);
+  assert_int_equal(table_max_row_floats(&l), 32);
+  table_layout_close(&l);
 }
 
 static void test_init_row(void **st) {
-  tbl_layout_t a, b;
+  table_layout_t a, b;
   make_layout(&a, 7);
   make_layout(&b, 8);
   float x[32], y[32], z[32];
-  tbl_init_row(&a, TBL_KEY(2, 5), x);
-  tbl_init_row(&a, TBL_KEY(2, 5), y);
+  table_init_row(&a, TABLE_KEY(2, 5), x);
+  table_init_row(&a, TABLE_KEY(2, 5), y);
   assert_memory_equal(x, y, sizeof x);
-  tbl_init_row(&b, TBL_KEY(2, 5), z); /* other seed, other row */
+  table_init_row(&b, TABLE_KEY(2, 5), z); /* other seed, other row */
   assert_memory_not_equal(x, z, 16 * sizeof(float));
-  tbl_init_row(&a, TBL_KEY(2, 6), z); /* other key, other row */
+  table_init_row(&a, TABLE_KEY(2, 6), z); /* other key, other row */
   assert_memory_not_equal(x, z, 16 * sizeof(float));
   double bound = 1.0 / sqrt(50.0), sum = 0;
   for (int i = 0; i < 16; i++) {
@@ -54,19 +54,19 @@ static void test_init_row(void **st) {
   }
   assert_true(sum > 0);
   for (int i = 16; i < 32; i++) assert_true(x[i] == 0.0f); /* optimizer state starts at 0 */
-  assert_int_not_equal(tbl_layout_hash(&a), tbl_layout_hash(&b));
-  tbl_layout_t c;
-  assert_int_equal(tbl_layout_copy(&c, &a), 0);
-  assert_int_equal(tbl_layout_hash(&a), tbl_layout_hash(&c));
+  assert_int_not_equal(table_layout_hash(&a), table_layout_hash(&b));
+  table_layout_t c;
+  assert_int_equal(table_layout_copy(&c, &a), 0);
+  assert_int_equal(table_layout_hash(&a), table_layout_hash(&c));
   c.tables[1].dim = 9;
-  assert_int_not_equal(tbl_layout_hash(&a), tbl_layout_hash(&c));
-  tbl_layout_close(&a);
-  tbl_layout_close(&b);
-  tbl_layout_close(&c);
+  assert_int_not_equal(table_layout_hash(&a), table_layout_hash(&c));
+  table_layout_close(&a);
+  table_layout_close(&b);
+  table_layout_close(&c);
 }
 
 static void test_shard_map(void **st) {
-  tbl_layout_t l;
+  table_layout_t l;
   make_layout(&l, 7);
   shard_map_t m;
   assert_int_equal(shard_map_init(&m, &l, 0, 1000), -EINVAL);
@@ -75,9 +75,9 @@ static void test_shard_map(void **st) {
   assert_true(m.table_server[0] < 3);
   assert_true(m.table_server[2] < 3);
   assert_int_equal(m.table_server[1], SHARD_ROWWISE);
-  for (uint64_t r = 0; r < 100; r++) assert_int_equal(shard_of(&m, TBL_KEY(0, r)), m.table_server[0]);
+  for (uint64_t r = 0; r < 100; r++) assert_int_equal(shard_of(&m, TABLE_KEY(0, r)), m.table_server[0]);
   unsigned count[3] = {0};
-  for (uint64_t r = 0; r < 30000; r++) count[shard_of(&m, TBL_KEY(1, r))]++;
+  for (uint64_t r = 0; r < 30000; r++) count[shard_of(&m, TABLE_KEY(1, r))]++;
   for (int s = 0; s < 3; s++) assert_true(count[s] > 9000 && count[s] < 11000);
   /* the plan is a pure function of its inputs */
   shard_map_t m2;
@@ -86,9 +86,9 @@ static void test_shard_map(void **st) {
   shard_map_close(&m2);
   shard_map_close(&m);
   assert_int_equal(shard_map_init(&m, &l, 1, 1000), 0);
-  assert_int_equal(shard_of(&m, TBL_KEY(1, 12345)), 0);
+  assert_int_equal(shard_of(&m, TABLE_KEY(1, 12345)), 0);
   shard_map_close(&m);
-  tbl_layout_close(&l);
+  table_layout_close(&l);
 }
 
 int main(void) {

@@ -5,10 +5,10 @@
  *
  * What is checked: whatever the bucket size and however the backward's
  * suffixes arrive (one at a time, several buckets at once, none before
- * tar_finish), the result is bit-identical to one all-reduce of the whole
+ * trainer_ar_finish), the result is bit-identical to one all-reduce of the whole
  * array -- for P = 2 that is the single rounded x0 + x1 per element, so
  * compared bitwise with it --; a step can follow a step; a rank whose peer
- * is gone gets an error from tar_finish, not a hang.
+ * is gone gets an error from trainer_ar_finish, not a hang.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,7 +44,7 @@ typedef struct rank_s {
   int steps;
   int die;      /* this rank leaves after creating the group */
   float *g;
-  int rc;       /* of tar_finish in the last step */
+  int rc;       /* of trainer_ar_finish in the last step */
 } rank_t;
 
 static void *rank_main(void *arg) {
@@ -67,11 +67,11 @@ static void *rank_main(void *arg) {
     coll_file_store_close(&s);
     return NULL;
   }
-  tar_t *a;
-  if ((r->rc = tar_create(c, r->g, r->n, r->bucket, &a)) != 0) goto out;
+  trainer_ar_t *a;
+  if ((r->rc = trainer_ar_create(c, r->g, r->n, r->bucket, &a)) != 0) goto out;
   for (int step = 0; step < r->steps; step++) {
     for (size_t i = 0; i < r->n; i++) r->g[i] = val(r->rank + step, i);
-    tar_begin(a);
+    trainer_ar_begin(a);
     if (r->mode == 0) {
       /* a backward of uneven layers: suffixes shrinking by 1000, 7, 30011 ... floats */
       static const size_t step_sz[] = {1000, 7, 30011, 1, 4096, 999};
@@ -79,15 +79,15 @@ static void *rank_main(void *arg) {
       for (size_t k = 0; lo > 0; k++) {
         size_t d = step_sz[k % 6];
         lo = lo > d ? lo - d : 0;
-        tar_ready(a, lo);
+        trainer_ar_ready(a, lo);
       }
     } else if (r->mode == 1) {
-      tar_ready(a, 0);
+      trainer_ar_ready(a, 0);
     }
-    r->rc = tar_finish(a, NULL);
+    r->rc = trainer_ar_finish(a, NULL);
     if (r->rc) break;
   }
-  tar_destroy(a);
+  trainer_ar_destroy(a);
 out:
   coll_destroy(c);
   coll_file_store_close(&s);

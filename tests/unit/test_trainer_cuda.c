@@ -99,7 +99,7 @@ static void assert_refusal(int rc, const char *msg) {
 
 /* ------------------------------------------------------------ refusal */
 
-/* chanter_cuda_check in a child with CUDA_VISIBLE_DEVICES="" (set before
+/* cuda_check in a child with CUDA_VISIBLE_DEVICES="" (set before
  * the CUDA runtime starts in that process): no device is visible there
  * even on a GPU machine. */
 static void test_refusal_hidden_devices(void **state) {
@@ -113,7 +113,7 @@ static void test_refusal_hidden_devices(void **state) {
     char msg[1024] = "";
     close(fds[0]);
     setenv("CUDA_VISIBLE_DEVICES", "", 1);
-    int rc = chanter_cuda_check(msg, sizeof msg);
+    int rc = cuda_check(msg, sizeof msg);
     ssize_t w1 = write(fds[1], &rc, sizeof rc);
     ssize_t w2 = write(fds[1], msg, sizeof msg);
     _exit(w1 == (ssize_t)sizeof rc && w2 == (ssize_t)sizeof msg ? 0 : 1);
@@ -140,32 +140,32 @@ static void test_refusal_hidden_devices(void **state) {
 static void test_refusal_here(void **state) {
   (void)state;
   char msg[1024] = "";
-  int rc = chanter_cuda_check(msg, sizeof msg);
+  int rc = cuda_check(msg, sizeof msg);
   if (rc == 0) {
     print_message("  a usable CUDA device is present: nothing to refuse\n");
-    assert_int_equal(chanter_cuda_built(), 1);
+    assert_int_equal(cuda_check_built(), 1);
     skip();
   }
   assert_refusal(rc, msg);
   /* asking twice gives the same answer (no state left behind) */
   char again[1024] = "";
-  assert_int_equal(chanter_cuda_check(again, sizeof again), rc);
+  assert_int_equal(cuda_check(again, sizeof again), rc);
   assert_string_equal(again, msg);
 }
 
 static void test_built_flag(void **state) {
   (void)state;
 #ifdef CHANTER_CUDA
-  assert_int_equal(chanter_cuda_built(), 1);
+  assert_int_equal(cuda_check_built(), 1);
 #else
-  assert_int_equal(chanter_cuda_built(), 0);
+  assert_int_equal(cuda_check_built(), 0);
 #endif
   char err[256] = "";
-  assert_int_equal(chanter_cuda_error(0, "x", err, sizeof err), 0);
-  assert_int_equal(chanter_cublas_error(0, "x", err, sizeof err), 0);
-  assert_int_equal(chanter_cuda_error(2, "cudaMalloc (test)", err, sizeof err), ERR_CUDA);
+  assert_int_equal(cuda_check_error(0, "x", err, sizeof err), 0);
+  assert_int_equal(cuda_check_cublas_error(0, "x", err, sizeof err), 0);
+  assert_int_equal(cuda_check_error(2, "cudaMalloc (test)", err, sizeof err), ERR_CUDA);
   assert_non_null(strstr(err, "cudaMalloc (test): "));
-  assert_int_equal(chanter_cublas_error(3, "cublasCreate", err, sizeof err), ERR_CUDA);
+  assert_int_equal(cuda_check_cublas_error(3, "cublasCreate", err, sizeof err), ERR_CUDA);
   assert_non_null(strstr(err, "cublasCreate: "));
 }
 
@@ -207,8 +207,8 @@ static void test_symbols_link(void **state) {
       (any_fn)model_cuda_kind, (any_fn)model_cuda_n_params, (any_fn)model_cuda_params,
       (any_fn)model_cuda_grads, (any_fn)model_cuda_max_batch, (any_fn)model_cuda_describe,
       (any_fn)model_cuda_forward, (any_fn)model_cuda_backward,
-      (any_fn)tcc_create, (any_fn)tcc_destroy, (any_fn)tcc_scatter, (any_fn)tcc_gather,
-      (any_fn)tcc_forward, (any_fn)tcc_backward, (any_fn)tcc_update_rows,
+      (any_fn)tcache_cuda_create, (any_fn)tcache_cuda_destroy, (any_fn)tcache_cuda_scatter, (any_fn)tcache_cuda_gather,
+      (any_fn)tcache_cuda_forward, (any_fn)tcache_cuda_backward, (any_fn)tcache_cuda_update_rows,
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) assert_non_null(fns[i]);
   /* the CPU twins are distinct functions */
@@ -219,7 +219,7 @@ static void test_symbols_link(void **state) {
 
 static int have_device(void) {
   char msg[1024];
-  return chanter_cuda_check(msg, sizeof msg) == 0;
+  return cuda_check(msg, sizeof msg) == 0;
 }
 
 static void test_model_refuses_without_device(void **state) {
@@ -249,30 +249,30 @@ static void test_trainer_cache_refuses_without_device(void **state) {
   (void)state;
   if (have_device()) skip();
   const uint32_t hot[2] = {1, 2};
-  tcc_t *c = (tcc_t *)&c;
+  tcache_cuda_t *c = (tcache_cuda_t *)&c;
   char err[1024] = "";
-  int rc = tcc_create(1000, 5, 4, 2, hot, 16, &c, err, sizeof err);
+  int rc = tcache_cuda_create(1000, 5, 4, 2, hot, 16, &c, err, sizeof err);
   assert_int_not_equal(rc, 0);
   assert_null(c);
-  print_message("  tcc_create: %s\n", err);
+  print_message("  tcache_cuda_create: %s\n", err);
   assert_non_null(strstr(err, "cuda"));
   /* bad shapes are refused before the device is looked at */
-  assert_int_equal(tcc_create(0, 5, 4, 2, hot, 16, &c, err, sizeof err), ERR_CONFIG);
+  assert_int_equal(tcache_cuda_create(0, 5, 4, 2, hot, 16, &c, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "cache_rows"));
-  assert_int_equal(tcc_create(10, 3, 4, 2, hot, 16, &c, err, sizeof err), -EINVAL);
+  assert_int_equal(tcache_cuda_create(10, 3, 4, 2, hot, 16, &c, err, sizeof err), -EINVAL);
   /* the whole step: device = cuda refused with the machine's reason */
   const char *sets[] = {"device=cuda", "model=dlrm", "model.bottom_mlp=8", "model.top_mlp=8", "n_dense=3",
                         "table_rows=50,40", "table_hotness=1,2", "embedding_dim=4", NULL};
   cfg_t *cf = make_cfg(sets);
   data_schema_t sc;
-  tbl_layout_t lay;
+  table_layout_t lay;
   assert_int_equal(data_schema_from_cfg(cf, &sc, err, sizeof err), 0);
   assert_int_equal(cfg_layout(cf, &lay, err, sizeof err), 0);
-  tstep_t *ts = (tstep_t *)&ts;
-  rc = tstep_create(cf, &sc, &lay, 16, &ts, err, sizeof err);
+  trainer_step_t *ts = (trainer_step_t *)&ts;
+  rc = trainer_step_create(cf, &sc, &lay, 16, &ts, err, sizeof err);
   assert_null(ts);
   assert_refusal(rc, err);
-  tbl_layout_close(&lay);
+  table_layout_close(&lay);
   data_schema_close(&sc);
   cfg_destroy(cf);
 }
@@ -300,7 +300,7 @@ static void test_launch_failure_is_reported(void **state) {
 
 static uint64_t rng_state;
 static float urand(void) { /* uniform [-1, 1) */
-  rng_state = tbl_mix64(rng_state);
+  rng_state = table_mix64(rng_state);
   return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
 }
 static float *rnd(size_t n, float scale) {
@@ -448,7 +448,7 @@ static void test_gpu_bce(void **state) {
   for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
     uint32_t n = ns[k];
     float *z = rnd(n, 6), *t = malloc(n * 4), *dl = malloc(n * 4);
-    for (uint32_t i = 0; i < n; i++) t[i] = (float)(tbl_mix64(i + 77 * k) & 1);
+    for (uint32_t i = 0; i < n; i++) t[i] = (float)(table_mix64(i + 77 * k) & 1);
     float *dZ = devf(z, n), *dT = devf(t, n), *dDL = devf(NULL, n);
     double lf = nn_bce_logits_fwd(z, t, n), gf = nn_cuda_bce_logits_fwd(dZ, dT, n);
     double lb = nn_bce_logits_bwd(z, t, n, 1.0f / (float)n, dl);
@@ -505,7 +505,7 @@ static void test_gpu_embedding_bag(void **state) {
   enum { ROWS = 1150, DIM = 6, STRIDE = 8, N = 41, HOT = 3, OS = 7 };
   float *table = rnd(ROWS * STRIDE, 1);
   uint64_t idx[N * HOT];
-  for (size_t k = 0; k < N * HOT; k++) idx[k] = 1000 + tbl_mix64(k * 31 + 7) % 50 * 3;
+  for (size_t k = 0; k < N * HOT; k++) idx[k] = 1000 + table_mix64(k * 31 + 7) % 50 * 3;
   float *out = rnd(N * OS, 1);
   float *dT = devf(table, ROWS * STRIDE), *dO = devf(out, N * OS);
   uint64_t *dI = dev(idx, sizeof idx);
@@ -704,7 +704,7 @@ static void check_model(const char *const *sets, uint32_t n_dense, uint32_t n_ta
   rng_state = 9;
   float *dense = rnd((size_t)N * n_dense, 1), *emb = rnd(N * ew, 1), *labels = malloc(N * 4);
   float *logits = malloc(N * 4), *d_emb = malloc(N * ew * 4 + 4);
-  for (int i = 0; i < N; i++) labels[i] = (float)(tbl_mix64((uint64_t)i) & 1);
+  for (int i = 0; i < N; i++) labels[i] = (float)(table_mix64((uint64_t)i) & 1);
   float *dDense = devf(dense, (size_t)N * n_dense), *dEmb = devf(emb, N * ew), *dLab = devf(labels, N);
   float *dLog = devf(NULL, N), *dDEmb = devf(NULL, N * ew);
   model_forward(cm, N, dense, emb, logits);
@@ -751,17 +751,17 @@ static void test_gpu_models(void **state) {
  * (trainer_step.c): bit for bit, since each is the same float operations
  * in the same order -- scatter / gather, pooling by slot, per-slot
  * gradient folding in sample order, and the three row optimizers. */
-static void check_row_update(tcc_t *c, opt_kind_t kind, float *host_rows, uint32_t rf, uint32_t dim) {
+static void check_row_update(tcache_cuda_t *c, opt_kind_t kind, float *host_rows, uint32_t rf, uint32_t dim) {
   enum { NU = 37 };
   uint32_t slots[NU];
   for (uint32_t i = 0; i < NU; i++) slots[i] = (i * 53 + 11) % 997; /* distinct */
   float *g = rnd((size_t)NU * dim, 1);
   opt_hparams_t hp = {.lr = 0.05f, .eps = 1e-8f};
   char err[512];
-  assert_int_equal(tcc_update_rows(c, TCC_BACKGROUND, slots, NU, g, kind, &hp, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_update_rows(c, TCACHE_CUDA_BACKGROUND, slots, NU, g, kind, &hp, err, sizeof err), 0);
   for (uint32_t i = 0; i < NU; i++) opt_row_update(kind, &hp, host_rows + (size_t)slots[i] * rf, dim, g + (size_t)i * dim);
   float *got = malloc((size_t)NU * rf * sizeof(float));
-  assert_int_equal(tcc_gather(c, TCC_BACKGROUND, slots, NU, got, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_gather(c, TCACHE_CUDA_BACKGROUND, slots, NU, got, err, sizeof err), 0);
   for (uint32_t i = 0; i < NU; i++) same("row update", got + (size_t)i * rf, host_rows + (size_t)slots[i] * rf, rf);
   free(got);
   free(g);
@@ -774,8 +774,8 @@ static void test_gpu_trainer_cache(void **state) {
   enum { ROWS = 1000, DIM = 4, RF = 5, N = 24, NT = 2 };
   const uint32_t hot[NT] = {1, 3};
   char err[512];
-  tcc_t *c;
-  assert_int_equal(tcc_create(ROWS, RF, DIM, NT, hot, N, &c, err, sizeof err), 0);
+  tcache_cuda_t *c;
+  assert_int_equal(tcache_cuda_create(ROWS, RF, DIM, NT, hot, N, &c, err, sizeof err), 0);
   /* every row through scatter (unaligned slot bytes, as in a message), back through gather */
   float *rows = rnd((size_t)ROWS * RF, 1);
   for (size_t i = 0; i < ROWS; i++) rows[i * RF + DIM] = fabsf(rows[i * RF + DIM]); /* adagrad state >= 0 */
@@ -786,17 +786,17 @@ static void test_gpu_trainer_cache(void **state) {
   }
   float *rev = malloc((size_t)ROWS * RF * sizeof(float));
   for (uint32_t i = 0; i < ROWS; i++) memcpy(rev + (size_t)i * RF, rows + (size_t)(ROWS - 1 - i) * RF, RF * 4);
-  assert_int_equal(tcc_scatter(c, TCC_PREFETCH, sb + 1, ROWS, rev, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_scatter(c, TCACHE_CUDA_PREFETCH, sb + 1, ROWS, rev, err, sizeof err), 0);
   float *all = malloc((size_t)ROWS * RF * sizeof(float));
-  assert_int_equal(tcc_gather(c, TCC_TRAIN, sb + 1, ROWS, all, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_gather(c, TCACHE_CUDA_TRAIN, sb + 1, ROWS, all, err, sizeof err), 0);
   same("scatter/gather", all, rev, (size_t)ROWS * RF);
   /* pooling: table-major slot lists with repeats */
   size_t n_ids = (size_t)N * (hot[0] + hot[1]);
   uint64_t *idx = malloc(n_ids * sizeof *idx);
-  for (size_t k = 0; k < n_ids; k++) idx[k] = tbl_mix64(k * 7 + 1) % 60 * 11;
+  for (size_t k = 0; k < n_ids; k++) idx[k] = table_mix64(k * 7 + 1) % 60 * 11;
   float *emb = malloc((size_t)N * NT * DIM * sizeof(float));
   float *dEmb = devf(NULL, (size_t)N * NT * DIM);
-  assert_int_equal(tcc_forward(c, idx, N, dEmb, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_forward(c, idx, N, dEmb, err, sizeof err), 0);
   size_t o = 0;
   for (uint32_t t = 0; t < NT; t++) {
     nn_embedding_bag_fwd(rows, RF, idx + o, N, hot[t], DIM, emb + (size_t)t * DIM, NT * DIM);
@@ -813,7 +813,7 @@ static void test_gpu_trainer_cache(void **state) {
     uint64_t uq[N * 3], guq[N * 3];
     float gr[N * 3 * DIM], ggr[N * 3 * DIM];
     uint32_t u = nn_embedding_bag_bwd(d + (size_t)t * DIM, NT * DIM, idx + o, N, hot[t], DIM, uq, gr, DIM, work), gu = 0;
-    assert_int_equal(tcc_backward(c, dD, t, guq, ggr, &gu, err, sizeof err), 0);
+    assert_int_equal(tcache_cuda_backward(c, dD, t, guq, ggr, &gu, err, sizeof err), 0);
     assert_int_equal(gu, u);
     for (uint32_t k = 0; k < u; k++) assert_true(guq[k] == uq[k]);
     same("folded gradients", ggr, gr, (size_t)u * DIM);
@@ -822,16 +822,16 @@ static void test_gpu_trainer_cache(void **state) {
   /* the row optimizers: slot s holds rows[s] */
   check_row_update(c, OPT_SGD, rows, RF, DIM);
   check_row_update(c, OPT_ROWWISE_ADAGRAD, rows, RF, DIM);
-  tcc_destroy(c);
+  tcache_cuda_destroy(c);
   /* full-vector adagrad: rf = 2 dim */
-  assert_int_equal(tcc_create(ROWS, 2 * DIM, DIM, NT, hot, N, &c, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_create(ROWS, 2 * DIM, DIM, NT, hot, N, &c, err, sizeof err), 0);
   float *r2 = rnd((size_t)ROWS * 2 * DIM, 1);
   for (size_t i = 0; i < (size_t)ROWS * 2 * DIM; i++) r2[i] = fabsf(r2[i]);
   uint32_t *sl = malloc(ROWS * sizeof *sl);
   for (uint32_t i = 0; i < ROWS; i++) sl[i] = i;
-  assert_int_equal(tcc_scatter(c, TCC_PREFETCH, sl, ROWS, r2, err, sizeof err), 0);
+  assert_int_equal(tcache_cuda_scatter(c, TCACHE_CUDA_PREFETCH, sl, ROWS, r2, err, sizeof err), 0);
   check_row_update(c, OPT_ADAGRAD, r2, 2 * DIM, DIM);
-  tcc_destroy(c);
+  tcache_cuda_destroy(c);
   no_cuda_error();
   cudaFree(dEmb);
   cudaFree(dD);

@@ -65,9 +65,9 @@ static void test_auc_random_ties(void **state) {
   for (int trial = 0; trial < 4; trial++) {
     int levels = trial == 0 ? 5 : trial == 1 ? 50 : trial == 2 ? 1000 : 1 << 24;
     for (int i = 0; i < N; i++) {
-      r = tbl_mix64(r);
+      r = table_mix64(r);
       int q = (int)(r % (uint64_t)levels);
-      r = tbl_mix64(r);
+      r = table_mix64(r);
       /* labels correlated with the score, with a different positive rate
        * per trial */
       double p = 0.2 + 0.6 * q / levels;
@@ -103,7 +103,7 @@ static void test_accumulator(void **state) {
   float *s = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
   uint64_t r = 77;
   for (int i = 0; i < N; i++) {
-    r = tbl_mix64(r);
+    r = table_mix64(r);
     s[i] = (float)((double)(r >> 40) / 8388608.0 - 1.0) * 4.0f;
     y[i] = (r & 1) ? 1.0f : 0.0f;
   }

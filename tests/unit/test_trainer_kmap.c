@@ -22,19 +22,19 @@
 #define SLOTS 5000
 #define NONE UINT64_MAX
 
-static void check_against(const kmap_t *m, const uint64_t *ref, const uint8_t *own) {
+static void check_against(const trainer_kmap_t *m, const uint64_t *ref, const uint8_t *own) {
   size_t n = 0, n_own = 0;
   for (uint32_t s = 0; s < SLOTS; s++) {
     if (ref[s] == NONE) continue;
     n++;
     n_own += own[s];
-    assert_int_equal(kmap_find(m, ref[s]), (int64_t)s);
+    assert_int_equal(trainer_kmap_find(m, ref[s]), (int64_t)s);
   }
-  assert_int_equal(kmap_count(m), n);
-  assert_int_equal(kmap_owned(m, NULL, NULL, 0), n_own);
+  assert_int_equal(trainer_kmap_count(m), n);
+  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), n_own);
   uint32_t *os = malloc((n_own + 1) * sizeof *os);
   uint64_t *ok = malloc((n_own + 1) * sizeof *ok);
-  assert_int_equal(kmap_owned(m, os, ok, n_own + 1), n_own);
+  assert_int_equal(trainer_kmap_owned(m, os, ok, n_own + 1), n_own);
   size_t k = 0;
   for (uint32_t s = 0; s < SLOTS; s++)
     if (ref[s] != NONE && own[s]) {
@@ -48,16 +48,16 @@ static void check_against(const kmap_t *m, const uint64_t *ref, const uint8_t *o
 
 static void test_random_ops(void **state) {
   (void)state;
-  kmap_t *m;
-  assert_int_equal(kmap_create(SLOTS, &m), 0);
+  trainer_kmap_t *m;
+  assert_int_equal(trainer_kmap_create(SLOTS, &m), 0);
   uint64_t *ref = malloc(SLOTS * sizeof *ref);
   uint8_t *own = calloc(SLOTS, 1);
   for (uint32_t s = 0; s < SLOTS; s++) ref[s] = NONE;
   uint64_t r = 12345;
   for (int op = 0; op < 200000; op++) {
-    r = tbl_mix64(r);
+    r = table_mix64(r);
     uint32_t s = (uint32_t)(r % SLOTS);
-    uint64_t key = TBL_KEY((r >> 20) % 3, (r >> 24) % 6000); /* keys collide with slots' keys often */
+    uint64_t key = TABLE_KEY((r >> 20) % 3, (r >> 24) % 6000); /* keys collide with slots' keys often */
     switch ((r >> 40) % 4) {
     case 0:
     case 1: { /* set: the key leaves any other slot */
@@ -68,51 +68,51 @@ static void test_random_ops(void **state) {
         }
       ref[s] = key;
       own[s] = 0;
-      assert_int_equal(kmap_set(m, s, key), 0);
+      assert_int_equal(trainer_kmap_set(m, s, key), 0);
       break;
     }
     case 2:
       ref[s] = NONE;
       own[s] = 0;
-      kmap_clear(m, s);
+      trainer_kmap_clear(m, s);
       break;
     case 3:
       if (ref[s] != NONE) own[s] = (r >> 50) & 1;
-      kmap_set_owned(m, s, (int)((r >> 50) & 1));
+      trainer_kmap_set_owned(m, s, (int)((r >> 50) & 1));
       break;
     }
     if (op % 20000 == 0) check_against(m, ref, own);
   }
   check_against(m, ref, own);
   /* keys never set are absent */
-  assert_int_equal(kmap_find(m, TBL_KEY(7, 1)), -1);
+  assert_int_equal(trainer_kmap_find(m, TABLE_KEY(7, 1)), -1);
   free(ref);
   free(own);
-  kmap_destroy(m);
+  trainer_kmap_destroy(m);
 }
 
 static void test_edges(void **state) {
   (void)state;
-  kmap_t *m;
-  assert_int_equal(kmap_create(4, &m), 0);
-  assert_int_equal(kmap_set(m, 4, 9), -22); /* -EINVAL: beyond the cache */
-  kmap_clear(m, 2);                          /* empty: nothing happens */
-  kmap_set_owned(m, 2, 1);                   /* empty: not owned */
-  assert_int_equal(kmap_owned(m, NULL, NULL, 0), 0);
-  assert_int_equal(kmap_set(m, 1, 77), 0);
-  kmap_set_owned(m, 1, 1);
-  assert_int_equal(kmap_set(m, 3, 77), 0); /* moved: slot 1 is empty, and no longer owned */
-  assert_int_equal(kmap_find(m, 77), 3);
-  assert_int_equal(kmap_owned(m, NULL, NULL, 0), 0);
-  assert_int_equal(kmap_count(m), 1);
-  assert_int_equal(kmap_set(m, 3, 78), 0); /* replaced in its slot */
-  assert_int_equal(kmap_find(m, 77), -1);
-  assert_int_equal(kmap_find(m, 78), 3);
-  kmap_set_owned(m, 3, 1);
-  kmap_clear(m, 3);
-  assert_int_equal(kmap_owned(m, NULL, NULL, 0), 0);
-  assert_int_equal(kmap_count(m), 0);
-  kmap_destroy(m);
+  trainer_kmap_t *m;
+  assert_int_equal(trainer_kmap_create(4, &m), 0);
+  assert_int_equal(trainer_kmap_set(m, 4, 9), -22); /* -EINVAL: beyond the cache */
+  trainer_kmap_clear(m, 2);                          /* empty: nothing happens */
+  trainer_kmap_set_owned(m, 2, 1);                   /* empty: not owned */
+  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), 0);
+  assert_int_equal(trainer_kmap_set(m, 1, 77), 0);
+  trainer_kmap_set_owned(m, 1, 1);
+  assert_int_equal(trainer_kmap_set(m, 3, 77), 0); /* moved: slot 1 is empty, and no longer owned */
+  assert_int_equal(trainer_kmap_find(m, 77), 3);
+  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), 0);
+  assert_int_equal(trainer_kmap_count(m), 1);
+  assert_int_equal(trainer_kmap_set(m, 3, 78), 0); /* replaced in its slot */
+  assert_int_equal(trainer_kmap_find(m, 77), -1);
+  assert_int_equal(trainer_kmap_find(m, 78), 3);
+  trainer_kmap_set_owned(m, 3, 1);
+  trainer_kmap_clear(m, 3);
+  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), 0);
+  assert_int_equal(trainer_kmap_count(m), 0);
+  trainer_kmap_destroy(m);
 }
 
 int main(void) {

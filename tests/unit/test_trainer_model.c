@@ -46,11 +46,11 @@
 
 static uint64_t rng_state;
 static float urand(void) { /* uniform [-1, 1) */
-  rng_state = tbl_mix64(rng_state);
+  rng_state = table_mix64(rng_state);
   return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
 }
 static double u01(void) {
-  rng_state = tbl_mix64(rng_state);
+  rng_state = table_mix64(rng_state);
   return (double)(rng_state >> 11) / 9007199254740992.0;
 }
 static double gauss(void) { /* Box-Muller */
@@ -310,19 +310,19 @@ static void run_open(run_t *r, const char *const *sets, uint64_t seed) {
   assert_int_equal(opt_create(c, model_n_params(r->m), &r->opt), 0);
   assert_int_equal(opt_kind_parse(cfg_str(c, "embedding_optimizer"), &r->row_kind), 0);
   opt_hparams_from_cfg(c, r->row_kind, &r->row_hp);
-  tbl_layout_t l;
-  assert_int_equal(tbl_layout_init(&l, T, seed), 0);
+  table_layout_t l;
+  assert_int_equal(table_layout_init(&l, T, seed), 0);
   for (int t = 0; t < T; t++) {
     l.tables[t].rows = R;
     l.tables[t].dim = DIM;
     l.tables[t].state_floats = opt_row_state_floats(r->row_kind, DIM);
   }
-  r->stride = tbl_row_floats(&l, 0);
+  r->stride = table_row_floats(&l, 0);
   for (int t = 0; t < T; t++) {
     r->tables[t] = malloc((size_t)R * r->stride * sizeof(float));
-    for (uint64_t k = 0; k < R; k++) tbl_init_row(&l, TBL_KEY(t, k), r->tables[t] + k * r->stride);
+    for (uint64_t k = 0; k < R; k++) table_init_row(&l, TABLE_KEY(t, k), r->tables[t] + k * r->stride);
   }
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   r->work = malloc(nn_embedding_bag_bwd_work_size(BATCH, 1));
   cfg_destroy(c);
 }

@@ -44,7 +44,7 @@
 
 static uint64_t rng_state;
 static float urand(void) { /* uniform [-1, 1) */
-  rng_state = tbl_mix64(rng_state);
+  rng_state = table_mix64(rng_state);
   return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
 }
 static void fill(float *p, size_t n, float scale) {
@@ -306,7 +306,7 @@ static void test_embedding_bag_multihot(void **state) {
    * within one sample */
   uint64_t off = UINT64_C(5) << 48;
   for (int k = 0; k < N * H; k++) {
-    rng_state = tbl_mix64(rng_state);
+    rng_state = table_mix64(rng_state);
     idx[k] = off + rng_state % ROWS;
   }
   idx[1] = idx[0];
@@ -362,7 +362,7 @@ static void test_embedding_bag_wide_keys(void **state) {
   static float dout[N * DIM], grad[N * DIM];
   rng_state = 1234;
   for (int i = 0; i < N; i++) {
-    rng_state = tbl_mix64(rng_state);
+    rng_state = table_mix64(rng_state);
     idx[i] = i % 7 == 3 ? idx[i / 2] : (rng_state >> 24); /* 40 bits, some repeats */
   }
   fill(dout, N * DIM, 1.0f);

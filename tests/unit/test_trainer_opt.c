@@ -169,23 +169,23 @@ static void test_row_rowwise_adagrad(void **state) {
   assert_near(r[0], 0.8879306335600234, 2e-7);
 }
 
-/* A row of the real table layout (tbl_init_row, state from
+/* A row of the real table layout (table_init_row, state from
  * cfg_state_floats) updated in place equals the same row shipped out to a
  * byte buffer and back between updates, bit for bit, and the state it
  * carries is the running mean-square sum. */
 static void test_row_state_round_trip(void **state) {
   (void)state;
   enum { DIM = 8, STEPS = 5 };
-  tbl_layout_t l;
-  assert_int_equal(tbl_layout_init(&l, 1, 42), 0);
+  table_layout_t l;
+  assert_int_equal(table_layout_init(&l, 1, 42), 0);
   l.tables[0].rows = 1000;
   l.tables[0].dim = DIM;
   l.tables[0].state_floats = (uint32_t)cfg_state_floats("rowwise_adagrad", DIM);
   assert_int_equal(l.tables[0].state_floats, opt_row_state_floats(OPT_ROWWISE_ADAGRAD, DIM));
-  uint32_t rf = tbl_row_floats(&l, 0);
+  uint32_t rf = table_row_floats(&l, 0);
   assert_int_equal(rf, DIM + 1);
   float a[DIM + 1], b[DIM + 1];
-  tbl_init_row(&l, TBL_KEY(0, 17), a);
+  table_init_row(&l, TABLE_KEY(0, 17), a);
   assert_true(a[DIM] == 0.0f); /* fresh state */
   memcpy(b, a, sizeof(a));
   unsigned char wire[sizeof(a)];
@@ -207,7 +207,7 @@ static void test_row_state_round_trip(void **state) {
     assert_memory_equal(a, b, sizeof(a));
     assert_near(a[DIM], h, 1e-6 * h);
   }
-  tbl_layout_close(&l);
+  table_layout_close(&l);
 }
 
 /* The pooled step is the plain step, bit for bit, for every optimizer. */
@@ -225,12 +225,12 @@ static void test_step_pool(void **state) {
     assert_int_equal(opt_create_kind(kinds[k], &hp, N, &b), 0);
     uint64_t r = 9;
     for (int i = 0; i < N; i++) {
-      r = tbl_mix64(r);
+      r = table_mix64(r);
       w1[i] = w2[i] = (float)(r >> 40) / 16777216.0f - 0.5f;
     }
     for (int s = 0; s < 5; s++) {
       for (int i = 0; i < N; i++) {
-        r = tbl_mix64(r);
+        r = table_mix64(r);
         g[i] = (float)(r >> 40) / 16777216.0f - 0.5f;
       }
       opt_step(a, w1, g);

@@ -2,7 +2,7 @@
  * The per-step math of chanter-trainer (services/trainer/trainer_step.h)
  * without daemons, against a single-process reference that is the
  * arithmetic of `chanter train --local` (tools/chanter/cmd_train.c: tables
- * in memory initialized with tbl_init_row, gather, forward, backward with
+ * in memory initialized with table_init_row, gather, forward, backward with
  * scale 1/B, dense optimizer, per-table coalesced row gradients and the row
  * optimizer), on a tiny DLRM with a multi-hot table, Adagrad on the dense
  * parameters and on the rows, several steps.
@@ -61,7 +61,7 @@
 typedef struct job_s {
   cfg_t *cfg;
   data_schema_t schema;
-  tbl_layout_t layout;
+  table_layout_t layout;
 } job_t;
 
 static void job_open(job_t *j) {
@@ -80,7 +80,7 @@ static void job_open(job_t *j) {
 
 static void job_close(job_t *j) {
   data_schema_close(&j->schema);
-  tbl_layout_close(&j->layout);
+  table_layout_close(&j->layout);
   cfg_destroy(j->cfg);
 }
 
@@ -91,13 +91,13 @@ typedef struct batch_s {
   float labels[B], dense[B * 3];
   uint64_t ids[B * 4]; /* hotness 1 + 2 + 1 */
   size_t ids_off[4];
-  tstep_batch_t view;
+  trainer_step_batch_t view;
 } batch_t;
 
 static void batch_view(const job_t *j, batch_t *b) {
   b->ids_off[0] = 0;
   for (uint32_t t = 0; t < 3; t++) b->ids_off[t + 1] = b->ids_off[t] + (size_t)b->n * j->schema.hotness[t];
-  b->view = (tstep_batch_t){b->n, b->labels, b->dense, b->ids, b->ids_off};
+  b->view = (trainer_step_batch_t){b->n, b->labels, b->dense, b->ids, b->ids_off};
 }
 
 /* Batch x: skewed row ids (many repeats, so trainers share rows). */
@@ -105,18 +105,18 @@ static void make_batch(const job_t *j, uint64_t x, batch_t *b) {
   memset(b, 0, sizeof *b);
   b->n = B;
   batch_view(j, b);
-  uint64_t s = tbl_mix64(1000 + x);
+  uint64_t s = table_mix64(1000 + x);
   for (uint32_t i = 0; i < B; i++) {
-    s = tbl_mix64(s);
+    s = table_mix64(s);
     b->labels[i] = (float)(s & 1);
     for (int d = 0; d < 3; d++) {
-      s = tbl_mix64(s);
+      s = table_mix64(s);
       b->dense[i * 3 + d] = (float)((double)(s >> 40) / 16777216.0);
     }
   }
   for (uint32_t t = 0; t < 3; t++)
     for (size_t k = b->ids_off[t]; k < b->ids_off[t + 1]; k++) {
-      s = tbl_mix64(s);
+      s = table_mix64(s);
       uint64_t r = s % j->layout.tables[t].rows;
       b->ids[k] = (s >> 32) % 3 ? r % 3 : r; /* 2/3 of the ids hit rows 0..2 */
     }
@@ -143,17 +143,17 @@ typedef struct tables_s {
 } tables_t;
 
 static void tables_init(const job_t *j, tables_t *s) {
-  s->rf = tbl_row_floats(&j->layout, 0);
+  s->rf = table_row_floats(&j->layout, 0);
   for (uint32_t t = 0; t < 3; t++) {
     s->t[t] = malloc(j->layout.tables[t].rows * s->rf * sizeof(float));
     for (uint64_t r = 0; r < j->layout.tables[t].rows; r++)
-      tbl_init_row(&j->layout, TBL_KEY(t, r), s->t[t] + r * s->rf);
+      table_init_row(&j->layout, TABLE_KEY(t, r), s->t[t] + r * s->rf);
   }
 }
 static void tables_close(tables_t *s) {
   for (int t = 0; t < 3; t++) free(s->t[t]);
 }
-static float *row_ptr(tables_t *s, uint64_t key) { return s->t[TBL_TABLE(key)] + TBL_ROW(key) * s->rf; }
+static float *row_ptr(tables_t *s, uint64_t key) { return s->t[TABLE_ID(key)] + TABLE_ROW(key) * s->rf; }
 static void lookup(tables_t *s, const uint64_t *keys, size_t n, float *out) {
   for (size_t i = 0; i < n; i++) memcpy(out + i * s->rf, row_ptr(s, keys[i]), s->rf * sizeof(float));
 }
@@ -212,28 +212,28 @@ static double ref_step(const job_t *j, ref_t *r, const batch_t *b) {
 
 /* ------------------------------------------------------------------ helpers */
 
-static tstep_t *new_trainer(const job_t *j) {
-  tstep_t *ts = NULL;
+static trainer_step_t *new_trainer(const job_t *j) {
+  trainer_step_t *ts = NULL;
   char err[512];
-  if (tstep_create(j->cfg, &j->schema, &j->layout, B, &ts, err, sizeof err)) fail_msg("tstep_create: %s", err);
+  if (trainer_step_create(j->cfg, &j->schema, &j->layout, B, &ts, err, sizeof err)) fail_msg("trainer_step_create: %s", err);
   return ts;
 }
 
 /* sorted unique keys of b into keys (returns the count) */
-static size_t keys_of(tstep_t *ts, const batch_t *b, uint64_t *keys) {
+static size_t keys_of(trainer_step_t *ts, const batch_t *b, uint64_t *keys) {
   const uint64_t *k;
   size_t n;
-  assert_int_equal(tstep_batch_keys(ts, &b->view, &k, &n), 0);
+  assert_int_equal(trainer_step_batch_keys(ts, &b->view, &k, &n), 0);
   memcpy(keys, k, n * 8);
   return n;
 }
 
 /* fetch keys into the trainer from the tables */
-static void fetch(tstep_t *ts, tables_t *tab, const uint64_t *keys, size_t n) {
+static void fetch(trainer_step_t *ts, tables_t *tab, const uint64_t *keys, size_t n) {
   float *rows;
   char err[512];
-  if (tstep_set_slots(ts, keys, n, &rows, err, sizeof err)) fail_msg("set_slots: %s", err);
-  lookup(tab, tstep_slot_keys(ts), n, rows);
+  if (trainer_step_set_slots(ts, keys, n, &rows, err, sizeof err)) fail_msg("set_slots: %s", err);
+  lookup(tab, trainer_step_slot_keys(ts), n, rows);
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -267,8 +267,8 @@ static void test_p1_exact(void **state) {
   ref_open(&j, &r);
   tables_t srv;
   tables_init(&j, &srv);
-  tstep_t *ts = new_trainer(&j);
-  assert_memory_equal(model_params(tstep_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
+  trainer_step_t *ts = new_trainer(&j);
+  assert_memory_equal(model_params(trainer_step_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
   char err[512];
   for (uint64_t x = 0; x < STEPS; x++) {
     batch_t b;
@@ -276,24 +276,24 @@ static void test_p1_exact(void **state) {
     uint64_t keys[B * 4];
     size_t nk = keys_of(ts, &b, keys);
     fetch(ts, &srv, keys, nk);
-    if (tstep_forward(ts, &b.view, err, sizeof err)) fail_msg("forward: %s", err);
-    double loss = tstep_backward(ts, &b.view, B);
+    if (trainer_step_forward(ts, &b.view, err, sizeof err)) fail_msg("forward: %s", err);
+    double loss = trainer_step_backward(ts, &b.view, B);
     /* all-reduce over one trainer: nothing; no shared rows */
-    assert_int_equal(tstep_update(ts), nk);
-    write_back(&srv, keys, nk, tstep_slot_rows(ts)); /* the slots are the keys, in order */
+    assert_int_equal(trainer_step_update(ts), nk);
+    write_back(&srv, keys, nk, trainer_step_slot_rows(ts)); /* the slots are the keys, in order */
 
     double rloss = ref_step(&j, &r, &b);
     assert_true(loss == rloss);
-    assert_memory_equal(tstep_logits(ts), r.logits, B * sizeof(float));
-    assert_memory_equal(model_params(tstep_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
+    assert_memory_equal(trainer_step_logits(ts), r.logits, B * sizeof(float));
+    assert_memory_equal(model_params(trainer_step_model(ts)), model_params(r.model), model_n_params(r.model) * sizeof(float));
     check_tables(&j, &srv, &r.tab, 0);
   }
   /* the dense digest is SHA-256 of exactly these bytes */
   uint8_t h1[32], h2[32];
-  tstep_dense_sha256(ts, h1);
-  tstep_dense_sha256(ts, h2);
+  trainer_step_dense_sha256(ts, h1);
+  trainer_step_dense_sha256(ts, h2);
   assert_memory_equal(h1, h2, 32);
-  tstep_destroy(ts);
+  trainer_step_destroy(ts);
   tables_close(&srv);
   ref_close(&r);
   job_close(&j);
@@ -332,7 +332,7 @@ static size_t owned(const uint64_t *keys, size_t n, const uint64_t *shared, size
 #define PAIR_SLOTS (2 * B * 4) /* the cache: room for every key of a batch */
 
 typedef struct pair_s {
-  tstep_t *ts[2];
+  trainer_step_t *ts[2];
   batch_t part[2];
   uint64_t keys[2][B * 4], shared[B * 4];
   size_t nk[2], ns;
@@ -375,58 +375,58 @@ static void pair_prepare(const job_t *j, pair_t *p, tables_t *srv, const batch_t
   for (size_t k = 0; k < p->ns; k++) p->sh_slots[k] = pair_slot(p, p->shared[k]);
   for (int i = 0; i < 2; i++) {
     if (!p->cache_ready[i]) {
-      if (tstep_cache_init(p->ts[i], PAIR_SLOTS, err, sizeof err)) fail_msg("cache_init: %s", err);
+      if (trainer_step_cache_init(p->ts[i], PAIR_SLOTS, err, sizeof err)) fail_msg("cache_init: %s", err);
       p->cache_ready[i] = 1;
     }
     /* fetch: this trainer's rows into their slots */
     uint32_t sl[B * 4];
     float rows[B * 4 * 8];
-    ASSERT_OP(p->nk[i] * tstep_row_floats(p->ts[i]), <=, sizeof rows / sizeof *rows);
+    ASSERT_OP(p->nk[i] * trainer_step_row_floats(p->ts[i]), <=, sizeof rows / sizeof *rows);
     for (size_t k = 0; k < p->nk[i]; k++) sl[k] = pair_slot(p, p->keys[i][k]);
     lookup(srv, p->keys[i], p->nk[i], rows);
-    tstep_cache_scatter(p->ts[i], sl, p->nk[i], rows);
+    trainer_step_cache_scatter(p->ts[i], sl, p->nk[i], rows);
     /* the samples' ids as slots */
-    const tstep_batch_t *v = &p->part[i].view;
+    const trainer_step_batch_t *v = &p->part[i].view;
     uint32_t ids[B * 4];
     for (uint32_t t = 0; t < 3; t++)
-      for (size_t e = v->ids_off[t]; e < v->ids_off[t + 1]; e++) ids[e] = pair_slot(p, TBL_KEY(t, v->ids[e]));
-    if (tstep_cache_forward(p->ts[i], v, ids, err, sizeof err)) fail_msg("forward %d: %s", i, err);
-    tstep_backward(p->ts[i], v, B);
+      for (size_t e = v->ids_off[t]; e < v->ids_off[t + 1]; e++) ids[e] = pair_slot(p, TABLE_KEY(t, v->ids[e]));
+    if (trainer_step_cache_forward(p->ts[i], v, ids, err, sizeof err)) fail_msg("forward %d: %s", i, err);
+    trainer_step_backward(p->ts[i], v, B);
   }
   /* what goes into the all-reduce of the shared rows, in the oracle's order */
-  for (int i = 0; i < 2; i++) tstep_cache_pack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
+  for (int i = 0; i < 2; i++) trainer_step_cache_pack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
 }
 
 /* After the all-reduces: update and write back. */
 static void pair_finish(pair_t *p, tables_t *srv) {
-  uint32_t rf = tstep_row_floats(p->ts[0]);
+  uint32_t rf = trainer_step_row_floats(p->ts[0]);
   for (int i = 0; i < 2; i++) {
-    tstep_cache_unpack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
-    tstep_cache_update(p->ts[i], NULL, 0);
+    trainer_step_cache_unpack(p->ts[i], p->sh_slots, p->ns, p->sbuf[i]);
+    trainer_step_cache_update(p->ts[i], NULL, 0);
   }
   /* every copy of a shared row is the same after the update */
   for (size_t s = 0; s < p->ns; s++) {
     float r0[8], r1[8];
-    tstep_cache_gather(p->ts[0], &p->sh_slots[s], 1, r0);
-    tstep_cache_gather(p->ts[1], &p->sh_slots[s], 1, r1);
+    trainer_step_cache_gather(p->ts[0], &p->sh_slots[s], 1, r0);
+    trainer_step_cache_gather(p->ts[1], &p->sh_slots[s], 1, r1);
     assert_memory_equal(r0, r1, rf * sizeof(float));
   }
-  assert_memory_equal(tstep_params(p->ts[0]), tstep_params(p->ts[1]), tstep_n_params(p->ts[0]) * sizeof(float));
+  assert_memory_equal(trainer_step_params(p->ts[0]), trainer_step_params(p->ts[1]), trainer_step_n_params(p->ts[0]) * sizeof(float));
   for (int i = 0; i < 2; i++) {
     uint64_t wb[B * 4];
     uint32_t sl[B * 4];
     float rows[B * 4 * 8];
     size_t nw = owned(p->keys[i], p->nk[i], p->shared, p->ns, i, wb);
     for (size_t k = 0; k < nw; k++) sl[k] = pair_slot(p, wb[k]);
-    tstep_cache_gather(p->ts[i], sl, nw, rows);
+    trainer_step_cache_gather(p->ts[i], sl, nw, rows);
     write_back(srv, wb, nw, rows);
   }
 }
 
 /* The hand-made all-reduce: x0 + x1 into both (Gloo's order for 2 ranks). */
 static void pair_allreduce_by_hand(pair_t *p) {
-  float *g0 = tstep_grads(p->ts[0]), *g1 = tstep_grads(p->ts[1]);
-  for (size_t k = 0; k < tstep_n_params(p->ts[0]); k++) g0[k] = g1[k] = g0[k] + g1[k];
+  float *g0 = trainer_step_grads(p->ts[0]), *g1 = trainer_step_grads(p->ts[1]);
+  for (size_t k = 0; k < trainer_step_n_params(p->ts[0]); k++) g0[k] = g1[k] = g0[k] + g1[k];
   for (size_t k = 0; k < p->ns * 4; k++) p->sbuf[0][k] = p->sbuf[1][k] = p->sbuf[0][k] + p->sbuf[1][k];
 }
 
@@ -453,15 +453,15 @@ static void run_p2(uint32_t split, double tol, size_t *shared_total) {
   }
   size_t np = model_n_params(r.model);
   if (tol == 0) {
-    assert_memory_equal(model_params(tstep_model(p.ts[0])), model_params(r.model), np * sizeof(float));
+    assert_memory_equal(model_params(trainer_step_model(p.ts[0])), model_params(r.model), np * sizeof(float));
   } else {
-    double d = max_diff(model_params(tstep_model(p.ts[0])), model_params(r.model), np);
+    double d = max_diff(model_params(trainer_step_model(p.ts[0])), model_params(r.model), np);
     if (d > tol) fail_msg("dense parameters: max |difference| %.3g > %.3g", d, tol);
     print_message("P = 2, split %u/%u: dense max |diff| %.3g vs one trainer\n", split, B - split, d);
   }
   check_tables(&j, &srv, &r.tab, tol);
-  tstep_destroy(p.ts[0]);
-  tstep_destroy(p.ts[1]);
+  trainer_step_destroy(p.ts[0]);
+  trainer_step_destroy(p.ts[1]);
   tables_close(&srv);
   ref_close(&r);
   job_close(&j);
@@ -486,7 +486,7 @@ static void test_p2_empty_trainer_exact(void **state) {
 typedef struct peer_s {
   int rank;
   char dir[256];
-  tstep_t *ts;
+  trainer_step_t *ts;
   float *grads, *sync;
   size_t n_grads, n_sync;
   int rc;
@@ -539,8 +539,8 @@ static void test_p2_gloo_matches_hand_sum(void **state) {
     pe[i].rank = i;
     snprintf(pe[i].dir, sizeof pe[i].dir, "%s", dir);
     pe[i].ts = g.ts[i];
-    pe[i].grads = tstep_grads(g.ts[i]);
-    pe[i].n_grads = tstep_n_params(g.ts[i]);
+    pe[i].grads = trainer_step_grads(g.ts[i]);
+    pe[i].n_grads = trainer_step_n_params(g.ts[i]);
     pe[i].sync = g.sbuf[i];
     pe[i].n_sync = g.ns * 4;
     assert_int_equal(pthread_create(&th[i], NULL, peer_main, &pe[i]), 0);
@@ -550,15 +550,15 @@ static void test_p2_gloo_matches_hand_sum(void **state) {
     if (pe[i].rc) fail_msg("rank %d: collective failed: %s", i, err_str(pe[i].rc));
   }
   pair_finish(&g, &srv_b);
-  model_t *ma = tstep_model(a.ts[0]), *mg = tstep_model(g.ts[0]);
+  model_t *ma = trainer_step_model(a.ts[0]), *mg = trainer_step_model(g.ts[0]);
   assert_memory_equal(model_params(ma), model_params(mg), model_n_params(ma) * sizeof(float));
   check_tables(&j, &srv_b, &srv_a, 0);
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
   for (int i = 0; i < 2; i++) {
-    tstep_destroy(a.ts[i]);
-    tstep_destroy(g.ts[i]);
+    trainer_step_destroy(a.ts[i]);
+    trainer_step_destroy(g.ts[i]);
   }
   tables_close(&srv_a);
   tables_close(&srv_b);
@@ -573,7 +573,7 @@ static void test_errors(void **state) {
   job_open(&j);
   tables_t srv;
   tables_init(&j, &srv);
-  tstep_t *ts = new_trainer(&j);
+  trainer_step_t *ts = new_trainer(&j);
   char err[512] = "";
   batch_t b;
   make_batch(&j, 0, &b);
@@ -584,7 +584,7 @@ static void test_errors(void **state) {
   /* a row of the batch was not fetched: the error names the key */
   uint64_t missing = keys[nk - 1];
   fetch(ts, &srv, keys, nk - 1);
-  assert_int_equal(tstep_forward(ts, &b.view, err, sizeof err), -ENOENT);
+  assert_int_equal(trainer_step_forward(ts, &b.view, err, sizeof err), -ENOENT);
   char want[64];
   snprintf(want, sizeof want, "key %#llx", (unsigned long long)missing);
   if (!strstr(err, want) || !strstr(err, "not among")) fail_msg("unexpected message: %s", err);
@@ -592,7 +592,7 @@ static void test_errors(void **state) {
   /* unsorted fetch keys */
   uint64_t bad[2] = {keys[1], keys[0]};
   float *rows;
-  assert_int_equal(tstep_set_slots(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
+  assert_int_equal(trainer_step_set_slots(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
   assert_non_null(strstr(err, "ascending"));
 
 
@@ -611,7 +611,7 @@ static void test_errors(void **state) {
   uint64_t ids[8];
   s.ids.data = (uint8_t *)ids;
   s.ids.len = 8 * 8;
-  tstep_batch_t v;
+  trainer_step_batch_t v;
   trainer_work_limits_t lim = {.schema = &j.schema, .max_batch = B};
   trainer_work_t w;
   for (int i = 0; i < 8; i++) ids[i] = (uint64_t)i % 5;
@@ -636,7 +636,7 @@ static void test_errors(void **state) {
   assert_int_equal(v.n, 0);
   trainer_work_close(&w);
 
-  tstep_destroy(ts);
+  trainer_step_destroy(ts);
   tables_close(&srv);
   job_close(&j);
 }
@@ -647,33 +647,33 @@ static void test_local_rows(void **state) {
   (void)state;
   job_t j;
   job_open(&j);
-  trows_t *s;
-  assert_int_equal(trows_create(&j.layout, &s), 0);
-  uint32_t rf = tbl_row_floats(&j.layout, 0);
+  trainer_rows_t *s;
+  assert_int_equal(trainer_rows_create(&j.layout, &s), 0);
+  uint32_t rf = table_row_floats(&j.layout, 0);
   /* every row of every table, twice: first use initializes as a server would */
   uint64_t keys[21];
   size_t n = 0;
   for (uint32_t t = 0; t < 3; t++)
-    for (uint64_t r = 0; r < j.layout.tables[t].rows; r++) keys[n++] = TBL_KEY(t, r);
+    for (uint64_t r = 0; r < j.layout.tables[t].rows; r++) keys[n++] = TABLE_KEY(t, r);
   float *got = malloc(n * rf * sizeof(float)), *want = malloc(rf * sizeof(float));
   char why[256];
-  assert_int_equal(trows_gather(s, keys, n, got, why, sizeof why), 0);
+  assert_int_equal(trainer_rows_gather(s, keys, n, got, why, sizeof why), 0);
   for (size_t i = 0; i < n; i++) {
-    tbl_init_row(&j.layout, keys[i], want);
+    table_init_row(&j.layout, keys[i], want);
     assert_memory_equal(got + i * rf, want, rf * sizeof(float));
   }
-  assert_int_equal(trows_count(s), n);
+  assert_int_equal(trainer_rows_count(s), n);
   for (size_t i = 0; i < n * rf; i++) got[i] = (float)i;
-  assert_int_equal(trows_scatter(s, keys, n, got, why, sizeof why), 0);
+  assert_int_equal(trainer_rows_scatter(s, keys, n, got, why, sizeof why), 0);
   memset(got, 0, n * rf * sizeof(float));
-  assert_int_equal(trows_gather(s, keys, n, got, why, sizeof why), 0);
+  assert_int_equal(trainer_rows_gather(s, keys, n, got, why, sizeof why), 0);
   for (size_t i = 0; i < n * rf; i++) assert_true(got[i] == (float)i);
-  assert_int_equal(trows_count(s), n);
-  uint64_t bad = TBL_KEY(1, 5);
-  assert_int_equal(trows_gather(s, &bad, 1, got, why, sizeof why), -ERANGE);
+  assert_int_equal(trainer_rows_count(s), n);
+  uint64_t bad = TABLE_KEY(1, 5);
+  assert_int_equal(trainer_rows_gather(s, &bad, 1, got, why, sizeof why), -ERANGE);
   free(got);
   free(want);
-  trows_destroy(s);
+  trainer_rows_destroy(s);
   job_close(&j);
 }
 

@@ -5,7 +5,7 @@
  *    from an empty 16-entry table grown to 32k entries and drained again)
  *    against a brute-force reference (a value and a present flag per key of
  *    a fixed universe), the pointer insert returns used to overwrite values.
- *    The universe mixes random keys, consecutive TBL_KEY keys, the extreme
+ *    The universe mixes random keys, consecutive TABLE_KEY keys, the extreme
  *    keys 0 and UINT64_MAX, and three clusters of 600 keys that share the
  *    top 12 bits of their hash: one home entry while the table is small, a
  *    few adjacent ones later, so probe runs are hundreds long, one of them
@@ -72,7 +72,7 @@ static void make_universe(uint64_t *keys) {
   const u64map_t by12 = {.shift = 52}; /* home in a 4096-entry table */
   size_t got[N_CLUSTERS] = {0}, k = 0;
   for (uint64_t i = 0; k < N_CL; i++) {
-    uint64_t key = TBL_KEY(100, i);
+    uint64_t key = TABLE_KEY(100, i);
     size_t h = u64map_home(&by12, key);
     for (int c = 0; c < N_CLUSTERS; c++)
       if (h == top[c] && got[c] < N_CLUSTER) {
@@ -81,10 +81,10 @@ static void make_universe(uint64_t *keys) {
       }
   }
   uint64_t r = 99;
-  for (int i = 0; i < N_RANDOM; i++) keys[k++] = r = tbl_mix64(r);
+  for (int i = 0; i < N_RANDOM; i++) keys[k++] = r = table_mix64(r);
   for (uint32_t t = 0; t < 3; t++)
-    for (uint64_t row = 0; row < N_SEQ; row++) keys[k++] = TBL_KEY(t, row);
-  keys[k++] = TBL_KEY(65535, 0); /* (0 is TBL_KEY(0, 0), above) */
+    for (uint64_t row = 0; row < N_SEQ; row++) keys[k++] = TABLE_KEY(t, row);
+  keys[k++] = TABLE_KEY(65535, 0); /* (0 is TABLE_KEY(0, 0), above) */
   keys[k++] = UINT64_MAX;
   keys[k++] = UINT64_MAX - 1;
   keys[k++] = UINT64_C(1) << 63;
@@ -156,7 +156,7 @@ static void test_random_ops(void **state) {
     memset(ref, 0, sizeof *ref);
     size_t max_cap = 0;
     for (int op = 0; op < 100000; op++) {
-      r = tbl_mix64(r);
+      r = table_mix64(r);
       one_op(&m, keys, ref, r, op < 50000);
       if (m.cap > max_cap) max_cap = m.cap;
       if (op % 100 == 0) check_runs(&m);
@@ -274,10 +274,10 @@ static void test_edges(void **state) {
   assert_int_equal(u64map_init(&m, 1000), 0);
   size_t cap = m.cap;
   assert_true(cap >= 2000);
-  for (uint64_t k = 0; k < 1000; k++) assert_int_equal(u64map_insert(&m, TBL_KEY(1, k), (uint32_t)k, NULL), 1);
+  for (uint64_t k = 0; k < 1000; k++) assert_int_equal(u64map_insert(&m, TABLE_KEY(1, k), (uint32_t)k, NULL), 1);
   assert_int_equal(m.cap, cap);
   for (uint64_t k = 0; k < 1000; k++) {
-    assert_int_equal(u64map_find(&m, TBL_KEY(1, k), &v), 1);
+    assert_int_equal(u64map_find(&m, TABLE_KEY(1, k), &v), 1);
     assert_int_equal(v, (uint32_t)k);
   }
   check_runs(&m);

@@ -3,7 +3,7 @@
  *
  * For dims 16 and 64, 4096 keys per call, 1 and 4 client threads, uniform
  * and skewed keys, it measures in one run:
- *   - the memory tier in-process (emb_store_lookup),
+ *   - the memory tier in-process (store_lookup),
  *   - raw RocksDB in-process (MultiGet / WriteBatch, memory tier bypassed),
  *   - the real chanter-embedding daemon over loopback gRPC (through embc,
  *     the client trainers use),
@@ -25,7 +25,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "embc.h"
-#include "embedding_store.h"
+#include "store.h"
 #include "err.h"
 #include "log.h"
 
@@ -38,7 +38,7 @@ typedef struct bench_s {
   int skewed;
   int threads;
   /* target */
-  emb_store_t *store;
+  store_t *store;
   int store_flags;
   embc_t *client;
   int write;
@@ -55,17 +55,17 @@ typedef struct worker_s {
 } worker_t;
 
 static uint64_t next_key(bench_t *b, uint64_t *s) {
-  *s = tbl_mix64(*s);
+  *s = table_mix64(*s);
   uint64_t r = *s >> 11;
   if (b->skewed && (r % 100) < 90) /* 90% of accesses to the hottest 1% of rows */
-    return TBL_KEY(0, (r / 100) % (b->rows / 100 ? b->rows / 100 : 1));
-  return TBL_KEY(0, (r / 100) % b->rows);
+    return TABLE_KEY(0, (r / 100) % (b->rows / 100 ? b->rows / 100 : 1));
+  return TABLE_KEY(0, (r / 100) % b->rows);
 }
 
 static void *worker(void *arg) {
   worker_t *w = arg;
   bench_t *b = w->b;
-  uint64_t keys[BATCH], seed = tbl_mix64((uint64_t)w->id + 1 + (uint64_t)b->skewed * 1000);
+  uint64_t keys[BATCH], seed = table_mix64((uint64_t)w->id + 1 + (uint64_t)b->skewed * 1000);
   uint32_t f = b->dim; /* sgd: no optimizer state */
   float *rows = malloc((size_t)BATCH * f * sizeof(float));
   for (size_t i = 0; i < (size_t)BATCH * f; i++) rows[i] = (float)i * 1e-6f;
@@ -75,8 +75,8 @@ static void *worker(void *arg) {
     if (b->write) {
       /* a write batch holds each key once (as the trainers' write-backs
        * do): a run of rows from a random start */
-      uint64_t base = TBL_ROW(next_key(b, &seed));
-      for (int i = 0; i < BATCH; i++) keys[i] = TBL_KEY(0, (base + (uint64_t)i) % b->rows);
+      uint64_t base = TABLE_ROW(next_key(b, &seed));
+      for (int i = 0; i < BATCH; i++) keys[i] = TABLE_KEY(0, (base + (uint64_t)i) % b->rows);
     } else {
       for (int i = 0; i < BATCH; i++) keys[i] = next_key(b, &seed);
     }
@@ -85,8 +85,8 @@ static void *worker(void *arg) {
       rc = b->write ? embc_write(b->client, keys, BATCH, rows, why, sizeof why)
                     : embc_lookup(b->client, keys, BATCH, rows, why, sizeof why);
     else
-      rc = b->write ? emb_store_write(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, why, sizeof why)
-                    : emb_store_lookup(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, NULL, why,
+      rc = b->write ? store_write(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, why, sizeof why)
+                    : store_lookup(b->store, keys, BATCH, rows, (size_t)BATCH * f * 4, b->store_flags, NULL, why,
                                        sizeof why);
     if (rc) {
       b->failed = 1;
@@ -109,9 +109,9 @@ static int warm(bench_t *b) {
   int rc = 0;
   for (uint64_t r = 0; r < b->rows && !rc; r += BATCH) {
     size_t n = b->rows - r < BATCH ? (size_t)(b->rows - r) : BATCH;
-    for (size_t i = 0; i < n; i++) keys[i] = TBL_KEY(0, r + i);
+    for (size_t i = 0; i < n; i++) keys[i] = TABLE_KEY(0, r + i);
     rc = b->client ? embc_lookup(b->client, keys, n, rows, why, sizeof why)
-                   : emb_store_lookup(b->store, keys, n, rows, n * b->dim * 4, 0, NULL, why, sizeof why);
+                   : store_lookup(b->store, keys, n, rows, n * b->dim * 4, 0, NULL, why, sizeof why);
   }
   if (rc) fprintf(stderr, "bench: warm-up failed: %s\n", why);
   free(rows);
@@ -168,13 +168,13 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   int rc = 1;
   snprintf(dir, sizeof dir, "%s/dim%u", tmp, dim);
   mkdir(dir, 0755);
-  tbl_layout_t l;
-  tbl_layout_init(&l, 1, 42);
-  l.tables[0] = (tbl_table_t){.rows = rows, .dim = dim, .state_floats = 0};
-  emb_store_opts_t so = {.data_dir = dir, .layout = &l, .hot_bytes = (size_t)2048 << 20,
+  table_layout_t l;
+  table_layout_init(&l, 1, 42);
+  l.tables[0] = (table_info_t){.rows = rows, .dim = dim, .state_floats = 0};
+  store_opts_t so = {.data_dir = dir, .layout = &l, .hot_bytes = (size_t)2048 << 20,
                          .block_cache_bytes = (size_t)256 << 20, .sync_writes = 1};
-  emb_store_t *st = NULL;
-  if (emb_store_open(&so, &st, why, sizeof why)) {
+  store_t *st = NULL;
+  if (store_open(&so, &st, why, sizeof why)) {
     fprintf(stderr, "bench: cannot open store in %s: %s\n", dir, why);
     goto out;
   }
@@ -185,8 +185,8 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
     for (size_t i = 0; i < (size_t)BATCH * dim; i++) buf[i] = (float)(i % 977) * 1e-3f;
     for (uint64_t r = 0; r < rows; r += BATCH) {
       size_t n = rows - r < BATCH ? (size_t)(rows - r) : BATCH;
-      for (size_t i = 0; i < n; i++) keys[i] = TBL_KEY(0, r + i);
-      if (emb_store_write(st, keys, n, buf, n * dim * 4, EMB_WRITE_NO_HOT, why, sizeof why)) {
+      for (size_t i = 0; i < n; i++) keys[i] = TABLE_KEY(0, r + i);
+      if (store_write(st, keys, n, buf, n * dim * 4, STORE_WRITE_NO_HOT, why, sizeof why)) {
         fprintf(stderr, "bench: populate failed: %s\n", why);
         free(buf);
         goto out;
@@ -205,19 +205,19 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
       b.store_flags = 0;
       base[sk][ti] = run(&b);
       row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "memory tier, in-process", base[sk][ti], 0);
-      b.store_flags = EMB_LOOKUP_NO_HOT;
+      b.store_flags = STORE_LOOKUP_NO_HOT;
       row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "RocksDB MultiGet, in-process", run(&b), base[sk][ti]);
     }
   double wbase[2];
   b.write = 1;
   b.skewed = 0;
-  b.store_flags = EMB_WRITE_NO_HOT;
+  b.store_flags = STORE_WRITE_NO_HOT;
   for (int ti = 0; ti < 2; ti++) {
     b.threads = threads[ti];
     wbase[ti] = run(&b);
     row_out("WriteBack", dim, "uniform", b.threads, "RocksDB WriteBatch+fsync, in-proc", wbase[ti], 0);
   }
-  emb_store_close(st);
+  store_close(st);
   st = NULL;
 
   /* the real daemon over loopback gRPC, on the same data */
@@ -266,8 +266,8 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   if (bench_stop_daemon(pid)) fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
   rc = 0;
 out:
-  if (st) emb_store_close(st);
-  tbl_layout_close(&l);
+  if (st) store_close(st);
+  table_layout_close(&l);
   return rc;
 }
 

@@ -84,7 +84,7 @@ typedef struct result_s {
 
 static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap) {
   char err[256];
-  tbl_layout_t l;
+  table_layout_t l;
   memset(b, 0, sizeof(*b));
   int rc = cfg_layout(cfg, &l, err, sizeof(err));
   if (rc < 0) {
@@ -131,8 +131,8 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
     if (!b->tables[t]) goto out;
     float row[1024];
     for (uint64_t k = 0; k < r; k++) {
-      if (tbl_row_floats(&l, t) <= 1024) {
-        tbl_init_row(&l, TBL_KEY(t, k), row);
+      if (table_row_floats(&l, t) <= 1024) {
+        table_init_row(&l, TABLE_KEY(t, k), row);
         memcpy(b->tables[t] + k * b->stride, row, b->stride * sizeof(float));
       } else {
         memset(b->tables[t] + k * b->stride, 0, b->stride * sizeof(float));
@@ -141,21 +141,21 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
   }
   uint64_t s = 12345;
   for (size_t i = 0; i < ID_BATCHES * b->n_tables * B; i++) {
-    s = tbl_mix64(s);
+    s = table_mix64(s);
     uint32_t t = (uint32_t)((i / B) % b->n_tables);
     b->ids[i] = (s >> 8) % b->rows[t];
   }
   for (size_t i = 0; i < B * b->n_dense; i++) {
-    s = tbl_mix64(s);
+    s = table_mix64(s);
     b->dense[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
   }
   for (size_t i = 0; i < B; i++) {
-    s = tbl_mix64(s);
+    s = table_mix64(s);
     b->labels[i] = (float)(s & 1);
   }
   rc = 0;
 out:
-  tbl_layout_close(&l);
+  table_layout_close(&l);
   return rc;
 }
 

@@ -11,10 +11,10 @@
  *
  * Measured, at P = 8 trainers (contiguous allocation, LRPP and delayed
  * synchronization on), L = 200:
- *   (a) oracle_plan_build with ORACLE_PLAN_KEYS (sample allocation + the
+ *   (a) plan_build with PLAN_KEYS (sample allocation + the
  *       batch's distinct keys), which the oracle runs on worker threads: on
  *       one thread, and on 2 threads over disjoint batches;
- *   (b) the cacher (ocache_push + ocache_decide + ocache_dec_free), which is
+ *   (b) the cacher (cacher_push + cacher_decide + cacher_dec_free), which is
  *       sequential: timed after L + 1 warm-up batches, over L + 100 batches
  *       (fewer with --quick); also at P = 2;
  *   (c) both: an estimate from (a) and (b) -- one core doing everything,
@@ -22,14 +22,14 @@
  *       measured pipeline, one thread planning while the other runs the
  *       cacher.
  * Then the effect of L (0, 10, 50, 200), every cacher fed the same batches:
- * the slots it needs (its peak over the run, which is what ocache_need
+ * the slots it needs (its peak over the run, which is what cacher_need
  * returns for those batches), rows fetched per batch (summed over the
  * trainers), rows synchronized per batch (critical + delayed), and its own
  * cost per batch.
  *
  * Then (d) the effect of the sample allocation at L = 64: rows fetched,
  * all-reduced and handed over per batch with contiguous and laia
- * allocation (oracle_laia.h), P = 2 and 8, and laia's own cost.
+ * allocation (laia.h), P = 2 and 8, and laia's own cost.
  *
  * Timed parts run alone (the plans a timed cacher reads are built before
  * its clock starts); the untimed warm-up uses both cores.  The machine may
@@ -47,9 +47,9 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "data.h"
-#include "oracle_cache.h"
-#include "oracle_laia.h"
-#include "oracle_plan.h"
+#include "cacher.h"
+#include "laia.h"
+#include "plan.h"
 #include "table.h"
 
 #define BS 16384    /* samples per batch */
@@ -91,12 +91,12 @@ static int gen_batch(uint64_t x, data_batch_t *b) {
   for (uint32_t t = 0; t < NT; t++) {
     b->hotness[t] = 1;
     b->ids_off[t] = (size_t)t * BS;
-    uint64_t s = tbl_mix64(SEED ^ (x * NT + t)), *ids = b->ids + (size_t)t * BS;
+    uint64_t s = table_mix64(SEED ^ (x * NT + t)), *ids = b->ids + (size_t)t * BS;
     uint32_t a = skew(CARD[t]);
     double rows = (double)CARD[t];
     for (uint32_t i = 0; i < BS; i++) {
       s += UINT64_C(0x9e3779b97f4a7c15);
-      double u = (double)(tbl_mix64(s) >> 11) * 0x1.0p-53, v = u;
+      double u = (double)(table_mix64(s) >> 11) * 0x1.0p-53, v = u;
       for (uint32_t k = 1; k < a; k++) v *= u;
       uint64_t r = (uint64_t)(v * rows);
       ids[i] = r < CARD[t] ? r : CARD[t] - 1;
@@ -109,7 +109,7 @@ static int gen_batch(uint64_t x, data_batch_t *b) {
 /* Generates and plans batches [x0, x1) into ring[x % RING] on `threads`
  * threads (batch x on thread x % threads). */
 typedef struct planjob_s {
-  oracle_plan_t *ring;
+  plan_t *ring;
   uint64_t x0, x1;
   uint32_t P, tid, threads;
   int rc;
@@ -120,13 +120,13 @@ static void *plan_worker(void *arg) {
   for (uint64_t x = j->x0 + j->tid; x < j->x1 && !j->rc; x += j->threads) {
     data_batch_t b;
     if ((j->rc = gen_batch(x, &b)) != 0) break;
-    j->rc = oracle_plan_build(&b, j->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &j->ring[x % RING]);
+    j->rc = plan_build(&b, j->P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &j->ring[x % RING]);
     data_batch_free(&b);
   }
   return NULL;
 }
 
-static int plan_range(oracle_plan_t *ring, uint64_t x0, uint64_t x1, uint32_t P, uint32_t threads) {
+static int plan_range(plan_t *ring, uint64_t x0, uint64_t x1, uint32_t P, uint32_t threads) {
   pthread_t th[2];
   planjob_t j[2];
   int started[2] = {0, 0};
@@ -158,17 +158,17 @@ static void *ptime_worker(void *arg) {
   ptime_t *t = arg;
   double s = 0;
   for (size_t i = t->first; i < t->n && !t->rc; i += t->stride) {
-    oracle_plan_t p;
+    plan_t p;
     double t0 = bench_now();
-    t->rc = oracle_plan_build(&t->b[i], t->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &p);
+    t->rc = plan_build(&t->b[i], t->P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &p);
     s += bench_now() - t0;
-    oracle_plan_close(&p);
+    plan_close(&p);
   }
   t->secs = s;
   return NULL;
 }
 
-/* Samples/s of oracle_plan_build over b[0..n): on one thread (best of 2
+/* Samples/s of plan_build over b[0..n): on one thread (best of 2
  * rounds), and on 2 threads over disjoint batches (wall time). */
 static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double *two, size_t *unique) {
   double best = 0;
@@ -190,11 +190,11 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
   double wall = bench_now() - t0;
   if (t[0].rc || t[1].rc) return t[0].rc ? t[0].rc : t[1].rc;
   *two = (double)n * BS / wall;
-  oracle_plan_t p;
-  int rc = oracle_plan_build(&b[0], P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &p);
+  plan_t p;
+  int rc = plan_build(&b[0], P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &p);
   if (rc) return rc;
   *unique = p.n_unique;
-  oracle_plan_close(&p);
+  plan_close(&p);
   return 0;
 }
 
@@ -202,8 +202,8 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
 
 typedef struct ccr_s {
   uint32_t L, P;
-  ocache_t *c;
-  uint64_t end_at; /* its last batch (ocache_end after it); UINT64_MAX: open */
+  cacher_t *c;
+  uint64_t end_at; /* its last batch (cacher_end after it); UINT64_MAX: open */
   /* timing of the calls made while timed */
   double t_push, t_decide, chunk_t, best_chunk;
   uint64_t timed, chunk_n;
@@ -219,11 +219,11 @@ static int ccr_open(ccr_t *r, uint32_t P, uint32_t L, uint64_t end_at) {
   r->L = L;
   r->P = P;
   r->end_at = end_at;
-  ocache_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = 1, .delayed = 1};
-  return ocache_create(&o, &r->c);
+  cacher_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = 1, .delayed = 1};
+  return cacher_create(&o, &r->c);
 }
 
-static void ccr_stats(ccr_t *r, const ocache_dec_t *d) {
+static void ccr_stats(ccr_t *r, const cacher_dec_t *d) {
   if (d->x < r->s0 || d->x >= r->s1) return;
   r->st_n++;
   for (uint32_t q = 0; q < d->trainers; q++) {
@@ -240,15 +240,15 @@ static void ccr_stats(ccr_t *r, const ocache_dec_t *d) {
 /* Decides whatever is ready, up to batch `upto` (excluded); each call (and
  * the free of its decision) is timed when `timed`. */
 static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
-  while (r->decided < upto && ocache_ready(r->c)) {
-    ocache_dec_t d;
+  while (r->decided < upto && cacher_ready(r->c)) {
+    cacher_dec_t d;
     double t0 = bench_now();
-    int rc = ocache_decide(r->c, &d, r->err, sizeof r->err);
+    int rc = cacher_decide(r->c, &d, r->err, sizeof r->err);
     if (rc) return rc;
     double t1 = bench_now();
     ccr_stats(r, &d);
     double t2 = bench_now();
-    ocache_dec_free(&d);
+    cacher_dec_free(&d);
     double t3 = bench_now();
     if (timed) {
       r->t_decide += (t1 - t0) + (t3 - t2);
@@ -263,17 +263,17 @@ static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
  * last batch (end_at) the stream ends and the rest is decided as far as the
  * statistics need (s1), untimed: timed pushes and decisions stay one for
  * one. */
-static int ccr_step(ccr_t *r, const oracle_plan_t *p, int timed) {
+static int ccr_step(ccr_t *r, const plan_t *p, int timed) {
   int last = p->x == r->end_at;
   if (last) timed = 0;
   double t0 = bench_now();
-  int rc = ocache_push(r->c, p);
+  int rc = cacher_push(r->c, p);
   if (rc) {
-    snprintf(r->err, sizeof r->err, "ocache_push of batch %" PRIu64 ": %s", p->x, strerror(-rc));
+    snprintf(r->err, sizeof r->err, "cacher_push of batch %" PRIu64 ": %s", p->x, strerror(-rc));
     return rc;
   }
   if (last) {
-    ocache_end(r->c);
+    cacher_end(r->c);
     r->ended = 1;
   }
   if (timed) {
@@ -297,7 +297,7 @@ static int ccr_step(ccr_t *r, const oracle_plan_t *p, int timed) {
 typedef struct cjob_s {
   ccr_t **rs;
   size_t n, first, stride;
-  const oracle_plan_t *ring;
+  const plan_t *ring;
   uint64_t x0, x1;
   int timed, rc;
   ccr_t *failed;
@@ -313,7 +313,7 @@ static void *cacher_worker(void *arg) {
 
 /* Feeds ring batches [x0, x1) to every cacher of rs: timed ones one after
  * the other on this thread, untimed ones on 2 threads. */
-static int cachers_range(ccr_t **rs, size_t n, const oracle_plan_t *ring, uint64_t x0, uint64_t x1, int timed) {
+static int cachers_range(ccr_t **rs, size_t n, const plan_t *ring, uint64_t x0, uint64_t x1, int timed) {
   cjob_t j[2];
   int threads = timed || n < 2 ? 1 : 2;
   pthread_t th;
@@ -334,20 +334,20 @@ static int cachers_range(ccr_t **rs, size_t n, const oracle_plan_t *ring, uint64
 
 /* Closes the ring plans every cacher of rs has decided (or ended without
  * deciding: they no longer read them). */
-static void close_decided(oracle_plan_t *ring, ccr_t **rs, size_t n, uint64_t *closed) {
+static void close_decided(plan_t *ring, ccr_t **rs, size_t n, uint64_t *closed) {
   uint64_t upto = UINT64_MAX;
   for (size_t i = 0; i < n; i++) {
     uint64_t d = rs[i]->ended ? UINT64_MAX : rs[i]->decided;
     if (d < upto) upto = d;
   }
   if (upto == UINT64_MAX) return;
-  for (; *closed < upto; (*closed)++) oracle_plan_close(&ring[*closed % RING]);
+  for (; *closed < upto; (*closed)++) plan_close(&ring[*closed % RING]);
 }
 
 /* Runs the cachers rs over batches [0, n_batches) at P: warm-up on both
  * cores, batches >= warm timed (cacher by cacher, alone).  A cacher whose
  * end_at is later stays open (a pipeline continues its stream). */
-static int cachers_run(ccr_t **rs, size_t n, oracle_plan_t *ring, uint32_t P, uint64_t warm, uint64_t n_batches,
+static int cachers_run(ccr_t **rs, size_t n, plan_t *ring, uint32_t P, uint64_t warm, uint64_t n_batches,
                        uint64_t *closed) {
   int rc = 0;
   for (uint64_t x0 = 0; x0 < n_batches && !rc; x0 += CHUNK) {
@@ -371,7 +371,7 @@ static int cachers_run(ccr_t **rs, size_t n, oracle_plan_t *ring, uint32_t P, ui
 typedef struct pipe_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  oracle_plan_t *ring;
+  plan_t *ring;
   data_batch_t *b;
   uint64_t x0, n, built, consumed, lead;
   uint32_t P;
@@ -386,7 +386,7 @@ static void *pipe_planner(void *arg) {
     int stop = pp->rc != 0;
     pthread_mutex_unlock(&pp->mu);
     if (stop) break;
-    int rc = oracle_plan_build(&pp->b[i], pp->P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS,
+    int rc = plan_build(&pp->b[i], pp->P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS,
                                &pp->ring[(pp->x0 + i) % RING]);
     pthread_mutex_lock(&pp->mu);
     if (rc) pp->rc = rc;
@@ -400,7 +400,7 @@ static void *pipe_planner(void *arg) {
 
 /* Continues r's stream with batches x0 .. x0+n-1 through the pipeline:
  * samples/s over the wall time (r's stream stays open: the caller ends it). */
-static int bench_pipeline(ccr_t *r, oracle_plan_t *ring, uint64_t x0, uint64_t n, uint64_t *closed, double *sps) {
+static int bench_pipeline(ccr_t *r, plan_t *ring, uint64_t x0, uint64_t n, uint64_t *closed, double *sps) {
   data_batch_t *b = calloc(n, sizeof *b);
   if (!b) return -ENOMEM;
   int rc = 0;
@@ -459,7 +459,7 @@ static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHU
  * holds at the end (its memory: 16 bytes each, at a load of 1/4 to 1/2). */
 static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s,
                      size_t *held, uint32_t *tables) {
-  oracle_plan_t *pl = calloc(n, sizeof *pl);
+  plan_t *pl = calloc(n, sizeof *pl);
   uint32_t *own = malloc((size_t)BS * sizeof *own);
   laia_t *l = NULL;
   /* laia: 1 every table, 2 adaptive with the job's defaults (oracle.laia_profile, oracle.laia_min_share) */
@@ -474,9 +474,9 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
       double t0 = bench_now();
       if ((rc = laia_assign(l, &b[x], own)) != 0) goto out;
       *laia_s += bench_now() - t0;
-      rc = oracle_plan_build_owned(&b[x], P, own, ORACLE_PLAN_KEYS, &pl[x]);
+      rc = plan_build_owned(&b[x], P, own, PLAN_KEYS, &pl[x]);
     } else {
-      rc = oracle_plan_build(&b[x], P, ORACLE_ALLOC_CONTIGUOUS, SEED, ORACLE_PLAN_KEYS, &pl[x]);
+      rc = plan_build(&b[x], P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &pl[x]);
     }
     if (rc || (rc = ccr_step(r, &pl[x], 0)) != 0) goto out;
   }
@@ -490,7 +490,7 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
   }
   rc = 0;
 out:
-  for (uint64_t x = 0; pl && x < n; x++) oracle_plan_close(&pl[x]);
+  for (uint64_t x = 0; pl && x < n; x++) plan_close(&pl[x]);
   free(pl);
   free(own);
   laia_destroy(l);
@@ -522,7 +522,7 @@ static int bench_alloc(uint64_t n) {
       if (e) {
         fprintf(stderr, "bench oracle: allocation P=%u %s: %s %s\n", Ps[pi], names[laia],
                 strerror(-e), r.err);
-        if (r.c) ocache_destroy(r.c);
+        if (r.c) cacher_destroy(r.c);
         goto out;
       }
       double k = r.st_n ? (double)r.st_n : 1;
@@ -531,7 +531,7 @@ static int bench_alloc(uint64_t n) {
              (double)(r.st_fetch + r.st_crit + r.st_del + r.st_rep) / k);
       if (laia) printf(" %14.2f %12.0f %11.2fM %7u/%u\n", 1e3 * ls, BS / ls, (double)held / 1e6, tables, NT);
       else printf(" %14s %12s %12s %10s\n", "-", "-", "-", "-");
-      ocache_destroy(r.c);
+      cacher_destroy(r.c);
     }
   printf("  (laia all: every table scored; laia: scored after a 16-batch profile only where >= 1%% of the ids found\n"
          "   a held row, the job's default;\n"
@@ -553,8 +553,8 @@ static void row(const char *what, double sps, double best, double ms) {
   fflush(stdout);
 }
 
-static void close_ring(oracle_plan_t *ring, uint64_t *closed, uint64_t upto) {
-  for (; *closed < upto; (*closed)++) oracle_plan_close(&ring[*closed % RING]);
+static void close_ring(plan_t *ring, uint64_t *closed, uint64_t upto) {
+  for (; *closed < upto; (*closed)++) plan_close(&ring[*closed % RING]);
 }
 
 int bench_oracle(cli_t *cli) {
@@ -565,7 +565,7 @@ int bench_oracle(cli_t *cli) {
   uint64_t n_batches = warm + timed, n_pipe = quick ? 16 : 40, n_plan = quick ? 6 : 16;
   /* the effect of L: decisions of these batches (every window full, unless --quick) */
   uint64_t s0 = warm, s1 = n_batches - LBIG > warm + 10 ? n_batches - LBIG : n_batches;
-  oracle_plan_t *ring = calloc(RING, sizeof *ring);
+  plan_t *ring = calloc(RING, sizeof *ring);
   data_batch_t *pb = calloc(n_plan, sizeof *pb);
   ccr_t cr[NL], cr2, *rs[NL], *rs2 = &cr2;
   uint64_t closed = 0;
@@ -592,7 +592,7 @@ int bench_oracle(cli_t *cli) {
   double one = 0, two = 0;
   size_t uniq = 0;
   if ((rc = bench_plan(pb, n_plan, P, &one, &two, &uniq)) != 0) {
-    fprintf(stderr, "bench oracle: oracle_plan_build: %s\n", strerror(-rc));
+    fprintf(stderr, "bench oracle: plan_build: %s\n", strerror(-rc));
     rc = 1;
     goto out;
   }
@@ -628,7 +628,7 @@ int bench_oracle(cli_t *cli) {
     goto out;
   }
   rc = 1;
-  ocache_end(hb->c);
+  cacher_end(hb->c);
   hb->ended = 1;
   if (ccr_drain(hb, 0, s1)) {
     fprintf(stderr, "bench oracle: cacher L=%u: %s\n", hb->L, hb->err);
@@ -660,12 +660,12 @@ int bench_oracle(cli_t *cli) {
     const ccr_t *r = &cr[i];
     double n = r->st_n ? (double)r->st_n : 1;
     printf("  %5u %13" PRIu64 " %8" PRIu64 " %13.0f %12.0f %12.0f %11.0f %11.0f %10.0f %10.2f %11.0f\n", r->L,
-           ocache_slots_peak(r->c), r->decided, (double)r->st_fetch / n,
+           cacher_slots_peak(r->c), r->decided, (double)r->st_fetch / n,
            (double)(r->st_crit + r->st_del + r->st_rep) / n, (double)r->st_crit / n, (double)r->st_rep / n,
            (double)r->st_wb / n, (double)r->st_new / n,
            1e3 * (r->t_push + r->t_decide) / (double)r->timed, ccr_sps(r));
   }
-  printf("  (slots needed: the peak over the first (over) batches, which is what ocache_need returns for them;\n"
+  printf("  (slots needed: the peak over the first (over) batches, which is what cacher_need returns for them;\n"
          "   fetched rows: summed over the %u trainers; synced: critical + delayed + replicated (owned rows\n"
          "   handed to every trainer); written bk: rows written back;\n"
          "   new keys: distinct keys not cached before the batch; cacher ms: push + decide a batch, timed)\n",
@@ -674,9 +674,9 @@ int bench_oracle(cli_t *cli) {
   rc = 0;
 out:
   for (int i = 0; i < NL; i++)
-    if (cr[i].c) ocache_destroy(cr[i].c);
-  if (cr2.c) ocache_destroy(cr2.c);
-  for (uint64_t i = 0; ring && i < RING; i++) oracle_plan_close(&ring[i]);
+    if (cr[i].c) cacher_destroy(cr[i].c);
+  if (cr2.c) cacher_destroy(cr2.c);
+  for (uint64_t i = 0; ring && i < RING; i++) plan_close(&ring[i]);
   for (uint64_t i = 0; pb && i < n_plan; i++) data_batch_free(&pb[i]);
   free(pb);
   free(ring);

@@ -25,8 +25,8 @@ static int parse_key(const char *s, uint64_t *key) {
     if (errno || *end != ':' || end == s) return -EINVAL;
     const char *r = end + 1;
     unsigned long long row = strtoull(r, &end, 10);
-    if (errno || *end || end == r || t >= TBL_MAX_TABLES || row > TBL_ROW_MASK) return -EINVAL;
-    *key = TBL_KEY(t, row);
+    if (errno || *end || end == r || t >= TABLE_MAX || row > TABLE_ROW_MASK) return -EINVAL;
+    *key = TABLE_KEY(t, row);
     return 0;
   }
   unsigned long long k = strtoull(s, &end, 10);
@@ -65,19 +65,19 @@ static int do_lookup(cli_t *cli, embc_t *c) {
     fprintf(stderr, "chanter embedding lookup: %s\n", err);
     goto out;
   }
-  const tbl_layout_t *l = embc_layout(c);
+  const table_layout_t *l = embc_layout(c);
   size_t o = 0;
   if (cli->json) printf("{\"rows\": [");
   for (size_t i = 0; i < n; i++) {
-    uint32_t t = TBL_TABLE(keys[i]), f = tbl_row_floats(l, t);
+    uint32_t t = TABLE_ID(keys[i]), f = table_row_floats(l, t);
     uint32_t srv = shard_of(embc_shard_map(c), keys[i]);
     if (cli->json) {
       printf("%s\n  {\"key\": %" PRIu64 ", \"table\": %u, \"row\": %" PRIu64 ", \"server\": %u, \"dim\": %u, \"values\": [",
-             i ? "," : "", keys[i], t, TBL_ROW(keys[i]), srv, l->tables[t].dim);
+             i ? "," : "", keys[i], t, TABLE_ROW(keys[i]), srv, l->tables[t].dim);
       print_row(stdout, rows + o, f, 1);
       printf("]}");
     } else {
-      printf("%u:%" PRIu64 "\t", t, TBL_ROW(keys[i]));
+      printf("%u:%" PRIu64 "\t", t, TABLE_ROW(keys[i]));
       print_row(stdout, rows + o, f, 0);
       printf("\n");
     }
@@ -98,9 +98,9 @@ static int do_write(cli_t *cli, embc_t *c) {
     fprintf(stderr, "chanter embedding write: give at least one KEY=V,V,... (the full row: vector then optimizer state)\n");
     return 2;
   }
-  const tbl_layout_t *l = embc_layout(c);
+  const table_layout_t *l = embc_layout(c);
   uint64_t *keys = calloc(n, sizeof *keys);
-  size_t cap = n * tbl_max_row_floats(l), o = 0;
+  size_t cap = n * table_max_row_floats(l), o = 0;
   float *rows = calloc(cap ? cap : 1, sizeof *rows);
   int rc = 2;
   for (size_t i = 0; i < n; i++) {
@@ -112,12 +112,12 @@ static int do_write(cli_t *cli, embc_t *c) {
     }
     *eq = 0;
     char why[256];
-    if (parse_key(arg, &keys[i]) || tbl_check_key(l, keys[i], why, sizeof why)) {
+    if (parse_key(arg, &keys[i]) || table_check_key(l, keys[i], why, sizeof why)) {
       fprintf(stderr, "chanter embedding write: argument %zu: '%s' is not a valid key of this job's tables\n", i + 1, arg);
       free(arg);
       goto out;
     }
-    uint32_t want = tbl_row_floats(l, TBL_TABLE(keys[i])), got = 0;
+    uint32_t want = table_row_floats(l, TABLE_ID(keys[i])), got = 0;
     char *save = NULL;
     for (char *tok = strtok_r(eq + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       char *end;
@@ -134,8 +134,8 @@ static int do_write(cli_t *cli, embc_t *c) {
     if (got != want) {
       fprintf(stderr,
               "chanter embedding write: argument %zu: table %u rows have %u floats (dim %u + %u optimizer state), got %u\n",
-              i + 1, TBL_TABLE(keys[i]), want, l->tables[TBL_TABLE(keys[i])].dim,
-              l->tables[TBL_TABLE(keys[i])].state_floats, got);
+              i + 1, TABLE_ID(keys[i]), want, l->tables[TABLE_ID(keys[i])].dim,
+              l->tables[TABLE_ID(keys[i])].state_floats, got);
       goto out;
     }
     o += want;

@@ -3,7 +3,7 @@
  *
  * Reads the job's dataset with the data module (the same readers the data
  * processors use), keeps every embedding table in memory (rows initialized
- * exactly as the embedding servers would: tbl_init_row from (seed, key)),
+ * exactly as the embedding servers would: table_init_row from (seed, key)),
  * trains the configured model with the configured optimizers, evaluates on
  * the held-out split, prints a progress bar and a summary, and writes
  * summary.json into --workdir when given.  Same seed, same config ->
@@ -47,9 +47,9 @@ typedef struct local_s {
   const cfg_t *cfg;
   data_source_t *data;
   const data_schema_t *schema;
-  tbl_layout_t layout;
+  table_layout_t layout;
   float **tables;      /* per table: rows x row_floats */
-  mdev_t *model;  /* the model on cfg's device (model_dev.h) */
+  model_dev_t *model;  /* the model on cfg's device (model_dev.h) */
   opt_t *dense_opt;
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
@@ -78,7 +78,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     if (L->layout.tables[t].dim != L->dim)
       return err_set(err, n, ERR_CONFIG, "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
                      L->layout.tables[t].dim, L->dim);
-    total += L->layout.tables[t].rows * tbl_row_floats(&L->layout, t);
+    total += L->layout.tables[t].rows * table_row_floats(&L->layout, t);
   }
   if (total * 4 > (UINT64_C(16) << 30))
     return err_set(err, n, -ENOMEM,
@@ -87,16 +87,16 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   L->tables = calloc(L->layout.n_tables, sizeof *L->tables);
   if (!L->tables) return -ENOMEM;
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
-    uint32_t rf = tbl_row_floats(&L->layout, t);
+    uint32_t rf = table_row_floats(&L->layout, t);
     L->tables[t] = malloc(L->layout.tables[t].rows * rf * sizeof(float));
     if (!L->tables[t]) return err_set(err, n, -ENOMEM, "out of memory for table %u", t);
-    for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) tbl_init_row(&L->layout, TBL_KEY(t, r), L->tables[t] + r * rf);
+    for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) table_init_row(&L->layout, TABLE_KEY(t, r), L->tables[t] + r * rf);
   }
   L->bs = (uint32_t)cfg_int(cfg, "batch_size");
-  if ((rc = mdev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->bs, &L->model, err, n)) != 0)
+  if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->bs, &L->model, err, n)) != 0)
     return rc;
-  mdev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
-  if ((rc = opt_create(cfg, mdev_n_params(L->model), &L->dense_opt)) != 0)
+  model_dev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
+  if ((rc = opt_create(cfg, model_dev_n_params(L->model), &L->dense_opt)) != 0)
     return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
   opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
@@ -125,15 +125,15 @@ static void local_close(local_t *L) {
   free(L->grad);
   free(L->work);
   opt_destroy(L->dense_opt);
-  mdev_destroy(L->model);
-  tbl_layout_close(&L->layout);
+  model_dev_destroy(L->model);
+  table_layout_close(&L->layout);
   data_close(L->data);
 }
 
 static void gather(local_t *L, const data_batch_t *b) {
   size_t width = (size_t)b->n_tables * L->dim;
   for (uint32_t t = 0; t < b->n_tables; t++)
-    nn_embedding_bag_fwd(L->tables[t], tbl_row_floats(&L->layout, t), b->ids + b->ids_off[t], b->n, b->hotness[t],
+    nn_embedding_bag_fwd(L->tables[t], table_row_floats(&L->layout, t), b->ids + b->ids_off[t], b->n, b->hotness[t],
                          L->dim, L->emb + (size_t)t * L->dim, width);
 }
 
@@ -142,17 +142,17 @@ static double step(local_t *L, const data_batch_t *b) {
   double t0 = bench_now();
   gather(L, b);
   double t1 = bench_now();
-  if (mdev_forward(L->model, b->n, b->dense, L->emb, L->logits)) return NAN;
+  if (model_dev_forward(L->model, b->n, b->dense, L->emb, L->logits)) return NAN;
   double t2 = bench_now();
-  double loss = mdev_backward(L->model, b->n, b->labels, 1.0f / (float)b->n, L->d_emb);
+  double loss = model_dev_backward(L->model, b->n, b->labels, 1.0f / (float)b->n, L->d_emb);
   if (isnan(loss)) return NAN;
   double t3 = bench_now();
-  opt_step_pool(L->dense_opt, mdev_params(L->model), mdev_grads(L->model), mdev_pool(L->model));
-  if (mdev_params_changed(L->model)) return NAN;
+  opt_step_pool(L->dense_opt, model_dev_params(L->model), model_dev_grads(L->model), model_dev_pool(L->model));
+  if (model_dev_params_changed(L->model)) return NAN;
   double t4 = bench_now();
   size_t width = (size_t)b->n_tables * L->dim;
   for (uint32_t t = 0; t < b->n_tables; t++) {
-    uint32_t rf = tbl_row_floats(&L->layout, t);
+    uint32_t rf = table_row_floats(&L->layout, t);
     uint32_t u = nn_embedding_bag_bwd(L->d_emb + (size_t)t * L->dim, width, b->ids + b->ids_off[t], b->n, b->hotness[t],
                                       L->dim, L->uniq, L->grad, L->dim, L->work);
     for (uint32_t k = 0; k < u; k++)
@@ -181,7 +181,7 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
     if ((rc = data_read_batch(L->data, DATA_TEST, x, L->bs, &b, err, n)) != 0) break;
     uint64_t m = samples - scored < b.n ? samples - scored : b.n;
     gather(L, &b);
-    if (mdev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
+    if (model_dev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
     if (!rc) rc = eval_acc_add(&a, L->logits, b.labels, (size_t)m);
     scored += m;
     data_batch_free(&b);
@@ -197,11 +197,11 @@ static void digest(local_t *L, char hex[65]) {
   unsigned hl = 0;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  EVP_DigestUpdate(md, mdev_params(L->model), mdev_n_params(L->model) * sizeof(float));
+  EVP_DigestUpdate(md, model_dev_params(L->model), model_dev_n_params(L->model) * sizeof(float));
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
-    uint32_t rf = tbl_row_floats(&L->layout, t);
+    uint32_t rf = table_row_floats(&L->layout, t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) {
-      uint64_t key = TBL_KEY(t, r);
+      uint64_t key = TABLE_KEY(t, r);
       EVP_DigestUpdate(md, &key, 8);
       EVP_DigestUpdate(md, L->tables[t] + r * rf, rf * sizeof(float));
     }
@@ -487,7 +487,7 @@ int cmd_train(cli_t *cli) {
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
     /* no silent fallback to the CPU: say why not, and stop (before
      * loading the data, so the refusal is immediate) */
-    if (chanter_cuda_check(err, sizeof err) < 0) {
+    if (cuda_check(err, sizeof err) < 0) {
       fprintf(stderr, "chanter train --local: %s\n", err);
       return 1;
     }
@@ -506,7 +506,7 @@ int cmd_train(cli_t *cli) {
   if (!quiet)
     fprintf(stderr, "train --local: %s, dataset %s (%" PRIu64 " train / %" PRIu64 " test samples), batch %u, %" PRIu64
                     " iterations, optimizer %s / %s\n",
-            mdev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
+            model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
   /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
    * oracle says the same of a cluster's job */
@@ -580,7 +580,7 @@ int cmd_train(cli_t *cli) {
   {
     uint8_t h[32];
     unsigned hl = 0;
-    EVP_Digest(mdev_params(L.model), mdev_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
+    EVP_Digest(model_dev_params(L.model), model_dev_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
     for (int i = 0; i < 32; i++) snprintf(dense_hex + 2 * i, 3, "%02x", h[i]);
   }
   double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;

@@ -1,5 +1,5 @@
-/* oracle_plan: see oracle_plan.h. */
-#include "oracle_plan.h"
+/* oracle_plan: see plan.h. */
+#include "plan.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,11 +7,11 @@
 
 #include "table.h"
 
-int oracle_alloc_parse(const char *name) {
+int plan_alloc_parse(const char *name) {
   if (!name) return -EINVAL;
-  if (!strcmp(name, "contiguous")) return ORACLE_ALLOC_CONTIGUOUS;
-  if (!strcmp(name, "random")) return ORACLE_ALLOC_RANDOM;
-  if (!strcmp(name, "laia")) return ORACLE_ALLOC_LAIA;
+  if (!strcmp(name, "contiguous")) return PLAN_ALLOC_CONTIGUOUS;
+  if (!strcmp(name, "random")) return PLAN_ALLOC_RANDOM;
+  if (!strcmp(name, "laia")) return PLAN_ALLOC_LAIA;
   return -EINVAL;
 }
 
@@ -21,21 +21,21 @@ static inline size_t nz(size_t n) { return n ? n : 1; }
 /* Trainer of position j of B among P: floor(j * P / B). */
 static inline uint32_t chunk_of(uint64_t j, uint32_t B, uint32_t P) { return (uint32_t)(j * P / B); }
 
-int oracle_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner) {
+int plan_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner) {
   if (P == 0) return -EINVAL;
-  if (policy == ORACLE_ALLOC_CONTIGUOUS) {
+  if (policy == PLAN_ALLOC_CONTIGUOUS) {
     for (uint32_t i = 0; i < B; i++) owner[i] = chunk_of(i, B, P);
     return 0;
   }
-  if (policy != ORACLE_ALLOC_RANDOM) return -EINVAL;
+  if (policy != PLAN_ALLOC_RANDOM) return -EINVAL;
   if (B == 0) return 0;
   uint32_t *perm = malloc((size_t)B * sizeof *perm);
   if (!perm) return -ENOMEM;
   for (uint32_t i = 0; i < B; i++) perm[i] = i;
   /* Fisher-Yates with a counter-based stream of (seed, x) */
-  uint64_t s = tbl_mix64(seed ^ tbl_mix64(x ^ UINT64_C(0x616c6c6f63617465)));
+  uint64_t s = table_mix64(seed ^ table_mix64(x ^ UINT64_C(0x616c6c6f63617465)));
   for (uint32_t j = B - 1; j > 0; j--) {
-    uint64_t r = tbl_mix64(s + j);
+    uint64_t r = table_mix64(s + j);
     uint32_t k = (uint32_t)(((unsigned __int128)r * (j + 1)) >> 64);
     uint32_t t = perm[j];
     perm[j] = perm[k];
@@ -111,7 +111,7 @@ static int radix_sort(uint64_t *v, size_t n, uint64_t *tmp, int lo) {
   return 0;
 }
 
-int oracle_sort_u64(uint64_t *v, size_t n, uint64_t *tmp) { return radix_sort(v, n, tmp, 0); }
+int plan_sort_u64(uint64_t *v, size_t n, uint64_t *tmp) { return radix_sort(v, n, tmp, 0); }
 
 /* ---- the key table
  *
@@ -197,7 +197,7 @@ static size_t keytab_take(keytab_t *k) {
 }
 
 /* Sorted distinct keys of one share (eval: exactly what it uses). */
-static int share_keys(const oracle_share_t *sh, uint32_t n_tables, const uint32_t *hotness, uint64_t **out,
+static int share_keys(const plan_share_t *sh, uint32_t n_tables, const uint32_t *hotness, uint64_t **out,
                       size_t *n_out) {
   size_t most = 0;
   for (uint32_t t = 0; t < n_tables; t++)
@@ -216,7 +216,7 @@ static int share_keys(const oracle_share_t *sh, uint32_t n_tables, const uint32_
     for (size_t i = 0; i < c; i++) keytab_add(&k, sh->ids[o + i], 0);
     o += c;
     size_t u = keytab_take(&k);
-    for (size_t i = 0; i < u; i++) v[m++] = TBL_KEY(t, SLOT_ROW(k.vals[i]));
+    for (size_t i = 0; i < u; i++) v[m++] = TABLE_KEY(t, SLOT_ROW(k.vals[i]));
   }
   keytab_close(&k);
   *out = v;
@@ -226,10 +226,10 @@ static int share_keys(const oracle_share_t *sh, uint32_t n_tables, const uint32_
 
 /* ---- the plan */
 
-void oracle_plan_close(oracle_plan_t *p) {
+void plan_close(plan_t *p) {
   if (!p) return;
   for (uint32_t i = 0; p->shares && i < p->trainers; i++) {
-    oracle_share_t *s = &p->shares[i];
+    plan_share_t *s = &p->shares[i];
     free(s->labels);
     free(s->dense);
     free(s->ids);
@@ -245,7 +245,7 @@ void oracle_plan_close(oracle_plan_t *p) {
 }
 
 /* Gathers each trainer's samples (in batch order) from b. */
-static int gather(const data_batch_t *b, const uint32_t *owner, oracle_plan_t *p) {
+static int gather(const data_batch_t *b, const uint32_t *owner, plan_t *p) {
   uint32_t P = p->trainers, n = b->n;
   size_t hot_sum = 0;
   for (uint32_t t = 0; t < b->n_tables; t++) hot_sum += b->hotness[t];
@@ -269,7 +269,7 @@ static int gather(const data_batch_t *b, const uint32_t *owner, oracle_plan_t *p
   }
   int rc = 0;
   for (uint32_t q = 0; q < P && !rc; q++) {
-    oracle_share_t *s = &p->shares[q];
+    plan_share_t *s = &p->shares[q];
     size_t m = s->n;
     s->n_ids = m * hot_sum;
     s->labels = malloc((m ? m : 1) * sizeof(float));
@@ -319,7 +319,7 @@ static uint64_t *merge(const uint64_t *a, size_t na, const uint64_t *b, size_t n
   return o;
 }
 
-static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flags, oracle_plan_t *p) {
+static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flags, plan_t *p) {
   uint32_t P = p->trainers;
   size_t total = b->ids_off[b->n_tables], most = 0;
   for (uint32_t t = 0; t < b->n_tables; t++)
@@ -346,7 +346,7 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     size_t m = keytab_take(&k);
     for (size_t i = 0; i < m; i++) {
       uint64_t s = k.vals[i];
-      ukey[u] = TBL_KEY(t, SLOT_ROW(s));
+      ukey[u] = TABLE_KEY(t, SLOT_ROW(s));
       if (s & SLOT_SHARED) {
         uown[u] = UINT32_MAX;
         n_shared++;
@@ -358,7 +358,7 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     }
   }
   p->n_unique = u;
-  if (flags & ORACLE_PLAN_KEYS) { /* the cacher takes it from here */
+  if (flags & PLAN_KEYS) { /* the cacher takes it from here */
     p->ukeys = ukey;
     p->users = uown;
     ukey = NULL;
@@ -379,14 +379,14 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     }
   for (size_t i = 0; i < u; i++) {
     if (uown[i] == UINT32_MAX) {
-      sync_wb[p->n_sync] = (uint32_t)(tbl_mix64(ukey[i]) % P);
+      sync_wb[p->n_sync] = (uint32_t)(table_mix64(ukey[i]) % P);
       p->sync[p->n_sync++] = ukey[i];
     } else {
       priv[uown[i]][fill[uown[i]]++] = ukey[i];
     }
   }
   for (uint32_t q = 0; q < P; q++) {
-    oracle_share_t *s = &p->shares[q];
+    plan_share_t *s = &p->shares[q];
     s->n_private = cnt[q];
     s->fetch = merge(priv[q], cnt[q], p->sync, p->n_sync, NULL, 0, &s->n_fetch);
     s->write_back = merge(priv[q], cnt[q], p->sync, p->n_sync, sync_wb, q, &s->n_write_back);
@@ -408,7 +408,7 @@ out:
 }
 
 /* The plan of b for P trainers, sample i going to trainer owner[i]. */
-static int plan_build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, oracle_plan_t *out) {
+static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, plan_t *out) {
   out->x = b->index;
   out->batch = b->n;
   out->trainers = P;
@@ -420,10 +420,10 @@ static int plan_build(const data_batch_t *b, uint32_t P, const uint32_t *owner, 
   if (!out->hotness || !out->shares) goto out;
   memcpy(out->hotness, b->hotness, b->n_tables * sizeof *out->hotness);
   if ((rc = gather(b, owner, out)) != 0) goto out;
-  if (flags & ORACLE_PLAN_IDEAL) goto out;
-  if (flags & ORACLE_PLAN_EVAL) {
+  if (flags & PLAN_IDEAL) goto out;
+  if (flags & PLAN_EVAL) {
     for (uint32_t q = 0; q < P && !rc; q++) {
-      oracle_share_t *s = &out->shares[q];
+      plan_share_t *s = &out->shares[q];
       rc = share_keys(s, b->n_tables, b->hotness, &s->fetch, &s->n_fetch);
       out->n_unique += s->n_fetch;
     }
@@ -431,33 +431,33 @@ static int plan_build(const data_batch_t *b, uint32_t P, const uint32_t *owner, 
   }
   rc = plan_keys(b, owner, flags, out);
 out:
-  if (rc) oracle_plan_close(out);
+  if (rc) plan_close(out);
   return rc;
 }
 
-int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
-                      oracle_plan_t *out) {
+int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      plan_t *out) {
   memset(out, 0, sizeof *out);
-  if (P == 0 || P > ORACLE_MAX_TRAINERS || (policy != ORACLE_ALLOC_CONTIGUOUS && policy != ORACLE_ALLOC_RANDOM))
+  if (P == 0 || P > PLAN_MAX_TRAINERS || (policy != PLAN_ALLOC_CONTIGUOUS && policy != PLAN_ALLOC_RANDOM))
     return -EINVAL;
   uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
   if (!owner) return -ENOMEM;
-  int rc = oracle_alloc(policy, seed, b->index, b->n, P, owner);
-  if (!rc) rc = plan_build(b, P, owner, flags, out);
+  int rc = plan_alloc(policy, seed, b->index, b->n, P, owner);
+  if (!rc) rc = build(b, P, owner, flags, out);
   free(owner);
   return rc;
 }
 
-int oracle_plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
-                            oracle_plan_t *out) {
+int plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
+                            plan_t *out) {
   memset(out, 0, sizeof *out);
-  if (P == 0 || P > ORACLE_MAX_TRAINERS) return -EINVAL;
+  if (P == 0 || P > PLAN_MAX_TRAINERS) return -EINVAL;
   for (uint32_t i = 0; i < b->n; i++)
     if (owner[i] >= P) return -EINVAL;
-  return plan_build(b, P, owner, flags, out);
+  return build(b, P, owner, flags, out);
 }
 
-int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) {
+int plan_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) {
   memset(out, 0, sizeof *out);
   if (n == 0) return -EINVAL;
   const data_batch_t *f = &batches[0];
@@ -502,12 +502,12 @@ int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out
   return 0;
 }
 
-int oracle_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out) {
+int plan_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out) {
   memset(out, 0, sizeof *out);
   if (m > b->n) return -EINVAL;
   /* within a table, ids are sample-major: the first m samples' ids start
    * where the table's do, and concat copies exactly n * hotness[t] of them */
   data_batch_t head = *b;
   head.n = m;
-  return oracle_batch_concat(&head, 1, out);
+  return plan_batch_concat(&head, 1, out);
 }

@@ -4,8 +4,8 @@
  * and the critical / delayed split of synchronization (DESIGN.md section 4,
  * papers/bagpipe.txt 3.2-3.3).
  *
- * Batches enter in order (ocache_push: the batch's keys update each key's
- * LAST USE) and are decided in order (ocache_decide), batch x once batches
+ * Batches enter in order (cacher_push: the batch's keys update each key's
+ * LAST USE) and are decided in order (cacher_decide), batch x once batches
  * x .. x+L have entered (or the stream ended).  For each distinct key k of
  * batch x, with TTL = last use of k within [x, x+L]:
  *   - k not cached: it gets a free cache slot and is fetched for x;
@@ -25,7 +25,7 @@
  * caller sends batch x-1 once x is decided (or x-1 is the last).  A key several
  * trainers use in x is SHARED: fetched by every trainer (if not cached),
  * its gradient all-reduced in the order below, updated identically
- * everywhere, and, when evicted, written back by tbl_mix64(k) % P.  With
+ * everywhere, and, when evicted, written back by table_mix64(k) % P.  With
  * lrpp = 0 every key is shared.  Every trainer's update of a row uses
  * exactly the gradient synchronous training would (the owner's own, or
  * the sum over trainers), so the model does not depend on any of this.
@@ -52,42 +52,42 @@
  * synchronous training exactly, whatever L.
  *
  * Capacity.  The slots a run needs (the peak of slots in use or waiting
- * out their L batches) depends on the batches and L; ocache_need runs the
+ * out their L batches) depends on the batches and L; cacher_need runs the
  * decisions over a list of batches and returns it exactly.  With a
  * cache_rows limit, if a decision would need a slot and none may be used,
  * the cacher LOWERS L (each step lowers the wait of freed slots, so more
  * become usable at once) until it fits, and reports it; L never rises
  * again in a run.  Lowering is safe because a smaller L only makes the
  * gate of later batches later.  If even L = 0 cannot fit the batch,
- * ocache_decide fails with ERR_CONFIG naming cache_rows and the need.
+ * cacher_decide fails with ERR_CONFIG naming cache_rows and the need.
  *
  * Cost: per distinct key of a batch, one hash update when it enters and
  * one lookup when it is decided, plus one lookup per id to map it to its
  * slot; nothing depends on L except the memory of the window (the plans
  * of L + 1 batches, kept by the caller).
  *
- * Threads: an ocache_t is used by one thread at a time.
+ * Threads: an cacher_t is used by one thread at a time.
  */
-#ifndef CHANTER_ORACLE_CACHE_H
-#define CHANTER_ORACLE_CACHE_H
+#ifndef CHANTER_CACHER_H
+#define CHANTER_CACHER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "oracle_plan.h"
+#include "plan.h"
 
-typedef struct ocache_s ocache_t;
+typedef struct cacher_s cacher_t;
 
-typedef struct ocache_opts_s {
+typedef struct cacher_opts_s {
   uint32_t trainers;   /* P >= 1 */
   uint32_t lookahead;  /* L (the start value; may be lowered, see above) */
-  uint64_t cache_rows; /* slots; 0 = unlimited (ocache_need) */
+  uint64_t cache_rows; /* slots; 0 = unlimited (cacher_need) */
   int lrpp;            /* 1: owned keys as above; 0: every key shared (fetched by all, synchronized) */
   int delayed;         /* 1: critical / delayed split; 0: all critical */
-} ocache_opts_t;
+} cacher_opts_t;
 
 /* One trainer's part of the decisions for batch x. */
-typedef struct ocache_tr_s {
+typedef struct cacher_tr_s {
   uint32_t *slots;          /* slot of each id of its share (the share's ids layout) */
   size_t n_ids;
   uint64_t *fetch_keys;     /* ascending: rows to fetch for x ... */
@@ -103,9 +103,9 @@ typedef struct ocache_tr_s {
   size_t n_own;
   uint32_t *stale_slots;    /* rows another trainer owns from x on: its copy is stale */
   size_t n_stale;
-} ocache_tr_t;
+} cacher_tr_t;
 
-typedef struct ocache_dec_s {
+typedef struct cacher_dec_s {
   uint64_t x;
   uint32_t lookahead; /* L in force for this batch */
   uint64_t gate;      /* the prefetch for x may start once every trainer finished the batches < gate (x - L, or 0) */
@@ -118,53 +118,53 @@ typedef struct ocache_dec_s {
   uint32_t *rep_owners; /* ... (this one) ... */
   uint64_t *rep_keys;   /* ... (these keys): batch x has another trainer use them */
   size_t n_rep;
-  ocache_tr_t *tr;    /* P */
+  cacher_tr_t *tr;    /* P */
   uint32_t trainers;
   size_t n_unique;    /* distinct keys of x */
   size_t n_new;       /* of those, not cached before x */
   size_t n_evicted;   /* evicted after x */
   uint64_t slots_used; /* slots holding a key or waiting to be reusable, after x's decisions */
-} ocache_dec_t;
+} cacher_dec_t;
 
 /* 0, -EINVAL (P = 0), -ENOMEM. */
-int ocache_create(const ocache_opts_t *o, ocache_t **out);
-void ocache_destroy(ocache_t *c);
+int cacher_create(const cacher_opts_t *o, cacher_t **out);
+void cacher_destroy(cacher_t *c);
 
 /* Batch p->x enters the window.  p must have been built with
- * ORACLE_PLAN_KEYS, batches must come in order (x = 0, 1, ...), and p must
- * stay valid until ocache_decide has decided it.  0, -EINVAL (out of
+ * PLAN_KEYS, batches must come in order (x = 0, 1, ...), and p must
+ * stay valid until cacher_decide has decided it.  0, -EINVAL (out of
  * order, not a KEYS plan, other P), -ENOMEM. */
-int ocache_push(ocache_t *c, const oracle_plan_t *p);
+int cacher_push(cacher_t *c, const plan_t *p);
 /* No batch will be pushed after the last one: the window may run short. */
-void ocache_end(ocache_t *c);
+void cacher_end(cacher_t *c);
 /* 1 when the oldest undecided batch can be decided (L batches after it have
  * entered, or the stream ended), else 0. */
-int ocache_ready(const ocache_t *c);
+int cacher_ready(const cacher_t *c);
 /* Batches pushed and not yet decided. */
-size_t ocache_window(const ocache_t *c);
+size_t cacher_window(const cacher_t *c);
 /* L in force now (the start value, or lower after an overflow). */
-uint32_t ocache_lookahead(const ocache_t *c);
+uint32_t cacher_lookahead(const cacher_t *c);
 /* Decides the oldest undecided batch into *d (owned by the caller; free
- * with ocache_dec_free).  0, -EAGAIN (not ready), ERR_CONFIG (cache_rows
+ * with cacher_dec_free).  0, -EAGAIN (not ready), ERR_CONFIG (cache_rows
  * too small even at L = 0; err says the need), -ENOMEM.  After a failure
- * the ocache_t is unusable. */
-int ocache_decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len);
-void ocache_dec_free(ocache_dec_t *d);
+ * the cacher_t is unusable. */
+int cacher_decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len);
+void cacher_dec_free(cacher_dec_t *d);
 
 /* Slots in use now, the peak so far, keys cached now. */
-uint64_t ocache_slots_used(const ocache_t *c);
-uint64_t ocache_slots_peak(const ocache_t *c);
-size_t ocache_cached(const ocache_t *c);
+uint64_t cacher_slots_used(const cacher_t *c);
+uint64_t cacher_slots_peak(const cacher_t *c);
+size_t cacher_cached(const cacher_t *c);
 
 /* The exact slot count the decisions over plans[0..n) (consecutive
- * batches from 0, ORACLE_PLAN_KEYS) need at lookahead L: 0 and *need, or
+ * batches from 0, PLAN_KEYS) need at lookahead L: 0 and *need, or
  * -ENOMEM. */
-int ocache_need(const oracle_plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need);
+int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need);
 /* The largest L <= max_l whose need over plans[0..n) is <= cache_rows
  * (need grows with L: max_l first -- one run when the cache holds it --,
  * then L = 0, then a binary search).  *l = 0 with *need > cache_rows when
  * even L = 0 does not fit.  0 or -ENOMEM. */
-int ocache_auto(const oracle_plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
+int cacher_auto(const plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
                 uint32_t *l, uint64_t *need);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * embedding_store: the embedding server's storage engine (see
- * embedding_store.h for the API).
+ * store.h for the API).
  *
  * On disk, data_dir holds:
  *   db/                 the live RocksDB database
@@ -46,7 +46,7 @@
  * Every RocksDB error string is turned into ERR_KV in kv_fail() and nowhere
  * else.
  */
-#include "embedding_store.h"
+#include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -69,7 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "embedding_hot.h"
+#include "store_hot.h"
 #include "err.h"
 #include "log.h"
 
@@ -87,9 +87,9 @@ static const char *const cf_names[CF_N] = {"default", "rows", "blobs"};
 #define BLOB_NAME_MAX 128
 #define DEFAULT_BLOCK_CACHE (64u << 20)
 
-struct emb_store_s {
+struct store_s {
   char *dir, *db_path, *ckpt_dir, *ckpt_tmp_dir, *restore_path;
-  tbl_layout_t layout;
+  table_layout_t layout;
   shard_map_t shard_map;
   int has_shard_map;
   uint32_t shard;
@@ -108,7 +108,7 @@ struct emb_store_s {
   rocksdb_readoptions_t *ro, *ro_scan;
   rocksdb_writeoptions_t *wo, *wo_sync;
 
-  emb_hot_t *hot; /* NULL: no memory tier */
+  store_hot_t *hot; /* NULL: no memory tier */
   _Atomic uint64_t hot_hits, kv_reads, lazy_inits, lookup_calls, lookup_rows, write_calls,
       write_rows;
 };
@@ -279,9 +279,9 @@ static uint64_t dir_bytes(const char *dir) {
 
 /* ------------------------------------------------------------ key checking */
 
-static int check_key(const emb_store_t *s, size_t i, uint64_t key, char *why, size_t why_len) {
+static int check_key(const store_t *s, size_t i, uint64_t key, char *why, size_t why_len) {
   char buf[256];
-  int rc = tbl_check_key(&s->layout, key, buf, sizeof buf);
+  int rc = table_check_key(&s->layout, key, buf, sizeof buf);
   if (rc) {
     set_why(why, why_len, "request index %zu: %s", i, buf);
     return rc;
@@ -293,7 +293,7 @@ static int check_key(const emb_store_t *s, size_t i, uint64_t key, char *why, si
               "request index %zu: key %" PRIu64 " (table %u, row %" PRIu64
               ") belongs to embedding server %u, but this is server %u of %u; "
               "the client's shard map differs from this server's",
-              i, key, TBL_TABLE(key), TBL_ROW(key), owner, s->shard, s->shard_map.n_servers);
+              i, key, TABLE_ID(key), TABLE_ROW(key), owner, s->shard, s->shard_map.n_servers);
       return ERR_WRONGSHARD;
     }
   }
@@ -302,14 +302,14 @@ static int check_key(const emb_store_t *s, size_t i, uint64_t key, char *why, si
 
 /* Validates every key; off (if given) receives each row's float offset in a
  * packed buffer; *floats the total. */
-static int check_keys(const emb_store_t *s, const uint64_t *keys, size_t n, size_t *off,
+static int check_keys(const store_t *s, const uint64_t *keys, size_t n, size_t *off,
                       size_t *floats, char *why, size_t why_len) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     int rc = check_key(s, i, keys[i], why, why_len);
     if (rc) return rc;
     if (off) off[i] = total;
-    total += tbl_row_floats(&s->layout, TBL_TABLE(keys[i]));
+    total += table_row_floats(&s->layout, TABLE_ID(keys[i]));
   }
   *floats = total;
   return 0;
@@ -319,14 +319,14 @@ static int check_keys(const emb_store_t *s, const uint64_t *keys, size_t n, size
 
 /* format u32, n_tables u32, seed u64, hash u64, then per table rows u64,
  * dim u32, state_floats u32; all little-endian. */
-static uint8_t *layout_encode(const tbl_layout_t *l, size_t *len) {
+static uint8_t *layout_encode(const table_layout_t *l, size_t *len) {
   *len = 24 + (size_t)l->n_tables * 16;
   uint8_t *p = malloc(*len);
   if (!p) return NULL;
   put_le32(p, LAYOUT_FORMAT);
   put_le32(p + 4, l->n_tables);
   put_le64(p + 8, l->seed);
-  put_le64(p + 16, tbl_layout_hash(l));
+  put_le64(p + 16, table_layout_hash(l));
   for (uint32_t t = 0; t < l->n_tables; t++) {
     uint8_t *q = p + 24 + (size_t)t * 16;
     put_le64(q, l->tables[t].rows);
@@ -338,10 +338,10 @@ static uint8_t *layout_encode(const tbl_layout_t *l, size_t *len) {
 
 /* 0 if the stored layout equals ours, else ERR_LAYOUT with why saying what
  * differs. */
-static int layout_compare(const emb_store_t *s, const uint8_t *p, size_t len, char *why,
+static int layout_compare(const store_t *s, const uint8_t *p, size_t len, char *why,
                           size_t why_len) {
-  const tbl_layout_t *l = &s->layout;
-  uint64_t want_hash = tbl_layout_hash(l);
+  const table_layout_t *l = &s->layout;
+  uint64_t want_hash = table_layout_hash(l);
   if (len < 24 || get_le32(p) != LAYOUT_FORMAT ||
       len != 24 + (size_t)get_le32(p + 4) * 16) {
     set_why(why, why_len,
@@ -386,7 +386,7 @@ static int layout_compare(const emb_store_t *s, const uint8_t *p, size_t len, ch
 }
 
 /* Reads the stored layout; writes ours (fsynced) into a fresh db. */
-static int meta_check_or_init(emb_store_t *s, char *why, size_t why_len) {
+static int meta_check_or_init(store_t *s, char *why, size_t why_len) {
   char *err = NULL;
   rocksdb_pinnableslice_t *v = rocksdb_get_pinned_cf(
       s->db, s->ro, s->cf[CF_META], META_LAYOUT_KEY, strlen(META_LAYOUT_KEY), &err);
@@ -406,7 +406,7 @@ static int meta_check_or_init(emb_store_t *s, char *why, size_t why_len) {
   free(enc);
   if (err) return kv_fail("writing the layout metadata", err, why, why_len);
   log_info("embedding store initialized dir=%s tables=%u layout_hash=%016" PRIx64, s->dir,
-           s->layout.n_tables, tbl_layout_hash(&s->layout));
+           s->layout.n_tables, table_layout_hash(&s->layout));
   return 0;
 }
 
@@ -419,7 +419,7 @@ static int open_files_budget(void) {
   return half < 64 ? 64 : half > 4096 ? 4096 : (int)half;
 }
 
-static int options_create(emb_store_t *s, size_t block_cache_bytes) {
+static int options_create(store_t *s, size_t block_cache_bytes) {
   s->cache = rocksdb_cache_create_lru(block_cache_bytes ? block_cache_bytes : DEFAULT_BLOCK_CACHE);
   s->bbto = rocksdb_block_based_options_create();
   s->dbo = rocksdb_options_create();
@@ -468,7 +468,7 @@ static int options_create(emb_store_t *s, size_t block_cache_bytes) {
   return 0;
 }
 
-static void options_destroy(emb_store_t *s) {
+static void options_destroy(store_t *s) {
   if (s->wo_sync) rocksdb_writeoptions_destroy(s->wo_sync);
   if (s->wo) rocksdb_writeoptions_destroy(s->wo);
   if (s->ro_scan) rocksdb_readoptions_destroy(s->ro_scan);
@@ -478,7 +478,7 @@ static void options_destroy(emb_store_t *s) {
   if (s->cache) rocksdb_cache_destroy(s->cache);
 }
 
-static void db_close(emb_store_t *s) {
+static void db_close(store_t *s) {
   if (!s->db) return;
   for (int i = 0; i < CF_N; i++) {
     if (s->cf[i]) rocksdb_column_family_handle_destroy(s->cf[i]);
@@ -489,7 +489,7 @@ static void db_close(emb_store_t *s) {
 }
 
 /* Opens db_path with our column families and checks (or writes) the layout. */
-static int db_open(emb_store_t *s, char *why, size_t why_len) {
+static int db_open(store_t *s, char *why, size_t why_len) {
   char *err = NULL;
   const rocksdb_options_t *cfo[CF_N] = {s->dbo, s->dbo, s->dbo};
   s->db = rocksdb_open_column_families(s->dbo, s->db_path, CF_N, cf_names, cfo, s->cf, &err);
@@ -504,8 +504,8 @@ static int db_open(emb_store_t *s, char *why, size_t why_len) {
 }
 
 /* Undo what a crash in the middle of a checkpoint or a restore left behind
- * (see emb_store_restore for the fallback swap that uses db.old). */
-static int recover_leftovers(emb_store_t *s) {
+ * (see store_restore for the fallback swap that uses db.old). */
+static int recover_leftovers(store_t *s) {
   int rc = 0;
   char *old = path_join(s->dir, "db.old");
   if (!old) return -ENOMEM;
@@ -520,11 +520,11 @@ static int recover_leftovers(emb_store_t *s) {
   return rc;
 }
 
-static void store_free(emb_store_t *s) {
+static void store_free(store_t *s) {
   db_close(s);
   options_destroy(s);
-  emb_hot_destroy(s->hot);
-  tbl_layout_close(&s->layout);
+  store_hot_destroy(s->hot);
+  table_layout_close(&s->layout);
   if (s->has_shard_map) shard_map_close(&s->shard_map);
   pthread_rwlock_destroy(&s->lock);
   pthread_mutex_destroy(&s->ckpt_mu);
@@ -537,7 +537,7 @@ static void store_free(emb_store_t *s) {
   free(s);
 }
 
-int emb_store_open(const emb_store_opts_t *o, emb_store_t **out, char *why, size_t why_len) {
+int store_open(const store_opts_t *o, store_t **out, char *why, size_t why_len) {
   int rc = 0;
   *out = NULL;
   if (!o || !o->data_dir || !o->data_dir[0] || !o->layout || o->layout->n_tables == 0) {
@@ -553,7 +553,7 @@ int emb_store_open(const emb_store_opts_t *o, emb_store_t **out, char *why, size
     set_why(why, why_len, "data dir path is too long (%zu bytes)", strlen(o->data_dir));
     return -ENAMETOOLONG;
   }
-  emb_store_t *s = calloc(1, sizeof *s);
+  store_t *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   pthread_rwlockattr_t ra;
   pthread_rwlockattr_init(&ra);
@@ -574,7 +574,7 @@ int emb_store_open(const emb_store_opts_t *o, emb_store_t **out, char *why, size
     rc = -ENOMEM;
     goto out;
   }
-  if ((rc = tbl_layout_copy(&s->layout, o->layout))) goto out;
+  if ((rc = table_layout_copy(&s->layout, o->layout))) goto out;
   if (o->shard_map) {
     s->shard_map = *o->shard_map;
     s->shard_map.table_server = malloc((o->shard_map->n_tables ? o->shard_map->n_tables : 1) *
@@ -610,7 +610,7 @@ int emb_store_open(const emb_store_opts_t *o, emb_store_t **out, char *why, size
             strerror(-rc));
     goto out;
   }
-  if (o->hot_bytes && (rc = emb_hot_create(o->hot_bytes, &s->hot))) goto out;
+  if (o->hot_bytes && (rc = store_hot_create(o->hot_bytes, &s->hot))) goto out;
   if ((rc = options_create(s, o->block_cache_bytes))) goto out;
   if ((rc = db_open(s, why, why_len))) goto out;
 
@@ -631,16 +631,16 @@ out:
   return 0;
 }
 
-void emb_store_close(emb_store_t *s) {
+void store_close(store_t *s) {
   if (!s) return;
   log_info("embedding store closed dir=%s", s->dir);
   store_free(s);
 }
 
-const char *emb_store_dir(const emb_store_t *s) { return s->dir; }
+const char *store_dir(const store_t *s) { return s->dir; }
 
 /* Takes the shared lock; fails if a restore left no db. */
-static int enter_shared(emb_store_t *s, char *why, size_t why_len) {
+static int enter_shared(store_t *s, char *why, size_t why_len) {
   pthread_rwlock_rdlock(&s->lock);
   if (s->db) return 0;
   pthread_rwlock_unlock(&s->lock);
@@ -651,7 +651,7 @@ static int enter_shared(emb_store_t *s, char *why, size_t why_len) {
 
 /* ------------------------------------------------------------ rows */
 
-int emb_store_rows_bytes(emb_store_t *s, const uint64_t *keys, size_t n, size_t *bytes, char *why,
+int store_rows_bytes(store_t *s, const uint64_t *keys, size_t n, size_t *bytes, char *why,
                          size_t why_len) {
   size_t floats = 0;
   int rc = check_keys(s, keys, n, NULL, &floats, why, why_len);
@@ -661,8 +661,8 @@ int emb_store_rows_bytes(emb_store_t *s, const uint64_t *keys, size_t n, size_t 
 
 /* One batched MultiGet for the keys keys[idx[0..m)]; found rows are copied
  * to out at their offsets, the others lazily initialized. */
-static int kv_read_rows(emb_store_t *s, const uint64_t *keys, const size_t *idx, size_t m,
-                        const size_t *off, float *out, emb_lookup_info_t *li, char *why,
+static int kv_read_rows(store_t *s, const uint64_t *keys, const size_t *idx, size_t m,
+                        const size_t *off, float *out, store_lookup_info_t *li, char *why,
                         size_t why_len) {
   int rc = 0;
   char *kbuf = malloc(m * 8);
@@ -691,7 +691,7 @@ static int kv_read_rows(emb_store_t *s, const uint64_t *keys, const size_t *idx,
         rocksdb_free(errs[j]);
       errs[j] = NULL;
     } else if (vals[j]) {
-      size_t vlen = 0, want = tbl_row_bytes(&s->layout, TBL_TABLE(key));
+      size_t vlen = 0, want = table_row_bytes(&s->layout, TABLE_ID(key));
       const char *v = rocksdb_pinnableslice_value(vals[j], &vlen);
       if (vlen != want) {
         log_error("stored row has the wrong size key=%" PRIu64 " bytes=%zu expected=%zu", key,
@@ -706,7 +706,7 @@ static int kv_read_rows(emb_store_t *s, const uint64_t *keys, const size_t *idx,
         li->kv_reads++;
       }
     } else {
-      tbl_init_row(&s->layout, key, out + off[i]);
+      table_init_row(&s->layout, key, out + off[i]);
       li->lazy_inits++;
     }
     if (vals[j]) rocksdb_pinnableslice_destroy(vals[j]);
@@ -720,9 +720,9 @@ out:
   return rc;
 }
 
-int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out, size_t out_bytes,
-                     int flags, emb_lookup_info_t *info, char *why, size_t why_len) {
-  emb_lookup_info_t li = {0, 0, 0};
+int store_lookup(store_t *s, const uint64_t *keys, size_t n, float *out, size_t out_bytes,
+                     int flags, store_lookup_info_t *info, char *why, size_t why_len) {
+  store_lookup_info_t li = {0, 0, 0};
   size_t *off = NULL, *miss = NULL;
   uint32_t *ver = NULL, *nf = NULL; /* per key: version seen on a miss, row floats */
   uint8_t *hit = NULL;
@@ -746,15 +746,15 @@ int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out,
     goto out;
   }
   if (n == 0) goto out;
-  bool use_hot = s->hot && !(flags & EMB_LOOKUP_NO_HOT);
+  bool use_hot = s->hot && !(flags & STORE_LOOKUP_NO_HOT);
   if (use_hot) {
     if (!(nf = malloc(n * sizeof *nf)) || !(hit = malloc(n))) {
       rc = -ENOMEM;
       set_why(why, why_len, "out of memory looking up %zu keys", n);
       goto out;
     }
-    for (size_t i = 0; i < n; i++) nf[i] = tbl_row_floats(&s->layout, TBL_TABLE(keys[i]));
-    li.hot_hits = emb_hot_get_many(s->hot, keys, n, out, off, nf, hit, ver);
+    for (size_t i = 0; i < n; i++) nf[i] = table_row_floats(&s->layout, TABLE_ID(keys[i]));
+    li.hot_hits = store_hot_get_many(s->hot, keys, n, out, off, nf, hit, ver);
     for (size_t i = 0; i < n; i++)
       if (!hit[i]) miss[m++] = i;
   } else {
@@ -765,7 +765,7 @@ int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out,
     if (use_hot)
       for (size_t j = 0; j < m; j++) {
         size_t i = miss[j];
-        emb_hot_fill(s->hot, keys[i], out + off[i], nf[i], ver[i]);
+        store_hot_fill(s->hot, keys[i], out + off[i], nf[i], ver[i]);
       }
   }
   atomic_fetch_add_explicit(&s->lookup_calls, 1, memory_order_relaxed);
@@ -784,7 +784,7 @@ out:
   return rc;
 }
 
-int emb_store_write(emb_store_t *s, const uint64_t *keys, size_t n, const float *rows,
+int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
                     size_t rows_bytes, int flags, char *why, size_t why_len) {
   size_t floats = 0;
   char *err = NULL;
@@ -809,7 +809,7 @@ int emb_store_write(emb_store_t *s, const uint64_t *keys, size_t n, const float 
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     char k[8];
-    size_t nb = tbl_row_bytes(&s->layout, TBL_TABLE(keys[i]));
+    size_t nb = table_row_bytes(&s->layout, TABLE_ID(keys[i]));
     key_be(keys[i], k);
     rocksdb_writebatch_put_cf(wb, s->cf[CF_ROWS], k, 8, (const char *)(rows + at), nb);
     at += nb / sizeof(float);
@@ -823,11 +823,11 @@ int emb_store_write(emb_store_t *s, const uint64_t *keys, size_t n, const float 
   if (s->hot) {
     at = 0;
     for (size_t i = 0; i < n; i++) {
-      uint32_t nf = tbl_row_floats(&s->layout, TBL_TABLE(keys[i]));
-      if (flags & EMB_WRITE_NO_HOT)
-        emb_hot_drop(s->hot, keys[i]);
+      uint32_t nf = table_row_floats(&s->layout, TABLE_ID(keys[i]));
+      if (flags & STORE_WRITE_NO_HOT)
+        store_hot_drop(s->hot, keys[i]);
       else
-        emb_hot_upsert(s->hot, keys[i], rows + at, nf);
+        store_hot_upsert(s->hot, keys[i], rows + at, nf);
       at += nf;
     }
   }
@@ -876,7 +876,7 @@ out:
   return rc;
 }
 
-int emb_store_checkpoint(emb_store_t *s, const char *id, emb_checkpoint_info_t *info, char *why,
+int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, char *why,
                          size_t why_len) {
   char *final = NULL, *stage = NULL, *err = NULL;
   rocksdb_checkpoint_t *cp = NULL;
@@ -918,7 +918,7 @@ int emb_store_checkpoint(emb_store_t *s, const char *id, emb_checkpoint_info_t *
     goto out;
   }
   uint64_t created = (uint64_t)time(NULL), bytes = dir_bytes(stage);
-  if ((rc = ckpt_write_meta(stage, id, created, bytes, tbl_layout_hash(&s->layout))) ||
+  if ((rc = ckpt_write_meta(stage, id, created, bytes, table_layout_hash(&s->layout))) ||
       (rc = fsync_path(stage, true)) || (rename(stage, final) != 0 && (rc = -errno)) ||
       (rc = fsync_path(s->ckpt_dir, true))) {
     set_why(why, why_len, "cannot finish checkpoint \"%s\" in %s: %s", id, s->ckpt_dir,
@@ -947,13 +947,13 @@ out:
 }
 
 static int info_cmp(const void *a, const void *b) {
-  return strcmp(((const emb_checkpoint_info_t *)a)->id, ((const emb_checkpoint_info_t *)b)->id);
+  return strcmp(((const store_checkpoint_info_t *)a)->id, ((const store_checkpoint_info_t *)b)->id);
 }
 
-int emb_store_list_checkpoints(emb_store_t *s, emb_checkpoint_info_t **list, size_t *n) {
+int store_list_checkpoints(store_t *s, store_checkpoint_info_t **list, size_t *n) {
   *list = NULL;
   *n = 0;
-  emb_checkpoint_info_t *v = NULL;
+  store_checkpoint_info_t *v = NULL;
   size_t cnt = 0, cap = 0;
   int rc = 0;
   pthread_rwlock_rdlock(&s->lock);
@@ -975,7 +975,7 @@ int emb_store_list_checkpoints(emb_store_t *s, emb_checkpoint_info_t **list, siz
     if (ckpt_read_meta(p, &created, &bytes) == 0) {
       if (cnt == cap) {
         size_t nc = cap ? 2 * cap : 8;
-        emb_checkpoint_info_t *nv = realloc(v, nc * sizeof *nv);
+        store_checkpoint_info_t *nv = realloc(v, nc * sizeof *nv);
         if (!nv) {
           free(p);
           rc = -ENOMEM;
@@ -984,7 +984,7 @@ int emb_store_list_checkpoints(emb_store_t *s, emb_checkpoint_info_t **list, siz
         v = nv;
         cap = nc;
       }
-      emb_checkpoint_info_t *e = &v[cnt++];
+      store_checkpoint_info_t *e = &v[cnt++];
       memset(e, 0, sizeof *e);
       memcpy(e->id, de->d_name, strlen(de->d_name)); /* valid_name: <= 64 chars */
       snprintf(e->path, sizeof e->path, "%s", p);
@@ -1043,7 +1043,7 @@ static int build_db_copy(const char *src, const char *dst) {
  * 1 = renameat2(RENAME_EXCHANGE) (the old db is now db.restore/), 0 = the
  * two-rename fallback (the old db is now db.old/; a crash between the two
  * renames is rolled back at open by recover_leftovers). */
-static int swap_db(emb_store_t *s, int *exchanged) {
+static int swap_db(store_t *s, int *exchanged) {
   if (renameat2(AT_FDCWD, s->restore_path, AT_FDCWD, s->db_path, RENAME_EXCHANGE) == 0) {
     *exchanged = 1;
   } else {
@@ -1066,7 +1066,7 @@ static int swap_db(emb_store_t *s, int *exchanged) {
   return 0;
 }
 
-int emb_store_restore(emb_store_t *s, const char *id, char *why, size_t why_len) {
+int store_restore(store_t *s, const char *id, char *why, size_t why_len) {
   int rc = 0;
   char *src = NULL;
   if (!valid_name(id, CKPT_ID_MAX)) {
@@ -1120,7 +1120,7 @@ int emb_store_restore(emb_store_t *s, const char *id, char *why, size_t why_len)
     if (db_open(s, why2, sizeof why2) != 0)
       log_error("store unusable after failed restore dir=%s reason=%s", s->dir, why2);
   }
-  if (s->hot) emb_hot_clear(s->hot);
+  if (s->hot) store_hot_clear(s->hot);
   if (rc == 0) log_info("checkpoint restored id=%s dir=%s bytes=%" PRIu64, id, s->dir, bytes);
 out:
   pthread_rwlock_unlock(&s->lock);
@@ -1130,7 +1130,7 @@ out:
 
 /* ------------------------------------------------------------ blobs */
 
-int emb_store_put_blob(emb_store_t *s, const char *name, const void *data, size_t len, char *why,
+int store_put_blob(store_t *s, const char *name, const void *data, size_t len, char *why,
                        size_t why_len) {
   char *err = NULL;
   if (!valid_name(name, BLOB_NAME_MAX)) {
@@ -1151,7 +1151,7 @@ int emb_store_put_blob(emb_store_t *s, const char *name, const void *data, size_
   return rc;
 }
 
-int emb_store_get_blob(emb_store_t *s, const char *name, void **data, size_t *len) {
+int store_get_blob(store_t *s, const char *name, void **data, size_t *len) {
   char *err = NULL;
   *data = NULL;
   *len = 0;
@@ -1183,7 +1183,7 @@ int emb_store_get_blob(emb_store_t *s, const char *name, void **data, size_t *le
 
 /* ------------------------------------------------------------ digest, stats */
 
-int emb_store_digest(emb_store_t *s, uint8_t sha256[32], uint64_t *rows) {
+int store_digest(store_t *s, uint8_t sha256[32], uint64_t *rows) {
   uint64_t count = 0;
   char *err = NULL;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
@@ -1236,11 +1236,11 @@ out:
   return rc;
 }
 
-void emb_store_stats(emb_store_t *s, emb_store_stats_t *st) {
+void store_stats(store_t *s, store_stats_t *st) {
   memset(st, 0, sizeof *st);
   if (s->hot) {
-    emb_hot_stats_t hs;
-    emb_hot_stats(s->hot, &hs);
+    store_hot_stats_t hs;
+    store_hot_stats(s->hot, &hs);
     st->hot_rows = hs.rows;
     st->hot_bytes = hs.bytes;
     st->hot_capacity_bytes = hs.capacity_bytes;

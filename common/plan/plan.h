@@ -6,22 +6,22 @@
  * `contiguous` gives sample i to trainer i*P/B; `random` draws a
  * permutation seeded from (seed, x) and gives its contiguous chunks to the
  * trainers the same way (position j -> trainer j*P/B); `laia` is decided
- * by oracle_laia.h and given to oracle_plan_build_owned.  A trainer's
+ * by laia.h and given to plan_build_owned.  A trainer's
  * samples keep their order in the batch.
  *
- * What the oracle uses: ORACLE_PLAN_KEYS (the batch's distinct keys and
- * their users, for the cacher, oracle_cache.h), ORACLE_PLAN_IDEAL and
- * ORACLE_PLAN_EVAL.  The key lists below (flags 0) are the synchronous
+ * What the oracle uses: PLAN_KEYS (the batch's distinct keys and
+ * their users, for the cacher, cacher.h), PLAN_IDEAL and
+ * PLAN_EVAL.  The key lists below (flags 0) are the synchronous
  * baseline written out directly, without the cacher: the tests check the
  * cacher's L = 0 decisions and the users against them.
  *
- * Key lists: K_p is the set of rows (key = TBL_KEY(table, row)) the
+ * Key lists: K_p is the set of rows (key = TABLE_KEY(table, row)) the
  * samples of trainer p use.  A key in exactly one K_p is private to p; a
  * key in two or more is shared.  Trainer p fetches sorted(K_p U shared)
  * before the step (every trainer holds every shared row, so that each
  * applies the same all-reduced update), all-reduces the gradients of
  * sorted(shared) (the same list on every trainer), and writes back its
- * private keys plus the shared keys k with tbl_mix64(k) % P == p: every key
+ * private keys plus the shared keys k with table_mix64(k) % P == p: every key
  * the batch touches is written back by exactly one trainer.  Lists are
  * sorted ascending; with `ideal` they are empty (rows live in the trainer).
  *
@@ -32,26 +32,26 @@
  * Pure functions on caller-owned inputs; thread-safe (the oracle runs them
  * on libuv worker threads).
  */
-#ifndef CHANTER_ORACLE_PLAN_H
-#define CHANTER_ORACLE_PLAN_H
+#ifndef CHANTER_PLAN_H
+#define CHANTER_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "data.h"
 
-enum { ORACLE_ALLOC_CONTIGUOUS = 0, ORACLE_ALLOC_RANDOM = 1, ORACLE_ALLOC_LAIA = 2 /* oracle_laia.h */ };
-#define ORACLE_MAX_TRAINERS 16384 /* P of oracle_plan_build (the job allows 4096) */
+enum { PLAN_ALLOC_CONTIGUOUS = 0, PLAN_ALLOC_RANDOM = 1, PLAN_ALLOC_LAIA = 2 /* laia.h */ };
+#define PLAN_MAX_TRAINERS 16384 /* P of plan_build (the job allows 4096) */
 
-/* oracle_plan_build flags */
-#define ORACLE_PLAN_IDEAL 1u /* no fetch / sync / write-back lists */
-#define ORACLE_PLAN_EVAL 2u  /* fetch = exactly the keys each share uses; no sync, no write-back */
-#define ORACLE_PLAN_KEYS 4u  /* no fetch / sync / write-back lists: ukeys / users for the cacher (oracle_cache.h) */
+/* plan_build flags */
+#define PLAN_IDEAL 1u /* no fetch / sync / write-back lists */
+#define PLAN_EVAL 2u  /* fetch = exactly the keys each share uses; no sync, no write-back */
+#define PLAN_KEYS 4u  /* no fetch / sync / write-back lists: ukeys / users for the cacher (cacher.h) */
 
 /* One trainer's part of a batch: its samples in the data_batch_t layout
  * (ids table-major, sample-major inside a table; rows, not keys) and its
  * key lists. */
-typedef struct oracle_share_s {
+typedef struct plan_share_s {
   uint32_t n;              /* samples */
   float *labels;           /* n */
   float *dense;            /* n * n_dense */
@@ -62,56 +62,56 @@ typedef struct oracle_share_s {
   uint64_t *write_back;    /* sorted keys this trainer writes back */
   size_t n_write_back;
   size_t n_private;        /* keys only this trainer uses */
-} oracle_share_t;
+} plan_share_t;
 
-typedef struct oracle_plan_s {
+typedef struct plan_s {
   uint64_t x;              /* batch number */
   uint32_t batch;          /* B: samples in the global batch */
   uint32_t trainers;       /* P */
   uint32_t n_dense, n_tables;
   uint32_t *hotness;       /* n_tables */
-  oracle_share_t *shares;  /* P */
+  plan_share_t *shares;  /* P */
   uint64_t *sync;          /* sorted shared keys, the same list for every trainer */
   size_t n_sync;
-  size_t n_unique;         /* distinct keys in the batch (0 with ORACLE_PLAN_IDEAL) */
-  uint64_t *ukeys;         /* ORACLE_PLAN_KEYS: the n_unique distinct keys, ascending ... */
+  size_t n_unique;         /* distinct keys in the batch (0 with PLAN_IDEAL) */
+  uint64_t *ukeys;         /* PLAN_KEYS: the n_unique distinct keys, ascending ... */
   uint32_t *users;         /* ... and the trainer using each, UINT32_MAX when several do */
-} oracle_plan_t;
+} plan_t;
 
 /* Fills owner[0..B) with the trainer of each sample of batch x.  policy is
- * ORACLE_ALLOC_CONTIGUOUS or _RANDOM; random depends only on (seed, x, B,
+ * PLAN_ALLOC_CONTIGUOUS or _RANDOM; random depends only on (seed, x, B,
  * P).  0, or -EINVAL (P = 0, another policy: laia needs the history of
- * the batches before, oracle_laia.h). */
-int oracle_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner);
+ * the batches before, laia.h). */
+int plan_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner);
 
-/* "contiguous" / "random" / "laia" -> ORACLE_ALLOC_*; -EINVAL for
+/* "contiguous" / "random" / "laia" -> PLAN_ALLOC_*; -EINVAL for
  * anything else. */
-int oracle_alloc_parse(const char *name);
+int plan_alloc_parse(const char *name);
 
 /* Plans batch b for P trainers (see the file comment).  out is filled and
- * owned by the caller (oracle_plan_close).  0, -EINVAL (P = 0 or above
- * ORACLE_MAX_TRAINERS, bad policy)
+ * owned by the caller (plan_close).  0, -EINVAL (P = 0 or above
+ * PLAN_MAX_TRAINERS, bad policy)
  * or -ENOMEM.  Any thread.  policy is contiguous or random; a laia
- * allocation (or any other) goes through oracle_plan_build_owned. */
-int oracle_plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
-                      oracle_plan_t *out);
+ * allocation (or any other) goes through plan_build_owned. */
+int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      plan_t *out);
 /* The same with sample i of b given to trainer owner[i] (< P, else
  * -EINVAL). */
-int oracle_plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
-                            oracle_plan_t *out);
-void oracle_plan_close(oracle_plan_t *p);
+int plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
+                            plan_t *out);
+void plan_close(plan_t *p);
 
 /* Sorts v[0..n) ascending (LSD radix sort; tmp holds n entries, or NULL to
  * allocate).  0 or -ENOMEM. */
-int oracle_sort_u64(uint64_t *v, size_t n, uint64_t *tmp);
+int plan_sort_u64(uint64_t *v, size_t n, uint64_t *tmp);
 
 /* Concatenates batches[0..n) (same schema) into *out (free with
  * data_batch_free); index = that of the first.  0, -EINVAL (schemas
  * differ, n = 0) or -ENOMEM. */
-int oracle_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out);
+int plan_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out);
 
 /* The first m samples of b (m <= b->n) as a batch of their own in *out
  * (free with data_batch_free).  0, -EINVAL (m > b->n) or -ENOMEM. */
-int oracle_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out);
+int plan_batch_head(const data_batch_t *b, uint32_t m, data_batch_t *out);
 
 #endif

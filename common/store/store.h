@@ -7,14 +7,14 @@
  * row: vector then optimizer state); the hot rows are also kept in an
  * in-memory tier in front of it (a lock-striped hash table with CLOCK
  * eviction, bounded by a byte budget).  A row never written is initialized
- * on read with tbl_init_row() and is not stored.  Checkpoints are RocksDB
+ * on read with table_init_row() and is not stored.  Checkpoints are RocksDB
  * checkpoints under data_dir/checkpoints/<id>; small named blobs (dense
  * state, trainer cache contents) live in the column family "blobs".
  *
  * There is no RPC here: the daemon calls this API from its libuv worker
  * threads.  Unless a comment says otherwise, every function may be called
- * from any number of threads at once; emb_store_restore() excludes all the
- * others for its duration (they wait), and emb_store_close() must be called
+ * from any number of threads at once; store_restore() excludes all the
+ * others for its duration (they wait), and store_close() must be called
  * once, after every other call has returned.
  *
  * Errors: 0 or a negative code (err.h): -EINVAL / -ENOENT / -ERANGE /
@@ -23,8 +23,8 @@
  * for file-system failures.  Functions taking `why` fill it (if non-NULL)
  * with a sentence a person can act on whenever they fail.
  */
-#ifndef CHANTER_EMBEDDING_STORE_H
-#define CHANTER_EMBEDDING_STORE_H
+#ifndef CHANTER_STORE_H
+#define CHANTER_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,61 +32,61 @@
 #include "shard.h"
 #include "table.h"
 
-typedef struct emb_store_s emb_store_t;
+typedef struct store_s store_t;
 
-typedef struct emb_store_opts_s {
+typedef struct store_opts_s {
   const char *data_dir;            /* created if missing; holds db/ and checkpoints/ */
-  const tbl_layout_t *layout;      /* copied */
+  const table_layout_t *layout;      /* copied */
   const shard_map_t *shard_map;    /* NULL = this server owns every key; else copied */
   uint32_t shard;                  /* this server's index in shard_map */
   size_t hot_bytes;                /* memory-tier budget (0 = no memory tier) */
   size_t block_cache_bytes;        /* RocksDB block cache (0 = a default of 64 MiB) */
-  int sync_writes;                 /* 1: emb_store_write fsyncs the WAL before returning;
+  int sync_writes;                 /* 1: store_write fsyncs the WAL before returning;
                                       0: WAL written, not fsynced (survives a process
                                       crash, not a machine crash) */
-} emb_store_opts_t;
+} store_opts_t;
 
 /* Opens (creating if missing) the store in o->data_dir.  A data dir created
  * for another layout is refused with ERR_LAYOUT and `why` says what differs.
- * On success *out is the caller's, to be released with emb_store_close().
+ * On success *out is the caller's, to be released with store_close().
  * Any thread; one store per data dir (RocksDB locks it: a second open of the
  * same dir fails with ERR_KV). */
-int emb_store_open(const emb_store_opts_t *o, emb_store_t **out, char *why, size_t why_len);
+int store_open(const store_opts_t *o, store_t **out, char *why, size_t why_len);
 
 /* Flushes nothing extra (the WAL already holds every acknowledged write),
  * closes RocksDB and frees everything.  NULL is a no-op.  Call once, when no
  * other call on s is running. */
-void emb_store_close(emb_store_t *s);
+void store_close(store_t *s);
 
 /* Validates keys (unknown table -ENOENT, row out of range -ERANGE, key of
  * another shard ERR_WRONGSHARD; `why` names the index and the key) and sets
  * *bytes to the total packed row bytes the keys need (sum of
- * tbl_row_bytes of each key's table).  n == 0 gives 0.  Any thread. */
-int emb_store_rows_bytes(emb_store_t *s, const uint64_t *keys, size_t n, size_t *bytes, char *why,
+ * table_row_bytes of each key's table).  n == 0 gives 0.  Any thread. */
+int store_rows_bytes(store_t *s, const uint64_t *keys, size_t n, size_t *bytes, char *why,
                          size_t why_len);
 
 /* Lookup flags. */
-enum { EMB_LOOKUP_NO_HOT = 1 }; /* bypass the memory tier (benchmarks of raw RocksDB) */
+enum { STORE_LOOKUP_NO_HOT = 1 }; /* bypass the memory tier (benchmarks of raw RocksDB) */
 
-typedef struct emb_lookup_info_s {
+typedef struct store_lookup_info_s {
   uint64_t hot_hits;   /* keys served by the memory tier */
   uint64_t kv_reads;   /* keys found in RocksDB */
-  uint64_t lazy_inits; /* keys never written, initialized with tbl_init_row */
-} emb_lookup_info_t;
+  uint64_t lazy_inits; /* keys never written, initialized with table_init_row */
+} store_lookup_info_t;
 
-/* Fills out (packed rows in key order, each tbl_row_floats of its table):
+/* Fills out (packed rows in key order, each table_row_floats of its table):
  * memory tier first, then one batched rocksdb_multi_get_cf for the misses,
  * then lazy initialization for keys never written (not stored).  Rows read
  * from RocksDB or initialized enter the memory tier (unless
- * EMB_LOOKUP_NO_HOT).  out_bytes must equal emb_store_rows_bytes() of the
+ * STORE_LOOKUP_NO_HOT).  out_bytes must equal store_rows_bytes() of the
  * keys, else -EINVAL.  Keys are validated first; on any error nothing is
  * guaranteed about out.  info may be NULL.  n == 0 is a no-op.  Duplicate
  * keys are allowed.  Any thread. */
-int emb_store_lookup(emb_store_t *s, const uint64_t *keys, size_t n, float *out, size_t out_bytes,
-                     int flags, emb_lookup_info_t *info, char *why, size_t why_len);
+int store_lookup(store_t *s, const uint64_t *keys, size_t n, float *out, size_t out_bytes,
+                     int flags, store_lookup_info_t *info, char *why, size_t why_len);
 
 /* Write flags. */
-enum { EMB_WRITE_NO_HOT = 1 }; /* do not touch the memory tier (benchmarks of raw RocksDB);
+enum { STORE_WRITE_NO_HOT = 1 }; /* do not touch the memory tier (benchmarks of raw RocksDB);
                                   a cached copy of a written key is dropped, never stale */
 
 /* All-or-nothing: validates every key and that rows_bytes equals the sum of
@@ -97,26 +97,26 @@ enum { EMB_WRITE_NO_HOT = 1 }; /* do not touch the memory tier (benchmarks of ra
  * writes of the same key are ordered by RocksDB, and the memory tier may
  * then keep either value -- callers (the oracle) never write one key from
  * two places at once. */
-int emb_store_write(emb_store_t *s, const uint64_t *keys, size_t n, const float *rows,
+int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
                     size_t rows_bytes, int flags, char *why, size_t why_len);
 
-typedef struct emb_checkpoint_info_s {
+typedef struct store_checkpoint_info_s {
   char id[65];
   char path[4096];       /* data_dir/checkpoints/<id> */
   uint64_t created_unix; /* seconds since the epoch */
   uint64_t bytes;        /* total size of the checkpoint's files */
-} emb_checkpoint_info_t;
+} store_checkpoint_info_t;
 
 /* A consistent RocksDB checkpoint (every write acknowledged before the call
  * started is in it) into data_dir/checkpoints/<id>.  id: [A-Za-z0-9._-]{1,64}
  * and not "." or "..", else -EINVAL; an existing id -> ERR_EXISTS.  info may
  * be NULL.  Any thread (concurrent with lookups and writes). */
-int emb_store_checkpoint(emb_store_t *s, const char *id, emb_checkpoint_info_t *info, char *why,
+int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, char *why,
                          size_t why_len);
 
 /* Every complete checkpoint, sorted by id.  *list is malloc'ed (NULL when
  * *n == 0); the caller frees it.  Any thread. */
-int emb_store_list_checkpoints(emb_store_t *s, emb_checkpoint_info_t **list, size_t *n);
+int store_list_checkpoints(store_t *s, store_checkpoint_info_t **list, size_t *n);
 
 /* Replaces the live data by checkpoint id (rows and blobs), clears the
  * memory tier.  Unknown id -> ERR_NOTFOUND.  Excludes every other call for
@@ -124,35 +124,35 @@ int emb_store_list_checkpoints(emb_store_t *s, emb_checkpoint_info_t **list, siz
  * and renamed into place; the old one is kept until the rename is done.  On
  * a failure after the live db was closed the store tries to reopen the old
  * db; if even that fails every later call returns ERR_KV. */
-int emb_store_restore(emb_store_t *s, const char *id, char *why, size_t why_len);
+int store_restore(store_t *s, const char *id, char *why, size_t why_len);
 
 /* Stores a named blob (overwrites; durable per opts.sync_writes).  name:
  * [A-Za-z0-9._-]{1,128}, else -EINVAL.  Any thread. */
-int emb_store_put_blob(emb_store_t *s, const char *name, const void *data, size_t len, char *why,
+int store_put_blob(store_t *s, const char *name, const void *data, size_t len, char *why,
                        size_t why_len);
 
 /* *data = a malloc'ed copy (the caller frees it; a zero-length blob gives a
  * non-NULL 1-byte allocation), *len its size.  ERR_NOTFOUND if missing,
  * -EINVAL for a bad name.  Any thread. */
-int emb_store_get_blob(emb_store_t *s, const char *name, void **data, size_t *len);
+int store_get_blob(store_t *s, const char *name, void **data, size_t *len);
 
 /* SHA-256 over every stored row in key order: for each, the key as 8 bytes
  * little-endian then the row bytes.  *rows = the number of stored rows.
  * Lazily initialized rows that were never written are not included.  Either
  * out pointer may be NULL.  Any thread (reads a consistent snapshot). */
-int emb_store_digest(emb_store_t *s, uint8_t sha256[32], uint64_t *rows);
+int store_digest(store_t *s, uint8_t sha256[32], uint64_t *rows);
 
-typedef struct emb_store_stats_s {
+typedef struct store_stats_s {
   uint64_t hot_rows, hot_bytes, hot_capacity_bytes, hot_hits, hot_evictions;
   uint64_t kv_reads, lazy_inits, lookup_calls, lookup_rows, write_calls, write_rows;
   uint64_t stored_rows_estimate; /* RocksDB's rocksdb.estimate-num-keys of "rows" */
-} emb_store_stats_t;
+} store_stats_t;
 
 /* A snapshot of the counters (each read atomically; not a consistent cut).
  * Any thread. */
-void emb_store_stats(emb_store_t *s, emb_store_stats_t *st);
+void store_stats(store_t *s, store_stats_t *st);
 
 /* The data dir (owned by s, valid until close).  Any thread. */
-const char *emb_store_dir(const emb_store_t *s);
+const char *store_dir(const store_t *s);
 
 #endif

@@ -1,5 +1,5 @@
-/* oracle_laia: see oracle_laia.h. */
-#include "oracle_laia.h"
+/* oracle_laia: see laia.h. */
+#include "laia.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,7 +55,7 @@ static int rehash(laia_t *l, size_t cap, uint32_t x) {
   for (size_t i = 0; i < l->cap; i++) {
     const ent_t *e = &l->tab[i];
     if (!live(l, e, x)) continue;
-    size_t h = (size_t)tbl_mix64(e->key) & mask;
+    size_t h = (size_t)table_mix64(e->key) & mask;
     while (t[h].holder != HOLD_NONE) h = (h + 1) & mask;
     t[h] = *e;
     n++;
@@ -97,7 +97,7 @@ static inline ent_t *slot_at(laia_t *l, uint64_t key, size_t h, uint32_t x) {
 }
 
 /* Where key's probe starts. */
-static inline size_t home(const laia_t *l, uint64_t key) { return (size_t)tbl_mix64(key) & l->mask; }
+static inline size_t home(const laia_t *l, uint64_t key) { return (size_t)table_mix64(key) & l->mask; }
 
 #define AHEAD 16 /* ids whose map entries are prefetched ahead of their probe (the map is far larger than the caches) */
 
@@ -219,7 +219,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       l->open[l->n_open++] = t;
     }
   }
-  const uint64_t rs = tbl_mix64(l->o.seed ^ tbl_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  const uint64_t rs = table_mix64(l->o.seed ^ table_mix64(b->index ^ UINT64_C(0x6c61696131)));
   /* 1: place every sample, scored against the holdings after the batch before */
   for (uint32_t i = 0; i < B; i++) {
     uint32_t n_touched = 0;
@@ -230,7 +230,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       uint32_t hot = b->hotness[t];
       const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i * hot;
       for (uint32_t h = 0; h < hot; h++, k++) {
-        l->keys[k] = TBL_KEY(t, ids[h]);
+        l->keys[k] = TABLE_KEY(t, ids[h]);
         l->homes[k] = home(l, l->keys[k]);
         __builtin_prefetch(&l->tab[l->homes[k]]);
       }
@@ -239,7 +239,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       const ent_t *e = slot_at(l, l->keys[a], l->homes[a], x);
       if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
       uint32_t q = e->holder - 1;
-      if (profiling) l->t_hits[TBL_TABLE(l->keys[a])]++;
+      if (profiling) l->t_hits[TABLE_ID(l->keys[a])]++;
       if (!l->score[q]++) l->touched[n_touched++] = q;
     }
     uint32_t best = 0, n_ties = 0;
@@ -253,7 +253,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       }
       l->ties[n_ties++] = q;
     }
-    uint64_t r = tbl_mix64(rs + i);
+    uint64_t r = table_mix64(rs + i);
     uint32_t q;
     if (n_ties) {
       /* the candidates in trainer order, so the draw does not depend on the ids' order */
@@ -279,11 +279,11 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
     if (profiling) l->t_ids[t] += (uint64_t)B * hot;
     const uint64_t *ids = b->ids + b->ids_off[t];
     size_t n_ids = (size_t)B * hot;
-    for (size_t a = 0; a < n_ids && a < AHEAD; a++) __builtin_prefetch(&l->tab[home(l, TBL_KEY(t, ids[a]))]);
+    for (size_t a = 0; a < n_ids && a < AHEAD; a++) __builtin_prefetch(&l->tab[home(l, TABLE_KEY(t, ids[a]))]);
     for (size_t a = 0; a < n_ids; a++) {
-      if (a + AHEAD < n_ids) __builtin_prefetch(&l->tab[home(l, TBL_KEY(t, ids[a + AHEAD]))]);
+      if (a + AHEAD < n_ids) __builtin_prefetch(&l->tab[home(l, TABLE_KEY(t, ids[a + AHEAD]))]);
       uint32_t q = owner[a / hot] + 1;
-      uint64_t key = TBL_KEY(t, ids[a]);
+      uint64_t key = TABLE_KEY(t, ids[a]);
       ent_t *e = slot_at(l, key, home(l, key), x);
       if (e->last != x) { /* first use in this batch (entries inserted expired never have last == x) */
         e->holder = q;

@@ -1,5 +1,5 @@
-/* embedding_hot: see embedding_hot.h. */
-#include "embedding_hot.h"
+/* embedding_hot: see store_hot.h. */
+#include "store_hot.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -22,7 +22,7 @@ typedef struct hot_entry_s {
 
 /* Charged per entry beyond key+row: the links, the malloc header and up to
  * two bucket slots (the table doubles when entries outnumber buckets). */
-#define EMB_HOT_ENTRY_OVERHEAD (sizeof(hot_entry_t) - sizeof(uint64_t) + 16 + 2 * sizeof(void *))
+#define STORE_HOT_ENTRY_OVERHEAD (sizeof(hot_entry_t) - sizeof(uint64_t) + 16 + 2 * sizeof(void *))
 
 typedef struct hot_stripe_s {
   _Alignas(64) pthread_mutex_t mu;
@@ -34,18 +34,18 @@ typedef struct hot_stripe_s {
   uint32_t ver[HOT_VERSIONS];
 } hot_stripe_t;
 
-struct emb_hot_s {
+struct store_hot_s {
   hot_stripe_t *stripes;
   size_t capacity;
 };
 
-size_t emb_hot_entry_bytes(uint32_t nfloats) {
-  return sizeof(uint64_t) + (size_t)nfloats * sizeof(float) + EMB_HOT_ENTRY_OVERHEAD;
+size_t store_hot_entry_bytes(uint32_t nfloats) {
+  return sizeof(uint64_t) + (size_t)nfloats * sizeof(float) + STORE_HOT_ENTRY_OVERHEAD;
 }
 
-static inline uint64_t key_hash(uint64_t key) { return tbl_mix64(key ^ UINT64_C(0x686f74)); }
-static inline hot_stripe_t *stripe_of(emb_hot_t *h, uint64_t hash) {
-  return &h->stripes[hash % EMB_HOT_STRIPES];
+static inline uint64_t key_hash(uint64_t key) { return table_mix64(key ^ UINT64_C(0x686f74)); }
+static inline hot_stripe_t *stripe_of(store_hot_t *h, uint64_t hash) {
+  return &h->stripes[hash % STORE_HOT_STRIPES];
 }
 static inline uint32_t *ver_of(hot_stripe_t *st, uint64_t hash) {
   return &st->ver[(hash >> 6) % HOT_VERSIONS];
@@ -54,21 +54,21 @@ static inline size_t bucket_of(const hot_stripe_t *st, uint64_t hash) {
   return (size_t)(hash >> 16) & (st->nbuckets - 1);
 }
 
-int emb_hot_create(size_t capacity_bytes, emb_hot_t **out) {
+int store_hot_create(size_t capacity_bytes, store_hot_t **out) {
   *out = NULL;
-  emb_hot_t *h = calloc(1, sizeof *h);
+  store_hot_t *h = calloc(1, sizeof *h);
   if (!h) return -ENOMEM;
-  h->stripes = aligned_alloc(64, EMB_HOT_STRIPES * sizeof *h->stripes);
+  h->stripes = aligned_alloc(64, STORE_HOT_STRIPES * sizeof *h->stripes);
   if (!h->stripes) {
     free(h);
     return -ENOMEM;
   }
-  memset(h->stripes, 0, EMB_HOT_STRIPES * sizeof *h->stripes);
+  memset(h->stripes, 0, STORE_HOT_STRIPES * sizeof *h->stripes);
   h->capacity = capacity_bytes;
-  for (int i = 0; i < EMB_HOT_STRIPES; i++) {
+  for (int i = 0; i < STORE_HOT_STRIPES; i++) {
     hot_stripe_t *st = &h->stripes[i];
     pthread_mutex_init(&st->mu, NULL);
-    st->cap = capacity_bytes / EMB_HOT_STRIPES;
+    st->cap = capacity_bytes / STORE_HOT_STRIPES;
     st->nbuckets = HOT_MIN_BUCKETS;
     st->buckets = calloc(st->nbuckets, sizeof *st->buckets);
     if (!st->buckets) {
@@ -100,9 +100,9 @@ static void stripe_free_entries(hot_stripe_t *st) {
   st->hand = NULL;
 }
 
-void emb_hot_destroy(emb_hot_t *h) {
+void store_hot_destroy(store_hot_t *h) {
   if (!h) return;
-  for (int i = 0; i < EMB_HOT_STRIPES; i++) {
+  for (int i = 0; i < STORE_HOT_STRIPES; i++) {
     stripe_free_entries(&h->stripes[i]);
     free(h->stripes[i].buckets);
     pthread_mutex_destroy(&h->stripes[i].mu);
@@ -131,7 +131,7 @@ static void unlink_entry(hot_stripe_t *st, hot_entry_t *e) {
     if (st->hand == e) st->hand = e->next;
   }
   st->count--;
-  st->bytes -= emb_hot_entry_bytes(e->nfloats);
+  st->bytes -= store_hot_entry_bytes(e->nfloats);
   free(e);
 }
 
@@ -174,7 +174,7 @@ static void grow(hot_stripe_t *st) {
  * again goes before rows that were hit (scan resistance). */
 static void insert_new(hot_stripe_t *st, uint64_t hash, uint64_t key, const float *row,
                        uint32_t nfloats) {
-  size_t eb = emb_hot_entry_bytes(nfloats);
+  size_t eb = store_hot_entry_bytes(nfloats);
   if (eb > st->cap) return;
   make_room(st, eb);
   hot_entry_t *e = malloc(sizeof *e + (size_t)nfloats * sizeof(float));
@@ -202,7 +202,7 @@ static void insert_new(hot_stripe_t *st, uint64_t hash, uint64_t key, const floa
 
 /* ---- public */
 
-int emb_hot_get(emb_hot_t *h, uint64_t key, float *out, uint32_t nfloats, uint32_t *version) {
+int store_hot_get(store_hot_t *h, uint64_t key, float *out, uint32_t nfloats, uint32_t *version) {
   uint64_t hash = key_hash(key);
   hot_stripe_t *st = stripe_of(h, hash);
   int hit = 0;
@@ -219,17 +219,17 @@ int emb_hot_get(emb_hot_t *h, uint64_t key, float *out, uint32_t nfloats, uint32
   return hit;
 }
 
-size_t emb_hot_get_many(emb_hot_t *h, const uint64_t *keys, size_t n, float *out, const size_t *off,
+size_t store_hot_get_many(store_hot_t *h, const uint64_t *keys, size_t n, float *out, const size_t *off,
                         const uint32_t *nfloats, uint8_t *hit, uint32_t *version) {
   enum { AHEAD = 8 };
   uint64_t *hash = malloc((n ? n : 1) * sizeof *hash);
   uint32_t *order = malloc((n ? n : 1) * sizeof *order);
-  size_t start[EMB_HOT_STRIPES + 1] = {0}, hits = 0;
+  size_t start[STORE_HOT_STRIPES + 1] = {0}, hits = 0;
   if (!hash || !order) { /* no memory for the batch: one key at a time */
     free(hash);
     free(order);
     for (size_t i = 0; i < n; i++) {
-      hit[i] = (uint8_t)emb_hot_get(h, keys[i], out + off[i], nfloats[i], &version[i]);
+      hit[i] = (uint8_t)store_hot_get(h, keys[i], out + off[i], nfloats[i], &version[i]);
       hits += hit[i];
     }
     return hits;
@@ -237,13 +237,13 @@ size_t emb_hot_get_many(emb_hot_t *h, const uint64_t *keys, size_t n, float *out
   /* counting sort of the request by stripe */
   for (size_t i = 0; i < n; i++) {
     hash[i] = key_hash(keys[i]);
-    start[hash[i] % EMB_HOT_STRIPES + 1]++;
+    start[hash[i] % STORE_HOT_STRIPES + 1]++;
   }
-  for (int s = 0; s < EMB_HOT_STRIPES; s++) start[s + 1] += start[s];
-  size_t fill[EMB_HOT_STRIPES];
+  for (int s = 0; s < STORE_HOT_STRIPES; s++) start[s + 1] += start[s];
+  size_t fill[STORE_HOT_STRIPES];
   memcpy(fill, start, sizeof fill);
-  for (size_t i = 0; i < n; i++) order[fill[hash[i] % EMB_HOT_STRIPES]++] = (uint32_t)i;
-  for (int s = 0; s < EMB_HOT_STRIPES; s++) {
+  for (size_t i = 0; i < n; i++) order[fill[hash[i] % STORE_HOT_STRIPES]++] = (uint32_t)i;
+  for (int s = 0; s < STORE_HOT_STRIPES; s++) {
     size_t a = start[s], b = start[s + 1];
     if (a == b) continue;
     hot_stripe_t *st = &h->stripes[s];
@@ -273,7 +273,7 @@ size_t emb_hot_get_many(emb_hot_t *h, const uint64_t *keys, size_t n, float *out
   return hits;
 }
 
-void emb_hot_fill(emb_hot_t *h, uint64_t key, const float *row, uint32_t nfloats,
+void store_hot_fill(store_hot_t *h, uint64_t key, const float *row, uint32_t nfloats,
                   uint32_t version) {
   uint64_t hash = key_hash(key);
   hot_stripe_t *st = stripe_of(h, hash);
@@ -283,7 +283,7 @@ void emb_hot_fill(emb_hot_t *h, uint64_t key, const float *row, uint32_t nfloats
   pthread_mutex_unlock(&st->mu);
 }
 
-void emb_hot_upsert(emb_hot_t *h, uint64_t key, const float *row, uint32_t nfloats) {
+void store_hot_upsert(store_hot_t *h, uint64_t key, const float *row, uint32_t nfloats) {
   uint64_t hash = key_hash(key);
   hot_stripe_t *st = stripe_of(h, hash);
   pthread_mutex_lock(&st->mu);
@@ -299,7 +299,7 @@ void emb_hot_upsert(emb_hot_t *h, uint64_t key, const float *row, uint32_t nfloa
   pthread_mutex_unlock(&st->mu);
 }
 
-void emb_hot_drop(emb_hot_t *h, uint64_t key) {
+void store_hot_drop(store_hot_t *h, uint64_t key) {
   uint64_t hash = key_hash(key);
   hot_stripe_t *st = stripe_of(h, hash);
   pthread_mutex_lock(&st->mu);
@@ -309,8 +309,8 @@ void emb_hot_drop(emb_hot_t *h, uint64_t key) {
   pthread_mutex_unlock(&st->mu);
 }
 
-void emb_hot_clear(emb_hot_t *h) {
-  for (int i = 0; i < EMB_HOT_STRIPES; i++) {
+void store_hot_clear(store_hot_t *h) {
+  for (int i = 0; i < STORE_HOT_STRIPES; i++) {
     hot_stripe_t *st = &h->stripes[i];
     pthread_mutex_lock(&st->mu);
     stripe_free_entries(st);
@@ -319,10 +319,10 @@ void emb_hot_clear(emb_hot_t *h) {
   }
 }
 
-void emb_hot_stats(emb_hot_t *h, emb_hot_stats_t *out) {
+void store_hot_stats(store_hot_t *h, store_hot_stats_t *out) {
   memset(out, 0, sizeof *out);
   out->capacity_bytes = h->capacity;
-  for (int i = 0; i < EMB_HOT_STRIPES; i++) {
+  for (int i = 0; i < STORE_HOT_STRIPES; i++) {
     hot_stripe_t *st = &h->stripes[i];
     pthread_mutex_lock(&st->mu);
     out->rows += st->count;

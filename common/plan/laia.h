@@ -20,7 +20,7 @@
  *
  * Why: with lookahead a row every use of which inside its cache lifetime
  * lands on one trainer is owned by it and never synchronized
- * (oracle_cache.h); with `contiguous` or `random` moderately hot rows
+ * (cacher.h); with `contiguous` or `random` moderately hot rows
  * land on every trainer.  Any allocation gives the same gradient sum, so
  * the model is the same up to the summation order of floating point.  The
  * allocation depends only on the batches, P, window and seed -- not on the
@@ -35,8 +35,8 @@
  * are dropped when it grows).  Batches must come in order (x = the
  * previous x + 1, starting anywhere).  Not thread-safe: one caller.
  */
-#ifndef CHANTER_ORACLE_LAIA_H
-#define CHANTER_ORACLE_LAIA_H
+#ifndef CHANTER_LAIA_H
+#define CHANTER_LAIA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * oracle_cache: see oracle_cache.h.
+ * oracle_cache: see cacher.h.
  *
  * State: one open-addressing hash map (linear probing, backward-shift
  * deletion, no tombstones) from key to a 16-byte entry -- last use in the
@@ -17,7 +17,7 @@
  * batch's own distinct keys (hashed, or indexed by row when the rows are
  * few; it fits in the CPU cache), not through the map.
  */
-#include "oracle_cache.h"
+#include "cacher.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -38,7 +38,7 @@ typedef struct ent_s {
   uint32_t slot;  /* NOSLOT: not cached */
   uint16_t last;  /* last use among the batches that entered, mod 2^16: every key in the map is
                      cached or in the window, so its last use is in [x, x + window], and the
-                     window stays below 2^16 batches (ocache_push), so equality with x is exact */
+                     window stays below 2^16 batches (cacher_push), so equality with x is exact */
   uint16_t owner; /* cached: the one trainer whose copy is current (LRPP), or OWN_SHARED */
 } ent_t; /* 16 bytes: four to a cache line */
 
@@ -69,15 +69,15 @@ enum {
   C_OWN = 128 /* takes an owner at x and stays cached: the owner marks it, the others' copies go stale */
 };
 
-struct ocache_s {
-  ocache_opts_t o;
+struct cacher_s {
+  cacher_opts_t o;
   uint32_t L;
   /* map */
   ent_t *tab;
   size_t cap, n;
   int shift;
   /* window: plans x = next_decide .. next_push - 1 */
-  const oracle_plan_t **win;
+  const plan_t **win;
   size_t win_cap;
   uint64_t next_push, next_decide;
   int ended, failed;
@@ -105,14 +105,14 @@ static inline size_t nz(size_t n) { return n ? n : 1; }
 
 /* ------------------------------------------------------------------ map */
 
-static inline size_t home(const ocache_t *c, uint64_t key) {
-  return (size_t)((tbl_mix64(key) * UINT64_C(0x9e3779b97f4a7c15)) >> c->shift);
+static inline size_t home(const cacher_t *c, uint64_t key) {
+  return (size_t)((table_mix64(key) * UINT64_C(0x9e3779b97f4a7c15)) >> c->shift);
 }
 
 /* A macro: GCC finds a function holding only a prefetch side-effect free and drops its calls. */
 #define map_prefetch(c, key) __builtin_prefetch(&(c)->tab[home((c), (key))])
 
-static int map_init(ocache_t *c, size_t cap) {
+static int map_init(cacher_t *c, size_t cap) {
   int bits = 0;
   while (((size_t)1 << bits) < cap) bits++;
   cap = (size_t)1 << bits;
@@ -134,7 +134,7 @@ static int map_init(ocache_t *c, size_t cap) {
   return 0;
 }
 
-static ent_t *map_find(const ocache_t *c, uint64_t key) {
+static ent_t *map_find(const cacher_t *c, uint64_t key) {
   size_t mask = c->cap - 1;
   for (size_t i = home(c, key);; i = (i + 1) & mask) {
     ent_t *e = &c->tab[i];
@@ -143,7 +143,7 @@ static ent_t *map_find(const ocache_t *c, uint64_t key) {
   }
 }
 
-static int map_grow(ocache_t *c) {
+static int map_grow(cacher_t *c) {
   ent_t *old = c->tab;
   size_t oc = c->cap;
   if (map_init(c, oc * 2) != 0) {
@@ -168,7 +168,7 @@ static int map_grow(ocache_t *c) {
 
 /* The entry of key, created (slot NOSLOT) when absent.  The caller made
  * room (the load stays <= 1/2). */
-static ent_t *map_upsert(ocache_t *c, uint64_t key) {
+static ent_t *map_upsert(cacher_t *c, uint64_t key) {
   size_t mask = c->cap - 1;
   for (size_t i = home(c, key);; i = (i + 1) & mask) {
     ent_t *e = &c->tab[i];
@@ -186,7 +186,7 @@ static ent_t *map_upsert(ocache_t *c, uint64_t key) {
 
 /* Backward-shift deletion: later entries of the probe run move up so that
  * every entry stays reachable from its home without tombstones. */
-static void map_erase(ocache_t *c, ent_t *e) {
+static void map_erase(cacher_t *c, ent_t *e) {
   size_t mask = c->cap - 1, i = (size_t)(e - c->tab), j = i;
   for (;;) {
     j = (j + 1) & mask;
@@ -204,10 +204,10 @@ static void map_erase(ocache_t *c, ent_t *e) {
 
 /* ------------------------------------------------------------------ create */
 
-int ocache_create(const ocache_opts_t *o, ocache_t **out) {
+int cacher_create(const cacher_opts_t *o, cacher_t **out) {
   *out = NULL;
   if (!o || o->trainers == 0) return -EINVAL;
-  ocache_t *c = calloc(1, sizeof *c);
+  cacher_t *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
   c->o = *o;
   c->L = o->lookahead;
@@ -218,14 +218,14 @@ int ocache_create(const ocache_opts_t *o, ocache_t **out) {
   c->soff = calloc(o->trainers, sizeof *c->soff);
   c->cnt_own = calloc(o->trainers, sizeof *c->cnt_own);
   if (!c->win || !c->cnt_fetch || !c->cnt_wb || !c->soff || !c->cnt_own || map_init(c, 1024) != 0) {
-    ocache_destroy(c);
+    cacher_destroy(c);
     return -ENOMEM;
   }
   *out = c;
   return 0;
 }
 
-void ocache_destroy(ocache_t *c) {
+void cacher_destroy(cacher_t *c) {
   if (!c) return;
   free(c->tab);
   free(c->win);
@@ -244,14 +244,14 @@ void ocache_destroy(ocache_t *c) {
   free(c);
 }
 
-size_t ocache_window(const ocache_t *c) { return (size_t)(c->next_push - c->next_decide); }
-uint32_t ocache_lookahead(const ocache_t *c) { return c->L; }
-size_t ocache_cached(const ocache_t *c) { return c->cached; }
-uint64_t ocache_slots_peak(const ocache_t *c) { return c->fresh; }
+size_t cacher_window(const cacher_t *c) { return (size_t)(c->next_push - c->next_decide); }
+uint32_t cacher_lookahead(const cacher_t *c) { return c->L; }
+size_t cacher_cached(const cacher_t *c) { return c->cached; }
+uint64_t cacher_slots_peak(const cacher_t *c) { return c->fresh; }
 
 /* Freed slots usable by a key first used at x: a prefix of the FIFO, which
  * is in the order of the batches that freed them (binary search). */
-static size_t fq_usable(const ocache_t *c, uint64_t x) {
+static size_t fq_usable(const cacher_t *c, uint64_t x) {
   size_t lo = 0, hi = c->fq_n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -262,22 +262,22 @@ static size_t fq_usable(const ocache_t *c, uint64_t x) {
 }
 
 /* slots holding a key or waiting to be usable by the next batch decided */
-uint64_t ocache_slots_used(const ocache_t *c) { return c->fresh - fq_usable(c, c->next_decide); }
+uint64_t cacher_slots_used(const cacher_t *c) { return c->fresh - fq_usable(c, c->next_decide); }
 
-static const oracle_plan_t *win_at(const ocache_t *c, uint64_t x) { return c->win[x % c->win_cap]; }
+static const plan_t *win_at(const cacher_t *c, uint64_t x) { return c->win[x % c->win_cap]; }
 
-int ocache_push(ocache_t *c, const oracle_plan_t *p) {
+int cacher_push(cacher_t *c, const plan_t *p) {
   if (c->failed || c->ended) return -EINVAL;
   if (!p || p->x != c->next_push || p->trainers != c->o.trainers || (p->n_unique && (!p->ukeys || !p->users)))
     return -EINVAL;
-  if (ocache_window(c) + 1 >= WINDOW_MAX) return -EINVAL; /* the 16-bit last use */
+  if (cacher_window(c) + 1 >= WINDOW_MAX) return -EINVAL; /* the 16-bit last use */
   for (size_t i = 1; i < p->n_unique; i++) /* the merges below need the keys ascending and distinct */
     if (p->ukeys[i - 1] >= p->ukeys[i]) return -EINVAL;
   while ((c->n + p->n_unique) * 2 > c->cap) /* room for every key at once: no growth in the loop */
     if (map_grow(c) != 0) return -ENOMEM;
-  if (ocache_window(c) + 1 > c->win_cap) { /* re-seat the ring at double size */
+  if (cacher_window(c) + 1 > c->win_cap) { /* re-seat the ring at double size */
     size_t nc = c->win_cap * 2;
-    const oracle_plan_t **w = calloc(nc, sizeof *w);
+    const plan_t **w = calloc(nc, sizeof *w);
     if (!w) return -ENOMEM;
     for (uint64_t x = c->next_decide; x < c->next_push; x++) w[x % nc] = win_at(c, x);
     free(c->win);
@@ -293,16 +293,16 @@ int ocache_push(ocache_t *c, const oracle_plan_t *p) {
   return 0;
 }
 
-void ocache_end(ocache_t *c) { c->ended = 1; }
+void cacher_end(cacher_t *c) { c->ended = 1; }
 
-int ocache_ready(const ocache_t *c) {
-  size_t w = ocache_window(c);
+int cacher_ready(const cacher_t *c) {
+  size_t w = cacher_window(c);
   return !c->failed && w > 0 && (c->ended || w >= (size_t)c->L + 1);
 }
 
 /* ------------------------------------------------------------------ slots */
 
-static int fq_push(ocache_t *c, uint32_t slot, uint64_t y) {
+static int fq_push(cacher_t *c, uint32_t slot, uint64_t y) {
   if (c->fq_n == c->fq_cap) {
     size_t nc = c->fq_cap ? c->fq_cap * 2 : 1024;
     uint32_t *s = malloc(nc * sizeof *s);
@@ -334,7 +334,7 @@ static int fq_push(ocache_t *c, uint32_t slot, uint64_t y) {
 /* A slot for a key first used at x: the oldest freed slot if it has waited
  * out L batches, else a fresh one, else (cache full) lower L until a freed
  * slot qualifies.  NOSLOT when nothing fits even at L = 0. */
-static uint32_t slot_alloc(ocache_t *c, uint64_t x) {
+static uint32_t slot_alloc(cacher_t *c, uint64_t x) {
   for (;;) {
     if (c->fq_n && c->fq_y[c->fq_head] + c->L + 1 <= x) {
       uint32_t s = c->fq[c->fq_head];
@@ -353,7 +353,7 @@ static uint32_t slot_alloc(ocache_t *c, uint64_t x) {
 
 /* ------------------------------------------------------------------ decide */
 
-static int grow_scratch(ocache_t *c, size_t n) {
+static int grow_scratch(cacher_t *c, size_t n) {
   if (n <= c->cap_u) return 0;
   size_t nc = c->cap_u ? c->cap_u : 1024;
   while (nc < n) nc *= 2;
@@ -376,14 +376,14 @@ static inline size_t lh_home(uint64_t key, int shift) {
  * largest row is below 4x the hash's size, else hashed.  Counts each
  * trainer's distinct keys and hits.  -EINVAL (with err) for an id that is
  * not among the keys. */
-static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_t tb, size_t lo, size_t hi,
+static int map_ids(cacher_t *c, const plan_t *p, cacher_dec_t *d, uint32_t tb, size_t lo, size_t hi,
                    char *err, size_t err_len) {
   int bits = 1;
   while (((size_t)1 << bits) < 2 * (hi - lo)) bits++;
   size_t cap = (size_t)1 << bits, mask = cap - 1;
   int shift = 64 - bits;
   /* rows 0 .. max_row: small enough to index directly, no hashing */
-  uint64_t max_row = hi > lo ? TBL_ROW(p->ukeys[hi - 1]) : 0;
+  uint64_t max_row = hi > lo ? TABLE_ROW(p->ukeys[hi - 1]) : 0;
   int dense = max_row < 4 * (uint64_t)cap;
   size_t n_ent = dense ? (size_t)max_row + 1 : cap;
   if (n_ent > c->cap_lh) {
@@ -395,23 +395,23 @@ static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_
   lent_t *lh = c->lh;
   memset(lh, 0xff, n_ent * sizeof *lh); /* every key EMPTY */
   for (size_t i = lo; i < hi; i++) {
-    size_t h = dense ? (size_t)TBL_ROW(p->ukeys[i]) : lh_home(p->ukeys[i], shift);
+    size_t h = dense ? (size_t)TABLE_ROW(p->ukeys[i]) : lh_home(p->ukeys[i], shift);
     while (lh[h].key != EMPTY) h = (h + 1) & mask;
     lh[h].key = p->ukeys[i];
     lh[h].slot = c->uslot[i];
     lh[h].tag = (c->cls[i] & C_HIT) != 0;
   }
   for (uint32_t q = 0; q < p->trainers; q++) {
-    const oracle_share_t *sh = &p->shares[q];
-    ocache_tr_t *t = &d->tr[q];
+    const plan_share_t *sh = &p->shares[q];
+    cacher_tr_t *t = &d->tr[q];
     size_t o = c->soff[q], m = (size_t)sh->n * p->hotness[tb], nk = 0, nh = 0;
     const uint64_t *ids = sh->ids + o;
     uint32_t *slots = t->slots + o, seen = (q + 1) << 1;
     for (size_t j = 0; j < m; j++) {
-      uint64_t key = TBL_KEY(tb, ids[j]);
+      uint64_t key = TABLE_KEY(tb, ids[j]);
       lent_t *e;
       if (dense) {
-        e = &lh[TBL_ROW(key) <= max_row ? TBL_ROW(key) : 0];
+        e = &lh[TABLE_ROW(key) <= max_row ? TABLE_ROW(key) : 0];
         if (e->key != key) goto missing;
       } else {
         size_t h = lh_home(key, shift);
@@ -439,10 +439,10 @@ static int map_ids(ocache_t *c, const oracle_plan_t *p, ocache_dec_t *d, uint32_
   return 0;
 }
 
-void ocache_dec_free(ocache_dec_t *d) {
+void cacher_dec_free(cacher_dec_t *d) {
   if (!d) return;
   for (uint32_t p = 0; d->tr && p < d->trainers; p++) {
-    ocache_tr_t *t = &d->tr[p];
+    cacher_tr_t *t = &d->tr[p];
     free(t->slots);
     free(t->fetch_keys);
     free(t->fetch_slots);
@@ -462,7 +462,7 @@ void ocache_dec_free(ocache_dec_t *d) {
   memset(d, 0, sizeof *d);
 }
 
-static int dec_alloc(ocache_dec_t *d, const oracle_plan_t *p, const size_t *nf, const size_t *nw, size_t ncrit,
+static int dec_alloc(cacher_dec_t *d, const plan_t *p, const size_t *nf, const size_t *nw, size_t ncrit,
                      size_t ndel) {
   uint32_t P = p->trainers;
   d->trainers = P;
@@ -473,7 +473,7 @@ static int dec_alloc(ocache_dec_t *d, const oracle_plan_t *p, const size_t *nf, 
   d->delayed_keys = malloc(nz(ndel) * sizeof *d->delayed_keys);
   if (!d->tr || !d->critical || !d->critical_keys || !d->delayed || !d->delayed_keys) return -ENOMEM;
   for (uint32_t q = 0; q < P; q++) {
-    ocache_tr_t *t = &d->tr[q];
+    cacher_tr_t *t = &d->tr[q];
     t->n_ids = p->shares[q].n_ids;
     t->slots = malloc(nz(t->n_ids) * sizeof *t->slots);
     t->fetch_keys = malloc(nz(nf[q]) * sizeof *t->fetch_keys);
@@ -487,7 +487,7 @@ static int dec_alloc(ocache_dec_t *d, const oracle_plan_t *p, const size_t *nf, 
 
 /* Lists e for replication before the batch being decided (after the one
  * before it); e is SHARED from then on.  0 or -ENOMEM. */
-static int add_rep(ocache_t *c, ent_t *e) {
+static int add_rep(cacher_t *c, ent_t *e) {
   if (c->n_rep == c->cap_rep) {
     size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
     uint32_t *rs = realloc(c->rep_slot, nc * sizeof *rs);
@@ -506,12 +506,12 @@ static int add_rep(ocache_t *c, ent_t *e) {
   return 0;
 }
 
-/* d == NULL: decisions only (ocache_need). */
-static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
+/* d == NULL: decisions only (cacher_need). */
+static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   if (c->failed) return -EINVAL;
-  if (!ocache_ready(c)) return -EAGAIN;
+  if (!cacher_ready(c)) return -EAGAIN;
   uint64_t x = c->next_decide;
-  const oracle_plan_t *p = win_at(c, x);
+  const plan_t *p = win_at(c, x);
   uint32_t P = c->o.trainers;
   size_t U = p->n_unique;
   int rc;
@@ -521,7 +521,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
    * both key lists are ascending, so a merge tells */
   int have_next = x + 1 < c->next_push;
   int split = c->o.delayed && c->L >= 1 && have_next;
-  const oracle_plan_t *n1 = have_next ? win_at(c, x + 1) : NULL;
+  const plan_t *n1 = have_next ? win_at(c, x + 1) : NULL;
   const uint64_t *nk = have_next ? n1->ukeys : NULL;
   size_t nn = have_next ? n1->n_unique : 0, j1 = 0;
   c->n_rep = 0; /* the rows x needs replicated after x - 1 (found below) */
@@ -604,7 +604,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     if (evict) { /* its slot waits L batches in the FIFO; the entry leaves the map (nothing below reads it) */
       f |= C_EVICT;
       n_evict++;
-      uint32_t owner = priv ? user : (uint32_t)(tbl_mix64(k) % P);
+      uint32_t owner = priv ? user : (uint32_t)(table_mix64(k) % P);
       c->cnt_wb[owner]++;
       if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
       if (e->last == (uint16_t)x) {
@@ -617,7 +617,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     }
     c->cls[i] = f;
   }
-  if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (oracle_cache.h) */
+  if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (cacher.h) */
     for (size_t i = 0; i < U; i++)
       if (c->cls[i] & C_DELAYED) c->cls[i] = (uint8_t)((c->cls[i] & ~C_DELAYED) | C_CRITICAL);
     ncrit += ndel;
@@ -629,7 +629,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     for (uint32_t q = 0; q < P; q++) c->cnt_fetch[q] += n_fetch_all;
     if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_wb, ncrit, ndel)) != 0) goto fail_dec;
     for (uint32_t q = 0; q < P; q++) {
-      ocache_tr_t *t = &d->tr[q];
+      cacher_tr_t *t = &d->tr[q];
       t->own_slots = malloc(nz(c->cnt_own[q]) * sizeof *t->own_slots);
       t->stale_slots = malloc(nz(n_trans) * sizeof *t->stale_slots);
       if (!t->own_slots || !t->stale_slots) {
@@ -661,18 +661,18 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
       uint8_t f = c->cls[i];
       if (f & C_FETCH_ALL) {
         for (uint32_t q = 0; q < P; q++) {
-          ocache_tr_t *t = &d->tr[q];
+          cacher_tr_t *t = &d->tr[q];
           t->fetch_keys[t->n_fetch] = k;
           t->fetch_slots[t->n_fetch++] = s;
         }
       } else if (f & C_FETCH_ONE) {
-        ocache_tr_t *t = &d->tr[user];
+        cacher_tr_t *t = &d->tr[user];
         t->fetch_keys[t->n_fetch] = k;
         t->fetch_slots[t->n_fetch++] = s;
       }
       if (f & C_PRIVATE) d->tr[user].n_private++;
       if (f & C_OWN) {
-        ocache_tr_t *t = &d->tr[user];
+        cacher_tr_t *t = &d->tr[user];
         t->own_slots[t->n_own++] = s;
         if (f & C_HIT) /* taken over from every trainer: their copies go stale */
           for (uint32_t q = 0; q < P; q++)
@@ -686,7 +686,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
         d->delayed[d->n_delayed++] = s;
       }
       if (f & C_EVICT) {
-        ocache_tr_t *t = &d->tr[(f & C_PRIVATE) ? user : (uint32_t)(tbl_mix64(k) % P)];
+        cacher_tr_t *t = &d->tr[(f & C_PRIVATE) ? user : (uint32_t)(table_mix64(k) % P)];
         t->wb_keys[t->n_wb] = k;
         t->wb_slots[t->n_wb++] = s;
       }
@@ -698,7 +698,7 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
     size_t lo = 0;
     for (uint32_t tb = 0; tb < p->n_tables; tb++) {
       size_t hi = lo;
-      while (hi < U && TBL_TABLE(p->ukeys[hi]) == tb) hi++;
+      while (hi < U && TABLE_ID(p->ukeys[hi]) == tb) hi++;
       if ((rc = map_ids(c, p, d, tb, lo, hi, err, err_len)) != 0) goto fail_dec;
       lo = hi;
     }
@@ -709,59 +709,59 @@ static int decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
   if (d) {
     d->lookahead = c->L;
     d->gate = x > c->L ? x - c->L : 0;
-    d->slots_used = ocache_slots_used(c); /* held or waiting, after x (not the peak, c->fresh) */
+    d->slots_used = cacher_slots_used(c); /* held or waiting, after x (not the peak, c->fresh) */
   }
   return 0;
 
 fail_dec:
-  if (d) ocache_dec_free(d);
+  if (d) cacher_dec_free(d);
 fail:
   c->failed = 1;
   if (rc == -ENOMEM && err_len) snprintf(err, err_len, "out of memory deciding batch %" PRIu64, x);
   return rc;
 }
 
-int ocache_decide(ocache_t *c, ocache_dec_t *d, char *err, size_t err_len) {
+int cacher_decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   if (err_len) err[0] = 0;
   return decide(c, d, err, err_len);
 }
 
 /* ------------------------------------------------------------------ need, auto */
 
-int ocache_need(const oracle_plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need) {
-  ocache_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 0};
-  ocache_t *c;
-  int rc = ocache_create(&o, &c);
+int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need) {
+  cacher_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 0};
+  cacher_t *c;
+  int rc = cacher_create(&o, &c);
   if (rc) return rc;
   char err[256];
   for (size_t i = 0; i < n && !rc; i++) {
-    if ((rc = ocache_push(c, &plans[i])) != 0) break;
-    if (i + 1 == n) ocache_end(c);
-    while (!rc && ocache_ready(c)) rc = decide(c, NULL, err, sizeof err);
+    if ((rc = cacher_push(c, &plans[i])) != 0) break;
+    if (i + 1 == n) cacher_end(c);
+    while (!rc && cacher_ready(c)) rc = decide(c, NULL, err, sizeof err);
   }
   *need = c->fresh;
-  ocache_destroy(c);
+  cacher_destroy(c);
   return rc;
 }
 
-int ocache_auto(const oracle_plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
+int cacher_auto(const plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
                 uint32_t *l, uint64_t *need) {
   uint64_t nd;
   /* the need grows with L: the largest L first (the usual case, a cache
    * that holds it, costs one run), then L = 0, then a binary search */
-  int rc = ocache_need(plans, n, P, max_l, lrpp, &nd);
+  int rc = cacher_need(plans, n, P, max_l, lrpp, &nd);
   if (rc) return rc;
   *l = max_l;
   *need = nd;
   if (nd <= cache_rows || max_l == 0) return 0;
-  if ((rc = ocache_need(plans, n, P, 0, lrpp, &nd)) != 0) return rc;
+  if ((rc = cacher_need(plans, n, P, 0, lrpp, &nd)) != 0) return rc;
   *l = 0;
   *need = nd;
   if (nd > cache_rows) return 0;
   uint32_t lo = 0, hi = max_l - 1; /* need(lo) fits, need(max_l) does not */
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo + 1) / 2;
-    if ((rc = ocache_need(plans, n, P, mid, lrpp, &nd)) != 0) return rc;
+    if ((rc = cacher_need(plans, n, P, mid, lrpp, &nd)) != 0) return rc;
     if (nd <= cache_rows) {
       lo = mid;
       *need = nd;
