@@ -2,6 +2,7 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,79 @@
 #include "err.h"
 #include "log.h"
 #include "sdn.h"
+
+/* ---- command line */
+
+int daemon_opt_int(const char *arg, void *out) {
+  *(int *)out = atoi(arg);
+  return 0;
+}
+
+int daemon_opt_str(const char *arg, void *out) {
+  *(const char **)out = arg;
+  return 0;
+}
+
+enum { OPT_LISTEN = 'l', OPT_METRICS_PORT = 'm', OPT_READY_FILE = 'r', OPT_HELP = 'h', OPT_OWN = 256 };
+
+int daemon_parse_args(daemon_args_t *a, int argc, char **argv, unsigned flags, const daemon_opt_t *opts,
+                      void (*usage)(FILE *f)) {
+  char err[1024];
+  struct option *lo = NULL;
+  size_t n_own = 0, n = 0;
+  int rc;
+  memset(a, 0, sizeof *a);
+  a->metrics_port = -1;
+  if (cfg_create(&a->cfg)) return -ENOMEM;
+  if ((rc = cfg_parse_args(a->cfg, &argc, argv, err, sizeof err)) != 0) {
+    log_error("bad configuration: %s", err);
+    return rc < 0 ? rc : ERR_CONFIG;
+  }
+  log_set_level_str(cfg_str(a->cfg, "log_level"));
+  while (opts && opts[n_own].name) n_own++;
+  if (!(lo = calloc(n_own + 5, sizeof *lo))) return -ENOMEM;
+  for (size_t i = 0; i < n_own; i++) lo[n++] = (struct option){opts[i].name, required_argument, 0, OPT_OWN + (int)i};
+  if (!(flags & DAEMON_ARGS_NO_LISTEN)) lo[n++] = (struct option){"listen", required_argument, 0, OPT_LISTEN};
+  lo[n++] = (struct option){"metrics-port", required_argument, 0, OPT_METRICS_PORT};
+  lo[n++] = (struct option){"ready-file", required_argument, 0, OPT_READY_FILE};
+  lo[n++] = (struct option){"help", no_argument, 0, OPT_HELP};
+  int c;
+  rc = 0;
+  while (!rc && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    switch (c) {
+    case OPT_LISTEN: a->listen = optarg; break;
+    case OPT_METRICS_PORT: a->metrics_port = atoi(optarg); break;
+    case OPT_READY_FILE: a->ready_file = optarg; break;
+    case OPT_HELP:
+      usage(stdout);
+      a->help = 1;
+      goto out;
+    default:
+      if (c >= OPT_OWN && c < OPT_OWN + (int)n_own) {
+        rc = opts[c - OPT_OWN].parse(optarg, opts[c - OPT_OWN].out);
+        break;
+      }
+      usage(stderr); /* getopt said what was wrong */
+      rc = -EINVAL;
+      goto out;
+    }
+  }
+  if (!rc && optind < argc) {
+    log_error("unexpected argument '%s'", argv[optind]);
+    usage(stderr);
+    rc = -EINVAL;
+  }
+out:
+  free(lo);
+  return rc;
+}
+
+void daemon_args_close(daemon_args_t *a) {
+  cfg_destroy(a->cfg);
+  a->cfg = NULL;
+}
+
+/* ---- the daemon */
 
 void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server) {
   memset(out, 0, sizeof *out);
@@ -30,25 +104,28 @@ int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *lis
   d->name = name;
   d->cfg = cfg;
   d->drain_ms = drain_ms;
-  snprintf(d->listen, sizeof d->listen, "%s", listen);
+  snprintf(d->listen, sizeof d->listen, "%s", listen ? listen : "");
   d->loop = uv_default_loop();
-  int rc = rpc_global_init();
-  if (rc) return rc;
-  rpc_server_opts_t ro = {.listen = d->listen, .max_message_bytes = (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20};
-  daemon_tls(cfg, &ro.tls, 1);
-  if ((rc = rpc_server_create(d->loop, &ro, &d->server)) != 0) {
-    log_error("cannot create the RPC server listen=%s: %s", d->listen, err_str(rc));
+  int rc;
+  if (listen) {
+    if ((rc = rpc_global_init()) != 0) return rc;
+    d->serves_rpc = 1;
+    rpc_server_opts_t ro = {.listen = d->listen,
+                            .max_message_bytes = (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20};
+    daemon_tls(cfg, &ro.tls, 1);
+    if ((rc = rpc_server_create(d->loop, &ro, &d->server)) != 0) {
+      log_error("cannot create the RPC server listen=%s: %s", d->listen, err_str(rc));
+      return rc;
+    }
+  }
+  if ((rc = metrics_registry_create(metrics_prefix, &d->reg)) != 0) {
+    log_error("cannot create the metrics registry: %s", err_str(rc));
     return rc;
   }
-  if ((rc = metrics_registry_create(metrics_prefix, &d->reg)) != 0) return rc;
   return 0;
 }
 
-static void on_drained(rpc_server_t *s, void *ud) {
-  daemon_t *d = ud;
-  log_info("drained; stopping");
-  rpc_server_destroy(s); /* closes its handles so that uv_run can return */
-  d->server = NULL;
+void daemon_done(daemon_t *d) {
   uv_signal_stop(&d->sigterm);
   uv_signal_stop(&d->sigint);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -56,17 +133,30 @@ static void on_drained(rpc_server_t *s, void *ud) {
   sdn_watchdog_stop();
 }
 
+static void on_drained(rpc_server_t *s, void *ud) {
+  daemon_t *d = ud;
+  log_info("drained; stopping");
+  rpc_server_destroy(s); /* closes its handles so that uv_run can return */
+  d->server = NULL;
+  daemon_done(d);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   daemon_t *d = h->data;
   if (d->stopping++) {
-    log_warn("second signal while draining; still waiting for in-flight calls inflight=%llu",
-             (unsigned long long)rpc_server_inflight(d->server));
+    if (d->serves_rpc)
+      log_warn("second signal while draining; still waiting for in-flight calls inflight=%llu",
+               (unsigned long long)rpc_server_inflight(d->server));
+    else
+      log_warn("second signal while stopping signal=%d", signum);
     return;
   }
-  log_info("stopping signal=%d inflight=%llu drain_ms=%d", signum, (unsigned long long)rpc_server_inflight(d->server),
-           d->drain_ms);
+  if (d->serves_rpc)
+    log_info("stopping signal=%d inflight=%llu drain_ms=%d", signum,
+             (unsigned long long)rpc_server_inflight(d->server), d->drain_ms);
   sdn_stopping();
-  rpc_server_shutdown(d->server, d->drain_ms, on_drained, d);
+  if (d->stop_cb) d->stop_cb(d, signum, d->stop_data);
+  if (d->serves_rpc) rpc_server_shutdown(d->server, d->drain_ms, on_drained, d);
 }
 
 static int port_of(const char *addr) {
@@ -79,24 +169,31 @@ static int write_ready_file(daemon_t *d, const char *path, const char *extra) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return -errno;
-  fprintf(f, "{\"pid\": %d, \"address\": \"%s\", \"rpc_port\": %d, \"metrics_port\": %d%s%s}\n", (int)getpid(),
-          d->listen, rpc_server_port(d->server), d->http ? metrics_http_port(d->http) : 0, extra ? ", " : "",
-          extra ? extra : "");
+  int mport = d->http ? metrics_http_port(d->http) : 0;
+  if (d->serves_rpc)
+    fprintf(f, "{\"pid\": %d, \"address\": \"%s\", \"rpc_port\": %d, \"metrics_port\": %d%s%s}\n", (int)getpid(),
+            d->listen, rpc_server_port(d->server), mport, extra ? ", " : "", extra ? extra : "");
+  else
+    fprintf(f, "{\"pid\": %d, \"rpc_port\": 0, \"metrics_port\": %d%s%s}\n", (int)getpid(), mport, extra ? ", " : "",
+            extra ? extra : "");
   if (fclose(f) != 0) return -errno;
   return rename(tmp, path) ? -errno : 0;
 }
 
 int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *ready_file, const char *extra_json,
                  const char *status) {
-  int rc = rpc_server_start(d->server);
-  if (rc) {
-    log_error("cannot listen on %s (address in use, or not an address of this host?)", d->listen);
-    return rc;
+  int rc, port = 0;
+  if (d->serves_rpc) {
+    if ((rc = rpc_server_start(d->server)) != 0) {
+      log_error("cannot listen on %s (address in use, or not an address of this host?)", d->listen);
+      return rc;
+    }
+    port = rpc_server_port(d->server);
   }
-  int port = rpc_server_port(d->server);
   if (metrics_port < 0) metrics_port = (port_offset == 0 || port_of(d->listen) == 0) ? 0 : port + port_offset;
   if (metrics_http_start(d->reg, "127.0.0.1", metrics_port, &d->http)) {
-    log_warn("metrics endpoint not started port=%d (in use?); serving without it", metrics_port);
+    log_warn("metrics endpoint not started port=%d (in use?); %s without it", metrics_port,
+             d->serves_rpc ? "serving" : "training");
     d->http = NULL;
   }
   uv_signal_init(d->loop, &d->sigterm);
@@ -109,7 +206,8 @@ int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *rea
     log_warn("cannot write ready file path=%s err=\"%s\"", ready_file, err_str(rc));
   snprintf(d->status, sizeof d->status, "%s", status ? status : "serving");
   sdn_ready();
-  sdn_status("%s on port %d", d->status, port);
+  if (d->serves_rpc) sdn_status("%s on port %d", d->status, port);
+  else sdn_status("%s", d->status);
   return 0;
 }
 
@@ -129,7 +227,7 @@ void daemon_close(daemon_t *d) {
   if (d->reg) metrics_registry_destroy(d->reg);
   d->reg = NULL;
   if (d->loop) {
-    rpc_global_shutdown();
+    if (d->serves_rpc) rpc_global_shutdown();
     uv_loop_close(d->loop);
     d->loop = NULL;
   }

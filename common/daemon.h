@@ -5,19 +5,85 @@
  * HTTP, systemd readiness and watchdog, and SIGTERM/SIGINT handling that
  * stops accepting, lets in-flight calls finish (a drain deadline from the
  * configuration), and returns from daemon_run() so main() can close its
- * stores.  main() of each daemon is then: parse config, daemon_init, add its
- * service, daemon_start, daemon_run, close its own things, daemon_close.
+ * stores.  main() of each daemon is then: daemon_parse_args, daemon_init,
+ * add its service, daemon_start, daemon_run, close its own things,
+ * daemon_close, daemon_args_close.
+ *
+ * A daemon that serves no RPC (the trainer: its work is a training loop on
+ * its own thread) passes listen = NULL to daemon_init and sets stop_cb: the
+ * first signal calls stop_cb instead of draining a server, and the daemon
+ * calls daemon_done() on the loop thread once its work has returned.
  */
 #ifndef CHANTER_DAEMON_H
 #define CHANTER_DAEMON_H
 
+#include <stdio.h>
 #include <uv.h>
 
 #include "cfg.h"
 #include "metrics.h"
 #include "rpc.h"
 
-typedef struct daemon_s {
+/* ---- command line: the options every daemon shares
+ *
+ *   --config FILE, --set key=value  the job (cfg_parse_args)
+ *   --listen HOST:PORT              the RPC address (not with DAEMON_ARGS_NO_LISTEN)
+ *   --metrics-port P                the Prometheus port
+ *   --ready-file PATH               the JSON file written once serving
+ *   --help                          the daemon's usage on stdout, exit 0
+ *
+ * and the daemon's own options (--index, --shard, --rank, ...) as a table. */
+
+/* Parses one option's argument into out: 0, or a negative error after
+ * logging why (the daemon then exits 1). */
+typedef int (*daemon_opt_cb)(const char *arg, void *out);
+
+/* One option of the daemon's own, "--name ARG"; a table of them ends with
+ * a {NULL} entry. */
+typedef struct daemon_opt_s {
+  const char *name;  /* "shard", without the dashes */
+  daemon_opt_cb parse;
+  void *out;
+} daemon_opt_t;
+
+/* Ready-made parsers: atoi() into an int; the argument itself into a
+ * const char * (pointing into argv). */
+int daemon_opt_int(const char *arg, void *out);
+int daemon_opt_str(const char *arg, void *out);
+
+/* daemon_parse_args's flags. */
+#define DAEMON_ARGS_NO_LISTEN 1u /* the daemon serves no RPC: no --listen */
+
+typedef struct daemon_args_s {
+  cfg_t *cfg;             /* the job; owned (daemon_args_close frees it) */
+  const char *listen;     /* --listen, or NULL; points into argv */
+  const char *ready_file; /* --ready-file, or NULL; points into argv */
+  int metrics_port;       /* --metrics-port, or -1 */
+  int help;               /* --help printed the usage: exit 0 */
+} daemon_args_t;
+
+/* Reads the job (--config, --set: "bad configuration: ..." on an error),
+ * sets the log level from it, then the shared options and opts (may be
+ * NULL).  usage(f) prints the daemon's usage: on stdout for --help, on
+ * stderr after a bad option or a stray argument.  Returns 0 (run, or exit 0
+ * when a->help), or a negative error, logged except -ENOMEM from
+ * cfg_create (exit 1); in both cases call daemon_args_close.  Main thread,
+ * once (getopt). */
+int daemon_parse_args(daemon_args_t *a, int argc, char **argv, unsigned flags, const daemon_opt_t *opts,
+                      void (*usage)(FILE *f));
+
+/* Frees what daemon_parse_args made (the configuration). */
+void daemon_args_close(daemon_args_t *a);
+
+/* ---- the daemon */
+
+typedef struct daemon_s daemon_t;
+
+/* Called on the loop thread at the first SIGTERM/SIGINT (after systemd is
+ * told STOPPING=1, before a server starts draining). */
+typedef void (*daemon_stop_cb)(daemon_t *d, int signum, void *data);
+
+struct daemon_s {
   const char *name;          /* "chanter-embedding" */
   const cfg_t *cfg;
   uv_loop_t *loop;
@@ -29,14 +95,18 @@ typedef struct daemon_s {
   int drain_ms;
   char listen[256];
   char status[256];          /* STATUS= line once serving */
-} daemon_t;
+  int serves_rpc;            /* daemon_init was given an address */
+  daemon_stop_cb stop_cb;    /* set before daemon_start; NULL: none */
+  void *stop_data;
+};
 
 /* TLS options of the job (tls.*), for a server or a client; NULL fields
  * when plaintext.  The strings point into cfg. */
 void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server);
 
-/* Creates the loop (the default loop), the RPC server on listen and the
- * metrics registry "<metrics_prefix>_...".  0 or an error (logged). */
+/* Creates the loop (the default loop), the RPC server on listen (none when
+ * listen is NULL: a daemon that serves no RPC) and the metrics registry
+ * "<metrics_prefix>_...".  0 or an error (logged). */
 int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
                 const char *metrics_prefix);
 
@@ -44,12 +114,21 @@ int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *lis
  * the metrics endpoint on metrics_port (or RPC port + port_offset when
  * metrics_port < 0; port 0 = any), signals, watchdog; writes ready_file
  * (JSON: pid, address, rpc_port, metrics_port, then extra_json fields if
- * given, e.g. "\"shard\": 1"), and tells systemd READY=1 and status. */
+ * given, e.g. "\"shard\": 1"; without a server: pid, rpc_port 0,
+ * metrics_port, extra_json) -- the one ready-file writer -- and tells
+ * systemd READY=1 and status ("<status> on port N" with a server). */
 int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *ready_file, const char *extra_json,
                  const char *status);
 
-/* Runs the loop until a signal has drained the server.  Returns 0. */
+/* Runs the loop until a signal has drained the server (or, without one,
+ * until daemon_done).  Returns 0. */
 int daemon_run(daemon_t *d);
+
+/* Closes the daemon's own handles (signals, watchdog) so that daemon_run
+ * can return once the daemon's other handles are closed too.  The drained
+ * server calls it; a daemon without a server calls it when its work has
+ * ended.  Loop thread. */
+void daemon_done(daemon_t *d);
 
 /* Frees what daemon_init made (safe after a failed init/start). */
 void daemon_close(daemon_t *d);

@@ -388,7 +388,7 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_b
     return err_set(err, err_len, -EINVAL, "%s: the %s split is empty (%" PRIu64 " samples, test_fraction)", name,
                 split == DATA_TEST ? "test" : "train", d->samples);
   if (bs == 0) return err_set(err, err_len, -EINVAL, "batch size 0");
-  out->index = x;
+  out->iteration = x;
   out->split = split;
   out->n = bs;
   out->n_dense = s->n_dense;

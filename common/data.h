@@ -85,12 +85,22 @@ typedef struct data_schema_s {
   uint64_t hash_seed;
 } data_schema_t;
 
-/* One batch, structure-of-arrays.  ids are table-major: table t's ids are
+/* One batch, structure-of-arrays: the one batch type of the project -- a
+ * batch read from the data, one on the wire (batch_pb.h: the Batch and
+ * Samples messages), a trainer's share of a global batch (plan.h), the
+ * batch a trainer's step reads.  ids are table-major: table t's ids are
  * ids[ids_off[t] .. ids_off[t] + n * hotness[t]), sample-major inside (the
  * hotness[t] ids of sample 0, then of sample 1...).  ids are rows within
- * their table (the embedding key is TABLE_KEY(t, row)). */
+ * their table (the embedding key is TABLE_KEY(t, row)).
+ *
+ * Ownership: a batch that data_read_batch, batch_pb_decode_batch,
+ * plan_build, plan_batch_concat or plan_batch_head filled owns each of its
+ * arrays (free with data_batch_free).  A batch laid out inside someone
+ * else's memory (a trainer's decoded work item, batch_pb_lay_out_samples;
+ * a test's own arrays) is a view: never data_batch_free it, free the
+ * memory it lives in. */
 typedef struct data_batch_s {
-  uint64_t index;        /* batch number x */
+  uint64_t iteration;    /* the batch number */
   int split;             /* DATA_TRAIN or DATA_TEST */
   uint32_t n;            /* samples */
   uint32_t n_dense, n_tables;
@@ -134,6 +144,8 @@ void data_stats(const data_source_t *d, data_stats_t *st);
 int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err,
                     size_t err_len);
 void data_batch_free(data_batch_t *b);
+/* The ids of b, over all tables. */
+static inline size_t data_batch_n_ids(const data_batch_t *b) { return b->ids_off[b->n_tables]; }
 
 /* The row of a raw categorical value in table t. */
 uint64_t data_hash_row(const data_schema_t *s, uint32_t t, const void *raw, size_t len);

@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "batch_pb.h"
 #include "daemon.h"
 #include "err.h"
 #include "log.h"
@@ -26,14 +26,6 @@ struct dpc_s {
   int64_t timeout_ms;
   const char *p_get, *p_stream, *p_info;
 };
-
-static void set_err(char *err, size_t n, const char *fmt, ...) {
-  if (!err || !n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -57,66 +49,6 @@ uint64_t dpc_schema_hash(const data_schema_t *s) {
   return h ? h : 1;
 }
 
-static size_t n_ids(const data_batch_t *b) { return b->ids_off[b->n_tables]; }
-
-void dpc_batch_to_pb(const data_batch_t *b, Chanter__Dataproc__V1__Batch *pb) {
-  chanter__dataproc__v1__batch__init(pb);
-  pb->index = b->index;
-  pb->split = b->split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
-  pb->n = b->n;
-  pb->n_dense = b->n_dense;
-  pb->n_tables = b->n_tables;
-  pb->n_hotness = b->n_tables;
-  pb->hotness = b->hotness;
-  pb->labels.data = (uint8_t *)b->labels;
-  pb->labels.len = (size_t)b->n * sizeof(float);
-  pb->dense.data = (uint8_t *)b->dense;
-  pb->dense.len = (size_t)b->n * b->n_dense * sizeof(float);
-  pb->ids.data = (uint8_t *)b->ids;
-  pb->ids.len = n_ids(b) * sizeof(uint64_t);
-}
-
-int dpc_batch_from_pb(const Chanter__Dataproc__V1__Batch *pb, data_batch_t *out, char *err, size_t err_len) {
-  memset(out, 0, sizeof *out);
-  if (pb->n_hotness != pb->n_tables) {
-    set_err(err, err_len, "batch %llu: %zu hotness entries for %u tables", (unsigned long long)pb->index,
-            pb->n_hotness, pb->n_tables);
-    return ERR_BADMSG;
-  }
-  size_t ids = 0;
-  for (uint32_t t = 0; t < pb->n_tables; t++) ids += (size_t)pb->n * pb->hotness[t];
-  if (pb->labels.len != (size_t)pb->n * 4 || pb->dense.len != (size_t)pb->n * pb->n_dense * 4 ||
-      pb->ids.len != ids * 8) {
-    set_err(err, err_len,
-            "batch %llu: sizes do not match n=%u n_dense=%u (labels %zu bytes, dense %zu bytes, ids %zu bytes; "
-            "expected %zu, %zu, %zu)",
-            (unsigned long long)pb->index, pb->n, pb->n_dense, pb->labels.len, pb->dense.len, pb->ids.len,
-            (size_t)pb->n * 4, (size_t)pb->n * pb->n_dense * 4, ids * 8);
-    return ERR_BADMSG;
-  }
-  out->index = pb->index;
-  out->split = pb->split == CHANTER__DATAPROC__V1__SPLIT__TEST ? DATA_TEST : DATA_TRAIN;
-  out->n = pb->n;
-  out->n_dense = pb->n_dense;
-  out->n_tables = pb->n_tables;
-  out->hotness = malloc((pb->n_tables ? pb->n_tables : 1) * sizeof *out->hotness);
-  out->labels = malloc(pb->labels.len ? pb->labels.len : 1);
-  out->dense = malloc(pb->dense.len ? pb->dense.len : 1);
-  out->ids = malloc(pb->ids.len ? pb->ids.len : 1);
-  out->ids_off = malloc((pb->n_tables + 1) * sizeof *out->ids_off);
-  if (!out->hotness || !out->labels || !out->dense || !out->ids || !out->ids_off) {
-    data_batch_free(out);
-    return -ENOMEM;
-  }
-  memcpy(out->hotness, pb->hotness, pb->n_tables * sizeof *out->hotness);
-  memcpy(out->labels, pb->labels.data, pb->labels.len);
-  memcpy(out->dense, pb->dense.data, pb->dense.len);
-  memcpy(out->ids, pb->ids.data, pb->ids.len);
-  out->ids_off[0] = 0;
-  for (uint32_t t = 0; t < pb->n_tables; t++) out->ids_off[t + 1] = out->ids_off[t] + (size_t)pb->n * pb->hotness[t];
-  return 0;
-}
-
 void dpc_batch_digest(const data_batch_t *b, char hex[65]) {
   uint8_t h[32];
   unsigned hl = 0;
@@ -124,7 +56,7 @@ void dpc_batch_digest(const data_batch_t *b, char hex[65]) {
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
   EVP_DigestUpdate(md, b->labels, (size_t)b->n * 4);
   EVP_DigestUpdate(md, b->dense, (size_t)b->n * b->n_dense * 4);
-  EVP_DigestUpdate(md, b->ids, n_ids(b) * 8);
+  EVP_DigestUpdate(md, b->ids, data_batch_n_ids(b) * 8);
   EVP_DigestFinal_ex(md, h, &hl);
   EVP_MD_CTX_free(md);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
@@ -141,8 +73,8 @@ int dpc_create(const cfg_t *cfg, dpc_t **out, char *err, size_t err_len) {
   c->schema_hash = dpc_schema_hash(&c->schema);
   if ((rc = cfg_list(cfg, "cluster.dataproc", &c->addrs, &c->n_addrs)) != 0) goto fail;
   if (c->n_addrs == 0) {
-    set_err(err, err_len, "cluster.dataproc (from %s) lists no data processor", cfg_origin(cfg, "cluster.dataproc"));
-    rc = ERR_CONFIG;
+    rc = err_set(err, err_len, ERR_CONFIG, "cluster.dataproc (from %s) lists no data processor",
+                 cfg_origin(cfg, "cluster.dataproc"));
     goto fail;
   }
   c->n = (uint32_t)c->n_addrs;
@@ -156,7 +88,7 @@ int dpc_create(const cfg_t *cfg, dpc_t **out, char *err, size_t err_len) {
   for (uint32_t i = 0; i < c->n; i++) {
     if ((rc = rpc_channel_create(c->addrs[i], tls.ca_file ? &tls : NULL,
                                  (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20, &c->ch[i])) != 0) {
-      set_err(err, err_len, "cannot create a channel to data processor %u at %s: %s", i, c->addrs[i], err_str(rc));
+      err_set(err, err_len, rc, "cannot create a channel to data processor %u at %s: %s", i, c->addrs[i], err_str(rc));
       goto fail;
     }
   }
@@ -184,7 +116,7 @@ uint32_t dpc_servers(const dpc_t *c) { return c->n; }
 
 int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err, size_t err_len) {
   Chanter__Dataproc__V1__GetBatchRequest req = CHANTER__DATAPROC__V1__GET_BATCH_REQUEST__INIT;
-  req.index = x;
+  req.iteration = x;
   req.batch_size = bs;
   req.split = split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
   req.schema_hash = c->schema_hash;
@@ -197,14 +129,13 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *ou
     int64_t left = deadline - now_ms();
     int rc = rpc_unary(c->ch[i], c->p_get, &req.base, DP_DESC(batch), left > 1 ? left : 1, &resp, &st);
     if (rc == 0) {
-      rc = dpc_batch_from_pb((const Chanter__Dataproc__V1__Batch *)resp, out, err, err_len);
+      rc = batch_pb_decode_batch((const Chanter__Dataproc__V1__Batch *)resp, out, err, err_len);
       protobuf_c_message_free_unpacked(resp, NULL);
       return rc;
     }
     if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
-      set_err(err, err_len, "data processor %u (%s), batch %llu: %s%s%s", i, c->addrs[i], (unsigned long long)x,
-              err_str(rc), st.message[0] ? ": " : "", st.message);
-      return rc;
+      return err_set(err, err_len, rc, "data processor %u (%s), batch %llu: %s%s%s", i, c->addrs[i],
+                     (unsigned long long)x, err_str(rc), st.message[0] ? ": " : "", st.message);
     }
     /* this one is down: try the next at once; back off after a full round */
     if ((attempt + 1) % c->n == 0) {
@@ -226,9 +157,9 @@ int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs,
     if (now_ms() - progress_at > c->timeout_ms) {
       char last[512];
       snprintf(last, sizeof last, "%s", err && *err ? err : "no answer");
-      set_err(err, err_len, "no data processor delivered batch %llu within rpc.timeout_ms = %lld ms (last: %s)",
-              (unsigned long long)next, (long long)c->timeout_ms, last);
-      return rc ? rc : ERR_DEADLINE;
+      return err_set(err, err_len, rc ? rc : ERR_DEADLINE,
+                     "no data processor delivered batch %llu within rpc.timeout_ms = %lld ms (last: %s)",
+                     (unsigned long long)next, (long long)c->timeout_ms, last);
     }
     rpc_stream_t *s = NULL;
     rc = rpc_stream_open(c->ch[srv], c->p_stream, DP_DESC(batch), 0, &s);
@@ -254,16 +185,16 @@ int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs,
           break;
         }
         data_batch_t b;
-        int e = dpc_batch_from_pb((const Chanter__Dataproc__V1__Batch *)m, &b, err, err_len);
+        int e = batch_pb_decode_batch((const Chanter__Dataproc__V1__Batch *)m, &b, err, err_len);
         protobuf_c_message_free_unpacked(m, NULL);
         if (e) {
           rpc_stream_cancel(s);
           rpc_stream_destroy(s);
           return e;
         }
-        if (b.index != next) {
-          set_err(err, err_len, "data processor %s sent batch %llu where %llu was due", c->addrs[srv],
-                  (unsigned long long)b.index, (unsigned long long)next);
+        if (b.iteration != next) {
+          err_set(err, err_len, ERR_BADMSG, "data processor %s sent batch %llu where %llu was due", c->addrs[srv],
+                  (unsigned long long)b.iteration, (unsigned long long)next);
           data_batch_free(&b);
           rpc_stream_cancel(s);
           rpc_stream_destroy(s);
@@ -292,15 +223,15 @@ int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs,
       int fr = rpc_stream_finish(s, &st);
       rpc_stream_destroy(s);
       if (fr && fr != ERR_CANCELLED && fr != ERR_UNAVAILABLE && fr != ERR_DEADLINE) {
-        set_err(err, err_len, "data processor %u (%s): %s%s%s", srv, c->addrs[srv], err_str(fr),
-                st.message[0] ? ": " : "", st.message);
-        return fr; /* refused (bad request, other schema): retrying will not help */
+        /* refused (bad request, other schema): retrying will not help */
+        return err_set(err, err_len, fr, "data processor %u (%s): %s%s%s", srv, c->addrs[srv], err_str(fr),
+                       st.message[0] ? ": " : "", st.message);
       }
-      set_err(err, err_len, "data processor %u (%s): stream broke at batch %llu (%s)", srv, c->addrs[srv],
+      err_set(err, err_len, rc ? rc : fr, "data processor %u (%s): stream broke at batch %llu (%s)", srv, c->addrs[srv],
               (unsigned long long)next, err_str(rc ? rc : fr));
       log_info("batch stream broke; resuming server=%s next=%llu", c->addrs[srv], (unsigned long long)next);
     } else {
-      set_err(err, err_len, "data processor %u (%s): %s", srv, c->addrs[srv], err_str(rc));
+      err_set(err, err_len, rc, "data processor %u (%s): %s", srv, c->addrs[srv], err_str(rc));
     }
     srv = (srv + 1) % c->n;
     if (srv == (uint32_t)(first % c->n)) {
@@ -318,7 +249,7 @@ int dpc_info(dpc_t *c, uint32_t i, Chanter__Dataproc__V1__InfoResponse **out, ch
   int rc = rpc_unary(c->ch[i], c->p_info, &req.base, DP_DESC(info_response), c->timeout_ms, (ProtobufCMessage **)out,
                      &st);
   if (rc)
-    set_err(err, err_len, "data processor %u (%s): %s%s%s", i, c->addrs[i], err_str(rc), st.message[0] ? ": " : "",
+    err_set(err, err_len, rc, "data processor %u (%s): %s%s%s", i, c->addrs[i], err_str(rc), st.message[0] ? ": " : "",
             st.message);
   return rc;
 }

@@ -1,6 +1,6 @@
 /*
  * dpc: the client side of the data processors, shared by the oracle, the
- * CLI and the tests, plus the batch <-> message conversion both sides use.
+ * CLI and the tests (the batch <-> message conversion: batch_pb.h).
  *
  * Batch x is a pure function of (dataset, split, x, batch size), so any
  * processor can serve it: dpc sends batch x to processor x mod P and, when
@@ -22,12 +22,6 @@
 /* 64-bit fingerprint of a schema (never 0). */
 uint64_t dpc_schema_hash(const data_schema_t *s);
 
-/* Fills pb so that it points into b's arrays (no copy; b must outlive pb's
- * use).  hotness_buf must hold n_tables entries. */
-void dpc_batch_to_pb(const data_batch_t *b, Chanter__Dataproc__V1__Batch *pb);
-/* Copies a received batch into *out (free with data_batch_free), checking
- * every size; ERR_BADMSG with err if the message is inconsistent. */
-int dpc_batch_from_pb(const Chanter__Dataproc__V1__Batch *pb, data_batch_t *out, char *err, size_t err_len);
 /* SHA-256 (hex, 65 bytes) over a batch's labels, dense and ids. */
 void dpc_batch_digest(const data_batch_t *b, char hex[65]);
 

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,14 +24,6 @@ struct embc_s {
   const char *p_lookup, *p_write;
 };
 
-static void set_err(char *err, size_t n, const char *fmt, ...) {
-  if (!err || !n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   embc_t *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
@@ -42,9 +33,9 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   c->n = (uint32_t)cfg_int(cfg, "embedding_servers");
   if ((rc = cfg_list(cfg, "cluster.embedding", &c->addrs, &c->n_addrs)) != 0) goto fail;
   if (c->n_addrs != c->n) {
-    set_err(err, err_len, "cluster.embedding (from %s) lists %zu addresses but there are %u embedding servers",
-            cfg_origin(cfg, "cluster.embedding"), c->n_addrs, c->n);
-    rc = ERR_CONFIG;
+    rc = err_set(err, err_len, ERR_CONFIG,
+                 "cluster.embedding (from %s) lists %zu addresses but there are %u embedding servers",
+                 cfg_origin(cfg, "cluster.embedding"), c->n_addrs, c->n);
     goto fail;
   }
   if ((rc = shard_map_init(&c->map, &c->layout, c->n, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) != 0)
@@ -59,7 +50,8 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
     rc = rpc_channel_create(c->addrs[i], tls.ca_file ? &tls : NULL, (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20,
                             &c->ch[i]);
     if (rc) {
-      set_err(err, err_len, "cannot create a channel to embedding server %u at %s: %s", i, c->addrs[i], err_str(rc));
+      err_set(err, err_len, rc, "cannot create a channel to embedding server %u at %s: %s", i, c->addrs[i],
+              err_str(rc));
       goto fail;
     }
   }
@@ -95,10 +87,7 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
   for (size_t i = 0; i < n; i++) {
     char why[256];
     int rc = table_check_key(&c->layout, keys[i], why, sizeof why);
-    if (rc) {
-      set_err(err, err_len, "key index %zu: %s", i, why);
-      return rc;
-    }
+    if (rc) return err_set(err, err_len, rc, "key index %zu: %s", i, why);
     b += table_row_bytes(&c->layout, TABLE_ID(keys[i]));
   }
   *bytes = b;
@@ -111,17 +100,14 @@ static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMe
   rpc_status_t st;
   int rc = rpc_unary_retry(c->ch[s], path, req, rd, c->timeout_ms, resp, &st);
   if (rc)
-    set_err(err, err_len, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc), st.message[0] ? ": " : "",
-            st.message);
+    err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
+            st.message[0] ? ": " : "", st.message);
   return rc;
 }
 
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
-  if (server >= c->n) {
-    set_err(err, err_len, "no embedding server %u (there are %u)", server, c->n);
-    return -EINVAL;
-  }
+  if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
   return call_retry(c, server, rpc_method_path(&chanter__embedding__v1__embedding__descriptor, method), req, resp_desc,
                     resp, err, err_len);
 }
@@ -186,7 +172,7 @@ static void async_done(int rc, ProtobufCMessage *resp, const rpc_status_t *st, v
   p->resp = resp;
   p->rc = rc;
   if (rc)
-    set_err(p->err, sizeof p->err, "embedding server %u (%s): %s%s%s", t->s, j->c->addrs[t->s], err_str(rc),
+    err_set(p->err, sizeof p->err, rc, "embedding server %u (%s): %s%s%s", t->s, j->c->addrs[t->s], err_str(rc),
             st && st->message[0] ? ": " : "", st ? st->message : "");
   pthread_mutex_lock(&j->mu);
   if (--j->pending == 0) pthread_cond_signal(&j->cv);
@@ -206,7 +192,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
   for (size_t i = 0; i < n; i++) {
     char why[256];
     if ((rc = table_check_key(&c->layout, keys[i], why, sizeof why)) != 0) {
-      set_err(err, err_len, "key index %zu: %s", i, why);
+      err_set(err, err_len, rc, "key index %zu: %s", i, why);
       goto out;
     }
     off[i] = total;
@@ -285,8 +271,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     part_t *p = &parts[s];
     if (!p->n) continue;
     if (p->rc) {
-      rc = p->rc;
-      set_err(err, err_len, "%s", p->err);
+      rc = err_set(err, err_len, p->rc, "%s", p->err);
       goto out;
     }
     if (write) continue;
@@ -294,9 +279,9 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     size_t want = 0;
     for (size_t k = 0; k < p->n; k++) want += table_row_bytes(&c->layout, TABLE_ID(p->keys[k]));
     if (r->rows.len != want) {
-      set_err(err, err_len, "embedding server %u (%s) returned %zu bytes of rows for %zu keys; expected %zu", s,
-              c->addrs[s], r->rows.len, p->n, want);
-      rc = ERR_BADMSG;
+      rc = err_set(err, err_len, ERR_BADMSG,
+                   "embedding server %u (%s) returned %zu bytes of rows for %zu keys; expected %zu", s, c->addrs[s],
+                   r->rows.len, p->n, want);
       goto out;
     }
     size_t o = 0;

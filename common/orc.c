@@ -2,7 +2,6 @@
 #include "orc.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,20 +18,11 @@ struct orc_s {
   int64_t timeout_ms;
 };
 
-static void set_err(char *err, size_t n, const char *fmt, ...) {
-  if (!err || !n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 int orc_create(const cfg_t *cfg, const char *addr, orc_t **out, char *err, size_t err_len) {
   if (!addr) addr = cfg_str(cfg, "cluster.oracle");
   if (!addr || !*addr) {
-    set_err(err, err_len, "no oracle address: set cluster.oracle (from %s) in the job file",
-            cfg_origin(cfg, "cluster.oracle"));
-    return ERR_CONFIG;
+    return err_set(err, err_len, ERR_CONFIG, "no oracle address: set cluster.oracle (from %s) in the job file",
+                   cfg_origin(cfg, "cluster.oracle"));
   }
   orc_t *o = calloc(1, sizeof *o);
   if (!o) return -ENOMEM;
@@ -43,7 +33,7 @@ int orc_create(const cfg_t *cfg, const char *addr, orc_t **out, char *err, size_
   int rc = rpc_channel_create(o->addr, tls.ca_file ? &tls : NULL, (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20,
                               &o->ch);
   if (rc) {
-    set_err(err, err_len, "cannot create a channel to the oracle at %s: %s", o->addr, err_str(rc));
+    err_set(err, err_len, rc, "cannot create a channel to the oracle at %s: %s", o->addr, err_str(rc));
     orc_destroy(o);
     return rc;
   }
@@ -67,7 +57,8 @@ static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const
   rpc_status_t st;
   int rc = rpc_unary_retry(o->ch, path, req, rd, o->timeout_ms + extra_ms, resp, &st);
   if (rc)
-    set_err(err, err_len, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "", st.message);
+    err_set(err, err_len, rc, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "",
+            st.message);
   return rc;
 }
 
@@ -134,10 +125,7 @@ int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len) {
 int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Work");
   int rc = rpc_stream_open(o->ch, path, OR_DESC(work_item), 0, out);
-  if (rc) {
-    set_err(err, err_len, "oracle %s: cannot open the Work stream: %s", o->addr, err_str(rc));
-    return rc;
-  }
+  if (rc) return err_set(err, err_len, rc, "oracle %s: cannot open the Work stream: %s", o->addr, err_str(rc));
   Chanter__Oracle__V1__Hello hello = CHANTER__ORACLE__V1__HELLO__INIT;
   hello.rank = rank;
   hello.next_iteration = next_iteration;
@@ -145,7 +133,7 @@ int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t
   m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO;
   m.hello = &hello;
   if ((rc = rpc_stream_write(*out, &m.base)) != 0) {
-    set_err(err, err_len, "oracle %s: cannot send Hello: %s", o->addr, err_str(rc));
+    err_set(err, err_len, rc, "oracle %s: cannot send Hello: %s", o->addr, err_str(rc));
     rpc_stream_cancel(*out);
     rpc_stream_destroy(*out);
     *out = NULL;

@@ -3,7 +3,8 @@
  *
  * AUC is the Mann-Whitney statistic: sort by score, give tied scores their
  * average rank, AUC = (sum of positive ranks - P(P+1)/2) / (P N).  Sums are
- * in double; ranks are exact in double up to 2^53 samples.
+ * in double; ranks are exact in double up to 2^53 samples.  A NaN score
+ * ranks lowest, tied with -inf.
  */
 #include "eval.h"
 
@@ -49,8 +50,11 @@ int eval_auc(const float *scores, const float *labels, size_t n, double *auc) {
   if (n == 0) return 0;
   scored_t *s = malloc(n * sizeof(*s));
   if (!s) return -ENOMEM;
+  /* a NaN score ranks lowest, tied with -inf: NaN compares unequal to
+   * everything, so left as is it would have no place in the order and the
+   * tie loop below would never advance past it */
   for (size_t i = 0; i < n; i++) {
-    s[i].score = scores[i];
+    s[i].score = isnan(scores[i]) ? -INFINITY : scores[i];
     s[i].label = labels[i];
   }
   qsort(s, n, sizeof(*s), cmp_score);

@@ -16,7 +16,8 @@ double eval_logloss(const float *logits, const float *labels, size_t n);
 double eval_accuracy(const float *logits, const float *labels, size_t n);
 /* Exact ROC AUC: the probability that a random positive scores above a
  * random negative, ties counting 1/2 (Mann-Whitney U with average ranks),
- * O(n log n).  Writes *auc (NaN when either class is absent).  Allocates
+ * O(n log n); a NaN score ranks lowest, tied with -inf.  Writes *auc (NaN
+ * when either class is absent).  Allocates
  * scratch: 0 or -ENOMEM. */
 int eval_auc(const float *scores, const float *labels, size_t n, double *auc);
 

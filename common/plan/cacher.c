@@ -268,7 +268,7 @@ static const plan_t *win_at(const cacher_t *c, uint64_t x) { return c->win[x % c
 
 int cacher_push(cacher_t *c, const plan_t *p) {
   if (c->failed || c->ended) return -EINVAL;
-  if (!p || p->x != c->next_push || p->trainers != c->o.trainers || (p->n_unique && (!p->ukeys || !p->users)))
+  if (!p || p->iteration != c->next_push || p->trainers != c->o.trainers || (p->n_unique && (!p->ukeys || !p->users)))
     return -EINVAL;
   if (cacher_window(c) + 1 >= WINDOW_MAX) return -EINVAL; /* the 16-bit last use */
   for (size_t i = 1; i < p->n_unique; i++) /* the merges below need the keys ascending and distinct */
@@ -286,9 +286,9 @@ int cacher_push(cacher_t *c, const plan_t *p) {
   }
   for (size_t i = 0; i < p->n_unique; i++) {
     if (i + PF < p->n_unique) map_prefetch(c, p->ukeys[i + PF]);
-    map_upsert(c, p->ukeys[i])->last = (uint16_t)p->x;
+    map_upsert(c, p->ukeys[i])->last = (uint16_t)p->iteration;
   }
-  c->win[p->x % c->win_cap] = p;
+  c->win[p->iteration % c->win_cap] = p;
   c->next_push++;
   return 0;
 }
@@ -402,7 +402,7 @@ static int map_ids(cacher_t *c, const plan_t *p, cacher_dec_t *d, uint32_t tb, s
     lh[h].tag = (c->cls[i] & C_HIT) != 0;
   }
   for (uint32_t q = 0; q < p->trainers; q++) {
-    const plan_share_t *sh = &p->shares[q];
+    const data_batch_t *sh = &p->shares[q].batch;
     cacher_tr_t *t = &d->tr[q];
     size_t o = c->soff[q], m = (size_t)sh->n * p->hotness[tb], nk = 0, nh = 0;
     const uint64_t *ids = sh->ids + o;
@@ -429,7 +429,7 @@ static int map_ids(cacher_t *c, const plan_t *p, cacher_dec_t *d, uint32_t tb, s
       continue;
     missing:
       snprintf(err, err_len, "batch %" PRIu64 ": trainer %u's id %zu (table %u row %" PRIu64 ") is not among its keys",
-               p->x, q, o + j, tb, ids[j]);
+               p->iteration, q, o + j, tb, ids[j]);
       return -EINVAL;
     }
     t->n_keys += nk;
@@ -474,7 +474,7 @@ static int dec_alloc(cacher_dec_t *d, const plan_t *p, const size_t *nf, const s
   if (!d->tr || !d->critical || !d->critical_keys || !d->delayed || !d->delayed_keys) return -ENOMEM;
   for (uint32_t q = 0; q < P; q++) {
     cacher_tr_t *t = &d->tr[q];
-    t->n_ids = p->shares[q].n_ids;
+    t->n_ids = data_batch_n_ids(&p->shares[q].batch);
     t->slots = malloc(nz(t->n_ids) * sizeof *t->slots);
     t->fetch_keys = malloc(nz(nf[q]) * sizeof *t->fetch_keys);
     t->fetch_slots = malloc(nz(nf[q]) * sizeof *t->fetch_slots);
@@ -650,7 +650,7 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
       memcpy(d->rep_keys, c->rep_key, c->n_rep * sizeof *d->rep_keys);
     }
     d->n_rep = c->n_rep;
-    d->x = x;
+    d->iteration = x;
     d->n_unique = U;
     d->n_new = n_new;
     d->n_evicted = n_evict;

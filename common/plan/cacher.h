@@ -106,7 +106,7 @@ typedef struct cacher_tr_s {
 } cacher_tr_t;
 
 typedef struct cacher_dec_s {
-  uint64_t x;
+  uint64_t iteration;
   uint32_t lookahead; /* L in force for this batch */
   uint64_t gate;      /* the prefetch for x may start once every trainer finished the batches < gate (x - L, or 0) */
   uint32_t *critical; /* slots whose gradients are all-reduced before x + 1 (ascending key order) */
@@ -130,7 +130,7 @@ typedef struct cacher_dec_s {
 int cacher_create(const cacher_opts_t *o, cacher_t **out);
 void cacher_destroy(cacher_t *c);
 
-/* Batch p->x enters the window.  p must have been built with
+/* Batch p->iteration enters the window.  p must have been built with
  * PLAN_KEYS, batches must come in order (x = 0, 1, ...), and p must
  * stay valid until cacher_decide has decided it.  0, -EINVAL (out of
  * order, not a KEYS plan, other P), -ENOMEM. */

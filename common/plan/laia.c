@@ -81,7 +81,7 @@ static int reserve(laia_t *l, size_t add, uint32_t x) {
 
 /* The entry of key; if absent, inserted as held by nobody and expired
  * (capacity reserved). */
-static inline ent_t *slot_at(laia_t *l, uint64_t key, size_t h, uint32_t x) {
+static inline ent_t *entry_at(laia_t *l, uint64_t key, size_t h, uint32_t x) {
   for (;;) {
     ent_t *e = &l->tab[h];
     if (e->holder == HOLD_NONE) {
@@ -182,7 +182,7 @@ static void close_trainer(laia_t *l, uint32_t t) {
 }
 
 int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
-  if (l->started && b->index != l->next_x) return -EINVAL;
+  if (l->started && b->iteration != l->next_x) return -EINVAL;
   if (!l->t_on) {
     l->t_ids = calloc(b->n_tables + 1, sizeof *l->t_ids);
     l->t_hits = calloc(b->n_tables + 1, sizeof *l->t_hits);
@@ -199,7 +199,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
     return -EINVAL;
   }
   const int profiling = !l->profiled && l->o.profile > 0;
-  const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->index;
+  const uint32_t P = l->o.trainers, B = b->n, x = (uint32_t)b->iteration;
   size_t per = 0; /* ids per sample */
   for (uint32_t t = 0; t < b->n_tables; t++) per += b->hotness[t];
   if (per > l->per_cap) {
@@ -219,7 +219,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       l->open[l->n_open++] = t;
     }
   }
-  const uint64_t rs = table_mix64(l->o.seed ^ table_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  const uint64_t rs = table_mix64(l->o.seed ^ table_mix64(b->iteration ^ UINT64_C(0x6c61696131)));
   /* 1: place every sample, scored against the holdings after the batch before */
   for (uint32_t i = 0; i < B; i++) {
     uint32_t n_touched = 0;
@@ -236,7 +236,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       }
     }
     for (size_t a = 0; a < k; a++) {
-      const ent_t *e = slot_at(l, l->keys[a], l->homes[a], x);
+      const ent_t *e = entry_at(l, l->keys[a], l->homes[a], x);
       if (e->holder == HOLD_SHARED || !live(l, e, x)) continue;
       uint32_t q = e->holder - 1;
       if (profiling) l->t_hits[TABLE_ID(l->keys[a])]++;
@@ -284,7 +284,7 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
       if (a + AHEAD < n_ids) __builtin_prefetch(&l->tab[home(l, TABLE_KEY(t, ids[a + AHEAD]))]);
       uint32_t q = owner[a / hot] + 1;
       uint64_t key = TABLE_KEY(t, ids[a]);
-      ent_t *e = slot_at(l, key, home(l, key), x);
+      ent_t *e = entry_at(l, key, home(l, key), x);
       if (e->last != x) { /* first use in this batch (entries inserted expired never have last == x) */
         e->holder = q;
         e->last = x;
@@ -297,6 +297,6 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   l->st.samples += B;
   if (profiling && l->st.batches >= l->o.profile) end_profile(l);
   l->started = 1;
-  l->next_x = b->index + 1;
+  l->next_x = b->iteration + 1;
   return 0;
 }

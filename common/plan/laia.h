@@ -74,7 +74,7 @@ int laia_create(const laia_opts_t *o, laia_t **out);
 void laia_destroy(laia_t *l);
 
 /* Fills owner[0 .. b->n) for batch b and records its rows.  0, -EINVAL
- * (b->index not the one after the previous batch's) or -ENOMEM (the state
+ * (b->iteration not the one after the previous batch's) or -ENOMEM (the state
  * is unchanged then). */
 int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner);
 

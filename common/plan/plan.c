@@ -117,22 +117,22 @@ int plan_sort_u64(uint64_t *v, size_t n, uint64_t *tmp) { return radix_sort(v, n
  *
  * One table at a time (keys of different tables never collide), so the
  * hash table is sized by the largest table's ids in the batch and stays in
- * cache.  A slot is one uint64: row << 16 | owner << 2 | shared << 1 | 1,
- * 0 when empty (rows < 2^48, owners < 2^14); sorting slot values on their
+ * cache.  A cell is one uint64: row << 16 | owner << 2 | shared << 1 | 1,
+ * 0 when empty (rows < 2^48, owners < 2^14); sorting cell values on their
  * top 6 bytes sorts by row. */
 
-#define SLOT_USED 1u
-#define SLOT_SHARED 2u
-#define SLOT_OWNER(s) ((uint32_t)(((s) >> 2) & 0x3fff))
-#define SLOT_ROW(s) ((s) >> 16)
+#define CELL_USED 1u
+#define CELL_SHARED 2u
+#define CELL_OWNER(s) ((uint32_t)(((s) >> 2) & 0x3fff))
+#define CELL_ROW(s) ((s) >> 16)
 
 typedef struct keytab_s {
-  uint64_t *slots;
+  uint64_t *cells;
   uint64_t mask;
   int shift;
-  uint32_t *used; /* slot index of each distinct row, in insertion order */
+  uint32_t *used; /* cell index of each distinct row, in insertion order */
   size_t n_used;
-  uint64_t *vals, *tmp; /* scratch: the distinct slot values, sorted */
+  uint64_t *vals, *tmp; /* scratch: the distinct cell values, sorted */
 } keytab_t;
 
 static int keytab_init(keytab_t *k, size_t max_keys) {
@@ -143,12 +143,12 @@ static int keytab_init(keytab_t *k, size_t max_keys) {
     bits++;
   }
   memset(k, 0, sizeof *k);
-  k->slots = calloc(cap, sizeof *k->slots);
+  k->cells = calloc(cap, sizeof *k->cells);
   k->used = malloc(nz(max_keys) * sizeof *k->used);
   k->vals = malloc(nz(max_keys) * sizeof *k->vals);
   k->tmp = malloc(nz(max_keys) * sizeof *k->tmp);
-  if (!k->slots || !k->used || !k->vals || !k->tmp) {
-    free(k->slots);
+  if (!k->cells || !k->used || !k->vals || !k->tmp) {
+    free(k->cells);
     free(k->used);
     free(k->vals);
     free(k->tmp);
@@ -160,7 +160,7 @@ static int keytab_init(keytab_t *k, size_t max_keys) {
 }
 
 static void keytab_close(keytab_t *k) {
-  free(k->slots);
+  free(k->cells);
   free(k->used);
   free(k->vals);
   free(k->tmp);
@@ -170,26 +170,26 @@ static void keytab_close(keytab_t *k) {
 static inline void keytab_add(keytab_t *k, uint64_t row, uint32_t owner) {
   uint64_t i = (row * UINT64_C(0x9e3779b97f4a7c15)) >> k->shift;
   for (;; i = (i + 1) & k->mask) {
-    uint64_t s = k->slots[i];
+    uint64_t s = k->cells[i];
     if (!s) {
-      k->slots[i] = row << 16 | (uint64_t)owner << 2 | SLOT_USED;
+      k->cells[i] = row << 16 | (uint64_t)owner << 2 | CELL_USED;
       k->used[k->n_used++] = (uint32_t)i;
       return;
     }
-    if (SLOT_ROW(s) == row) {
-      if (SLOT_OWNER(s) != owner) k->slots[i] = s | SLOT_SHARED;
+    if (CELL_ROW(s) == row) {
+      if (CELL_OWNER(s) != owner) k->cells[i] = s | CELL_SHARED;
       return;
     }
   }
 }
 
-/* The current table's distinct slot values, sorted by row, into k->vals;
+/* The current table's distinct cell values, sorted by row, into k->vals;
  * empties the table for the next one.  Returns how many. */
 static size_t keytab_take(keytab_t *k) {
   size_t n = k->n_used;
   for (size_t i = 0; i < n; i++) {
-    k->vals[i] = k->slots[k->used[i]];
-    k->slots[k->used[i]] = 0;
+    k->vals[i] = k->cells[k->used[i]];
+    k->cells[k->used[i]] = 0;
   }
   k->n_used = 0;
   radix_sort(k->vals, n, k->tmp, 2);
@@ -197,7 +197,7 @@ static size_t keytab_take(keytab_t *k) {
 }
 
 /* Sorted distinct keys of one share (eval: exactly what it uses). */
-static int share_keys(const plan_share_t *sh, uint32_t n_tables, const uint32_t *hotness, uint64_t **out,
+static int share_keys(const data_batch_t *sh, uint32_t n_tables, const uint32_t *hotness, uint64_t **out,
                       size_t *n_out) {
   size_t most = 0;
   for (uint32_t t = 0; t < n_tables; t++)
@@ -205,7 +205,7 @@ static int share_keys(const plan_share_t *sh, uint32_t n_tables, const uint32_t 
   keytab_t k;
   int rc = keytab_init(&k, most);
   if (rc) return rc;
-  uint64_t *v = malloc(nz(sh->n_ids) * sizeof *v);
+  uint64_t *v = malloc(nz(data_batch_n_ids(sh)) * sizeof *v);
   if (!v) {
     keytab_close(&k);
     return -ENOMEM;
@@ -216,7 +216,7 @@ static int share_keys(const plan_share_t *sh, uint32_t n_tables, const uint32_t 
     for (size_t i = 0; i < c; i++) keytab_add(&k, sh->ids[o + i], 0);
     o += c;
     size_t u = keytab_take(&k);
-    for (size_t i = 0; i < u; i++) v[m++] = TABLE_KEY(t, SLOT_ROW(k.vals[i]));
+    for (size_t i = 0; i < u; i++) v[m++] = TABLE_KEY(t, CELL_ROW(k.vals[i]));
   }
   keytab_close(&k);
   *out = v;
@@ -230,9 +230,7 @@ void plan_close(plan_t *p) {
   if (!p) return;
   for (uint32_t i = 0; p->shares && i < p->trainers; i++) {
     plan_share_t *s = &p->shares[i];
-    free(s->labels);
-    free(s->dense);
-    free(s->ids);
+    data_batch_free(&s->batch);
     free(s->fetch);
     free(s->write_back);
   }
@@ -255,8 +253,8 @@ static int gather(const data_batch_t *b, const uint32_t *owner, plan_t *p) {
     free(start);
     return -ENOMEM;
   }
-  for (uint32_t i = 0; i < n; i++) p->shares[owner[i]].n++;
-  for (uint32_t q = 0; q < P; q++) start[q + 1] = start[q] + p->shares[q].n;
+  for (uint32_t i = 0; i < n; i++) p->shares[owner[i]].batch.n++;
+  for (uint32_t q = 0; q < P; q++) start[q + 1] = start[q] + p->shares[q].batch.n;
   {
     uint32_t *fill = calloc(P, sizeof *fill);
     if (!fill) {
@@ -269,16 +267,24 @@ static int gather(const data_batch_t *b, const uint32_t *owner, plan_t *p) {
   }
   int rc = 0;
   for (uint32_t q = 0; q < P && !rc; q++) {
-    plan_share_t *s = &p->shares[q];
+    data_batch_t *s = &p->shares[q].batch;
     size_t m = s->n;
-    s->n_ids = m * hot_sum;
+    s->iteration = b->iteration;
+    s->split = b->split;
+    s->n_dense = b->n_dense;
+    s->n_tables = b->n_tables;
+    s->hotness = malloc(((size_t)b->n_tables + 1) * sizeof *s->hotness);
+    s->ids_off = malloc(((size_t)b->n_tables + 1) * sizeof *s->ids_off);
     s->labels = malloc((m ? m : 1) * sizeof(float));
     s->dense = malloc(nz(m * b->n_dense) * sizeof(float));
-    s->ids = malloc((s->n_ids ? s->n_ids : 1) * sizeof(uint64_t));
-    if (!s->labels || !s->dense || !s->ids) {
+    s->ids = malloc(nz(m * hot_sum) * sizeof(uint64_t));
+    if (!s->hotness || !s->ids_off || !s->labels || !s->dense || !s->ids) {
       rc = -ENOMEM;
       break;
     }
+    memcpy(s->hotness, b->hotness, b->n_tables * sizeof *s->hotness);
+    s->ids_off[0] = 0;
+    for (uint32_t t = 0; t < b->n_tables; t++) s->ids_off[t + 1] = s->ids_off[t] + m * b->hotness[t];
     const uint32_t *mine = order + start[q];
     for (size_t j = 0; j < m; j++) {
       s->labels[j] = b->labels[mine[j]];
@@ -346,12 +352,12 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     size_t m = keytab_take(&k);
     for (size_t i = 0; i < m; i++) {
       uint64_t s = k.vals[i];
-      ukey[u] = TABLE_KEY(t, SLOT_ROW(s));
-      if (s & SLOT_SHARED) {
+      ukey[u] = TABLE_KEY(t, CELL_ROW(s));
+      if (s & CELL_SHARED) {
         uown[u] = UINT32_MAX;
         n_shared++;
       } else {
-        uown[u] = SLOT_OWNER(s);
+        uown[u] = CELL_OWNER(s);
         cnt[uown[u]]++;
       }
       u++;
@@ -409,7 +415,7 @@ out:
 
 /* The plan of b for P trainers, sample i going to trainer owner[i]. */
 static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, plan_t *out) {
-  out->x = b->index;
+  out->iteration = b->iteration;
   out->batch = b->n;
   out->trainers = P;
   out->n_dense = b->n_dense;
@@ -424,7 +430,7 @@ static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsig
   if (flags & PLAN_EVAL) {
     for (uint32_t q = 0; q < P && !rc; q++) {
       plan_share_t *s = &out->shares[q];
-      rc = share_keys(s, b->n_tables, b->hotness, &s->fetch, &s->n_fetch);
+      rc = share_keys(&s->batch, b->n_tables, b->hotness, &s->fetch, &s->n_fetch);
       out->n_unique += s->n_fetch;
     }
     goto out;
@@ -442,7 +448,7 @@ int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, uns
     return -EINVAL;
   uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
   if (!owner) return -ENOMEM;
-  int rc = plan_alloc(policy, seed, b->index, b->n, P, owner);
+  int rc = plan_alloc(policy, seed, b->iteration, b->n, P, owner);
   if (!rc) rc = build(b, P, owner, flags, out);
   free(owner);
   return rc;
@@ -472,7 +478,7 @@ int plan_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) 
   if (total > UINT32_MAX) return -EINVAL;
   size_t hot_sum = 0;
   for (uint32_t t = 0; t < f->n_tables; t++) hot_sum += f->hotness[t];
-  out->index = f->index;
+  out->iteration = f->iteration;
   out->split = f->split;
   out->n = (uint32_t)total;
   out->n_dense = f->n_dense;

@@ -48,15 +48,10 @@ enum { PLAN_ALLOC_CONTIGUOUS = 0, PLAN_ALLOC_RANDOM = 1, PLAN_ALLOC_LAIA = 2 /* 
 #define PLAN_EVAL 2u  /* fetch = exactly the keys each share uses; no sync, no write-back */
 #define PLAN_KEYS 4u  /* no fetch / sync / write-back lists: ukeys / users for the cacher (cacher.h) */
 
-/* One trainer's part of a batch: its samples in the data_batch_t layout
- * (ids table-major, sample-major inside a table; rows, not keys) and its
- * key lists. */
+/* One trainer's part of a batch: its samples, a batch of their own (same
+ * number, split and schema; owned by the plan), and its key lists. */
 typedef struct plan_share_s {
-  uint32_t n;              /* samples */
-  float *labels;           /* n */
-  float *dense;            /* n * n_dense */
-  uint64_t *ids;           /* n_ids rows */
-  size_t n_ids;
+  data_batch_t batch;      /* this trainer's samples, in the order of the global batch */
   uint64_t *fetch;         /* sorted keys to fetch before the step */
   size_t n_fetch;
   uint64_t *write_back;    /* sorted keys this trainer writes back */
@@ -65,7 +60,7 @@ typedef struct plan_share_s {
 } plan_share_t;
 
 typedef struct plan_s {
-  uint64_t x;              /* batch number */
+  uint64_t iteration;      /* the batch number */
   uint32_t batch;          /* B: samples in the global batch */
   uint32_t trainers;       /* P */
   uint32_t n_dense, n_tables;

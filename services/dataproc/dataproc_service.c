@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batch_pb.h"
 #include "dataproc.pb-c.h"
 #include "dpc.h"
 #include "err.h"
@@ -52,7 +53,7 @@ typedef struct build_s {
   uv_work_t req;
   dataproc_service_t *svc;
   int split;
-  uint64_t x;
+  uint64_t iteration;
   uint32_t bs;
   data_batch_t batch;
   int rc;
@@ -65,7 +66,7 @@ typedef struct build_s {
 
 static void build_work(uv_work_t *req) {
   build_t *b = req->data;
-  b->rc = data_read_batch(b->svc->src, b->split, b->x, b->bs, &b->batch, b->why, sizeof b->why);
+  b->rc = data_read_batch(b->svc->src, b->split, b->iteration, b->bs, &b->batch, b->why, sizeof b->why);
 }
 
 static void count_served(dataproc_service_t *svc, build_t *b) {
@@ -80,7 +81,7 @@ static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32
   if (!b) return NULL;
   b->svc = svc;
   b->split = split;
-  b->x = x;
+  b->iteration = x;
   b->bs = bs;
   b->req.data = b;
   clock_gettime(CLOCK_MONOTONIC, &b->t0);
@@ -94,11 +95,11 @@ static void get_done(uv_work_t *req, int status) {
   if (status == UV_ECANCELED) b->rc = ERR_SHUTDOWN;
   if (b->rc) {
     metrics_counter_inc(b->svc->errors);
-    log_warn("GetBatch failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->x, rpc_call_peer(b->call), b->why);
-    rpc_call_fail(b->call, b->rc, "GetBatch %llu: %s", (unsigned long long)b->x, b->why[0] ? b->why : err_str(b->rc));
+    log_warn("GetBatch failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->iteration, rpc_call_peer(b->call), b->why);
+    rpc_call_fail(b->call, b->rc, "GetBatch %llu: %s", (unsigned long long)b->iteration, b->why[0] ? b->why : err_str(b->rc));
   } else {
     Chanter__Dataproc__V1__Batch pb;
-    dpc_batch_to_pb(&b->batch, &pb);
+    batch_pb_encode_batch(&b->batch, &pb);
     count_served(b->svc, b);
     rpc_call_reply(b->call, &pb.base);
   }
@@ -116,7 +117,7 @@ static void on_get(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
     rpc_call_fail(call, rc, "GetBatch: %s", why);
     return;
   }
-  build_t *b = build_new(svc, split_of(r->split), r->index, r->batch_size);
+  build_t *b = build_new(svc, split_of(r->split), r->iteration, r->batch_size);
   if (!b) {
     rpc_call_fail(call, -ENOMEM, "GetBatch: out of memory");
     return;
@@ -171,10 +172,10 @@ static void stream_done(uv_work_t *req, int status) {
   }
   if (b->rc) {
     metrics_counter_inc(st->svc->errors);
-    log_warn("StreamBatches failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->x, rpc_call_peer(st->call),
+    log_warn("StreamBatches failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->iteration, rpc_call_peer(st->call),
              b->why);
     char msg[600];
-    snprintf(msg, sizeof msg, "StreamBatches, batch %llu: %s", (unsigned long long)b->x,
+    snprintf(msg, sizeof msg, "StreamBatches, batch %llu: %s", (unsigned long long)b->iteration,
              b->why[0] ? b->why : err_str(b->rc));
     st->failed = 1;
     rpc_call_finish(st->call, b->rc, msg);
@@ -182,7 +183,7 @@ static void stream_done(uv_work_t *req, int status) {
     stream_free(st);
   } else {
     Chanter__Dataproc__V1__Batch pb;
-    dpc_batch_to_pb(&b->batch, &pb);
+    batch_pb_encode_batch(&b->batch, &pb);
     count_served(st->svc, b);
     rpc_call_send(st->call, &pb.base); /* packed now: the batch can go */
     stream_pump(st);

@@ -9,7 +9,6 @@
  * Wiring only: open the dataset (validating it), start the gRPC server and
  * the Prometheus endpoint, readiness and watchdog, drain on SIGTERM.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,41 +35,24 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   daemon_t d = {0};
+  daemon_args_t args;
   cfg_t *cfg = NULL;
   data_source_t *src = NULL;
   dataproc_service_t *svc = NULL;
   char err[1024];
-  int rc = 1, index = 0, metrics_port = -1;
-  const char *listen = NULL, *ready_file = NULL;
+  int rc = 1, index = 0;
+  const char *listen = NULL;
   char **addrs = NULL;
   size_t n_addrs = 0;
 
   proc_init("chanter-dataproc");
-  if (cfg_create(&cfg)) return 1;
-  if (cfg_parse_args(cfg, &argc, argv, err, sizeof err)) {
-    log_error("bad configuration: %s", err);
+  const daemon_opt_t opts[] = {{"index", daemon_opt_int, &index}, {NULL}};
+  if (daemon_parse_args(&args, argc, argv, 0, opts, usage) || args.help) {
+    rc = args.help ? 0 : 1;
     goto out;
   }
-  log_set_level_str(cfg_str(cfg, "log_level"));
-  static const struct option opts[] = {{"index", required_argument, 0, 'i'},        {"listen", required_argument, 0, 'l'},
-                                       {"metrics-port", required_argument, 0, 'm'}, {"ready-file", required_argument, 0, 'r'},
-                                       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'i': index = atoi(optarg); break;
-    case 'l': listen = optarg; break;
-    case 'm': metrics_port = atoi(optarg); break;
-    case 'r': ready_file = optarg; break;
-    case 'h': usage(stdout); rc = 0; goto out;
-    default: usage(stderr); goto out;
-    }
-  }
-  if (optind < argc) {
-    log_error("unexpected argument '%s'", argv[optind]);
-    usage(stderr);
-    goto out;
-  }
+  cfg = args.cfg;
+  listen = args.listen;
   if (cfg_list(cfg, "cluster.dataproc", &addrs, &n_addrs)) goto out;
   if (!listen) {
     if (index < 0 || (size_t)index >= n_addrs) {
@@ -94,7 +76,8 @@ int main(int argc, char **argv) {
   char extra[64], status[256];
   snprintf(extra, sizeof extra, "\"index\": %d", index);
   snprintf(status, sizeof status, "serving %s (%llu samples)", cfg_str(cfg, "dataset"), (unsigned long long)ds.samples);
-  if (daemon_start(&d, metrics_port, (int)cfg_int(cfg, "dataproc.metrics_port_offset"), ready_file, extra, status))
+  if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "dataproc.metrics_port_offset"), args.ready_file, extra,
+                   status))
     goto out_daemon;
   log_info("serving index=%d listen=%s port=%d metrics_port=%d dataset=%s samples=%llu train=%llu test=%llu "
            "bad_records=%llu schema_hash=%016llx",
@@ -110,6 +93,6 @@ out_daemon:
   if (rc == 0) log_info("stopped cleanly");
 out:
   cfg_list_free(addrs, n_addrs);
-  cfg_destroy(cfg);
+  daemon_args_close(&args);
   return rc;
 }

@@ -10,7 +10,6 @@
  * watchdog, and on SIGTERM/SIGINT drain in-flight calls and close RocksDB.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +39,13 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   daemon_t d = {0};
+  daemon_args_t args;
   cfg_t *cfg = NULL;
   store_t *store = NULL;
   embedding_service_t *svc = NULL;
   char err[1024];
-  int rc = 1, shard = -1, metrics_port = -1;
-  const char *listen = NULL, *data_dir_arg = NULL, *ready_file = NULL;
+  int rc = 1, shard = -1;
+  const char *listen = NULL, *data_dir_arg = NULL;
   char data_dir[4096];
   char **addrs = NULL;
   size_t n_addrs = 0;
@@ -53,33 +53,13 @@ int main(int argc, char **argv) {
   shard_map_t map = {0};
 
   proc_init("chanter-embedding");
-  if (cfg_create(&cfg)) return 1;
-  if (cfg_parse_args(cfg, &argc, argv, err, sizeof err)) {
-    log_error("bad configuration: %s", err);
+  const daemon_opt_t opts[] = {{"shard", daemon_opt_int, &shard}, {"data-dir", daemon_opt_str, &data_dir_arg}, {NULL}};
+  if (daemon_parse_args(&args, argc, argv, 0, opts, usage) || args.help) {
+    rc = args.help ? 0 : 1;
     goto out;
   }
-  log_set_level_str(cfg_str(cfg, "log_level"));
-  static const struct option opts[] = {{"shard", required_argument, 0, 's'},    {"listen", required_argument, 0, 'l'},
-                                       {"data-dir", required_argument, 0, 'd'}, {"metrics-port", required_argument, 0, 'm'},
-                                       {"ready-file", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 's': shard = atoi(optarg); break;
-    case 'l': listen = optarg; break;
-    case 'd': data_dir_arg = optarg; break;
-    case 'm': metrics_port = atoi(optarg); break;
-    case 'r': ready_file = optarg; break;
-    case 'h': usage(stdout); rc = 0; goto out;
-    default: usage(stderr); goto out;
-    }
-  }
-  if (optind < argc) {
-    log_error("unexpected argument '%s'", argv[optind]);
-    usage(stderr);
-    goto out;
-  }
+  cfg = args.cfg;
+  listen = args.listen;
   int64_t n_shards = cfg_int(cfg, "embedding_servers");
   if (shard < 0 || shard >= n_shards) {
     log_error("--shard must be given and in [0, %lld) (embedding_servers = %lld from %s)", (long long)n_shards,
@@ -135,7 +115,8 @@ int main(int argc, char **argv) {
   char extra[64], status[128];
   snprintf(extra, sizeof extra, "\"shard\": %d", shard);
   snprintf(status, sizeof status, "serving shard %d of %lld", shard, (long long)n_shards);
-  if (daemon_start(&d, metrics_port, (int)cfg_int(cfg, "embedding.metrics_port_offset"), ready_file, extra, status))
+  if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "embedding.metrics_port_offset"), args.ready_file, extra,
+                   status))
     goto out_daemon;
   log_info("serving shard=%d/%lld listen=%s port=%d metrics_port=%d data_dir=%s tables=%u layout_hash=%016llx tls=%s",
            shard, (long long)n_shards, d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
@@ -152,6 +133,6 @@ out:
   shard_map_close(&map);
   table_layout_close(&layout);
   cfg_list_free(addrs, n_addrs);
-  cfg_destroy(cfg);
+  daemon_args_close(&args);
   return rc;
 }

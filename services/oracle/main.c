@@ -11,7 +11,6 @@
  * trainers get StopWork), the server drains and the process exits 0.  The
  * daemon keeps serving Status after the job is over, until it is stopped.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,41 +45,22 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 int main(int argc, char **argv) {
   daemon_t d = {0};
+  daemon_args_t args;
   cfg_t *cfg = NULL;
   oracle_service_t *svc = NULL;
   sig_t_ sig = {0};
   int sig_on = 0;
   char err[1024] = "";
-  int rc = 1, metrics_port = -1;
-  const char *listen = NULL, *ready_file = NULL;
+  int rc = 1;
+  const char *listen = NULL;
 
   proc_init("chanter-oracle");
-  if (cfg_create(&cfg)) return 1;
-  if (cfg_parse_args(cfg, &argc, argv, err, sizeof err)) {
-    log_error("bad configuration: %s", err);
+  if (daemon_parse_args(&args, argc, argv, 0, NULL, usage) || args.help) {
+    rc = args.help ? 0 : 1;
     goto out;
   }
-  log_set_level_str(cfg_str(cfg, "log_level"));
-  static const struct option opts[] = {{"listen", required_argument, 0, 'l'},
-                                       {"metrics-port", required_argument, 0, 'm'},
-                                       {"ready-file", required_argument, 0, 'r'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'l': listen = optarg; break;
-    case 'm': metrics_port = atoi(optarg); break;
-    case 'r': ready_file = optarg; break;
-    case 'h': usage(stdout); rc = 0; goto out;
-    default: usage(stderr); goto out;
-    }
-  }
-  if (optind < argc) {
-    log_error("unexpected argument '%s'", argv[optind]);
-    usage(stderr);
-    goto out;
-  }
+  cfg = args.cfg;
+  listen = args.listen;
   if (!listen) listen = cfg_str(cfg, "cluster.oracle");
   if (!listen || !*listen) {
     log_error("no address to listen on: set cluster.oracle in the job file (from %s) or pass --listen HOST:PORT",
@@ -101,7 +81,8 @@ int main(int argc, char **argv) {
   snprintf(extra, sizeof extra, "\"job_id\": \"%s\"", oracle_job_id(oracle_service_job(svc)));
   snprintf(status, sizeof status, "waiting for %lld trainers (job %s)", (long long)cfg_int(cfg, "trainers"),
            oracle_job_id(oracle_service_job(svc)));
-  if (daemon_start(&d, metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), ready_file, extra, status))
+  if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), args.ready_file, extra,
+                   status))
     goto out_daemon;
   /* next to the daemon's own handlers (which drain the server): stop the
    * job first so that the trainers' streams end at once */
@@ -130,6 +111,6 @@ out_daemon:
   daemon_close(&d);
   if (rc == 0) log_info("stopped cleanly");
 out:
-  cfg_destroy(cfg);
+  daemon_args_close(&args);
   return rc;
 }

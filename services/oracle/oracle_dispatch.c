@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "batch_pb.h"
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
@@ -33,25 +34,10 @@
 /* Slots and keys go on the wire as the bytes of uint32_t / uint64_t arrays
  * (protobuf-c packs a bytes field by pointer, with no copy), and the
  * protocol says little-endian: like the floats of Samples, that holds only
- * on a little-endian host. */
+ * on a little-endian host (batch_pb.h encodes the samples the same way). */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the oracle's wire format assumes a little-endian host");
 
 #define SEND_QUEUE_MAX 2 /* messages queued on one stream before dispatch waits for on_sent */
-
-static void fill_samples(Chanter__Oracle__V1__Samples *s, const plan_t *p, const plan_share_t *sh) {
-  chanter__oracle__v1__samples__init(s);
-  s->n = sh->n;
-  s->n_dense = p->n_dense;
-  s->n_tables = p->n_tables;
-  s->n_hotness = p->n_tables;
-  s->hotness = p->hotness;
-  s->labels.data = (uint8_t *)sh->labels;
-  s->labels.len = (size_t)sh->n * sizeof(float);
-  s->dense.data = (uint8_t *)sh->dense;
-  s->dense.len = (size_t)sh->n * p->n_dense * sizeof(float);
-  s->ids.data = (uint8_t *)sh->ids;
-  s->ids.len = sh->n_ids * sizeof(uint64_t);
-}
 
 /* Arrays as bytes fields, by pointer (little-endian host: see the top). */
 static ProtobufCBinaryData keys_pb(const uint64_t *k, size_t n) {
@@ -64,13 +50,13 @@ static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
   return d;
 }
 
-static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
+static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
   const plan_t *pl = &s->plan;
   const plan_share_t *sh = &pl->shares[p];
   Chanter__Oracle__V1__Samples smp;
-  fill_samples(&smp, pl, sh);
+  batch_pb_encode_samples(&sh->batch, &smp);
   Chanter__Oracle__V1__Step st = CHANTER__ORACLE__V1__STEP__INIT;
-  st.iteration = s->x;
+  st.iteration = s->iteration;
   st.global_batch = pl->batch;
   st.samples = &smp;
   if (j->ideal) {
@@ -82,7 +68,7 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
     /* the cacher's decisions: rows by slot; sync_keys stays empty */
     const cacher_dec_t *d = &s->dec;
     const cacher_tr_t *t = &d->tr[p];
-    ASSERT_OP(t->n_ids, ==, sh->n_ids);
+    ASSERT_OP(t->n_ids, ==, data_batch_n_ids(&sh->batch));
     st.slots = slots_pb(t->slots, t->n_ids);
     st.fetch_keys = keys_pb(t->fetch_keys, t->n_fetch);
     st.fetch_slots = slots_pb(t->fetch_slots, t->n_fetch);
@@ -94,8 +80,8 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_slot_t *s) {
     st.prefetch_gate = d->gate;
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
-    if (s->x + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
-      const cacher_dec_t *dn = &oracle_pipeline__decided(j, s->x + 1)->dec;
+    if (s->iteration + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
+      const cacher_dec_t *dn = &oracle_pipeline__decided(j, s->iteration + 1)->dec;
       st.replicate_slots = slots_pb(dn->rep_slots, dn->n_rep);
       st.replicate_owners = slots_pb(dn->rep_owners, dn->n_rep);
       st.replicate_keys = keys_pb(dn->rep_keys, dn->n_rep);
@@ -113,7 +99,7 @@ static int send_eval(oracle_job_t *j, uint32_t p, uint64_t round) {
   const plan_t *ep = &j->fetch.eval.plan;
   const plan_share_t *sh = &ep->shares[p];
   Chanter__Oracle__V1__Samples smp;
-  fill_samples(&smp, ep, sh);
+  batch_pb_encode_samples(&sh->batch, &smp);
   Chanter__Oracle__V1__Eval ev = CHANTER__ORACLE__V1__EVAL__INIT;
   ev.round = round;
   ev.after_iteration = oracle_report__round_after(j, round);
@@ -140,7 +126,7 @@ static int dispatch(oracle_job_t *j, uint32_t p) {
     }
     uint64_t x = t->next_step;
     if (x >= j->iterations || x >= j->report.done + j->pipe.window) break;
-    const oracle_slot_t *s = oracle_pipeline__decided(j, x);
+    const oracle_entry_t *s = oracle_pipeline__decided(j, x);
     if (!s) break; /* planning or the cacher wake us */
     /* the rows x + 1 needs replicated after x are in x + 1's decision */
     if (!j->ideal && x + 1 < j->iterations && !oracle_pipeline__decided(j, x + 1)) break;

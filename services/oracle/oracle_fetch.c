@@ -11,7 +11,7 @@
  * dpc_stream in chunks of C batches, C = 1 mod the number of processors,
  * so that chunk k starts on processor k mod n and every processor serves
  * two streams at once.  They put batches into a bounded reorder queue
- * (batch x in slot x mod Q; a thread waits while x >= head + Q) and wake
+ * (batch x in entry x mod Q; a thread waits while x >= head + Q) and wake
  * the loop (j->wake: the conductor runs).  One more thread fetches the
  * evaluation set, concatenates it and splits it across trainers.  The
  * loop takes batches in order with oracle_fetch__take (the pipeline does)
@@ -62,16 +62,16 @@ static int put_batch(const data_batch_t *b, void *ud) {
   data_batch_t *c = malloc(sizeof *c);
   if (!c || plan_batch_concat(b, 1, c) != 0) {
     free(c);
-    post_error(j, -ENOMEM, "out of memory copying batch %llu", (unsigned long long)b->index);
+    post_error(j, -ENOMEM, "out of memory copying batch %llu", (unsigned long long)b->iteration);
     return 1;
   }
   metrics_counter_inc(j->m.batches);
   pthread_mutex_lock(&f->mu);
-  while (!f->stop && b->index >= f->q_head + f->q_cap) pthread_cond_wait(&f->cv_space, &f->mu);
+  while (!f->stop && b->iteration >= f->q_head + f->q_cap) pthread_cond_wait(&f->cv_space, &f->mu);
   int stop = f->stop;
   if (!stop) {
-    f->q[b->index % f->q_cap] = c;
-    if (b->index == f->q_head) uv_async_send(&j->wake);
+    f->q[b->iteration % f->q_cap] = c;
+    if (b->iteration == f->q_head) uv_async_send(&j->wake);
   }
   pthread_mutex_unlock(&f->mu);
   if (stop) {
@@ -334,7 +334,7 @@ int oracle_fetch__collect(oracle_job_t *j) {
     e->n = n;
     e->off = calloc((size_t)j->P + 1, sizeof *e->off);
     if (!e->off) return oracle_job__error(j, -ENOMEM, "out of memory preparing the evaluation set");
-    for (uint32_t p = 0; p < j->P; p++) e->off[p + 1] = e->off[p] + e->plan.shares[p].n;
+    for (uint32_t p = 0; p < j->P; p++) e->off[p + 1] = e->off[p] + e->plan.shares[p].batch.n;
     e->ready = 1;
     log_info("evaluation set ready: each evaluation scores %zu test samples batches=%llu eval_batches=%llu "
              "test_samples=%llu unique_keys=%zu",
@@ -351,10 +351,10 @@ data_batch_t *oracle_fetch__take(oracle_job_t *j, uint64_t x) {
   data_batch_t *b = NULL;
   pthread_mutex_lock(&f->mu);
   if (f->q_head == x) {
-    data_batch_t **slot = &f->q[x % f->q_cap];
-    if (*slot && (*slot)->index == x) {
-      b = *slot;
-      *slot = NULL;
+    data_batch_t **e = &f->q[x % f->q_cap];
+    if (*e && (*e)->iteration == x) {
+      b = *e;
+      *e = NULL;
       f->q_head++;
       pthread_cond_broadcast(&f->cv_space);
     }

@@ -290,9 +290,9 @@ static void metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
   m->lookahead = metrics_gauge(reg, "lookahead", NULL, "lookahead L in force (the cacher may lower it)");
   m->slots = metrics_gauge(reg, "cache_slots_used", NULL,
                            "trainer cache slots holding a row or waiting out L batches before reuse");
-  for (int k = 0; k < ORACLE_N_PH; k++) {
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
     char lab[64];
-    snprintf(lab, sizeof lab, "phase=\"%s\"", oracle_report__phase_names[k]);
+    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_name(k));
     m->phase[k] = metrics_histogram(reg, "phase_seconds", lab, "trainer time per iteration and phase",
                                     metrics_latency_bounds, metrics_latency_n);
   }

@@ -53,33 +53,15 @@
 #include "cacher.h"
 #include "oracle_job.h"
 #include "laia.h"
+#include "phase.h"
 #include "plan.h"
 #include "rpc.h"
 
 #define ORACLE_LOSS_RING 1024   /* recent per-iteration losses for the running train_logloss */
 #define ORACLE_EVAL_HISTORY 100 /* evaluations kept for the summary (the last ones) */
 
-/* Trainer time per iteration (a Report's t_*).  The last four are not
- * phases of their own but parts of others (prefetch_wait of fetch,
- * sync_wait of the step's start, sync_critical of allreduce, replicate of
- * update): they show whether the lookahead hides the traffic and what the
- * rest costs.  Names: oracle_report__phase_names. */
-enum {
-  ORACLE_PH_WAIT,
-  ORACLE_PH_FETCH,
-  ORACLE_PH_FORWARD,
-  ORACLE_PH_BACKWARD,
-  ORACLE_PH_ALLREDUCE,
-  ORACLE_PH_UPDATE,
-  ORACLE_PH_WRITE_BACK,
-  ORACLE_PH_TOTAL,
-  ORACLE_PH_PREFETCH_WAIT,
-  ORACLE_PH_SYNC_WAIT,
-  ORACLE_PH_SYNC_CRITICAL,
-  ORACLE_PH_REPLICATE,
-  ORACLE_N_PH
-};
-extern const char *const oracle_report__phase_names[ORACLE_N_PH];
+/* Trainer time per iteration (a Report's t_*): the PHASE_N_REPORT phases
+ * of phase.h, indexed by PHASE_*. */
 
 /* What a stage's step changed.  oracle_job__advance runs the stages again
  * while DECIDED or SENT: a decision may let dispatch send and the cacher
@@ -95,7 +77,7 @@ enum {
 /* ---- the job's metrics (registered together, in oracle_job_create) */
 typedef struct oracle_metrics_s {
   metrics_gauge_t *iteration, *sps, *loss, *test_loss, *test_auc, *state, *lookahead, *slots;
-  metrics_hist_t *phase[ORACLE_N_PH], *plan, *iter;
+  metrics_hist_t *phase[PHASE_N_REPORT], *plan, *iter;
   metrics_counter_t *steps, *reports, *batches, *rows_fetched, *rows_synced, *rows_replicated, *rows_synced_delayed,
       *rows_wb, *evals;
 } oracle_metrics_t;
@@ -151,19 +133,19 @@ typedef struct oracle_fetch_s {
 /* ---- oracle_pipeline.c: j->pipe */
 
 /* A batch from its planning to its last Step.  In every mode but ideal the
- * cacher reads the plan from cacher_push until cacher_decide, so a slot is
- * dispatchable once decided and is freed once decided AND sent to every
+ * cacher reads the plan from cacher_push until cacher_decide, so an entry
+ * of the ring is dispatchable once decided and is freed once decided AND sent to every
  * trainer (below every trainer's next Step). */
-enum { ORACLE_SLOT_EMPTY = 0, ORACLE_SLOT_PLANNING, ORACLE_SLOT_READY };
-typedef struct oracle_slot_s {
-  uint64_t x;
+enum { ORACLE_ENTRY_EMPTY = 0, ORACLE_ENTRY_PLANNING, ORACLE_ENTRY_READY };
+typedef struct oracle_entry_s {
+  uint64_t iteration;
   int state;
   int decided; /* ideal: as soon as READY; else dec holds the cacher's decisions */
   plan_t plan;
   cacher_dec_t dec;
   uint32_t *evict; /* every slot freed after x: the trainers' wb_slots, concatenated in rank order */
   size_t n_evict;
-} oracle_slot_t;
+} oracle_entry_t;
 
 typedef struct oracle_pipe_s {
   int open; /* oracle_pipeline__init ran: oracle_pipeline__close may */
@@ -181,12 +163,12 @@ typedef struct oracle_pipe_s {
   int laia_rc;      /* a failed allocation: the batches after it fail too */
   int laia_said;    /* the end of laia's profile was logged */
   double laia_secs; /* spent allocating */
-  /* the plans: a ring of n_plans slots, batch x in plans[x % n_plans] */
-  oracle_slot_t *plans;
+  /* the plans: a ring of n_plans entries, batch x in plans[x % n_plans] */
+  oracle_entry_t *plans;
   uint32_t n_plans, running;
   uint32_t span;   /* batches planned ahead of the slowest trainer's next Step (<= n_plans) */
   uint64_t next;   /* next batch to plan */
-  uint64_t reaped; /* slots below this one were sent to every trainer and freed */
+  uint64_t reaped; /* entries below this one were sent to every trainer and freed */
   double plan_secs_sum, sum_unique;
   uint64_t plans_done;
   /* the dispatch window: max(oracle.window, L + 2), set once L is known */
@@ -226,11 +208,11 @@ typedef struct oracle_report_rank_s {
 } oracle_report_rank_t;
 
 typedef struct oracle_agg_s { /* one iteration's reports, summed */
-  uint64_t x;
+  uint64_t iteration;
   uint32_t reports;
   double loss_sum;
   uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back, cache_hits;
-  double t[ORACLE_N_PH];
+  double t[PHASE_N_REPORT];
 } oracle_agg_t;
 
 typedef struct oracle_eval_round_s {
@@ -267,8 +249,8 @@ typedef struct oracle_report_s {
   double loss_last, tail_loss_sum, loss_ring[ORACLE_LOSS_RING];
   uint64_t tail_n;
   double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_replicated, sum_rows_written_back,
-      sum_cache_hits, sum_t[ORACLE_N_PH];
-  double first_t[ORACLE_N_PH]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
+      sum_cache_hits, sum_t[PHASE_N_REPORT];
+  double first_t[PHASE_N_REPORT]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
   double t_first_done;         /* when iteration 0 completed */
   char dense_hex[160];
 } oracle_report_t;
@@ -359,7 +341,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len);
 /* lookahead = 0 (not ideal): the cacher now, there is nothing to choose
  * (lookahead = auto or N waits for the probe batches).  0 or -ENOMEM. */
 int oracle_pipeline__start(oracle_job_t *j);
-/* Frees the slots every trainer has been sent, then queues the next
+/* Frees the entries every trainer has been sent, then queues the next
  * batches for planning on the worker pool while the plan span allows.
  * ORACLE_CH_PLANNING, 0, or an error (said). */
 int oracle_pipeline__plan(oracle_job_t *j);
@@ -367,8 +349,8 @@ int oracle_pipeline__plan(oracle_job_t *j);
  * planned batches in order and decides at most one.  ORACLE_CH_DECIDED,
  * 0, or an error (said). */
 int oracle_pipeline__cache(oracle_job_t *j);
-/* Batch x's slot if it is planned and decided, else NULL. */
-const oracle_slot_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x);
+/* Batch x's entry if it is planned and decided, else NULL. */
+const oracle_entry_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x);
 /* The job is over: frees the plans not in use on the worker pool, logs
  * laia's statistics. */
 void oracle_pipeline__end(oracle_job_t *j);

@@ -22,9 +22,9 @@
  * L fixes the dispatch window, max(oracle.window, L + 2), which dispatch
  * reads.
  *
- * A plan lives in the slot ring j->pipe.plans until it is decided and sent
- * to every trainer.  j->pipe is this file's; the planning works touch only
- * their own slot and, for laia, the part under laia_mu.
+ * A plan lives in an entry of the ring j->pipe.plans until it is decided
+ * and sent to every trainer.  j->pipe is this file's; the planning works
+ * touch only their own entry and, for laia, the part under laia_mu.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,17 +38,17 @@
 #define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */
 
-/* ---- plan slots */
+/* ---- the ring's entries */
 
-/* Frees a slot's plan and decisions (READY or decided slots only). */
-static void slot_release(oracle_slot_t *s) {
+/* Frees an entry's plan and decisions (READY or decided entries only). */
+static void entry_release(oracle_entry_t *s) {
   plan_close(&s->plan);
   if (s->decided) cacher_dec_free(&s->dec);
   free(s->evict);
   s->evict = NULL;
   s->n_evict = 0;
   s->decided = 0;
-  s->state = ORACLE_SLOT_EMPTY;
+  s->state = ORACLE_ENTRY_EMPTY;
 }
 
 /* At the end of the job: every READY plan goes (PLANNING ones go when
@@ -58,12 +58,12 @@ static void release_plans(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   if (pp->auto_running) return;
   for (uint32_t i = 0; pp->plans && i < pp->n_plans; i++)
-    if (pp->plans[i].state == ORACLE_SLOT_READY) slot_release(&pp->plans[i]);
+    if (pp->plans[i].state == ORACLE_ENTRY_READY) entry_release(&pp->plans[i]);
 }
 
-const oracle_slot_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x) {
-  const oracle_slot_t *s = &j->pipe.plans[x % j->pipe.n_plans];
-  return s->state == ORACLE_SLOT_READY && s->x == x && s->decided ? s : NULL;
+const oracle_entry_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x) {
+  const oracle_entry_t *s = &j->pipe.plans[x % j->pipe.n_plans];
+  return s->state == ORACLE_ENTRY_READY && s->iteration == x && s->decided ? s : NULL;
 }
 
 /* ---- planning on the worker pool */
@@ -73,7 +73,7 @@ typedef struct plan_work_s {
   oracle_job_t *j;
   data_batch_t *batch;
   uint32_t *owner; /* allocation = laia: decided in plan_work, in batch order; else NULL */
-  oracle_slot_t *slot;
+  oracle_entry_t *entry;
   int rc;
   double secs;
 } plan_work_t;
@@ -83,7 +83,7 @@ typedef struct plan_work_s {
  * another worker). */
 static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
   oracle_pipe_t *pp = &j->pipe;
-  uint64_t x = w->batch->index;
+  uint64_t x = w->batch->iteration;
   pthread_mutex_lock(&pp->laia_mu);
   while (pp->laia_next != x && !pp->laia_rc) pthread_cond_wait(&pp->laia_cv, &pp->laia_mu);
   int rc = pp->laia_rc;
@@ -124,8 +124,8 @@ static void plan_work(uv_work_t *req) {
   }
   /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
   unsigned flags = j->ideal ? PLAN_IDEAL : PLAN_KEYS;
-  w->rc = w->owner ? plan_build_owned(w->batch, j->P, w->owner, flags, &w->slot->plan)
-                   : plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->slot->plan);
+  w->rc = w->owner ? plan_build_owned(w->batch, j->P, w->owner, flags, &w->entry->plan)
+                   : plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->entry->plan);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -133,7 +133,7 @@ static void plan_done(uv_work_t *req, int status) {
   plan_work_t *w = req->data;
   oracle_job_t *j = w->j;
   oracle_pipe_t *pp = &j->pipe;
-  oracle_slot_t *s = w->slot;
+  oracle_entry_t *s = w->entry;
   pp->running--;
   if (status == UV_ECANCELED && !w->rc) {
     w->rc = ERR_SHUTDOWN;
@@ -141,15 +141,15 @@ static void plan_done(uv_work_t *req, int status) {
   }
   if (w->rc || oracle_job__over(j)) {
     if (!w->rc) plan_close(&s->plan);
-    s->state = ORACLE_SLOT_EMPTY;
-    if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->x, err_str(w->rc));
+    s->state = ORACLE_ENTRY_EMPTY;
+    if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->iteration, err_str(w->rc));
   } else {
-    s->state = ORACLE_SLOT_READY;
+    s->state = ORACLE_ENTRY_READY;
     s->decided = j->ideal; /* ideal: nothing to decide */
     pp->plans_done++;
     pp->plan_secs_sum += w->secs;
     pp->sum_unique += (double)s->plan.n_unique;
-    if (s->x < pp->probe) pp->probe_ready++;
+    if (s->iteration < pp->probe) pp->probe_ready++;
     metrics_hist_observe(j->m.plan, w->secs);
   }
   data_batch_free(w->batch);
@@ -174,15 +174,15 @@ int oracle_pipeline__plan(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   uint64_t slowest = min_next_step(j);
   for (; pp->reaped < slowest; pp->reaped++) { /* decided and sent: the cacher no longer reads it */
-    oracle_slot_t *s = &pp->plans[pp->reaped % pp->n_plans];
-    ASSERT(s->state == ORACLE_SLOT_READY && s->x == pp->reaped && s->decided);
-    slot_release(s);
+    oracle_entry_t *s = &pp->plans[pp->reaped % pp->n_plans];
+    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == pp->reaped && s->decided);
+    entry_release(s);
   }
   int changed = 0;
   while (pp->next < j->iterations && pp->running < PLAN_PARALLEL && pp->next < slowest + pp->span) {
     uint64_t x = pp->next;
-    oracle_slot_t *s = &pp->plans[x % pp->n_plans];
-    if (s->state != ORACLE_SLOT_EMPTY) break; /* cannot happen: see above */
+    oracle_entry_t *s = &pp->plans[x % pp->n_plans];
+    if (s->state != ORACLE_ENTRY_EMPTY) break; /* cannot happen: see above */
     data_batch_t *b = oracle_fetch__take(j, x);
     if (!b) break; /* the fetchers wake us */
     plan_work_t *w = calloc(1, sizeof *w);
@@ -194,7 +194,7 @@ int oracle_pipeline__plan(oracle_job_t *j) {
     w->req.data = w;
     w->j = j;
     w->batch = b;
-    w->slot = s;
+    w->entry = s;
     if (pp->laia && !(w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner))) {
       data_batch_free(b);
       free(b);
@@ -202,12 +202,12 @@ int oracle_pipeline__plan(oracle_job_t *j) {
       return oracle_job__error(j, -ENOMEM, "out of memory allocating the samples of batch %llu (laia)",
                                (unsigned long long)x);
     }
-    s->x = x;
-    s->state = ORACLE_SLOT_PLANNING;
+    s->iteration = x;
+    s->state = ORACLE_ENTRY_PLANNING;
     s->decided = 0;
     int rc = uv_queue_work(j->loop, &w->req, plan_work, plan_done);
     if (rc) {
-      s->state = ORACLE_SLOT_EMPTY;
+      s->state = ORACLE_ENTRY_EMPTY;
       data_batch_free(b);
       free(b);
       free(w->owner);
@@ -249,14 +249,14 @@ static int set_lookahead(oracle_job_t *j, uint32_t L) {
   return 0;
 }
 
-/* Decides batch decide_next into its slot, with the list of slots it
+/* Decides batch decide_next into its entry, with the list of slots it
  * frees.  0 or an error (said): cache_rows too small even at L = 0, out
  * of memory. */
 static int decide_one(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   uint64_t x = pp->decide_next;
-  oracle_slot_t *s = &pp->plans[x % pp->n_plans];
-  ASSERT(s->state == ORACLE_SLOT_READY && s->x == x && !s->decided);
+  oracle_entry_t *s = &pp->plans[x % pp->n_plans];
+  ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == x && !s->decided);
   char err[512];
   int rc = cacher_decide(pp->cache, &s->dec, err, sizeof err);
   if (rc) {
@@ -368,10 +368,10 @@ static int start_auto(oracle_job_t *j) {
     free(w);
     return oracle_job__error(j, -ENOMEM, "out of memory choosing lookahead = auto");
   }
-  /* n_plans >= probe: batch x < probe sits in slot x, READY and undecided */
+  /* n_plans >= probe: batch x < probe sits in entry x, READY and undecided */
   for (uint64_t x = 0; x < pp->probe; x++) {
-    const oracle_slot_t *s = &pp->plans[x % pp->n_plans];
-    ASSERT(s->state == ORACLE_SLOT_READY && s->x == x);
+    const oracle_entry_t *s = &pp->plans[x % pp->n_plans];
+    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == x);
     w->plans[x] = s->plan;
   }
   w->n = (size_t)pp->probe;
@@ -405,8 +405,8 @@ int oracle_pipeline__cache(oracle_job_t *j) {
       return rc ? rc : ORACLE_CH_DECIDED;
     }
     if (pp->push_next >= j->iterations) return 0;
-    oracle_slot_t *s = &pp->plans[pp->push_next % pp->n_plans];
-    if (s->state != ORACLE_SLOT_READY || s->x != pp->push_next) return 0;
+    oracle_entry_t *s = &pp->plans[pp->push_next % pp->n_plans];
+    if (s->state != ORACLE_ENTRY_READY || s->iteration != pp->push_next) return 0;
     int rc = cacher_push(pp->cache, &s->plan);
     if (rc)
       return oracle_job__error(j, rc, "the cacher refused batch %llu: %s", (unsigned long long)pp->push_next,

@@ -28,10 +28,6 @@
 #include "oracle_job_internal.h"
 #include "sdn.h"
 
-const char *const oracle_report__phase_names[ORACLE_N_PH] = {
-    "wait",   "fetch",      "forward", "backward",      "allreduce", "update",
-    "write_back", "total", "prefetch_wait", "sync_wait", "sync_critical", "replicate"};
-
 /* ---- the evaluation schedule */
 
 uint64_t oracle_report__rounds_upto(const oracle_job_t *j, uint64_t x) {
@@ -51,7 +47,7 @@ uint64_t oracle_report__round_after(const oracle_job_t *j, uint64_t r) {
 typedef struct report_s { /* a Report, decoded */
   uint64_t iteration, samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back,
       cache_hits;
-  double loss_sum, t[ORACLE_N_PH];
+  double loss_sum, t[PHASE_N_REPORT];
   const uint8_t *sha;
   size_t sha_len;
 } report_t;
@@ -66,11 +62,11 @@ static void decode_report(const Chanter__Oracle__V1__Report *m, report_t *r) {
                   .rows_written_back = m->rows_written_back,
                   .cache_hits = m->cache_hits,
                   .loss_sum = m->loss_sum,
-                  .t = {m->t_wait, m->t_fetch, m->t_forward, m->t_backward, m->t_allreduce, m->t_update,
-                        m->t_write_back, m->t_total, m->t_prefetch_wait, m->t_sync_wait, m->t_sync_critical,
-                        m->t_replicate},
                   .sha = m->dense_sha256.data,
                   .sha_len = m->dense_sha256.len};
+#define REPORT_T(id, name) r->t[PHASE_##id] = m->t_##name;
+  PHASE_REPORT_LIST(REPORT_T)
+#undef REPORT_T
 }
 
 static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
@@ -92,9 +88,9 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
   rp->sum_rows_replicated += (double)a->rows_replicated;
   rp->sum_rows_written_back += (double)a->rows_written_back;
   rp->sum_cache_hits += (double)a->cache_hits;
-  for (int k = 0; k < ORACLE_N_PH; k++) rp->sum_t[k] += a->t[k] / j->P;
+  for (int k = 0; k < PHASE_N_REPORT; k++) rp->sum_t[k] += a->t[k] / j->P;
   if (rp->done == 0) {
-    for (int k = 0; k < ORACLE_N_PH; k++) rp->first_t[k] = a->t[k] / j->P;
+    for (int k = 0; k < PHASE_N_REPORT; k++) rp->first_t[k] = a->t[k] / j->P;
     rp->t_first_done = now;
   }
   rp->done++;
@@ -133,8 +129,8 @@ static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, 
     return -EINVAL;
   }
   oracle_agg_t *a = &rp->agg[r->iteration % rp->n_agg];
-  if (a->reports == 0) a->x = r->iteration;
-  ASSERT(a->x == r->iteration);
+  if (a->reports == 0) a->iteration = r->iteration;
+  ASSERT(a->iteration == r->iteration);
   a->reports++;
   a->loss_sum += r->loss_sum;
   a->samples += r->samples;
@@ -146,7 +142,7 @@ static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, 
   if (r->rows_replicated > a->rows_replicated) a->rows_replicated = r->rows_replicated;
   a->rows_written_back += r->rows_written_back;
   a->cache_hits += r->cache_hits;
-  for (int k = 0; k < ORACLE_N_PH; k++) {
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
     a->t[k] += r->t[k];
     metrics_hist_observe(j->m.phase[k], r->t[k]);
   }
@@ -163,7 +159,7 @@ static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, 
   t->reported++;
   while (rp->done < j->iterations) {
     oracle_agg_t *c = &rp->agg[rp->done % rp->n_agg];
-    if (c->reports < j->P || c->x != rp->done) break;
+    if (c->reports < j->P || c->iteration != rp->done) break;
     complete_iteration(j, c);
   }
   return 0;
@@ -182,13 +178,9 @@ typedef struct eval_work_s {
 static void eval_work(uv_work_t *req) {
   eval_work_t *w = req->data;
   const oracle_eval_set_t *e = &w->j->fetch.eval;
-  float *z = w->r->logits;
+  const float *z = w->r->logits;
   w->logloss = eval_logloss(z, e->labels, e->n);
-  /* a NaN score ranks lowest, tied with -inf (eval_auc leaves NaNs' order
-   * to qsort): the logits are this round's own copy */
-  for (size_t i = 0; i < e->n; i++)
-    if (isnan(z[i])) z[i] = -INFINITY;
-  w->rc = eval_auc(z, e->labels, e->n, &w->auc);
+  w->rc = eval_auc(z, e->labels, e->n, &w->auc); /* a NaN score ranks lowest */
 }
 
 static void eval_free(oracle_eval_round_t *r) {
@@ -235,7 +227,7 @@ static int on_eval_result(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1
     snprintf(why, why_len, "EvalResult for round %llu, which was not sent to this rank", (unsigned long long)round);
     return -EINVAL;
   }
-  const plan_share_t *sh = &es->plan.shares[p];
+  const data_batch_t *sh = &es->plan.shares[p].batch;
   if (logits_len != (size_t)sh->n * sizeof(float) || (labels_len && labels_len != logits_len)) {
     snprintf(why, why_len, "EvalResult of round %llu has %zu logit bytes and %zu label bytes; the Eval had %u samples",
              (unsigned long long)round, logits_len, labels_len, sh->n);
@@ -502,9 +494,9 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_printf(&b, ", ");
   sb_num(&b, "cache_hits", n > 0 ? rp->sum_cache_hits / n : 0);
   sb_printf(&b, ", \"phase_seconds\": {");
-  for (int k = 0; k < ORACLE_N_PH; k++) {
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
     if (k) sb_printf(&b, ", ");
-    sb_num(&b, oracle_report__phase_names[k], n > 0 ? rp->sum_t[k] / n : 0);
+    sb_num(&b, phase_name(k), n > 0 ? rp->sum_t[k] / n : 0);
   }
   sb_printf(&b, "}, ");
   /* the start-up (iteration 0: planning the probe, choosing L, the first decisions and fetches) and the rest */
@@ -516,7 +508,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
     sb_num(&b, "steady_samples_per_sec", rest > 0 ? (n - 1) * j->B / rest : NAN);
     sb_printf(&b, ", ");
     sb_num(&b, "steady_iteration_seconds",
-           n > 1 ? (rp->sum_t[ORACLE_PH_TOTAL] - rp->first_t[ORACLE_PH_TOTAL]) / (n - 1) : NAN);
+           n > 1 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL]) / (n - 1) : NAN);
     sb_printf(&b, ", ");
   }
   sb_num(&b, "unique_keys", pp->plans_done ? pp->sum_unique / (double)pp->plans_done : 0);

@@ -11,7 +11,10 @@
  * configuration, build the trainer, serve Prometheus metrics, then run the
  * training on its own thread while the main thread's libuv loop handles
  * SIGTERM/SIGINT (stop: cancel the Work stream and let the training thread
- * return), the systemd watchdog and the exit.  A trainer serves no RPC.
+ * return), the systemd watchdog and the exit.  A trainer serves no RPC:
+ * it is a daemon.c daemon without a server, whose first signal calls
+ * on_stop and whose loop ends (daemon_done) when the training thread has
+ * returned.
  * READY=1 (and the ready file) come once the model is built and the
  * metrics endpoint serves -- before the oracle is joined, because the
  * group forms only when every trainer is up, and a launcher that waits for
@@ -23,7 +26,6 @@
  * (the unit's RestartPreventExitStatus=3: restarting cannot help).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@
 #include <uv.h>
 
 #include "cfg.h"
+#include "daemon.h"
 #include "err.h"
 #include "log.h"
 #include "metrics.h"
@@ -44,14 +47,12 @@
 #define STOP_GRACE_MS 10000
 
 typedef struct app_s {
-  uv_loop_t *loop;
-  uv_signal_t sigterm, sigint;
+  daemon_t *d;
   uv_async_t done;
   uv_timer_t grace;
   uv_thread_t thread;
   trainer_t *trainer;
   int rc;        /* trainer_run's result */
-  int stopping;
 } app_t;
 
 static void usage(FILE *f) {
@@ -73,14 +74,10 @@ static void train_main(void *arg) {
 }
 
 static void close_all(app_t *a) {
-  uv_signal_stop(&a->sigterm);
-  uv_signal_stop(&a->sigint);
-  uv_close((uv_handle_t *)&a->sigterm, NULL);
-  uv_close((uv_handle_t *)&a->sigint, NULL);
+  daemon_done(a->d);
   uv_close((uv_handle_t *)&a->done, NULL);
   if (uv_is_active((uv_handle_t *)&a->grace)) uv_timer_stop(&a->grace);
   uv_close((uv_handle_t *)&a->grace, NULL);
-  sdn_watchdog_stop();
 }
 
 static void on_done(uv_async_t *h) { close_all(h->data); }
@@ -92,78 +89,47 @@ static void on_grace(uv_timer_t *h) {
   _exit(1);
 }
 
-static void on_signal(uv_signal_t *h, int signum) {
-  app_t *a = h->data;
-  if (a->stopping++) {
-    log_warn("second signal while stopping signal=%d", signum);
-    return;
-  }
-  sdn_stopping();
+/* The first SIGTERM/SIGINT (daemon.c has told systemd STOPPING=1). */
+static void on_stop(daemon_t *d, int signum, void *data) {
+  (void)d;
+  app_t *a = data;
   char why[64];
   snprintf(why, sizeof why, "signal %d", signum);
   trainer_stop(a->trainer, why);
   uv_timer_start(&a->grace, on_grace, STOP_GRACE_MS, 0);
 }
 
-static int write_ready_file(const char *path, uint32_t rank, int metrics_port) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
-  fprintf(f, "{\"pid\": %d, \"rank\": %u, \"rpc_port\": 0, \"metrics_port\": %d}\n", (int)getpid(), rank,
-          metrics_port);
-  if (fclose(f) != 0) return -errno;
-  return rename(tmp, path) ? -errno : 0;
+/* --rank R: 0 <= R <= 65535 here; trainer_create checks R < trainers. */
+static int parse_rank(const char *arg, void *out) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  if (*end || v < 0 || v > 65535) {
+    log_error("--rank: '%s' is not a rank (0 <= R < trainers)", arg);
+    return -EINVAL;
+  }
+  *(int *)out = (int)v;
+  return 0;
 }
 
 int main(int argc, char **argv) {
+  daemon_t d = {0};
+  daemon_args_t args;
   cfg_t *cfg = NULL;
-  metrics_registry_t *reg = NULL;
-  metrics_http_t *http = NULL;
   app_t a;
   memset(&a, 0, sizeof a);
+  a.d = &d;
   char err[2048] = "";
-  int rc = 1, rank = 0, metrics_port = -1, loop_ready = 0;
-  const char *ready_file = NULL, *save_dense = NULL;
+  int rc = 1, rank = 0, metrics_port = -1;
+  const char *save_dense = NULL;
 
   proc_init("chanter-trainer");
-  if (cfg_create(&cfg)) return 1;
-  if (cfg_parse_args(cfg, &argc, argv, err, sizeof err)) {
-    log_error("bad configuration: %s", err);
+  const daemon_opt_t opts[] = {{"rank", parse_rank, &rank}, {"save-dense", daemon_opt_str, &save_dense}, {NULL}};
+  if (daemon_parse_args(&args, argc, argv, DAEMON_ARGS_NO_LISTEN, opts, usage) || args.help) {
+    rc = args.help ? 0 : 1;
     goto out;
   }
-  log_set_level_str(cfg_str(cfg, "log_level"));
-  static const struct option opts[] = {{"rank", required_argument, 0, 'r'},
-                                       {"metrics-port", required_argument, 0, 'm'},
-                                       {"ready-file", required_argument, 0, 'f'},
-                                       {"save-dense", required_argument, 0, 's'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'r': {
-      char *end;
-      long v = strtol(optarg, &end, 10);
-      if (*end || v < 0 || v > 65535) {
-        log_error("--rank: '%s' is not a rank (0 <= R < trainers)", optarg);
-        goto out;
-      }
-      rank = (int)v;
-      break;
-    }
-    case 'm': metrics_port = atoi(optarg); break;
-    case 'f': ready_file = optarg; break;
-    case 's': save_dense = optarg; break;
-    case 'h': usage(stdout); rc = 0; goto out;
-    default: usage(stderr); goto out;
-    }
-  }
-  if (optind < argc) {
-    log_error("unexpected argument '%s'", argv[optind]);
-    usage(stderr);
-    goto out;
-  }
+  cfg = args.cfg;
+  metrics_port = args.metrics_port;
   const char *core = nn_blas_better_core();
   if (core)
     log_warn("OpenBLAS picked generic kernels (%s) on this CPU; set OPENBLAS_CORETYPE=%s in the environment "
@@ -172,12 +138,8 @@ int main(int argc, char **argv) {
              nn_blas_core(), core);
   if (metrics_port < 0) metrics_port = (int)cfg_int(cfg, "trainer.metrics_port");
 
-  if ((rc = metrics_registry_create("chanter_trainer", &reg)) != 0) {
-    log_error("cannot create the metrics registry: %s", err_str(rc));
-    rc = 1;
-    goto out;
-  }
-  if ((rc = trainer_create(cfg, (uint32_t)rank, reg, &a.trainer, err, sizeof err)) != 0) {
+  if (daemon_init(&d, "chanter-trainer", cfg, NULL, 0, "chanter_trainer")) goto out;
+  if ((rc = trainer_create(cfg, (uint32_t)rank, d.reg, &a.trainer, err, sizeof err)) != 0) {
     log_error("cannot start trainer rank=%d: %s", rank, err[0] ? err : err_str(rc));
     rc = 1;
     goto out;
@@ -188,27 +150,18 @@ int main(int argc, char **argv) {
     goto out;
   }
   rc = 1;
-  if (metrics_http_start(reg, "127.0.0.1", metrics_port, &http)) {
-    log_warn("metrics endpoint not started port=%d (in use?); training without it", metrics_port);
-    http = NULL;
-  }
-
-  a.loop = uv_default_loop();
-  uv_signal_init(a.loop, &a.sigterm);
-  uv_signal_init(a.loop, &a.sigint);
-  uv_async_init(a.loop, &a.done, on_done);
-  uv_timer_init(a.loop, &a.grace);
-  a.sigterm.data = a.sigint.data = a.done.data = a.grace.data = &a;
-  uv_signal_start(&a.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&a.sigint, on_signal, SIGINT);
-  loop_ready = 1;
-  sdn_watchdog_start(a.loop);
-  int mport = http ? metrics_http_port(http) : 0;
-  if (ready_file && (rc = write_ready_file(ready_file, (uint32_t)rank, mport)) != 0)
-    log_warn("cannot write ready file path=%s err=\"%s\"", ready_file, err_str(rc));
-  rc = 1;
-  sdn_ready();
-  sdn_status("starting (rank %d of %lld)", rank, (long long)cfg_int(cfg, "trainers"));
+  /* the handles of the training thread's end and the stop's grace period,
+   * before any signal can arrive (signals are handled inside daemon_run) */
+  uv_async_init(d.loop, &a.done, on_done);
+  uv_timer_init(d.loop, &a.grace);
+  a.done.data = a.grace.data = &a;
+  d.stop_cb = on_stop;
+  d.stop_data = &a;
+  char extra[64], status[128];
+  snprintf(extra, sizeof extra, "\"rank\": %d", rank);
+  snprintf(status, sizeof status, "starting (rank %d of %lld)", rank, (long long)cfg_int(cfg, "trainers"));
+  daemon_start(&d, metrics_port, 0, args.ready_file, extra, status); /* without a server it cannot fail */
+  int mport = d.http ? metrics_http_port(d.http) : 0;
   log_info("started rank=%d trainers=%lld mode=%s model=%s batch_size=%lld iterations=%lld metrics_port=%d oracle=%s",
            rank, (long long)cfg_int(cfg, "trainers"), cfg_str(cfg, "mode"), cfg_str(cfg, "model"),
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "iterations"), mport,
@@ -216,10 +169,10 @@ int main(int argc, char **argv) {
   if (uv_thread_create(&a.thread, train_main, &a) != 0) {
     log_error("cannot start the training thread");
     close_all(&a);
-    uv_run(a.loop, UV_RUN_DEFAULT);
+    daemon_run(&d);
     goto out;
   }
-  uv_run(a.loop, UV_RUN_DEFAULT);
+  daemon_run(&d);
   uv_thread_join(&a.thread);
   rc = a.rc == TRAINER_JOB_FAILED ? 3 : a.rc ? 1 : 0;
   sdn_status("%s", rc == 3 ? "the job failed (see the oracle's log)" : rc ? "failed (see the log)" : "stopped");
@@ -227,10 +180,8 @@ int main(int argc, char **argv) {
   else log_info("exiting rank=%d status=%d", rank, rc);
 
 out:
-  if (loop_ready) uv_loop_close(a.loop);
-  metrics_http_stop(http);
-  trainer_destroy(a.trainer);
-  metrics_registry_destroy(reg);
-  cfg_destroy(cfg);
+  trainer_destroy(a.trainer); /* the training thread has returned */
+  daemon_close(&d);           /* the metrics endpoint, then the registry the trainer's metrics are in */
+  daemon_args_close(&args);
   return rc;
 }

@@ -63,9 +63,9 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
 static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_t *keys, size_t n, char *err,
                       size_t err_len) {
   float *rows;
-  int rc = trainer_step_set_slots(t->ts, keys, n, &rows, err, err_len);
+  int rc = trainer_step_set_keys(t->ts, keys, n, &rows, err, err_len);
   if (rc || !n) return rc;
-  const uint64_t *sk = trainer_step_slot_keys(t->ts);
+  const uint64_t *sk = trainer_step_keys(t->ts);
   uint32_t rf = trainer_step_row_floats(t->ts);
   size_t miss = 0, hit = 0;
   uint64_t *mk = malloc(n * sizeof *mk);
@@ -99,7 +99,7 @@ static int cache_rows(trainer_t *t, const trainer_work_eval_t *ev, const uint64_
 
 int trainer_eval_answer(trainer_t *t, const trainer_work_t *w, char *err, size_t err_len) {
   const trainer_work_eval_t *ev = &w->eval;
-  const trainer_step_batch_t *b = &w->batch;
+  const data_batch_t *b = &w->batch;
   char why[768] = "";
   int rc;
   const uint64_t *keys;

@@ -21,9 +21,6 @@
 /* A progress line every LOG_EVERY iterations (and the first and last). */
 #define LOG_EVERY 100
 
-static const char *phase_names[TRAINER_PH_N] = {"wait",      "fetch",  "forward",    "backward",
-                                                "allreduce", "update", "write_back", "total"};
-
 void trainer_exec_metrics(trainer_t *t, metrics_registry_t *reg) {
   trainer_metrics_t *m = &t->m;
   if (!reg) return;
@@ -43,9 +40,9 @@ void trainer_exec_metrics(trainer_t *t, metrics_registry_t *reg) {
                                "shared rows synchronized in the background, overlapped with the next step");
   m->samples = metrics_counter(reg, "samples_total", NULL, "training samples processed by this trainer");
   m->evals = metrics_counter(reg, "eval_items_total", NULL, "evaluation items answered");
-  for (int p = 0; p < TRAINER_PH_N; p++) {
+  for (int p = 0; p < PHASE_N_STEP; p++) {
     char lab[64];
-    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[p]);
+    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_name(p));
     m->phase[p] = metrics_gauge(reg, "last_phase_seconds", lab, "seconds of each phase in the last iteration");
   }
 }
@@ -72,14 +69,14 @@ static int save_dense(trainer_t *t, const char *path) {
 }
 
 int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
-  uint64_t x = s->x;
+  uint64_t x = s->iteration;
   uint32_t n = s->n;
   double *ph = s->ph;
   const trainer_exec_counts_t *c = &s->c;
   if (s->cache) { /* f. ends here: the hand-off to the background (and, after the last step, its wait) */
     double t6 = trainer_now();
-    ph[TRAINER_PH_WB] = t6 - s->t_end;
-    ph[TRAINER_PH_TOTAL] = s->t_wait + (t6 - s->t0);
+    ph[PHASE_WRITE_BACK] = t6 - s->t_end;
+    ph[PHASE_TOTAL] = s->t_wait + (t6 - s->t0);
   }
   char why[600];
   int rc = trainer_step_device_status(t->ts, why, sizeof why);
@@ -95,14 +92,14 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   r.rows_replicated = c->replicated;
   r.rows_written_back = c->written_back;
   r.cache_hits = c->hits;
-  r.t_wait = ph[TRAINER_PH_WAIT];
-  r.t_fetch = ph[TRAINER_PH_FETCH];
-  r.t_forward = ph[TRAINER_PH_FWD];
-  r.t_backward = ph[TRAINER_PH_BWD];
-  r.t_allreduce = ph[TRAINER_PH_ALLREDUCE];
-  r.t_update = ph[TRAINER_PH_UPDATE];
-  r.t_write_back = ph[TRAINER_PH_WB];
-  r.t_total = ph[TRAINER_PH_TOTAL];
+  r.t_wait = ph[PHASE_WAIT];
+  r.t_fetch = ph[PHASE_FETCH];
+  r.t_forward = ph[PHASE_FORWARD];
+  r.t_backward = ph[PHASE_BACKWARD];
+  r.t_allreduce = ph[PHASE_ALLREDUCE];
+  r.t_update = ph[PHASE_UPDATE];
+  r.t_write_back = ph[PHASE_WRITE_BACK];
+  r.t_total = ph[PHASE_TOTAL];
   r.t_prefetch_wait = c->prefetch_wait;
   r.t_sync_wait = c->sync_wait;
   r.t_sync_critical = c->sync_critical;
@@ -127,7 +124,7 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   trainer_metrics_t *m = &t->m;
   metrics_gauge_set(m->iter, (double)x);
   if (n) metrics_gauge_set(m->loss, s->loss / n);
-  metrics_hist_observe(m->step, ph[TRAINER_PH_TOTAL] - ph[TRAINER_PH_WAIT]);
+  metrics_hist_observe(m->step, ph[PHASE_TOTAL] - ph[PHASE_WAIT]);
   metrics_counter_add(m->fetched, c->fetched);
   metrics_counter_add(m->synced, c->synced);
   metrics_counter_add(m->written, c->written_back);
@@ -135,16 +132,16 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   metrics_counter_add(m->delayed, c->synced_delayed);
   metrics_counter_add(m->replicated, c->replicated);
   metrics_counter_add(m->samples, n);
-  for (int p = 0; p < TRAINER_PH_N; p++) metrics_gauge_set(m->phase[p], ph[p]);
+  for (int p = 0; p < PHASE_N_STEP; p++) metrics_gauge_set(m->phase[p], ph[p]);
   if (x == 0 || (x + 1) % LOG_EVERY == 0 || x + 1 == t->iterations) {
     log_info("progress rank=%u iteration=%" PRIu64 " done=%" PRIu64 "/%" PRIu64
              " samples=%u loss=%.5f lookahead=%u rows_fetched=%zu cache_hits=%zu rows_synced=%zu delayed=%zu"
              " rows_written_back=%zu wait_ms=%.2f fetch_ms=%.2f forward_ms=%.2f sync_wait_ms=%.2f backward_ms=%.2f"
              " allreduce_ms=%.2f dense_comm_ms=%.2f update_ms=%.2f write_back_ms=%.2f total_ms=%.2f%s%s",
              t->rank, x, x + 1, t->iterations, n, n ? s->loss / n : 0.0, c->lookahead, c->fetched, c->hits,
-             c->synced, c->synced_delayed, c->written_back, 1e3 * ph[TRAINER_PH_WAIT], 1e3 * ph[TRAINER_PH_FETCH],
-             1e3 * ph[TRAINER_PH_FWD], 1e3 * c->sync_wait, 1e3 * ph[TRAINER_PH_BWD], 1e3 * ph[TRAINER_PH_ALLREDUCE],
-             1e3 * c->dense_comm, 1e3 * ph[TRAINER_PH_UPDATE], 1e3 * ph[TRAINER_PH_WB], 1e3 * ph[TRAINER_PH_TOTAL],
+             c->synced, c->synced_delayed, c->written_back, 1e3 * ph[PHASE_WAIT], 1e3 * ph[PHASE_FETCH],
+             1e3 * ph[PHASE_FORWARD], 1e3 * c->sync_wait, 1e3 * ph[PHASE_BACKWARD], 1e3 * ph[PHASE_ALLREDUCE],
+             1e3 * c->dense_comm, 1e3 * ph[PHASE_UPDATE], 1e3 * ph[PHASE_WRITE_BACK], 1e3 * ph[PHASE_TOTAL],
              hex[0] ? " dense_sha256=" : "", hex);
     sdn_status("training: iteration %" PRIu64 "/%" PRIu64 " (rank %u of %u)", x + 1, t->iterations, t->rank,
                t->trainers);
@@ -177,11 +174,11 @@ static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, siz
 static void step_begin(const trainer_work_t *w, double t_wait, int cache, trainer_exec_step_t *s) {
   memset(s, 0, sizeof *s);
   s->w = w;
-  s->x = w->step.iteration;
+  s->iteration = w->step.iteration;
   s->n = w->batch.n;
   s->cache = cache;
   s->t_wait = t_wait;
-  s->ph[TRAINER_PH_WAIT] = t_wait;
+  s->ph[PHASE_WAIT] = t_wait;
   s->t0 = trainer_now();
 }
 
@@ -190,8 +187,8 @@ static void step_begin(const trainer_work_t *w, double t_wait, int cache, traine
 int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expect, double t_wait,
                             trainer_exec_step_t *s, char *err, size_t err_len) {
   step_begin(w, t_wait, 0, s);
-  uint64_t x = s->x;
-  const trainer_step_batch_t *b = &w->batch;
+  uint64_t x = s->iteration;
+  const data_batch_t *b = &w->batch;
   double *ph = s->ph, t0 = s->t0;
   char why[768] = "";
   int rc = check_next(x, expect, err, err_len);
@@ -219,18 +216,19 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
   /* d. update; e. the rows back to the local store */
   trainer_step_update(t->ts);
   double t5 = trainer_now();
-  size_t n_wb = trainer_step_slots(t->ts);
-  if ((rc = trainer_rows_scatter(t->local, trainer_step_slot_keys(t->ts), n_wb, trainer_step_slot_rows(t->ts), why, sizeof why)) != 0)
+  size_t n_wb = trainer_step_n_keys(t->ts);
+  if ((rc = trainer_rows_scatter(t->local, trainer_step_keys(t->ts), n_wb, trainer_step_key_rows(t->ts), why,
+                                  sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
   double t6 = trainer_now();
 
-  ph[TRAINER_PH_FETCH] = t1 - t0;
-  ph[TRAINER_PH_FWD] = t2 - t1;
-  ph[TRAINER_PH_BWD] = t3 - t2;
-  ph[TRAINER_PH_ALLREDUCE] = t4 - t3;
-  ph[TRAINER_PH_UPDATE] = t5 - t4;
-  ph[TRAINER_PH_WB] = t6 - t5;
-  ph[TRAINER_PH_TOTAL] = t_wait + (t6 - t0);
+  ph[PHASE_FETCH] = t1 - t0;
+  ph[PHASE_FORWARD] = t2 - t1;
+  ph[PHASE_BACKWARD] = t3 - t2;
+  ph[PHASE_ALLREDUCE] = t4 - t3;
+  ph[PHASE_UPDATE] = t5 - t4;
+  ph[PHASE_WRITE_BACK] = t6 - t5;
+  ph[PHASE_TOTAL] = t_wait + (t6 - t0);
   /* f. the report: no embedding traffic */
   return 0;
 }
@@ -242,15 +240,15 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
   step_begin(w, t_wait, 1, s);
   s->c.lookahead = w->step.lookahead;
   s->c.prefetch_wait = t_prefetch;
-  s->ph[TRAINER_PH_WAIT] = t_wait - t_prefetch;
-  s->ph[TRAINER_PH_FETCH] = t_prefetch; /* the part of the wait spent on this step's own rows */
+  s->ph[PHASE_WAIT] = t_wait - t_prefetch;
+  s->ph[PHASE_FETCH] = t_prefetch; /* the part of the wait spent on this step's own rows */
   char why[768] = "";
-  int rc = check_next(s->x, expect, err, err_len);
+  int rc = check_next(s->iteration, expect, err, err_len);
   if (rc) return rc;
   if ((rc = trainer_step_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
-    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->x, why);
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->iteration, why);
   s->t_end = trainer_now();
-  s->ph[TRAINER_PH_FWD] = s->t_end - s->t0;
+  s->ph[PHASE_FORWARD] = s->t_end - s->t0;
   return 0;
 }
 
@@ -263,9 +261,9 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
   trainer_ar_begin(t->join.dense_ar);
   s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch ? st->global_batch : 1);
   double t3 = trainer_now();
-  s->ph[TRAINER_PH_BWD] = t3 - t2;
+  s->ph[PHASE_BACKWARD] = t3 - t2;
   s->t_end = t3;
-  return dense_finish(t, s->x, &s->c.dense_comm, err, err_len);
+  return dense_finish(t, s->iteration, &s->c.dense_comm, err, err_len);
 }
 
 int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
@@ -281,11 +279,11 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
     if (rc)
       return err_set(err, err_len, rc,
                      "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
-                     s->x, n_crit, t->trainers, err_str(rc));
+                     s->iteration, n_crit, t->trainers, err_str(rc));
     trainer_step_cache_unpack(t->ts, st->sync_critical, n_crit, e->crit_buf);
   }
   double t4 = trainer_now();
-  s->ph[TRAINER_PH_ALLREDUCE] = t4 - s->t_end; /* from the backward's end: the dense all-reduce's rest too */
+  s->ph[PHASE_ALLREDUCE] = t4 - s->t_end; /* from the backward's end: the dense all-reduce's rest too */
   s->c.sync_critical = t4 - tc0;
   s->t_end = t4;
   return 0;
@@ -358,11 +356,11 @@ int trainer_exec_update(trainer_t *t, trainer_exec_step_t *s, float *delayed_gra
    * owner's copy everywhere; rows taking an owner here go stale elsewhere
    * (part of the update phase) */
   double tr0 = trainer_now();
-  int rc = ownership(t, st, s->x, err, err_len);
+  int rc = ownership(t, st, s->iteration, err, err_len);
   if (rc) return rc;
   double t5 = trainer_now();
   s->c.replicate = t5 - tr0;
-  s->ph[TRAINER_PH_UPDATE] = t5 - s->t_end;
+  s->ph[PHASE_UPDATE] = t5 - s->t_end;
   s->t_end = t5;
 
   trainer_exec_counts_t *c = &s->c;

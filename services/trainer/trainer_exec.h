@@ -34,21 +34,9 @@
 #include <stdint.h>
 
 #include "metrics.h"
+#include "phase.h"
 #include "trainer_loop.h"
 #include "trainer_work.h"
-
-/* The phases of a step (the Report's t_*, the last_phase_seconds gauge). */
-enum {
-  TRAINER_PH_WAIT,
-  TRAINER_PH_FETCH,
-  TRAINER_PH_FWD,
-  TRAINER_PH_BWD,
-  TRAINER_PH_ALLREDUCE,
-  TRAINER_PH_UPDATE,
-  TRAINER_PH_WB,
-  TRAINER_PH_TOTAL,
-  TRAINER_PH_N
-};
 
 typedef struct trainer_exec_s {
   atomic_ullong last_done; /* last finished iteration + 1 (0: none); any thread reads it */
@@ -69,13 +57,13 @@ typedef struct trainer_exec_counts_s {
  * background). */
 typedef struct trainer_exec_step_s {
   const trainer_work_t *w;
-  uint64_t x;
+  uint64_t iteration;
   uint32_t n;       /* samples */
   int cache;        /* the cache path: the hand-off phase ends when the report starts */
   double loss;
   double t_wait;    /* the wait for the item */
   double t0, t_end; /* the step's start; the end of its last phase measured */
-  double ph[TRAINER_PH_N];
+  double ph[PHASE_N_STEP]; /* the step's phases (phase.h: the Report's t_*, the last_phase_seconds gauge) */
   trainer_exec_counts_t c;
 } trainer_exec_step_t;
 

@@ -224,21 +224,21 @@ static int step_cache(trainer_t *t, trainer_item_t **itp, uint64_t expect, doubl
     return err_set(err, err_len, rc, "%s", why);
   /* c. backward, the dense all-reduce overlapped with it */
   if ((rc = trainer_exec_backward(t, &s, err, err_len)) != 0) return rc;
-  trainer_pipeline_gate_advance(t, s.x); /* every trainer finished x - 1: prefetches gated on it may go */
+  trainer_pipeline_gate_advance(t, s.iteration); /* every trainer finished x - 1: prefetches gated on it may go */
   /* d. critical rows: synchronized before x + 1 starts */
   if ((rc = trainer_exec_sync_critical(t, &s, err, err_len)) != 0) return rc;
   /* e. updates and ownership, the delayed rows' gradients packed for the
    * background */
   float *delayed_grads;
   if (trainer_pipeline_bg_reserve(t, &(*itp)->work, &delayed_grads) != 0)
-    return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", s.x);
+    return err_set(err, err_len, -ENOMEM, "iteration %" PRIu64 ": out of memory for the background work", s.iteration);
   if ((rc = trainer_exec_update(t, &s, delayed_grads, err, err_len)) != 0) return rc;
   /* f. the rest of x to the background: delayed rows, write-backs, then
    * its evictions; the last step's write-backs are durable before its
    * Report: the digest the job computes next must see them */
   trainer_pipeline_bg_submit(t, *itp);
   *itp = NULL;
-  if (s.x + 1 == t->iterations && (rc = trainer_pipeline_bg_wait(t, &s.c.sync_wait, why, sizeof why)) != 0)
+  if (s.iteration + 1 == t->iterations && (rc = trainer_pipeline_bg_wait(t, &s.c.sync_wait, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "%s", why);
   /* g. report */
   return trainer_exec_report(t, &s, err, err_len);

@@ -2,7 +2,7 @@
  * trainer_rows: mode = ideal's trainer-local row store (see
  * trainer_rows.h): a u64map from key to a row index in one growing array,
  * rows initialized on first use as an embedding server would, and the
- * "fetch" that fills trainer_step's slot array from it.
+ * "fetch" that fills trainer_step's row array from it.
  */
 #include "trainer_rows.h"
 
@@ -95,10 +95,10 @@ int trainer_rows_scatter(trainer_rows_t *s, const uint64_t *keys, size_t n, cons
 
 int trainer_rows_fetch(trainer_rows_t *s, trainer_step_t *ts, const uint64_t *keys, size_t n, char *err, size_t err_len) {
   float *rows;
-  int rc = trainer_step_set_slots(ts, keys, n, &rows, err, err_len);
+  int rc = trainer_step_set_keys(ts, keys, n, &rows, err, err_len);
   if (rc || !n) return rc;
   char why[256] = "";
-  rc = trainer_rows_gather(s, trainer_step_slot_keys(ts), n, rows, why, sizeof why);
+  rc = trainer_rows_gather(s, trainer_step_keys(ts), n, rows, why, sizeof why);
   if (rc) err_set(err, err_len, rc, "local rows: %s", why[0] ? why : err_str(rc));
   return rc;
 }

@@ -60,7 +60,7 @@
 /* The trainer's metrics (registered by trainer_exec_metrics; NULL
  * handles without a registry, which the metrics calls accept). */
 typedef struct trainer_metrics_s {
-  metrics_gauge_t *iter, *loss, *phase[TRAINER_PH_N];
+  metrics_gauge_t *iter, *loss, *phase[PHASE_N_STEP];
   metrics_hist_t *step;
   metrics_counter_t *fetched, *synced, *written, *samples, *evals, *hits, *delayed, *replicated;
 } trainer_metrics_t;

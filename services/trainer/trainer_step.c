@@ -1,6 +1,6 @@
 /*
  * trainer_step: the math of one training step (contract in trainer_step.h)
- * -- the key path's slot array, the cache's slot array and compact
+ * -- the key path's row array, the cache's slot array and compact
  * per-slot gradients, forward / backward / optimizer over them, on the CPU
  * here and on the GPU through tcache_cuda.h and model_dev.h, whose calls
  * sit in #ifdef CHANTER_CUDA branches next to the C loops they mirror.
@@ -50,14 +50,14 @@ struct trainer_step_s {
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
 
-  /* slots */
-  uint64_t *slot_keys;
-  float *rows, *grad; /* n_slots x rf, n_slots x dim */
-  uint8_t *touched;   /* n_slots: the slot has a gradient this step */
-  size_t n_slots, cap_slots;
+  /* the key path: the step's sorted keys and their rows */
+  uint64_t *keys;
+  float *rows, *grad; /* n_keys x rf, n_keys x dim */
+  uint8_t *touched;   /* n_keys: the key has a gradient this step */
+  size_t n_keys, cap_keys;
 
   /* one batch */
-  uint64_t *idx;     /* ids mapped to slots, same layout as ids (max_batch samples) */
+  uint64_t *idx;     /* ids mapped to key indices or cache slots, same layout as ids (max_batch samples) */
   float *emb, *d_emb, *logits;
   uint64_t *uniq;
   float *ugrad;
@@ -172,7 +172,7 @@ void trainer_step_destroy(trainer_step_t *ts) {
   opt_destroy(ts->dense_opt);
   table_layout_close(&ts->layout);
   free(ts->hotness);
-  free(ts->slot_keys);
+  free(ts->keys);
   free(ts->rows);
   free(ts->grad);
   free(ts->touched);
@@ -234,9 +234,9 @@ opt_t *trainer_step_dense_opt(trainer_step_t *ts) { return ts->dense_opt; }
 uint32_t trainer_step_dim(const trainer_step_t *ts) { return ts->dim; }
 uint32_t trainer_step_row_floats(const trainer_step_t *ts) { return ts->rf; }
 uint32_t trainer_step_max_batch(const trainer_step_t *ts) { return ts->max_batch; }
-size_t trainer_step_slots(const trainer_step_t *ts) { return ts->n_slots; }
-const uint64_t *trainer_step_slot_keys(const trainer_step_t *ts) { return ts->slot_keys; }
-float *trainer_step_slot_rows(trainer_step_t *ts) { return ts->rows; }
+size_t trainer_step_n_keys(const trainer_step_t *ts) { return ts->n_keys; }
+const uint64_t *trainer_step_keys(const trainer_step_t *ts) { return ts->keys; }
+float *trainer_step_key_rows(trainer_step_t *ts) { return ts->rows; }
 const float *trainer_step_logits(const trainer_step_t *ts) { return ts->logits; }
 
 /* ---------------------------------------------------------------- batches */
@@ -257,7 +257,7 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-int trainer_step_batch_keys(trainer_step_t *ts, const trainer_step_batch_t *b, const uint64_t **keys, size_t *n) {
+int trainer_step_batch_keys(trainer_step_t *ts, const data_batch_t *b, const uint64_t **keys, size_t *n) {
   size_t total = b->n ? b->ids_off[ts->n_tables] : 0;
   if (grow((void **)&ts->bkeys, &ts->cap_bkeys, total + 1, sizeof *ts->bkeys)) return -ENOMEM;
   size_t k = 0;
@@ -272,14 +272,14 @@ int trainer_step_batch_keys(trainer_step_t *ts, const trainer_step_batch_t *b, c
   return 0;
 }
 
-/* ---------------------------------------------------------------- slots */
+/* ---------------------------------------------------------------- the key path's keys */
 
-int trainer_step_set_slots(trainer_step_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len) {
-  if (n > ts->cap_slots) {
-    size_t nc = ts->cap_slots ? ts->cap_slots : 1024;
+int trainer_step_set_keys(trainer_step_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len) {
+  if (n > ts->cap_keys) {
+    size_t nc = ts->cap_keys ? ts->cap_keys : 1024;
     while (nc < n) nc *= 2;
-    uint64_t *k = realloc(ts->slot_keys, nc * sizeof *k);
-    if (k) ts->slot_keys = k;
+    uint64_t *k = realloc(ts->keys, nc * sizeof *k);
+    if (k) ts->keys = k;
     float *r = realloc(ts->rows, nc * ts->rf * sizeof(float));
     if (r) ts->rows = r;
     float *g = realloc(ts->grad, nc * ts->dim * sizeof(float));
@@ -287,36 +287,36 @@ int trainer_step_set_slots(trainer_step_t *ts, const uint64_t *keys, size_t n, f
     uint8_t *tch = realloc(ts->touched, nc);
     if (tch) ts->touched = tch;
     if (!k || !r || !g || !tch) return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows", n);
-    ts->cap_slots = nc;
+    ts->cap_keys = nc;
   }
-  ts->n_slots = 0;
+  ts->n_keys = 0;
   ts->fwd_ok = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t k = keys[i];
-    if (i && k <= ts->slot_keys[i - 1])
+    if (i && k <= ts->keys[i - 1])
       return err_set(err, err_len, -EINVAL, "fetch keys are not strictly ascending at index %zu (%#" PRIx64
-                     " after %#" PRIx64 ")", i, k, ts->slot_keys[i - 1]);
+                     " after %#" PRIx64 ")", i, k, ts->keys[i - 1]);
     if (TABLE_ID(k) >= ts->n_tables)
       return err_set(err, err_len, -EINVAL, "fetch key %#" PRIx64 " names table %u; the job has %u tables", k,
                      TABLE_ID(k), ts->n_tables);
-    ts->slot_keys[i] = k;
+    ts->keys[i] = k;
   }
-  ts->n_slots = n;
+  ts->n_keys = n;
   if (n) memset(ts->touched, 0, n);
   *rows = ts->rows;
   return 0;
 }
 
-long trainer_step_slot_of(const trainer_step_t *ts, uint64_t key) {
-  size_t lo = 0, hi = ts->n_slots;
+long trainer_step_key_index(const trainer_step_t *ts, uint64_t key) {
+  size_t lo = 0, hi = ts->n_keys;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (ts->slot_keys[mid] < key)
+    if (ts->keys[mid] < key)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return lo < ts->n_slots && ts->slot_keys[lo] == key ? (long)lo : -1;
+  return lo < ts->n_keys && ts->keys[lo] == key ? (long)lo : -1;
 }
 
 /* ---------------------------------------------------------------- the cache */
@@ -394,7 +394,7 @@ static float *cache_grad_of(trainer_step_t *ts, uint32_t s) {
   return ts->cgrad + (size_t)i * ts->dim;
 }
 
-int trainer_step_cache_forward(trainer_step_t *ts, const trainer_step_batch_t *b, const uint32_t *slots, char *err, size_t err_len) {
+int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const uint32_t *slots, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   ts->cache_mode = 1;
   if (b->n > ts->max_batch)
@@ -530,9 +530,9 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
 
 /* ---------------------------------------------------------------- forward / backward */
 
-/* Maps samples [i0, i0 + n) of b to slots (ts->idx, same layout as b's ids
+/* Maps samples [i0, i0 + n) of b to key indices (ts->idx, same layout as b's ids
  * for those n samples) and pools them into ts->emb. */
-static int map_and_pool(trainer_step_t *ts, const trainer_step_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
+static int map_and_pool(trainer_step_t *ts, const data_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
   for (uint32_t t = 0; t < ts->n_tables; t++) {
     uint32_t h = ts->hotness[t];
@@ -540,12 +540,12 @@ static int map_and_pool(trainer_step_t *ts, const trainer_step_batch_t *b, uint3
     uint64_t *idx = ts->idx + o;
     for (size_t j = 0; j < (size_t)n * h; j++) {
       uint64_t row = ids[j];
-      long s = row <= TABLE_ROW_MASK ? trainer_step_slot_of(ts, TABLE_KEY(t, row)) : -1;
+      long s = row <= TABLE_ROW_MASK ? trainer_step_key_index(ts, TABLE_KEY(t, row)) : -1;
       if (s < 0)
         return err_set(err, err_len, -ENOENT,
                        "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
                        ") is not among the %zu rows fetched for this batch",
-                       i0 + j / h, t, TABLE_KEY(t, row), t, row, ts->n_slots);
+                       i0 + j / h, t, TABLE_KEY(t, row), t, row, ts->n_keys);
       idx[j] = (uint64_t)s;
     }
     nn_embedding_bag_fwd(ts->rows, ts->rf, idx, n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
@@ -554,7 +554,7 @@ static int map_and_pool(trainer_step_t *ts, const trainer_step_batch_t *b, uint3
   return 0;
 }
 
-int trainer_step_forward(trainer_step_t *ts, const trainer_step_batch_t *b, char *err, size_t err_len) {
+int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   ts->cache_mode = 0;
   if (b->n > ts->max_batch)
@@ -570,13 +570,13 @@ int trainer_step_forward(trainer_step_t *ts, const trainer_step_batch_t *b, char
   return 0;
 }
 
-double trainer_step_backward(trainer_step_t *ts, const trainer_step_batch_t *b, uint32_t global_batch) {
+double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch) {
   ASSERT(ts->fwd_ok);
   ASSERT_OP(b->n, ==, ts->fwd_n);
   if (ts->cache_mode) cache_reset(ts);
-  if (!ts->cache_mode && ts->n_slots) {
-    memset(ts->grad, 0, ts->n_slots * ts->dim * sizeof(float));
-    memset(ts->touched, 0, ts->n_slots);
+  if (!ts->cache_mode && ts->n_keys) {
+    memset(ts->grad, 0, ts->n_keys * ts->dim * sizeof(float));
+    memset(ts->touched, 0, ts->n_keys);
   }
   if (!b->n) {
     memset(model_dev_grads(ts->md), 0, model_dev_n_params(ts->md) * sizeof(float));
@@ -638,7 +638,7 @@ double trainer_step_backward(trainer_step_t *ts, const trainer_step_batch_t *b, 
 size_t trainer_step_update(trainer_step_t *ts) {
   dense_step(ts);
   size_t updated = 0;
-  for (size_t s = 0; s < ts->n_slots; s++) {
+  for (size_t s = 0; s < ts->n_keys; s++) {
     if (!ts->touched[s]) continue;
     opt_row_update(ts->emb_kind, &ts->emb_hp, ts->rows + s * ts->rf, ts->dim, ts->grad + s * ts->dim);
     updated++;
@@ -649,7 +649,7 @@ size_t trainer_step_update(trainer_step_t *ts) {
 
 /* ---------------------------------------------------------------- eval, digest */
 
-int trainer_step_eval(trainer_step_t *ts, const trainer_step_batch_t *b, float *out, char *err, size_t err_len) {
+int trainer_step_eval(trainer_step_t *ts, const data_batch_t *b, float *out, char *err, size_t err_len) {
   ts->fwd_ok = 0;
   for (uint32_t i0 = 0; i0 < b->n; i0 += ts->max_batch) {
     uint32_t m = b->n - i0 < ts->max_batch ? b->n - i0 : ts->max_batch;

@@ -7,25 +7,26 @@
  * trainer_work.h decoded from the oracle's messages; the unit tests drive
  * them by hand to simulate several trainers in one process).
  *
- * Rows live in a dense SLOT ARRAY: slot i holds the row (vector + optimizer
- * state, table_row_floats floats) of slot_keys[i], the sorted keys fetched
- * for the step.  Every table must have the same row floats (the models
- * need one embedding dim, so they do): the array has one uniform stride
- * and is exactly the packed reply of embc_lookup, which fills it in place.
- * Sample ids (rows of their table, key = TABLE_KEY(t, row)) are mapped to
- * slots by binary search; the pooled embeddings are nn_embedding_bag_fwd
- * over (slot array, slot indices).  Two ways to hold rows:
+ * Rows live in a dense ROW ARRAY with one uniform stride (vector +
+ * optimizer state, table_row_floats floats: every table must have the
+ * same, and the models need one embedding dim, so they do).  Sample ids
+ * (rows of their table, key = TABLE_KEY(t, row)) are mapped to indices
+ * into it; the pooled embeddings are nn_embedding_bag_fwd over (row array,
+ * indices).  Two ways to hold rows:
  *
  * The key path (mode = ideal, whose rows live in the trainer, and
- * evaluation): the step's sorted keys are the slots.
- *   trainer_step_set_slots       keys to hold; returns the array to fill
- *   trainer_step_forward         map ids -> slots, pool, model_forward
+ * evaluation): row i of the array is the row of keys[i], the sorted keys
+ * fetched for the step; the array is exactly the packed reply of
+ * embc_lookup, which fills it in place; ids are mapped to their key's
+ * index by binary search.
+ *   trainer_step_set_keys        keys to hold; returns the array to fill
+ *   trainer_step_forward         map ids -> key indices, pool, model_forward
  *   trainer_step_backward        model_backward(scale = 1/global_batch), then per
  *                         table nn_embedding_bag_bwd (coalesced, in sample
- *                         order) into a per-slot gradient (zeroed first)
+ *                         order) into a per-key gradient (zeroed first)
  *   [all-reduce trainer_step_grads() over the trainers]
  *   trainer_step_update          dense optimizer step; row optimizer on every
- *                         slot with a gradient
+ *                         key with a gradient
  * With one trainer this is exactly the arithmetic of `chanter train
  * --local` (same pooling, same gradients, same per-row sums in sample
  * order, same updates), so the results are bit-identical.
@@ -51,18 +52,10 @@
 
 typedef struct trainer_step_s trainer_step_t;
 
-/* A batch as the step reads it: n samples, labels[n], dense[n * n_dense],
- * ids table-major (table t's n * hotness[t] rows at ids + ids_off[t],
- * sample-major inside), with hotness and ids_off of the job's schema and
- * this n.  Views into buffers owned by someone else (a decoded work item,
- * trainer_work.h; tests: their own arrays). */
-typedef struct trainer_step_batch_s {
-  uint32_t n;
-  const float *labels;
-  const float *dense;
-  const uint64_t *ids;
-  const size_t *ids_off; /* n_tables + 1 entries */
-} trainer_step_batch_t;
+/* The step reads a batch (data_batch_t, data.h) of the job's schema: n
+ * samples, labels[n], dense[n * n_dense], ids table-major (table t's
+ * n * hotness[t] rows at ids + ids_off[t], sample-major inside).  It only
+ * reads it: usually a view into a decoded work item (trainer_work.h). */
 
 /* Builds the model of cfg (model_create with the schema's n_dense /
  * n_tables, the layout's dim, max_batch), model_init(seed), the dense
@@ -102,28 +95,28 @@ uint32_t trainer_step_max_batch(const trainer_step_t *ts);
 
 /* The sorted unique keys of b's ids (ideal mode computes its own fetch
  * list); *keys is owned by ts until the next call.  0 or -ENOMEM. */
-int trainer_step_batch_keys(trainer_step_t *ts, const trainer_step_batch_t *b, const uint64_t **keys, size_t *n);
+int trainer_step_batch_keys(trainer_step_t *ts, const data_batch_t *b, const uint64_t **keys, size_t *n);
 
-/* Sets the step's slots to keys[0..n) (strictly ascending; copied) and returns in *rows the slot array (n * row_floats
+/* Sets the step's keys to keys[0..n) (strictly ascending; copied) and returns in *rows the row array (n * row_floats
  * floats, uninitialized) for the caller to fill (embc_lookup into it).
  * 0, -EINVAL (unsorted, or a table with another row size), -ENOMEM. */
-int trainer_step_set_slots(trainer_step_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len);
-size_t trainer_step_slots(const trainer_step_t *ts);
-const uint64_t *trainer_step_slot_keys(const trainer_step_t *ts);
-float *trainer_step_slot_rows(trainer_step_t *ts);
-/* Slot of key, or -1. */
-long trainer_step_slot_of(const trainer_step_t *ts, uint64_t key);
+int trainer_step_set_keys(trainer_step_t *ts, const uint64_t *keys, size_t n, float **rows, char *err, size_t err_len);
+size_t trainer_step_n_keys(const trainer_step_t *ts);
+const uint64_t *trainer_step_keys(const trainer_step_t *ts);
+float *trainer_step_key_rows(trainer_step_t *ts);
+/* Index of key among the step's keys (its row in the row array), or -1. */
+long trainer_step_key_index(const trainer_step_t *ts, uint64_t key);
 
 /* Maps b's ids to slots (-ENOENT with err naming the sample, table and key
  * when a row was not fetched), pools, runs model_forward.  n == 0 is fine
  * (nothing runs).  Logits: trainer_step_logits. */
-int trainer_step_forward(trainer_step_t *ts, const trainer_step_batch_t *b, char *err, size_t err_len);
+int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, size_t err_len);
 const float *trainer_step_logits(const trainer_step_t *ts);
 /* Backward of the last trainer_step_forward: model_grads() = (1/global_batch) *
  * gradient of the sum of b's losses (all zeros when n == 0), and each
  * slot's row gradient (zero for slots no sample of b uses).  Returns the
  * sum of b's BCE losses. */
-double trainer_step_backward(trainer_step_t *ts, const trainer_step_batch_t *b, uint32_t global_batch);
+double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch);
 
 /* The optimizer: opt_step on the dense parameters with trainer_step_grads();
  * opt_row_update on every slot that has a gradient (used by b).  Returns
@@ -155,7 +148,7 @@ size_t trainer_step_update(trainer_step_t *ts);
 int trainer_step_cache_init(trainer_step_t *ts, uint64_t cache_rows, char *err, size_t err_len);
 uint64_t trainer_step_cache_size(const trainer_step_t *ts);
 float *trainer_step_cache_rows(trainer_step_t *ts);
-int trainer_step_cache_forward(trainer_step_t *ts, const trainer_step_batch_t *b, const uint32_t *slots, char *err, size_t err_len);
+int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const uint32_t *slots, char *err, size_t err_len);
 int trainer_step_cache_pack(trainer_step_t *ts, const uint32_t *slots, size_t n, float *buf);
 void trainer_step_cache_unpack(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *buf);
 size_t trainer_step_cache_update(trainer_step_t *ts, const uint32_t *skip_slots, size_t n_skip);
@@ -165,7 +158,7 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
 
 /* Forward only over b (any n: run in chunks of max_batch), logits into
  * out[b->n].  Changes no parameter. */
-int trainer_step_eval(trainer_step_t *ts, const trainer_step_batch_t *b, float *out, char *err, size_t err_len);
+int trainer_step_eval(trainer_step_t *ts, const data_batch_t *b, float *out, char *err, size_t err_len);
 
 /* SHA-256 of the dense parameter bytes (model_params, native float32). */
 void trainer_step_dense_sha256(trainer_step_t *ts, uint8_t out[32]);

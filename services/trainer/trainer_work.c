@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch_pb.h"
 #include "err.h"
 
 /* ------------------------------------------------------------------ checks */
@@ -48,36 +49,12 @@ static int slots_field(const trainer_work_limits_t *lim, const ProtobufCBinaryDa
   return 0;
 }
 
-/* The samples against the schema; *n samples with *n_ids ids in all. */
+/* The samples against the schema (batch_pb.h); *n samples with *n_ids ids
+ * in all. */
 static int check_samples(const Chanter__Oracle__V1__Samples *s, const trainer_work_limits_t *lim, int allow_large,
                          uint32_t *n_out, size_t *n_ids_out, char *err, size_t err_len) {
-  const data_schema_t *sc = lim->schema;
-  uint32_t n = s ? s->n : 0;
-  if (n > lim->max_batch && !allow_large)
-    return err_set(err, err_len, ERR_BADMSG, "%u samples for one trainer, more than the global batch_size %u", n,
-                   lim->max_batch);
-  if (n) {
-    if (s->n_dense != sc->n_dense || s->n_tables != sc->n_tables)
-      return err_set(err, err_len, ERR_BADMSG,
-                     "samples have %u dense features and %u tables, the job's schema %u and %u (same job file?)",
-                     s->n_dense, s->n_tables, sc->n_dense, sc->n_tables);
-    if (s->n_hotness != sc->n_tables)
-      return err_set(err, err_len, ERR_BADMSG, "samples carry %zu hotness entries for %u tables", s->n_hotness,
-                     sc->n_tables);
-    for (uint32_t t = 0; t < sc->n_tables; t++)
-      if (s->hotness[t] != sc->hotness[t])
-        return err_set(err, err_len, ERR_BADMSG, "table %u: samples have hotness %u, the job's schema %u", t,
-                       s->hotness[t], sc->hotness[t]);
-  }
-  size_t n_ids = 0;
-  for (uint32_t t = 0; t < sc->n_tables; t++) n_ids += (size_t)n * sc->hotness[t];
-  if (n && (s->labels.len != (size_t)n * 4 || s->dense.len != (size_t)n * sc->n_dense * 4 || s->ids.len != n_ids * 8))
-    return err_set(err, err_len, ERR_BADMSG,
-                   "samples of %u: %zu label bytes (want %zu), %zu dense bytes (want %zu), %zu id bytes (want %zu)", n,
-                   s->labels.len, (size_t)n * 4, s->dense.len, (size_t)n * sc->n_dense * 4, s->ids.len, n_ids * 8);
-  *n_out = n;
-  *n_ids_out = n_ids;
-  return 0;
+  return batch_pb_check_samples(s, lim->schema, allow_large ? UINT32_MAX : lim->max_batch, n_out, n_ids_out, err,
+                                err_len);
 }
 
 /* ------------------------------------------------------------------ the block */
@@ -112,28 +89,22 @@ static int block_alloc(block_t *b, char *err, size_t err_len) {
   return 0;
 }
 
-/* The samples (n of them, checked) as the step's batch view. */
-static void lay_out_samples(block_t *b, const Chanter__Oracle__V1__Samples *s, uint32_t n,
-                            const trainer_work_limits_t *lim, trainer_step_batch_t *out) {
-  const data_schema_t *sc = lim->schema;
-  out->n = n;
-  out->labels = put(b, n ? s->labels.data : NULL, (size_t)n * 4);
-  const float *dense = put(b, n ? s->dense.data : NULL, (size_t)n * sc->n_dense * 4);
-  out->dense = sc->n_dense ? dense : NULL;
-  size_t *off = put(b, NULL, (sc->n_tables + 1) * sizeof(size_t));
-  if (off) {
-    off[0] = 0;
-    for (uint32_t t = 0; t < sc->n_tables; t++) off[t + 1] = off[t] + (size_t)n * sc->hotness[t];
-  }
-  out->ids_off = off;
-  out->ids = put(b, n ? s->ids.data : NULL, n ? s->ids.len : 0);
+/* The samples (n of them, checked) as the step's batch: a view into the
+ * block (batch_pb_lay_out_samples), batch number x of split. */
+static void lay_out_samples(block_t *b, const Chanter__Oracle__V1__Samples *s, uint32_t n, uint64_t x, int split,
+                            const trainer_work_limits_t *lim, data_batch_t *out) {
+  void *mem = put(b, NULL, batch_pb_samples_bytes(n, lim->schema));
+  if (!mem) return;
+  batch_pb_lay_out_samples(s, n, lim->schema, mem, out);
+  out->iteration = x;
+  out->split = split;
 }
 
 /* ------------------------------------------------------------------ Step */
 
 static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32_t n, const trainer_work_limits_t *lim,
                          trainer_work_t *w) {
-  lay_out_samples(b, st->samples, n, lim, &w->batch);
+  lay_out_samples(b, st->samples, n, st->iteration, DATA_TRAIN, lim, &w->batch);
   if (!lim->cache_rows) return;
   trainer_work_step_t *s = &w->step;
   s->slots = put_field(b, &st->slots);
@@ -213,7 +184,7 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
 
 static void lay_out_eval(block_t *b, const Chanter__Oracle__V1__Eval *ev, uint32_t n, const trainer_work_limits_t *lim,
                          trainer_work_t *w) {
-  lay_out_samples(b, ev->samples, n, lim, &w->batch);
+  lay_out_samples(b, ev->samples, n, 0, DATA_TEST, lim, &w->batch);
   w->eval.fetch_keys = put_field(b, &ev->fetch_keys);
 }
 
@@ -289,9 +260,9 @@ int trainer_work_decode_samples(const Chanter__Oracle__V1__Samples *s, const tra
   int rc = check_samples(s, lim, allow_large, &n, &n_ids, err, err_len);
   if (rc) return rc;
   block_t b = {0};
-  lay_out_samples(&b, s, n, lim, &out->batch);
+  lay_out_samples(&b, s, n, 0, DATA_TRAIN, lim, &out->batch);
   if ((rc = block_alloc(&b, err, err_len)) != 0) return rc;
-  lay_out_samples(&b, s, n, lim, &out->batch);
+  lay_out_samples(&b, s, n, 0, DATA_TRAIN, lim, &out->batch);
   out->mem = b.mem;
   return 0;
 }

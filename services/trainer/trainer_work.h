@@ -8,7 +8,7 @@
  * background work, trainer_exec.c, trainer_eval.c, the step math of
  * trainer_step.h) reads protobuf or re-checks a field.  The decoded item
  * owns copies of its arrays (aligned: uint32 slots, uint64 keys, the
- * samples as the trainer_step_batch_t the step reads), so the message is freed at
+ * samples as the data_batch_t the step reads), so the message is freed at
  * once and the item can wait in the feeder's queue and then travel to the
  * background thread with its write-backs and evictions.
  *
@@ -100,7 +100,7 @@ typedef struct trainer_work_stop_s {
  * block (mem) owned by the item. */
 typedef struct trainer_work_s {
   trainer_work_kind_t kind;
-  trainer_step_batch_t batch;
+  data_batch_t batch;      /* a view into mem (data.h) */
   trainer_work_step_t step;
   trainer_work_eval_t eval;
   trainer_work_stop_t stop;

@@ -30,7 +30,7 @@ static inline double unif(void) { return (double)(splitmix() >> 11) * 0x1.0p-53;
 static inline void make_batch(data_batch_t *b, uint64_t x, uint32_t n, uint32_t n_tables, const uint32_t *hotness,
                               const uint64_t *ids) {
   memset(b, 0, sizeof *b);
-  b->index = x;
+  b->iteration = x;
   b->n = n;
   b->n_tables = n_tables;
   b->hotness = malloc((n_tables + 1) * sizeof *b->hotness);

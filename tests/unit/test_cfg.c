@@ -14,6 +14,7 @@
 
 #include "cfg.h"
 #include "err.h"
+#include "testutil.h"
 
 static char *write_tmp(const char *text) {
   static char path[64];
@@ -112,16 +113,6 @@ static void test_file_errors(void **st) {
                     "lists 2 servers but embedding_servers");
   expect_file_error("lookahead = soon\n", "lookahead = 'soon'");
   expect_file_error("[tls]\ncert_file = /x.pem\n", "must be set together");
-}
-
-/* A cfg from --set style assignments (NULL-terminated); asserts they apply. */
-static cfg_t *cfg_of(const char *const *sets) {
-  cfg_t *c;
-  char err[512];
-  assert_int_equal(cfg_create(&c), 0);
-  for (; *sets; sets++)
-    if (cfg_set(c, *sets, "test", err, sizeof err)) fail_msg("%.60s: %s", *sets, err);
-  return c;
 }
 
 /* cfg_dump of c into a malloc'd string. */
@@ -284,7 +275,7 @@ static void test_dump_reads_back(void **st) {
   for (int t = 0; t < 16; t++) o += snprintf(dp + o, sizeof dp - (size_t)o, "%sdata%d.example.internal:7200", t ? "," : "", t);
   const char *sets[] = {rows, dims, "embedding_servers=26", emb, trainers, dp, "cluster.oracle=127.0.0.1:7000",
                         "dataset=/var/lib/chanter/a path with spaces;and=signs.bin", "model.deep_mlp=", NULL};
-  cfg_t *c = cfg_of(sets);
+  cfg_t *c = testutil_cfg_of(sets);
   char err[512];
   assert_int_equal(cfg_validate(c, err, sizeof err), 0);
   for (int verbose = 0; verbose <= 1; verbose++) {
@@ -317,7 +308,7 @@ static void test_dump_reads_back(void **st) {
                        "cluster.trainers=#t0.example.internal,;t1.example.internal,#t2.example.internal,"
                        "#t3.example.internal,#t4.example.internal,#t5.example.internal",
                        NULL};
-  c = cfg_of(odd);
+  c = testutil_cfg_of(odd);
   char *text = dump_of(c, 0), *first = dump_of(c, 0);
   const char *path = write_tmp(text);
   cfg_t *c2;

@@ -22,6 +22,7 @@
 #include "data_internal.h"
 #include "err.h"
 #include "log.h"
+#include "testutil.h"
 
 static char dir[64];
 
@@ -54,21 +55,6 @@ static char *read_file(const char *path, size_t *n) {
   return b;
 }
 
-/* a config from key=value strings (NULL-terminated) */
-static cfg_t *make_cfg(const char *first, ...) {
-  cfg_t *c;
-  char err[512];
-  assert_int_equal(cfg_create(&c), 0);
-  va_list ap;
-  va_start(ap, first);
-  for (const char *kv = first; kv; kv = va_arg(ap, const char *)) {
-    int rc = cfg_set(c, kv, "test", err, sizeof err);
-    if (rc) fail_msg("cfg_set %s: %s", kv, err);
-  }
-  va_end(ap);
-  return c;
-}
-
 /* stderr capture (the reports are log lines) */
 static int saved_fd = -1;
 static void capture_start(void) {
@@ -93,17 +79,14 @@ static int count_str(const char *hay, const char *needle) {
 
 static int setup(void **st) {
   (void)st;
-  snprintf(dir, sizeof dir, "/tmp/chanter-test-data-XXXXXX");
-  assert_non_null(mkdtemp(dir));
+  assert_int_equal(testutil_tmpdir(dir, sizeof dir, "test-data"), 0);
   log_level = LOG_WARN;
   return 0;
 }
 
 static int teardown(void **st) {
   (void)st;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return testutil_rmtree(dir);
 }
 
 /* ---- Criteo ---- */
@@ -146,7 +129,7 @@ static void test_criteo_valid(void **st) {
   o += criteo_line(buf + o, 3, "");     /* last line without newline */
   const char *p = path_of("ok.tsv");
   write_file(p, buf, o);
-  cfg_t *c = make_cfg("test_fraction=0", NULL);
+  cfg_t *c = testutil_cfg("test_fraction=0", NULL);
   data_source_t *d;
   char err[512];
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), 0);
@@ -216,7 +199,7 @@ static void test_criteo_malformed(void **st) {
   size_t n = criteo_malformed(buf, 1);
   const char *p = path_of("bad.tsv");
   write_file(p, buf, n);
-  cfg_t *c = make_cfg("test_fraction=0", "data.max_reports=3", "data.max_bad_fraction=1", NULL);
+  cfg_t *c = testutil_cfg("test_fraction=0", "data.max_reports=3", "data.max_bad_fraction=1", NULL);
   data_source_t *d;
   char err[512];
   capture_start();
@@ -273,7 +256,7 @@ static void test_criteo_strict(void **st) {
               {12, "truncated last record (no newline at end of file): "}};
   char *buf = malloc(200000), *one = malloc(200000);
   size_t n = criteo_malformed(buf, 1);
-  cfg_t *c = make_cfg("strict=true", NULL);
+  cfg_t *c = testutil_cfg("strict=true", NULL);
   char err[512], expect[300];
   /* keep the good lines 1, 4, 10 and one bad line at a time */
   size_t starts[13] = {0}, k = 1;
@@ -311,25 +294,25 @@ static void test_criteo_config_and_open_errors(void **st) {
   const char *p = path_of("one.tsv");
   write_file(p, line, n);
   data_source_t *d = NULL;
-  cfg_t *c = make_cfg("n_dense=0", NULL);
+  cfg_t *c = testutil_cfg("n_dense=0", NULL);
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, p));
   assert_non_null(strstr(err, "n_dense = 0 (from test)"));
   assert_non_null(strstr(err, "set n_dense = 13 and 26 table_rows"));
   cfg_destroy(c);
-  c = make_cfg("table_rows=10,20", NULL);
+  c = testutil_cfg("table_rows=10,20", NULL);
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "2 tables in table_rows"));
   cfg_destroy(c);
-  c = make_cfg("table_hotness=" "2,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1", NULL);
+  c = testutil_cfg("table_hotness=" "2,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1", NULL);
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "multi-hot"));
   cfg_destroy(c);
-  c = make_cfg("table_hotness=1,2", NULL);
+  c = testutil_cfg("table_hotness=1,2", NULL);
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "table_hotness (from test) lists 2 values but table_rows"));
   cfg_destroy(c);
-  c = make_cfg(NULL, NULL);
+  c = testutil_cfg(NULL, NULL);
   assert_int_equal(data_open_path(c, path_of("missing.tsv"), &d, err, sizeof err), -ENOENT);
   assert_non_null(strstr(err, "missing.tsv: cannot open dataset: No such file"));
   assert_int_equal(data_open_path(c, dir, &d, err, sizeof err), -EINVAL); /* a directory */
@@ -364,7 +347,7 @@ static void test_avazu(void **st) {
       "5,1,14102101,1002,85f751fd";                      /* 8: no newline, fine */
   const char *p = path_of("train.csv");
   write_file(p, csv, strlen(csv));
-  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000,10,77", "test_fraction=0", "data.max_reports=0",
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=1000,10,77", "test_fraction=0", "data.max_reports=0",
                       "data.max_bad_fraction=1", NULL);
   data_source_t *d;
   char err[512];
@@ -400,7 +383,7 @@ static void test_avazu(void **st) {
   cfg_destroy(c);
 
   /* the job must match the header: 3 categoricals, no dense */
-  c = make_cfg(NULL, NULL);
+  c = testutil_cfg(NULL, NULL);
   assert_int_equal(data_open_path(c, p, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "3 one-hot categorical columns (all but id and click)"));
   assert_non_null(strstr(err, "n_dense = 13 (from default)"));
@@ -408,7 +391,7 @@ static void test_avazu(void **st) {
 
   /* no click column, explicit format on another name */
   write_file(path_of("noclick.txt"), "id,hour,C1\n1,2,3\n", 17);
-  c = make_cfg("n_dense=0", "table_rows=5,5", "dataset_format=avazu", NULL);
+  c = testutil_cfg("n_dense=0", "table_rows=5,5", "dataset_format=avazu", NULL);
   assert_int_equal(data_open_path(c, path_of("noclick.txt"), &d, err, sizeof err), -EINVAL);
   assert_non_null(strstr(err, "noclick.txt:1: the Avazu CSV header has no 'click' column"));
   cfg_destroy(c);
@@ -442,7 +425,7 @@ static void compare_sources(data_source_t *x, data_source_t *y) {
           assert_int_equal(ra, -EINVAL);
           continue;
         }
-        assert_int_equal(a.index, xs[k]);
+        assert_int_equal(a.iteration, xs[k]);
         assert_int_equal(a.split, split);
         assert_batches_equal(&a, &b);
         data_batch_free(&a);
@@ -459,7 +442,7 @@ static void test_text_binary_identical(void **st) {
   for (int i = 100; i < 1100; i++) n += criteo_line(buf + n, i, i % 3 ? "\n" : "\r\n");
   const char *tsv = path_of("mix.tsv"), *bin = path_of("mix.bin");
   write_file(tsv, buf, n);
-  cfg_t *c = make_cfg("data.max_reports=0", "test_fraction=0.25", "hash_seed=12345", NULL);
+  cfg_t *c = testutil_cfg("data.max_reports=0", "test_fraction=0.25", "hash_seed=12345", NULL);
   char err[512];
   data_stats_t cs;
   assert_int_equal(data_convert(c, tsv, bin, &cs, err, sizeof err), 0);
@@ -492,12 +475,12 @@ static void test_text_binary_identical(void **st) {
   data_close(b);
 
   /* another hash_seed: other rows, and the binary refuses the job */
-  cfg_t *c2 = make_cfg("hash_seed=1", NULL);
+  cfg_t *c2 = testutil_cfg("hash_seed=1", NULL);
   assert_int_equal(data_open_path(c2, bin, &b, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "hash_seed = 12345; the job says"));
   cfg_destroy(c2);
   /* another table_rows: fine, rows are hash % table_rows at read time */
-  c2 = make_cfg("hash_seed=12345", "table_rows=7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7", NULL);
+  c2 = testutil_cfg("hash_seed=12345", "table_rows=7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7", NULL);
   assert_int_equal(data_open_path(c2, bin, &b, err, sizeof err), 0);
   assert_int_equal(data_open_path(c2, tsv, &a, err, sizeof err), 0);
   compare_sources(a, b);
@@ -509,7 +492,7 @@ static void test_text_binary_identical(void **st) {
   /* Avazu -> binary */
   const char *csv = "id,click,a,b\n1,0,x,y\n2,1,,z\r\n3,1,q,\n";
   write_file(path_of("a.csv"), csv, strlen(csv));
-  c = make_cfg("n_dense=0", "table_rows=100,3", NULL);
+  c = testutil_cfg("n_dense=0", "table_rows=100,3", NULL);
   assert_int_equal(data_convert(c, path_of("a.csv"), path_of("a.bin"), NULL, err, sizeof err), 0);
   assert_int_equal(data_open_path(c, path_of("a.csv"), &a, err, sizeof err), 0);
   assert_int_equal(data_open_path(c, path_of("a.bin"), &b, err, sizeof err), 0);
@@ -529,7 +512,7 @@ static void test_binary_errors(void **st) {
   char *buf = malloc(100000);
   for (int i = 0; i < 50; i++) n += criteo_line(buf + n, i, "\n");
   write_file(path_of("src.tsv"), buf, n);
-  cfg_t *c = make_cfg("test_fraction=0", NULL);
+  cfg_t *c = testutil_cfg("test_fraction=0", NULL);
   const char *bin = path_of("ok.bin");
   assert_int_equal(data_convert(c, path_of("src.tsv"), bin, NULL, err, sizeof err), 0);
   size_t len;
@@ -540,7 +523,7 @@ static void test_binary_errors(void **st) {
   data_source_t *d = NULL;
 
   /* the text file forced through the binary reader: wrong magic */
-  cfg_t *cb = make_cfg("dataset_format=binary", NULL);
+  cfg_t *cb = testutil_cfg("dataset_format=binary", NULL);
   assert_int_equal(data_open_path(cb, path_of("src.tsv"), &d, err, sizeof err), -EINVAL);
   assert_non_null(strstr(err, "src.tsv: not a chanter binary dataset"));
   cfg_destroy(cb);
@@ -587,12 +570,12 @@ static void test_binary_errors(void **st) {
   assert_non_null(strstr(err, "record 3 is corrupt"));
   data_close(d);
   /* config mismatch: n_dense / tables */
-  cfg_t *c2 = make_cfg("n_dense=4", NULL);
+  cfg_t *c2 = testutil_cfg("n_dense=4", NULL);
   assert_int_equal(data_open_path(c2, bin, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "ok.bin: written for n_dense = 13, 26 tables"));
   assert_non_null(strstr(err, "the job says n_dense = 4, 26 tables"));
   cfg_destroy(c2);
-  c2 = make_cfg("table_rows=5,5", NULL);
+  c2 = testutil_cfg("table_rows=5,5", NULL);
   assert_int_equal(data_open_path(c2, bin, &d, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "2 tables with hotness 1,1"));
   cfg_destroy(c2);
@@ -648,7 +631,7 @@ static void *reader(void *arg) {
 static void test_threads(void **st) {
   (void)st;
   char err[256];
-  cfg_t *c = make_cfg("synthetic.samples=1500", "data.max_reports=0", NULL);
+  cfg_t *c = testutil_cfg("synthetic.samples=1500", "data.max_reports=0", NULL);
   assert_int_equal(data_gen(c, path_of("t.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), 0);
   assert_int_equal(data_convert(c, path_of("t.tsv"), path_of("t.bin"), NULL, err, sizeof err), 0);
   const char *paths[3] = {path_of("t.tsv"), path_of("t.bin"), "synthetic"};
@@ -688,8 +671,8 @@ static void test_fuzz(void **st) {
   char *base = malloc(1 << 16), *m = malloc(1 << 17), err[512];
   size_t n = 0;
   for (int i = 0; i < 40; i++) n += criteo_line(base + n, i, i % 2 ? "\n" : "\r\n");
-  cfg_t *crit = make_cfg("data.max_reports=0", "test_fraction=0.3", "data.max_bad_fraction=1", NULL);
-  cfg_t *avz = make_cfg("data.max_reports=0", "n_dense=0", "table_rows=10,20,30", "dataset_format=avazu",
+  cfg_t *crit = testutil_cfg("data.max_reports=0", "test_fraction=0.3", "data.max_bad_fraction=1", NULL);
+  cfg_t *avz = testutil_cfg("data.max_reports=0", "n_dense=0", "table_rows=10,20,30", "dataset_format=avazu",
                         "data.max_bad_fraction=1", NULL);
   const char *avbase = "id,click,a,b,c\n1,0,x,y,z\n2,1,,\xc3\xa9,q\r\n3,1,k,l,m\n4,0,1,2,3\n";
   uint64_t x = 7;
@@ -778,7 +761,7 @@ static void test_fuzz(void **st) {
 
 static void test_schema_hash(void **st) {
   (void)st;
-  cfg_t *c = make_cfg("table_rows=10,1000000", "table_hotness=3,1", "n_dense=2", "hash_seed=9", NULL);
+  cfg_t *c = testutil_cfg("table_rows=10,1000000", "table_hotness=3,1", "n_dense=2", "hash_seed=9", NULL);
   data_schema_t s;
   char err[256];
   assert_int_equal(data_schema_from_cfg(c, &s, err, sizeof err), 0);
@@ -827,7 +810,7 @@ static void test_bad_fraction(void **st) {
   char err[1024], want[600];
   const char *p = path_of("frac.tsv");
   data_source_t *d = NULL;
-  cfg_t *c = make_cfg("data.max_reports=0", NULL); /* default data.max_bad_fraction = 0.01 */
+  cfg_t *c = testutil_cfg("data.max_reports=0", NULL); /* default data.max_bad_fraction = 0.01 */
   /* 96 of 200 bad: refused at open, with the count, the fraction, the limit and the first */
   int first = criteo_with_bad(p, 200, 96);
   assert_int_equal(first, 3);
@@ -891,7 +874,7 @@ static void test_bad_fraction(void **st) {
   /* Avazu: the same check */
   const char *csv = "id,click,a\n1,0,x\n2,1\n3,1,y\n4,0,z,w\n";
   write_file(path_of("frac.csv"), csv, strlen(csv));
-  cfg_t *ca = make_cfg("n_dense=0", "table_rows=10", "data.max_reports=0", "data.max_bad_fraction=0.25", NULL);
+  cfg_t *ca = testutil_cfg("n_dense=0", "table_rows=10", "data.max_reports=0", "data.max_bad_fraction=0.25", NULL);
   assert_int_equal(data_open_path(ca, path_of("frac.csv"), &d, err, sizeof err), -EINVAL);
   snprintf(want, sizeof want,
            "%s: 2 of 4 records are malformed (50.0%%, more than data.max_bad_fraction = 25.0%%); first at %s:3: 2 "
@@ -929,7 +912,7 @@ static void test_short_lines(void **st) {
     }
   write_file(path_of("full.tsv"), full, nf);
   write_file(path_of("cut.tsv"), cut, nc);
-  cfg_t *c = make_cfg("test_fraction=0.2", "hash_seed=77", NULL);
+  cfg_t *c = testutil_cfg("test_fraction=0.2", "hash_seed=77", NULL);
   data_source_t *a, *b;
   assert_int_equal(data_open_path(c, path_of("full.tsv"), &a, err, sizeof err), 0);
   assert_int_equal(data_open_path(c, path_of("cut.tsv"), &b, err, sizeof err), 0);
@@ -1018,7 +1001,7 @@ static void test_profile_merged(void **st) {
   (void)st;
   char err[512];
   /* two values x, y of table 0 that share a row at 1000 rows, and z alone */
-  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000,1", "test_fraction=0", "hash_seed=5", NULL);
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=1000,1", "test_fraction=0", "hash_seed=5", NULL);
   data_schema_t sc;
   assert_int_equal(data_schema_from_cfg(c, &sc, err, sizeof err), 0);
   char x[16] = "", y[16] = "", z[16] = "";
@@ -1079,7 +1062,7 @@ static void test_profile_merged(void **st) {
     data_close(d);
   }
   /* more rows: nothing merged */
-  cfg_t *c2 = make_cfg("n_dense=0", "table_rows=1000000,1000000", "test_fraction=0", "hash_seed=5", NULL);
+  cfg_t *c2 = testutil_cfg("n_dense=0", "table_rows=1000000,1000000", "test_fraction=0", "hash_seed=5", NULL);
   data_source_t *d;
   data_profile_t p;
   assert_int_equal(data_open_path(c2, path_of("m.csv"), &d, err, sizeof err), 0);
@@ -1094,7 +1077,7 @@ static void test_profile_merged(void **st) {
   /* synthetic: records hold the raw values' hashes too.  All 50 ranks of a
    * uniform 50-row table are drawn, their 50 raw values hashed into 50 rows:
    * about 1 - 1/e of them share a row */
-  c2 = make_cfg("n_dense=0", "table_rows=50", "synthetic.samples=20000", "synthetic.alpha=0", NULL);
+  c2 = testutil_cfg("n_dense=0", "table_rows=50", "synthetic.samples=20000", "synthetic.alpha=0", NULL);
   assert_int_equal(data_open(c2, &d, err, sizeof err), 0);
   assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
   print_message("synthetic: 50 raw values in %" PRIu64 " rows, %" PRIu64 " merged, share %.3f\n", p.tables[0].distinct,

@@ -19,6 +19,7 @@
 #include "data_internal.h"
 #include "err.h"
 #include "log.h"
+#include "testutil.h"
 
 static char dir[64];
 
@@ -56,31 +57,16 @@ static void assert_same_file(const char *a, const char *b, int same) {
   free(y);
 }
 
-static cfg_t *make_cfg(const char *first, ...) {
-  cfg_t *c;
-  char err[512];
-  assert_int_equal(cfg_create(&c), 0);
-  va_list ap;
-  va_start(ap, first);
-  for (const char *kv = first; kv; kv = va_arg(ap, const char *))
-    if (cfg_set(c, kv, "test", err, sizeof err)) fail_msg("cfg_set %s: %s", kv, err);
-  va_end(ap);
-  return c;
-}
-
 static int setup(void **st) {
   (void)st;
-  snprintf(dir, sizeof dir, "/tmp/chanter-test-gen-XXXXXX");
-  assert_non_null(mkdtemp(dir));
+  assert_int_equal(testutil_tmpdir(dir, sizeof dir, "test-gen"), 0);
   log_level = LOG_WARN;
   return 0;
 }
 
 static int teardown(void **st) {
   (void)st;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return testutil_rmtree(dir);
 }
 
 static void assert_batches_equal(const data_batch_t *a, const data_batch_t *b) {
@@ -113,7 +99,7 @@ static void compare_sources(data_source_t *x, data_source_t *y) {
 static void test_same_seed_same_bytes(void **st) {
   (void)st;
   char err[512];
-  cfg_t *c = make_cfg("synthetic.samples=3000", NULL), *c43 = make_cfg("synthetic.samples=3000", "seed=43", NULL);
+  cfg_t *c = testutil_cfg("synthetic.samples=3000", NULL), *c43 = testutil_cfg("synthetic.samples=3000", "seed=43", NULL);
   assert_int_equal(data_gen(c, path_of("a.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), 0);
   assert_int_equal(data_gen(c, path_of("b.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), 0);
   assert_int_equal(data_gen(c43, path_of("c.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), 0);
@@ -150,7 +136,7 @@ static void test_same_seed_same_bytes(void **st) {
 static void test_synthetic_equals_file(void **st) {
   (void)st;
   char err[512];
-  cfg_t *c = make_cfg("synthetic.samples=2500", "test_fraction=0.2", "synthetic.alpha=0.9", NULL);
+  cfg_t *c = testutil_cfg("synthetic.samples=2500", "test_fraction=0.2", "synthetic.alpha=0.9", NULL);
   assert_int_equal(data_gen(c, path_of("g.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), 0);
   assert_int_equal(data_gen(c, path_of("g.bin"), DATA_FMT_BINARY, 0, err, sizeof err), 0);
   data_source_t *syn, *tsv, *bin;
@@ -170,7 +156,7 @@ static void test_synthetic_equals_file(void **st) {
   cfg_destroy(c);
 
   /* any schema, multi-hot: binary only */
-  c = make_cfg("synthetic.samples=1500", "n_dense=3", "table_rows=100,5000000000,7", "table_hotness=1,3,2",
+  c = testutil_cfg("synthetic.samples=1500", "n_dense=3", "table_rows=100,5000000000,7", "table_hotness=1,3,2",
                "synthetic.hot_share=30", NULL);
   assert_int_equal(data_gen(c, path_of("m.tsv"), DATA_FMT_CRITEO, 0, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "multi-hot (table_hotness): use --format binary"));
@@ -237,7 +223,7 @@ static void test_zipf_alpha(void **st) {
   char err[256], kv[64];
   for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
     snprintf(kv, sizeof kv, "synthetic.alpha=%g", alphas[k]);
-    cfg_t *c = make_cfg("n_dense=0", "table_rows=1000000", "synthetic.samples=300000", kv, NULL);
+    cfg_t *c = testutil_cfg("n_dense=0", "table_rows=1000000", "synthetic.samples=300000", kv, NULL);
     data_source_t *d;
     assert_int_equal(data_open(c, &d, err, sizeof err), 0);
     uint64_t *cnt = row_counts(d, 1000000);
@@ -251,7 +237,7 @@ static void test_zipf_alpha(void **st) {
   /* alpha = 0 is uniform: a flat rank-frequency curve.  (The top 1% of
    * rows take a few % rather than 1%: Poisson noise at 10 accesses per row,
    * and hash collisions give some rows two or three raw values.) */
-  cfg_t *c = make_cfg("n_dense=0", "table_rows=20000", "synthetic.samples=200000", "synthetic.alpha=0", NULL);
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=20000", "synthetic.samples=200000", "synthetic.alpha=0", NULL);
   data_source_t *d;
   data_profile_t p;
   assert_int_equal(data_open(c, &d, err, sizeof err), 0);
@@ -278,7 +264,7 @@ static void test_hot_share(void **st) {
   char err[256], kv[64];
   for (size_t k = 0; k < sizeof shares / sizeof shares[0]; k++) {
     snprintf(kv, sizeof kv, "synthetic.hot_share=%g", shares[k]);
-    cfg_t *c = make_cfg("n_dense=0", "table_rows=100000,3000", "synthetic.samples=200000", kv, NULL);
+    cfg_t *c = testutil_cfg("n_dense=0", "table_rows=100000,3000", "synthetic.samples=200000", kv, NULL);
     data_source_t *d;
     data_profile_t p;
     assert_int_equal(data_open(c, &d, err, sizeof err), 0);
@@ -327,7 +313,7 @@ static double auc(scored_t *v, size_t n) {
 static void test_signal_learnable(void **st) {
   (void)st;
   char err[256];
-  cfg_t *c = make_cfg("n_dense=4", "table_rows=40,40,40,40", "synthetic.samples=60000", "test_fraction=0.2", NULL);
+  cfg_t *c = testutil_cfg("n_dense=4", "table_rows=40,40,40,40", "synthetic.samples=60000", "test_fraction=0.2", NULL);
   data_source_t *d;
   assert_int_equal(data_open(c, &d, err, sizeof err), 0);
   double w[4] = {0}, v[4][40] = {{0}}, bias = 0, lr = 0.1;
@@ -365,11 +351,11 @@ static void test_signal_learnable(void **st) {
   cfg_destroy(c);
 
   /* signal 0: coin flips whatever the features */
-  c = make_cfg("n_dense=4", "table_rows=40,40,40,40", "synthetic.samples=20000", "synthetic.signal=0", NULL);
+  c = testutil_cfg("n_dense=4", "table_rows=40,40,40,40", "synthetic.samples=20000", "synthetic.signal=0", NULL);
   assert_int_equal(data_open(c, &d, err, sizeof err), 0);
   assert_int_equal(data_read_batch(d, DATA_ALL, 0, 20000, &b, err, sizeof err), 0);
   /* score by the signal-1 logit of the same sample: no relation left */
-  cfg_t *c1 = make_cfg("n_dense=4", "table_rows=40,40,40,40", NULL);
+  cfg_t *c1 = testutil_cfg("n_dense=4", "table_rows=40,40,40,40", NULL);
   data_schema_t sc;
   data_synth_t *g1;
   assert_int_equal(data_schema_from_cfg(c1, &sc, err, sizeof err), 0);
@@ -403,7 +389,7 @@ static void test_profile(void **st) {
   FILE *f = fopen(p, "w");
   fputs(csv, f);
   fclose(f);
-  cfg_t *c = make_cfg("n_dense=0", "table_rows=1000", "test_fraction=0", NULL);
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=1000", "test_fraction=0", NULL);
   char err[256];
   data_source_t *d;
   data_profile_t pr;

@@ -32,6 +32,7 @@
 #include "log.h"
 #include "shard.h"
 #include "table.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -43,11 +44,6 @@ static void make_layout(table_layout_t *l, uint64_t seed) {
   l->tables[2] = (table_info_t){.rows = 50000, .dim = 4, .state_floats = 4};
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(p);
-}
-
 typedef struct fx_s {
   char dir[64];
   table_layout_t layout;
@@ -56,8 +52,7 @@ typedef struct fx_s {
 static int setup(void **state) {
   fx_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/chanter-embstore-XXXXXX");
-  if (!mkdtemp(f->dir)) return -1;
+  if (testutil_tmpdir(f->dir, sizeof f->dir, "embstore")) return -1;
   make_layout(&f->layout, 42);
   *state = f;
   return 0;
@@ -65,7 +60,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fx_t *f = *state;
-  nftw(f->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  testutil_rmtree(f->dir);
   table_layout_close(&f->layout);
   free(f);
   return 0;

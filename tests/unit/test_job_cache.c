@@ -78,7 +78,7 @@ static int setup(void **state) {
   for (uint64_t x = 0; x < NB; x++) {
     data_batch_t *b = &g_batches[x];
     memset(b, 0, sizeof *b);
-    b->index = x;
+    b->iteration = x;
     b->n = BS;
     b->n_dense = 3;
     b->n_tables = 3;
@@ -166,7 +166,7 @@ static void build_plans(uint32_t P, int laia, plan_t *plans) {
 
 typedef struct bg_s {
   int pending;
-  uint64_t x;
+  uint64_t iteration;
   size_t n_del;
   uint32_t *del;          /* slots */
   float *dsum;            /* their summed gradients */
@@ -290,11 +290,8 @@ static void run(const run_opts_t *o, result_t *res) {
     if (d->lookahead > res->max_l) res->max_l = d->lookahead;
     double loss = 0;
     for (uint32_t p = 0; p < P; p++) {
-      const plan_share_t *sh = &plans[x].shares[p];
-      size_t off[4] = {0};
-      for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
-      trainer_step_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
-      if (trainer_step_cache_forward(ts[p], &b, d->tr[p].slots, err, sizeof err)) fail_msg("forward: %s", err);
+      const data_batch_t *b = &plans[x].shares[p].batch;
+      if (trainer_step_cache_forward(ts[p], b, d->tr[p].slots, err, sizeof err)) fail_msg("forward: %s", err);
       res->fetched += d->tr[p].n_fetch;
       res->hits += d->tr[p].n_hits;
     }
@@ -303,11 +300,8 @@ static void run(const run_opts_t *o, result_t *res) {
     done = (uint64_t)x;
     while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
     for (uint32_t p = 0; p < P; p++) {
-      const plan_share_t *sh = &plans[x].shares[p];
-      size_t off[4] = {0};
-      for (uint32_t t = 0; t < 3; t++) off[t + 1] = off[t] + (size_t)sh->n * g_schema.hotness[t];
-      trainer_step_batch_t b = {sh->n, sh->labels, sh->dense, sh->ids, off};
-      loss += trainer_step_backward(ts[p], &b, BS);
+      const data_batch_t *b = &plans[x].shares[p].batch;
+      loss += trainer_step_backward(ts[p], b, BS);
       dg[p] = model_grads(trainer_step_model(ts[p]));
     }
     assert_true(loss == loss);
@@ -328,7 +322,7 @@ static void run(const run_opts_t *o, result_t *res) {
     free(csum);
     /* delayed rows: gradients packed now, summed and applied in the background */
     bg.pending = 1;
-    bg.x = (uint64_t)x;
+    bg.iteration = (uint64_t)x;
     bg.n_del = d->n_delayed;
     bg.del = malloc((d->n_delayed + 1) * sizeof *bg.del);
     memcpy(bg.del, d->delayed, d->n_delayed * sizeof *bg.del);

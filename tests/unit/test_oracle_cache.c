@@ -134,7 +134,7 @@ static void run_cache(const stream_t *s, const cacher_opts_t *o, run_t *r) {
     while (cacher_ready(c)) {
       r->rc = cacher_decide(c, &r->d[r->n], r->err, sizeof r->err);
       if (r->rc) break;
-      assert_int_equal(r->d[r->n].x, r->n);
+      assert_int_equal(r->d[r->n].iteration, r->n);
       r->cached_after[r->n] = cacher_cached(c);
       r->used_after[r->n] = cacher_slots_used(c);
       assert_true(cacher_lookahead(c) == r->d[r->n].lookahead);
@@ -245,7 +245,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       in_x[KI(pl->ukeys[i])] = 1;
     }
     for (uint32_t q = 0; q < P; q++) {
-      const plan_share_t *sh = &pl->shares[q];
+      const data_batch_t *sh = &pl->shares[q].batch;
       size_t oo = 0;
       for (uint32_t t = 0; t < pl->n_tables; t++) {
         size_t m = (size_t)sh->n * pl->hotness[t];
@@ -273,7 +273,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
     const plan_t *pl = &s->pl[x];
     const cacher_dec_t *d = &r->d[x];
     const uint32_t *mask = umask + x * NK;
-    assert_int_equal(d->x, x);
+    assert_int_equal(d->iteration, x);
     assert_int_equal(d->trainers, P);
     /* L never rises, and the gate follows it */
     uint32_t Lx = d->lookahead;
@@ -396,8 +396,8 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
     /* each trainer: per-id slots hold the row, up to date, not stale */
     for (uint32_t q = 0; q < P; q++) {
       const cacher_tr_t *t = &d->tr[q];
-      const plan_share_t *sh = &pl->shares[q];
-      assert_int_equal(t->n_ids, sh->n_ids);
+      const data_batch_t *sh = &pl->shares[q].batch;
+      assert_int_equal(t->n_ids, data_batch_n_ids(sh));
       size_t nk = 0, nh = 0;
       for (size_t i = 0; i < pl->n_unique; i++) {
         size_t k = KI(pl->ukeys[i]);
@@ -659,7 +659,7 @@ static void stream_fig6(stream_t *s) {
 
 /* The per-id slots of the single trainer: sample j -> the slot of its key. */
 static void assert_id_slots(const stream_t *s, const cacher_dec_t *d, const uint64_t *key_of_slot, size_t n_slots) {
-  const plan_share_t *sh = &s->pl[d->x].shares[0];
+  const data_batch_t *sh = &s->pl[d->iteration].shares[0].batch;
   assert_int_equal(d->tr[0].n_ids, 2);
   for (size_t j = 0; j < 2; j++) {
     uint32_t sl = d->tr[0].slots[j];
@@ -1268,7 +1268,7 @@ static void test_errors(void **state) {
         assert_int_equal(cacher_ready(c), x >= wait);
         if (x >= wait) {
           assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
-          assert_int_equal(d.x, x - wait);
+          assert_int_equal(d.iteration, x - wait);
           cacher_dec_free(&d);
         }
         assert_false(cacher_ready(c));
@@ -1278,7 +1278,7 @@ static void test_errors(void **state) {
       for (size_t x = 4 - (wait < 4 ? wait : 4); x < 4; x++) {
         assert_true(cacher_ready(c));
         assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
-        assert_int_equal(d.x, x);
+        assert_int_equal(d.iteration, x);
         cacher_dec_free(&d);
       }
       assert_false(cacher_ready(c));
@@ -1320,7 +1320,7 @@ static void test_inconsistent_plans(void **state) {
       }
       assert_int_equal(cacher_push(c, &pl), 0);
       cacher_end(c);
-      pl.shares[0].ids[3] = big ? bad_big[k] : bad_small[k];
+      pl.shares[0].batch.ids[3] = big ? bad_big[k] : bad_small[k];
       cacher_dec_t d;
       char err[256];
       assert_int_equal(cacher_decide(c, &d, err, sizeof err), -EINVAL);

@@ -45,8 +45,7 @@
 #include "orc.h"
 #include "rpc.h"
 #include "table.h"
-
-extern char **environ;
+#include "testutil.h"
 
 #define P 2
 #define B 64
@@ -80,58 +79,9 @@ static pid_t g_pids[64];
 static int g_n_pids;
 
 static pid_t spawn(const char *name, char *const args[], const char *log) {
-  char path[1200];
-  snprintf(path, sizeof path, "%s/%s", g_bin, name);
-  char *argv[40];
-  int a = 0;
-  argv[a++] = path;
-  for (int i = 0; args[i]; i++) argv[a++] = args[i];
-  argv[a] = NULL;
-  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  pid_t parent = getpid(), pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execve(path, argv, environ);
-    _exit(127);
-  }
-  close(fd);
+  pid_t pid = testutil_spawn(g_bin, name, args, log);
   if (pid > 0 && g_n_pids < 64) g_pids[g_n_pids++] = pid;
   return pid;
-}
-
-/* Port from a daemon's ready file, waiting up to 20 s; -1 if it exited. */
-static int wait_ready(const char *ready, pid_t pid) {
-  for (int i = 0; i < 400; i++) {
-    FILE *f = fopen(ready, "r");
-    if (f) {
-      char buf[1024] = "";
-      size_t n = fread(buf, 1, sizeof buf - 1, f);
-      fclose(f);
-      buf[n] = 0;
-      char *p = strstr(buf, "\"rpc_port\": ");
-      if (p) return atoi(p + 12);
-    }
-    if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
-    sleep_ms(50);
-  }
-  return -1;
-}
-
-/* Sends sig and waits up to timeout_s; the exit status, or -1 (then kills). */
-static int stop_proc(pid_t pid, int sig, double timeout_s) {
-  int st = 0;
-  kill(pid, sig);
-  for (double t0 = now_s(); now_s() - t0 < timeout_s;) {
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    sleep_ms(20);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &st, 0);
-  return -1;
 }
 
 static int file_has(const char *path, const char *needle) {
@@ -169,14 +119,14 @@ static int start_oracle(oracle_proc_t *o, const char *tag, ...) {
   args[a] = NULL;
   o->pid = spawn("chanter-oracle", args, o->log);
   if (o->pid < 0) return -1;
-  o->port = wait_ready(ready, o->pid);
+  o->port = testutil_wait_ready(ready, o->pid);
   snprintf(o->addr, sizeof o->addr, "127.0.0.1:%d", o->port);
   return o->port > 0 ? 0 : -1;
 }
 
 /* SIGTERM: the oracle must exit 0 soon, its log free of sanitizer reports. */
 static void stop_oracle(oracle_proc_t *o) {
-  int st = stop_proc(o->pid, SIGTERM, 10);
+  int st = testutil_stop(o->pid, SIGTERM, 10);
   assert_int_equal(st, 0);
   assert_false(file_has(o->log, "Sanitizer"));
   assert_true(file_has(o->log, "stopped cleanly"));
@@ -983,13 +933,8 @@ static void test_refused_configs(void **state) {
 static int setup(void **state) {
   (void)state;
   rpc_global_init();
-  char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return -1;
-  exe[n] = 0;
-  snprintf(g_bin, sizeof g_bin, "%s/bin", dirname(dirname(exe))); /* BUILD/tests/x -> BUILD/bin */
-  snprintf(g_dir, sizeof g_dir, "/tmp/chanter-oracle-test-XXXXXX");
-  if (!mkdtemp(g_dir)) return -1;
+  if (testutil_bin_dir(g_bin, sizeof g_bin)) return -1; /* BUILD/tests/x -> BUILD/bin */
+  if (testutil_tmpdir(g_dir, sizeof g_dir, "oracle-test")) return -1;
   snprintf(g_job, sizeof g_job, "%s/job.ini", g_dir);
   FILE *f = fopen(g_job, "w");
   if (!f) return -1;
@@ -1010,7 +955,7 @@ static int setup(void **state) {
     fprintf(stderr, "cannot start %s/chanter-dataproc (run make first)\n", g_bin);
     return -1;
   }
-  g_dp_port = wait_ready(ready, g_dp_pid);
+  g_dp_port = testutil_wait_ready(ready, g_dp_pid);
   if (g_dp_port <= 0) {
     fprintf(stderr, "chanter-dataproc did not become ready; log %s\n", log);
     return -1;
@@ -1020,7 +965,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  if (g_dp_pid > 0) stop_proc(g_dp_pid, SIGTERM, 5);
+  if (g_dp_pid > 0) testutil_stop(g_dp_pid, SIGTERM, 5);
   for (int i = 0; i < g_n_pids; i++) /* daemons a failed test did not stop */
     if (waitpid(g_pids[i], NULL, WNOHANG) == 0) {
       fprintf(stderr, "# killing leftover daemon pid %d\n", (int)g_pids[i]);
@@ -1041,9 +986,7 @@ int main(void) {
   };
   int failed = cmocka_run_group_tests(tests, setup, teardown);
   if (failed == 0 && g_dir[0] && !getenv("CHANTER_KEEP")) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (testutil_rmtree(g_dir) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
   } else if (g_dir[0]) {
     fprintf(stderr, "# daemon logs kept in %s\n", g_dir);
   }

@@ -79,10 +79,10 @@ static uint32_t open_pick(const uint32_t *owner, uint32_t i, uint32_t B, uint32_
 
 static void ref_assign(ref_t *r, const data_batch_t *b, uint32_t *owner) {
   uint32_t P = r->P, B = b->n;
-  int64_t x = (int64_t)b->index;
+  int64_t x = (int64_t)b->iteration;
   uint32_t room[64], score[64];
   for (uint32_t t = 0; t < P; t++) room[t] = B / P + (t < B % P);
-  uint64_t rs = table_mix64(r->seed ^ table_mix64(b->index ^ UINT64_C(0x6c61696131)));
+  uint64_t rs = table_mix64(r->seed ^ table_mix64(b->iteration ^ UINT64_C(0x6c61696131)));
   for (uint32_t i = 0; i < B; i++) {
     memset(score, 0, sizeof score);
     for (uint32_t t = 0; t < b->n_tables; t++)
@@ -239,9 +239,9 @@ static void test_by_hand(void **state) {
   for (int i = 0; i < 4; i++) assert_int_equal(own[i], own2[i]);
   laia_destroy(fresh);
   /* out of order */
-  b.index = 9;
+  b.iteration = 9;
   assert_int_equal(laia_assign(l, &b, own), -EINVAL);
-  b.index = 7;
+  b.iteration = 7;
   assert_int_equal(laia_assign(l, &b, own), -EINVAL);
   data_batch_free(&b);
   laia_destroy(l);
@@ -351,8 +351,8 @@ static void count_moves(const plan_t *p, uint32_t window, int64_t *last, uint32_
     size_t at = (size_t)TABLE_ID(k) * MAXROWS + (k & TABLE_ROW_MASK);
     uint32_t u = p->users[i];
     if (u == UINT32_MAX) m->shared++;
-    if (last[at] >= 0 && (int64_t)p->x - last[at] <= window && user[at] != UINT32_MAX && user[at] != u) m->handed++;
-    last[at] = (int64_t)p->x;
+    if (last[at] >= 0 && (int64_t)p->iteration - last[at] <= window && user[at] != UINT32_MAX && user[at] != u) m->handed++;
+    last[at] = (int64_t)p->iteration;
     user[at] = u;
   }
 }

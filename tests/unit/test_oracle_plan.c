@@ -36,7 +36,7 @@ static uint64_t rnd(void) { return table_mix64(rng_state++); }
 static void make_batch(data_batch_t *b, uint64_t x, uint32_t n, uint32_t n_dense, uint32_t n_tables,
                        const uint32_t *hotness, const uint64_t *ids_or_null, uint64_t rows) {
   memset(b, 0, sizeof *b);
-  b->index = x;
+  b->iteration = x;
   b->n = n;
   b->n_dense = n_dense;
   b->n_tables = n_tables;
@@ -94,17 +94,17 @@ static uint64_t *keys_of(const data_batch_t *b, const uint32_t *owner, uint32_t 
 /* Checks every property of a plan of b against a brute-force reference. */
 static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, const plan_t *pl) {
   uint32_t *owner = malloc((b->n + 1) * sizeof *owner);
-  assert_int_equal(plan_alloc(policy, seed, b->index, b->n, P, owner), 0);
+  assert_int_equal(plan_alloc(policy, seed, b->iteration, b->n, P, owner), 0);
   assert_int_equal(pl->trainers, P);
   assert_int_equal(pl->batch, b->n);
   /* samples: each share holds its samples in batch order, in the batch layout */
   uint32_t total = 0;
   for (uint32_t p = 0; p < P; p++) {
-    const plan_share_t *s = &pl->shares[p];
+    const data_batch_t *s = &pl->shares[p].batch;
     uint32_t j = 0;
     size_t hot_sum = 0;
     for (uint32_t t = 0; t < b->n_tables; t++) hot_sum += b->hotness[t];
-    assert_int_equal(s->n_ids, (size_t)s->n * hot_sum);
+    assert_int_equal(data_batch_n_ids(s), (size_t)s->n * hot_sum);
     for (uint32_t i = 0; i < b->n; i++) {
       if (owner[i] != p) continue;
       assert_true(j < s->n);
@@ -257,7 +257,7 @@ static void test_plan_by_hand(void **state) {
   make_batch(&b, 3, 4, 2, 2, hot, ids, 0);
   plan_t pl;
   assert_int_equal(plan_build(&b, 2, PLAN_ALLOC_CONTIGUOUS, 0, 0, &pl), 0);
-  assert_int_equal(pl.x, 3);
+  assert_int_equal(pl.iteration, 3);
   assert_int_equal(pl.n_unique, 7);
   assert_int_equal(pl.n_sync, 1);
   assert_true(pl.sync[0] == TABLE_KEY(1, 3)); /* the only row both trainers use */
@@ -276,11 +276,11 @@ static void test_plan_by_hand(void **state) {
   assert_memory_equal(pl.shares[owner].write_back, owner ? f1 : f0, 4 * 8);
   /* samples in the batch layout: trainer 0 has table 0 [5 5], table 1 [1 2 2 3] */
   const uint64_t s0[] = {5, 5, 1, 2, 2, 3};
-  assert_int_equal(pl.shares[0].n, 2);
-  assert_int_equal(pl.shares[0].n_ids, 6);
-  assert_memory_equal(pl.shares[0].ids, s0, sizeof s0);
-  assert_true(pl.shares[1].labels[0] == b.labels[2] && pl.shares[1].labels[1] == b.labels[3]);
-  assert_true(pl.shares[1].dense[0] == b.dense[2 * 2]);
+  assert_int_equal(pl.shares[0].batch.n, 2);
+  assert_int_equal(data_batch_n_ids(&pl.shares[0].batch), 6);
+  assert_memory_equal(pl.shares[0].batch.ids, s0, sizeof s0);
+  assert_true(pl.shares[1].batch.labels[0] == b.labels[2] && pl.shares[1].batch.labels[1] == b.labels[3]);
+  assert_true(pl.shares[1].batch.dense[0] == b.dense[2 * 2]);
   check_plan(&b, 2, PLAN_ALLOC_CONTIGUOUS, 0, &pl);
   plan_close(&pl);
   data_batch_free(&b);
@@ -320,10 +320,10 @@ static void test_plan_empty_shares(void **state) {
   check_plan(&b, 5, PLAN_ALLOC_CONTIGUOUS, 0, &pl);
   uint32_t empty = 0;
   for (uint32_t p = 0; p < 5; p++)
-    if (pl.shares[p].n == 0) {
+    if (pl.shares[p].batch.n == 0) {
       empty++;
       /* no samples, but it still holds every shared row and may own some write-backs */
-      assert_int_equal(pl.shares[p].n_ids, 0);
+      assert_int_equal(data_batch_n_ids(&pl.shares[p].batch), 0);
       assert_int_equal(pl.shares[p].n_fetch, pl.n_sync);
       assert_int_equal(pl.shares[p].n_private, 0);
     }
@@ -334,7 +334,7 @@ static void test_plan_empty_shares(void **state) {
   make_batch(&z, 0, 0, 2, 2, hot, NULL, 10);
   assert_int_equal(plan_build(&z, 2, PLAN_ALLOC_RANDOM, 0, 0, &pl), 0);
   assert_int_equal(pl.n_unique, 0);
-  assert_int_equal(pl.shares[0].n, 0);
+  assert_int_equal(pl.shares[0].batch.n, 0);
   assert_int_equal(pl.shares[1].n_fetch, 0);
   plan_close(&pl);
   assert_int_equal(plan_build(&z, 0, PLAN_ALLOC_RANDOM, 0, 0, &pl), -EINVAL);
@@ -353,7 +353,7 @@ static void test_plan_ideal_and_eval(void **state) {
   for (uint32_t p = 0; p < 3; p++) {
     assert_int_equal(pl.shares[p].n_fetch, 0);
     assert_int_equal(pl.shares[p].n_write_back, 0);
-    n += pl.shares[p].n;
+    n += pl.shares[p].batch.n;
   }
   assert_int_equal(pl.n_sync, 0);
   assert_int_equal(n, 100); /* samples still go out */
@@ -382,7 +382,7 @@ static void test_concat(void **state) {
   for (int i = 0; i < 3; i++) make_batch(&parts[i], 10 + i, 5 + i, 2, 2, hot, NULL, 1000);
   assert_int_equal(plan_batch_concat(parts, 3, &all), 0);
   assert_int_equal(all.n, 18);
-  assert_int_equal(all.index, 10);
+  assert_int_equal(all.iteration, 10);
   assert_true(all.labels[5] == parts[1].labels[0]);
   assert_true(all.dense[2 * 11] == parts[2].dense[0]);
   /* table 1 of sample 5 (= sample 0 of part 1) */
@@ -407,7 +407,7 @@ static void test_batch_head(void **state) {
   for (uint32_t t = 0; t < 3; t++)
     memcpy(want.ids + want.ids_off[t], b.ids + b.ids_off[t], (size_t)4 * hot[t] * sizeof(uint64_t));
   assert_int_equal(h.n, 4);
-  assert_int_equal(h.index, 7);
+  assert_int_equal(h.iteration, 7);
   for (uint32_t t = 0; t <= 3; t++) assert_int_equal(h.ids_off[t], want.ids_off[t]);
   assert_memory_equal(h.ids, want.ids, want.ids_off[3] * sizeof(uint64_t));
   assert_memory_equal(h.labels, b.labels, 4 * sizeof(float));

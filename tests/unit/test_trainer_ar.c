@@ -24,6 +24,7 @@
 
 #include "coll.h"
 #include "trainer_ar.h"
+#include "testutil.h"
 
 static char g_dir[256];
 static int g_seq;
@@ -157,15 +158,12 @@ static void test_peer_gone(void **state) {
 
 static int setup(void **state) {
   (void)state;
-  snprintf(g_dir, sizeof g_dir, "/tmp/chanter-test-ar-XXXXXX");
-  return mkdtemp(g_dir) ? 0 : -1;
+  return testutil_tmpdir(g_dir, sizeof g_dir, "test-ar") ? -1 : 0;
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return testutil_rmtree(g_dir);
 }
 
 int main(void) {

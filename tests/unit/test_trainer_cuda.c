@@ -62,6 +62,7 @@
 #include "opt.h"
 #include "table.h"
 #include "trainer_step.h"
+#include "testutil.h"
 #ifdef CHANTER_CUDA
 #include "tcache_cuda.h"
 #endif
@@ -171,18 +172,6 @@ static void test_built_flag(void **state) {
 
 #ifdef CHANTER_CUDA
 
-static cfg_t *make_cfg(const char *const *sets) {
-  cfg_t *c;
-  char err[256];
-  assert_int_equal(cfg_create(&c), 0);
-  for (; sets && *sets; sets++) {
-    int rc = cfg_set(c, *sets, "test", err, sizeof(err));
-    if (rc) print_error("%s: %s\n", *sets, err);
-    assert_int_equal(rc, 0);
-  }
-  return c;
-}
-
 /* ------------------------------------------------------------ linking */
 
 typedef void (*any_fn)(void);
@@ -226,7 +215,7 @@ static void test_model_refuses_without_device(void **state) {
   (void)state;
   if (have_device()) skip();
   const char *sets[] = {"model=dlrm", "model.bottom_mlp=8", "model.top_mlp=8", NULL};
-  cfg_t *c = make_cfg(sets);
+  cfg_t *c = testutil_cfg_of(sets);
   model_cuda_t *m = (model_cuda_t *)&m; /* must be reset to NULL */
   char err[1024] = "";
   int rc = model_cuda_create(c, 4, 3, 4, 16, &m, err, sizeof err);
@@ -234,7 +223,7 @@ static void test_model_refuses_without_device(void **state) {
   assert_refusal(rc, err);
   /* a bad shape is reported as such before the device is looked at */
   const char *bad[] = {"model=dlrm", "model.bottom_mlp=0", NULL};
-  cfg_t *c2 = make_cfg(bad);
+  cfg_t *c2 = testutil_cfg_of(bad);
   rc = model_cuda_create(c2, 4, 3, 4, 16, &m, err, sizeof err);
   assert_int_equal(rc, ERR_CONFIG);
   assert_null(m);
@@ -263,7 +252,7 @@ static void test_trainer_cache_refuses_without_device(void **state) {
   /* the whole step: device = cuda refused with the machine's reason */
   const char *sets[] = {"device=cuda", "model=dlrm", "model.bottom_mlp=8", "model.top_mlp=8", "n_dense=3",
                         "table_rows=50,40", "table_hotness=1,2", "embedding_dim=4", NULL};
-  cfg_t *cf = make_cfg(sets);
+  cfg_t *cf = testutil_cfg_of(sets);
   data_schema_t sc;
   table_layout_t lay;
   assert_int_equal(data_schema_from_cfg(cf, &sc, err, sizeof err), 0);
@@ -682,7 +671,7 @@ static void test_gpu_cross(void **state) {
 /* A CUDA model against the CPU model of the same config and seed. */
 static void check_model(const char *const *sets, uint32_t n_dense, uint32_t n_tables, uint32_t dim) {
   enum { N = 64 };
-  cfg_t *c = make_cfg(sets);
+  cfg_t *c = testutil_cfg_of(sets);
   model_t *cm = NULL;
   model_cuda_t *gm = NULL;
   char err[1024] = "";

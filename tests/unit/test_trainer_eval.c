@@ -10,21 +10,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "eval.h"
 #include "table.h"
-
-#define assert_near(a, b, tol)                                              \
-  do {                                                                      \
-    double a_ = (double)(a), b_ = (double)(b);                              \
-    if (!(fabs(a_ - b_) <= (double)(tol))) {                                \
-      print_error("%s = %.12g, %s = %.12g, tolerance %g\n", #a, a_, #b, b_, \
-                  (double)(tol));                                           \
-      fail();                                                               \
-    }                                                                       \
-  } while (0)
+#include "testutil.h"
 
 /* P(score_pos > score_neg) + 1/2 P(equal), over all pairs: O(n^2). */
 static double auc_brute(const float *s, const float *y, size_t n) {
@@ -55,6 +47,27 @@ static void test_auc_small(void **state) {
   float s4[4] = {-1, -2, 5, 6}, y4[4] = {1, 1, 0, 0};
   assert_int_equal(eval_auc(s4, y4, 4, &auc), 0);
   assert_near(auc, 0.0, 1e-15);
+}
+
+/* A NaN score ranks lowest, tied with -inf (the oracle's old AUC).  Before
+ * that rule the tie loop never advanced past a NaN (NaN != NaN): alarm()
+ * turns such a hang into a failure. */
+static void test_auc_nan(void **state) {
+  (void)state;
+  double auc;
+  alarm(10);
+  float s1[5] = {NAN, 0.5f, NAN, 0.9f, 0.1f}, y1[5] = {1, 1, 0, 1, 0};
+  float r1[5] = {-INFINITY, 0.5f, -INFINITY, 0.9f, 0.1f};
+  assert_int_equal(eval_auc(s1, y1, 5, &auc), 0);
+  assert_near(auc, auc_brute(r1, y1, 5), 1e-15);
+  assert_near(auc, 4.5 / 6.0, 1e-15);
+  float s2[4] = {NAN, NAN, NAN, NAN}, y2[4] = {0, 1, 0, 1};
+  assert_int_equal(eval_auc(s2, y2, 4, &auc), 0);
+  assert_near(auc, 0.5, 1e-15); /* all tied */
+  float s3[4] = {NAN, -INFINITY, 1, 2}, y3[4] = {1, 0, 0, 1};
+  assert_int_equal(eval_auc(s3, y3, 4, &auc), 0);
+  assert_near(auc, 2.5 / 4.0, 1e-15); /* NaN ties with -inf */
+  alarm(0);
 }
 
 static void test_auc_random_ties(void **state) {
@@ -131,6 +144,7 @@ static void test_accumulator(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_auc_small),
+      cmocka_unit_test(test_auc_nan),
       cmocka_unit_test(test_auc_random_ties),
       cmocka_unit_test(test_logloss_accuracy),
       cmocka_unit_test(test_accumulator),

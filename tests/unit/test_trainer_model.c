@@ -33,16 +33,7 @@
 #include "nn.h"
 #include "opt.h"
 #include "table.h"
-
-#define assert_near(a, b, tol)                                              \
-  do {                                                                      \
-    double a_ = (double)(a), b_ = (double)(b);                              \
-    if (!(fabs(a_ - b_) <= (double)(tol))) {                                \
-      print_error("%s = %.9g, %s = %.9g, tolerance %g\n", #a, a_, #b, b_,   \
-                  (double)(tol));                                           \
-      fail();                                                               \
-    }                                                                       \
-  } while (0)
+#include "testutil.h"
 
 static uint64_t rng_state;
 static float urand(void) { /* uniform [-1, 1) */
@@ -58,21 +49,9 @@ static double gauss(void) { /* Box-Muller */
   return sqrt(-2.0 * log(a + 1e-300)) * cos(6.283185307179586 * b);
 }
 
-static cfg_t *make_cfg(const char *const *sets) {
-  cfg_t *c;
-  char err[256];
-  assert_int_equal(cfg_create(&c), 0);
-  for (; sets && *sets; sets++) {
-    int rc = cfg_set(c, *sets, "test", err, sizeof(err));
-    if (rc) print_error("%s: %s\n", *sets, err);
-    assert_int_equal(rc, 0);
-  }
-  return c;
-}
-
 static model_t *make_model(const char *const *sets, uint32_t n_dense, uint32_t n_tables,
                            uint32_t dim, uint32_t max_batch) {
-  cfg_t *c = make_cfg(sets);
+  cfg_t *c = testutil_cfg_of(sets);
   model_t *m = NULL;
   char err[256];
   int rc = model_create(c, n_dense, n_tables, dim, max_batch, &m, err, sizeof(err));
@@ -228,7 +207,7 @@ static void test_bad_config(void **state) {
       {"model=wdl", "model.deep_mlp=12,2000000", NULL}, /* a non-number is cfg's to refuse (test_cfg) */
   };
   for (int i = 0; i < 2; i++) {
-    cfg_t *c = make_cfg(bad[i]);
+    cfg_t *c = testutil_cfg_of(bad[i]);
     model_t *m = (model_t *)1;
     char err[256] = "";
     assert_int_equal(model_create(c, 13, 26, 16, 64, &m, err, sizeof(err)), ERR_CONFIG);
@@ -236,7 +215,7 @@ static void test_bad_config(void **state) {
     assert_non_null(strstr(err, "model."));
     cfg_destroy(c);
   }
-  cfg_t *c = make_cfg(NULL);
+  cfg_t *c = testutil_cfg_of(NULL);
   model_t *m;
   char err[256];
   assert_int_equal(model_create(c, 0, 0, 16, 64, &m, err, sizeof(err)), -EINVAL);
@@ -303,7 +282,7 @@ typedef struct run_s {
 
 static void run_open(run_t *r, const char *const *sets, uint64_t seed) {
   memset(r, 0, sizeof(*r));
-  cfg_t *c = make_cfg(sets);
+  cfg_t *c = testutil_cfg_of(sets);
   char err[256];
   assert_int_equal(model_create(c, D, T, DIM, BATCH, &r->m, err, sizeof(err)), 0);
   model_init(r->m, seed);

@@ -26,18 +26,9 @@
 
 #include "nn.h"
 #include "table.h"
+#include "testutil.h"
 
 /* |a - b| <= tol, in double (cmocka's assert_float_equal rounds to float) */
-#define assert_near(a, b, tol)                                              \
-  do {                                                                      \
-    double a_ = (double)(a), b_ = (double)(b);                              \
-    if (!(fabs(a_ - b_) <= (double)(tol))) {                                \
-      print_error("%s = %.9g, %s = %.9g, tolerance %g\n", #a, a_, #b, b_,   \
-                  (double)(tol));                                           \
-      fail();                                                               \
-    }                                                                       \
-  } while (0)
-
 #define FD_EPS 1e-3f
 #define FD_ATOL 1e-3
 #define FD_RTOL 1e-2

@@ -20,16 +20,7 @@
 #include "opt.h"
 #include "pool.h"
 #include "table.h"
-
-#define assert_near(a, b, tol)                                              \
-  do {                                                                      \
-    double a_ = (double)(a), b_ = (double)(b);                              \
-    if (!(fabs(a_ - b_) <= (double)(tol))) {                                \
-      print_error("%s = %.9g, %s = %.9g, tolerance %g\n", #a, a_, #b, b_,   \
-                  (double)(tol));                                           \
-      fail();                                                               \
-    }                                                                       \
-  } while (0)
+#include "testutil.h"
 
 static void test_dense_sgd(void **state) {
   (void)state;

@@ -91,13 +91,14 @@ typedef struct batch_s {
   float labels[B], dense[B * 3];
   uint64_t ids[B * 4]; /* hotness 1 + 2 + 1 */
   size_t ids_off[4];
-  trainer_step_batch_t view;
+  data_batch_t view;
 } batch_t;
 
 static void batch_view(const job_t *j, batch_t *b) {
   b->ids_off[0] = 0;
   for (uint32_t t = 0; t < 3; t++) b->ids_off[t + 1] = b->ids_off[t] + (size_t)b->n * j->schema.hotness[t];
-  b->view = (trainer_step_batch_t){b->n, b->labels, b->dense, b->ids, b->ids_off};
+  b->view = (data_batch_t){.n = b->n, .n_dense = 3, .n_tables = 3, .hotness = j->schema.hotness, .labels = b->labels,
+                           .dense = b->dense, .ids = b->ids, .ids_off = b->ids_off};
 }
 
 /* Batch x: skewed row ids (many repeats, so trainers share rows). */
@@ -232,8 +233,8 @@ static size_t keys_of(trainer_step_t *ts, const batch_t *b, uint64_t *keys) {
 static void fetch(trainer_step_t *ts, tables_t *tab, const uint64_t *keys, size_t n) {
   float *rows;
   char err[512];
-  if (trainer_step_set_slots(ts, keys, n, &rows, err, sizeof err)) fail_msg("set_slots: %s", err);
-  lookup(tab, trainer_step_slot_keys(ts), n, rows);
+  if (trainer_step_set_keys(ts, keys, n, &rows, err, sizeof err)) fail_msg("set_keys: %s", err);
+  lookup(tab, trainer_step_keys(ts), n, rows);
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -280,7 +281,7 @@ static void test_p1_exact(void **state) {
     double loss = trainer_step_backward(ts, &b.view, B);
     /* all-reduce over one trainer: nothing; no shared rows */
     assert_int_equal(trainer_step_update(ts), nk);
-    write_back(&srv, keys, nk, trainer_step_slot_rows(ts)); /* the slots are the keys, in order */
+    write_back(&srv, keys, nk, trainer_step_key_rows(ts)); /* the rows are the keys', in order */
 
     double rloss = ref_step(&j, &r, &b);
     assert_true(loss == rloss);
@@ -386,7 +387,7 @@ static void pair_prepare(const job_t *j, pair_t *p, tables_t *srv, const batch_t
     lookup(srv, p->keys[i], p->nk[i], rows);
     trainer_step_cache_scatter(p->ts[i], sl, p->nk[i], rows);
     /* the samples' ids as slots */
-    const trainer_step_batch_t *v = &p->part[i].view;
+    const data_batch_t *v = &p->part[i].view;
     uint32_t ids[B * 4];
     for (uint32_t t = 0; t < 3; t++)
       for (size_t e = v->ids_off[t]; e < v->ids_off[t + 1]; e++) ids[e] = pair_slot(p, TABLE_KEY(t, v->ids[e]));
@@ -592,7 +593,7 @@ static void test_errors(void **state) {
   /* unsorted fetch keys */
   uint64_t bad[2] = {keys[1], keys[0]};
   float *rows;
-  assert_int_equal(trainer_step_set_slots(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
+  assert_int_equal(trainer_step_set_keys(ts, bad, 2, &rows, err, sizeof err), -EINVAL);
   assert_non_null(strstr(err, "ascending"));
 
 
@@ -611,7 +612,7 @@ static void test_errors(void **state) {
   uint64_t ids[8];
   s.ids.data = (uint8_t *)ids;
   s.ids.len = 8 * 8;
-  trainer_step_batch_t v;
+  data_batch_t v;
   trainer_work_limits_t lim = {.schema = &j.schema, .max_batch = B};
   trainer_work_t w;
   for (int i = 0; i < 8; i++) ids[i] = (uint64_t)i % 5;

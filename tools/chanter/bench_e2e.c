@@ -20,6 +20,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "phase.h"
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -93,9 +94,9 @@ int bench_e2e(cli_t *cli) {
     if (!(sm[c] = run(cli, self, dir, cols[c].sets, iters))) rc = 1;
   }
   if (rc == 0) {
-    static const char *ph[] = {"wait",   "fetch",         "prefetch_wait", "sync_wait",  "forward",
-                               "backward", "allreduce",   "sync_critical", "update",     "replicate",
-                               "write_back", "total"};
+    static const int ph[] = {PHASE_WAIT,     PHASE_FETCH,         PHASE_PREFETCH_WAIT, PHASE_SYNC_WAIT,
+                             PHASE_FORWARD,  PHASE_BACKWARD,      PHASE_ALLREDUCE,     PHASE_SYNC_CRITICAL,
+                             PHASE_UPDATE,   PHASE_REPLICATE,     PHASE_WRITE_BACK,    PHASE_TOTAL};
     static const char *names[] = {"data wait",  "fetch",         "  blocked on prefetch", "wait for background",
                                   "forward",    "backward",      "all-reduce",            "  critical rows",
                                   "update",     "  replication", "write-back",            "iteration"};
@@ -115,7 +116,7 @@ int bench_e2e(cli_t *cli) {
     for (int i = 0; i < 12; i++) {
       printf("%-26s", names[i]);
       for (size_t c = 0; c < N_COLS; c++)
-        printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), ph[i]));
+        printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), phase_name(ph[i])));
       printf("\n");
     }
     for (int i = 0; i < 6; i++) {

@@ -76,7 +76,7 @@ static uint32_t skew(uint64_t rows) { return rows >= 1000000 ? 8 : rows >= 10000
  * row = floor(rows * u^a). */
 static int gen_batch(uint64_t x, data_batch_t *b) {
   memset(b, 0, sizeof *b);
-  b->index = x;
+  b->iteration = x;
   b->n = BS;
   b->n_tables = NT;
   b->hotness = malloc(NT * sizeof *b->hotness);
@@ -224,7 +224,7 @@ static int ccr_open(ccr_t *r, uint32_t P, uint32_t L, uint64_t end_at) {
 }
 
 static void ccr_stats(ccr_t *r, const cacher_dec_t *d) {
-  if (d->x < r->s0 || d->x >= r->s1) return;
+  if (d->iteration < r->s0 || d->iteration >= r->s1) return;
   r->st_n++;
   for (uint32_t q = 0; q < d->trainers; q++) {
     r->st_fetch += d->tr[q].n_fetch;
@@ -264,12 +264,12 @@ static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
  * statistics need (s1), untimed: timed pushes and decisions stay one for
  * one. */
 static int ccr_step(ccr_t *r, const plan_t *p, int timed) {
-  int last = p->x == r->end_at;
+  int last = p->iteration == r->end_at;
   if (last) timed = 0;
   double t0 = bench_now();
   int rc = cacher_push(r->c, p);
   if (rc) {
-    snprintf(r->err, sizeof r->err, "cacher_push of batch %" PRIu64 ": %s", p->x, strerror(-rc));
+    snprintf(r->err, sizeof r->err, "cacher_push of batch %" PRIu64 ": %s", p->iteration, strerror(-rc));
     return rc;
   }
   if (last) {
@@ -505,7 +505,7 @@ static int bench_alloc(uint64_t n) {
   if (!b) return 1;
   for (uint64_t x = 0; x < n; x++)
     if (gen_batch(UINT64_C(2) << 40 | x, &b[x])) goto out;
-  for (uint64_t x = 0; x < n; x++) b[x].index = x;
+  for (uint64_t x = 0; x < n; x++) b[x].iteration = x;
   printf("\nallocation (L = %d, laia window %d; per batch over batches %d..%" PRIu64 "):\n", LALLOC, LALLOC,
          LALLOC + 1, n - 1);
   printf("  %3s %-11s %13s %12s %12s %13s %14s %12s %12s %10s\n", "P", "allocation", "fetched rows", "all-reduced",

@@ -21,9 +21,9 @@ static void print_batch(const data_batch_t *b, int json, int first) {
   for (uint32_t i = 0; i < b->n; i++) pos += b->labels[i];
   if (json)
     printf("%s\n  {\"index\": %" PRIu64 ", \"split\": \"%s\", \"samples\": %u, \"positives\": %.0f, \"sha256\": \"%s\"}",
-           first ? "" : ",", b->index, b->split == DATA_TEST ? "test" : "train", b->n, pos, hex);
+           first ? "" : ",", b->iteration, b->split == DATA_TEST ? "test" : "train", b->n, pos, hex);
   else
-    printf("batch %" PRIu64 " %s samples=%u positives=%.0f sha256=%s\n", b->index, b->split == DATA_TEST ? "test" : "train",
+    printf("batch %" PRIu64 " %s samples=%u positives=%.0f sha256=%s\n", b->iteration, b->split == DATA_TEST ? "test" : "train",
            b->n, pos, hex);
 }
 

@@ -37,11 +37,13 @@
 #include "nn.h"
 #include "opt.h"
 #include "orc.h"
+#include "phase.h"
 #include "table.h"
 
-enum { PH_DATA, PH_GATHER, PH_FWD, PH_BWD, PH_DENSE_OPT, PH_EMB_OPT, PH_EVAL, PH_N };
-static const char *phase_names[PH_N] = {"data", "gather", "forward", "backward", "dense_update", "embedding_update",
-                                        "eval"};
+/* The phases --local measures (phase.h), in the order it prints them. */
+static const int local_phases[] = {PHASE_DATA,         PHASE_GATHER,           PHASE_FORWARD, PHASE_BACKWARD,
+                                   PHASE_DENSE_UPDATE, PHASE_EMBEDDING_UPDATE, PHASE_EVAL};
+#define N_LOCAL_PHASES (sizeof local_phases / sizeof local_phases[0])
 
 typedef struct local_s {
   const cfg_t *cfg;
@@ -59,7 +61,7 @@ typedef struct local_s {
   float *grad;
   void *work;
   size_t max_ids;
-  double phase[PH_N];
+  double phase[PHASE_N]; /* seconds by PHASE_* (the local_phases) */
 } local_t;
 
 static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
@@ -159,11 +161,11 @@ static double step(local_t *L, const data_batch_t *b) {
       opt_row_update(L->emb_kind, &L->emb_hp, L->tables[t] + L->uniq[k] * rf, L->dim, L->grad + (size_t)k * L->dim);
   }
   double t5 = bench_now();
-  L->phase[PH_GATHER] += t1 - t0;
-  L->phase[PH_FWD] += t2 - t1;
-  L->phase[PH_BWD] += t3 - t2;
-  L->phase[PH_DENSE_OPT] += t4 - t3;
-  L->phase[PH_EMB_OPT] += t5 - t4;
+  L->phase[PHASE_GATHER] += t1 - t0;
+  L->phase[PHASE_FORWARD] += t2 - t1;
+  L->phase[PHASE_BACKWARD] += t3 - t2;
+  L->phase[PHASE_DENSE_UPDATE] += t4 - t3;
+  L->phase[PHASE_EMBEDDING_UPDATE] += t5 - t4;
   return loss;
 }
 
@@ -188,7 +190,7 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
   }
   if (!rc) rc = eval_acc_result(&a, logloss, acc, auc);
   eval_acc_close(&a);
-  L->phase[PH_EVAL] += bench_now() - t0;
+  L->phase[PHASE_EVAL] += bench_now() - t0;
   return rc;
 }
 
@@ -530,7 +532,7 @@ int cmd_train(cli_t *cli) {
     double t0 = bench_now();
     data_batch_t b;
     if ((rc = data_read_batch(L.data, DATA_TRAIN, it, L.bs, &b, err, sizeof err)) != 0) break;
-    L.phase[PH_DATA] += bench_now() - t0;
+    L.phase[PHASE_DATA] += bench_now() - t0;
     double loss = step(&L, &b);
     if (isnan(loss)) {
       snprintf(err, sizeof err, "iteration %" PRIu64 ": the %s model step failed%s", it, cfg_str(cli->cfg, "device"),
@@ -606,9 +608,9 @@ int cmd_train(cli_t *cli) {
     o = json_put_str(summary, sizeof summary, o, notes[k]);
   }
   o += snprintf(summary + o, sizeof summary - (size_t)o, "], \"phase_seconds_per_iteration\": {");
-  for (int p = 0; p < PH_N; p++)
-    o += snprintf(summary + o, sizeof summary - (size_t)o, "%s\"%s\": %.6f", p ? ", " : "", phase_names[p],
-                  iters ? L.phase[p] / (double)iters : 0);
+  for (size_t k = 0; k < N_LOCAL_PHASES; k++)
+    o += snprintf(summary + o, sizeof summary - (size_t)o, "%s\"%s\": %.6f", k ? ", " : "",
+                  phase_name(local_phases[k]), iters ? L.phase[local_phases[k]] / (double)iters : 0);
   snprintf(summary + o, sizeof summary - (size_t)o, "}}\n");
   if (cli->json) {
     fputs(summary, stdout);
@@ -621,7 +623,9 @@ int cmd_train(cli_t *cli) {
     if (eval_batches) printf("test AUC          %.4f\n", test_auc);
     if (eval_batches) printf("test accuracy     %.4f\n", test_acc);
     printf("time per phase    ");
-    for (int p = 0; p < PH_N; p++) printf("%s%s %.2f ms", p ? ", " : "", phase_names[p], iters ? 1e3 * L.phase[p] / iters : 0);
+    for (size_t k = 0; k < N_LOCAL_PHASES; k++)
+      printf("%s%s %.2f ms", k ? ", " : "", phase_name(local_phases[k]),
+             iters ? 1e3 * L.phase[local_phases[k]] / iters : 0);
     printf(" (per iteration)\n");
     printf("digest            %s\n", hex);
   }
