@@ -370,7 +370,7 @@ void data_batch_free(data_batch_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err,
+int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err,
                     size_t err_len) {
   const data_schema_t *s = &d->schema;
   const char *name = d->path ? d->path : "synthetic";
@@ -387,28 +387,28 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t bs, data_b
   if (n == 0)
     return err_set(err, err_len, -EINVAL, "%s: the %s split is empty (%" PRIu64 " samples, test_fraction)", name,
                 split == DATA_TEST ? "test" : "train", d->samples);
-  if (bs == 0) return err_set(err, err_len, -EINVAL, "batch size 0");
+  if (batch_size == 0) return err_set(err, err_len, -EINVAL, "batch size 0");
   out->iteration = x;
   out->split = split;
-  out->n = bs;
+  out->n = batch_size;
   out->n_dense = s->n_dense;
   out->n_tables = s->n_tables;
   out->hotness = malloc(s->n_tables * sizeof *out->hotness);
-  out->labels = malloc((size_t)bs * sizeof *out->labels);
-  out->dense = malloc(((size_t)bs * s->n_dense + 1) * sizeof *out->dense);
-  out->ids = malloc(((size_t)bs * d->ids + 1) * sizeof *out->ids);
+  out->labels = malloc((size_t)batch_size * sizeof *out->labels);
+  out->dense = malloc(((size_t)batch_size * s->n_dense + 1) * sizeof *out->dense);
+  out->ids = malloc(((size_t)batch_size * d->ids + 1) * sizeof *out->ids);
   out->ids_off = malloc((s->n_tables + 1) * sizeof *out->ids_off);
   scratch = malloc(d->record_bytes);
   if (!out->hotness || !out->labels || !out->dense || !out->ids || !out->ids_off || !scratch) {
-    rc = err_set(err, err_len, -ENOMEM, "out of memory for a batch of %u", bs);
+    rc = err_set(err, err_len, -ENOMEM, "out of memory for a batch of %u", batch_size);
     goto out;
   }
   memcpy(out->hotness, s->hotness, s->n_tables * sizeof *out->hotness);
   out->ids_off[0] = 0;
-  for (uint32_t t = 0; t < s->n_tables; t++) out->ids_off[t + 1] = out->ids_off[t] + (size_t)bs * s->hotness[t];
-  uint64_t idx = (uint64_t)(((unsigned __int128)x * bs) % n);
+  for (uint32_t t = 0; t < s->n_tables; t++) out->ids_off[t + 1] = out->ids_off[t] + (size_t)batch_size * s->hotness[t];
+  uint64_t idx = (uint64_t)(((unsigned __int128)x * batch_size) % n);
   const size_t dense_bytes = 4 * (size_t)s->n_dense;
-  for (uint32_t j = 0; j < bs; j++) {
+  for (uint32_t j = 0; j < batch_size; j++) {
     const uint8_t *rec;
     if ((rc = d->ops->rec(d, base + idx, scratch, &rec, err, err_len)) != 0) goto out;
     float label;

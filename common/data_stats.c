@@ -264,17 +264,17 @@ int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len)
   /* distinct keys per train batch */
   if (d->n_train) {
     for (int b = 0; b < DATA_PROFILE_BATCH_SIZES; b++) {
-      uint32_t bs = sizes[b];
-      uint64_t nb = d->n_train / bs, sum = 0;
+      uint32_t batch_size = sizes[b];
+      uint64_t nb = d->n_train / batch_size, sum = 0;
       if (nb < 1) nb = 1;
       if (nb > 16) nb = 16;
-      p->batch[b].batch_size = bs;
+      p->batch[b].batch_size = batch_size;
       p->batch[b].batches = (uint32_t)nb;
-      p->batch[b].ids_per_batch = (double)bs * d->ids;
-      if (!set.keys && (rc = cmap_init(&set, (size_t)2 * bs * d->ids, 0)) != 0) goto out;
+      p->batch[b].ids_per_batch = (double)batch_size * d->ids;
+      if (!set.keys && (rc = cmap_init(&set, (size_t)2 * batch_size * d->ids, 0)) != 0) goto out;
       for (uint64_t x = 0; x < nb; x++) {
         data_batch_t batch;
-        if ((rc = data_read_batch(d, DATA_TRAIN, x, bs, &batch, err, err_len)) != 0) goto out;
+        if ((rc = data_read_batch(d, DATA_TRAIN, x, batch_size, &batch, err, err_len)) != 0) goto out;
         cmap_clear(&set);
         for (uint32_t t = 0; t < s->n_tables && !rc; t++)
           for (size_t i = batch.ids_off[t]; i < batch.ids_off[t + 1] && !rc; i++)

@@ -114,10 +114,10 @@ void dpc_destroy(dpc_t *c) {
 
 uint32_t dpc_servers(const dpc_t *c) { return c->n; }
 
-int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err, size_t err_len) {
+int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len) {
   Chanter__Dataproc__V1__GetBatchRequest req = CHANTER__DATAPROC__V1__GET_BATCH_REQUEST__INIT;
   req.iteration = x;
-  req.batch_size = bs;
+  req.batch_size = batch_size;
   req.split = split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
   req.schema_hash = c->schema_hash;
   int64_t deadline = now_ms() + c->timeout_ms, backoff = 20;
@@ -145,7 +145,7 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *ou
   }
 }
 
-int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs, dpc_batch_cb cb, void *ud,
+int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t batch_size, dpc_batch_cb cb, void *ud,
                uint32_t *restarts, char *err, size_t err_len) {
   uint64_t next = first, end = first + count;
   int64_t progress_at = now_ms(), backoff = 20;
@@ -171,7 +171,7 @@ int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs,
         Chanter__Dataproc__V1__StreamRequest req = CHANTER__DATAPROC__V1__STREAM_REQUEST__INIT;
         req.first = x;
         req.count = (uint32_t)(end - x < 1024 ? end - x : 1024);
-        req.batch_size = bs;
+        req.batch_size = batch_size;
         req.split = split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
         req.schema_hash = c->schema_hash;
         rc = rpc_stream_write(s, &req.base);

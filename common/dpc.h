@@ -31,9 +31,9 @@ int dpc_create(const cfg_t *cfg, dpc_t **out, char *err, size_t err_len);
 void dpc_destroy(dpc_t *c);
 uint32_t dpc_servers(const dpc_t *c);
 
-/* Batch x of split at batch size bs, from processor x mod P or, failing
+/* Batch x of split at batch size batch_size, from processor x mod P or, failing
  * that, the others. */
-int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *out, char *err, size_t err_len);
+int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len);
 
 /* Streams batches [first, first + count) of split from one processor,
  * calling cb for each in order (cb returns 0 to go on).  When the stream
@@ -41,7 +41,7 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t bs, data_batch_t *ou
  * another -- from the first batch not yet delivered, until rpc.timeout_ms
  * passes without progress.  *restarts counts the reopenings. */
 typedef int (*dpc_batch_cb)(const data_batch_t *b, void *ud);
-int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bs, dpc_batch_cb cb, void *ud,
+int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t batch_size, dpc_batch_cb cb, void *ud,
                uint32_t *restarts, char *err, size_t err_len);
 
 /* Info of processor i (caller frees with protobuf_c_message_free_unpacked). */

@@ -14,7 +14,7 @@
  *     (prefetch_wait of fetch: blocked on this step's rows; sync_wait of
  *     the step's start: blocked on the previous step's background work;
  *     sync_critical of allreduce: the critical rows; replicate of update:
- *     owned rows handed over);
+ *     owned rows replicated);
  *   - the phases of `chanter train --local` that a cluster step does not
  *     have (it also has forward and backward; its order is cmd_train.c's).
  *

@@ -39,12 +39,12 @@ typedef struct ent_s {
   uint16_t last;  /* last use among the batches that entered, mod 2^16: every key in the map is
                      cached or in the window, so its last use is in [x, x + window], and the
                      window stays below 2^16 batches (cacher_push), so equality with x is exact */
-  uint16_t owner; /* cached: the one trainer whose copy is current (LRPP), or OWN_SHARED */
+  uint16_t owner; /* cached: the one trainer whose copy is current (LRPP), or OWNER_SHARED */
 } ent_t; /* 16 bytes: four to a cache line */
 
-#define OWN_SHARED 0xffffu
-#define OWNER(e) ((e)->owner == OWN_SHARED ? SHARED : (uint32_t)(e)->owner)
-#define SET_OWNER(e, v) ((e)->owner = (v) == SHARED ? (uint16_t)OWN_SHARED : (uint16_t)(v))
+#define OWNER_SHARED 0xffffu
+#define OWNER(e) ((e)->owner == OWNER_SHARED ? SHARED : (uint32_t)(e)->owner)
+#define SET_OWNER(e, v) ((e)->owner = (v) == SHARED ? (uint16_t)OWNER_SHARED : (uint16_t)(v))
 #define WINDOW_MAX 60000u /* batches pushed and not decided (see last) */
 
 /* An entry of the per-table table of a batch's distinct keys (map_ids). */
@@ -62,11 +62,11 @@ enum {
   C_FETCH_ONE = 1,
   C_FETCH_ALL = 2,
   C_EVICT = 4,
-  C_PRIVATE = 8, /* owned by one trainer: no synchronization */
+  C_OWNED = 8, /* owned by one trainer: no synchronization */
   C_CRITICAL = 16,
   C_DELAYED = 32,
   C_HIT = 64,
-  C_OWN = 128 /* takes an owner at x and stays cached: the owner marks it, the others' copies go stale */
+  C_KEEP_OWNED = 128 /* takes an owner at x and stays cached: the owner marks it, the others' copies go stale */
 };
 
 struct cacher_s {
@@ -93,12 +93,12 @@ struct cacher_s {
   size_t cap_u;
   lent_t *lh;      /* per-table table of the batch's distinct keys */
   size_t cap_lh;
-  size_t *cnt_fetch, *cnt_wb, *soff, *cnt_own;
+  size_t *cnt_fetch, *cnt_write_back, *soff, *cnt_owned;
   /* replication planned while deciding x (keys of x + 1 owned by a
    * trainer that is not x + 1's only user) */
-  uint32_t *rep_slot, *rep_owner;
-  uint64_t *rep_key;
-  size_t n_rep, cap_rep;
+  uint32_t *replicate_slot, *replicate_owner;
+  uint64_t *replicate_key;
+  size_t n_replicate, cap_replicate;
 };
 
 static inline size_t nz(size_t n) { return n ? n : 1; }
@@ -177,7 +177,7 @@ static ent_t *map_upsert(cacher_t *c, uint64_t key) {
       e->key = key;
       e->last = 0;
       e->slot = NOSLOT;
-      e->owner = OWN_SHARED;
+      e->owner = OWNER_SHARED;
       c->n++;
       return e;
     }
@@ -214,10 +214,10 @@ int cacher_create(const cacher_opts_t *o, cacher_t **out) {
   c->win_cap = 8;
   c->win = calloc(c->win_cap, sizeof *c->win);
   c->cnt_fetch = calloc(o->trainers, sizeof *c->cnt_fetch);
-  c->cnt_wb = calloc(o->trainers, sizeof *c->cnt_wb);
+  c->cnt_write_back = calloc(o->trainers, sizeof *c->cnt_write_back);
   c->soff = calloc(o->trainers, sizeof *c->soff);
-  c->cnt_own = calloc(o->trainers, sizeof *c->cnt_own);
-  if (!c->win || !c->cnt_fetch || !c->cnt_wb || !c->soff || !c->cnt_own || map_init(c, 1024) != 0) {
+  c->cnt_owned = calloc(o->trainers, sizeof *c->cnt_owned);
+  if (!c->win || !c->cnt_fetch || !c->cnt_write_back || !c->soff || !c->cnt_owned || map_init(c, 1024) != 0) {
     cacher_destroy(c);
     return -ENOMEM;
   }
@@ -235,12 +235,12 @@ void cacher_destroy(cacher_t *c) {
   free(c->uslot);
   free(c->lh);
   free(c->cnt_fetch);
-  free(c->cnt_wb);
+  free(c->cnt_write_back);
   free(c->soff);
-  free(c->cnt_own);
-  free(c->rep_slot);
-  free(c->rep_owner);
-  free(c->rep_key);
+  free(c->cnt_owned);
+  free(c->replicate_slot);
+  free(c->replicate_owner);
+  free(c->replicate_key);
   free(c);
 }
 
@@ -446,15 +446,15 @@ void cacher_dec_free(cacher_dec_t *d) {
     free(t->slots);
     free(t->fetch_keys);
     free(t->fetch_slots);
-    free(t->wb_keys);
-    free(t->wb_slots);
-    free(t->own_slots);
+    free(t->write_back_keys);
+    free(t->write_back_slots);
+    free(t->owned_slots);
     free(t->stale_slots);
   }
   free(d->tr);
-  free(d->rep_slots);
-  free(d->rep_owners);
-  free(d->rep_keys);
+  free(d->replicate_slots);
+  free(d->replicate_owners);
+  free(d->replicate_keys);
   free(d->critical);
   free(d->delayed);
   free(d->critical_keys);
@@ -478,31 +478,31 @@ static int dec_alloc(cacher_dec_t *d, const plan_t *p, const size_t *nf, const s
     t->slots = malloc(nz(t->n_ids) * sizeof *t->slots);
     t->fetch_keys = malloc(nz(nf[q]) * sizeof *t->fetch_keys);
     t->fetch_slots = malloc(nz(nf[q]) * sizeof *t->fetch_slots);
-    t->wb_keys = malloc(nz(nw[q]) * sizeof *t->wb_keys);
-    t->wb_slots = malloc(nz(nw[q]) * sizeof *t->wb_slots);
-    if (!t->slots || !t->fetch_keys || !t->fetch_slots || !t->wb_keys || !t->wb_slots) return -ENOMEM;
+    t->write_back_keys = malloc(nz(nw[q]) * sizeof *t->write_back_keys);
+    t->write_back_slots = malloc(nz(nw[q]) * sizeof *t->write_back_slots);
+    if (!t->slots || !t->fetch_keys || !t->fetch_slots || !t->write_back_keys || !t->write_back_slots) return -ENOMEM;
   }
   return 0;
 }
 
 /* Lists e for replication before the batch being decided (after the one
  * before it); e is SHARED from then on.  0 or -ENOMEM. */
-static int add_rep(cacher_t *c, ent_t *e) {
-  if (c->n_rep == c->cap_rep) {
-    size_t nc = c->cap_rep ? c->cap_rep * 2 : 1024;
-    uint32_t *rs = realloc(c->rep_slot, nc * sizeof *rs);
-    if (rs) c->rep_slot = rs;
-    uint32_t *ro = realloc(c->rep_owner, nc * sizeof *ro);
-    if (ro) c->rep_owner = ro;
-    uint64_t *rk = realloc(c->rep_key, nc * sizeof *rk);
-    if (rk) c->rep_key = rk;
+static int add_replicate(cacher_t *c, ent_t *e) {
+  if (c->n_replicate == c->cap_replicate) {
+    size_t nc = c->cap_replicate ? c->cap_replicate * 2 : 1024;
+    uint32_t *rs = realloc(c->replicate_slot, nc * sizeof *rs);
+    if (rs) c->replicate_slot = rs;
+    uint32_t *ro = realloc(c->replicate_owner, nc * sizeof *ro);
+    if (ro) c->replicate_owner = ro;
+    uint64_t *rk = realloc(c->replicate_key, nc * sizeof *rk);
+    if (rk) c->replicate_key = rk;
     if (!rs || !ro || !rk) return -ENOMEM;
-    c->cap_rep = nc;
+    c->cap_replicate = nc;
   }
-  c->rep_slot[c->n_rep] = e->slot;
-  c->rep_owner[c->n_rep] = OWNER(e);
-  c->rep_key[c->n_rep++] = e->key;
-  e->owner = OWN_SHARED;
+  c->replicate_slot[c->n_replicate] = e->slot;
+  c->replicate_owner[c->n_replicate] = OWNER(e);
+  c->replicate_key[c->n_replicate++] = e->key;
+  e->owner = OWNER_SHARED;
   return 0;
 }
 
@@ -524,13 +524,13 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   const plan_t *n1 = have_next ? win_at(c, x + 1) : NULL;
   const uint64_t *nk = have_next ? n1->ukeys : NULL;
   size_t nn = have_next ? n1->n_unique : 0, j1 = 0;
-  c->n_rep = 0; /* the rows x needs replicated after x - 1 (found below) */
+  c->n_replicate = 0; /* the rows x needs replicated after x - 1 (found below) */
 
   /* pass 1: classify, allocate slots */
   size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0, n_trans = 0;
-  memset(c->cnt_own, 0, P * sizeof *c->cnt_own);
+  memset(c->cnt_owned, 0, P * sizeof *c->cnt_owned);
   memset(c->cnt_fetch, 0, P * sizeof *c->cnt_fetch);
-  memset(c->cnt_wb, 0, P * sizeof *c->cnt_wb);
+  memset(c->cnt_write_back, 0, P * sizeof *c->cnt_write_back);
   size_t n_fetch_all = 0;
   for (size_t i = 0; i < U; i++) {
     uint64_t k = p->ukeys[i];
@@ -550,17 +550,17 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
     /* LRPP: a row one trainer uses is owned by it (fetched, updated and
      * written back by it alone, never synchronized) -- while it stays
      * cached too, until another trainer needs it (replication below) */
-    int priv = c->o.lrpp && user != SHARED;
+    int owned = c->o.lrpp && user != SHARED;
     if (e->slot != NOSLOT) {
       f |= C_HIT;
       /* owned by one trainer, used at x by another or by several: its
-       * owner's copy goes to every trainer after x - 1 (rep_*) */
-      if (OWNER(e) != SHARED && OWNER(e) != user && (rc = add_rep(c, e)) != 0) goto fail;
-      if (priv && OWNER(e) == SHARED) { /* every copy is current: one trainer takes it over */
+       * owner's copy goes to every trainer after x - 1 (replicate_*) */
+      if (OWNER(e) != SHARED && OWNER(e) != user && (rc = add_replicate(c, e)) != 0) goto fail;
+      if (owned && OWNER(e) == SHARED) { /* every copy is current: one trainer takes it over */
         SET_OWNER(e, user);
         if (!evict) {
-          f |= C_OWN;
-          c->cnt_own[user]++;
+          f |= C_KEEP_OWNED;
+          c->cnt_owned[user]++;
           n_trans++;
         }
       }
@@ -575,15 +575,15 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
         goto fail;
       }
       e->slot = s;
-      SET_OWNER(e, priv ? user : SHARED);
-      if (priv && !evict) {
-        f |= C_OWN;
-        c->cnt_own[user]++;
+      SET_OWNER(e, owned ? user : SHARED);
+      if (owned && !evict) {
+        f |= C_KEEP_OWNED;
+        c->cnt_owned[user]++;
       }
       c->cached++;
       n_new++;
-      f |= priv ? C_FETCH_ONE : C_FETCH_ALL;
-      if (priv) c->cnt_fetch[user]++;
+      f |= owned ? C_FETCH_ONE : C_FETCH_ALL;
+      if (owned) c->cnt_fetch[user]++;
       else n_fetch_all++;
     }
     int next = 0;
@@ -591,8 +591,8 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
       while (j1 < nn && nk[j1] < k) j1++;
       next = j1 < nn && nk[j1] == k;
     }
-    if (priv) {
-      f |= C_PRIVATE;
+    if (owned) {
+      f |= C_OWNED;
     } else if (split && !next) {
       f |= C_DELAYED;
       ndel++;
@@ -604,14 +604,14 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
     if (evict) { /* its slot waits L batches in the FIFO; the entry leaves the map (nothing below reads it) */
       f |= C_EVICT;
       n_evict++;
-      uint32_t owner = priv ? user : (uint32_t)(table_mix64(k) % P);
-      c->cnt_wb[owner]++;
+      uint32_t owner = owned ? user : (uint32_t)(table_mix64(k) % P);
+      c->cnt_write_back[owner]++;
       if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
       if (e->last == (uint16_t)x) {
         map_erase(c, e);
       } else { /* a batch in the window uses it later (L = 0): it stays, uncached */
         e->slot = NOSLOT;
-        e->owner = OWN_SHARED;
+        e->owner = OWNER_SHARED;
       }
       c->cached--;
     }
@@ -627,29 +627,29 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   if (d) {
     memset(d, 0, sizeof *d);
     for (uint32_t q = 0; q < P; q++) c->cnt_fetch[q] += n_fetch_all;
-    if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_wb, ncrit, ndel)) != 0) goto fail_dec;
+    if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_write_back, ncrit, ndel)) != 0) goto fail_dec;
     for (uint32_t q = 0; q < P; q++) {
       cacher_tr_t *t = &d->tr[q];
-      t->own_slots = malloc(nz(c->cnt_own[q]) * sizeof *t->own_slots);
+      t->owned_slots = malloc(nz(c->cnt_owned[q]) * sizeof *t->owned_slots);
       t->stale_slots = malloc(nz(n_trans) * sizeof *t->stale_slots);
-      if (!t->own_slots || !t->stale_slots) {
+      if (!t->owned_slots || !t->stale_slots) {
         rc = -ENOMEM;
         goto fail_dec;
       }
     }
-    d->rep_slots = malloc(nz(c->n_rep) * sizeof *d->rep_slots);
-    d->rep_owners = malloc(nz(c->n_rep) * sizeof *d->rep_owners);
-    d->rep_keys = malloc(nz(c->n_rep) * sizeof *d->rep_keys);
-    if (!d->rep_slots || !d->rep_owners || !d->rep_keys) {
+    d->replicate_slots = malloc(nz(c->n_replicate) * sizeof *d->replicate_slots);
+    d->replicate_owners = malloc(nz(c->n_replicate) * sizeof *d->replicate_owners);
+    d->replicate_keys = malloc(nz(c->n_replicate) * sizeof *d->replicate_keys);
+    if (!d->replicate_slots || !d->replicate_owners || !d->replicate_keys) {
       rc = -ENOMEM;
       goto fail_dec;
     }
-    if (c->n_rep) { /* (the lists may still be NULL: memcpy wants a valid source even for 0 bytes) */
-      memcpy(d->rep_slots, c->rep_slot, c->n_rep * sizeof *d->rep_slots);
-      memcpy(d->rep_owners, c->rep_owner, c->n_rep * sizeof *d->rep_owners);
-      memcpy(d->rep_keys, c->rep_key, c->n_rep * sizeof *d->rep_keys);
+    if (c->n_replicate) { /* (the lists may still be NULL: memcpy wants a valid source even for 0 bytes) */
+      memcpy(d->replicate_slots, c->replicate_slot, c->n_replicate * sizeof *d->replicate_slots);
+      memcpy(d->replicate_owners, c->replicate_owner, c->n_replicate * sizeof *d->replicate_owners);
+      memcpy(d->replicate_keys, c->replicate_key, c->n_replicate * sizeof *d->replicate_keys);
     }
-    d->n_rep = c->n_rep;
+    d->n_replicate = c->n_replicate;
     d->iteration = x;
     d->n_unique = U;
     d->n_new = n_new;
@@ -670,10 +670,10 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
         t->fetch_keys[t->n_fetch] = k;
         t->fetch_slots[t->n_fetch++] = s;
       }
-      if (f & C_PRIVATE) d->tr[user].n_private++;
-      if (f & C_OWN) {
+      if (f & C_OWNED) d->tr[user].n_owned++;
+      if (f & C_KEEP_OWNED) {
         cacher_tr_t *t = &d->tr[user];
-        t->own_slots[t->n_own++] = s;
+        t->owned_slots[t->n_owned_slots++] = s;
         if (f & C_HIT) /* taken over from every trainer: their copies go stale */
           for (uint32_t q = 0; q < P; q++)
             if (q != user) d->tr[q].stale_slots[d->tr[q].n_stale++] = s;
@@ -686,9 +686,9 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
         d->delayed[d->n_delayed++] = s;
       }
       if (f & C_EVICT) {
-        cacher_tr_t *t = &d->tr[(f & C_PRIVATE) ? user : (uint32_t)(table_mix64(k) % P)];
-        t->wb_keys[t->n_wb] = k;
-        t->wb_slots[t->n_wb++] = s;
+        cacher_tr_t *t = &d->tr[(f & C_OWNED) ? user : (uint32_t)(table_mix64(k) % P)];
+        t->write_back_keys[t->n_write_back] = k;
+        t->write_back_slots[t->n_write_back++] = s;
       }
     }
     /* each id -> its slot; each trainer's distinct keys and hits; table

@@ -17,11 +17,11 @@
  * is never synchronized, and p writes it back when it is evicted -- also
  * while it stays cached across batches, for as long as p is its only
  * user.  A cached key every trainer holds (SHARED) that only p uses at x
- * is taken over by p (own_slots for p; the others' copies go stale,
+ * is taken over by p (owned_slots for p; the others' copies go stale,
  * stale_slots).  When batch x lets another trainer use a key owned by p
- * (or several), deciding x lists it for REPLICATION (rep_*): after batch
+ * (or several), deciding x lists it to REPLICATE (hand over; replicate_*): after batch
  * x-1's update p's copy goes to every trainer and the key is SHARED again
- * -- so a decision is complete only with the next one's rep_* lists: the
+ * -- so a decision is complete only with the next one's replicate_* lists: the
  * caller sends batch x-1 once x is decided (or x-1 is the last).  A key several
  * trainers use in x is SHARED: fetched by every trainer (if not cached),
  * its gradient all-reduced in the order below, updated identically
@@ -93,14 +93,14 @@ typedef struct cacher_tr_s {
   uint64_t *fetch_keys;     /* ascending: rows to fetch for x ... */
   uint32_t *fetch_slots;    /* ... and the slot each goes to */
   size_t n_fetch;
-  uint64_t *wb_keys;        /* ascending: rows it writes back after x ... */
-  uint32_t *wb_slots;       /* ... from these slots */
-  size_t n_wb;
+  uint64_t *write_back_keys;        /* ascending: rows it writes back after x ... */
+  uint32_t *write_back_slots;       /* ... from these slots */
+  size_t n_write_back;
   size_t n_keys;            /* distinct keys its samples use */
   size_t n_hits;            /* of those, already cached before x */
-  size_t n_private;         /* of those, owned by it (LRPP): updated by it alone */
-  uint32_t *own_slots;      /* rows it owns from x on, still cached after x */
-  size_t n_own;
+  size_t n_owned;         /* of those, owned by it (LRPP): updated by it alone */
+  uint32_t *owned_slots;      /* rows it owns from x on, still cached after x */
+  size_t n_owned_slots;
   uint32_t *stale_slots;    /* rows another trainer owns from x on: its copy is stale */
   size_t n_stale;
 } cacher_tr_t;
@@ -114,10 +114,10 @@ typedef struct cacher_dec_s {
   uint32_t *delayed;  /* slots all-reduced in the background (ascending key order) */
   size_t n_delayed;
   uint64_t *critical_keys, *delayed_keys; /* the same rows' keys */
-  uint32_t *rep_slots;  /* BEFORE x (after x-1's update), these owned rows go from their owner to every trainer ... */
-  uint32_t *rep_owners; /* ... (this one) ... */
-  uint64_t *rep_keys;   /* ... (these keys): batch x has another trainer use them */
-  size_t n_rep;
+  uint32_t *replicate_slots;  /* BEFORE x (after x-1's update), these owned rows go from their owner to every trainer ... */
+  uint32_t *replicate_owners; /* ... (this one) ... */
+  uint64_t *replicate_keys;   /* ... (these keys): batch x has another trainer use them */
+  size_t n_replicate;
   cacher_tr_t *tr;    /* P */
   uint32_t trainers;
   size_t n_unique;    /* distinct keys of x */

@@ -16,7 +16,7 @@
  * its samples are placed.  (Letting the samples placed earlier in the
  * same batch attract the later ones was tried: the batch's hot rows then
  * drown the signal of the rows held from earlier batches, and on
- * Criteo-like data hand-overs fell by 1% instead of 28%.)
+ * Criteo-like data replications fell by 1% instead of 28%.)
  *
  * Why: with lookahead a row every use of which inside its cache lifetime
  * lands on one trainer is owned by it and never synchronized

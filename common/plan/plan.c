@@ -306,7 +306,7 @@ static int gather(const data_batch_t *b, const uint32_t *owner, plan_t *p) {
 }
 
 /* out = sorted union of disjoint sorted a and b (b filtered by keep when
- * given: b[i] is taken if wb_owner(b[i]) == who). */
+ * given: b[i] is taken if b_owner[i] == who). */
 static uint64_t *merge(const uint64_t *a, size_t na, const uint64_t *b, size_t nb, const uint32_t *b_owner,
                        uint32_t who, size_t *n_out) {
   size_t cap = na + nb;
@@ -335,10 +335,10 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
   if (rc) return rc;
   /* every distinct key in ascending order, with its trainer (UINT32_MAX: shared) */
   uint64_t *ukey = malloc(nz(total) * sizeof *ukey);
-  uint32_t *uown = malloc(nz(total) * sizeof *uown), *sync_wb = NULL;
+  uint32_t *uowner = malloc(nz(total) * sizeof *uowner), *sync_write_back = NULL;
   size_t *cnt = calloc(P, sizeof *cnt), *fill = calloc(P, sizeof *fill), n_shared = 0, u = 0;
-  uint64_t **priv = calloc(P, sizeof *priv);
-  if (!ukey || !uown || !cnt || !fill || !priv) {
+  uint64_t **owned = calloc(P, sizeof *owned);
+  if (!ukey || !uowner || !cnt || !fill || !owned) {
     rc = -ENOMEM;
     goto out;
   }
@@ -354,11 +354,11 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
       uint64_t s = k.vals[i];
       ukey[u] = TABLE_KEY(t, CELL_ROW(s));
       if (s & CELL_SHARED) {
-        uown[u] = UINT32_MAX;
+        uowner[u] = UINT32_MAX;
         n_shared++;
       } else {
-        uown[u] = CELL_OWNER(s);
-        cnt[uown[u]]++;
+        uowner[u] = CELL_OWNER(s);
+        cnt[uowner[u]]++;
       }
       u++;
     }
@@ -366,49 +366,49 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
   p->n_unique = u;
   if (flags & PLAN_KEYS) { /* the cacher takes it from here */
     p->ukeys = ukey;
-    p->users = uown;
+    p->users = uowner;
     ukey = NULL;
-    uown = NULL;
+    uowner = NULL;
     goto out;
   }
-  /* split: each trainer's private keys and the shared ones, still sorted */
+  /* split: each trainer's owned keys and the shared ones, still sorted */
   p->sync = malloc(nz(n_shared) * sizeof *p->sync);
-  sync_wb = malloc(nz(n_shared) * sizeof *sync_wb);
-  if (!p->sync || !sync_wb) {
+  sync_write_back = malloc(nz(n_shared) * sizeof *sync_write_back);
+  if (!p->sync || !sync_write_back) {
     rc = -ENOMEM;
     goto out;
   }
   for (uint32_t q = 0; q < P; q++)
-    if (!(priv[q] = malloc(nz(cnt[q]) * sizeof **priv))) {
+    if (!(owned[q] = malloc(nz(cnt[q]) * sizeof **owned))) {
       rc = -ENOMEM;
       goto out;
     }
   for (size_t i = 0; i < u; i++) {
-    if (uown[i] == UINT32_MAX) {
-      sync_wb[p->n_sync] = (uint32_t)(table_mix64(ukey[i]) % P);
+    if (uowner[i] == UINT32_MAX) {
+      sync_write_back[p->n_sync] = (uint32_t)(table_mix64(ukey[i]) % P);
       p->sync[p->n_sync++] = ukey[i];
     } else {
-      priv[uown[i]][fill[uown[i]]++] = ukey[i];
+      owned[uowner[i]][fill[uowner[i]]++] = ukey[i];
     }
   }
   for (uint32_t q = 0; q < P; q++) {
     plan_share_t *s = &p->shares[q];
-    s->n_private = cnt[q];
-    s->fetch = merge(priv[q], cnt[q], p->sync, p->n_sync, NULL, 0, &s->n_fetch);
-    s->write_back = merge(priv[q], cnt[q], p->sync, p->n_sync, sync_wb, q, &s->n_write_back);
+    s->n_owned = cnt[q];
+    s->fetch = merge(owned[q], cnt[q], p->sync, p->n_sync, NULL, 0, &s->n_fetch);
+    s->write_back = merge(owned[q], cnt[q], p->sync, p->n_sync, sync_write_back, q, &s->n_write_back);
     if (!s->fetch || !s->write_back) {
       rc = -ENOMEM;
       goto out;
     }
   }
 out:
-  for (uint32_t q = 0; priv && q < P; q++) free(priv[q]);
-  free(priv);
+  for (uint32_t q = 0; owned && q < P; q++) free(owned[q]);
+  free(owned);
   free(cnt);
   free(fill);
   free(ukey);
-  free(uown);
-  free(sync_wb);
+  free(uowner);
+  free(sync_write_back);
   keytab_close(&k);
   return rc;
 }

@@ -16,12 +16,12 @@
  * cacher's L = 0 decisions and the users against them.
  *
  * Key lists: K_p is the set of rows (key = TABLE_KEY(table, row)) the
- * samples of trainer p use.  A key in exactly one K_p is private to p; a
+ * samples of trainer p use.  A key in exactly one K_p is owned by p; a
  * key in two or more is shared.  Trainer p fetches sorted(K_p U shared)
  * before the step (every trainer holds every shared row, so that each
  * applies the same all-reduced update), all-reduces the gradients of
  * sorted(shared) (the same list on every trainer), and writes back its
- * private keys plus the shared keys k with table_mix64(k) % P == p: every key
+ * owned keys plus the shared keys k with table_mix64(k) % P == p: every key
  * the batch touches is written back by exactly one trainer.  Lists are
  * sorted ascending; with `ideal` they are empty (rows live in the trainer).
  *
@@ -56,7 +56,7 @@ typedef struct plan_share_s {
   size_t n_fetch;
   uint64_t *write_back;    /* sorted keys this trainer writes back */
   size_t n_write_back;
-  size_t n_private;        /* keys only this trainer uses */
+  size_t n_owned;        /* keys only this trainer uses */
 } plan_share_t;
 
 typedef struct plan_s {

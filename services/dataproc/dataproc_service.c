@@ -32,9 +32,9 @@ static double since(const struct timespec *t0) {
 static int split_of(Chanter__Dataproc__V1__Split s) { return s == CHANTER__DATAPROC__V1__SPLIT__TEST ? DATA_TEST : DATA_TRAIN; }
 
 /* Checks what every batch request carries; 0 or -EINVAL/ERR_LAYOUT + why. */
-static int check_req(dataproc_service_t *svc, uint32_t bs, uint64_t schema_hash, char *why, size_t n) {
-  if (bs == 0 || bs > DATAPROC_MAX_BATCH) {
-    snprintf(why, n, "batch_size %u is outside [1, %u]", bs, DATAPROC_MAX_BATCH);
+static int check_req(dataproc_service_t *svc, uint32_t batch_size, uint64_t schema_hash, char *why, size_t n) {
+  if (batch_size == 0 || batch_size > DATAPROC_MAX_BATCH) {
+    snprintf(why, n, "batch_size %u is outside [1, %u]", batch_size, DATAPROC_MAX_BATCH);
     return -EINVAL;
   }
   if (schema_hash && schema_hash != svc->schema_hash) {
@@ -54,7 +54,7 @@ typedef struct build_s {
   dataproc_service_t *svc;
   int split;
   uint64_t iteration;
-  uint32_t bs;
+  uint32_t batch_size;
   data_batch_t batch;
   int rc;
   char why[512];
@@ -66,7 +66,7 @@ typedef struct build_s {
 
 static void build_work(uv_work_t *req) {
   build_t *b = req->data;
-  b->rc = data_read_batch(b->svc->src, b->split, b->iteration, b->bs, &b->batch, b->why, sizeof b->why);
+  b->rc = data_read_batch(b->svc->src, b->split, b->iteration, b->batch_size, &b->batch, b->why, sizeof b->why);
 }
 
 static void count_served(dataproc_service_t *svc, build_t *b) {
@@ -76,13 +76,13 @@ static void count_served(dataproc_service_t *svc, build_t *b) {
   metrics_hist_observe(svc->build_seconds, since(&b->t0));
 }
 
-static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32_t bs) {
+static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32_t batch_size) {
   build_t *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   b->svc = svc;
   b->split = split;
   b->iteration = x;
-  b->bs = bs;
+  b->batch_size = batch_size;
   b->req.data = b;
   clock_gettime(CLOCK_MONOTONIC, &b->t0);
   return b;
@@ -135,7 +135,7 @@ typedef struct range_s {
   struct range_s *next;
   int split;
   uint64_t next_x, end;
-  uint32_t bs;
+  uint32_t batch_size;
 } range_t;
 
 typedef struct stream_s {
@@ -212,7 +212,7 @@ static void stream_pump(stream_t *st) {
   }
   if (rpc_call_queued(st->call) >= DATAPROC_STREAM_WINDOW) return; /* on_sent calls back */
   range_t *r = st->head;
-  build_t *b = build_new(st->svc, r->split, r->next_x, r->bs);
+  build_t *b = build_new(st->svc, r->split, r->next_x, r->batch_size);
   if (!b) return;
   b->stream = st;
   if (uv_queue_work(st->svc->loop, &b->req, build_work, stream_done) != 0) {
@@ -263,7 +263,7 @@ static void s_message(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   q->split = split_of(r->split);
   q->next_x = r->first;
   q->end = r->first + r->count;
-  q->bs = r->batch_size;
+  q->batch_size = r->batch_size;
   if (st->tail) st->tail->next = q;
   else st->head = q;
   st->tail = q;

@@ -21,7 +21,7 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format is little-endian");
 
-enum { M_LOOKUP, M_WRITEBACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_COUNT };
+enum { M_LOOKUP, M_WRITE_BACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_COUNT };
 static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
                                             "PutBlob", "GetBlob", "Digest", "Stats"};
 
@@ -93,7 +93,7 @@ static void work_cb(uv_work_t *req) {
     free(keys);
     break;
   }
-  case M_WRITEBACK: {
+  case M_WRITE_BACK: {
     const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)w->in;
     size_t n;
     uint64_t *keys = keys_of(&r->keys, &n);
@@ -152,7 +152,7 @@ static void after_cb(uv_work_t *req, int status) {
   embedding_service_t *svc = w->svc;
   if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
   /* a key naming no table or no row is a bad argument, not a missing thing */
-  if ((w->method == M_LOOKUP || w->method == M_WRITEBACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
+  if ((w->method == M_LOOKUP || w->method == M_WRITE_BACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
   if (w->rc) {
     metrics_counter_inc(svc->errors[w->method]);
     if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
@@ -175,7 +175,7 @@ static void after_cb(uv_work_t *req, int status) {
     rpc_call_reply(w->call, &r.base);
     break;
   }
-  case M_WRITEBACK: {
+  case M_WRITE_BACK: {
     Chanter__Embedding__V1__WriteBackResponse r = CHANTER__EMBEDDING__V1__WRITE_BACK_RESPONSE__INIT;
     r.rows_written = w->count;
     metrics_counter_add(svc->rows_written, w->count);
@@ -294,7 +294,7 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
       return;
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
-  } else if (m == M_WRITEBACK) {
+  } else if (m == M_WRITE_BACK) {
     const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)req;
     if (r->keys.len % 8) {
       reject(svc, call, m, -EINVAL, SHAPE_MSG, "keys (packed uint64)", r->keys.len, 8);
@@ -319,8 +319,8 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
     r.hot_hits = s.hot_hits;
     r.kv_reads = s.kv_reads;
     r.lazy_inits = s.lazy_inits;
-    r.writeback_calls = s.write_calls;
-    r.writeback_rows = s.write_rows;
+    r.write_back_calls = s.write_calls;
+    r.write_back_rows = s.write_rows;
     r.rejected_calls = svc->rejected;
     r.stored_rows_estimate = s.stored_rows_estimate;
     r.hot_evictions = s.hot_evictions;

@@ -72,8 +72,8 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     st.slots = slots_pb(t->slots, t->n_ids);
     st.fetch_keys = keys_pb(t->fetch_keys, t->n_fetch);
     st.fetch_slots = slots_pb(t->fetch_slots, t->n_fetch);
-    st.write_back_keys = keys_pb(t->wb_keys, t->n_wb);
-    st.write_back_slots = slots_pb(t->wb_slots, t->n_wb);
+    st.write_back_keys = keys_pb(t->write_back_keys, t->n_write_back);
+    st.write_back_slots = slots_pb(t->write_back_slots, t->n_write_back);
     st.sync_critical = slots_pb(d->critical, d->n_critical);
     st.sync_delayed = slots_pb(d->delayed, d->n_delayed);
     st.evict_slots = slots_pb(s->evict, s->n_evict);
@@ -82,11 +82,11 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     st.cache_hits = t->n_hits;
     if (s->iteration + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
       const cacher_dec_t *dn = &oracle_pipeline__decided(j, s->iteration + 1)->dec;
-      st.replicate_slots = slots_pb(dn->rep_slots, dn->n_rep);
-      st.replicate_owners = slots_pb(dn->rep_owners, dn->n_rep);
-      st.replicate_keys = keys_pb(dn->rep_keys, dn->n_rep);
+      st.replicate_slots = slots_pb(dn->replicate_slots, dn->n_replicate);
+      st.replicate_owners = slots_pb(dn->replicate_owners, dn->n_replicate);
+      st.replicate_keys = keys_pb(dn->replicate_keys, dn->n_replicate);
     }
-    st.own_slots = slots_pb(t->own_slots, t->n_own);
+    st.owned_slots = slots_pb(t->owned_slots, t->n_owned_slots);
     st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
   }
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;

@@ -309,7 +309,7 @@ static void metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
                                        "of the rows synchronized, owned rows handed to every trainer");
   m->rows_synced_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
                                            "of the rows synchronized, those synchronized in the background");
-  m->rows_wb = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
+  m->rows_written_back = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
   m->evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
 }
 

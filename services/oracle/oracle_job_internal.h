@@ -79,7 +79,7 @@ typedef struct oracle_metrics_s {
   metrics_gauge_t *iteration, *sps, *loss, *test_loss, *test_auc, *state, *lookahead, *slots;
   metrics_hist_t *phase[PHASE_N_REPORT], *plan, *iter;
   metrics_counter_t *steps, *reports, *batches, *rows_fetched, *rows_synced, *rows_replicated, *rows_synced_delayed,
-      *rows_wb, *evals;
+      *rows_written_back, *evals;
 } oracle_metrics_t;
 
 /* ---- oracle_fetch.c: j->fetch */
@@ -143,7 +143,7 @@ typedef struct oracle_entry_s {
   int decided; /* ideal: as soon as READY; else dec holds the cacher's decisions */
   plan_t plan;
   cacher_dec_t dec;
-  uint32_t *evict; /* every slot freed after x: the trainers' wb_slots, concatenated in rank order */
+  uint32_t *evict; /* every slot freed after x: the trainers' write_back_slots, concatenated in rank order */
   size_t n_evict;
 } oracle_entry_t;
 

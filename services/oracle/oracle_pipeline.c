@@ -267,17 +267,17 @@ static int decide_one(oracle_job_t *j) {
   const cacher_dec_t *d = &s->dec;
   /* The evicted set is the union of the trainers' write-backs (each
    * evicted row is written back by exactly one trainer); every trainer
-   * frees all of it, a private row's slot being merely unused elsewhere. */
+   * frees all of it, an owned row's slot being merely unused elsewhere. */
   size_t n = 0;
-  for (uint32_t p = 0; p < j->P; p++) n += d->tr[p].n_wb;
+  for (uint32_t p = 0; p < j->P; p++) n += d->tr[p].n_write_back;
   s->evict = malloc((n ? n : 1) * sizeof *s->evict);
   if (!s->evict) {
     cacher_dec_free(&s->dec);
     return oracle_job__error(j, -ENOMEM, "out of memory deciding batch %llu", (unsigned long long)x);
   }
   for (uint32_t p = 0; p < j->P; p++) {
-    memcpy(s->evict + s->n_evict, d->tr[p].wb_slots, d->tr[p].n_wb * sizeof *s->evict);
-    s->n_evict += d->tr[p].n_wb;
+    memcpy(s->evict + s->n_evict, d->tr[p].write_back_slots, d->tr[p].n_write_back * sizeof *s->evict);
+    s->n_evict += d->tr[p].n_write_back;
   }
   s->decided = 1;
   pp->decide_next++;

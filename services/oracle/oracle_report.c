@@ -151,7 +151,7 @@ static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, 
   metrics_counter_add(j->m.rows_synced, r->rows_synced);
   metrics_counter_add(j->m.rows_synced_delayed, r->rows_synced_delayed);
   metrics_counter_add(j->m.rows_replicated, r->rows_replicated);
-  metrics_counter_add(j->m.rows_wb, r->rows_written_back);
+  metrics_counter_add(j->m.rows_written_back, r->rows_written_back);
   if (r->iteration + 1 == j->iterations) {
     if (r->sha_len) memcpy(t->sha, r->sha, r->sha_len);
     t->sha_len = r->sha_len;

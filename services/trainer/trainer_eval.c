@@ -34,22 +34,22 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
   /* rows this trainer owns are current only here: to the servers first,
    * so that the other trainers read them there */
   int rc = 0;
-  size_t n_own = trainer_kmap_owned(t->kmap, NULL, NULL, 0);
-  if (n_own) {
+  size_t n_owned = trainer_kmap_owned(t->kmap, NULL, NULL, 0);
+  if (n_owned) {
     uint32_t rf = trainer_step_row_floats(t->ts);
-    uint32_t *os = malloc(n_own * sizeof *os);
-    uint64_t *ok = malloc(n_own * sizeof *ok);
-    float *orow = malloc(n_own * rf * sizeof(float));
+    uint32_t *os = malloc(n_owned * sizeof *os);
+    uint64_t *ok = malloc(n_owned * sizeof *ok);
+    float *orow = malloc(n_owned * rf * sizeof(float));
     if (!os || !ok || !orow) {
       free(os), free(ok), free(orow);
-      return err_set(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_own);
+      return err_set(err, err_len, -ENOMEM, "out of memory writing back %zu owned rows", n_owned);
     }
-    trainer_kmap_owned(t->kmap, os, ok, n_own);
-    trainer_step_cache_gather(t->ts, os, n_own, orow);
+    trainer_kmap_owned(t->kmap, os, ok, n_owned);
+    trainer_step_cache_gather(t->ts, os, n_owned, orow);
     char why[768] = "";
-    rc = embc_write(t->embc, ok, n_own, orow, why, sizeof why); /* (any key order: embc routes each key) */
+    rc = embc_write(t->embc, ok, n_owned, orow, why, sizeof why); /* (any key order: embc routes each key) */
     free(os), free(ok), free(orow);
-    if (rc) return err_set(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_own, why);
+    if (rc) return err_set(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_owned, why);
   }
   if ((rc = coll_barrier(t->join.coll)) != 0)
     return err_set(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,

@@ -208,7 +208,7 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = trainer_now();
   trainer_ar_begin(t->join.dense_ar);
-  s->loss = trainer_step_backward(t->ts, b, w->step.global_batch ? w->step.global_batch : 1);
+  s->loss = trainer_step_backward(t->ts, b, w->step.global_batch_size ? w->step.global_batch_size : 1);
   double t3 = trainer_now();
   if ((rc = dense_finish(t, x, &s->c.dense_comm, err, err_len)) != 0) return rc;
   double t4 = trainer_now();
@@ -216,8 +216,8 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
   /* d. update; e. the rows back to the local store */
   trainer_step_update(t->ts);
   double t5 = trainer_now();
-  size_t n_wb = trainer_step_n_keys(t->ts);
-  if ((rc = trainer_rows_scatter(t->local, trainer_step_keys(t->ts), n_wb, trainer_step_key_rows(t->ts), why,
+  size_t n_write_back = trainer_step_n_keys(t->ts);
+  if ((rc = trainer_rows_scatter(t->local, trainer_step_keys(t->ts), n_write_back, trainer_step_key_rows(t->ts), why,
                                   sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
   double t6 = trainer_now();
@@ -259,7 +259,7 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
       return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
   double t2 = trainer_now();
   trainer_ar_begin(t->join.dense_ar);
-  s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch ? st->global_batch : 1);
+  s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch_size ? st->global_batch_size : 1);
   double t3 = trainer_now();
   s->ph[PHASE_BACKWARD] = t3 - t2;
   s->t_end = t3;
@@ -289,13 +289,13 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
   return 0;
 }
 
-/* Step x's ownership changes: this trainer's own / stale marks in the key
+/* Step x's ownership changes: this trainer's owned / stale marks in the key
  * map (what evaluation reads), then the replicated rows (an allgather of
  * each owner's copies; every trainer takes the owner's bytes, no
  * arithmetic, so the bits are the owner's), which every trainer holds
  * again. */
 static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, char *err, size_t err_len) {
-  for (size_t i = 0; i < st->n_own; i++) trainer_kmap_set_owned(t->kmap, st->own_slots[i], 1);
+  for (size_t i = 0; i < st->n_owned_slots; i++) trainer_kmap_set_owned(t->kmap, st->owned_slots[i], 1);
   for (size_t i = 0; i < st->n_stale; i++) trainer_kmap_clear(t->kmap, st->stale_slots[i]);
   size_t n = st->n_replicate;
   if (!n) return 0;

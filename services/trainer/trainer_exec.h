@@ -2,7 +2,7 @@
  * trainer_exec: the training steps of chanter-trainer, phase by phase, on
  * a decoded Step (trainer_work.h): the math of trainer_step.h plus the
  * communication that belongs to the step itself (the dense all-reduce,
- * the critical rows' all-reduce, the ownership hand-overs of LRPP), and
+ * the critical rows' all-reduce, the replication of owned rows (LRPP)), and
  * the Report to the oracle.
  *
  * A step with the cache is cut where the other threads meet it, and the

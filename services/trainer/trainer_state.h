@@ -15,7 +15,7 @@
  *                                 Step's rows once its gate allows), the
  *                                 background thread (delayed rows,
  *                                 write-backs), the gate (known_done)
- *   trainer_exec.c      t->exec   the phases of a step, ownership hand-overs,
+ *   trainer_exec.c      t->exec   the phases of a step, replication of owned rows,
  *                                 the Report
  *   trainer_eval.c      t->eval   evaluation
  * Under them: trainer_work.h (the decoded WorkItem: no stage reads

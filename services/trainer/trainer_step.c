@@ -570,7 +570,7 @@ int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, s
   return 0;
 }
 
-double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch) {
+double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch_size) {
   ASSERT(ts->fwd_ok);
   ASSERT_OP(b->n, ==, ts->fwd_n);
   if (ts->cache_mode) cache_reset(ts);
@@ -585,7 +585,7 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
   /* the same expression as train --local's 1.0f / (float)b->n */
   /* device = cuda in cache mode: the input gradient stays on the GPU for tcache_cuda_backward */
   int on_dev = ts->cuda && ts->cache_mode;
-  double loss = model_dev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch, on_dev ? NULL : ts->d_emb);
+  double loss = model_dev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch_size, on_dev ? NULL : ts->d_emb);
   if (isnan(loss) && ts->cuda) dev_fail(ts, ERR_CUDA, "the model's backward on the GPU", "a CUDA call failed");
   size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
   if (ts->cache_mode) {

@@ -21,7 +21,7 @@
  * index by binary search.
  *   trainer_step_set_keys        keys to hold; returns the array to fill
  *   trainer_step_forward         map ids -> key indices, pool, model_forward
- *   trainer_step_backward        model_backward(scale = 1/global_batch), then per
+ *   trainer_step_backward        model_backward(scale = 1/global_batch_size), then per
  *                         table nn_embedding_bag_bwd (coalesced, in sample
  *                         order) into a per-key gradient (zeroed first)
  *   [all-reduce trainer_step_grads() over the trainers]
@@ -112,11 +112,11 @@ long trainer_step_key_index(const trainer_step_t *ts, uint64_t key);
  * (nothing runs).  Logits: trainer_step_logits. */
 int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, size_t err_len);
 const float *trainer_step_logits(const trainer_step_t *ts);
-/* Backward of the last trainer_step_forward: model_grads() = (1/global_batch) *
+/* Backward of the last trainer_step_forward: model_grads() = (1/global_batch_size) *
  * gradient of the sum of b's losses (all zeros when n == 0), and each
  * slot's row gradient (zero for slots no sample of b uses).  Returns the
  * sum of b's BCE losses. */
-double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch);
+double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t global_batch_size);
 
 /* The optimizer: opt_step on the dense parameters with trainer_step_grads();
  * opt_row_update on every slot that has a gradient (used by b).  Returns

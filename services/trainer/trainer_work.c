@@ -115,7 +115,7 @@ static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32
   s->sync_critical = put_field(b, &st->sync_critical);
   s->sync_delayed = put_field(b, &st->sync_delayed);
   s->evict_slots = put_field(b, &st->evict_slots);
-  s->own_slots = put_field(b, &st->own_slots);
+  s->owned_slots = put_field(b, &st->owned_slots);
   s->stale_slots = put_field(b, &st->stale_slots);
   s->replicate_slots = put_field(b, &st->replicate_slots);
   s->replicate_owners = put_field(b, &st->replicate_owners);
@@ -150,7 +150,7 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
         (rc = slots_field(lim, &st->sync_critical, SIZE_MAX, "sync_critical", x, &s->n_critical, err, err_len)) ||
         (rc = slots_field(lim, &st->sync_delayed, SIZE_MAX, "sync_delayed", x, &s->n_delayed, err, err_len)) ||
         (rc = slots_field(lim, &st->evict_slots, SIZE_MAX, "evict_slots", x, &s->n_evict, err, err_len)) ||
-        (rc = slots_field(lim, &st->own_slots, SIZE_MAX, "own_slots", x, &s->n_own, err, err_len)) ||
+        (rc = slots_field(lim, &st->owned_slots, SIZE_MAX, "owned_slots", x, &s->n_owned_slots, err, err_len)) ||
         (rc = slots_field(lim, &st->stale_slots, SIZE_MAX, "stale_slots", x, &s->n_stale, err, err_len)) ||
         (rc = slots_field(lim, &st->replicate_slots, SIZE_MAX, "replicate_slots", x, &s->n_replicate, err, err_len)))
       return rc;
@@ -168,7 +168,7 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
     }
   }
   s->iteration = x;
-  s->global_batch = st->global_batch;
+  s->global_batch_size = st->global_batch;
   s->prefetch_gate = st->prefetch_gate;
   s->lookahead = st->lookahead;
   s->cache_hits = st->cache_hits;

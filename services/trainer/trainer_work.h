@@ -54,7 +54,7 @@ typedef enum {
  * how many entries each array has (arrays of 0 entries may be NULL). */
 typedef struct trainer_work_step_s {
   uint64_t iteration;
-  uint32_t global_batch; /* >= batch.n when batch.n > 0 */
+  uint32_t global_batch_size; /* >= batch.n when batch.n > 0 */
   uint64_t prefetch_gate;
   uint32_t lookahead;    /* reporting */
   uint64_t cache_hits;   /* reporting */
@@ -73,8 +73,8 @@ typedef struct trainer_work_step_s {
   const uint32_t *evict_slots;
   size_t n_evict;
   /* ---- ownership (LRPP) */
-  const uint32_t *own_slots;
-  size_t n_own;
+  const uint32_t *owned_slots;
+  size_t n_owned_slots;
   const uint32_t *stale_slots;
   size_t n_stale;
   const uint32_t *replicate_slots;

@@ -1,7 +1,7 @@
 /*
  * The guarantee of the lookahead cache, in one process: the oracle's
  * decisions (oracle_plan + oracle_cache) executed by P simulated trainers
- * (trainer_step in cache mode, each with its own slot array) against an
+ * (trainer_step in cache mode, each with its owner slot array) against an
  * in-memory "embedding server" end with BIT-identical parameters -- dense
  * and every table row -- for L = 0 (the baseline), small L, large L and
  * auto, with LRPP and delayed synchronization on and off, for P = 1, 2, 3.
@@ -46,7 +46,7 @@
 #include "trainer_step.h"
 
 #define NB 40 /* batches */
-#define BS 48 /* global batch */
+#define BATCH_SIZE 48 /* the global batch size */
 #define MAXP 3
 
 static cfg_t *g_cfg;
@@ -73,26 +73,26 @@ static int setup(void **state) {
     return -1;
   }
   /* skewed ids: a few hot rows shared by the trainers and kept in the
-   * cache, a long tail used once (private, evicted at once) */
+   * cache, a long tail used once (owned, evicted at once) */
   uint64_t s = 99;
   for (uint64_t x = 0; x < NB; x++) {
     data_batch_t *b = &g_batches[x];
     memset(b, 0, sizeof *b);
     b->iteration = x;
-    b->n = BS;
+    b->n = BATCH_SIZE;
     b->n_dense = 3;
     b->n_tables = 3;
     b->hotness = malloc(3 * sizeof *b->hotness);
     b->ids_off = malloc(4 * sizeof *b->ids_off);
-    b->labels = malloc(BS * sizeof(float));
-    b->dense = malloc(BS * 3 * sizeof(float));
+    b->labels = malloc(BATCH_SIZE * sizeof(float));
+    b->dense = malloc(BATCH_SIZE * 3 * sizeof(float));
     b->ids_off[0] = 0;
     for (uint32_t t = 0; t < 3; t++) {
       b->hotness[t] = g_schema.hotness[t];
-      b->ids_off[t + 1] = b->ids_off[t] + (size_t)BS * b->hotness[t];
+      b->ids_off[t + 1] = b->ids_off[t] + (size_t)BATCH_SIZE * b->hotness[t];
     }
     b->ids = malloc(b->ids_off[3] * sizeof *b->ids);
-    for (uint32_t i = 0; i < BS; i++) {
+    for (uint32_t i = 0; i < BATCH_SIZE; i++) {
       s = table_mix64(s);
       b->labels[i] = (float)(s & 1);
       for (int d = 0; d < 3; d++) {
@@ -156,10 +156,10 @@ static void build_plans(uint32_t P, int laia, plan_t *plans) {
       assert_int_equal(plan_build(&g_batches[x], P, PLAN_ALLOC_CONTIGUOUS, 5, PLAN_KEYS, &plans[x]), 0);
       continue;
     }
-    uint32_t *own = malloc((g_batches[x].n + 1) * sizeof *own);
-    assert_int_equal(laia_assign(l, &g_batches[x], own), 0);
-    assert_int_equal(plan_build_owned(&g_batches[x], P, own, PLAN_KEYS, &plans[x]), 0);
-    free(own);
+    uint32_t *owner = malloc((g_batches[x].n + 1) * sizeof *owner);
+    assert_int_equal(laia_assign(l, &g_batches[x], owner), 0);
+    assert_int_equal(plan_build_owned(&g_batches[x], P, owner, PLAN_KEYS, &plans[x]), 0);
+    free(owner);
   }
   laia_destroy(l);
 }
@@ -189,9 +189,9 @@ static void run_bg(uint32_t P, trainer_step_t **ts, server_t *sv, const cacher_d
   for (uint32_t p = 0; p < P; p++) trainer_step_cache_update_rows(ts[p], bg->del, bg->n_del, bg->dsum);
   for (uint32_t p = 0; p < P; p++) {
     const cacher_tr_t *t = &d->tr[p];
-    float *rows = malloc((t->n_wb + 1) * rf * sizeof(float));
-    trainer_step_cache_gather(ts[p], t->wb_slots, t->n_wb, rows);
-    for (size_t i = 0; i < t->n_wb; i++) memcpy(srow(sv, t->wb_keys[i]), rows + i * rf, rf * sizeof(float));
+    float *rows = malloc((t->n_write_back + 1) * rf * sizeof(float));
+    trainer_step_cache_gather(ts[p], t->write_back_slots, t->n_write_back, rows);
+    for (size_t i = 0; i < t->n_write_back; i++) memcpy(srow(sv, t->write_back_keys[i]), rows + i * rf, rf * sizeof(float));
     free(rows);
   }
   free(bg->del);
@@ -261,7 +261,7 @@ static void run(const run_opts_t *o, result_t *res) {
   /* trainers and the server */
   trainer_step_t *ts[MAXP];
   for (uint32_t p = 0; p < P; p++) {
-    assert_int_equal(trainer_step_create(g_cfg, &g_schema, &g_layout, BS, &ts[p], err, sizeof err), 0);
+    assert_int_equal(trainer_step_create(g_cfg, &g_schema, &g_layout, BATCH_SIZE, &ts[p], err, sizeof err), 0);
     assert_int_equal(trainer_step_cache_init(ts[p], cache_rows, err, sizeof err), 0);
     /* poison the cache: a row used without being fetched shows */
     float *cr = trainer_step_cache_rows(ts[p]);
@@ -301,7 +301,7 @@ static void run(const run_opts_t *o, result_t *res) {
     while (prefetched < NB && dec[prefetched].gate <= done) prefetch(P, ts, &sv, &dec[prefetched++]);
     for (uint32_t p = 0; p < P; p++) {
       const data_batch_t *b = &plans[x].shares[p].batch;
-      loss += trainer_step_backward(ts[p], b, BS);
+      loss += trainer_step_backward(ts[p], b, BATCH_SIZE);
       dg[p] = model_grads(trainer_step_model(ts[p]));
     }
     assert_true(loss == loss);
@@ -339,13 +339,13 @@ static void run(const run_opts_t *o, result_t *res) {
       const cacher_dec_t *dn = &dec[x + 1];
       uint32_t rf = trainer_step_row_floats(ts[0]);
       float *row = malloc(rf * sizeof(float));
-      for (size_t i = 0; i < dn->n_rep; i++) {
-        trainer_step_cache_gather(ts[dn->rep_owners[i]], &dn->rep_slots[i], 1, row);
+      for (size_t i = 0; i < dn->n_replicate; i++) {
+        trainer_step_cache_gather(ts[dn->replicate_owners[i]], &dn->replicate_slots[i], 1, row);
         for (uint32_t p = 0; p < P; p++)
-          if (p != dn->rep_owners[i]) trainer_step_cache_scatter(ts[p], &dn->rep_slots[i], 1, row);
+          if (p != dn->replicate_owners[i]) trainer_step_cache_scatter(ts[p], &dn->replicate_slots[i], 1, row);
       }
       free(row);
-      res->replicated += dn->n_rep;
+      res->replicated += dn->n_replicate;
     }
     res->synced += nc + d->n_delayed;
     res->delayed += d->n_delayed;

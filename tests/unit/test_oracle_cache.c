@@ -12,7 +12,7 @@
  * corrupts the model.  So besides the worked example of the Bagpipe paper
  * (Figure 6, checked decision by decision, with lrpp = 0 for the paper's
  * critical / delayed lists and lrpp = 1 for ownership) and a two-trainer
- * LRPP case by hand (own, taken over, stale, replicated, shared), random
+ * LRPP case by hand (owned, taken over, stale, replicated, shared), random
  * skewed streams are run for many (P, L, lrpp, delayed) and the decisions
  * alone drive a simulation of every trainer's cache and of the backing
  * store, with a version counter per row: a trainer's cache gets a row only
@@ -189,9 +189,9 @@ typedef struct sim_out_s {
   uint64_t max_slot1; /* max slot index + 1 */
   int lowered;        /* some batch ran at a lower L */
   uint64_t fetched, synced;
-  uint64_t owned_kept; /* rows taking an owner and staying cached (own_slots entries) */
+  uint64_t owned_kept; /* rows taking an owner and staying cached (owned_slots entries) */
   uint64_t taken_over; /* ... of those, cached shared rows taken over (stale_slots entries on the others) */
-  uint64_t replicated; /* rep entries */
+  uint64_t replicated; /* replicate entries */
   uint64_t owned_hits; /* hits on a row owned by its (only) user */
 } sim_out_t;
 
@@ -211,12 +211,12 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
 #define KI(k) ((size_t)TABLE_ID(k) * s->max_rows + (size_t)TABLE_ROW(k))
   uint32_t *key_slot = malloc(NK * sizeof *key_slot);
   uint64_t *true_cnt = calloc(NK, sizeof *true_cnt), *store = calloc(NK, sizeof *store);
-  int64_t *last_use = malloc(NK * sizeof *last_use), *last_wb = malloc(NK * sizeof *last_wb);
-  uint32_t *n_fetch_ev = calloc(NK, sizeof *n_fetch_ev), *n_wb_ev = calloc(NK, sizeof *n_wb_ev);
+  int64_t *last_use = malloc(NK * sizeof *last_use), *last_write_back = malloc(NK * sizeof *last_write_back);
+  uint32_t *n_fetch_ev = calloc(NK, sizeof *n_fetch_ev), *n_write_back_ev = calloc(NK, sizeof *n_write_back_ev);
   uint32_t *umask = calloc(n * NK, sizeof *umask); /* umask[x * NK + k]: the trainers batch x has use key k */
-  uint32_t *fetch_by = calloc(NK, sizeof *fetch_by), *own_of = malloc(NK * sizeof *own_of);
-  uint8_t *cls = calloc(NK, 1), *in_x = calloc(NK, 1), *cached_before = calloc(NK, 1), *wb_seen = calloc(NK, 1);
-  uint8_t *newown = calloc(NK, 1); /* at x: 1 fetched for its one user and owned, 2 taken over from every trainer */
+  uint32_t *fetch_by = calloc(NK, sizeof *fetch_by), *owner_of = malloc(NK * sizeof *owner_of);
+  uint8_t *cls = calloc(NK, 1), *in_x = calloc(NK, 1), *cached_before = calloc(NK, 1), *write_back_seen = calloc(NK, 1);
+  uint8_t *new_owned = calloc(NK, 1); /* at x: 1 fetched for its one user and owned, 2 taken over from every trainer */
   uint64_t *slot_key = malloc(SMAX * sizeof *slot_key);
   int64_t *freed_at = malloc(SMAX * sizeof *freed_at);
   uint8_t *listed = calloc(SMAX, 1);
@@ -224,8 +224,8 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
   uint8_t **tc_stale = calloc(P, sizeof *tc_stale);
   for (size_t i = 0; i < NK; i++) {
     key_slot[i] = NONE;
-    own_of[i] = SHARED_OWNER;
-    last_use[i] = last_wb[i] = -1;
+    owner_of[i] = SHARED_OWNER;
+    last_use[i] = last_write_back[i] = -1;
   }
   for (size_t i = 0; i < SMAX; i++) {
     slot_key[i] = NOKEY;
@@ -290,14 +290,14 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       in_x[k] = 1;
       fetch_by[k] = 0;
       cls[k] = 0;
-      wb_seen[k] = 0;
-      newown[k] = 0;
+      write_back_seen[k] = 0;
+      new_owned[k] = 0;
       cached_before[k] = key_slot[k] != NONE;
-      if (cached_before[k] && own_of[k] != SHARED_OWNER) {
+      if (cached_before[k] && owner_of[k] != SHARED_OWNER) {
         assert_true(o->lrpp);
-        assert_int_equal(mask[k], 1u << own_of[k]);
+        assert_int_equal(mask[k], 1u << owner_of[k]);
       }
-      if (!cached_before[k]) assert_int_equal(own_of[k], SHARED_OWNER);
+      if (!cached_before[k]) assert_int_equal(owner_of[k], SHARED_OWNER);
     }
     /* fetches: only rows not cached, into a free slot that has waited out
      * L batches, after the row's last write-back and before the gate; the
@@ -320,7 +320,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
           if (last_use[k] >= 0) {
             assert_true((uint64_t)last_use[k] + 1 <= gate); /* written back before the gate */
             assert_true(x - (uint64_t)last_use[k] > Lx);
-            assert_int_equal(last_wb[k], last_use[k]);
+            assert_int_equal(last_write_back[k], last_use[k]);
           }
           assert_true(store[k] == true_cnt[k]); /* the store is up to date */
           slot_key[sl] = key;
@@ -363,29 +363,29 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
     /* LRPP: a row one trainer uses is owned by it (never synchronized,
      * fetched by it alone); a row several use (or any row, lrpp = 0) is
      * shared (synchronized, fetched by all) */
-    size_t priv_cnt[8] = {0};
+    size_t owned_cnt[8] = {0};
     for (size_t i = 0; i < pl->n_unique; i++) {
       size_t k = KI(pl->ukeys[i]);
       int nusers = __builtin_popcount(mask[k]);
-      int priv = o->lrpp && nusers == 1;
+      int owned = o->lrpp && nusers == 1;
       assert_int_not_equal(key_slot[k], NONE); /* every key of x has a slot when x trains */
-      assert_int_equal(cls[k] == 0, priv);     /* synchronized iff shared */
-      if (!cached_before[k]) assert_int_equal(fetch_by[k], priv ? mask[k] : full);
-      if (priv) {
+      assert_int_equal(cls[k] == 0, owned);     /* synchronized iff shared */
+      if (!cached_before[k]) assert_int_equal(fetch_by[k], owned ? mask[k] : full);
+      if (owned) {
         uint32_t u = (uint32_t)__builtin_ctz(mask[k]);
-        priv_cnt[u]++;
+        owned_cnt[u]++;
         if (!cached_before[k]) { /* fetched by its user alone: its own */
-          own_of[k] = u;
-          newown[k] = 1;
-        } else if (own_of[k] == SHARED_OWNER) { /* every copy current: u takes it over */
-          own_of[k] = u;
-          newown[k] = 2;
+          owner_of[k] = u;
+          new_owned[k] = 1;
+        } else if (owner_of[k] == SHARED_OWNER) { /* every copy current: u takes it over */
+          owner_of[k] = u;
+          new_owned[k] = 2;
         } else {
-          assert_int_equal(own_of[k], u);
+          assert_int_equal(owner_of[k], u);
           out->owned_hits++;
         }
       } else {
-        assert_int_equal(own_of[k], SHARED_OWNER);
+        assert_int_equal(owner_of[k], SHARED_OWNER);
         if (split) assert_int_equal(cls[k] == 1, (x + 1 < n && umask[(x + 1) * NK + k] != 0));
       }
       if (cached_before[k]) { /* a hit: used within the window that kept it */
@@ -408,7 +408,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       }
       assert_int_equal(t->n_keys, nk);
       assert_int_equal(t->n_hits, nh);
-      assert_int_equal(t->n_private, priv_cnt[q]);
+      assert_int_equal(t->n_owned, owned_cnt[q]);
       size_t oo = 0;
       for (uint32_t tb = 0; tb < pl->n_tables; tb++) {
         size_t m = (size_t)sh->n * pl->hotness[tb];
@@ -431,7 +431,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       uint32_t sl = key_slot[k];
       true_cnt[k]++;
       if (cls[k] == 0) {
-        uint32_t u = own_of[k];
+        uint32_t u = owner_of[k];
         assert_true(tc_key[u][sl] == pl->ukeys[i]);
         tc_val[u][sl]++;
       } else {
@@ -445,60 +445,60 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
     }
     /* write-backs: each evicted key once, by its owner (shared: table_mix64
      * % P), the trained value */
-    size_t n_wb = 0;
+    size_t n_write_back = 0;
     for (uint32_t q = 0; q < P; q++) {
       const cacher_tr_t *t = &d->tr[q];
-      for (size_t i = 0; i < t->n_wb; i++) {
-        uint64_t key = t->wb_keys[i];
+      for (size_t i = 0; i < t->n_write_back; i++) {
+        uint64_t key = t->write_back_keys[i];
         size_t k = KI(key);
-        if (i) assert_true(t->wb_keys[i - 1] < key);
+        if (i) assert_true(t->write_back_keys[i - 1] < key);
         assert_true(in_x[k]);
-        assert_int_equal(key_slot[k], t->wb_slots[i]);
-        assert_int_equal(wb_seen[k], 0);
-        wb_seen[k] = 1;
+        assert_int_equal(key_slot[k], t->write_back_slots[i]);
+        assert_int_equal(write_back_seen[k], 0);
+        write_back_seen[k] = 1;
         if (cls[k] == 0)
-          assert_int_equal(q, own_of[k]);
+          assert_int_equal(q, owner_of[k]);
         else
           assert_int_equal(q, (uint32_t)(table_mix64(key) % P));
-        assert_true(tc_key[q][t->wb_slots[i]] == key);
-        store[k] = tc_val[q][t->wb_slots[i]];
+        assert_true(tc_key[q][t->write_back_slots[i]] == key);
+        store[k] = tc_val[q][t->write_back_slots[i]];
         assert_true(store[k] == true_cnt[k]);
-        n_wb++;
+        n_write_back++;
       }
     }
-    assert_int_equal(d->n_evicted, n_wb);
-    /* own / stale: the rows taking an owner at x and staying cached go to
-     * the owner's own_slots; those taken over from every trainer go to the
+    assert_int_equal(d->n_evicted, n_write_back);
+    /* owned / stale: the rows taking an owner at x and staying cached go to
+     * the owner's owned_slots; those taken over from every trainer go to the
      * others' stale_slots (their copies missed x's update), and the others
      * mark them stale */
     for (uint32_t q = 0; q < P; q++) {
       const cacher_tr_t *t = &d->tr[q];
-      size_t want_own = 0, want_stale = 0;
+      size_t want_owned = 0, want_stale = 0;
       for (size_t i = 0; i < pl->n_unique; i++) {
         size_t k = KI(pl->ukeys[i]);
-        if (!newown[k] || wb_seen[k]) continue;
-        want_own += own_of[k] == q;
-        want_stale += newown[k] == 2 && own_of[k] != q;
+        if (!new_owned[k] || write_back_seen[k]) continue;
+        want_owned += owner_of[k] == q;
+        want_stale += new_owned[k] == 2 && owner_of[k] != q;
       }
-      assert_int_equal(t->n_own, want_own);
-      for (size_t i = 0; i < t->n_own; i++) {
-        uint32_t sl = t->own_slots[i];
+      assert_int_equal(t->n_owned_slots, want_owned);
+      for (size_t i = 0; i < t->n_owned_slots; i++) {
+        uint32_t sl = t->owned_slots[i];
         assert_true(sl < SMAX && slot_key[sl] != NOKEY);
         size_t k = KI(slot_key[sl]);
-        assert_true(in_x[k] && newown[k] && !wb_seen[k]);
-        assert_int_equal(own_of[k], q);
+        assert_true(in_x[k] && new_owned[k] && !write_back_seen[k]);
+        assert_int_equal(owner_of[k], q);
         assert_int_equal(listed[sl], 0);
         listed[sl] = 1;
       }
-      for (size_t i = 0; i < t->n_own; i++) listed[t->own_slots[i]] = 0;
-      out->owned_kept += t->n_own;
+      for (size_t i = 0; i < t->n_owned_slots; i++) listed[t->owned_slots[i]] = 0;
+      out->owned_kept += t->n_owned_slots;
       assert_int_equal(t->n_stale, want_stale);
       for (size_t i = 0; i < t->n_stale; i++) {
         uint32_t sl = t->stale_slots[i];
         assert_true(sl < SMAX && slot_key[sl] != NOKEY);
         size_t k = KI(slot_key[sl]);
-        assert_true(in_x[k] && newown[k] == 2 && !wb_seen[k]);
-        assert_int_not_equal(own_of[k], q);
+        assert_true(in_x[k] && new_owned[k] == 2 && !write_back_seen[k]);
+        assert_int_not_equal(owner_of[k], q);
         assert_int_equal(listed[sl], 0);
         listed[sl] = 1;
         assert_true(tc_key[q][sl] == slot_key[sl]); /* it held the shared row */
@@ -508,7 +508,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
     }
     for (size_t i = 0; i < pl->n_unique; i++) {
       size_t k = KI(pl->ukeys[i]);
-      out->taken_over += newown[k] == 2 && !wb_seen[k];
+      out->taken_over += new_owned[k] == 2 && !write_back_seen[k];
     }
     /* evictions: the slot is freed on every trainer (an owned row's other
      * copies, stale or absent, go with it); kept rows are used again */
@@ -517,11 +517,11 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       size_t k = KI(key);
       size_t next = x + 1;
       while (next < n && !umask[next * NK + k]) next++;
-      if (wb_seen[k]) { /* evicted: no use in [x + 1, x + L] */
+      if (write_back_seen[k]) { /* evicted: no use in [x + 1, x + L] */
         assert_true(next >= n || next > x + Lx);
         uint32_t sl = key_slot[k];
         for (uint32_t q = 0; q < P; q++) {
-          if (cls[k] != 0 || q == own_of[k]) assert_true(tc_key[q][sl] == key);
+          if (cls[k] != 0 || q == owner_of[k]) assert_true(tc_key[q][sl] == key);
           assert_true(tc_key[q][sl] == key || tc_key[q][sl] == NOKEY);
           tc_key[q][sl] = NOKEY;
           tc_stale[q][sl] = 0;
@@ -529,9 +529,9 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
         slot_key[sl] = NOKEY;
         freed_at[sl] = (int64_t)x;
         key_slot[k] = NONE;
-        own_of[k] = SHARED_OWNER;
-        last_wb[k] = (int64_t)x;
-        n_wb_ev[k]++;
+        owner_of[k] = SHARED_OWNER;
+        last_write_back[k] = (int64_t)x;
+        n_write_back_ev[k]++;
       } else { /* kept: used again, within L unless L was lowered */
         assert_true(next < n);
         if (!out->lowered) assert_true(next <= x + L0);
@@ -543,18 +543,18 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
      * (cached, owned by the listed trainer, used at x + 1 by another
      * trainer or by several) goes from its owner, current, to every
      * trainer; it is shared again.  Batch 0's decision lists nothing. */
-    if (x == 0) assert_int_equal(d->n_rep, 0);
+    if (x == 0) assert_int_equal(d->n_replicate, 0);
     const cacher_dec_t *dn = x + 1 < n ? &r->d[x + 1] : NULL;
-    size_t n_rep = dn ? dn->n_rep : 0;
-    if (!o->lrpp) assert_int_equal(n_rep, 0);
-    out->replicated += n_rep;
-    for (size_t i = 0; i < n_rep; i++) {
-      uint64_t key = dn->rep_keys[i];
+    size_t n_replicate = dn ? dn->n_replicate : 0;
+    if (!o->lrpp) assert_int_equal(n_replicate, 0);
+    out->replicated += n_replicate;
+    for (size_t i = 0; i < n_replicate; i++) {
+      uint64_t key = dn->replicate_keys[i];
       size_t k = KI(key);
-      uint32_t sl = dn->rep_slots[i], u = dn->rep_owners[i];
+      uint32_t sl = dn->replicate_slots[i], u = dn->replicate_owners[i];
       assert_true(u < P);
       assert_int_equal(key_slot[k], sl); /* cached after x */
-      assert_int_equal(own_of[k], u);    /* owned by u (and not listed twice: then it is shared) */
+      assert_int_equal(owner_of[k], u);    /* owned by u (and not listed twice: then it is shared) */
       uint32_t m1 = umask[(x + 1) * NK + k];
       assert_true(m1 != 0 && m1 != 1u << u);
       assert_true(tc_key[u][sl] == key);
@@ -565,15 +565,15 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
         tc_val[q][sl] = tc_val[u][sl];
         tc_stale[q][sl] = 0;
       }
-      own_of[k] = SHARED_OWNER;
+      owner_of[k] = SHARED_OWNER;
     }
     /* every owned row x + 1 uses is used by its owner alone */
     if (x + 1 < n) {
       const plan_t *p1 = &s->pl[x + 1];
       for (size_t i = 0; i < p1->n_unique; i++) {
         size_t k = KI(p1->ukeys[i]);
-        if (key_slot[k] != NONE && own_of[k] != SHARED_OWNER)
-          assert_int_equal(umask[(x + 1) * NK + k], 1u << own_of[k]);
+        if (key_slot[k] != NONE && owner_of[k] != SHARED_OWNER)
+          assert_int_equal(umask[(x + 1) * NK + k], 1u << owner_of[k]);
       }
     }
     /* the cacher's counters: rows cached, slots held or waiting; every
@@ -587,9 +587,9 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
         for (uint32_t q = 0; q < P; q++) {
           int has = tc_key[q][sl] == slot_key[sl];
           assert_true(has || tc_key[q][sl] == NOKEY);
-          if (own_of[k] == SHARED_OWNER || own_of[k] == q) assert_true(has);
+          if (owner_of[k] == SHARED_OWNER || owner_of[k] == q) assert_true(has);
           if (has) assert_int_equal(tc_stale[q][sl], tc_val[q][sl] != true_cnt[k]);
-          if (has && own_of[k] != SHARED_OWNER && own_of[k] != q) assert_true(tc_stale[q][sl]);
+          if (has && owner_of[k] != SHARED_OWNER && owner_of[k] != q) assert_true(tc_stale[q][sl]);
         }
       } else {
         for (uint32_t q = 0; q < P; q++) assert_true(tc_key[q][sl] == NOKEY);
@@ -605,7 +605,7 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
   assert_int_equal(r->peak, out->max_slot1);
   for (size_t k = 0; k < NK; k++) {
     assert_int_equal(key_slot[k], NONE);
-    assert_int_equal(n_fetch_ev[k], n_wb_ev[k]);
+    assert_int_equal(n_fetch_ev[k], n_write_back_ev[k]);
     assert_true(store[k] == true_cnt[k]);
   }
 #undef KI
@@ -621,17 +621,17 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
   free(true_cnt);
   free(store);
   free(last_use);
-  free(last_wb);
+  free(last_write_back);
   free(n_fetch_ev);
-  free(n_wb_ev);
+  free(n_write_back_ev);
   free(umask);
   free(fetch_by);
-  free(own_of);
+  free(owner_of);
   free(cls);
   free(in_x);
   free(cached_before);
-  free(wb_seen);
-  free(newown);
+  free(write_back_seen);
+  free(new_owned);
   free(slot_key);
   free(freed_at);
   free(listed);
@@ -674,7 +674,7 @@ static void assert_id_slots(const stream_t *s, const cacher_dec_t *d, const uint
  * the paper's (a row batch x + 1 uses is critical, the rest delayed; the
  * last batch's are all critical).  lrpp = 1: the single trainer owns every
  * row -- nothing is synchronized, nothing replicated or stale, and its
- * own_slots list the rows it fetches and keeps (3 at x = 0, 6 at x = 2). */
+ * owned_slots list the rows it fetches and keeps (3 at x = 0, 6 at x = 2). */
 static void test_figure6(void **state) {
   (void)state;
   stream_t s;
@@ -690,8 +690,8 @@ static void test_figure6(void **state) {
     /* x = 0: fetch 3 -> 0, 9 -> 1; 9 evicted after 0 */
     assert_keys(d[0].tr[0].fetch_keys, d[0].tr[0].n_fetch, (uint64_t[]){K(3), K(9)}, 2);
     assert_u32s(d[0].tr[0].fetch_slots, d[0].tr[0].n_fetch, (uint32_t[]){0, 1}, 2);
-    assert_keys(d[0].tr[0].wb_keys, d[0].tr[0].n_wb, (uint64_t[]){K(9)}, 1);
-    assert_u32s(d[0].tr[0].wb_slots, d[0].tr[0].n_wb, (uint32_t[]){1}, 1);
+    assert_keys(d[0].tr[0].write_back_keys, d[0].tr[0].n_write_back, (uint64_t[]){K(9)}, 1);
+    assert_u32s(d[0].tr[0].write_back_slots, d[0].tr[0].n_write_back, (uint32_t[]){1}, 1);
     assert_int_equal(d[0].gate, 0);
     assert_int_equal(d[0].lookahead, 1);
     assert_int_equal(d[0].tr[0].n_hits, 0);
@@ -703,28 +703,28 @@ static void test_figure6(void **state) {
     assert_keys(d[1].tr[0].fetch_keys, d[1].tr[0].n_fetch, (uint64_t[]){K(4)}, 1);
     assert_u32s(d[1].tr[0].fetch_slots, d[1].tr[0].n_fetch, (uint32_t[]){2}, 1);
     assert_int_equal(d[1].tr[0].n_hits, 1);
-    assert_keys(d[1].tr[0].wb_keys, d[1].tr[0].n_wb, (uint64_t[]){K(4)}, 1);
-    assert_u32s(d[1].tr[0].wb_slots, d[1].tr[0].n_wb, (uint32_t[]){2}, 1);
+    assert_keys(d[1].tr[0].write_back_keys, d[1].tr[0].n_write_back, (uint64_t[]){K(4)}, 1);
+    assert_u32s(d[1].tr[0].write_back_slots, d[1].tr[0].n_write_back, (uint32_t[]){2}, 1);
     assert_int_equal(d[1].gate, 0);
     assert_id_slots(&s, &d[1], (uint64_t[]){K(3), K(9), K(4)}, 3);
     /* x = 2: 6 -> slot 1; 3 hit, evicted after 2 */
     assert_keys(d[2].tr[0].fetch_keys, d[2].tr[0].n_fetch, (uint64_t[]){K(6)}, 1);
     assert_u32s(d[2].tr[0].fetch_slots, d[2].tr[0].n_fetch, (uint32_t[]){1}, 1);
     assert_int_equal(d[2].tr[0].n_hits, 1);
-    assert_keys(d[2].tr[0].wb_keys, d[2].tr[0].n_wb, (uint64_t[]){K(3)}, 1);
-    assert_u32s(d[2].tr[0].wb_slots, d[2].tr[0].n_wb, (uint32_t[]){0}, 1);
+    assert_keys(d[2].tr[0].write_back_keys, d[2].tr[0].n_write_back, (uint64_t[]){K(3)}, 1);
+    assert_u32s(d[2].tr[0].write_back_slots, d[2].tr[0].n_write_back, (uint32_t[]){0}, 1);
     assert_int_equal(d[2].gate, 1);
     assert_id_slots(&s, &d[2], (uint64_t[]){K(3), K(6), K(4)}, 3);
     /* x = 3: 1 -> slot 2 (freed after 1); 6 hit; both written back */
     assert_keys(d[3].tr[0].fetch_keys, d[3].tr[0].n_fetch, (uint64_t[]){K(1)}, 1);
     assert_u32s(d[3].tr[0].fetch_slots, d[3].tr[0].n_fetch, (uint32_t[]){2}, 1);
     assert_int_equal(d[3].tr[0].n_hits, 1);
-    assert_keys(d[3].tr[0].wb_keys, d[3].tr[0].n_wb, (uint64_t[]){K(1), K(6)}, 2);
-    assert_u32s(d[3].tr[0].wb_slots, d[3].tr[0].n_wb, (uint32_t[]){2, 1}, 2);
+    assert_keys(d[3].tr[0].write_back_keys, d[3].tr[0].n_write_back, (uint64_t[]){K(1), K(6)}, 2);
+    assert_u32s(d[3].tr[0].write_back_slots, d[3].tr[0].n_write_back, (uint32_t[]){2, 1}, 2);
     assert_int_equal(d[3].gate, 2);
     assert_id_slots(&s, &d[3], (uint64_t[]){K(3), K(6), K(1)}, 3);
     for (size_t x = 0; x < 4; x++) {
-      assert_int_equal(d[x].n_rep, 0); /* one trainer: nobody else to hand a row to */
+      assert_int_equal(d[x].n_replicate, 0); /* one trainer: nobody else to hand a row to */
       assert_int_equal(d[x].tr[0].n_stale, 0);
     }
     if (!lrpp) {
@@ -748,23 +748,23 @@ static void test_figure6(void **state) {
       assert_u32s(d[3].critical, d[3].n_critical, (uint32_t[]){2, 1}, 2);
       assert_int_equal(d[3].n_delayed, 0);
       for (size_t x = 0; x < 4; x++) {
-        assert_int_equal(d[x].tr[0].n_private, 0);
-        assert_int_equal(d[x].tr[0].n_own, 0);
+        assert_int_equal(d[x].tr[0].n_owned, 0);
+        assert_int_equal(d[x].tr[0].n_owned_slots, 0);
       }
     } else {
       /* every row owned by the trainer: never synchronized */
       for (size_t x = 0; x < 4; x++) {
         assert_int_equal(d[x].n_critical, 0);
         assert_int_equal(d[x].n_delayed, 0);
-        assert_int_equal(d[x].tr[0].n_private, 2);
+        assert_int_equal(d[x].tr[0].n_owned, 2);
       }
       /* rows taking their owner and staying cached: 3 (slot 0) at x = 0,
        * 6 (slot 1) at x = 2; 3 at x = 1 and 2 and 6 at x = 3 are its
        * already, 9, 4 and 1 are evicted */
-      assert_u32s(d[0].tr[0].own_slots, d[0].tr[0].n_own, (uint32_t[]){0}, 1);
-      assert_int_equal(d[1].tr[0].n_own, 0);
-      assert_u32s(d[2].tr[0].own_slots, d[2].tr[0].n_own, (uint32_t[]){1}, 1);
-      assert_int_equal(d[3].tr[0].n_own, 0);
+      assert_u32s(d[0].tr[0].owned_slots, d[0].tr[0].n_owned_slots, (uint32_t[]){0}, 1);
+      assert_int_equal(d[1].tr[0].n_owned_slots, 0);
+      assert_u32s(d[2].tr[0].owned_slots, d[2].tr[0].n_owned_slots, (uint32_t[]){1}, 1);
+      assert_int_equal(d[3].tr[0].n_owned_slots, 0);
     }
     assert_int_equal(r.peak, 3);
     check_run(&s, &o, &r, &so);
@@ -780,7 +780,7 @@ static void test_figure6(void **state) {
     assert_int_equal(find_key(r.d[0].tr[0].fetch_keys, r.d[0].tr[0].n_fetch, K(3)), 0);
     for (size_t x = 0; x < 3; x++) {
       assert_int_equal(find_key(r.d[x].tr[0].fetch_keys, r.d[x].tr[0].n_fetch, K(3)) >= 0, x == 0);
-      assert_int_equal(find_key(r.d[x].tr[0].wb_keys, r.d[x].tr[0].n_wb, K(3)) >= 0, x == 2);
+      assert_int_equal(find_key(r.d[x].tr[0].write_back_keys, r.d[x].tr[0].n_write_back, K(3)) >= 0, x == 2);
     }
     assert_int_equal(r.d[1].tr[0].n_hits, 1);
     assert_int_equal(r.d[2].tr[0].n_hits, 1);
@@ -800,21 +800,21 @@ static void test_figure6(void **state) {
     for (size_t x = 0; x < 4; x++) {
       const cacher_tr_t *t = &r.d[x].tr[0];
       assert_int_equal(t->n_fetch, 2);
-      assert_int_equal(t->n_wb, 2);
+      assert_int_equal(t->n_write_back, 2);
       assert_int_equal(t->n_hits, 0);
       assert_int_equal(r.d[x].gate, x);
       assert_int_equal(r.d[x].lookahead, 0);
       assert_keys(t->fetch_keys, 2, s.pl[x].ukeys, 2);
-      assert_keys(t->wb_keys, 2, s.pl[x].ukeys, 2);
+      assert_keys(t->write_back_keys, 2, s.pl[x].ukeys, 2);
       for (size_t i = 0; i < 2; i++) assert_true(t->fetch_slots[i] < 2);
       if (lrpp) { /* owned, evicted: nothing synchronized, nothing kept */
         assert_int_equal(r.d[x].n_critical, 0);
-        assert_int_equal(t->n_private, 2);
+        assert_int_equal(t->n_owned, 2);
       } else { /* shared: L = 0, all critical */
         assert_keys(r.d[x].critical_keys, r.d[x].n_critical, s.pl[x].ukeys, 2);
-        assert_int_equal(t->n_private, 0);
+        assert_int_equal(t->n_owned, 0);
       }
-      assert_int_equal(r.d[x].n_delayed + r.d[x].n_rep + t->n_own + t->n_stale, 0);
+      assert_int_equal(r.d[x].n_delayed + r.d[x].n_replicate + t->n_owned_slots + t->n_stale, 0);
     }
     check_run(&s, &o, &r, &so);
     run_free(&r);
@@ -837,17 +837,17 @@ static void test_figure6(void **state) {
  *          2 shared, not used at 1: fetched by both, delayed, evicted,
  *          written back by table_mix64 % 2.
  *          3 t0's, kept (used at 1): fetched by t0 alone, not synchronized,
- *          in t0's own_slots; batch 1 has both use it: replicated after 0,
+ *          in t0's owned_slots; batch 1 has both use it: replicated after 0,
  *          listed in batch 1's decision
  *          (owner t0), shared at 1.
  *          4 shared, used at 1: fetched by both, critical, kept.
- *          5 t1's, kept (used by t1 alone at 1): in t1's own_slots, not
+ *          5 t1's, kept (used by t1 alone at 1): in t1's owned_slots, not
  *          replicated.
  *   x = 1: 3 shared (a hit for both), delayed, evicted (table_mix64 % 2).
  *          4 a cached shared row t1 alone uses, kept (used at 2): taken
- *          over by t1 -- t1's own_slots, t0's stale_slots.
+ *          over by t1 -- t1's owned_slots, t0's stale_slots.
  *          5 t1's hit, evicted by t1; 7 t1's, fetched and evicted by t1.
- *          6 t0's, fetched by t0 alone, kept: t0's own_slots.
+ *          6 t0's, fetched by t0 alone, kept: t0's owned_slots.
  *   x = 2: 6 t0's hit, 4 t1's hit, each written back by its owner; 8 shared,
  *          fetched by both, critical (the last batch). */
 static void test_lrpp_by_hand(void **state) {
@@ -868,10 +868,10 @@ static void test_lrpp_by_hand(void **state) {
            mix8 = (uint32_t)(table_mix64(K(8)) % 2);
   uint64_t want[2][4];
   size_t nw[2];
-#define WB_RESET() (nw[0] = nw[1] = 0)
-#define WB(q, k) (want[q][nw[q]++] = (k)) /* trainer q writes back k (in ascending key order) */
-#define WB_CHECK(d) \
-  for (uint32_t q_ = 0; q_ < 2; q_++) assert_keys((d)->tr[q_].wb_keys, (d)->tr[q_].n_wb, want[q_], nw[q_])
+#define WRITE_BACK_RESET() (nw[0] = nw[1] = 0)
+#define WRITE_BACK(q, k) (want[q][nw[q]++] = (k)) /* trainer q writes back k (in ascending key order) */
+#define WRITE_BACK_CHECK(d) \
+  for (uint32_t q_ = 0; q_ < 2; q_++) assert_keys((d)->tr[q_].write_back_keys, (d)->tr[q_].n_write_back, want[q_], nw[q_])
 
   cacher_opts_t o = {.trainers = 2, .lookahead = 1, .cache_rows = 0, .lrpp = 1, .delayed = 1};
   run_t r;
@@ -888,16 +888,16 @@ static void test_lrpp_by_hand(void **state) {
   assert_u32s(d->critical, d->n_critical, (uint32_t[]){3}, 1);
   assert_keys(d->delayed_keys, d->n_delayed, (uint64_t[]){K(2)}, 1);
   assert_u32s(d->delayed, d->n_delayed, (uint32_t[]){1}, 1);
-  assert_int_equal(d->tr[0].n_private, 2); /* 1, 3 */
-  assert_int_equal(d->tr[1].n_private, 1); /* 5 */
-  assert_u32s(d->tr[0].own_slots, d->tr[0].n_own, (uint32_t[]){2}, 1); /* 3 */
-  assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){4}, 1); /* 5 */
+  assert_int_equal(d->tr[0].n_owned, 2); /* 1, 3 */
+  assert_int_equal(d->tr[1].n_owned, 1); /* 5 */
+  assert_u32s(d->tr[0].owned_slots, d->tr[0].n_owned_slots, (uint32_t[]){2}, 1); /* 3 */
+  assert_u32s(d->tr[1].owned_slots, d->tr[1].n_owned_slots, (uint32_t[]){4}, 1); /* 5 */
   assert_int_equal(d->tr[0].n_stale + d->tr[1].n_stale, 0);
-  assert_int_equal(d->n_rep, 0); /* nothing before batch 0 */
-  WB_RESET();
-  WB(0, K(1));
-  WB(mix2, K(2));
-  WB_CHECK(d);
+  assert_int_equal(d->n_replicate, 0); /* nothing before batch 0 */
+  WRITE_BACK_RESET();
+  WRITE_BACK(0, K(1));
+  WRITE_BACK(mix2, K(2));
+  WRITE_BACK_CHECK(d);
   assert_int_equal(d->n_evicted, 2);
   /* x = 1 */
   d = &r.d[1];
@@ -910,44 +910,44 @@ static void test_lrpp_by_hand(void **state) {
   assert_u32s(d->delayed, d->n_delayed, (uint32_t[]){2}, 1);
   assert_int_equal(d->tr[0].n_hits, 1); /* 3 */
   assert_int_equal(d->tr[1].n_hits, 3); /* 3 4 5 */
-  assert_int_equal(d->tr[0].n_private, 1); /* 6 */
-  assert_int_equal(d->tr[1].n_private, 3); /* 4 5 7 */
-  assert_u32s(d->tr[0].own_slots, d->tr[0].n_own, (uint32_t[]){5}, 1);   /* 6 */
-  assert_u32s(d->tr[1].own_slots, d->tr[1].n_own, (uint32_t[]){3}, 1);   /* 4, taken over */
+  assert_int_equal(d->tr[0].n_owned, 1); /* 6 */
+  assert_int_equal(d->tr[1].n_owned, 3); /* 4 5 7 */
+  assert_u32s(d->tr[0].owned_slots, d->tr[0].n_owned_slots, (uint32_t[]){5}, 1);   /* 6 */
+  assert_u32s(d->tr[1].owned_slots, d->tr[1].n_owned_slots, (uint32_t[]){3}, 1);   /* 4, taken over */
   assert_u32s(d->tr[0].stale_slots, d->tr[0].n_stale, (uint32_t[]){3}, 1); /* ... so t0's copy is stale */
   assert_int_equal(d->tr[1].n_stale, 0);
-  assert_int_equal(d->n_rep, 1); /* 3 went from t0 to both after batch 0: batch 1 lists it */
-  assert_int_equal(d->rep_keys[0], K(3));
-  assert_int_equal(d->rep_slots[0], 2);
-  assert_int_equal(d->rep_owners[0], 0);
-  WB_RESET();
-  WB(mix3, K(3));
-  WB(1, K(5));
-  WB(1, K(7));
-  WB_CHECK(d);
+  assert_int_equal(d->n_replicate, 1); /* 3 went from t0 to both after batch 0: batch 1 lists it */
+  assert_int_equal(d->replicate_keys[0], K(3));
+  assert_int_equal(d->replicate_slots[0], 2);
+  assert_int_equal(d->replicate_owners[0], 0);
+  WRITE_BACK_RESET();
+  WRITE_BACK(mix3, K(3));
+  WRITE_BACK(1, K(5));
+  WRITE_BACK(1, K(7));
+  WRITE_BACK_CHECK(d);
   /* x = 2 */
   d = &r.d[2];
   for (uint32_t q = 0; q < 2; q++) {
     assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, (uint64_t[]){K(8)}, 1);
     assert_u32s(d->tr[q].fetch_slots, d->tr[q].n_fetch, (uint32_t[]){0}, 1);
     assert_int_equal(d->tr[q].n_hits, 1);
-    assert_int_equal(d->tr[q].n_private, 1);
-    assert_int_equal(d->tr[q].n_own + d->tr[q].n_stale, 0);
+    assert_int_equal(d->tr[q].n_owned, 1);
+    assert_int_equal(d->tr[q].n_owned_slots + d->tr[q].n_stale, 0);
   }
   assert_keys(d->critical_keys, d->n_critical, (uint64_t[]){K(8)}, 1);
   assert_int_equal(d->n_delayed, 0);
-  assert_int_equal(d->n_rep, 0); /* 4 and 6 are used at 2 by their owners alone */
-  WB_RESET();
+  assert_int_equal(d->n_replicate, 0); /* 4 and 6 are used at 2 by their owners alone */
+  WRITE_BACK_RESET();
   if (mix8 == 0) { /* ascending key order per trainer */
-    WB(0, K(6));
-    WB(0, K(8));
-    WB(1, K(4));
+    WRITE_BACK(0, K(6));
+    WRITE_BACK(0, K(8));
+    WRITE_BACK(1, K(4));
   } else {
-    WB(0, K(6));
-    WB(1, K(4));
-    WB(1, K(8));
+    WRITE_BACK(0, K(6));
+    WRITE_BACK(1, K(4));
+    WRITE_BACK(1, K(8));
   }
-  WB_CHECK(d);
+  WRITE_BACK_CHECK(d);
   check_run(&s, &o, &r, &so);
   assert_int_equal(so.replicated, 1);
   assert_int_equal(so.taken_over, 1);
@@ -962,7 +962,7 @@ static void test_lrpp_by_hand(void **state) {
   assert_keys(r.d[1].critical_keys, r.d[1].n_critical, (uint64_t[]){K(3)}, 1);
   assert_keys(r.d[2].critical_keys, r.d[2].n_critical, (uint64_t[]){K(8)}, 1);
   for (size_t x = 0; x < 3; x++) assert_int_equal(r.d[x].n_delayed, 0);
-  assert_int_equal(r.d[1].n_rep, 1);
+  assert_int_equal(r.d[1].n_replicate, 1);
   assert_u32s(r.d[1].tr[0].stale_slots, r.d[1].tr[0].n_stale, (uint32_t[]){3}, 1);
   check_run(&s, &o, &r, &so);
   run_free(&r);
@@ -983,14 +983,14 @@ static void test_lrpp_by_hand(void **state) {
       if (x == 0) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch0, 5);
       if (x == 1) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch1, 2);
       if (x == 2) assert_keys(d->tr[q].fetch_keys, d->tr[q].n_fetch, fetch2, 1);
-      assert_int_equal(d->tr[q].n_private, 0);
-      assert_int_equal(d->tr[q].n_own + d->tr[q].n_stale, 0);
-      for (size_t i = 0; i < d->tr[q].n_wb; i++) assert_int_equal(table_mix64(d->tr[q].wb_keys[i]) % 2, q);
+      assert_int_equal(d->tr[q].n_owned, 0);
+      assert_int_equal(d->tr[q].n_owned_slots + d->tr[q].n_stale, 0);
+      for (size_t i = 0; i < d->tr[q].n_write_back; i++) assert_int_equal(table_mix64(d->tr[q].write_back_keys[i]) % 2, q);
     }
     assert_keys(d->critical_keys, d->n_critical, crit[x], n_crit[x]);
     assert_keys(d->delayed_keys, d->n_delayed, del[x], n_del[x]);
-    assert_int_equal(d->tr[0].n_wb + d->tr[1].n_wb, n_ev[x]);
-    assert_int_equal(d->n_rep, 0);
+    assert_int_equal(d->tr[0].n_write_back + d->tr[1].n_write_back, n_ev[x]);
+    assert_int_equal(d->n_replicate, 0);
   }
   check_run(&s, &o, &r, &so);
   run_free(&r);
@@ -1004,9 +1004,9 @@ static void test_lrpp_by_hand(void **state) {
       check_run(&s, &o2, &r, &so);
       run_free(&r);
     }
-#undef WB_RESET
-#undef WB
-#undef WB_CHECK
+#undef WRITE_BACK_RESET
+#undef WRITE_BACK
+#undef WRITE_BACK_CHECK
   stream_free(&s);
 }
 
@@ -1023,19 +1023,19 @@ static void assert_same_decisions(const run_t *a, const run_t *b) {
     assert_keys(p->delayed_keys, p->n_delayed, q->delayed_keys, q->n_delayed);
     assert_u32s(p->delayed, p->n_delayed, q->delayed, q->n_delayed);
     assert_int_equal(p->slots_used, q->slots_used);
-    assert_u32s(p->rep_slots, p->n_rep, q->rep_slots, q->n_rep);
-    assert_u32s(p->rep_owners, p->n_rep, q->rep_owners, q->n_rep);
-    assert_keys(p->rep_keys, p->n_rep, q->rep_keys, q->n_rep);
+    assert_u32s(p->replicate_slots, p->n_replicate, q->replicate_slots, q->n_replicate);
+    assert_u32s(p->replicate_owners, p->n_replicate, q->replicate_owners, q->n_replicate);
+    assert_keys(p->replicate_keys, p->n_replicate, q->replicate_keys, q->n_replicate);
     for (uint32_t t = 0; t < p->trainers; t++) {
       const cacher_tr_t *u = &p->tr[t], *v = &q->tr[t];
       assert_u32s(u->slots, u->n_ids, v->slots, v->n_ids);
       assert_keys(u->fetch_keys, u->n_fetch, v->fetch_keys, v->n_fetch);
       assert_u32s(u->fetch_slots, u->n_fetch, v->fetch_slots, v->n_fetch);
-      assert_keys(u->wb_keys, u->n_wb, v->wb_keys, v->n_wb);
-      assert_u32s(u->wb_slots, u->n_wb, v->wb_slots, v->n_wb);
-      assert_u32s(u->own_slots, u->n_own, v->own_slots, v->n_own);
+      assert_keys(u->write_back_keys, u->n_write_back, v->write_back_keys, v->n_write_back);
+      assert_u32s(u->write_back_slots, u->n_write_back, v->write_back_slots, v->n_write_back);
+      assert_u32s(u->owned_slots, u->n_owned_slots, v->owned_slots, v->n_owned_slots);
       assert_u32s(u->stale_slots, u->n_stale, v->stale_slots, v->n_stale);
-      assert_int_equal(u->n_private, v->n_private);
+      assert_int_equal(u->n_owned, v->n_owned);
     }
   }
 }
@@ -1044,7 +1044,7 @@ static void assert_same_decisions(const run_t *a, const run_t *b) {
 static void test_properties(void **state) {
   (void)state;
   static const uint32_t Ls[] = {0, 1, 3, 8};
-  int runs = 0, any_hit = 0, any_private = 0, any_delayed = 0;
+  int runs = 0, any_hit = 0, any_owned = 0, any_delayed = 0;
   uint64_t owned_kept = 0, taken_over = 0, replicated = 0, owned_hits = 0; /* P > 1 */
   for (uint32_t P = 1; P <= 3; P++)
     for (uint32_t hot = 1; hot <= 2; hot++) {
@@ -1076,7 +1076,7 @@ static void test_properties(void **state) {
             }
             for (size_t x = 0; x < r.n; x++) {
               any_hit |= r.d[x].tr[0].n_hits > 0;
-              any_private |= r.d[x].tr[0].n_private > 0 && P > 1;
+              any_owned |= r.d[x].tr[0].n_owned > 0 && P > 1;
               any_delayed |= r.d[x].n_delayed > 0;
             }
             if (li == 2 && lrpp && delayed) { /* determinism */
@@ -1101,7 +1101,7 @@ static void test_properties(void **state) {
       stream_free(&s);
     }
   /* the streams exercise what they should */
-  assert_true(any_hit && any_private && any_delayed);
+  assert_true(any_hit && any_owned && any_delayed);
   assert_true(owned_kept > 0 && taken_over > 0 && replicated > 0 && owned_hits > 0);
   assert_int_equal(runs, 3 * 2 * 4 * 2 * 2);
 }

@@ -166,8 +166,8 @@ typedef struct step_rec_s {
   int got;
   uint32_t n;
   float *labels, *dense;
-  uint64_t *ids, *fetch, *sync, *wb;
-  size_t n_ids, n_fetch, n_sync, n_wb;
+  uint64_t *ids, *fetch, *sync, *write_back;
+  size_t n_ids, n_fetch, n_sync, n_write_back;
 } step_rec_t;
 
 typedef struct trainer_s {
@@ -276,8 +276,8 @@ static void record_step(trainer_t *t, const Chanter__Oracle__V1__Step *s) {
   r->n_fetch = s->fetch_keys.len / 8;
   r->sync = copy_bytes(&s->sync_keys);
   r->n_sync = s->sync_keys.len / 8;
-  r->wb = copy_bytes(&s->write_back_keys);
-  r->n_wb = s->write_back_keys.len / 8;
+  r->write_back = copy_bytes(&s->write_back_keys);
+  r->n_write_back = s->write_back_keys.len / 8;
   t->n_steps++;
 }
 
@@ -404,7 +404,7 @@ static void trainer_free(trainer_t *t) {
     free(r->ids);
     free(r->fetch);
     free(r->sync);
-    free(r->wb);
+    free(r->write_back);
   }
   free(t->steps);
 }
@@ -514,11 +514,11 @@ static void test_train_to_done(void **state) {
         o2 += (size_t)r->n * h;
       }
       for (size_t i = 1; i < r->n_fetch; i++) assert_true(r->fetch[i - 1] < r->fetch[i]);
-      for (size_t i = 1; i < r->n_wb; i++) assert_true(r->wb[i - 1] < r->wb[i]);
+      for (size_t i = 1; i < r->n_write_back; i++) assert_true(r->write_back[i - 1] < r->write_back[i]);
       for (size_t i = 0; i < r->n_sync; i++) assert_true(has(r->fetch, r->n_fetch, r->sync[i]));
       fetched += (double)r->n_fetch;
       if (p == 0) synced += (double)r->n_sync; /* one shared list per iteration, not per trainer */
-      written += (double)r->n_wb;
+      written += (double)r->n_write_back;
       first += r->n;
     }
     /* every key the batch touches is written back by exactly one trainer */
@@ -526,9 +526,9 @@ static void test_train_to_done(void **state) {
     size_t u = 0;
     for (size_t i = 0; i < n_all; i++)
       if (!u || all[u - 1] != all[i]) all[u++] = all[i];
-    assert_int_equal(r0->n_wb + r1->n_wb, u);
+    assert_int_equal(r0->n_write_back + r1->n_write_back, u);
     for (size_t i = 0; i < u; i++)
-      assert_int_equal(has(r0->wb, r0->n_wb, all[i]) + has(r1->wb, r1->n_wb, all[i]), 1);
+      assert_int_equal(has(r0->write_back, r0->n_write_back, all[i]) + has(r1->write_back, r1->n_write_back, all[i]), 1);
     free(all);
     data_batch_free(&b);
   }
@@ -593,7 +593,7 @@ static void test_ideal_random(void **state) {
     for (uint32_t p = 0; p < P; p++) {
       const step_rec_t *r = &tr[p].steps[x];
       assert_true(r->got);
-      assert_int_equal(r->n_fetch + r->n_sync + r->n_wb, 0); /* ideal: no embedding traffic */
+      assert_int_equal(r->n_fetch + r->n_sync + r->n_write_back, 0); /* ideal: no embedding traffic */
       n += r->n;
     }
     assert_int_equal(n, B);

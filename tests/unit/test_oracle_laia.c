@@ -193,56 +193,56 @@ static void test_by_hand(void **state) {
   laia_opts_t o = {.trainers = 2, .window = 2, .seed = 3};
   assert_int_equal(laia_create(&o, &l), 0);
   data_batch_t b;
-  uint32_t own[8];
+  uint32_t owner[8];
   /* batch 0: rows 1..4, all new: placed by the draw, two each */
   uint64_t ids0[] = {1, 2, 3, 4};
   make_batch(&b, 0, 4, 1, &hot, ids0);
-  assert_int_equal(laia_assign(l, &b, own), 0);
-  check_shares(own, 4, 2);
+  assert_int_equal(laia_assign(l, &b, owner), 0);
+  check_shares(owner, 4, 2);
   uint32_t o0[5];
-  for (int i = 0; i < 4; i++) o0[i + 1] = own[i]; /* o0[row] = holder */
+  for (int i = 0; i < 4; i++) o0[i + 1] = owner[i]; /* o0[row] = holder */
   data_batch_free(&b);
   /* batch 1: the same rows in reverse: each follows its holder */
   uint64_t ids1[] = {4, 3, 2, 1};
   make_batch(&b, 1, 4, 1, &hot, ids1);
-  assert_int_equal(laia_assign(l, &b, own), 0);
-  for (int i = 0; i < 4; i++) assert_int_equal(own[i], o0[ids1[i]]);
+  assert_int_equal(laia_assign(l, &b, owner), 0);
+  for (int i = 0; i < 4; i++) assert_int_equal(owner[i], o0[ids1[i]]);
   data_batch_free(&b);
   /* batch 2: row 9 twice: equal shares put one sample on each trainer */
   uint64_t ids2[] = {9, 9};
   make_batch(&b, 2, 2, 1, &hot, ids2);
-  assert_int_equal(laia_assign(l, &b, own), 0);
-  assert_int_not_equal(own[0], own[1]); /* shares force it apart: row 9 is now used by both */
+  assert_int_equal(laia_assign(l, &b, owner), 0);
+  assert_int_not_equal(owner[0], owner[1]); /* shares force it apart: row 9 is now used by both */
   data_batch_free(&b);
   /* batch 3: row 9 attracts nobody (shared at 2); rows 1..4 last used at 1 (window 2: still held) */
   uint64_t ids3[] = {9, 1, 2, 3, 4, 9};
   make_batch(&b, 3, 6, 1, &hot, ids3);
-  assert_int_equal(laia_assign(l, &b, own), 0);
-  check_shares(own, 6, 2);
-  for (int i = 1; i < 5; i++) assert_int_equal(own[i], o0[ids3[i]]);
+  assert_int_equal(laia_assign(l, &b, owner), 0);
+  check_shares(owner, 6, 2);
+  for (int i = 1; i < 5; i++) assert_int_equal(owner[i], o0[ids3[i]]);
   data_batch_free(&b);
   /* batches 4..6 without rows 1..4; at 7 their last use (3) is 4 batches back: expired, they attract nobody,
    * so the allocation equals that of a fresh allocator (same seed) given only batch 7 */
   for (uint64_t x = 4; x <= 6; x++) {
     uint64_t ids[] = {100 + x, 200 + x};
     make_batch(&b, x, 2, 1, &hot, ids);
-    assert_int_equal(laia_assign(l, &b, own), 0);
+    assert_int_equal(laia_assign(l, &b, owner), 0);
     data_batch_free(&b);
   }
   uint64_t ids7[] = {1, 2, 3, 4};
   make_batch(&b, 7, 4, 1, &hot, ids7);
-  assert_int_equal(laia_assign(l, &b, own), 0);
+  assert_int_equal(laia_assign(l, &b, owner), 0);
   laia_t *fresh;
-  uint32_t own2[4];
+  uint32_t owner2[4];
   assert_int_equal(laia_create(&o, &fresh), 0);
-  assert_int_equal(laia_assign(fresh, &b, own2), 0);
-  for (int i = 0; i < 4; i++) assert_int_equal(own[i], own2[i]);
+  assert_int_equal(laia_assign(fresh, &b, owner2), 0);
+  for (int i = 0; i < 4; i++) assert_int_equal(owner[i], owner2[i]);
   laia_destroy(fresh);
   /* out of order */
   b.iteration = 9;
-  assert_int_equal(laia_assign(l, &b, own), -EINVAL);
+  assert_int_equal(laia_assign(l, &b, owner), -EINVAL);
   b.iteration = 7;
-  assert_int_equal(laia_assign(l, &b, own), -EINVAL);
+  assert_int_equal(laia_assign(l, &b, owner), -EINVAL);
   data_batch_free(&b);
   laia_destroy(l);
 }
@@ -259,8 +259,8 @@ static void test_bad_options(void **state) {
   o.window = LAIA_WINDOW_MAX + 1;
   assert_int_equal(laia_create(&o, &l), -EINVAL);
   assert_int_equal(plan_alloc_parse("laia"), PLAN_ALLOC_LAIA);
-  uint32_t own[4];
-  assert_int_equal(plan_alloc(PLAN_ALLOC_LAIA, 1, 0, 4, 2, own), -EINVAL); /* needs the history */
+  uint32_t owner[4];
+  assert_int_equal(plan_alloc(PLAN_ALLOC_LAIA, 1, 0, 4, 2, owner), -EINVAL); /* needs the history */
 }
 
 /* Adaptive: a profile of 6 batches over three tables -- table 0 of 2 rows
@@ -325,9 +325,9 @@ static void test_adaptive(void **state) {
       ids[32 + i] = 1000 + x * 16 + i;
     }
     data_batch_t b;
-    uint32_t own[16];
+    uint32_t owner[16];
     make_batch(&b, x, 16, 3, hot, ids);
-    assert_int_equal(laia_assign(l, &b, own), 0);
+    assert_int_equal(laia_assign(l, &b, owner), 0);
     data_batch_free(&b);
   }
   laia_stats(l, &st);
@@ -340,9 +340,9 @@ static void test_adaptive(void **state) {
 
 /* Rows that move between trainers over a stream of plans: shared in a
  * batch (all-reduced), or used by another trainer than the one that alone
- * used them last, within `window` batches (handed over). */
+ * used them last, within `window` batches (replicated). */
 typedef struct moves_s {
-  size_t shared, handed;
+  size_t shared, replicated;
 } moves_t;
 
 static void count_moves(const plan_t *p, uint32_t window, int64_t *last, uint32_t *user, moves_t *m) {
@@ -351,13 +351,13 @@ static void count_moves(const plan_t *p, uint32_t window, int64_t *last, uint32_
     size_t at = (size_t)TABLE_ID(k) * MAXROWS + (k & TABLE_ROW_MASK);
     uint32_t u = p->users[i];
     if (u == UINT32_MAX) m->shared++;
-    if (last[at] >= 0 && (int64_t)p->iteration - last[at] <= window && user[at] != UINT32_MAX && user[at] != u) m->handed++;
+    if (last[at] >= 0 && (int64_t)p->iteration - last[at] <= window && user[at] != UINT32_MAX && user[at] != u) m->replicated++;
     last[at] = (int64_t)p->iteration;
     user[at] = u;
   }
 }
 
-/* The point of it: fewer rows handed from trainer to trainer than
+/* The point of it: fewer rows replicated from trainer to trainer than
  * contiguous allocation, and no more shared, on the same skewed stream
  * (and the same seed: not a lucky draw, the stream is fixed). */
 static void test_fewer_rows_moved(void **state) {
@@ -375,10 +375,10 @@ static void test_fewer_rows_moved(void **state) {
   for (uint64_t x = 0; x < 200; x++) {
     data_batch_t b;
     random_batch(&b, x, B, 4, 1, rows);
-    uint32_t own[64];
-    assert_int_equal(laia_assign(l, &b, own), 0);
+    uint32_t owner[64];
+    assert_int_equal(laia_assign(l, &b, owner), 0);
     plan_t pl, pc;
-    assert_int_equal(plan_build_owned(&b, P, own, PLAN_KEYS, &pl), 0);
+    assert_int_equal(plan_build_owned(&b, P, owner, PLAN_KEYS, &pl), 0);
     assert_int_equal(plan_build(&b, P, PLAN_ALLOC_CONTIGUOUS, 5, PLAN_KEYS, &pc), 0);
     assert_int_equal(pl.n_unique, pc.n_unique);
     count_moves(&pl, W, last_l, user_l, &ml);
@@ -387,9 +387,9 @@ static void test_fewer_rows_moved(void **state) {
     plan_close(&pc);
     data_batch_free(&b);
   }
-  print_message("over 200 batches: shared contiguous %zu laia %zu; handed over contiguous %zu laia %zu\n", mc.shared,
-                ml.shared, mc.handed, ml.handed);
-  assert_true(ml.handed * 10 < mc.handed * 8); /* at least 20% fewer */
+  print_message("over 200 batches: shared contiguous %zu laia %zu; replicated contiguous %zu laia %zu\n", mc.shared,
+                ml.shared, mc.replicated, ml.replicated);
+  assert_true(ml.replicated * 10 < mc.replicated * 8); /* at least 20% fewer */
   assert_true(ml.shared <= mc.shared + mc.shared / 20);
   laia_destroy(l);
   /* an owner out of range is refused */

@@ -131,7 +131,7 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
   uint64_t **kp = calloc(P, sizeof *kp);
   for (uint32_t p = 0; p < P; p++) kp[p] = keys_of(b, owner, p, &nk[p]);
   size_t n_shared = 0;
-  uint32_t *wb_count = calloc(nall + 1, sizeof *wb_count);
+  uint32_t *write_back_count = calloc(nall + 1, sizeof *write_back_count);
   for (size_t i = 0; i < nall; i++) {
     int users = 0;
     for (uint32_t p = 0; p < P; p++) users += contains(kp[p], nk[p], all[i]);
@@ -148,14 +148,14 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
     assert_sorted_unique(s->fetch, s->n_fetch);
     assert_sorted_unique(s->write_back, s->n_write_back);
     /* fetch = K_p U shared */
-    size_t priv = 0;
+    size_t owned = 0;
     for (size_t i = 0; i < nk[p]; i++) {
       assert_true(contains(s->fetch, s->n_fetch, kp[p][i])); /* covers every id of its samples */
-      priv += !contains(pl->sync, pl->n_sync, kp[p][i]);
+      owned += !contains(pl->sync, pl->n_sync, kp[p][i]);
     }
     for (size_t i = 0; i < pl->n_sync; i++) assert_true(contains(s->fetch, s->n_fetch, pl->sync[i]));
-    assert_int_equal(s->n_fetch, priv + pl->n_sync);
-    assert_int_equal(s->n_private, priv);
+    assert_int_equal(s->n_fetch, owned + pl->n_sync);
+    assert_int_equal(s->n_owned, owned);
     /* write-back: only rows it fetched; shared ones by the key's hash */
     for (size_t i = 0; i < s->n_write_back; i++) {
       uint64_t k = s->write_back[i];
@@ -164,15 +164,15 @@ static void check_plan(const data_batch_t *b, uint32_t P, int policy, uint64_t s
       else assert_true(contains(kp[p], nk[p], k));
       uint64_t *f = bsearch(&k, all, nall, sizeof k, cmp_u64);
       assert_non_null(f);
-      wb_count[f - all]++;
+      write_back_count[f - all]++;
     }
   }
-  for (size_t i = 0; i < nall; i++) assert_int_equal(wb_count[i], 1); /* every touched key, exactly once */
+  for (size_t i = 0; i < nall; i++) assert_int_equal(write_back_count[i], 1); /* every touched key, exactly once */
   for (uint32_t p = 0; p < P; p++) free(kp[p]);
   free(kp);
   free(nk);
   free(all);
-  free(wb_count);
+  free(write_back_count);
   free(owner);
 }
 
@@ -267,9 +267,9 @@ static void test_plan_by_hand(void **state) {
   assert_memory_equal(pl.shares[0].fetch, f0, sizeof f0);
   assert_int_equal(pl.shares[1].n_fetch, 4);
   assert_memory_equal(pl.shares[1].fetch, f1, sizeof f1);
-  assert_int_equal(pl.shares[0].n_private, 3);
-  assert_int_equal(pl.shares[1].n_private, 3);
-  /* the shared row is written back by its hash owner, the private ones by their trainer */
+  assert_int_equal(pl.shares[0].n_owned, 3);
+  assert_int_equal(pl.shares[1].n_owned, 3);
+  /* the shared row is written back by its hash owner, the owned ones by their trainer */
   uint32_t owner = (uint32_t)(table_mix64(TABLE_KEY(1, 3)) % 2);
   assert_int_equal(pl.shares[owner].n_write_back, 4);
   assert_int_equal(pl.shares[1 - owner].n_write_back, 3);
@@ -325,7 +325,7 @@ static void test_plan_empty_shares(void **state) {
       /* no samples, but it still holds every shared row and may own some write-backs */
       assert_int_equal(data_batch_n_ids(&pl.shares[p].batch), 0);
       assert_int_equal(pl.shares[p].n_fetch, pl.n_sync);
-      assert_int_equal(pl.shares[p].n_private, 0);
+      assert_int_equal(pl.shares[p].n_owned, 0);
     }
   assert_int_equal(empty, 2);
   plan_close(&pl);

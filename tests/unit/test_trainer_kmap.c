@@ -1,5 +1,5 @@
 /*
- * trainer_kmap: the trainer's own view of its cache (slot -> key, key ->
+ * trainer_kmap: the trainer's owned view of its cache (slot -> key, key ->
  * slot, owned flags), which evaluation relies on to read cached rows.
  * Random operations against a plain reference (an array per slot and a
  * linear search), enough of them to grow the hash table several times and
@@ -22,22 +22,22 @@
 #define SLOTS 5000
 #define NONE UINT64_MAX
 
-static void check_against(const trainer_kmap_t *m, const uint64_t *ref, const uint8_t *own) {
-  size_t n = 0, n_own = 0;
+static void check_against(const trainer_kmap_t *m, const uint64_t *ref, const uint8_t *owned) {
+  size_t n = 0, n_owned = 0;
   for (uint32_t s = 0; s < SLOTS; s++) {
     if (ref[s] == NONE) continue;
     n++;
-    n_own += own[s];
+    n_owned += owned[s];
     assert_int_equal(trainer_kmap_find(m, ref[s]), (int64_t)s);
   }
   assert_int_equal(trainer_kmap_count(m), n);
-  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), n_own);
-  uint32_t *os = malloc((n_own + 1) * sizeof *os);
-  uint64_t *ok = malloc((n_own + 1) * sizeof *ok);
-  assert_int_equal(trainer_kmap_owned(m, os, ok, n_own + 1), n_own);
+  assert_int_equal(trainer_kmap_owned(m, NULL, NULL, 0), n_owned);
+  uint32_t *os = malloc((n_owned + 1) * sizeof *os);
+  uint64_t *ok = malloc((n_owned + 1) * sizeof *ok);
+  assert_int_equal(trainer_kmap_owned(m, os, ok, n_owned + 1), n_owned);
   size_t k = 0;
   for (uint32_t s = 0; s < SLOTS; s++)
-    if (ref[s] != NONE && own[s]) {
+    if (ref[s] != NONE && owned[s]) {
       assert_int_equal(os[k], s);
       assert_int_equal(ok[k], ref[s]);
       k++;
@@ -51,7 +51,7 @@ static void test_random_ops(void **state) {
   trainer_kmap_t *m;
   assert_int_equal(trainer_kmap_create(SLOTS, &m), 0);
   uint64_t *ref = malloc(SLOTS * sizeof *ref);
-  uint8_t *own = calloc(SLOTS, 1);
+  uint8_t *owned = calloc(SLOTS, 1);
   for (uint32_t s = 0; s < SLOTS; s++) ref[s] = NONE;
   uint64_t r = 12345;
   for (int op = 0; op < 200000; op++) {
@@ -64,30 +64,30 @@ static void test_random_ops(void **state) {
       for (uint32_t q = 0; q < SLOTS; q++)
         if (ref[q] == key) {
           ref[q] = NONE;
-          own[q] = 0;
+          owned[q] = 0;
         }
       ref[s] = key;
-      own[s] = 0;
+      owned[s] = 0;
       assert_int_equal(trainer_kmap_set(m, s, key), 0);
       break;
     }
     case 2:
       ref[s] = NONE;
-      own[s] = 0;
+      owned[s] = 0;
       trainer_kmap_clear(m, s);
       break;
     case 3:
-      if (ref[s] != NONE) own[s] = (r >> 50) & 1;
+      if (ref[s] != NONE) owned[s] = (r >> 50) & 1;
       trainer_kmap_set_owned(m, s, (int)((r >> 50) & 1));
       break;
     }
-    if (op % 20000 == 0) check_against(m, ref, own);
+    if (op % 20000 == 0) check_against(m, ref, owned);
   }
-  check_against(m, ref, own);
+  check_against(m, ref, owned);
   /* keys never set are absent */
   assert_int_equal(trainer_kmap_find(m, TABLE_KEY(7, 1)), -1);
   free(ref);
-  free(own);
+  free(owned);
   trainer_kmap_destroy(m);
 }
 

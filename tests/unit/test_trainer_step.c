@@ -15,7 +15,7 @@
  *  - P = 2, the batch split as the oracle's contiguous allocation does, in
  *    one process: dense gradients and the shared rows' gradients summed by
  *    hand in the collective's order (for two ranks Gloo's ring adds x0 + x1,
- *    one correctly rounded add: coll.h), private rows kept local, each
+ *    one correctly rounded add: coll.h), owned rows kept local, each
  *    trainer writing back its own rows and half of the shared ones.  Both
  *    trainers end with bit-identical dense parameters and shared rows, and
  *    the result equals the single trainer's within |a - b| <= 1e-5 (values
@@ -414,13 +414,13 @@ static void pair_finish(pair_t *p, tables_t *srv) {
   }
   assert_memory_equal(trainer_step_params(p->ts[0]), trainer_step_params(p->ts[1]), trainer_step_n_params(p->ts[0]) * sizeof(float));
   for (int i = 0; i < 2; i++) {
-    uint64_t wb[B * 4];
+    uint64_t keys[B * 4];
     uint32_t sl[B * 4];
     float rows[B * 4 * 8];
-    size_t nw = owned(p->keys[i], p->nk[i], p->shared, p->ns, i, wb);
-    for (size_t k = 0; k < nw; k++) sl[k] = pair_slot(p, wb[k]);
+    size_t nw = owned(p->keys[i], p->nk[i], p->shared, p->ns, i, keys);
+    for (size_t k = 0; k < nw; k++) sl[k] = pair_slot(p, keys[k]);
     trainer_step_cache_gather(p->ts[i], sl, nw, rows);
-    write_back(srv, wb, nw, rows);
+    write_back(srv, keys, nw, rows);
   }
 }
 

@@ -33,7 +33,7 @@
 #include "data.h"
 #include "err.h"
 
-#define BS 4096
+#define BATCH_SIZE 4096
 
 static double now_s(void) {
   struct timespec t;
@@ -70,9 +70,9 @@ static double raw_read(const char *path, uint64_t *bytes) {
   return best;
 }
 
-/* samples/s reading every sample of d in batches of BS, best of reps */
+/* samples/s reading every sample of d in batches of BATCH_SIZE, best of reps */
 static double batch_rate(data_source_t *d, double min_s, char *err, size_t err_len) {
-  uint64_t n = data_samples(d), nb = (n + BS - 1) / BS;
+  uint64_t n = data_samples(d), nb = (n + BATCH_SIZE - 1) / BATCH_SIZE;
   double best = 0;
   for (int rep = 0; rep < 3; rep++) {
     double t0 = now_s(), dt;
@@ -80,7 +80,7 @@ static double batch_rate(data_source_t *d, double min_s, char *err, size_t err_l
     do {
       for (uint64_t x = 0; x < nb; x++) {
         data_batch_t b;
-        if (data_read_batch(d, DATA_ALL, x, BS, &b, err, err_len)) return -1;
+        if (data_read_batch(d, DATA_ALL, x, BATCH_SIZE, &b, err, err_len)) return -1;
         done += b.n;
         data_batch_free(&b);
       }

@@ -27,7 +27,7 @@
 #include "dpc.h"
 #include "err.h"
 
-#define BS 4096
+#define BATCH_SIZE 4096
 
 typedef struct getter_s {
   dpc_t *c;
@@ -43,7 +43,7 @@ static void *get_worker(void *arg) {
   char err[512];
   for (uint64_t x = g->first; bench_now() < g->until; x += (uint64_t)g->stride) {
     data_batch_t b;
-    if (dpc_get_batch(g->c, DATA_TRAIN, x % g->nb, BS, &b, err, sizeof err)) {
+    if (dpc_get_batch(g->c, DATA_TRAIN, x % g->nb, BATCH_SIZE, &b, err, sizeof err)) {
       fprintf(stderr, "bench dataproc: %s\n", err);
       g->failed = 1;
       break;
@@ -117,7 +117,7 @@ int bench_dataproc(cli_t *cli) {
   snprintf(kv, sizeof kv, "dataset=%s", bin);
   cfg_set(cfg, kv, "bench", err, sizeof err);
 
-  printf("\nchanter bench dataproc: batches of %d from a binary file of %" PRIu64 " samples\n\n", BS, samples);
+  printf("\nchanter bench dataproc: batches of %d from a binary file of %" PRIu64 " samples\n\n", BATCH_SIZE, samples);
   printf("%-44s %14s %10s   %7s\n", "path", "samples/s", "MB/s", "vs base");
   /* raw read */
   struct stat sb;
@@ -134,12 +134,12 @@ int bench_dataproc(cli_t *cli) {
   row("raw read(2) of the file (samples it holds)", (double)bytes / per_sample / dt, (double)bytes / dt / 1e6, 0);
   /* in-process */
   if (data_open(cfg, &d, err, sizeof err)) goto fail;
-  uint64_t nb = samples / BS, done = 0;
+  uint64_t nb = samples / BATCH_SIZE, done = 0;
   t0 = bench_now();
   while (bench_now() - t0 < secs)
     for (uint64_t x = 0; x < nb; x++) {
       data_batch_t b;
-      if (data_read_batch(d, DATA_TRAIN, x, BS, &b, err, sizeof err)) goto fail;
+      if (data_read_batch(d, DATA_TRAIN, x, BATCH_SIZE, &b, err, sizeof err)) goto fail;
       done += b.n;
       data_batch_free(&b);
     }
@@ -164,9 +164,9 @@ int bench_dataproc(cli_t *cli) {
   row("GetBatch over loopback gRPC, 2 threads", get_rate(c, nb, 2, secs), 0, base);
   uint64_t got = 0;
   t0 = bench_now();
-  uint64_t count = (uint64_t)((quick ? 0.5 : 2.0) * base / BS);
+  uint64_t count = (uint64_t)((quick ? 0.5 : 2.0) * base / BATCH_SIZE);
   if (count < nb) count = nb;
-  if (dpc_stream(c, DATA_TRAIN, 0, count, BS, count_cb, &got, NULL, err, sizeof err)) goto fail;
+  if (dpc_stream(c, DATA_TRAIN, 0, count, BATCH_SIZE, count_cb, &got, NULL, err, sizeof err)) goto fail;
   row("StreamBatches over loopback gRPC, 1 stream", (double)got / (bench_now() - t0), 0, base);
   printf("\naim: >= 2M samples/s served from binary\n");
   rc = 0;

@@ -6,7 +6,7 @@
  * sixteen smaller -- and Zipf-like ids per table: row = rows * u^a with u
  * uniform, i.e. P(row) ~ row^-(1 - 1/a), a = 8 for the big tables (a few
  * rows take most of the lookups, a long tail is seen once), 6, 4, 2 for
- * smaller ones; generated from (seed, batch) by our own generator, never
+ * smaller ones; generated from (seed, batch) by our owner generator, never
  * timed.
  *
  * Measured, at P = 8 trainers (contiguous allocation, LRPP and delayed
@@ -24,12 +24,12 @@
  * Then the effect of L (0, 10, 50, 200), every cacher fed the same batches:
  * the slots it needs (its peak over the run, which is what cacher_need
  * returns for those batches), rows fetched per batch (summed over the
- * trainers), rows synchronized per batch (critical + delayed), and its own
+ * trainers), rows synchronized per batch (critical + delayed), and its owner
  * cost per batch.
  *
  * Then (d) the effect of the sample allocation at L = 64: rows fetched,
- * all-reduced and handed over per batch with contiguous and laia
- * allocation (laia.h), P = 2 and 8, and laia's own cost.
+ * all-reduced and replicated per batch with contiguous and laia
+ * allocation (laia.h), P = 2 and 8, and laia's owner cost.
  *
  * Timed parts run alone (the plans a timed cacher reads are built before
  * its clock starts); the untimed warm-up uses both cores.  The machine may
@@ -52,7 +52,7 @@
 #include "plan.h"
 #include "table.h"
 
-#define BS 16384    /* samples per batch */
+#define BATCH_SIZE 16384    /* samples per batch */
 #define NT 26       /* tables */
 #define LBIG 200    /* the lookahead of the headline figures */
 #define NL 4        /* lookaheads compared */
@@ -77,24 +77,24 @@ static uint32_t skew(uint64_t rows) { return rows >= 1000000 ? 8 : rows >= 10000
 static int gen_batch(uint64_t x, data_batch_t *b) {
   memset(b, 0, sizeof *b);
   b->iteration = x;
-  b->n = BS;
+  b->n = BATCH_SIZE;
   b->n_tables = NT;
   b->hotness = malloc(NT * sizeof *b->hotness);
   b->ids_off = malloc((NT + 1) * sizeof *b->ids_off);
-  b->labels = calloc(BS, sizeof *b->labels);
+  b->labels = calloc(BATCH_SIZE, sizeof *b->labels);
   b->dense = malloc(sizeof *b->dense);
-  b->ids = malloc((size_t)NT * BS * sizeof *b->ids);
+  b->ids = malloc((size_t)NT * BATCH_SIZE * sizeof *b->ids);
   if (!b->hotness || !b->ids_off || !b->labels || !b->dense || !b->ids) {
     data_batch_free(b);
     return -ENOMEM;
   }
   for (uint32_t t = 0; t < NT; t++) {
     b->hotness[t] = 1;
-    b->ids_off[t] = (size_t)t * BS;
-    uint64_t s = table_mix64(SEED ^ (x * NT + t)), *ids = b->ids + (size_t)t * BS;
+    b->ids_off[t] = (size_t)t * BATCH_SIZE;
+    uint64_t s = table_mix64(SEED ^ (x * NT + t)), *ids = b->ids + (size_t)t * BATCH_SIZE;
     uint32_t a = skew(CARD[t]);
     double rows = (double)CARD[t];
-    for (uint32_t i = 0; i < BS; i++) {
+    for (uint32_t i = 0; i < BATCH_SIZE; i++) {
       s += UINT64_C(0x9e3779b97f4a7c15);
       double u = (double)(table_mix64(s) >> 11) * 0x1.0p-53, v = u;
       for (uint32_t k = 1; k < a; k++) v *= u;
@@ -102,7 +102,7 @@ static int gen_batch(uint64_t x, data_batch_t *b) {
       ids[i] = r < CARD[t] ? r : CARD[t] - 1;
     }
   }
-  b->ids_off[NT] = (size_t)NT * BS;
+  b->ids_off[NT] = (size_t)NT * BATCH_SIZE;
   return 0;
 }
 
@@ -178,7 +178,7 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
     if (t.rc) return t.rc;
     if (best == 0 || t.secs < best) best = t.secs;
   }
-  *one = (double)n * BS / best;
+  *one = (double)n * BATCH_SIZE / best;
   ptime_t t[2];
   pthread_t th;
   double t0 = bench_now();
@@ -189,7 +189,7 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
   else ptime_worker(&t[1]);
   double wall = bench_now() - t0;
   if (t[0].rc || t[1].rc) return t[0].rc ? t[0].rc : t[1].rc;
-  *two = (double)n * BS / wall;
+  *two = (double)n * BATCH_SIZE / wall;
   plan_t p;
   int rc = plan_build(&b[0], P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &p);
   if (rc) return rc;
@@ -208,7 +208,7 @@ typedef struct ccr_s {
   double t_push, t_decide, chunk_t, best_chunk;
   uint64_t timed, chunk_n;
   /* decisions of the batches in [s0, s1) */
-  uint64_t s0, s1, st_n, st_fetch, st_crit, st_del, st_unique, st_new, st_wb, st_rep;
+  uint64_t s0, s1, st_n, st_fetch, st_crit, st_del, st_unique, st_new, st_write_back, st_replicate;
   uint64_t decided;
   int ended; /* its last batch went in and what the statistics need is decided */
   char err[256];
@@ -228,11 +228,11 @@ static void ccr_stats(ccr_t *r, const cacher_dec_t *d) {
   r->st_n++;
   for (uint32_t q = 0; q < d->trainers; q++) {
     r->st_fetch += d->tr[q].n_fetch;
-    r->st_wb += d->tr[q].n_wb;
+    r->st_write_back += d->tr[q].n_write_back;
   }
   r->st_crit += d->n_critical;
   r->st_del += d->n_delayed;
-  r->st_rep += d->n_rep;
+  r->st_replicate += d->n_replicate;
   r->st_unique += d->n_unique;
   r->st_new += d->n_new;
 }
@@ -436,7 +436,7 @@ static int bench_pipeline(ccr_t *r, plan_t *ring, uint64_t x0, uint64_t n, uint6
   pthread_mutex_unlock(&pp.mu);
   if (started) pthread_join(th, NULL);
   if (!rc) rc = pp.rc;
-  *sps = (double)n * BS / wall;
+  *sps = (double)n * BATCH_SIZE / wall;
   for (uint64_t i = 0; i < n; i++) data_batch_free(&b[i]);
   free(b);
   pthread_mutex_destroy(&pp.mu);
@@ -446,8 +446,8 @@ static int bench_pipeline(ccr_t *r, plan_t *ring, uint64_t x0, uint64_t n, uint6
 
 /* ------------------------------------------------------------------ output */
 
-static double ccr_sps(const ccr_t *r) { return r->timed ? (double)r->timed * BS / (r->t_push + r->t_decide) : 0; }
-static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHUNK * BS / r->best_chunk : ccr_sps(r); }
+static double ccr_sps(const ccr_t *r) { return r->timed ? (double)r->timed * BATCH_SIZE / (r->t_push + r->t_decide) : 0; }
+static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHUNK * BATCH_SIZE / r->best_chunk : ccr_sps(r); }
 
 /* ------------------------------------------------------------------ (d) allocation */
 
@@ -460,21 +460,21 @@ static double ccr_best(const ccr_t *r) { return r->best_chunk > 0 ? (double)TCHU
 static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, ccr_t *r, double *laia_s,
                      size_t *held, uint32_t *tables) {
   plan_t *pl = calloc(n, sizeof *pl);
-  uint32_t *own = malloc((size_t)BS * sizeof *own);
+  uint32_t *owner = malloc((size_t)BATCH_SIZE * sizeof *owner);
   laia_t *l = NULL;
   /* laia: 1 every table, 2 adaptive with the job's defaults (oracle.laia_profile, oracle.laia_min_share) */
   laia_opts_t lo = {.trainers = P, .window = LALLOC, .seed = SEED, .profile = laia == 2 ? 16 : 0, .min_share = 0.01};
   int rc = -ENOMEM;
   *laia_s = 0;
-  if (!pl || !own || ccr_open(r, P, LALLOC, n - 1) || (laia && laia_create(&lo, &l))) goto out;
+  if (!pl || !owner || ccr_open(r, P, LALLOC, n - 1) || (laia && laia_create(&lo, &l))) goto out;
   r->s0 = LALLOC + 1;
   r->s1 = n;
   for (uint64_t x = 0; x < n; x++) {
     if (laia) {
       double t0 = bench_now();
-      if ((rc = laia_assign(l, &b[x], own)) != 0) goto out;
+      if ((rc = laia_assign(l, &b[x], owner)) != 0) goto out;
       *laia_s += bench_now() - t0;
-      rc = plan_build_owned(&b[x], P, own, PLAN_KEYS, &pl[x]);
+      rc = plan_build_owned(&b[x], P, owner, PLAN_KEYS, &pl[x]);
     } else {
       rc = plan_build(&b[x], P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &pl[x]);
     }
@@ -492,7 +492,7 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
 out:
   for (uint64_t x = 0; pl && x < n; x++) plan_close(&pl[x]);
   free(pl);
-  free(own);
+  free(owner);
   laia_destroy(l);
   return rc;
 }
@@ -527,9 +527,9 @@ static int bench_alloc(uint64_t n) {
       }
       double k = r.st_n ? (double)r.st_n : 1;
       printf("  %3u %-11s %13.0f %12.0f %12.0f %13.0f", Ps[pi], names[laia], (double)r.st_fetch / k,
-             (double)(r.st_crit + r.st_del) / k, (double)r.st_rep / k,
-             (double)(r.st_fetch + r.st_crit + r.st_del + r.st_rep) / k);
-      if (laia) printf(" %14.2f %12.0f %11.2fM %7u/%u\n", 1e3 * ls, BS / ls, (double)held / 1e6, tables, NT);
+             (double)(r.st_crit + r.st_del) / k, (double)r.st_replicate / k,
+             (double)(r.st_fetch + r.st_crit + r.st_del + r.st_replicate) / k);
+      if (laia) printf(" %14.2f %12.0f %11.2fM %7u/%u\n", 1e3 * ls, BATCH_SIZE / ls, (double)held / 1e6, tables, NT);
       else printf(" %14s %12s %12s %10s\n", "-", "-", "-", "-");
       cacher_destroy(r.c);
     }
@@ -582,11 +582,11 @@ int bench_oracle(cli_t *cli) {
   }
   printf("\nchanter bench oracle: batch %d, %d one-hot tables with Criteo's cardinalities (%" PRIu64
          " of 2e6..1e7 rows, %" PRIu64 " of 1e4..3e5, %" PRIu64 " smaller), Zipf-like ids%s\n",
-         BS, NT, big, mid, small, quick ? " (--quick)" : "");
+         BATCH_SIZE, NT, big, mid, small, quick ? " (--quick)" : "");
   printf("reference: Bagpipe reports 3.27M samples/s on 72 cores (%.0f per core); the aim: >= 1M samples/s per core\n\n",
          3.27e6 / 72);
 
-  /* (a) planning, on batches of their own */
+  /* (a) planning, on batches of their owner */
   for (uint64_t i = 0; i < n_plan; i++)
     if (gen_batch(UINT64_C(1) << 40 | i, &pb[i])) goto out;
   double one = 0, two = 0;
@@ -599,10 +599,10 @@ int bench_oracle(cli_t *cli) {
   rc = 1;
   printf("%d ids and about %zu distinct keys a batch; P = %u trainers, contiguous allocation, LRPP and delayed "
          "sync on\n\n",
-         BS * NT, uniq, P);
+         BATCH_SIZE * NT, uniq, P);
   printf("  %-52s %11s %11s %9s\n", "", "samples/s", "best chunk", "ms/batch");
-  row("(a) plan (allocation + distinct keys), 1 thread", one, 0, 1e3 * BS / one);
-  row("(a) plan, 2 threads over disjoint batches", two, 0, 1e3 * BS / two);
+  row("(a) plan (allocation + distinct keys), 1 thread", one, 0, 1e3 * BATCH_SIZE / one);
+  row("(a) plan, 2 threads over disjoint batches", two, 0, 1e3 * BATCH_SIZE / two);
 
   /* (b) the cacher at every L on the same batches; the L = 200 one goes on
    * into the pipeline (c) */
@@ -635,12 +635,12 @@ int bench_oracle(cli_t *cli) {
     goto out;
   }
   close_ring(ring, &closed, n_batches + n_pipe); /* every plan: the cachers are done reading */
-  double plan_s = BS / one;
-  row("(c) plan + cacher on one core (from a, b)", BS / (plan_s + cacher_s), 0, 1e3 * (plan_s + cacher_s));
+  double plan_s = BATCH_SIZE / one;
+  row("(c) plan + cacher on one core (from a, b)", BATCH_SIZE / (plan_s + cacher_s), 0, 1e3 * (plan_s + cacher_s));
   double two_s = cacher_s > (plan_s + cacher_s) / 2 ? cacher_s : (plan_s + cacher_s) / 2;
-  row("(c) plan + cacher on 2 cores, plans spread (from a, b)", BS / two_s, 0, 1e3 * two_s);
+  row("(c) plan + cacher on 2 cores, plans spread (from a, b)", BATCH_SIZE / two_s, 0, 1e3 * two_s);
   snprintf(what, sizeof what, "(c) measured: 1 thread plans, 1 runs the cacher (%" PRIu64 ")", n_pipe);
-  row(what, pipe_sps, 0, 1e3 * BS / pipe_sps);
+  row(what, pipe_sps, 0, 1e3 * BATCH_SIZE / pipe_sps);
 
   /* (b) at P = 2 */
   if (ccr_open(&cr2, P2, LBIG, warm + timed2 - 1)) goto out;
@@ -661,8 +661,8 @@ int bench_oracle(cli_t *cli) {
     double n = r->st_n ? (double)r->st_n : 1;
     printf("  %5u %13" PRIu64 " %8" PRIu64 " %13.0f %12.0f %12.0f %11.0f %11.0f %10.0f %10.2f %11.0f\n", r->L,
            cacher_slots_peak(r->c), r->decided, (double)r->st_fetch / n,
-           (double)(r->st_crit + r->st_del + r->st_rep) / n, (double)r->st_crit / n, (double)r->st_rep / n,
-           (double)r->st_wb / n, (double)r->st_new / n,
+           (double)(r->st_crit + r->st_del + r->st_replicate) / n, (double)r->st_crit / n, (double)r->st_replicate / n,
+           (double)r->st_write_back / n, (double)r->st_new / n,
            1e3 * (r->t_push + r->t_decide) / (double)r->timed, ccr_sps(r));
   }
   printf("  (slots needed: the peak over the first (over) batches, which is what cacher_need returns for them;\n"

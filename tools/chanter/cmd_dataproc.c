@@ -47,8 +47,8 @@ int cmd_dataproc(cli_t *cli) {
   cli->argc--;
   cli->argv++;
   int split = cli_flag(cli, "--test") ? DATA_TEST : DATA_TRAIN;
-  const char *bs_s = cli_opt(cli, "--batch-size");
-  uint32_t bs = bs_s ? (uint32_t)strtoul(bs_s, NULL, 10) : (uint32_t)cfg_int(cli->cfg, "batch_size");
+  const char *batch_size_s = cli_opt(cli, "--batch-size");
+  uint32_t batch_size = batch_size_s ? (uint32_t)strtoul(batch_size_s, NULL, 10) : (uint32_t)cfg_int(cli->cfg, "batch_size");
   int want = !strcmp(sub, "info") ? 0 : !strcmp(sub, "batch") ? 1 : !strcmp(sub, "stream") ? 2 : -1;
   if (want < 0) return cli_usage_error(cli, "unknown subcommand '%s'", sub);
   if (cli_args(cli, want, want, sub, want == 0 ? "no arguments" : want == 1 ? "X" : "FIRST COUNT")) return 2;
@@ -83,7 +83,7 @@ int cmd_dataproc(cli_t *cli) {
     if (cli->json) printf("\n]}\n");
   } else if (!strcmp(sub, "batch")) {
     data_batch_t b;
-    if (dpc_get_batch(c, split, strtoull(cli->argv[0], NULL, 10), bs, &b, err, sizeof err)) {
+    if (dpc_get_batch(c, split, strtoull(cli->argv[0], NULL, 10), batch_size, &b, err, sizeof err)) {
       fprintf(stderr, "chanter dataproc batch: %s\n", err);
       rc = 1;
     } else {
@@ -96,7 +96,7 @@ int cmd_dataproc(cli_t *cli) {
     stream_ctx_t x = {.json = cli->json};
     uint32_t restarts = 0;
     if (cli->json) printf("{\"batches\": [");
-    rc = dpc_stream(c, split, strtoull(cli->argv[0], NULL, 10), strtoull(cli->argv[1], NULL, 10), bs, on_batch, &x,
+    rc = dpc_stream(c, split, strtoull(cli->argv[0], NULL, 10), strtoull(cli->argv[1], NULL, 10), batch_size, on_batch, &x,
                     &restarts, err, sizeof err);
     if (cli->json) printf("\n], \"restarts\": %u}\n", restarts);
     else if (!rc) printf("streamed %" PRIu64 " batches, %u stream restarts\n", x.seen, restarts);

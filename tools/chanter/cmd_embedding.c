@@ -220,7 +220,7 @@ static int do_stats(cli_t *cli, embc_t *c) {
              ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\"}",
              s ? "," : "", s, embc_address(c, s), r->shard, r->shards, r->hot_rows, r->hot_bytes, r->hot_capacity_bytes,
              r->hot_evictions, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads, r->lazy_inits,
-             r->writeback_calls, r->writeback_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
+             r->write_back_calls, r->write_back_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
              r->data_dir);
     else
       printf("server %u (%s) shard %u/%u\n  lookups: %" PRIu64 " calls, %" PRIu64 " rows (%" PRIu64 " from memory, %" PRIu64
@@ -228,7 +228,7 @@ static int do_stats(cli_t *cli, embc_t *c) {
              " rows\n  memory tier: %" PRIu64 " rows, %.1f of %.1f MiB, %" PRIu64 " evictions\n  stored rows (estimate): %" PRIu64
              "\n  rejected calls: %" PRIu64 "\n  data dir: %s\n",
              s, embc_address(c, s), r->shard, r->shards, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads,
-             r->lazy_inits, r->writeback_calls, r->writeback_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
+             r->lazy_inits, r->write_back_calls, r->write_back_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
              (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate, r->rejected_calls,
              r->data_dir);
     protobuf_c_message_free_unpacked(resp, NULL);

@@ -55,7 +55,7 @@ typedef struct local_s {
   opt_t *dense_opt;
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
-  uint32_t dim, bs;
+  uint32_t dim, batch_size;
   float *emb, *d_emb, *logits;
   uint64_t *uniq;
   float *grad;
@@ -94,8 +94,8 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     if (!L->tables[t]) return err_set(err, n, -ENOMEM, "out of memory for table %u", t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) table_init_row(&L->layout, TABLE_KEY(t, r), L->tables[t] + r * rf);
   }
-  L->bs = (uint32_t)cfg_int(cfg, "batch_size");
-  if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->bs, &L->model, err, n)) != 0)
+  L->batch_size = (uint32_t)cfg_int(cfg, "batch_size");
+  if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->batch_size, &L->model, err, n)) != 0)
     return rc;
   model_dev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
   if ((rc = opt_create(cfg, model_dev_n_params(L->model), &L->dense_opt)) != 0)
@@ -106,13 +106,13 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   uint32_t max_hot = 1;
   for (uint32_t t = 0; t < L->schema->n_tables; t++)
     if (L->schema->hotness[t] > max_hot) max_hot = L->schema->hotness[t];
-  L->max_ids = (size_t)L->bs * max_hot;
-  L->emb = malloc((size_t)L->bs * width * sizeof(float));
-  L->d_emb = malloc((size_t)L->bs * width * sizeof(float));
-  L->logits = malloc((size_t)L->bs * sizeof(float));
+  L->max_ids = (size_t)L->batch_size * max_hot;
+  L->emb = malloc((size_t)L->batch_size * width * sizeof(float));
+  L->d_emb = malloc((size_t)L->batch_size * width * sizeof(float));
+  L->logits = malloc((size_t)L->batch_size * sizeof(float));
   L->uniq = malloc(L->max_ids * sizeof *L->uniq);
   L->grad = malloc(L->max_ids * L->dim * sizeof(float));
-  L->work = malloc(nn_embedding_bag_bwd_work_size(L->bs, max_hot));
+  L->work = malloc(nn_embedding_bag_bwd_work_size(L->batch_size, max_hot));
   if (!L->emb || !L->d_emb || !L->logits || !L->uniq || !L->grad || !L->work) return -ENOMEM;
   return 0;
 }
@@ -180,7 +180,7 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
   uint64_t scored = 0;
   for (uint64_t x = 0; scored < samples && !rc; x++) {
     data_batch_t b;
-    if ((rc = data_read_batch(L->data, DATA_TEST, x, L->bs, &b, err, n)) != 0) break;
+    if ((rc = data_read_batch(L->data, DATA_TEST, x, L->batch_size, &b, err, n)) != 0) break;
     uint64_t m = samples - scored < b.n ? samples - scored : b.n;
     gather(L, &b);
     if (model_dev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
@@ -508,20 +508,20 @@ int cmd_train(cli_t *cli) {
   if (!quiet)
     fprintf(stderr, "train --local: %s, dataset %s (%" PRIu64 " train / %" PRIu64 " test samples), batch %u, %" PRIu64
                     " iterations, optimizer %s / %s\n",
-            model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.bs, iters,
+            model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.batch_size, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
   /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
    * oracle says the same of a cluster's job */
   char notes[2][JOBRULE_NOTE_MAX];
   int strict = cfg_bool(cli->cfg, "strict");
-  int n_notes = jobrule_batch_notes(L.bs, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
+  int n_notes = jobrule_batch_notes(L.batch_size, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
   for (int k = 0; k < n_notes; k++) fprintf(stderr, "chanter train --local: %s%s\n", strict ? "" : "warning: ", notes[k]);
   if (strict && n_notes) {
     local_close(&L);
     return 1;
   }
   /* each evaluation scores these test samples, each at most once */
-  uint64_t eval_samples = eval_batches ? jobrule_eval_samples(eval_batches, L.bs, ds.test_samples) : 0;
+  uint64_t eval_samples = eval_batches ? jobrule_eval_samples(eval_batches, L.batch_size, ds.test_samples) : 0;
   /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (jobrule_train_tail) */
   uint64_t tail_start = iters - jobrule_train_tail(iters);
   int tty = isatty(2);
@@ -531,7 +531,7 @@ int cmd_train(cli_t *cli) {
   for (uint64_t it = 0; it < iters; it++) {
     double t0 = bench_now();
     data_batch_t b;
-    if ((rc = data_read_batch(L.data, DATA_TRAIN, it, L.bs, &b, err, sizeof err)) != 0) break;
+    if ((rc = data_read_batch(L.data, DATA_TRAIN, it, L.batch_size, &b, err, sizeof err)) != 0) break;
     L.phase[PHASE_DATA] += bench_now() - t0;
     double loss = step(&L, &b);
     if (isnan(loss)) {
@@ -559,7 +559,7 @@ int cmd_train(cli_t *cli) {
     double now = bench_now();
     if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == iters)) {
       double el = now - t_start, sps = samples / el;
-      progress(tty, it + 1, iters, sps, window_n ? loss_window / window_n : 0, sps > 0 ? (iters - it - 1) * L.bs / sps : 0);
+      progress(tty, it + 1, iters, sps, window_n ? loss_window / window_n : 0, sps > 0 ? (iters - it - 1) * L.batch_size / sps : 0);
       last_print = now;
       loss_window = 0;
       window_n = 0;
@@ -594,7 +594,7 @@ int cmd_train(cli_t *cli) {
                    "\"samples_per_sec\": %.1f, \"train_logloss\": %s, \"test_logloss\": %s, \"test_auc\": %s, "
                    "\"test_accuracy\": %s, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
                    "\"train_logloss_iterations\": %" PRIu64 ", \"train_logloss_definition\": ",
-                   cfg_str(cli->cfg, "model"), iters, L.bs, sps, json_num(j_tl, train_ll), json_num(j_ll, test_ll),
+                   cfg_str(cli->cfg, "model"), iters, L.batch_size, sps, json_num(j_tl, train_ll), json_num(j_ll, test_ll),
                    json_num(j_auc, test_auc), json_num(j_acc, test_acc), hex, dense_hex,
                    elapsed, jobrule_train_tail(iters));
   o = json_put_str(summary, sizeof summary, o, ll_def);
@@ -615,7 +615,7 @@ int cmd_train(cli_t *cli) {
   if (cli->json) {
     fputs(summary, stdout);
   } else {
-    printf("iterations        %" PRIu64 " (batch %u)\n", iters, L.bs);
+    printf("iterations        %" PRIu64 " (batch %u)\n", iters, L.batch_size);
     printf("samples/s         %.0f\n", sps);
     printf("train logloss     %.4f (%s)\n", train_ll, ll_def);
     if (eval_batches) printf("test logloss      %.4f (scored %" PRIu64 " test samples)\n", test_ll, eval_samples);
