@@ -370,7 +370,7 @@ void data_batch_free(data_batch_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err,
+int data_read_batch(data_source_t *d, int split, uint64_t iteration, uint32_t batch_size, data_batch_t *out, char *err,
                     size_t err_len) {
   const data_schema_t *s = &d->schema;
   const char *name = d->path ? d->path : "synthetic";
@@ -388,7 +388,7 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t batch_size
     return err_set(err, err_len, -EINVAL, "%s: the %s split is empty (%" PRIu64 " samples, test_fraction)", name,
                 split == DATA_TEST ? "test" : "train", d->samples);
   if (batch_size == 0) return err_set(err, err_len, -EINVAL, "batch size 0");
-  out->iteration = x;
+  out->iteration = iteration;
   out->split = split;
   out->n = batch_size;
   out->n_dense = s->n_dense;
@@ -406,7 +406,7 @@ int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t batch_size
   memcpy(out->hotness, s->hotness, s->n_tables * sizeof *out->hotness);
   out->ids_off[0] = 0;
   for (uint32_t t = 0; t < s->n_tables; t++) out->ids_off[t + 1] = out->ids_off[t] + (size_t)batch_size * s->hotness[t];
-  uint64_t idx = (uint64_t)(((unsigned __int128)x * batch_size) % n);
+  uint64_t idx = (uint64_t)(((unsigned __int128)iteration * batch_size) % n);
   const size_t dense_bytes = 4 * (size_t)s->n_dense;
   for (uint32_t j = 0; j < batch_size; j++) {
     const uint8_t *rec;

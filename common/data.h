@@ -136,12 +136,12 @@ void data_close(data_source_t *d);
 const data_schema_t *data_schema(const data_source_t *d);
 void data_stats(const data_source_t *d, data_stats_t *st);
 
-/* Batch x of split at batch size batch_size into *out (allocated here; free with
- * data_batch_free): samples (x*batch_size + j) mod (samples of the split), so any
- * x is valid and a batch larger than the split wraps.  0, or -EINVAL
+/* Batch `iteration` of split at batch_size into *out (allocated here; free
+ * with data_batch_free): samples (iteration * batch_size + j) mod (samples of
+ * the split), so any iteration is valid and a batch larger than the split wraps.  0, or -EINVAL
  * (empty split, batch_size 0) / -ENOMEM / -EIO (a corrupt binary record, a text
  * file changed since open) with err. */
-int data_read_batch(data_source_t *d, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err,
+int data_read_batch(data_source_t *d, int split, uint64_t iteration, uint32_t batch_size, data_batch_t *out, char *err,
                     size_t err_len);
 void data_batch_free(data_batch_t *b);
 /* The ids of b, over all tables. */

@@ -114,14 +114,14 @@ void dpc_destroy(dpc_t *c) {
 
 uint32_t dpc_servers(const dpc_t *c) { return c->n; }
 
-int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len) {
+int dpc_get_batch(dpc_t *c, int split, uint64_t iteration, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len) {
   Chanter__Dataproc__V1__GetBatchRequest req = CHANTER__DATAPROC__V1__GET_BATCH_REQUEST__INIT;
-  req.iteration = x;
+  req.iteration = iteration;
   req.batch_size = batch_size;
   req.split = split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
   req.schema_hash = c->schema_hash;
   int64_t deadline = now_ms() + c->timeout_ms, backoff = 20;
-  uint32_t first = (uint32_t)(x % c->n);
+  uint32_t first = (uint32_t)(iteration % c->n);
   for (uint32_t attempt = 0;; attempt++) {
     uint32_t i = (first + attempt) % c->n;
     rpc_status_t st = {0};
@@ -135,7 +135,7 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t batch_size, data_bat
     }
     if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
       return err_set(err, err_len, rc, "data processor %u (%s), batch %llu: %s%s%s", i, c->addrs[i],
-                     (unsigned long long)x, err_str(rc), st.message[0] ? ": " : "", st.message);
+                     (unsigned long long)iteration, err_str(rc), st.message[0] ? ": " : "", st.message);
     }
     /* this one is down: try the next at once; back off after a full round */
     if ((attempt + 1) % c->n == 0) {

@@ -33,7 +33,7 @@ uint32_t dpc_servers(const dpc_t *c);
 
 /* Batch x of split at batch size batch_size, from processor x mod P or, failing
  * that, the others. */
-int dpc_get_batch(dpc_t *c, int split, uint64_t x, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len);
+int dpc_get_batch(dpc_t *c, int split, uint64_t iteration, uint32_t batch_size, data_batch_t *out, char *err, size_t err_len);
 
 /* Streams batches [first, first + count) of split from one processor,
  * calling cb for each in order (cb returns 0 to go on).  When the stream

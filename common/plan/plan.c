@@ -19,29 +19,29 @@ int plan_alloc_parse(const char *name) {
 static inline size_t nz(size_t n) { return n ? n : 1; }
 
 /* Trainer of position j of B among P: floor(j * P / B). */
-static inline uint32_t chunk_of(uint64_t j, uint32_t B, uint32_t P) { return (uint32_t)(j * P / B); }
+static inline uint32_t chunk_of(uint64_t j, uint32_t batch_size, uint32_t P) { return (uint32_t)(j * P / batch_size); }
 
-int plan_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner) {
+int plan_alloc(int policy, uint64_t seed, uint64_t iteration, uint32_t batch_size, uint32_t P, uint32_t *owner) {
   if (P == 0) return -EINVAL;
   if (policy == PLAN_ALLOC_CONTIGUOUS) {
-    for (uint32_t i = 0; i < B; i++) owner[i] = chunk_of(i, B, P);
+    for (uint32_t i = 0; i < batch_size; i++) owner[i] = chunk_of(i, batch_size, P);
     return 0;
   }
   if (policy != PLAN_ALLOC_RANDOM) return -EINVAL;
-  if (B == 0) return 0;
-  uint32_t *perm = malloc((size_t)B * sizeof *perm);
+  if (batch_size == 0) return 0;
+  uint32_t *perm = malloc((size_t)batch_size * sizeof *perm);
   if (!perm) return -ENOMEM;
-  for (uint32_t i = 0; i < B; i++) perm[i] = i;
-  /* Fisher-Yates with a counter-based stream of (seed, x) */
-  uint64_t s = table_mix64(seed ^ table_mix64(x ^ UINT64_C(0x616c6c6f63617465)));
-  for (uint32_t j = B - 1; j > 0; j--) {
+  for (uint32_t i = 0; i < batch_size; i++) perm[i] = i;
+  /* Fisher-Yates with a counter-based stream of (seed, iteration) */
+  uint64_t s = table_mix64(seed ^ table_mix64(iteration ^ UINT64_C(0x616c6c6f63617465)));
+  for (uint32_t j = batch_size - 1; j > 0; j--) {
     uint64_t r = table_mix64(s + j);
     uint32_t k = (uint32_t)(((unsigned __int128)r * (j + 1)) >> 64);
     uint32_t t = perm[j];
     perm[j] = perm[k];
     perm[k] = t;
   }
-  for (uint32_t j = 0; j < B; j++) owner[perm[j]] = chunk_of(j, B, P);
+  for (uint32_t j = 0; j < batch_size; j++) owner[perm[j]] = chunk_of(j, batch_size, P);
   free(perm);
   return 0;
 }

@@ -73,11 +73,11 @@ typedef struct plan_s {
   uint32_t *users;         /* ... and the trainer using each, UINT32_MAX when several do */
 } plan_t;
 
-/* Fills owner[0..B) with the trainer of each sample of batch x.  policy is
- * PLAN_ALLOC_CONTIGUOUS or _RANDOM; random depends only on (seed, x, B,
- * P).  0, or -EINVAL (P = 0, another policy: laia needs the history of
+/* Fills owner[0..batch_size) with the trainer of each sample of batch
+ * `iteration`.  policy is PLAN_ALLOC_CONTIGUOUS or _RANDOM; random depends
+ * only on (seed, iteration, batch_size, P).  0, or -EINVAL (P = 0, another policy: laia needs the history of
  * the batches before, laia.h). */
-int plan_alloc(int policy, uint64_t seed, uint64_t x, uint32_t B, uint32_t P, uint32_t *owner);
+int plan_alloc(int policy, uint64_t seed, uint64_t iteration, uint32_t batch_size, uint32_t P, uint32_t *owner);
 
 /* "contiguous" / "random" / "laia" -> PLAN_ALLOC_*; -EINVAL for
  * anything else. */
