@@ -92,18 +92,17 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   r.rows_replicated = c->replicated;
   r.rows_written_back = c->written_back;
   r.cache_hits = c->hits;
-  r.t_wait = ph[PHASE_WAIT];
-  r.t_fetch = ph[PHASE_FETCH];
-  r.t_forward = ph[PHASE_FORWARD];
-  r.t_backward = ph[PHASE_BACKWARD];
-  r.t_allreduce = ph[PHASE_ALLREDUCE];
-  r.t_update = ph[PHASE_UPDATE];
-  r.t_write_back = ph[PHASE_WRITE_BACK];
-  r.t_total = ph[PHASE_TOTAL];
-  r.t_prefetch_wait = c->prefetch_wait;
-  r.t_sync_wait = c->sync_wait;
-  r.t_sync_critical = c->sync_critical;
-  r.t_replicate = c->replicate;
+  /* the Report's t_<name> fields, from the one phase list: the step's
+   * phases, then the parts of them that trainer_exec_counts_t times */
+  double t_report[PHASE_N_REPORT];
+  memcpy(t_report, ph, PHASE_N_STEP * sizeof *ph);
+  t_report[PHASE_PREFETCH_WAIT] = c->prefetch_wait;
+  t_report[PHASE_SYNC_WAIT] = c->sync_wait;
+  t_report[PHASE_SYNC_CRITICAL] = c->sync_critical;
+  t_report[PHASE_REPLICATE] = c->replicate;
+#define REPORT_T(id, name) r.t_##name = t_report[PHASE_##id];
+  PHASE_REPORT_LIST(REPORT_T)
+#undef REPORT_T
   uint8_t sha[32];
   char hex[65] = "";
   if (x + 1 == t->iterations) {
