@@ -60,6 +60,12 @@ static const entry_t entries[] = {
     {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
     {"eval_every", T_INT, "0", 0, 1e12, NULL, "evaluate every N iterations (0 = only at the end)"},
     {"eval_batches", T_INT, "8", 0, 1e9, NULL, "held-out batches per evaluation"},
+    {"checkpoint_every", T_INT, "0", 0, 1e12, NULL,
+     "take a whole-job checkpoint after every N iterations (0 = by checkpoint_seconds only); one is always taken at "
+     "the end of the job"},
+    {"checkpoint_seconds", T_INT, "600", 0, 1e9, NULL,
+     "take a whole-job checkpoint when this many seconds have passed since the last one (0 = by checkpoint_every only)"},
+    {"checkpoint_keep", T_INT, "3", 1, 1000000, NULL, "complete checkpoints kept on every embedding server (older ones are removed)"},
     {"log_level", T_ENUM, "info", 0, 0, "error|warn|info|debug", "log verbosity of every daemon"},
     /* ---- embedding tables ---- */
     {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},
@@ -128,6 +134,8 @@ static const entry_t entries[] = {
     {"oracle.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"oracle.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"oracle.state_dir", T_STR, "", 0, 0, NULL,
+     "where the oracle keeps a copy of every checkpoint's manifest (empty: only on the embedding servers)"},
     {"oracle.window", T_INT, "4", 1, 1024, NULL, "steps the oracle sends a trainer ahead of its reports"},
     {"oracle.max_lookahead", T_INT, "64", 0, 4096, NULL, "the largest L lookahead = auto may choose"},
     {"oracle.laia_window", T_INT, "64", 1, 1000000, NULL,

@@ -2,6 +2,7 @@
 #include "orc.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -122,6 +123,33 @@ int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len) {
   return rc;
 }
 
+int orc_start(orc_t *o, const char *resume, int fresh, char *msg, size_t msg_len, char *err, size_t err_len) {
+  Chanter__Oracle__V1__StartRequest req = CHANTER__ORACLE__V1__START_REQUEST__INIT;
+  req.resume = (char *)(resume ? resume : "");
+  req.fresh = fresh != 0;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "Start", &req.base, OR_DESC(start_response), 0, &resp, err, err_len);
+  if (!rc && msg && msg_len) {
+    const Chanter__Oracle__V1__StartResponse *r = (const void *)resp;
+    snprintf(msg, msg_len, "%s", r->message ? r->message : "");
+  }
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
+int orc_checkpoint(orc_t *o, char *id, size_t id_len, uint64_t *iteration, char *err, size_t err_len) {
+  Chanter__Oracle__V1__CheckpointNowRequest req = CHANTER__ORACLE__V1__CHECKPOINT_NOW_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "Checkpoint", &req.base, OR_DESC(checkpoint_now_response), 0, &resp, err, err_len);
+  if (!rc) {
+    const Chanter__Oracle__V1__CheckpointNowResponse *r = (const void *)resp;
+    snprintf(id, id_len, "%s", r->id ? r->id : "");
+    *iteration = r->iteration;
+  }
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
 int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Work");
   int rc = rpc_stream_open(o->ch, path, OR_DESC(work_item), 0, out);
@@ -149,6 +177,13 @@ int orc_work_report(rpc_stream_t *s, const Chanter__Oracle__V1__Report *r) {
   Chanter__Oracle__V1__TrainerMessage m = CHANTER__ORACLE__V1__TRAINER_MESSAGE__INIT;
   m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT;
   m.report = (Chanter__Oracle__V1__Report *)r;
+  return rpc_stream_write(s, &m.base);
+}
+
+int orc_work_checkpoint_done(rpc_stream_t *s, const Chanter__Oracle__V1__CheckpointDone *r) {
+  Chanter__Oracle__V1__TrainerMessage m = CHANTER__ORACLE__V1__TRAINER_MESSAGE__INIT;
+  m.kind_case = CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_CHECKPOINT_DONE;
+  m.checkpoint_done = (Chanter__Oracle__V1__CheckpointDone *)r;
   return rpc_stream_write(s, &m.base);
 }
 

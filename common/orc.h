@@ -33,6 +33,12 @@ int orc_kv_set(orc_t *o, const char *key, const void *val, size_t len, char *err
 int orc_kv_get(orc_t *o, const char *key, void **val, size_t *len, int64_t timeout_ms, char *err, size_t err_len);
 int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len);
 int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len);
+/* Starts a held job: resumed from checkpoint `resume` ("latest" or an id),
+ * or fresh (the servers cleared).  *msg (may be NULL) gets the oracle's
+ * answer.  0 or the oracle's refusal in err. */
+int orc_start(orc_t *o, const char *resume, int fresh, char *msg, size_t msg_len, char *err, size_t err_len);
+/* A checkpoint as soon as possible: its id and the iteration it holds. */
+int orc_checkpoint(orc_t *o, char *id, size_t id_len, uint64_t *iteration, char *err, size_t err_len);
 
 /* Opens the Work stream of trainer rank and sends Hello. */
 int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len);
@@ -41,5 +47,6 @@ int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t
 int orc_work_next(rpc_stream_t *s, Chanter__Oracle__V1__WorkItem **item);
 int orc_work_report(rpc_stream_t *s, const Chanter__Oracle__V1__Report *r);
 int orc_work_eval(rpc_stream_t *s, const Chanter__Oracle__V1__EvalResult *r);
+int orc_work_checkpoint_done(rpc_stream_t *s, const Chanter__Oracle__V1__CheckpointDone *r);
 
 #endif

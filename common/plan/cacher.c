@@ -94,8 +94,8 @@ struct cacher_s {
   lent_t *lh;      /* per-table table of the batch's distinct keys */
   size_t cap_lh;
   size_t *cnt_fetch, *cnt_write_back, *soff, *cnt_owned;
-  /* replication planned while deciding x (keys of x + 1 owned by a
-   * trainer that is not x + 1's only user) */
+  /* replication found while deciding x (keys of x owned by a trainer
+   * that is not x's only user: handed over after x - 1) */
   uint32_t *replicate_slot, *replicate_owner;
   uint64_t *replicate_key;
   size_t n_replicate, cap_replicate;
@@ -211,6 +211,7 @@ int cacher_create(const cacher_opts_t *o, cacher_t **out) {
   if (!c) return -ENOMEM;
   c->o = *o;
   c->L = o->lookahead;
+  c->next_push = c->next_decide = o->first; /* a resumed job's first batch (its cache starts empty) */
   c->win_cap = 8;
   c->win = calloc(c->win_cap, sizeof *c->win);
   c->cnt_fetch = calloc(o->trainers, sizeof *c->cnt_fetch);
@@ -726,10 +727,74 @@ int cacher_decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   return decide(c, d, err, err_len);
 }
 
+/* ------------------------------------------------------------------ flush */
+
+typedef struct fent_s {
+  uint64_t key;
+  uint32_t slot, q; /* q: the trainer that writes it back */
+} fent_t;
+
+static int fent_cmp(const void *a, const void *b) {
+  uint64_t x = ((const fent_t *)a)->key, y = ((const fent_t *)b)->key;
+  return (x > y) - (x < y);
+}
+
+void cacher_flush_free(cacher_flush_t *fl, uint32_t P) {
+  if (!fl) return;
+  for (uint32_t q = 0; q < P; q++) {
+    free(fl[q].keys);
+    free(fl[q].slots);
+    memset(&fl[q], 0, sizeof fl[q]);
+  }
+}
+
+int cacher_flush(const cacher_t *c, cacher_flush_t *fl) {
+  uint32_t P = c->o.trainers;
+  memset(fl, 0, P * sizeof *fl);
+  if (c->failed) return -EINVAL;
+  /* the map holds every row cached after the last decision (a slot) and
+   * the window's rows not cached yet (NOSLOT: on the servers already);
+   * its owner field is already the one after that decision */
+  fent_t *all = malloc(nz(c->cached) * sizeof *all);
+  if (!all) return -ENOMEM;
+  size_t n = 0;
+  for (size_t i = 0; i < c->cap; i++) {
+    const ent_t *e = &c->tab[i];
+    if (e->key == EMPTY || e->slot == NOSLOT) continue;
+    ASSERT_OP(n, <, c->cached);
+    uint32_t q = OWNER(e) == SHARED ? (uint32_t)(table_mix64(e->key) % P) : OWNER(e);
+    ASSERT_OP(q, <, P);
+    all[n++] = (fent_t){.key = e->key, .slot = e->slot, .q = q};
+  }
+  ASSERT_OP(n, ==, c->cached);
+  qsort(all, n, sizeof *all, fent_cmp);
+  for (size_t i = 0; i < n; i++) fl[all[i].q].n++;
+  int rc = 0;
+  for (uint32_t q = 0; q < P; q++) {
+    fl[q].keys = malloc(nz(fl[q].n) * sizeof *fl[q].keys);
+    fl[q].slots = malloc(nz(fl[q].n) * sizeof *fl[q].slots);
+    if (!fl[q].keys || !fl[q].slots) rc = -ENOMEM;
+    fl[q].n = 0;
+  }
+  if (rc) {
+    cacher_flush_free(fl, P);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) { /* in key order: each list ascending */
+    cacher_flush_t *f = &fl[all[i].q];
+    f->keys[f->n] = all[i].key;
+    f->slots[f->n++] = all[i].slot;
+  }
+out:
+  free(all);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ need, auto */
 
 int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need) {
-  cacher_opts_t o = {.trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 0};
+  cacher_opts_t o = {
+      .trainers = P, .lookahead = L, .cache_rows = 0, .lrpp = lrpp, .delayed = 0, .first = n ? plans[0].iteration : 0};
   cacher_t *c;
   int rc = cacher_create(&o, &c);
   if (rc) return rc;

@@ -61,6 +61,16 @@
  * gate of later batches later.  If even L = 0 cannot fit the batch,
  * cacher_decide fails with ERR_CONFIG naming cache_rows and the need.
  *
+ * Checkpoints (DESIGN.md 5).  A checkpoint at iteration c needs every row
+ * some trainer holds newer than the servers' copy written back WITHOUT
+ * evicting it, each by exactly one trainer.  Between deciding c and
+ * deciding c + 1 the cacher knows which trainer that is for each row
+ * cached after c: its owner (LRPP), or table_mix64(k) % P for a shared
+ * row -- the trainer that would write it back on eviction (cacher_flush).
+ * A shared row no batch has updated since its fetch is listed too (the
+ * cacher does not track whether a row changed; writing it again is
+ * harmless).  Rows the window holds uncached are on the servers already.
+ *
  * Cost: per distinct key of a batch, one hash update when it enters and
  * one lookup when it is decided, plus one lookup per id to map it to its
  * slot; nothing depends on L except the memory of the window (the plans
@@ -84,6 +94,7 @@ typedef struct cacher_opts_s {
   uint64_t cache_rows; /* slots; 0 = unlimited (cacher_need) */
   int lrpp;            /* 1: owned keys as above; 0: every key shared (fetched by all, synchronized) */
   int delayed;         /* 1: critical / delayed split; 0: all critical */
+  uint64_t first;      /* the first batch pushed (0; a resumed job's c + 1): the cache starts empty there */
 } cacher_opts_t;
 
 /* One trainer's part of the decisions for batch x. */
@@ -131,7 +142,7 @@ int cacher_create(const cacher_opts_t *o, cacher_t **out);
 void cacher_destroy(cacher_t *c);
 
 /* Batch p->iteration enters the window.  p must have been built with
- * PLAN_KEYS, batches must come in order (x = 0, 1, ...), and p must
+ * PLAN_KEYS, batches must come in order (x = first, first + 1, ...), and p must
  * stay valid until cacher_decide has decided it.  0, -EINVAL (out of
  * order, not a KEYS plan, other P), -ENOMEM. */
 int cacher_push(cacher_t *c, const plan_t *p);
@@ -151,13 +162,42 @@ uint32_t cacher_lookahead(const cacher_t *c);
 int cacher_decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len);
 void cacher_dec_free(cacher_dec_t *d);
 
+/* The rows one trainer writes back for a checkpoint (cacher_flush). */
+typedef struct cacher_flush_s {
+  uint64_t *keys;  /* ascending ... */
+  uint32_t *slots; /* ... and the slot each sits in */
+  size_t n;
+} cacher_flush_t;
+
+/* What a checkpoint at the last decided batch c must write back: fills
+ * fl[0 .. P) (the caller's array; the lists are malloc'ed, free them with
+ * cacher_flush_free) with, for each trainer q, every row cached after c
+ * whose current copy q holds and that q would write back on eviction --
+ * owned by q, or shared with table_mix64(k) % P == q -- in ascending key
+ * order, with its slot.  Each cached row is in exactly one list; rows
+ * evicted after c (written back by c's decision) and rows of later
+ * batches not cached yet are in none, so with L = 0 every list is empty
+ * (an L lowered to 0 during the run leaves the rows cached before until
+ * their next use).
+ * Call it after cacher_decide(c) and before deciding c + 1: the ownership
+ * it reads is the one after c (the hand-overs before c + 1 are found
+ * while deciding c + 1, and only make a row shared, whose copies are then
+ * all equal to the one listed).  The rows stay cached: a checkpoint
+ * changes nothing here.  Before any decision every list is empty.
+ * Cost O(map capacity + n log n): a whole pass over the map, meant for a
+ * checkpoint, not for every batch.  0, -EINVAL (the cacher failed),
+ * -ENOMEM (fl is then empty). */
+int cacher_flush(const cacher_t *c, cacher_flush_t *fl);
+/* Frees the lists of fl[0 .. P) and empties them (not fl itself). */
+void cacher_flush_free(cacher_flush_t *fl, uint32_t P);
+
 /* Slots in use now, the peak so far, keys cached now. */
 uint64_t cacher_slots_used(const cacher_t *c);
 uint64_t cacher_slots_peak(const cacher_t *c);
 size_t cacher_cached(const cacher_t *c);
 
 /* The exact slot count the decisions over plans[0..n) (consecutive
- * batches from 0, PLAN_KEYS) need at lookahead L: 0 and *need, or
+ * batches from plans[0].iteration, PLAN_KEYS) need at lookahead L: 0 and *need, or
  * -ENOMEM. */
 int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need);
 /* The largest L <= max_l whose need over plans[0..n) is <= cache_rows

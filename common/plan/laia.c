@@ -2,10 +2,14 @@
 #include "laia.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
+#include "err.h"
 #include "table.h"
 
 #define HOLD_NONE 0u          /* empty map entry */
@@ -157,6 +161,15 @@ double laia_table_share(const laia_t *l, uint32_t t) {
   return (double)l->t_hits[t] / (double)l->t_ids[t];
 }
 
+uint64_t laia_next_iteration(const laia_t *l) { return l->next_x; }
+
+int laia_start_at(laia_t *l, uint64_t x) {
+  if (l->st.batches) return -EINVAL;
+  l->started = 1;
+  l->next_x = x;
+  return 0;
+}
+
 /* After the profile's last batch: keep the tables that decide something
  * (at least one, the best, so that laia stays laia). */
 static void end_profile(laia_t *l) {
@@ -299,4 +312,273 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
   l->started = 1;
   l->next_x = b->iteration + 1;
   return 0;
+}
+
+/* ------------------------------------------------------------ save, load
+ *
+ * The format (version 1), all integers little-endian, written byte by
+ * byte (no struct is dumped, so it is the same on any host):
+ *
+ *   offset  size              field
+ *   0       8                 magic "CHLAIAST"
+ *   8       4   u32           version (1)
+ *   12      4   u32           trainers        \
+ *   16      4   u32           window           | the options the state was
+ *   20      4   u32           profile          | made with: laia_load
+ *   24      8   u64           seed             | refuses others
+ *   32      8   u64           min_share (IEEE 754 double, its bits)
+ *   40      1   u8            flags: 1 started, 2 profiled, 4 tables known (the first batch came)
+ *   41      3                 zero
+ *   44      4   u32           n_tables
+ *   48      8   u64           next iteration
+ *   56      32  4 x u64       statistics: batches, samples, scored, best
+ *   88      8   u64           map capacity (0, or a power of two)
+ *   96      8   u64           rows in the map N
+ *   104     17 * n_tables     per table: ids u64, hits u64 (profile counters), scored u8
+ *   ...     24 * N            per row, by ascending place: place u64, key u64, last use u32 (mod 2^32),
+ *                             holder u32 (trainer + 1, or 2^32 - 1: several)
+ *   end-8   8   u64           XXH3-64 (seed 0) of every byte before it
+ *
+ * A row goes back to its own place, so the map is the saved one bit for
+ * bit: lookups, rows_held and the next growth all match.  The loader
+ * checks that each row is where its probe finds it (its home up to its
+ * place occupied): a map a probe could loop in or miss a row of is
+ * refused, even under a valid checksum. */
+
+#define SAVE_MAGIC "CHLAIAST"
+#define SAVE_VERSION 1u
+#define SAVE_HDR 104
+#define SAVE_TABLE 17
+#define SAVE_ENT 24
+#define F_STARTED 1u
+#define F_PROFILED 2u
+#define F_TABLES 4u
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t dbits(double d) {
+  uint64_t v;
+  memcpy(&v, &d, sizeof v);
+  return v;
+}
+static double bitsd(uint64_t v) {
+  double d;
+  memcpy(&d, &v, sizeof d);
+  return d;
+}
+
+int laia_save(const laia_t *l, uint8_t **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < l->cap; i++) n += l->tab[i].holder != HOLD_NONE;
+  ASSERT_OP(n, ==, l->count);
+  int tables = l->t_on != NULL;
+  size_t nt = tables ? l->n_tables : 0;
+  size_t sz = SAVE_HDR + SAVE_TABLE * nt + SAVE_ENT * n + 8;
+  uint8_t *b = calloc(1, sz);
+  if (!b) return -ENOMEM;
+  memcpy(b, SAVE_MAGIC, 8);
+  put32(b + 8, SAVE_VERSION);
+  put32(b + 12, l->o.trainers);
+  put32(b + 16, l->o.window);
+  put32(b + 20, l->o.profile);
+  put64(b + 24, l->o.seed);
+  put64(b + 32, dbits(l->o.min_share));
+  b[40] = (uint8_t)((l->started ? F_STARTED : 0) | (l->profiled ? F_PROFILED : 0) | (tables ? F_TABLES : 0));
+  put32(b + 44, (uint32_t)nt);
+  put64(b + 48, l->next_x);
+  put64(b + 56, l->st.batches);
+  put64(b + 64, l->st.samples);
+  put64(b + 72, l->st.scored);
+  put64(b + 80, l->st.best);
+  put64(b + 88, l->cap);
+  put64(b + 96, n);
+  uint8_t *p = b + SAVE_HDR;
+  for (size_t t = 0; t < nt; t++, p += SAVE_TABLE) {
+    put64(p, l->t_ids[t]);
+    put64(p + 8, l->t_hits[t]);
+    p[16] = l->t_on[t];
+  }
+  for (size_t i = 0; i < l->cap; i++) {
+    const ent_t *e = &l->tab[i];
+    if (e->holder == HOLD_NONE) continue;
+    put64(p, i);
+    put64(p + 8, e->key);
+    put32(p + 16, e->last);
+    put32(p + 20, e->holder);
+    p += SAVE_ENT;
+  }
+  put64(p, XXH3_64bits(b, sz - 8));
+  *buf = b;
+  *len = sz;
+  return 0;
+}
+
+/* The options in the header against the job's: ERR_CONFIG naming the
+ * first that differs (and the config key it comes from). */
+static int check_opts(const laia_opts_t *o, const uint8_t *b, char *why, size_t why_len) {
+  static const char *const fmt = "the laia state was saved with %s = %" PRIu64 ", this job has %s = %" PRIu64
+                                 " (%s): it would allocate differently";
+  struct {
+    const char *name, *key;
+    uint64_t saved, now;
+  } f[] = {
+      {"trainers", "the number of cluster.trainers", get32(b + 12), o->trainers},
+      {"window", "oracle.laia_window", get32(b + 16), o->window},
+      {"profile", "oracle.laia_profile", get32(b + 20), o->profile},
+      {"seed", "seed", get64(b + 24), o->seed},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].saved != f[i].now)
+      return err_set(why, why_len, ERR_CONFIG, fmt, f[i].name, f[i].saved, f[i].name, f[i].now, f[i].key);
+  double ms = bitsd(get64(b + 32));
+  if (dbits(ms) != dbits(o->min_share))
+    return err_set(why, why_len, ERR_CONFIG,
+                   "the laia state was saved with min_share = %.17g, this job has min_share = %.17g "
+                   "(oracle.laia_min_share): it would allocate differently",
+                   ms, o->min_share);
+  return 0;
+}
+
+int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out, char *why, size_t why_len) {
+  *out = NULL;
+  if (why_len) why[0] = 0;
+  laia_t *l = NULL;
+  int rc = laia_create(o, &l);
+  if (rc) {
+    rc = err_set(why, why_len, rc, rc == -EINVAL ? "invalid laia options (trainers, window or min_share)"
+                                                 : "out of memory loading the laia state");
+    goto out;
+  }
+  if (len < SAVE_HDR + 8) {
+    rc = err_set(why, why_len, -EBADMSG, "the laia state is %zu bytes, shorter than its %d-byte header: truncated", len,
+                 SAVE_HDR + 8);
+    goto out;
+  }
+  if (memcmp(buf, SAVE_MAGIC, 8)) {
+    rc = err_set(why, why_len, -EBADMSG, "not a laia state (no \"%s\" magic)", SAVE_MAGIC);
+    goto out;
+  }
+  uint32_t version = get32(buf + 8);
+  if (version != SAVE_VERSION) {
+    rc = err_set(why, why_len, -EBADMSG, "laia state version %u, this build reads version %u", version, SAVE_VERSION);
+    goto out;
+  }
+  uint64_t sum = XXH3_64bits(buf, len - 8);
+  if (sum != get64(buf + len - 8)) {
+    rc = err_set(why, why_len, -EBADMSG,
+                 "the laia state's checksum does not match its %zu bytes (%#" PRIx64 " stored, %#" PRIx64
+                 " computed): truncated or corrupt",
+                 len, get64(buf + len - 8), sum);
+    goto out;
+  }
+  if ((rc = check_opts(o, buf, why, why_len)) != 0) goto out;
+  uint8_t flags = buf[40];
+  uint32_t nt = get32(buf + 44);
+  uint64_t cap = get64(buf + 88), n = get64(buf + 96);
+  /* what laia_assign leaves: flags it knows, a power-of-two map at most
+   * half full (reserve), no table counters nor profile before the first
+   * batch (started may be: laia_start_at) */
+  if ((flags & ~(F_STARTED | F_PROFILED | F_TABLES)) || buf[41] || buf[42] || buf[43] ||
+      (!(flags & F_TABLES) && (nt || (flags & F_PROFILED))) || (cap & (cap - 1)) || n > cap / 2 ||
+      cap > SIZE_MAX / sizeof(ent_t)) {
+    rc = err_set(why, why_len, -EBADMSG,
+                 "the laia state's header is inconsistent (flags %#x, %u tables, map of %" PRIu64 " places holding %" PRIu64
+                 " rows): corrupt",
+                 flags, nt, cap, n);
+    goto out;
+  }
+  if ((len - SAVE_HDR - 8) / SAVE_ENT < n || len != SAVE_HDR + (size_t)SAVE_TABLE * nt + SAVE_ENT * (size_t)n + 8) {
+    rc = err_set(why, why_len, -EBADMSG,
+                 "the laia state is %zu bytes, its header (%u tables, %" PRIu64 " rows) says otherwise: corrupt", len, nt,
+                 n);
+    goto out;
+  }
+  l->started = (flags & F_STARTED) != 0;
+  l->profiled = (flags & F_PROFILED) != 0;
+  l->next_x = get64(buf + 48);
+  l->st.batches = get64(buf + 56);
+  l->st.samples = get64(buf + 64);
+  l->st.scored = get64(buf + 72);
+  l->st.best = get64(buf + 80);
+  const uint8_t *p = buf + SAVE_HDR;
+  if (flags & F_TABLES) {
+    l->t_ids = calloc((size_t)nt + 1, sizeof *l->t_ids);
+    l->t_hits = calloc((size_t)nt + 1, sizeof *l->t_hits);
+    l->t_on = malloc((size_t)nt + 1);
+    if (!l->t_ids || !l->t_hits || !l->t_on) {
+      rc = err_set(why, why_len, -ENOMEM, "out of memory loading the laia state");
+      goto out;
+    }
+    memset(l->t_on, 1, (size_t)nt + 1);
+    l->n_tables = nt;
+    for (uint32_t t = 0; t < nt; t++, p += SAVE_TABLE) {
+      l->t_ids[t] = get64(p);
+      l->t_hits[t] = get64(p + 8);
+      if (p[16] > 1) {
+        rc = err_set(why, why_len, -EBADMSG, "the laia state's table %u has scored = %u: corrupt", t, p[16]);
+        goto out;
+      }
+      l->t_on[t] = p[16];
+    }
+  }
+  if (cap) {
+    l->tab = calloc((size_t)cap, sizeof *l->tab);
+    if (!l->tab) {
+      rc = err_set(why, why_len, -ENOMEM, "out of memory loading the laia state (a map of %" PRIu64 " places)", cap);
+      goto out;
+    }
+    l->cap = (size_t)cap;
+    l->mask = l->cap - 1;
+  }
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; i++, p += SAVE_ENT) {
+    uint64_t at = get64(p);
+    uint32_t holder = get32(p + 20);
+    if (at >= cap || (i && at <= prev) || holder == HOLD_NONE || (holder != HOLD_SHARED && holder > o->trainers)) {
+      rc = err_set(why, why_len, -EBADMSG,
+                   "the laia state's row %#" PRIx64 " (at place %" PRIu64 " of %" PRIu64
+                   ", holder %u) is out of range or out of order: corrupt",
+                   get64(p + 8), at, cap, holder);
+      goto out;
+    }
+    prev = at;
+    ent_t *e = &l->tab[at];
+    e->key = get64(p + 8);
+    e->last = get32(p + 16);
+    e->holder = holder;
+  }
+  l->count = (size_t)n;
+  /* every row where its probe finds it: its home up to its place
+   * occupied, by other keys (the map never becomes full: n <= cap / 2) */
+  for (size_t i = 0; i < l->cap; i++) {
+    const ent_t *e = &l->tab[i];
+    if (e->holder == HOLD_NONE) continue;
+    for (size_t h = home(l, e->key); h != i; h = (h + 1) & l->mask)
+      if (l->tab[h].holder == HOLD_NONE || l->tab[h].key == e->key) {
+        rc = err_set(why, why_len, -EBADMSG,
+                     "the laia state's row %#" PRIx64 " at place %zu is not where a lookup finds it: corrupt", e->key, i);
+        goto out;
+      }
+  }
+  *out = l;
+  l = NULL;
+out:
+  laia_destroy(l);
+  return rc;
 }

@@ -86,5 +86,40 @@ int laia_table_scored(const laia_t *l, uint32_t t);
 /* The share of table t's ids that found a held row during the profile
  * (NaN before it ends or without one). */
 double laia_table_share(const laia_t *l, uint32_t t);
+/* The iteration laia_assign expects next: the one after the last batch
+ * assigned (0 before the first, which may then be any). */
+uint64_t laia_next_iteration(const laia_t *l);
+/* Makes x the first iteration a fresh allocator (no batch assigned yet)
+ * accepts: a job resumed at x without laia's saved state (its checkpoint
+ * had another allocation or trainer count) starts over there, and a batch
+ * out of order is still refused.  0, or -EINVAL once a batch was assigned. */
+int laia_start_at(laia_t *l, uint64_t x);
+
+/* Checkpoints (DESIGN.md 5: the allocation's state is part of the
+ * oracle's).  A job resumed after batch c must allocate batches c + 1, ...
+ * exactly as the job that never stopped, so the saved state is all of it:
+ * the holdings map (entry for entry, at its place, with its capacity, so
+ * that even rows_held and when the map grows are the same), the next
+ * expected iteration, the profile's counters and the tables it kept
+ * scoring, and the statistics.  The ties need no state: each draw is a
+ * function of (seed, iteration, sample).  The bytes are an explicit
+ * little-endian format (laia.c) with the options the state was made with
+ * and a checksum, the same on any host.
+ *
+ * laia_save: *buf (malloc'ed, *len bytes; the caller frees it).  Cost
+ * O(map capacity) time and 24 bytes per map entry: for a checkpoint, not
+ * every batch.  0 or -ENOMEM.  Does not change l.
+ *
+ * laia_load: a new laia_t (*out, laia_destroy) made with *o and holding the
+ * state in buf: laia_assign then gives exactly the owners (and statistics)
+ * the saved instance would have.  Refused, with a sentence in why:
+ * -EINVAL for invalid options (as laia_create), ERR_CONFIG when buf was
+ * made with other options (the sentence names the field and both values),
+ * -EBADMSG when it is not a laia state, of an unknown version, truncated
+ * or corrupt (checksum, or contents that laia_assign could never have
+ * left), -ENOMEM.  *out is NULL on failure.  buf is only read; laia_save
+ * only reads l, but not while laia_assign runs on it (one caller). */
+int laia_save(const laia_t *l, uint8_t **buf, size_t *len);
+int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out, char *why, size_t why_len);
 
 #endif

@@ -9,13 +9,17 @@
  * eviction, bounded by a byte budget).  A row never written is initialized
  * on read with table_init_row() and is not stored.  Checkpoints are RocksDB
  * checkpoints under data_dir/checkpoints/<id>; small named blobs (dense
- * state, trainer cache contents) live in the column family "blobs".
+ * state, trainer cache contents) live in the column family "blobs".  A
+ * checkpoint is "sealed" once the oracle stored its manifest next to it
+ * (store_seal_checkpoint): the manifest is what makes this server's
+ * checkpoint part of a whole-job checkpoint, so an unsealed one may belong
+ * to a job checkpoint that never completed.
  *
  * There is no RPC here: the daemon calls this API from its libuv worker
  * threads.  Unless a comment says otherwise, every function may be called
- * from any number of threads at once; store_restore() excludes all the
- * others for its duration (they wait), and store_close() must be called
- * once, after every other call has returned.
+ * from any number of threads at once; store_restore() and store_clear()
+ * exclude all the others for their duration (they wait), and store_close()
+ * must be called once, after every other call has returned.
  *
  * Errors: 0 or a negative code (err.h): -EINVAL / -ENOENT / -ERANGE /
  * ERR_WRONGSHARD for bad requests, ERR_KV for RocksDB failures (the RocksDB
@@ -104,7 +108,8 @@ typedef struct store_checkpoint_info_s {
   char id[65];
   char path[4096];       /* data_dir/checkpoints/<id> */
   uint64_t created_unix; /* seconds since the epoch */
-  uint64_t bytes;        /* total size of the checkpoint's files */
+  uint64_t bytes;        /* total size of the checkpoint's files (at creation) */
+  int sealed;            /* 1: a manifest is stored (store_seal_checkpoint) */
 } store_checkpoint_info_t;
 
 /* A consistent RocksDB checkpoint (every write acknowledged before the call
@@ -114,9 +119,48 @@ typedef struct store_checkpoint_info_s {
 int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, char *why,
                          size_t why_len);
 
-/* Every complete checkpoint, sorted by id.  *list is malloc'ed (NULL when
- * *n == 0); the caller frees it.  Any thread. */
+/* Every complete checkpoint, sorted by id, `sealed` set when it has a
+ * manifest.  A checkpoint being deleted is never listed.  *list is malloc'ed
+ * (NULL when *n == 0); the caller frees it.  Any thread. */
 int store_list_checkpoints(store_t *s, store_checkpoint_info_t **list, size_t *n);
+
+/* Seals checkpoint id: stores manifest (len bytes, opaque to the store: the
+ * oracle's description of the whole-job checkpoint) as
+ * data_dir/checkpoints/<id>/MANIFEST, atomically (written to MANIFEST.tmp,
+ * fsynced, renamed, directory fsynced): after a crash the old manifest or
+ * the new one is there, never a torn one.  Sealing again overwrites.  A bad
+ * id -> -EINVAL, no such checkpoint -> ERR_NOTFOUND, -errno for file-system
+ * failures.  Any thread. */
+int store_seal_checkpoint(store_t *s, const char *id, const void *manifest, size_t len,
+                              char *why, size_t why_len);
+
+/* *data = a malloc'ed copy of checkpoint id's manifest (the caller frees it;
+ * an empty manifest gives a non-NULL 1-byte allocation), *len its size.
+ * ERR_NOTFOUND if the checkpoint does not exist or is not sealed, -EINVAL for
+ * a bad id.  Any thread. */
+int store_get_manifest(store_t *s, const char *id, void **data, size_t *len);
+
+/* Deletes checkpoint id.  Its CHANTER_CHECKPOINT file goes first (and that
+ * is fsynced), so a crash part-way leaves a directory that is never listed
+ * and is removed at the next open; then the directory.  A bad id -> -EINVAL,
+ * no such checkpoint -> ERR_NOTFOUND; the remains of a delete that failed
+ * part-way are removed and give 0, so a retry succeeds.  Any thread. */
+int store_delete_checkpoint(store_t *s, const char *id, char *why, size_t why_len);
+
+/* Removes every row, every blob and every checkpoint and empties the memory
+ * tier; the layout metadata stays, so the data dir still belongs to the same
+ * job (`chanter train --fresh`).  The checkpoints go first, then the live
+ * rows and blobs in one atomic, fsynced write: once has_rows and has_blobs
+ * say 0 after a clear nothing of the old data is left, and a clear that
+ * failed part-way can simply be run again.  Its cost does not grow with the
+ * number of rows (see store.c).  Excludes every other call for its
+ * duration. */
+int store_clear(store_t *s, char *why, size_t why_len);
+
+/* *has_rows = 1 if at least one row is stored (written, not lazily
+ * initialized), else 0; *has_blobs likewise for blobs; either pointer may be
+ * NULL.  Cheap: one iterator seek per column family.  Any thread. */
+int store_has_rows(store_t *s, int *has_rows, int *has_blobs);
 
 /* Replaces the live data by checkpoint id (rows and blobs), clears the
  * memory tier.  Unknown id -> ERR_NOTFOUND.  Excludes every other call for
@@ -136,11 +180,21 @@ int store_put_blob(store_t *s, const char *name, const void *data, size_t len, c
  * -EINVAL for a bad name.  Any thread. */
 int store_get_blob(store_t *s, const char *name, void **data, size_t *len);
 
-/* SHA-256 over every stored row in key order: for each, the key as 8 bytes
- * little-endian then the row bytes.  *rows = the number of stored rows.
- * Lazily initialized rows that were never written are not included.  Either
- * out pointer may be NULL.  Any thread (reads a consistent snapshot). */
-int store_digest(store_t *s, uint8_t sha256[32], uint64_t *rows);
+/* sha256: SHA-256 over every stored row in key order: for each, the key as
+ * 8 bytes little-endian then the row bytes.  It depends on how the rows are
+ * split across servers.
+ * set_sha256: a digest of the set of rows that does not: for each stored
+ * row h = SHA-256(key as 8 bytes little-endian || row bytes), read as four
+ * little-endian uint64 lanes; set_sha256 is the lane-wise sum of every
+ * row's h modulo 2^64, written as four little-endian uint64 (all zero for
+ * no rows).  Summing the servers' set_sha256 lane-wise gives the same value
+ * for any sharding of the same rows, so jobs on clusters of different sizes
+ * can be compared.
+ * *rows = the number of stored rows.  Lazily initialized rows that were
+ * never written are not included.  Any out pointer may be NULL (a NULL
+ * set_sha256 also skips the per-row hashing).  Any thread (reads a
+ * consistent snapshot). */
+int store_digest(store_t *s, uint8_t sha256[32], uint8_t set_sha256[32], uint64_t *rows);
 
 typedef struct store_stats_s {
   uint64_t hot_rows, hot_bytes, hot_capacity_bytes, hot_hits, hot_evictions;

@@ -21,9 +21,11 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format is little-endian");
 
-enum { M_LOOKUP, M_WRITE_BACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_COUNT };
+enum { M_LOOKUP, M_WRITE_BACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_SEAL,
+       M_GETMANIFEST, M_DELETE, M_CLEAR, M_COUNT };
 static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
-                                            "PutBlob", "GetBlob", "Digest", "Stats"};
+                                            "PutBlob", "GetBlob", "Digest", "Stats", "SealCheckpoint",
+                                            "GetManifest", "DeleteCheckpoint", "Clear"};
 
 struct embedding_service_s {
   uv_loop_t *loop;
@@ -50,11 +52,13 @@ typedef struct work_s {
   int rc;
   char why[512];
   /* results */
-  void *buf;          /* rows / blob data */
+  void *buf;          /* rows / blob data / manifest */
   size_t buf_len;
   store_lookup_info_t info;
   uint64_t count;
-  uint8_t sha[32];
+  uint8_t sha[32], set_sha[32];
+  store_stats_t stats;
+  int has_rows, has_blobs;
   store_checkpoint_info_t cp;
   store_checkpoint_info_t *cps;
   size_t n_cps;
@@ -134,7 +138,38 @@ static void work_cb(uv_work_t *req) {
     break;
   }
   case M_DIGEST:
-    w->rc = store_digest(st, w->sha, &w->count);
+    w->rc = store_digest(st, w->sha, w->set_sha, &w->count);
+    break;
+  case M_STATS:
+    /* here, not on the loop: the seeks behind has_rows read RocksDB, and
+     * both wait while a restore or a clear holds the store */
+    store_stats(st, &w->stats);
+    w->rc = store_has_rows(st, &w->has_rows, &w->has_blobs);
+    if (w->rc) snprintf(w->why, sizeof w->why, "cannot tell whether rows are stored: %s", err_str(w->rc));
+    break;
+  case M_SEAL: {
+    const Chanter__Embedding__V1__SealCheckpointRequest *r = (const void *)w->in;
+    w->rc = store_seal_checkpoint(st, r->id, r->manifest.data, r->manifest.len, w->why, sizeof w->why);
+    break;
+  }
+  case M_GETMANIFEST: {
+    const Chanter__Embedding__V1__GetManifestRequest *r = (const void *)w->in;
+    w->rc = store_get_manifest(st, r->id, &w->buf, &w->buf_len);
+    if (w->rc == ERR_NOTFOUND)
+      snprintf(w->why, sizeof w->why, "no sealed checkpoint '%s' on this server (it does not exist or has no manifest)",
+               r->id);
+    else if (w->rc == -EINVAL)
+      snprintf(w->why, sizeof w->why, "checkpoint id '%.80s' is not valid: use 1 to 64 characters from A-Z a-z 0-9 . _ -",
+               r->id);
+    break;
+  }
+  case M_DELETE: {
+    const Chanter__Embedding__V1__DeleteCheckpointRequest *r = (const void *)w->in;
+    w->rc = store_delete_checkpoint(st, r->id, w->why, sizeof w->why);
+    break;
+  }
+  case M_CLEAR:
+    w->rc = store_clear(st, w->why, sizeof w->why);
     break;
   }
 }
@@ -145,6 +180,7 @@ static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_
   o->path = c->path;
   o->created_unix = c->created_unix;
   o->bytes = c->bytes;
+  o->sealed = c->sealed != 0;
 }
 
 static void after_cb(uv_work_t *req, int status) {
@@ -234,8 +270,63 @@ static void after_cb(uv_work_t *req, int status) {
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", w->sha[i]);
     r.sha256.data = w->sha;
     r.sha256.len = 32;
+    r.set_sha256.data = w->set_sha;
+    r.set_sha256.len = 32;
     r.hex = hex;
     r.rows = w->count;
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_STATS: {
+    const store_stats_t *s = &w->stats;
+    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
+    r.shard = svc->shard;
+    r.shards = svc->n_shards;
+    r.hot_rows = s->hot_rows;
+    r.hot_bytes = s->hot_bytes;
+    r.hot_capacity_bytes = s->hot_capacity_bytes;
+    r.lookup_calls = s->lookup_calls;
+    r.lookup_rows = s->lookup_rows;
+    r.hot_hits = s->hot_hits;
+    r.kv_reads = s->kv_reads;
+    r.lazy_inits = s->lazy_inits;
+    r.write_back_calls = s->write_calls;
+    r.write_back_rows = s->write_rows;
+    r.rejected_calls = svc->rejected;
+    r.stored_rows_estimate = s->stored_rows_estimate;
+    r.hot_evictions = s->hot_evictions;
+    r.layout_hash = svc->layout_hash;
+    r.data_dir = (char *)store_dir(svc->store);
+    r.has_rows = w->has_rows != 0;
+    r.has_blobs = w->has_blobs != 0;
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_SEAL: {
+    const Chanter__Embedding__V1__SealCheckpointRequest *in = (const void *)w->in;
+    Chanter__Embedding__V1__SealCheckpointResponse r = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_RESPONSE__INIT;
+    log_info("sealed checkpoint id=%s manifest_bytes=%zu", in->id, in->manifest.len);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_GETMANIFEST: {
+    Chanter__Embedding__V1__GetManifestResponse r = CHANTER__EMBEDDING__V1__GET_MANIFEST_RESPONSE__INIT;
+    r.manifest.data = w->buf;
+    r.manifest.len = w->buf_len;
+    log_info("sent manifest id=%s bytes=%zu peer=%s", ((const Chanter__Embedding__V1__GetManifestRequest *)w->in)->id,
+             w->buf_len, rpc_call_peer(w->call));
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_DELETE: {
+    Chanter__Embedding__V1__DeleteCheckpointResponse r = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_RESPONSE__INIT;
+    log_info("deleted checkpoint id=%s", ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
+    rpc_call_reply(w->call, &r.base);
+    break;
+  }
+  case M_CLEAR: {
+    Chanter__Embedding__V1__ClearResponse r = CHANTER__EMBEDDING__V1__CLEAR_RESPONSE__INIT;
+    log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
     rpc_call_reply(w->call, &r.base);
     break;
   }
@@ -305,29 +396,6 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
       return;
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
-  } else if (m == M_STATS) {
-    store_stats_t s;
-    store_stats(svc->store, &s);
-    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
-    r.shard = svc->shard;
-    r.shards = svc->n_shards;
-    r.hot_rows = s.hot_rows;
-    r.hot_bytes = s.hot_bytes;
-    r.hot_capacity_bytes = s.hot_capacity_bytes;
-    r.lookup_calls = s.lookup_calls;
-    r.lookup_rows = s.lookup_rows;
-    r.hot_hits = s.hot_hits;
-    r.kv_reads = s.kv_reads;
-    r.lazy_inits = s.lazy_inits;
-    r.write_back_calls = s.write_calls;
-    r.write_back_rows = s.write_rows;
-    r.rejected_calls = svc->rejected;
-    r.stored_rows_estimate = s.stored_rows_estimate;
-    r.hot_evictions = s.hot_evictions;
-    r.layout_hash = svc->layout_hash;
-    r.data_dir = (char *)store_dir(svc->store);
-    rpc_call_reply(call, &r.base);
-    return;
   }
   work_t *w = calloc(1, sizeof *w);
   if (!w) {

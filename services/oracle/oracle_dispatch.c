@@ -125,6 +125,11 @@ static int dispatch(oracle_job_t *j, uint32_t p) {
       continue;
     }
     uint64_t x = t->next_step;
+    /* a resumed job's ResumeWork first; the CheckpointWork after c; Step
+     * c + 1 only once the checkpoint of c is complete */
+    int ck = oracle_ckpt__dispatch(j, p, x);
+    if (ck > 0) continue;
+    if (ck < 0) break;
     if (x >= j->iterations || x >= j->report.done + j->pipe.window) break;
     const oracle_entry_t *s = oracle_pipeline__decided(j, x);
     if (!s) break; /* planning or the cacher wake us */

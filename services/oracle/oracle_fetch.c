@@ -161,9 +161,9 @@ static void *fetch_main(void *arg) {
     fetch_eval(j);
     return NULL;
   }
-  /* chunks k = idx, idx + threads, ...: batches [k*C, k*C + C) */
+  /* chunks k = idx, idx + threads, ...: batches [start + k*C, start + k*C + C) */
   for (uint64_t k = fr->idx;; k += f->n_train_threads) {
-    uint64_t first = k * f->chunk;
+    uint64_t first = f->start + k * f->chunk;
     if (first >= j->iterations) break;
     uint64_t count = j->iterations - first < f->chunk ? j->iterations - first : f->chunk;
     if (stopping(f)) break;
@@ -196,6 +196,10 @@ static int start_threads(oracle_job_t *j) {
   return 0;
 }
 
+void oracle_fetch__warn(oracle_job_t *j, const char *msg) {
+  snprintf(j->fetch.warning_resume, sizeof j->fetch.warning_resume, "%s", msg);
+}
+
 /* ---- the start: what the data processors serve, then the fetch threads */
 
 /* With the splits' sizes known: says once what a batch larger than a split
@@ -212,6 +216,7 @@ static int start(oracle_job_t *j) {
     return rc;
   }
   for (int k = 0; k < f->n_warnings; k++) log_warn("%s", f->warnings[k]);
+  if (f->warning_resume[0]) memcpy(f->warnings[f->n_warnings++], f->warning_resume, sizeof f->warning_resume);
   if (j->eval_batches && j->iterations) {
     f->eval.want = jobrule_eval_samples(j->eval_batches, j->B, f->test_samples);
     f->eval.batches = (f->eval.want + j->B - 1) / j->B;

@@ -43,6 +43,7 @@ const char *oracle_state_name(int state) {
   case ORACLE_DONE: return "done";
   case ORACLE_FAILED: return "failed";
   case ORACLE_STOPPED: return "stopped";
+  case ORACLE_HELD: return "held";
   }
   return "unknown";
 }
@@ -131,7 +132,9 @@ static int train(oracle_job_t *j) {
     ch |= c;
     if ((c = oracle_dispatch__run(j)) < 0) return c; /* Steps and Evals onto the streams */
     ch |= c;
-    if ((c = oracle_report__finished(j)) != 0) return c; /* every iteration and evaluation in? */
+    if ((c = oracle_ckpt__run(j)) < 0) return c; /* a checkpoint every trainer answered: the servers' part */
+    if ((c = oracle_report__finished(j)) < 0) return c; /* every iteration and evaluation in? */
+    if (c && !oracle_ckpt__busy(j)) return c;            /* ... and the end's checkpoint taken */
     if (!(ch & (ORACLE_CH_DECIDED | ORACLE_CH_SENT))) return 0;
   }
 }
@@ -148,6 +151,7 @@ void oracle_job__advance(oracle_job_t *j) {
     if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_FAILED, j->fail_why);
     switch (j->state) {
     case ORACLE_WAITING: break; /* trainers attach (oracle_job_attach starts training) */
+    case ORACLE_HELD: break;    /* chanter train --resume / --fresh (oracle_job_start_request) */
     case ORACLE_TRAINING: {
       int c = train(j);
       if (c < 0) {
@@ -167,17 +171,22 @@ void oracle_job__advance(oracle_job_t *j) {
   j->advancing = 0;
 }
 
-static void start_training(oracle_job_t *j) {
+void oracle_job__begin(oracle_job_t *j) {
+  if (oracle_pipeline__start(j) != 0) { /* lookahead = 0: the cacher, from the first batch of this run */
+    oracle_job__error(j, -ENOMEM, "out of memory creating the cacher");
+    oracle_job__advance(j);
+    return;
+  }
   j->state = ORACLE_TRAINING;
   metrics_gauge_set(j->m.state, j->state);
   oracle_report__start(j);
-  uv_timer_stop(&j->start_timer);
   log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
            "window=%u fetch_threads=%u chunk=%u queue=%u",
            j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,
            j->fetch.n_train_threads, j->fetch.chunk, j->fetch.q_cap);
-  sdn_status("training: iteration 0/%llu", (unsigned long long)j->iterations);
+  sdn_status("training: iteration %llu/%llu", (unsigned long long)j->ckpt.start, (unsigned long long)j->iterations);
   oracle_fetch__begin(j); /* an error is said: advance ends the job */
+  oracle_job__advance(j);
 }
 
 /* ---- streams */
@@ -218,7 +227,8 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
   j->attached++;
   log_info("trainer connected rank=%u peer=%s connected=%u/%u", rank, rpc_call_peer(call), j->attached, j->P);
   if (j->attached == j->P) {
-    start_training(j);
+    uv_timer_stop(&j->start_timer);
+    oracle_ckpt__attached(j); /* the servers are checked, then training begins (or the job is held) */
     oracle_job__advance(j);
   }
   return 0;
@@ -228,7 +238,10 @@ void oracle_job_on_message(oracle_job_t *j, uint32_t rank, rpc_call_t *call,
                            const Chanter__Oracle__V1__TrainerMessage *m) {
   if (rank >= j->P || j->tr[rank].call != call) return;
   char why[1024];
-  if (oracle_report__message(j, rank, m, why, sizeof why) == -EINVAL) protocol_error(j, rank, call, why);
+  int rc = m->kind_case == CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_CHECKPOINT_DONE
+               ? oracle_ckpt__message(j, rank, m->checkpoint_done, why, sizeof why)
+               : oracle_report__message(j, rank, m, why, sizeof why);
+  if (rc == -EINVAL) protocol_error(j, rank, call, why);
   oracle_job__advance(j);
 }
 
@@ -244,7 +257,7 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
     return;
   }
   if (!cancelled) rpc_call_finish(call, 0, NULL);
-  if (j->state == ORACLE_TRAINING)
+  if (j->state == ORACLE_TRAINING || j->state == ORACLE_HELD)
     oracle_job__error(j, ERR_UNAVAILABLE,
                       "trainer rank %u's Work stream %s at iteration %llu; the job cannot go on without it "
                       "(replacing a trainer is not supported yet)",
@@ -342,7 +355,8 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   }
   /* the stages, in order (report's ring follows the pipeline's window) */
   if ((rc = oracle_fetch__init(j, err, err_len)) != 0 || (rc = oracle_pipeline__init(j, err, err_len)) != 0 ||
-      (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0)
+      (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0 ||
+      (rc = oracle_ckpt__init(j, reg, err, err_len)) != 0)
     goto fail;
   if (!(j->tr = calloc(j->P, sizeof *j->tr))) {
     rc = -ENOMEM;
@@ -363,10 +377,6 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
            j->job_id, j->P, j->B, (unsigned long long)j->iterations, j->allocation, j->mode,
            j->ideal ? "0 (ideal)" : j->lookahead_cfg, (unsigned long long)j->eval_every,
            (unsigned long long)j->eval_batches, j->fetch.n_dpc);
-  if ((rc = oracle_pipeline__start(j)) != 0) {
-    snprintf(err, err_len, "out of memory creating the cacher");
-    goto fail;
-  }
   *out = j;
   return 0;
 fail:
@@ -385,7 +395,7 @@ void oracle_job_destroy(oracle_job_t *j) {
    * Info still be asked there (stop ends its retries) */
   j->destroying = 1;
   oracle_fetch__stop(j);
-  while (j->pipe.auto_running || j->fetch.info_running) uv_run(j->loop, UV_RUN_ONCE);
+  while (j->pipe.auto_running || j->fetch.info_running || j->ckpt.running) uv_run(j->loop, UV_RUN_ONCE);
   int stuck = oracle_fetch__join(j);
   if (j->handles_open) {
     uv_close((uv_handle_t *)&j->wake, on_closed);
@@ -401,6 +411,7 @@ void oracle_job_destroy(oracle_job_t *j) {
   oracle_pipeline__close(j);
   oracle_dispatch__close(j);
   oracle_report__close(j);
+  oracle_ckpt__close(j);
   free(j->tr);
   free(j);
 }
@@ -409,6 +420,7 @@ void oracle_job_destroy(oracle_job_t *j) {
 
 const char *oracle_job_id(const oracle_job_t *j) { return j->job_id; }
 int oracle_job_state(const oracle_job_t *j) { return j->state; }
+int oracle_job_over(const oracle_job_t *j) { return oracle_job__over(j); }
 const char *oracle_job_message(const oracle_job_t *j) { return j->message; }
 uint64_t oracle_job_done(const oracle_job_t *j) { return j->report.done; }
 uint64_t oracle_job_iterations(const oracle_job_t *j) { return j->iterations; }

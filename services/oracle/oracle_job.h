@@ -87,14 +87,18 @@
 
 typedef struct oracle_job_s oracle_job_t;
 
-enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED };
+/* HELD: every trainer is attached but the embedding servers hold another
+ * job's state; the job waits for oracle_job_start_request (chanter train
+ * --resume / --fresh).  (Numbered last: the job_state metric keeps its
+ * values.) */
+enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_HELD };
 
 /* The project code whose gRPC status is FAILED_PRECONDITION (err.h has no
  * generic one; ERR_LAYOUT maps to it).  The status message says what is
  * wrong, so the code's own phrase never shows. */
 #define ORACLE_ERR_PRECONDITION ERR_LAYOUT
 
-/* "waiting", "training", "done", "failed", "stopped". */
+/* "waiting", "training", "done", "failed", "stopped", "held". */
 const char *oracle_state_name(int state);
 
 /* Refuses what this oracle does not implement, with a sentence: a fixed
@@ -116,6 +120,8 @@ void oracle_job_destroy(oracle_job_t *j);
 
 const char *oracle_job_id(const oracle_job_t *j);
 int oracle_job_state(const oracle_job_t *j);
+/* done, failed or stopped. */
+int oracle_job_over(const oracle_job_t *j);
 const char *oracle_job_message(const oracle_job_t *j);
 /* Iterations every trainer has reported. */
 uint64_t oracle_job_done(const oracle_job_t *j);
@@ -144,5 +150,15 @@ void oracle_job_sent(oracle_job_t *j, uint32_t rank);
 /* Ends the job early (state stopped; StopWork with reason to every
  * trainer).  No-op once the job is over. */
 void oracle_job_stop(oracle_job_t *j, const char *reason);
+/* chanter train --resume / --fresh on a held job: restore the servers to
+ * checkpoint `resume` ("latest" or an id) or clear them, then train.  0
+ * (msg says what happens now) or an error with msg: ERR_UNAVAILABLE while
+ * the job is still waiting (ask again), FAILED_PRECONDITION-class when it
+ * is not held or has no servers.  Loop thread. */
+int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, char *msg, size_t msg_len);
+/* chanter checkpoint: a checkpoint after the next batch not yet planned
+ * (its id and iteration), or an error with msg.  Loop thread. */
+int oracle_job_checkpoint_request(oracle_job_t *j, char *id, size_t id_len, uint64_t *iteration, char *msg,
+                                  size_t msg_len);
 
 #endif

@@ -46,6 +46,7 @@
 
 #include "cfg.h"
 #include "data.h"
+#include "embc.h"
 #include "dpc.h"
 #include "jobrule.h"
 #include "metrics.h"
@@ -113,9 +114,11 @@ typedef struct oracle_fetch_s {
   int info_running;
   int strict;
   uint64_t train_samples, test_samples;
-  char warnings[2][JOBRULE_NOTE_MAX]; /* said once at start (log, summary.json) */
+  char warnings[3][JOBRULE_NOTE_MAX]; /* said once at start (log, summary.json) */
+  char warning_resume[JOBRULE_NOTE_MAX]; /* oracle_fetch__warn: joins them at start */
   int n_warnings;
   oracle_eval_set_t eval;
+  uint64_t start; /* the first batch fetched (c + 1 resumed) */
   /* shared with the fetch threads (under mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv_space;
@@ -145,6 +148,9 @@ typedef struct oracle_entry_s {
   cacher_dec_t dec;
   uint32_t *evict; /* every slot freed after x: the trainers' write_back_slots, concatenated in rank order */
   size_t n_evict;
+  int ckpt;          /* a checkpoint is taken after x (set before its planning is queued) */
+  uint8_t *laia_state; /* ckpt and allocation = laia: laia's state after x (laia_save, by the planning work) */
+  size_t laia_len;
 } oracle_entry_t;
 
 typedef struct oracle_pipe_s {
@@ -234,7 +240,9 @@ typedef struct oracle_report_s {
   uint64_t rounds_total, tail_start, log_every;
   oracle_agg_t *agg; /* n_agg >= any dispatch window, by x % n_agg */
   uint32_t n_agg;
-  uint64_t done; /* iterations every trainer has reported */
+  uint64_t done;  /* iterations every trainer has reported */
+  uint64_t start; /* the first iteration of this run (c + 1 resumed, else 0) */
+  double seconds_before; /* training time of the runs before a resume */
   /* evaluation */
   oracle_eval_round_t *rounds; /* rounds still collecting EvalResults */
   uint64_t evals_done;
@@ -254,6 +262,58 @@ typedef struct oracle_report_s {
   double t_first_done;         /* when iteration 0 completed */
   char dense_hex[160];
 } oracle_report_t;
+
+/* ---- oracle_ckpt.c: j->ckpt */
+
+/* One checkpoint, from the decision of its iteration c to its end. */
+typedef struct oracle_cp_s {
+  struct oracle_cp_s *next;
+  char id[96];
+  uint64_t iteration;      /* c: the model after iteration c */
+  cacher_flush_t *flush;   /* P: the rows each trainer writes back without evicting */
+  uint8_t *laia_state;     /* allocation = laia: laia after c */
+  size_t laia_len;
+  uint8_t *sent;           /* P flags: CheckpointWork queued */
+  uint32_t acks;           /* CheckpointDone received */
+  uint64_t rows_flushed, dense_bytes;
+  double t_first_sent, t_acked; /* when the first CheckpointWork went out; when every trainer answered */
+  double t_reported;       /* every trainer reported c: the stall (Step c + 1 held back) runs from here to the end */
+  int running;             /* the servers' part is on the worker pool */
+} oracle_cp_t;
+
+/* What the last complete checkpoint took (reporting). */
+typedef struct oracle_cp_report_s {
+  char id[96];
+  uint64_t iteration, rows_flushed, dense_bytes, bytes_total;
+  uint64_t *bytes; /* per server */
+  double stall, total, server_secs, unix_time;
+} oracle_cp_report_t;
+
+typedef struct oracle_ckpt_s {
+  int open;
+  int enabled;             /* the job has embedding servers (not ideal, cluster.embedding set) */
+  uint64_t every, seconds, keep;
+  const char *state_dir;
+  embc_t *embc;            /* worker-pool calls only */
+  uint32_t S;
+  oracle_cp_t *head, *tail; /* in iteration order; the head is the oldest not complete */
+  uint64_t asap_at;        /* chanter checkpoint: this batch (UINT64_MAX: none) */
+  double t_last;           /* when the last checkpoint was placed (checkpoint_seconds) */
+  int running;             /* a worker-pool call (preflight, start, servers' part) is out */
+  /* the start */
+  uint64_t start;          /* the first iteration of this run: c + 1 resumed, else 0 */
+  int resumed;
+  char resume_id[96];
+  uint8_t *resume_sent;    /* P flags: ResumeWork queued */
+  int start_pending;       /* trainers attached, the servers are being checked */
+  char held_why[1024];
+  /* reporting */
+  uint64_t n_done;
+  double stall_sum, total_sum;
+  oracle_cp_report_t last;
+  metrics_counter_t *m_count;
+  metrics_gauge_t *m_stall, *m_total, *m_bytes, *m_iteration;
+} oracle_ckpt_t;
 
 /* ---- the job (oracle_job.c) */
 
@@ -288,6 +348,7 @@ struct oracle_job_s {
   oracle_pipe_t pipe;
   oracle_dispatch_t dispatch;
   oracle_report_t report;
+  oracle_ckpt_t ckpt;
 };
 
 static inline double oracle_job__now(void) {
@@ -296,7 +357,9 @@ static inline double oracle_job__now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static inline int oracle_job__over(const oracle_job_t *j) { return j->state >= ORACLE_DONE; }
+static inline int oracle_job__over(const oracle_job_t *j) {
+  return j->state == ORACLE_DONE || j->state == ORACLE_FAILED || j->state == ORACLE_STOPPED;
+}
 
 /* ---- oracle_job.c */
 
@@ -308,6 +371,9 @@ int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute
  * order until nothing more can move.  Every event ends by calling it;
  * re-entered, it runs once more instead. */
 void oracle_job__advance(oracle_job_t *j);
+/* Training begins at j->ckpt.start (0, or c + 1 resumed): the clocks, the
+ * fetch threads.  From oracle_ckpt.c once the servers are ready. */
+void oracle_job__begin(oracle_job_t *j);
 
 /* ---- oracle_fetch.c */
 
@@ -329,6 +395,8 @@ void oracle_fetch__stop(oracle_job_t *j);
 /* Waits at most drain_ms + 1 s for the fetch threads; returns how many
  * are still running (stuck retrying a dead data processor). */
 int oracle_fetch__join(oracle_job_t *j);
+/* A sentence for the job's warnings (the log and summary.json). */
+void oracle_fetch__warn(oracle_job_t *j, const char *msg);
 /* Frees the queue, the channels, the evaluation set.  After join found
  * every thread gone. */
 void oracle_fetch__close(oracle_job_t *j);
@@ -391,5 +459,38 @@ uint64_t oracle_report__round_after(const oracle_job_t *j, uint64_t r);
 /* oracle_job_summary. */
 char *oracle_report__summary(const oracle_job_t *j);
 void oracle_report__close(oracle_job_t *j);
+
+/* ---- oracle_ckpt.c */
+
+/* Configuration, the embedding servers' client, metrics.  0 or an error
+ * with err. */
+int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_t err_len);
+/* Every trainer is attached: check the embedding servers on the worker
+ * pool; then the job begins at iteration 0 (they hold nothing: the job's
+ * stamp goes on them) or is held (they hold another job's state) until
+ * oracle_ckpt__start.  Without servers it begins at once. */
+void oracle_ckpt__attached(oracle_job_t *j);
+/* Whether a checkpoint is taken after batch x (asked once per batch, in
+ * order, when its planning is queued). */
+int oracle_ckpt__wanted(oracle_job_t *j, uint64_t x);
+/* Batch x, a checkpoint batch, was decided: the cacher's flush lists (the
+ * cacher has not decided x + 1) and laia's state from the entry.  0 or an
+ * error (said). */
+int oracle_ckpt__decided(oracle_job_t *j, oracle_entry_t *s, cacher_t *cache);
+/* Dispatch, for rank p whose next Step is x: 1 when an item went out
+ * (ResumeWork, or the CheckpointWork due after x - 1), 0 when Step x may
+ * go, -1 when Step x must wait (a checkpoint before it is not complete). */
+int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x);
+/* A CheckpointDone from rank p.  0, or -EINVAL with why (protocol error). */
+int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__CheckpointDone *m, char *why,
+                         size_t why_len);
+/* The conductor: the servers' part of a checkpoint every trainer has
+ * answered (on the worker pool).  0 or an error (said). */
+int oracle_ckpt__run(oracle_job_t *j);
+/* A checkpoint is still under way (the job is not finished before it). */
+int oracle_ckpt__busy(const oracle_job_t *j);
+/* The summary's "checkpoint" object (appended to b). */
+void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap);
+void oracle_ckpt__close(oracle_job_t *j);
 
 #endif

@@ -47,6 +47,10 @@ static void entry_release(oracle_entry_t *s) {
   free(s->evict);
   s->evict = NULL;
   s->n_evict = 0;
+  free(s->laia_state);
+  s->laia_state = NULL;
+  s->laia_len = 0;
+  s->ckpt = 0;
   s->decided = 0;
   s->state = ORACLE_ENTRY_EMPTY;
 }
@@ -91,6 +95,8 @@ static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
     double t0 = oracle_job__now();
     rc = laia_assign(pp->laia, w->batch, w->owner);
     pp->laia_secs += oracle_job__now() - t0;
+    /* a checkpoint after x holds laia as it is now (it runs ahead of training) */
+    if (!rc && w->entry->ckpt) rc = laia_save(pp->laia, &w->entry->laia_state, &w->entry->laia_len);
     if (!rc && !pp->laia_said && laia_profiled(pp->laia)) {
       /* which tables decide the placement from now on (log_info is thread-safe) */
       char list[1024];
@@ -149,7 +155,7 @@ static void plan_done(uv_work_t *req, int status) {
     pp->plans_done++;
     pp->plan_secs_sum += w->secs;
     pp->sum_unique += (double)s->plan.n_unique;
-    if (s->iteration < pp->probe) pp->probe_ready++;
+    if (s->iteration >= j->ckpt.start && s->iteration - j->ckpt.start < pp->probe) pp->probe_ready++;
     metrics_hist_observe(j->m.plan, w->secs);
   }
   data_batch_free(w->batch);
@@ -205,6 +211,7 @@ int oracle_pipeline__plan(oracle_job_t *j) {
     s->iteration = x;
     s->state = ORACLE_ENTRY_PLANNING;
     s->decided = 0;
+    s->ckpt = oracle_ckpt__wanted(j, x);
     int rc = uv_queue_work(j->loop, &w->req, plan_work, plan_done);
     if (rc) {
       s->state = ORACLE_ENTRY_EMPTY;
@@ -232,8 +239,12 @@ int oracle_pipeline__plan(oracle_job_t *j) {
  * PLAN_AHEAD.  0 or -ENOMEM. */
 static int set_lookahead(oracle_job_t *j, uint32_t L) {
   oracle_pipe_t *pp = &j->pipe;
-  cacher_opts_t o = {
-      .trainers = j->P, .lookahead = L, .cache_rows = pp->cache_rows, .lrpp = pp->lrpp, .delayed = pp->delayed};
+  cacher_opts_t o = {.trainers = j->P,
+                     .lookahead = L,
+                     .cache_rows = pp->cache_rows,
+                     .lrpp = pp->lrpp,
+                     .delayed = pp->delayed,
+                     .first = j->ckpt.start};
   int rc = cacher_create(&o, &pp->cache);
   if (rc) return rc;
   pp->L_start = pp->L_now = L;
@@ -281,6 +292,8 @@ static int decide_one(oracle_job_t *j) {
   }
   s->decided = 1;
   pp->decide_next++;
+  /* a checkpoint after x: the rows cached now (the cacher has not decided x + 1) */
+  if (s->ckpt && (rc = oracle_ckpt__decided(j, s, pp->cache)) != 0) return rc;
   if (d->lookahead < pp->L_now)
     log_warn("lookahead lowered from %u to %u at batch %llu: cache_rows=%llu is full", pp->L_now, d->lookahead,
              (unsigned long long)x, (unsigned long long)pp->cache_rows);
@@ -362,19 +375,21 @@ static void auto_done(uv_work_t *req, int status) {
  * 0 or an error (said). */
 static int start_auto(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
-  if (pp->auto_running || pp->probe == 0 || pp->probe_ready < pp->probe) return 0;
+  /* the probe: the first batches of this run (a resumed job's from c + 1) */
+  uint64_t st = j->ckpt.start, n = pp->probe < j->iterations - st ? pp->probe : j->iterations - st;
+  if (pp->auto_running || n == 0 || pp->probe_ready < n) return 0;
   auto_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->plans = malloc(pp->probe * sizeof *w->plans))) {
+  if (!w || !(w->plans = malloc(n * sizeof *w->plans))) {
     free(w);
     return oracle_job__error(j, -ENOMEM, "out of memory choosing lookahead = auto");
   }
-  /* n_plans >= probe: batch x < probe sits in entry x, READY and undecided */
-  for (uint64_t x = 0; x < pp->probe; x++) {
-    const oracle_entry_t *s = &pp->plans[x % pp->n_plans];
-    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == x);
-    w->plans[x] = s->plan;
+  /* n_plans >= probe: batch st + i (i < n) sits in its own entry, READY and undecided */
+  for (uint64_t i = 0; i < n; i++) {
+    const oracle_entry_t *s = &pp->plans[(st + i) % pp->n_plans];
+    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == st + i);
+    w->plans[i] = s->plan;
   }
-  w->n = (size_t)pp->probe;
+  w->n = (size_t)n;
   w->req.data = w;
   w->j = j;
   int rc = uv_queue_work(j->loop, &w->req, auto_work, auto_done);

@@ -75,7 +75,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
   double loss = a->loss_sum / (double)(j->B ? j->B : 1);
   double dt = now - rp->t_last;
   rp->t_last = now;
-  rp->ema_dt = rp->done == 0 ? dt : 0.9 * rp->ema_dt + 0.1 * dt;
+  rp->ema_dt = rp->done == rp->start ? dt : 0.9 * rp->ema_dt + 0.1 * dt;
   rp->loss_last = loss;
   rp->loss_ring[rp->done % ORACLE_LOSS_RING] = loss;
   if (rp->done >= rp->tail_start) {
@@ -89,8 +89,9 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
   rp->sum_rows_written_back += (double)a->rows_written_back;
   rp->sum_cache_hits += (double)a->cache_hits;
   for (int k = 0; k < PHASE_N_REPORT; k++) rp->sum_t[k] += a->t[k] / j->P;
-  if (rp->done == 0) {
-    for (int k = 0; k < PHASE_N_REPORT; k++) rp->first_t[k] = a->t[k] / j->P;
+  if (rp->done == rp->start) { /* (a resumed job keeps iteration 0's; its own start is in first_iteration_seconds) */
+    if (rp->start == 0)
+      for (int k = 0; k < PHASE_N_REPORT; k++) rp->first_t[k] = a->t[k] / j->P;
     rp->t_first_done = now;
   }
   rp->done++;
@@ -443,10 +444,11 @@ char *oracle_report__summary(const oracle_job_t *j) {
   const oracle_fetch_t *f = &j->fetch;
   sbuf_t b = {0};
   double n = (double)rp->done;
+  double run = (double)(rp->done - rp->start); /* iterations of this run (a resumed job's since its checkpoint) */
   double end = oracle_job__over(j) ? rp->t_last : oracle_job__now();
-  if (j->state == ORACLE_TRAINING && rp->done == 0) end = oracle_job__now();
+  if (j->state == ORACLE_TRAINING && rp->done == rp->start) end = oracle_job__now();
   double span = rp->t_start > 0 ? end - rp->t_start : 0;
-  double sps = span > 0 && rp->done ? n * j->B / span : 0;
+  double sps = span > 0 && run > 0 ? run * j->B / span : 0;
   double train_loss = NAN;
   if (rp->done > 0) {
     if (rp->tail_n && rp->done == j->iterations) {
@@ -501,11 +503,11 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_printf(&b, "}, ");
   /* the start-up (iteration 0: planning the probe, choosing L, the first decisions and fetches) and the rest */
   {
-    double first = rp->done && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
-    double rest = rp->done > 1 ? end - rp->t_first_done : 0;
+    double first = run > 0 && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
+    double rest = run > 1 ? end - rp->t_first_done : 0;
     sb_num(&b, "first_iteration_seconds", first);
     sb_printf(&b, ", ");
-    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (n - 1) * j->B / rest : NAN);
+    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (run - 1) * j->B / rest : NAN);
     sb_printf(&b, ", ");
     sb_num(&b, "steady_iteration_seconds",
            n > 1 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL]) / (n - 1) : NAN);
@@ -545,6 +547,13 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_str(&b, "job_id", j->job_id);
   sb_printf(&b, ", ");
   sb_num(&b, "train_seconds", span);
+  sb_printf(&b, ", ");
+  sb_num(&b, "train_seconds_total", rp->seconds_before + span);
+  {
+    char ck[1024];
+    oracle_ckpt__summary(j, ck, sizeof ck);
+    sb_printf(&b, ", %s", ck);
+  }
   /* said once at start: a batch larger than a split */
   sb_printf(&b, ", \"warnings\": [");
   for (int k = 0; k < f->n_warnings; k++) {

@@ -199,7 +199,7 @@ static void on_heartbeat(rpc_call_t *call, const ProtobufCMessage *m, void *ud) 
   mb->last_seen_ms = now_ms();
   if (r->iteration > mb->iteration) mb->iteration = r->iteration;
   Chanter__Oracle__V1__HeartbeatResponse resp = CHANTER__ORACLE__V1__HEARTBEAT_RESPONSE__INIT;
-  resp.stop = oracle_job_state(svc->job) >= ORACLE_DONE;
+  resp.stop = oracle_job_over(svc->job);
   rpc_call_reply(call, &resp.base);
 }
 
@@ -397,11 +397,44 @@ static void on_stop(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   char reason[600];
   snprintf(reason, sizeof reason, "stopped by %s: %s", rpc_call_peer(call),
            r->reason && *r->reason ? r->reason : "no reason given");
-  if (oracle_job_state(svc->job) < ORACLE_DONE) {
+  if (!oracle_job_over(svc->job)) {
     log_info("stop requested peer=%s reason=\"%s\"", rpc_call_peer(call), r->reason ? r->reason : "");
     oracle_job_stop(svc->job, reason);
   }
   Chanter__Oracle__V1__StopResponse resp = CHANTER__ORACLE__V1__STOP_RESPONSE__INIT;
+  rpc_call_reply(call, &resp.base);
+}
+
+/* ---- Start / Checkpoint (chanter train --resume / --fresh, chanter checkpoint) */
+
+static void on_start(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__StartRequest *r = (const void *)m;
+  char msg[1536];
+  log_info("start requested peer=%s resume=%s fresh=%d", rpc_call_peer(call), r->resume ? r->resume : "", r->fresh);
+  int rc = oracle_job_start_request(svc->job, r->resume, r->fresh, msg, sizeof msg);
+  if (rc) {
+    rpc_call_fail(call, rc, "%s", msg);
+    return;
+  }
+  Chanter__Oracle__V1__StartResponse resp = CHANTER__ORACLE__V1__START_RESPONSE__INIT;
+  resp.message = msg;
+  rpc_call_reply(call, &resp.base);
+}
+
+static void on_checkpoint(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  (void)m;
+  char id[128], msg[1024];
+  uint64_t it = 0;
+  int rc = oracle_job_checkpoint_request(svc->job, id, sizeof id, &it, msg, sizeof msg);
+  if (rc) {
+    rpc_call_fail(call, rc, "%s", msg);
+    return;
+  }
+  Chanter__Oracle__V1__CheckpointNowResponse resp = CHANTER__ORACLE__V1__CHECKPOINT_NOW_RESPONSE__INIT;
+  resp.id = id;
+  resp.iteration = it;
   rpc_call_reply(call, &resp.base);
 }
 
@@ -515,6 +548,8 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
       {.name = "Work", .stream = &work_handlers, .ud = svc},
       {.name = "Status", .unary = on_status, .ud = svc},
       {.name = "Stop", .unary = on_stop, .ud = svc},
+      {.name = "Start", .unary = on_start, .ud = svc},
+      {.name = "Checkpoint", .unary = on_checkpoint, .ud = svc},
   };
   if ((rc = rpc_server_add_service(server, &chanter__oracle__v1__oracle__descriptor, methods,
                                    sizeof methods / sizeof methods[0])) != 0) {

@@ -20,6 +20,7 @@
 #include "err.h"
 #include "log.h"
 #include "sdn.h"
+#include "trainer_ckpt.h"
 #include "trainer_state.h"
 
 /* ------------------------------------------------------------------ create */
@@ -300,6 +301,14 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       if (!rc) expect++;
     } else if (w->kind == TRAINER_WORK_EVAL) {
       rc = eval(t, w, err, err_len);
+    } else if (w->kind == TRAINER_WORK_CHECKPOINT) {
+      /* the model after the iteration just trained: this trainer's
+       * background work (delayed rows, write-backs) first */
+      if (!t->ideal) rc = trainer_pipeline_bg_wait(t, NULL, why, sizeof why);
+      if (rc) rc = err_set(err, err_len, rc, "checkpoint %s: %s", w->checkpoint.id, why);
+      else rc = trainer_ckpt_take(t, w, err, err_len);
+    } else if (w->kind == TRAINER_WORK_RESUME) {
+      rc = trainer_ckpt_resume(t, w, &expect, err, err_len);
     } else { /* TRAINER_WORK_STOP */
       log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " job_state=%s reason=\"%s\"", t->rank,
                expect, *w->stop.job_state ? w->stop.job_state : "?", w->stop.reason);

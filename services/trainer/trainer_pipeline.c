@@ -141,6 +141,10 @@ static void *feeder_main(void *arg) {
     }
     int bad = it->rc;
     pthread_mutex_lock(&p->mu);
+    /* a resumed job: the iterations before its start are done everywhere
+     * (the Steps after it are gated on them) */
+    if (!bad && it->work.kind == TRAINER_WORK_RESUME && it->work.resume.start_iteration > p->known_done)
+      p->known_done = it->work.resume.start_iteration;
     if (p->tail) p->tail->next = it;
     else p->head = it;
     p->tail = it;

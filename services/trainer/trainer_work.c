@@ -220,6 +220,53 @@ static int decode_stop(const Chanter__Oracle__V1__StopWork *sw, trainer_work_t *
   return 0;
 }
 
+/* ------------------------------------------------------------------ CheckpointWork, ResumeWork */
+
+static int decode_checkpoint(const Chanter__Oracle__V1__CheckpointWork *cw, const trainer_work_limits_t *lim,
+                             trainer_work_t *w, char *err, size_t err_len) {
+  const char *id = cw->id ? cw->id : "", *blob = cw->dense_blob ? cw->dense_blob : "";
+  uint64_t x = cw->iteration;
+  size_t nk = 0, ns = 0;
+  int rc;
+  if (!*id) return err_set(err, err_len, ERR_BADMSG, "checkpoint after iteration %" PRIu64 ": no id", x);
+  if ((rc = keys_field(&cw->flush_keys, "flush_keys", x, &nk, err, err_len)) != 0 ||
+      (rc = slots_field(lim, &cw->flush_slots, nk, "flush_slots", x, &ns, err, err_len)) != 0)
+    return rc;
+  block_t b = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    w->checkpoint.id = put(&b, id, strlen(id) + 1);
+    w->checkpoint.dense_blob = put(&b, blob, strlen(blob) + 1);
+    w->checkpoint.flush_keys = put_field(&b, &cw->flush_keys);
+    w->checkpoint.flush_slots = put_field(&b, &cw->flush_slots);
+    if (!pass && (rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  }
+  w->checkpoint.iteration = x;
+  w->checkpoint.dense_server = cw->dense_server;
+  w->checkpoint.n_flush = nk;
+  w->mem = b.mem;
+  return 0;
+}
+
+static int decode_resume(const Chanter__Oracle__V1__ResumeWork *rw, trainer_work_t *w, char *err, size_t err_len) {
+  const char *id = rw->id ? rw->id : "", *blob = rw->dense_blob ? rw->dense_blob : "";
+  if (!*id || !*blob || rw->start_iteration == 0)
+    return err_set(err, err_len, ERR_BADMSG,
+                   "a resume item needs a checkpoint id, a dense blob and a start iteration >= 1 (got id \"%s\", "
+                   "blob \"%s\", start %" PRIu64 ")",
+                   id, blob, rw->start_iteration);
+  block_t b = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    w->resume.id = put(&b, id, strlen(id) + 1);
+    w->resume.dense_blob = put(&b, blob, strlen(blob) + 1);
+    int rc;
+    if (!pass && (rc = block_alloc(&b, err, err_len)) != 0) return rc;
+  }
+  w->resume.start_iteration = rw->start_iteration;
+  w->resume.dense_server = rw->dense_server;
+  w->mem = b.mem;
+  return 0;
+}
+
 /* ------------------------------------------------------------------ API */
 
 int trainer_work_decode(const Chanter__Oracle__V1__WorkItem *item, const trainer_work_limits_t *lim,
@@ -238,6 +285,14 @@ int trainer_work_decode(const Chanter__Oracle__V1__WorkItem *item, const trainer
   case CHANTER__ORACLE__V1__WORK_ITEM__KIND_STOP:
     out->kind = TRAINER_WORK_STOP;
     rc = decode_stop(item->stop, out, err, err_len);
+    break;
+  case CHANTER__ORACLE__V1__WORK_ITEM__KIND_CHECKPOINT:
+    out->kind = TRAINER_WORK_CHECKPOINT;
+    rc = decode_checkpoint(item->checkpoint, lim, out, err, err_len);
+    break;
+  case CHANTER__ORACLE__V1__WORK_ITEM__KIND_RESUME:
+    out->kind = TRAINER_WORK_RESUME;
+    rc = decode_resume(item->resume, out, err, err_len);
     break;
   default:
     rc = err_set(err, err_len, ERR_BADMSG, "the oracle sent an empty or unknown work item (kind %d)",

@@ -47,7 +47,9 @@ typedef enum {
   TRAINER_WORK_NONE = 0, /* an empty or unknown item (decode fails) */
   TRAINER_WORK_STEP = 1,
   TRAINER_WORK_EVAL = 2,
-  TRAINER_WORK_STOP = 3
+  TRAINER_WORK_STOP = 3,
+  TRAINER_WORK_CHECKPOINT = 4,
+  TRAINER_WORK_RESUME = 5
 } trainer_work_kind_t;
 
 /* A Step (oracle.proto: Step).  Slots are < cache_rows; the counts say
@@ -95,6 +97,26 @@ typedef struct trainer_work_stop_s {
   const char *reason, *job_state;
 } trainer_work_stop_t;
 
+/* A CheckpointWork: after `iteration`, write back the flush rows without
+ * evicting them; store the dense state as dense_blob ("" = not this
+ * trainer's part) on server dense_server.  Strings never NULL. */
+typedef struct trainer_work_checkpoint_s {
+  const char *id, *dense_blob;
+  uint64_t iteration;
+  uint32_t dense_server;
+  const uint64_t *flush_keys;
+  const uint32_t *flush_slots;
+  size_t n_flush;
+} trainer_work_checkpoint_t;
+
+/* A ResumeWork: the job goes on at start_iteration (>= 1) from checkpoint
+ * id; the dense state is blob dense_blob on server dense_server. */
+typedef struct trainer_work_resume_s {
+  const char *id, *dense_blob;
+  uint64_t start_iteration;
+  uint32_t dense_server;
+} trainer_work_resume_t;
+
 /* One decoded WorkItem: kind says which of step / eval / stop is set;
  * batch holds the samples of a Step or an Eval.  Everything lives in one
  * block (mem) owned by the item. */
@@ -104,6 +126,8 @@ typedef struct trainer_work_s {
   trainer_work_step_t step;
   trainer_work_eval_t eval;
   trainer_work_stop_t stop;
+  trainer_work_checkpoint_t checkpoint;
+  trainer_work_resume_t resume;
   void *mem;
 } trainer_work_t;
 

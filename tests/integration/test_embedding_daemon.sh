@@ -112,6 +112,32 @@ check "an overwritten row is back to its checkpointed value" [ "$out" = "$(print
 err=$(cli embedding restore nosuch 2>&1)
 [ $? -ne 0 ] && [[ "$err" == *"nosuch"* ]]; expect "restoring an unknown checkpoint fails clearly"
 
+# --- the server side of whole-job checkpoints: seal, manifest, delete, clear, set digest
+py_client() { /usr/bin/python3 "$ROOT/tests/integration/embedding_client.py" "$STUBS" \
+                "127.0.0.1:${EMB_PORT[0]}" "127.0.0.1:${EMB_PORT[1]}" "$@"; }
+if [ -f "$STUBS/embedding_pb2.py" ]; then
+  cli embedding checkpoint job-7 >/dev/null
+  check "checkpoints lists job-7 unsealed on both servers" [ "$(cli embedding checkpoints | grep ': job-7' | grep -c unsealed)" = 2 ]
+  py_client checkpoints job-7
+  check "python SealCheckpoint/GetManifest/DeleteCheckpoint client exits 0" [ $? -eq 0 ]
+  check "checkpoints lists job-7 sealed on both servers" [ "$(cli embedding checkpoints | grep ': job-7' | grep -cw sealed)" = 2 ]
+  cli embedding restore job-7 >/dev/null
+  check "a sealed checkpoint restores and stays sealed" [ "$(cli embedding checkpoints | grep ': job-7' | grep -cw sealed)" = 2 ]
+  py_client clear "$WORK/set.hex"
+  check "python Clear/set digest client exits 0" [ $? -eq 0 ]
+  out=$(cli embedding digest | tail -1)
+  check "the CLI's combined set digest is the sum the python client computed" \
+    grep -q "^combined: rows=50 .* set=$(cat "$WORK/set.hex")\$" <<<"$out"
+  check "checkpoints lists nothing after Clear" [ -z "$(cli embedding checkpoints)" ]
+  check "stats says rows but no blobs after Clear and new writes" [ "$(cli embedding stats | grep -c 'stored: rows, no blobs')" -ge 1 ]
+  err=$(cli embedding restore job-7 2>&1)
+  [ $? -ne 0 ] && [[ "$err" == *"job-7"* ]]; expect "a checkpoint removed by Clear cannot be restored"
+  grep -q "sealed checkpoint id=job-7" "$WORK/emb-0.log" && grep -q "cleared every row, blob and checkpoint" "$WORK/emb-1.log"
+  expect "the daemons log SealCheckpoint and Clear"
+else
+  nok "python stubs for the checkpoint RPCs (see above)"
+fi
+
 # --- configuration errors are clear and stop the daemon
 "$BIN/chanter-embedding" --config "$JOB" --shard 0 --listen 127.0.0.1:0 --set batch_size=lots >"$WORK/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q "batch_size = 'lots' is not an integer" "$WORK/bad.log"; expect "a bad --set value stops the daemon and is named"

@@ -2,8 +2,9 @@
  * Unit tests of the embedding server's storage engine (embedding_store):
  * lazy init, write/lookup through the memory tier and RocksDB, eviction
  * under a tiny budget, durability across kill -9, checkpoint/restore, blobs,
- * rejection of bad requests, layout checks, digests and concurrency.  Each
- * test works in its own mkdtemp dir under /tmp.
+ * rejection of bad requests, layout checks, digests, concurrency, sealing
+ * (manifests), checkpoint deletion, clear, and the set digest across
+ * shardings.  Each test works in its own mkdtemp dir under /tmp.
  *
  * The kill -9 test re-executes this binary (/proc/self/exe) with
  * "--durability-child DIR FD" so that the child starts RocksDB in a fresh
@@ -26,6 +27,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "store.h"
 #include "err.h"
@@ -149,7 +152,7 @@ static void expect_rows(store_t *s, const table_layout_t *l, const uint64_t *key
 }
 
 static void digest_of(store_t *s, uint8_t d[32], uint64_t *rows) {
-  assert_int_equal(store_digest(s, d, rows), 0);
+  assert_int_equal(store_digest(s, d, NULL, rows), 0);
 }
 
 /* keys spread over the three tables */
@@ -870,6 +873,403 @@ static void test_concurrency(void **state) {
   store_close(s);
 }
 
+/* ------------------------------------------------------------ 11. sealing */
+
+static const store_checkpoint_info_t *find_cp(const store_checkpoint_info_t *list, size_t n,
+                                              const char *id) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(list[i].id, id)) return &list[i];
+  return NULL;
+}
+
+static void expect_manifest(store_t *s, const char *id, const char *want, size_t want_len) {
+  void *m = NULL;
+  size_t len = 99;
+  assert_int_equal(store_get_manifest(s, id, &m, &len), 0);
+  assert_non_null(m);
+  assert_int_equal(len, want_len);
+  if (want_len) assert_memory_equal(m, want, want_len);
+  free(m);
+}
+
+static int in_dir(const char *dir, const char *sub, const char *name) {
+  char p[512];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%s/%s", dir, sub, name);
+  return stat(p, &sb) == 0;
+}
+
+static void test_seal_manifest(void **state) {
+  fx_t *f = *state;
+  size_t n = 200;
+  uint64_t *keys = mixed_keys(n, 21);
+  float *v1 = make_rows(&f->layout, keys, n, 1), *v2 = make_rows(&f->layout, keys, n, 2);
+  store_t *s = open_store(f, 1u << 20);
+  char why[512] = "";
+  write_ok(s, &f->layout, keys, n, v1, 0);
+  uint8_t dck[32], d[32];
+  digest_of(s, dck, NULL);
+  assert_int_equal(store_checkpoint(s, "a", NULL, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "b", NULL, why, sizeof why), 0);
+
+  store_checkpoint_info_t *list = NULL;
+  size_t nl = 0;
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(nl, 2);
+  assert_int_equal(list[0].sealed, 0);
+  assert_int_equal(list[1].sealed, 0);
+  free(list);
+  void *m = (void *)1;
+  size_t ml = 7;
+  assert_int_equal(store_get_manifest(s, "a", &m, &ml), ERR_NOTFOUND); /* not sealed yet */
+  assert_null(m);
+  assert_int_equal(ml, 0);
+
+  assert_int_equal(store_seal_checkpoint(s, "a", "manifest-v1", 11, why, sizeof why), 0);
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(nl, 2);
+  assert_int_equal(find_cp(list, nl, "a")->sealed, 1);
+  assert_int_equal(find_cp(list, nl, "b")->sealed, 0);
+  free(list);
+  expect_manifest(s, "a", "manifest-v1", 11);
+  /* sealing again overwrites, and leaves no temporary file */
+  assert_int_equal(store_seal_checkpoint(s, "a", "the second manifest", 19, why, sizeof why), 0);
+  expect_manifest(s, "a", "the second manifest", 19);
+  assert_false(in_dir(f->dir, "checkpoints/a", "MANIFEST.tmp"));
+  assert_int_equal(store_seal_checkpoint(s, "b", NULL, 0, why, sizeof why), 0); /* empty is fine */
+  expect_manifest(s, "b", "", 0);
+
+  /* errors */
+  assert_int_equal(store_seal_checkpoint(s, "nosuch", "x", 1, why, sizeof why), ERR_NOTFOUND);
+  assert_non_null(strstr(why, "no checkpoint \"nosuch\""));
+  assert_int_equal(store_get_manifest(s, "nosuch", &m, &ml), ERR_NOTFOUND);
+  assert_int_equal(store_seal_checkpoint(s, "a", NULL, 3, why, sizeof why), -EINVAL);
+  char long_id[66];
+  memset(long_id, 'x', 65);
+  long_id[65] = 0;
+  const char *bad[] = {"bad/id", "", "..", ".", "a b", long_id, "../a"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    why[0] = 0;
+    assert_int_equal(store_seal_checkpoint(s, bad[i], "x", 1, why, sizeof why), -EINVAL);
+    assert_non_null(strstr(why, "not valid"));
+    assert_int_equal(store_get_manifest(s, bad[i], &m, &ml), -EINVAL);
+    why[0] = 0;
+    assert_int_equal(store_delete_checkpoint(s, bad[i], why, sizeof why), -EINVAL);
+    assert_non_null(strstr(why, "not valid"));
+  }
+  assert_int_equal(store_seal_checkpoint(s, NULL, "x", 1, why, sizeof why), -EINVAL);
+
+  /* what an interrupted seal leaves must not reach the live db either */
+  char p[512];
+  snprintf(p, sizeof p, "%s/checkpoints/a/MANIFEST.tmp", f->dir);
+  FILE *fp = fopen(p, "w");
+  assert_non_null(fp);
+  fputs("torn", fp);
+  fclose(fp);
+
+  /* restore: the rows come back, the manifest stays with the checkpoint only */
+  write_ok(s, &f->layout, keys, n, v2, 0);
+  assert_int_equal(store_restore(s, "a", why, sizeof why), 0);
+  expect_rows(s, &f->layout, keys, n, v1, STORE_LOOKUP_NO_HOT, NULL);
+  digest_of(s, d, NULL);
+  assert_memory_equal(d, dck, 32);
+  assert_false(in_dir(f->dir, "db", "MANIFEST"));
+  assert_false(in_dir(f->dir, "db", "MANIFEST.tmp"));
+  assert_false(in_dir(f->dir, "db", "CHANTER_CHECKPOINT"));
+  assert_true(in_dir(f->dir, "db", "CURRENT")); /* RocksDB's own files did come */
+  expect_manifest(s, "a", "the second manifest", 19);
+  store_close(s);
+
+  /* reopen: the stray MANIFEST.tmp is swept, the seal survives */
+  s = open_store(f, 1u << 20);
+  assert_false(in_dir(f->dir, "checkpoints/a", "MANIFEST.tmp"));
+  expect_manifest(s, "a", "the second manifest", 19);
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(nl, 2);
+  assert_int_equal(list[0].sealed, 1);
+  assert_int_equal(list[1].sealed, 1);
+  free(list);
+  store_close(s);
+  free(v2);
+  free(v1);
+  free(keys);
+}
+
+/* ------------------------------------------------------------ 12. delete */
+
+static void unlink_meta(const char *dir, const char *id) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/checkpoints/%s/CHANTER_CHECKPOINT", dir, id);
+  assert_int_equal(unlink(p), 0);
+}
+
+static void expect_ids(store_t *s, const char *const *ids, size_t n) {
+  store_checkpoint_info_t *list = NULL;
+  size_t nl = 99;
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(nl, n);
+  for (size_t i = 0; i < n; i++) assert_string_equal(list[i].id, ids[i]);
+  free(list);
+}
+
+static void test_delete_checkpoint(void **state) {
+  fx_t *f = *state;
+  uint64_t k = TABLE_KEY(1, 77);
+  float *v = make_rows(&f->layout, &k, 1, 1);
+  store_t *s = open_store(f, 0);
+  char why[512] = "";
+  write_ok(s, &f->layout, &k, 1, v, 0);
+  const char *all[] = {"w", "x", "y", "z"};
+  for (int i = 0; i < 4; i++) assert_int_equal(store_checkpoint(s, all[i], NULL, why, sizeof why), 0);
+  assert_int_equal(store_seal_checkpoint(s, "y", "m", 1, why, sizeof why), 0);
+
+  /* delete: gone from the list, from the disk, from every other call */
+  assert_int_equal(store_delete_checkpoint(s, "y", why, sizeof why), 0);
+  expect_ids(s, (const char *[]){"w", "x", "z"}, 3);
+  assert_false(in_dir(f->dir, "checkpoints", "y"));
+  void *m = NULL;
+  size_t ml = 0;
+  assert_int_equal(store_get_manifest(s, "y", &m, &ml), ERR_NOTFOUND);
+  assert_int_equal(store_restore(s, "y", why, sizeof why), ERR_NOTFOUND);
+  why[0] = 0;
+  assert_int_equal(store_delete_checkpoint(s, "y", why, sizeof why), ERR_NOTFOUND);
+  assert_non_null(strstr(why, "no checkpoint \"y\""));
+  assert_int_equal(store_delete_checkpoint(s, "nosuch", why, sizeof why), ERR_NOTFOUND);
+
+  /* a checkpoint whose CHANTER_CHECKPOINT is gone (a delete interrupted after
+   * its first step) is not listed, not sealable, not restorable... */
+  unlink_meta(f->dir, "z");
+  expect_ids(s, (const char *[]){"w", "x"}, 2);
+  assert_int_equal(store_seal_checkpoint(s, "z", "m", 1, why, sizeof why), ERR_NOTFOUND);
+  assert_int_equal(store_restore(s, "z", why, sizeof why), ERR_NOTFOUND);
+  /* ...and its id can be taken again */
+  assert_int_equal(store_checkpoint(s, "z", NULL, why, sizeof why), 0);
+  expect_ids(s, (const char *[]){"w", "x", "z"}, 3);
+  /* deleting such remains finishes the job and succeeds */
+  unlink_meta(f->dir, "x");
+  expect_ids(s, (const char *[]){"w", "z"}, 2);
+  assert_int_equal(store_delete_checkpoint(s, "x", why, sizeof why), 0);
+  assert_false(in_dir(f->dir, "checkpoints", "x"));
+  /* and the next open removes any it finds */
+  unlink_meta(f->dir, "w");
+  store_close(s);
+  assert_true(in_dir(f->dir, "checkpoints", "w"));
+  s = open_store(f, 0);
+  assert_false(in_dir(f->dir, "checkpoints", "w"));
+  expect_ids(s, (const char *[]){"z"}, 1);
+  /* the live data never noticed */
+  expect_rows(s, &f->layout, &k, 1, v, STORE_LOOKUP_NO_HOT, NULL);
+  assert_int_equal(store_restore(s, "z", why, sizeof why), 0);
+  expect_rows(s, &f->layout, &k, 1, v, STORE_LOOKUP_NO_HOT, NULL);
+  store_close(s);
+  free(v);
+}
+
+/* ------------------------------------------------------------ 13. clear */
+
+static void expect_has(store_t *s, int rows, int blobs) {
+  int r = -1, b = -1;
+  assert_int_equal(store_has_rows(s, &r, &b), 0);
+  assert_int_equal(r, rows);
+  assert_int_equal(b, blobs);
+}
+
+static void test_clear(void **state) {
+  fx_t *f = *state;
+  size_t n = 3000;
+  uint64_t *keys = mixed_keys(n, 9);
+  float *v = make_rows(&f->layout, keys, n, 1), *init = init_rows(&f->layout, keys, n);
+  store_t *s = open_store(f, 1u << 20);
+  char why[512] = "";
+  expect_has(s, 0, 0);
+  assert_int_equal(store_has_rows(s, NULL, NULL), 0);
+  assert_int_equal(store_clear(s, why, sizeof why), 0); /* an empty store clears too */
+  assert_int_equal(store_put_blob(s, "dense", "d", 1, why, sizeof why), 0);
+  expect_has(s, 0, 1);
+  write_ok(s, &f->layout, keys, n / 2, v, 0);
+  /* a checkpoint flushes: part of the data is in SST files, part in memtables */
+  assert_int_equal(store_checkpoint(s, "c1", NULL, why, sizeof why), 0);
+  assert_int_equal(store_seal_checkpoint(s, "c1", "m", 1, why, sizeof why), 0);
+  write_ok(s, &f->layout, keys, n, v, 0);
+  assert_int_equal(store_checkpoint(s, "c2", NULL, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "cache.trainer-0", "cc", 2, why, sizeof why), 0);
+  expect_has(s, 1, 1);
+  int r = -1;
+  assert_int_equal(store_has_rows(s, &r, NULL), 0);
+  assert_int_equal(r, 1);
+  expect_rows(s, &f->layout, keys, n, v, 0, NULL); /* all in the memory tier now */
+
+  assert_int_equal(store_clear(s, why, sizeof why), 0);
+  expect_has(s, 0, 0);
+  expect_ids(s, NULL, 0);
+  assert_false(in_dir(f->dir, "checkpoints", "c1"));
+  uint8_t d[32], set[32], zero[32] = {0};
+  uint64_t c = 99;
+  assert_int_equal(store_digest(s, d, set, &c), 0);
+  assert_int_equal(c, 0);
+  assert_memory_equal(set, zero, 32);
+  store_lookup_info_t info;
+  expect_rows(s, &f->layout, keys, n, init, 0, &info); /* memory tier emptied too */
+  assert_int_equal(info.hot_hits, 0);
+  assert_int_equal(info.lazy_inits, n);
+  void *b = NULL;
+  size_t bl = 0;
+  assert_int_equal(store_get_blob(s, "dense", &b, &bl), ERR_NOTFOUND);
+  store_stats_t st;
+  store_stats(s, &st);
+  assert_int_equal(st.stored_rows_estimate, 0); /* the space came back */
+
+  /* the store works on; the layout stays; the clear is durable */
+  write_ok(s, &f->layout, keys, 10, v, 0);
+  expect_has(s, 1, 0);
+  assert_int_equal(store_checkpoint(s, "c1", NULL, why, sizeof why), 0); /* the id is free again */
+  store_close(s);
+  table_layout_t other;
+  make_layout(&other, 43);
+  store_opts_t o = {.data_dir = f->dir, .layout = &other};
+  store_t *s2 = NULL;
+  assert_int_equal(store_open(&o, &s2, why, sizeof why), ERR_LAYOUT);
+  table_layout_close(&other);
+  s = open_store(f, 0);
+  expect_has(s, 1, 0);
+  assert_int_equal(store_digest(s, d, NULL, &c), 0);
+  assert_int_equal(c, 10);
+  expect_rows(s, &f->layout, keys, 10, v, 0, NULL);
+  expect_rows(s, &f->layout, keys + 10, n - 10, init + total_floats(&f->layout, keys, 10), 0, NULL);
+  expect_ids(s, (const char *[]){"c1"}, 1);
+  store_close(s);
+  free(init);
+  free(v);
+  free(keys);
+}
+
+/* ------------------------------------------------------------ 14. set digest */
+
+/* The set digest by its definition, from the rows themselves. */
+static void set_digest_ref(const table_layout_t *l, const uint64_t *keys, size_t n,
+                           const float *rows, uint8_t out[32]) {
+  uint64_t lane[4] = {0, 0, 0, 0};
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t nb = table_row_bytes(l, TABLE_ID(keys[i]));
+    uint8_t buf[8 + 256], h[32];
+    assert_true(nb <= 256);
+    for (int b = 0; b < 8; b++) buf[b] = (uint8_t)(keys[i] >> (8 * b));
+    memcpy(buf + 8, rows + at, nb);
+    unsigned int hl = 0;
+    assert_int_equal(EVP_Digest(buf, 8 + nb, h, &hl, EVP_sha256(), NULL), 1);
+    for (int j = 0; j < 4; j++) {
+      uint64_t x = 0;
+      for (int b = 7; b >= 0; b--) x = x << 8 | h[8 * j + b];
+      lane[j] += x;
+    }
+    at += nb / sizeof(float);
+  }
+  for (int j = 0; j < 32; j++) out[j] = (uint8_t)(lane[j / 8] >> (8 * (j % 8)));
+}
+
+static void set_add(uint8_t acc[32], const uint8_t x[32]) {
+  for (int j = 0; j < 4; j++) {
+    uint64_t a = 0, b = 0;
+    for (int k = 7; k >= 0; k--) {
+      a = a << 8 | acc[8 * j + k];
+      b = b << 8 | x[8 * j + k];
+    }
+    a += b;
+    for (int k = 0; k < 8; k++) acc[8 * j + k] = (uint8_t)(a >> (8 * k));
+  }
+}
+
+static int key_cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_set_digest(void **state) {
+  fx_t *f = *state;
+  size_t n = 900;
+  uint64_t *keys = mixed_keys(n, 17);
+  qsort(keys, n, sizeof *keys, key_cmp); /* key order: the ordered digest's order */
+  for (size_t i = 1; i < n; i++) assert_true(keys[i] != keys[i - 1]);
+  float *v = make_rows(&f->layout, keys, n, 1);
+  size_t *off = malloc((n + 1) * sizeof *off);
+  off[0] = 0;
+  for (size_t i = 0; i < n; i++) off[i + 1] = off[i] + table_row_floats(&f->layout, TABLE_ID(keys[i]));
+  uint8_t want[32], zero[32] = {0}, d[32], set[32];
+  uint64_t c;
+  set_digest_ref(&f->layout, keys, n, v, want);
+  assert_memory_not_equal(want, zero, 32);
+
+  /* one store holding everything: both digests match their definitions */
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/one", f->dir);
+  store_t *one = open_full(dir, &f->layout, 0, 0, NULL, 0);
+  assert_int_equal(store_digest(one, d, set, &c), 0);
+  assert_memory_equal(set, zero, 32); /* no rows: zero */
+  write_ok(one, &f->layout, keys, n, v, 0);
+  assert_int_equal(store_digest(one, d, set, &c), 0);
+  assert_int_equal(c, n);
+  assert_memory_equal(set, want, 32);
+  uint8_t ordered[32], d2[32];
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  assert_int_equal(EVP_DigestInit_ex(md, EVP_sha256(), NULL), 1);
+  for (size_t i = 0; i < n; i++) {
+    uint8_t le[8];
+    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(keys[i] >> (8 * b));
+    EVP_DigestUpdate(md, le, 8);
+    EVP_DigestUpdate(md, v + off[i], (off[i + 1] - off[i]) * sizeof(float));
+  }
+  unsigned int hl = 0;
+  assert_int_equal(EVP_DigestFinal_ex(md, ordered, &hl), 1);
+  EVP_MD_CTX_free(md);
+  assert_memory_equal(d, ordered, 32); /* the ordered digest did not change */
+  assert_int_equal(store_digest(one, d2, NULL, NULL), 0); /* nor with no set digest asked */
+  assert_memory_equal(d2, ordered, 32);
+  store_close(one);
+
+  /* the same rows on 2 and 3 servers, split by the shard map: same sum */
+  for (uint32_t k = 2; k <= 3; k++) {
+    shard_map_t map;
+    assert_int_equal(shard_map_init(&map, &f->layout, k, 2000), 0);
+    store_t *st[3];
+    uint8_t sum[32] = {0};
+    uint64_t total = 0;
+    for (uint32_t srv = 0; srv < k; srv++) {
+      snprintf(dir, sizeof dir, "%s/k%u-%u", f->dir, k, srv);
+      st[srv] = open_full(dir, &f->layout, 1u << 20, 0, &map, srv);
+      for (size_t i = 0; i < n; i++) /* one row at a time: order must not matter */
+        if (shard_of(&map, keys[n - 1 - i]) == srv)
+          write_ok(st[srv], &f->layout, &keys[n - 1 - i], 1, v + off[n - 1 - i], 0);
+      assert_int_equal(store_digest(st[srv], d, set, &c), 0);
+      assert_true(c > 0 && c < n); /* every server holds a real part */
+      assert_memory_not_equal(d, ordered, 32);
+      set_add(sum, set);
+      total += c;
+    }
+    assert_int_equal(total, n);
+    assert_memory_equal(sum, want, 32);
+    /* one float of one row changes: the sum changes */
+    size_t i = n / 2;
+    uint32_t owner = shard_of(&map, keys[i]);
+    float *row = malloc((off[i + 1] - off[i]) * sizeof(float));
+    memcpy(row, v + off[i], (off[i + 1] - off[i]) * sizeof(float));
+    row[0] += 1.0f;
+    write_ok(st[owner], &f->layout, &keys[i], 1, row, 0);
+    memset(sum, 0, sizeof sum);
+    for (uint32_t srv = 0; srv < k; srv++) {
+      assert_int_equal(store_digest(st[srv], NULL, set, NULL), 0);
+      set_add(sum, set);
+    }
+    assert_memory_not_equal(sum, want, 32);
+    for (uint32_t srv = 0; srv < k; srv++) store_close(st[srv]);
+    free(row);
+    shard_map_close(&map);
+  }
+  free(off);
+  free(v);
+  free(keys);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--durability-child"))
     return log_level = LOG_WARN, durability_child(argv[2], atoi(argv[3]));
@@ -885,6 +1285,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_layout_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_digest_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_seal_manifest, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_delete_checkpoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_clear, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_set_digest, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,8 @@
  * in-memory "embedding server" end with BIT-identical parameters -- dense
  * and every table row -- for L = 0 (the baseline), small L, large L and
  * auto, with LRPP and delayed synchronization on and off, for P = 1, 2, 3.
+ * And a checkpoint (DESIGN.md 5) taken mid-run with the cacher's flush
+ * lists leaves the server with the baseline's bits after that batch.
  *
  * The simulation keeps the real system's orderings, so that a wrong
  * decision shows up as a different digest rather than passing by luck:
@@ -144,7 +146,13 @@ typedef struct run_opts_s {
   int lrpp, delayed;
   int laia;            /* allocation = laia (else contiguous) */
   uint64_t cache_rows; /* 0: what L needs */
+  int checkpoints;     /* take a checkpoint after the batches IS_CHECKPOINT names */
 } run_opts_t;
+
+/* The batches a run with checkpoints takes one after: the first two, and
+ * a few in the middle and at the end (not every batch: the background
+ * work of the others keeps overlapping the next forward). */
+#define IS_CHECKPOINT(x) ((x) <= 1 || (x) % 7 == 5 || (x) == NB - 1)
 
 /* The plans of the NB batches for P trainers, contiguous or laia. */
 static void build_plans(uint32_t P, int laia, plan_t *plans) {
@@ -215,7 +223,51 @@ typedef struct result_s {
   uint8_t digest[32];
   uint32_t min_l, max_l;
   size_t fetched, synced, delayed, hits, replicated;
+  float *snap[NB];    /* with checkpoints: the server's three tables, one after another, as the checkpoint after x left them */
+  size_t flushed[NB]; /* ... and the rows it wrote back */
 } result_t;
+
+static size_t server_floats(const server_t *sv) {
+  size_t n = 0;
+  for (uint32_t t = 0; t < 3; t++) n += g_layout.tables[t].rows * sv->rf;
+  return n;
+}
+
+static void result_free(result_t *res) {
+  for (int x = 0; x < NB; x++) free(res->snap[x]);
+  memset(res->snap, 0, sizeof res->snap);
+}
+
+/* A checkpoint after batch x, which every trainer finished, its
+ * background work included: each trainer writes the rows of its flush
+ * list to the server from their slots, evicting nothing (the run goes on
+ * with the same caches); the server's tables are kept in res. */
+static void checkpoint(uint32_t P, trainer_step_t **ts, server_t *sv, const cacher_flush_t *fl, int x,
+                       result_t *res) {
+  uint32_t rf = trainer_step_row_floats(ts[0]);
+  uint8_t *seen[3]; /* each row by one trainer at most */
+  for (uint32_t t = 0; t < 3; t++) seen[t] = calloc(g_layout.tables[t].rows, 1);
+  for (uint32_t p = 0; p < P; p++) {
+    float *rows = malloc((fl[p].n + 1) * rf * sizeof(float));
+    trainer_step_cache_gather(ts[p], fl[p].slots, fl[p].n, rows);
+    for (size_t i = 0; i < fl[p].n; i++) {
+      uint64_t k = fl[p].keys[i];
+      if (i) assert_true(fl[p].keys[i - 1] < k);
+      if (seen[TABLE_ID(k)][TABLE_ROW(k)]++) fail_msg("batch %d: key %#" PRIx64 " in two trainers' flush lists", x, k);
+      memcpy(srow(sv, k), rows + i * rf, rf * sizeof(float));
+    }
+    free(rows);
+    res->flushed[x] += fl[p].n;
+  }
+  for (uint32_t t = 0; t < 3; t++) free(seen[t]);
+  float *snap = malloc(server_floats(sv) * sizeof(float)), *o = snap;
+  for (uint32_t t = 0; t < 3; t++) {
+    size_t n = g_layout.tables[t].rows * sv->rf;
+    memcpy(o, sv->t[t], n * sizeof(float));
+    o += n;
+  }
+  res->snap[x] = snap;
+}
 
 static void run(const run_opts_t *o, result_t *res) {
   uint32_t P = o->P;
@@ -243,6 +295,8 @@ static void run(const run_opts_t *o, result_t *res) {
   cacher_t *c;
   assert_int_equal(cacher_create(&co, &c), 0);
   static cacher_dec_t dec[NB];
+  static cacher_flush_t fl[NB][MAXP]; /* cacher_flush between deciding x and x + 1 */
+  memset(fl, 0, sizeof fl);
   char err[512];
   int n_dec = 0;
   for (int x = 0; x < NB; x++) {
@@ -251,6 +305,7 @@ static void run(const run_opts_t *o, result_t *res) {
     while (cacher_ready(c)) {
       int rc = cacher_decide(c, &dec[n_dec], err, sizeof err);
       if (rc) fail_msg("decide: %s", err);
+      if (o->checkpoints && IS_CHECKPOINT(n_dec)) assert_int_equal(cacher_flush(c, fl[n_dec]), 0);
       n_dec++;
     }
   }
@@ -349,6 +404,11 @@ static void run(const run_opts_t *o, result_t *res) {
     }
     res->synced += nc + d->n_delayed;
     res->delayed += d->n_delayed;
+    if (o->checkpoints && IS_CHECKPOINT(x)) { /* x finished everywhere first, as DESIGN.md 5 asks */
+      run_bg(P, ts, &sv, d, &bg);
+      done = (uint64_t)x + 1;
+      checkpoint(P, ts, &sv, fl[x], x, res);
+    }
   }
   run_bg(P, ts, &sv, &dec[NB - 1], &bg);
 
@@ -372,6 +432,7 @@ static void run(const run_opts_t *o, result_t *res) {
   for (uint32_t p = 0; p < P; p++) trainer_step_destroy(ts[p]);
   for (int x = 0; x < NB; x++) {
     cacher_dec_free(&dec[x]);
+    cacher_flush_free(fl[x], P);
     plan_close(&plans[x]);
   }
 }
@@ -459,11 +520,58 @@ static void test_lowered_l_same_model(void **state) {
   }
 }
 
+/* Checkpoints (cacher_flush): after batch x, the rows each trainer's
+ * flush list names, written from its cache to the server without evicting
+ * anything, leave the server -- every row of every table -- with the bits
+ * synchronous training (L = 0, where nothing stays cached) has after x;
+ * and the run goes on to the baseline's digest. */
+static void test_checkpoint_flush(void **state) {
+  (void)state;
+  int runs = 0;
+  for (uint32_t P = 1; P <= MAXP; P++) {
+    result_t base;
+    run_opts_t bo = {.P = P, .lookahead = 0, .lrpp = 1, .delayed = 1, .checkpoints = 1};
+    run(&bo, &base);
+    size_t nf = server_floats(&(server_t){.rf = table_row_floats(&g_layout, 0)});
+    const int ls[] = {0, 1, 4, 16};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+      for (int lrpp = 0; lrpp <= 1; lrpp++)
+        for (int delayed = 0; delayed <= 1; delayed++) {
+          run_opts_t o = {.P = P, .lookahead = ls[i], .lrpp = lrpp, .delayed = delayed, .checkpoints = 1};
+          result_t r;
+          run(&o, &r);
+          size_t flushed = 0;
+          for (int x = 0; x < NB; x++) {
+            if (!IS_CHECKPOINT(x)) {
+              assert_null(r.snap[x]);
+              continue;
+            }
+            assert_non_null(r.snap[x]);
+            assert_int_equal(base.flushed[x], 0); /* L = 0: nothing stays cached */
+            flushed += r.flushed[x];
+            for (size_t f = 0; f < nf; f++)
+              if (memcmp(&r.snap[x][f], &base.snap[x][f], sizeof(float)))
+                fail_msg("P=%u L=%d lrpp=%d delayed=%d: checkpoint after batch %d: float %zu of the server is %.9g, "
+                         "synchronous training has %.9g",
+                         P, ls[i], lrpp, delayed, x, f, (double)r.snap[x][f], (double)base.snap[x][f]);
+          }
+          if (ls[i] == 0) assert_int_equal(flushed, 0);
+          else assert_true(flushed > 0);
+          assert_memory_equal(r.digest, base.digest, 32);
+          result_free(&r);
+          runs++;
+        }
+    result_free(&base);
+  }
+  print_message("%d runs: every checkpoint's server identical to synchronous training's\n", runs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bit_identical_across_l),
       cmocka_unit_test(test_lowered_l_same_model),
       cmocka_unit_test(test_laia_across_l),
+      cmocka_unit_test(test_checkpoint_flush),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -22,10 +22,13 @@
  * owner's current row to every trainer.  Every id a trainer trains must
  * find its row at the slot the cacher named, holding the value synchronous
  * training would have (every earlier update applied), and every row
- * written back must be that value.  The rules of cacher.h (slot reuse
- * after L batches, the gate, write-back owners, which rows are owned and
- * never synchronized, which are replicated, the slot count) are checked
- * along the way.
+ * written back must be that value; after every batch a checkpoint
+ * (cacher_flush's lists written over the store, nothing evicted) must
+ * leave every row of the store at synchronous training's value, each row
+ * listed by one trainer.  The rules of cacher.h (slot reuse after L
+ * batches, the gate, write-back owners, which rows are owned and never
+ * synchronized, which are replicated, the slot count) are checked along
+ * the way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +37,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +119,7 @@ typedef struct run_s {
   uint64_t *used_after;
   uint64_t peak;
   size_t cached_end;
+  cacher_flush_t **fl; /* fl[x]: cacher_flush after deciding x, P lists */
   int rc;
   char err[256];
 } run_t;
@@ -126,6 +131,7 @@ static void run_cache(const stream_t *s, const cacher_opts_t *o, run_t *r) {
   r->d = calloc(s->n, sizeof *r->d);
   r->cached_after = calloc(s->n, sizeof *r->cached_after);
   r->used_after = calloc(s->n, sizeof *r->used_after);
+  r->fl = calloc(s->n, sizeof *r->fl);
   cacher_t *c;
   assert_int_equal(cacher_create(o, &c), 0);
   for (size_t x = 0; x < s->n && !r->rc; x++) {
@@ -137,6 +143,9 @@ static void run_cache(const stream_t *s, const cacher_opts_t *o, run_t *r) {
       assert_int_equal(r->d[r->n].iteration, r->n);
       r->cached_after[r->n] = cacher_cached(c);
       r->used_after[r->n] = cacher_slots_used(c);
+      /* what a checkpoint at this batch would write back (check_run checks it) */
+      r->fl[r->n] = calloc(o->trainers, sizeof **r->fl);
+      assert_int_equal(cacher_flush(c, r->fl[r->n]), 0);
       assert_true(cacher_lookahead(c) == r->d[r->n].lookahead);
       r->n++;
     }
@@ -159,7 +168,12 @@ static void run_cache(const stream_t *s, const cacher_opts_t *o, run_t *r) {
 }
 
 static void run_free(run_t *r) {
-  for (size_t x = 0; x < r->n; x++) cacher_dec_free(&r->d[x]);
+  for (size_t x = 0; x < r->n; x++) {
+    cacher_flush_free(r->fl[x], r->d[x].trainers);
+    free(r->fl[x]);
+    cacher_dec_free(&r->d[x]);
+  }
+  free(r->fl);
   free(r->d);
   free(r->cached_after);
   free(r->used_after);
@@ -193,6 +207,7 @@ typedef struct sim_out_s {
   uint64_t taken_over; /* ... of those, cached shared rows taken over (stale_slots entries on the others) */
   uint64_t replicated; /* replicate entries */
   uint64_t owned_hits; /* hits on a row owned by its (only) user */
+  uint64_t flushed_owned, flushed_shared; /* cacher_flush entries over the run, by kind */
 } sim_out_t;
 
 #define SHARED_OWNER UINT32_MAX
@@ -220,6 +235,8 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
   uint64_t *slot_key = malloc(SMAX * sizeof *slot_key);
   int64_t *freed_at = malloc(SMAX * sizeof *freed_at);
   uint8_t *listed = calloc(SMAX, 1);
+  uint8_t *flushed = calloc(NK, 1);
+  uint64_t *ck = malloc(NK * sizeof *ck); /* the store as a checkpoint leaves it */
   uint64_t **tc_key = calloc(P, sizeof *tc_key), **tc_val = calloc(P, sizeof *tc_val);
   uint8_t **tc_stale = calloc(P, sizeof *tc_stale);
   for (size_t i = 0; i < NK; i++) {
@@ -539,6 +556,46 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
       last_use[k] = (int64_t)x;
       in_x[k] = 0;
     }
+    /* a checkpoint at x (cacher_flush between x's decision and x + 1's):
+     * every row cached after x is in exactly one trainer's list -- its
+     * owner's, or table_mix64 % P's when shared --, at its slot, and that
+     * trainer's copy is current; with the lists written over the store
+     * (nothing evicted) the store holds, for every key, what synchronous
+     * training has after x.  Every third batch the lists go to the store
+     * itself, as a checkpoint does, and the run goes on from there. */
+    const cacher_flush_t *fl = r->fl[x];
+    memcpy(ck, store, NK * sizeof *ck);
+    size_t n_flushed = 0;
+    for (uint32_t q = 0; q < P; q++)
+      for (size_t i = 0; i < fl[q].n; i++) {
+        uint64_t key = fl[q].keys[i];
+        uint32_t sl = fl[q].slots[i];
+        size_t k = KI(key);
+        if (i) assert_true(fl[q].keys[i - 1] < key);
+        assert_int_equal(key_slot[k], sl);
+        if (flushed[k]) fail_msg("batch %zu: key %#" PRIx64 " in two trainers' flush lists", x, key);
+        flushed[k] = 1;
+        if (owner_of[k] == SHARED_OWNER) {
+          assert_int_equal(q, (uint32_t)(table_mix64(key) % P));
+          out->flushed_shared++;
+        } else {
+          assert_int_equal(q, owner_of[k]);
+          out->flushed_owned++;
+        }
+        assert_true(tc_key[q][sl] == key);
+        assert_false(tc_stale[q][sl]);
+        ck[k] = tc_val[q][sl];
+        if (x % 3 == 1) store[k] = tc_val[q][sl];
+        n_flushed++;
+      }
+    assert_int_equal(n_flushed, r->cached_after[x]);
+    if (L0 == 0) assert_int_equal(n_flushed, 0); /* (an L lowered to 0 leaves earlier rows cached) */
+    for (size_t k = 0; k < NK; k++) {
+      if (ck[k] != true_cnt[k])
+        fail_msg("checkpoint at batch %zu: table %zu row %zu holds %" PRIu64 " updates, synchronous training %" PRIu64,
+                 x, k / s->max_rows, k % s->max_rows, ck[k], true_cnt[k]);
+      flushed[k] = 0;
+    }
     /* replication: after x's update, each row x + 1's decision lists
      * (cached, owned by the listed trainer, used at x + 1 by another
      * trainer or by several) goes from its owner, current, to every
@@ -635,6 +692,8 @@ static void check_run(const stream_t *s, const cacher_opts_t *o, const run_t *r,
   free(slot_key);
   free(freed_at);
   free(listed);
+  free(flushed);
+  free(ck);
 }
 
 /* ------------------------------------------------------------------ Figure 6 */
@@ -1106,6 +1165,56 @@ static void test_properties(void **state) {
   assert_int_equal(runs, 3 * 2 * 4 * 2 * 2);
 }
 
+/* cacher_flush, the write-back of a checkpoint: for every (P, L, lrpp,
+ * delayed) check_run takes a checkpoint after every batch (on a copy of
+ * the store, and every third batch on the store itself) and checks it
+ * against synchronous training; here: the lists hold both kinds of rows
+ * where both exist, and nothing with L = 0. */
+static void test_flush(void **state) {
+  (void)state;
+  static const uint32_t Ls[] = {0, 1, 4, 16};
+  int runs = 0;
+  for (uint32_t P = 1; P <= 3; P++) {
+    stream_t s;
+    stream_random(&s, 3100 + P, 50, P, 3, 40, 1 + P % 2, P == 2 ? PLAN_ALLOC_RANDOM : PLAN_ALLOC_CONTIGUOUS);
+    for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
+      for (int lrpp = 0; lrpp <= 1; lrpp++)
+        for (int delayed = 0; delayed <= 1; delayed++) {
+          cacher_opts_t o = {.trainers = P, .lookahead = Ls[li], .lrpp = lrpp, .delayed = delayed};
+          run_t r;
+          sim_out_t so;
+          run_cache(&s, &o, &r);
+          assert_int_equal(r.rc, 0);
+          check_run(&s, &o, &r, &so);
+          if (Ls[li] == 0) {
+            assert_int_equal(so.flushed_owned + so.flushed_shared, 0);
+          } else {
+            assert_int_equal(so.flushed_shared > 0, !lrpp || P > 1); /* with LRPP one trainer owns every row */
+            assert_int_equal(so.flushed_owned > 0, lrpp);
+          }
+          run_free(&r);
+          runs++;
+        }
+    /* the lists of a cacher that failed, and before any decision */
+    cacher_opts_t o = {.trainers = P, .lookahead = 2, .cache_rows = 1, .lrpp = 1, .delayed = 1};
+    cacher_t *c;
+    cacher_flush_t fl[3];
+    assert_int_equal(cacher_create(&o, &c), 0);
+    assert_int_equal(cacher_flush(c, fl), 0);
+    for (uint32_t q = 0; q < P; q++) assert_int_equal(fl[q].n, 0);
+    cacher_flush_free(fl, P);
+    for (size_t x = 0; x < 3; x++) assert_int_equal(cacher_push(c, &s.pl[x]), 0);
+    cacher_dec_t d;
+    char err[256];
+    assert_int_equal(cacher_decide(c, &d, err, sizeof err), ERR_CONFIG);
+    assert_int_equal(cacher_flush(c, fl), -EINVAL);
+    for (uint32_t q = 0; q < P; q++) assert_null(fl[q].keys);
+    cacher_destroy(c);
+    stream_free(&s);
+  }
+  assert_int_equal(runs, 3 * 4 * 2 * 2);
+}
+
 /* cache_rows limits: = need never lowers L; = need - 1 lowers it and stays
  * within the limit; < need(0) fails with ERR_CONFIG. */
 static void test_capacity(void **state) {
@@ -1335,7 +1444,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_figure6),  cmocka_unit_test(test_lrpp_by_hand), cmocka_unit_test(test_properties),
       cmocka_unit_test(test_capacity), cmocka_unit_test(test_auto),         cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_inconsistent_plans),
+      cmocka_unit_test(test_inconsistent_plans), cmocka_unit_test(test_flush),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

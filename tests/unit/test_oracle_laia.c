@@ -13,7 +13,11 @@
  * by two trainers in a batch attract nobody, expired rows attract
  * nobody), and by the result that matters: fewer rows shared between
  * trainers per batch, and fewer rows changing hands between batches, than
- * contiguous allocation.
+ * contiguous allocation.  A checkpoint's laia_save / laia_load must give
+ * an allocator that goes on exactly as the saved one (owners, statistics,
+ * the state's very bytes), from any batch (before the first, during and
+ * after the profile); other options, truncated and corrupt states are
+ * refused with a sentence, never crash.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,8 +26,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
+
+#include "err.h"
 
 #include "laia.h"
 #include "plan.h"
@@ -401,6 +409,253 @@ static void test_fewer_rows_moved(void **state) {
   data_batch_free(&b);
 }
 
+/* ------------------------------------------------------------ save, load */
+
+#define SL_N 40 /* batches */
+
+/* What A showed after a batch, to compare B with. */
+typedef struct shown_s {
+  laia_stats_t st;
+  uint64_t next;
+  int profiled, scored[MAXT + 1];
+  double share[MAXT + 1];
+} shown_t;
+
+static void show(const laia_t *l, shown_t *s) {
+  laia_stats(l, &s->st);
+  s->next = laia_next_iteration(l);
+  s->profiled = laia_profiled(l);
+  for (uint32_t t = 0; t < MAXT + 1; t++) {
+    s->scored[t] = laia_table_scored(l, t);
+    s->share[t] = laia_table_share(l, t);
+  }
+}
+
+static void assert_same_shown(const shown_t *a, const laia_t *l, const char *what, size_t k) {
+  shown_t b;
+  show(l, &b);
+  const laia_stats_t sa = a->st, sb = b.st;
+  if (sa.batches != sb.batches || sa.samples != sb.samples || sa.scored != sb.scored || sa.best != sb.best ||
+      sa.rows_held != sb.rows_held || sa.tables != sb.tables || sa.tables_scored != sb.tables_scored)
+    fail_msg("%s, saved after %zu batches: statistics differ (batches %llu/%llu scored %llu/%llu best %llu/%llu rows held "
+             "%zu/%zu tables scored %u/%u)",
+             what, k, (unsigned long long)sa.batches, (unsigned long long)sb.batches, (unsigned long long)sa.scored,
+             (unsigned long long)sb.scored, (unsigned long long)sa.best, (unsigned long long)sb.best, sa.rows_held,
+             sb.rows_held, sa.tables_scored, sb.tables_scored);
+  assert_int_equal(a->next, b.next);
+  assert_int_equal(a->profiled, b.profiled);
+  for (uint32_t t = 0; t < MAXT + 1; t++) {
+    if (a->scored[t] != b.scored[t]) fail_msg("%s, saved after %zu batches: table %u scored %d/%d", what, k, t, a->scored[t], b.scored[t]);
+    double x = a->share[t], y = b.share[t];
+    assert_true((isnan(x) && isnan(y)) || x == y);
+  }
+}
+
+/* Allocator A runs over SL_N batches and is saved after k of them, for
+ * every k; B, loaded from each, runs the rest: the same owners bit for bit
+ * and the same statistics after every batch, and at the end the same
+ * state to the byte.  Over P, window (1: rows expire and the map drops
+ * them), a profile that ends at batch 6 (and drops table 3, whose ids are
+ * all new) or none, a stream starting at 0 or at 7, and batches smaller
+ * than P. */
+static void test_save_load(void **state) {
+  (void)state;
+  static const uint64_t rows[MAXT] = {3000, 300, 40, UINT64_C(1) << 50};
+  const uint32_t Ps[] = {1, 2, 3, 5}, windows[] = {1, 4, 30}, profiles[] = {0, 6};
+  int loads = 0;
+  for (size_t pi = 0; pi < sizeof Ps / sizeof *Ps; pi++)
+    for (size_t wi = 0; wi < sizeof windows / sizeof *windows; wi++)
+      for (size_t fi = 0; fi < sizeof profiles / sizeof *profiles; fi++) {
+        uint32_t P = Ps[pi];
+        laia_opts_t o = {.trainers = P, .window = windows[wi], .seed = 40 + P, .profile = profiles[fi], .min_share = 0.02};
+        uint64_t x0 = (pi + wi) % 2 ? 7 : 0;
+        data_batch_t b[SL_N];
+        sm_state = 500 + pi * 100 + wi * 10 + fi;
+        for (uint64_t x = 0; x < SL_N; x++) {
+          uint32_t B = (uint32_t)(x % 9 == 4 ? 2 : 20 + x % 13);
+          random_batch(&b[x], x0 + x, B, 4, 1 + (uint32_t)(x % 2), rows);
+        }
+        /* A, saved after every batch */
+        uint8_t *buf[SL_N + 1];
+        size_t len[SL_N + 1];
+        uint32_t owner_a[SL_N][64];
+        shown_t shown_a[SL_N];
+        laia_t *a;
+        assert_int_equal(laia_create(&o, &a), 0);
+        for (size_t x = 0; x <= SL_N; x++) {
+          assert_int_equal(laia_save(a, &buf[x], &len[x]), 0);
+          if (x == SL_N) break;
+          assert_int_equal(laia_assign(a, &b[x], owner_a[x]), 0);
+          assert_int_equal(laia_next_iteration(a), x0 + x + 1);
+          show(a, &shown_a[x]);
+        }
+        if (o.profile) { /* the profile ended and dropped a table */
+          assert_true(laia_profiled(a));
+          assert_false(laia_table_scored(a, 3));
+          assert_true(laia_table_scored(a, 1));
+        }
+        /* B from each: the rest of the stream as A did it */
+        for (size_t k = 0; k <= SL_N; k++) {
+          char why[256];
+          laia_t *l;
+          int rc = laia_load(&o, buf[k], len[k], &l, why, sizeof why);
+          if (rc) fail_msg("P=%u window=%u profile=%u: load after %zu batches: %s", P, o.window, o.profile, k, why);
+          uint8_t *again;
+          size_t again_len;
+          assert_int_equal(laia_save(l, &again, &again_len), 0); /* loaded = saved, to the byte */
+          assert_int_equal(again_len, len[k]);
+          assert_memory_equal(again, buf[k], len[k]);
+          free(again);
+          assert_int_equal(laia_next_iteration(l), k ? x0 + k : 0);
+          for (size_t x = k; x < SL_N; x++) {
+            uint32_t got[64];
+            assert_int_equal(laia_assign(l, &b[x], got), 0);
+            for (uint32_t i = 0; i < b[x].n; i++)
+              if (got[i] != owner_a[x][i])
+                fail_msg("P=%u window=%u profile=%u, saved after %zu batches: batch %zu sample %u goes to %u, "
+                         "uninterrupted to %u",
+                         P, o.window, o.profile, k, x, i, got[i], owner_a[x][i]);
+            assert_same_shown(&shown_a[x], l, "statistics", k);
+          }
+          assert_int_equal(laia_save(l, &again, &again_len), 0);
+          assert_int_equal(again_len, len[SL_N]);
+          assert_memory_equal(again, buf[SL_N], len[SL_N]);
+          free(again);
+          laia_destroy(l);
+          loads++;
+        }
+        laia_destroy(a);
+        for (size_t x = 0; x <= SL_N; x++) free(buf[x]);
+        for (uint64_t x = 0; x < SL_N; x++) data_batch_free(&b[x]);
+      }
+  assert_int_equal(loads, 4 * 3 * 2 * (SL_N + 1));
+}
+
+/* A state made with other options is refused, naming the field and both
+ * values; truncated at any length, any bit flipped, or contents no
+ * allocator could have left (under a valid checksum): -EBADMSG with a
+ * sentence, never a crash. */
+static void test_load_refused(void **state) {
+  (void)state;
+  static const uint64_t rows[MAXT] = {300, 40, 0, 0};
+  laia_opts_t o = {.trainers = 2, .window = 8, .seed = 9, .profile = 3, .min_share = 0.25};
+  laia_t *l;
+  assert_int_equal(laia_create(&o, &l), 0);
+  sm_state = 5;
+  for (uint64_t x = 0; x < 6; x++) {
+    data_batch_t b;
+    uint32_t owner[16];
+    random_batch(&b, x, 16, 2, 1, rows);
+    assert_int_equal(laia_assign(l, &b, owner), 0);
+    data_batch_free(&b);
+  }
+  uint8_t *buf;
+  size_t len;
+  assert_int_equal(laia_save(l, &buf, &len), 0);
+  laia_destroy(l);
+  char why[512];
+  laia_t *out = (laia_t *)1;
+  assert_int_equal(laia_load(&o, buf, len, &out, why, sizeof why), 0);
+  laia_destroy(out);
+  /* other options */
+  struct {
+    laia_opts_t o;
+    const char *saved, *now;
+  } other[] = {
+      {{.trainers = 3, .window = 8, .seed = 9, .profile = 3, .min_share = 0.25}, "trainers = 2", "trainers = 3"},
+      {{.trainers = 2, .window = 16, .seed = 9, .profile = 3, .min_share = 0.25}, "window = 8", "window = 16"},
+      {{.trainers = 2, .window = 8, .seed = 10, .profile = 3, .min_share = 0.25}, "seed = 9", "seed = 10"},
+      {{.trainers = 2, .window = 8, .seed = 9, .profile = 0, .min_share = 0.25}, "profile = 3", "profile = 0"},
+      {{.trainers = 2, .window = 8, .seed = 9, .profile = 3, .min_share = 0.5}, "min_share = 0.25", "min_share = 0.5"},
+  };
+  for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+    out = (laia_t *)1;
+    assert_int_equal(laia_load(&other[i].o, buf, len, &out, why, sizeof why), ERR_CONFIG);
+    assert_null(out);
+    if (!strstr(why, other[i].saved) || !strstr(why, other[i].now))
+      fail_msg("other options: \"%s\" should name %s and %s", why, other[i].saved, other[i].now);
+  }
+  print_message("e.g.: %s\n", why);
+  laia_opts_t bad = o;
+  bad.trainers = 0;
+  assert_int_equal(laia_load(&bad, buf, len, &out, why, sizeof why), -EINVAL);
+  assert_true(why[0] != 0);
+  /* laia_start_at: a fresh allocator made to start at 4 refuses 3, takes 4,
+   * and no longer moves */
+  assert_int_equal(laia_create(&o, &l), 0);
+  assert_int_equal(laia_next_iteration(l), 0);
+  assert_int_equal(laia_start_at(l, 4), 0);
+  assert_int_equal(laia_next_iteration(l), 4);
+  uint8_t *sbuf;
+  size_t slen;
+  assert_int_equal(laia_save(l, &sbuf, &slen), 0); /* saved so, it loads so */
+  laia_destroy(l);
+  assert_int_equal(laia_load(&o, sbuf, slen, &l, why, sizeof why), 0);
+  free(sbuf);
+  assert_int_equal(laia_next_iteration(l), 4);
+  data_batch_t b4;
+  uint32_t owner4[16];
+  random_batch(&b4, 3, 16, 2, 1, rows);
+  assert_int_equal(laia_assign(l, &b4, owner4), -EINVAL);
+  b4.iteration = 4;
+  assert_int_equal(laia_assign(l, &b4, owner4), 0);
+  assert_int_equal(laia_next_iteration(l), 5);
+  assert_int_equal(laia_start_at(l, 9), -EINVAL);
+  data_batch_free(&b4);
+  laia_destroy(l);
+  /* truncated: every length */
+  for (size_t n = 0; n < len; n++) {
+    uint8_t *cut = malloc(n + 1); /* its own allocation: a read past n shows under ASan */
+    memcpy(cut, buf, n);
+    out = (laia_t *)1;
+    why[0] = 0;
+    assert_int_equal(laia_load(&o, cut, n, &out, why, sizeof why), -EBADMSG);
+    assert_null(out);
+    assert_true(why[0] != 0);
+    free(cut);
+  }
+  /* one bit flipped, anywhere */
+  uint8_t *flip = malloc(len);
+  for (size_t i = 0; i < len; i++)
+    for (int bit = 0; bit < 8; bit += 3) {
+      memcpy(flip, buf, len);
+      flip[i] ^= (uint8_t)(1u << bit);
+      why[0] = 0;
+      int rc = laia_load(&o, flip, len, &out, why, sizeof why);
+      if (rc != -EBADMSG) fail_msg("byte %zu bit %d flipped: %d (%s)", i, bit, rc, why);
+      assert_true(why[0] != 0);
+    }
+  assert_non_null(strstr(why, "checksum"));
+  /* valid checksums over what no allocator leaves: an unknown version, a
+   * holder that is no trainer, an entry moved out of its probe's reach */
+  const size_t hdr = 104 + 17 * 2; /* the format of laia.c: header, two tables' counters */
+  uint64_t n_ent = 0;
+  for (int i = 0; i < 8; i++) n_ent |= (uint64_t)buf[96 + i] << (8 * i);
+  assert_true(n_ent >= 2);
+  assert_int_equal(len, hdr + 24 * n_ent + 8);
+  for (int c = 0; c < 3; c++) {
+    memcpy(flip, buf, len);
+    if (c == 0) flip[8] = 2;              /* version 2 */
+    if (c == 1) flip[hdr + 20] = 3;       /* the first entry's holder: trainer 2 of 2 */
+    if (c == 2) {                         /* the last entry one place further (or back to 0) */
+      uint8_t *e = flip + hdr + 24 * (n_ent - 1);
+      uint64_t at = 0, cap = 0;
+      for (int i = 0; i < 8; i++) at |= (uint64_t)e[i] << (8 * i), cap |= (uint64_t)flip[88 + i] << (8 * i);
+      at = (at + 1) % cap;
+      for (int i = 0; i < 8; i++) e[i] = (uint8_t)(at >> (8 * i));
+    }
+    uint64_t sum = XXH3_64bits(flip, len - 8);
+    for (int i = 0; i < 8; i++) flip[len - 8 + i] = (uint8_t)(sum >> (8 * i));
+    out = (laia_t *)1;
+    assert_int_equal(laia_load(&o, flip, len, &out, why, sizeof why), -EBADMSG);
+    assert_null(out);
+    print_message("corrupt %d: %s\n", c, why);
+    assert_non_null(strstr(why, c == 0 ? "version" : c == 1 ? "out of range" : "corrupt"));
+  }
+  free(flip);
+  free(buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_by_hand),
@@ -408,6 +663,8 @@ int main(void) {
       cmocka_unit_test(test_matches_reference),
       cmocka_unit_test(test_adaptive),
       cmocka_unit_test(test_fewer_rows_moved),
+      cmocka_unit_test(test_save_load),
+      cmocka_unit_test(test_load_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

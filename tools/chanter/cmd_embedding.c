@@ -161,7 +161,7 @@ static int do_digest(cli_t *cli, embc_t *c) {
   uint32_t n = embc_servers(c);
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-  uint64_t total = 0;
+  uint64_t total = 0, lane[4] = {0, 0, 0, 0};
   int rc = 0;
   if (cli->json) printf("{\"servers\": [");
   for (uint32_t s = 0; s < n; s++) {
@@ -174,11 +174,21 @@ static int do_digest(cli_t *cli, embc_t *c) {
     Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
     EVP_DigestUpdate(md, d->sha256.data, d->sha256.len);
     total += d->rows;
+    /* the set digest: lane-wise sum of the servers' (the same for any sharding) */
+    char set_hex[65] = "";
+    if (d->set_sha256.len == 32) {
+      for (int l = 0; l < 4; l++) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; b--) v = v << 8 | d->set_sha256.data[8 * l + b];
+        lane[l] += v;
+      }
+      for (int i = 0; i < 32; i++) snprintf(set_hex + 2 * i, 3, "%02x", d->set_sha256.data[i]);
+    }
     if (cli->json)
-      printf("%s\n  {\"server\": %u, \"address\": \"%s\", \"rows\": %" PRIu64 ", \"sha256\": \"%s\"}", s ? "," : "", s,
-             embc_address(c, s), d->rows, d->hex);
+      printf("%s\n  {\"server\": %u, \"address\": \"%s\", \"rows\": %" PRIu64 ", \"sha256\": \"%s\", \"set_sha256\": \"%s\"}",
+             s ? "," : "", s, embc_address(c, s), d->rows, d->hex, set_hex);
     else
-      printf("server %u (%s): rows=%" PRIu64 " sha256=%s\n", s, embc_address(c, s), d->rows, d->hex);
+      printf("server %u (%s): rows=%" PRIu64 " sha256=%s set=%s\n", s, embc_address(c, s), d->rows, d->hex, set_hex);
     protobuf_c_message_free_unpacked(resp, NULL);
   }
   uint8_t h[32];
@@ -189,13 +199,14 @@ static int do_digest(cli_t *cli, embc_t *c) {
     if (cli->json) printf("\n]}\n");
     return 1;
   }
-  char hex[65];
+  char hex[65], set_hex[65];
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+  for (int i = 0; i < 32; i++) snprintf(set_hex + 2 * i, 3, "%02x", (unsigned)(uint8_t)(lane[i / 8] >> (8 * (i % 8))));
   /* the combined digest: SHA-256 over the servers' digests in shard order */
   if (cli->json)
-    printf("\n], \"rows\": %" PRIu64 ", \"digest\": \"%s\"}\n", total, hex);
+    printf("\n], \"rows\": %" PRIu64 ", \"digest\": \"%s\", \"set_sha256\": \"%s\"}\n", total, hex, set_hex);
   else
-    printf("combined: rows=%" PRIu64 " digest=%s\n", total, hex);
+    printf("combined: rows=%" PRIu64 " digest=%s set=%s\n", total, hex, set_hex);
   return 0;
 }
 
@@ -217,20 +228,20 @@ static int do_stats(cli_t *cli, embc_t *c) {
              ", \"lookup_calls\": %" PRIu64 ", \"lookup_rows\": %" PRIu64 ", \"hot_hits\": %" PRIu64
              ", \"kv_reads\": %" PRIu64 ", \"lazy_inits\": %" PRIu64 ", \"writeback_calls\": %" PRIu64
              ", \"writeback_rows\": %" PRIu64 ", \"rejected_calls\": %" PRIu64 ", \"stored_rows_estimate\": %" PRIu64
-             ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\"}",
+             ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\", \"has_rows\": %s, \"has_blobs\": %s}",
              s ? "," : "", s, embc_address(c, s), r->shard, r->shards, r->hot_rows, r->hot_bytes, r->hot_capacity_bytes,
              r->hot_evictions, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads, r->lazy_inits,
              r->write_back_calls, r->write_back_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
-             r->data_dir);
+             r->data_dir, r->has_rows ? "true" : "false", r->has_blobs ? "true" : "false");
     else
       printf("server %u (%s) shard %u/%u\n  lookups: %" PRIu64 " calls, %" PRIu64 " rows (%" PRIu64 " from memory, %" PRIu64
              " from RocksDB, %" PRIu64 " lazily initialized)\n  write-backs: %" PRIu64 " calls, %" PRIu64
              " rows\n  memory tier: %" PRIu64 " rows, %.1f of %.1f MiB, %" PRIu64 " evictions\n  stored rows (estimate): %" PRIu64
-             "\n  rejected calls: %" PRIu64 "\n  data dir: %s\n",
+             "\n  stored: %s, %s\n  rejected calls: %" PRIu64 "\n  data dir: %s\n",
              s, embc_address(c, s), r->shard, r->shards, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads,
              r->lazy_inits, r->write_back_calls, r->write_back_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
-             (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate, r->rejected_calls,
-             r->data_dir);
+             (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate,
+             r->has_rows ? "rows" : "no rows", r->has_blobs ? "blobs" : "no blobs", r->rejected_calls, r->data_dir);
     protobuf_c_message_free_unpacked(resp, NULL);
   }
   if (cli->json) printf("\n]}\n");
@@ -298,11 +309,12 @@ static int do_list(cli_t *cli, embc_t *c) {
     for (size_t i = 0; i < r->n_checkpoints; i++) {
       Chanter__Embedding__V1__CheckpointInfo *ci = r->checkpoints[i];
       if (cli->json)
-        printf("%s{\"id\": \"%s\", \"path\": \"%s\", \"created_unix\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
-               i ? ", " : "", ci->id, ci->path, ci->created_unix, ci->bytes);
+        printf("%s{\"id\": \"%s\", \"path\": \"%s\", \"created_unix\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"sealed\": %s}",
+               i ? ", " : "", ci->id, ci->path, ci->created_unix, ci->bytes, ci->sealed ? "true" : "false");
       else
-        printf("server %u: %s\t%" PRIu64 " bytes\tcreated %" PRIu64 "\t%s\n", s, ci->id, ci->bytes, ci->created_unix,
-               ci->path);
+        printf("server %u: %s\t%" PRIu64 " bytes\tcreated %" PRIu64 "\t%s\t%s\n", s, ci->id, ci->bytes,
+               ci->created_unix, ci->sealed ? "sealed" : "unsealed", ci->path);
     }
     if (cli->json) printf("]}");
     protobuf_c_message_free_unpacked(resp, NULL);

@@ -286,6 +286,11 @@ static int local_up(cli_t *cli, const char *workdir) {
   if ((rc = set_addrs(cfg, "cluster.dataproc", u.ps, nd)) || (rc = set_addrs(cfg, "cluster.embedding", u.ps + nd, ne)) ||
       (rc = write_job(cfg, u.job)))
     goto fail;
+  if (!*cfg_str(cfg, "oracle.state_dir")) { /* the oracle's copy of every checkpoint manifest */
+    char kv[4300], e2[512];
+    snprintf(kv, sizeof kv, "oracle.state_dir=%s/oracle", workdir);
+    if ((rc = cfg_set(cfg, kv, "chanter local up", e2, sizeof e2)) || (rc = write_job(cfg, u.job))) goto fail;
+  }
   if ((rc = start_group(&u, "oracle", "chanter-oracle", 1, NULL, listen_extra))) goto fail;
   if ((rc = set_addrs(cfg, "cluster.oracle", u.ps + nd + ne, 1)) || (rc = write_job(cfg, u.job))) goto fail;
   if ((rc = start_group(&u, "trainer", "chanter-trainer", nt, "--rank", NULL))) goto fail;

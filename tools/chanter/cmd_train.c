@@ -298,14 +298,16 @@ static int json_str_at(const char *json, const char *key, size_t idx, char *out,
   }
 }
 
-/* Combined embedding digest (SHA-256 over the servers' digests in shard
- * order, as `chanter embedding digest` prints it) and stored rows. */
+/* The embedding digest: the servers' set digests (each the lane-wise sum
+ * mod 2^64 of SHA-256(key, row) over its rows) summed lane by lane, then
+ * hashed -- the same however the rows are spread over the servers, so a
+ * job resumed onto another server count keeps its digest -- and the
+ * stored rows. */
 static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char *err, size_t n) {
   embc_t *c;
   int rc = embc_create(cfg, &c, err, n);
   if (rc) return rc;
-  EVP_MD_CTX *md = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  uint64_t lane[4] = {0, 0, 0, 0};
   *rows = 0;
   for (uint32_t s = 0; s < embc_servers(c) && !rc; s++) {
     Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
@@ -313,20 +315,44 @@ static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char
     rc = embc_call(c, s, "Digest", &req.base, &chanter__embedding__v1__digest_response__descriptor, &resp, err, n);
     if (rc) break;
     Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
-    EVP_DigestUpdate(md, d->sha256.data, d->sha256.len);
+    if (d->set_sha256.len != 32) {
+      rc = err_set(err, n, ERR_BADMSG, "embedding server %u sent a set digest of %zu bytes, not 32", s, d->set_sha256.len);
+    } else {
+      for (int k = 0; k < 4; k++) {
+        uint64_t v = 0;
+        for (int b = 0; b < 8; b++) v |= (uint64_t)d->set_sha256.data[8 * k + b] << (8 * b);
+        lane[k] += v;
+      }
+    }
     *rows += d->rows;
     protobuf_c_message_free_unpacked(resp, NULL);
   }
-  uint8_t h[32];
+  uint8_t buf[32], h[32];
+  for (int k = 0; k < 4; k++)
+    for (int b = 0; b < 8; b++) buf[8 * k + b] = (uint8_t)(lane[k] >> (8 * b));
   unsigned hl = 0;
-  EVP_DigestFinal_ex(md, h, &hl);
-  EVP_MD_CTX_free(md);
+  EVP_Digest(buf, sizeof buf, h, &hl, EVP_sha256(), NULL);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
   embc_destroy(c);
   return rc;
 }
 
-static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
+/* Says what a checkpoint took, once per new one. */
+static void checkpoint_line(int tty, const char *summary, double *seen) {
+  double n = cli_json_num(summary, "checkpoints");
+  if (isnan(n) || n <= *seen) return;
+  *seen = n;
+  const char *o = strstr(summary, "\"checkpoint\": {");
+  if (!o) return;
+  char id[128] = "";
+  json_str(o, "id", id, sizeof id);
+  fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, stalled training %.0f ms, took %.0f ms, %.1f MB on "
+                  "the servers\n",
+          tty ? "\r" : "", id, cli_json_num(o, "iteration"), 1e3 * cli_json_num(o, "stall_seconds"),
+          1e3 * cli_json_num(o, "total_seconds"), cli_json_num(o, "bytes") / 1e6);
+}
+
+static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char *resume, int fresh) {
   char err[1024] = "";
   int owned = 0, rc = 1;
   cfg_t *cfg = cli_cluster_cfg(cli, workdir, &owned, err, sizeof err);
@@ -341,7 +367,8 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
     goto out;
   }
   int tty = isatty(2);
-  double t0 = bench_now(), progress_at = t0, last_print = 0;
+  double t0 = bench_now(), progress_at = t0, last_print = 0, ckpt_seen = 0;
+  int asked = 0; /* --resume / --fresh sent */
   uint64_t last_it = UINT64_MAX;
   size_t warned = 0; /* the job's warnings printed so far: each once, as soon as the oracle has it */
   Chanter__Oracle__V1__StatusResponse *st = NULL;
@@ -360,6 +387,33 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet) {
       last_it = st->iteration;
       progress_at = now;
     }
+    if (!strcmp(st->state, "held")) {
+      /* the embedding servers hold another job's state: go on from a checkpoint, or start over, as asked */
+      if (!resume && !fresh) {
+        fprintf(stderr, "%schanter train: the job is held: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
+        goto out;
+      }
+      if (asked) { /* refused (the message says why), or not yet applied */
+        fprintf(stderr, "%schanter train: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
+        goto out;
+      }
+      char msg[1536];
+      if (orc_start(o, resume, fresh, msg, sizeof msg, err, sizeof err)) {
+        fprintf(stderr, "chanter train: %s\n", err);
+        goto out;
+      }
+      asked = 1;
+      if (!quiet) fprintf(stderr, "chanter train: %s\n", msg);
+      usleep(100000);
+      continue;
+    }
+    if (resume && !asked && strcmp(st->state, "waiting") != 0) {
+      fprintf(stderr, "chanter train: --resume: the job did not wait for it: it is %s%s%s (the embedding servers held no "
+                      "state, so it started at iteration 0)\n",
+              st->state, st->message && *st->message ? ": " : "", st->message ? st->message : "");
+      goto out;
+    }
+    if (!quiet) checkpoint_line(tty, st->summary_json, &ckpt_seen);
     int finished = !strcmp(st->state, "done") || !strcmp(st->state, "failed") || !strcmp(st->state, "stopped");
     if (!quiet && (finished || now - last_print > (tty ? 0.25 : 5.0))) {
       double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
@@ -484,8 +538,22 @@ int cmd_train(cli_t *cli) {
   int local = cli_flag(cli, "--local");
   const char *workdir = cli_opt(cli, "--workdir");
   int quiet = cli_flag(cli, "--quiet");
+  int fresh = cli_flag(cli, "--fresh");
+  /* --resume [latest|ID]: the value is optional */
+  const char *resume = NULL;
+  for (int i = 0; i < cli->argc; i++) {
+    if (strcmp(cli->argv[i], "--resume") != 0) continue;
+    int has = i + 1 < cli->argc && cli->argv[i + 1][0] != '-';
+    resume = has ? cli->argv[i + 1] : "latest";
+    int k = has ? 2 : 1;
+    memmove(&cli->argv[i], &cli->argv[i + k], (size_t)(cli->argc - i - k + 1) * sizeof(char *));
+    cli->argc -= k;
+    break;
+  }
   if (cli_done(cli, NULL)) return 2;
-  if (!local) return train_cluster(cli, workdir, quiet);
+  if (resume && fresh) return cli_usage_error(cli, "--resume and --fresh exclude each other");
+  if (local && (resume || fresh)) return cli_usage_error(cli, "--resume and --fresh act on a cluster's job, not --local");
+  if (!local) return train_cluster(cli, workdir, quiet, resume, fresh);
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
     /* no silent fallback to the CPU: say why not, and stop (before
      * loading the data, so the refusal is immediate) */

@@ -39,10 +39,19 @@ static const command_t commands[] = {
      "  down            stop them (SIGTERM, then SIGKILL after 15 s)\n"
      "  status          which are alive\n"},
     {"train", cmd_train,
-     "usage: chanter [--config FILE] [--set k=v ...] train [--workdir DIR] [--quiet]\n"
+     "usage: chanter [--config FILE] [--set k=v ...] train [--workdir DIR] [--quiet] [--resume [latest|ID] | --fresh]\n"
      "       chanter [--config FILE] [--set k=v ...] train --local [--workdir DIR]\n"
      "  (cluster)       watch the cluster's job to the end; summary in DIR/summary.json\n"
+     "  --resume [ID]   the servers hold a stopped job: restore them to its latest (or the named) complete\n"
+     "                  checkpoint and go on from it\n"
+     "  --fresh         the servers hold another job's state: clear them and start at iteration 0\n"
      "  --local         train the job's model in this process, no daemons\n"},
+    {"checkpoint", cmd_checkpoint,
+     "usage: chanter [--config FILE] [--set k=v ...] checkpoint [--workdir DIR] [--wait] [--json]\n"
+     "  a whole-job checkpoint of the running job, as soon as possible (--wait: until it is complete)\n"},
+    {"checkpoints", cmd_checkpoints,
+     "usage: chanter [--config FILE] [--set k=v ...] checkpoints [--workdir DIR] [--json]\n"
+     "  the checkpoints on the embedding servers: id, iteration, time, size per server, complete or not\n"},
     {"embedding", cmd_embedding,
      "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
      "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"

@@ -1,0 +1,156 @@
+/*
+ * manifest: see manifest.h.
+ */
+#include "manifest.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static void sha_hex(const void *p, size_t n, char out[65]) {
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_Digest(p, n, h, &hl, EVP_sha256(), NULL);
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+typedef struct sb_s {
+  char *s;
+  size_t n, cap;
+  int oom;
+} sb_t;
+
+static void add(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(sb_t *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = 1;
+      return;
+    }
+    if (b->s && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t nc = b->cap ? b->cap * 2 : 4096;
+    while (nc < b->n + (size_t)k + 1) nc *= 2;
+    char *q = realloc(b->s, nc);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->s = q;
+    b->cap = nc;
+  }
+}
+
+char *manifest_format(const manifest_t *m, size_t *len) {
+  sb_t b = {0};
+  add(&b, "chanter_checkpoint=1\n");
+  add(&b, "id=%s\njob_id=%s\niteration=%" PRIu64 "\ncreated_unix=%" PRIu64 "\n", m->id, m->job_id, m->iteration,
+      m->created_unix);
+  add(&b, "model=%s\nmodel_shape=%s\noptimizer=%s\nembedding_optimizer=%s\n", m->model, m->model_shape, m->optimizer,
+      m->embedding_optimizer);
+  add(&b, "layout_hash=%016" PRIx64 "\nschema_hash=%016" PRIx64 "\n", m->layout_hash, m->schema_hash);
+  add(&b, "dataset=%s\nseed=%" PRIu64 "\nbatch_size=%" PRIu64 "\niterations=%" PRIu64 "\n", m->dataset, m->seed,
+      m->batch_size, m->iterations);
+  add(&b, "trainers=%" PRIu64 "\nembedding_servers=%" PRIu64 "\nallocation=%s\nlookahead=%s\ncache_rows=%" PRIu64 "\n",
+      m->trainers, m->servers, m->allocation, m->lookahead, m->cache_rows);
+  add(&b, "dense_server=%" PRIu64 "\ndense_blob=%s\noracle_blob=%s\noracle_sha256=%s\nrows_flushed=%" PRIu64 "\n",
+      m->dense_server, m->dense_blob, m->oracle_blob, m->oracle_sha256, m->rows_flushed);
+  for (uint64_t s = 0; s < m->servers && m->server_bytes; s++)
+    add(&b, "server.%" PRIu64 ".bytes=%" PRIu64 "\n", s, m->server_bytes[s]);
+  if (b.oom) {
+    free(b.s);
+    return NULL;
+  }
+  char h[65];
+  sha_hex(b.s, b.n, h);
+  add(&b, "sha256=%s\n", h);
+  if (b.oom) {
+    free(b.s);
+    return NULL;
+  }
+  *len = b.n;
+  return b.s;
+}
+
+void manifest_free(manifest_t *m) {
+  free(m->server_bytes);
+  m->server_bytes = NULL;
+}
+
+int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_t err_len) {
+  memset(m, 0, sizeof *m);
+  const char *sha = NULL;
+  for (size_t i = 0; i + 7 <= len; i++)
+    if ((i == 0 || text[i - 1] == '\n') && !strncmp(text + i, "sha256=", 7)) sha = text + i;
+  if (!sha || len - (size_t)(sha - text) < 7 + 64)
+    return err_set(err, err_len, ERR_BADMSG, "the manifest has no sha256 line (it is cut short, or not a manifest)");
+  char h[65];
+  sha_hex(text, (size_t)(sha - text), h);
+  if (strncmp(sha + 7, h, 64) != 0)
+    return err_set(err, err_len, ERR_BADMSG, "the manifest is damaged: its sha256 line does not match its content");
+  int got = 0, magic = 0;
+  for (const char *p = text; p < sha;) {
+    const char *e = memchr(p, '\n', (size_t)(sha - p));
+    if (!e) break;
+    char ln[2048];
+    size_t l = (size_t)(e - p) < sizeof ln - 1 ? (size_t)(e - p) : sizeof ln - 1;
+    memcpy(ln, p, l);
+    ln[l] = 0;
+    p = e + 1;
+    char *v = strchr(ln, '=');
+    if (!v) continue;
+    *v++ = 0;
+    if (!strcmp(ln, "chanter_checkpoint")) {
+      magic = !strcmp(v, "1");
+      continue;
+    }
+#define MS(k, f)                                  \
+  if (!strcmp(ln, k)) {                           \
+    snprintf(m->f, sizeof m->f, "%s", v);         \
+    got++;                                        \
+    continue;                                     \
+  }
+#define MU(k, f, base)                            \
+  if (!strcmp(ln, k)) {                           \
+    m->f = strtoull(v, NULL, base);               \
+    got++;                                        \
+    continue;                                     \
+  }
+    MS("id", id) MS("job_id", job_id) MS("model", model) MS("model_shape", model_shape) MS("optimizer", optimizer)
+    MS("embedding_optimizer", embedding_optimizer) MS("dataset", dataset) MS("allocation", allocation)
+    MS("lookahead", lookahead) MS("dense_blob", dense_blob) MS("oracle_blob", oracle_blob)
+    MS("oracle_sha256", oracle_sha256) MU("iteration", iteration, 10) MU("created_unix", created_unix, 10)
+    MU("layout_hash", layout_hash, 16) MU("schema_hash", schema_hash, 16) MU("seed", seed, 10)
+    MU("batch_size", batch_size, 10) MU("iterations", iterations, 10) MU("trainers", trainers, 10)
+    MU("embedding_servers", servers, 10) MU("cache_rows", cache_rows, 10) MU("dense_server", dense_server, 10)
+    MU("rows_flushed", rows_flushed, 10)
+#undef MS
+#undef MU
+    unsigned long long s, bytes;
+    if (sscanf(ln, "server.%llu.bytes", &s) == 1 && m->servers && s < m->servers && s < MANIFEST_MAX_SERVERS) {
+      if (!m->server_bytes && !(m->server_bytes = calloc(m->servers, sizeof *m->server_bytes))) return -ENOMEM;
+      bytes = strtoull(v, NULL, 10);
+      m->server_bytes[s] = bytes;
+    }
+  }
+  if (!magic || got < 24 || !m->id[0] || !m->dense_blob[0] || !m->oracle_blob[0] || m->servers == 0 ||
+      m->servers > MANIFEST_MAX_SERVERS) {
+    manifest_free(m);
+    return err_set(err, err_len, ERR_BADMSG, "the manifest lacks fields (%d of 24 found%s)", got,
+                   magic ? "" : ", no chanter_checkpoint=1 line");
+  }
+  return 0;
+}
