@@ -22,6 +22,7 @@ struct embc_s {
   rpc_channel_t **ch;
   int64_t timeout_ms;
   const char *p_lookup, *p_write;
+  volatile int abort; /* embc_abort: retries give up */
 };
 
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
@@ -98,11 +99,15 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
 static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *rd, ProtobufCMessage **resp, char *err, size_t err_len) {
   rpc_status_t st;
-  int rc = rpc_unary_retry(c->ch[s], path, req, rd, c->timeout_ms, resp, &st);
+  int rc = rpc_unary_retry_abortable(c->ch[s], path, req, rd, c->timeout_ms, resp, &st, &c->abort);
   if (rc)
     err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
             st.message[0] ? ": " : "", st.message);
   return rc;
+}
+
+void embc_abort(embc_t *c) {
+  if (c) __atomic_store_n(&c->abort, 1, __ATOMIC_RELEASE);
 }
 
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,

@@ -44,6 +44,10 @@ int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err
 /* Writes rows back; returns once every involved server made them durable. */
 int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len);
 
+/* Calls retrying an unavailable server give up (ERR_CANCELLED) before
+ * their next try, now and from now on: a daemon that stops.  Any thread. */
+void embc_abort(embc_t *c);
+
 /* One unary call to one server (admin RPCs: Digest, Stats, Checkpoint...).
  * method is the .proto method name.  Retries UNAVAILABLE like the others. */
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,

@@ -242,6 +242,12 @@ int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
 int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                     rpc_status_t *st);
+/* The same, giving up (ERR_CANCELLED) before the next try once *abort is
+ * non-zero (a daemon that stops must not wait out the deadline for a peer
+ * that is gone).  abort may be NULL. */
+int rpc_unary_retry_abortable(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
+                              rpc_status_t *st, const volatile int *abort);
 
 /* Like rpc_unary with the request already packed (tests send garbage). */
 int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, size_t len,

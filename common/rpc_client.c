@@ -317,8 +317,18 @@ static int64_t mono_ms(void) {
 int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                     rpc_status_t *st) {
+  return rpc_unary_retry_abortable(ch, path, req, resp_desc, timeout_ms, resp, st, NULL);
+}
+
+int rpc_unary_retry_abortable(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
+                              rpc_status_t *st, const volatile int *abort) {
   int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000), backoff = 20;
   for (;;) {
+    if (abort && *abort) {
+      if (st) snprintf(st->message, sizeof st->message, "given up: this daemon is stopping");
+      return ERR_CANCELLED;
+    }
     int64_t left = deadline - mono_ms();
     if (st) memset(st, 0, sizeof *st);
     int rc = rpc_unary(ch, path, req, resp_desc, left > 1 ? left : 1, resp, st);

@@ -764,7 +764,12 @@ static void servers_work(ck_work_t *w) {
   char name[160];
   snprintf(name, sizeof name, "ckpt.%s.oracle", cp->id);
   if ((w->rc = srv_put_blob(j->ckpt.embc, 0, name, w->oblob, w->oblob_len, w->err, sizeof w->err)) != 0) return;
-  const char *pause = getenv("CHANTER_FAULT_CHECKPOINT_PAUSE_MS"); /* fault injection for the tests: see the README */
+  /* fault injection for the tests (README): CHANTER_FAULT_CHECKPOINT_PAUSE=K:MS pauses the K-th checkpoint of
+   * this oracle MS ms after server 0 took its part, so that a test can kill a server in the middle */
+  static int nth;
+  unsigned fk = 0, fms = 0;
+  const char *fault = getenv("CHANTER_FAULT_CHECKPOINT_PAUSE");
+  int pause = ++nth && fault && sscanf(fault, "%u:%u", &fk, &fms) == 2 && (int)fk == nth;
   for (uint32_t s = 0; s < S; s++) {
     /* a resumed job retakes the ids of the run it went back from: that run's later checkpoints are replaced */
     Chanter__Embedding__V1__DeleteCheckpointRequest del = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
@@ -785,7 +790,10 @@ static void servers_work(ck_work_t *w) {
     const Chanter__Embedding__V1__CheckpointResponse *r = (const void *)resp;
     w->bytes[s] = r->checkpoint ? r->checkpoint->bytes : 0;
     protobuf_c_message_free_unpacked(resp, NULL);
-    if (pause && s == 0) usleep((useconds_t)(atoi(pause) * 1000));
+    if (pause && s == 0) {
+      log_warn("checkpoint %s: pausing %u ms after server 0's part (CHANTER_FAULT_CHECKPOINT_PAUSE)", cp->id, fms);
+      usleep((useconds_t)fms * 1000);
+    }
   }
   manifest_t m = w->job;
   snprintf(m.id, sizeof m.id, "%s", cp->id);

@@ -97,6 +97,9 @@ static void job_end(oracle_job_t *j, int state, const char *why) {
   j->state = state;
   metrics_gauge_set(j->m.state, state);
   oracle_fetch__stop(j);
+  /* a checkpoint under way retrying a server that is gone gives up: the
+   * daemon's loop ends once the worker pool is idle */
+  if (j->ckpt.embc) embc_abort(j->ckpt.embc);
   for (uint32_t p = 0; p < j->P; p++) {
     rpc_call_t *c = j->tr[p].call;
     if (!c) continue;
@@ -395,6 +398,7 @@ void oracle_job_destroy(oracle_job_t *j) {
    * Info still be asked there (stop ends its retries) */
   j->destroying = 1;
   oracle_fetch__stop(j);
+  if (j->ckpt.embc) embc_abort(j->ckpt.embc); /* a checkpoint's calls to a server that is gone give up */
   while (j->pipe.auto_running || j->fetch.info_running || j->ckpt.running) uv_run(j->loop, UV_RUN_ONCE);
   int stuck = oracle_fetch__join(j);
   if (j->handles_open) {

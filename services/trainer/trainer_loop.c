@@ -118,6 +118,9 @@ void trainer_stop(trainer_t *t, const char *why) {
   if (t->stream) rpc_stream_cancel(t->stream);
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
+  /* calls retrying an embedding server that is gone (stopped with the
+   * cluster) give up: the job resumes from its last checkpoint anyway */
+  embc_abort(t->embc);
   trainer_pipeline_wake(t);
 }
 

@@ -18,6 +18,9 @@ cleanup() {
 trap cleanup EXIT
 
 ok()   { echo "ok - $*"; N_OK=$((N_OK + 1)); }
+# running PID: the process exists and is not a zombie (where init does not
+# reap orphans, a daemon that exited stays a zombie until it does)
+running() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | grep -q '^Z'; }
 nok()  { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
 # skip NAME: a check this machine cannot make (said, not counted)
 skip() { echo "ok - # SKIP $*"; }

@@ -33,7 +33,7 @@ INI
 C() { "$BIN/chanter" --config "$JOB" "$@"; }
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 cluster_pids() { awk '{print $2}' "$1/pids" 2>/dev/null; }
-none_alive() { for p in $(cat "$1"); do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+none_alive() { for p in $(cat "$1"); do running "$p" && return 1; done; return 0; }
 
 run_job() { # name [--set ...]: up, train, down; summary in $WORK/name/summary.json
   local name=$1; shift

@@ -97,7 +97,7 @@ for p in "${!PEAK[@]}"; do n=$((n + 1)); [ "${PEAK[$p]}" -gt 524288 ] && big="$b
 expect_rc $? "no daemon holds memory for the 26 x 40M rows ($n daemons measured, peak $(printf '%s\n' "${PEAK[@]}" | sort -n | tail -1) kB$big)"
 grep -qs "tables=26" "$W/logs/embedding-5.log"; expect "embedding servers lay out the 26 tables from W/job.ini"
 "$BIN/chanter" local down --workdir "$W" >/dev/null 2>&1
-left=0; for p in $(awk '{print $2}' "$W/pids" 2>/dev/null); do kill -0 "$p" 2>/dev/null && left=$((left + 1)); done
+left=0; for p in $(awk '{print $2}' "$W/pids" 2>/dev/null); do running "$p" && left=$((left + 1)); done
 [ "$left" -eq 0 ]; expect_rc $? "local down leaves no daemon running"
 
 # --- strict lists: the CLI and a daemon name the file, the line and the entry

@@ -119,10 +119,22 @@ static int load_pids(const char *workdir, proc_t *ps, int cap) {
   return n;
 }
 
+/* A zombie is dead: in a container whose init does not reap orphans (no
+ * tini), a daemon killed with SIGKILL after `local up` exited stays a
+ * zombie, and `local up` must not take it for a running cluster. */
 static int alive(pid_t pid) {
   if (pid <= 0) return 0;
   waitpid(pid, NULL, WNOHANG); /* reap if it is our child */
-  return kill(pid, 0) == 0;
+  if (kill(pid, 0) != 0) return 0;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows the command's closing parenthesis */
+  return !(p && p[1] == ' ' && p[2] == 'Z');
 }
 
 /* SIGTERM in reverse start order, wait up to grace_ms, then SIGKILL. */

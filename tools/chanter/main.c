@@ -81,7 +81,8 @@ static const command_t commands[] = {
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
-     "  e2e                    the local cluster: baseline vs lookahead vs ideal\n"},
+     "  e2e                    the local cluster: baseline vs lookahead vs ideal\n"
+     "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Integration: whole-job checkpoints and resume (DESIGN.md section 5) on a
+# real local cluster (a data processor, two RocksDB embedding servers, the
+# oracle, two trainers over loopback gRPC and Gloo).
+#
+# The guarantee: a job stopped after its checkpoint at iteration c and
+# resumed with `chanter train --resume` ends with the digest -- the dense
+# parameters and every embedding row with its optimizer state -- BIT-
+# identical to a job that never stopped, for every allocation, with
+# lookahead 0 and auto (checkpoints taken while the trainers hold rows in
+# their caches, up to L steps ahead, with replications and delayed
+# synchronizations in flight), for Adam / Adagrad / row-wise Adagrad state,
+# after a kill -9 of the whole cluster, and when the resumed job runs with
+# another lookahead, cache, lrpp and delayed_sync.  A checkpoint
+# interrupted by a killed server is never listed complete and a resume
+# takes the one before.  A job on servers that hold state is held until
+# --resume or --fresh; bad input (a missing checkpoint, a damaged manifest,
+# another model, optimizer or layout) is refused with a sentence and
+# restores nothing.
+#
+# How the job is stopped after c: it is started with iterations = 100000,
+# stopped once `chanter checkpoints` lists the checkpoint of iteration 19
+# complete, and resumed from that checkpoint with iterations = 60 (a job
+# may be resumed with more or fewer iterations); the reference is the same
+# job run to 60 without a stop.
+source "$(dirname "$0")/lib.sh"
+
+JOB=$WORK/job.ini
+cat >"$JOB" <<INI
+iterations = 60
+batch_size = 256
+learning_rate = 0.1
+eval_batches = 2
+eval_every = 20
+trainers = 2
+embedding_servers = 2
+dataprocs = 1
+checkpoint_every = 20
+checkpoint_seconds = 0
+[synthetic]
+samples = 100000
+[model]
+bottom_mlp = 32
+top_mlp = 32
+[embedding]
+hot_mb = 32
+sync_writes = false
+INI
+C() { "$BIN/chanter" --config "$JOB" "$@"; }
+W() { local d=$1; shift; "$BIN/chanter" --config "$WORK/$d/job.ini" "$@"; }
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2]))" "$1" "$2"; }
+up() { # dir [--set ...]
+  local d=$1; shift
+  C "$@" local up --workdir "$WORK/$d" >"$WORK/$d.up" 2>&1 || { sed 's/^/#   /' "$WORK/$d.up" | tail -5; return 1; }
+}
+down() { "$BIN/chanter" local down --workdir "$WORK/$1" >/dev/null 2>&1; }
+kill9() { # every daemon of dir, at once; then until none is left
+  awk '{print $2}' "$WORK/$1/pids" | xargs -r kill -9 2>/dev/null
+  for _ in $(seq 1 100); do
+    "$BIN/chanter" local status --workdir "$WORK/$1" --json 2>/dev/null | grep -q '"alive": 0,' && return 0
+    sleep 0.1
+  done
+}
+train() { # dir [train args]: 0 when the job is done
+  local d=$1; shift
+  W "$d" train --workdir "$WORK/$d" --quiet "$@" >"$WORK/$d.out" 2>"$WORK/$d.err"
+}
+ref() { # dir [--set ...]: the uninterrupted job to 60
+  local d=$1; shift
+  up "$d" "$@" && train "$d"; local rc=$?
+  down "$d"
+  [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$d.err" | tail -3
+  return $rc
+}
+# ckpt_id dir iteration: the id of the complete checkpoint of that iteration, once listed (<= 60 s)
+ckpt_id() {
+  for _ in $(seq 1 600); do
+    local id
+    id=$(W "$1" checkpoints --json 2>/dev/null | python3 -c "
+import json,sys; d=json.load(sys.stdin)
+print([c['id'] for c in d['checkpoints'] if c['complete'] and c['iteration']==$2][0])" 2>/dev/null)
+    [ -n "$id" ] && { echo "$id"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+ckpt_json() { W "$1" checkpoints --json 2>/dev/null; }
+# stopped dir [--set ...]: a long job stopped (SIGTERM) after its checkpoint of iteration 19; ID holds its id
+stopped() {
+  local d=$1; shift
+  up "$d" --set iterations=100000 "$@" || return 1
+  ID=$(ckpt_id "$d" 19) || { echo "# no complete checkpoint of iteration 19"; down "$d"; return 1; }
+  ckpt_json "$d" >"$WORK/$d.ckpts"
+  if [ -n "${KILL9:-}" ]; then kill9 "$d"; else down "$d"; fi
+}
+same_as() { # dir ref: digest and test loss equal
+  [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
+    [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
+}
+resumed_from() { # dir id: the summary says so, at iteration 20
+  [ "$(field "$WORK/$1/summary.json" resumed_from)" = "$2" ] && [ "$(field "$WORK/$1/summary.json" start_iteration)" = 20 ]
+}
+
+# ---- the guarantee, per allocation, lookahead 0 and auto
+for al in contiguous random laia; do
+  ref "ref_$al" --set allocation=$al
+  expect_rc $? "$al: the uninterrupted job trains to 60 (digest $(field "$WORK/ref_$al/summary.json" digest | cut -c1-16)...)"
+  for la in 0 auto; do
+    d=${al}_$la
+    KILL9=$([ "$al" = laia ] && echo 1) stopped "$d" --set allocation=$al --set lookahead=$la &&
+      up "$d" --set allocation=$al --set lookahead=$la && train "$d" --resume "$ID"
+    rc=$?
+    down "$d"
+    [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$d.err" | tail -3
+    expect_rc $rc "$al, lookahead $la: stopped$([ "$al" = laia ] && echo " by kill -9 of every daemon") after the checkpoint of iteration 19, resumed from it to 60"
+    same_as "$d" "ref_$al" && resumed_from "$d" "$ID"
+    expect "$al, lookahead $la: BIT-identical digest and test loss to the uninterrupted job"
+  done
+done
+# with lookahead auto the checkpoint was taken while the trainers held rows newer than the servers
+python3 -c "
+import json; d=json.load(open('$WORK/contiguous_auto.ckpts'))
+c=[c for c in d['checkpoints'] if c['iteration']==19][0]
+assert c['rows_flushed'] > 0, c
+assert all(b > 0 for b in c['bytes_per_server']), c"
+expect "lookahead auto: the checkpoint flushed cached rows without evicting them (rows_flushed > 0)"
+
+# ---- optimizer state round trip (Adam and Adagrad dense, Adagrad and row-wise Adagrad rows)
+for opt in "adam adagrad" "adagrad rowwise_adagrad"; do
+  set -- $opt
+  d=opt_$1_$2
+  ref "ref_$d" --set optimizer=$1 --set embedding_optimizer=$2
+  stopped "$d" --set optimizer=$1 --set embedding_optimizer=$2 && up "$d" --set optimizer=$1 --set embedding_optimizer=$2 &&
+    train "$d" --resume "$ID"
+  rc=$?
+  down "$d"
+  [ $rc -eq 0 ] && same_as "$d" "ref_$d"
+  expect "optimizer = $1, embedding_optimizer = $2: their state after resume equals the uninterrupted run's (same digest)"
+done
+
+# ---- allowed changes on resume: another lookahead, cache_rows, lrpp, delayed_sync keep the bits
+stopped changed --set lookahead=auto && up changed --set lookahead=0 --set lrpp=false --set delayed_sync=false \
+  --set cache_rows=60000 && train changed --resume "$ID"
+rc=$?
+down changed
+[ $rc -eq 0 ] && same_as changed ref_contiguous
+expect "resumed with lookahead 0, lrpp and delayed_sync off and another cache_rows: bit-identical"
+
+# ---- a checkpoint interrupted by a killed server is not complete; a resume takes the one before
+CHANTER_FAULT_CHECKPOINT_PAUSE=2:5000 up cut --set iterations=100000 --set rpc.timeout_ms=3000
+for _ in $(seq 1 300); do grep -qs "pausing" "$WORK/cut/logs/oracle-0.log" && break; sleep 0.1; done
+grep -qs "pausing" "$WORK/cut/logs/oracle-0.log"
+expect "the second checkpoint pauses after server 0's part (fault injection)"
+kill -9 "$(awk '$1 == "embedding-1" {print $2}' "$WORK/cut/pids")"
+W cut train --quiet >/dev/null 2>"$WORK/cut.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "checkpoint .*000000000040.* failed" "$WORK/cut.err"
+expect "the job fails, saying the interrupted checkpoint failed and is not listed as complete"
+down cut
+up cut && ckpt_json cut >"$WORK/cut.ckpts"
+python3 -c "
+import json; d=json.load(open('$WORK/cut.ckpts')); c={x['iteration']: x for x in d['checkpoints'] if x['iteration'] is not None}
+ids={x['id']: x for x in d['checkpoints']}
+cut=[x for i,x in ids.items() if i.endswith('000000000040')][0]
+assert not cut['complete'], cut
+assert c[19]['complete'], c"
+expect "chanter checkpoints: the interrupted one is listed NOT complete, the one before complete"
+train cut --resume && same_as cut ref_contiguous && [ "$(field "$WORK/cut/summary.json" start_iteration)" = 20 ]
+expect "--resume (latest) skips the interrupted checkpoint, goes on from iteration 20, bit-identical"
+down cut
+
+# ---- servers holding another job's state: held, then --fresh
+up ref_contiguous
+W ref_contiguous train --quiet >/dev/null 2>"$WORK/held.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "held" "$WORK/held.err" && grep -q -- "--resume" "$WORK/held.err" && grep -q -- "--fresh" "$WORK/held.err"
+expect "a job started on servers that hold rows and checkpoints refuses to train over them, saying --resume or --fresh"
+"$BIN/chanter" local status --workdir "$WORK/ref_contiguous" --json | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['alive']==d['total'], d"
+expect "the held job waits (every daemon stays up)"
+
+# ---- bad input: nothing is restored
+before=$(W ref_contiguous embedding digest | tail -1)
+W ref_contiguous train --quiet --resume no-such-checkpoint >/dev/null 2>"$WORK/bad1.err"
+[ $? -ne 0 ] && grep -q "no checkpoint no-such-checkpoint" "$WORK/bad1.err" &&
+  [ "$(W ref_contiguous embedding digest | tail -1)" = "$before" ]
+expect "--resume of a missing checkpoint: refused by name, the servers unchanged"
+down ref_contiguous
+last=$(ls "$WORK/ref_contiguous/embedding-0/checkpoints" | grep '^seed' | sort | tail -1)
+m=$WORK/ref_contiguous/embedding-0/checkpoints/$last/MANIFEST
+sed -i 's/^iteration=/iteration=1/' "$m"
+up ref_contiguous --set iterations=100
+W ref_contiguous train --quiet --resume "$last" >/dev/null 2>"$WORK/bad2.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "damaged\|no complete\|not complete" "$WORK/bad2.err"
+expect_rc $? "a damaged manifest: refused ($(grep -o 'damaged[^;]*' "$WORK/bad2.err" | head -1))"
+down ref_contiguous
+up opt_adam_adagrad --set optimizer=adam --set embedding_optimizer=adagrad --set model=dcn --set iterations=100
+W opt_adam_adagrad train --quiet --resume >/dev/null 2>"$WORK/bad3.err"
+[ $? -ne 0 ] && grep -q "another model: its model is dlrm, this job's is dcn" "$WORK/bad3.err"
+expect "a checkpoint of another model: refused, naming the field"
+down opt_adam_adagrad
+up opt_adam_adagrad --set optimizer=sgd --set embedding_optimizer=adagrad --set iterations=100
+W opt_adam_adagrad train --quiet --resume >/dev/null 2>"$WORK/bad4.err"
+[ $? -ne 0 ] && grep -q "its optimizer is adam, this job's is sgd" "$WORK/bad4.err"
+expect "a checkpoint of another optimizer: refused, naming the field"
+train opt_adam_adagrad --fresh && [ "$(field "$WORK/opt_adam_adagrad/summary.json" start_iteration)" = 0 ] &&
+  [ "$(field "$WORK/opt_adam_adagrad/summary.json" resumed_from)" = "" ]
+expect "--fresh clears the servers and trains from iteration 0"
+down opt_adam_adagrad
+C --set embedding_dim=8 local up --workdir "$WORK/opt_adam_adagrad" >"$WORK/bad5.out" 2>&1
+rc=$?
+down opt_adam_adagrad
+[ $rc -ne 0 ] && grep -qi "layout" "$WORK/bad5.out" "$WORK/opt_adam_adagrad/logs/embedding-0.log"
+expect "another table layout: the embedding servers refuse their data dir, saying the layout differs"
+
+# ---- another trainer count: allowed, with a warning
+stopped p3 && up p3 --set trainers=3 && train p3 --resume "$ID"
+rc=$?
+down p3
+[ $rc -eq 0 ] && python3 -c "
+import json; d=json.load(open('$WORK/p3/summary.json'))
+assert any('summation order' in w for w in d['warnings']), d['warnings']
+assert d['start_iteration'] == 20 and d['trainers'] == 3, d"
+expect "resumed with trainers = 3: trains on, warning that the model is the same only up to summation order"
+
+finish
