@@ -147,15 +147,18 @@ int store_get_manifest(store_t *s, const char *id, void **data, size_t *len);
  * part-way are removed and give 0, so a retry succeeds.  Any thread. */
 int store_delete_checkpoint(store_t *s, const char *id, char *why, size_t why_len);
 
-/* Removes every row, every blob and every checkpoint and empties the memory
- * tier; the layout metadata stays, so the data dir still belongs to the same
- * job (`chanter train --fresh`).  The checkpoints go first, then the live
- * rows and blobs in one atomic, fsynced write: once has_rows and has_blobs
- * say 0 after a clear nothing of the old data is left, and a clear that
- * failed part-way can simply be run again.  Its cost does not grow with the
+/* Removes every row, every blob and (unless keep_checkpoints) every
+ * checkpoint and empties the memory tier; the layout metadata stays, so the
+ * data dir still belongs to the same job (`chanter train --fresh`).  The
+ * checkpoints go first, then the live rows and blobs in one atomic, fsynced
+ * write: once has_rows and has_blobs say 0 after a clear nothing of the old
+ * data is left (but the kept checkpoints), and a clear that failed part-way
+ * can simply be run again.  keep_checkpoints != 0 leaves data_dir/checkpoints
+ * as it is: every checkpoint stays listed, sealed and restorable (resharding
+ * reads them back with store_reader_open).  Its cost does not grow with the
  * number of rows (see store.c).  Excludes every other call for its
  * duration. */
-int store_clear(store_t *s, char *why, size_t why_len);
+int store_clear(store_t *s, int keep_checkpoints, char *why, size_t why_len);
 
 /* *has_rows = 1 if at least one row is stored (written, not lazily
  * initialized), else 0; *has_blobs likewise for blobs; either pointer may be
@@ -208,5 +211,75 @@ void store_stats(store_t *s, store_stats_t *st);
 
 /* The data dir (owned by s, valid until close).  Any thread. */
 const char *store_dir(const store_t *s);
+
+/* ------------------------------------------------ reading a checkpoint offline
+ *
+ * A store_reader_t reads one checkpoint (the directory
+ * data_dir/checkpoints/<id> that store_checkpoint() made) straight from
+ * disk, with no store open and no server running: what `chanter` needs to
+ * move a whole-job checkpoint onto another number of embedding servers.
+ * The RocksDB checkpoint is opened read-only: no lock is taken, no LOG,
+ * OPTIONS or any other file is written, a WAL the checkpoint holds is
+ * replayed in memory only.  The directory, its listing and every file's
+ * bytes and mtime are the same after reading, and any number of readers may
+ * read one checkpoint at once, also while a store serves its data dir.  It
+ * lives here, with the store, because it reads exactly what store.c writes
+ * (the row key encoding, the column families, the layout metadata, the
+ * checkpoint's own files).  One reader is used by one thread at a time. */
+typedef struct store_reader_s store_reader_t;
+
+/* Opens checkpoint_dir read-only.  A missing directory or one that is not a
+ * complete checkpoint (no CHANTER_CHECKPOINT file) -> ERR_NOTFOUND; a
+ * checkpoint RocksDB cannot open -> ERR_KV with RocksDB's message in why;
+ * table layout metadata missing or unreadable -> ERR_LAYOUT.  why (if
+ * non-NULL) says what to do whenever it fails.  On success *out is the
+ * caller's, to be released with store_reader_close(). */
+int store_reader_open(const char *checkpoint_dir, store_reader_t **out, char *why,
+                      size_t why_len);
+
+/* NULL is a no-op. */
+void store_reader_close(store_reader_t *r);
+
+/* The next stored rows in key order (each key once; rows never written are
+ * not stored, so never returned): up to max rows, as many as fit in cap
+ * bytes.  keys[i] is the i-th row's key, lens[i] its size in bytes (the
+ * table_row_bytes of its table: raw little-endian float32, vector then
+ * optimizer state), and the rows are packed back to back in buf, row i at
+ * the sum of lens[0..i); *used = the bytes filled.  Returns the number of
+ * rows (at most max and at most INT_MAX), 0 once every row was returned, or
+ * a negative error: -EINVAL (max == 0 or a NULL pointer), -ENOBUFS if cap
+ * cannot hold even the next row (*used is then the bytes that row needs;
+ * nothing is consumed, so a call with a larger buf goes on), ERR_KV for a
+ * damaged checkpoint (a key that is not 8 bytes, a row whose size does not
+ * match the layout, a RocksDB read error; logged). */
+int store_reader_next_rows(store_reader_t *r, uint64_t *keys, uint8_t *buf, size_t cap,
+                           size_t *lens, size_t max, size_t *used);
+
+/* *names = every blob name in name order, *n their number: a malloc'ed array
+ * of malloc'ed strings; the caller frees both (*names is NULL when
+ * *n == 0). */
+int store_reader_blobs(store_reader_t *r, char ***names, size_t *n);
+
+/* As store_get_blob(): *data a malloc'ed copy (a non-NULL 1-byte allocation
+ * when empty), *len its size; ERR_NOTFOUND if missing, -EINVAL for a bad
+ * name. */
+int store_reader_get_blob(store_reader_t *r, const char *name, void **data, size_t *len);
+
+/* *data = a malloc'ed copy of the MANIFEST that sealed checkpoint_dir (as
+ * store_get_manifest() gives it), *len its size; ERR_NOTFOUND if
+ * checkpoint_dir is not a checkpoint or is not sealed.  Needs no reader. */
+int store_reader_manifest(const char *checkpoint_dir, void **data, size_t *len);
+
+/* RocksDB's estimate of the number of stored rows
+ * (rocksdb.estimate-num-keys of "rows"), 0 if unknown: for sizing buffers
+ * and progress, not for counting. */
+uint64_t store_reader_rows_estimate(store_reader_t *r);
+
+/* *hash = table_layout_hash() of the layout the checkpoint was written for
+ * (what clients send as layout_hash).  Returns 0. */
+int store_reader_layout_hash(store_reader_t *r, uint64_t *hash);
+
+/* That layout itself (owned by r, valid until store_reader_close()). */
+const table_layout_t *store_reader_layout(const store_reader_t *r);
 
 #endif

@@ -168,9 +168,11 @@ static void work_cb(uv_work_t *req) {
     w->rc = store_delete_checkpoint(st, r->id, w->why, sizeof w->why);
     break;
   }
-  case M_CLEAR:
-    w->rc = store_clear(st, w->why, sizeof w->why);
+  case M_CLEAR: {
+    const Chanter__Embedding__V1__ClearRequest *r = (const void *)w->in;
+    w->rc = store_clear(st, r->keep_checkpoints, w->why, sizeof w->why);
     break;
+  }
   }
 }
 
@@ -326,7 +328,10 @@ static void after_cb(uv_work_t *req, int status) {
   }
   case M_CLEAR: {
     Chanter__Embedding__V1__ClearResponse r = CHANTER__EMBEDDING__V1__CLEAR_RESPONSE__INIT;
-    log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
+    if (((const Chanter__Embedding__V1__ClearRequest *)w->in)->keep_checkpoints)
+      log_info("cleared every row and blob, kept the checkpoints peer=%s", rpc_call_peer(w->call));
+    else
+      log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
     rpc_call_reply(w->call, &r.base);
     break;
   }

@@ -54,6 +54,7 @@
 #include "cacher.h"
 #include "oracle_job.h"
 #include "laia.h"
+#include "manifest.h"
 #include "phase.h"
 #include "plan.h"
 #include "rpc.h"
@@ -296,6 +297,7 @@ typedef struct oracle_ckpt_s {
   const char *state_dir;
   embc_t *embc;            /* worker-pool calls only */
   uint32_t S;
+  uint64_t layout_hash, schema_hash; /* this job's: a resume must match them */
   oracle_cp_t *head, *tail; /* in iteration order; the head is the oldest not complete */
   uint64_t asap_at;        /* chanter checkpoint: this batch (UINT64_MAX: none) */
   double t_last;           /* when the last checkpoint was placed (checkpoint_seconds) */
@@ -304,6 +306,8 @@ typedef struct oracle_ckpt_s {
   uint64_t start;          /* the first iteration of this run: c + 1 resumed, else 0 */
   int resumed;
   char resume_id[96];
+  char resume_blob[160];   /* the dense state's blob (the manifest's dense_blob) */
+  uint32_t resume_server;
   uint8_t *resume_sent;    /* P flags: ResumeWork queued */
   int start_pending;       /* trainers attached, the servers are being checked */
   char held_why[1024];
@@ -489,6 +493,51 @@ int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1_
 int oracle_ckpt__run(oracle_job_t *j);
 /* A checkpoint is still under way (the job is not finished before it). */
 int oracle_ckpt__busy(const oracle_job_t *j);
+/* ---- oracle_ckpt_state.c and oracle_ckpt_work.c (the stage's other rooms) */
+
+/* A call to the embedding servers on the worker pool, and its result for
+ * ck_done (oracle_ckpt.c) on the loop. */
+enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_SERVERS };
+typedef struct ck_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  int kind;
+  int rc;
+  char err[2048], warn[1024];
+  /* preflight: what the servers hold */
+  int empty;
+  char found[1024];
+  /* resume */
+  char want[96];
+  manifest_t m;
+  uint8_t *ostate;
+  size_t ostate_len;
+  /* servers */
+  oracle_cp_t *cp;
+  uint8_t *oblob;
+  size_t oblob_len;
+  uint64_t *bytes;
+  manifest_t job;
+  double secs;
+  char pruned[512];
+} ck_work_t;
+
+/* The work of w->kind (uv_work_cb). */
+void oracle_ckpt__work(uv_work_t *req);
+/* This job's fingerprint as a manifest (the per-checkpoint fields empty). */
+void oracle_ckpt__job_manifest(const oracle_job_t *j, manifest_t *m);
+/* 0 when the job may go on from checkpoint m (warn: a sentence for changes
+ * that keep the model only up to summation order), else ERR_CONFIG with
+ * the field that differs. */
+int oracle_ckpt__check_manifest(const oracle_job_t *j, const manifest_t *m, char *err, size_t err_len,
+                                char *warn, size_t warn_len);
+/* The oracle's state after cp's iteration as a blob (malloc'ed). */
+int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint8_t **out, size_t *len);
+/* A state blob back into every stage: the job goes on at c + 1.  0 or an
+ * error with err (a damaged blob, laia's state refused). */
+int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len);
+void oracle_ckpt__sha_hex(const void *p, size_t n, char out[65]);
+
 /* The summary's "checkpoint" object (appended to b). */
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap);
 void oracle_ckpt__close(oracle_job_t *j);

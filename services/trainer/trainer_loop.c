@@ -354,8 +354,9 @@ out:
   if (!t->ideal && !rc) { /* the background work of the last step (normally waited for already) */
     char why[768] = "";
     int brc = trainer_pipeline_bg_wait(t, NULL, why, sizeof why);
-    if (brc) log_error("trainer failed rank=%u: %s", t->rank, why);
-    if (brc) rc = brc;
+    if (brc && trainer_stopping(t)) log_info("stopped rank=%u while %s", t->rank, why);
+    else if (brc) log_error("trainer failed rank=%u: %s", t->rank, why);
+    if (brc && !trainer_stopping(t)) rc = brc;
   }
   close_stream(t, got_stop && !rc);
   trainer_pipeline_stop_bg(t);

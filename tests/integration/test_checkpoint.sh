@@ -37,6 +37,8 @@ embedding_servers = 2
 dataprocs = 1
 checkpoint_every = 20
 checkpoint_seconds = 0
+; the stopped jobs run on past iteration 19 before the stop: keep its checkpoint
+checkpoint_keep = 1000
 [synthetic]
 samples = 100000
 [model]
@@ -212,6 +214,27 @@ rc=$?
 down opt_adam_adagrad
 [ $rc -ne 0 ] && grep -qi "layout" "$WORK/bad5.out" "$WORK/opt_adam_adagrad/logs/embedding-0.log"
 expect "another table layout: the embedding servers refuse their data dir, saying the layout differs"
+
+# ---- another server count: the checkpoint is resharded (each row read once from its old server's
+# checkpoint on disk, written once to its new owner) and the job ends BIT-identical
+stopped rs23 && up rs23 --set embedding_servers=3 && train rs23 --resume "$ID"
+rc=$?
+down rs23
+[ $rc -eq 0 ] && same_as rs23 ref_contiguous && grep -q "resharded .* rows" "$WORK/rs23.err"
+expect_rc $? "2 -> 3 embedding servers: resharded on resume ($(grep -o 'resharded [0-9]* rows[^(]*' "$WORK/rs23.err")), BIT-identical digest"
+stopped rs31 --set embedding_servers=3 && up rs31 --set embedding_servers=1 && train rs31 --resume "$ID"
+rc=$?
+down rs31
+[ $rc -eq 0 ] && same_as rs31 ref_contiguous && grep -q "resharded .* rows" "$WORK/rs31.err"
+expect "3 -> 1 embedding servers: resharded on resume, BIT-identical digest (to the 2-server job that never stopped)"
+
+# ---- checkpoint_keep: older complete checkpoints are removed on every server
+ref keep --set checkpoint_every=5 --set checkpoint_keep=2 && up keep && ckpt_json keep >"$WORK/keep.ckpts"
+down keep
+python3 -c "
+import json; d=json.load(open('$WORK/keep.ckpts')); c=d['checkpoints']
+assert [x['iteration'] for x in c] == [54, 59] and all(x['complete'] for x in c), c"
+expect "checkpoint_keep = 2 with a checkpoint every 5 iterations: the servers keep exactly the last two (54, 59)"
 
 # ---- another trainer count: allowed, with a warning
 stopped p3 && up p3 --set trainers=3 && train p3 --resume "$ID"

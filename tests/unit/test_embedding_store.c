@@ -3,8 +3,9 @@
  * lazy init, write/lookup through the memory tier and RocksDB, eviction
  * under a tiny budget, durability across kill -9, checkpoint/restore, blobs,
  * rejection of bad requests, layout checks, digests, concurrency, sealing
- * (manifests), checkpoint deletion, clear, and the set digest across
- * shardings.  Each test works in its own mkdtemp dir under /tmp.
+ * (manifests), checkpoint deletion, clear, the set digest across
+ * shardings, reading a checkpoint from disk (store_reader_*) and clear that
+ * keeps the checkpoints.  Each test works in its own mkdtemp dir under /tmp.
  *
  * The kill -9 test re-executes this binary (/proc/self/exe) with
  * "--durability-child DIR FD" so that the child starts RocksDB in a fresh
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -1083,7 +1085,7 @@ static void test_clear(void **state) {
   char why[512] = "";
   expect_has(s, 0, 0);
   assert_int_equal(store_has_rows(s, NULL, NULL), 0);
-  assert_int_equal(store_clear(s, why, sizeof why), 0); /* an empty store clears too */
+  assert_int_equal(store_clear(s, 0, why, sizeof why), 0); /* an empty store clears too */
   assert_int_equal(store_put_blob(s, "dense", "d", 1, why, sizeof why), 0);
   expect_has(s, 0, 1);
   write_ok(s, &f->layout, keys, n / 2, v, 0);
@@ -1099,7 +1101,7 @@ static void test_clear(void **state) {
   assert_int_equal(r, 1);
   expect_rows(s, &f->layout, keys, n, v, 0, NULL); /* all in the memory tier now */
 
-  assert_int_equal(store_clear(s, why, sizeof why), 0);
+  assert_int_equal(store_clear(s, 0, why, sizeof why), 0);
   expect_has(s, 0, 0);
   expect_ids(s, NULL, 0);
   assert_false(in_dir(f->dir, "checkpoints", "c1"));
@@ -1270,6 +1272,468 @@ static void test_set_digest(void **state) {
   free(keys);
 }
 
+/* ------------------------------------------------------------ 15. reading a checkpoint */
+
+typedef struct snap_entry_s {
+  char name[256];
+  off_t size;
+  struct timespec mtime;
+  uint8_t sha[32];
+} snap_entry_t;
+
+/* A flat directory as it is on disk: every entry's name, size, mtime and
+ * (files) SHA-256 of the bytes, sorted by name, and the directory's mtime. */
+typedef struct dir_snap_s {
+  snap_entry_t *e;
+  size_t n;
+  struct timespec mtime;
+} dir_snap_t;
+
+static void sha_file(const char *path, uint8_t out[32]) {
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  assert_int_equal(EVP_DigestInit_ex(md, EVP_sha256(), NULL), 1);
+  char buf[1 << 14];
+  size_t r;
+  while ((r = fread(buf, 1, sizeof buf, fp)) > 0) assert_int_equal(EVP_DigestUpdate(md, buf, r), 1);
+  unsigned int hl = 0;
+  assert_int_equal(EVP_DigestFinal_ex(md, out, &hl), 1);
+  EVP_MD_CTX_free(md);
+  fclose(fp);
+}
+
+static int snap_cmp(const void *a, const void *b) {
+  return strcmp(((const snap_entry_t *)a)->name, ((const snap_entry_t *)b)->name);
+}
+
+static void snap_dir(const char *dir, dir_snap_t *sn) {
+  memset(sn, 0, sizeof *sn);
+  struct stat st;
+  assert_int_equal(stat(dir, &st), 0);
+  sn->mtime = st.st_mtim;
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    sn->e = realloc(sn->e, (sn->n + 1) * sizeof *sn->e);
+    assert_non_null(sn->e);
+    snap_entry_t *e = &sn->e[sn->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", de->d_name);
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    assert_int_equal(lstat(p, &st), 0);
+    e->size = st.st_size;
+    e->mtime = st.st_mtim;
+    if (S_ISREG(st.st_mode)) sha_file(p, e->sha);
+  }
+  closedir(d);
+  qsort(sn->e, sn->n, sizeof *sn->e, snap_cmp);
+}
+
+static void expect_same_dir(const dir_snap_t *a, const dir_snap_t *b) {
+  if (a->n != b->n)
+    for (size_t i = 0; i < b->n; i++) fprintf(stderr, "now: %s\n", b->e[i].name);
+  assert_int_equal(a->n, b->n);
+  for (size_t i = 0; i < a->n; i++) {
+    assert_string_equal(a->e[i].name, b->e[i].name);
+    assert_int_equal(a->e[i].size, b->e[i].size);
+    assert_int_equal(a->e[i].mtime.tv_sec, b->e[i].mtime.tv_sec);
+    assert_int_equal(a->e[i].mtime.tv_nsec, b->e[i].mtime.tv_nsec);
+    assert_memory_equal(a->e[i].sha, b->e[i].sha, 32);
+  }
+  assert_int_equal(a->mtime.tv_sec, b->mtime.tv_sec);
+  assert_int_equal(a->mtime.tv_nsec, b->mtime.tv_nsec);
+}
+
+/* The rows a checkpoint must give back: keys sorted and distinct, rows[]
+ * packed in that order, off[i] the byte offset of row i (off[n] = total). */
+typedef struct want_rows_s {
+  const uint64_t *keys;
+  const uint8_t *rows;
+  size_t *off;
+  size_t n;
+} want_rows_t;
+
+static void want_init(want_rows_t *w, const table_layout_t *l, const uint64_t *keys, size_t n,
+                      const float *rows) {
+  for (size_t i = 1; i < n; i++) assert_true(keys[i - 1] < keys[i]);
+  w->keys = keys;
+  w->rows = (const uint8_t *)rows;
+  w->n = n;
+  w->off = malloc((n + 1) * sizeof *w->off);
+  assert_non_null(w->off);
+  w->off[0] = 0;
+  for (size_t i = 0; i < n; i++) w->off[i + 1] = w->off[i] + table_row_bytes(l, TABLE_ID(keys[i]));
+}
+
+/* Reads every row of checkpoint dir with batches of at most max rows and cap
+ * bytes, asserts they are exactly w's, and returns the number of calls that
+ * gave rows. */
+static size_t read_all(const char *dir, size_t max, size_t cap, const want_rows_t *w) {
+  store_reader_t *r = NULL;
+  char why[512] = "";
+  int rc = store_reader_open(dir, &r, why, sizeof why);
+  if (rc) fprintf(stderr, "reader open failed: %s (%s)\n", err_str(rc), why);
+  assert_int_equal(rc, 0);
+  uint64_t *keys = malloc(max * sizeof *keys);
+  size_t *lens = malloc(max * sizeof *lens);
+  uint8_t *buf = malloc(cap);
+  assert_true(keys && lens && buf);
+  size_t got = 0, calls = 0, used = 0;
+  for (;;) {
+    int k = store_reader_next_rows(r, keys, buf, cap, lens, max, &used);
+    assert_true(k >= 0);
+    if (k == 0) break;
+    calls++;
+    assert_true((size_t)k <= max);
+    assert_true(used <= cap);
+    size_t at = 0;
+    for (size_t i = 0; i < (size_t)k; i++, got++) {
+      assert_true(got < w->n);
+      assert_int_equal(keys[i], w->keys[got]);
+      assert_int_equal(lens[i], w->off[got + 1] - w->off[got]);
+      assert_memory_equal(buf + at, w->rows + w->off[got], lens[i]);
+      at += lens[i];
+    }
+    assert_int_equal(at, used);
+  }
+  assert_int_equal(used, 0);
+  assert_int_equal(got, w->n);
+  assert_int_equal(store_reader_next_rows(r, keys, buf, cap, lens, max, &used), 0); /* stays at the end */
+  store_reader_close(r);
+  free(buf);
+  free(lens);
+  free(keys);
+  return calls;
+}
+
+static void expect_reader_blob(store_reader_t *r, const char *name, const void *want, size_t len) {
+  void *b = NULL;
+  size_t bl = 99;
+  assert_int_equal(store_reader_get_blob(r, name, &b, &bl), 0);
+  assert_non_null(b);
+  assert_int_equal(bl, len);
+  if (len) assert_memory_equal(b, want, len);
+  free(b);
+}
+
+static void expect_reader_blob_names(store_reader_t *r, const char *const *want, size_t n) {
+  char **names = NULL;
+  size_t nn = 99;
+  assert_int_equal(store_reader_blobs(r, &names, &nn), 0);
+  assert_int_equal(nn, n);
+  if (n == 0) assert_null(names);
+  for (size_t i = 0; i < nn; i++) {
+    assert_string_equal(names[i], want[i]);
+    free(names[i]);
+  }
+  free(names);
+}
+
+/* n distinct keys of every table, sorted */
+static uint64_t *sorted_keys(size_t n, uint64_t salt) {
+  uint64_t *keys = mixed_keys(n, salt);
+  qsort(keys, n, sizeof *keys, key_cmp);
+  for (size_t i = 1; i < n; i++) assert_true(keys[i] != keys[i - 1]);
+  return keys;
+}
+
+static void test_reader(void **state) {
+  fx_t *f = *state;
+  size_t n = 3000;
+  uint64_t *keys = sorted_keys(n, 5);
+  float *v1 = make_rows(&f->layout, keys, n, 1), *v2 = make_rows(&f->layout, keys, n / 2, 2);
+  uint8_t *big = malloc(200000);
+  assert_non_null(big);
+  for (size_t i = 0; i < 200000; i++) big[i] = (uint8_t)(i * 31 + 7);
+  store_t *s = open_store(f, 1u << 20);
+  char why[512] = "", cdir[256], c2dir[256];
+  /* written in two batches, the later one first: the reader's order is the key order */
+  write_ok(s, &f->layout, keys + n / 2, n - n / 2, v1 + total_floats(&f->layout, keys, n / 2), 0);
+  write_ok(s, &f->layout, keys, n / 2, v1, 0);
+  assert_int_equal(store_put_blob(s, "dense", "dense-v1", 8, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "empty", NULL, 0, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "oracle.state", big, 200000, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "c1", NULL, why, sizeof why), 0);
+  assert_int_equal(store_seal_checkpoint(s, "c1", "manifest-c1", 11, why, sizeof why), 0);
+  /* after the checkpoint: new versions, new rows, a changed and a new blob */
+  write_ok(s, &f->layout, keys, n / 2, v2, 0);
+  uint64_t *fresh = fresh_keys(100, keys, n);
+  float *vf = make_rows(&f->layout, fresh, 100, 3);
+  write_ok(s, &f->layout, fresh, 100, vf, 0);
+  assert_int_equal(store_put_blob(s, "dense", "dense-v2", 8, why, sizeof why), 0);
+  assert_int_equal(store_put_blob(s, "after", "a", 1, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "c2", NULL, why, sizeof why), 0); /* not sealed */
+  snprintf(cdir, sizeof cdir, "%s/checkpoints/c1", f->dir);
+  snprintf(c2dir, sizeof c2dir, "%s/checkpoints/c2", f->dir);
+  dir_snap_t before, after;
+  snap_dir(cdir, &before);
+
+  want_rows_t w;
+  want_init(&w, &f->layout, keys, n, v1);
+  /* read while the store serves the data dir; batches bounded by rows, by bytes, by neither */
+  assert_int_equal(read_all(cdir, 1, 68, &w), n);              /* one row (the largest) per call */
+  assert_int_equal(read_all(cdir, 7, 4096, &w), (n + 6) / 7);  /* max rows per call */
+  assert_int_equal(read_all(cdir, n + 10, 1u << 20, &w), 1);   /* everything at once */
+  size_t calls = read_all(cdir, n, 100, &w);                   /* cap: 1 to 3 rows per call */
+  assert_true(calls > n / 3 && calls < n);
+
+  store_reader_t *r = NULL, *r2 = NULL;
+  assert_int_equal(store_reader_open(cdir, &r, why, sizeof why), 0);
+  assert_int_equal(store_reader_open(cdir, &r2, why, sizeof why), 0); /* readers share a checkpoint */
+  uint64_t k[4] = {0};
+  size_t lens[4] = {0}, used = 0, first = table_row_bytes(&f->layout, TABLE_ID(keys[0]));
+  uint8_t buf[256];
+  /* a buffer too small for one row: -ENOBUFS, the size it needs, nothing consumed */
+  assert_int_equal(store_reader_next_rows(r, k, buf, first - 1, lens, 4, &used), -ENOBUFS);
+  assert_int_equal(used, first);
+  assert_int_equal(store_reader_next_rows(r, k, NULL, 0, lens, 4, &used), -ENOBUFS);
+  assert_int_equal(used, first);
+  assert_int_equal(store_reader_next_rows(r, k, buf, sizeof buf, lens, 0, &used), -EINVAL);
+  assert_int_equal(store_reader_next_rows(r, NULL, buf, sizeof buf, lens, 4, &used), -EINVAL);
+  assert_int_equal(store_reader_next_rows(r, k, buf, first, lens, 4, &used), 1);
+  assert_int_equal(k[0], keys[0]);
+  assert_int_equal(lens[0], first);
+  assert_int_equal(used, first);
+  assert_memory_equal(buf, v1, first);
+  assert_int_equal(store_reader_next_rows(r2, k, buf, sizeof buf, lens, 2, &used), 2);
+  assert_int_equal(k[0], keys[0]);
+  assert_int_equal(k[1], keys[1]);
+  assert_int_equal(store_reader_next_rows(r, k, buf, sizeof buf, lens, 1, &used), 1);
+  assert_int_equal(k[0], keys[1]); /* r went on where it was */
+  store_reader_close(r2);
+
+  /* blobs as of the checkpoint */
+  expect_reader_blob_names(r, (const char *[]){"dense", "empty", "oracle.state"}, 3);
+  expect_reader_blob(r, "dense", "dense-v1", 8);
+  expect_reader_blob(r, "empty", "", 0);
+  expect_reader_blob(r, "oracle.state", big, 200000);
+  void *b = (void *)1;
+  size_t bl = 7;
+  assert_int_equal(store_reader_get_blob(r, "after", &b, &bl), ERR_NOTFOUND);
+  assert_null(b);
+  assert_int_equal(bl, 0);
+  assert_int_equal(store_reader_get_blob(r, "bad/name", &b, &bl), -EINVAL);
+  assert_int_equal(store_reader_get_blob(r, "", &b, &bl), -EINVAL);
+
+  /* the layout it was written for, and the row count */
+  uint64_t h = 0;
+  assert_int_equal(store_reader_layout_hash(r, &h), 0);
+  assert_int_equal(h, table_layout_hash(&f->layout));
+  const table_layout_t *l = store_reader_layout(r);
+  assert_int_equal(l->n_tables, f->layout.n_tables);
+  assert_int_equal(l->seed, f->layout.seed);
+  for (uint32_t t = 0; t < l->n_tables; t++) {
+    assert_int_equal(l->tables[t].rows, f->layout.tables[t].rows);
+    assert_int_equal(l->tables[t].dim, f->layout.tables[t].dim);
+    assert_int_equal(l->tables[t].state_floats, f->layout.tables[t].state_floats);
+  }
+  assert_int_equal(store_reader_rows_estimate(r), n); /* flushed, one version per key */
+  store_reader_close(r);
+  store_reader_close(NULL);
+
+  /* the manifest: sealed c1 has it, c2 not */
+  void *m = NULL;
+  size_t ml = 0;
+  assert_int_equal(store_reader_manifest(cdir, &m, &ml), 0);
+  assert_int_equal(ml, 11);
+  assert_memory_equal(m, "manifest-c1", 11);
+  free(m);
+  m = (void *)1;
+  assert_int_equal(store_reader_manifest(c2dir, &m, &ml), ERR_NOTFOUND);
+  assert_null(m);
+  assert_int_equal(ml, 0);
+
+  /* with no store open at all */
+  store_close(s);
+  assert_int_equal(read_all(cdir, 1000, 1u << 17, &w), 3); /* 1000 rows of each table */
+  snap_dir(cdir, &after);
+  expect_same_dir(&before, &after); /* reading wrote nothing, not even a LOCK or a LOG */
+  assert_false(in_dir(f->dir, "checkpoints/c1", "LOCK"));
+  assert_false(in_dir(f->dir, "checkpoints/c1", "LOG"));
+
+  /* c2 holds what was written after c1 */
+  assert_int_equal(store_reader_open(c2dir, &r, why, sizeof why), 0);
+  assert_int_equal(store_reader_rows_estimate(r) >= n + 100, 1);
+  expect_reader_blob(r, "dense", "dense-v2", 8);
+  expect_reader_blob(r, "after", "a", 1);
+  size_t total = 0;
+  uint64_t *kk = malloc(512 * sizeof *kk);
+  size_t *ll = malloc(512 * sizeof *ll);
+  uint8_t *bb = malloc(512 * 68);
+  int got;
+  while ((got = store_reader_next_rows(r, kk, bb, 512 * 68, ll, 512, &used)) > 0) {
+    size_t at = 0;
+    for (int i = 0; i < got; i++) {
+      const float *want = NULL;
+      for (size_t j = 0; j < n / 2 && !want; j++) /* the first half has version 2 */
+        if (keys[j] == kk[i]) want = v2 + total_floats(&f->layout, keys, j);
+      for (size_t j = n / 2; j < n && !want; j++) /* the second half: version 1 */
+        if (keys[j] == kk[i]) want = v1 + total_floats(&f->layout, keys, j);
+      for (size_t j = 0; j < 100 && !want; j++)
+        if (fresh[j] == kk[i]) want = vf + total_floats(&f->layout, fresh, j);
+      assert_non_null(want);
+      assert_memory_equal(bb + at, want, ll[i]);
+      at += ll[i];
+    }
+    total += (size_t)got;
+  }
+  assert_int_equal(got, 0);
+  assert_int_equal(total, n + 100);
+  store_reader_close(r);
+  free(bb);
+  free(ll);
+  free(kk);
+
+  free(before.e);
+  free(after.e);
+  free(w.off);
+  free(vf);
+  free(fresh);
+  free(big);
+  free(v2);
+  free(v1);
+  free(keys);
+}
+
+static void test_reader_errors(void **state) {
+  fx_t *f = *state;
+  char why[512] = "", p[256];
+  store_reader_t *r = (store_reader_t *)1;
+  void *m = NULL;
+  size_t ml = 0;
+
+  /* a missing dir, a dir that is not a checkpoint, a file */
+  snprintf(p, sizeof p, "%s/checkpoints/nosuch", f->dir);
+  assert_int_equal(store_reader_open(p, &r, why, sizeof why), ERR_NOTFOUND);
+  assert_null(r);
+  assert_non_null(strstr(why, "no checkpoint directory"));
+  assert_int_equal(store_reader_manifest(p, &m, &ml), ERR_NOTFOUND);
+  why[0] = 0;
+  assert_int_equal(store_reader_open(f->dir, &r, why, sizeof why), ERR_NOTFOUND);
+  assert_non_null(strstr(why, "CHANTER_CHECKPOINT"));
+  assert_int_equal(store_reader_open("", &r, why, sizeof why), -EINVAL);
+
+  uint64_t k = TABLE_KEY(2, 9);
+  float *v = make_rows(&f->layout, &k, 1, 1);
+  store_t *s = open_store(f, 0);
+  write_ok(s, &f->layout, &k, 1, v, 0);
+  assert_int_equal(store_checkpoint(s, "c", NULL, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "d", NULL, why, sizeof why), 0);
+  store_close(s);
+  /* the live db is a RocksDB db but not a checkpoint: refused, untouched */
+  snprintf(p, sizeof p, "%s/db", f->dir);
+  dir_snap_t before, after;
+  snap_dir(p, &before);
+  why[0] = 0;
+  assert_int_equal(store_reader_open(p, &r, why, sizeof why), ERR_NOTFOUND);
+  assert_non_null(strstr(why, "not a checkpoint"));
+  assert_int_equal(store_reader_manifest(p, &m, &ml), ERR_NOTFOUND);
+  snap_dir(p, &after);
+  expect_same_dir(&before, &after);
+  free(before.e);
+  free(after.e);
+  snprintf(p, sizeof p, "%s/checkpoints/c/CURRENT", f->dir);
+  assert_int_equal(store_reader_open(p, &r, why, sizeof why), ERR_NOTFOUND); /* a file */
+
+  /* a damaged checkpoint: RocksDB's own complaint comes back */
+  FILE *fp = fopen(p, "w");
+  assert_non_null(fp);
+  fputs("MANIFEST-999999\n", fp);
+  fclose(fp);
+  snprintf(p, sizeof p, "%s/checkpoints/c", f->dir);
+  why[0] = 0;
+  assert_int_equal(store_reader_open(p, &r, why, sizeof why), ERR_KV);
+  assert_null(r);
+  assert_non_null(strstr(why, "storage engine failed"));
+  assert_non_null(strstr(why, "MANIFEST-999999"));
+  /* a checkpoint whose delete was interrupted (no CHANTER_CHECKPOINT) */
+  unlink_meta(f->dir, "d");
+  snprintf(p, sizeof p, "%s/checkpoints/d", f->dir);
+  assert_int_equal(store_reader_open(p, &r, why, sizeof why), ERR_NOTFOUND);
+  free(v);
+}
+
+/* ------------------------------------------------------------ 16. clear, keeping checkpoints */
+
+static void test_clear_keep_checkpoints(void **state) {
+  fx_t *f = *state;
+  size_t n = 1000;
+  uint64_t *keys = sorted_keys(n, 3);
+  float *v1 = make_rows(&f->layout, keys, n, 1), *v2 = make_rows(&f->layout, keys, n, 2);
+  float *init = init_rows(&f->layout, keys, n);
+  store_t *s = open_store(f, 1u << 20);
+  char why[512] = "", cdir[256];
+  write_ok(s, &f->layout, keys, n, v1, 0);
+  assert_int_equal(store_put_blob(s, "dense", "d1", 2, why, sizeof why), 0);
+  assert_int_equal(store_checkpoint(s, "c1", NULL, why, sizeof why), 0);
+  assert_int_equal(store_seal_checkpoint(s, "c1", "m", 1, why, sizeof why), 0);
+  write_ok(s, &f->layout, keys, n, v2, 0);
+  assert_int_equal(store_put_blob(s, "late", "l", 1, why, sizeof why), 0);
+  expect_rows(s, &f->layout, keys, n, v2, 0, NULL); /* in the memory tier */
+  snprintf(cdir, sizeof cdir, "%s/checkpoints/c1", f->dir);
+  dir_snap_t before, after;
+  snap_dir(cdir, &before);
+
+  assert_int_equal(store_clear(s, 1, why, sizeof why), 0);
+  /* the live rows and blobs are gone... */
+  expect_has(s, 0, 0);
+  uint64_t c = 99;
+  uint8_t d[32];
+  assert_int_equal(store_digest(s, d, NULL, &c), 0);
+  assert_int_equal(c, 0);
+  store_lookup_info_t info;
+  expect_rows(s, &f->layout, keys, n, init, 0, &info);
+  assert_int_equal(info.hot_hits, 0);
+  void *b = NULL;
+  size_t bl = 0;
+  assert_int_equal(store_get_blob(s, "dense", &b, &bl), ERR_NOTFOUND);
+  assert_int_equal(store_get_blob(s, "late", &b, &bl), ERR_NOTFOUND);
+  /* ...the checkpoint stays: listed, sealed, untouched on disk, readable */
+  store_checkpoint_info_t *list = NULL;
+  size_t nl = 0;
+  assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
+  assert_int_equal(nl, 1);
+  assert_string_equal(list[0].id, "c1");
+  assert_int_equal(list[0].sealed, 1);
+  free(list);
+  expect_manifest(s, "c1", "m", 1);
+  snap_dir(cdir, &after);
+  expect_same_dir(&before, &after);
+  want_rows_t w;
+  want_init(&w, &f->layout, keys, n, v1);
+  assert_int_equal(read_all(cdir, 256, 1u << 16, &w), (n + 255) / 256);
+  store_reader_t *r = NULL;
+  assert_int_equal(store_reader_open(cdir, &r, why, sizeof why), 0);
+  expect_reader_blob_names(r, (const char *[]){"dense"}, 1);
+  expect_reader_blob(r, "dense", "d1", 2);
+  store_reader_close(r);
+  /* ...and restorable, also after a reopen */
+  store_close(s);
+  s = open_store(f, 0);
+  expect_has(s, 0, 0);
+  expect_ids(s, (const char *[]){"c1"}, 1);
+  assert_int_equal(store_restore(s, "c1", why, sizeof why), 0);
+  expect_rows(s, &f->layout, keys, n, v1, 0, NULL);
+  expect_has(s, 1, 1);
+  /* a clear that keeps nothing still removes them */
+  assert_int_equal(store_clear(s, 0, why, sizeof why), 0);
+  expect_ids(s, NULL, 0);
+  assert_false(in_dir(f->dir, "checkpoints", "c1"));
+  expect_has(s, 0, 0);
+  store_close(s);
+  free(before.e);
+  free(after.e);
+  free(w.off);
+  free(init);
+  free(v2);
+  free(v1);
+  free(keys);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--durability-child"))
     return log_level = LOG_WARN, durability_child(argv[2], atoi(argv[3]));
@@ -1289,6 +1753,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_delete_checkpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_clear, setup, teardown),
       cmocka_unit_test_setup_teardown(test_set_digest, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reader, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reader_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_clear_keep_checkpoints, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

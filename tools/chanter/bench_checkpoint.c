@@ -18,7 +18,13 @@
  *     stall (a bench cannot run for 600 s), against the 1% aim;
  *  3. every checkpoint's time next to the rows it flushed and the bytes
  *     written since the one before, for both table sizes, and how the time
- *     scales with each.
+ *     scales with each;
+ *  4. resharding (reshard.h): one more job (tables x10, uniform row
+ *     popularity, so that its end checkpoint holds many rows) on 2 servers,
+ *     then the cluster up again on its work dir with 3 and with 1 servers
+ *     and the checkpoint resharded onto each in-process: rows, MB, the time
+ *     and its split (read, write, checkpoint), per million rows, rows/s,
+ *     next to the job's own end checkpoint.
  * Prints only figures measured in this run.
  */
 #include <glob.h>
@@ -30,6 +36,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "reshard.h"
 
 #define MAX_CP 256
 #define MAX_SERVERS 16
@@ -276,6 +283,148 @@ static void compare(const char *what, const conf_t *a, const conf_t *b, double r
            "(%.2fx)\n", sv, tbl, fl, mb);
 }
 
+/* One reshard of the source job's end checkpoint onto `to` servers. */
+typedef struct rs_run_s {
+  uint32_t to;
+  int done, complete; /* measured; the new checkpoint found complete on the new servers afterwards */
+  reshard_stats_t st;
+} rs_run_t;
+
+/* `local up` on dir with embedding_servers = to (the job's own config
+ * otherwise), the end checkpoint (id, or the latest when id is empty:
+ * *id is then set) resharded in-process, checked, `local down`.  0 or 1. */
+static int reshard_once(const char *self, const char *dir, char *id, size_t id_len, uint64_t *from, rs_run_t *r) {
+  char cmd[9000], path[4300], pattern[4300], err[2048] = "", new_id[160];
+  snprintf(cmd, sizeof cmd,
+           "'%s' --config '%s/job.ini' --set embedding_servers=%u --set cluster.embedding= local up --workdir '%s'"
+           " >'%s.up%u' 2>&1", self, dir,
+           r->to, dir, dir, r->to);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "bench checkpoint: local up with embedding_servers=%u failed; see %s.up%u\n", r->to, dir, r->to);
+    snprintf(path, sizeof path, "%s.up%u", dir, r->to);
+    tail_file(path);
+    snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
+    int down = system(cmd); /* up stopped what it started: nothing to report */
+    (void)down;
+    return 1;
+  }
+  int rc = 1;
+  cfg_t *cfg = NULL;
+  manifest_t m;
+  memset(&m, 0, sizeof m);
+  snprintf(path, sizeof path, "%s/job.ini", dir); /* the cluster's config, as cli_cluster_cfg reads it */
+  snprintf(pattern, sizeof pattern, "%s/embedding-%%i", dir);
+  if (cfg_create(&cfg) || cfg_load_file(cfg, path, err, sizeof err) || cfg_validate(cfg, err, sizeof err)) {
+    fprintf(stderr, "bench checkpoint: %s: %s\n", path, err);
+  } else if (reshard_find(pattern, *id ? id : "latest", &m, err, sizeof err)) {
+    fprintf(stderr, "bench checkpoint: %s\n", err);
+  } else if (reshard_run(cfg, pattern, &m, new_id, sizeof new_id, &r->st, err, sizeof err)) {
+    fprintf(stderr, "bench checkpoint: resharding %s onto %u servers: %s\n", m.id, r->to, err);
+  } else {
+    if (!*id) snprintf(id, id_len, "%s", m.id);
+    *from = m.servers;
+    manifest_t n;
+    if (reshard_find(pattern, new_id, &n, err, sizeof err) == 0) {
+      r->complete = n.servers == r->to;
+      manifest_free(&n);
+    }
+    r->done = 1;
+    rc = 0;
+  }
+  manifest_free(&m);
+  if (cfg) cfg_destroy(cfg);
+  snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
+  if (system(cmd) != 0) fprintf(stderr, "bench checkpoint: local down reported a problem in %s\n", dir);
+  return rc;
+}
+
+/* ---- 4. resharding: a job (tables x10, uniform row popularity) ends with
+ * a complete checkpoint on 2 servers; the cluster comes up again on the
+ * same work dir with 3 servers, then 1, and each time the checkpoint is
+ * resharded in-process (reshard.h, what `chanter train --resume` does). */
+static int bench_reshard(cli_t *cli, const char *self, const char *tmp, const char *big_rows, long long cache_rows,
+                         int quick) {
+  int iters = quick ? 100 : 200;
+  char dir[1200], extra[9000], id[160] = "";
+  snprintf(dir, sizeof dir, "%s/reshard", tmp);
+  snprintf(extra, sizeof extra,
+           "--set cache_rows=%lld --set 'table_rows=%s' --set synthetic.alpha=0 --set synthetic.hot_share=0"
+           " --set checkpoint_seconds=0 --set checkpoint_every=0",
+           cache_rows, big_rows);
+  printf("Resharding a checkpoint (reshard_find / reshard_run in-process, what `chanter train --resume` does onto\n"
+         "another embedding_servers count):\n");
+  fflush(stdout);
+  run_t job;
+  if (run_job(cli, self, dir, extra, iters, &job)) return 1;
+  rs_run_t rs[2] = {{.to = 3}, {.to = 1}};
+  uint64_t from = 0;
+  int rc = 0, n = 2;
+  double load0 = loadavg();
+  for (int i = 0; i < n && !rc; i++) rc = reshard_once(self, dir, id, sizeof id, &from, &rs[i]);
+  double load1 = loadavg();
+  double stored = cli_json_num(job.summary, "stored_rows");
+  printf("%-38s", "");
+  for (int i = 0; i < n; i++) {
+    char h[32];
+    snprintf(h, sizeof h, "%" PRIu64 " -> %u servers", from, rs[i].to);
+    printf(" %15s", h);
+  }
+  static const char *names[] = {"rows resharded",
+                                "MB read (rows with optimizer state)",
+                                "blobs",
+                                "total",
+                                "  read (old checkpoints, from disk)",
+                                "  write (embc_write to new owners)",
+                                "  checkpoint + seal (new servers)",
+                                "  other (connect, clear, blobs)",
+                                "total per million rows",
+                                "  read per million rows",
+                                "  write per million rows",
+                                "  checkpoint per million rows",
+                                "rows/s"};
+  for (int k = 0; k < 13; k++) {
+    printf("\n%-38s", names[k]);
+    for (int i = 0; i < n; i++) {
+      const reshard_stats_t *s = &rs[i].st;
+      double M = s->rows ? (double)s->rows / 1e6 : NAN;
+      double v[] = {(double)s->rows / 1e6,
+                    (double)s->bytes / 1e6,
+                    (double)s->blobs,
+                    s->seconds,
+                    s->read_seconds,
+                    s->write_seconds,
+                    s->checkpoint_seconds,
+                    s->seconds - s->read_seconds - s->write_seconds - s->checkpoint_seconds,
+                    s->seconds / M,
+                    s->read_seconds / M,
+                    s->write_seconds / M,
+                    s->checkpoint_seconds / M,
+                    s->seconds > 0 ? (double)s->rows / s->seconds : NAN};
+      static const char *fmt[] = {" %14.3fM", " %15.1f", " %15.0f", " %13.2f s", " %13.2f s", " %13.2f s", " %13.2f s",
+                                  " %13.2f s", " %13.2f s", " %13.2f s", " %13.2f s", " %13.2f s", " %15.0f"};
+      print_num(rs[i].done ? v[k] : NAN, fmt[k]);
+    }
+  }
+  printf("\n%-38s", "new checkpoint complete");
+  for (int i = 0; i < n; i++) printf(" %15s", !rs[i].done ? "-" : rs[i].complete ? "yes" : "NO");
+  printf("\nThe job's own checkpoint at its end (%" PRIu64 " servers, for comparison): ", from);
+  double srv = cli_json_num(job.summary, "servers_seconds"), tot = cli_json_num(job.summary, "total_seconds");
+  double fl = cli_json_num(job.summary, "rows_flushed"), stall = cli_json_num(job.summary, "stall_seconds");
+  printf("servers %.2f s, stall %.2f s, total %.2f s,\n"
+         "  %.0f rows flushed by the trainers, %.1f MB on the servers, %.3fM rows on the servers (stored_rows)\n",
+         srv, stall, tot, fl, cli_json_num(job.summary, "bytes") / 1e6, stored / 1e6);
+  printf("(the checkpoint: the end of a %d-iteration job, batch %lld, tables x10, synthetic.alpha = 0 (uniform row\n"
+         " popularity, so that it holds many rows), cache_rows %lld, no checkpoints before the end; then `chanter local\n"
+         " down`, `local up --set embedding_servers=S'` on the same work dir, reshard_run from the old servers'\n"
+         " checkpoint directories; each reshard starts from that same 2-server checkpoint.  read = store_reader over\n"
+         " the old checkpoints; write = embc_write of the rows to their new owners alone, the baseline for writing\n"
+         " that many rows; checkpoint = every new server's RocksDB checkpoint and the sealed manifest; load average,\n"
+         " 1 min, %.2f before the reshards and %.2f after, on %ld CPUs)\n",
+         iters, (long long)cfg_int(cli->cfg, "batch_size"), cache_rows, load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  free(job.summary);
+  return rc;
+}
+
 int bench_checkpoint(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
   if (cli_done(cli, "checkpoint")) return 2;
@@ -452,6 +601,8 @@ int bench_checkpoint(cli_t *cli) {
       compare(what, &confs[c], &confs[c + 1], 1, 1, iters);
     }
   printf("(means over the checkpoints before the end of the job)\n");
+  printf("\n");
+  rc = bench_reshard(cli, self, tmp, big_rows, cache0, quick);
 
 out:
   for (int c = 0; c < nc; c++) {

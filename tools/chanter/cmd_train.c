@@ -38,6 +38,7 @@
 #include "opt.h"
 #include "orc.h"
 #include "phase.h"
+#include "reshard.h"
 #include "table.h"
 
 /* The phases --local measures (phase.h), in the order it prints them. */
@@ -352,7 +353,40 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
           1e3 * cli_json_num(o, "total_seconds"), cli_json_num(o, "bytes") / 1e6);
 }
 
-static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char *resume, int fresh) {
+/* --resume onto another embedding_servers count: when the old servers'
+ * directories are readable here, the checkpoint is resharded first
+ * (reshard.h) and the job resumes from the resharded one; *resume then
+ * names it (in buf).  0, or 1 after saying why not. */
+static int maybe_reshard(const cfg_t *cfg, const char *pattern, const char **resume, char *buf, size_t n, int quiet) {
+  manifest_t m;
+  char err[1024];
+  if (reshard_find(pattern, *resume, &m, err, sizeof err) != 0) return 0; /* not here: the oracle resolves it */
+  uint64_t S = (uint64_t)cfg_int(cfg, "embedding_servers");
+  if (m.servers == S) {
+    manifest_free(&m);
+    return 0;
+  }
+  (void)quiet; /* said even with --quiet: it changes the servers */
+  fprintf(stderr, "chanter train: checkpoint %s was taken on %" PRIu64 " embedding servers, this job has %" PRIu64
+                    ": resharding it (reading %s)\n",
+            m.id, m.servers, S, pattern);
+  reshard_stats_t st;
+  int rc = reshard_run(cfg, pattern, &m, buf, n, &st, err, sizeof err);
+  manifest_free(&m);
+  if (rc) {
+    fprintf(stderr, "chanter train: resharding failed: %s (nothing was restored; the job is still held)\n", err);
+    return 1;
+  }
+  fprintf(stderr, "chanter train: resharded %" PRIu64 " rows (%.1f MB) and %" PRIu64 " blobs into checkpoint %s in %.2f s "
+                    "(%.2f s per million rows: read %.2f s, write %.2f s, checkpoint %.2f s)\n",
+            st.rows, (double)st.bytes / 1e6, st.blobs, buf, st.seconds, st.rows ? st.seconds * 1e6 / (double)st.rows : 0,
+            st.read_seconds, st.write_seconds, st.checkpoint_seconds);
+  *resume = buf;
+  return 0;
+}
+
+static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char *resume, int fresh,
+                         const char *old_dirs) {
   char err[1024] = "";
   int owned = 0, rc = 1;
   cfg_t *cfg = cli_cluster_cfg(cli, workdir, &owned, err, sizeof err);
@@ -397,7 +431,13 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
         fprintf(stderr, "%schanter train: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
         goto out;
       }
-      char msg[1536];
+      char msg[1536], pattern[4200], reshard_id[128];
+      if (resume) { /* the old servers' data dirs: where chanter local keeps them, or as given, or the job's */
+        if (old_dirs) snprintf(pattern, sizeof pattern, "%s", old_dirs);
+        else if (workdir) snprintf(pattern, sizeof pattern, "%s/embedding-%%i", workdir);
+        else snprintf(pattern, sizeof pattern, "%s", cfg_str(cfg, "embedding.data_dir"));
+        if (maybe_reshard(cfg, pattern, &resume, reshard_id, sizeof reshard_id, quiet)) goto out;
+      }
       if (orc_start(o, resume, fresh, msg, sizeof msg, err, sizeof err)) {
         fprintf(stderr, "chanter train: %s\n", err);
         goto out;
@@ -539,6 +579,7 @@ int cmd_train(cli_t *cli) {
   const char *workdir = cli_opt(cli, "--workdir");
   int quiet = cli_flag(cli, "--quiet");
   int fresh = cli_flag(cli, "--fresh");
+  const char *old_dirs = cli_opt(cli, "--old-data-dirs");
   /* --resume [latest|ID]: the value is optional */
   const char *resume = NULL;
   for (int i = 0; i < cli->argc; i++) {
@@ -553,7 +594,7 @@ int cmd_train(cli_t *cli) {
   if (cli_done(cli, NULL)) return 2;
   if (resume && fresh) return cli_usage_error(cli, "--resume and --fresh exclude each other");
   if (local && (resume || fresh)) return cli_usage_error(cli, "--resume and --fresh act on a cluster's job, not --local");
-  if (!local) return train_cluster(cli, workdir, quiet, resume, fresh);
+  if (!local) return train_cluster(cli, workdir, quiet, resume, fresh, old_dirs);
   if (!strcmp(cfg_str(cli->cfg, "device"), "cuda")) {
     /* no silent fallback to the CPU: say why not, and stop (before
      * loading the data, so the refusal is immediate) */

@@ -44,6 +44,8 @@ static const command_t commands[] = {
      "  (cluster)       watch the cluster's job to the end; summary in DIR/summary.json\n"
      "  --resume [ID]   the servers hold a stopped job: restore them to its latest (or the named) complete\n"
      "                  checkpoint and go on from it\n"
+     "  --old-data-dirs PATTERN  a checkpoint taken on another embedding_servers count is resharded from the old\n"
+     "                  servers' data dirs (%i = index; default DIR/embedding-%i with --workdir, else embedding.data_dir)\n"
      "  --fresh         the servers hold another job's state: clear them and start at iteration 0\n"
      "  --local         train the job's model in this process, no daemons\n"},
     {"checkpoint", cmd_checkpoint,

@@ -1,0 +1,386 @@
+/*
+ * oracle_ckpt_state: what a checkpoint says about the job (oracle_ckpt.c
+ * has the whole story): the job's fingerprint as a manifest and the check
+ * of a checkpoint's manifest against it (a resume refused with the field
+ * that differs), and the oracle's own state -- c, the evaluation record,
+ * the summary's counters, laia -- as a blob ("CHORACL1", little-endian,
+ * SHA-256 trailer) and back into every stage at c + 1.  Loop thread,
+ * except the pure codecs, which the worker pool may call.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpc.h"
+#include "embedding.pb-c.h"
+#include "err.h"
+#include "log.h"
+#include "manifest.h"
+#include "oracle_job_internal.h"
+#include "table.h"
+
+#define ORACLE_MAGIC "CHORACL1"
+
+/* ------------------------------------------------------------ bytes */
+
+typedef struct bw_s {
+  uint8_t *p;
+  size_t n, cap;
+  int oom;
+} bw_t;
+
+static void bw_put(bw_t *b, const void *src, size_t len) {
+  if (b->oom) return;
+  if (b->n + len > b->cap) {
+    size_t nc = b->cap ? b->cap * 2 : 4096;
+    while (nc < b->n + len) nc *= 2;
+    uint8_t *q = realloc(b->p, nc);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = nc;
+  }
+  if (len) memcpy(b->p + b->n, src, len);
+  b->n += len;
+}
+static void bw_u64(bw_t *b, uint64_t v) {
+  uint8_t x[8];
+  for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+  bw_put(b, x, 8);
+}
+static void bw_f64(bw_t *b, double d) {
+  uint64_t v;
+  memcpy(&v, &d, 8);
+  bw_u64(b, v);
+}
+
+typedef struct br_s {
+  const uint8_t *p;
+  size_t n, off;
+  int bad;
+} br_t;
+
+static uint64_t br_u64(br_t *b) {
+  if (b->bad || b->n - b->off < 8) {
+    b->bad = 1;
+    return 0;
+  }
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)b->p[b->off + i] << (8 * i);
+  b->off += 8;
+  return v;
+}
+static double br_f64(br_t *b) {
+  uint64_t v = br_u64(b);
+  double d;
+  memcpy(&d, &v, 8);
+  return d;
+}
+static const uint8_t *br_take(br_t *b, size_t len) {
+  if (b->bad || b->n - b->off < len) {
+    b->bad = 1;
+    return NULL;
+  }
+  const uint8_t *p = b->p + b->off;
+  b->off += len;
+  return p;
+}
+
+void oracle_ckpt__sha_hex(const void *p, size_t n, char out[65]) {
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_Digest(p, n, h, &hl, EVP_sha256(), NULL);
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+/* ------------------------------------------------------------ the manifest (manifest.h) */
+
+static void model_shape(const cfg_t *cfg, char *out, size_t n) {
+  snprintf(out, n, "bottom_mlp=%s;top_mlp=%s;deep_mlp=%s;cross_layers=%lld;n_dense=%lld", cfg_str(cfg, "model.bottom_mlp"),
+           cfg_str(cfg, "model.top_mlp"), cfg_str(cfg, "model.deep_mlp"), (long long)cfg_int(cfg, "model.cross_layers"),
+           (long long)cfg_int(cfg, "n_dense"));
+}
+
+
+/* This job's fingerprint as a manifest (the per-checkpoint fields empty). */
+void oracle_ckpt__job_manifest(const oracle_job_t *j, manifest_t *m) {
+  const cfg_t *cfg = j->cfg;
+  memset(m, 0, sizeof *m);
+  snprintf(m->job_id, sizeof m->job_id, "%s", j->job_id);
+  snprintf(m->model, sizeof m->model, "%s", cfg_str(cfg, "model"));
+  model_shape(cfg, m->model_shape, sizeof m->model_shape);
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", cfg_str(cfg, "optimizer"));
+  snprintf(m->embedding_optimizer, sizeof m->embedding_optimizer, "%s", cfg_str(cfg, "embedding_optimizer"));
+  snprintf(m->dataset, sizeof m->dataset, "%s", cfg_str(cfg, "dataset"));
+  snprintf(m->allocation, sizeof m->allocation, "%s", j->allocation);
+  snprintf(m->lookahead, sizeof m->lookahead, "%s", j->ideal ? "0" : j->lookahead_cfg);
+  m->layout_hash = j->ckpt.layout_hash;
+  m->schema_hash = j->ckpt.schema_hash;
+  m->seed = j->seed;
+  m->batch_size = j->B;
+  m->trainers = j->P;
+  m->servers = j->ckpt.S;
+  m->iterations = j->iterations;
+  m->cache_rows = j->pipe.cache_rows;
+}
+
+/* Refuses a checkpoint this job cannot go on from, naming the field;
+ * warns (into warn) for changes that keep the model only up to summation
+ * order.  0 or ERR_CONFIG. */
+int oracle_ckpt__check_manifest(const oracle_job_t *j, const manifest_t *m, char *err, size_t err_len, char *warn,
+                          size_t warn_len) {
+  manifest_t me;
+  oracle_ckpt__job_manifest(j, &me);
+  const char *id = m->id;
+#define DIFF_S(field, name, what)                                                                                    \
+  if (strcmp(m->field, me.field))                                                                                    \
+    return err_set(err, err_len, ERR_CONFIG,                                                                         \
+                   "checkpoint %s is of another " what ": its " name " is %s, this job's is %s; resume it with the " \
+                   "job file it was taken with, or start over with --fresh",                                        \
+                   id, m->field, me.field);
+#define DIFF_U(field, name, what)                                                                                    \
+  if (m->field != me.field)                                                                                          \
+    return err_set(err, err_len, ERR_CONFIG,                                                                         \
+                   "checkpoint %s is of another " what ": its " name " is %" PRIu64 ", this job's is %" PRIu64      \
+                   "; resume it with the job file it was taken with, or start over with --fresh",                   \
+                   id, m->field, me.field);
+  DIFF_S(model, "model", "model")
+  DIFF_S(model_shape, "model shape (model.*, n_dense)", "model")
+  if (m->layout_hash != j->ckpt.layout_hash)
+    return err_set(err, err_len, ERR_CONFIG,
+                   "checkpoint %s is of another table layout (table_rows, embedding_dim, table_dims or "
+                   "embedding_optimizer: layout hash %016" PRIx64 ", this job's %016" PRIx64
+                   "); resume it with the job file it was taken with, or start over with --fresh",
+                   id, m->layout_hash, j->ckpt.layout_hash);
+  if (m->schema_hash != j->ckpt.schema_hash)
+    return err_set(err, err_len, ERR_CONFIG,
+                   "checkpoint %s is of another data schema (n_dense, table_hotness: schema hash %016" PRIx64
+                   ", this job's %016" PRIx64 "); resume it with the job file it was taken with, or start over with "
+                   "--fresh",
+                   id, m->schema_hash, j->ckpt.schema_hash);
+  DIFF_S(optimizer, "optimizer", "optimizer")
+  DIFF_S(embedding_optimizer, "embedding_optimizer", "optimizer")
+  DIFF_S(dataset, "dataset", "dataset")
+  DIFF_U(seed, "seed", "data order")
+  DIFF_U(batch_size, "batch_size", "data order")
+#undef DIFF_S
+#undef DIFF_U
+  if (m->servers != me.servers)
+    return err_set(err, err_len, ERR_CONFIG,
+                   "checkpoint %s was taken on %" PRIu64 " embedding servers and this job has %" PRIu64
+                   ": it must be resharded first, which `chanter train --resume` does when it can read the old "
+                   "servers' data dirs (--old-data-dirs PATTERN; with --workdir W it looks in W/embedding-%%i)",
+                   id, m->servers, me.servers);
+  if (m->iteration + 1 >= j->iterations)
+    return err_set(err, err_len, ERR_CONFIG,
+                   "checkpoint %s holds the model after iteration %" PRIu64 ": this job's iterations = %" PRIu64
+                   " are all done; raise iterations to go on training",
+                   id, m->iteration, j->iterations);
+  warn[0] = 0;
+  size_t o = 0;
+  if (strcmp(m->allocation, me.allocation) && o < warn_len)
+    o += (size_t)snprintf(warn + o, warn_len - o,
+                          "the checkpoint was taken with allocation = %s and this job uses %s: the model is the same "
+                          "only up to floating-point summation order",
+                          m->allocation, me.allocation);
+  if (m->trainers != me.trainers && o < warn_len)
+    snprintf(warn + o, warn_len - o,
+             "%sthe checkpoint was taken with trainers = %" PRIu64 " and this job has %" PRIu64
+             ": the model is the same only up to floating-point summation order",
+             o ? "; " : "", m->trainers, me.trainers);
+  return 0;
+}
+
+/* ------------------------------------------------------------ the oracle's state */
+
+/* The state after c that the rest of the job depends on or reports
+ * (report's counters, the evaluation record, laia). */
+int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint8_t **out, size_t *len) {
+  const oracle_report_t *rp = &j->report;
+  const oracle_pipe_t *pp = &j->pipe;
+  bw_t b = {0};
+  bw_put(&b, ORACLE_MAGIC, 8);
+  bw_u64(&b, cp->iteration);
+  bw_u64(&b, j->P);
+  bw_u64(&b, rp->evals_done);
+  uint64_t first = rp->n_evals > ORACLE_EVAL_HISTORY ? rp->n_evals - ORACLE_EVAL_HISTORY : 0;
+  bw_u64(&b, rp->n_evals);
+  bw_u64(&b, rp->n_evals - first);
+  for (uint64_t i = first; i < rp->n_evals; i++) {
+    const oracle_eval_rec_t *e = &rp->evals[i % ORACLE_EVAL_HISTORY];
+    bw_u64(&b, e->round);
+    bw_u64(&b, e->after);
+    bw_f64(&b, e->logloss);
+    bw_f64(&b, e->auc);
+  }
+  bw_f64(&b, rp->last_test_logloss);
+  bw_f64(&b, rp->last_test_auc);
+  bw_f64(&b, rp->loss_last);
+  bw_f64(&b, rp->tail_loss_sum);
+  bw_u64(&b, rp->tail_n);
+  uint64_t k = rp->done < ORACLE_LOSS_RING ? rp->done : ORACLE_LOSS_RING;
+  bw_u64(&b, k);
+  for (uint64_t i = rp->done - k; i < rp->done; i++) bw_f64(&b, rp->loss_ring[i % ORACLE_LOSS_RING]);
+  bw_f64(&b, rp->sum_rows_fetched);
+  bw_f64(&b, rp->sum_rows_synced);
+  bw_f64(&b, rp->sum_rows_synced_delayed);
+  bw_f64(&b, rp->sum_rows_replicated);
+  bw_f64(&b, rp->sum_rows_written_back);
+  bw_f64(&b, rp->sum_cache_hits);
+  bw_u64(&b, PHASE_N_REPORT);
+  for (int i = 0; i < PHASE_N_REPORT; i++) bw_f64(&b, rp->sum_t[i]);
+  for (int i = 0; i < PHASE_N_REPORT; i++) bw_f64(&b, rp->first_t[i]);
+  bw_f64(&b, rp->seconds_before + (rp->t_last - rp->t_start));
+  bw_u64(&b, pp->L_start);
+  bw_u64(&b, j->ckpt.n_done + 1);
+  bw_f64(&b, j->ckpt.stall_sum);
+  bw_f64(&b, j->ckpt.total_sum);
+  bw_u64(&b, cp->laia_len);
+  bw_put(&b, cp->laia_state, cp->laia_len);
+  uint8_t h[32];
+  unsigned hl = 0;
+  if (!b.oom) EVP_Digest(b.p, b.n, h, &hl, EVP_sha256(), NULL);
+  bw_put(&b, h, 32);
+  if (b.oom) {
+    free(b.p);
+    return -ENOMEM;
+  }
+  *out = b.p;
+  *len = b.n;
+  return 0;
+}
+
+/* The oracle's state decoded (laia points into the buffer). */
+typedef struct ostate_s {
+  uint64_t iteration, P, evals_done, n_evals, n_hist, tail_n, n_loss, l_start, n_done;
+  oracle_eval_rec_t hist[ORACLE_EVAL_HISTORY];
+  double last_ll, last_auc, loss_last, tail_sum, loss[ORACLE_LOSS_RING];
+  double sums[6], sum_t[PHASE_N_REPORT], first_t[PHASE_N_REPORT], seconds, stall_sum, total_sum;
+  const uint8_t *laia;
+  size_t laia_len;
+} ostate_t;
+
+static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *err, size_t err_len) {
+  memset(o, 0, sizeof *o);
+  if (n < 8 + 32 || memcmp(p, ORACLE_MAGIC, 8))
+    return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob (%zu bytes) is not one chanter wrote", n);
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_Digest(p, n - 32, h, &hl, EVP_sha256(), NULL);
+  if (memcmp(h, p + n - 32, 32))
+    return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is damaged: its SHA-256 does not match");
+  br_t b = {.p = p, .n = n - 32, .off = 8};
+  o->iteration = br_u64(&b);
+  o->P = br_u64(&b);
+  o->evals_done = br_u64(&b);
+  o->n_evals = br_u64(&b);
+  o->n_hist = br_u64(&b);
+  if (o->n_hist > ORACLE_EVAL_HISTORY) b.bad = 1;
+  for (uint64_t i = 0; i < o->n_hist && !b.bad; i++) {
+    o->hist[i].round = br_u64(&b);
+    o->hist[i].after = br_u64(&b);
+    o->hist[i].logloss = br_f64(&b);
+    o->hist[i].auc = br_f64(&b);
+  }
+  o->last_ll = br_f64(&b);
+  o->last_auc = br_f64(&b);
+  o->loss_last = br_f64(&b);
+  o->tail_sum = br_f64(&b);
+  o->tail_n = br_u64(&b);
+  o->n_loss = br_u64(&b);
+  if (o->n_loss > ORACLE_LOSS_RING) b.bad = 1;
+  for (uint64_t i = 0; i < o->n_loss && !b.bad; i++) o->loss[i] = br_f64(&b);
+  for (int i = 0; i < 6; i++) o->sums[i] = br_f64(&b);
+  if (br_u64(&b) != PHASE_N_REPORT) b.bad = 1;
+  for (int i = 0; i < PHASE_N_REPORT && !b.bad; i++) o->sum_t[i] = br_f64(&b);
+  for (int i = 0; i < PHASE_N_REPORT && !b.bad; i++) o->first_t[i] = br_f64(&b);
+  o->seconds = br_f64(&b);
+  o->l_start = br_u64(&b);
+  o->n_done = br_u64(&b);
+  o->stall_sum = br_f64(&b);
+  o->total_sum = br_f64(&b);
+  o->laia_len = br_u64(&b);
+  o->laia = br_take(&b, o->laia_len);
+  if (b.bad || b.off != b.n)
+    return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is malformed (at byte %zu of %zu)", b.off, n);
+  return 0;
+}
+
+/* Puts the decoded state into the job: every stage starts at c + 1. */
+static int state_apply(oracle_job_t *j, const ostate_t *o, char *err, size_t err_len) {
+  oracle_report_t *rp = &j->report;
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t s = o->iteration + 1;
+  if (pp->laia) {
+    laia_t *l = NULL;
+    laia_opts_t lo = {.trainers = j->P,
+                      .window = pp->laia_window,
+                      .seed = j->seed,
+                      .profile = pp->laia_profile,
+                      .min_share = pp->laia_min_share};
+    if (o->laia_len && o->P == j->P) {
+      char why[512] = "";
+      int rc = laia_load(&lo, o->laia, o->laia_len, &l, why, sizeof why);
+      if (rc) return err_set(err, err_len, rc, "laia's state in the checkpoint: %s", why);
+    } else {
+      /* another allocation or trainer count: laia starts over from c + 1 (warned: summation order) */
+      int rc = laia_create(&lo, &l);
+      if (rc || (rc = laia_start_at(l, s)) != 0) {
+        laia_destroy(l);
+        return err_set(err, err_len, rc, "allocation = laia: %s", err_str(rc));
+      }
+    }
+    laia_destroy(pp->laia);
+    pp->laia = l;
+  }
+  pp->laia_next = s;
+  pp->next = pp->reaped = pp->push_next = pp->decide_next = s;
+  j->fetch.q_head = j->fetch.start = s;
+  for (uint32_t p = 0; p < j->P; p++) {
+    j->dispatch.rank[p].next_step = s;
+    j->dispatch.rank[p].evals_sent = oracle_report__rounds_upto(j, o->iteration);
+    rp->rank[p].reported = s;
+  }
+  rp->done = rp->start = s;
+  rp->evals_done = o->evals_done;
+  rp->n_evals = o->n_evals;
+  uint64_t first = o->n_evals - o->n_hist;
+  for (uint64_t i = 0; i < o->n_hist; i++) rp->evals[(first + i) % ORACLE_EVAL_HISTORY] = o->hist[i];
+  rp->last_test_logloss = o->last_ll;
+  rp->last_test_auc = o->last_auc;
+  rp->loss_last = o->loss_last;
+  rp->tail_loss_sum = o->tail_sum;
+  rp->tail_n = o->tail_n;
+  for (uint64_t i = 0; i < o->n_loss; i++) rp->loss_ring[(s - o->n_loss + i) % ORACLE_LOSS_RING] = o->loss[i];
+  rp->sum_rows_fetched = o->sums[0];
+  rp->sum_rows_synced = o->sums[1];
+  rp->sum_rows_synced_delayed = o->sums[2];
+  rp->sum_rows_replicated = o->sums[3];
+  rp->sum_rows_written_back = o->sums[4];
+  rp->sum_cache_hits = o->sums[5];
+  memcpy(rp->sum_t, o->sum_t, sizeof rp->sum_t);
+  memcpy(rp->first_t, o->first_t, sizeof rp->first_t);
+  rp->seconds_before = o->seconds;
+  j->ckpt.n_done = o->n_done;
+  j->ckpt.stall_sum = o->stall_sum;
+  j->ckpt.total_sum = o->total_sum;
+  j->ckpt.start = s;
+  return 0;
+}
+
+int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len) {
+  ostate_t *o = malloc(sizeof *o);
+  if (!o) return err_set(err, err_len, -ENOMEM, "out of memory reading the oracle's state");
+  int rc = oracle_state_decode(p, n, o, err, err_len);
+  if (!rc) rc = state_apply(j, o, err, err_len);
+  free(o);
+  return rc;
+}

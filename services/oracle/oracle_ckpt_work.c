@@ -1,0 +1,431 @@
+/*
+ * oracle_ckpt_work: the checkpoint stage's calls to the embedding servers
+ * (oracle_ckpt.c has the whole story), on libuv's worker pool: the check
+ * of what the servers hold before a job starts, --fresh (clear, stamp),
+ * --resume (find the checkpoint, check its manifest, restore every server,
+ * read the oracle's state), and the servers' part of a checkpoint (the
+ * oracle's blob, a RocksDB checkpoint on each server, the manifest sealed
+ * on each and copied to oracle.state_dir, the old ones removed).  Each
+ * work reads the job's immutable shape and its own ck_work_t only; the
+ * loop side (ck_done in oracle_ckpt.c) applies the result.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpc.h"
+#include "embedding.pb-c.h"
+#include "err.h"
+#include "log.h"
+#include "manifest.h"
+#include "oracle_job_internal.h"
+#include "table.h"
+
+#define EMB_DESC(x) (&chanter__embedding__v1__##x##__descriptor)
+#define JOB_BLOB "job"
+
+/* ------------------------------------------------------------ the servers (worker pool) */
+
+/* One unary admin call to server s; *resp freed by the caller.  0 or an
+ * error with err naming the server. */
+static int srv_call(embc_t *c, uint32_t s, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp, char *err, size_t err_len) {
+  char why[1024] = "";
+  *resp = NULL;
+  int rc = embc_call(c, s, method, req, d, resp, why, sizeof why);
+  if (rc) err_set(err, err_len, rc, "embedding server %u (%s): %s: %s", s, embc_address(c, s), method, why);
+  return rc;
+}
+
+static int srv_put_blob(embc_t *c, uint32_t s, const char *name, const void *data, size_t len, char *err,
+                        size_t err_len) {
+  Chanter__Embedding__V1__PutBlobRequest req = CHANTER__EMBEDDING__V1__PUT_BLOB_REQUEST__INIT;
+  req.name = (char *)name;
+  req.data.data = (uint8_t *)data;
+  req.data.len = len;
+  ProtobufCMessage *resp;
+  int rc = srv_call(c, s, "PutBlob", &req.base, EMB_DESC(put_blob_response), &resp, err, err_len);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
+/* A blob, or ERR_NOTFOUND (err says so). */
+static int srv_get_blob(embc_t *c, uint32_t s, const char *name, uint8_t **data, size_t *len, char *err,
+                        size_t err_len) {
+  Chanter__Embedding__V1__GetBlobRequest req = CHANTER__EMBEDDING__V1__GET_BLOB_REQUEST__INIT;
+  req.name = (char *)name;
+  ProtobufCMessage *resp;
+  int rc = srv_call(c, s, "GetBlob", &req.base, EMB_DESC(get_blob_response), &resp, err, err_len);
+  if (rc) return rc;
+  const Chanter__Embedding__V1__GetBlobResponse *g = (const void *)resp;
+  *len = g->data.len;
+  *data = malloc(*len ? *len : 1);
+  if (*data && *len) memcpy(*data, g->data.data, *len);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return *data ? 0 : -ENOMEM;
+}
+
+/* ------------------------------------------------------------ worker-pool work */
+
+
+/* The job's stamp on every server: its id and what it is. */
+static int stamp(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  char txt[512];
+  int n = snprintf(txt, sizeof txt, "job_id=%s\nmodel=%s\nseed=%" PRIu64 "\n", j->job_id, w->job.model, j->seed);
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    int rc = srv_put_blob(j->ckpt.embc, s, JOB_BLOB, txt, (size_t)n, w->err, sizeof w->err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Every server's checkpoints (list[s], n[s]). */
+static int list_all(ck_work_t *w, Chanter__Embedding__V1__ListCheckpointsResponse **lists) {
+  oracle_job_t *j = w->j;
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    Chanter__Embedding__V1__ListCheckpointsRequest req = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+    ProtobufCMessage *resp;
+    int rc = srv_call(j->ckpt.embc, s, "ListCheckpoints", &req.base, EMB_DESC(list_checkpoints_response), &resp, w->err,
+                      sizeof w->err);
+    if (rc) return rc;
+    lists[s] = (void *)resp;
+  }
+  return 0;
+}
+
+static void free_lists(Chanter__Embedding__V1__ListCheckpointsResponse **lists, uint32_t S) {
+  for (uint32_t s = 0; s < S; s++)
+    if (lists[s]) protobuf_c_message_free_unpacked(&lists[s]->base, NULL);
+}
+
+static const Chanter__Embedding__V1__CheckpointInfo *find_cp(const Chanter__Embedding__V1__ListCheckpointsResponse *l,
+                                                            const char *id) {
+  for (size_t i = 0; l && i < l->n_checkpoints; i++)
+    if (!strcmp(l->checkpoints[i]->id, id)) return l->checkpoints[i];
+  return NULL;
+}
+
+static int get_manifest(ck_work_t *w, uint32_t s, const char *id, manifest_t *m) {
+  Chanter__Embedding__V1__GetManifestRequest req = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
+  req.id = (char *)id;
+  ProtobufCMessage *resp;
+  int rc = srv_call(w->j->ckpt.embc, s, "GetManifest", &req.base, EMB_DESC(get_manifest_response), &resp, w->err,
+                    sizeof w->err);
+  if (rc) return rc;
+  const Chanter__Embedding__V1__GetManifestResponse *g = (const void *)resp;
+  char why[512];
+  rc = manifest_parse((const char *)g->manifest.data, g->manifest.len, m, why, sizeof why);
+  manifest_free(m); /* (the per-server sizes are the CLI's to list) */
+  protobuf_c_message_free_unpacked(resp, NULL);
+  if (rc) err_set(w->err, sizeof w->err, rc, "checkpoint %s on embedding server %u: %s", id, s, why);
+  return rc;
+}
+
+static void preflight_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint32_t S = j->ckpt.S;
+  uint64_t rows = 0, blobs = 0, cps = 0;
+  char other_job[160] = "";
+  Chanter__Embedding__V1__ListCheckpointsResponse **lists = calloc(S, sizeof *lists);
+  if (!lists) {
+    w->rc = -ENOMEM;
+    return;
+  }
+  if ((w->rc = list_all(w, lists)) != 0) goto out;
+  for (uint32_t s = 0; s < S; s++) {
+    Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "Stats", &req.base, EMB_DESC(stats_response), &resp, w->err,
+                          sizeof w->err)) != 0)
+      goto out;
+    const Chanter__Embedding__V1__StatsResponse *st = (const void *)resp;
+    rows += st->has_rows;
+    blobs += st->has_blobs;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (s == 0) cps = lists[0]->n_checkpoints;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    char e2[256];
+    if (!other_job[0] && srv_get_blob(j->ckpt.embc, s, JOB_BLOB, &data, &len, e2, sizeof e2) == 0) {
+      const char *p = strstr((const char *)data, "job_id=");
+      if (p && len < 512) sscanf(p + 7, "%95[^\n]", other_job);
+      free(data);
+    }
+  }
+  w->empty = !rows && !blobs && !cps;
+  if (!w->empty) {
+    /* the latest complete checkpoint, for the message */
+    const Chanter__Embedding__V1__CheckpointInfo *best = NULL;
+    manifest_t m, bm;
+    for (size_t i = 0; i < lists[0]->n_checkpoints; i++) {
+      const Chanter__Embedding__V1__CheckpointInfo *ci = lists[0]->checkpoints[i];
+      if (!ci->sealed || get_manifest(w, 0, ci->id, &m) != 0) continue;
+      if (!best || m.iteration > bm.iteration) {
+        best = ci;
+        bm = m;
+      }
+    }
+    size_t o = (size_t)snprintf(w->found, sizeof w->found,
+                                "the embedding servers hold another job's state (%s%s%s: rows on %" PRIu64 " of %u "
+                                "servers, %" PRIu64 " checkpoints",
+                                other_job[0] ? "job " : "no job stamp", other_job, "", rows, S, cps);
+    if (best && o < sizeof w->found)
+      o += (size_t)snprintf(w->found + o, sizeof w->found - o, "; the latest complete one, %s, holds the model after "
+                                                                "iteration %" PRIu64,
+                            bm.id, bm.iteration);
+    if (o < sizeof w->found)
+      snprintf(w->found + o, sizeof w->found - o,
+               "); run `chanter train --resume` to go on from %s, or `chanter train --fresh` to clear the servers and "
+               "start over",
+               best ? "its latest complete checkpoint" : "a checkpoint (none is complete)");
+  }
+  w->rc = 0;
+out:
+  free_lists(lists, S);
+  free(lists);
+}
+
+static void fresh_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    Chanter__Embedding__V1__ClearRequest req = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "Clear", &req.base, EMB_DESC(clear_response), &resp, w->err,
+                          sizeof w->err)) != 0)
+      return;
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  w->rc = stamp(w);
+}
+
+/* Finds the checkpoint to resume (w->want: "latest" or an id), checks it
+ * against this job BEFORE anything is restored, then restores every
+ * server and reads the oracle's state. */
+static void resume_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint32_t S = j->ckpt.S;
+  Chanter__Embedding__V1__ListCheckpointsResponse **lists = calloc(S, sizeof *lists);
+  if (!lists) {
+    w->rc = -ENOMEM;
+    return;
+  }
+  if ((w->rc = list_all(w, lists)) != 0) goto out;
+  /* complete: sealed on every server; the latest by iteration */
+  int latest = !strcmp(w->want, "latest") || !w->want[0];
+  int found = 0;
+  char skipped[512] = "";
+  size_t so = 0;
+  for (size_t i = 0; i < lists[0]->n_checkpoints; i++) {
+    const Chanter__Embedding__V1__CheckpointInfo *ci = lists[0]->checkpoints[i];
+    if (!latest && strcmp(ci->id, w->want)) continue;
+    int complete = ci->sealed;
+    for (uint32_t s = 1; s < S && complete; s++) {
+      const Chanter__Embedding__V1__CheckpointInfo *o = find_cp(lists[s], ci->id);
+      complete = o && o->sealed;
+    }
+    if (!complete) {
+      if (!latest) {
+        w->rc = err_set(w->err, sizeof w->err, ERR_NOTFOUND,
+                        "checkpoint %s is not complete (it is not sealed on every embedding server: it was "
+                        "interrupted); resume from another one (`chanter checkpoints` lists them)",
+                        ci->id);
+        goto out;
+      }
+      if (so < sizeof skipped) so += (size_t)snprintf(skipped + so, sizeof skipped - so, "%s%s", so ? ", " : "", ci->id);
+      continue;
+    }
+    manifest_t m;
+    if ((w->rc = get_manifest(w, 0, ci->id, &m)) != 0) goto out;
+    if (!found || m.iteration > w->m.iteration) w->m = m;
+    found = 1;
+  }
+  if (!found) {
+    w->rc = err_set(w->err, sizeof w->err, ERR_NOTFOUND, "%s%s%s%s%s",
+                    latest ? "there is no complete checkpoint on the embedding servers" : "there is no checkpoint ",
+                    latest ? "" : w->want, latest ? "" : " on the embedding servers",
+                    so ? "; incomplete (interrupted) ones: " : "", skipped);
+    goto out;
+  }
+  if (so) log_warn("incomplete checkpoints are skipped (interrupted while being taken): %s", skipped);
+  if ((w->rc = oracle_ckpt__check_manifest(j, &w->m, w->err, sizeof w->err, w->warn, sizeof w->warn)) != 0) goto out;
+  /* from here the servers change */
+  for (uint32_t s = 0; s < S; s++) {
+    Chanter__Embedding__V1__RestoreRequest req = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
+    req.id = w->m.id;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "Restore", &req.base, EMB_DESC(restore_response), &resp, w->err,
+                          sizeof w->err)) != 0) {
+      if (s) {
+        size_t l = strlen(w->err);
+        snprintf(w->err + l, sizeof w->err - l, " (servers 0..%u were restored already; run --resume again)", s - 1);
+      }
+      goto out;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if ((w->rc = srv_get_blob(j->ckpt.embc, 0, w->m.oracle_blob, &w->ostate, &w->ostate_len, w->err, sizeof w->err)) != 0)
+    goto out;
+  char h[65];
+  oracle_ckpt__sha_hex(w->ostate, w->ostate_len, h);
+  if (strcmp(h, w->m.oracle_sha256)) {
+    w->rc = err_set(w->err, sizeof w->err, ERR_BADMSG,
+                    "checkpoint %s: the oracle's state blob does not match the manifest's oracle_sha256", w->m.id);
+    goto out;
+  }
+  /* the job goes on under the checkpoint's job id, with its stamp */
+  snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
+  w->rc = stamp(w);
+out:
+  free_lists(lists, S);
+  free(lists);
+}
+
+static int write_state_dir(const char *dir, const char *id, const char *text, size_t len, char *err, size_t err_len) {
+  char d[4096], path[4300], tmp[4310];
+  snprintf(d, sizeof d, "%s/checkpoints", dir);
+  mkdir(dir, 0755);
+  mkdir(d, 0755);
+  snprintf(path, sizeof path, "%s/%s.manifest", d, id);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f || fwrite(text, 1, len, f) != len || fflush(f) || fsync(fileno(f)) || fclose(f)) {
+    int e = errno;
+    if (f) fclose(f);
+    return err_set(err, err_len, -e, "cannot write %s: %s", tmp, strerror(e));
+  }
+  if (rename(tmp, path)) return err_set(err, err_len, -errno, "cannot rename %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+/* Removes the checkpoints of this job beyond the newest `keep` complete
+ * ones, and incomplete ones older than the newest complete one. */
+static void prune(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint32_t S = j->ckpt.S;
+  Chanter__Embedding__V1__ListCheckpointsResponse **lists = calloc(S, sizeof *lists);
+  if (!lists || list_all(w, lists) != 0) goto out;
+  /* ids of this job sort by iteration (zero-padded): walk server 0's from the newest */
+  size_t n = lists[0]->n_checkpoints, kept = 0, o = 0;
+  size_t plen = strlen(j->job_id);
+  for (size_t i = n; i-- > 0;) {
+    const Chanter__Embedding__V1__CheckpointInfo *ci = lists[0]->checkpoints[i];
+    if (strncmp(ci->id, j->job_id, plen) || ci->id[plen] != '-') continue;
+    if (ci->sealed && kept < j->ckpt.keep) {
+      kept++;
+      continue;
+    }
+    if (!ci->sealed && !kept) continue; /* newer than every complete one: maybe being taken */
+    for (uint32_t s = 0; s < S; s++) {
+      Chanter__Embedding__V1__DeleteCheckpointRequest req = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
+      req.id = ci->id;
+      ProtobufCMessage *resp;
+      char e2[512];
+      if (srv_call(j->ckpt.embc, s, "DeleteCheckpoint", &req.base, EMB_DESC(delete_checkpoint_response), &resp, e2,
+                   sizeof e2) == 0)
+        protobuf_c_message_free_unpacked(resp, NULL);
+      else if (!strstr(e2, "no checkpoint") && !strstr(e2, "not found"))
+        log_warn("cannot remove an old checkpoint: %s", e2);
+    }
+    if (j->ckpt.state_dir[0]) {
+      char path[4400];
+      snprintf(path, sizeof path, "%s/checkpoints/%s.manifest", j->ckpt.state_dir, ci->id);
+      unlink(path);
+    }
+    if (o < sizeof w->pruned) o += (size_t)snprintf(w->pruned + o, sizeof w->pruned - o, "%s%s", o ? "," : "", ci->id);
+  }
+out:
+  if (lists) free_lists(lists, S);
+  free(lists);
+}
+
+static void servers_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  oracle_cp_t *cp = w->cp;
+  uint32_t S = j->ckpt.S;
+  double t0 = oracle_job__now();
+  char name[160];
+  snprintf(name, sizeof name, "ckpt.%s.oracle", cp->id);
+  if ((w->rc = srv_put_blob(j->ckpt.embc, 0, name, w->oblob, w->oblob_len, w->err, sizeof w->err)) != 0) return;
+  /* fault injection for the tests (README): CHANTER_FAULT_CHECKPOINT_PAUSE=K:MS pauses the K-th checkpoint of
+   * this oracle MS ms after server 0 took its part, so that a test can kill a server in the middle */
+  static int nth;
+  unsigned fk = 0, fms = 0;
+  const char *fault = getenv("CHANTER_FAULT_CHECKPOINT_PAUSE");
+  int pause = ++nth && fault && sscanf(fault, "%u:%u", &fk, &fms) == 2 && (int)fk == nth;
+  for (uint32_t s = 0; s < S; s++) {
+    /* a resumed job retakes the ids of the run it went back from: that run's later checkpoints are replaced */
+    Chanter__Embedding__V1__DeleteCheckpointRequest del = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
+    del.id = cp->id;
+    ProtobufCMessage *dresp = NULL;
+    char e2[512];
+    if (j->ckpt.resumed && embc_call(j->ckpt.embc, s, "DeleteCheckpoint", &del.base, EMB_DESC(delete_checkpoint_response),
+                                     &dresp, e2, sizeof e2) == 0) {
+      protobuf_c_message_free_unpacked(dresp, NULL);
+      log_info("checkpoint %s of the run this job went back from replaced on server %u", cp->id, s);
+    }
+    Chanter__Embedding__V1__CheckpointRequest req = CHANTER__EMBEDDING__V1__CHECKPOINT_REQUEST__INIT;
+    req.id = cp->id;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "Checkpoint", &req.base, EMB_DESC(checkpoint_response), &resp, w->err,
+                          sizeof w->err)) != 0)
+      return;
+    const Chanter__Embedding__V1__CheckpointResponse *r = (const void *)resp;
+    w->bytes[s] = r->checkpoint ? r->checkpoint->bytes : 0;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (pause && s == 0) {
+      log_warn("checkpoint %s: pausing %u ms after server 0's part (CHANTER_FAULT_CHECKPOINT_PAUSE)", cp->id, fms);
+      usleep((useconds_t)fms * 1000);
+    }
+  }
+  manifest_t m = w->job;
+  snprintf(m.id, sizeof m.id, "%s", cp->id);
+  m.iteration = cp->iteration;
+  m.created_unix = (uint64_t)time(NULL);
+  m.dense_server = 0;
+  snprintf(m.dense_blob, sizeof m.dense_blob, "ckpt.%s.dense", cp->id);
+  snprintf(m.oracle_blob, sizeof m.oracle_blob, "ckpt.%s.oracle", cp->id);
+  oracle_ckpt__sha_hex(w->oblob, w->oblob_len, m.oracle_sha256);
+  m.rows_flushed = cp->rows_flushed;
+  m.server_bytes = w->bytes;
+  size_t len = 0;
+  char *text = manifest_format(&m, &len);
+  if (!text) {
+    w->rc = -ENOMEM;
+    return;
+  }
+  for (uint32_t s = 0; s < S && !w->rc; s++) {
+    Chanter__Embedding__V1__SealCheckpointRequest req = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_REQUEST__INIT;
+    req.id = cp->id;
+    req.manifest.data = (uint8_t *)text;
+    req.manifest.len = len;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "SealCheckpoint", &req.base, EMB_DESC(seal_checkpoint_response), &resp,
+                          w->err, sizeof w->err)) == 0)
+      protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (!w->rc && j->ckpt.state_dir[0]) {
+    char e2[512];
+    if (write_state_dir(j->ckpt.state_dir, cp->id, text, len, e2, sizeof e2))
+      log_warn("checkpoint %s: the manifest's copy in oracle.state_dir failed (the servers hold it): %s", cp->id, e2);
+  }
+  free(text);
+  w->secs = oracle_job__now() - t0;
+  if (!w->rc) prune(w);
+}
+
+void oracle_ckpt__work(uv_work_t *req) {
+  ck_work_t *w = req->data;
+  switch (w->kind) {
+  case W_PREFLIGHT: preflight_work(w); break;
+  case W_FRESH: fresh_work(w); break;
+  case W_RESUME: resume_work(w); break;
+  case W_SERVERS: servers_work(w); break;
+  }
+}
