@@ -127,6 +127,7 @@ typedef struct part_s {
   ProtobufCMessage *resp;
   int rc;
   char err[512];
+  uint64_t done; /* write: the rows' iteration tag (WriteBackRequest.done) */
 } part_t;
 
 typedef struct job_s {
@@ -152,6 +153,7 @@ static void pack_req(embc_t *c, part_t *p, int write, Chanter__Embedding__V1__Lo
     wr->rows.data = (uint8_t *)p->rows;
     wr->rows.len = p->rows_bytes;
     wr->layout_hash = c->layout_hash;
+    wr->done = p->done;
   } else {
     chanter__embedding__v1__lookup_request__init(lr);
     lr->keys.data = (uint8_t *)p->keys;
@@ -184,10 +186,11 @@ static void async_done(int rc, ProtobufCMessage *resp, const rpc_status_t *st, v
   pthread_mutex_unlock(&j->mu);
 }
 
-static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const float *in, int write, char *err,
-                   size_t err_len) {
+static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const float *in, int write, uint64_t done,
+                   char *err, size_t err_len) {
   if (n == 0) return 0;
   part_t *parts = calloc(c->n, sizeof *parts);
+  for (uint32_t s = 0; parts && s < c->n; s++) parts[s].done = done;
   size_t *off = malloc(n * sizeof *off); /* float offset of each key's row */
   uint32_t *owner = malloc(n * sizeof *owner);
   task_t *tasks = calloc(c->n, sizeof *tasks);
@@ -311,9 +314,14 @@ out:
 }
 
 int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err, size_t err_len) {
-  return batched(c, keys, n, out, NULL, 0, err, err_len);
+  return batched(c, keys, n, out, NULL, 0, 0, err, err_len);
 }
 
 int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len) {
-  return batched(c, keys, n, NULL, rows, 1, err, err_len);
+  return batched(c, keys, n, NULL, rows, 1, 0, err, err_len);
+}
+
+int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows, uint64_t done, char *err,
+                    size_t err_len) {
+  return batched(c, keys, n, NULL, rows, 1, done, err, err_len);
 }

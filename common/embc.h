@@ -43,6 +43,11 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
 int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err, size_t err_len);
 /* Writes rows back; returns once every involved server made them durable. */
 int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len);
+/* The same, tagged: the rows as of the end of iteration done - 1.  A
+ * server fenced for the checkpoint of an earlier iteration holds the write
+ * back until that checkpoint is taken (embedding.proto: Fence). */
+int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows, uint64_t done, char *err,
+                    size_t err_len);
 
 /* Calls retrying an unavailable server give up (ERR_CANCELLED) before
  * their next try, now and from now on: a daemon that stops.  Any thread. */

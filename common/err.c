@@ -60,7 +60,7 @@ int err_from_grpc_status(int status) {
   case 6: return ERR_EXISTS;
   case 7: return -EACCES;
   case 8: return -ENOMEM;
-  case 9: return ERR_LAYOUT;
+  case 9: return ERR_PRECONDITION; /* the status message says which (a layout mismatch, a job state) */
   case 14: return ERR_UNAVAILABLE;
   case 16: return ERR_TLS;
   default: return ERR_RPC;

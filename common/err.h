@@ -29,7 +29,8 @@
   X(ERR_SHUTDOWN,     -10012, 14, "shutting down")                              \
   X(ERR_TLS,          -10013, 16, "TLS credentials rejected")                   \
   X(ERR_CUDA,         -10014, 13, "CUDA failure")                               \
-  X(ERR_NOGPU,        -10015,  9, "no CUDA device")
+  X(ERR_NOGPU,        -10015,  9, "no CUDA device")                             \
+  X(ERR_PRECONDITION, -10016,  9, "not possible in this state")
 
 enum {
 #define ERR_ENUM(name, val, gs, msg) name = val,

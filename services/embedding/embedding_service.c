@@ -22,10 +22,10 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format is little-endian");
 
 enum { M_LOOKUP, M_WRITE_BACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_SEAL,
-       M_GETMANIFEST, M_DELETE, M_CLEAR, M_COUNT };
+       M_GETMANIFEST, M_DELETE, M_CLEAR, M_FENCE, M_COUNT };
 static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
                                             "PutBlob", "GetBlob", "Digest", "Stats", "SealCheckpoint",
-                                            "GetManifest", "DeleteCheckpoint", "Clear"};
+                                            "GetManifest", "DeleteCheckpoint", "Clear", "Fence"};
 
 struct embedding_service_s {
   uv_loop_t *loop;
@@ -39,10 +39,17 @@ struct embedding_service_s {
   metrics_counter_t *rows_read, *rows_written, *hot_hits, *kv_reads, *lazy_inits;
   metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
   uint64_t rejected;
+  /* the fence (Fence): write-backs with done > fence_done wait in parked
+   * until Checkpoint(fence_id) is taken (0: no fence) */
+  uint64_t fence_done;
+  char fence_id[128];
+  struct work_s *parked, *parked_tail;
+  uint64_t n_parked;
 };
 
 /* One unit of storage work: runs on a worker thread, answered on the loop. */
 typedef struct work_s {
+  struct work_s *next; /* parked behind the fence */
   uv_work_t req;
   embedding_service_t *svc;
   rpc_call_t *call;
@@ -63,6 +70,8 @@ typedef struct work_s {
   store_checkpoint_info_t *cps;
   size_t n_cps;
 } work_t;
+
+static void fence_lift(embedding_service_t *svc, const char *why);
 
 static double since(const struct timespec *t0) {
   struct timespec t;
@@ -227,6 +236,7 @@ static void after_cb(uv_work_t *req, int status) {
     r.checkpoint = &ci;
     log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
     rpc_call_reply(w->call, &r.base);
+    if (svc->fence_done && !strcmp(svc->fence_id, w->cp.id)) fence_lift(svc, "its checkpoint was taken");
     break;
   }
   case M_LIST: {
@@ -252,6 +262,7 @@ static void after_cb(uv_work_t *req, int status) {
     Chanter__Embedding__V1__RestoreResponse r = CHANTER__EMBEDDING__V1__RESTORE_RESPONSE__INIT;
     log_info("restored checkpoint id=%s", ((const Chanter__Embedding__V1__RestoreRequest *)w->in)->id);
     rpc_call_reply(w->call, &r.base);
+    fence_lift(svc, "the server was restored");
     break;
   }
   case M_PUTBLOB: {
@@ -333,6 +344,7 @@ static void after_cb(uv_work_t *req, int status) {
     else
       log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
     rpc_call_reply(w->call, &r.base);
+    fence_lift(svc, "the server was cleared");
     break;
   }
   }
@@ -378,6 +390,26 @@ static int check_layout(embedding_service_t *svc, rpc_call_t *call, int m, uint6
 
 static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
 
+static void queue_work(work_t *w);
+
+/* The fence is lifted (its checkpoint was taken, or Clear / Restore): the
+ * write-backs it held go to the worker pool, in arrival order. */
+static void fence_lift(embedding_service_t *svc, const char *why) {
+  if (!svc->fence_done && !svc->parked) return;
+  log_info("fence lifted id=%s released=%llu (%s)", svc->fence_id, (unsigned long long)svc->n_parked, why);
+  svc->fence_done = 0;
+  svc->fence_id[0] = 0;
+  work_t *w = svc->parked;
+  svc->parked = svc->parked_tail = NULL;
+  svc->n_parked = 0;
+  while (w) {
+    work_t *n = w->next;
+    w->next = NULL;
+    queue_work(w);
+    w = n;
+  }
+}
+
 static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
   embedding_service_t *svc = ud;
   int m = method_index(call);
@@ -413,9 +445,38 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
   w->in = req;
   w->req.data = w;
   clock_gettime(CLOCK_MONOTONIC, &w->t0);
-  int rc = uv_queue_work(svc->loop, &w->req, work_cb, after_cb);
+  if (m == M_FENCE) { /* no storage work: on the loop, now */
+    const Chanter__Embedding__V1__FenceRequest *r = (const void *)req;
+    if (!r->id || !*r->id) {
+      rpc_call_fail(call, -EINVAL, "Fence: no checkpoint id");
+      free(w);
+      return;
+    }
+    svc->fence_done = r->iteration + 1;
+    snprintf(svc->fence_id, sizeof svc->fence_id, "%s", r->id);
+    log_info("fence set id=%s iteration=%llu: later write-backs wait for this checkpoint", r->id,
+             (unsigned long long)r->iteration);
+    Chanter__Embedding__V1__FenceResponse resp = CHANTER__EMBEDDING__V1__FENCE_RESPONSE__INIT;
+    resp.held = svc->n_parked;
+    rpc_call_reply(call, &resp.base);
+    free(w);
+    return;
+  }
+  if (m == M_WRITE_BACK && svc->fence_done && ((const Chanter__Embedding__V1__WriteBackRequest *)req)->done > svc->fence_done) {
+    /* a write of a later iteration than the checkpoint being taken: held, without a worker thread */
+    if (svc->parked_tail) svc->parked_tail->next = w;
+    else svc->parked = w;
+    svc->parked_tail = w;
+    svc->n_parked++;
+    return;
+  }
+  queue_work(w);
+}
+
+static void queue_work(work_t *w) {
+  int rc = uv_queue_work(w->svc->loop, &w->req, work_cb, after_cb);
   if (rc) {
-    rpc_call_fail(call, ERR_SHUTDOWN, "%s: cannot queue work: %s", method_names[m], uv_strerror(rc));
+    rpc_call_fail(w->call, ERR_SHUTDOWN, "%s: cannot queue work: %s", method_names[w->method], uv_strerror(rc));
     free(w);
   }
 }
@@ -480,6 +541,14 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
 
 void embedding_service_destroy(embedding_service_t *svc) {
   if (!svc) return;
+  /* write-backs still held by a fence whose checkpoint never came: answered (the answer frees the call) */
+  for (work_t *w = svc->parked, *n; w; w = n) {
+    n = w->next;
+    rpc_call_fail(w->call, ERR_SHUTDOWN, "WriteBack: the server stopped while the write waited for checkpoint %s",
+                  svc->fence_id);
+    free(w);
+  }
+  svc->parked = NULL;
   table_layout_close(&svc->layout);
   free(svc);
 }

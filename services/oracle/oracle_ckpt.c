@@ -48,6 +48,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,14 @@ static void ck_done(uv_work_t *req, int status) {
     begin(j);
     break;
   }
+  case W_FENCE:
+    w->cp->fencing = 0;
+    if (w->rc)
+      oracle_job__error(j, w->rc, "checkpoint %s (after iteration %" PRIu64 "): fencing the servers failed: %s", w->cp->id,
+                        w->cp->iteration, w->err);
+    else
+      w->cp->fenced = 1;
+    break;
   case W_SERVERS: {
     oracle_cp_t *cp = w->cp;
     cp->running = 0;
@@ -167,23 +176,39 @@ static void ck_done(uv_work_t *req, int status) {
     r->iteration = cp->iteration;
     r->rows_flushed = cp->rows_flushed;
     r->dense_bytes = cp->dense_bytes;
-    r->stall = now - (cp->t_reported ? cp->t_reported : cp->t_first_sent);
-    r->total = now - cp->t_first_sent;
+    /* the whole checkpoint: from the end of c everywhere to here; training went on meanwhile, so the stall is
+     * measured later (oracle_ckpt__run), once an iteration after this end is in */
+    r->total = now - (cp->t_reported ? cp->t_reported : cp->t_first_sent);
+    r->trainer_secs = cp->trainer_secs;
+    if (cp->iteration + 1 >= j->iterations) { /* the end's: the job waited for all of it */
+      r->stall = r->total;
+      ck->stall_sum += r->stall;
+      ck->n_stall++;
+      metrics_gauge_set(ck->m_stall, r->stall);
+    } else {
+      r->stall = NAN;
+      ck->stall_pending = 1;
+    }
+    ck->stall_c = cp->iteration;
+    ck->stall_done_at_end = j->report.done;
+    ck->stall_t0 = cp->t_reported ? cp->t_reported : cp->t_first_sent;
+    ck->stall_ema = cp->ema_before;
     r->server_secs = w->secs;
     r->unix_time = (double)time(NULL);
     r->bytes_total = 0;
     for (uint32_t s = 0; s < ck->S; s++) r->bytes_total += (r->bytes[s] = w->bytes[s]);
     ck->n_done++;
-    ck->stall_sum += r->stall;
     ck->total_sum += r->total;
     metrics_counter_inc(ck->m_count);
-    metrics_gauge_set(ck->m_stall, r->stall);
     metrics_gauge_set(ck->m_total, r->total);
     metrics_gauge_set(ck->m_bytes, (double)r->bytes_total);
     metrics_gauge_set(ck->m_iteration, (double)(r->iteration + 1));
-    log_info("checkpoint complete id=%s iteration=%" PRIu64 " stall_ms=%.1f total_ms=%.1f servers_ms=%.1f "
-             "rows_flushed=%" PRIu64 " dense_bytes=%" PRIu64 " bytes=%" PRIu64 " servers=%u%s%s",
-             cp->id, cp->iteration, 1e3 * r->stall, 1e3 * r->total, 1e3 * w->secs, cp->rows_flushed, cp->dense_bytes,
+    char end_stall[40] = "";
+    if (!isnan(r->stall)) snprintf(end_stall, sizeof end_stall, " stall_ms=%.1f", 1e3 * r->stall);
+    log_info("checkpoint complete id=%s iteration=%" PRIu64 " done=%" PRIu64 "%s total_ms=%.1f trainers_ms=%.1f "
+             "servers_ms=%.1f rows_flushed=%" PRIu64 " dense_bytes=%" PRIu64 " bytes=%" PRIu64 " servers=%u%s%s",
+             cp->id, cp->iteration, j->report.done, end_stall, 1e3 * r->total, 1e3 * cp->trainer_secs, 1e3 * w->secs,
+             cp->rows_flushed, cp->dense_bytes,
              r->bytes_total, ck->S, w->pruned[0] ? " removed=" : "", w->pruned);
     ck->head = cp->next;
     if (!ck->head) ck->tail = NULL;
@@ -283,7 +308,7 @@ int oracle_job_checkpoint_request(oracle_job_t *j, char *id, size_t id_len, uint
                    "this job takes no checkpoints (mode = ideal, or cluster.embedding is empty)");
   if (j->state != ORACLE_TRAINING)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s; checkpoints are taken while it trains",
-                   oracle_state_name(j->state));
+                   j->state == ORACLE_WAITING ? "waiting" : oracle_state_name(j->state));
   uint64_t x = j->pipe.next; /* the next batch whose planning is queued */
   if (x >= j->iterations) x = j->iterations - 1; /* the end's checkpoint, already due */
   else if (ck->asap_at == UINT64_MAX || ck->asap_at < x) ck->asap_at = x;
@@ -375,13 +400,18 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
   }
   oracle_cp_t *cp = ck->head;
   if (!cp || x <= cp->iteration) return 0; /* Step x comes before the oldest checkpoint's */
-  if (!cp->sent[p]) {
-    if (send_checkpoint(j, p, cp) != 0) return -1;
-    cp->sent[p] = 1;
-    if (cp->t_first_sent == 0) cp->t_first_sent = oracle_job__now();
-    return 1;
+  /* the CheckpointWork of every checkpoint before x, in order (one at most is not complete and fenced: the head) */
+  for (; cp && x > cp->iteration; cp = cp->next) {
+    if (!cp->sent[p]) {
+      if (send_checkpoint(j, p, cp) != 0) return -1;
+      cp->sent[p] = 1;
+      if (cp->t_first_sent == 0) cp->t_first_sent = oracle_job__now();
+      return 1;
+    }
+    /* Step c + 1 goes once every server holds back later write-backs until its checkpoint of c */
+    if (!cp->fenced) return -1;
   }
-  return -1; /* Step c + 1 waits for the checkpoint of c */
+  return 0;
 }
 
 int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__CheckpointDone *m, char *why,
@@ -394,6 +424,7 @@ int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1_
   }
   cp->acks++;
   cp->dense_bytes += m->dense_bytes;
+  if (m->seconds > cp->trainer_secs) cp->trainer_secs = m->seconds;
   if (cp->acks == j->P) cp->t_acked = oracle_job__now();
   return 0;
 }
@@ -401,10 +432,39 @@ int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1_
 int oracle_ckpt__run(oracle_job_t *j) {
   oracle_ckpt_t *ck = &j->ckpt;
   oracle_cp_t *cp = ck->head;
-  if (cp && !cp->t_reported && j->report.done > cp->iteration) cp->t_reported = oracle_job__now();
+  oracle_report_t *rp = &j->report;
+  /* the last checkpoint's stall, once the first iteration after its end is in */
+  if (ck->stall_pending && rp->done > ck->stall_done_at_end) {
+    uint64_t n = rp->done - (ck->stall_c + 1);
+    double st = (rp->t_last - ck->stall_t0) - (double)n * ck->stall_ema;
+    ck->last.stall = st > 0 ? st : 0;
+    ck->stall_sum += ck->last.stall;
+    ck->n_stall++;
+    ck->stall_pending = 0;
+    metrics_gauge_set(ck->m_stall, ck->last.stall);
+    log_info("checkpoint stall id=%s iteration=%" PRIu64 " stall_ms=%.1f (iterations %" PRIu64 "..%" PRIu64 " took %.1f ms, %.1f ms each before it)",
+             ck->last.id, ck->stall_c, 1e3 * ck->last.stall, ck->stall_c + 1, rp->done - 1, 1e3 * (rp->t_last - ck->stall_t0),
+             1e3 * ck->stall_ema);
+  }
+  if (cp && !cp->t_reported && rp->done > cp->iteration) {
+    cp->t_reported = oracle_job__now();
+    cp->ema_before = rp->ema_dt;
+  }
+  /* the head's fence, before any Step after it */
+  if (cp && !cp->fenced && !cp->fencing) {
+    ck_work_t *w = calloc(1, sizeof *w);
+    if (!w) return oracle_job__error(j, -ENOMEM, "out of memory for checkpoint %s", cp->id);
+    w->kind = W_FENCE;
+    w->cp = cp;
+    int rc = queue(j, w);
+    if (rc) {
+      free(w);
+      return oracle_job__error(j, rc, "cannot queue the fence of checkpoint %s", cp->id);
+    }
+    cp->fencing = 1;
+  }
   if (!cp || cp->running || cp->acks < j->P) return 0;
   /* the evaluations due after c are scored: the oracle's state holds them */
-  oracle_report_t *rp = &j->report;
   if (rp->evals_running || rp->evals_done < oracle_report__rounds_upto(j, cp->iteration)) return 0;
   ck_work_t *w = calloc(1, sizeof *w);
   if (!w || !(w->bytes = calloc(ck->S, sizeof *w->bytes))) {
@@ -434,6 +494,8 @@ int oracle_ckpt__busy(const oracle_job_t *j) { return j->ckpt.head != NULL; }
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap) {
   const oracle_ckpt_t *ck = &j->ckpt;
   const oracle_cp_report_t *r = &ck->last;
+  char stall[32] = "null"; /* null until an iteration after the checkpoint is in */
+  if (!isnan(r->stall)) snprintf(stall, sizeof stall, "%.6f", r->stall);
   size_t o = (size_t)snprintf(out, cap, "\"checkpoints\": %llu, ", (unsigned long long)ck->n_done);
   if (o < cap)
     o += (size_t)snprintf(out + o, cap - o, "\"resumed_from\": \"%s\", \"start_iteration\": %llu, ", ck->resume_id,
@@ -444,17 +506,17 @@ void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap) {
   }
   if (o < cap)
     o += (size_t)snprintf(out + o, cap - o,
-                          "\"checkpoint\": {\"id\": \"%s\", \"iteration\": %llu, \"stall_seconds\": %.6f, "
-                          "\"total_seconds\": %.6f, \"servers_seconds\": %.6f, \"rows_flushed\": %llu, "
-                          "\"dense_bytes\": %llu, \"bytes\": %llu, \"bytes_per_server\": [",
-                          r->id, (unsigned long long)r->iteration, r->stall, r->total, r->server_secs,
+                          "\"checkpoint\": {\"id\": \"%s\", \"iteration\": %llu, \"stall_seconds\": %s, "
+                          "\"total_seconds\": %.6f, \"trainers_seconds\": %.6f, \"servers_seconds\": %.6f, "
+                          "\"rows_flushed\": %llu, \"dense_bytes\": %llu, \"bytes\": %llu, \"bytes_per_server\": [",
+                          r->id, (unsigned long long)r->iteration, stall, r->total, r->trainer_secs, r->server_secs,
                           (unsigned long long)r->rows_flushed, (unsigned long long)r->dense_bytes,
                           (unsigned long long)r->bytes_total);
   for (uint32_t s = 0; s < ck->S && o < cap; s++)
     o += (size_t)snprintf(out + o, cap - o, "%s%llu", s ? ", " : "", (unsigned long long)r->bytes[s]);
   if (o < cap)
     snprintf(out + o, cap - o, "], \"stall_seconds_mean\": %.6f, \"total_seconds_mean\": %.6f}",
-             ck->n_done ? ck->stall_sum / (double)ck->n_done : 0.0, ck->n_done ? ck->total_sum / (double)ck->n_done : 0.0);
+             ck->n_stall ? ck->stall_sum / (double)ck->n_stall : 0.0, ck->n_done ? ck->total_sum / (double)ck->n_done : 0.0);
 }
 
 int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_t err_len) {

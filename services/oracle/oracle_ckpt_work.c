@@ -345,6 +345,22 @@ out:
   free(lists);
 }
 
+/* Fence(c) on every server: from the answer on, a write-back of a later
+ * iteration waits at that server until its checkpoint of c is taken, so
+ * the trainers may go on training meanwhile. */
+static void fence_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  for (uint32_t s = 0; s < j->ckpt.S && !w->rc; s++) {
+    Chanter__Embedding__V1__FenceRequest req = CHANTER__EMBEDDING__V1__FENCE_REQUEST__INIT;
+    req.id = w->cp->id;
+    req.iteration = w->cp->iteration;
+    ProtobufCMessage *resp;
+    if ((w->rc = srv_call(j->ckpt.embc, s, "Fence", &req.base, EMB_DESC(fence_response), &resp, w->err, sizeof w->err)) ==
+        0)
+      protobuf_c_message_free_unpacked(resp, NULL);
+  }
+}
+
 static void servers_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
   oracle_cp_t *cp = w->cp;
@@ -426,6 +442,7 @@ void oracle_ckpt__work(uv_work_t *req) {
   case W_PREFLIGHT: preflight_work(w); break;
   case W_FRESH: fresh_work(w); break;
   case W_RESUME: resume_work(w); break;
+  case W_FENCE: fence_work(w); break;
   case W_SERVERS: servers_work(w); break;
   }
 }

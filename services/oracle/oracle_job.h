@@ -93,10 +93,9 @@ typedef struct oracle_job_s oracle_job_t;
  * values.) */
 enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_HELD };
 
-/* The project code whose gRPC status is FAILED_PRECONDITION (err.h has no
- * generic one; ERR_LAYOUT maps to it).  The status message says what is
- * wrong, so the code's own phrase never shows. */
-#define ORACLE_ERR_PRECONDITION ERR_LAYOUT
+/* FAILED_PRECONDITION: the request does not fit the job's state (the
+ * status message says why). */
+#define ORACLE_ERR_PRECONDITION ERR_PRECONDITION
 
 /* "waiting", "training", "done", "failed", "stopped", "held". */
 const char *oracle_state_name(int state);

@@ -277,9 +277,12 @@ typedef struct oracle_cp_s {
   uint8_t *sent;           /* P flags: CheckpointWork queued */
   uint32_t acks;           /* CheckpointDone received */
   uint64_t rows_flushed, dense_bytes;
+  double trainer_secs;     /* the slowest trainer's part (flush, dense blob) */
   double t_first_sent, t_acked; /* when the first CheckpointWork went out; when every trainer answered */
   double t_reported;       /* every trainer reported c: the stall (Step c + 1 held back) runs from here to the end */
   int running;             /* the servers' part is on the worker pool */
+  int fencing, fenced;     /* Fence(c) on every server: asked; every server answered (Step c + 1 may go) */
+  double ema_before;       /* the mean iteration time when every trainer reported c (the stall's baseline) */
 } oracle_cp_t;
 
 /* What the last complete checkpoint took (reporting). */
@@ -287,7 +290,7 @@ typedef struct oracle_cp_report_s {
   char id[96];
   uint64_t iteration, rows_flushed, dense_bytes, bytes_total;
   uint64_t *bytes; /* per server */
-  double stall, total, server_secs, unix_time;
+  double stall, total, trainer_secs, server_secs, unix_time;
 } oracle_cp_report_t;
 
 typedef struct oracle_ckpt_s {
@@ -314,6 +317,13 @@ typedef struct oracle_ckpt_s {
   /* reporting */
   uint64_t n_done;
   double stall_sum, total_sum;
+  uint64_t n_stall;
+  /* the stall of the last complete checkpoint, measured once the first
+   * iteration after its end is in: the wall time from c to that iteration
+   * beyond what those iterations took before c */
+  int stall_pending;
+  uint64_t stall_c, stall_done_at_end;
+  double stall_t0, stall_ema;
   oracle_cp_report_t last;
   metrics_counter_t *m_count;
   metrics_gauge_t *m_stall, *m_total, *m_bytes, *m_iteration;
@@ -497,7 +507,7 @@ int oracle_ckpt__busy(const oracle_job_t *j);
 
 /* A call to the embedding servers on the worker pool, and its result for
  * ck_done (oracle_ckpt.c) on the loop. */
-enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_SERVERS };
+enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS };
 typedef struct ck_work_s {
   uv_work_t req;
   oracle_job_t *j;

@@ -107,7 +107,7 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
     float *rows = malloc(ck->n_flush * rf * sizeof(float));
     if (!rows) return err_set(err, err_len, -ENOMEM, "checkpoint %s: out of memory for %zu rows", ck->id, ck->n_flush);
     trainer_step_cache_gather(t->ts, ck->flush_slots, ck->n_flush, rows);
-    rc = embc_write(t->embc, ck->flush_keys, ck->n_flush, rows, why, sizeof why);
+    rc = embc_write_done(t->embc, ck->flush_keys, ck->n_flush, rows, ck->iteration + 1, why, sizeof why);
     free(rows);
     if (rc)
       return err_set(err, err_len, rc, "checkpoint %s: writing back %zu cached rows failed: %s", ck->id, ck->n_flush,

@@ -47,7 +47,8 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
     trainer_kmap_owned(t->kmap, os, ok, n_owned);
     trainer_step_cache_gather(t->ts, os, n_owned, orow);
     char why[768] = "";
-    rc = embc_write(t->embc, ok, n_owned, orow, why, sizeof why); /* (any key order: embc routes each key) */
+    /* (any key order: embc routes each key); tagged: a fenced server holds it until its checkpoint */
+    rc = embc_write_done(t->embc, ok, n_owned, orow, done, why, sizeof why);
     free(os), free(ok), free(orow);
     if (rc) return err_set(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_owned, why);
   }

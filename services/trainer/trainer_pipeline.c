@@ -217,7 +217,7 @@ static void *bg_main(void *arg) {
     if (!failed && !rc && st->n_write_back) {
       trainer_step_cache_gather(t->ts, st->write_back_slots, st->n_write_back, p->bg_rows);
       char why[768] = "";
-      if ((rc = embc_write(t->embc, st->write_back_keys, st->n_write_back, p->bg_rows, why, sizeof why)) != 0)
+      if ((rc = embc_write_done(t->embc, st->write_back_keys, st->n_write_back, p->bg_rows, x + 1, why, sizeof why)) != 0)
         err_set(err, sizeof err, rc, "iteration %" PRIu64 ": write-back of %zu rows failed: %s", x,
                 st->n_write_back, why);
     }

@@ -153,11 +153,21 @@ CHANTER_FAULT_CHECKPOINT_PAUSE=2:5000 up cut --set iterations=100000 --set rpc.t
 for _ in $(seq 1 300); do grep -qs "pausing" "$WORK/cut/logs/oracle-0.log" && break; sleep 0.1; done
 grep -qs "pausing" "$WORK/cut/logs/oracle-0.log"
 expect "the second checkpoint pauses after server 0's part (fault injection)"
+# training goes on while the checkpoint is written: iteration 40 (after the checkpoint of 39) completes during
+# the pause; its write-backs wait at the fenced server 1
+mport=$(json_get "$WORK/cut/run/oracle-0.ready" metrics_port)
+for _ in $(seq 1 30); do
+  it=$(curl -s "http://127.0.0.1:$mport/metrics" | awk '$1 == "chanter_oracle_iteration" {print $2}')
+  [ "${it:-0}" -ge 41 ] && break
+  sleep 0.1
+done
+[ "${it:-0}" -ge 41 ] && grep -q "fence set id=.*000000000040" "$WORK/cut/logs/embedding-1.log"
+expect_rc $? "training goes on while the checkpoint of iteration 39 is written (iteration ${it:-?} done during it; server 1 fenced)"
 kill -9 "$(awk '$1 == "embedding-1" {print $2}' "$WORK/cut/pids")"
 W cut train --quiet >/dev/null 2>"$WORK/cut.err"
 rc=$?
-[ $rc -ne 0 ] && grep -q "checkpoint .*000000000040.* failed" "$WORK/cut.err"
-expect "the job fails, saying the interrupted checkpoint failed and is not listed as complete"
+[ $rc -ne 0 ] && grep -q "failed" "$WORK/cut.err" "$WORK/cut/logs/oracle-0.log"
+expect_rc $? "the job fails (a server killed in the middle of a checkpoint): $(tail -1 "$WORK/cut.err" | cut -c1-120)"
 down cut
 up cut && ckpt_json cut >"$WORK/cut.ckpts"
 python3 -c "
@@ -170,6 +180,32 @@ expect "chanter checkpoints: the interrupted one is listed NOT complete, the one
 train cut --resume && same_as cut ref_contiguous && [ "$(field "$WORK/cut/summary.json" start_iteration)" = 20 ]
 expect "--resume (latest) skips the interrupted checkpoint, goes on from iteration 20, bit-identical"
 down cut
+
+# ---- on demand and by time; the metrics and the progress line
+up now --set iterations=100000 --set checkpoint_every=0 --set checkpoint_seconds=1
+W now train --workdir "$WORK/now" >/dev/null 2>"$WORK/now.progress" &
+watcher=$!
+W now checkpoint --wait --json >"$WORK/now.json" 2>"$WORK/now.err"
+rc=$?
+[ $rc -eq 0 ] && python3 -c "
+import json; d=json.load(open('$WORK/now.json')); assert d['complete'] and d['iteration'] >= 0, d"
+expect_rc $? "chanter checkpoint --wait: a checkpoint of the running job, complete when it returns ($(cat "$WORK/now.json"))"
+for _ in $(seq 1 100); do
+  n=$(ckpt_json now | python3 -c "import json,sys; print(sum(1 for c in json.load(sys.stdin)['checkpoints'] if c['complete']))" 2>/dev/null)
+  [ "${n:-0}" -ge 3 ] && break
+  sleep 0.1
+done
+[ "${n:-0}" -ge 3 ]
+expect "checkpoint_seconds = 1: checkpoints keep coming while the job trains ($n complete)"
+mport=$(json_get "$WORK/now/run/oracle-0.ready" metrics_port)
+curl -s "http://127.0.0.1:$mport/metrics" >"$WORK/now.metrics"
+grep -Eq '^chanter_oracle_checkpoints_total [1-9]' "$WORK/now.metrics" && grep -q '^chanter_oracle_checkpoint_stall_seconds ' "$WORK/now.metrics" &&
+  grep -q '^chanter_oracle_checkpoint_bytes ' "$WORK/now.metrics"
+expect "the oracle's metrics: checkpoints_total, checkpoint_stall_seconds, checkpoint_bytes"
+down now
+wait $watcher 2>/dev/null
+grep -q "^checkpoint .*: the model after iteration [0-9]*, stalled training [0-9]* ms" "$WORK/now.progress"
+expect "chanter train prints a line per checkpoint ($(grep -m1 -o '^checkpoint .*' "$WORK/now.progress" | cut -c1-120))"
 
 # ---- servers holding another job's state: held, then --fresh
 up ref_contiguous

@@ -759,11 +759,11 @@ static void test_membership_kv_stop(void **state) {
   jr.schema_hash = sh ^ 1;
   jr.layout_hash = lh;
   jr.pid = (uint32_t)getpid() * 10; /* what the fake trainer of rank 0 sends, so that its Join is a repeat */
-  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), ERR_LAYOUT); /* FAILED_PRECONDITION */
+  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), ERR_PRECONDITION); /* FAILED_PRECONDITION */
   assert_non_null(strstr(err, "data schema"));
   jr.schema_hash = sh;
   jr.layout_hash = lh + 1;
-  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), ERR_LAYOUT);
+  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), ERR_PRECONDITION);
   assert_non_null(strstr(err, "table layout"));
   jr.layout_hash = lh;
   jr.rank = 7;

@@ -63,7 +63,7 @@ typedef struct conf_s {
 
 /* Means and maxima over a run's checkpoints taken before the end of the job. */
 typedef struct cp_stats_s {
-  int n;
+  int n, no_stall; /* checkpoints; of them, without a measured stall */
   double stall, stall_max, total, total_max, servers, flushed, written_mb, stall_sum_s;
 } cp_stats_t;
 
@@ -115,12 +115,25 @@ static void read_cp_lines(const char *dir, run_t *r) {
   r->n_cp = 0;
   if (!f) return;
   while (fgets(line, sizeof line, f) && r->n_cp < MAX_CP) {
-    const char *p = strstr(line, "checkpoint complete id=");
+    const char *q, *p = strstr(line, "checkpoint stall id=");
+    if (p) { /* measured once an iteration after the checkpoint is in: belongs to the one of that iteration */
+      uint64_t it;
+      double ms;
+      if ((q = strstr(p, " iteration=")) && sscanf(q, " iteration=%" SCNu64, &it) == 1 && (q = strstr(p, " stall_ms=")) &&
+          sscanf(q, " stall_ms=%lf", &ms) == 1)
+        for (int k = r->n_cp - 1; k >= 0; k--)
+          if (r->cp[k].iteration == it) {
+            r->cp[k].stall_ms = ms;
+            break;
+          }
+      continue;
+    }
+    p = strstr(line, "checkpoint complete id=");
     if (!p) continue;
     cp_line_t c;
-    const char *q;
     if (!(q = strstr(p, " iteration=")) || sscanf(q, " iteration=%" SCNu64, &c.iteration) != 1) continue;
-    if (!(q = strstr(p, " stall_ms=")) || sscanf(q, " stall_ms=%lf", &c.stall_ms) != 1) continue;
+    /* the end of the job's says its stall at once; the others' come on their own line */
+    if (!(q = strstr(p, " stall_ms=")) || sscanf(q, " stall_ms=%lf", &c.stall_ms) != 1) c.stall_ms = NAN;
     if (!(q = strstr(p, " total_ms=")) || sscanf(q, " total_ms=%lf", &c.total_ms) != 1) continue;
     if (!(q = strstr(p, " servers_ms=")) || sscanf(q, " servers_ms=%lf", &c.servers_ms) != 1) continue;
     if (!(q = strstr(p, " rows_flushed=")) || sscanf(q, " rows_flushed=%" SCNu64, &c.rows_flushed) != 1) continue;
@@ -191,17 +204,18 @@ static cp_stats_t stats(const run_t *r, int iters) {
     const cp_line_t *c = &r->cp[k];
     if (c->iteration + 1 >= (uint64_t)iters) continue; /* the end of the job's: taken in the baseline too */
     s.n++;
-    s.stall += c->stall_ms;
+    if (isnan(c->stall_ms)) s.no_stall++;
+    else s.stall += c->stall_ms;
     s.total += c->total_ms;
     s.servers += c->servers_ms;
     s.flushed += (double)c->rows_flushed;
     s.written_mb += written_mb(r, k);
-    s.stall_sum_s += c->stall_ms / 1e3;
-    if (c->stall_ms > s.stall_max) s.stall_max = c->stall_ms;
+    if (!isnan(c->stall_ms)) s.stall_sum_s += c->stall_ms / 1e3;
+    if (!isnan(c->stall_ms) && c->stall_ms > s.stall_max) s.stall_max = c->stall_ms;
     if (c->total_ms > s.total_max) s.total_max = c->total_ms;
   }
   if (s.n) {
-    s.stall /= s.n;
+    s.stall = s.n > s.no_stall ? s.stall / (s.n - s.no_stall) : NAN;
     s.total /= s.n;
     s.servers /= s.n;
     s.flushed /= s.n;
@@ -533,8 +547,9 @@ int bench_checkpoint(cli_t *cli) {
          " \"stalls / train time\" is what the checkpoints held back in the checkpoint_every job: the sum of its\n"
          " stalls over its train_seconds.  Per-checkpoint figures: the checkpoint_every job's \"checkpoint complete\"\n"
          " lines of oracle-0.log, over the checkpoints before the end of the job (the end's is taken in the baseline\n"
-         " too).  stall = Step c + 1 held back until the checkpoint of c was complete; total = from the first\n"
-         " CheckpointWork sent to complete; servers = the servers' part (RocksDB checkpoints, manifest); MB written =\n"
+         " too).  stall = Step c + 1 held back, from every trainer's report of c to complete; total = the whole\n"
+         " checkpoint (training is held for all of it: the stall); servers = their part (RocksDB checkpoints,\n"
+         " manifest); MB written =\n"
          " growth of the checkpoint's bytes on all servers since the one before; kept: `chanter checkpoints --json`\n"
          " after the job, checkpoint_keep = %lld)\n\n",
          load0, load1, sysconf(_SC_NPROCESSORS_ONLN), (long long)cfg_int(cli->cfg, "checkpoint_keep"));

@@ -208,9 +208,19 @@ int cmd_checkpoint(cli_t *cli) {
   orc_t *o = NULL;
   char id[128];
   uint64_t it = 0;
-  if (orc_create(cfg, NULL, &o, err, sizeof err) || orc_checkpoint(o, id, sizeof id, &it, err, sizeof err)) {
+  if (orc_create(cfg, NULL, &o, err, sizeof err)) {
     fprintf(stderr, "chanter checkpoint: %s\n", err);
     goto out;
+  }
+  /* a job still starting (its trainers connecting, the servers checked) is waited for, up to 60 s */
+  for (double until = bench_now() + 60;;) {
+    int crc = orc_checkpoint(o, id, sizeof id, &it, err, sizeof err);
+    if (!crc) break;
+    if (crc != ERR_PRECONDITION || !strstr(err, "is waiting") || bench_now() > until) {
+      fprintf(stderr, "chanter checkpoint: %s\n", err);
+      goto out;
+    }
+    usleep(200000);
   }
   if (!wait) {
     if (cli->json) printf("{\"id\": \"%s\", \"iteration\": %" PRIu64 ", \"complete\": false}\n", id, it);

@@ -347,10 +347,10 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
   if (!o) return;
   char id[128] = "";
   json_str(o, "id", id, sizeof id);
-  fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, stalled training %.0f ms, took %.0f ms, %.1f MB on "
-                  "the servers\n",
-          tty ? "\r" : "", id, cli_json_num(o, "iteration"), 1e3 * cli_json_num(o, "stall_seconds"),
-          1e3 * cli_json_num(o, "total_seconds"), cli_json_num(o, "bytes") / 1e6);
+  fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, written in %.0f ms (trainers %.0f ms, servers %.0f "
+                  "ms) while training went on, %.1f MB on the servers\n",
+          tty ? "\r" : "", id, cli_json_num(o, "iteration"), 1e3 * cli_json_num(o, "total_seconds"),
+          1e3 * cli_json_num(o, "trainers_seconds"), 1e3 * cli_json_num(o, "servers_seconds"), cli_json_num(o, "bytes") / 1e6);
 }
 
 /* --resume onto another embedding_servers count: when the old servers'
