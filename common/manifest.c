@@ -6,12 +6,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "sbuf.h"
 
 static void sha_hex(const void *p, size_t n, char out[65]) {
   uint8_t h[32];
@@ -20,63 +20,29 @@ static void sha_hex(const void *p, size_t n, char out[65]) {
   for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
-typedef struct sb_s {
-  char *s;
-  size_t n, cap;
-  int oom;
-} sb_t;
-
-static void add(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(sb_t *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->s && b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->n + (size_t)k + 1) nc *= 2;
-    char *q = realloc(b->s, nc);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->s = q;
-    b->cap = nc;
-  }
-}
-
 char *manifest_format(const manifest_t *m, size_t *len) {
-  sb_t b = {0};
-  add(&b, "chanter_checkpoint=1\n");
-  add(&b, "id=%s\njob_id=%s\niteration=%" PRIu64 "\ncreated_unix=%" PRIu64 "\n", m->id, m->job_id, m->iteration,
+  sbuf_t b = {0};
+  sb_printf(&b, "chanter_checkpoint=1\n");
+  sb_printf(&b, "id=%s\njob_id=%s\niteration=%" PRIu64 "\ncreated_unix=%" PRIu64 "\n", m->id, m->job_id, m->iteration,
       m->created_unix);
-  add(&b, "model=%s\nmodel_shape=%s\noptimizer=%s\nembedding_optimizer=%s\n", m->model, m->model_shape, m->optimizer,
+  sb_printf(&b, "model=%s\nmodel_shape=%s\noptimizer=%s\nembedding_optimizer=%s\n", m->model, m->model_shape, m->optimizer,
       m->embedding_optimizer);
-  add(&b, "layout_hash=%016" PRIx64 "\nschema_hash=%016" PRIx64 "\n", m->layout_hash, m->schema_hash);
-  add(&b, "dataset=%s\nseed=%" PRIu64 "\nbatch_size=%" PRIu64 "\niterations=%" PRIu64 "\n", m->dataset, m->seed,
+  sb_printf(&b, "layout_hash=%016" PRIx64 "\nschema_hash=%016" PRIx64 "\n", m->layout_hash, m->schema_hash);
+  sb_printf(&b, "dataset=%s\nseed=%" PRIu64 "\nbatch_size=%" PRIu64 "\niterations=%" PRIu64 "\n", m->dataset, m->seed,
       m->batch_size, m->iterations);
-  add(&b, "trainers=%" PRIu64 "\nembedding_servers=%" PRIu64 "\nallocation=%s\nlookahead=%s\ncache_rows=%" PRIu64 "\n",
+  sb_printf(&b, "trainers=%" PRIu64 "\nembedding_servers=%" PRIu64 "\nallocation=%s\nlookahead=%s\ncache_rows=%" PRIu64 "\n",
       m->trainers, m->servers, m->allocation, m->lookahead, m->cache_rows);
-  add(&b, "dense_server=%" PRIu64 "\ndense_blob=%s\noracle_blob=%s\noracle_sha256=%s\nrows_flushed=%" PRIu64 "\n",
+  sb_printf(&b, "dense_server=%" PRIu64 "\ndense_blob=%s\noracle_blob=%s\noracle_sha256=%s\nrows_flushed=%" PRIu64 "\n",
       m->dense_server, m->dense_blob, m->oracle_blob, m->oracle_sha256, m->rows_flushed);
   for (uint64_t s = 0; s < m->servers && m->server_bytes; s++)
-    add(&b, "server.%" PRIu64 ".bytes=%" PRIu64 "\n", s, m->server_bytes[s]);
+    sb_printf(&b, "server.%" PRIu64 ".bytes=%" PRIu64 "\n", s, m->server_bytes[s]);
   if (b.oom) {
     free(b.s);
     return NULL;
   }
   char h[65];
   sha_hex(b.s, b.n, h);
-  add(&b, "sha256=%s\n", h);
+  sb_printf(&b, "sha256=%s\n", h);
   if (b.oom) {
     free(b.s);
     return NULL;

@@ -31,7 +31,7 @@
  * The start: once every trainer is attached the servers are checked.
  * Servers that hold nothing get the job's stamp (a blob "job") and the job
  * begins at 0.  Servers holding anything -- rows, blobs, checkpoints --
- * hold another job's state (or this job's, stopped): the job is HELD,
+ * hold another job's state (or this job's, stopped): the job is BLOCKED,
  * saying what it found, until chanter train --resume (restore every
  * server to a complete checkpoint, load the oracle's state, and tell the
  * trainers with ResumeWork where to go on) or --fresh (clear them).
@@ -75,12 +75,12 @@ static void cp_free(oracle_cp_t *cp, uint32_t P) {
   free(cp);
 }
 
-static void hold(oracle_job_t *j, const char *why) {
-  j->state = ORACLE_HELD;
+static void block(oracle_job_t *j, const char *why) {
+  j->state = ORACLE_BLOCKED;
   metrics_gauge_set(j->m.state, j->state);
   snprintf(j->message, sizeof j->message, "%s", why);
-  snprintf(j->ckpt.held_why, sizeof j->ckpt.held_why, "%s", why);
-  log_warn("job held: %s", why);
+  snprintf(j->ckpt.blocked_why, sizeof j->ckpt.blocked_why, "%s", why);
+  log_warn("job blocked: %s", why);
 }
 
 static void ck_done(uv_work_t *req, int status) {
@@ -96,7 +96,7 @@ static void ck_done(uv_work_t *req, int status) {
     if (w->rc) {
       oracle_job__error(j, w->rc, "checking the embedding servers before the job starts: %s", w->err);
     } else if (!w->empty) {
-      hold(j, w->found);
+      block(j, w->found);
     } else {
       /* nothing there: this job's stamp, then training (stamped on the pool) */
       ck_work_t *w2 = calloc(1, sizeof *w2);
@@ -127,10 +127,10 @@ static void ck_done(uv_work_t *req, int status) {
     break;
   case W_RESUME: {
     if (w->rc) {
-      /* the servers are as they were (unless the message says otherwise): held again */
+      /* the servers are as they were (unless the message says otherwise): blocked again */
       char why[1200];
       snprintf(why, sizeof why, "resume refused: %.1150s", w->err);
-      hold(j, why);
+      block(j, why);
       break;
     }
     char err[1024];
@@ -275,11 +275,11 @@ int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, cha
   if (!ck->enabled)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
                    "this job has no embedding servers to resume or clear (mode = ideal, or cluster.embedding is empty)");
-  if (j->state != ORACLE_HELD) {
+  if (j->state != ORACLE_BLOCKED) {
     if (j->state == ORACLE_WAITING)
-      return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is waiting (%s); ask again once it is held",
+      return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is waiting (%s); ask again once it is blocked",
                      j->message[0] ? j->message : "for its trainers");
-    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s, not held: %s%s", oracle_state_name(j->state),
+    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s, not blocked: %s%s", oracle_state_name(j->state),
                    j->ckpt.resumed ? "it was resumed from " : (j->state == ORACLE_TRAINING ? "it started at iteration 0 on empty servers" : ""),
                    j->ckpt.resumed ? j->ckpt.resume_id : "");
   }
@@ -552,7 +552,7 @@ int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_
   }
   ck->m_count = metrics_counter(reg, "checkpoints_total", NULL, "whole-job checkpoints completed");
   ck->m_stall = metrics_gauge(reg, "checkpoint_stall_seconds", NULL,
-                              "the last checkpoint: training held from its first item to its end");
+                              "the last checkpoint: what training lost to it (measured after it)");
   ck->m_total = metrics_gauge(reg, "checkpoint_seconds", NULL, "the last checkpoint: time it took in all");
   ck->m_bytes = metrics_gauge(reg, "checkpoint_bytes", NULL, "the last checkpoint: bytes on all servers");
   ck->m_iteration = metrics_gauge(reg, "checkpoint_iteration", NULL, "the last checkpoint: iterations it holds");

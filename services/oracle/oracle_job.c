@@ -43,7 +43,7 @@ const char *oracle_state_name(int state) {
   case ORACLE_DONE: return "done";
   case ORACLE_FAILED: return "failed";
   case ORACLE_STOPPED: return "stopped";
-  case ORACLE_HELD: return "held";
+  case ORACLE_BLOCKED: return "blocked";
   }
   return "unknown";
 }
@@ -154,7 +154,7 @@ void oracle_job__advance(oracle_job_t *j) {
     if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_FAILED, j->fail_why);
     switch (j->state) {
     case ORACLE_WAITING: break; /* trainers attach (oracle_job_attach starts training) */
-    case ORACLE_HELD: break;    /* chanter train --resume / --fresh (oracle_job_start_request) */
+    case ORACLE_BLOCKED: break;    /* chanter train --resume / --fresh (oracle_job_start_request) */
     case ORACLE_TRAINING: {
       int c = train(j);
       if (c < 0) {
@@ -231,7 +231,7 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
   log_info("trainer connected rank=%u peer=%s connected=%u/%u", rank, rpc_call_peer(call), j->attached, j->P);
   if (j->attached == j->P) {
     uv_timer_stop(&j->start_timer);
-    oracle_ckpt__attached(j); /* the servers are checked, then training begins (or the job is held) */
+    oracle_ckpt__attached(j); /* the servers are checked, then training begins (or the job is blocked) */
     oracle_job__advance(j);
   }
   return 0;
@@ -260,7 +260,7 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
     return;
   }
   if (!cancelled) rpc_call_finish(call, 0, NULL);
-  if (j->state == ORACLE_TRAINING || j->state == ORACLE_HELD)
+  if (j->state == ORACLE_TRAINING || j->state == ORACLE_BLOCKED)
     oracle_job__error(j, ERR_UNAVAILABLE,
                       "trainer rank %u's Work stream %s at iteration %llu; the job cannot go on without it "
                       "(replacing a trainer is not supported yet)",
@@ -302,7 +302,9 @@ static void metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
   m->loss = metrics_gauge(reg, "train_loss", NULL, "mean training loss of the last iteration");
   m->test_loss = metrics_gauge(reg, "test_logloss", NULL, "logloss of the last evaluation");
   m->test_auc = metrics_gauge(reg, "test_auc", NULL, "ROC AUC of the last evaluation");
-  m->state = metrics_gauge(reg, "job_state", NULL, "0 waiting, 1 training, 2 done, 3 failed, 4 stopped");
+  m->state = metrics_gauge(reg, "job_state", NULL,
+                           "0 waiting, 1 training, 2 done, 3 failed, 4 stopped, 5 blocked (the servers hold another "
+                           "job's state)");
   m->lookahead = metrics_gauge(reg, "lookahead", NULL, "lookahead L in force (the cacher may lower it)");
   m->slots = metrics_gauge(reg, "cache_slots_used", NULL,
                            "trainer cache slots holding a row or waiting out L batches before reuse");

@@ -87,17 +87,17 @@
 
 typedef struct oracle_job_s oracle_job_t;
 
-/* HELD: every trainer is attached but the embedding servers hold another
+/* BLOCKED: every trainer is attached but the embedding servers hold another
  * job's state; the job waits for oracle_job_start_request (chanter train
  * --resume / --fresh).  (Numbered last: the job_state metric keeps its
  * values.) */
-enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_HELD };
+enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_BLOCKED };
 
 /* FAILED_PRECONDITION: the request does not fit the job's state (the
  * status message says why). */
 #define ORACLE_ERR_PRECONDITION ERR_PRECONDITION
 
-/* "waiting", "training", "done", "failed", "stopped", "held". */
+/* "waiting", "training", "done", "failed", "stopped", "blocked". */
 const char *oracle_state_name(int state);
 
 /* Refuses what this oracle does not implement, with a sentence: a fixed
@@ -149,11 +149,11 @@ void oracle_job_sent(oracle_job_t *j, uint32_t rank);
 /* Ends the job early (state stopped; StopWork with reason to every
  * trainer).  No-op once the job is over. */
 void oracle_job_stop(oracle_job_t *j, const char *reason);
-/* chanter train --resume / --fresh on a held job: restore the servers to
+/* chanter train --resume / --fresh on a blocked job: restore the servers to
  * checkpoint `resume` ("latest" or an id) or clear them, then train.  0
  * (msg says what happens now) or an error with msg: ERR_UNAVAILABLE while
  * the job is still waiting (ask again), FAILED_PRECONDITION-class when it
- * is not held or has no servers.  Loop thread. */
+ * is not blocked or has no servers.  Loop thread. */
 int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, char *msg, size_t msg_len);
 /* chanter checkpoint: a checkpoint after the next batch not yet planned
  * (its id and iteration), or an error with msg.  Loop thread. */

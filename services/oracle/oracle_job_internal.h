@@ -313,7 +313,7 @@ typedef struct oracle_ckpt_s {
   uint32_t resume_server;
   uint8_t *resume_sent;    /* P flags: ResumeWork queued */
   int start_pending;       /* trainers attached, the servers are being checked */
-  char held_why[1024];
+  char blocked_why[1024];
   /* reporting */
   uint64_t n_done;
   double stall_sum, total_sum;
@@ -481,7 +481,7 @@ void oracle_report__close(oracle_job_t *j);
 int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_t err_len);
 /* Every trainer is attached: check the embedding servers on the worker
  * pool; then the job begins at iteration 0 (they hold nothing: the job's
- * stamp goes on them) or is held (they hold another job's state) until
+ * stamp goes on them) or is blocked (they hold another job's state) until
  * oracle_ckpt__start.  Without servers it begins at once. */
 void oracle_ckpt__attached(oracle_job_t *j);
 /* Whether a checkpoint is taken after batch x (asked once per batch, in

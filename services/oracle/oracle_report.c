@@ -26,6 +26,7 @@
 #include "eval.h"
 #include "log.h"
 #include "oracle_job_internal.h"
+#include "sbuf.h"
 #include "sdn.h"
 
 /* ---- the evaluation schedule */
@@ -382,61 +383,6 @@ void oracle_report__close(oracle_job_t *j) {
 
 /* ---- the summary */
 
-typedef struct sbuf_s {
-  char *s;
-  size_t n, cap;
-  int oom;
-} sbuf_t;
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->s && b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 1024;
-    while (cap < b->n + (size_t)k + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) {
-      b->oom = 1;
-      return;
-    }
-    b->s = s;
-    b->cap = cap;
-  }
-}
-
-/* A JSON number, or null when not finite. */
-static void sb_num(sbuf_t *b, const char *key, double v) {
-  if (isfinite(v)) sb_printf(b, "\"%s\": %.10g", key, v);
-  else sb_printf(b, "\"%s\": null", key);
-}
-
-/* A JSON string. */
-static void sb_str_value(sbuf_t *b, const char *v) {
-  sb_printf(b, "\"");
-  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-    if (*p == '"' || *p == '\\') sb_printf(b, "\\%c", *p);
-    else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
-    else sb_printf(b, "%c", *p);
-  }
-  sb_printf(b, "\"");
-}
-
-static void sb_str(sbuf_t *b, const char *key, const char *v) {
-  sb_printf(b, "\"%s\": ", key);
-  sb_str_value(b, v);
-}
 
 char *oracle_report__summary(const oracle_job_t *j) {
   const oracle_report_t *rp = &j->report;

@@ -13,7 +13,7 @@
 # after a kill -9 of the whole cluster, and when the resumed job runs with
 # another lookahead, cache, lrpp and delayed_sync.  A checkpoint
 # interrupted by a killed server is never listed complete and a resume
-# takes the one before.  A job on servers that hold state is held until
+# takes the one before.  A job on servers that hold state is blocked until
 # --resume or --fresh; bad input (a missing checkpoint, a damaged manifest,
 # another model, optimizer or layout) is refused with a sentence and
 # restores nothing.
@@ -207,14 +207,14 @@ wait $watcher 2>/dev/null
 grep -q "^checkpoint .*: the model after iteration [0-9]*, stalled training [0-9]* ms" "$WORK/now.progress"
 expect "chanter train prints a line per checkpoint ($(grep -m1 -o '^checkpoint .*' "$WORK/now.progress" | cut -c1-120))"
 
-# ---- servers holding another job's state: held, then --fresh
+# ---- servers holding another job's state: blocked, then --fresh
 up ref_contiguous
 W ref_contiguous train --quiet >/dev/null 2>"$WORK/held.err"
 rc=$?
-[ $rc -ne 0 ] && grep -q "held" "$WORK/held.err" && grep -q -- "--resume" "$WORK/held.err" && grep -q -- "--fresh" "$WORK/held.err"
+[ $rc -ne 0 ] && grep -q "blocked" "$WORK/held.err" && grep -q -- "--resume" "$WORK/held.err" && grep -q -- "--fresh" "$WORK/held.err"
 expect "a job started on servers that hold rows and checkpoints refuses to train over them, saying --resume or --fresh"
 "$BIN/chanter" local status --workdir "$WORK/ref_contiguous" --json | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['alive']==d['total'], d"
-expect "the held job waits (every daemon stays up)"
+expect "the blocked job waits (every daemon stays up)"
 
 # ---- bad input: nothing is restored
 before=$(W ref_contiguous embedding digest | tail -1)

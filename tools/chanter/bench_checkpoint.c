@@ -547,9 +547,9 @@ int bench_checkpoint(cli_t *cli) {
          " \"stalls / train time\" is what the checkpoints held back in the checkpoint_every job: the sum of its\n"
          " stalls over its train_seconds.  Per-checkpoint figures: the checkpoint_every job's \"checkpoint complete\"\n"
          " lines of oracle-0.log, over the checkpoints before the end of the job (the end's is taken in the baseline\n"
-         " too).  stall = Step c + 1 held back, from every trainer's report of c to complete; total = the whole\n"
-         " checkpoint (training is held for all of it: the stall); servers = their part (RocksDB checkpoints,\n"
-         " manifest); MB written =\n"
+         " too).  stall = what training lost: the iterations from c to the first one after the checkpoint's end,\n"
+         " beyond their pace before c (the \"checkpoint stall\" lines); total = from every trainer's report of c\n"
+         " to the end (training went on meanwhile); servers = their part (RocksDB checkpoints, manifest); MB written =\n"
          " growth of the checkpoint's bytes on all servers since the one before; kept: `chanter checkpoints --json`\n"
          " after the job, checkpoint_keep = %lld)\n\n",
          load0, load1, sysconf(_SC_NPROCESSORS_ONLN), (long long)cfg_int(cli->cfg, "checkpoint_keep"));

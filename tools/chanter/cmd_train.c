@@ -374,7 +374,7 @@ static int maybe_reshard(const cfg_t *cfg, const char *pattern, const char **res
   int rc = reshard_run(cfg, pattern, &m, buf, n, &st, err, sizeof err);
   manifest_free(&m);
   if (rc) {
-    fprintf(stderr, "chanter train: resharding failed: %s (nothing was restored; the job is still held)\n", err);
+    fprintf(stderr, "chanter train: resharding failed: %s (nothing was restored; the job is still blocked)\n", err);
     return 1;
   }
   fprintf(stderr, "chanter train: resharded %" PRIu64 " rows (%.1f MB) and %" PRIu64 " blobs into checkpoint %s in %.2f s "
@@ -421,10 +421,10 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
       last_it = st->iteration;
       progress_at = now;
     }
-    if (!strcmp(st->state, "held")) {
+    if (!strcmp(st->state, "blocked")) {
       /* the embedding servers hold another job's state: go on from a checkpoint, or start over, as asked */
       if (!resume && !fresh) {
-        fprintf(stderr, "%schanter train: the job is held: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
+        fprintf(stderr, "%schanter train: the job is blocked: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
         goto out;
       }
       if (asked) { /* refused (the message says why), or not yet applied */
