@@ -1526,6 +1526,22 @@ int store_put_blob(store_t *s, const char *name, const void *data, size_t len, c
   return rc;
 }
 
+/* A blob's value, read pinned, as a malloc'ed copy (non-NULL even for 0
+ * bytes); v is destroyed.  0 or -ENOMEM. */
+static int blob_copy(rocksdb_pinnableslice_t *v, void **data, size_t *len) {
+  size_t vl = 0;
+  const char *p = rocksdb_pinnableslice_value(v, &vl);
+  void *copy = malloc(vl ? vl : 1);
+  int rc = copy ? 0 : -ENOMEM;
+  if (copy) {
+    if (vl) memcpy(copy, p, vl);
+    *data = copy;
+    *len = vl;
+  }
+  rocksdb_pinnableslice_destroy(v);
+  return rc;
+}
+
 int store_get_blob(store_t *s, const char *name, void **data, size_t *len) {
   char *err = NULL;
   *data = NULL;
@@ -1540,17 +1556,7 @@ int store_get_blob(store_t *s, const char *name, void **data, size_t *len) {
   } else if (!v) {
     rc = ERR_NOTFOUND;
   } else {
-    size_t vl = 0;
-    const char *p = rocksdb_pinnableslice_value(v, &vl);
-    void *copy = malloc(vl ? vl : 1);
-    if (!copy) {
-      rc = -ENOMEM;
-    } else {
-      if (vl) memcpy(copy, p, vl);
-      *data = copy;
-      *len = vl;
-    }
-    rocksdb_pinnableslice_destroy(v);
+    rc = blob_copy(v, data, len);
   }
   pthread_rwlock_unlock(&s->lock);
   return rc;
@@ -1918,7 +1924,6 @@ out:
 }
 
 int store_reader_get_blob(store_reader_t *r, const char *name, void **data, size_t *len) {
-  int rc = 0;
   char *err = NULL;
   *data = NULL;
   *len = 0;
@@ -1927,18 +1932,7 @@ int store_reader_get_blob(store_reader_t *r, const char *name, void **data, size
       rocksdb_get_pinned_cf(r->db, r->ro, r->cf[CF_BLOBS], name, strlen(name), &err);
   if (err) return kv_fail("a checkpoint's get_blob", err, NULL, 0);
   if (!v) return ERR_NOTFOUND;
-  size_t vl = 0;
-  const char *p = rocksdb_pinnableslice_value(v, &vl);
-  void *copy = malloc(vl ? vl : 1);
-  if (!copy) {
-    rc = -ENOMEM;
-  } else {
-    if (vl) memcpy(copy, p, vl);
-    *data = copy;
-    *len = vl;
-  }
-  rocksdb_pinnableslice_destroy(v);
-  return rc;
+  return blob_copy(v, data, len);
 }
 
 int store_reader_manifest(const char *checkpoint_dir, void **data, size_t *len) {

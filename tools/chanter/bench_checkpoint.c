@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "reshard.h"
 
@@ -80,29 +81,18 @@ static char *slurp(const char *path) {
   return s;
 }
 
-static void tail_file(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return;
-  char lines[12][512];
-  int n = 0;
-  while (fgets(lines[n % 12], sizeof lines[0], f)) n++;
-  fclose(f);
-  if (!n) return;
-  fprintf(stderr, "--- last lines of %s ---\n", path);
-  for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
-}
 
 /* A failed run: the tail of what the commands said and of every daemon's log. */
 static void tail_logs(const char *dir) {
   char path[4300];
   snprintf(path, sizeof path, "%s.up", dir);
-  tail_file(path);
+  cli_tail_file(path);
   snprintf(path, sizeof path, "%s.train", dir);
-  tail_file(path);
+  cli_tail_file(path);
   snprintf(path, sizeof path, "%s/logs/*.log", dir);
   glob_t g;
   if (glob(path, 0, NULL, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; i++) tail_file(g.gl_pathv[i]);
+    for (size_t i = 0; i < g.gl_pathc; i++) cli_tail_file(g.gl_pathv[i]);
     globfree(&g);
   }
 }
@@ -316,7 +306,7 @@ static int reshard_once(const char *self, const char *dir, char *id, size_t id_l
   if (system(cmd) != 0) {
     fprintf(stderr, "bench checkpoint: local up with embedding_servers=%u failed; see %s.up%u\n", r->to, dir, r->to);
     snprintf(path, sizeof path, "%s.up%u", dir, r->to);
-    tail_file(path);
+    cli_tail_file(path);
     snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
     int down = system(cmd); /* up stopped what it started: nothing to report */
     (void)down;

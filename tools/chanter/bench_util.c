@@ -63,3 +63,15 @@ int bench_stop_daemon(pid_t pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
+
+void cli_tail_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char lines[12][512];
+  int n = 0;
+  while (fgets(lines[n % 12], sizeof lines[0], f)) n++;
+  fclose(f);
+  if (!n) return;
+  fprintf(stderr, "--- last lines of %s ---\n", path);
+  for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
+}

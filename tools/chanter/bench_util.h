@@ -14,4 +14,9 @@ int bench_start_daemon(const char *daemon, char *const argv[], const char *ready
 /* SIGTERM and wait; 0 if it exited 0. */
 int bench_stop_daemon(pid_t pid);
 
+/* The last 12 lines of a log file on stderr, under a header naming it
+ * (nothing when it is missing or empty): what a daemon said before it
+ * failed. */
+void cli_tail_file(const char *path);
+
 #endif

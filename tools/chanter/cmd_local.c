@@ -43,16 +43,6 @@ static void self_dir(char *out, size_t n) {
   if (s) *s = 0;
 }
 
-static void tail_log(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return;
-  char lines[12][512];
-  int n = 0;
-  while (fgets(lines[n % 12], sizeof lines[0], f)) n++;
-  fclose(f);
-  fprintf(stderr, "--- last lines of %s ---\n", path);
-  for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
-}
 
 /* Starts one daemon detached (own session, outlives this command). */
 static pid_t spawn(const char *dir, const char *bin, char *const args[], const char *logf) {
@@ -229,12 +219,12 @@ static int start_group(up_t *u, const char *kind, const char *bin, int count, co
     while ((p->port = read_ready_port(ready)) < 0) {
       if (!alive(p->pid)) {
         fprintf(stderr, "chanter local up: %s exited during start-up\n", p->name);
-        tail_log(logf);
+        cli_tail_file(logf);
         return ERR_UNAVAILABLE;
       }
       if (bench_now() > until) {
         fprintf(stderr, "chanter local up: %s not ready after 60 s\n", p->name);
-        tail_log(logf);
+        cli_tail_file(logf);
         return ERR_DEADLINE;
       }
       usleep(20000);
