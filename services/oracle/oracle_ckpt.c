@@ -416,12 +416,21 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
 
 int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__CheckpointDone *m, char *why,
                          size_t why_len) {
+  /* any checkpoint sent to p and not yet complete: a later one's answer may come while the one before it is
+   * still being written (its flush waits at the fenced servers) */
   oracle_cp_t *cp = j->ckpt.head;
-  if (!cp || !cp->sent[p] || strcmp(m->id ? m->id : "", cp->id)) {
-    snprintf(why, why_len, "CheckpointDone for %s, which is not the checkpoint this rank was asked for (%s)",
-             m->id ? m->id : "(none)", cp && cp->sent[p] ? cp->id : "none");
+  while (cp && strcmp(m->id ? m->id : "", cp->id)) cp = cp->next;
+  if (cp && cp->sent[p] == 2) {
+    snprintf(why, why_len, "a second CheckpointDone for %s", cp->id);
     return -EINVAL;
   }
+  if (!cp || !cp->sent[p]) {
+    snprintf(why, why_len, "CheckpointDone for %s, which is not a checkpoint this rank was asked for (%s is the oldest "
+                           "under way)",
+             m->id ? m->id : "(none)", j->ckpt.head ? j->ckpt.head->id : "none");
+    return -EINVAL;
+  }
+  cp->sent[p] = 2; /* answered */
   cp->acks++;
   cp->dense_bytes += m->dense_bytes;
   if (m->seconds > cp->trainer_secs) cp->trainer_secs = m->seconds;

@@ -48,6 +48,7 @@
 #include "nn.h"
 #include "opt.h"
 #include "table.h"
+#include "trainer_ckpt.h"
 #include "trainer_rows.h"
 #include "trainer_step.h"
 #include "trainer_work.h"
@@ -678,6 +679,64 @@ static void test_local_rows(void **state) {
   job_close(&j);
 }
 
+/* The dense state of a checkpoint (trainer_ckpt.h): the round trip is
+ * exact -- parameters, the optimizer's state and step count -- and a
+ * damaged, cut or foreign blob is refused with a sentence, leaving the
+ * trainer as it was. */
+static void test_dense_state(void **state) {
+  (void)state;
+  job_t j;
+  job_open(&j);
+  trainer_step_t *ts = new_trainer(&j);
+  opt_t *o = trainer_step_dense_opt(ts);
+  size_t np = trainer_step_n_params(ts), ns = opt_state_floats(o);
+  assert_true(ns > 0); /* Adagrad: one accumulator per parameter */
+  float *p = trainer_step_params(ts), *st = opt_state(o);
+  for (size_t i = 0; i < np; i++) p[i] = (float)i * 0.25f - 3.0f;
+  for (size_t i = 0; i < ns; i++) st[i] = (float)i * 0.5f;
+  opt_set_steps(o, 17);
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  assert_int_equal(trainer_ckpt_dense_encode(ts, &buf, &len), 0);
+  float *want_p = malloc(np * sizeof *want_p), *want_s = malloc(ns * sizeof *want_s);
+  memcpy(want_p, p, np * sizeof *p);
+  memcpy(want_s, st, ns * sizeof *st);
+  /* into a fresh trainer: exactly the state */
+  trainer_step_t *t2 = new_trainer(&j);
+  char err[512] = "";
+  assert_int_equal(trainer_ckpt_dense_decode(t2, buf, len, err, sizeof err), 0);
+  assert_memory_equal(trainer_step_params(t2), want_p, np * sizeof *want_p);
+  assert_memory_equal(opt_state(trainer_step_dense_opt(t2)), want_s, ns * sizeof *want_s);
+  assert_int_equal(opt_steps(trainer_step_dense_opt(t2)), 17);
+  /* a flipped byte anywhere, or a cut: refused, nothing loaded */
+  float *before = malloc(np * sizeof *before);
+  memcpy(before, trainer_step_params(t2), np * sizeof *before);
+  for (size_t i = 0; i < len; i += len / 97 + 1) {
+    buf[i] ^= 0x10;
+    assert_int_equal(trainer_ckpt_dense_decode(t2, buf, len, err, sizeof err), ERR_BADMSG);
+    assert_true(strstr(err, "damaged") || strstr(err, "not one chanter wrote"));
+    buf[i] ^= 0x10;
+  }
+  assert_int_equal(trainer_ckpt_dense_decode(t2, buf, len / 2, err, sizeof err), ERR_BADMSG);
+  assert_int_equal(trainer_ckpt_dense_decode(t2, buf, 7, err, sizeof err), ERR_BADMSG);
+  assert_memory_equal(trainer_step_params(t2), before, np * sizeof *before);
+  trainer_step_destroy(t2);
+  /* a trainer with another dense optimizer: refused, naming both */
+  char e2[256];
+  assert_int_equal(cfg_set(j.cfg, "optimizer=adam", "test", e2, sizeof e2), 0);
+  trainer_step_t *t3 = new_trainer(&j);
+  assert_int_equal(trainer_ckpt_dense_decode(t3, buf, len, err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "adagrad"));
+  assert_non_null(strstr(err, "adam"));
+  trainer_step_destroy(t3);
+  free(before);
+  free(want_p);
+  free(want_s);
+  free(buf);
+  trainer_step_destroy(ts);
+  job_close(&j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_p1_exact),
@@ -686,6 +745,7 @@ int main(void) {
       cmocka_unit_test(test_p2_gloo_matches_hand_sum),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_local_rows),
+      cmocka_unit_test(test_dense_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
