@@ -204,8 +204,8 @@ grep -Eq '^chanter_oracle_checkpoints_total [1-9]' "$WORK/now.metrics" && grep -
 expect "the oracle's metrics: checkpoints_total, checkpoint_stall_seconds, checkpoint_bytes"
 down now
 wait $watcher 2>/dev/null
-grep -q "^checkpoint .*: the model after iteration [0-9]*, stalled training [0-9]* ms" "$WORK/now.progress"
-expect "chanter train prints a line per checkpoint ($(grep -m1 -o '^checkpoint .*' "$WORK/now.progress" | cut -c1-120))"
+grep -q "^checkpoint .*: the model after iteration [0-9]*, written in [0-9]* ms (trainers [0-9]* ms, servers [0-9]* ms) while training went on" "$WORK/now.progress"
+expect_rc $? "chanter train prints a line per checkpoint ($(grep -m1 -o '^checkpoint .*' "$WORK/now.progress" | cut -c1-120))"
 
 # ---- servers holding another job's state: blocked, then --fresh
 up ref_contiguous

@@ -41,7 +41,7 @@ expect "the stripped copy profiles exactly as the original (rows, raw values, me
 
 C data convert "$WORK/cut.tsv" "$WORK/cut.bin" >"$WORK/cut.conv" 2>&1 && C data convert "$WORK/full.tsv" "$WORK/full.bin" >/dev/null 2>&1
 grep -q "converted .*cut.tsv (criteo) to .*cut.bin: 2000 samples, 0 bad records skipped, 960 short lines read with empty trailing fields" "$WORK/cut.conv"
-expect "data convert reports the short lines: $(cut -c1-150 "$WORK/cut.conv")"
+expect_rc $? "data convert reports the short lines: $(cut -c1-150 "$WORK/cut.conv")"
 cmp -s "$WORK/cut.bin" "$WORK/full.bin"; expect "and writes the same bytes as from the file with its tabs"
 [ "$(C --json data convert "$WORK/cut.tsv" "$WORK/cut2.bin" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["short_lines"])')" = 960 ]
 expect "data convert --json: short_lines 960"

@@ -347,10 +347,12 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
   if (!o) return;
   char id[128] = "";
   json_str(o, "id", id, sizeof id);
+  double it = cli_json_num(o, "iteration"), target = cli_json_num(summary, "target_iterations");
   fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, written in %.0f ms (trainers %.0f ms, servers %.0f "
-                  "ms) while training went on, %.1f MB on the servers\n",
-          tty ? "\r" : "", id, cli_json_num(o, "iteration"), 1e3 * cli_json_num(o, "total_seconds"),
-          1e3 * cli_json_num(o, "trainers_seconds"), 1e3 * cli_json_num(o, "servers_seconds"), cli_json_num(o, "bytes") / 1e6);
+                  "ms) %s, %.1f MB on the servers\n",
+          tty ? "\r" : "", id, it, 1e3 * cli_json_num(o, "total_seconds"), 1e3 * cli_json_num(o, "trainers_seconds"),
+          1e3 * cli_json_num(o, "servers_seconds"), it + 1 >= target ? "at the end of the job" : "while training went on",
+          cli_json_num(o, "bytes") / 1e6);
 }
 
 /* --resume onto another embedding_servers count: when the old servers'
