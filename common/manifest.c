@@ -13,7 +13,7 @@
 #include "err.h"
 #include "sbuf.h"
 
-static void sha_hex(const void *p, size_t n, char out[65]) {
+void manifest_sha256_hex(const void *p, size_t n, char out[65]) {
   uint8_t h[32];
   unsigned hl = 0;
   EVP_Digest(p, n, h, &hl, EVP_sha256(), NULL);
@@ -41,7 +41,7 @@ char *manifest_format(const manifest_t *m, size_t *len) {
     return NULL;
   }
   char h[65];
-  sha_hex(b.s, b.n, h);
+  manifest_sha256_hex(b.s, b.n, h);
   sb_printf(&b, "sha256=%s\n", h);
   if (b.oom) {
     free(b.s);
@@ -64,7 +64,7 @@ int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_
   if (!sha || len - (size_t)(sha - text) < 7 + 64)
     return err_set(err, err_len, ERR_BADMSG, "the manifest has no sha256 line (it is cut short, or not a manifest)");
   char h[65];
-  sha_hex(text, (size_t)(sha - text), h);
+  manifest_sha256_hex(text, (size_t)(sha - text), h);
   if (strncmp(sha + 7, h, 64) != 0)
     return err_set(err, err_len, ERR_BADMSG, "the manifest is damaged: its sha256 line does not match its content");
   int got = 0, magic = 0;

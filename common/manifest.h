@@ -43,5 +43,8 @@ char *manifest_format(const manifest_t *m, size_t *len);
  * missing or wrong sha256 line, a missing field), -ENOMEM. */
 int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_t err_len);
 void manifest_free(manifest_t *m);
+/* SHA-256 of p[0..n) as 64 hex digits: how a manifest checks itself and
+ * names the parts it covers (oracle_sha256). */
+void manifest_sha256_hex(const void *p, size_t n, char out[65]);
 
 #endif

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "err.h"
+#include "le.h"
 #include "table.h"
 
 #define HOLD_NONE 0u          /* empty map entry */
@@ -354,22 +355,6 @@ int laia_assign(laia_t *l, const data_batch_t *b, uint32_t *owner) {
 #define F_PROFILED 2u
 #define F_TABLES 4u
 
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
 static uint64_t dbits(double d) {
   uint64_t v;
   memcpy(&v, &d, sizeof v);
@@ -393,37 +378,37 @@ int laia_save(const laia_t *l, uint8_t **buf, size_t *len) {
   uint8_t *b = calloc(1, sz);
   if (!b) return -ENOMEM;
   memcpy(b, SAVE_MAGIC, 8);
-  put32(b + 8, SAVE_VERSION);
-  put32(b + 12, l->o.trainers);
-  put32(b + 16, l->o.window);
-  put32(b + 20, l->o.profile);
-  put64(b + 24, l->o.seed);
-  put64(b + 32, dbits(l->o.min_share));
+  put_le32(b + 8, SAVE_VERSION);
+  put_le32(b + 12, l->o.trainers);
+  put_le32(b + 16, l->o.window);
+  put_le32(b + 20, l->o.profile);
+  put_le64(b + 24, l->o.seed);
+  put_le64(b + 32, dbits(l->o.min_share));
   b[40] = (uint8_t)((l->started ? F_STARTED : 0) | (l->profiled ? F_PROFILED : 0) | (tables ? F_TABLES : 0));
-  put32(b + 44, (uint32_t)nt);
-  put64(b + 48, l->next_x);
-  put64(b + 56, l->st.batches);
-  put64(b + 64, l->st.samples);
-  put64(b + 72, l->st.scored);
-  put64(b + 80, l->st.best);
-  put64(b + 88, l->cap);
-  put64(b + 96, n);
+  put_le32(b + 44, (uint32_t)nt);
+  put_le64(b + 48, l->next_x);
+  put_le64(b + 56, l->st.batches);
+  put_le64(b + 64, l->st.samples);
+  put_le64(b + 72, l->st.scored);
+  put_le64(b + 80, l->st.best);
+  put_le64(b + 88, l->cap);
+  put_le64(b + 96, n);
   uint8_t *p = b + SAVE_HDR;
   for (size_t t = 0; t < nt; t++, p += SAVE_TABLE) {
-    put64(p, l->t_ids[t]);
-    put64(p + 8, l->t_hits[t]);
+    put_le64(p, l->t_ids[t]);
+    put_le64(p + 8, l->t_hits[t]);
     p[16] = l->t_on[t];
   }
   for (size_t i = 0; i < l->cap; i++) {
     const ent_t *e = &l->tab[i];
     if (e->holder == HOLD_NONE) continue;
-    put64(p, i);
-    put64(p + 8, e->key);
-    put32(p + 16, e->last);
-    put32(p + 20, e->holder);
+    put_le64(p, i);
+    put_le64(p + 8, e->key);
+    put_le32(p + 16, e->last);
+    put_le32(p + 20, e->holder);
     p += SAVE_ENT;
   }
-  put64(p, XXH3_64bits(b, sz - 8));
+  put_le64(p, XXH3_64bits(b, sz - 8));
   *buf = b;
   *len = sz;
   return 0;
@@ -438,15 +423,15 @@ static int check_opts(const laia_opts_t *o, const uint8_t *b, char *why, size_t 
     const char *name, *key;
     uint64_t saved, now;
   } f[] = {
-      {"trainers", "the number of cluster.trainers", get32(b + 12), o->trainers},
-      {"window", "oracle.laia_window", get32(b + 16), o->window},
-      {"profile", "oracle.laia_profile", get32(b + 20), o->profile},
-      {"seed", "seed", get64(b + 24), o->seed},
+      {"trainers", "the number of cluster.trainers", get_le32(b + 12), o->trainers},
+      {"window", "oracle.laia_window", get_le32(b + 16), o->window},
+      {"profile", "oracle.laia_profile", get_le32(b + 20), o->profile},
+      {"seed", "seed", get_le64(b + 24), o->seed},
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].saved != f[i].now)
       return err_set(why, why_len, ERR_CONFIG, fmt, f[i].name, f[i].saved, f[i].name, f[i].now, f[i].key);
-  double ms = bitsd(get64(b + 32));
+  double ms = bitsd(get_le64(b + 32));
   if (dbits(ms) != dbits(o->min_share))
     return err_set(why, why_len, ERR_CONFIG,
                    "the laia state was saved with min_share = %.17g, this job has min_share = %.17g "
@@ -474,23 +459,23 @@ int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out
     rc = err_set(why, why_len, -EBADMSG, "not a laia state (no \"%s\" magic)", SAVE_MAGIC);
     goto out;
   }
-  uint32_t version = get32(buf + 8);
+  uint32_t version = get_le32(buf + 8);
   if (version != SAVE_VERSION) {
     rc = err_set(why, why_len, -EBADMSG, "laia state version %u, this build reads version %u", version, SAVE_VERSION);
     goto out;
   }
   uint64_t sum = XXH3_64bits(buf, len - 8);
-  if (sum != get64(buf + len - 8)) {
+  if (sum != get_le64(buf + len - 8)) {
     rc = err_set(why, why_len, -EBADMSG,
                  "the laia state's checksum does not match its %zu bytes (%#" PRIx64 " stored, %#" PRIx64
                  " computed): truncated or corrupt",
-                 len, get64(buf + len - 8), sum);
+                 len, get_le64(buf + len - 8), sum);
     goto out;
   }
   if ((rc = check_opts(o, buf, why, why_len)) != 0) goto out;
   uint8_t flags = buf[40];
-  uint32_t nt = get32(buf + 44);
-  uint64_t cap = get64(buf + 88), n = get64(buf + 96);
+  uint32_t nt = get_le32(buf + 44);
+  uint64_t cap = get_le64(buf + 88), n = get_le64(buf + 96);
   /* what laia_assign leaves: flags it knows, a power-of-two map at most
    * half full (reserve), no table counters nor profile before the first
    * batch (started may be: laia_start_at) */
@@ -511,11 +496,11 @@ int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out
   }
   l->started = (flags & F_STARTED) != 0;
   l->profiled = (flags & F_PROFILED) != 0;
-  l->next_x = get64(buf + 48);
-  l->st.batches = get64(buf + 56);
-  l->st.samples = get64(buf + 64);
-  l->st.scored = get64(buf + 72);
-  l->st.best = get64(buf + 80);
+  l->next_x = get_le64(buf + 48);
+  l->st.batches = get_le64(buf + 56);
+  l->st.samples = get_le64(buf + 64);
+  l->st.scored = get_le64(buf + 72);
+  l->st.best = get_le64(buf + 80);
   const uint8_t *p = buf + SAVE_HDR;
   if (flags & F_TABLES) {
     l->t_ids = calloc((size_t)nt + 1, sizeof *l->t_ids);
@@ -528,8 +513,8 @@ int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out
     memset(l->t_on, 1, (size_t)nt + 1);
     l->n_tables = nt;
     for (uint32_t t = 0; t < nt; t++, p += SAVE_TABLE) {
-      l->t_ids[t] = get64(p);
-      l->t_hits[t] = get64(p + 8);
+      l->t_ids[t] = get_le64(p);
+      l->t_hits[t] = get_le64(p + 8);
       if (p[16] > 1) {
         rc = err_set(why, why_len, -EBADMSG, "the laia state's table %u has scored = %u: corrupt", t, p[16]);
         goto out;
@@ -548,19 +533,19 @@ int laia_load(const laia_opts_t *o, const uint8_t *buf, size_t len, laia_t **out
   }
   uint64_t prev = 0;
   for (uint64_t i = 0; i < n; i++, p += SAVE_ENT) {
-    uint64_t at = get64(p);
-    uint32_t holder = get32(p + 20);
+    uint64_t at = get_le64(p);
+    uint32_t holder = get_le32(p + 20);
     if (at >= cap || (i && at <= prev) || holder == HOLD_NONE || (holder != HOLD_SHARED && holder > o->trainers)) {
       rc = err_set(why, why_len, -EBADMSG,
                    "the laia state's row %#" PRIx64 " (at place %" PRIu64 " of %" PRIu64
                    ", holder %u) is out of range or out of order: corrupt",
-                   get64(p + 8), at, cap, holder);
+                   get_le64(p + 8), at, cap, holder);
       goto out;
     }
     prev = at;
     ent_t *e = &l->tab[at];
-    e->key = get64(p + 8);
-    e->last = get32(p + 16);
+    e->key = get_le64(p + 8);
+    e->last = get_le32(p + 16);
     e->holder = holder;
   }
   l->count = (size_t)n;

@@ -76,6 +76,7 @@
 
 #include "store_hot.h"
 #include "err.h"
+#include "le.h"
 #include "log.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -148,22 +149,6 @@ static inline uint64_t key_from_be(const char *p) {
   uint64_t k = 0;
   for (int i = 0; i < 8; i++) k = k << 8 | (uint8_t)p[i];
   return k;
-}
-static inline void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void put_le32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static inline uint32_t get_le32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
 }
 
 /* [A-Za-z0-9._-]{1,max}, and not "." or ".." (they name directories). */
@@ -1614,7 +1599,7 @@ int store_digest(store_t *s, uint8_t sha256[32], uint8_t set_sha256[32], uint64_
         rc = -EIO;
         goto out;
       }
-      for (int l = 0; l < 4; l++) lane[l] += get_le64(rh + 8 * l);
+      le_lanes_add(lane, rh);
     }
     count++;
   }
@@ -1631,7 +1616,7 @@ int store_digest(store_t *s, uint8_t sha256[32], uint8_t set_sha256[32], uint64_
   }
   if (sha256) memcpy(sha256, h, 32);
   if (set_sha256)
-    for (int l = 0; l < 4; l++) put_le64(set_sha256 + 8 * l, lane[l]);
+    le_lanes_put(set_sha256, lane);
   if (rows) *rows = count;
 out:
   rocksdb_iter_destroy(it);

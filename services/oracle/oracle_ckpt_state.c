@@ -20,6 +20,7 @@
 #include "dpc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
+#include "le.h"
 #include "log.h"
 #include "manifest.h"
 #include "oracle_job_internal.h"
@@ -53,7 +54,7 @@ static void bw_put(bw_t *b, const void *src, size_t len) {
 }
 static void bw_u64(bw_t *b, uint64_t v) {
   uint8_t x[8];
-  for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+  put_le64(x, v);
   bw_put(b, x, 8);
 }
 static void bw_f64(bw_t *b, double d) {
@@ -73,8 +74,7 @@ static uint64_t br_u64(br_t *b) {
     b->bad = 1;
     return 0;
   }
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b->p[b->off + i] << (8 * i);
+  uint64_t v = get_le64(b->p + b->off);
   b->off += 8;
   return v;
 }
@@ -94,12 +94,6 @@ static const uint8_t *br_take(br_t *b, size_t len) {
   return p;
 }
 
-void oracle_ckpt__sha_hex(const void *p, size_t n, char out[65]) {
-  uint8_t h[32];
-  unsigned hl = 0;
-  EVP_Digest(p, n, h, &hl, EVP_sha256(), NULL);
-  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
-}
 
 /* ------------------------------------------------------------ the manifest (manifest.h) */
 

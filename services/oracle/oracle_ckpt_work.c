@@ -273,7 +273,7 @@ static void resume_work(ck_work_t *w) {
   if ((w->rc = srv_get_blob(j->ckpt.embc, 0, w->m.oracle_blob, &w->ostate, &w->ostate_len, w->err, sizeof w->err)) != 0)
     goto out;
   char h[65];
-  oracle_ckpt__sha_hex(w->ostate, w->ostate_len, h);
+  manifest_sha256_hex(w->ostate, w->ostate_len, h);
   if (strcmp(h, w->m.oracle_sha256)) {
     w->rc = err_set(w->err, sizeof w->err, ERR_BADMSG,
                     "checkpoint %s: the oracle's state blob does not match the manifest's oracle_sha256", w->m.id);
@@ -407,7 +407,7 @@ static void servers_work(ck_work_t *w) {
   m.dense_server = 0;
   snprintf(m.dense_blob, sizeof m.dense_blob, "ckpt.%s.dense", cp->id);
   snprintf(m.oracle_blob, sizeof m.oracle_blob, "ckpt.%s.oracle", cp->id);
-  oracle_ckpt__sha_hex(w->oblob, w->oblob_len, m.oracle_sha256);
+  manifest_sha256_hex(w->oblob, w->oblob_len, m.oracle_sha256);
   m.rows_flushed = cp->rows_flushed;
   m.server_bytes = w->bytes;
   size_t len = 0;

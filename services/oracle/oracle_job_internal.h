@@ -546,7 +546,6 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
 /* A state blob back into every stage: the job goes on at c + 1.  0 or an
  * error with err (a damaged blob, laia's state refused). */
 int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len);
-void oracle_ckpt__sha_hex(const void *p, size_t n, char out[65]);
 
 /* The summary's "checkpoint" object (appended to b). */
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap);

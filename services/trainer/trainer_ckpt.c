@@ -11,6 +11,7 @@
 
 #include "embedding.pb-c.h"
 #include "err.h"
+#include "le.h"
 #include "log.h"
 #include "opt.h"
 #include "trainer_state.h"
@@ -18,22 +19,6 @@
 #define DENSE_MAGIC "CHDENSE1"
 #define DENSE_HEAD (8 + 4 + 8 + 8 + 8)
 
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
 
 /* (float32 arrays travel as their bytes: the project assumes a
  * little-endian host, as the wire format does) */
@@ -44,10 +29,10 @@ int trainer_ckpt_dense_encode(trainer_step_t *ts, uint8_t **buf, size_t *len) {
   uint8_t *b = malloc(n);
   if (!b) return -ENOMEM;
   memcpy(b, DENSE_MAGIC, 8);
-  put_u32(b + 8, (uint32_t)opt_kind(o));
-  put_u64(b + 12, opt_steps(o));
-  put_u64(b + 20, np);
-  put_u64(b + 28, ns);
+  put_le32(b + 8, (uint32_t)opt_kind(o));
+  put_le64(b + 12, opt_steps(o));
+  put_le64(b + 20, np);
+  put_le64(b + 28, ns);
   memcpy(b + DENSE_HEAD, trainer_step_params(ts), np * sizeof(float));
   if (ns) memcpy(b + DENSE_HEAD + np * sizeof(float), opt_state(o), ns * sizeof(float));
   unsigned hl = 0;
@@ -68,8 +53,8 @@ int trainer_ckpt_dense_decode(trainer_step_t *ts, const uint8_t *b, size_t len, 
   EVP_Digest(b, len - 32, h, &hl, EVP_sha256(), NULL);
   if (memcmp(h, b + len - 32, 32) != 0)
     return err_set(err, err_len, ERR_BADMSG, "the dense state blob (%zu bytes) is damaged: its SHA-256 does not match", len);
-  uint32_t kind = get_u32(b + 8);
-  uint64_t steps = get_u64(b + 12), bp = get_u64(b + 20), bs = get_u64(b + 28);
+  uint32_t kind = get_le32(b + 8);
+  uint64_t steps = get_le64(b + 12), bp = get_le64(b + 20), bs = get_le64(b + 28);
   if (kind != (uint32_t)opt_kind(o))
     return err_set(err, err_len, ERR_CONFIG,
                    "the checkpoint's dense optimizer is %s but this job's optimizer is %s: resume with the same optimizer",

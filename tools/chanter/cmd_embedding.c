@@ -13,6 +13,7 @@
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
+#include "le.h"
 
 #define EMB_DESC(name) (&chanter__embedding__v1__##name##__descriptor)
 
@@ -177,11 +178,7 @@ static int do_digest(cli_t *cli, embc_t *c) {
     /* the set digest: lane-wise sum of the servers' (the same for any sharding) */
     char set_hex[65] = "";
     if (d->set_sha256.len == 32) {
-      for (int l = 0; l < 4; l++) {
-        uint64_t v = 0;
-        for (int b = 7; b >= 0; b--) v = v << 8 | d->set_sha256.data[8 * l + b];
-        lane[l] += v;
-      }
+      le_lanes_add(lane, d->set_sha256.data);
       for (int i = 0; i < 32; i++) snprintf(set_hex + 2 * i, 3, "%02x", d->set_sha256.data[i]);
     }
     if (cli->json)
@@ -200,8 +197,10 @@ static int do_digest(cli_t *cli, embc_t *c) {
     return 1;
   }
   char hex[65], set_hex[65];
+  uint8_t set[32];
+  le_lanes_put(set, lane);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
-  for (int i = 0; i < 32; i++) snprintf(set_hex + 2 * i, 3, "%02x", (unsigned)(uint8_t)(lane[i / 8] >> (8 * (i % 8))));
+  for (int i = 0; i < 32; i++) snprintf(set_hex + 2 * i, 3, "%02x", set[i]);
   /* the combined digest: SHA-256 over the servers' digests in shard order */
   if (cli->json)
     printf("\n], \"rows\": %" PRIu64 ", \"digest\": \"%s\", \"set_sha256\": \"%s\"}\n", total, hex, set_hex);

@@ -32,6 +32,7 @@
 #include "embedding.pb-c.h"
 #include "eval.h"
 #include "jobrule.h"
+#include "le.h"
 #include "log.h"
 #include "model_dev.h"
 #include "nn.h"
@@ -319,18 +320,13 @@ static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char
     if (d->set_sha256.len != 32) {
       rc = err_set(err, n, ERR_BADMSG, "embedding server %u sent a set digest of %zu bytes, not 32", s, d->set_sha256.len);
     } else {
-      for (int k = 0; k < 4; k++) {
-        uint64_t v = 0;
-        for (int b = 0; b < 8; b++) v |= (uint64_t)d->set_sha256.data[8 * k + b] << (8 * b);
-        lane[k] += v;
-      }
+      le_lanes_add(lane, d->set_sha256.data);
     }
     *rows += d->rows;
     protobuf_c_message_free_unpacked(resp, NULL);
   }
   uint8_t buf[32], h[32];
-  for (int k = 0; k < 4; k++)
-    for (int b = 0; b < 8; b++) buf[8 * k + b] = (uint8_t)(lane[k] >> (8 * b));
+  le_lanes_put(buf, lane);
   unsigned hl = 0;
   EVP_Digest(buf, sizeof buf, h, &hl, EVP_sha256(), NULL);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
