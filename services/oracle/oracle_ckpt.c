@@ -144,6 +144,7 @@ static void ck_done(uv_work_t *req, int status) {
       oracle_fetch__warn(j, w->warn);
     }
     ck->resumed = 1;
+    snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
     snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
     snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
     ck->resume_server = (uint32_t)w->m.dense_server;

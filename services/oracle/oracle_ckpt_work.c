@@ -74,11 +74,12 @@ static int srv_get_blob(embc_t *c, uint32_t s, const char *name, uint8_t **data,
 /* ------------------------------------------------------------ worker-pool work */
 
 
-/* The job's stamp on every server: its id and what it is. */
+/* The job's stamp on every server: its id (w->job's, taken on the loop;
+ * the worker never writes the job) and what it is. */
 static int stamp(ck_work_t *w) {
   oracle_job_t *j = w->j;
   char txt[512];
-  int n = snprintf(txt, sizeof txt, "job_id=%s\nmodel=%s\nseed=%" PRIu64 "\n", j->job_id, w->job.model, j->seed);
+  int n = snprintf(txt, sizeof txt, "job_id=%s\nmodel=%s\nseed=%" PRIu64 "\n", w->job.job_id, w->job.model, j->seed);
   for (uint32_t s = 0; s < j->ckpt.S; s++) {
     int rc = srv_put_blob(j->ckpt.embc, s, JOB_BLOB, txt, (size_t)n, w->err, sizeof w->err);
     if (rc) return rc;
@@ -279,8 +280,8 @@ static void resume_work(ck_work_t *w) {
                     "checkpoint %s: the oracle's state blob does not match the manifest's oracle_sha256", w->m.id);
     goto out;
   }
-  /* the job goes on under the checkpoint's job id, with its stamp */
-  snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
+  /* the job goes on under the checkpoint's job id, with its stamp (ck_done renames the job, on the loop) */
+  snprintf(w->job.job_id, sizeof w->job.job_id, "%s", w->m.job_id);
   w->rc = stamp(w);
 out:
   free_lists(lists, S);
