@@ -147,11 +147,17 @@ static const entry_t entries[] = {
     {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
      "lookahead = auto measures the cache each L needs over this many first batches"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
-     "a daemon silent this long is reported dead in Status"},
+     "a trainer silent this long (no heartbeat, no message) is taken for hung: the job recovers without it"},
+    {"oracle.max_recoveries", T_INT, "5", 0, 1000000, NULL,
+     "the job fails instead of recovering once it recovered this many times within oracle.recovery_window_s "
+     "(0: no limit)"},
+    {"oracle.recovery_window_s", T_INT, "600", 1, 86400000, NULL, "the window of oracle.max_recoveries"},
     {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},
     /* ---- trainer ---- */
     {"trainer.metrics_port", T_INT, "0", 0, 65535, NULL, "Prometheus endpoint of a trainer (0 = a free port, printed at start)"},
     {"trainer.heartbeat_ms", T_INT, "1000", 10, 600000, NULL, "how often trainers send a heartbeat to the oracle"},
+    {"trainer.rejoin_timeout_ms", T_INT, "300000", 1000, 86400000, NULL,
+     "after a recovery or the oracle's loss, how long a trainer keeps trying to join the job again before it exits"},
     {"trainer.coll_timeout_ms", T_INT, "60000", 100, 3600000, NULL,
      "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
@@ -161,6 +167,17 @@ static const entry_t entries[] = {
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"dataproc.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    /* ---- chanter local's supervisor (the units' Restart=, RestartSec=, StartLimit*=, WatchdogSec=) ---- */
+    {"local.restart_ms", T_INT, "500", 0, 3600000, NULL,
+     "chanter local: a daemon that exits non-zero (but 3) or dies by a signal is restarted after this long, on "
+     "its port"},
+    {"local.restart_burst", T_INT, "5", 0, 1000, NULL,
+     "chanter local: a daemon restarted this many times within local.restart_window_s is left down when it fails "
+     "again (0: never restarted)"},
+    {"local.restart_window_s", T_INT, "60", 1, 86400, NULL, "chanter local: the window of local.restart_burst"},
+    {"local.watchdog_ms", T_INT, "10000", 0, 3600000, NULL,
+     "chanter local: a daemon that pinged the watchdog and then fell silent this long is killed (SIGABRT) and "
+     "restarted; it pings at half of this (0: no watchdog)"},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 

@@ -110,6 +110,10 @@ void embc_abort(embc_t *c) {
   if (c) __atomic_store_n(&c->abort, 1, __ATOMIC_RELEASE);
 }
 
+void embc_unabort(embc_t *c) {
+  if (c) __atomic_store_n(&c->abort, 0, __ATOMIC_RELEASE);
+}
+
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
   if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);

@@ -52,6 +52,9 @@ int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows
 /* Calls retrying an unavailable server give up (ERR_CANCELLED) before
  * their next try, now and from now on: a daemon that stops.  Any thread. */
 void embc_abort(embc_t *c);
+/* Calls retry again (a trainer joining the next generation of its job
+ * after embc_abort). */
+void embc_unabort(embc_t *c);
 
 /* One unary call to one server (admin RPCs: Digest, Stats, Checkpoint...).
  * method is the .proto method name.  Retries UNAVAILABLE like the others. */

@@ -153,9 +153,41 @@ static void ck_done(uv_work_t *req, int status) {
     begin(j);
     break;
   }
+  case W_RECOVER: {
+    if (w->rc) {
+      if (w->rc == ORACLE_ERR_PRECONDITION) block(j, w->err); /* another job's state: an operator decides */
+      else oracle_job__error(j, w->rc, "recovering: rolling the embedding servers back failed: %s", w->err);
+      break;
+    }
+    char id[96] = "";
+    int64_t c = -1;
+    if (w->restored) {
+      char err[1024];
+      int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);
+      if (rc) {
+        oracle_job__error(j, rc, "recovering from checkpoint %s: %s", w->m.id, err);
+        break;
+      }
+      ck->resumed = 1;
+      snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
+      snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
+      ck->resume_server = (uint32_t)w->m.dense_server;
+      snprintf(id, sizeof id, "%s", w->m.id);
+      c = (int64_t)w->m.iteration;
+    }
+    j->rolled_back = 1;
+    if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, id, c);
+    snprintf(j->message, sizeof j->message, "rolled back to %s; waiting for the trainers (%u of %u joined)",
+             c >= 0 ? id : "the job's start", j->attached, j->P);
+    if (j->attached == j->P) begin(j);
+    break;
+  }
   case W_FENCE:
     w->cp->fencing = 0;
-    if (w->rc)
+    if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE))
+      oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s: fencing it failed: %s", w->cp->id,
+                       w->err);
+    else if (w->rc)
       oracle_job__error(j, w->rc, "checkpoint %s (after iteration %" PRIu64 "): fencing the servers failed: %s", w->cp->id,
                         w->cp->iteration, w->err);
     else
@@ -164,6 +196,11 @@ static void ck_done(uv_work_t *req, int status) {
   case W_SERVERS: {
     oracle_cp_t *cp = w->cp;
     cp->running = 0;
+    if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE)) {
+      oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s (after iteration %" PRIu64 "): %s",
+                       cp->id, cp->iteration, w->err);
+      break;
+    }
     if (w->rc) {
       oracle_job__error(j, w->rc,
                         "checkpoint %s (after iteration %" PRIu64 ") failed: %s; it is not listed as complete, and "
@@ -250,8 +287,34 @@ static void begin(oracle_job_t *j) {
   oracle_job__begin(j);
 }
 
+void oracle_ckpt__recover(oracle_job_t *j) {
+  if (!j->ckpt.enabled) { /* no servers: nothing to roll back, the trainers start over */
+    j->rolled_back = 1;
+    if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, "", -1);
+    return;
+  }
+  ck_work_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    oracle_job__error(j, -ENOMEM, "out of memory recovering the job");
+    return;
+  }
+  w->kind = W_RECOVER;
+  snprintf(w->want, sizeof w->want, "latest");
+  if (queue(j, w)) {
+    free(w);
+    oracle_job__error(j, -EIO, "cannot queue the roll-back of the embedding servers");
+    return;
+  }
+  snprintf(j->message, sizeof j->message, "rolling the embedding servers back to the job's latest complete checkpoint");
+}
+
 void oracle_ckpt__attached(oracle_job_t *j) {
   oracle_ckpt_t *ck = &j->ckpt;
+  if (j->recover) { /* the servers roll back (or have): training begins once they have */
+    if (j->rolled_back) begin(j);
+    else snprintf(j->message, sizeof j->message, "every trainer joined; rolling the embedding servers back");
+    return;
+  }
   if (!ck->enabled) {
     begin(j);
     return;

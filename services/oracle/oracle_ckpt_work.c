@@ -248,6 +248,7 @@ static void resume_work(ck_work_t *w) {
     found = 1;
   }
   if (!found) {
+    w->empty = 2; /* (recover_work: no complete checkpoint, the job's start) */
     w->rc = err_set(w->err, sizeof w->err, ERR_NOTFOUND, "%s%s%s%s%s",
                     latest ? "there is no complete checkpoint on the embedding servers" : "there is no checkpoint ",
                     latest ? "" : w->want, latest ? "" : " on the embedding servers",
@@ -286,6 +287,39 @@ static void resume_work(ck_work_t *w) {
 out:
   free_lists(lists, S);
   free(lists);
+}
+
+/* A recovery (oracle_ckpt__recover): the servers must hold this job's
+ * state; back to its latest complete checkpoint, or, when it has none, to
+ * its start (the servers cleared and stamped again). */
+static void recover_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  char e2[512];
+  if (srv_get_blob(j->ckpt.embc, 0, JOB_BLOB, &data, &len, e2, sizeof e2) == 0) {
+    const char *p = len < 512 ? strstr((const char *)data, "job_id=") : NULL;
+    if (p) sscanf(p + 7, "%95[^\n]", w->stamp_id);
+    free(data);
+  }
+  if (w->stamp_id[0] && strcmp(w->stamp_id, w->job.job_id)) {
+    w->rc = err_set(w->err, sizeof w->err, ORACLE_ERR_PRECONDITION,
+                    "this oracle was recovering job %s (its record in oracle.state_dir says the job was training), "
+                    "but the embedding servers hold job %s's state; run `chanter train --resume` to go on from that "
+                    "job's latest complete checkpoint, or `chanter train --fresh` to clear the servers and start over",
+                    w->job.job_id, w->stamp_id);
+    return;
+  }
+  resume_work(w);
+  if (!w->rc) {
+    w->restored = 1;
+    return;
+  }
+  if (w->empty != 2) return;
+  log_info("recovering job %s: it has no complete checkpoint; back to its start (clearing the servers)", w->job.job_id);
+  w->rc = 0;
+  w->err[0] = 0;
+  fresh_work(w);
 }
 
 static int write_state_dir(const char *dir, const char *id, const char *text, size_t len, char *err, size_t err_len) {
@@ -445,5 +479,6 @@ void oracle_ckpt__work(uv_work_t *req) {
   case W_RESUME: resume_work(w); break;
   case W_FENCE: fence_work(w); break;
   case W_SERVERS: servers_work(w); break;
+  case W_RECOVER: recover_work(w); break;
   }
 }

@@ -44,6 +44,7 @@ const char *oracle_state_name(int state) {
   case ORACLE_FAILED: return "failed";
   case ORACLE_STOPPED: return "stopped";
   case ORACLE_BLOCKED: return "blocked";
+  case ORACLE_RECOVERING: return "recovering";
   }
   return "unknown";
 }
@@ -89,13 +90,39 @@ int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) {
   return rc;
 }
 
+void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int rank, const char *fmt, ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (oracle_job__over(j) || j->lost) return;
+  if (!j->recs) {
+    oracle_job__error(j, ERR_UNAVAILABLE, "%s was lost: %s", who, why);
+    return;
+  }
+  j->lost = 1;
+  j->lost_rank = rank;
+  snprintf(j->lost_kind, sizeof j->lost_kind, "%s", kind);
+  snprintf(j->lost_who, sizeof j->lost_who, "%s", who);
+  snprintf(j->lost_why, sizeof j->lost_why, "%s", why);
+}
+
+static void on_recover_timer(uv_timer_t *t) {
+  oracle_job_t *j = t->data;
+  if (j->on_recover && !j->destroying) j->on_recover(j, j->on_recover_ud);
+}
+
 /* Ends the job with why: every trainer gets StopWork and its stream is
- * finished, the fetch threads stop, the plans go.  No-op once over. */
+ * finished, the fetch threads stop, the plans go.  No-op once over.
+ * ORACLE_RECOVERING ends this job object only: StopWork says
+ * "recovering", and on_recover (from the loop) replaces it. */
 static void job_end(oracle_job_t *j, int state, const char *why) {
   if (oracle_job__over(j)) return;
   snprintf(j->message, sizeof j->message, "%s", why);
   j->state = state;
-  metrics_gauge_set(j->m.state, state);
+  if (state == ORACLE_RECOVERING) j->retired = 1;
+  else metrics_gauge_set(j->m.state, state);
   oracle_fetch__stop(j);
   /* a checkpoint under way retrying a server that is gone gives up: the
    * daemon's loop ends once the worker pool is idle */
@@ -109,6 +136,19 @@ static void job_end(oracle_job_t *j, int state, const char *why) {
     rpc_call_finish(c, 0, NULL);
   }
   oracle_pipeline__end(j);
+  if (state == ORACLE_RECOVERING) {
+    log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers", j->job_id, j->message,
+             j->generation);
+    uv_timer_start(&j->recover_timer, on_recover_timer, 0, 0);
+    return;
+  }
+  if (j->recs && j->ckpt.state_dir[0]) { /* a restarted oracle must not take this job for one killed mid-way */
+    char e2[512];
+    char cfgh[65];
+    oracle_record_config_hash(j->cfg, cfgh);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(state), cfgh, e2, sizeof e2))
+      log_warn("the oracle's job record was not updated: %s", e2);
+  }
   if (state == ORACLE_FAILED) log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id,
                                         (unsigned long long)j->report.done, j->message);
   else log_info("job %s job_id=%s iteration=%llu message=\"%s\"", oracle_state_name(state), j->job_id,
@@ -142,6 +182,15 @@ static int train(oracle_job_t *j) {
   }
 }
 
+/* A recovery's last moments: the first replayed iteration, caught up. */
+static void recovery_progress(oracle_job_t *j) {
+  oracle_recovery_t *r = j->rec;
+  if (!j->recover || !r) return;
+  if (!r->t_first && j->report.done > j->ckpt.start) oracle_recovery_first(j->recs, r, j->report.done);
+  if (r->t_first && !r->t_caught_up && j->report.done >= r->done_at_loss)
+    oracle_recovery_caught_up(j->recs, r, j->report.done);
+}
+
 void oracle_job__advance(oracle_job_t *j) {
   if (j->destroying) return;
   if (j->advancing) { /* called from inside a pass: one more pass */
@@ -151,12 +200,23 @@ void oracle_job__advance(oracle_job_t *j) {
   j->advancing = 1;
   do {
     j->again = 0;
+    if (j->lost && !oracle_job__over(j)) { /* a lost daemon: recover (this job object ends), or give up */
+      char limit[1024];
+      j->rec = oracle_recoveries_begin(j->recs, j->lost_kind, j->lost_who, j->lost_rank, j->report.done, j->lost_why,
+                                       limit, sizeof limit);
+      char msg[600];
+      snprintf(msg, sizeof msg, "%s lost: %s", j->lost_who, j->lost_why);
+      if (j->rec) job_end(j, ORACLE_RECOVERING, msg);
+      else job_end(j, ORACLE_FAILED, limit);
+    }
     if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_FAILED, j->fail_why);
     switch (j->state) {
     case ORACLE_WAITING: break; /* trainers attach (oracle_job_attach starts training) */
+    case ORACLE_RECOVERING: break; /* the servers roll back, trainers attach (oracle_ckpt.c begins) */
     case ORACLE_BLOCKED: break;    /* chanter train --resume / --fresh (oracle_job_start_request) */
     case ORACLE_TRAINING: {
       int c = train(j);
+      recovery_progress(j);
       if (c < 0) {
         job_end(j, ORACLE_FAILED, j->fail_why);
       } else if (c & ORACLE_CH_FINISHED) {
@@ -183,6 +243,16 @@ void oracle_job__begin(oracle_job_t *j) {
   j->state = ORACLE_TRAINING;
   metrics_gauge_set(j->m.state, j->state);
   oracle_report__start(j);
+  if (j->recover && j->rec) oracle_recovery_resumed(j->recs, j->rec, j->generation);
+  if (j->recs && j->ckpt.state_dir[0]) { /* killed from here on, the next oracle recovers this job */
+    char e2[512];
+    char cfgh[65];
+    oracle_record_config_hash(j->cfg, cfgh);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", cfgh, e2, sizeof e2))
+      log_warn("the oracle's job record was not written (a restarted oracle will not recover this job by "
+               "itself): %s",
+               e2);
+  }
   log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
            "window=%u fetch_threads=%u chunk=%u queue=%u",
            j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,
@@ -210,9 +280,11 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
     snprintf(why, why_len, "rank %u is outside 0..%u (trainers = %u)", rank, j->P - 1, j->P);
     return -EINVAL;
   }
-  if (j->state != ORACLE_WAITING) {
+  if (j->state != ORACLE_WAITING && j->state != ORACLE_RECOVERING) {
     snprintf(why, why_len, "the job is %s%s%s%s", oracle_state_name(j->state), j->message[0] ? ": " : "", j->message,
-             j->state == ORACLE_TRAINING ? "; replacing a trainer is not supported yet" : "");
+             j->state == ORACLE_TRAINING ? "; a trainer joins a running job only through a recovery (the oracle "
+                                           "recovers once it notices that the rank's trainer is lost)"
+                                         : "");
     return ORACLE_ERR_PRECONDITION;
   }
   if (j->tr[rank].call) {
@@ -231,7 +303,7 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
   log_info("trainer connected rank=%u peer=%s connected=%u/%u", rank, rpc_call_peer(call), j->attached, j->P);
   if (j->attached == j->P) {
     uv_timer_stop(&j->start_timer);
-    oracle_ckpt__attached(j); /* the servers are checked, then training begins (or the job is blocked) */
+    oracle_ckpt__attached(j); /* the servers are checked (or rolled back), then training begins (or is blocked) */
     oracle_job__advance(j);
   }
   return 0;
@@ -253,21 +325,40 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
   oracle_trainer_t *t = &j->tr[rank];
   t->call = NULL;
   j->attached--;
-  if (j->state == ORACLE_WAITING) {
-    log_warn("trainer left before the job started rank=%u how=%s", rank, cancelled ? "cancelled" : "half-closed");
+  if (j->state != ORACLE_TRAINING) { /* before the start: its replacement (or itself) attaches again */
+    log_warn("trainer left before the job started rank=%u how=%s state=%s", rank, cancelled ? "cancelled" : "half-closed",
+             oracle_state_name(j->state));
     if (!cancelled) rpc_call_finish(call, 0, NULL);
     *t = (oracle_trainer_t){0};
     return;
   }
   if (!cancelled) rpc_call_finish(call, 0, NULL);
-  if (j->state == ORACLE_TRAINING || j->state == ORACLE_BLOCKED)
-    oracle_job__error(j, ERR_UNAVAILABLE,
-                      "trainer rank %u's Work stream %s at iteration %llu; the job cannot go on without it "
-                      "(replacing a trainer is not supported yet)",
-                      rank, cancelled ? "broke (the trainer exited or lost its connection)" : "was closed by the trainer",
-                      (unsigned long long)j->report.rank[rank].reported);
+  char who[32];
+  snprintf(who, sizeof who, "trainer-%u", rank);
+  oracle_job__lose(j, "trainer", who, (int)rank, "its Work stream %s at iteration %llu",
+                   cancelled ? "broke (the trainer exited, or lost its connection, or gave up on a step)"
+                             : "was closed by the trainer",
+                   (unsigned long long)j->report.rank[rank].reported);
   oracle_job__advance(j);
 }
+
+void oracle_job_lose_rank(oracle_job_t *j, uint32_t rank, const char *kind, const char *why) {
+  if (rank >= j->P || oracle_job__over(j)) return;
+  rpc_call_t *c = j->tr[rank].call;
+  if (j->state != ORACLE_TRAINING) return; /* not started: it is only missing, and the start timer says so */
+  if (c) { /* its stream ends here: a trainer that wakes up finds it gone and joins again */
+    j->tr[rank].call = NULL;
+    j->attached--;
+    rpc_call_fail(c, ERR_UNAVAILABLE, "trainer rank %u: %s; the job recovers without this stream", rank, why);
+  }
+  char who[32];
+  snprintf(who, sizeof who, "trainer-%u", rank);
+  oracle_job__lose(j, kind, who, (int)rank, "%s", why);
+  oracle_job__advance(j);
+}
+
+int oracle_job_lost_rank(const oracle_job_t *j) { return j->rec ? j->rec->lost_rank : -1; }
+uint32_t oracle_job_generation(const oracle_job_t *j) { return j->generation; }
 
 void oracle_job_sent(oracle_job_t *j, uint32_t rank) {
   if (rank < j->P && j->tr[rank].call) oracle_job__advance(j);
@@ -331,8 +422,10 @@ static void metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
   m->evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
 }
 
-int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, oracle_job_t **out, char *err,
-                      size_t err_len) {
+int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, const oracle_job_opts_t *opts,
+                      oracle_job_t **out, char *err, size_t err_len) {
+  static const oracle_job_opts_t none = {0};
+  if (!opts) opts = &none;
   int rc = oracle_job_check_cfg(cfg, err, err_len);
   if (rc) return rc;
   oracle_job_t *j = calloc(1, sizeof *j);
@@ -350,7 +443,16 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->ideal = !strcmp(j->mode, "ideal");
   j->drain_ms = (int)cfg_int(cfg, "oracle.drain_ms");
   j->lookahead_cfg = cfg_str(cfg, "lookahead");
-  {
+  j->recover = opts->recover;
+  j->generation = opts->generation ? opts->generation : 1;
+  j->recs = opts->recs;
+  j->rec = opts->rec;
+  j->on_recover = opts->on_recover;
+  j->on_recover_ud = opts->ud;
+  j->lost_rank = -1;
+  if (opts->job_id && *opts->job_id) {
+    snprintf(j->job_id, sizeof j->job_id, "%s", opts->job_id);
+  } else {
     char ts[32];
     time_t now = time(NULL);
     struct tm tm;
@@ -358,6 +460,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
     snprintf(j->job_id, sizeof j->job_id, "seed%llu-%s", (unsigned long long)j->seed, ts);
   }
+  if (j->recover) j->state = ORACLE_RECOVERING;
   /* the stages, in order (report's ring follows the pipeline's window) */
   if ((rc = oracle_fetch__init(j, err, err_len)) != 0 || (rc = oracle_pipeline__init(j, err, err_len)) != 0 ||
       (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0 ||
@@ -376,17 +479,32 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->start_timer.data = j;
   uv_timer_start(&j->start_timer, on_start_timeout, (uint64_t)cfg_int(cfg, "oracle.start_timeout_ms"), 0);
   uv_unref((uv_handle_t *)&j->start_timer);
-  j->handles_open = 2;
+  uv_timer_init(loop, &j->recover_timer);
+  j->recover_timer.data = j;
+  uv_unref((uv_handle_t *)&j->recover_timer);
+  j->handles_open = 3;
+  metrics_gauge_set(j->m.state, j->state);
   log_info("job created job_id=%s trainers=%u batch_size=%u iterations=%llu allocation=%s mode=%s lookahead=%s "
            "eval_every=%llu eval_batches=%llu dataprocs=%u",
            j->job_id, j->P, j->B, (unsigned long long)j->iterations, j->allocation, j->mode,
            j->ideal ? "0 (ideal)" : j->lookahead_cfg, (unsigned long long)j->eval_every,
            (unsigned long long)j->eval_batches, j->fetch.n_dpc);
   *out = j;
+  if (j->recover) oracle_ckpt__recover(j); /* roll the servers back now: parked write-backs go, stale ones fail */
   return 0;
 fail:
   oracle_job_destroy(j);
   return rc;
+}
+
+static void free_stages(oracle_job_t *j) {
+  oracle_fetch__close(j);
+  oracle_pipeline__close(j);
+  oracle_dispatch__close(j);
+  oracle_report__close(j);
+  oracle_ckpt__close(j);
+  free(j->tr);
+  free(j);
 }
 
 static void on_closed(uv_handle_t *h) {
@@ -401,11 +519,13 @@ void oracle_job_destroy(oracle_job_t *j) {
   j->destroying = 1;
   oracle_fetch__stop(j);
   if (j->ckpt.embc) embc_abort(j->ckpt.embc); /* a checkpoint's calls to a server that is gone give up */
-  while (j->pipe.auto_running || j->fetch.info_running || j->ckpt.running) uv_run(j->loop, UV_RUN_ONCE);
+  while (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running)
+    uv_run(j->loop, UV_RUN_ONCE);
   int stuck = oracle_fetch__join(j);
   if (j->handles_open) {
     uv_close((uv_handle_t *)&j->wake, on_closed);
     uv_close((uv_handle_t *)&j->start_timer, on_closed);
+    uv_close((uv_handle_t *)&j->recover_timer, on_closed);
     while (j->handles_open) uv_run(j->loop, UV_RUN_NOWAIT);
   }
   if (stuck) {
@@ -413,13 +533,41 @@ void oracle_job_destroy(oracle_job_t *j) {
     log_warn("batch fetch threads still retrying a data processor at exit threads=%d; leaving them", stuck);
     return;
   }
-  oracle_fetch__close(j);
-  oracle_pipeline__close(j);
-  oracle_dispatch__close(j);
-  oracle_report__close(j);
-  oracle_ckpt__close(j);
-  free(j->tr);
-  free(j);
+  free_stages(j);
+}
+
+/* ---- retire: destroy from inside the loop */
+
+static void on_retired_closed(uv_handle_t *h) {
+  oracle_job_t *j = h->data;
+  if (--j->handles_open == 0) free_stages(j);
+}
+
+/* Polls until nothing of the job runs on the worker pool, then lets the
+ * fetch threads go and closes the handles (the last close frees it). */
+static void on_retire_poll(uv_timer_t *t) {
+  oracle_job_t *j = t->data;
+  if (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running)
+    return;
+  uv_timer_stop(t);
+  if (oracle_fetch__join(j)) {
+    /* they still use the dpc and the queue: leave this job object (its memory) to the process exit */
+    log_warn("batch fetch threads of the retired run (generation %u) still retry a data processor; leaving them",
+             j->generation);
+    return;
+  }
+  uv_close((uv_handle_t *)&j->wake, on_retired_closed);
+  uv_close((uv_handle_t *)&j->start_timer, on_retired_closed);
+  uv_close((uv_handle_t *)&j->recover_timer, on_retired_closed);
+}
+
+void oracle_job_retire(oracle_job_t *j) {
+  if (!j) return;
+  j->destroying = 1;
+  oracle_fetch__stop(j);
+  if (j->ckpt.embc) embc_abort(j->ckpt.embc);
+  uv_timer_stop(&j->start_timer);
+  uv_timer_start(&j->recover_timer, on_retire_poll, 0, 20);
 }
 
 /* ---- accessors */

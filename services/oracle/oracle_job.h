@@ -91,13 +91,37 @@ typedef struct oracle_job_s oracle_job_t;
  * job's state; the job waits for oracle_job_start_request (chanter train
  * --resume / --fresh).  (Numbered last: the job_state metric keeps its
  * values.) */
-enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_BLOCKED };
+enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_BLOCKED,
+       ORACLE_RECOVERING };
+/* RECOVERING: a daemon was lost (DESIGN.md 5); this job object rolls the
+ * servers back to the job's latest complete checkpoint and waits, like
+ * WAITING, for every trainer to join the new generation. */
+
+typedef struct oracle_recoveries_s oracle_recoveries_t;
+typedef struct oracle_recovery_s oracle_recovery_t;
+
+/* How a job object starts.  A recovery (or an oracle restarted in the
+ * middle of a job) creates a new job object for the same job: its id,
+ * recover = 1 (roll back before the trainers attach), rec = the record
+ * it fills.  recs: the service's record of recoveries (NULL: a lost
+ * trainer fails the job).  on_recover: called from the loop (never from
+ * inside the job's own calls) once this job object has ended to recover:
+ * the service replaces it (oracle_job_retire) with a new one. */
+typedef struct oracle_job_opts_s {
+  const char *job_id;
+  int recover;
+  uint32_t generation;
+  oracle_recoveries_t *recs;
+  oracle_recovery_t *rec;
+  void (*on_recover)(oracle_job_t *j, void *ud);
+  void *ud;
+} oracle_job_opts_t;
 
 /* FAILED_PRECONDITION: the request does not fit the job's state (the
  * status message says why). */
 #define ORACLE_ERR_PRECONDITION ERR_PRECONDITION
 
-/* "waiting", "training", "done", "failed", "stopped", "blocked". */
+/* "waiting", "training", "done", "failed", "stopped", "blocked", "recovering". */
 const char *oracle_state_name(int state);
 
 /* Refuses what this oracle does not implement, with a sentence: a fixed
@@ -109,8 +133,20 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len);
  * metrics on reg, the start timer (oracle.start_timeout_ms).  Nothing is
  * fetched before every trainer said Hello.  0 or an error with err.  Loop
  * thread, or before the loop runs. */
-int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, oracle_job_t **out, char *err,
-                      size_t err_len);
+int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, const oracle_job_opts_t *opts,
+                      oracle_job_t **out, char *err, size_t err_len);
+/* destroy, without blocking the loop: the job stops what it runs and frees
+ * itself once its worker-pool calls have come back (a recovery replaces
+ * it while the loop runs). */
+void oracle_job_retire(oracle_job_t *j);
+/* The service noticed that trainer rank is lost (silent past
+ * oracle.heartbeat_timeout_ms): its stream is ended and the job recovers
+ * (or fails, without a record of recoveries).  kind: "hang" or "trainer". */
+void oracle_job_lose_rank(oracle_job_t *j, uint32_t rank, const char *kind, const char *why);
+/* The rank lost by the recovery that ended this job (-1: none); the
+ * generation the job was created with. */
+int oracle_job_lost_rank(const oracle_job_t *j);
+uint32_t oracle_job_generation(const oracle_job_t *j);
 /* Stops the fetch threads (waiting at most drain_ms + 1 s for them: a
  * thread stuck retrying a dead data processor is left behind, with the
  * memory it uses), closes the job's handles (runs the loop once) and frees
@@ -119,7 +155,7 @@ void oracle_job_destroy(oracle_job_t *j);
 
 const char *oracle_job_id(const oracle_job_t *j);
 int oracle_job_state(const oracle_job_t *j);
-/* done, failed or stopped. */
+/* done, failed or stopped (or ended to recover). */
 int oracle_job_over(const oracle_job_t *j);
 const char *oracle_job_message(const oracle_job_t *j);
 /* Iterations every trainer has reported. */

@@ -56,6 +56,7 @@
 #include "laia.h"
 #include "manifest.h"
 #include "phase.h"
+#include "oracle_recover.h"
 #include "plan.h"
 #include "rpc.h"
 
@@ -353,6 +354,19 @@ struct oracle_job_s {
   int destroying;
   oracle_trainer_t *tr; /* P */
   uint32_t attached;
+  /* recovery (DESIGN.md 5; oracle_recover.h) */
+  uint32_t generation;       /* the trainer group's generation (Join's answer) */
+  int recover;               /* created to recover: the servers roll back before the trainers attach */
+  int rolled_back;           /* ... and they have */
+  oracle_recoveries_t *recs; /* the service's record (NULL: a lost trainer fails the job) */
+  oracle_recovery_t *rec;    /* the recovery this job object carries out, or NULL */
+  int lost;                  /* a daemon was lost: advance ends this job object to recover */
+  char lost_kind[16], lost_who[32], lost_why[512];
+  int lost_rank;
+  int retired;               /* ended to recover; oracle_job_retire frees it once idle */
+  void (*on_recover)(oracle_job_t *j, void *ud);
+  void *on_recover_ud;
+  uv_timer_t recover_timer;  /* calls on_recover from the loop */
   uv_async_t wake; /* a fetch thread has something for the loop: advance */
   uv_timer_t start_timer;
   int handles_open;
@@ -372,7 +386,7 @@ static inline double oracle_job__now(void) {
 }
 
 static inline int oracle_job__over(const oracle_job_t *j) {
-  return j->state == ORACLE_DONE || j->state == ORACLE_FAILED || j->state == ORACLE_STOPPED;
+  return j->state == ORACLE_DONE || j->state == ORACLE_FAILED || j->state == ORACLE_STOPPED || j->retired;
 }
 
 /* ---- oracle_job.c */
@@ -381,6 +395,12 @@ static inline int oracle_job__over(const oracle_job_t *j) {
  * once the job is over.  Returns rc (a negative error or a project code),
  * for `return oracle_job__error(j, rc, ...)`. */
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Says that a daemon was lost (kind "trainer", "hang", "embedding"; who
+ * "trainer-1"; rank the trainer's or -1): advance ends this job object and
+ * the service recovers the job with a new one.  Without a record of
+ * recoveries (recs NULL) it is oracle_job__error. */
+void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* The conductor: ends the job if a stage failed, else runs the stages in
  * order until nothing more can move.  Every event ends by calling it;
  * re-entered, it runs once more instead. */
@@ -484,6 +504,10 @@ int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_
  * stamp goes on them) or is blocked (they hold another job's state) until
  * oracle_ckpt__start.  Without servers it begins at once. */
 void oracle_ckpt__attached(oracle_job_t *j);
+/* A job created to recover: roll the servers back now, before the
+ * trainers attach (their parked write-backs are released by it).  The job
+ * begins once they are rolled back and every trainer is attached. */
+void oracle_ckpt__recover(oracle_job_t *j);
 /* Whether a checkpoint is taken after batch x (asked once per batch, in
  * order, when its planning is queued). */
 int oracle_ckpt__wanted(oracle_job_t *j, uint64_t x);
@@ -507,7 +531,7 @@ int oracle_ckpt__busy(const oracle_job_t *j);
 
 /* A call to the embedding servers on the worker pool, and its result for
  * ck_done (oracle_ckpt.c) on the loop. */
-enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS };
+enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS, W_RECOVER };
 typedef struct ck_work_s {
   uv_work_t req;
   oracle_job_t *j;
@@ -517,8 +541,11 @@ typedef struct ck_work_s {
   /* preflight: what the servers hold */
   int empty;
   char found[1024];
-  /* resume */
+  /* resume; recover: the servers' job stamp ("" when none), whether a
+   * checkpoint was restored (else the servers were cleared: the start) */
   char want[96];
+  char stamp_id[96];
+  int restored;
   manifest_t m;
   uint8_t *ostate;
   size_t ostate_len;

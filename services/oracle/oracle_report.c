@@ -500,6 +500,18 @@ char *oracle_report__summary(const oracle_job_t *j) {
     oracle_ckpt__summary(j, ck, sizeof ck);
     sb_printf(&b, ", %s", ck);
   }
+  if (j->recs) { /* every recovery of the job, with its moments (oracle_recover.h) */
+    size_t cap = 1400 * ORACLE_RECOVERIES_KEPT + 16;
+    char *rj = malloc(cap);
+    if (rj) {
+      oracle_recoveries_json(j->recs, rj, cap);
+      sb_printf(&b, ", \"recoveries\": %s", rj);
+      oracle_recoveries_line(j->recs, rj, cap);
+      sb_printf(&b, ", ");
+      sb_str(&b, "recovery", rj);
+      free(rj);
+    }
+  }
   /* said once at start: a batch larger than a split */
   sb_printf(&b, ", \"warnings\": [");
   for (int k = 0; k < f->n_warnings; k++) {

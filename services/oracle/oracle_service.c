@@ -14,6 +14,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle.pb-c.h"
+#include "oracle_recover.h"
 #include "table.h"
 
 typedef Chanter__Oracle__V1__Role role_t;
@@ -46,7 +47,10 @@ typedef struct waiter_s { /* a parked KvGet */
 struct oracle_service_s {
   uv_loop_t *loop;
   const cfg_t *cfg;
+  metrics_registry_t *reg;
   oracle_job_t *job;
+  uint32_t generation; /* the trainer group's: rises at every recovery (unique across this oracle's restarts) */
+  oracle_recoveries_t recs;
   uint64_t schema_hash, layout_hash;
   uint32_t trainers;
   int64_t hb_timeout_ms;
@@ -136,11 +140,18 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
     return;
   }
   member_t *old = find_member(svc, r->role, r->rank);
-  if (trainer && oracle_job_state(svc->job) != ORACLE_WAITING &&
-      !(old && old->pid == r->pid && !strcmp(old->address, r->address))) {
-    refuse(svc, call, ORACLE_ERR_PRECONDITION,
-           "Join: the job is %s; trainer rank %u cannot join now (replacing a trainer is not supported yet)",
-           oracle_state_name(oracle_job_state(svc->job)), r->rank);
+  int js = oracle_job_state(svc->job);
+  if (trainer && js == ORACLE_RECOVERING && oracle_job_over(svc->job)) { /* between two generations */
+    refuse(svc, call, ERR_UNAVAILABLE, "Join: the job is starting its recovery; retry");
+    return;
+  }
+  if (trainer && js == ORACLE_TRAINING && !(old && old->pid == r->pid && !strcmp(old->address, r->address))) {
+    refuse(svc, call, ERR_UNAVAILABLE,
+           "Join: the job is training and trainer rank %u is in it (pid %u at %s, last seen %.1f s ago); a new "
+           "trainer for this rank joins once the oracle has noticed that one is lost (its stream broke, or it was "
+           "silent for oracle.heartbeat_timeout_ms = %lld ms) and recovers: retry",
+           r->rank, old ? old->pid : 0, old ? old->address : "?", old ? (double)(now - old->last_seen_ms) / 1e3 : 0.0,
+           (long long)svc->hb_timeout_ms);
     return;
   }
   if (old && trainer && (old->pid != r->pid || strcmp(old->address, r->address) != 0) &&
@@ -181,9 +192,10 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
            rpc_call_peer(call));
   Chanter__Oracle__V1__JoinResponse resp = CHANTER__ORACLE__V1__JOIN_RESPONSE__INIT;
   resp.job_id = (char *)oracle_job_id(svc->job);
-  resp.generation = 1;
+  resp.generation = svc->generation;
   resp.trainers = svc->trainers;
   resp.start_iteration = 0;
+  resp.job_state = (char *)oracle_state_name(js);
   rpc_call_reply(call, &resp.base);
 }
 
@@ -199,7 +211,8 @@ static void on_heartbeat(rpc_call_t *call, const ProtobufCMessage *m, void *ud) 
   mb->last_seen_ms = now_ms();
   if (r->iteration > mb->iteration) mb->iteration = r->iteration;
   Chanter__Oracle__V1__HeartbeatResponse resp = CHANTER__ORACLE__V1__HEARTBEAT_RESPONSE__INIT;
-  resp.stop = oracle_job_over(svc->job);
+  int st = oracle_job_state(svc->job); /* (a job object ended to recover is not the job's end) */
+  resp.stop = st == ORACLE_DONE || st == ORACLE_FAILED || st == ORACLE_STOPPED;
   rpc_call_reply(call, &resp.base);
 }
 
@@ -481,7 +494,13 @@ static void w_half_close(rpc_call_t *call, void *ud) {
 static void w_cancel(rpc_call_t *call, void *ud) {
   oracle_service_t *svc = ud;
   uintptr_t tag = (uintptr_t)rpc_call_get_data(call);
-  if (tag) oracle_job_detach(svc->job, (uint32_t)(tag - 1), call, 1);
+  if (!tag) return;
+  uint32_t rank = (uint32_t)(tag - 1);
+  oracle_job_detach(svc->job, rank, call, 1);
+  /* a broken stream is a lost process (or one about to join again under
+   * its own pid): a replacement may join this rank at once */
+  member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, rank);
+  if (mb && !oracle_job_rank_attached(svc->job, rank)) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
 }
 
 static void w_sent(rpc_call_t *call, void *ud) {
@@ -502,18 +521,68 @@ static void on_tick(uv_timer_t *t) {
     member_t *m = &svc->members[i];
     int ok = member_alive(svc, m, now);
     alive += ok;
-    /* a silent trainer is only reported: its stream breaking (or gRPC
-     * keepalive noticing a dead peer) is what fails the job */
+    /* a trainer silent past the timeout while it trains is hung (stopped,
+     * or its host is cut off): the job recovers without it */
     if (!ok && !m->warned_silent && m->role == CHANTER__ORACLE__V1__ROLE__TRAINER &&
-        oracle_job_state(svc->job) == ORACLE_TRAINING) {
-      log_warn("trainer silent rank=%u seconds=%.1f heartbeat_timeout_ms=%lld", m->rank,
+        oracle_job_state(svc->job) == ORACLE_TRAINING && oracle_job_rank_attached(svc->job, m->rank)) {
+      char why[256];
+      snprintf(why, sizeof why, "no heartbeat or message for %.1f s (oracle.heartbeat_timeout_ms = %lld): hung",
                (double)(now - m->last_seen_ms) / 1e3, (long long)svc->hb_timeout_ms);
+      log_warn("trainer silent rank=%u pid=%u seconds=%.1f heartbeat_timeout_ms=%lld: taking it for lost", m->rank,
+               m->pid, (double)(now - m->last_seen_ms) / 1e3, (long long)svc->hb_timeout_ms);
       m->warned_silent = 1;
+      oracle_job_lose_rank(svc->job, m->rank, "hang", why);
     }
     if (ok) m->warned_silent = 0;
   }
   metrics_gauge_set(svc->g_alive, (double)alive);
   metrics_gauge_set(svc->g_members, (double)svc->n_members);
+}
+
+static void on_recover(oracle_job_t *old, void *ud);
+
+/* A new job object for the job (opts: new or recovering), hooked to the
+ * service. */
+static int make_job(oracle_service_t *svc, const char *job_id, int recover, oracle_recovery_t *rec, oracle_job_t **out,
+                    char *err, size_t err_len) {
+  oracle_job_opts_t o = {.job_id = job_id,
+                         .recover = recover,
+                         .generation = svc->generation,
+                         .recs = &svc->recs,
+                         .rec = rec,
+                         .on_recover = on_recover,
+                         .ud = svc};
+  return oracle_job_create(svc->loop, svc->cfg, svc->reg, &o, out, err, err_len);
+}
+
+/* The job object ended to recover (oracle_job.c): a new generation.  The
+ * lost rank may join again at once; the rendezvous keys of the old
+ * generation go; the old object frees itself once idle. */
+static void on_recover(oracle_job_t *old, void *ud) {
+  oracle_service_t *svc = ud;
+  if (old != svc->job) return;
+  int lost = oracle_job_lost_rank(old);
+  if (lost >= 0) {
+    member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, (uint32_t)lost);
+    if (mb) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
+  }
+  for (size_t i = 0; i < svc->n_kv; i++) {
+    free(svc->kv[i].key);
+    free(svc->kv[i].val);
+  }
+  svc->n_kv = 0;
+  svc->generation++;
+  oracle_job_t *nj = NULL;
+  char err[1024];
+  int rc = make_job(svc, oracle_job_id(old), 1, oracle_recoveries_current(&svc->recs), &nj, err, sizeof err);
+  if (rc) { /* the old object stays, over: Status says why */
+    log_error("cannot recover job %s: %s", oracle_job_id(old), err);
+    return;
+  }
+  svc->job = nj;
+  oracle_job_retire(old);
+  log_info("recovering job_id=%s generation=%u: waiting for %u trainers", oracle_job_id(nj), svc->generation,
+           svc->trainers);
 }
 
 int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
@@ -522,6 +591,8 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
   if (!svc) return -ENOMEM;
   svc->loop = loop;
   svc->cfg = cfg;
+  svc->reg = reg;
+  svc->generation = (uint32_t)time(NULL); /* above any earlier oracle's of this job: its trainers' keys never mix */
   svc->trainers = (uint32_t)cfg_int(cfg, "trainers");
   svc->hb_timeout_ms = cfg_int(cfg, "oracle.heartbeat_timeout_ms");
   data_schema_t sc;
@@ -533,7 +604,32 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
   if ((rc = cfg_layout(cfg, &lay, err, err_len)) != 0) goto fail;
   svc->layout_hash = table_layout_hash(&lay);
   table_layout_close(&lay);
-  if ((rc = oracle_job_create(loop, cfg, reg, &svc->job, err, err_len)) != 0) goto fail;
+  if ((rc = oracle_recoveries_init(&svc->recs, cfg, reg, err, err_len)) != 0) goto fail;
+  {
+    /* an oracle killed in the middle of its job left the record "training":
+     * this one recovers that job instead of starting a new one over its rows */
+    const char *dir = cfg_str(cfg, "oracle.state_dir");
+    char id[96] = "", state[32] = "", conf[80] = "", mine[65], e2[1024];
+    int rr = *dir ? oracle_record_read(dir, id, sizeof id, state, sizeof state, conf, sizeof conf, e2, sizeof e2)
+                  : ERR_NOTFOUND;
+    oracle_recovery_t *rec = NULL;
+    oracle_record_config_hash(cfg, mine);
+    if (rr && rr != ERR_NOTFOUND) log_warn("%s; starting a new job (the servers are checked first)", e2);
+    if (!rr && !strcmp(state, "training") && strcmp(conf, mine))
+      log_warn("job %s was training when the last oracle stopped, but this oracle runs with another configuration "
+               "(fingerprint %.12s, the job's %.12s): a new job (the servers are checked first: `chanter train "
+               "--resume` goes on from its checkpoint)",
+               id, mine, conf);
+    if (!rr && !strcmp(state, "training") && !strcmp(conf, mine) && strcmp(cfg_str(cfg, "mode"), "ideal")) {
+      char limit[1024];
+      rec = oracle_recoveries_begin(&svc->recs, "oracle", "oracle", -1, 0,
+                                    "the oracle restarted while its job was training (oracle.state_dir/job)", limit,
+                                    sizeof limit);
+      if (!rec) log_error("%s", limit);
+      else log_warn("job %s was training when the last oracle stopped: recovering it", id);
+    }
+    if ((rc = make_job(svc, rec ? id : NULL, rec != NULL, rec, &svc->job, err, err_len)) != 0) goto fail;
+  }
   svc->g_alive = metrics_gauge(reg, "members_alive", NULL, "members seen within oracle.heartbeat_timeout_ms");
   svc->g_members = metrics_gauge(reg, "members", NULL, "members that joined");
   svc->c_joins = metrics_counter(reg, "joins_total", NULL, "Join calls accepted");

@@ -58,6 +58,7 @@ static void *heartbeat_main(void *arg) {
   trainer_t *t = arg;
   int64_t every = cfg_int(t->cfg, "trainer.heartbeat_ms");
   int failing = 0;
+  double fail_since = 0;
   pthread_mutex_lock(&t->mu);
   while (!trainer_stopping(t)) {
     struct timespec ts;
@@ -78,7 +79,22 @@ static void *heartbeat_main(void *arg) {
                            err, sizeof err);
     if (rc && !failing) log_warn("heartbeat failed rank=%u err=\"%s\"", t->rank, err);
     if (!rc && failing) log_info("heartbeat answered again rank=%u", t->rank);
-    failing = rc != 0;
+    if (rc && !failing) fail_since = trainer_now();
+    failing = rc != 0 ? failing + 1 : 0;
+    /* the oracle is gone (killed: its stream may not say so while this
+     * trainer waits in a gate or a collective): leave the generation and
+     * join again once it is back */
+    if (failing >= 3 && trainer_now() - fail_since >= 2.5 * (double)every / 1e3) {
+      pthread_mutex_lock(&t->mu);
+      int streaming = t->stream != NULL && !atomic_load(&t->abort_gen);
+      pthread_mutex_unlock(&t->mu);
+      if (streaming) {
+        char why[700];
+        snprintf(why, sizeof why, "the oracle has not answered a heartbeat for %.1f s (%s)", trainer_now() - fail_since,
+                 err);
+        trainer_abort_generation(t, why);
+      }
+    }
     if (!rc && stop) trainer_stop(t, "the oracle answered a heartbeat with stop");
     pthread_mutex_lock(&t->mu);
   }
@@ -100,7 +116,7 @@ void trainer_join_heartbeat_stop(trainer_t *t) {
 
 /* ------------------------------------------------------------------ Join */
 
-int trainer_join_oracle(trainer_t *t, char *err, size_t err_len) {
+static int join_once(trainer_t *t, char *err, size_t err_len) {
   Chanter__Oracle__V1__JoinRequest req = CHANTER__ORACLE__V1__JOIN_REQUEST__INIT;
   req.role = CHANTER__ORACLE__V1__ROLE__TRAINER;
   req.rank = t->rank;
@@ -117,18 +133,56 @@ int trainer_join_oracle(trainer_t *t, char *err, size_t err_len) {
                  "the oracle at %s runs a job of %u trainers but this trainer's configuration says trainers = %u "
                  "(from %s): do they read the same job file?",
                  orc_address(t->orc), resp->trainers, t->trainers, cfg_origin(t->cfg, "trainers"));
-  } else if (resp->start_iteration != 0) {
+  } else if (resp->start_iteration != 0) { /* (a resumed job's trainers are told by ResumeWork instead) */
     rc = err_set(err, err_len, ERR_CONFIG,
                  "the oracle asks to resume at iteration %" PRIu64 ", but this trainer starts from a fresh model "
                  "(resuming a job is not implemented yet)",
                  resp->start_iteration);
   } else {
     snprintf(t->join.prefix, sizeof t->join.prefix, "%s/%u", resp->job_id ? resp->job_id : "", resp->generation);
-    log_info("joined oracle=%s job_id=%s generation=%u trainers=%u rank=%u address=%s", orc_address(t->orc),
-             resp->job_id ? resp->job_id : "", resp->generation, resp->trainers, t->rank, t->address);
+    snprintf(t->job_state, sizeof t->job_state, "%s", resp->job_state ? resp->job_state : "");
+    log_info("joined oracle=%s job_id=%s generation=%u trainers=%u rank=%u address=%s job_state=%s", orc_address(t->orc),
+             resp->job_id ? resp->job_id : "", resp->generation, resp->trainers, t->rank, t->address, t->job_state);
   }
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   return rc;
+}
+
+int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
+  int64_t limit = cfg_int(t->cfg, "trainer.rejoin_timeout_ms"), backoff = 100;
+  double t0 = trainer_now();
+  int said = 0;
+  for (;;) {
+    int rc = join_once(t, err, err_len);
+    if (!rc || !rejoin || trainer_stopping(t) || rc == ERR_CONFIG || rc == -EINVAL) return rc;
+    /* the oracle is down or restarting, or still recovering, or has not
+     * yet noticed that this rank's last process is gone: again */
+    if ((trainer_now() - t0) * 1e3 > (double)limit) {
+      char last[1024];
+      snprintf(last, sizeof last, "%s", err);
+      return err_set(err, err_len, rc,
+                     "the oracle at %s did not take this trainer back within trainer.rejoin_timeout_ms = %lld ms "
+                     "(last answer: %s)",
+                     orc_address(t->orc), (long long)limit, last);
+    }
+    if (!said++)
+      log_info("waiting to rejoin the job rank=%u (retrying for up to %lld s): %s", t->rank, (long long)(limit / 1000),
+               err);
+    sdn_status("rejoining the job through the oracle at %s (%.0f s)", orc_address(t->orc), trainer_now() - t0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += backoff * 1000000;
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_mutex_lock(&t->mu);
+    if (!trainer_stopping(t)) pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    pthread_mutex_unlock(&t->mu);
+    if (backoff < 1000) backoff *= 2;
+  }
+}
+
+int trainer_join_over(const trainer_t *t) {
+  return !strcmp(t->job_state, "done") || !strcmp(t->job_state, "stopped") || !strcmp(t->job_state, "failed");
 }
 
 /* ------------------------------------------------------------------ the group */

@@ -45,7 +45,13 @@ void trainer_join_close(trainer_t *t);
 /* Join: records the group's prefix.  Refuses an oracle of another job
  * shape (trainers) or one that asks to resume (ERR_CONFIG).  0 or a
  * negative code with err. */
-int trainer_join_oracle(trainer_t *t, char *err, size_t err_len);
+int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len);
+/* rejoin (after a recovery, or the oracle's loss): Join is retried, with
+ * backoff, while the oracle is down, recovering, or not yet aware that
+ * this rank's previous process is gone -- for up to
+ * trainer.rejoin_timeout_ms.  The job's state in the answer goes to
+ * t->job_state; trainer_join_over: it is done, stopped or failed. */
+int trainer_join_over(const trainer_t *t);
 
 /* Starts the heartbeat thread (logs a warning and goes on without it if
  * it cannot).  It reads t->exec.last_done and calls trainer_stop when the

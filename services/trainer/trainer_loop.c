@@ -191,6 +191,7 @@ static void close_stream(trainer_t *t, int clean) {
 
 /* A StopWork that says the job failed (another daemon's failure). */
 static void note_stop(trainer_t *t, const trainer_work_stop_t *sw) {
+  snprintf(t->job_state, sizeof t->job_state, "%s", sw->job_state);
   if (!strcmp(sw->job_state, "failed")) {
     t->job_failed = 1;
     snprintf(t->job_msg, sizeof t->job_msg, "%s", sw->reason);
@@ -327,24 +328,117 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
   }
 }
 
-/* ------------------------------------------------------------------ run */
+/* ------------------------------------------------------------------ failover */
+
+void trainer_abort_generation(trainer_t *t, const char *why) {
+  pthread_mutex_lock(&t->mu);
+  if (!atomic_exchange(&t->abort_gen, 1)) {
+    snprintf(t->abort_why, sizeof t->abort_why, "%s", why);
+    log_warn("leaving this generation of the job rank=%u reason=\"%s\"", t->rank, why);
+  }
+  if (t->stream) rpc_stream_cancel(t->stream);
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  embc_abort(t->embc);
+  trainer_pipeline_wake(t);
+}
+
+/* Errors that another generation cannot cure: this process exits (1, and
+ * systemd or chanter local restarts it only if that may help). */
+static int fatal(int rc) { return rc == ERR_CONFIG || rc == ERR_BADMSG || rc == ERR_LAYOUT || rc == -ENOMEM; }
+
+/* The model and the cache as a new process has them: a recovered job goes
+ * on from a checkpoint's dense state (ResumeWork) or from the start, with
+ * empty caches, and every trainer must begin from the same bits. */
+static int rebuild(trainer_t *t, char *err, size_t err_len) {
+  trainer_step_destroy(t->ts);
+  t->ts = NULL;
+  int rc = trainer_step_create(t->cfg, &t->schema, &t->layout, (uint32_t)cfg_int(t->cfg, "batch_size"), &t->ts, err,
+                               err_len);
+  if (rc) return rc;
+  if (t->ideal) {
+    trainer_rows_destroy(t->local);
+    t->local = NULL;
+    if ((rc = trainer_rows_create(&t->layout, &t->local)) != 0)
+      return err_set(err, err_len, rc, "cannot create the local row store: %s", err_str(rc));
+  } else {
+    if ((rc = trainer_step_cache_init(t->ts, t->cache_rows, err, err_len)) != 0) return rc;
+    trainer_kmap_destroy(t->kmap);
+    t->kmap = NULL;
+    if ((rc = trainer_kmap_create(t->cache_rows, &t->kmap)) != 0)
+      return err_set(err, err_len, rc, "out of memory for the map of %" PRIu64 " cache slots", t->cache_rows);
+  }
+  atomic_store(&t->exec.last_done, 0);
+  return 0;
+}
+
+/* Leaves this generation: the stream, the pipeline's threads, the group;
+ * then a fresh model and cache for the next one. */
+static int leave_generation(trainer_t *t, char *err, size_t err_len) {
+  trainer_abort_generation(t, "the job recovers");
+  close_stream(t, 0);
+  trainer_pipeline_stop_bg(t);
+  trainer_join_group_close(t);
+  trainer_pipeline_reset(t);
+  pthread_mutex_lock(&t->mu);
+  t->write_failed = t->job_failed = 0;
+  t->job_msg[0] = 0;
+  atomic_store(&t->abort_gen, 0);
+  pthread_mutex_unlock(&t->mu);
+  embc_unabort(t->embc);
+  if (trainer_stopping(t)) embc_abort(t->embc); /* a stop that came meanwhile stays */
+  return rebuild(t, err, err_len);
+}
+
+/* One generation: join (again), the group, the stream, serve.  *recover
+ * says the job goes on in another generation (StopWork "recovering", or
+ * this one broke for a reason a new one may cure). */
+static int generation(trainer_t *t, int *got_stop, int *recover, char *err, size_t err_len) {
+  int rc;
+  *recover = 0;
+  if ((rc = trainer_join_oracle(t, t->rejoins > 0, err, err_len)) != 0) return rc;
+  if (!t->join.hb_running) trainer_join_heartbeat_start(t);
+  if (trainer_stopping(t)) return 0;
+  if (trainer_join_over(t)) { /* rejoined a job that ended meanwhile */
+    *got_stop = 1;
+    if (!strcmp(t->job_state, "failed")) {
+      t->job_failed = 1;
+      snprintf(t->job_msg, sizeof t->job_msg, "the job failed while this trainer was rejoining it");
+    }
+    return 0;
+  }
+  if ((rc = trainer_join_group_form(t, err, err_len)) == 0 && !trainer_stopping(t) &&
+      (rc = open_stream(t, err, err_len)) == 0) {
+    if ((rc = trainer_pipeline_start(t)) != 0) return err_set(err, err_len, rc, "cannot start the feeder / background threads");
+    sdn_status("training (rank %u of %u%s)", t->rank, t->trainers, t->rejoins ? ", rejoined after a recovery" : "");
+    rc = serve(t, got_stop, err, err_len);
+  }
+  if (trainer_stopping(t)) return rc;
+  if (!rc && *got_stop && !strcmp(t->job_state, "recovering")) {
+    *got_stop = 0;
+    *recover = 1;
+  } else if (rc && !fatal(rc)) {
+    log_warn("this generation of the job broke rank=%u: %s; the oracle recovers the job (it rolls back to the last "
+             "complete checkpoint), and this trainer joins again",
+             t->rank, err[0] ? err : err_str(rc));
+    rc = 0;
+    *recover = 1;
+  }
+  return rc;
+}
 
 int trainer_run(trainer_t *t) {
   char err[2048] = "";
-  int rc, got_stop = 0;
-  if ((rc = trainer_join_oracle(t, err, sizeof err)) != 0) goto out;
-  trainer_join_heartbeat_start(t);
-  if (trainer_stopping(t)) goto out;
-  if ((rc = trainer_join_group_form(t, err, sizeof err)) != 0) goto out;
-  if (trainer_stopping(t)) goto out;
-  if ((rc = open_stream(t, err, sizeof err)) != 0) goto out;
-  if ((rc = trainer_pipeline_start(t)) != 0) {
-    err_set(err, sizeof err, rc, "cannot start the feeder / background threads");
-    goto out;
+  int rc, got_stop = 0, recover = 0;
+  for (;;) {
+    err[0] = 0;
+    got_stop = 0;
+    rc = generation(t, &got_stop, &recover, err, sizeof err);
+    if (rc || !recover || trainer_stopping(t)) break;
+    if ((rc = leave_generation(t, err, sizeof err)) != 0) break;
+    t->rejoins++;
+    sdn_status("rejoining the job after a recovery (rank %u)", t->rank);
   }
-  sdn_status("training (rank %u of %u)", t->rank, t->trainers);
-  rc = serve(t, &got_stop, err, sizeof err);
-out:
   if (rc && trainer_stopping(t)) {
     log_info("stopped rank=%u while %s", t->rank, err[0] ? err : err_str(rc));
     rc = 0;

@@ -74,14 +74,14 @@ static int prefetch(trainer_t *t, const trainer_work_step_t *st, double *t_fetch
     p->pf_x = x;
     p->pf_gate = st->prefetch_gate;
     pthread_cond_broadcast(&p->fcv);
-    while (st->prefetch_gate > p->known_done && !trainer_stopping(t) && !p->feed_quit)
+    while (st->prefetch_gate > p->known_done && !trainer_halting(t) && !p->feed_quit)
       pthread_cond_wait(&p->fcv, &p->mu);
   }
   p->pf_state = 2;
   p->pf_x = x;
   int quit = p->feed_quit;
   pthread_mutex_unlock(&p->mu);
-  if (trainer_stopping(t) || quit)
+  if (trainer_halting(t) || quit)
     return err_set(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
   double t0 = trainer_now();
   if (n) {
@@ -352,6 +352,21 @@ void trainer_pipeline_drain(trainer_t *t) {
   }
   Chanter__Oracle__V1__WorkItem *msg = NULL;
   while (orc_work_next(t->stream, &msg) == 0) protobuf_c_message_free_unpacked(&msg->base, NULL);
+}
+
+void trainer_pipeline_reset(trainer_t *t) {
+  trainer_pipeline_t *p = &t->pipe;
+  release_list(p->head);
+  p->head = p->tail = NULL;
+  trainer_pipeline_release(p->bg_item);
+  p->bg_item = NULL;
+  p->feed_end = p->feed_rc = p->feed_quit = 0;
+  p->feed_err[0] = 0;
+  p->known_done = 0;
+  p->pf_state = 0;
+  p->pf_x = p->pf_gate = 0;
+  p->bg_busy = p->bg_quit = p->bg_rc = 0;
+  p->bg_err[0] = 0;
 }
 
 void trainer_pipeline_stop_bg(trainer_t *t) {

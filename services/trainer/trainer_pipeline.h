@@ -134,5 +134,8 @@ void trainer_pipeline_quit(trainer_t *t);
 void trainer_pipeline_drain(trainer_t *t);
 void trainer_pipeline_join_feeder(trainer_t *t);
 void trainer_pipeline_stop_bg(trainer_t *t);
+/* After both threads ended (a generation abandoned): back to the state
+ * trainer_pipeline_init left, keeping the buffers. */
+void trainer_pipeline_reset(trainer_t *t);
 
 #endif

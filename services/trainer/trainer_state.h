@@ -99,6 +99,14 @@ struct trainer_s {
   int job_failed;
   char job_msg[512];
   int drained;
+  /* ---- failover (DESIGN.md 5): this generation ends (the oracle said
+   * "recovering", it is lost, or a step failed because a peer is); the
+   * trainer rebuilds its model and cache and joins the next one.  Set
+   * from any thread by trainer_abort_generation (under mu). */
+  atomic_int abort_gen;
+  char abort_why[512];
+  int rejoins;          /* generations joined after the first */
+  char job_state[32];   /* the job's state in the last Join answer */
 
   /* ---- the stages */
   trainer_join_t join;
@@ -114,6 +122,13 @@ static inline double trainer_now(void) {
 }
 
 static inline int trainer_stopping(trainer_t *t) { return atomic_load(&t->stop); }
+/* Stopping, or this generation is being abandoned: every wait gives up. */
+static inline int trainer_halting(trainer_t *t) { return atomic_load(&t->stop) || atomic_load(&t->abort_gen); }
+
+/* Ends this generation from any thread (the heartbeat finds the oracle
+ * gone): the Work stream is cancelled, the embedding client's retries give
+ * up, every wait of the pipeline wakes; the conductor then rejoins. */
+void trainer_abort_generation(trainer_t *t, const char *why);
 
 /* Room for need elements of elem bytes in *p (capacity *cap, doubling).
  * 0 or -ENOMEM (*p unchanged). */

@@ -71,8 +71,10 @@ expect "P = 2 and P = 1 on the same global batch agree within 0.01 AUC/logloss (
 
 # --- failure at the edges: a data processor that goes away mid-job -> the
 # job fails with a clear error naming it (after rpc.timeout_ms), no hang,
-# and local down leaves nothing behind
-C --set iterations=1000000 --set rpc.timeout_ms=3000 local up --workdir "$WORK/bad" >"$WORK/bad.up" 2>&1
+# and local down leaves nothing behind.  local.restart_burst = 0: the
+# supervisor of `local up` does not restart it (with restarts on, it is back
+# on its port within a second and the job goes on)
+C --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0 local up --workdir "$WORK/bad" >"$WORK/bad.up" 2>&1
 cluster_pids "$WORK/bad" >"$WORK/bad.pids"
 dp=$(awk '$1=="dataproc-0"{print $2}' "$WORK/bad/pids")
 ( sleep 2; kill -9 "$dp" ) &
@@ -86,17 +88,18 @@ expect "the trainers, told the job failed, say so and exit with status 3 (system
 "$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
 none_alive "$WORK/bad.pids"; expect "local down after a failed job leaves no daemon"
 
-# a trainer that loses an embedding server: the trainers stop with the
-# server's address in their logs, the job fails naming a rank, no hang
-C --set iterations=1000000 --set rpc.timeout_ms=3000 local up --workdir "$WORK/bad2" >"$WORK/bad2.up" 2>&1
+# an embedding server lost for good: the trainers name its address in
+# their logs, the job's recovery cannot roll it back and the job fails
+# naming it, no hang
+C --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0 local up --workdir "$WORK/bad2" >"$WORK/bad2.up" 2>&1
 cluster_pids "$WORK/bad2" >"$WORK/bad2.pids"
 emb=$(awk '$1=="embedding-1"{print $2}' "$WORK/bad2/pids")
 emb_port=$(awk '$1=="embedding-1"{print $3}' "$WORK/bad2/pids")
 ( sleep 2; kill -9 "$emb" ) &
 timeout 120 "$BIN/chanter" --config "$WORK/bad2/job.ini" train --workdir "$WORK/bad2" >/dev/null 2>"$WORK/bad2.err"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank" "$WORK/bad2.err" && grep -qs "127.0.0.1:$emb_port" "$WORK/bad2/logs/"trainer-*.log
-expect_rc $? "an embedding server killed mid-job: trainers name it in their logs, the job fails clearly: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "127.0.0.1:$emb_port" "$WORK/bad2.err" && grep -qs "127.0.0.1:$emb_port" "$WORK/bad2/logs/"trainer-*.log
+expect_rc $? "an embedding server killed mid-job for good: trainers name it in their logs, the job fails naming it: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
 "$BIN/chanter" local down --workdir "$WORK/bad2" >/dev/null 2>&1
 none_alive "$WORK/bad2.pids"; expect "local down after it leaves no daemon"
 

@@ -404,12 +404,47 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
   uint64_t last_it = UINT64_MAX;
   size_t warned = 0; /* the job's warnings printed so far: each once, as soon as the oracle has it */
   Chanter__Oracle__V1__StatusResponse *st = NULL;
+  double unreachable_since = 0;
+  int answered = 0; /* the oracle answered once: it is there, and may come back after a restart */
+  char recovery_said[512] = "";
   for (;;) {
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
     st = NULL;
-    if (orc_status(o, &st, err, sizeof err)) {
+    int src = orc_status(o, &st, err, sizeof err);
+    if ((src == ERR_UNAVAILABLE || src == ERR_DEADLINE) && answered) {
+      /* the oracle is down: killed and restarting (it recovers the job), or gone for good */
+      double now = bench_now(), limit = (double)cfg_int(cfg, "trainer.rejoin_timeout_ms") / 1e3;
+      if (!unreachable_since) {
+        unreachable_since = now;
+        fprintf(stderr, "%schanter train: the oracle does not answer (%s); waiting up to %.0f s for it to come back "
+                        "(a restarted oracle recovers the job)\n",
+                tty ? "\n" : "", err, limit);
+      }
+      if (now - unreachable_since > limit) {
+        fprintf(stderr, "chanter train: the oracle has not answered for %.0f s (trainer.rejoin_timeout_ms): %s\n",
+                now - unreachable_since, err);
+        goto out;
+      }
+      usleep(500000);
+      continue;
+    }
+    if (src) {
       fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", err);
       goto out;
+    }
+    answered = 1;
+    if (unreachable_since) {
+      if (!quiet) fprintf(stderr, "chanter train: the oracle answers again after %.1f s\n", bench_now() - unreachable_since);
+      unreachable_since = 0;
+      progress_at = bench_now();
+    }
+    {
+      char line[512] = "";
+      json_str(st->summary_json, "recovery", line, sizeof line);
+      if (line[0] && strcmp(line, recovery_said) && (strstr(line, "recovered") || !recovery_said[0])) {
+        if (!quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", line);
+        snprintf(recovery_said, sizeof recovery_said, "%s", line);
+      }
     }
     char warning[1024];
     for (; json_str_at(st->summary_json, "warnings", warned, warning, sizeof warning) == 0; warned++)
