@@ -261,6 +261,7 @@ bench: all
 	$(BUILD)/bin/chanter bench oracle
 	$(BUILD)/bin/chanter bench e2e
 	$(BUILD)/bin/chanter bench checkpoint
+	$(BUILD)/bin/chanter bench recovery
 
 # Three steps, not prerequisites: the build must be a new make that parses
 # this file after the packages are installed (PKG_LIBS above). The `+`

@@ -141,6 +141,12 @@ static void on_drained(rpc_server_t *s, void *ud) {
   daemon_done(d);
 }
 
+static void on_linger(uv_timer_t *t) {
+  daemon_t *d = t->data;
+  uv_close((uv_handle_t *)t, NULL);
+  rpc_server_shutdown(d->server, d->drain_ms, on_drained, d);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   daemon_t *d = h->data;
   if (d->stopping++) {
@@ -156,6 +162,13 @@ static void on_signal(uv_signal_t *h, int signum) {
              (unsigned long long)rpc_server_inflight(d->server), d->drain_ms);
   sdn_stopping();
   if (d->stop_cb) d->stop_cb(d, signum, d->stop_data);
+  if (d->serves_rpc && d->linger_ms > 0) {
+    log_info("answering for %d ms more before draining (linger)", d->linger_ms);
+    uv_timer_init(d->loop, &d->linger);
+    d->linger.data = d;
+    uv_timer_start(&d->linger, on_linger, (uint64_t)d->linger_ms, 0);
+    return;
+  }
   if (d->serves_rpc) rpc_server_shutdown(d->server, d->drain_ms, on_drained, d);
 }
 

@@ -12,7 +12,9 @@
  * A daemon that serves no RPC (the trainer: its work is a training loop on
  * its own thread) passes listen = NULL to daemon_init and sets stop_cb: the
  * first signal calls stop_cb instead of draining a server, and the daemon
- * calls daemon_done() on the loop thread once its work has returned.
+ * calls daemon_done() on the loop thread once its work has returned.  A
+ * daemon with a server may set stop_cb too: it runs first, then the drain
+ * (after linger_ms, which stop_cb may set).
  */
 #ifndef CHANTER_DAEMON_H
 #define CHANTER_DAEMON_H
@@ -98,6 +100,11 @@ struct daemon_s {
   int serves_rpc;            /* daemon_init was given an address */
   daemon_stop_cb stop_cb;    /* set before daemon_start; NULL: none */
   void *stop_data;
+  /* after the first signal, keep serving this long before draining (the
+   * oracle: trainers that missed StopWork learn from a heartbeat that the
+   * job is over); 0: drain at once */
+  int linger_ms;
+  uv_timer_t linger;
 };
 
 /* TLS options of the job (tls.*), for a server or a client; NULL fields

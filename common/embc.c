@@ -2,6 +2,7 @@
 #include "embc.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct embc_s {
   int64_t timeout_ms;
   const char *p_lookup, *p_write;
   volatile int abort; /* embc_abort: retries give up */
+  _Atomic unsigned long long epoch; /* embc_set_epoch: every WriteBack's */
 };
 
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
@@ -114,6 +116,10 @@ void embc_unabort(embc_t *c) {
   if (c) __atomic_store_n(&c->abort, 0, __ATOMIC_RELEASE);
 }
 
+void embc_set_epoch(embc_t *c, uint64_t epoch) {
+  if (c) atomic_store(&c->epoch, epoch);
+}
+
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
   if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
@@ -158,6 +164,7 @@ static void pack_req(embc_t *c, part_t *p, int write, Chanter__Embedding__V1__Lo
     wr->rows.len = p->rows_bytes;
     wr->layout_hash = c->layout_hash;
     wr->done = p->done;
+    wr->epoch = atomic_load(&c->epoch);
   } else {
     chanter__embedding__v1__lookup_request__init(lr);
     lr->keys.data = (uint8_t *)p->keys;
@@ -328,4 +335,22 @@ int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, cha
 int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows, uint64_t done, char *err,
                     size_t err_len) {
   return batched(c, keys, n, NULL, rows, 1, done, err, err_len);
+}
+
+int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len) {
+  *incarnation = 0;
+  if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
+  Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
+  req.brief = 1;
+  ProtobufCMessage *resp = NULL;
+  rpc_status_t st = {.code = 0, .message = ""};
+  int64_t t = c->timeout_ms > 0 && c->timeout_ms < EMBC_PROBE_TIMEOUT_MS ? c->timeout_ms : EMBC_PROBE_TIMEOUT_MS;
+  int rc = rpc_unary(c->ch[server], rpc_method_path(&chanter__embedding__v1__embedding__descriptor, "Stats"),
+                     &req.base, &chanter__embedding__v1__stats_response__descriptor, t, &resp, &st);
+  if (rc)
+    return err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", server, c->addrs[server], err_str(rc),
+                   st.message[0] ? ": " : "", st.message);
+  *incarnation = ((Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
 }

@@ -55,10 +55,26 @@ void embc_abort(embc_t *c);
 /* Calls retry again (a trainer joining the next generation of its job
  * after embc_abort). */
 void embc_unabort(embc_t *c);
+/* The write epoch every later WriteBack carries (a Step's epoch: the job
+ * run's); a server at a later epoch refuses them (its run was rolled
+ * back).  0: none.  Any thread. */
+void embc_set_epoch(embc_t *c, uint64_t epoch);
 
 /* One unary call to one server (admin RPCs: Digest, Stats, Checkpoint...).
  * method is the .proto method name.  Retries UNAVAILABLE like the others. */
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len);
+
+/* Asks embedding server `server` (Stats, brief: answered without touching
+ * its storage) for its incarnation: a random non-zero number drawn when
+ * the server process started, so a new value means it was restarted.  One
+ * try with a short deadline (EMBC_PROBE_TIMEOUT_MS, or rpc.timeout_ms if
+ * shorter), no retry: a probe, e.g. an oracle's once a second.  Returns 0
+ * with *incarnation set (0 from a server too old to report one), or
+ * ERR_UNAVAILABLE (not listening: down or restarting), ERR_DEADLINE
+ * (listening but not answering), another error, with err naming the
+ * server.  Any thread. */
+#define EMBC_PROBE_TIMEOUT_MS 1000
+int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len);
 
 #endif

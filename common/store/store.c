@@ -4,8 +4,12 @@
  *
  * On disk, data_dir holds:
  *   db/                 the live RocksDB database
+ *   LOCK                flock'ed while a store has the dir open; holds the
+ *                       owner's pid, emptied by a clean close (store_recover.c)
+ *   FENCE               the fence, while one is set (store_recover.c)
  *   checkpoints/<id>/   complete RocksDB checkpoints (+ CHANTER_CHECKPOINT:
- *                       creation time and size; + MANIFEST once sealed, and
+ *                       creation time and size, and the fence it was taken
+ *                       under if any; + MANIFEST once sealed, and
  *                       MANIFEST.tmp while a seal is being written); nothing
  *                       else appears here.  CHANTER_CHECKPOINT is what makes
  *                       a checkpoint exist: it is the last file created and
@@ -74,7 +78,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store_hot.h"
+#include "store_internal.h"
 #include "err.h"
 #include "le.h"
 #include "log.h"
@@ -83,44 +87,12 @@
 #error "rows are stored as raw little-endian float32: port the row encoding first"
 #endif
 
-enum { CF_META, CF_ROWS, CF_BLOBS, CF_N };
 static const char *const cf_names[CF_N] = {"default", "rows", "blobs"};
 
 #define META_LAYOUT_KEY "layout"
 #define LAYOUT_FORMAT 1
-#define CKPT_META "CHANTER_CHECKPOINT"
-/* RocksDB's own manifests are MANIFEST-<number>: these names never clash */
-#define CKPT_MANIFEST "MANIFEST"
-#define CKPT_MANIFEST_TMP "MANIFEST.tmp"
-#define CKPT_ID_MAX 64
 #define BLOB_NAME_MAX 128
 #define DEFAULT_BLOCK_CACHE (64u << 20)
-
-struct store_s {
-  char *dir, *db_path, *ckpt_dir, *ckpt_tmp_dir, *restore_path;
-  table_layout_t layout;
-  shard_map_t shard_map;
-  int has_shard_map;
-  uint32_t shard;
-  int sync_writes;
-  int lock_fd; /* flock on data_dir/LOCK: one store per data dir, across processes */
-
-  pthread_rwlock_t lock;  /* restore: exclusive; every other call: shared */
-  pthread_mutex_t ckpt_mu; /* one checkpoint creation at a time */
-
-  /* RocksDB.  db is NULL only after a restore failed to reopen anything. */
-  rocksdb_t *db;
-  rocksdb_column_family_handle_t *cf[CF_N];
-  rocksdb_options_t *dbo; /* the DB's options, also used for every CF */
-  rocksdb_block_based_table_options_t *bbto;
-  rocksdb_cache_t *cache;
-  rocksdb_readoptions_t *ro, *ro_scan;
-  rocksdb_writeoptions_t *wo, *wo_sync;
-
-  store_hot_t *hot; /* NULL: no memory tier */
-  _Atomic uint64_t hot_hits, kv_reads, lazy_inits, lookup_calls, lookup_rows, write_calls,
-      write_rows;
-};
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -647,6 +619,15 @@ static int db_open(store_t *s, char *why, size_t why_len) {
   return rc;
 }
 
+static bool dir_has_entries(const char *path) {
+  DIR *d = opendir(path);
+  struct dirent *de;
+  bool yes = false;
+  while (d && !yes && (de = readdir(d))) yes = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+  if (d) closedir(d);
+  return yes;
+}
+
 /* Undo what a crash in the middle of a checkpoint or a restore left behind
  * (see store_restore for the fallback swap that uses db.old). */
 static int recover_leftovers(store_t *s) {
@@ -659,6 +640,9 @@ static int recover_leftovers(store_t *s) {
   }
   if (rc == 0) rc = remove_tree(old);
   if (rc == 0) rc = remove_tree(s->restore_path);
+  if (rc == 0 && dir_has_entries(s->ckpt_tmp_dir))
+    log_info("removing checkpoints that were being taken when the store was last closed or killed "
+             "path=%s: none of them was complete; a retried Checkpoint takes them anew", s->ckpt_tmp_dir);
   if (rc == 0) rc = remove_tree(s->ckpt_tmp_dir);
   free(old);
   return rc;
@@ -666,12 +650,14 @@ static int recover_leftovers(store_t *s) {
 
 static void store_free(store_t *s) {
   db_close(s);
+  store__lock_release(s); /* after the db: LOCK then says the dir was closed */
   options_destroy(s);
   store_hot_destroy(s->hot);
   table_layout_close(&s->layout);
   if (s->has_shard_map) shard_map_close(&s->shard_map);
   pthread_rwlock_destroy(&s->lock);
   pthread_mutex_destroy(&s->ckpt_mu);
+  pthread_mutex_destroy(&s->fence_mu);
   if (s->lock_fd >= 0) close(s->lock_fd);
   free(s->dir);
   free(s->db_path);
@@ -706,6 +692,7 @@ int store_open(const store_opts_t *o, store_t **out, char *why, size_t why_len) 
   pthread_rwlock_init(&s->lock, &ra);
   pthread_rwlockattr_destroy(&ra);
   pthread_mutex_init(&s->ckpt_mu, NULL);
+  pthread_mutex_init(&s->fence_mu, NULL);
   s->lock_fd = -1;
   s->sync_writes = o->sync_writes;
   s->shard = o->shard;
@@ -744,20 +731,36 @@ int store_open(const store_opts_t *o, store_t **out, char *why, size_t why_len) 
   free(lock_path);
   if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
     rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-    set_why(why, why_len, "data dir %s is %s", s->dir,
-            rc == -EBUSY ? "in use by another embedding store (this or another process)"
-                         : "not lockable");
+    long pid = rc == -EBUSY ? store__lock_holder(s) : 0;
+    if (rc == -EBUSY)
+      set_why(why, why_len, "data dir %s is in use by another embedding store (%s%ld): stop it, or "
+              "give this server a data dir of its own", s->dir, pid ? "pid " : "this process, pid ",
+              pid ? pid : (long)getpid());
+    else
+      set_why(why, why_len, "cannot lock %s/LOCK: %s; check that this user may write the data dir",
+              s->dir, strerror(-rc));
     goto out;
   }
+  store__lock_claim(s);
   if ((rc = recover_leftovers(s))) {
     set_why(why, why_len, "cannot clean up an interrupted restore or checkpoint in %s: %s", s->dir,
             strerror(-rc));
     goto out;
   }
   sweep_checkpoints(s);
+  if ((rc = store__fence_load(s, why, why_len))) goto out;
   if (o->hot_bytes && (rc = store_hot_create(o->hot_bytes, &s->hot))) goto out;
   if ((rc = options_create(s, o->block_cache_bytes))) goto out;
-  if ((rc = db_open(s, why, why_len))) goto out;
+  if ((rc = db_open(s, why, why_len))) {
+    if (rc == ERR_KV && why) {
+      size_t n = strnlen(why, why_len);
+      set_why(why + n, why_len - n,
+              "; the database in %s does not open: if RocksDB names a damaged or missing file "
+              "above, move %s aside and start again (an empty live store; the checkpoints in "
+              "%s stay, so the job can resume from one)", s->db_path, s->db_path, s->ckpt_dir);
+    }
+    goto out;
+  }
 
   uint64_t est = 0;
   rocksdb_property_int_cf(s->db, s->cf[CF_ROWS], "rocksdb.estimate-num-keys", &est);
@@ -766,6 +769,8 @@ int store_open(const store_opts_t *o, store_t **out, char *why, size_t why_len) 
            s->dir, s->layout.n_tables, s->shard, s->has_shard_map ? s->shard_map.n_servers : 1, est,
            o->hot_bytes, o->block_cache_bytes ? o->block_cache_bytes : (size_t)DEFAULT_BLOCK_CACHE,
            s->sync_writes);
+  store__log_recovered(s);
+  s->open_done = 1;
 out:
   if (rc) {
     if (rc == -ENOMEM) set_why(why, why_len, "out of memory opening the embedding store");
@@ -986,7 +991,10 @@ out:
 
 /* ------------------------------------------------------------ checkpoints */
 
-static int ckpt_read_meta(const char *dir, uint64_t *created, uint64_t *bytes) {
+bool store__valid_ckpt_id(const char *id) { return valid_name(id, CKPT_ID_MAX); }
+
+int store__ckpt_read_meta(const char *dir, uint64_t *created, uint64_t *bytes,
+                          store_fence_t *fence) {
   char *p = path_join(dir, CKPT_META);
   if (!p) return -ENOMEM;
   FILE *f = fopen(p, "re");
@@ -994,16 +1002,23 @@ static int ckpt_read_meta(const char *dir, uint64_t *created, uint64_t *bytes) {
   if (!f) return errno == ENOENT ? ERR_NOTFOUND : -errno;
   char line[256];
   int got = 0;
+  store_fence_t fc = {0};
   while (fgets(line, sizeof line, f)) {
     if (sscanf(line, "created_unix=%" SCNu64, created) == 1) got |= 1;
     if (sscanf(line, "bytes=%" SCNu64, bytes) == 1) got |= 2;
+    if (sscanf(line, "fence_id=%64[A-Za-z0-9._-]", fc.id) == 1) got |= 4;
+    if (sscanf(line, "fence_iteration=%" SCNu64, &fc.iteration) == 1) got |= 8;
+    if (sscanf(line, "fence_token=%" SCNx64, &fc.token) == 1) got |= 16;
   }
   fclose(f);
-  return got == 3 ? 0 : -EBADMSG;
+  fc.set = (got & 28) == 28;
+  if (fence) *fence = fc.set ? fc : (store_fence_t){0};
+  return (got & 3) == 3 ? 0 : -EBADMSG;
 }
 
+/* fence: the fence the checkpoint is taken under (NULL: none). */
 static int ckpt_write_meta(const char *dir, const char *id, uint64_t created, uint64_t bytes,
-                           uint64_t layout_hash) {
+                           uint64_t layout_hash, const store_fence_t *fence) {
   int rc = 0;
   char *p = path_join(dir, CKPT_META);
   if (!p) return -ENOMEM;
@@ -1014,6 +1029,9 @@ static int ckpt_write_meta(const char *dir, const char *id, uint64_t created, ui
   }
   fprintf(f, "id=%s\ncreated_unix=%" PRIu64 "\nbytes=%" PRIu64 "\nlayout_hash=%016" PRIx64 "\n", id,
           created, bytes, layout_hash);
+  if (fence)
+    fprintf(f, "fence_id=%s\nfence_iteration=%" PRIu64 "\nfence_token=%016" PRIx64 "\n", fence->id,
+            fence->iteration, fence->token);
   if (fflush(f) != 0 || fsync(fileno(f)) != 0) rc = -errno;
   if (fclose(f) != 0 && rc == 0) rc = -errno;
 out:
@@ -1041,7 +1059,22 @@ int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, 
     rc = -ENOMEM;
     goto out;
   }
+  store_fence_t fence, was;
+  uint64_t created = 0, bytes = 0;
+  int retried = 0, lifted = 0;
+  store__fence_of(s, id, &fence);
   if (path_exists(final) && ckpt_has_meta(final)) {
+    /* Taken under its fence: the oracle's, whose ids are reused only after
+     * a DeleteCheckpoint.  So this is a call retried after the server was
+     * killed before it answered, and the checkpoint is the answer -- unless
+     * a newer fence of the same id waits for a new one. */
+    if (store__ckpt_read_meta(final, &created, &bytes, &was) == 0 && was.set &&
+        (!fence.set || fence.token == was.token)) {
+      lifted = fence.set && store__fence_lift(s, fence.token, "its checkpoint was already taken") == 0;
+      retried = 1;
+      log_info("checkpoint id=%s was already taken under its fence: a retried call, answered with it", id);
+      goto done;
+    }
     set_why(why, why_len, "checkpoint \"%s\" already exists in %s; choose another id", id,
             s->ckpt_dir);
     rc = ERR_EXISTS;
@@ -1070,22 +1103,33 @@ int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, 
     rc = kv_fail("checkpoint_create", err, why, why_len);
     goto out;
   }
-  uint64_t created = (uint64_t)time(NULL), bytes = dir_bytes(stage);
-  if ((rc = ckpt_write_meta(stage, id, created, bytes, table_layout_hash(&s->layout))) ||
+  store__fault("staged");
+  created = (uint64_t)time(NULL);
+  bytes = dir_bytes(stage);
+  if ((rc = ckpt_write_meta(stage, id, created, bytes, table_layout_hash(&s->layout),
+                            fence.set ? &fence : NULL)) ||
       (rc = fsync_path(stage, true)) || (rename(stage, final) != 0 && (rc = -errno)) ||
       (rc = fsync_path(s->ckpt_dir, true))) {
     set_why(why, why_len, "cannot finish checkpoint \"%s\" in %s: %s", id, s->ckpt_dir,
             strerror(-rc));
     goto out;
   }
+  log_info("checkpoint created id=%s path=%s bytes=%" PRIu64 "%s", id, final, bytes,
+           fence.set ? " fenced=1" : "");
+  store__fault("complete");
+  /* the checkpoint records the fence's token: should this fail (or the
+   * process die first), the next open sees it and lifts the fence */
+  lifted = fence.set && store__fence_lift(s, fence.token, "its checkpoint was taken") == 0;
+done:
   if (info) {
     memset(info, 0, sizeof *info);
     snprintf(info->id, sizeof info->id, "%s", id);
     snprintf(info->path, sizeof info->path, "%s", final);
     info->created_unix = created;
     info->bytes = bytes;
+    info->fence_lifted = lifted;
+    info->retried = retried;
   }
-  log_info("checkpoint created id=%s path=%s bytes=%" PRIu64, id, final, bytes);
 out:
   if (rc) {
     if (rc != ERR_EXISTS) log_error("checkpoint failed id=%s reason=\"%s\"", id, err_str(rc));
@@ -1125,7 +1169,7 @@ int store_list_checkpoints(store_t *s, store_checkpoint_info_t **list, size_t *n
       break;
     }
     uint64_t created = 0, bytes = 0;
-    if (ckpt_read_meta(p, &created, &bytes) == 0) {
+    if (store__ckpt_read_meta(p, &created, &bytes, NULL) == 0) {
       if (cnt == cap) {
         size_t nc = cap ? 2 * cap : 8;
         store_checkpoint_info_t *nv = realloc(v, nc * sizeof *nv);
@@ -1239,7 +1283,7 @@ int store_restore(store_t *s, const char *id, char *why, size_t why_len) {
     goto out;
   }
   uint64_t created = 0, bytes = 0;
-  if ((rc = ckpt_read_meta(src, &created, &bytes))) {
+  if ((rc = store__ckpt_read_meta(src, &created, &bytes, NULL))) {
     if (rc == ERR_NOTFOUND)
       set_why(why, why_len, "there is no checkpoint \"%s\" in %s", id, s->ckpt_dir);
     else
@@ -1280,6 +1324,9 @@ int store_restore(store_t *s, const char *id, char *why, size_t why_len) {
   }
   if (s->hot) store_hot_clear(s->hot);
   if (rc == 0) log_info("checkpoint restored id=%s dir=%s bytes=%" PRIu64, id, s->dir, bytes);
+  if (rc == 0 && (rc = store__fence_lift(s, 0, "the store was restored")))
+    set_why(why, why_len, "checkpoint \"%s\" was restored but the fence file in %s cannot be "
+            "removed: %s; restore again", id, s->dir, strerror(-rc));
 out:
   pthread_rwlock_unlock(&s->lock);
   free(src);
@@ -1315,7 +1362,7 @@ int store_seal_checkpoint(store_t *s, const char *id, const void *manifest, size
     goto out;
   }
   uint64_t created = 0, bytes = 0;
-  if ((rc = ckpt_read_meta(dir, &created, &bytes))) {
+  if ((rc = store__ckpt_read_meta(dir, &created, &bytes, NULL))) {
     if (rc == ERR_NOTFOUND)
       set_why(why, why_len, "there is no checkpoint \"%s\" in %s to seal; take it first", id,
               s->ckpt_dir);
@@ -1479,6 +1526,11 @@ int store_clear(store_t *s, int keep_checkpoints, char *why, size_t why_len) {
   }
   if ((rc = clear_live(s, why, why_len))) goto out;
   if (s->hot) store_hot_clear(s->hot);
+  if ((rc = store__fence_lift(s, 0, "the store was cleared"))) {
+    set_why(why, why_len, "the store was cleared but the fence file in %s cannot be removed: %s; "
+            "clear again", s->dir, strerror(-rc));
+    goto out;
+  }
   log_info("embedding store cleared dir=%s checkpoints_deleted=%zu keep_checkpoints=%d", s->dir,
            removed, keep_checkpoints != 0);
 out:
@@ -1770,7 +1822,7 @@ int store_reader_open(const char *checkpoint_dir, store_reader_t **out, char *wh
     return ERR_NOTFOUND;
   }
   uint64_t created = 0, bytes = 0;
-  if ((rc = ckpt_read_meta(checkpoint_dir, &created, &bytes))) {
+  if ((rc = store__ckpt_read_meta(checkpoint_dir, &created, &bytes, NULL))) {
     if (rc == ERR_NOTFOUND)
       set_why(why, why_len, "%s is not a checkpoint: it has no %s file (not a checkpoint "
               "directory, or one whose delete was interrupted)", checkpoint_dir, CKPT_META);

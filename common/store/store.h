@@ -38,6 +38,18 @@
 
 typedef struct store_s store_t;
 
+/* The fence (embedding.proto Fence): write-backs of iterations after
+ * `iteration` wait until checkpoint `id` is taken.  The embedding service
+ * parks them; the store keeps the fence durably (data_dir/FENCE) so that a
+ * server killed before that checkpoint comes back with it. */
+typedef struct store_fence_s {
+  int set;            /* 0: no fence (the other fields are then zero) */
+  char id[65];        /* the checkpoint it waits for */
+  uint64_t iteration; /* write-backs with done > iteration + 1 wait */
+  uint64_t token;     /* random, chosen by store_fence_set: the checkpoint taken
+                         under this fence records it */
+} store_fence_t;
+
 typedef struct store_opts_s {
   const char *data_dir;            /* created if missing; holds db/ and checkpoints/ */
   const table_layout_t *layout;      /* copied */
@@ -52,6 +64,12 @@ typedef struct store_opts_s {
 
 /* Opens (creating if missing) the store in o->data_dir.  A data dir created
  * for another layout is refused with ERR_LAYOUT and `why` says what differs.
+ * After a crash or kill -9: RocksDB replays its write-ahead log (every
+ * acknowledged write is back), what an interrupted checkpoint, delete, seal
+ * or restore left is removed or rolled back, the fence is restored (and
+ * lifted if its checkpoint was already taken), and one log line says what
+ * the dir holds.  A damaged FENCE file or database is refused (ERR_KV) with
+ * `why` naming the file and what to do.
  * On success *out is the caller's, to be released with store_close().
  * Any thread; one store per data dir (RocksDB locks it: a second open of the
  * same dir fails with ERR_KV). */
@@ -110,12 +128,24 @@ typedef struct store_checkpoint_info_s {
   uint64_t created_unix; /* seconds since the epoch */
   uint64_t bytes;        /* total size of the checkpoint's files (at creation) */
   int sealed;            /* 1: a manifest is stored (store_seal_checkpoint) */
+  int fence_lifted;      /* store_checkpoint: the fence of this id was lifted */
+  int retried;           /* store_checkpoint: it had been taken already, under its
+                            fence (a call retried after a restart) */
 } store_checkpoint_info_t;
 
 /* A consistent RocksDB checkpoint (every write acknowledged before the call
  * started is in it) into data_dir/checkpoints/<id>.  id: [A-Za-z0-9._-]{1,64}
- * and not "." or "..", else -EINVAL; an existing id -> ERR_EXISTS.  info may
- * be NULL.  Any thread (concurrent with lookups and writes). */
+ * and not "." or "..", else -EINVAL.  It is built in checkpoints.tmp/ and
+ * renamed into place with its CHANTER_CHECKPOINT marker, so a crash leaves
+ * either no checkpoint (the leftovers go at the next open, and calling
+ * again takes it) or a complete one.  If the fence is set for id, the
+ * checkpoint records it and the fence is lifted (durably) once the
+ * checkpoint is complete.  An existing id -> ERR_EXISTS, except a
+ * checkpoint taken under a fence of its id (the oracle's, whose ids are
+ * reused only after store_delete_checkpoint): then the call is a retry
+ * whose answer was lost, answered 0 with that checkpoint (info->retried) --
+ * unless a newer fence of the same id is set.  info may be NULL.  Any
+ * thread (concurrent with lookups and writes). */
 int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, char *why,
                          size_t why_len);
 
@@ -144,12 +174,15 @@ int store_get_manifest(store_t *s, const char *id, void **data, size_t *len);
  * is fsynced), so a crash part-way leaves a directory that is never listed
  * and is removed at the next open; then the directory.  A bad id -> -EINVAL,
  * no such checkpoint -> ERR_NOTFOUND; the remains of a delete that failed
- * part-way are removed and give 0, so a retry succeeds.  Any thread. */
+ * part-way are removed and give 0, so a retry succeeds.  A retry of a
+ * delete that did complete (its answer lost) gets ERR_NOTFOUND: the
+ * checkpoint is gone either way.  Any thread. */
 int store_delete_checkpoint(store_t *s, const char *id, char *why, size_t why_len);
 
 /* Removes every row, every blob and (unless keep_checkpoints) every
- * checkpoint and empties the memory tier; the layout metadata stays, so the
- * data dir still belongs to the same job (`chanter train --fresh`).  The
+ * checkpoint, lifts the fence and empties the memory tier; the layout
+ * metadata stays, so the data dir still belongs to the same job (`chanter
+ * train --fresh`).  The
  * checkpoints go first, then the live rows and blobs in one atomic, fsynced
  * write: once has_rows and has_blobs say 0 after a clear nothing of the old
  * data is left (but the kept checkpoints), and a clear that failed part-way
@@ -166,7 +199,7 @@ int store_clear(store_t *s, int keep_checkpoints, char *why, size_t why_len);
 int store_has_rows(store_t *s, int *has_rows, int *has_blobs);
 
 /* Replaces the live data by checkpoint id (rows and blobs), clears the
- * memory tier.  Unknown id -> ERR_NOTFOUND.  Excludes every other call for
+ * memory tier, lifts the fence.  Unknown id -> ERR_NOTFOUND.  Excludes every other call for
  * its duration.  Crash-safe: the new db is built in a temporary directory
  * and renamed into place; the old one is kept until the rename is done.  On
  * a failure after the live db was closed the store tries to reopen the old
@@ -211,6 +244,18 @@ void store_stats(store_t *s, store_stats_t *st);
 
 /* The data dir (owned by s, valid until close).  Any thread. */
 const char *store_dir(const store_t *s);
+
+/* Sets the fence for checkpoint id (a valid checkpoint id, else -EINVAL)
+ * at iteration, replacing any other, durably: data_dir/FENCE written to a
+ * temporary file, fsynced, renamed, the dir fsynced, whatever
+ * opts.sync_writes says.  The same id and iteration again keeps the fence
+ * as it is.  It is lifted by store_checkpoint(id), store_clear and
+ * store_restore, and survives a crash until then.  0 or -errno (the old
+ * fence then stays).  Any thread. */
+int store_fence_set(store_t *s, const char *id, uint64_t iteration, char *why, size_t why_len);
+
+/* *f = the fence as stored (f->set = 0 if none).  No I/O.  Any thread. */
+void store_fence_get(store_t *s, store_fence_t *f);
 
 /* ------------------------------------------------ reading a checkpoint offline
  *

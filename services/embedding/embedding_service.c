@@ -7,13 +7,29 @@
  * (unknown table, row out of range, wrong shard, row length) are done by the
  * store, which writes nothing of a request it rejects.  Errors are gRPC
  * statuses whose message names the request field, index and key.
+ *
+ * The fence lives in two places: here, in memory, where the loop thread
+ * decides on each write-back whether it waits (parked), and in the store
+ * (data_dir/FENCE), durably, so that a server killed before its checkpoint
+ * comes back with it.  A Fence parks from the moment it arrives, and is
+ * answered once the store has it on disk; a Checkpoint of its id, Clear or
+ * Restore lift it in the store (worker thread) and then here.  At start the
+ * fence is read back from the store.  Every process also draws a random
+ * incarnation, returned by Stats and Fence, so that a prober can tell a
+ * restarted server from one that kept running.
  */
 #include "embedding_service.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "embedding.pb-c.h"
 #include "err.h"
@@ -39,6 +55,14 @@ struct embedding_service_s {
   metrics_counter_t *rows_read, *rows_written, *hot_hits, *kv_reads, *lazy_inits;
   metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
   uint64_t rejected;
+  uint64_t incarnation; /* random, drawn at create: Stats, Fence */
+  /* the write epoch (RestoreRequest.epoch): write-backs of earlier epochs
+   * are refused.  Checked and written under epoch_lock (read: a
+   * write-back's check and store_write; write: a Restore's or Clear's
+   * raise and its work), so that no write of a rolled-back run lands after
+   * the roll-back; kept in data_dir/EPOCH across restarts. */
+  pthread_rwlock_t epoch_lock;
+  _Atomic uint64_t epoch;
   /* the fence (Fence): write-backs with done > fence_done wait in parked
    * until Checkpoint(fence_id) is taken (0: no fence) */
   uint64_t fence_done;
@@ -72,6 +96,7 @@ typedef struct work_s {
 } work_t;
 
 static void fence_lift(embedding_service_t *svc, const char *why);
+static void fence_from_store(embedding_service_t *svc, const char *why);
 
 static double since(const struct timespec *t0) {
   struct timespec t;
@@ -85,6 +110,54 @@ static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
   uint64_t *k = malloc(*n ? *n * 8 : 8);
   if (k && *n) memcpy(k, b->data, *n * 8);
   return k;
+}
+
+/* ---- the write epoch, in data_dir/EPOCH ("epoch=N\n") */
+
+static int epoch_path(embedding_service_t *svc, char *out, size_t n) {
+  return snprintf(out, n, "%s/EPOCH", store_dir(svc->store)) >= (int)n ? -ENAMETOOLONG : 0;
+}
+
+/* Raises the epoch to e (durably first) when e is later; under the write
+ * lock.  0 or an error with why. */
+static int epoch_raise(embedding_service_t *svc, uint64_t e, char *why, size_t why_len) {
+  if (!e || e <= atomic_load(&svc->epoch)) return 0;
+  char path[4200], tmp[4300];
+  if (epoch_path(svc, path, sizeof path)) return err_set(why, why_len, -ENAMETOOLONG, "the data dir's path is too long");
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "epoch=%" PRIu64 "\n", e) < 0 || fflush(f) || fsync(fileno(f))) {
+    int er = errno ? errno : EIO;
+    if (f) fclose(f);
+    return err_set(why, why_len, -er, "cannot store the write epoch in %s: %s", tmp, strerror(er));
+  }
+  if (fclose(f) || rename(tmp, path))
+    return err_set(why, why_len, -errno, "cannot store the write epoch in %s: %s", path, strerror(errno));
+  log_info("write epoch raised from %" PRIu64 " to %" PRIu64 ": write-backs of earlier epochs are refused from now on",
+           (uint64_t)atomic_load(&svc->epoch), e);
+  atomic_store(&svc->epoch, e);
+  return 0;
+}
+
+/* At start: the stored epoch (0 when none).  0, or ERR_BADMSG when the
+ * file is damaged (the log says which and what to do). */
+static int epoch_load(embedding_service_t *svc) {
+  char path[4200];
+  if (epoch_path(svc, path, sizeof path)) return -ENAMETOOLONG;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  uint64_t e = 0;
+  int ok = fscanf(f, "epoch=%" SCNu64, &e) == 1;
+  fclose(f);
+  if (!ok) {
+    log_error("%s is damaged (expected one line \"epoch=N\"): the server cannot tell which job run may write; "
+              "remove it only if no job is running on this server",
+              path);
+    return ERR_BADMSG;
+  }
+  atomic_store(&svc->epoch, e);
+  if (e) log_info("write epoch %" PRIu64 " (from %s)", e, path);
+  return 0;
 }
 
 static void work_cb(uv_work_t *req) {
@@ -115,7 +188,16 @@ static void work_cb(uv_work_t *req) {
       w->rc = -ENOMEM;
     } else {
       if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
-      w->rc = store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
+      pthread_rwlock_rdlock(&w->svc->epoch_lock);
+      uint64_t e = atomic_load(&w->svc->epoch);
+      if (r->epoch && r->epoch < e)
+        w->rc = err_set(w->why, sizeof w->why, ERR_PRECONDITION,
+                        "a write-back of epoch %" PRIu64 ", but this server is at epoch %" PRIu64
+                        ": its run of the job was rolled back (a trainer of an earlier generation)",
+                        r->epoch, e);
+      else
+        w->rc = store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
+      pthread_rwlock_unlock(&w->svc->epoch_lock);
     }
     w->count = n;
     free(keys);
@@ -132,7 +214,10 @@ static void work_cb(uv_work_t *req) {
     break;
   case M_RESTORE: {
     const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
-    w->rc = store_restore(st, r->id, w->why, sizeof w->why);
+    pthread_rwlock_wrlock(&w->svc->epoch_lock);
+    w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+    if (!w->rc) w->rc = store_restore(st, r->id, w->why, sizeof w->why);
+    pthread_rwlock_unlock(&w->svc->epoch_lock);
     break;
   }
   case M_PUTBLOB: {
@@ -179,10 +264,31 @@ static void work_cb(uv_work_t *req) {
   }
   case M_CLEAR: {
     const Chanter__Embedding__V1__ClearRequest *r = (const void *)w->in;
-    w->rc = store_clear(st, r->keep_checkpoints, w->why, sizeof w->why);
+    pthread_rwlock_wrlock(&w->svc->epoch_lock);
+    w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+    if (!w->rc) w->rc = store_clear(st, r->keep_checkpoints, w->why, sizeof w->why);
+    pthread_rwlock_unlock(&w->svc->epoch_lock);
+    break;
+  }
+  case M_FENCE: {
+    const Chanter__Embedding__V1__FenceRequest *r = (const void *)w->in;
+    w->rc = store_fence_set(st, r->id, r->iteration, w->why, sizeof w->why);
     break;
   }
   }
+}
+
+/* Who this server is, for Stats (brief or not): no storage work. */
+static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__StatsResponse *r) {
+  r->shard = svc->shard;
+  r->shards = svc->n_shards;
+  r->layout_hash = svc->layout_hash;
+  r->data_dir = (char *)store_dir(svc->store);
+  r->incarnation = svc->incarnation;
+  r->fence_id = svc->fence_done ? svc->fence_id : "";
+  r->fence_iteration = svc->fence_done ? svc->fence_done - 1 : 0;
+  r->fence_held = svc->n_parked;
+  r->epoch = atomic_load(&svc->epoch);
 }
 
 static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
@@ -198,6 +304,8 @@ static void after_cb(uv_work_t *req, int status) {
   work_t *w = req->data;
   embedding_service_t *svc = w->svc;
   if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
+  /* a fence the store could not keep is no fence: back to the stored one */
+  if (w->method == M_FENCE && w->rc) fence_from_store(svc, "the fence could not be stored");
   /* a key naming no table or no row is a bad argument, not a missing thing */
   if ((w->method == M_LOOKUP || w->method == M_WRITE_BACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
   if (w->rc) {
@@ -234,7 +342,11 @@ static void after_cb(uv_work_t *req, int status) {
     Chanter__Embedding__V1__CheckpointInfo ci;
     fill_cp(&ci, &w->cp);
     r.checkpoint = &ci;
-    log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
+    if (w->cp.retried)
+      log_info("checkpoint already taken id=%s path=%s bytes=%llu: answered a retried call with it", w->cp.id,
+               w->cp.path, (unsigned long long)w->cp.bytes);
+    else
+      log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
     rpc_call_reply(w->call, &r.base);
     if (svc->fence_done && !strcmp(svc->fence_id, w->cp.id)) fence_lift(svc, "its checkpoint was taken");
     break;
@@ -293,8 +405,7 @@ static void after_cb(uv_work_t *req, int status) {
   case M_STATS: {
     const store_stats_t *s = &w->stats;
     Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
-    r.shard = svc->shard;
-    r.shards = svc->n_shards;
+    stats_identity(svc, &r);
     r.hot_rows = s->hot_rows;
     r.hot_bytes = s->hot_bytes;
     r.hot_capacity_bytes = s->hot_capacity_bytes;
@@ -308,8 +419,6 @@ static void after_cb(uv_work_t *req, int status) {
     r.rejected_calls = svc->rejected;
     r.stored_rows_estimate = s->stored_rows_estimate;
     r.hot_evictions = s->hot_evictions;
-    r.layout_hash = svc->layout_hash;
-    r.data_dir = (char *)store_dir(svc->store);
     r.has_rows = w->has_rows != 0;
     r.has_blobs = w->has_blobs != 0;
     rpc_call_reply(w->call, &r.base);
@@ -345,6 +454,16 @@ static void after_cb(uv_work_t *req, int status) {
       log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
     rpc_call_reply(w->call, &r.base);
     fence_lift(svc, "the server was cleared");
+    break;
+  }
+  case M_FENCE: {
+    const Chanter__Embedding__V1__FenceRequest *in = (const void *)w->in;
+    Chanter__Embedding__V1__FenceResponse r = CHANTER__EMBEDDING__V1__FENCE_RESPONSE__INIT;
+    log_info("fence set id=%s iteration=%llu: later write-backs wait for this checkpoint (stored in %s/FENCE)",
+             in->id, (unsigned long long)in->iteration, store_dir(svc->store));
+    r.held = svc->n_parked;
+    r.incarnation = svc->incarnation;
+    rpc_call_reply(w->call, &r.base);
     break;
   }
   }
@@ -410,6 +529,19 @@ static void fence_lift(embedding_service_t *svc, const char *why) {
   }
 }
 
+/* The fence as the store keeps it (at start, or after a Fence the store
+ * could not keep); write-backs it no longer holds are released. */
+static void fence_from_store(embedding_service_t *svc, const char *why) {
+  store_fence_t f;
+  store_fence_get(svc->store, &f);
+  if (!f.set) {
+    fence_lift(svc, why);
+    return;
+  }
+  svc->fence_done = f.iteration + 1;
+  snprintf(svc->fence_id, sizeof svc->fence_id, "%s", f.id);
+}
+
 static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
   embedding_service_t *svc = ud;
   int m = method_index(call);
@@ -433,6 +565,18 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
       return;
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
+    uint64_t e = atomic_load(&svc->epoch);
+    if (r->epoch && r->epoch < e) { /* (and again under the lock when it runs) */
+      svc->rejected++;
+      metrics_counter_inc(svc->errors[m]);
+      log_warn("rpc rejected method=WriteBack peer=%s reason=epoch epoch=%" PRIu64 " server_epoch=%" PRIu64,
+               rpc_call_peer(call), r->epoch, e);
+      rpc_call_fail(call, ERR_PRECONDITION,
+                    "WriteBack: epoch %" PRIu64 ", but this server is at epoch %" PRIu64
+                    ": its run of the job was rolled back (a trainer of an earlier generation)",
+                    r->epoch, e);
+      return;
+    }
   }
   work_t *w = calloc(1, sizeof *w);
   if (!w) {
@@ -445,22 +589,24 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
   w->in = req;
   w->req.data = w;
   clock_gettime(CLOCK_MONOTONIC, &w->t0);
-  if (m == M_FENCE) { /* no storage work: on the loop, now */
+  if (m == M_STATS && ((const Chanter__Embedding__V1__StatsRequest *)req)->brief) { /* a probe: now */
+    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
+    stats_identity(svc, &r);
+    rpc_call_reply(call, &r.base);
+    metrics_hist_observe(svc->latency[m], since(&w->t0));
+    free(w);
+    return;
+  }
+  if (m == M_FENCE) {
     const Chanter__Embedding__V1__FenceRequest *r = (const void *)req;
     if (!r->id || !*r->id) {
       rpc_call_fail(call, -EINVAL, "Fence: no checkpoint id");
       free(w);
       return;
     }
+    /* later write-backs wait from now on; answered once the store has it on disk */
     svc->fence_done = r->iteration + 1;
     snprintf(svc->fence_id, sizeof svc->fence_id, "%s", r->id);
-    log_info("fence set id=%s iteration=%llu: later write-backs wait for this checkpoint", r->id,
-             (unsigned long long)r->iteration);
-    Chanter__Embedding__V1__FenceResponse resp = CHANTER__EMBEDDING__V1__FENCE_RESPONSE__INIT;
-    resp.held = svc->n_parked;
-    rpc_call_reply(call, &resp.base);
-    free(w);
-    return;
   }
   if (m == M_WRITE_BACK && svc->fence_done && ((const Chanter__Embedding__V1__WriteBackRequest *)req)->done > svc->fence_done) {
     /* a write of a later iteration than the checkpoint being taken: held, without a worker thread */
@@ -507,6 +653,21 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
   svc->shard = shard;
   svc->n_shards = n_shards;
   svc->reg = reg;
+  do { /* never 0: a prober reads 0 as "a server without incarnations" */
+    if (getrandom(&svc->incarnation, sizeof svc->incarnation, 0) != (ssize_t)sizeof svc->incarnation) {
+      struct timespec t;
+      clock_gettime(CLOCK_REALTIME, &t);
+      svc->incarnation = table_mix64((uint64_t)t.tv_sec * 1000000007u ^ (uint64_t)t.tv_nsec ^ (uint64_t)getpid() << 32);
+    }
+  } while (svc->incarnation == 0);
+  fence_from_store(svc, "no fence was stored"); /* the store logged it at open */
+  pthread_rwlock_init(&svc->epoch_lock, NULL);
+  if ((rc = epoch_load(svc)) != 0) {
+    pthread_rwlock_destroy(&svc->epoch_lock);
+    table_layout_close(&svc->layout);
+    free(svc);
+    return rc;
+  }
   if (reg) {
     for (int i = 0; i < M_COUNT; i++) {
       char labels[64];
@@ -539,6 +700,8 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
   return 0;
 }
 
+uint64_t embedding_service_incarnation(const embedding_service_t *svc) { return svc->incarnation; }
+
 void embedding_service_destroy(embedding_service_t *svc) {
   if (!svc) return;
   /* write-backs still held by a fence whose checkpoint never came: answered (the answer frees the call) */
@@ -550,5 +713,6 @@ void embedding_service_destroy(embedding_service_t *svc) {
   }
   svc->parked = NULL;
   table_layout_close(&svc->layout);
+  pthread_rwlock_destroy(&svc->epoch_lock);
   free(svc);
 }

@@ -25,4 +25,8 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
                        metrics_registry_t *reg, embedding_service_t **out);
 void embedding_service_destroy(embedding_service_t *svc);
 
+/* This process's incarnation: random, non-zero, drawn by
+ * embedding_service_create (Stats and Fence return it).  Any thread. */
+uint64_t embedding_service_incarnation(const embedding_service_t *svc);
+
 #endif

@@ -118,10 +118,11 @@ int main(int argc, char **argv) {
   if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "embedding.metrics_port_offset"), args.ready_file, extra,
                    status))
     goto out_daemon;
-  log_info("serving shard=%d/%lld listen=%s port=%d metrics_port=%d data_dir=%s tables=%u layout_hash=%016llx tls=%s",
+  log_info("serving shard=%d/%lld listen=%s port=%d metrics_port=%d data_dir=%s tables=%u layout_hash=%016llx tls=%s "
+           "incarnation=%016llx",
            shard, (long long)n_shards, d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
            data_dir, layout.n_tables, (unsigned long long)table_layout_hash(&layout),
-           *cfg_str(cfg, "tls.cert_file") ? "on" : "off");
+           *cfg_str(cfg, "tls.cert_file") ? "on" : "off", (unsigned long long)embedding_service_incarnation(svc));
   rc = daemon_run(&d);
 
 out_daemon:

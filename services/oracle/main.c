@@ -8,7 +8,9 @@
  * Wiring only: validate the job, start the gRPC server with the Oracle
  * service (oracle_service.c) and the job (oracle_job.c), the Prometheus
  * endpoint, readiness and watchdog.  On SIGTERM the job is stopped (the
- * trainers get StopWork), the server drains and the process exits 0.  The
+ * trainers get StopWork; the server keeps answering for two heartbeat
+ * periods, so that a trainer that missed it hears it from a heartbeat),
+ * then the server drains and the process exits 0.  The
  * daemon keeps serving Status after the job is over, until it is stopped.
  */
 #include <stdio.h>
@@ -32,15 +34,18 @@ static void usage(FILE *f) {
           "  --ready-file    write {\"rpc_port\":..,\"metrics_port\":..,\"job_id\":..} here once serving\n");
 }
 
-typedef struct sig_s {
-  uv_signal_t term, intr;
-  oracle_service_t *svc;
-} sig_t_;
-
-static void on_signal(uv_signal_t *h, int signum) {
-  sig_t_ *s = h->data;
-  oracle_service_shutdown(s->svc, signum == SIGTERM ? "the oracle is shutting down (SIGTERM)"
-                                                    : "the oracle is shutting down (SIGINT)");
+/* The first SIGTERM/SIGINT (daemon.c), before the server drains: the job
+ * stops first, so that the trainers' streams end at once.  A trainer that
+ * missed its StopWork (its feeder waiting for a gate) learns from its next
+ * heartbeat that the job is over: while trainers are attached, the server
+ * keeps answering for two heartbeat periods before it drains. */
+static void on_stop(daemon_t *d, int signum, void *data) {
+  oracle_service_t *svc = data;
+  int attached = oracle_service_trainers_attached(svc);
+  oracle_service_shutdown(svc, signum == SIGTERM ? "the oracle is shutting down (SIGTERM)"
+                                                 : "the oracle is shutting down (SIGINT)");
+  int ms = (int)(2 * cfg_int(d->cfg, "trainer.heartbeat_ms") + 250);
+  d->linger_ms = attached ? (ms > 5000 ? 5000 : ms) : 0;
 }
 
 int main(int argc, char **argv) {
@@ -48,8 +53,6 @@ int main(int argc, char **argv) {
   daemon_args_t args;
   cfg_t *cfg = NULL;
   oracle_service_t *svc = NULL;
-  sig_t_ sig = {0};
-  int sig_on = 0;
   char err[1024] = "";
   int rc = 1;
   const char *listen = NULL;
@@ -81,20 +84,11 @@ int main(int argc, char **argv) {
   snprintf(extra, sizeof extra, "\"job_id\": \"%s\"", oracle_job_id(oracle_service_job(svc)));
   snprintf(status, sizeof status, "waiting for %lld trainers (job %s)", (long long)cfg_int(cfg, "trainers"),
            oracle_job_id(oracle_service_job(svc)));
+  d.stop_cb = on_stop;
+  d.stop_data = svc;
   if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), args.ready_file, extra,
                    status))
     goto out_daemon;
-  /* next to the daemon's own handlers (which drain the server): stop the
-   * job first so that the trainers' streams end at once */
-  sig.svc = svc;
-  uv_signal_init(d.loop, &sig.term);
-  uv_signal_init(d.loop, &sig.intr);
-  sig.term.data = sig.intr.data = &sig;
-  uv_signal_start(&sig.term, on_signal, SIGTERM);
-  uv_signal_start(&sig.intr, on_signal, SIGINT);
-  uv_unref((uv_handle_t *)&sig.term);
-  uv_unref((uv_handle_t *)&sig.intr);
-  sig_on = 1;
   log_info("serving listen=%s port=%d metrics_port=%d trainers=%lld iterations=%lld batch_size=%lld dataproc=%s",
            d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
            (long long)cfg_int(cfg, "trainers"), (long long)cfg_int(cfg, "iterations"),
@@ -102,11 +96,6 @@ int main(int argc, char **argv) {
   rc = daemon_run(&d);
 
 out_daemon:
-  if (sig_on) {
-    uv_close((uv_handle_t *)&sig.term, NULL);
-    uv_close((uv_handle_t *)&sig.intr, NULL);
-    uv_run(d.loop, UV_RUN_NOWAIT);
-  }
   oracle_service_destroy(svc);
   daemon_close(&d);
   if (rc == 0) log_info("stopped cleanly");

@@ -121,6 +121,7 @@ static void ck_done(uv_work_t *req, int status) {
     if (w->rc) {
       oracle_job__error(j, w->rc, "starting the job on cleared embedding servers: %s", w->err);
     } else {
+      j->epoch = w->epoch;
       if (!w->empty) log_info("embedding servers cleared (--fresh); the job starts at iteration 0 job_id=%s", j->job_id);
       begin(j);
     }
@@ -144,6 +145,7 @@ static void ck_done(uv_work_t *req, int status) {
       oracle_fetch__warn(j, w->warn);
     }
     ck->resumed = 1;
+    j->epoch = w->epoch;
     snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
     snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
     snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
@@ -161,6 +163,7 @@ static void ck_done(uv_work_t *req, int status) {
     }
     char id[96] = "";
     int64_t c = -1;
+    j->epoch = w->epoch;
     if (w->restored) {
       char err[1024];
       int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);
@@ -449,6 +452,7 @@ static int send_resume(oracle_job_t *j, uint32_t p) {
   rw.start_iteration = j->ckpt.start;
   rw.dense_blob = j->ckpt.resume_blob;
   rw.dense_server = j->ckpt.resume_server;
+  rw.epoch = j->epoch;
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_RESUME;
   w.resume = &rw;

@@ -193,10 +193,32 @@ out:
   free(lists);
 }
 
+/* The write epoch of the run about to start: one above every server's
+ * (Stats), so that no write-back of an earlier run -- a trainer of a
+ * generation that was rolled back -- lands from now on.  0 or an error. */
+static int next_epoch(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint64_t max = 0;
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
+    req.brief = 1;
+    ProtobufCMessage *resp;
+    int rc = srv_call(j->ckpt.embc, s, "Stats", &req.base, EMB_DESC(stats_response), &resp, w->err, sizeof w->err);
+    if (rc) return rc;
+    uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->epoch;
+    if (e > max) max = e;
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  w->epoch = max + 1;
+  return 0;
+}
+
 static void fresh_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
+  if ((w->rc = next_epoch(w)) != 0) return;
   for (uint32_t s = 0; s < j->ckpt.S; s++) {
     Chanter__Embedding__V1__ClearRequest req = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
+    req.epoch = w->epoch;
     ProtobufCMessage *resp;
     if ((w->rc = srv_call(j->ckpt.embc, s, "Clear", &req.base, EMB_DESC(clear_response), &resp, w->err,
                           sizeof w->err)) != 0)
@@ -258,9 +280,11 @@ static void resume_work(ck_work_t *w) {
   if (so) log_warn("incomplete checkpoints are skipped (interrupted while being taken): %s", skipped);
   if ((w->rc = oracle_ckpt__check_manifest(j, &w->m, w->err, sizeof w->err, w->warn, sizeof w->warn)) != 0) goto out;
   /* from here the servers change */
+  if ((w->rc = next_epoch(w)) != 0) goto out;
   for (uint32_t s = 0; s < S; s++) {
     Chanter__Embedding__V1__RestoreRequest req = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
     req.id = w->m.id;
+    req.epoch = w->epoch;
     ProtobufCMessage *resp;
     if ((w->rc = srv_call(j->ckpt.embc, s, "Restore", &req.base, EMB_DESC(restore_response), &resp, w->err,
                           sizeof w->err)) != 0) {

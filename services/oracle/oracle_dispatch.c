@@ -78,6 +78,7 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     st.sync_delayed = slots_pb(d->delayed, d->n_delayed);
     st.evict_slots = slots_pb(s->evict, s->n_evict);
     st.prefetch_gate = d->gate;
+    st.epoch = j->epoch;
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
     if (s->iteration + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */

@@ -124,6 +124,7 @@ static void job_end(oracle_job_t *j, int state, const char *why) {
   if (state == ORACLE_RECOVERING) j->retired = 1;
   else metrics_gauge_set(j->m.state, state);
   oracle_fetch__stop(j);
+  oracle_probe__stop(j);
   /* a checkpoint under way retrying a server that is gone gives up: the
    * daemon's loop ends once the worker pool is idle */
   if (j->ckpt.embc) embc_abort(j->ckpt.embc);
@@ -320,6 +321,21 @@ void oracle_job_on_message(oracle_job_t *j, uint32_t rank, rpc_call_t *call,
   oracle_job__advance(j);
 }
 
+#define SOFT_GRACE_MS 500
+
+static void on_soft_timer(uv_timer_t *t) {
+  oracle_job_t *j = t->data;
+  int r = j->soft_rank;
+  if (j->destroying || r < 0 || j->lost || oracle_job__over(j)) return;
+  char who[32];
+  snprintf(who, sizeof who, "trainer-%d", r);
+  oracle_job__lose(j, "trainer", who, r,
+                   "it left the job at iteration %llu after a step failed on it, and no other daemon was lost within "
+                   "%d ms (see its log)",
+                   (unsigned long long)j->soft_at, SOFT_GRACE_MS);
+  oracle_job__advance(j);
+}
+
 void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int cancelled) {
   if (rank >= j->P || j->tr[rank].call != call) return;
   oracle_trainer_t *t = &j->tr[rank];
@@ -332,12 +348,24 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
     *t = (oracle_trainer_t){0};
     return;
   }
-  if (!cancelled) rpc_call_finish(call, 0, NULL);
+  if (!cancelled) {
+    /* a trainer closes its stream mid-job when a step failed because of
+     * a peer (a collective broke): the peer's loss usually shows at once;
+     * this trainer is named only if none does within the grace */
+    rpc_call_finish(call, 0, NULL);
+    if (!j->lost && j->soft_rank < 0) {
+      j->soft_rank = (int)rank;
+      j->soft_at = j->report.rank[rank].reported;
+      uv_timer_start(&j->recover_timer, on_soft_timer, SOFT_GRACE_MS, 0);
+      log_info("trainer rank %u left the job's generation (a step failed on it); waiting %d ms for the loss behind it",
+               rank, SOFT_GRACE_MS);
+    }
+    return;
+  }
   char who[32];
   snprintf(who, sizeof who, "trainer-%u", rank);
-  oracle_job__lose(j, "trainer", who, (int)rank, "its Work stream %s at iteration %llu",
-                   cancelled ? "broke (the trainer exited, or lost its connection, or gave up on a step)"
-                             : "was closed by the trainer",
+  oracle_job__lose(j, "trainer", who, (int)rank,
+                   "its Work stream broke (the trainer exited or lost its connection) at iteration %llu",
                    (unsigned long long)j->report.rank[rank].reported);
   oracle_job__advance(j);
 }
@@ -450,6 +478,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->on_recover = opts->on_recover;
   j->on_recover_ud = opts->ud;
   j->lost_rank = -1;
+  j->soft_rank = -1;
   if (opts->job_id && *opts->job_id) {
     snprintf(j->job_id, sizeof j->job_id, "%s", opts->job_id);
   } else {
@@ -464,7 +493,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   /* the stages, in order (report's ring follows the pipeline's window) */
   if ((rc = oracle_fetch__init(j, err, err_len)) != 0 || (rc = oracle_pipeline__init(j, err, err_len)) != 0 ||
       (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0 ||
-      (rc = oracle_ckpt__init(j, reg, err, err_len)) != 0)
+      (rc = oracle_ckpt__init(j, reg, err, err_len)) != 0 || (rc = oracle_probe__init(j, reg)) != 0)
     goto fail;
   if (!(j->tr = calloc(j->P, sizeof *j->tr))) {
     rc = -ENOMEM;
@@ -503,6 +532,7 @@ static void free_stages(oracle_job_t *j) {
   oracle_dispatch__close(j);
   oracle_report__close(j);
   oracle_ckpt__close(j);
+  oracle_probe__free(j);
   free(j->tr);
   free(j);
 }
@@ -519,13 +549,16 @@ void oracle_job_destroy(oracle_job_t *j) {
   j->destroying = 1;
   oracle_fetch__stop(j);
   if (j->ckpt.embc) embc_abort(j->ckpt.embc); /* a checkpoint's calls to a server that is gone give up */
-  while (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running)
+  oracle_probe__stop(j);
+  while (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running ||
+         oracle_probe__busy(j))
     uv_run(j->loop, UV_RUN_ONCE);
   int stuck = oracle_fetch__join(j);
   if (j->handles_open) {
     uv_close((uv_handle_t *)&j->wake, on_closed);
     uv_close((uv_handle_t *)&j->start_timer, on_closed);
     uv_close((uv_handle_t *)&j->recover_timer, on_closed);
+    oracle_probe__close_handle(j, on_closed);
     while (j->handles_open) uv_run(j->loop, UV_RUN_NOWAIT);
   }
   if (stuck) {
@@ -547,7 +580,8 @@ static void on_retired_closed(uv_handle_t *h) {
  * fetch threads go and closes the handles (the last close frees it). */
 static void on_retire_poll(uv_timer_t *t) {
   oracle_job_t *j = t->data;
-  if (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running)
+  if (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running ||
+      oracle_probe__busy(j))
     return;
   uv_timer_stop(t);
   if (oracle_fetch__join(j)) {
@@ -559,12 +593,14 @@ static void on_retire_poll(uv_timer_t *t) {
   uv_close((uv_handle_t *)&j->wake, on_retired_closed);
   uv_close((uv_handle_t *)&j->start_timer, on_retired_closed);
   uv_close((uv_handle_t *)&j->recover_timer, on_retired_closed);
+  oracle_probe__close_handle(j, on_retired_closed);
 }
 
 void oracle_job_retire(oracle_job_t *j) {
   if (!j) return;
   j->destroying = 1;
   oracle_fetch__stop(j);
+  oracle_probe__stop(j);
   if (j->ckpt.embc) embc_abort(j->ckpt.embc);
   uv_timer_stop(&j->start_timer);
   uv_timer_start(&j->recover_timer, on_retire_poll, 0, 20);

@@ -330,6 +330,19 @@ typedef struct oracle_ckpt_s {
   metrics_gauge_t *m_stall, *m_total, *m_bytes, *m_iteration;
 } oracle_ckpt_t;
 
+/* ---- oracle_probe.c: j->probe */
+
+typedef struct oracle_probe_s {
+  int open;                /* the timer is initialized */
+  int running;             /* a probe is on the worker pool */
+  int durable;             /* embedding.sync_writes: a restarted server lost nothing it acknowledged */
+  uv_timer_t timer;
+  uint64_t *inc;           /* S: each server's incarnation as last seen (0: not yet) */
+  double *down_since;      /* S: when it stopped answering (0: it answers) */
+  uint64_t restarts;
+  metrics_counter_t *m_restarts;
+} oracle_probe_t;
+
 /* ---- the job (oracle_job.c) */
 
 typedef struct oracle_trainer_s {
@@ -356,6 +369,7 @@ struct oracle_job_s {
   uint32_t attached;
   /* recovery (DESIGN.md 5; oracle_recover.h) */
   uint32_t generation;       /* the trainer group's generation (Join's answer) */
+  uint64_t epoch;            /* the servers' write epoch of this run (raised at every start; Step.epoch) */
   int recover;               /* created to recover: the servers roll back before the trainers attach */
   int rolled_back;           /* ... and they have */
   oracle_recoveries_t *recs; /* the service's record (NULL: a lost trainer fails the job) */
@@ -363,6 +377,8 @@ struct oracle_job_s {
   int lost;                  /* a daemon was lost: advance ends this job object to recover */
   char lost_kind[16], lost_who[32], lost_why[512];
   int lost_rank;
+  int soft_rank;             /* a trainer that closed its stream mid-job (a step failed on it): lost if nothing else is */
+  uint64_t soft_at;
   int retired;               /* ended to recover; oracle_job_retire frees it once idle */
   void (*on_recover)(oracle_job_t *j, void *ud);
   void *on_recover_ud;
@@ -377,6 +393,7 @@ struct oracle_job_s {
   oracle_dispatch_t dispatch;
   oracle_report_t report;
   oracle_ckpt_t ckpt;
+  oracle_probe_t probe;
 };
 
 static inline double oracle_job__now(void) {
@@ -408,6 +425,18 @@ void oracle_job__advance(oracle_job_t *j);
 /* Training begins at j->ckpt.start (0, or c + 1 resumed): the clocks, the
  * fetch threads.  From oracle_ckpt.c once the servers are ready. */
 void oracle_job__begin(oracle_job_t *j);
+
+/* ---- oracle_probe.c */
+
+/* The embedding servers' probe, once a second while training (after
+ * oracle_ckpt__init: it uses its client).  0 or -ENOMEM. */
+int oracle_probe__init(oracle_job_t *j, metrics_registry_t *reg);
+/* No more probes; whether one is on the worker pool; closing the timer
+ * (counted in handles_open, cb on close); the memory. */
+void oracle_probe__stop(oracle_job_t *j);
+int oracle_probe__busy(const oracle_job_t *j);
+void oracle_probe__close_handle(oracle_job_t *j, uv_close_cb cb);
+void oracle_probe__free(oracle_job_t *j);
 
 /* ---- oracle_fetch.c */
 
@@ -546,6 +575,7 @@ typedef struct ck_work_s {
   char want[96];
   char stamp_id[96];
   int restored;
+  uint64_t epoch;  /* fresh, resume, recover: the write epoch the servers were raised to */
   manifest_t m;
   uint8_t *ostate;
   size_t ostate_len;

@@ -154,14 +154,22 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
            (long long)svc->hb_timeout_ms);
     return;
   }
+  /* another process for a rank: refused while the rank's stream is open
+   * (one trainer per rank); before the start, or during a recovery, the
+   * newcomer replaces a process that has no stream (lost, or itself about
+   * to join again: it then finds the rank taken and waits) */
   if (old && trainer && (old->pid != r->pid || strcmp(old->address, r->address) != 0) &&
-      (member_alive(svc, old, now) || oracle_job_rank_attached(svc->job, r->rank))) {
+      oracle_job_rank_attached(svc->job, r->rank)) {
     refuse(svc, call, ERR_EXISTS,
-           "Join: trainer rank %u is already registered by pid %u at %s, last seen %.1f s ago; if that trainer is "
-           "gone, retry after oracle.heartbeat_timeout_ms = %lld ms",
+           "Join: trainer rank %u is held by pid %u at %s (its Work stream is open, last seen %.1f s ago); one "
+           "trainer per rank: if that one is gone, the oracle notices (its stream breaks, or it is silent for "
+           "oracle.heartbeat_timeout_ms = %lld ms) and this one may join",
            r->rank, old->pid, old->address, (double)(now - old->last_seen_ms) / 1e3, (long long)svc->hb_timeout_ms);
     return;
   }
+  if (old && trainer && old->pid != r->pid)
+    log_info("trainer rank %u: pid %u at %s replaces pid %u at %s (last seen %.1f s ago)", r->rank, r->pid,
+             r->address, old->pid, old->address, (double)(now - old->last_seen_ms) / 1e3);
   if (!old) {
     if (svc->n_members == svc->cap_members) {
       size_t cap = svc->cap_members ? 2 * svc->cap_members : 16;
@@ -667,6 +675,12 @@ fail:
 }
 
 oracle_job_t *oracle_service_job(oracle_service_t *svc) { return svc->job; }
+
+int oracle_service_trainers_attached(oracle_service_t *svc) {
+  int n = 0;
+  for (uint32_t p = 0; svc->job && p < svc->trainers; p++) n += oracle_job_rank_attached(svc->job, p);
+  return n;
+}
 
 void oracle_service_shutdown(oracle_service_t *svc, const char *why) {
   if (svc->job) oracle_job_stop(svc->job, why);

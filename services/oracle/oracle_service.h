@@ -33,6 +33,8 @@ typedef struct oracle_service_s oracle_service_t;
 int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
                           oracle_service_t **out, char *err, size_t err_len);
 oracle_job_t *oracle_service_job(oracle_service_t *svc);
+/* How many trainers have their Work stream open now. */
+int oracle_service_trainers_attached(oracle_service_t *svc);
 /* The daemon is going down: stops the job (trainers get StopWork) and
  * answers parked KvGets, so that the server drains at once.  Loop thread. */
 void oracle_service_shutdown(oracle_service_t *svc, const char *why);

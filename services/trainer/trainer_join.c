@@ -154,9 +154,11 @@ int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
   int said = 0;
   for (;;) {
     int rc = join_once(t, err, err_len);
-    if (!rc || !rejoin || trainer_stopping(t) || rc == ERR_CONFIG || rc == -EINVAL) return rc;
+    if (!rc || trainer_stopping(t)) return rc;
     /* the oracle is down or restarting, or still recovering, or has not
-     * yet noticed that this rank's last process is gone: again */
+     * yet noticed that this rank's last process is gone: again (a first
+     * join too: this process may be the replacement of a lost one) */
+    if (rc != ERR_UNAVAILABLE && rc != ERR_DEADLINE && rc != ERR_EXISTS && !(rejoin && rc == ERR_RPC)) return rc;
     if ((trainer_now() - t0) * 1e3 > (double)limit) {
       char last[1024];
       snprintf(last, sizeof last, "%s", err);
@@ -166,8 +168,8 @@ int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
                      orc_address(t->orc), (long long)limit, last);
     }
     if (!said++)
-      log_info("waiting to rejoin the job rank=%u (retrying for up to %lld s): %s", t->rank, (long long)(limit / 1000),
-               err);
+      log_info("waiting to %s the job rank=%u (retrying for up to %lld s, trainer.rejoin_timeout_ms): %s",
+               rejoin ? "rejoin" : "join", t->rank, (long long)(limit / 1000), err);
     sdn_status("rejoining the job through the oracle at %s (%.0f s)", orc_address(t->orc), trainer_now() - t0);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

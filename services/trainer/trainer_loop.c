@@ -300,6 +300,8 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
     if (it->rc) { /* it failed its checks on arrival */
       rc = err_set(err, err_len, it->rc, "%s", it->err);
     } else if (w->kind == TRAINER_WORK_STEP) {
+      /* this run's write epoch: x's write-backs (in the background too) carry it */
+      if (!t->ideal) embc_set_epoch(t->embc, w->step.epoch);
       rc = t->ideal ? step_ideal(t, w, expect, t_wait, err, err_len)
                     : step_cache(t, &it, expect, t_wait, t_pf, err, err_len);
       if (!rc) expect++;
@@ -312,6 +314,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       if (rc) rc = err_set(err, err_len, rc, "checkpoint %s: %s", w->checkpoint.id, why);
       else rc = trainer_ckpt_take(t, w, err, err_len);
     } else if (w->kind == TRAINER_WORK_RESUME) {
+      if (!t->ideal) embc_set_epoch(t->embc, w->resume.epoch);
       rc = trainer_ckpt_resume(t, w, &expect, err, err_len);
     } else { /* TRAINER_WORK_STOP */
       log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " job_state=%s reason=\"%s\"", t->rank,
@@ -418,6 +421,12 @@ static int generation(trainer_t *t, int *got_stop, int *recover, char *err, size
     *got_stop = 0;
     *recover = 1;
   } else if (rc && !fatal(rc)) {
+    /* a half-close says "this trainer leaves": the oracle names the peer
+     * whose loss made the step fail, if it sees one */
+    pthread_mutex_lock(&t->mu);
+    rpc_stream_t *s = t->stream;
+    pthread_mutex_unlock(&t->mu);
+    if (s) rpc_stream_writes_done(s);
     log_warn("this generation of the job broke rank=%u: %s; the oracle recovers the job (it rolls back to the last "
              "complete checkpoint), and this trainer joins again",
              t->rank, err[0] ? err : err_str(rc));

@@ -170,6 +170,7 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
   s->iteration = x;
   s->global_batch_size = st->global_batch;
   s->prefetch_gate = st->prefetch_gate;
+  s->epoch = st->epoch;
   s->lookahead = st->lookahead;
   s->cache_hits = st->cache_hits;
   block_t b = {0};
@@ -263,6 +264,7 @@ static int decode_resume(const Chanter__Oracle__V1__ResumeWork *rw, trainer_work
   }
   w->resume.start_iteration = rw->start_iteration;
   w->resume.dense_server = rw->dense_server;
+  w->resume.epoch = rw->epoch;
   w->mem = b.mem;
   return 0;
 }

@@ -58,6 +58,7 @@ typedef struct trainer_work_step_s {
   uint64_t iteration;
   uint32_t global_batch_size; /* >= batch.n when batch.n > 0 */
   uint64_t prefetch_gate;
+  uint64_t epoch;        /* the servers' write epoch of this run (its write-backs carry it) */
   uint32_t lookahead;    /* reporting */
   uint64_t cache_hits;   /* reporting */
   /* ---- the cache (all empty without one) */
@@ -115,6 +116,7 @@ typedef struct trainer_work_resume_s {
   const char *id, *dense_blob;
   uint64_t start_iteration;
   uint32_t dense_server;
+  uint64_t epoch;        /* as the Step's */
 } trainer_work_resume_t;
 
 /* One decoded WorkItem: kind says which of step / eval / stop is set;

@@ -782,9 +782,14 @@ static void test_membership_kv_stop(void **state) {
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), 0); /* the same process again: fine */
   protobuf_c_message_free_unpacked(&resp->base, NULL);
+  /* another process for rank 0 while no Work stream of rank 0 is open: it replaces the first (a restarted
+   * trainer must not wait for the heartbeat timeout); with a stream open it is refused: one trainer per rank */
   jr.pid = 2;
-  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), ERR_EXISTS); /* another process, rank 0 is live */
-  assert_non_null(strstr(err, "already registered"));
+  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), 0);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  jr.pid = (uint32_t)getpid() * 10;
+  assert_int_equal(orc_join(cl, &jr, &resp, err, sizeof err), 0);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
   int stop = -1;
   assert_int_equal(orc_heartbeat(cl, CHANTER__ORACLE__V1__ROLE__TRAINER, 0, 0, &stop, err, sizeof err), 0);
   assert_int_equal(stop, 0);

@@ -307,6 +307,7 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
   if (!strcmp(what, "e2e")) return bench_e2e(cli);
   if (!strcmp(what, "checkpoint")) return bench_checkpoint(cli);
+  if (!strcmp(what, "recovery")) return bench_recovery(cli);
   if (!strcmp(what, "oracle")) return bench_oracle(cli);
   return cli_usage_error(cli, "unknown benchmark '%s'", what);
 }

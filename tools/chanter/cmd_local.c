@@ -1,18 +1,29 @@
 /*
- * chanter local up|down|status: a whole cluster on this machine.
+ * chanter local up|down|status: a whole cluster on this machine, under a
+ * supervisor that restarts the daemons that fail.
  *
  *   chanter [--config job.ini] [--set k=v ...] local up --workdir DIR
  *
- * starts the job's data processors, embedding servers, the oracle and the
- * trainers on 127.0.0.1 with ports the kernel picks (each daemon reports
- * its port through --ready-file), in dependency order, and writes
- * DIR/job.ini: the effective configuration with every cluster.* address
- * filled in, which is what `chanter --config DIR/job.ini ...` (and
- * `chanter train --workdir DIR`) then use.  Logs go to DIR/logs/, pids to
- * DIR/pids.  A daemon that dies or does not become ready in time stops the
- * whole start-up, tears down what was started and prints its log's tail.
- * `local down` stops everything (SIGTERM, then SIGKILL after a grace
- * period) and leaves no process behind; `local status` says who is alive.
+ * writes DIR/job.ini (the effective configuration) and starts the
+ * supervisor (supervise.c: `chanter --config DIR/job.ini local supervise
+ * --workdir DIR`, a process of its own session, logging to
+ * DIR/logs/supervisor.log), which starts the job's data processors,
+ * embedding servers, the oracle and the trainers on 127.0.0.1 with ports
+ * the kernel picks (each daemon reports its port through --ready-file), in
+ * dependency order, and fills every cluster.* address into DIR/job.ini:
+ * what `chanter --config DIR/job.ini ...` (and `chanter train --workdir
+ * DIR`) then use.  `local up` waits until the supervisor reports every
+ * daemon ready, prints them and exits; the supervisor stays, restarting a
+ * daemon that fails (local.restart_ms, local.restart_burst,
+ * local.restart_window_s) or falls silent (local.watchdog_ms).  A daemon
+ * that dies or does not become ready in time stops the whole start-up:
+ * what was started is stopped and its log's tail printed.  Logs go to
+ * DIR/logs/, pids to DIR/pids.
+ *
+ * `local down` asks the supervisor to stop everything (SIGTERM, then
+ * SIGKILL after a grace period) and waits for it; `local status` says who
+ * is alive, how often each was restarted and why it last exited.  Both
+ * also work on a cluster without a (live) supervisor, from DIR/pids.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,119 +39,39 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "err.h"
-#include "orc.h"
+#include "supervise.h"
 
-typedef struct proc_s {
-  char name[64];
-  pid_t pid;
-  int port;
-} proc_t;
+#define DOWN_GRACE_MS 15000 /* SIGTERM, then SIGKILL: the supervisor's and ours */
 
-static void self_dir(char *out, size_t n) {
+static void self_exe(char *out, size_t n) {
   ssize_t l = readlink("/proc/self/exe", out, n - 1);
   out[l > 0 ? l : 0] = 0;
+}
+
+static void self_dir(char *out, size_t n) {
+  self_exe(out, n);
   char *s = strrchr(out, '/');
   if (s) *s = 0;
 }
 
-
-/* Starts one daemon detached (own session, outlives this command). */
-static pid_t spawn(const char *dir, const char *bin, char *const args[], const char *logf) {
-  char path[8300];
-  snprintf(path, sizeof path, "%s/%s", dir, bin);
-  pid_t pid = fork();
-  if (pid == 0) {
-    setsid();
-    int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 2);
-      dup2(fd, 1);
-      close(fd);
-    }
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) dup2(nul, 0);
-    char *argv[40];
-    int n = 0;
-    argv[n++] = path;
-    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(path, argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-static int read_ready_port(const char *ready) {
-  FILE *f = fopen(ready, "r");
-  if (!f) return -1;
-  char buf[512] = "";
-  size_t r = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[r] = 0;
-  char *p = strstr(buf, "\"rpc_port\": ");
-  return p ? atoi(p + 12) : 0; /* ready, serving no RPC of its own */
-}
-
-static int save_pids(const char *workdir, proc_t *ps, int n) {
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/pids", workdir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
-  for (int i = 0; i < n; i++) fprintf(f, "%s %d %d\n", ps[i].name, (int)ps[i].pid, ps[i].port);
-  if (fclose(f)) return -errno;
-  return rename(tmp, path) ? -errno : 0;
-}
-
-static int load_pids(const char *workdir, proc_t *ps, int cap) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/pids", workdir);
-  FILE *f = fopen(path, "r");
-  if (!f) return -errno;
-  int n = 0, pid, port;
-  char name[64];
-  while (n < cap && fscanf(f, "%63s %d %d", name, &pid, &port) == 3) {
-    snprintf(ps[n].name, sizeof ps[n].name, "%s", name);
-    ps[n].pid = pid;
-    ps[n].port = port;
-    n++;
-  }
-  fclose(f);
-  return n;
-}
-
-/* A zombie is dead: in a container whose init does not reap orphans (no
- * tini), a daemon killed with SIGKILL after `local up` exited stays a
- * zombie, and `local up` must not take it for a running cluster. */
-static int alive(pid_t pid) {
-  if (pid <= 0) return 0;
-  waitpid(pid, NULL, WNOHANG); /* reap if it is our child */
-  if (kill(pid, 0) != 0) return 0;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows the command's closing parenthesis */
-  return !(p && p[1] == ' ' && p[2] == 'Z');
-}
-
-/* SIGTERM in reverse start order, wait up to grace_ms, then SIGKILL. */
-static int stop_all(proc_t *ps, int n, int grace_ms) {
+/* SIGTERM (and SIGCONT, for a stopped one) in reverse start order, wait up
+ * to grace_ms, then SIGKILL: for a cluster whose supervisor is gone. */
+static int stop_all(supervise_proc_t *ps, int n, int grace_ms) {
   for (int i = n - 1; i >= 0; i--)
-    if (alive(ps[i].pid)) kill(ps[i].pid, SIGTERM);
+    if (supervise_alive(ps[i].pid)) {
+      kill(ps[i].pid, SIGTERM);
+      kill(ps[i].pid, SIGCONT);
+    }
   double until = bench_now() + grace_ms / 1000.0;
   int left;
   do {
     left = 0;
-    for (int i = 0; i < n; i++) left += alive(ps[i].pid);
+    for (int i = 0; i < n; i++) left += supervise_alive(ps[i].pid);
     if (left) usleep(20000);
   } while (left && bench_now() < until);
   int killed = 0;
   for (int i = 0; i < n; i++)
-    if (alive(ps[i].pid)) {
+    if (supervise_alive(ps[i].pid)) {
       fprintf(stderr, "chanter local: %s (pid %d) ignored SIGTERM for %d ms; killing it\n", ps[i].name, (int)ps[i].pid,
               grace_ms);
       kill(ps[i].pid, SIGKILL);
@@ -155,7 +86,7 @@ static int stop_all(proc_t *ps, int n, int grace_ms) {
  * refuse stops `local up` here, saying why, instead of as a daemon that
  * exits during start-up. */
 static int write_job(const cfg_t *cfg, const char *path) {
-  char tmp[4200], err[1024] = "out of memory";
+  char tmp[4300], err[1024] = "out of memory";
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return -errno;
@@ -173,194 +104,237 @@ static int write_job(const cfg_t *cfg, const char *path) {
   return rename(tmp, path) ? -errno : 0;
 }
 
-#define MAXP 512
+static volatile sig_atomic_t g_interrupted;
+static void on_interrupt(int sig) { g_interrupted = sig; }
 
-typedef struct up_s {
-  const char *workdir;
-  char bindir[4096], job[4096];
-  proc_t ps[MAXP];
-  int n;
-} up_t;
-
-/* Starts group members [first, first+count) named kind-i and waits for all
- * their ready files; fills ports. */
-static int start_group(up_t *u, const char *kind, const char *bin, int count, const char *index_flag,
-                       int (*extra)(up_t *, int, char **, int)) {
-  int first = u->n;
-  for (int i = 0; i < count; i++) {
-    if (u->n >= MAXP) return -E2BIG;
-    proc_t *p = &u->ps[u->n++];
-    snprintf(p->name, sizeof p->name, "%s-%d", kind, i);
-    char ready[4200], logf[4200], idx[16];
-    snprintf(ready, sizeof ready, "%s/run/%s.ready", u->workdir, p->name);
-    snprintf(logf, sizeof logf, "%s/logs/%s.log", u->workdir, p->name);
-    snprintf(idx, sizeof idx, "%d", i);
-    unlink(ready);
-    char *args[24];
-    int a = 0;
-    args[a++] = "--config";
-    args[a++] = u->job;
-    if (index_flag) {
-      args[a++] = (char *)index_flag;
-      args[a++] = idx;
-    }
-    args[a++] = "--ready-file";
-    args[a++] = ready;
-    if (extra) a = extra(u, i, args, a);
-    args[a] = NULL;
-    p->pid = spawn(u->bindir, bin, args, logf);
+/* Starts the supervisor (its own session, stdout and stderr to its log,
+ * the pipe's write end as fd 3): its pid, or -1. */
+static pid_t start_supervisor(const char *workdir, const char *job, int pipe_w) {
+  char exe[4096], logf[4200];
+  self_exe(exe, sizeof exe);
+  snprintf(logf, sizeof logf, "%s/logs/supervisor.log", workdir);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  setsid();
+  if (pipe_w != 3) dup2(pipe_w, 3); /* first: it may be any fd, even 0 when stdin was closed */
+  int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
   }
-  double until = bench_now() + 60;
-  for (int i = first; i < u->n; i++) {
-    proc_t *p = &u->ps[i];
-    char ready[4200], logf[4200];
-    snprintf(ready, sizeof ready, "%s/run/%s.ready", u->workdir, p->name);
-    snprintf(logf, sizeof logf, "%s/logs/%s.log", u->workdir, p->name);
-    while ((p->port = read_ready_port(ready)) < 0) {
-      if (!alive(p->pid)) {
-        fprintf(stderr, "chanter local up: %s exited during start-up\n", p->name);
-        cli_tail_file(logf);
-        return ERR_UNAVAILABLE;
-      }
-      if (bench_now() > until) {
-        fprintf(stderr, "chanter local up: %s not ready after 60 s\n", p->name);
-        cli_tail_file(logf);
-        return ERR_DEADLINE;
-      }
-      usleep(20000);
-    }
-  }
-  return 0;
-}
-
-static char g_datadir[MAXP][4200];
-static int emb_extra(up_t *u, int i, char **args, int a) {
-  snprintf(g_datadir[i], sizeof g_datadir[i], "%s/embedding-%d", u->workdir, i);
-  args[a++] = "--listen";
-  args[a++] = "127.0.0.1:0";
-  args[a++] = "--data-dir";
-  args[a++] = g_datadir[i];
-  return a;
-}
-static int listen_extra(up_t *u, int i, char **args, int a) {
-  args[a++] = "--listen";
-  args[a++] = "127.0.0.1:0";
-  return a;
-}
-
-static int set_addrs(cfg_t *cfg, const char *key, proc_t *ps, int n) {
-  char kv[8192], err[512];
-  int o = snprintf(kv, sizeof kv, "%s=", key);
-  for (int i = 0; i < n && o < (int)sizeof kv - 32; i++) o += snprintf(kv + o, sizeof kv - (size_t)o, "%s127.0.0.1:%d", i ? "," : "", ps[i].port);
-  int rc = cfg_set(cfg, kv, "chanter local up", err, sizeof err);
-  if (rc) fprintf(stderr, "chanter local up: %s\n", err);
-  return rc;
+  int nul = open("/dev/null", O_RDONLY);
+  if (nul >= 0) dup2(nul, 0);
+  for (int i = 4; i < 1024; i++) close(i); /* nothing of this command's but the pipe */
+  unsetenv("JOURNAL_STREAM"); /* its stderr (and the daemons') is a file now: log lines keep their time */
+  char *argv[] = {exe, "--config", (char *)job, "local", "supervise", "--workdir", (char *)workdir,
+                  "--report-fd", "3", NULL};
+  execv(exe, argv);
+  fprintf(stderr, "chanter local up: cannot run the supervisor %s: %s\n", exe, strerror(errno));
+  _exit(127);
 }
 
 static int local_up(cli_t *cli, const char *workdir) {
-  up_t u = {.workdir = workdir};
-  char path[4200];
+  char path[4200], job[4200];
   mkdir(workdir, 0755);
   snprintf(path, sizeof path, "%s/logs", workdir);
   mkdir(path, 0755);
   snprintf(path, sizeof path, "%s/run", workdir);
   mkdir(path, 0755);
-  snprintf(u.job, sizeof u.job, "%s/job.ini", workdir);
-  self_dir(u.bindir, sizeof u.bindir);
-  proc_t old[MAXP];
-  int n_old = load_pids(workdir, old, MAXP);
+  snprintf(job, sizeof job, "%s/job.ini", workdir);
+  supervise_proc_t old[SUPERVISE_MAX];
+  int n_old = supervise_pids_load(workdir, old, SUPERVISE_MAX);
   for (int i = 0; i < n_old; i++)
-    if (alive(old[i].pid)) {
+    if (supervise_alive(old[i].pid)) {
       fprintf(stderr, "chanter local up: %s already runs a cluster (%s, pid %d alive); run `chanter local down --workdir %s` first\n",
               workdir, old[i].name, (int)old[i].pid, workdir);
       return 1;
     }
-  cfg_t *cfg = cli->cfg;
-  int rc = write_job(cfg, u.job);
-  if (rc) {
-    fprintf(stderr, "chanter local up: cannot write %s: %s\n", u.job, err_str(rc));
+  pid_t sup = supervise_running(workdir);
+  if (sup) {
+    fprintf(stderr, "chanter local up: %s already runs a cluster (its supervisor, pid %d, is alive); run `chanter local down --workdir %s` first\n",
+            workdir, (int)sup, workdir);
     return 1;
   }
-  int nd = (int)cfg_int(cfg, "dataprocs"), ne = (int)cfg_int(cfg, "embedding_servers"), nt = (int)cfg_int(cfg, "trainers");
-  if ((rc = start_group(&u, "dataproc", "chanter-dataproc", nd, "--index", listen_extra)) ||
-      (rc = start_group(&u, "embedding", "chanter-embedding", ne, "--shard", emb_extra)))
-    goto fail;
-  if ((rc = set_addrs(cfg, "cluster.dataproc", u.ps, nd)) || (rc = set_addrs(cfg, "cluster.embedding", u.ps + nd, ne)) ||
-      (rc = write_job(cfg, u.job)))
-    goto fail;
-  if (!*cfg_str(cfg, "oracle.state_dir")) { /* the oracle's copy of every checkpoint manifest */
-    char kv[4300], e2[512];
-    snprintf(kv, sizeof kv, "oracle.state_dir=%s/oracle", workdir);
-    if ((rc = cfg_set(cfg, kv, "chanter local up", e2, sizeof e2)) || (rc = write_job(cfg, u.job))) goto fail;
+  cfg_t *cfg = cli->cfg;
+  int rc = write_job(cfg, job);
+  if (rc) {
+    fprintf(stderr, "chanter local up: cannot write %s: %s\n", job, err_str(rc));
+    return 1;
   }
-  if ((rc = start_group(&u, "oracle", "chanter-oracle", 1, NULL, listen_extra))) goto fail;
-  if ((rc = set_addrs(cfg, "cluster.oracle", u.ps + nd + ne, 1)) || (rc = write_job(cfg, u.job))) goto fail;
-  if ((rc = start_group(&u, "trainer", "chanter-trainer", nt, "--rank", NULL))) goto fail;
-  if ((rc = save_pids(workdir, u.ps, u.n)) != 0) goto fail;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC)) {
+    fprintf(stderr, "chanter local up: cannot create a pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  int fl = fcntl(fds[1], F_GETFD);
+  fcntl(fds[1], F_SETFD, fl & ~FD_CLOEXEC); /* the supervisor's end survives its exec */
+  fflush(stdout);
+  fflush(stderr);
+  sup = start_supervisor(workdir, job, fds[1]);
+  close(fds[1]);
+  if (sup < 0) {
+    fprintf(stderr, "chanter local up: cannot start the supervisor: %s\n", strerror(errno));
+    close(fds[0]);
+    return 1;
+  }
+  /* Ctrl-C (or SIGTERM) while it starts: the supervisor stops what it started */
+  struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  FILE *r = fdopen(fds[0], "r");
+  char line[4400];
+  int up = 0, failed = 0, told = 0;
+  for (;;) {
+    if (g_interrupted && !told) {
+      kill(sup, SIGTERM);
+      told = 1;
+    }
+    if (!fgets(line, sizeof line, r)) {
+      if (ferror(r) && errno == EINTR) {
+        clearerr(r);
+        continue;
+      }
+      break;
+    }
+    line[strcspn(line, "\n")] = 0;
+    if (!strncmp(line, "say ", 4)) fprintf(stderr, "%s\n", line + 4);
+    else if (!strncmp(line, "tail ", 5)) cli_tail_file(line + 5);
+    else if (!strcmp(line, "up")) up = 1;
+    else if (!strcmp(line, "fail")) failed = 1;
+  }
+  fclose(r);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (!up || failed) {
+    int st = 0;
+    while (waitpid(sup, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!failed) { /* it died without a word: say so, and clean up after it */
+      snprintf(path, sizeof path, "%s/logs/supervisor.log", workdir);
+      fprintf(stderr, "chanter local up: the supervisor (pid %d) ended during start-up (%s %d)\n", (int)sup,
+              WIFSIGNALED(st) ? "killed by signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      cli_tail_file(path);
+      supervise_proc_t ps[SUPERVISE_MAX];
+      int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
+      if (n > 0) stop_all(ps, n, 5000);
+    }
+    return 1;
+  }
+  supervise_proc_t ps[SUPERVISE_MAX];
+  int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
+  if (n < 0) n = 0;
+  int nd = (int)cfg_int(cfg, "dataprocs"), ne = (int)cfg_int(cfg, "embedding_servers"), nt = (int)cfg_int(cfg, "trainers");
   if (cli->json) {
-    printf("{\"workdir\": \"%s\", \"config\": \"%s\", \"daemons\": [", workdir, u.job);
-    for (int i = 0; i < u.n; i++)
-      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d}", i ? ", " : "", u.ps[i].name, (int)u.ps[i].pid, u.ps[i].port);
+    printf("{\"workdir\": \"%s\", \"config\": \"%s\", \"supervisor_pid\": %d, \"daemons\": [", workdir, job, (int)sup);
+    for (int i = 0; i < n; i++)
+      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d}", i ? ", " : "", ps[i].name, (int)ps[i].pid, ps[i].port);
     printf("]}\n");
   } else {
-    for (int i = 0; i < u.n; i++)
-      printf("%-14s pid %-7d %s\n", u.ps[i].name, (int)u.ps[i].pid,
-             u.ps[i].port > 0 ? (snprintf(path, sizeof path, "127.0.0.1:%d", u.ps[i].port), path) : "");
+    for (int i = 0; i < n; i++)
+      printf("%-14s pid %-7d %s\n", ps[i].name, (int)ps[i].pid,
+             ps[i].port > 0 ? (snprintf(path, sizeof path, "127.0.0.1:%d", ps[i].port), path) : "");
     printf("cluster up: %d data processor(s), %d embedding server(s), oracle, %d trainer(s)\n"
-           "config: %s   logs: %s/logs/\n",
-           nd, ne, nt, u.job, workdir);
+           "config: %s   logs: %s/logs/\n"
+           "supervisor: pid %d restarts a daemon that fails (log: %s/logs/supervisor.log)\n",
+           nd, ne, nt, job, workdir, (int)sup, workdir);
   }
   return 0;
-fail:
-  fprintf(stderr, "chanter local up: start-up failed (%s); stopping what was started\n", err_str(rc));
-  save_pids(workdir, u.ps, u.n);
-  stop_all(u.ps, u.n, 5000);
-  return 1;
 }
 
 static int local_down(cli_t *cli, const char *workdir) {
-  proc_t ps[MAXP];
-  int n = load_pids(workdir, ps, MAXP);
-  if (n < 0) {
+  supervise_proc_t ps[SUPERVISE_MAX];
+  int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
+  pid_t sup = supervise_running(workdir);
+  if (n < 0 && !sup) {
     fprintf(stderr, "chanter local down: no cluster in %s (no pids file)\n", workdir);
     return 1;
   }
-  int was = 0;
-  for (int i = 0; i < n; i++) was += alive(ps[i].pid);
-  int killed = stop_all(ps, n, 15000);
+  if (n < 0) n = 0;
+  int was = 0, killed = 0;
+  for (int i = 0; i < n; i++) was += supervise_alive(ps[i].pid);
+  if (sup) {
+    /* the supervisor stops them in reverse start order and reaps them */
+    kill(sup, SIGTERM);
+    double until = bench_now() + DOWN_GRACE_MS / 1000.0 + 15;
+    while (supervise_alive(sup) && bench_now() < until) usleep(20000);
+    if (supervise_alive(sup)) {
+      fprintf(stderr, "chanter local down: the supervisor (pid %d) did not stop within %d s; killing it and stopping "
+                      "the daemons directly\n", (int)sup, DOWN_GRACE_MS / 1000 + 15);
+      kill(sup, SIGKILL);
+    } else {
+      supervise_info_t info;
+      supervise_entry_t e[1];
+      if (supervise_status_read(workdir, &info, e, 0) >= 0) killed = info.killed;
+    }
+    n = supervise_pids_load(workdir, ps, SUPERVISE_MAX); /* its last word */
+    if (n < 0) n = 0;
+  }
+  killed += stop_all(ps, n, DOWN_GRACE_MS); /* without a supervisor; after one, nothing is left to stop */
   int left = 0;
-  for (int i = 0; i < n; i++) left += alive(ps[i].pid);
+  for (int i = 0; i < n; i++) left += supervise_alive(ps[i].pid);
   char path[4200];
   snprintf(path, sizeof path, "%s/pids", workdir);
   if (!left) unlink(path);
   if (cli->json)
-    printf("{\"stopped\": %d, \"killed\": %d, \"left\": %d}\n", was, killed, left);
+    printf("{\"stopped\": %d, \"killed\": %d, \"left\": %d, \"supervisor\": %s}\n", was, killed, left,
+           sup ? "true" : "false");
   else
     printf("cluster down: %d daemon(s) stopped%s\n", was, killed ? " (some had to be killed)" : "");
   return left ? 1 : 0;
 }
 
 static int local_status(cli_t *cli, const char *workdir) {
-  proc_t ps[MAXP];
-  int n = load_pids(workdir, ps, MAXP);
+  supervise_proc_t ps[SUPERVISE_MAX];
+  int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
   if (n < 0) {
     fprintf(stderr, "chanter local status: no cluster in %s\n", workdir);
     return 1;
   }
+  static supervise_entry_t es[SUPERVISE_MAX];
+  supervise_info_t info;
+  int ne = supervise_status_read(workdir, &info, es, SUPERVISE_MAX);
+  if (ne < 0) ne = 0;
+  pid_t sup = supervise_running(workdir);
   int up = 0;
   if (cli->json) printf("{\"daemons\": [");
   for (int i = 0; i < n; i++) {
-    int a = alive(ps[i].pid);
+    int a = supervise_alive(ps[i].pid);
     up += a;
-    if (cli->json)
-      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d, \"alive\": %s}", i ? ", " : "", ps[i].name, (int)ps[i].pid,
-             ps[i].port, a ? "true" : "false");
-    else
-      printf("%-14s pid %-7d %-6s %s\n", ps[i].name, (int)ps[i].pid, a ? "up" : "DOWN",
-             ps[i].port > 0 ? "" : "");
+    const supervise_entry_t *e = NULL;
+    for (int k = 0; k < ne && !e; k++)
+      if (!strcmp(es[k].name, ps[i].name)) e = &es[k];
+    char addr[32] = "-";
+    if (ps[i].port > 0) snprintf(addr, sizeof addr, "127.0.0.1:%d", ps[i].port);
+    if (cli->json) {
+      char le[400], st[600];
+      supervise_json_escape(le, sizeof le, e ? e->last_exit : "");
+      supervise_json_escape(st, sizeof st, e ? e->status : "");
+      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d, \"alive\": %s, \"state\": \"%s\", \"restarts\": %d, "
+             "\"last_exit\": \"%s\", \"status\": \"%s\"}",
+             i ? ", " : "", ps[i].name, (int)ps[i].pid, ps[i].port, a ? "true" : "false", e ? e->state : "",
+             e ? e->restarts : 0, le, st);
+    } else {
+      printf("%-14s pid %-7d %-4s %-16s restarts %-2d %-12s last exit: %-30s %s%s%s\n", ps[i].name, (int)ps[i].pid,
+             a ? "up" : "DOWN", addr, e ? e->restarts : 0, e ? e->state : "-",
+             e && e->last_exit[0] ? e->last_exit : "-", e && e->status[0] ? "\"" : "", e ? e->status : "",
+             e && e->status[0] ? "\"" : "");
+    }
   }
-  if (cli->json) printf("], \"alive\": %d, \"total\": %d}\n", up, n);
-  else printf("%d of %d daemons alive\n", up, n);
+  if (cli->json) {
+    printf("], \"alive\": %d, \"total\": %d, \"supervisor_pid\": %d, \"supervisor\": %s}\n", up, n, (int)sup,
+           sup ? "true" : "false");
+  } else {
+    char wd[32] = "off";
+    if (info.watchdog_ms > 0) snprintf(wd, sizeof wd, "%d ms", info.watchdog_ms);
+    if (sup)
+      printf("supervisor: pid %d, restarts a daemon that fails (after %d ms; watchdog %s)\n", (int)sup,
+             info.restart_ms, wd);
+    else
+      printf("supervisor: not running (nothing restarts a daemon that fails; `local down` stops them from %s/pids)\n",
+             workdir);
+    printf("%d of %d daemons alive\n", up, n);
+  }
   return up == n ? 0 : 1;
 }
 
@@ -369,13 +343,19 @@ int cmd_local(cli_t *cli) {
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
-  if (strcmp(sub, "up") && strcmp(sub, "down") && strcmp(sub, "status"))
+  if (strcmp(sub, "up") && strcmp(sub, "down") && strcmp(sub, "status") && strcmp(sub, "supervise"))
     return cli_usage_error(cli, "unknown subcommand '%s'", sub);
   const char *workdir = cli_opt(cli, "--workdir");
+  const char *report = !strcmp(sub, "supervise") ? cli_opt(cli, "--report-fd") : NULL;
   if (cli_done(cli, sub)) return 2;
   if (!workdir)
     return cli_usage_error(cli, "--workdir DIR is required (the cluster's config, logs and pids live there)");
   if (!strcmp(sub, "up")) return local_up(cli, workdir);
   if (!strcmp(sub, "down")) return local_down(cli, workdir);
+  if (!strcmp(sub, "supervise")) {
+    char bindir[4096];
+    self_dir(bindir, sizeof bindir);
+    return supervise_run(cli->cfg, workdir, bindir, report ? atoi(report) : -1);
+  }
   return local_status(cli, workdir);
 }

@@ -35,9 +35,12 @@ static const command_t commands[] = {
      "  show            the effective configuration as a job file (--verbose: with origins)\n"},
     {"local", cmd_local,
      "usage: chanter [--config FILE] [--set k=v ...] local up | down | status --workdir DIR [--json]\n"
-     "  up              start every daemon of the job on 127.0.0.1; DIR/job.ini has their addresses\n"
-     "  down            stop them (SIGTERM, then SIGKILL after 15 s)\n"
-     "  status          which are alive\n"},
+     "  up              start every daemon of the job on 127.0.0.1 under a supervisor that restarts the ones\n"
+     "                  that fail (local.restart_ms, local.restart_burst, local.watchdog_ms); DIR/job.ini has\n"
+     "                  their addresses, DIR/logs/supervisor.log what the supervisor did\n"
+     "  down            stop them (SIGTERM, then SIGKILL after 15 s) and the supervisor\n"
+     "  status          which are alive, their restarts, last exit and STATUS\n"
+     "  supervise       the supervisor itself (`up` starts it; not run by hand)\n"},
     {"train", cmd_train,
      "usage: chanter [--config FILE] [--set k=v ...] train [--workdir DIR] [--quiet] [--resume [latest|ID] | --fresh]\n"
      "       chanter [--config FILE] [--set k=v ...] train --local [--workdir DIR]\n"
@@ -54,6 +57,21 @@ static const command_t commands[] = {
     {"checkpoints", cmd_checkpoints,
      "usage: chanter [--config FILE] [--set k=v ...] checkpoints [--workdir DIR] [--json]\n"
      "  the checkpoints on the embedding servers: id, iteration, time, size per server, complete or not\n"},
+    {"drill", cmd_drill,
+     "usage: chanter [--config FILE] [--set k=v ...] drill KIND [--rank N] [--at ITER] [--times K]\n"
+     "                                                [--reference DIGEST] [--workdir DIR] [--json]\n"
+     "       chanter [--config FILE] [--set k=v ...] drill chaos --duration S --every S [...]\n"
+     "  a failover rehearsal: run the job on a local cluster (chanter local up, whose supervisor restarts what\n"
+     "  dies), kill a daemon while it trains, and check that the job ends with the digest of a run without the\n"
+     "  fault (the reference, run first unless --reference gives its digest); prints the timeline: killed,\n"
+     "  detected, restarted, rolled back, first replayed iteration, caught up; exit 0 on PASS, 1 on FAIL\n"
+     "  KIND            kill-trainer, kill-oracle, kill-embedding, kill-dataproc (kill -9), hang-trainer,\n"
+     "                  hang-embedding (kill -STOP: heartbeats, timeouts and the supervisor's watchdog end it)\n"
+     "  --rank N        which trainer (default the last), embedding server or data processor (default 0)\n"
+     "  --at ITER       the first kill once every trainer finished ITER iterations (default a third of the job)\n"
+     "  --times K       K kills, each next one while the job replays after the one before (default 1)\n"
+     "  chaos           a random daemon every --every seconds for --duration seconds\n"
+     "  --workdir DIR   where the clusters and their logs go (default a new /tmp/chanter-drill-*)\n"},
     {"embedding", cmd_embedding,
      "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
      "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
@@ -84,7 +102,9 @@ static const command_t commands[] = {
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
      "  e2e                    the local cluster: baseline vs lookahead vs ideal\n"
-     "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"},
+     "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"
+     "  recovery [--runs N] [--kinds K,...]  failover per daemon kind: detection, restart, rollback, replay,\n"
+     "                         against restarting the whole job\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,151 @@
+/*
+ * oracle_probe: the oracle watches its embedding servers (DESIGN.md 5).
+ *
+ * Once a second while the job trains, one worker-pool call asks every
+ * server who it is (embc_incarnation: Stats, brief, 1 s deadline, no
+ * retry).  A server that answers with another incarnation than before was
+ * restarted.  With embedding.sync_writes = true every write it
+ * acknowledged was in its fsynced write-ahead log: the clients' retries
+ * carried them over the outage, nothing is rolled back, and the outage is
+ * logged.  With sync_writes = false the writes it acknowledged since the
+ * last sync may be gone (a host crash loses the unsynced log; a killed
+ * process alone does not, but the oracle cannot tell the two apart): the
+ * job recovers, rolled back to its last complete checkpoint.  A server
+ * that does not answer is logged once; the trainers' calls retry it.
+ *
+ * j->probe is this file's; the loop side runs on the loop thread, the
+ * calls on the worker pool (they read the job's shape and embc only).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "oracle_job_internal.h"
+
+typedef struct probe_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  uint64_t *inc; /* S: 0 = no answer */
+  int *rc;       /* S */
+  char (*err)[256];
+} probe_work_t;
+
+static void probe_work(uv_work_t *req) {
+  probe_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  for (uint32_t s = 0; s < j->ckpt.S; s++) w->rc[s] = embc_incarnation(j->ckpt.embc, s, &w->inc[s], w->err[s], sizeof w->err[s]);
+}
+
+static void probe_free(probe_work_t *w) {
+  free(w->inc);
+  free(w->rc);
+  free(w->err);
+  free(w);
+}
+
+static void probe_done(uv_work_t *req, int status) {
+  probe_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  oracle_probe_t *pr = &j->probe;
+  pr->running = 0;
+  if (status == UV_ECANCELED || j->destroying || oracle_job__over(j)) {
+    probe_free(w);
+    return;
+  }
+  double now = oracle_job__now();
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    if (w->rc[s]) {
+      if (!pr->down_since[s]) {
+        pr->down_since[s] = now;
+        log_warn("embedding server %u does not answer (%s); the trainers' calls retry it for up to rpc.timeout_ms", s,
+                 w->err[s]);
+      }
+      continue;
+    }
+    uint64_t was = pr->inc[s];
+    pr->inc[s] = w->inc[s];
+    double down = pr->down_since[s] ? now - pr->down_since[s] : 0;
+    pr->down_since[s] = 0;
+    if (!was || was == w->inc[s]) {
+      if (down > 0) log_info("embedding server %u answers again after %.1f s (the same process)", s, down);
+      continue;
+    }
+    pr->restarts++;
+    metrics_counter_inc(pr->m_restarts);
+    char who[32];
+    snprintf(who, sizeof who, "embedding-%u", s);
+    if (pr->durable) {
+      log_warn("embedding server %u restarted (incarnation %016" PRIx64 " -> %016" PRIx64 ", %.1f s without an "
+               "answer): embedding.sync_writes = true, every write it acknowledged is in its write-ahead log; no "
+               "rollback, the clients' retries went on",
+               s, was, w->inc[s], down);
+    } else {
+      oracle_job__lose(j, "embedding", who, -1,
+                       "it restarted (incarnation %016" PRIx64 " -> %016" PRIx64 ") without durable writes "
+                       "(embedding.sync_writes = false): the writes it acknowledged since its last sync may be gone",
+                       was, w->inc[s]);
+    }
+  }
+  probe_free(w);
+  oracle_job__advance(j);
+}
+
+static void on_probe(uv_timer_t *t) {
+  oracle_job_t *j = t->data;
+  oracle_probe_t *pr = &j->probe;
+  if (pr->running || j->destroying || oracle_job__over(j) || j->state != ORACLE_TRAINING) return;
+  uint32_t S = j->ckpt.S;
+  probe_work_t *w = calloc(1, sizeof *w);
+  if (!w || !(w->inc = calloc(S, sizeof *w->inc)) || !(w->rc = calloc(S, sizeof *w->rc)) ||
+      !(w->err = calloc(S, sizeof *w->err))) {
+    if (w) probe_free(w);
+    return;
+  }
+  w->j = j;
+  w->req.data = w;
+  if (uv_queue_work(j->loop, &w->req, probe_work, probe_done)) {
+    probe_free(w);
+    return;
+  }
+  pr->running = 1;
+}
+
+int oracle_probe__init(oracle_job_t *j, metrics_registry_t *reg) {
+  oracle_probe_t *pr = &j->probe;
+  pr->durable = cfg_bool(j->cfg, "embedding.sync_writes");
+  pr->m_restarts = metrics_counter(reg, "embedding_restarts_total", NULL,
+                                   "embedding servers seen restarted (another incarnation) by the oracle's probe");
+  if (!j->ckpt.enabled) return 0;
+  if (!(pr->inc = calloc(j->ckpt.S, sizeof *pr->inc)) || !(pr->down_since = calloc(j->ckpt.S, sizeof *pr->down_since)))
+    return -ENOMEM;
+  uv_timer_init(j->loop, &pr->timer);
+  pr->timer.data = j;
+  uv_unref((uv_handle_t *)&pr->timer);
+  uv_timer_start(&pr->timer, on_probe, 1000, 1000);
+  pr->open = 1;
+  return 0;
+}
+
+void oracle_probe__stop(oracle_job_t *j) {
+  if (j->probe.open) uv_timer_stop(&j->probe.timer);
+}
+
+int oracle_probe__busy(const oracle_job_t *j) { return j->probe.running; }
+
+void oracle_probe__close_handle(oracle_job_t *j, uv_close_cb cb) {
+  if (!j->probe.open) return;
+  j->probe.open = 0;
+  j->handles_open++;
+  uv_close((uv_handle_t *)&j->probe.timer, cb);
+}
+
+void oracle_probe__free(oracle_job_t *j) {
+  free(j->probe.inc);
+  free(j->probe.down_since);
+  j->probe.inc = NULL;
+  j->probe.down_since = NULL;
+}
