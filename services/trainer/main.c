@@ -21,9 +21,11 @@
  * trainer 0 before starting trainer 1 must not deadlock.  STATUS= lines
  * then say what it is doing (joining, forming the group, iteration x/N).
  * Exit status: 0 after StopWork of a finished or stopped job or a
- * requested stop; 1 on a failure of this trainer (systemd restarts it);
- * 3 when the oracle ended the job as failed because of another daemon
- * (the unit's RestartPreventExitStatus=3: restarting cannot help).
+ * requested stop; 1 on a failure of this trainer that another process may
+ * cure (systemd restarts it) -- the loss of a peer or of the oracle is not
+ * one: the trainer stays up and joins the job's next generation; 3 when
+ * the oracle ended the job as failed because of another daemon (the
+ * unit's RestartPreventExitStatus=3: restarting cannot help).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -2,9 +2,11 @@
  * trainer_join: the trainer's membership of its job (trainer_join.h) --
  * Join, the heartbeat thread, the rendezvous store over the oracle's KV
  * and the collective group.  Everything here talks to the oracle or to the
- * peers; nothing touches the cache or the Work stream.  Failover will call
- * trainer_join_oracle and trainer_join_group_form again for a new
- * generation, after trainer_join_group_close.
+ * peers; nothing touches the cache or the Work stream.  A failover
+ * (trainer_loop.c) calls trainer_join_oracle and trainer_join_group_form
+ * again for a new generation, after trainer_join_group_close; the
+ * heartbeat thread runs across generations, and ends the current one
+ * (trainer_abort_generation) when the oracle stops answering.
  */
 #include "trainer_join.h"
 

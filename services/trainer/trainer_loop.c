@@ -6,9 +6,10 @@
  * (opening its gate first when only this thread can), then for a Step the
  * phases of trainer_exec.c with the pipeline's waits and hand-over between
  * them, for an Eval the waits and trainer_eval.c, for a StopWork the end.
- * The stages return what changed; none of them calls the next one.  A
- * failover would live here too: stop the pipeline, roll back, join and
- * form the group again, reopen the stream at the next iteration.
+ * The stages return what changed; none of them calls the next one.  The
+ * failover lives here too (generation, leave_generation, trainer_run's
+ * loop): stop the pipeline, leave the group, rebuild the model and cache,
+ * join again, and serve the next generation's stream from its ResumeWork.
  */
 #include "trainer_loop.h"
 
@@ -204,6 +205,11 @@ static void note_stop(trainer_t *t, const trainer_work_stop_t *sw) {
  * trainer's failure), and the trainer should stop cleanly. */
 static int stop_pending(trainer_t *t, uint64_t done) {
   trainer_item_t *it;
+  /* a feeder waiting for a gate that will never open does not read the
+   * StopWork behind it: it gives up first.  If the StopWork was not read,
+   * the caller leaves the generation, and Join's answer says what the job
+   * is (stopped, done, failed: exit; recovering: the next generation). */
+  trainer_pipeline_quit(t);
   if (!trainer_pipeline_find_stop(t, &it)) return 0;
   note_stop(t, &it->work.stop);
   log_info("StopWork from the oracle while iteration %" PRIu64 " was running (its report was not delivered) "

@@ -41,10 +41,17 @@
  * WorkItem is decoded and checked once, when the feeder reads it
  * (trainer_work.h); nothing after that sees protobuf.
  *
- * Failures (a broken stream, a failed collective, an embedding server
- * still unreachable after embc's retries, a malformed item) are logged
- * with the iteration and the peer, and trainer_run returns non-zero:
- * systemd restarts the trainer (failover is a later issue).
+ * Failover (DESIGN.md 5): when the oracle says the job recovers (StopWork
+ * "recovering"), or this generation breaks for a reason another may cure
+ * (a failed collective, a broken stream, the oracle silent for three
+ * heartbeats, an embedding server unreachable after embc's retries), the
+ * trainer leaves the generation -- its stream, threads and group --,
+ * rebuilds its model and cache as a new process would, and joins again
+ * (retrying Join for up to trainer.rejoin_timeout_ms); the oracle then
+ * rolls everyone back to the last complete checkpoint.  Errors no other
+ * generation can cure (a bad configuration, a malformed item, out of
+ * memory) are logged with the iteration and the peer, and trainer_run
+ * returns non-zero: systemd (or chanter local) restarts the process.
  */
 #ifndef CHANTER_TRAINER_LOOP_H
 #define CHANTER_TRAINER_LOOP_H
