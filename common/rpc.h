@@ -242,9 +242,11 @@ int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
 int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                     rpc_status_t *st);
-/* The same, giving up (ERR_CANCELLED) before the next try once *abort is
- * non-zero (a daemon that stops must not wait out the deadline for a peer
- * that is gone).  abort may be NULL. */
+/* The same, giving up (ERR_CANCELLED) once *abort is non-zero: before the
+ * next try, and within 100 ms for the call out (it is cancelled) -- a
+ * daemon that stops, or a trainer leaving a generation, must not wait out
+ * the deadline for a peer that is gone or a write-back a fenced server
+ * holds.  abort may be NULL. */
 int rpc_unary_retry_abortable(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                               rpc_status_t *st, const volatile int *abort);

@@ -275,17 +275,33 @@ static int ucall_result(ucall_t *u, int ok, ProtobufCMessage **resp, rpc_status_
 }
 
 /* A blocking unary call of an already packed request (owned: freed here). */
+/* abort (may be NULL): checked every 100 ms while the call is out; once
+ * set, the call is cancelled (a write-back a fenced server holds for a
+ * checkpoint that will never come must not keep a stopping daemon
+ * waiting for the whole deadline). */
 static int unary_blocking(rpc_channel_t *ch, const char *path, grpc_byte_buffer *req,
                           const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                          ProtobufCMessage **resp, rpc_status_t *st) {
+                          ProtobufCMessage **resp, rpc_status_t *st, const volatile int *abort) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   ucall_t u;
   ucall_init(&u, path, req, resp_desc);
   *resp = NULL;
   int err = ucall_start(ch, cq, &u, timeout_ms, st);
   if (err == 0) {
-    grpc_event ev = grpc_completion_queue_pluck(cq, &u.tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev;
+    int cancelled = 0;
+    for (;;) {
+      gpr_timespec until = abort && !cancelled ? gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(100, GPR_TIMESPAN))
+                                               : gpr_inf_future(GPR_CLOCK_REALTIME);
+      ev = grpc_completion_queue_pluck(cq, &u.tag, until, NULL);
+      if (ev.type != GRPC_QUEUE_TIMEOUT) break;
+      if (*abort) {
+        grpc_call_cancel(u.call, NULL);
+        cancelled = 1;
+      }
+    }
     err = ucall_result(&u, ev.success, resp, st);
+    if (cancelled && st) snprintf(st->message, sizeof st->message, "given up: this daemon is stopping");
   }
   ucall_cleanup(&u);
   grpc_completion_queue_shutdown(cq);
@@ -299,13 +315,13 @@ static int unary_blocking(rpc_channel_t *ch, const char *path, grpc_byte_buffer 
 int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, size_t len,
                   const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                   ProtobufCMessage **resp, rpc_status_t *st) {
-  return unary_blocking(ch, path, rpc__bytes(req_bytes, len), resp_desc, timeout_ms, resp, st);
+  return unary_blocking(ch, path, rpc__bytes(req_bytes, len), resp_desc, timeout_ms, resp, st, NULL);
 }
 
 int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
               ProtobufCMessage **resp, rpc_status_t *st) {
-  return unary_blocking(ch, path, rpc__pack(req), resp_desc, timeout_ms, resp, st);
+  return unary_blocking(ch, path, rpc__pack(req), resp_desc, timeout_ms, resp, st, NULL);
 }
 
 static int64_t mono_ms(void) {
@@ -331,7 +347,11 @@ int rpc_unary_retry_abortable(rpc_channel_t *ch, const char *path, const Protobu
     }
     int64_t left = deadline - mono_ms();
     if (st) memset(st, 0, sizeof *st);
-    int rc = rpc_unary(ch, path, req, resp_desc, left > 1 ? left : 1, resp, st);
+    int rc = unary_blocking(ch, path, rpc__pack(req), resp_desc, left > 1 ? left : 1, resp, st, abort);
+    if (abort && *abort && rc) {
+      if (st) snprintf(st->message, sizeof st->message, "given up: this daemon is stopping");
+      return ERR_CANCELLED;
+    }
     if (rc != ERR_UNAVAILABLE || mono_ms() + backoff >= deadline) return rc;
     struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
     nanosleep(&ts, NULL);

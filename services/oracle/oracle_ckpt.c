@@ -122,6 +122,7 @@ static void ck_done(uv_work_t *req, int status) {
       oracle_job__error(j, w->rc, "starting the job on cleared embedding servers: %s", w->err);
     } else {
       j->epoch = w->epoch;
+      oracle_probe__baseline(j, w->incs, ck->S);
       if (!w->empty) log_info("embedding servers cleared (--fresh); the job starts at iteration 0 job_id=%s", j->job_id);
       begin(j);
     }
@@ -146,6 +147,7 @@ static void ck_done(uv_work_t *req, int status) {
     }
     ck->resumed = 1;
     j->epoch = w->epoch;
+    oracle_probe__baseline(j, w->incs, ck->S);
     snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
     snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
     snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
@@ -164,6 +166,7 @@ static void ck_done(uv_work_t *req, int status) {
     char id[96] = "";
     int64_t c = -1;
     j->epoch = w->epoch;
+    oracle_probe__baseline(j, w->incs, ck->S);
     if (w->restored) {
       char err[1024];
       int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);

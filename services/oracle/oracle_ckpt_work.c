@@ -206,6 +206,7 @@ static int next_epoch(ck_work_t *w) {
     int rc = srv_call(j->ckpt.embc, s, "Stats", &req.base, EMB_DESC(stats_response), &resp, w->err, sizeof w->err);
     if (rc) return rc;
     uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->epoch;
+    if (s < ORACLE_PROBE_MAX_SERVERS) w->incs[s] = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
     if (e > max) max = e;
     protobuf_c_message_free_unpacked(resp, NULL);
   }

@@ -437,6 +437,9 @@ void oracle_probe__stop(oracle_job_t *j);
 int oracle_probe__busy(const oracle_job_t *j);
 void oracle_probe__close_handle(oracle_job_t *j, uv_close_cb cb);
 void oracle_probe__free(oracle_job_t *j);
+/* The servers' incarnations when the run's epoch was raised (0: unknown):
+ * a restart after that is one the probe must see. */
+void oracle_probe__baseline(oracle_job_t *j, const uint64_t *incs, uint32_t n);
 
 /* ---- oracle_fetch.c */
 
@@ -558,6 +561,7 @@ int oracle_ckpt__run(oracle_job_t *j);
 int oracle_ckpt__busy(const oracle_job_t *j);
 /* ---- oracle_ckpt_state.c and oracle_ckpt_work.c (the stage's other rooms) */
 
+#define ORACLE_PROBE_MAX_SERVERS 256 /* servers whose incarnation a start records (more: the probe's first answer) */
 /* A call to the embedding servers on the worker pool, and its result for
  * ck_done (oracle_ckpt.c) on the loop. */
 enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS, W_RECOVER };
@@ -576,6 +580,7 @@ typedef struct ck_work_s {
   char stamp_id[96];
   int restored;
   uint64_t epoch;  /* fresh, resume, recover: the write epoch the servers were raised to */
+  uint64_t incs[ORACLE_PROBE_MAX_SERVERS]; /* ... and each server's incarnation then (the probe's baseline) */
   manifest_t m;
   uint8_t *ostate;
   size_t ostate_len;

@@ -143,6 +143,12 @@ void oracle_probe__close_handle(oracle_job_t *j, uv_close_cb cb) {
   uv_close((uv_handle_t *)&j->probe.timer, cb);
 }
 
+void oracle_probe__baseline(oracle_job_t *j, const uint64_t *incs, uint32_t n) {
+  if (!j->probe.inc) return;
+  for (uint32_t s = 0; s < n && s < ORACLE_PROBE_MAX_SERVERS; s++)
+    if (incs[s]) j->probe.inc[s] = incs[s];
+}
+
 void oracle_probe__free(oracle_job_t *j) {
   free(j->probe.inc);
   free(j->probe.down_since);

@@ -7,7 +7,8 @@
 # The guarantee: kill -9 of any daemon at a random iteration -- a trainer,
 # the oracle, an embedding server (without durable writes: the job rolls
 # back; with them: it goes on), a data processor -- a trainer stopped with
-# SIGSTOP (hung), and a second kill while the job replays after the first:
+# SIGSTOP (hung), an embedding server stopped the same way, and a second
+# kill while the job replays after the first:
 # each job completes with the digest BIT-identical to the job that never
 # failed.  The trainers that were not killed are the same processes at the
 # end (no exit in the supervisor's events).  Once the job has recovered
@@ -113,11 +114,38 @@ expect_rc $rc "kill -STOP of trainer 0 at iteration $A: detected by its silence,
   grep -q '"event": *"watchdog".*"name": *"trainer-0"' "$WORK/hang/drill/run/events"
 expect "  the oracle took it for hung (oracle.heartbeat_timeout_ms), the supervisor's watchdog killed it"
 
+# ---- a hung embedding server (SIGSTOP) with durable writes: the watchdog kills it, the clients retry
+A=$(at)
+drill hang_emb --set embedding.sync_writes=true --set local.watchdog_ms=3000 drill hang-embedding --rank 1 --at "$A" --reference "$REF"; rc=$?
+show hang_emb
+expect_rc $rc "kill -STOP of embedding server 1 at iteration $A (sync_writes = true): the watchdog restarts it, same digest"
+grep -q '"event": *"watchdog".*"name": *"embedding-1"' "$WORK/hang_emb/drill/run/events"
+expect "  the supervisor's watchdog killed the stopped server"
+
 # ---- a second kill while the job replays after the first
 drill twice drill kill-trainer --rank 1 --at 60 --times 2 --reference "$REF"; rc=$?
 show twice
 expect_rc $rc "trainer 1 killed at iteration 60 and again while the job replayed: same digest"
 [ "$(jf "$WORK/twice.json" "d['recoveries']")" -ge 2 ]; expect "  two recoveries"
+
+# ---- SIGTERM of the oracle stops the job: the trainers exit 0 at once (they used to wait for ever)
+D local up --workdir "$WORK/term" >"$WORK/term.up" 2>&1
+"$BIN/chanter" --config "$WORK/term/job.ini" train --workdir "$WORK/term" --quiet >/dev/null 2>"$WORK/term.err" &
+tp=$!
+for _ in $(seq 1 300); do grep -qs "checkpoint part done" "$WORK/term/logs/trainer-0.log" && break; sleep 0.1; done
+kill -TERM "$(awk '$1=="oracle-0"{print $2}' "$WORK/term/pids")"
+t0=$SECONDS
+for _ in $(seq 1 200); do
+  [ "$(grep -c '"event": *"exit", "name": *"trainer-[01]".*"how": *"exit 0"' "$WORK/term/run/events" 2>/dev/null)" = 2 ] && break
+  sleep 0.1
+done
+[ "$(grep -c '"event": *"exit", "name": *"trainer-[01]".*"how": *"exit 0"' "$WORK/term/run/events")" = 2 ] &&
+  ! grep -q '"event": *"restart"' "$WORK/term/run/events"
+expect "SIGTERM of the oracle mid-job: both trainers exit 0 within $((SECONDS - t0)) s, nothing is restarted"
+wait $tp; rc=$?
+[ $rc -ne 0 ] && grep -q "stopped" "$WORK/term.err"
+expect "  chanter train says the job stopped: $(tail -1 "$WORK/term.err" | cut -c1-100)"
+"$BIN/chanter" local down --workdir "$WORK/term" >/dev/null 2>&1
 
 # ---- repeated failures: a clear failure once the limit is reached
 drill limit --set oracle.max_recoveries=1 drill kill-trainer --rank 1 --at 60 --times 2 --reference "$REF"; rc=$?

@@ -68,18 +68,6 @@ typedef struct cp_stats_s {
   double stall, stall_max, total, total_max, servers, flushed, written_mb, stall_sum_s;
 } cp_stats_t;
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-  if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n > 0 ? n : 0] = 0;
-  fclose(f);
-  return s;
-}
 
 
 /* A failed run: the tail of what the commands said and of every daemon's log. */
@@ -167,14 +155,14 @@ static int run_job(cli_t *cli, const char *self, const char *dir, const char *ex
   snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
   if (system(cmd) != 0) fprintf(stderr, "bench checkpoint: local down reported a problem in %s\n", dir);
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  if (rc || !(r->summary = slurp(path))) {
+  if (rc || !(r->summary = cli_slurp(path))) {
     fprintf(stderr, "bench checkpoint: the job (%s) failed; see %s.train and %s/logs/\n", extra, dir, dir);
     tail_logs(dir);
     return 1;
   }
   read_cp_lines(dir, r);
   snprintf(path, sizeof path, "%s.ckpts", dir);
-  char *ck = slurp(path);
+  char *ck = cli_slurp(path);
   if (ck) {
     r->kept = count(ck, "\"id\":");
     r->kept_complete = count(ck, "\"complete\": true");

@@ -22,18 +22,6 @@
 #include "cli.h"
 #include "phase.h"
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
 
 /* up, train, down in dir; returns the summary text (caller frees) */
 static char *run(cli_t *cli, const char *self, const char *dir, const char *extra, int iters) {
@@ -60,7 +48,7 @@ static char *run(cli_t *cli, const char *self, const char *dir, const char *extr
   }
   char path[4200];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  return slurp(path);
+  return cli_slurp(path);
 }
 
 /* The columns: the same job with these settings on top. */

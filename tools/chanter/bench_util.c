@@ -75,3 +75,16 @@ void cli_tail_file(const char *path) {
   fprintf(stderr, "--- last lines of %s ---\n", path);
   for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
 }
+
+char *cli_slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+  if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  if (s) s[n > 0 ? n : 0] = 0;
+  fclose(f);
+  return s;
+}

@@ -18,5 +18,7 @@ int bench_stop_daemon(pid_t pid);
  * (nothing when it is missing or empty): what a daemon said before it
  * failed. */
 void cli_tail_file(const char *path);
+/* A whole (small) file as a NUL-terminated string (malloc'd), or NULL. */
+char *cli_slurp(const char *path);
 
 #endif

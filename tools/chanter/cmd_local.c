@@ -86,22 +86,11 @@ static int stop_all(supervise_proc_t *ps, int n, int grace_ms) {
  * refuse stops `local up` here, saying why, instead of as a daemon that
  * exits during start-up. */
 static int write_job(const cfg_t *cfg, const char *path) {
-  char tmp[4300], err[1024] = "out of memory";
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
-  fprintf(f, "; written by chanter local up: the job's configuration with the cluster's addresses\n");
-  cfg_dump(cfg, f, 0);
-  if (fclose(f)) return -errno;
-  cfg_t *back = NULL;
-  int rc = cfg_create(&back);
-  if (!rc && (rc = cfg_load_file(back, tmp, err, sizeof err)) == 0) rc = cfg_validate(back, err, sizeof err);
-  cfg_destroy(back);
-  if (rc) {
+  char err[1024];
+  int rc = supervise_write_job(cfg, path, err, sizeof err);
+  if (rc && (rc <= -4096 || rc == -ENOMEM))
     fprintf(stderr, "chanter local up: the job file written for the daemons does not read back: %s\n", err);
-    return rc;
-  }
-  return rename(tmp, path) ? -errno : 0;
+  return rc;
 }
 
 static volatile sig_atomic_t g_interrupted;

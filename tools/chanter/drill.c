@@ -26,18 +26,6 @@ static double unix_now(void) {
   return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-  if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n > 0 ? n : 0] = 0;
-  fclose(f);
-  return s;
-}
 
 /* The string value of "key" in a flat JSON text (the first match). */
 static int jstr(const char *json, const char *key, char *out, size_t n) {
@@ -110,7 +98,7 @@ static pid_t train_start(const char *self, const char *dir) {
 static int digest_of(const char *dir, char out[65]) {
   char path[4300];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  char *s = slurp(path);
+  char *s = cli_slurp(path);
   out[0] = 0;
   if (s) jstr(s, "digest", out, 65);
   free(s);
@@ -383,7 +371,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
   cfg_destroy(cfg);
   char path[4300];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  char *summary = slurp(path);
+  char *summary = cli_slurp(path);
   int trained = WIFEXITED(status) && WEXITSTATUS(status) == 0 && summary;
   if (summary) jstr(summary, "digest", r->digest, sizeof r->digest);
   match_recoveries(summary, r);

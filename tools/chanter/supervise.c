@@ -673,25 +673,30 @@ static int set_addrs(sup_t *s, const char *key, int first, int count) {
   return rc;
 }
 
-/* Writes the job file (through .tmp and a rename) after reading it back as
- * every daemon will. */
-static int write_job(sup_t *s) {
-  char tmp[4300], err[1024] = "out of memory";
-  snprintf(tmp, sizeof tmp, "%s.tmp", s->job);
+/* The job file, read back first as every daemon will (supervise.h). */
+int supervise_write_job(const cfg_t *cfg, const char *path, char *err, size_t err_len) {
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(err, err_len, "out of memory");
   FILE *f = fopen(tmp, "w");
   if (!f) return -errno;
   fprintf(f, "; written by chanter local up: the job's configuration with the cluster's addresses\n");
-  cfg_dump(s->cfg, f, 0);
+  cfg_dump(cfg, f, 0);
   if (fclose(f)) return -errno;
   cfg_t *back = NULL;
   int rc = cfg_create(&back);
-  if (!rc && (rc = cfg_load_file(back, tmp, err, sizeof err)) == 0) rc = cfg_validate(back, err, sizeof err);
+  if (!rc && (rc = cfg_load_file(back, tmp, err, err_len)) == 0) rc = cfg_validate(back, err, err_len);
   cfg_destroy(back);
-  if (rc) {
-    say(s, "chanter local up: the job file written for the daemons does not read back: %s", err);
-    return rc;
-  }
-  return rename(tmp, s->job) ? -errno : 0;
+  if (rc) return rc;
+  return rename(tmp, path) ? -errno : 0;
+}
+
+static int write_job(sup_t *s) {
+  char err[1024];
+  int rc = supervise_write_job(s->cfg, s->job, err, sizeof err);
+  if (rc && rc > -4096 && rc != -ENOMEM) return rc; /* an errno: the caller says it */
+  if (rc) say(s, "chanter local up: the job file written for the daemons does not read back: %s", err);
+  return rc;
 }
 
 static int start_group(sup_t *s, int g) {

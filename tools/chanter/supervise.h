@@ -91,4 +91,10 @@ void supervise_json_escape(char *out, size_t n, const char *s);
  * stop, 1 when start-up failed (everything started was stopped again). */
 int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int report_fd);
 
+/* Writes cfg to path (through path.tmp and a rename) after reading it back
+ * as every daemon will: a file they would refuse is an error here, with
+ * the sentence in err, not a daemon that exits during start-up.  0, a
+ * negative errno, or the reader's error. */
+int supervise_write_job(const cfg_t *cfg, const char *path, char *err, size_t err_len);
+
 #endif
