@@ -221,26 +221,35 @@ static int do_stats(cli_t *cli, embc_t *c) {
       return 1;
     }
     Chanter__Embedding__V1__StatsResponse *r = (void *)resp;
+    char fence[256] = "none";
+    if (r->fence_id && *r->fence_id)
+      snprintf(fence, sizeof fence, "%.128s (after iteration %" PRIu64 ", %" PRIu64 " write-backs held)", r->fence_id,
+               r->fence_iteration, r->fence_held);
     if (cli->json)
       printf("%s\n  {\"server\": %u, \"address\": \"%s\", \"shard\": %u, \"shards\": %u, \"hot_rows\": %" PRIu64
              ", \"hot_bytes\": %" PRIu64 ", \"hot_capacity_bytes\": %" PRIu64 ", \"hot_evictions\": %" PRIu64
              ", \"lookup_calls\": %" PRIu64 ", \"lookup_rows\": %" PRIu64 ", \"hot_hits\": %" PRIu64
              ", \"kv_reads\": %" PRIu64 ", \"lazy_inits\": %" PRIu64 ", \"writeback_calls\": %" PRIu64
              ", \"writeback_rows\": %" PRIu64 ", \"rejected_calls\": %" PRIu64 ", \"stored_rows_estimate\": %" PRIu64
-             ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\", \"has_rows\": %s, \"has_blobs\": %s}",
+             ", \"layout_hash\": \"%016" PRIx64 "\", \"data_dir\": \"%s\", \"has_rows\": %s, \"has_blobs\": %s"
+             ", \"incarnation\": \"%016" PRIx64 "\", \"epoch\": %" PRIu64 ", \"fence_id\": \"%s\", \"fence_iteration\": %" PRIu64
+             ", \"fence_held\": %" PRIu64 "}",
              s ? "," : "", s, embc_address(c, s), r->shard, r->shards, r->hot_rows, r->hot_bytes, r->hot_capacity_bytes,
              r->hot_evictions, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads, r->lazy_inits,
              r->write_back_calls, r->write_back_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
-             r->data_dir, r->has_rows ? "true" : "false", r->has_blobs ? "true" : "false");
+             r->data_dir, r->has_rows ? "true" : "false", r->has_blobs ? "true" : "false", r->incarnation, r->epoch,
+             r->fence_id ? r->fence_id : "", r->fence_iteration, r->fence_held);
     else
       printf("server %u (%s) shard %u/%u\n  lookups: %" PRIu64 " calls, %" PRIu64 " rows (%" PRIu64 " from memory, %" PRIu64
              " from RocksDB, %" PRIu64 " lazily initialized)\n  write-backs: %" PRIu64 " calls, %" PRIu64
              " rows\n  memory tier: %" PRIu64 " rows, %.1f of %.1f MiB, %" PRIu64 " evictions\n  stored rows (estimate): %" PRIu64
-             "\n  stored: %s, %s\n  rejected calls: %" PRIu64 "\n  data dir: %s\n",
+             "\n  stored: %s, %s\n  rejected calls: %" PRIu64 "\n  data dir: %s\n  incarnation %016" PRIx64
+             ", write epoch %" PRIu64 ", fence %s\n",
              s, embc_address(c, s), r->shard, r->shards, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads,
              r->lazy_inits, r->write_back_calls, r->write_back_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
              (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate,
-             r->has_rows ? "rows" : "no rows", r->has_blobs ? "blobs" : "no blobs", r->rejected_calls, r->data_dir);
+             r->has_rows ? "rows" : "no rows", r->has_blobs ? "blobs" : "no blobs", r->rejected_calls, r->data_dir,
+             r->incarnation, r->epoch, fence);
     protobuf_c_message_free_unpacked(resp, NULL);
   }
   if (cli->json) printf("\n]}\n");
