@@ -57,6 +57,14 @@ static const command_t commands[] = {
     {"checkpoints", cmd_checkpoints,
      "usage: chanter [--config FILE] [--set k=v ...] checkpoints [--workdir DIR] [--json]\n"
      "  the checkpoints on the embedding servers: id, iteration, time, size per server, complete or not\n"},
+    {"certs", cmd_certs,
+     "usage: chanter certs init --dir D [--days N]\n"
+     "       chanter certs issue --dir D --role trainer|oracle|embedding|dataproc|admin --name N\n"
+     "                           [--host H,H...] [--days N]\n"
+     "  init            a job CA: D/ca.pem (every host's tls.ca_file) and D/ca.key (keep it off the cluster)\n"
+     "  issue           D/N.pem and D/N.key for one host or tool, signed by the CA; the role is in the\n"
+     "                  certificate (subjectAltName URI chanter://role/ROLE), with DNS:N, IP:127.0.0.1 and\n"
+     "                  each --host; valid --days (825)\n"},
     {"drill", cmd_drill,
      "usage: chanter [--config FILE] [--set k=v ...] drill KIND [--rank N] [--at ITER] [--times K]\n"
      "                                                [--reference DIGEST] [--workdir DIR] [--json]\n"
