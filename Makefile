@@ -3,6 +3,7 @@
 #   make            build everything into build/ (binaries in build/bin/)
 #   make test       build and run every test (unit + integration)
 #   make bench      build and run the benchmarks (prints tables)
+#   make fuzz       build the libFuzzer targets (clang) and run each FUZZ_SECONDS=60
 #   make demo       the README's main command
 #   make deps       install the Debian packages the project needs
 #   make clean
@@ -262,6 +263,45 @@ bench: all
 	$(BUILD)/bin/chanter bench e2e
 	$(BUILD)/bin/chanter bench checkpoint
 	$(BUILD)/bin/chanter bench recovery
+
+# ---- fuzzing: make fuzz [FUZZ_SECONDS=60]
+# libFuzzer targets, tests/fuzz/fuzz_*.c, one per parser of untrusted bytes
+# (request decoders, the job file, the data readers, the manifest).  They
+# and every library they link are built by clang in their own tree,
+# FUZZ_BUILD, by a second make of this same file with BUILD=$(FUZZ_BUILD)
+# and FUZZ_VARS (SANITIZER=fuzzer-no-link,address: the libraries are
+# instrumented for coverage and ASan but get no main; the targets alone
+# link -fsanitize=fuzzer).  fuzz_<service>_*.c links that service's
+# library and the libraries it uses, as the unit tests do; any other
+# target common/ alone.  tests/fuzz/run.sh then runs each target for
+# FUZZ_SECONDS from its seeds tests/fuzz/corpus/<target>/ (what it finds
+# goes to $(FUZZ_BUILD)/corpus/, the tree's corpora stay small) and fails
+# on a crash.  `make test` replays the seeds once
+# (tests/integration/test_fuzz_corpus.sh, same build).  Needs clang (make deps).
+FUZZ_BUILD   ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_VARS    := BUILD=$(FUZZ_BUILD) CC=clang CXX=clang++ SANITIZER=fuzzer-no-link,address CUDA=0 WERROR=0
+FUZZ_SRCS    := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/bin/%,$(FUZZ_SRCS))
+fuzz_svcs = $(foreach s,$(SERVICES),$(if $(filter fuzz_$(s)_%,$(1)),$(s)))
+define fuzz_rule
+$(BUILD)/bin/$(1): tests/fuzz/$(1).c $(foreach s,$(call fuzz_svcs,$(1)),$(BUILD)/lib/libsvc_$(s).a) \
+                   $(call lib_files,$(foreach s,$(call fuzz_svcs,$(1)),$(USES_$(s)))) $(LIBCHANTER) $(PB_H)
+	@mkdir -p $$(@D)
+	$$(call say,FUZZ,$$@)$$(CC) $$(CPPFLAGS) -Icommon $$(foreach s,$$(call fuzz_svcs,$(1)),-Iservices/$$(s) \
+	  $$(addprefix -Icommon/,$$(USES_$$(s)))) $(GEN_INC) $$(filter-out -MMD -MP,$$(CFLAGS)) -fsanitize=fuzzer \
+	  -o $$@ $$< $$(filter %.a,$$^) $$(LDLIBS)
+endef
+$(foreach t,$(patsubst tests/fuzz/%.c,%,$(FUZZ_SRCS)),$(eval $(call fuzz_rule,$(t))))
+.PHONY: fuzz fuzz-targets fuzz-build
+# fuzz-targets: only build them; fuzz-build is its half inside the make
+# FUZZ_VARS sets up (not to be called on its own)
+fuzz-build: $(FUZZ_BINS)
+fuzz-targets:
+	@command -v clang >/dev/null || { echo "clang not found: run 'make deps' (tools/install-deps.sh)" >&2; exit 1; }
+	$(MAKE) $(FUZZ_VARS) fuzz-build
+fuzz: fuzz-targets
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # Three steps, not prerequisites: the build must be a new make that parses
 # this file after the packages are installed (PKG_LIBS above). The `+`

@@ -8,10 +8,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "err.h"
 
@@ -113,7 +116,11 @@ static const entry_t entries[] = {
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
     /* ---- rpc ---- */
     {"rpc.timeout_ms", T_INT, "30000", 1, 86400000, NULL, "deadline of every unary RPC"},
-    {"rpc.max_message_mb", T_INT, "256", 4, 2047, NULL, "largest gRPC message, both directions"},
+    {"rpc.max_message_mb", T_INT, "256", 4, 2047, NULL,
+     "largest gRPC message a client sends or receives, and a server sends; a server receives at most what its "
+     "own limits allow (the embedding server: embedding.max_lookup_keys, embedding.max_write_keys with the "
+     "largest row, embedding.max_blob_mb, plus 1 MiB; the data processor: 1 MiB; the oracle: this), so gRPC "
+     "refuses a larger request before the handler sees it (gRPC 1.51 still reads it whole first)"},
     /* ---- TLS (empty = plaintext; use TLS off loopback) ---- */
     {"tls.ca_file", T_STR, "", 0, 0, NULL, "PEM CA bundle that peers' certificates must chain to"},
     {"tls.cert_file", T_STR, "", 0, 0, NULL, "this daemon's certificate chain (PEM)"},
@@ -130,6 +137,20 @@ static const entry_t entries[] = {
     {"embedding.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"embedding.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"embedding.max_lookup_keys", T_INT, "1048576", 1, 1 << 26, NULL,
+     "keys one Lookup call may carry (8 MiB of keys); larger calls are refused before anything is allocated for "
+     "them. A step needs at most batch_size x the tables' hotness keys (26,624 for the default job), a trainer's "
+     "prefetch at most cache_rows (1,000,000 by default); common/embc.c, which every trainer, the oracle and the "
+     "CLI use, cuts any larger call (an evaluation's rows, reshard) into calls of at most this many keys"},
+    {"embedding.max_write_keys", T_INT, "262144", 1, 1 << 26, NULL,
+     "keys one WriteBack call may carry; its rows are keys x the row size (vector + optimizer state: 128 B for "
+     "dim 16 with Adagrad, so 34 MiB with the keys). A step writes back at most the keys it looked up; "
+     "common/embc.c cuts larger writes (the cache flushed at a checkpoint, reshard) into calls of at most this "
+     "many keys"},
+    {"embedding.max_blob_mb", T_INT, "64", 1, 2047, NULL,
+     "largest PutBlob payload in MiB: the trainers' dense checkpoint (parameters and optimizer state: ~6 MiB for "
+     "the default DLRM with Adam; raise it for a dense model of more than ~5M parameters with Adam) and the "
+     "oracle's job and state blobs (KiBs to a few MiB)"},
     /* ---- oracle ---- */
     {"oracle.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
@@ -167,6 +188,10 @@ static const entry_t entries[] = {
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"dataproc.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"dataproc.max_batch_samples", T_INT, "0", 0, 1 << 22, NULL,
+     "samples one GetBatch or StreamBatches request may ask for (0 = the job's batch_size, at least 16384: the "
+     "oracle fetches training and evaluation batches of batch_size, the CLI batch_size or its --batch-size, the "
+     "benchmarks 4096 to 16384); larger requests are refused before any sample is read"},
     /* ---- chanter local's supervisor (the units' Restart=, RestartSec=, StartLimit*=, WatchdogSec=) ---- */
     {"local.restart_ms", T_INT, "500", 0, 3600000, NULL,
      "chanter local: a daemon that exits non-zero (but 3) or dies by a signal is restarted after this long, on "
@@ -375,7 +400,9 @@ void cfg_destroy(cfg_t *c) {
  * The pieces of a continued value are joined with ',' unless one of them
  * already has it there, so "1, 2,\n    3" and "1, 2\n    3" are both
  * "1,2,3".  A key is assigned once its whole value is read; a list error
- * names the line of the offending entry. */
+ * names the line of the offending entry.  Unlike inih it reads the whole
+ * file first (at most CFG_MAX_FILE bytes, a regular file, no NUL byte), and
+ * a malformed section header is named as such, at its own line. */
 
 typedef struct load_s {
   cfg_t *c;
@@ -390,29 +417,160 @@ typedef struct load_s {
   char msg[512];
 } load_t;
 
-/* Reads one line (without its newline) into *buf, grown as needed.
- * 1 = a line, 0 = end of file, -E2BIG = longer than CFG_MAX_LINE, -EIO. */
-static int read_line(FILE *f, char **buf, size_t *cap) {
-  size_t n = 0;
-  for (;;) {
-    if (*cap - n < 2) {
-      size_t nc = *cap ? *cap * 2 : 4096;
-      char *nb = realloc(*buf, nc);
-      if (!nb) return -ENOMEM;
-      *buf = nb;
-      *cap = nc;
-    }
-    if (!fgets(*buf + n, (int)(*cap - n), f)) break;
-    n += strlen(*buf + n);
-    if (n && (*buf)[n - 1] == '\n') {
-      (*buf)[--n] = 0;
-      return n > CFG_MAX_LINE ? -E2BIG : 1;
-    }
-    if (n > CFG_MAX_LINE) return -E2BIG;
+/* What a file that is not a regular file is, for "PATH: is ..., not a job file". */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "a special file";
+}
+
+/* A size in binary units with one decimal ("2.0 GiB"), rounded up, so that
+ * a file over the limit never reads as within it ("16.1 MiB", not "16.0"). */
+static void fmt_size(char *out, size_t n, double bytes) {
+  static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    u++;
   }
-  if (ferror(f)) return -EIO;
-  (*buf)[n] = 0;
-  return n > 0;
+  if (u == 0) snprintf(out, n, "%.0f bytes", bytes);
+  else snprintf(out, n, "%.1f %s", ceil(bytes * 10) / 10, unit[u]);
+}
+
+/* Reads the whole job file at path into *text (malloc'd, NUL-terminated,
+ * *len bytes; the caller frees it).  Before reading it refuses what is not
+ * a regular file (a directory, /dev/zero, a FIFO, a socket): the open is
+ * O_NONBLOCK, so that a FIFO without a writer does not block it, and the
+ * check is fstat on that fd, so that what is read is what was checked.  It
+ * refuses a file over CFG_MAX_FILE, and reads at most CFG_MAX_FILE + 1
+ * bytes, so that a file growing while read is refused too, not read for
+ * ever.  It refuses a NUL byte, naming its line and (byte) column.
+ * 0, -errno when the file cannot be opened, -ENOMEM, or ERR_CONFIG; err
+ * says what and where. */
+static int read_all(const char *path, char **text, size_t *len, char *err, size_t err_len) {
+  char *buf = NULL, size[32];
+  size_t n = 0, cap;
+  struct stat st;
+  int rc = 0, fl, fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    rc = -errno;
+    fmt_err(err, err_len, "%s: cannot open job configuration: %s", path, strerror(-rc));
+    goto out;
+  }
+  if (fstat(fd, &st) != 0 || (fl = fcntl(fd, F_GETFL)) < 0) goto io_error;
+  if (!S_ISREG(st.st_mode)) {
+    rc = fmt_err(err, err_len, "%s: is %s, not a job file", path, file_kind(st.st_mode));
+    goto out;
+  }
+  if (st.st_size > CFG_MAX_FILE) {
+    fmt_size(size, sizeof size, (double)st.st_size);
+    rc = fmt_err(err, err_len, "%s: %s; a job file is at most %d MiB", path, size, CFG_MAX_FILE >> 20);
+    goto out;
+  }
+  if (fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) goto io_error;
+  /* room for the file as fstat saw it, one byte more to see that it ended,
+   * and the terminating NUL; grown (to CFG_MAX_FILE + 2 at most) only for a
+   * file that grows or whose size fstat does not know (/proc) */
+  cap = (size_t)st.st_size + 2;
+  for (;;) {
+    if (cap - n < 2 || !buf) {
+      size_t nc = !buf ? cap : cap * 2 > (size_t)CFG_MAX_FILE + 2 ? (size_t)CFG_MAX_FILE + 2 : cap * 2;
+      char *nb = realloc(buf, nc);
+      if (!nb) {
+        rc = -ENOMEM;
+        fmt_err(err, err_len, "%s: out of memory", path);
+        goto out;
+      }
+      buf = nb;
+      cap = nc;
+    }
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) goto io_error;
+    if (r == 0) break;
+    n += (size_t)r;
+    if (n > CFG_MAX_FILE) {
+      rc = fmt_err(err, err_len, "%s: more than %d MiB (it grew while being read); a job file is at most %d MiB",
+                   path, CFG_MAX_FILE >> 20, CFG_MAX_FILE >> 20);
+      goto out;
+    }
+  }
+  buf[n] = 0;
+  const char *nul = memchr(buf, 0, n);
+  if (nul) {
+    int line = 1;
+    const char *bol = buf;
+    for (const char *p = buf; p < nul; p++)
+      if (*p == '\n') {
+        line++;
+        bol = p + 1;
+      }
+    rc = fmt_err(err, err_len, "%s:%d:%zu: a NUL byte (a binary file?)", path, line, (size_t)(nul - bol) + 1);
+  }
+  goto out;
+io_error:
+  rc = fmt_err(err, err_len, "%s: cannot read job configuration: %s", path, strerror(errno));
+out:
+  if (fd >= 0) close(fd);
+  if (rc) {
+    free(buf);
+    buf = NULL;
+    n = 0;
+  }
+  *text = buf;
+  *len = n;
+  return rc;
+}
+
+/* The next line of text (len bytes) from *at, its newline cut; advances *at.
+ * 1 = a line, 0 = the end, -E2BIG = longer than CFG_MAX_LINE. */
+static int next_line(char *text, size_t len, size_t *at, char **line) {
+  if (*at >= len) return 0;
+  char *s = text + *at, *nl = memchr(s, '\n', len - *at);
+  size_t n = nl ? (size_t)(nl - s) : len - *at;
+  if (nl) *nl = 0;
+  *at += n + (nl != NULL);
+  *line = s;
+  return n > CFG_MAX_LINE ? -E2BIG : 1;
+}
+
+/* 1 when some key is "name.something": name is a section of the table. */
+static int is_section(const char *name) {
+  size_t l = strlen(name);
+  for (size_t i = 0; i < N_ENTRIES; i++)
+    if (!strncmp(entries[i].name, name, l) && entries[i].name[l] == '.') return 1;
+  return 0;
+}
+
+/* Reads the section header t ("[oracle]"; "[]" is the job keys again) into
+ * section.  ERR_CONFIG, with the sentence in x->msg, for a header without
+ * its ']', with something after the ']', or naming a section no key has. */
+static int section_header(load_t *x, char *t, char *section, size_t n) {
+  char *close = strchr(t, ']');
+  if (!close) {
+    const char *name = t + 1;
+    while (*name == ' ' || *name == '\t') name++;
+    size_t w = (size_t)(name - t - 1) + strcspn(name, " \t=:");
+    snprintf(x->msg, sizeof x->msg, "missing ] in the section header '[%.*s'", (int)(w < 100 ? w : 100), t + 1);
+    return ERR_CONFIG;
+  }
+  char *after = trim(close + 1);
+  *close = 0;
+  char *name = trim(t + 1);
+  if (*after) {
+    snprintf(x->msg, sizeof x->msg, "'%.100s' after the section header '[%.100s]' (a section header is a line of its own)",
+             after, name);
+    return ERR_CONFIG;
+  }
+  if (*name && !is_section(name)) {
+    snprintf(x->msg, sizeof x->msg, "unknown section [%.100s] (see `chanter config keys`)", name);
+    return ERR_CONFIG;
+  }
+  snprintf(section, n, "%s", name);
+  return 0;
 }
 
 /* Cuts s at an inline comment: a ';' after a blank. */
@@ -472,18 +630,13 @@ static int flush(load_t *x, int *bad) {
 }
 
 int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    int e = errno;
-    fmt_err(err, err_len, "%s: cannot open job configuration: %s", path, strerror(e));
-    return -e;
-  }
+  char *text, *t, section[256] = "";
+  size_t len, at = 0;
+  int rc = read_all(path, &text, &len, err, err_len);
+  if (rc) return rc;
   load_t x = {.c = c, .path = path, .idx = -1};
-  char *buf = NULL, section[256] = "";
-  size_t cap = 0;
-  int line = 0, bad = 0, rc;
-  while ((rc = read_line(f, &buf, &cap)) == 1) {
-    char *t = buf;
+  int line = 0, bad = 0;
+  while ((rc = next_line(text, len, &at, &t)) == 1) {
     if (++line == 1 && !strncmp(t, "\xEF\xBB\xBF", 3)) t += 3; /* a UTF-8 BOM */
     int indented = *t == ' ' || *t == '\t';
     t = trim(t);
@@ -495,17 +648,23 @@ int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
       continue;
     }
     if ((rc = flush(&x, &bad)) != 0) break;
-    char *close = *t == '[' ? strchr(t, ']') : NULL, *sep = t + strcspn(t, "=:");
-    if (*t == '[' ? !close || close[1] : !*sep || sep == t) {
-      snprintf(x.msg, sizeof x.msg, "syntax error (expected 'key = value' or '[section]')");
+    if (*t == '[') {
+      if ((rc = section_header(&x, t, section, sizeof section)) != 0) {
+        bad = line;
+        break;
+      }
+      continue;
+    }
+    char *sep = t + strcspn(t, "=:");
+    if (!*sep || sep == t) {
+      size_t tl = strlen(t);
+      if (!*sep && tl > 1 && t[tl - 1] == ']')
+        snprintf(x.msg, sizeof x.msg, "missing [ in the section header '%.100s'", t);
+      else
+        snprintf(x.msg, sizeof x.msg, "syntax error (expected 'key = value' or '[section]')");
       rc = ERR_CONFIG;
       bad = line;
       break;
-    }
-    if (*t == '[') {
-      *close = 0;
-      snprintf(section, sizeof section, "%s", trim(t + 1));
-      continue;
     }
     *sep = 0;
     char key[512], *name = trim(t);
@@ -521,16 +680,13 @@ int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
     if ((rc = add_piece(&x, trim(sep + 1), line)) != 0) break;
   }
   if (rc == 0) rc = flush(&x, &bad);
-  int e = ferror(f) ? errno : 0;
-  fclose(f);
-  free(buf);
+  free(text);
   free(x.val);
   free(x.piece_at);
   free(x.piece_line);
   if (rc == -E2BIG)
     return fmt_err(err, err_len, "%s:%d: line longer than %d characters (split long lists over indented continuation lines)",
                    path, line + 1, CFG_MAX_LINE);
-  if (rc == -EIO) return fmt_err(err, err_len, "%s:%d: cannot read job configuration: %s", path, line + 1, strerror(e ? e : EIO));
   if (rc == -ENOMEM) {
     fmt_err(err, err_len, "%s:%d: out of memory", path, line);
     return rc;

@@ -31,14 +31,28 @@ typedef struct cfg_s cfg_t;
 
 /* The longest line a job file may have (8 MiB: 65536 tables of any size). */
 #define CFG_MAX_LINE (8 << 20)
+/* The largest job file (16 MiB), fixed at compile time: a key could not
+ * limit the file that sets it.  A larger file is refused before it is read
+ * ("job.ini: 2.0 GiB; a job file is at most 16 MiB"), and no more than
+ * this is ever read, even of a file that grows meanwhile. */
+#define CFG_MAX_FILE (16 << 20)
 
 /* A config holding every key's default.  0 or -ENOMEM. */
 int cfg_create(cfg_t **out);
 void cfg_destroy(cfg_t *c);
 
 /* Reads an INI job file.  On error returns ERR_CONFIG (or -errno for a
- * missing file, -ENOMEM) and writes "FILE:LINE: what" into err; a list
- * error is "FILE:LINE: key: entry N is empty" with the line of that entry. */
+ * file that cannot be opened, -ENOMEM) and writes "FILE:LINE: what" into
+ * err; a list error is "FILE:LINE: key: entry N is empty" with the line of
+ * that entry.  Refused before anything is parsed, with "FILE: what": a path
+ * that is not a regular file ("FILE: is a directory, not a job file"; also
+ * devices such as /dev/null and /dev/zero, FIFOs and sockets, checked on
+ * the opened fd, and a FIFO's open does not block), a file over
+ * CFG_MAX_FILE, and a NUL byte ("FILE:LINE:COLUMN: a NUL byte (a binary
+ * file?)", the column counted in bytes from 1).  A section header without
+ * its ']' ("FILE:LINE: missing ] in the section header '[oracle'"), with
+ * anything after its ']', or naming a section no key has is refused at its
+ * own line.  Reads the file on the calling thread (blocking I/O). */
 int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len);
 /* Applies one "key=value" override; origin names where it came from. */
 int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_len);

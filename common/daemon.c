@@ -100,6 +100,11 @@ void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server) {
 
 int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
                 const char *metrics_prefix) {
+  return daemon_init_max_receive(d, name, cfg, listen, drain_ms, metrics_prefix, 0);
+}
+
+int daemon_init_max_receive(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
+                            const char *metrics_prefix, size_t max_receive_bytes) {
   memset(d, 0, sizeof *d);
   d->name = name;
   d->cfg = cfg;
@@ -110,8 +115,10 @@ int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *lis
   if (listen) {
     if ((rc = rpc_global_init()) != 0) return rc;
     d->serves_rpc = 1;
+    size_t max = (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20;
     rpc_server_opts_t ro = {.listen = d->listen,
-                            .max_message_bytes = (size_t)cfg_int(cfg, "rpc.max_message_mb") << 20};
+                            .max_message_bytes = max,
+                            .max_receive_bytes = max_receive_bytes && max_receive_bytes < max ? max_receive_bytes : 0};
     daemon_tls(cfg, &ro.tls, 1);
     if ((rc = rpc_server_create(d->loop, &ro, &d->server)) != 0) {
       log_error("cannot create the RPC server listen=%s: %s", d->listen, err_str(rc));

@@ -117,6 +117,13 @@ void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server);
 int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
                 const char *metrics_prefix);
 
+/* daemon_init, with the largest request the server accepts (0: as
+ * daemon_init, rpc.max_message_mb; never more than it): a daemon whose
+ * requests are bounded by its own limits passes their largest, so that gRPC
+ * refuses anything bigger before reading it. */
+int daemon_init_max_receive(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
+                            const char *metrics_prefix, size_t max_receive_bytes);
+
 /* Starts serving: binds (a clear error if the address is in use), starts
  * the metrics endpoint on metrics_port (or RPC port + port_offset when
  * metrics_port < 0; port 0 = any), signals, watchdog; writes ready_file

@@ -22,6 +22,7 @@ struct embc_s {
   size_t n_addrs;
   rpc_channel_t **ch;
   int64_t timeout_ms;
+  size_t max_lookup, max_write; /* keys per call: embedding.max_lookup_keys, max_write_keys */
   const char *p_lookup, *p_write;
   volatile int abort; /* embc_abort: retries give up */
   _Atomic unsigned long long epoch; /* embc_set_epoch: every WriteBack's */
@@ -44,6 +45,8 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   if ((rc = shard_map_init(&c->map, &c->layout, c->n, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) != 0)
     goto fail;
   c->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
+  c->max_lookup = (size_t)cfg_int(cfg, "embedding.max_lookup_keys");
+  c->max_write = (size_t)cfg_int(cfg, "embedding.max_write_keys");
   c->ch = calloc(c->n, sizeof *c->ch);
   if (!c->ch) { rc = -ENOMEM; goto fail; }
   if ((rc = rpc_global_init()) != 0) goto fail;
@@ -152,6 +155,7 @@ typedef struct job_s {
 typedef struct task_s {
   job_t *job;
   uint32_t s;
+  rpc_async_t *h; /* the call, to cancel on embc_abort */
 } task_t;
 
 static void pack_req(embc_t *c, part_t *p, int write, Chanter__Embedding__V1__LookupRequest *lr,
@@ -270,15 +274,30 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
       if (!parts[s].n) continue;
       tasks[s] = (task_t){.job = &j, .s = s};
       pack_req(c, &parts[s], write, &lr[s], &wr[s]);
-      int e = rpc_unary_async(c->ch[s], write ? c->p_write : c->p_lookup, write ? &wr[s].base : &lr[s].base,
-                              write ? &chanter__embedding__v1__write_back_response__descriptor
-                                    : &chanter__embedding__v1__lookup_response__descriptor,
-                              c->timeout_ms, async_done, &tasks[s]);
+      int e = rpc_unary_async_h(c->ch[s], write ? c->p_write : c->p_lookup, write ? &wr[s].base : &lr[s].base,
+                                write ? &chanter__embedding__v1__write_back_response__descriptor
+                                      : &chanter__embedding__v1__lookup_response__descriptor,
+                                c->timeout_ms, async_done, &tasks[s], &tasks[s].h);
       if (e) async_done(e, NULL, NULL, &tasks[s]);
     }
+    /* embc_abort cancels the calls out (a write-back a fenced server holds
+     * for a checkpoint that will never come must not hold a stopping
+     * trainer for the whole deadline) */
     pthread_mutex_lock(&j.mu);
-    while (j.pending > 0) pthread_cond_wait(&j.cv, &j.mu);
+    int cancelled = 0;
+    while (j.pending > 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&j.cv, &j.mu, &ts);
+      if (!cancelled && __atomic_load_n(&c->abort, __ATOMIC_ACQUIRE)) {
+        cancelled = 1;
+        for (uint32_t s = 0; s < c->n; s++) rpc_async_cancel(tasks[s].h);
+      }
+    }
     pthread_mutex_unlock(&j.mu);
+    for (uint32_t s = 0; s < c->n; s++) rpc_async_release(tasks[s].h);
     pthread_mutex_destroy(&j.mu);
     pthread_cond_destroy(&j.cv);
     free(lr);
@@ -324,17 +343,35 @@ out:
   return rc;
 }
 
+/* batched() in calls of at most the servers' keys per call (every part of
+ * a chunk is within the limit); rows advance by each key's row floats. */
+static int chunked(embc_t *c, const uint64_t *keys, size_t n, float *out, const float *in, int write, uint64_t done,
+                   char *err, size_t err_len) {
+  size_t max = write ? c->max_write : c->max_lookup;
+  if (!max || n <= max) return batched(c, keys, n, out, in, write, done, err, err_len);
+  size_t f = 0; /* floats before this chunk */
+  for (size_t i = 0; i < n; i += max) {
+    size_t m = n - i < max ? n - i : max, cf = 0;
+    for (size_t k = i; k < i + m; k++)
+      if (TABLE_ID(keys[k]) < c->layout.n_tables) cf += table_row_floats(&c->layout, TABLE_ID(keys[k]));
+    int rc = batched(c, keys + i, m, out ? out + f : NULL, in ? in + f : NULL, write, done, err, err_len);
+    if (rc) return rc;
+    f += cf;
+  }
+  return 0;
+}
+
 int embc_lookup(embc_t *c, const uint64_t *keys, size_t n, float *out, char *err, size_t err_len) {
-  return batched(c, keys, n, out, NULL, 0, 0, err, err_len);
+  return chunked(c, keys, n, out, NULL, 0, 0, err, err_len);
 }
 
 int embc_write(embc_t *c, const uint64_t *keys, size_t n, const float *rows, char *err, size_t err_len) {
-  return batched(c, keys, n, NULL, rows, 1, 0, err, err_len);
+  return chunked(c, keys, n, NULL, rows, 1, 0, err, err_len);
 }
 
 int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows, uint64_t done, char *err,
                     size_t err_len) {
-  return batched(c, keys, n, NULL, rows, 1, done, err, err_len);
+  return chunked(c, keys, n, NULL, rows, 1, done, err, err_len);
 }
 
 int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len) {

@@ -67,10 +67,12 @@ int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_
   manifest_sha256_hex(text, (size_t)(sha - text), h);
   if (strncmp(sha + 7, h, 64) != 0)
     return err_set(err, err_len, ERR_BADMSG, "the manifest is damaged: its sha256 line does not match its content");
-  int got = 0, magic = 0;
+  int got = 0, magic = 0, lineno = 0;
+  size_t sb_cap = 0; /* entries of m->server_bytes */
   for (const char *p = text; p < sha;) {
     const char *e = memchr(p, '\n', (size_t)(sha - p));
     if (!e) break;
+    lineno++;
     char ln[2048];
     size_t l = (size_t)(e - p) < sizeof ln - 1 ? (size_t)(e - p) : sizeof ln - 1;
     memcpy(ln, p, l);
@@ -106,11 +108,32 @@ int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_
 #undef MS
 #undef MU
     unsigned long long s, bytes;
-    if (sscanf(ln, "server.%llu.bytes", &s) == 1 && m->servers && s < m->servers && s < MANIFEST_MAX_SERVERS) {
-      if (!m->server_bytes && !(m->server_bytes = calloc(m->servers, sizeof *m->server_bytes))) return -ENOMEM;
+    /* the per-server sizes go into an array of the servers counted when the
+     * first of them came: a later embedding_servers line may not grow it
+     * (found by tests/fuzz: a forged manifest wrote past its end) */
+    if (sscanf(ln, "server.%llu.bytes", &s) == 1 && m->servers && m->servers <= MANIFEST_MAX_SERVERS &&
+        s < m->servers) {
+      if (!m->server_bytes) {
+        if (!(m->server_bytes = calloc(m->servers, sizeof *m->server_bytes))) return -ENOMEM;
+        sb_cap = m->servers;
+      }
+      if (s >= sb_cap) {
+        manifest_free(m);
+        return err_set(err, err_len, ERR_BADMSG,
+                       "line %d: server.%llu.bytes, but embedding_servers changed after the first server.N.bytes "
+                       "line (from %llu): a damaged or forged manifest",
+                       lineno, s, (unsigned long long)sb_cap);
+      }
       bytes = strtoull(v, NULL, 10);
       m->server_bytes[s] = bytes;
     }
+  }
+  if (m->server_bytes && sb_cap != m->servers) { /* its readers index it up to servers */
+    manifest_free(m);
+    return err_set(err, err_len, ERR_BADMSG,
+                   "embedding_servers = %llu, but the server.N.bytes lines were counted for %llu servers: a damaged "
+                   "or forged manifest",
+                   (unsigned long long)m->servers, (unsigned long long)sb_cap);
   }
   if (!magic || got < 24 || !m->id[0] || !m->dense_blob[0] || !m->oracle_blob[0] || m->servers == 0 ||
       m->servers > MANIFEST_MAX_SERVERS) {

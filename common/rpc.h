@@ -113,6 +113,10 @@ typedef struct rpc_server_opts_s {
   const char *listen;       /* "127.0.0.1:0" => pick a free port */
   rpc_tls_t tls;
   size_t max_message_bytes; /* 0 => 256 MiB; both directions */
+  /* the largest request this server accepts (0 => max_message_bytes): gRPC
+   * refuses a larger message (RESOURCE_EXHAUSTED) from its length prefix,
+   * before the handler runs */
+  size_t max_receive_bytes;
 } rpc_server_opts_t;
 
 /* Creates a server whose handlers run on `loop`.  Reads the TLS files now:
@@ -263,9 +267,19 @@ int rpc_unary_raw(rpc_channel_t *ch, const char *path, const void *req_bytes, si
  * req is packed before the call returns.  Any thread. */
 typedef void (*rpc_unary_done_cb)(int err, ProtobufCMessage *resp, const rpc_status_t *st,
                                   void *ud);
+/* An async call's handle (rpc_unary_async_h): it may be cancelled while
+ * it is out -- cb then runs with ERR_CANCELLED -- and must be released
+ * once cb has run. */
+typedef struct rpc_async_s rpc_async_t;
+void rpc_async_cancel(rpc_async_t *h);
+void rpc_async_release(rpc_async_t *h);
 int rpc_unary_async(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                     rpc_unary_done_cb cb, void *ud);
+/* The same, with a handle in *h (NULL when it returns an error). */
+int rpc_unary_async_h(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, rpc_unary_done_cb cb, void *ud,
+                      rpc_async_t **h);
 
 /* "/<desc->name>/<method>", interned: the string lives until the process
  * exits, and equal inputs give the same pointer.  Returns NULL if the

@@ -213,8 +213,26 @@ static grpc_call *create_call(rpc_channel_t *ch, grpc_completion_queue *cq, cons
 }
 
 /* Starts the single batch of a unary call; 0 or a negative code (st set). */
+static int ucall_start_st(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
+                          rpc_status_t *st, grpc_call **ref);
+
+/* ref (may be NULL): a reference of the caller's own to the call, taken
+ * before the batch starts (its completion may free u at once). */
+static int ucall_start_ref(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
+                           grpc_call **ref);
+
 static int ucall_start(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u,
                        int64_t timeout_ms, rpc_status_t *st) {
+  return ucall_start_st(ch, cq, u, timeout_ms, st, NULL);
+}
+
+static int ucall_start_ref(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
+                           grpc_call **ref) {
+  return ucall_start_st(ch, cq, u, timeout_ms, NULL, ref);
+}
+
+static int ucall_start_st(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
+                          rpc_status_t *st, grpc_call **ref) {
   grpc_op ops[6];
   if (!u->path || u->path[0] != '/') {
     rpc__set_status_str(st, GRPC_STATUS_INVALID_ARGUMENT, "method path must be \"/pkg.Service/Method\"");
@@ -225,6 +243,10 @@ static int ucall_start(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u,
   if (!u->call) {
     rpc__set_status_str(st, GRPC_STATUS_INTERNAL, "cannot create call");
     return ERR_RPC;
+  }
+  if (ref) {
+    grpc_call_ref(u->call);
+    *ref = u->call;
   }
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -243,6 +265,10 @@ static int ucall_start(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u,
   if (e != GRPC_CALL_OK) {
     log_error("rpc: grpc_call_start_batch failed method=%s err=%d", u->path, (int)e);
     rpc__set_status_str(st, GRPC_STATUS_INTERNAL, "cannot start call");
+    if (ref) {
+      grpc_call_unref(*ref);
+      *ref = NULL;
+    }
     return ERR_RPC;
   }
   return 0;
@@ -369,9 +395,10 @@ static void async_done(rpc__tag_t *t, int ok) {
   free(u);
 }
 
-int rpc_unary_async(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
-                    const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                    rpc_unary_done_cb cb, void *ud) {
+int rpc_unary_async_h(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, rpc_unary_done_cb cb, void *ud,
+                      rpc_async_t **h) {
+  if (h) *h = NULL;
   grpc_completion_queue *cq = client_cq();
   if (!cq) return -EAGAIN;
   ucall_t *u = malloc(sizeof *u);
@@ -380,12 +407,29 @@ int rpc_unary_async(rpc_channel_t *ch, const char *path, const ProtobufCMessage 
   u->tag.fn = async_done;
   u->cb = cb;
   u->ud = ud;
-  int err = ucall_start(ch, cq, u, timeout_ms, NULL);
+  grpc_call *call = NULL;
+  int err = ucall_start_ref(ch, cq, u, timeout_ms, h ? &call : NULL);
   if (err) {
     ucall_cleanup(u);
     free(u);
+    return err;
   }
-  return err;
+  if (h) *h = (rpc_async_t *)call; /* our reference: the call outlives u */
+  return 0;
+}
+
+int rpc_unary_async(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                    rpc_unary_done_cb cb, void *ud) {
+  return rpc_unary_async_h(ch, path, req, resp_desc, timeout_ms, cb, ud, NULL);
+}
+
+void rpc_async_cancel(rpc_async_t *h) {
+  if (h) grpc_call_cancel((grpc_call *)h, NULL);
+}
+
+void rpc_async_release(rpc_async_t *h) {
+  if (h) grpc_call_unref((grpc_call *)h);
 }
 
 /* ---------------------------------------------------------- streams */

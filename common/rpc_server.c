@@ -742,8 +742,9 @@ int rpc_server_create(uv_loop_t *loop, const rpc_server_opts_t *opts, rpc_server
   if ((err = make_creds(&opts->tls, &s->creds, &s->tls)) < 0) goto out;
 
   int max = rpc__max_msg(opts->max_message_bytes);
+  int max_rx = opts->max_receive_bytes ? rpc__max_msg(opts->max_receive_bytes) : max;
   grpc_arg args[] = {
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max_rx}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = max}},
       /* notice clients that vanished without closing their connection */
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 30000}},

@@ -6,6 +6,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config make
+  clang                  # make fuzz: libFuzzer targets (tests/fuzz/)
   libgrpc-dev=1.51.*     # gRPC core C API (grpc/grpc.h): pinned to Debian 12's 1.51
                          # (core 29.x); the core API changes between releases
   libprotobuf-c-dev protobuf-c-compiler

@@ -1,4 +1,12 @@
-/* dataproc_service: see dataproc_service.h. */
+/*
+ * dataproc_service: see dataproc_service.h.
+ *
+ * A request is checked before any sample is read: batch_size within
+ * [1, max_batch] (dataproc.max_batch_samples), the schema fingerprint
+ * present (never 0) and equal to ours.  The messages themselves are small;
+ * the server's gRPC receive limit (DATAPROC_MAX_REQUEST) refuses anything
+ * larger from its length.
+ */
 #include "dataproc_service.h"
 
 #include <errno.h>
@@ -17,6 +25,7 @@ struct dataproc_service_s {
   data_source_t *src;
   char *dataset;
   uint64_t schema_hash;
+  uint32_t max_batch;
   uint64_t served;
   metrics_counter_t *batches, *samples, *errors, *streams;
   metrics_hist_t *build_seconds;
@@ -33,11 +42,23 @@ static int split_of(Chanter__Dataproc__V1__Split s) { return s == CHANTER__DATAP
 
 /* Checks what every batch request carries; 0 or -EINVAL/ERR_LAYOUT + why. */
 static int check_req(dataproc_service_t *svc, uint32_t batch_size, uint64_t schema_hash, char *why, size_t n) {
-  if (batch_size == 0 || batch_size > DATAPROC_MAX_BATCH) {
-    snprintf(why, n, "batch_size %u is outside [1, %u]", batch_size, DATAPROC_MAX_BATCH);
+  if (batch_size == 0) {
+    snprintf(why, n, "batch_size %u is outside [1, %u]", batch_size, svc->max_batch);
     return -EINVAL;
   }
-  if (schema_hash && schema_hash != svc->schema_hash) {
+  if (batch_size > svc->max_batch) {
+    snprintf(why, n,
+             "batch_size %u is more than dataproc.max_batch_samples = %u allows (0 there means the job's "
+             "batch_size, at least %u)",
+             batch_size, svc->max_batch, DATAPROC_MIN_LIMIT);
+    return -E2BIG;
+  }
+  if (schema_hash == 0) {
+    snprintf(why, n, "schema_hash 0: every client sends its data schema's fingerprint (this processor's is %016llx)",
+             (unsigned long long)svc->schema_hash);
+    return -EINVAL;
+  }
+  if (schema_hash != svc->schema_hash) {
     snprintf(why, n,
              "the client's data schema (hash %016llx) differs from this processor's (%016llx): check that both "
              "read the same job configuration (n_dense, table_rows, table_hotness, hash_seed)",
@@ -316,12 +337,22 @@ static void on_info(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   rpc_call_reply(call, &r.base);
 }
 
+uint32_t dataproc_max_batch(const cfg_t *cfg) {
+  int64_t m = cfg_int(cfg, "dataproc.max_batch_samples");
+  if (m == 0) {
+    m = cfg_int(cfg, "batch_size");
+    if (m < DATAPROC_MIN_LIMIT) m = DATAPROC_MIN_LIMIT;
+  }
+  return m > DATAPROC_MAX_BATCH ? DATAPROC_MAX_BATCH : (uint32_t)m;
+}
+
 int dataproc_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
-                      metrics_registry_t *reg, dataproc_service_t **out) {
+                            uint32_t max_batch, metrics_registry_t *reg, dataproc_service_t **out) {
   dataproc_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
   svc->loop = loop;
   svc->src = src;
+  svc->max_batch = max_batch ? max_batch : 1;
   svc->dataset = strdup(dataset);
   svc->schema_hash = dpc_schema_hash(data_schema(src));
   svc->batches = metrics_counter(reg, "batches_served_total", NULL, "batches sent to clients");

@@ -13,6 +13,7 @@
 
 #include <uv.h>
 
+#include "cfg.h"
 #include "data.h"
 #include "metrics.h"
 #include "rpc.h"
@@ -23,10 +24,21 @@
 
 typedef struct dataproc_service_s dataproc_service_t;
 
-/* Registers the handlers on server and metrics on reg.  src stays the
- * caller's and must outlive the service.  Loop thread. */
+/* The samples one request may ask for: dataproc.max_batch_samples, or when
+ * it is 0 the job's batch_size (at least DATAPROC_MIN_LIMIT, what the
+ * benchmarks ask for), never more than DATAPROC_MAX_BATCH. */
+#define DATAPROC_MIN_LIMIT 16384u
+uint32_t dataproc_max_batch(const cfg_t *cfg);
+
+/* Every request the processor accepts is small (a batch number, a size,
+ * ranges): the server's gRPC receive limit. */
+#define DATAPROC_MAX_REQUEST (1u << 20)
+
+/* Registers the handlers on server and metrics on reg; requests for more
+ * than max_batch samples are refused.  src stays the caller's and must
+ * outlive the service.  Loop thread. */
 int dataproc_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
-                      metrics_registry_t *reg, dataproc_service_t **out);
+                            uint32_t max_batch, metrics_registry_t *reg, dataproc_service_t **out);
 void dataproc_service_destroy(dataproc_service_t *svc);
 
 #endif

@@ -70,9 +70,11 @@ int main(int argc, char **argv) {
   rc = 1;
   data_stats_t ds;
   data_stats(src, &ds);
-  if (daemon_init(&d, "chanter-dataproc", cfg, listen, (int)cfg_int(cfg, "dataproc.drain_ms"), "chanter_dataproc"))
+  if (daemon_init_max_receive(&d, "chanter-dataproc", cfg, listen, (int)cfg_int(cfg, "dataproc.drain_ms"),
+                              "chanter_dataproc", DATAPROC_MAX_REQUEST))
     goto out_daemon;
-  if (dataproc_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), d.reg, &svc)) goto out_daemon;
+  if (dataproc_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), dataproc_max_batch(cfg), d.reg,
+                              &svc)) goto out_daemon;
   char extra[64], status[256];
   snprintf(extra, sizeof extra, "\"index\": %d", index);
   snprintf(status, sizeof status, "serving %s (%llu samples)", cfg_str(cfg, "dataset"), (unsigned long long)ds.samples);

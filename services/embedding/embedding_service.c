@@ -1,9 +1,15 @@
 /*
  * embedding_service: see embedding_service.h.
  *
- * Every request is checked for shape before any storage work: packed keys
- * must be a multiple of 8 bytes, packed rows a multiple of 4, the client's
- * layout fingerprint (when given) must equal ours.  Key-level checks
+ * Every request is checked on the loop thread, on the decoded message,
+ * before anything is allocated in proportion to it: packed keys must be a
+ * multiple of 8 bytes, packed rows a multiple of 4, the key count within
+ * embedding.max_lookup_keys / max_write_keys, a blob within
+ * embedding.max_blob_mb, every written float finite, and the client's
+ * layout fingerprint present (never 0) and equal to ours.  What is larger
+ * than any request within these limits never reaches us: the server's gRPC
+ * receive limit is set from them (embedding_limits_max_request), and gRPC
+ * refuses a message from its length.  Key-level checks
  * (unknown table, row out of range, wrong shard, row length) are done by the
  * store, which writes nothing of a request it rejects.  Errors are gRPC
  * statuses whose message names the request field, index and key.
@@ -22,6 +28,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,6 +55,7 @@ struct embedding_service_s {
   store_t *store;
   table_layout_t layout;
   uint64_t layout_hash;
+  embedding_limits_t lim;
   uint32_t shard, n_shards;
   metrics_registry_t *reg;
   metrics_counter_t *calls[M_COUNT], *errors[M_COUNT];
@@ -494,8 +502,16 @@ static int reject(embedding_service_t *svc, rpc_call_t *call, int m, int err, co
 }
 
 static int check_layout(embedding_service_t *svc, rpc_call_t *call, int m, uint64_t client_hash) {
-  if (client_hash == 0 || client_hash == svc->layout_hash) return 0;
+  if (client_hash == svc->layout_hash) return 0;
   svc->rejected++;
+  if (client_hash == 0) {
+    metrics_counter_inc(svc->errors[m]);
+    log_warn("rpc rejected method=%s peer=%s reason=layout_hash_0", method_names[m], rpc_call_peer(call));
+    rpc_call_fail(call, -EINVAL,
+                  "%s: layout_hash 0: every client sends its table layout's fingerprint (this server's is %016llx)",
+                  method_names[m], (unsigned long long)svc->layout_hash);
+    return -1;
+  }
   metrics_counter_inc(svc->errors[m]);
   log_warn("rpc rejected method=%s peer=%s reason=layout client_hash=%016llx server_hash=%016llx", method_names[m],
            rpc_call_peer(call), (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
@@ -508,6 +524,49 @@ static int check_layout(embedding_service_t *svc, rpc_call_t *call, int m, uint6
 }
 
 static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
+
+/* A count past its limit; 0 when within it, else -1 with the error sent. */
+static int check_limit(embedding_service_t *svc, rpc_call_t *call, int m, const char *what, uint64_t n,
+                       uint64_t limit, const char *key) {
+  if (n <= limit) return 0;
+  svc->rejected++;
+  metrics_counter_inc(svc->errors[m]);
+  log_warn("rpc rejected method=%s peer=%s reason=limit %s=%" PRIu64 " %s=%" PRIu64, method_names[m],
+           rpc_call_peer(call), what, n, key, limit);
+  rpc_call_fail(call, -E2BIG, "%s: %" PRIu64 " %s, more than %s = %" PRIu64 " allows: %s", method_names[m], n, what,
+                key, limit, m == M_PUTBLOB ? "raise it in the job file" : "split the call");
+  return -1;
+}
+
+/* Every float of a WriteBack's rows is finite; 0, or -1 with the error
+ * naming the first bad key and position sent.  Reads the message in place
+ * (no copy); stops at a key the store will refuse anyway. */
+static int check_finite(embedding_service_t *svc, rpc_call_t *call, const Chanter__Embedding__V1__WriteBackRequest *r) {
+  size_t n = r->keys.len / 8, nf = r->rows.len / 4, o = 0;
+  for (size_t i = 0; i < n && o < nf; i++) {
+    uint64_t k;
+    memcpy(&k, r->keys.data + 8 * i, 8);
+    if (TABLE_ID(k) >= svc->layout.n_tables) return 0;
+    uint32_t f = table_row_floats(&svc->layout, TABLE_ID(k));
+    for (uint32_t j = 0; j < f && o + j < nf; j++) {
+      float v;
+      memcpy(&v, r->rows.data + 4 * (o + j), 4);
+      if (isfinite(v)) continue;
+      svc->rejected++;
+      metrics_counter_inc(svc->errors[M_WRITE_BACK]);
+      log_warn("rpc rejected method=WriteBack peer=%s reason=not_finite key_index=%zu key=%u:%llu float=%u",
+               rpc_call_peer(call), i, (unsigned)TABLE_ID(k), (unsigned long long)TABLE_ROW(k), j);
+      rpc_call_fail(call, -EINVAL,
+                    "WriteBack: rows hold %s at key index %zu (key %u:%llu), float %u of its row (%s): nothing was "
+                    "written",
+                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", i, (unsigned)TABLE_ID(k),
+                    (unsigned long long)TABLE_ROW(k), j, j < svc->layout.tables[TABLE_ID(k)].dim ? "vector" : "optimizer state");
+      return -1;
+    }
+    o += f;
+  }
+  return 0;
+}
 
 static void queue_work(work_t *w);
 
@@ -554,6 +613,7 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
       return;
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
+    if (check_limit(svc, call, m, "keys", r->keys.len / 8, svc->lim.lookup_keys, "embedding.max_lookup_keys")) return;
   } else if (m == M_WRITE_BACK) {
     const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)req;
     if (r->keys.len % 8) {
@@ -565,6 +625,8 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
       return;
     }
     if (check_layout(svc, call, m, r->layout_hash)) return;
+    if (check_limit(svc, call, m, "keys", r->keys.len / 8, svc->lim.write_keys, "embedding.max_write_keys")) return;
+    if (check_finite(svc, call, r)) return;
     uint64_t e = atomic_load(&svc->epoch);
     if (r->epoch && r->epoch < e) { /* (and again under the lock when it runs) */
       svc->rejected++;
@@ -577,6 +639,11 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
                     r->epoch, e);
       return;
     }
+  } else if (m == M_PUTBLOB) {
+    const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)req;
+    if (check_limit(svc, call, m, "MiB of blob (rounded up)", (r->data.len + (1u << 20) - 1) >> 20,
+                    svc->lim.blob_bytes >> 20, "embedding.max_blob_mb"))
+      return;
   }
   work_t *w = calloc(1, sizeof *w);
   if (!w) {
@@ -638,8 +705,24 @@ static void collect(void *ud) {
   metrics_gauge_set(svc->evictions, (double)s.hot_evictions);
 }
 
+void embedding_limits_from_cfg(const cfg_t *cfg, embedding_limits_t *out) {
+  out->lookup_keys = (uint64_t)cfg_int(cfg, "embedding.max_lookup_keys");
+  out->write_keys = (uint64_t)cfg_int(cfg, "embedding.max_write_keys");
+  out->blob_bytes = (uint64_t)cfg_int(cfg, "embedding.max_blob_mb") << 20;
+}
+
+size_t embedding_limits_max_request(const embedding_limits_t *lim, const table_layout_t *layout) {
+  uint64_t lookup = lim->lookup_keys * 8;
+  uint64_t write = lim->write_keys * (8 + (uint64_t)table_max_row_floats(layout) * 4);
+  uint64_t m = lookup > write ? lookup : write;
+  if (lim->blob_bytes > m) m = lim->blob_bytes;
+  m += 1u << 20; /* names, ids, a manifest, protobuf framing */
+  return m > SIZE_MAX ? SIZE_MAX : (size_t)m;
+}
+
 int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store, const table_layout_t *layout,
-                       uint32_t shard, uint32_t n_shards, metrics_registry_t *reg, embedding_service_t **out) {
+                             const embedding_limits_t *limits, uint32_t shard, uint32_t n_shards,
+                             metrics_registry_t *reg, embedding_service_t **out) {
   embedding_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
   int rc = table_layout_copy(&svc->layout, layout);
@@ -650,6 +733,7 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
   svc->loop = loop;
   svc->store = store;
   svc->layout_hash = table_layout_hash(layout);
+  svc->lim = *limits;
   svc->shard = shard;
   svc->n_shards = n_shards;
   svc->reg = reg;

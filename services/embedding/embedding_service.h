@@ -12,17 +12,35 @@
 #include <uv.h>
 
 #include "store.h"
+#include "cfg.h"
 #include "metrics.h"
 #include "rpc.h"
 
 typedef struct embedding_service_s embedding_service_t;
 
+/* What one request may carry (embedding.max_lookup_keys,
+ * embedding.max_write_keys, embedding.max_blob_mb): checked on the decoded
+ * message before anything is allocated in proportion to it. */
+typedef struct embedding_limits_s {
+  uint64_t lookup_keys;
+  uint64_t write_keys;
+  uint64_t blob_bytes;
+} embedding_limits_t;
+
+/* The limits of the job (cfg). */
+void embedding_limits_from_cfg(const cfg_t *cfg, embedding_limits_t *out);
+
+/* The largest request a client within the limits sends (a WriteBack of
+ * write_keys rows of the layout's largest row, a Lookup, a PutBlob, plus
+ * room for the other fields): the server's gRPC receive limit. */
+size_t embedding_limits_max_request(const embedding_limits_t *lim, const table_layout_t *layout);
+
 /* Registers the Embedding service's handlers on server and its metrics on
  * reg (required).  The store and registry stay the caller's and must
- * outlive the service.  Loop thread. */
+ * outlive the service; limits is copied.  Loop thread. */
 int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store,
-                       const table_layout_t *layout, uint32_t shard, uint32_t n_shards,
-                       metrics_registry_t *reg, embedding_service_t **out);
+                       const table_layout_t *layout, const embedding_limits_t *limits, uint32_t shard,
+                       uint32_t n_shards, metrics_registry_t *reg, embedding_service_t **out);
 void embedding_service_destroy(embedding_service_t *svc);
 
 /* This process's incarnation: random, non-zero, drawn by

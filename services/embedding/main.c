@@ -108,9 +108,13 @@ int main(int argc, char **argv) {
     goto out;
   }
   rc = 1;
-  if (daemon_init(&d, "chanter-embedding", cfg, listen, (int)cfg_int(cfg, "embedding.drain_ms"), "chanter_embedding"))
+  embedding_limits_t lim;
+  embedding_limits_from_cfg(cfg, &lim);
+  if (daemon_init_max_receive(&d, "chanter-embedding", cfg, listen, (int)cfg_int(cfg, "embedding.drain_ms"),
+                              "chanter_embedding", embedding_limits_max_request(&lim, &layout)))
     goto out_daemon;
-  if (embedding_service_create(d.loop, d.server, store, &layout, (uint32_t)shard, (uint32_t)n_shards, d.reg, &svc))
+  if (embedding_service_create(d.loop, d.server, store, &layout, &lim, (uint32_t)shard, (uint32_t)n_shards, d.reg,
+                               &svc))
     goto out_daemon;
   char extra[64], status[128];
   snprintf(extra, sizeof extra, "\"shard\": %d", shard);

@@ -152,7 +152,7 @@ layout = stats.layout_hash
 # table 0 (1000 rows) is small: placed whole on server 0
 keys = [key(0, r) for r in range(10)]
 r1 = s0.Lookup(pb.LookupRequest(keys=pack_keys(keys), layout_hash=layout), timeout=10)
-r2 = s0.Lookup(pb.LookupRequest(keys=pack_keys(keys)), timeout=10)
+r2 = s0.Lookup(pb.LookupRequest(keys=pack_keys(keys), layout_hash=layout), timeout=10)
 check("Lookup returns 10 rows of 5 floats", len(r1.rows) == 10 * FLOATS * 4, str(len(r1.rows)))
 check("lazy init is deterministic across calls", r1.rows == r2.rows)
 row5 = struct.unpack_from("<5f", r1.rows, 5 * FLOATS * 4)
@@ -167,16 +167,17 @@ check("WriteBack acknowledges 1 row", w.rows_written == 1)
 before = s0.Digest(pb.DigestRequest(), timeout=10)
 INV = grpc.StatusCode.INVALID_ARGUMENT
 expect_error("rows of the wrong length -> INVALID_ARGUMENT", lambda: s0.WriteBack(
-    pb.WriteBackRequest(keys=pack_keys([key(0, 7), key(0, 8)]), rows=struct.pack("<9f", *range(9))), timeout=10),
+    pb.WriteBackRequest(keys=pack_keys([key(0, 7), key(0, 8)]), rows=struct.pack("<9f", *range(9)),
+                       layout_hash=layout), timeout=10),
     INV, "rows")
 expect_error("truncated keys -> INVALID_ARGUMENT", lambda: s0.Lookup(
-    pb.LookupRequest(keys=b"\x01" * 12), timeout=10), INV, "multiple of 8")
+    pb.LookupRequest(keys=b"\x01" * 12, layout_hash=layout), timeout=10), INV, "multiple of 8")
 expect_error("truncated rows -> INVALID_ARGUMENT", lambda: s0.WriteBack(
-    pb.WriteBackRequest(keys=pack_keys([key(0, 7)]), rows=b"\0" * 19), timeout=10), INV, "multiple of 4")
+    pb.WriteBackRequest(keys=pack_keys([key(0, 7)]), rows=b"\0" * 19, layout_hash=layout), timeout=10), INV, "multiple of 4")
 expect_error("unknown table -> INVALID_ARGUMENT", lambda: s0.WriteBack(
-    pb.WriteBackRequest(keys=pack_keys([key(0, 7), key(9, 1)]), rows=b"\0" * 40), timeout=10), INV, "table 9")
+    pb.WriteBackRequest(keys=pack_keys([key(0, 7), key(9, 1)]), rows=b"\0" * 40, layout_hash=layout), timeout=10), INV, "table 9")
 expect_error("row past the table -> INVALID_ARGUMENT", lambda: s0.Lookup(
-    pb.LookupRequest(keys=pack_keys([key(0, 1000)])), timeout=10), INV, "row 1000")
+    pb.LookupRequest(keys=pack_keys([key(0, 1000)]), layout_hash=layout), timeout=10), INV, "row 1000")
 expect_error("layout mismatch -> FAILED_PRECONDITION", lambda: s0.Lookup(
     pb.LookupRequest(keys=pack_keys(keys), layout_hash=12345), timeout=10),
     grpc.StatusCode.FAILED_PRECONDITION, "layout")
@@ -184,13 +185,13 @@ expect_error("layout mismatch -> FAILED_PRECONDITION", lambda: s0.Lookup(
 wrong = None
 for r in range(100):
     try:
-        stubs[1].Lookup(pb.LookupRequest(keys=pack_keys([key(1, r)])), timeout=10)
+        stubs[1].Lookup(pb.LookupRequest(keys=pack_keys([key(1, r)]), layout_hash=layout), timeout=10)
         wrong = r
         break
     except grpc.RpcError:
         pass
 expect_error("key of another shard -> FAILED_PRECONDITION", lambda: s0.WriteBack(
-    pb.WriteBackRequest(keys=pack_keys([key(1, wrong)]), rows=b"\0" * 20), timeout=10),
+    pb.WriteBackRequest(keys=pack_keys([key(1, wrong)]), rows=b"\0" * 20, layout_hash=layout), timeout=10),
     grpc.StatusCode.FAILED_PRECONDITION, "shard")
 raw = grpc.insecure_channel(ADDR[0]).unary_unary("/chanter.embedding.v1.Embedding/Lookup",
                                                    request_serializer=lambda b: b,

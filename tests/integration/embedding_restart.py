@@ -72,8 +72,19 @@ def keys_bytes(keys):
     return struct.pack(f"<{len(keys)}Q", *keys)
 
 
+_layout = None
+
+
+def layout():
+    """The server's layout fingerprint (every Lookup and WriteBack carries it)."""
+    global _layout
+    if _layout is None:
+        _layout = retrying(lambda: stub.Stats(pb.StatsRequest(brief=True), timeout=10))[0].layout_hash
+    return _layout
+
+
 def lookup(keys):
-    return stub.Lookup(pb.LookupRequest(keys=keys_bytes(keys)), timeout=30).rows
+    return stub.Lookup(pb.LookupRequest(keys=keys_bytes(keys), layout_hash=layout()), timeout=30).rows
 
 
 def brief():
@@ -93,7 +104,8 @@ def main():
         with open(acks, "a") as out:
             for b in range(batches):
                 keys = list(range(b * rows, (b + 1) * rows))
-                req = pb.WriteBackRequest(keys=keys_bytes(keys), rows=b"".join(row_bytes(k, 1) for k in keys))
+                req = pb.WriteBackRequest(keys=keys_bytes(keys), rows=b"".join(row_bytes(k, 1) for k in keys),
+                                          layout_hash=layout())
                 _, r = retrying(lambda: stub.WriteBack(req, timeout=10))
                 total += r
                 out.write(f"{b}\n")
@@ -125,7 +137,7 @@ def main():
             time.sleep(0.05)
     elif mode == "write":
         key, ver, done = int(args[0]), int(args[1]), int(args[2])
-        req = pb.WriteBackRequest(keys=keys_bytes([key]), rows=row_bytes(key, ver), done=done)
+        req = pb.WriteBackRequest(keys=keys_bytes([key]), rows=row_bytes(key, ver), done=done, layout_hash=layout())
         _, r = retrying(lambda: stub.WriteBack(req, timeout=60), budget_s=60)
         note(args[3] if len(args) > 3 else None, f"retries={r}")
     elif mode == "row":

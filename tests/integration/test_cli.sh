@@ -3,7 +3,9 @@
 # takes --help, prints its usage once on stdout and exits 0 without
 # touching a dataset or a server; an argument error prints one line that
 # says what was wrong, then the usage once, and exits 2; a job key written
-# as an option gets the --set form.  No daemon is started.
+# as an option gets the --set form; a --config that is not a job file (a
+# directory, /dev/zero, a FIFO) or has a broken section header is refused
+# at once with one sentence.  No daemon is started.
 source "$(dirname "$0")/lib.sh"
 C=$BIN/chanter
 cd "$WORK"
@@ -64,5 +66,24 @@ err_is "config keys takes nothing" "chanter config keys: unexpected argument 'ex
 "$C" frob >"$WORK/out" 2>"$WORK/err"; rc=$?
 [ "$rc" -eq 2 ] && [ "$(head -1 "$WORK/err")" = "chanter: unknown command 'frob'" ]
 expect_rc $? "an unknown command: exit 2 and says which"
+
+# --config that is not a job file: refused at once (timeout: a regression
+# that reads /dev/zero for ever or blocks on a FIFO fails, not hangs), with
+# one sentence naming the path and what it is
+refused() {
+  local n=$1 want=$2; shift 2
+  timeout 5 "$C" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
+  local first; first=$(head -1 "$WORK/err")
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$first" = "$want" ] && [ ! -s "$WORK/out" ]
+  expect_rc $? "$n (exit $rc): $first"
+}
+mkdir -p "$WORK/jobdir"
+refused "--config DIR" "chanter: $WORK/jobdir: is a directory, not a job file" --config "$WORK/jobdir" config show
+refused "--config /dev/zero" "chanter: /dev/zero: is a character device, not a job file" --config /dev/zero config show
+mkfifo "$WORK/job.fifo"
+refused "--config FIFO (no writer)" "chanter: $WORK/job.fifo: is a FIFO, not a job file" --config "$WORK/job.fifo" config show
+printf 'seed = 1\n[oracle\nwindow = 3\n' >"$WORK/hdr.ini"
+refused "a section header without its ]" "chanter: $WORK/hdr.ini:2: missing ] in the section header '[oracle'" \
+  --config "$WORK/hdr.ini" config show
 
 finish

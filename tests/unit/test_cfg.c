@@ -1,5 +1,7 @@
 /* Unit tests of cfg: defaults, files, --set overrides, errors with file:line,
- * long lines and continuations, strict lists, and cfg_dump reading back. */
+ * long lines and continuations, strict lists, cfg_dump reading back, and
+ * what the reader refuses before parsing (not a regular file, too large, a
+ * NUL byte) and malformed section headers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,9 +9,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cfg.h"
@@ -173,15 +178,15 @@ static void test_long_lines(void **st) {
   if (cfg_load_file(c, path2, err, sizeof err)) fail_msg("%s", err);
   assert_int_equal(strlen(cfg_str(c, "dataset")), CFG_MAX_LINE - 10);
   cfg_destroy(c);
-  f = fopen(path2, "a");
-  fprintf(f, "seed = 1\ndataset = x");
+  f = fopen(path2, "w"); /* on its own: two such lines pass CFG_MAX_FILE */
+  fprintf(f, "model = dcn\nseed = 1\ndataset = x");
   for (int i = 0; i < CFG_MAX_LINE; i++) fputc('d', f);
   fprintf(f, "\nseed = 2\n");
   fclose(f);
   assert_int_equal(cfg_create(&c), 0);
   assert_int_equal(cfg_load_file(c, path2, err, sizeof err), ERR_CONFIG);
   char want[128];
-  snprintf(want, sizeof want, "%s:4: line longer than %d characters", path2, CFG_MAX_LINE);
+  snprintf(want, sizeof want, "%s:3: line longer than %d characters", path2, CFG_MAX_LINE);
   if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
   cfg_destroy(c);
   unlink(path2);
@@ -325,6 +330,110 @@ static void test_dump_reads_back(void **st) {
   unlink(path);
 }
 
+/* Loads path into a fresh config, expecting ERR_CONFIG and an error that
+ * begins with path and contains want. */
+static void expect_refused(const char *path, const char *want) {
+  cfg_t *c;
+  char err[512] = "";
+  assert_int_equal(cfg_create(&c), 0);
+  int rc = cfg_load_file(c, path, err, sizeof err);
+  if (rc != ERR_CONFIG) fail_msg("%s: rc %d, want ERR_CONFIG (%s)", path, rc, err);
+  if (strncmp(err, path, strlen(path)) || !strstr(err, want)) fail_msg("error '%s' is not '%s...%s'", err, path, want);
+  cfg_destroy(c);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void test_not_a_regular_file(void **st) {
+  char dir[128], path[192], want[256];
+  assert_int_equal(testutil_tmpdir(dir, sizeof dir, "cfg"), 0);
+  snprintf(want, sizeof want, "%s: is a directory, not a job file", dir);
+  expect_refused(dir, want);
+  expect_refused("/dev/null", "/dev/null: is a character device, not a job file");
+  expect_refused("/dev/zero", "/dev/zero: is a character device, not a job file");
+  /* a FIFO without a writer: refused at once, the open does not block
+   * (the alarm ends the test, rather than hanging it, if it does) */
+  snprintf(path, sizeof path, "%s/fifo.ini", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  double t0 = now_s();
+  alarm(10);
+  expect_refused(path, ": is a FIFO, not a job file");
+  alarm(0);
+  assert_true(now_s() - t0 < 1.0);
+  /* a symlink to a job file is read as the file */
+  snprintf(path, sizeof path, "%s/job.ini", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("seed = 5\n", f);
+  fclose(f);
+  char link[192];
+  snprintf(link, sizeof link, "%s/link.ini", dir);
+  assert_int_equal(symlink(path, link), 0);
+  cfg_t *c;
+  char err[512];
+  assert_int_equal(cfg_create(&c), 0);
+  if (cfg_load_file(c, link, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(cfg_int(c, "seed"), 5);
+  cfg_destroy(c);
+  testutil_rmtree(dir);
+}
+
+static void test_file_size_limit(void **st) {
+  /* sparse files: cheap to make at any size */
+  char path[] = "/tmp/chanter-cfg-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)2 << 30), 0);
+  expect_refused(path, ": 2.0 GiB; a job file is at most 16 MiB");
+  assert_int_equal(ftruncate(fd, (off_t)CFG_MAX_FILE + 1), 0);
+  expect_refused(path, ": 16.1 MiB; a job file is at most 16 MiB"); /* rounded up: never reads as within */
+  /* exactly CFG_MAX_FILE is read (all NULs here, so it is the first NUL
+   * that is refused, not the size) */
+  assert_int_equal(ftruncate(fd, (off_t)CFG_MAX_FILE), 0);
+  expect_refused(path, ":1:1: a NUL byte (a binary file?)");
+  close(fd);
+  unlink(path);
+  assert_int_equal(CFG_MAX_FILE, 16 << 20); /* the number the messages and cfg.h state */
+}
+
+static void test_nul_byte(void **st) {
+  static const char text[] = "model = dcn\n\n[embedding]\nhot_mb = 6\0" "4\n";
+  char path[] = "/tmp/chanter-cfg-XXXXXX", want[128];
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+  close(fd);
+  snprintf(want, sizeof want, "%s:4:11: a NUL byte (a binary file?)", path);
+  expect_refused(path, want);
+  unlink(path);
+}
+
+static void test_section_headers(void **st) {
+  expect_file_error("model = dcn\n[oracle\nwindow = 3\n", ":2: missing ] in the section header '[oracle'");
+  expect_file_error("[oracle window = 3\n", ":1: missing ] in the section header '[oracle'");
+  expect_file_error("[oracle ; ]\n", ":1: missing ] in the section header '[oracle'"); /* the ']' was a comment */
+  expect_file_error("seed = 1\n\n[oracle] window = 3\n",
+                    ":3: 'window = 3' after the section header '[oracle]' (a section header is a line of its own)");
+  expect_file_error("[oracle]]\n", ":1: ']' after the section header '[oracle]'");
+  expect_file_error("[oracel]\nwindow = 3\n", ":1: unknown section [oracel] (see `chanter config keys`)");
+  expect_file_error("oracle]\n", ":1: missing [ in the section header 'oracle]'");
+  /* what is well formed still reads: blanks inside the brackets, a comment
+   * after the header, "[]" back to the job keys, no newline at the end */
+  const char *path = write_tmp("[ embedding ] ; the servers\nhot_mb = 7\n[]\nseed = 9");
+  cfg_t *c;
+  char err[512];
+  assert_int_equal(cfg_create(&c), 0);
+  if (cfg_load_file(c, path, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(cfg_int(c, "embedding.hot_mb"), 7);
+  assert_int_equal(cfg_int(c, "seed"), 9);
+  cfg_destroy(c);
+  unlink(path);
+}
+
 static void test_set_errors_and_missing_file(void **st) {
   cfg_t *c;
   char err[256];
@@ -349,6 +458,10 @@ int main(void) {
       cmocka_unit_test(test_file_and_overrides),
       cmocka_unit_test(test_file_errors),
       cmocka_unit_test(test_set_errors_and_missing_file),
+      cmocka_unit_test(test_not_a_regular_file),
+      cmocka_unit_test(test_file_size_limit),
+      cmocka_unit_test(test_nul_byte),
+      cmocka_unit_test(test_section_headers),
       cmocka_unit_test(test_long_lines),
       cmocka_unit_test(test_continuations),
       cmocka_unit_test(test_list_errors),
