@@ -6,6 +6,7 @@
  */
 #include "cfg.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +117,9 @@ static const entry_t entries[] = {
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
     /* ---- rpc ---- */
     {"rpc.timeout_ms", T_INT, "30000", 1, 86400000, NULL, "deadline of every unary RPC"},
+    {"metrics.listen", T_STR, "127.0.0.1", 0, 0, NULL,
+     "the address every daemon's Prometheus endpoint binds to: loopback by default (a scraper on the host, or an "
+     "ssh tunnel); 0.0.0.0 to scrape from another host (plain HTTP: only on a trusted network)"},
     {"rpc.max_message_mb", T_INT, "256", 4, 2047, NULL,
      "largest gRPC message a client sends or receives, and a server sends; a server receives at most what its "
      "own limits allow (the embedding server: embedding.max_lookup_keys, embedding.max_write_keys with the "
@@ -865,6 +869,15 @@ int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
   table_layout_t l;
   int rc = cfg_layout(c, &l, err, err_len);
   if (rc) return rc;
+  {
+    const char *ma = cfg_str(c, "metrics.listen");
+    unsigned char a[16];
+    if (*ma && inet_pton(AF_INET, ma, a) != 1 && inet_pton(AF_INET6, ma, a) != 1)
+      return fmt_err(err, err_len,
+                     "metrics.listen = '%s' (from %s) is not an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::1, or "
+                     "one of this host's)",
+                     ma, cfg_origin(c, "metrics.listen"));
+  }
   table_layout_close(&l);
   char **addrs;
   size_t n;

@@ -211,9 +211,12 @@ int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *rea
     port = rpc_server_port(d->server);
   }
   if (metrics_port < 0) metrics_port = (port_offset == 0 || port_of(d->listen) == 0) ? 0 : port + port_offset;
-  if (metrics_http_start(d->reg, "127.0.0.1", metrics_port, &d->http)) {
-    log_warn("metrics endpoint not started port=%d (in use?); %s without it", metrics_port,
-             d->serves_rpc ? "serving" : "training");
+  const char *maddr = d->cfg ? cfg_str(d->cfg, "metrics.listen") : "127.0.0.1";
+  if (!maddr || !*maddr) maddr = "127.0.0.1";
+  if (metrics_http_start(d->reg, maddr, metrics_port, &d->http)) {
+    log_warn("metrics endpoint not started addr=%s port=%d (in use, or not an address of this host? metrics.listen); "
+             "%s without it",
+             maddr, metrics_port, d->serves_rpc ? "serving" : "training");
     d->http = NULL;
   }
   uv_signal_init(d->loop, &d->sigterm);

@@ -85,5 +85,8 @@ refused "--config FIFO (no writer)" "chanter: $WORK/job.fifo: is a FIFO, not a j
 printf 'seed = 1\n[oracle\nwindow = 3\n' >"$WORK/hdr.ini"
 refused "a section header without its ]" "chanter: $WORK/hdr.ini:2: missing ] in the section header '[oracle'" \
   --config "$WORK/hdr.ini" config show
+refused "metrics.listen that is not an address" \
+  "chanter: metrics.listen = 'any' (from --set) is not an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::1, or one of this host's)" \
+  --set metrics.listen=any config show
 
 finish

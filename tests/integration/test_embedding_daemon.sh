@@ -70,6 +70,10 @@ else
 fi
 
 # --- metrics endpoint
+# loopback by default (metrics.listen): nothing listens on the port on another address
+ss -ltnH "sport = :${EMB_MPORT[0]}" >"$WORK/ss.out" 2>&1
+check "the metrics endpoint listens on 127.0.0.1 only by default: $(awk '{print $4}' "$WORK/ss.out" | tr '\n' ' ')" \
+  [ "$(awk '{print $4}' "$WORK/ss.out")" = "127.0.0.1:${EMB_MPORT[0]}" ]
 check "metrics endpoint serves Prometheus text with Lookup counts" python3 - "${EMB_MPORT[0]}" <<'PY'
 import sys, urllib.request
 body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
