@@ -212,27 +212,12 @@ static grpc_call *create_call(rpc_channel_t *ch, grpc_completion_queue *cq, cons
   return call;
 }
 
-/* Starts the single batch of a unary call; 0 or a negative code (st set). */
-static int ucall_start_st(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
-                          rpc_status_t *st, grpc_call **ref);
-
-/* ref (may be NULL): a reference of the caller's own to the call, taken
- * before the batch starts (its completion may free u at once). */
-static int ucall_start_ref(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
-                           grpc_call **ref);
-
-static int ucall_start(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u,
-                       int64_t timeout_ms, rpc_status_t *st) {
-  return ucall_start_st(ch, cq, u, timeout_ms, st, NULL);
-}
-
-static int ucall_start_ref(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
-                           grpc_call **ref) {
-  return ucall_start_st(ch, cq, u, timeout_ms, NULL, ref);
-}
-
-static int ucall_start_st(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
-                          rpc_status_t *st, grpc_call **ref) {
+/* Creates a unary call and starts its single batch; 0 or a negative code
+ * (st set, when given).  ref (may be NULL): a
+ * reference of the caller's own to the call, taken before the batch
+ * starts (its completion may free u at once). */
+static int ucall_start(rpc_channel_t *ch, grpc_completion_queue *cq, ucall_t *u, int64_t timeout_ms,
+                       rpc_status_t *st, grpc_call **ref) {
   grpc_op ops[6];
   if (!u->path || u->path[0] != '/') {
     rpc__set_status_str(st, GRPC_STATUS_INVALID_ARGUMENT, "method path must be \"/pkg.Service/Method\"");
@@ -312,7 +297,7 @@ static int unary_blocking(rpc_channel_t *ch, const char *path, grpc_byte_buffer 
   ucall_t u;
   ucall_init(&u, path, req, resp_desc);
   *resp = NULL;
-  int err = ucall_start(ch, cq, &u, timeout_ms, st);
+  int err = ucall_start(ch, cq, &u, timeout_ms, st, NULL);
   if (err == 0) {
     grpc_event ev;
     int cancelled = 0;
@@ -408,7 +393,7 @@ int rpc_unary_async_h(rpc_channel_t *ch, const char *path, const ProtobufCMessag
   u->cb = cb;
   u->ud = ud;
   grpc_call *call = NULL;
-  int err = ucall_start_ref(ch, cq, u, timeout_ms, h ? &call : NULL);
+  int err = ucall_start(ch, cq, u, timeout_ms, NULL, h ? &call : NULL);
   if (err) {
     ucall_cleanup(u);
     free(u);

@@ -87,6 +87,23 @@ static int stamp(ck_work_t *w) {
   return 0;
 }
 
+/* The job id in server s's stamp (blob "job", written by stamp()), or ""
+ * when it has none (or it is not a stamp). */
+static void stamp_of(oracle_job_t *j, uint32_t s, char *out, size_t n) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  char e2[512], txt[512];
+  out[0] = 0;
+  if (srv_get_blob(j->ckpt.embc, s, JOB_BLOB, &data, &len, e2, sizeof e2) != 0) return;
+  if (len < sizeof txt) { /* the blob is not NUL-terminated */
+    memcpy(txt, data, len);
+    txt[len] = 0;
+    const char *p = strstr(txt, "job_id=");
+    if (p) snprintf(out, n, "%.*s", (int)strcspn(p + 7, "\n"), p + 7);
+  }
+  free(data);
+}
+
 /* Every server's checkpoints (list[s], n[s]). */
 static int list_all(ck_work_t *w, Chanter__Embedding__V1__ListCheckpointsResponse **lists) {
   oracle_job_t *j = w->j;
@@ -151,14 +168,7 @@ static void preflight_work(ck_work_t *w) {
     blobs += st->has_blobs;
     protobuf_c_message_free_unpacked(resp, NULL);
     if (s == 0) cps = lists[0]->n_checkpoints;
-    uint8_t *data = NULL;
-    size_t len = 0;
-    char e2[256];
-    if (!other_job[0] && srv_get_blob(j->ckpt.embc, s, JOB_BLOB, &data, &len, e2, sizeof e2) == 0) {
-      const char *p = strstr((const char *)data, "job_id=");
-      if (p && len < 512) sscanf(p + 7, "%95[^\n]", other_job);
-      free(data);
-    }
+    if (!other_job[0]) stamp_of(j, s, other_job, sizeof other_job);
   }
   w->empty = !rows && !blobs && !cps;
   if (!w->empty) {
@@ -319,14 +329,7 @@ out:
  * its start (the servers cleared and stamped again). */
 static void recover_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
-  uint8_t *data = NULL;
-  size_t len = 0;
-  char e2[512];
-  if (srv_get_blob(j->ckpt.embc, 0, JOB_BLOB, &data, &len, e2, sizeof e2) == 0) {
-    const char *p = len < 512 ? strstr((const char *)data, "job_id=") : NULL;
-    if (p) sscanf(p + 7, "%95[^\n]", w->stamp_id);
-    free(data);
-  }
+  stamp_of(j, 0, w->stamp_id, sizeof w->stamp_id);
   if (w->stamp_id[0] && strcmp(w->stamp_id, w->job.job_id)) {
     w->rc = err_set(w->err, sizeof w->err, ORACLE_ERR_PRECONDITION,
                     "this oracle was recovering job %s (its record in oracle.state_dir says the job was training), "

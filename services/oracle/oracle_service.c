@@ -92,6 +92,14 @@ static int member_alive(const oracle_service_t *svc, const member_t *m, int64_t 
   return now - m->last_seen_ms <= svc->hb_timeout_ms;
 }
 
+/* Trainer rank's process is lost (its stream broke, or a recovery named
+ * it): Status shows it dead until it, or its replacement, is heard from.
+ * (Who may join the rank depends on its stream only: on_join.) */
+static void member_gone(oracle_service_t *svc, uint32_t rank) {
+  member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, rank);
+  if (mb) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
+}
+
 /* ---- Join / Heartbeat */
 
 static void refuse(oracle_service_t *svc, rpc_call_t *call, int err, const char *fmt, ...)
@@ -505,10 +513,7 @@ static void w_cancel(rpc_call_t *call, void *ud) {
   if (!tag) return;
   uint32_t rank = (uint32_t)(tag - 1);
   oracle_job_detach(svc->job, rank, call, 1);
-  /* a broken stream is a lost process (or one about to join again under
-   * its own pid): a replacement may join this rank at once */
-  member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, rank);
-  if (mb && !oracle_job_rank_attached(svc->job, rank)) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
+  if (!oracle_job_rank_attached(svc->job, rank)) member_gone(svc, rank);
 }
 
 static void w_sent(rpc_call_t *call, void *ud) {
@@ -570,10 +575,7 @@ static void on_recover(oracle_job_t *old, void *ud) {
   oracle_service_t *svc = ud;
   if (old != svc->job) return;
   int lost = oracle_job_lost_rank(old);
-  if (lost >= 0) {
-    member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, (uint32_t)lost);
-    if (mb) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
-  }
+  if (lost >= 0) member_gone(svc, (uint32_t)lost);
   for (size_t i = 0; i < svc->n_kv; i++) {
     free(svc->kv[i].key);
     free(svc->kv[i].val);

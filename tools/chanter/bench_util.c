@@ -88,3 +88,23 @@ char *cli_slurp(const char *path) {
   fclose(f);
   return s;
 }
+
+/* The string value of "key" in a flat JSON text (the first match). */
+int cli_json_str(const char *json, const char *key, char *out, size_t n) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  out[0] = 0;
+  if (!p) return -1;
+  p += strlen(pat);
+  while (*p == ' ') p++;
+  if (*p != '"') return -1;
+  p++;
+  size_t o = 0;
+  for (; *p && *p != '"' && o + 1 < n; p++) {
+    if (*p == '\\' && p[1]) p++;
+    out[o++] = *p;
+  }
+  out[o] = 0;
+  return 0;
+}

@@ -20,5 +20,9 @@ int bench_stop_daemon(pid_t pid);
 void cli_tail_file(const char *path);
 /* A whole (small) file as a NUL-terminated string (malloc'd), or NULL. */
 char *cli_slurp(const char *path);
+/* The string value of "key" in a flat JSON text (our own summaries: the
+ * first match, backslash escapes undone) into out; 0, or -1 with out
+ * empty when there is none. */
+int cli_json_str(const char *json, const char *key, char *out, size_t n);
 
 #endif

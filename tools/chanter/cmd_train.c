@@ -230,21 +230,6 @@ static void progress(int tty, uint64_t it, uint64_t total, double sps, double lo
 
 /* ---- the cluster: watch the oracle's job to its end */
 
-/* The string after "key": into out; 0 or -ENOENT. */
-static int json_str(const char *json, const char *key, char *out, size_t n) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  if (!p) return -ENOENT;
-  p += strlen(pat);
-  while (*p == ' ') p++;
-  if (*p != '"') return -ENOENT;
-  p++;
-  size_t i = 0;
-  while (*p && *p != '"' && i + 1 < n) out[i++] = *p++;
-  out[i] = 0;
-  return 0;
-}
 
 /* Appends s as a JSON string at buf + o (cut to fit cap); the new length. */
 static int json_put_str(char *buf, size_t cap, int o, const char *s) {
@@ -342,7 +327,7 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
   const char *o = strstr(summary, "\"checkpoint\": {");
   if (!o) return;
   char id[128] = "";
-  json_str(o, "id", id, sizeof id);
+  cli_json_str(o, "id", id, sizeof id);
   double it = cli_json_num(o, "iteration"), target = cli_json_num(summary, "target_iterations");
   fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, written in %.0f ms (trainers %.0f ms, servers %.0f "
                   "ms) %s, %.1f MB on the servers\n",
@@ -440,7 +425,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     }
     {
       char line[512] = "";
-      json_str(st->summary_json, "recovery", line, sizeof line);
+      cli_json_str(st->summary_json, "recovery", line, sizeof line);
       if (line[0] && strcmp(line, recovery_said) && (strstr(line, "recovered") || !recovery_said[0])) {
         if (!quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", line);
         snprintf(recovery_said, sizeof recovery_said, "%s", line);
@@ -524,7 +509,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     fprintf(stderr, "chanter train: embedding digest: %s\n", err);
     goto out;
   }
-  json_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
+  cli_json_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
   /* the model digest: SHA-256 of "<dense sha256 hex>:<embedding digest hex>" */
   {
     char both[160];
@@ -561,7 +546,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
     printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
     char ll_def[256] = "";
-    json_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
+    cli_json_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
     printf("train logloss     %.4f%s%s%s\n", cli_json_num(summary, "train_logloss"), ll_def[0] ? " (" : "", ll_def,
            ll_def[0] ? ")" : "");
     double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");

@@ -19,6 +19,7 @@
 #include "err.h"
 #include "oracle.pb-c.h"
 #include "orc.h"
+#include "supervise.h"
 
 static double unix_now(void) {
   struct timeval tv;
@@ -27,25 +28,6 @@ static double unix_now(void) {
 }
 
 
-/* The string value of "key" in a flat JSON text (the first match). */
-static int jstr(const char *json, const char *key, char *out, size_t n) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  out[0] = 0;
-  if (!p) return -1;
-  p += strlen(pat);
-  while (*p == ' ') p++;
-  if (*p != '"') return -1;
-  p++;
-  size_t o = 0;
-  for (; *p && *p != '"' && o + 1 < n; p++) {
-    if (*p == '\\' && p[1]) p++;
-    out[o++] = *p;
-  }
-  out[o] = 0;
-  return 0;
-}
 
 /* "'self' [--config X] [--set k=v ...]": the drill's job as the user gave it. */
 static void base_cmd(cli_t *cli, const char *self, char *out, size_t cap) {
@@ -100,7 +82,7 @@ static int digest_of(const char *dir, char out[65]) {
   snprintf(path, sizeof path, "%s/summary.json", dir);
   char *s = cli_slurp(path);
   out[0] = 0;
-  if (s) jstr(s, "digest", out, 65);
+  if (s) cli_json_str(s, "digest", out, 65);
   free(s);
   return out[0] ? 0 : -1;
 }
@@ -127,72 +109,31 @@ int drill_reference(cli_t *cli, const char *self, const char *dir, char out[65])
   return 0;
 }
 
-/* The pid and port of daemon `name` in dir/pids (the supervisor keeps it
- * current across restarts); 0 when it is not there. */
+/* The pid of daemon `name` in dir/pids (the supervisor keeps it current
+ * across restarts); 0 when it is not there. */
 static int pid_of(const char *dir, const char *name) {
-  char path[4300], line[512], nm[64];
-  snprintf(path, sizeof path, "%s/pids", dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  int pid = 0, p;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "%63s %d", nm, &p) == 2 && !strcmp(nm, name)) pid = p;
-  fclose(f);
-  return pid;
-}
-
-/* Every daemon name in dir/pids. */
-static int names(const char *dir, char out[][32], int cap) {
-  char path[4300], line[512];
-  snprintf(path, sizeof path, "%s/pids", dir);
-  FILE *f = fopen(path, "r");
-  int n = 0;
-  if (!f) return 0;
-  while (n < cap && fgets(line, sizeof line, f))
-    if (sscanf(line, "%31s", out[n]) == 1) n++;
-  fclose(f);
-  return n;
-}
-
-/* Alive and not a zombie (a daemon whose supervisor was killed stays one
- * where PID 1 does not reap). */
-static int alive(int pid) {
-  if (pid <= 0 || kill(pid, 0) != 0) return 0;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')');
-  return !(p && p[1] == ' ' && p[2] == 'Z');
+  supervise_proc_t ps[64];
+  int n = supervise_pids_load(dir, ps, 64);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ps[i].name, name)) return (int)ps[i].pid;
+  return 0;
 }
 
 /* restart-all (the baseline of bench recovery): the supervisor, every
  * daemon and chanter train killed; once none is left, the cluster is
  * started again in the same directory and train with it. */
 static int restart_all(cli_t *cli, const char *self, const char *dir, pid_t *tp, char *err, size_t err_len) {
-  char path[4300], line[512], nm[64];
-  int pids[256], n = 0, p;
-  snprintf(path, sizeof path, "%s/run/supervisor.pid", dir);
-  FILE *f = fopen(path, "r");
-  if (f) {
-    if (fscanf(f, "%d", &p) == 1) pids[n++] = p;
-    fclose(f);
-  }
-  snprintf(path, sizeof path, "%s/pids", dir);
-  if ((f = fopen(path, "r"))) {
-    while (n < 256 && fgets(line, sizeof line, f))
-      if (sscanf(line, "%63s %d", nm, &p) == 2) pids[n++] = p;
-    fclose(f);
-  }
-  for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+  supervise_proc_t ps[64];
+  int n = supervise_pids_load(dir, ps, 64);
+  pid_t sup = supervise_running(dir);
+  if (n < 0) n = 0;
+  if (sup > 0) kill(sup, SIGKILL);
+  for (int i = 0; i < n; i++) kill(ps[i].pid, SIGKILL);
   kill(*tp, SIGKILL);
   waitpid(*tp, NULL, 0);
   for (int k = 0; k < 500; k++) {
-    int left = 0;
-    for (int i = 0; i < n; i++) left += alive(pids[i]);
+    int left = supervise_alive(sup);
+    for (int i = 0; i < n; i++) left += supervise_alive(ps[i].pid);
     if (!left) break;
     usleep(10000);
   }
@@ -209,8 +150,8 @@ static void restart_of(const char *dir, drill_kill_t *k) {
   if (!f) return;
   while (fgets(line, sizeof line, f)) {
     double t = cli_json_num(line, "t");
-    if (isnan(t) || t < k->t_kill - 0.05 || jstr(line, "event", ev, sizeof ev) || strcmp(ev, "restart") ||
-        jstr(line, "name", nm, sizeof nm) || strcmp(nm, k->who))
+    if (isnan(t) || t < k->t_kill - 0.05 || cli_json_str(line, "event", ev, sizeof ev) || strcmp(ev, "restart") ||
+        cli_json_str(line, "name", nm, sizeof nm) || strcmp(nm, k->who))
       continue;
     k->restarted = t - k->t_kill;
     double np = cli_json_num(line, "new_pid");
@@ -234,8 +175,8 @@ static void match_recoveries(const char *summary, drill_result_t *r) {
       if (r->kills[i].t_kill <= det + 0.05) k = &r->kills[i];
     if (!k) continue;
     used = (int)(k - r->kills) + 1;
-    jstr(p, "kind", k->kind, sizeof k->kind);
-    jstr(p, "why", k->why, sizeof k->why);
+    cli_json_str(p, "kind", k->kind, sizeof k->kind);
+    cli_json_str(p, "why", k->why, sizeof k->why);
     k->detected = det - k->t_kill;
 #define AT(field, key)                                                                                              \
   do {                                                                                                              \
@@ -314,10 +255,10 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
     snprintf(name, sizeof name, "%s", who);
     if (chaos) {
       if (now < t0 + o->duration && now >= next_chaos && r->n_kills < DRILL_MAX_KILLS) {
-        char every[64][32];
-        int n = names(dir, every, 64);
-        if (n) {
-          snprintf(name, sizeof name, "%s", every[rand() % n]);
+        supervise_proc_t every[64];
+        int n = supervise_pids_load(dir, every, 64);
+        if (n > 0) {
+          snprintf(name, sizeof name, "%.31s", every[rand() % n].name);
           fire = 1;
         }
         next_chaos = now + o->every;
@@ -373,7 +314,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
   snprintf(path, sizeof path, "%s/summary.json", dir);
   char *summary = cli_slurp(path);
   int trained = WIFEXITED(status) && WEXITSTATUS(status) == 0 && summary;
-  if (summary) jstr(summary, "digest", r->digest, sizeof r->digest);
+  if (summary) cli_json_str(summary, "digest", r->digest, sizeof r->digest);
   match_recoveries(summary, r);
   free(summary);
   for (int i = 0; i < r->n_kills; i++) restart_of(dir, &r->kills[i]);
