@@ -17,7 +17,10 @@ static const struct {
 } table[] = {
     /* the embedding server */
     {"chanter.embedding.v1.Embedding", "Lookup", T | O | A},
-    {"chanter.embedding.v1.Embedding", "WriteBack", T},
+    /* admins: resharding a checkpoint onto another server count on
+     * resume (`chanter train --resume`) and `chanter embedding write` --
+     * no more than an admin's Restore and Clear can do anyway */
+    {"chanter.embedding.v1.Embedding", "WriteBack", T | A},
     {"chanter.embedding.v1.Embedding", "Checkpoint", O | A},
     {"chanter.embedding.v1.Embedding", "Restore", O | A},
     {"chanter.embedding.v1.Embedding", "Clear", O | A},
@@ -101,9 +104,9 @@ int authz_check(const char *method, unsigned roles, char *why, size_t why_len) {
   if (!allowed)
     snprintf(why, why_len, "%s is open to no role (it is not in the table of common/authz.c)", m);
   else if (!roles)
-    snprintf(why, why_len, "%s needs the role %s; the caller's certificate names no chanter role (subjectAltName "
+    snprintf(why, why_len, "%s needs %s%s; the caller's certificate names no chanter role (subjectAltName "
                            "URI chanter://role/...: `chanter certs issue --role`)",
-             m, need);
+             m, allowed == AUTHZ_ANY ? "" : "the role ", allowed == AUTHZ_ANY ? "a certificate naming a role" : need);
   else
     snprintf(why, why_len, "%s needs the role %s; the caller's certificate says %s", m, need, authz_role_name(roles));
   return -EACCES;

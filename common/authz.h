@@ -6,7 +6,8 @@
  * service names the roles that may call it; a call from another role is
  * refused with PERMISSION_DENIED naming the roles it needed and the one it
  * had.  The table (authz.c) follows what each daemon calls:
- *   - embedding: WriteBack by trainers only; Lookup by trainers, the oracle
+ *   - embedding: WriteBack by trainers (and admins: resharding a
+ *     checkpoint on resume, `chanter embedding write`); Lookup by trainers, the oracle
  *     and admins; the checkpoint and state methods (Checkpoint, Restore,
  *     Clear, Fence, SealCheckpoint, DeleteCheckpoint) by the oracle and
  *     admins; PutBlob and GetBlob by the oracle, admins and trainers (rank

@@ -6,7 +6,6 @@
  */
 #include "cfg.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -127,10 +126,15 @@ static const entry_t entries[] = {
      "refuses a larger request before the handler sees it (gRPC 1.51 still reads it whole first)"},
     /* ---- TLS (empty = plaintext; use TLS off loopback) ---- */
     {"tls.ca_file", T_STR, "", 0, 0, NULL, "PEM CA bundle that peers' certificates must chain to"},
-    {"tls.cert_file", T_STR, "", 0, 0, NULL, "this daemon's certificate chain (PEM)"},
-    {"tls.key_file", T_STR, "", 0, 0, NULL, "this daemon's private key (PEM)"},
+    {"tls.cert_file", T_STR, "", 0, 0, NULL,
+     "this daemon's certificate chain (PEM); {role} stands for the process's role (trainer, oracle, embedding, "
+     "dataproc; admin for the chanter CLI), so one job file names a certificate per role"},
+    {"tls.key_file", T_STR, "", 0, 0, NULL, "this daemon's private key (PEM); {role} as in tls.cert_file"},
     {"tls.require_client_cert", T_BOOL, "true", 0, 0, NULL, "servers refuse clients without a certificate from tls.ca_file (mutual TLS)"},
     {"tls.server_name", T_STR, "", 0, 0, NULL, "name expected in servers' certificates (default: the host in the address)"},
+    {"tls.insecure", T_BOOL, "false", 0, 0, NULL,
+     "run plaintext although an address is not loopback (a trusted, isolated network only): without TLS and "
+     "without this, a job naming a non-loopback address is refused"},
     /* ---- embedding server ---- */
     {"embedding.data_dir", T_STR, "chanter-data/embedding-%i", 0, 0, NULL,
      "RocksDB data directory; %i is replaced by the shard index"},
@@ -869,15 +873,6 @@ int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
   table_layout_t l;
   int rc = cfg_layout(c, &l, err, err_len);
   if (rc) return rc;
-  {
-    const char *ma = cfg_str(c, "metrics.listen");
-    unsigned char a[16];
-    if (*ma && inet_pton(AF_INET, ma, a) != 1 && inet_pton(AF_INET6, ma, a) != 1)
-      return fmt_err(err, err_len,
-                     "metrics.listen = '%s' (from %s) is not an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::1, or "
-                     "one of this host's)",
-                     ma, cfg_origin(c, "metrics.listen"));
-  }
   table_layout_close(&l);
   char **addrs;
   size_t n;
@@ -892,14 +887,7 @@ int cfg_validate(const cfg_t *c, char *err, size_t err_len) {
                  (long long)cfg_int(c, "embedding_servers"));
   cfg_list_free(addrs, n);
   if (rc) return rc;
-  int has_cert = *cfg_str(c, "tls.cert_file") != 0, has_key = *cfg_str(c, "tls.key_file") != 0;
-  if (has_cert != has_key)
-    return fmt_err(err, err_len, "tls.cert_file and tls.key_file must be set together (cert from %s, key from %s)",
-                   cfg_origin(c, "tls.cert_file"), cfg_origin(c, "tls.key_file"));
-  if (has_cert && !*cfg_str(c, "tls.ca_file"))
-    return fmt_err(err, err_len, "TLS needs tls.ca_file to verify peers (tls.cert_file is set from %s)",
-                   cfg_origin(c, "tls.cert_file"));
-  return 0;
+  return cfg_check_net(c, err, err_len);
 }
 
 /* Writes "key = value"; a list that would pass DUMP_WIDTH columns goes on

@@ -62,6 +62,15 @@ int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_
 int cfg_parse_args(cfg_t *c, int *argc, char **argv, char *err, size_t err_len);
 /* Cross-key checks (e.g. cluster address count vs server count). */
 int cfg_validate(const cfg_t *c, char *err, size_t err_len);
+/* cfg_net.c: metrics.listen is an address; the tls.* files come as a set;
+ * and without TLS every cluster address is loopback unless tls.insecure.
+ * Part of cfg_validate. */
+int cfg_check_net(const cfg_t *c, char *err, size_t err_len);
+/* 1 when "host:port" (or a bare host) is a loopback address: 127.0.0.0/8,
+ * ::1, localhost.  An empty host ("":port, every interface) is not. */
+int cfg_addr_loopback(const char *addr);
+/* 1 when the job names a certificate (the daemons speak TLS). */
+int cfg_tls_on(const cfg_t *c);
 
 /* Typed getters; naming an undeclared key or the wrong type is a
  * programmer error (ASSERT). */

@@ -85,10 +85,33 @@ void daemon_args_close(daemon_args_t *a) {
 
 /* ---- the daemon */
 
+static char g_role[32] = "admin";
+
+void daemon_set_role(const char *role) { snprintf(g_role, sizeof g_role, "%s", role ? role : "admin"); }
+const char *daemon_role(void) { return g_role; }
+
+/* path with each {role} replaced by the process's role, in out. */
+static const char *with_role(const char *path, char *out, size_t n) {
+  if (!strstr(path, "{role}")) return path;
+  size_t o = 0;
+  for (const char *p = path; *p && o + 1 < n;) {
+    if (!strncmp(p, "{role}", 6)) {
+      o += (size_t)snprintf(out + o, n - o, "%s", g_role);
+      p += 6;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o < n ? o : n - 1] = 0;
+  return out;
+}
+
 void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server) {
+  static _Thread_local char cert_buf[4096], key_buf[4096];
   memset(out, 0, sizeof *out);
-  const char *ca = cfg_str(cfg, "tls.ca_file"), *cert = cfg_str(cfg, "tls.cert_file"),
-             *key = cfg_str(cfg, "tls.key_file"), *name = cfg_str(cfg, "tls.server_name");
+  const char *ca = cfg_str(cfg, "tls.ca_file"), *name = cfg_str(cfg, "tls.server_name");
+  const char *cert = with_role(cfg_str(cfg, "tls.cert_file"), cert_buf, sizeof cert_buf),
+             *key = with_role(cfg_str(cfg, "tls.key_file"), key_buf, sizeof key_buf);
   out->ca_file = *ca ? ca : NULL;
   out->cert_file = *cert ? cert : NULL;
   out->key_file = *key ? key : NULL;
@@ -96,6 +119,12 @@ void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server) {
     out->require_client_cert = *cert && cfg_bool(cfg, "tls.require_client_cert");
   else
     out->server_name_override = *name ? name : NULL;
+}
+
+static void collect_denied(void *ud) {
+  daemon_t *d = ud;
+  uint64_t now = rpc_server_denied(d->server), had = metrics_counter_value(d->denied);
+  if (d->denied && now > had) metrics_counter_add(d->denied, now - had);
 }
 
 int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
@@ -107,6 +136,7 @@ int daemon_init_max_receive(daemon_t *d, const char *name, const cfg_t *cfg, con
                             const char *metrics_prefix, size_t max_receive_bytes) {
   memset(d, 0, sizeof *d);
   d->name = name;
+  if (name && !strncmp(name, "chanter-", 8)) daemon_set_role(name + 8);
   d->cfg = cfg;
   d->drain_ms = drain_ms;
   snprintf(d->listen, sizeof d->listen, "%s", listen ? listen : "");
@@ -120,6 +150,17 @@ int daemon_init_max_receive(daemon_t *d, const char *name, const cfg_t *cfg, con
                             .max_message_bytes = max,
                             .max_receive_bytes = max_receive_bytes && max_receive_bytes < max ? max_receive_bytes : 0};
     daemon_tls(cfg, &ro.tls, 1);
+    ro.authorize = ro.tls.require_client_cert;
+    if (!ro.tls.cert_file && !cfg_bool(cfg, "tls.insecure") && !cfg_addr_loopback(d->listen)) {
+      log_error("refusing to listen on %s in plaintext: it is not a loopback address and the job has no "
+                "certificates (tls.ca_file, tls.cert_file, tls.key_file; see `chanter certs`); set tls.insecure = "
+                "true to run plaintext on a network you trust",
+                d->listen);
+      return ERR_CONFIG;
+    }
+    if (ro.tls.cert_file && !ro.tls.require_client_cert)
+      log_warn("TLS without client certificates (tls.require_client_cert = false): any client reaches every "
+               "method; roles are not checked");
     if ((rc = rpc_server_create(d->loop, &ro, &d->server)) != 0) {
       log_error("cannot create the RPC server listen=%s: %s", d->listen, err_str(rc));
       return rc;
@@ -128,6 +169,12 @@ int daemon_init_max_receive(daemon_t *d, const char *name, const cfg_t *cfg, con
   if ((rc = metrics_registry_create(metrics_prefix, &d->reg)) != 0) {
     log_error("cannot create the metrics registry: %s", err_str(rc));
     return rc;
+  }
+  if (d->server) {
+    d->denied = metrics_counter(d->reg, "rpc_denied_total", NULL,
+                                "calls refused PERMISSION_DENIED: the caller's certificate names a role the method "
+                                "does not allow (the log says which)");
+    metrics_registry_on_collect(d->reg, collect_denied, d);
   }
   return 0;
 }

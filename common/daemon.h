@@ -91,6 +91,7 @@ struct daemon_s {
   uv_loop_t *loop;
   rpc_server_t *server;
   metrics_registry_t *reg;
+  metrics_counter_t *denied; /* rpc_denied_total, from rpc_server_denied at each scrape */
   metrics_http_t *http;
   uv_signal_t sigterm, sigint;
   int stopping;
@@ -107,13 +108,26 @@ struct daemon_s {
   uv_timer_t linger;
 };
 
+/* The role this process presents to its peers: the {role} of
+ * tls.cert_file and tls.key_file, and what authorization (authz.h) checks.
+ * "admin" until set: the chanter CLI; daemon_init sets it from the
+ * daemon's name ("chanter-trainer" -> "trainer").  Before any channel. */
+void daemon_set_role(const char *role);
+const char *daemon_role(void);
+
 /* TLS options of the job (tls.*), for a server or a client; NULL fields
- * when plaintext.  The strings point into cfg. */
+ * when plaintext.  {role} in tls.cert_file / tls.key_file becomes
+ * daemon_role(); the strings point into cfg or into per-thread buffers
+ * that the next call on this thread reuses (rpc_tls_t's strings are read
+ * when the server or channel is created and not kept). */
 void daemon_tls(const cfg_t *cfg, rpc_tls_t *out, int server);
 
 /* Creates the loop (the default loop), the RPC server on listen (none when
  * listen is NULL: a daemon that serves no RPC) and the metrics registry
- * "<metrics_prefix>_...".  0 or an error (logged). */
+ * "<metrics_prefix>_...".  With TLS the server checks every caller's role
+ * (authz.h; refusals counted in <prefix>_rpc_denied_total); without it a
+ * listen address that is not loopback is refused unless tls.insecure.
+ * 0 or an error (logged). */
 int daemon_init(daemon_t *d, const char *name, const cfg_t *cfg, const char *listen, int drain_ms,
                 const char *metrics_prefix);
 

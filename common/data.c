@@ -261,7 +261,7 @@ int data__detect(const char *path, int want, int *fmt, char *err, size_t err_len
     *fmt = want;
     return 0;
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); /* a FIFO must not block the open */
   if (fd < 0) return err_set(err, err_len, -errno, "%s: cannot open dataset: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {

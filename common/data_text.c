@@ -475,7 +475,7 @@ out:
 /* ---- the text source ---- */
 
 int data__map_file(const char *path, const uint8_t **buf, size_t *len, char *err, size_t err_len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); /* a FIFO must not block the open */
   *buf = NULL;
   *len = 0;
   if (fd < 0) return err_set(err, err_len, -errno, "%s: cannot open dataset: %s", path, strerror(errno));

@@ -75,8 +75,11 @@ struct metrics_registry_s {
   pthread_mutex_t lock;
   char *prefix;
   struct family *families, *last;
-  void (*collect_cb)(void *ud);
-  void *collect_ud;
+  struct {
+    void (*cb)(void *ud);
+    void *ud;
+  } collect[METRICS_MAX_COLLECT];
+  int n_collect;
   metrics_gauge_t *up;
   metrics_gauge_t *start_time;
 };
@@ -406,8 +409,12 @@ void metrics_registry_destroy(metrics_registry_t *r) {
 void metrics_registry_on_collect(metrics_registry_t *r, void (*cb)(void *ud),
                                  void *ud) {
   pthread_mutex_lock(&r->lock);
-  r->collect_cb = cb;
-  r->collect_ud = ud;
+  if (!cb) r->n_collect = 0;
+  else if (r->n_collect < METRICS_MAX_COLLECT) {
+    r->collect[r->n_collect].cb = cb;
+    r->collect[r->n_collect++].ud = ud;
+  }
+  else fprintf(stderr, "metrics: more than %d collect callbacks; one ignored\n", METRICS_MAX_COLLECT);
   pthread_mutex_unlock(&r->lock);
 }
 
@@ -525,7 +532,7 @@ char *metrics_render(metrics_registry_t *r) {
   if (!b.p) return NULL;
   b.p[0] = '\0';
   pthread_mutex_lock(&r->lock);
-  if (r->collect_cb) r->collect_cb(r->collect_ud);
+  for (int i = 0; i < r->n_collect; i++) r->collect[i].cb(r->collect[i].ud);
   metrics_gauge_set(r->up, 1);
   for (const struct family *f = r->families; f; f = f->next)
     render_family(&b, f);

@@ -72,10 +72,12 @@ double metrics_gauge_value(const metrics_gauge_t *g);
 uint64_t metrics_hist_count(const metrics_hist_t *h);
 double metrics_hist_sum(const metrics_hist_t *h);
 
-/* Sets a callback run at the start of every render, under the registry
+/* Adds a callback run at the start of every render, under the registry
  * lock, on the rendering thread (the HTTP server's thread when served):
  * use it to refresh gauges from a stats struct.  It must not register
- * metrics or render.  cb NULL removes it. */
+ * metrics or render.  Up to METRICS_MAX_COLLECT, run in the order added
+ * (the daemon's own, then its service's); cb NULL removes them all. */
+#define METRICS_MAX_COLLECT 4
 void metrics_registry_on_collect(metrics_registry_t *r, void (*cb)(void *ud),
                                  void *ud);
 

@@ -117,6 +117,11 @@ typedef struct rpc_server_opts_s {
    * refuses a larger message (RESOURCE_EXHAUSTED) from its length prefix,
    * before the handler runs */
   size_t max_receive_bytes;
+  /* check every call's role against its method (authz.h): the role is the
+   * chanter://role/<role> URI in the client's certificate; a call the
+   * table does not allow is answered PERMISSION_DENIED before any handler
+   * or decoding runs.  Needs mutual TLS (-EINVAL otherwise). */
+  int authorize;
 } rpc_server_opts_t;
 
 /* Creates a server whose handlers run on `loop`.  Reads the TLS files now:
@@ -144,6 +149,8 @@ int rpc_server_start(rpc_server_t *s);
 
 /* The bound port (after rpc_server_start), 0 before.  Any thread. */
 int rpc_server_port(const rpc_server_t *s);
+/* Calls refused by authorization so far.  Any thread. */
+uint64_t rpc_server_denied(const rpc_server_t *s);
 
 /* Graceful shutdown: stop accepting, let in-flight calls finish (up to
  * grace_ms, then cancel them: streams get on_cancel, late unary replies are

@@ -13,10 +13,12 @@
  */
 #include "rpc_internal.h"
 
+#include "authz.h"
 #include "err.h"
 #include "log.h"
 
 #include <errno.h>
+#include <grpc/grpc_security.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -67,6 +69,9 @@ struct rpc_server_s {
   grpc_server_credentials *creds; /* until start */
   char *listen;
   int tls;
+  int authorize; /* check each call's role (authz.h) against its method */
+  _Atomic uint64_t denied;
+  uint64_t denied_logged, last_deny_log_ms; /* loop only: the refusals' log is rate-limited */
   int port;
   int state;
   int cq_shut;  /* grpc_completion_queue_shutdown called: no more batches */
@@ -349,6 +354,65 @@ static void stream_abort(rpc_call_t *c, int code, const char *msg) {
   call_unref(c); /* the handler's reference */
 }
 
+/* The roles the caller's certificate names: each subjectAltName URI
+ * chanter://role/<role> (authz.h); 0 for none, or no certificate. */
+static unsigned call_roles(grpc_call *call) {
+  grpc_auth_context *ctx = grpc_call_auth_context(call);
+  if (!ctx) return 0;
+  unsigned roles = 0;
+  grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SAN_PROPERTY_NAME);
+  const grpc_auth_property *p;
+  char buf[128];
+  while ((p = grpc_auth_property_iterator_next(&it)) != NULL) {
+    if (!p->value || p->value_length >= sizeof buf) continue;
+    memcpy(buf, p->value, p->value_length);
+    buf[p->value_length] = 0;
+    roles |= authz_role_of_uri(buf);
+  }
+  grpc_auth_context_release(ctx);
+  return roles;
+}
+
+/* 0 when the caller may call c's method; else the call is answered
+ * PERMISSION_DENIED with the sentence authz_check wrote, counted, and
+ * logged (at most once a second, with the number left out). */
+static int deny_call(rpc_call_t *c) {
+  rpc_server_t *s = c->srv;
+  char why[256], role[64];
+  unsigned roles = call_roles(c->call);
+  if (authz_check(c->path, roles, why, sizeof why) == 0) return 0;
+  uint64_t n = atomic_fetch_add_explicit(&s->denied, 1, memory_order_relaxed) + 1;
+  uint64_t now = uv_now(s->loop);
+  if (n == 1 || now - s->last_deny_log_ms >= 1000) {
+    authz_roles_str(roles, role, sizeof role);
+    log_warn("refused a call (PERMISSION_DENIED) method=%s peer=%s role=%s: %s; refused so far=%" PRIu64
+             " (%" PRIu64 " not logged)",
+             c->path, c->peer, roles ? role : "none", why, n, n - 1 - s->denied_logged);
+    s->denied_logged = n;
+    s->last_deny_log_ms = now;
+  }
+  c->app_done = 1;
+  start_final(c, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
+  return 1;
+}
+
+/* Decodes c->payload (consumed) and runs the unary handler, or answers
+ * why not. */
+static void run_unary(rpc_call_t *c) {
+  size_t n = 0;
+  if (!c->payload) {
+    rpc_call_fail(c, ERR_BADMSG, "no request message for %s", c->path);
+    return;
+  }
+  c->req = rpc__unpack(c->m->input, c->payload, &n);
+  grpc_byte_buffer_destroy(c->payload);
+  c->payload = NULL;
+  if (!c->req)
+    rpc_call_fail(c, ERR_BADMSG, "cannot parse the request of %s as %s (%zu bytes)", c->path, c->m->input->name, n);
+  else
+    c->m->unary(c, c->req, c->m->ud);
+}
+
 static void accept_call(rpc_call_t *c) {
   rpc_server_t *s = c->srv;
   grpc_op op;
@@ -375,25 +439,17 @@ static void accept_call(rpc_call_t *c) {
   op.data.recv_close_on_server.cancelled = &c->close_cancelled;
   start_batch(c, &op, 1, &c->tag_close);
 
-  if (c->generic) {
+  if (!c->generic && s->authorize && deny_call(c)) {
+    call_unref(c); /* the handler's reference: no handler runs */
+  } else if (c->generic) {
     snprintf(buf, sizeof buf, "unknown method %s on this server", c->path ? c->path : "?");
     c->app_done = 1;
     start_final(c, NULL, GRPC_STATUS_UNIMPLEMENTED, buf);
     call_unref(c);
+  } else if (c->m->unary && s->authorize) {
+    start_recv(c); /* read only now that the caller may call it: on_recv runs it */
   } else if (c->m->unary) {
-    size_t n = 0;
-    if (!c->payload) {
-      rpc_call_fail(c, ERR_BADMSG, "no request message for %s", c->path);
-    } else {
-      c->req = rpc__unpack(c->m->input, c->payload, &n);
-      grpc_byte_buffer_destroy(c->payload);
-      c->payload = NULL;
-      if (!c->req)
-        rpc_call_fail(c, ERR_BADMSG, "cannot parse the request of %s as %s (%zu bytes)", c->path,
-                      c->m->input->name, n);
-      else
-        c->m->unary(c, c->req, c->m->ud);
-    }
+    run_unary(c);
   } else {
     if (c->m->stream->on_open) c->m->stream->on_open(c, c->m->ud);
     if (!c->app_done) start_recv(c);
@@ -419,7 +475,8 @@ static void request_one(rpc_server_t *s, method_t *m) {
   grpc_metadata_array_init(&c->req_md);
   if (m) {
     e = grpc_server_request_registered_call(s->server, m->handle, &c->call, &c->deadline, &c->req_md,
-                                            m->unary ? &c->payload : NULL, s->cq, s->cq, &c->tag_req);
+                                            m->unary && !s->authorize ? &c->payload : NULL, s->cq, s->cq,
+                                            &c->tag_req);
   } else {
     grpc_call_details_init(&c->details);
     e = grpc_server_request_call(s->server, &c->call, &c->details, &c->req_md, s->cq, s->cq,
@@ -504,6 +561,18 @@ static void on_recv(rpc__tag_t *t, int ok) {
   rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_recv);
   grpc_byte_buffer *bb = c->payload;
   const rpc_stream_handlers_t *h = c->m->stream;
+  if (c->m->unary) { /* the request of an authorized unary call (accept_call) */
+    if (ok && !c->cancelled && c->call) {
+      run_unary(c);
+    } else {
+      if (bb) grpc_byte_buffer_destroy(bb);
+      c->payload = NULL;
+      c->app_done = 1;
+      call_unref(c); /* the handler's reference: no handler runs */
+    }
+    call_unref(c);
+    return;
+  }
   c->payload = NULL;
   if (!ok || c->app_done || c->cancelled) {
     /* call over (cancelled, or the handler already finished) */
@@ -740,6 +809,13 @@ int rpc_server_create(uv_loop_t *loop, const rpc_server_opts_t *opts, rpc_server
   s->state = S_CREATED;
   s->tag_shutdown.fn = on_shutdown;
   if ((err = make_creds(&opts->tls, &s->creds, &s->tls)) < 0) goto out;
+  if (opts->authorize && !(s->tls && opts->tls.require_client_cert)) {
+    log_error("rpc: authorization by role needs mutual TLS (a certificate, a CA and require_client_cert) listen=%s",
+              opts->listen);
+    err = -EINVAL;
+    goto out;
+  }
+  s->authorize = opts->authorize;
 
   int max = rpc__max_msg(opts->max_message_bytes);
   int max_rx = opts->max_receive_bytes ? rpc__max_msg(opts->max_receive_bytes) : max;
@@ -810,7 +886,10 @@ int rpc_server_add_service(rpc_server_t *s, const ProtobufCServiceDescriptor *de
     m->ud = rm->ud;
     m->handle = grpc_server_register_method(
         s->server, m->path, NULL,
-        rm->unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
+        /* with authorization, a unary request is read after the caller's
+         * role is checked (accept_call): a caller who may not call the
+         * method is refused before gRPC reads more than its window */
+        rm->unary && !s->authorize ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
     if (!m->handle) {
       log_error("rpc: cannot register method=%s (registered twice?)", m->path);
       free(m->path);
@@ -843,12 +922,16 @@ int rpc_server_start(rpc_server_t *s) {
   for (size_t i = 0; i < s->n_methods; i++)
     for (int k = 0; k < REQUESTS_PER_METHOD; k++) request_one(s, &s->methods[i]);
   for (int k = 0; k < REQUESTS_GENERIC; k++) request_one(s, NULL);
-  log_info("rpc server listening addr=%s port=%d tls=%s methods=%zu", s->listen, s->port,
-           s->tls ? "on" : "off", s->n_methods);
+  log_info("rpc server listening addr=%s port=%d tls=%s authz=%s methods=%zu", s->listen, s->port,
+           s->tls ? "on" : "off", s->authorize ? "roles" : "off", s->n_methods);
   return 0;
 }
 
 int rpc_server_port(const rpc_server_t *s) { return s->port; }
+
+uint64_t rpc_server_denied(const rpc_server_t *s) {
+  return atomic_load_explicit(&((rpc_server_t *)s)->denied, memory_order_relaxed);
+}
 
 uint64_t rpc_server_inflight(const rpc_server_t *s) {
   return atomic_load_explicit(&((rpc_server_t *)s)->inflight, memory_order_relaxed);

@@ -82,6 +82,10 @@ refused "--config DIR" "chanter: $WORK/jobdir: is a directory, not a job file" -
 refused "--config /dev/zero" "chanter: /dev/zero: is a character device, not a job file" --config /dev/zero config show
 mkfifo "$WORK/job.fifo"
 refused "--config FIFO (no writer)" "chanter: $WORK/job.fifo: is a FIFO, not a job file" --config "$WORK/job.fifo" config show
+refused "data stats on a FIFO (no writer)" "chanter data stats: $WORK/job.fifo: not a regular file" \
+  data stats "$WORK/job.fifo"
+refused "a dataset that is a FIFO" "chanter data stats: $WORK/job.fifo: not a regular file" \
+  --set dataset="$WORK/job.fifo" data stats
 printf 'seed = 1\n[oracle\nwindow = 3\n' >"$WORK/hdr.ini"
 refused "a section header without its ]" "chanter: $WORK/hdr.ini:2: missing ] in the section header '[oracle'" \
   --config "$WORK/hdr.ini" config show

@@ -31,7 +31,8 @@ static void test_table(void **state) {
   (void)state;
   char why[256];
   assert_int_equal(authz_check(EMB "WriteBack", AUTHZ_TRAINER, why, sizeof why), 0);
-  for (unsigned r = AUTHZ_ORACLE; r <= AUTHZ_ADMIN; r <<= 1)
+  assert_int_equal(authz_check(EMB "WriteBack", AUTHZ_ADMIN, why, sizeof why), 0); /* resharding, embedding write */
+  for (unsigned r = AUTHZ_ORACLE; r <= AUTHZ_DATAPROC; r <<= 1)
     assert_int_equal(authz_check(EMB "WriteBack", r, why, sizeof why), -EACCES);
   const char *state_methods[] = {"Checkpoint", "Restore", "Clear", "Fence", "SealCheckpoint", "DeleteCheckpoint"};
   for (size_t i = 0; i < sizeof state_methods / sizeof state_methods[0]; i++) {
@@ -60,8 +61,12 @@ static void test_table(void **state) {
 static void test_sentences(void **state) {
   (void)state;
   char why[256];
+  authz_check("/chanter.oracle.v1.Oracle/Join", AUTHZ_DATAPROC, why, sizeof why);
+  assert_string_equal(why, "Join needs the role trainer; the caller's certificate says dataproc");
   authz_check(EMB "WriteBack", AUTHZ_DATAPROC, why, sizeof why);
-  assert_string_equal(why, "WriteBack needs the role trainer; the caller's certificate says dataproc");
+  assert_string_equal(why, "WriteBack needs the role trainer or admin; the caller's certificate says dataproc");
+  authz_check(EMB "Stats", 0, why, sizeof why);
+  assert_non_null(strstr(why, "Stats needs a certificate naming a role; the caller's certificate names no"));
   authz_check(EMB "Restore", AUTHZ_TRAINER, why, sizeof why);
   assert_string_equal(why, "Restore needs the role oracle or admin; the caller's certificate says trainer");
   authz_check(EMB "Lookup", 0, why, sizeof why);

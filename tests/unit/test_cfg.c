@@ -142,7 +142,7 @@ static void test_long_lines(void **st) {
   for (int t = 0; t < 26; t++) o += (size_t)snprintf(text + o, cap - o, "%s%08d", t ? "," : "", 4 + t % 3);
   o += (size_t)snprintf(text + o, cap - o, "\n[cluster]\nembedding = ");
   for (int t = 0; t < 26; t++) o += (size_t)snprintf(text + o, cap - o, "%semb%02d.example.internal:7100", t ? ", " : "", t);
-  o += (size_t)snprintf(text + o, cap - o, "\n");
+  o += (size_t)snprintf(text + o, cap - o, "\n[tls]\ninsecure = true\n");
   const char *path = write_tmp(text);
   cfg_t *c;
   char err[512] = "";
@@ -266,6 +266,47 @@ static void test_list_errors(void **st) {
   cfg_destroy(c);
 }
 
+/* Plaintext beyond loopback is refused unless tls.insecure says it is
+ * meant; certificates make it fine. */
+static void test_plaintext_off_loopback(void **st) {
+  (void)st;
+  assert_true(cfg_addr_loopback("127.0.0.1:7000"));
+  assert_true(cfg_addr_loopback("127.1.2.3:1"));
+  assert_true(cfg_addr_loopback("localhost:7000"));
+  assert_true(cfg_addr_loopback("[::1]:7000"));
+  assert_true(cfg_addr_loopback("::1"));
+  assert_true(cfg_addr_loopback("127.0.0.1"));
+  assert_false(cfg_addr_loopback("0.0.0.0:7000"));
+  assert_false(cfg_addr_loopback(":7000"));
+  assert_false(cfg_addr_loopback("10.0.0.2:7000"));
+  assert_false(cfg_addr_loopback("[::]:7000"));
+  assert_false(cfg_addr_loopback("emb0.example.internal:7000"));
+  assert_false(cfg_addr_loopback("localhost.evil:7000"));
+  const char *plain[] = {"cluster.embedding=127.0.0.1:7100,10.0.0.2:7100", NULL};
+  cfg_t *c = testutil_cfg_of(plain);
+  char err[512];
+  assert_int_equal(cfg_validate(c, err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "cluster.embedding") || !strstr(err, "entry 1 '10.0.0.2:7100' is not a loopback address") ||
+      !strstr(err, "tls.insecure = true"))
+    fail_msg("%s", err);
+  cfg_destroy(c);
+  const char *trainers[] = {"cluster.trainers=127.0.0.1,host-b", NULL};
+  c = testutil_cfg_of(trainers);
+  assert_int_equal(cfg_validate(c, err, sizeof err), ERR_CONFIG);
+  if (!strstr(err, "cluster.trainers") || !strstr(err, "'host-b'")) fail_msg("%s", err);
+  cfg_destroy(c);
+  const char *insecure[] = {"cluster.embedding=127.0.0.1:7100,10.0.0.2:7100", "tls.insecure=true", NULL};
+  c = testutil_cfg_of(insecure);
+  if (cfg_validate(c, err, sizeof err)) fail_msg("%s", err);
+  cfg_destroy(c);
+  const char *tls[] = {"cluster.embedding=127.0.0.1:7100,10.0.0.2:7100", "tls.ca_file=/etc/chanter/ca.pem",
+                       "tls.cert_file=/etc/chanter/{role}.pem", "tls.key_file=/etc/chanter/{role}.key", NULL};
+  c = testutil_cfg_of(tls);
+  if (cfg_validate(c, err, sizeof err)) fail_msg("%s", err);
+  assert_true(cfg_tls_on(c));
+  cfg_destroy(c);
+}
+
 static void test_dump_reads_back(void **st) {
   char rows[1024], dims[512], emb[2048], trainers[2048], dp[1024];
   int o = snprintf(rows, sizeof rows, "table_rows=");
@@ -278,7 +319,7 @@ static void test_dump_reads_back(void **st) {
   for (int t = 0; t < 64; t++) o += snprintf(trainers + o, sizeof trainers - (size_t)o, "%strainer-%02d.example.internal", t ? "," : "", t);
   o = snprintf(dp, sizeof dp, "cluster.dataproc=");
   for (int t = 0; t < 16; t++) o += snprintf(dp + o, sizeof dp - (size_t)o, "%sdata%d.example.internal:7200", t ? "," : "", t);
-  const char *sets[] = {rows, dims, "embedding_servers=26", emb, trainers, dp, "cluster.oracle=127.0.0.1:7000",
+  const char *sets[] = {rows, dims, "embedding_servers=26", emb, trainers, dp, "cluster.oracle=127.0.0.1:7000", "tls.insecure=true",
                         "dataset=/var/lib/chanter/a path with spaces;and=signs.bin", "model.deep_mlp=", NULL};
   cfg_t *c = testutil_cfg_of(sets);
   char err[512];
@@ -466,6 +507,7 @@ int main(void) {
       cmocka_unit_test(test_continuations),
       cmocka_unit_test(test_list_errors),
       cmocka_unit_test(test_dump_reads_back),
+      cmocka_unit_test(test_plaintext_off_loopback),
   };
   return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

@@ -152,7 +152,9 @@ static void row_out(const char *op, uint32_t dim, const char *keys, int threads,
   fflush(stdout);
 }
 
-static int write_job(const char *path, uint64_t rows, uint32_t dim, const char *data_dir, int port) {
+/* certs: NULL = plaintext, else the directory of certs_local's files
+ * (mutual TLS: the daemon presents embedding.pem, this bench admin.pem) */
+static int write_job(const char *path, uint64_t rows, uint32_t dim, const char *data_dir, int port, const char *certs) {
   FILE *f = fopen(path, "w");
   if (!f) return -errno;
   fprintf(f,
@@ -160,11 +162,68 @@ static int write_job(const char *path, uint64_t rows, uint32_t dim, const char *
           "[cluster]\nembedding = 127.0.0.1:%d\n[embedding]\ndata_dir = %s\nhot_mb = 2048\nblock_cache_mb = 256\n"
           "sync_writes = true\nmetrics_port_offset = 0\n",
           rows, dim, port, data_dir);
+  if (certs)
+    fprintf(f, "[tls]\nca_file = %s/ca.pem\ncert_file = %s/{role}.pem\nkey_file = %s/{role}.key\n", certs, certs,
+            certs);
   return fclose(f) ? -errno : 0;
 }
 
+/* The real daemon over loopback gRPC on dir's data, plaintext (certs
+ * NULL) or mutual TLS: Lookup at each skew and thread count, WriteBack at
+ * each thread count.  Each figure is printed against base (Lookup) and
+ * wbase (WriteBack) and stored in got / wgot.  0, or 1 after saying why. */
+static int daemon_pass(bench_t *b, const char *dir, uint64_t rows, uint32_t dim, const char *certs,
+                       double base[2][3], const double *wbase, double got[2][3], double *wgot) {
+  static const int threads[2] = {1, 4};
+  char job[600], ready[600], logf[600], err[512];
+  snprintf(job, sizeof job, "%s/job.ini", dir);
+  snprintf(ready, sizeof ready, "%s/ready.json", dir);
+  snprintf(logf, sizeof logf, "%s/daemon.log", dir);
+  unlink(ready);
+  write_job(job, rows, dim, dir, 0, certs);
+  pid_t pid;
+  char *dargs[] = {"--config", job, "--shard", "0", "--listen", "127.0.0.1:0", "--ready-file", ready, NULL};
+  int port = bench_start_daemon("chanter-embedding", dargs, ready, logf, &pid);
+  if (port <= 0) {
+    fprintf(stderr, "bench: the daemon did not become ready; see %s\n", logf);
+    return 1;
+  }
+  write_job(job, rows, dim, dir, port, certs);
+  cfg_t *cfg;
+  cfg_create(&cfg);
+  if (cfg_load_file(cfg, job, err, sizeof err) || embc_create(cfg, &b->client, err, sizeof err)) {
+    fprintf(stderr, "bench: %s\n", err);
+    cfg_destroy(cfg);
+    bench_stop_daemon(pid);
+    return 1;
+  }
+  const char *path = certs ? "gRPC loopback, mutual TLS" : "gRPC loopback (daemon)";
+  b->write = 0;
+  int rc = warm(b); /* the daemon's memory tier, as in-process */
+  for (int sk = 0; sk < 2 && !rc; sk++)
+    for (int ti = 0; ti < 2; ti++) {
+      b->skewed = sk;
+      b->threads = threads[ti];
+      got[sk][ti] = run(b);
+      row_out("Lookup", dim, sk ? "skewed" : "uniform", b->threads, path, got[sk][ti], base[sk][ti]);
+    }
+  b->write = 1;
+  b->skewed = 0;
+  for (int ti = 0; ti < 2 && !rc; ti++) {
+    b->threads = threads[ti];
+    wgot[ti] = run(b);
+    row_out("WriteBack", dim, "uniform", b->threads, certs ? "gRPC mutual TLS, durable" : "gRPC loopback, durable (daemon)",
+            wgot[ti], wbase[ti]);
+  }
+  embc_destroy(b->client);
+  b->client = NULL;
+  cfg_destroy(cfg);
+  if (bench_stop_daemon(pid)) fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
+  return rc;
+}
+
 static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, double secs) {
-  char dir[512], job[600], ready[600], logf[600], why[512];
+  char dir[512], why[512];
   int rc = 1;
   snprintf(dir, sizeof dir, "%s/dim%u", tmp, dim);
   mkdir(dir, 0755);
@@ -220,50 +279,16 @@ static int bench_dim(cli_t *cli, const char *tmp, uint32_t dim, uint64_t rows, d
   store_close(st);
   st = NULL;
 
-  /* the real daemon over loopback gRPC, on the same data */
-  snprintf(job, sizeof job, "%s/job.ini", dir);
-  snprintf(ready, sizeof ready, "%s/ready.json", dir);
-  snprintf(logf, sizeof logf, "%s/daemon.log", dir);
-  write_job(job, rows, dim, dir, 0);
-  pid_t pid;
-  char *dargs[] = {"--config", job, "--shard", "0", "--listen", "127.0.0.1:0", "--ready-file", ready, NULL};
-  int port = bench_start_daemon("chanter-embedding", dargs, ready, logf, &pid);
-  if (port <= 0) {
-    fprintf(stderr, "bench: the daemon did not become ready; see %s\n", logf);
-    goto out;
-  }
-  write_job(job, rows, dim, dir, port);
-  cfg_t *cfg;
-  cfg_create(&cfg);
-  char err[512];
-  if (cfg_load_file(cfg, job, err, sizeof err) || embc_create(cfg, &b.client, err, sizeof err)) {
-    fprintf(stderr, "bench: %s\n", err);
-    cfg_destroy(cfg);
-    bench_stop_daemon(pid);
-    goto out;
-  }
-  b.write = 0;
-  if (warm(&b)) { /* the daemon's memory tier, as in-process above */
-    embc_destroy(b.client);
-    cfg_destroy(cfg);
-    bench_stop_daemon(pid);
-    goto out;
-  }
-  for (int sk = 0; sk < 2; sk++)
-    for (int ti = 0; ti < 2; ti++) {
-      b.skewed = sk;
-      b.threads = threads[ti];
-      row_out("Lookup", dim, sk ? "skewed" : "uniform", b.threads, "gRPC loopback (daemon)", run(&b), base[sk][ti]);
-    }
-  b.write = 1;
-  b.skewed = 0;
-  for (int ti = 0; ti < 2; ti++) {
-    b.threads = threads[ti];
-    row_out("WriteBack", dim, "uniform", b.threads, "gRPC loopback, durable (daemon)", run(&b), wbase[ti]);
-  }
-  embc_destroy(b.client);
-  cfg_destroy(cfg);
-  if (bench_stop_daemon(pid)) fprintf(stderr, "bench: the daemon did not stop cleanly; see %s\n", logf);
+  /* the real daemon over loopback gRPC, on the same data: plaintext
+   * against the in-process figures, then mutual TLS (what `chanter local
+   * up` runs by default) against plaintext */
+  double plain[2][3] = {{0}}, wplain[2] = {0}, tls[2][3] = {{0}}, wtls[2] = {0};
+  char certs[600];
+  snprintf(certs, sizeof certs, "%s/certs", tmp);
+  if (daemon_pass(&b, dir, rows, dim, NULL, base, wbase, plain, wplain)) goto out;
+  if (access(certs, F_OK) != 0 && certs_local(certs)) goto out;
+  printf("%-10s %4s  %-8s %3s  %-30s (%% = share of plaintext gRPC just above)\n", "", "", "", "", "");
+  if (daemon_pass(&b, dir, rows, dim, certs, plain, wplain, tls, wtls)) goto out;
   rc = 0;
 out:
   if (st) store_close(st);

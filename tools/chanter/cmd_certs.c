@@ -107,14 +107,11 @@ static int parse_days(cli_t *cli, const char *s, int *out) {
   return 0;
 }
 
-static int certs_init(cli_t *cli) {
-  const char *dir = cli_opt(cli, "--dir"), *days_s = cli_opt(cli, "--days");
-  if (cli_done(cli, "init")) return 2;
-  if (!dir) return cli_usage_error(cli, "--dir D is required (the CA goes to D/ca.pem and D/ca.key)");
-  int days;
-  if (parse_days(cli, days_s ? days_s : "3650", &days)) return 2;
+/* D/ca.pem and D/ca.key, a new CA valid for days: 0, or 1 after saying
+ * why on stderr. */
+static int make_ca(const char *dir, int days, int quiet) {
   if (mkdir(dir, 0700) && errno != EEXIST) {
-    fprintf(stderr, "chanter certs init: cannot create %s: %s\n", dir, strerror(errno));
+    fprintf(stderr, "chanter certs: cannot create %s: %s\n", dir, strerror(errno));
     return 1;
   }
   char kp[4200], cp[4200];
@@ -136,13 +133,23 @@ static int certs_init(cli_t *cli) {
     goto out;
   }
   if (write_pem(kp, 1, pk, NULL) || write_pem(cp, 0, NULL, x)) goto out;
-  printf("CA: %s (certificate, give it to every host as tls.ca_file) and %s (its key: keep it off the cluster)\n", cp,
-         kp);
+  if (!quiet)
+    printf("CA: %s (certificate, give it to every host as tls.ca_file) and %s (its key: keep it off the cluster)\n",
+           cp, kp);
   rc = 0;
 out:
   X509_free(x);
   EVP_PKEY_free(pk);
   return rc;
+}
+
+static int certs_init(cli_t *cli) {
+  const char *dir = cli_opt(cli, "--dir"), *days_s = cli_opt(cli, "--days");
+  if (cli_done(cli, "init")) return 2;
+  if (!dir) return cli_usage_error(cli, "--dir D is required (the CA goes to D/ca.pem and D/ca.key)");
+  int days;
+  if (parse_days(cli, days_s ? days_s : "3650", &days)) return 2;
+  return make_ca(dir, days, 0);
 }
 
 static EVP_PKEY *read_key(const char *path) {
@@ -177,18 +184,10 @@ static void san_entry(char *out, size_t n, const char *h) {
   snprintf(out, n, "%s:%s", ip ? "IP" : "DNS", h);
 }
 
-static int certs_issue(cli_t *cli) {
-  const char *dir = cli_opt(cli, "--dir"), *role = cli_opt(cli, "--role"), *name = cli_opt(cli, "--name");
-  const char *hosts = cli_opt(cli, "--host"), *days_s = cli_opt(cli, "--days");
-  if (cli_done(cli, "issue")) return 2;
-  if (!dir || !role || !name) return cli_usage_error(cli, "--dir D, --role ROLE and --name N are required");
-  int known = 0;
-  for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) known |= !strcmp(role, roles[i]);
-  if (!known) return cli_usage_error(cli, "--role %s: one of trainer, oracle, embedding, dataproc, admin", role);
-  if (!valid_name(name))
-    return cli_usage_error(cli, "--name %s: use a host or tool name of A-Z a-z 0-9 . - _ (it names the files)", name);
-  int days;
-  if (parse_days(cli, days_s, &days)) return 2;
+/* D/name.pem and D/name.key for role, signed by D's CA, valid for days,
+ * with hosts (comma-separated, or NULL) in its subjectAltName: 0, or 1
+ * after saying why on stderr. */
+static int make_cert(const char *dir, const char *role, const char *name, const char *hosts, int days, int quiet) {
   char kp[4200], cp[4200], ck[4200], cc[4200];
   snprintf(ck, sizeof ck, "%s/ca.key", dir);
   snprintf(cc, sizeof cc, "%s/ca.pem", dir);
@@ -239,7 +238,9 @@ static int certs_issue(cli_t *cli) {
     goto out;
   }
   if (write_pem(kp, 1, pk, NULL) || write_pem(cp, 0, NULL, x)) goto out;
-  printf("issued %s (role %s, valid %d days): %s and %s (its key); subjectAltName %s\n", name, role, days, cp, kp, san);
+  if (!quiet)
+    printf("issued %s (role %s, valid %d days): %s and %s (its key); subjectAltName %s\n", name, role, days, cp, kp,
+           san);
   rc = 0;
 out:
   X509_free(x);
@@ -247,6 +248,34 @@ out:
   EVP_PKEY_free(pk);
   EVP_PKEY_free(ca_key);
   return rc;
+}
+
+
+static int certs_issue(cli_t *cli) {
+  const char *dir = cli_opt(cli, "--dir"), *role = cli_opt(cli, "--role"), *name = cli_opt(cli, "--name");
+  const char *hosts = cli_opt(cli, "--host"), *days_s = cli_opt(cli, "--days");
+  if (cli_done(cli, "issue")) return 2;
+  if (!dir || !role || !name) return cli_usage_error(cli, "--dir D, --role ROLE and --name N are required");
+  int known = 0;
+  for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) known |= !strcmp(role, roles[i]);
+  if (!known) return cli_usage_error(cli, "--role %s: one of trainer, oracle, embedding, dataproc, admin", role);
+  if (!valid_name(name))
+    return cli_usage_error(cli, "--name %s: use a host or tool name of A-Z a-z 0-9 . - _ (it names the files)", name);
+  int days;
+  if (parse_days(cli, days_s, &days)) return 2;
+  return make_cert(dir, role, name, hosts, days, 0);
+}
+
+int certs_local(const char *dir) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/ca.pem", dir);
+  if (access(p, F_OK) != 0 && make_ca(dir, 3650, 1)) return 1;
+  for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s.pem", dir, roles[i]);
+    if (access(p, F_OK) == 0) continue;
+    if (make_cert(dir, roles[i], roles[i], "localhost", 825, 1)) return 1;
+  }
+  return 0;
 }
 
 int cmd_certs(cli_t *cli) {

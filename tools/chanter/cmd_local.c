@@ -122,7 +122,32 @@ static pid_t start_supervisor(const char *workdir, const char *job, int pipe_w) 
   _exit(127);
 }
 
-static int local_up(cli_t *cli, const char *workdir) {
+/* Mutual TLS unless --insecure or the job names its own certificates: a
+ * CA and a certificate per role in W/certs (made once, kept across up and
+ * down), named by the job file the daemons read ({role} in the paths:
+ * each daemon presents its own, the CLI the admin one). */
+static int local_tls(cli_t *cli, const char *workdir, int insecure) {
+  if (insecure || cfg_tls_on(cli->cfg)) return 0;
+  char dir[4200], abs[4096], kv[4400], err[512];
+  if (!realpath(workdir, abs)) snprintf(abs, sizeof abs, "%s", workdir);
+  snprintf(dir, sizeof dir, "%s/certs", abs);
+  if (certs_local(dir)) {
+    fprintf(stderr, "chanter local up: cannot make the cluster's certificates in %s (--insecure runs without TLS)\n",
+            dir);
+    return 1;
+  }
+  static const char *kvs[][2] = {{"tls.ca_file", "ca.pem"}, {"tls.cert_file", "{role}.pem"}, {"tls.key_file", "{role}.key"}};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(kv, sizeof kv, "%s=%s/%s", kvs[i][0], dir, kvs[i][1]);
+    if (cfg_set(cli->cfg, kv, "chanter local up", err, sizeof err)) {
+      fprintf(stderr, "chanter local up: %s\n", err);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int local_up(cli_t *cli, const char *workdir, int insecure) {
   char path[4200], job[4200];
   mkdir(workdir, 0755);
   snprintf(path, sizeof path, "%s/logs", workdir);
@@ -144,6 +169,7 @@ static int local_up(cli_t *cli, const char *workdir) {
             workdir, (int)sup, workdir);
     return 1;
   }
+  if (local_tls(cli, workdir, insecure)) return 1;
   cfg_t *cfg = cli->cfg;
   int rc = write_job(cfg, job);
   if (rc) {
@@ -336,10 +362,11 @@ int cmd_local(cli_t *cli) {
     return cli_usage_error(cli, "unknown subcommand '%s'", sub);
   const char *workdir = cli_opt(cli, "--workdir");
   const char *report = !strcmp(sub, "supervise") ? cli_opt(cli, "--report-fd") : NULL;
+  int insecure = !strcmp(sub, "up") && cli_flag(cli, "--insecure");
   if (cli_done(cli, sub)) return 2;
   if (!workdir)
     return cli_usage_error(cli, "--workdir DIR is required (the cluster's config, logs and pids live there)");
-  if (!strcmp(sub, "up")) return local_up(cli, workdir);
+  if (!strcmp(sub, "up")) return local_up(cli, workdir, insecure);
   if (!strcmp(sub, "down")) return local_down(cli, workdir);
   if (!strcmp(sub, "supervise")) {
     char bindir[4096];

@@ -34,10 +34,12 @@ static const command_t commands[] = {
      "  keys            every job key with its type, default, bounds and help\n"
      "  show            the effective configuration as a job file (--verbose: with origins)\n"},
     {"local", cmd_local,
-     "usage: chanter [--config FILE] [--set k=v ...] local up | down | status --workdir DIR [--json]\n"
+     "usage: chanter [--config FILE] [--set k=v ...] local up [--insecure] | down | status --workdir DIR [--json]\n"
      "  up              start every daemon of the job on 127.0.0.1 under a supervisor that restarts the ones\n"
      "                  that fail (local.restart_ms, local.restart_burst, local.watchdog_ms); DIR/job.ini has\n"
-     "                  their addresses, DIR/logs/supervisor.log what the supervisor did\n"
+     "                  their addresses, DIR/logs/supervisor.log what the supervisor did.  They speak mutual\n"
+     "                  TLS with a certificate per role from DIR/certs (made once), unless the job names its\n"
+     "                  own (tls.*) or --insecure is given\n"
      "  down            stop them (SIGTERM, then SIGKILL after 15 s) and the supervisor\n"
      "  status          which are alive, their restarts, last exit and STATUS\n"
      "  supervise       the supervisor itself (`up` starts it; not run by hand)\n"},
