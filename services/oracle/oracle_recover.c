@@ -46,14 +46,18 @@ void oracle_record_config_hash(const cfg_t *cfg, char out[65]) {
     cfg_dump(cfg, f, 0);
     fclose(f);
   }
-  /* without [cluster]: where the daemons are is not what the job is (the
-   * oracle's own address comes into the job file only after it started) */
+  /* without [cluster], [tls], [metrics] and [local]: where the daemons
+   * are, how they prove who they are, where they are scraped and how they
+   * are supervised is not what the job is (the oracle's own address comes
+   * into the job file only after it started; certificates are renewed) */
   size_t o = 0;
   int skip = 0;
   for (char *line = buf, *nl; line && *line; line = nl ? nl + 1 : NULL) {
     nl = strchr(line, '\n');
     size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
-    if (line[0] == '[') skip = !strncmp(line, "[cluster]", 9);
+    if (line[0] == '[')
+      skip = !strncmp(line, "[cluster]", 9) || !strncmp(line, "[tls]", 5) || !strncmp(line, "[metrics]", 9) ||
+             !strncmp(line, "[local]", 7);
     if (!skip) memmove(buf + o, line, n), o += n;
   }
   manifest_sha256_hex(buf ? buf : "", o, out);

@@ -92,7 +92,7 @@ int oracle_record_read(const char *dir, char *job_id, size_t id_len, char *state
 int oracle_record_write(const char *dir, const char *job_id, const char *state, const char *config, char *err,
                         size_t err_len);
 /* The configuration's fingerprint (SHA-256 hex of every effective key but
- * the [cluster] addresses):
+ * the [cluster] addresses, [tls], [metrics] and [local]):
  * an oracle restarted with the job's own configuration (systemd, chanter
  * local's supervisor) recovers the job; one started with another (an
  * operator's new `chanter local up`, other --set values) finds the job
