@@ -12,20 +12,8 @@
 #include "err.h"
 
 #include <arpa/inet.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-  if (err && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-  }
-  return ERR_CONFIG;
-}
 
 int cfg_addr_loopback(const char *addr) {
   if (!addr) return 0;
@@ -59,16 +47,16 @@ int cfg_check_net(const cfg_t *c, char *err, size_t err_len) {
   const char *ma = cfg_str(c, "metrics.listen");
   unsigned char a[16];
   if (*ma && inet_pton(AF_INET, ma, a) != 1 && inet_pton(AF_INET6, ma, a) != 1)
-    return fail(err, err_len,
+    return err_set(err, err_len, ERR_CONFIG,
                 "metrics.listen = '%s' (from %s) is not an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::1, or one of "
                 "this host's)",
                 ma, cfg_origin(c, "metrics.listen"));
   int has_cert = *cfg_str(c, "tls.cert_file") != 0, has_key = *cfg_str(c, "tls.key_file") != 0;
   if (has_cert != has_key)
-    return fail(err, err_len, "tls.cert_file and tls.key_file must be set together (cert from %s, key from %s)",
+    return err_set(err, err_len, ERR_CONFIG, "tls.cert_file and tls.key_file must be set together (cert from %s, key from %s)",
                 cfg_origin(c, "tls.cert_file"), cfg_origin(c, "tls.key_file"));
   if (has_cert && !*cfg_str(c, "tls.ca_file"))
-    return fail(err, err_len, "TLS needs tls.ca_file to verify peers (tls.cert_file is set from %s)",
+    return err_set(err, err_len, ERR_CONFIG, "TLS needs tls.ca_file to verify peers (tls.cert_file is set from %s)",
                 cfg_origin(c, "tls.cert_file"));
   if (has_cert || cfg_bool(c, "tls.insecure")) return 0;
   static const char *keys[] = {"cluster.oracle", "cluster.embedding", "cluster.dataproc", "cluster.trainers"};
@@ -79,7 +67,7 @@ int cfg_check_net(const cfg_t *c, char *err, size_t err_len) {
     if (rc) return rc;
     for (size_t i = 0; i < n && !rc; i++)
       if (!cfg_addr_loopback(addrs[i]))
-        rc = fail(err, err_len,
+        rc = err_set(err, err_len, ERR_CONFIG,
                   "%s (from %s): entry %zu '%s' is not a loopback address and TLS is off: give the job "
                   "certificates (tls.ca_file, tls.cert_file, tls.key_file; see `chanter certs`), or set "
                   "tls.insecure = true to run plaintext on a network you trust",
