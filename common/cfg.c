@@ -92,6 +92,18 @@ static const entry_t entries[] = {
     {"synthetic.hot_share", T_FLOAT, "0", 0, 100, NULL,
      "if > 0: the hottest 1% of each table's rows take this % of accesses, the rest uniform (overrides alpha)"},
     {"synthetic.signal", T_FLOAT, "1.0", 0, 100, NULL, "strength of the planted logistic signal (0 = labels are coin flips)"},
+    {"synthetic.preset", T_ENUM, "independent", 0, 0, "independent|sessions",
+     "independent: every feature drawn on its own (Zipf); sessions: samples come in sessions of users "
+     "(active_users at once, interleaved in time) whose user_tables values are fixed per user"},
+    {"synthetic.users", T_INT, "50000", 1, 1e12, NULL, "sessions: number of users (activity Zipf(user_alpha) over them)"},
+    {"synthetic.user_alpha", T_FLOAT, "1.0", 0, 10, NULL, "sessions: Zipf exponent of user activity (0 = every user alike)"},
+    {"synthetic.user_tables", T_INTS, "", 0, 0, NULL,
+     "sessions: tables whose value is fixed per user (the first is the user id); empty = the first "
+     "round(n_tables * 5 / 22) tables, at least one"},
+    {"synthetic.active_users", T_INT, "1024", 1, 1e9, NULL,
+     "sessions: users in a session at any moment, whose samples interleave in the log"},
+    {"synthetic.session_mean", T_FLOAT, "6", 1, 4096, NULL,
+     "sessions: samples of one user per session (a session spans active_users * session_mean samples of the log)"},
     /* ---- model ---- */
     {"model.bottom_mlp", T_INTS, "512,256,64", 0, 0, NULL,
      "DLRM bottom MLP hidden sizes (dense features -> ... -> embedding_dim is appended)"},

@@ -222,6 +222,26 @@ typedef struct data_profile_s {
     double unique_rows;        /* mean distinct keys per batch */
   } batch[DATA_PROFILE_BATCH_SIZES];
 } data_profile_t;
+/* Locality (chanter data stats): how much of a trainer's batch it used
+ * just before.  Train batches 0 .. window + batches - 1 at batch_size, split
+ * contiguously (trainer r gets samples [r*B/P, (r+1)*B/P) of each batch,
+ * allocation = contiguous); for each batch x >= window and trainer r, the
+ * distinct keys (table, row) of r's share, and those of them r also used in
+ * batches x - window .. x - 1.  share = the latter over the former, summed
+ * over trainers and batches: the rows a cache of the last `window` batches
+ * would already hold.  access_share weighs each key by its ids in the
+ * share (what a cache hit rate per lookup would be).  Fewer batches if the train split is shorter (none
+ * if it holds at most `window` batches: batches = 0, share = 0). */
+typedef struct data_locality_s {
+  uint32_t batch_size, trainers, window, batches; /* batches measured */
+  uint64_t rows, reused;                          /* summed distinct keys, and reused ones */
+  double share;                                   /* reused / rows */
+  uint64_t accesses, reused_accesses;             /* the same per id read (a row used k times counts k) */
+  double access_share;                            /* reused_accesses / accesses */
+} data_locality_t;
+int data_locality(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint32_t window, uint32_t batches,
+                  data_locality_t *out, char *err, size_t err_len);
+
 /* Reads every sample of d once.  Caller frees with data_profile_close. */
 int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len);
 void data_profile_close(data_profile_t *p);

@@ -34,6 +34,24 @@
  *     row can learn it), scaled so that with signal = 1 the dense part has
  *     variance ~1 and the categorical part ~2, b sets the click rate.
  *
+ * synthetic.preset = sessions (independent, the default, is all of the
+ * above and nothing else) adds users, as a time-ordered log has them:
+ * synthetic.active_users users are in a session at any moment, and their
+ * impressions interleave.  Sample i belongs to one of those slots (a pure
+ * function of (seed, i)); each slot's timeline is cut into sessions of
+ * active_users * session_mean samples of the whole log (so a session holds
+ * session_mean of its user's samples on average, spread over that span),
+ * the cuts staggered per slot.  A session's user is a Zipf(user_alpha)
+ * rank over synthetic.users drawn from (seed, slot, session), rank 0 the
+ * heaviest user.  Random access is kept: O(1) per sample.  In each user
+ * table (synthetic.user_tables) the sample takes the user's own values
+ * instead of drawing them: in the first user table the user id itself
+ * (rank = user mod rows), in the others ranks drawn as above from (seed,
+ * user, table) -- demographics, device: hot values shared by many users.
+ * Everything else (dense, other tables, the label's draw) is drawn per
+ * sample exactly as in independent, and the planted logit covers the user
+ * rows too.
+ *
  * What a model can reach: the planted logit is the Bayes-optimal predictor.
  * With the default job (Criteo shape, alpha 1.05, signal 1, seed 42) it
  * gives AUC 0.83 and log loss 0.435 at a click rate of 0.28 (logit sd 1.6;
@@ -72,8 +90,17 @@ typedef struct tgen_s {
   double hx1, hn, s;
 } tgen_t;
 
+
 struct data_synth_s {
   data_schema_t s;
+  /* synthetic.preset = sessions */
+  int sessions;
+  uint64_t users, sess_key, user_key;
+  uint64_t active, span; /* users in a session at once; a session's span of the log, in samples */
+  double user_alpha;
+  tgen_t utab;          /* Zipf over users */
+  uint8_t *user_tab;    /* n_tables: 1 = fixed per user */
+  uint32_t id_table;    /* the first user table: the user id */
   uint64_t seed, seed_key, v_seed;
   uint64_t *tseed;
   uint32_t ids;
@@ -146,6 +173,35 @@ static uint64_t draw_rank(const data_synth_t *g, const tgen_t *t, rng_t *r) {
   return zipf_sample(t, g->alpha, r) - 1;
 }
 
+/* ---- sessions ---- */
+
+/* i's session: its slot (*slot) and the first sample of the log its
+ * session spans (*start); returns the session's key. */
+static uint64_t session_of(const data_synth_t *g, uint64_t i, uint64_t *slot, uint64_t *start) {
+  uint64_t k = table_mix64(g->sess_key ^ table_mix64(i)) % g->active;
+  uint64_t phase = table_mix64(g->sess_key + 3 + table_mix64(k)) % g->span;
+  uint64_t n = (i + phase) / g->span;
+  if (slot) *slot = k;
+  if (start) *start = n * g->span > phase ? n * g->span - phase : 0;
+  return table_mix64(g->sess_key + 1 + table_mix64(k) + table_mix64(n ^ UINT64_C(0x5e55)));
+}
+
+/* The user of a session (its key): a rank, 0 the heaviest. */
+static uint64_t session_user(const data_synth_t *g, uint64_t key) {
+  rng_t r = {key};
+  if (g->user_alpha == 0) return rng_below(&r, g->users);
+  return zipf_sample(&g->utab, g->user_alpha, &r) - 1;
+}
+
+uint64_t data__synth_user(const data_synth_t *g, uint64_t i, uint64_t *slot, uint64_t *start) {
+  if (!g->sessions) {
+    if (slot) *slot = 0;
+    if (start) *start = 0;
+    return 0;
+  }
+  return session_user(g, session_of(g, i, slot, start));
+}
+
 /* rank -> raw value: bijections of [0, 2^32) and [0, 2^64) */
 static uint32_t perm32(uint32_t x, uint64_t key) {
   x ^= (uint32_t)key;
@@ -181,6 +237,7 @@ static size_t put_uint(char *o, uint64_t v) {
 static double gen(const data_synth_t *g, uint64_t i, uint8_t *rec, char *tsv, size_t *tsv_len) {
   rng_t r = {table_mix64(g->seed_key ^ table_mix64(i))};
   const data_schema_t *s = &g->s;
+  uint64_t user = g->sessions ? session_user(g, session_of(g, i, NULL, NULL)) : 0;
   size_t o = 2; /* the label goes first, once known */
   double z = g->bias;
   uint8_t *dp = rec + 4, *hp = rec + 4 + 4 * (size_t)s->n_dense;
@@ -199,8 +256,13 @@ static double gen(const data_synth_t *g, uint64_t i, uint8_t *rec, char *tsv, si
   }
   for (uint32_t t = 0; t < s->n_tables; t++) {
     const tgen_t *tg = &g->tab[t];
+    int fixed = g->sessions && g->user_tab[t];
+    rng_t ur = {fixed ? table_mix64(g->user_key ^ table_mix64(user) ^ table_mix64(UINT64_C(0x7573657200) + t)) : 0};
     for (uint32_t k = 0; k < s->hotness[t]; k++, hp += 8) {
-      uint64_t rank = draw_rank(g, tg, &r);
+      uint64_t rank;
+      if (!fixed) rank = draw_rank(g, tg, &r);
+      else if (t == g->id_table && k == 0) rank = user % tg->rows;
+      else rank = draw_rank(g, tg, &ur);
       char raw[16];
       size_t rl = tg->wide ? put_hex(raw, perm64(rank, tg->key), 16) : put_hex(raw, perm32((uint32_t)rank, tg->key), 8);
       uint64_t h = data__hash(g->tseed[t], raw, rl);
@@ -250,14 +312,49 @@ void data__synth_destroy(data_synth_t *g) {
   if (!g) return;
   data_schema_close(&g->s);
   free(g->tseed);
+  free(g->user_tab);
   free(g->tab);
   free(g->w);
   free(g);
 }
 
+/* synthetic.preset = sessions: users, sessions, user tables.  0 or ERR_CONFIG / -ENOMEM. */
+static int sessions_setup(data_synth_t *g, const cfg_t *cfg, char *err, size_t err_len) {
+  const data_schema_t *s = &g->s;
+  g->sessions = 1;
+  g->users = (uint64_t)cfg_int(cfg, "synthetic.users");
+  g->user_alpha = cfg_float(cfg, "synthetic.user_alpha");
+  g->active = (uint64_t)cfg_int(cfg, "synthetic.active_users");
+  double span = cfg_float(cfg, "synthetic.session_mean") * (double)g->active;
+  g->span = span < 1 ? 1 : (uint64_t)span;
+  g->sess_key = table_mix64(g->seed_key ^ UINT64_C(0x73657373696f6e73));
+  g->user_key = table_mix64(g->sess_key + 7);
+  g->utab.rows = g->users;
+  if (g->user_alpha > 0) zipf_init(&g->utab, g->user_alpha);
+  if (!(g->user_tab = calloc(s->n_tables ? s->n_tables : 1, 1))) return -ENOMEM;
+  const char *list = cfg_str(cfg, "synthetic.user_tables");
+  if (!*list) {
+    uint32_t n = (uint32_t)((s->n_tables * 5 + 11) / 22); /* round(n_tables * 5 / 22) */
+    if (n < 1) n = 1;
+    if (n > s->n_tables) n = s->n_tables;
+    for (uint32_t t = 0; t < n; t++) g->user_tab[t] = 1;
+  } else {
+    for (const char *q = list; *q;) {
+      char *end;
+      unsigned long long t = strtoull(q, &end, 10);
+      if (t >= s->n_tables)
+        return err_set(err, err_len, ERR_CONFIG, "synthetic.user_tables (from %s) names table %llu, but the job has %u tables",
+                       cfg_origin(cfg, "synthetic.user_tables"), t, s->n_tables);
+      g->user_tab[t] = 1;
+      q = *end == ',' ? end + 1 : end;
+    }
+  }
+  g->id_table = 0;
+  while (g->id_table < s->n_tables && !g->user_tab[g->id_table]) g->id_table++;
+  return 0;
+}
+
 int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **out, char *err, size_t err_len) {
-  (void)err;
-  (void)err_len;
   data_synth_t *g = calloc(1, sizeof *g);
   if (!g) return -ENOMEM;
   if (data__schema_copy(&g->s, s)) {
@@ -296,6 +393,14 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
     g->bias -= g->w[j] * DENSE_MEAN;
   }
   g->c_v = sqrt(3.0 * VAR_CAT_PART / g->ids);
+  if (!strcmp(cfg_str(cfg, "synthetic.preset"), "sessions")) {
+    int rc = sessions_setup(g, cfg, err, err_len);
+    if (rc) {
+      if (rc == -ENOMEM) err_set(err, err_len, rc, "out of memory");
+      data__synth_destroy(g);
+      return rc;
+    }
+  }
   *out = g;
   return 0;
 }

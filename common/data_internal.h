@@ -167,6 +167,10 @@ void data__synth_sample(const data_synth_t *g, uint64_t i, uint8_t *rec, char *t
 /* The planted logit of sample i (before sigmoid, signal applied): what an
  * ideal model predicts.  For tests. */
 double data__synth_logit(const data_synth_t *g, uint64_t i);
+/* synthetic.preset = sessions: the user of sample i (a rank, 0 the
+ * heaviest; 0 in independent); if slot, which of the active users' slots
+ * it is in; if start, the first sample of the log its session spans. */
+uint64_t data__synth_user(const data_synth_t *g, uint64_t i, uint64_t *slot, uint64_t *start);
 int data__open_synthetic(data_source_t *d, const cfg_t *cfg, char *err, size_t err_len);
 
 /* ---- profile (data_stats.c) ---- */

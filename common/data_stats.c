@@ -301,3 +301,59 @@ out:
   if (rc) data_profile_close(p);
   return rc;
 }
+
+int data_locality(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint32_t window, uint32_t batches,
+                  data_locality_t *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
+  out->batch_size = batch_size;
+  out->trainers = trainers;
+  out->window = window;
+  if (!batch_size || !trainers || !window)
+    return err_set(err, err_len, -EINVAL, "locality: batch size, trainers and window must be > 0");
+  uint64_t avail = d->n_train / batch_size, total = (uint64_t)window + batches;
+  if (total > avail) total = avail;
+  if (total <= window) return 0;
+  const data_schema_t *s = &d->schema;
+  cmap_t *last = calloc(trainers, sizeof *last); /* per trainer: key -> last batch that used it, + 1 */
+  int rc = last ? 0 : -ENOMEM;
+  for (uint32_t r = 0; r < trainers && !rc; r++) rc = cmap_init(&last[r], 1024, 0);
+  for (uint64_t x = 0; x < total && !rc; x++) {
+    data_batch_t b;
+    if ((rc = data_read_batch(d, DATA_TRAIN, x, batch_size, &b, err, err_len)) != 0) break;
+    for (uint32_t r = 0; r < trainers && !rc; r++) {
+      uint64_t lo = (uint64_t)r * batch_size / trainers, hi = (uint64_t)(r + 1) * batch_size / trainers;
+      for (uint32_t t = 0; t < s->n_tables && !rc; t++) {
+        uint32_t h = b.hotness[t];
+        for (size_t i = b.ids_off[t] + lo * h; i < b.ids_off[t] + hi * h; i++) {
+          size_t at;
+          int fresh = cmap_add(&last[r], TABLE_KEY(t, b.ids[i]), 0, &at);
+          if (fresh < 0) {
+            rc = -ENOMEM;
+            break;
+          }
+          /* 0: never, else 2 * (last batch + 1) + whether that batch found it in its window */
+          uint64_t prev = last[r].cnt[at], pb = prev >> 1;
+          if (pb == x + 1) { /* again in this batch */
+            if (x >= window) out->accesses++, out->reused_accesses += prev & 1;
+            continue;
+          }
+          int hit = pb && x - (pb - 1) <= window;
+          if (x >= window) out->rows++, out->reused += hit, out->accesses++, out->reused_accesses += hit;
+          last[r].cnt[at] = 2 * (x + 1) + (uint64_t)hit;
+        }
+      }
+    }
+    data_batch_free(&b);
+  }
+  if (!rc) {
+    out->batches = (uint32_t)(total - window);
+    out->share = out->rows ? (double)out->reused / (double)out->rows : 0;
+    out->access_share = out->accesses ? (double)out->reused_accesses / (double)out->accesses : 0;
+  } else if (rc == -ENOMEM) {
+    err_set(err, err_len, rc, "out of memory measuring locality");
+  }
+  if (last)
+    for (uint32_t r = 0; r < trainers; r++) cmap_free(&last[r]);
+  free(last);
+  return rc;
+}

@@ -44,6 +44,13 @@ train --set model=dlrm >"$WORK/dlrm2.json" 2>/dev/null
 train --set model=dlrm --set seed=43 >"$WORK/dlrm3.json" 2>/dev/null
 [ "$(field "$WORK/dlrm.json" digest)" != "$(field "$WORK/dlrm3.json" digest)" ]; expect "another seed gives another digest"
 
+# the sessions preset (users, per-user tables) trains, deterministically
+train --set synthetic.preset=sessions --set iterations=100 >"$WORK/ses.json" 2>/dev/null && \
+  train --set synthetic.preset=sessions --set iterations=100 >"$WORK/ses2.json" 2>/dev/null
+[ "$(field "$WORK/ses.json" digest)" = "$(field "$WORK/ses2.json" digest)" ] && \
+  [ "$(field "$WORK/ses.json" digest)" != "$(field "$WORK/dlrm.json" digest)" ]
+expect "synthetic.preset = sessions trains, same digest twice"
+
 # the same data from a TSV file and from its binary conversion trains the same model
 "$BIN/chanter" --config "$JOB" data gen --out "$WORK/d.tsv" --format tsv --samples 200000 >/dev/null 2>&1 && \
   "$BIN/chanter" --config "$JOB" data convert "$WORK/d.tsv" "$WORK/d.bin" >/dev/null 2>&1

@@ -379,6 +379,141 @@ static void test_signal_learnable(void **st) {
   free(bayes);
 }
 
+/* ---- the default preset is today's generator, bit for bit ---- */
+
+/* XXH3 of records 0..n-1 and of a far one of dataset = synthetic under cfg */
+static uint64_t records_digest(const cfg_t *c, uint64_t n) {
+  char err[512];
+  data_source_t *d;
+  assert_int_equal(data_open(c, &d, err, sizeof err), 0);
+  uint8_t *scratch = malloc(d->record_bytes);
+  XXH3_state_t *x = XXH3_createState();
+  XXH3_64bits_reset(x);
+  for (uint64_t i = 0; i <= n; i++) {
+    const uint8_t *rec;
+    assert_int_equal(d->ops->rec(d, i < n ? i : UINT64_C(987654321), scratch, &rec, err, sizeof err), 0);
+    XXH3_64bits_update(x, rec, d->record_bytes);
+  }
+  uint64_t h = XXH3_64bits_digest(x);
+  XXH3_freeState(x);
+  free(scratch);
+  data_close(d);
+  return h;
+}
+
+static void test_independent_unchanged(void **st) {
+  (void)st;
+  /* computed with the generator before synthetic.preset existed */
+  cfg_t *c = testutil_cfg("synthetic.samples=5000", NULL);
+  cfg_t *ci = testutil_cfg("synthetic.samples=5000", "synthetic.preset=independent", NULL);
+  cfg_t *m = testutil_cfg("n_dense=3", "table_rows=1000,70000,5", "table_hotness=1,3,2", "synthetic.alpha=0.8",
+                          "seed=7", NULL);
+  cfg_t *h = testutil_cfg("synthetic.hot_share=60", NULL);
+  uint64_t dc = records_digest(c, 2000), di = records_digest(ci, 2000), dm = records_digest(m, 2000),
+           dh = records_digest(h, 2000);
+  print_message("digests %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", dc, dm, dh);
+  assert_true(dc == UINT64_C(0x2be8099c018534ae));
+  assert_true(di == UINT64_C(0x2be8099c018534ae));
+  assert_true(dm == UINT64_C(0xa3cf02a93aa71b10));
+  assert_true(dh == UINT64_C(0x4f4b7ecb56a6e89d));
+  cfg_destroy(c);
+  cfg_destroy(ci);
+  cfg_destroy(m);
+  cfg_destroy(h);
+}
+
+/* ---- synthetic.preset = sessions ---- */
+
+static void test_sessions(void **st) {
+  (void)st;
+  char err[512];
+  const char *base[] = {"synthetic.samples=20000", "synthetic.preset=sessions", "synthetic.users=300",
+                        "synthetic.active_users=50", NULL};
+  cfg_t *c = testutil_cfg_of(base), *c2 = testutil_cfg_of(base);
+  cfg_t *ci = testutil_cfg("synthetic.samples=20000", NULL);
+  uint64_t d1 = records_digest(c, 3000);
+  assert_true(d1 == records_digest(c2, 3000));            /* deterministic */
+  assert_true(d1 != records_digest(ci, 3000));            /* and not independent */
+  assert_true(d1 != UINT64_C(0x2be8099c018534ae));
+  data_source_t *d;
+  assert_int_equal(data_open(c, &d, err, sizeof err), 0);
+  const data_synth_t *g = d->impl;
+  const data_schema_t *s = data_schema(d);
+  assert_int_equal(s->n_tables, 26);
+  /* default user tables: the first round(26 * 5 / 22) = 6 */
+  uint8_t *rec = malloc(d->record_bytes), *first = calloc(300, d->record_bytes);
+  uint8_t *seen = calloc(300, 1);
+  size_t hoff = 4 + 4 * (size_t)s->n_dense;
+  /* 50 users in a session at once, a session spanning 50 * 6 = 300 samples
+   * of the log: count the sessions as (slot, start) pairs seen */
+  uint64_t sessions = 0, diff_other = 0, user0 = 0, last_start[50], slot_user[50], interleaved = 0, prev_slot = 50;
+  for (int k = 0; k < 50; k++) last_start[k] = UINT64_MAX;
+  for (uint64_t i = 0; i < 20000; i++) {
+    uint64_t slot, start, u = data__synth_user(g, i, &slot, &start);
+    assert_true(u < 300 && slot < 50 && start <= i && i - start < 300);
+    if (start != last_start[slot]) {
+      sessions++;
+      last_start[slot] = start;
+      slot_user[slot] = u;
+    }
+    assert_true(slot_user[slot] == u); /* one user per session */
+    interleaved += slot != prev_slot;  /* consecutive samples come from different users' sessions */
+    prev_slot = slot;
+    user0 += u == 0;
+    const uint8_t *r;
+    assert_int_equal(d->ops->rec(d, i, rec, &r, err, sizeof err), 0);
+    uint8_t *f = first + u * d->record_bytes;
+    if (!seen[u]) {
+      memcpy(f, r, d->record_bytes);
+      seen[u] = 1;
+      continue;
+    }
+    /* the user's tables are the user's, always; the others are drawn per sample */
+    assert_memory_equal(f + hoff, r + hoff, 6 * 8);
+    diff_other += memcmp(f + hoff + 6 * 8, r + hoff + 6 * 8, 20 * 8) != 0;
+  }
+  double mean = 20000.0 / (double)sessions;
+  assert_true(mean > 4.5 && mean < 7.5); /* session_mean = 6 */
+  assert_true(interleaved > 19000);
+  assert_true(diff_other > 15000);
+  assert_true(user0 > 20000 / 20); /* skewed: user 0 takes far more than 1/300 */
+  free(rec);
+  free(first);
+  free(seen);
+  data_close(d);
+  /* a user table index beyond the schema is refused */
+  cfg_t *bad = testutil_cfg("synthetic.preset=sessions", "synthetic.user_tables=3,26", NULL);
+  assert_int_equal(data_open(bad, &d, err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "synthetic.user_tables"));
+  cfg_destroy(bad);
+  cfg_destroy(c);
+  cfg_destroy(c2);
+  cfg_destroy(ci);
+}
+
+/* the locality figure: the default job's batches, sessions reuse more */
+static void test_locality(void **st) {
+  (void)st;
+  char err[512];
+  data_locality_t l[2];
+  for (int k = 0; k < 2; k++) {
+    cfg_t *c = testutil_cfg("synthetic.samples=100000",
+                            k ? "synthetic.preset=sessions" : "synthetic.preset=independent", NULL);
+    data_source_t *d;
+    assert_int_equal(data_open(c, &d, err, sizeof err), 0);
+    assert_int_equal(data_locality(d, 1024, 2, 4, 64, &l[k], err, sizeof err), 0);
+    assert_int_equal(l[k].batches, 64);
+    assert_true(l[k].rows > 0 && l[k].reused <= l[k].rows && l[k].reused_accesses <= l[k].accesses);
+    data_close(d);
+    cfg_destroy(c);
+  }
+  print_message("locality ids: independent %.3f sessions %.3f\n", l[0].access_share, l[1].access_share);
+  print_message("locality rows: independent %.3f sessions %.3f\n", l[0].share, l[1].share);
+  /* measured: ids 0.807 -> 0.833, rows 0.479 -> 0.526 (6 of 26 tables are the user's) */
+  assert_true(l[1].access_share > l[0].access_share + 0.01);
+  assert_true(l[1].share > l[0].share + 0.02);
+}
+
 /* ---- data_profile on a file whose answer is known ---- */
 
 static void test_profile(void **st) {
@@ -420,6 +555,8 @@ int main(void) {
       cmocka_unit_test(test_same_seed_same_bytes), cmocka_unit_test(test_synthetic_equals_file),
       cmocka_unit_test(test_zipf_alpha),           cmocka_unit_test(test_hot_share),
       cmocka_unit_test(test_signal_learnable),     cmocka_unit_test(test_profile),
+      cmocka_unit_test(test_independent_unchanged), cmocka_unit_test(test_sessions),
+      cmocka_unit_test(test_locality),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -13,7 +13,10 @@
  *       samples, bad records, short lines, per-table cardinality, raw
  *       values and merged rows (a warning on stderr per table whose merged
  *       share passes 10%: table_rows too small), top-row shares, distinct
- *       rows per batch.
+ *       rows per batch, and locality: the share of a trainer's rows in a
+ *       batch that it used in the previous window (lookahead L if a number
+ *       > 0, else oracle.window) batches under contiguous allocation; for
+ *       dataset = synthetic, for both synthetic.preset values.
  *   chanter data bench [--quick]
  *       parse rates (the same table as `chanter bench data`).
  */
@@ -168,6 +171,42 @@ static int do_convert(cli_t *cli) {
   return 0;
 }
 
+#define LOCALITY_BATCHES 64
+
+/* The window of the locality figure: lookahead L when it is a number > 0
+ * (a row used in the last L batches is still cached), else oracle.window. */
+static uint32_t locality_window(const cfg_t *cfg, const char **key) {
+  const char *l = cfg_str(cfg, "lookahead");
+  char *end;
+  unsigned long v = strtoul(l, &end, 10);
+  if (end != l && !*end && v > 0) {
+    *key = "lookahead";
+    return (uint32_t)v;
+  }
+  *key = "oracle.window";
+  return (uint32_t)cfg_int(cfg, "oracle.window");
+}
+
+/* Locality of dataset = synthetic under synthetic.preset = preset (the
+ * job's other keys unchanged).  0 or 1 with err. */
+static int preset_locality(cli_t *cli, const char *preset, uint32_t window, data_locality_t *out, char *err,
+                           size_t err_len) {
+  char kv[64], was[64];
+  snprintf(was, sizeof was, "synthetic.preset=%s", cfg_str(cli->cfg, "synthetic.preset"));
+  snprintf(kv, sizeof kv, "synthetic.preset=%s", preset);
+  data_source_t *d;
+  int rc = cfg_set(cli->cfg, kv, "data stats", err, err_len);
+  if (!rc) rc = data_open_path(cli->cfg, "synthetic", &d, err, err_len);
+  if (!rc) {
+    rc = data_locality(d, (uint32_t)cfg_int(cli->cfg, "batch_size"), (uint32_t)cfg_int(cli->cfg, "trainers"), window,
+                       LOCALITY_BATCHES, out, err, err_len);
+    data_close(d);
+  }
+  char e2[256];
+  cfg_set(cli->cfg, was, "data stats", e2, sizeof e2);
+  return rc ? 1 : 0;
+}
+
 static int do_stats(cli_t *cli) {
   char err[1024];
   if (cli_args(cli, 0, 1, "stats", "at most one FILE")) return 2;
@@ -182,6 +221,20 @@ static int do_stats(cli_t *cli) {
   rc = data_profile(d, &p, err, sizeof err);
   if (rc) {
     fprintf(stderr, "chanter data stats: %s\n", err);
+    data_close(d);
+    return 1;
+  }
+  const char *wkey;
+  uint32_t window = locality_window(cli->cfg, &wkey);
+  data_locality_t loc, pre[2];
+  static const char *const presets[2] = {"independent", "sessions"};
+  int synth = !strcmp(path, "synthetic");
+  rc = data_locality(d, (uint32_t)cfg_int(cli->cfg, "batch_size"), (uint32_t)cfg_int(cli->cfg, "trainers"), window,
+                     LOCALITY_BATCHES, &loc, err, sizeof err);
+  for (int k = 0; k < 2 && synth && !rc; k++) rc = preset_locality(cli, presets[k], window, &pre[k], err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "chanter data stats: %s\n", err);
+    data_profile_close(&p);
     data_close(d);
     return 1;
   }
@@ -206,7 +259,16 @@ static int do_stats(cli_t *cli) {
              "\"unique_share\": %.6f}",
              b ? ", " : "", p.batch[b].batch_size, p.batch[b].batches, p.batch[b].ids_per_batch,
              p.batch[b].unique_rows, p.batch[b].unique_rows / p.batch[b].ids_per_batch);
-    printf("]}\n");
+    printf("],\n \"locality\": {\"batch_size\": %u, \"trainers\": %u, \"window\": %u, \"window_key\": \"%s\", "
+           "\"batches\": %u, \"rows\": %" PRIu64 ", \"reused\": %" PRIu64 ", \"share\": %.6f, \"access_share\": %.6f",
+           loc.batch_size, loc.trainers, loc.window, wkey, loc.batches, loc.rows, loc.reused, loc.share,
+           loc.access_share);
+    if (synth)
+      printf(", \"preset\": \"%s\", \"by_preset\": {\"%s\": {\"share\": %.6f, \"access_share\": %.6f}, "
+             "\"%s\": {\"share\": %.6f, \"access_share\": %.6f}}",
+             cfg_str(cli->cfg, "synthetic.preset"), presets[0], pre[0].share, pre[0].access_share, presets[1],
+             pre[1].share, pre[1].access_share);
+    printf("}}\n");
   } else {
     printf("dataset  %s (%s", path, data_format_name(st->format));
     if (st->bytes) printf(", %.1f MB", (double)st->bytes / 1e6);
@@ -233,6 +295,18 @@ static int do_stats(cli_t *cli) {
     for (int b = 0; b < DATA_PROFILE_BATCH_SIZES && p.batch[b].batch_size; b++)
       printf("%-10u %8u %14.0f %14.1f %7.1f%%\n", p.batch[b].batch_size, p.batch[b].batches,
              p.batch[b].ids_per_batch, p.batch[b].unique_rows, 100 * p.batch[b].unique_rows / p.batch[b].ids_per_batch);
+    printf("\nlocality (batch %u, %u trainers, contiguous, window %u = %s, %u batches): ", loc.batch_size, loc.trainers,
+           loc.window, wkey, loc.batches);
+    if (!loc.batches)
+      printf("n/a (the train split holds at most %u batches)\n", loc.window);
+    else
+      printf("%.1f%% of a trainer's rows in a batch (%.1f%% of its ids) were used by it in the previous %u "
+             "batches\n",
+             100 * loc.share, 100 * loc.access_share, loc.window);
+    for (int k = 0; k < 2 && synth; k++)
+      printf("  synthetic.preset = %-12s rows %5.1f%%  ids %5.1f%%%s\n", presets[k], 100 * pre[k].share,
+             100 * pre[k].access_share,
+             !strcmp(presets[k], cfg_str(cli->cfg, "synthetic.preset")) ? "  (this job)" : "");
   }
   fflush(stdout);
   warn_merged(&p);
