@@ -223,6 +223,14 @@ static const entry_t entries[] = {
     {"local.watchdog_ms", T_INT, "10000", 0, 3600000, NULL,
      "chanter local: a daemon that pinged the watchdog and then fell silent this long is killed (SIGABRT) and "
      "restarted; it pings at half of this (0: no watchdog)"},
+    {"local.hosts", T_STR, "", 0, 0, NULL,
+     "chanter local up: run the daemons on this many emulated hosts (network namespaces on a bridge; needs root): "
+     "auto = trainers + embedding_servers + 1 (one per trainer, one per embedding server, one for the oracle and "
+     "the data processors); a number N spreads those slots over N hosts; empty or 0: every daemon on 127.0.0.1"},
+    {"local.link", T_STR, "", 0, 0, NULL,
+     "chanter local up --hosts: each host's link as RATE,DELAY[,LOSS] (RATE as tc spells it: 1gbit, 100mbit, "
+     "500kbit; shaped with tbf in both directions); DELAY and LOSS must be 0 (no netem in this kernel); empty: "
+     "unshaped"},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 

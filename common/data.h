@@ -242,6 +242,22 @@ typedef struct data_locality_s {
 int data_locality(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint32_t window, uint32_t batches,
                   data_locality_t *out, char *err, size_t err_len);
 
+/* The traffic floor of a cached, lookahead-planned job (chanter bench
+ * e2e): train batches 0 .. batches - 1 at batch_size, split contiguously
+ * over trainers.  first_use counts, per batch, the distinct keys no
+ * trainer used in the previous `window` batches (they must come from the
+ * embedding servers, whatever the cache); shared the keys two or more
+ * trainers use in the same batch (they must travel between trainers, or
+ * be pooled).  per_iteration = (first_use + shared) / batches: the rows a
+ * perfect cache of the window would still move each iteration. */
+typedef struct data_floor_s {
+  uint32_t batch_size, trainers, window, batches;
+  uint64_t first_use, shared;
+  double per_iteration;
+} data_floor_t;
+int data_floor(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint32_t window, uint32_t batches,
+               data_floor_t *out, char *err, size_t err_len);
+
 /* Reads every sample of d once.  Caller frees with data_profile_close. */
 int data_profile(data_source_t *d, data_profile_t *p, char *err, size_t err_len);
 void data_profile_close(data_profile_t *p);

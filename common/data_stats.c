@@ -357,3 +357,61 @@ int data_locality(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint
   free(last);
   return rc;
 }
+
+int data_floor(data_source_t *d, uint32_t batch_size, uint32_t trainers, uint32_t window, uint32_t batches,
+               data_floor_t *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
+  out->batch_size = batch_size;
+  out->trainers = trainers;
+  out->window = window;
+  if (!batch_size || !trainers) return err_set(err, err_len, -EINVAL, "floor: batch size and trainers must be > 0");
+  uint64_t avail = d->n_train / batch_size, n = batches < avail ? batches : avail;
+  const data_schema_t *s = &d->schema;
+  cmap_t last, in; /* key -> last batch that used it + 1; key -> 1 + the first trainer using it in this batch */
+  int rc = cmap_init(&last, 1 << 16, 0);
+  if (!rc && (rc = cmap_init(&in, 1 << 14, 0)) != 0) cmap_free(&last);
+  if (rc) return err_set(err, err_len, -ENOMEM, "out of memory measuring the traffic floor");
+  for (uint64_t x = 0; x < n && !rc; x++) {
+    data_batch_t b;
+    if ((rc = data_read_batch(d, DATA_TRAIN, x, batch_size, &b, err, err_len)) != 0) break;
+    cmap_clear(&in);
+    for (uint32_t r = 0; r < trainers && !rc; r++) {
+      uint64_t lo = (uint64_t)r * batch_size / trainers, hi = (uint64_t)(r + 1) * batch_size / trainers;
+      for (uint32_t t = 0; t < s->n_tables && !rc; t++) {
+        uint32_t h = b.hotness[t];
+        for (size_t i = b.ids_off[t] + lo * h; i < b.ids_off[t] + hi * h; i++) {
+          uint64_t key = TABLE_KEY(t, b.ids[i]);
+          size_t at;
+          int fresh = cmap_add(&in, key, 0, &at);
+          if (fresh < 0) {
+            rc = -ENOMEM;
+            break;
+          }
+          if (!fresh) { /* seen in this batch: by another trainer for the first time? */
+            if (in.cnt[at] != r + 1 && in.cnt[at] != UINT64_MAX) out->shared++, in.cnt[at] = UINT64_MAX;
+            continue;
+          }
+          in.cnt[at] = r + 1;
+          size_t la;
+          if ((fresh = cmap_add(&last, key, 0, &la)) < 0) {
+            rc = -ENOMEM;
+            break;
+          }
+          uint64_t pb = last.cnt[la]; /* 0: never */
+          if (!pb || x - (pb - 1) > window) out->first_use++;
+          last.cnt[la] = x + 1;
+        }
+      }
+    }
+    data_batch_free(&b);
+  }
+  if (!rc) {
+    out->batches = (uint32_t)n;
+    out->per_iteration = n ? (double)(out->first_use + out->shared) / (double)n : 0;
+  } else if (rc == -ENOMEM) {
+    err_set(err, err_len, rc, "out of memory measuring the traffic floor");
+  }
+  cmap_free(&in);
+  cmap_free(&last);
+  return rc;
+}

@@ -22,6 +22,7 @@ PKGS=(
   python3 python3-grpcio python3-protobuf
   protobuf-compiler protobuf-compiler-grpc   # Python stubs for the cross-language test
   procps psmisc          # pkill/fuser used by tests
+  iproute2               # ip, tc: chanter local up --hosts (network namespaces, veth, bridge, tbf)
   systemd                # systemd-analyze: test_systemd_units.sh verifies the units
 )
 

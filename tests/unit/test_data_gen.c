@@ -514,6 +514,38 @@ static void test_locality(void **st) {
   assert_true(l[1].share > l[0].share + 0.02);
 }
 
+/* ---- the traffic floor on a file whose answer is known ---- */
+
+static void test_floor(void **st) {
+  (void)st;
+  /* batch 4 over 2 trainers, one table: batch 0 = t0 {a, b}, t1 {a, c};
+   * batch 1 = t0 {a, d}, t1 {e, e}; batch 2 = t0 {b, b}, t1 {f, b} */
+  const char *csv = "click,v\n1,a\n0,b\n1,a\n0,c\n0,a\n1,d\n0,e\n0,e\n1,b\n0,b\n0,f\n1,b\n";
+  const char *p = path_of("floor.csv");
+  FILE *f = fopen(p, "w");
+  fputs(csv, f);
+  fclose(f);
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=1000000", "test_fraction=0", NULL);
+  char err[256];
+  data_source_t *d;
+  data_floor_t fl;
+  assert_int_equal(data_open_path(c, p, &d, err, sizeof err), 0);
+  /* window 1: first uses a b c | d e | b f (b last used 2 batches ago) = 7; shared: a in batch 0, b in batch 2 = 2 */
+  assert_int_equal(data_floor(d, 4, 2, 1, 3, &fl, err, sizeof err), 0);
+  assert_int_equal(fl.batches, 3);
+  assert_int_equal(fl.first_use, 7);
+  assert_int_equal(fl.shared, 2);
+  assert_true(fl.per_iteration == 3.0);
+  /* window 2: b is still in it in batch 2: 6 first uses */
+  assert_int_equal(data_floor(d, 4, 2, 2, 3, &fl, err, sizeof err), 0);
+  assert_int_equal(fl.first_use, 6);
+  /* window 0: every batch's keys come from the servers: 3 + 3 + 2 */
+  assert_int_equal(data_floor(d, 4, 2, 0, 3, &fl, err, sizeof err), 0);
+  assert_int_equal(fl.first_use, 8);
+  data_close(d);
+  cfg_destroy(c);
+}
+
 /* ---- data_profile on a file whose answer is known ---- */
 
 static void test_profile(void **st) {
@@ -556,7 +588,7 @@ int main(void) {
       cmocka_unit_test(test_zipf_alpha),           cmocka_unit_test(test_hot_share),
       cmocka_unit_test(test_signal_learnable),     cmocka_unit_test(test_profile),
       cmocka_unit_test(test_independent_unchanged), cmocka_unit_test(test_sessions),
-      cmocka_unit_test(test_locality),
+      cmocka_unit_test(test_locality),        cmocka_unit_test(test_floor),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

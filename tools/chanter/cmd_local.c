@@ -20,6 +20,12 @@
  * what was started is stopped and its log's tail printed.  Logs go to
  * DIR/logs/, pids to DIR/pids.
  *
+ * `local up --hosts N|auto --link RATE,DELAY[,LOSS]` (local.hosts,
+ * local.link) runs the daemons on emulated hosts instead: network
+ * namespaces on a bridge of their own, with fixed addresses filled into
+ * DIR/job.ini before the supervisor starts (hosts.h); `local down` removes
+ * them after the daemons.
+ *
  * `local down` asks the supervisor to stop everything (SIGTERM, then
  * SIGKILL after a grace period) and waits for it; `local status` says who
  * is alive, how often each was restarted and why it last exited.  Both
@@ -39,6 +45,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "err.h"
+#include "hosts.h"
 #include "supervise.h"
 
 #define DOWN_GRACE_MS 15000 /* SIGTERM, then SIGKILL: the supervisor's and ours */
@@ -122,6 +129,22 @@ static pid_t start_supervisor(const char *workdir, const char *job, int pipe_w) 
   _exit(127);
 }
 
+/* Where p listens: "ADDR:PORT" (ADDR from W/run/hosts on emulated hosts,
+ * else 127.0.0.1), the host alone for a trainer on one, or "". */
+static const char *daemon_addr(const char *workdir, const supervise_proc_t *p, char *out, size_t n) {
+  char path[4200], line[512], name[64], ns[128], a[64] = "";
+  int host;
+  snprintf(path, sizeof path, "%s/run/hosts", workdir);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "%63s %d %127s %63s", name, &host, ns, a) == 4 && !strcmp(name, p->name)) break;
+    else a[0] = 0;
+  if (f) fclose(f);
+  if (p->port > 0) snprintf(out, n, "%s:%d", *a ? a : "127.0.0.1", p->port);
+  else snprintf(out, n, "%s", a);
+  return out;
+}
+
 /* Mutual TLS unless --insecure or the job names its own certificates: a
  * CA and a certificate per role in W/certs (made once, kept across up and
  * down), named by the job file the daemons read ({role} in the paths:
@@ -147,8 +170,44 @@ static int local_tls(cli_t *cli, const char *workdir, int insecure) {
   return 0;
 }
 
+/* Emulated hosts (hosts.h): the plan checked, root checked, stale
+ * namespaces of this W removed, the cluster's addresses and TLS settings
+ * in the job, the namespaces made.  0, or 1 after saying why. */
+static int local_hosts(cli_t *cli, const char *workdir, int insecure, hosts_plan_t *hp) {
+  char err[1024];
+  if (hosts_plan(cli->cfg, workdir, hp, err, sizeof err)) {
+    fprintf(stderr, "chanter local up: %s\n", err);
+    return 1;
+  }
+  if (!hp->n_hosts) return 0;
+  int stale = hosts_down(workdir);
+  if (stale < 0) return 1;
+  if (stale) fprintf(stderr, "chanter local up: removed %d network namespace(s) left by an earlier cluster of %s\n", stale, workdir);
+  if (hosts_set_cluster(hp, cli->cfg, err, sizeof err)) {
+    fprintf(stderr, "chanter local up: %s\n", err);
+    return 1;
+  }
+  /* off loopback: TLS, with the certificates' name (DNS:localhost), or plaintext when asked for */
+  const char *kv = insecure ? "tls.insecure=true" : cfg_tls_on(cli->cfg) && !*cfg_str(cli->cfg, "tls.server_name") ? "tls.server_name=localhost" : NULL;
+  if (kv && cfg_set(cli->cfg, kv, "chanter local up --hosts", err, sizeof err)) {
+    fprintf(stderr, "chanter local up: %s\n", err);
+    return 1;
+  }
+  if (hosts_up(hp, workdir, err, sizeof err)) {
+    fprintf(stderr, "chanter local up: cannot make the emulated hosts: %s\n", err);
+    hosts_down(workdir);
+    return 1;
+  }
+  return 0;
+}
+
 static int local_up(cli_t *cli, const char *workdir, int insecure) {
   char path[4200], job[4200];
+  if (*cfg_str(cli->cfg, "local.hosts") && strcmp(cfg_str(cli->cfg, "local.hosts"), "0") && geteuid() != 0) {
+    fprintf(stderr, "chanter local up: emulated hosts (--hosts, local.hosts) need root: they are network namespaces "
+                    "joined by veth pairs to a bridge, shaped with tc; run it as root, or without --hosts\n");
+    return 1;
+  }
   mkdir(workdir, 0755);
   snprintf(path, sizeof path, "%s/logs", workdir);
   mkdir(path, 0755);
@@ -170,10 +229,13 @@ static int local_up(cli_t *cli, const char *workdir, int insecure) {
     return 1;
   }
   if (local_tls(cli, workdir, insecure)) return 1;
+  hosts_plan_t hp;
+  if (local_hosts(cli, workdir, insecure, &hp)) return 1;
   cfg_t *cfg = cli->cfg;
   int rc = write_job(cfg, job);
   if (rc) {
     fprintf(stderr, "chanter local up: cannot write %s: %s\n", job, err_str(rc));
+    hosts_down(workdir);
     return 1;
   }
   int fds[2];
@@ -190,6 +252,7 @@ static int local_up(cli_t *cli, const char *workdir, int insecure) {
   if (sup < 0) {
     fprintf(stderr, "chanter local up: cannot start the supervisor: %s\n", strerror(errno));
     close(fds[0]);
+    hosts_down(workdir);
     return 1;
   }
   /* Ctrl-C (or SIGTERM) while it starts: the supervisor stops what it started */
@@ -234,6 +297,7 @@ static int local_up(cli_t *cli, const char *workdir, int insecure) {
       int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
       if (n > 0) stop_all(ps, n, 5000);
     }
+    hosts_down(workdir); /* the supervisor stopped (or we did) every daemon in them */
     return 1;
   }
   supervise_proc_t ps[SUPERVISE_MAX];
@@ -243,16 +307,24 @@ static int local_up(cli_t *cli, const char *workdir, int insecure) {
   if (cli->json) {
     printf("{\"workdir\": \"%s\", \"config\": \"%s\", \"supervisor_pid\": %d, \"daemons\": [", workdir, job, (int)sup);
     for (int i = 0; i < n; i++)
-      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d}", i ? ", " : "", ps[i].name, (int)ps[i].pid, ps[i].port);
-    printf("]}\n");
+      printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d, \"addr\": \"%s\"}", i ? ", " : "", ps[i].name,
+             (int)ps[i].pid, ps[i].port, daemon_addr(workdir, &ps[i], path, sizeof path));
+    printf("], \"hosts\": %d}\n", hp.n_hosts);
   } else {
     for (int i = 0; i < n; i++)
-      printf("%-14s pid %-7d %s\n", ps[i].name, (int)ps[i].pid,
-             ps[i].port > 0 ? (snprintf(path, sizeof path, "127.0.0.1:%d", ps[i].port), path) : "");
+      printf("%-14s pid %-7d %s\n", ps[i].name, (int)ps[i].pid, daemon_addr(workdir, &ps[i], path, sizeof path));
     printf("cluster up: %d data processor(s), %d embedding server(s), oracle, %d trainer(s)\n"
            "config: %s   logs: %s/logs/\n"
            "supervisor: pid %d restarts a daemon that fails (log: %s/logs/supervisor.log)\n",
            nd, ne, nt, job, workdir, (int)sup, workdir);
+    if (hp.n_hosts) {
+      char ops[64];
+      hosts_ns_name(&hp, -1, ops, sizeof ops);
+      printf("emulated hosts: %d (network namespaces %s-h1..h%d on the bridge of %s-br, 10.77.0.1..%d/24), "
+             "link %s; the CLI joins %s (%s) for this work dir\n",
+             hp.n_hosts, hp.tag, hp.n_hosts, hp.tag, hp.n_hosts, *cfg_str(cfg, "local.link") ? cfg_str(cfg, "local.link") : "unshaped",
+             ops, HOSTS_OPS_ADDR);
+    }
   }
   return 0;
 }
@@ -262,6 +334,11 @@ static int local_down(cli_t *cli, const char *workdir) {
   int n = supervise_pids_load(workdir, ps, SUPERVISE_MAX);
   pid_t sup = supervise_running(workdir);
   if (n < 0 && !sup) {
+    int gone = hosts_down(workdir); /* a start-up that crashed before any daemon */
+    if (gone > 0) {
+      printf("cluster down: no daemons; removed %d network namespace(s)\n", gone);
+      return 0;
+    }
     fprintf(stderr, "chanter local down: no cluster in %s (no pids file)\n", workdir);
     return 1;
   }
@@ -291,12 +368,15 @@ static int local_down(cli_t *cli, const char *workdir) {
   char path[4200];
   snprintf(path, sizeof path, "%s/pids", workdir);
   if (!left) unlink(path);
+  /* the emulated hosts: only once nothing runs in them */
+  int netns = left ? 0 : hosts_down(workdir);
   if (cli->json)
-    printf("{\"stopped\": %d, \"killed\": %d, \"left\": %d, \"supervisor\": %s}\n", was, killed, left,
-           sup ? "true" : "false");
+    printf("{\"stopped\": %d, \"killed\": %d, \"left\": %d, \"supervisor\": %s, \"netns_removed\": %d}\n", was,
+           killed, left, sup ? "true" : "false", netns);
   else
-    printf("cluster down: %d daemon(s) stopped%s\n", was, killed ? " (some had to be killed)" : "");
-  return left ? 1 : 0;
+    printf("cluster down: %d daemon(s) stopped%s%s\n", was, killed ? " (some had to be killed)" : "",
+           netns > 0 ? (snprintf(path, sizeof path, "; %d network namespace(s) removed", netns), path) : "");
+  return left || netns < 0 ? 1 : 0;
 }
 
 static int local_status(cli_t *cli, const char *workdir) {
@@ -319,8 +399,9 @@ static int local_status(cli_t *cli, const char *workdir) {
     const supervise_entry_t *e = NULL;
     for (int k = 0; k < ne && !e; k++)
       if (!strcmp(es[k].name, ps[i].name)) e = &es[k];
-    char addr[32] = "-";
-    if (ps[i].port > 0) snprintf(addr, sizeof addr, "127.0.0.1:%d", ps[i].port);
+    char addr[64];
+    daemon_addr(workdir, &ps[i], addr, sizeof addr);
+    if (!*addr) snprintf(addr, sizeof addr, "-");
     if (cli->json) {
       char le[400], st[600];
       supervise_json_escape(le, sizeof le, e ? e->last_exit : "");
@@ -363,10 +444,23 @@ int cmd_local(cli_t *cli) {
   const char *workdir = cli_opt(cli, "--workdir");
   const char *report = !strcmp(sub, "supervise") ? cli_opt(cli, "--report-fd") : NULL;
   int insecure = !strcmp(sub, "up") && cli_flag(cli, "--insecure");
+  const char *hosts = !strcmp(sub, "up") ? cli_opt(cli, "--hosts") : NULL;
+  const char *link = !strcmp(sub, "up") ? cli_opt(cli, "--link") : NULL;
   if (cli_done(cli, sub)) return 2;
   if (!workdir)
     return cli_usage_error(cli, "--workdir DIR is required (the cluster's config, logs and pids live there)");
-  if (!strcmp(sub, "up")) return local_up(cli, workdir, insecure);
+  if (!strcmp(sub, "up")) {
+    char kv[512], err[512];
+    if (link && !hosts && !*cfg_str(cli->cfg, "local.hosts"))
+      return cli_usage_error(cli, "--link shapes the links of emulated hosts: it needs --hosts N (or auto)");
+    const char *sets[2][2] = {{"local.hosts", hosts}, {"local.link", link}};
+    for (int i = 0; i < 2; i++) {
+      if (!sets[i][1]) continue;
+      snprintf(kv, sizeof kv, "%s=%s", sets[i][0], sets[i][1]);
+      if (cfg_set(cli->cfg, kv, i ? "--link" : "--hosts", err, sizeof err)) return cli_usage_error(cli, "%s", err);
+    }
+    return local_up(cli, workdir, insecure);
+  }
   if (!strcmp(sub, "down")) return local_down(cli, workdir);
   if (!strcmp(sub, "supervise")) {
     char bindir[4096];

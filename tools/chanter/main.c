@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "err.h"
+#include "hosts.h"
 #include "log.h"
 #include "proc.h"
 
@@ -34,13 +35,19 @@ static const command_t commands[] = {
      "  keys            every job key with its type, default, bounds and help\n"
      "  show            the effective configuration as a job file (--verbose: with origins)\n"},
     {"local", cmd_local,
-     "usage: chanter [--config FILE] [--set k=v ...] local up [--insecure] | down | status --workdir DIR [--json]\n"
+     "usage: chanter [--config FILE] [--set k=v ...] local up [--insecure] [--hosts N|auto [--link RATE,DELAY[,LOSS]]]\n"
+     "                                                  | down | status --workdir DIR [--json]\n"
      "  up              start every daemon of the job on 127.0.0.1 under a supervisor that restarts the ones\n"
      "                  that fail (local.restart_ms, local.restart_burst, local.watchdog_ms); DIR/job.ini has\n"
      "                  their addresses, DIR/logs/supervisor.log what the supervisor did.  They speak mutual\n"
      "                  TLS with a certificate per role from DIR/certs (made once), unless the job names its\n"
      "                  own (tls.*) or --insecure is given\n"
-     "  down            stop them (SIGTERM, then SIGKILL after 15 s) and the supervisor\n"
+     "  --hosts N|auto  (root) on N emulated hosts: network namespaces on a bridge of their own, 10.77.0.K;\n"
+     "                  auto = trainers + embedding servers + 1 (local.hosts); the CLI reaches them through\n"
+     "                  the namespace named in DIR/run/netns-ops\n"
+     "  --link R,D[,L]  each host's link: rate R as tc spells it (1gbit, 100mbit), shaped with tbf both ways;\n"
+     "                  delay D and loss L must be 0: this kernel has no netem (local.link)\n"
+     "  down            stop them (SIGTERM, then SIGKILL after 15 s), the supervisor and the emulated hosts\n"
      "  status          which are alive, their restarts, last exit and STATUS\n"
      "  supervise       the supervisor itself (`up` starts it; not run by hand)\n"},
     {"train", cmd_train,
@@ -111,7 +118,10 @@ static const command_t commands[] = {
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
-     "  e2e                    the local cluster: baseline vs lookahead vs ideal\n"
+     "  e2e [--data independent|sessions|both] [--hosts N|auto [--link RATE,0]]\n"
+     "                         the cluster: baseline vs lookahead vs ideal per data generator, rows and bytes\n"
+     "                         on and off the critical path, the traffic floor; --hosts: on emulated hosts\n"
+     "                         (default link 400mbit,0: README \"The benchmark on emulated hosts\")\n"
      "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"
      "  recovery [--runs N] [--kinds K,...]  failover per daemon kind: detection, restart, rollback, replay,\n"
      "                         against restarting the whole job\n"},
@@ -221,6 +231,11 @@ int main(int argc, char **argv) {
   cli_t cli = {0};
   char err[1024];
   int rc = 2;
+  /* emulated hosts (hosts.h): the supervisor's way into a host's namespace,
+   * and the CLI's into its cluster's ops namespace -- first, before any
+   * thread or socket exists */
+  if (argc > 2 && !strcmp(argv[1], "local") && !strcmp(argv[2], "exec-in")) return hosts_exec_in(argc, argv);
+  if (hosts_join_ops(argc, argv)) return 1;
   proc_init("chanter");
   log_level = LOG_WARN;
   if (cfg_create(&cli.cfg)) return 1;

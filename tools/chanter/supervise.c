@@ -44,6 +44,7 @@
 
 #include "bench_util.h"
 #include "err.h"
+#include "hosts.h"
 #include "log.h"
 
 extern char **environ;
@@ -234,6 +235,8 @@ struct sup_s {
   char **env;
   int status_dirty;
   double status_at;
+  hosts_plan_t hp;            /* emulated hosts (hp.n_hosts > 0): the daemons run in their namespaces */
+  char self[4096];            /* this binary: `chanter local exec-in NS -- ...` */
 };
 
 static const struct group_s {
@@ -721,6 +724,39 @@ static int start_group(sup_t *s, int g) {
     snprintf(idx, sizeof idx, "%d", i);
     c->argv[c->argc++] = c->path;
     c->argv[c->argc] = NULL;
+    if (s->hp.n_hosts) { /* in its host's namespace, as its systemd unit's ExecStart= says */
+      char ns[64], err[1024], *words[MAX_ARGS];
+      int h = hosts_of(&s->hp, gr->kind, i);
+      int nw = hosts_unit_argv(s->bindir, s->job, gr->kind, i, words, MAX_ARGS - 8, err, sizeof err);
+      if (nw < 0) {
+        c->state = D_FAILED;
+        say(s, "chanter local up: cannot start %s: %s", c->name, err);
+        return ERR_CONFIG;
+      }
+      hosts_ns_name(&s->hp, h, ns, sizeof ns);
+      snprintf(c->path, sizeof c->path, "%s", s->self);
+      add_arg(c, "local");
+      add_arg(c, "exec-in");
+      add_arg(c, ns);
+      add_arg(c, "--");
+      for (int w = 0; w < nw; w++) {
+        add_arg(c, words[w]);
+        free(words[w]);
+      }
+      add_arg(c, "--ready-file");
+      add_arg(c, c->ready);
+      if (gr->data_dir) {
+        char dd[4200];
+        snprintf(dd, sizeof dd, "%s/embedding-%d", s->workdir, i);
+        add_arg(c, "--data-dir");
+        add_arg(c, dd);
+      }
+      char cmd[8192];
+      size_t o = 0;
+      for (int a = 5; a < c->argc && o < sizeof cmd - 1; a++)
+        o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s%s", a > 5 ? " " : "", c->argv[a]);
+      log_info("host name=%s host=%d ns=%s cmd=\"%s\"", c->name, h, ns, cmd);
+    } else {
     add_arg(c, "--config");
     add_arg(c, s->job);
     if (gr->index_flag) {
@@ -740,6 +776,7 @@ static int start_group(sup_t *s, int g) {
       add_arg(c, "--data-dir");
       add_arg(c, dd);
     }
+    }
     int rc = spawn(s, c);
     if (rc) {
       c->state = D_FAILED;
@@ -758,8 +795,9 @@ static int start_group(sup_t *s, int g) {
 static int after_group(sup_t *s, int g) {
   int nd = (int)cfg_int(s->cfg, "dataprocs"), ne = (int)cfg_int(s->cfg, "embedding_servers"), rc = 0;
   if (g == 1) {
-    if ((rc = set_addrs(s, "cluster.dataproc", 0, nd)) || (rc = set_addrs(s, "cluster.embedding", nd, ne)) ||
-        (rc = write_job(s)))
+    /* on emulated hosts the job file has every address already (fixed ports) */
+    if (!s->hp.n_hosts && ((rc = set_addrs(s, "cluster.dataproc", 0, nd)) ||
+                           (rc = set_addrs(s, "cluster.embedding", nd, ne)) || (rc = write_job(s))))
       return rc;
     if (!*cfg_str(s->cfg, "oracle.state_dir")) { /* the oracle's copy of every checkpoint manifest */
       char kv[4300], err[512];
@@ -767,7 +805,7 @@ static int after_group(sup_t *s, int g) {
       if ((rc = cfg_set(s->cfg, kv, "chanter local up", err, sizeof err))) say(s, "chanter local up: %s", err);
       else rc = write_job(s);
     }
-  } else if (g == 2) {
+  } else if (g == 2 && !s->hp.n_hosts) {
     if (!(rc = set_addrs(s, "cluster.oracle", nd + ne, 1))) rc = write_job(s);
   }
   return rc;
@@ -975,10 +1013,22 @@ int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int repor
 
   s.ch = calloc(SUPERVISE_MAX, sizeof *s.ch);
   s.loop = uv_default_loop();
+  char herr[1024];
+  if (hosts_plan(cfg, workdir, &s.hp, herr, sizeof herr)) {
+    say(&s, "chanter local up: %s", herr);
+    report(&s, "fail", NULL);
+    return 1;
+  }
+  ssize_t sl = readlink("/proc/self/exe", s.self, sizeof s.self - 1);
+  s.self[sl > 0 ? sl : 0] = 0;
   char notify[4300] = "";
   int rc = notify_open(&s, notify, sizeof notify);
   if (rc) {
     log_warn("no notify socket in %s/run (%s): the daemons run without STATUS and watchdog", workdir, err_str(rc));
+    notify[0] = 0;
+  } else if (s.hp.n_hosts && notify[0] == '@') { /* an abstract name belongs to this network namespace */
+    log_warn("the path %s/run/notify is too long for a unix socket and an abstract one does not reach the emulated "
+             "hosts' namespaces: the daemons run without STATUS and watchdog (use a shorter work dir)", workdir);
     notify[0] = 0;
   }
   s.env = make_env(notify, s.watchdog_ms);
