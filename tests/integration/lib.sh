@@ -24,6 +24,23 @@ running() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" 2>/dev/nu
 nok()  { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
 # skip NAME: a check this machine cannot make (said, not counted)
 skip() { echo "ok - # SKIP $*"; }
+# need_netns NAME: emulated hosts need root and `ip netns`; without them say
+# so (one skip, one passing check) and end the test here
+need_netns() {
+  local why=""
+  if [ "$(id -u)" -ne 0 ]; then
+    why="emulated hosts need root (network namespaces, veth, tc)"
+  elif ! ip netns add "chanter-probe-$$" 2>"$WORK/probe.err"; then
+    why="ip netns add fails here: $(head -1 "$WORK/probe.err")"
+  else
+    ip netns del "chanter-probe-$$"
+    return 0
+  fi
+  skip "$why"
+  ok "$1: nothing to check without root and network namespaces"
+  finish
+  exit $?
+}
 # check NAME CMD...: runs CMD, ok if it exits 0
 check() { local n=$1; shift; if "$@"; then ok "$n"; else nok "$n"; fi; }
 # expect NAME: ok if the previous command (or && chain) succeeded.  NAME

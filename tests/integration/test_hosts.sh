@@ -17,20 +17,7 @@
 # netem in this kernel), and a non-root user.
 source "$(dirname "$0")/lib.sh"
 
-if [ "$(id -u)" -ne 0 ]; then
-  skip "emulated hosts need root (network namespaces, veth, tc)"
-  ok "test_hosts: nothing to check without root"
-  finish
-  exit $?
-fi
-probe=chanter-probe-$$
-if ! ip netns add "$probe" 2>"$WORK/probe.err"; then
-  skip "ip netns add fails here: $(head -1 "$WORK/probe.err")"
-  ok "test_hosts: nothing to check without network namespaces"
-  finish
-  exit $?
-fi
-ip netns del "$probe"
+need_netns test_hosts
 
 W0=$WORK/plain
 W=$WORK/hosts

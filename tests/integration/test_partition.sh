@@ -22,20 +22,7 @@
 # leaves none of the clusters' namespaces.
 source "$(dirname "$0")/lib.sh"
 
-if [ "$(id -u)" -ne 0 ]; then
-  skip "emulated hosts need root (network namespaces, veth, tc)"
-  ok "test_partition: nothing to check without root"
-  finish
-  exit $?
-fi
-probe=chanter-probe-$$
-if ! ip netns add "$probe" 2>"$WORK/probe.err"; then
-  skip "ip netns add fails here: $(head -1 "$WORK/probe.err")"
-  ok "test_partition: nothing to check without network namespaces"
-  finish
-  exit $?
-fi
-ip netns del "$probe"
+need_netns test_partition
 
 SHORT=3 # s: the short cut
 LONG=6  # s: the long cut (oracle.heartbeat_timeout_ms = 3000 for it)
