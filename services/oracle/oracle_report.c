@@ -457,7 +457,14 @@ char *oracle_report__summary(const oracle_job_t *j) {
     sb_printf(&b, ", ");
     sb_num(&b, "steady_iteration_seconds",
            n > 1 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL]) / (n - 1) : NAN);
-    sb_printf(&b, ", ");
+    /* the phases over the same iterations as steady_iteration_seconds (after
+     * iteration 0), so that they add up to it; phase_seconds counts them all */
+    sb_printf(&b, ", \"steady_phase_seconds\": {");
+    for (int k = 0; k < PHASE_N_REPORT; k++) {
+      if (k) sb_printf(&b, ", ");
+      sb_num(&b, phase_name(k), n > 1 ? (rp->sum_t[k] - rp->first_t[k]) / (n - 1) : NAN);
+    }
+    sb_printf(&b, "}, ");
   }
   sb_num(&b, "unique_keys", pp->plans_done ? pp->sum_unique / (double)pp->plans_done : 0);
   sb_printf(&b, ", ");
@@ -469,6 +476,19 @@ char *oracle_report__summary(const oracle_job_t *j) {
             j->P, j->B, pp->L_now, pp->L_start, (unsigned long long)pp->cache_rows, (unsigned long long)pp->slots_peak);
   sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
   sb_printf(&b, ", ");
+  /* what holds the first Step back, while lookahead = auto chooses L (the
+   * progress line of `chanter train` shows it); empty once L is known */
+  {
+    char why[160] = "";
+    if (pp->auto_l && !pp->l_known && pp->auto_running)
+      snprintf(why, sizeof why, "lookahead = auto: choosing L from the %llu planned probe batches",
+               (unsigned long long)pp->probe);
+    else if (pp->auto_l && !pp->l_known)
+      snprintf(why, sizeof why, "lookahead = auto: planning the probe, %llu of %llu batches (oracle.auto_probe)",
+               (unsigned long long)pp->probe_ready, (unsigned long long)pp->probe);
+    sb_str(&b, "startup", why);
+    sb_printf(&b, ", ");
+  }
   sb_str(&b, "mode", j->mode);
   sb_printf(&b, ", ");
   sb_str(&b, "allocation", j->allocation);

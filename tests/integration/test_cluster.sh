@@ -56,7 +56,18 @@ for k in ['samples_per_sec','train_logloss','digest','rows_fetched','rows_synced
 assert d['rows_fetched'] > 0 and d['rows_written_back'] > 0, d"
 expect_rc $? "DLRM learns on the cluster (test AUC $(field "$WORK/p2/summary.json" test_auc)) and summary.json has the stable keys"
 
-run_job p2b
+python3 -c "
+import json; d=json.load(open('$WORK/p2/summary.json'))
+sp, it = d['steady_phase_seconds'], d['steady_iteration_seconds']
+assert abs(sp['total'] - it) <= 1e-9 * it, (sp['total'], it)
+assert d['phase_seconds']['total'] > 0 and d['startup'] == '', d['startup']"
+expect_rc $? "steady_phase_seconds covers the iterations of steady_iteration_seconds (total $(python3 -c "import json; print(json.load(open('$WORK/p2/summary.json'))['steady_phase_seconds']['total'])") s), and no start-up is pending at the end"
+
+# the same job, lookahead = auto planning a probe of 390 of its 400 batches
+# before its first Step: the progress line says so while it waits
+run_job p2b --set oracle.auto_probe=390
+grep -q "lookahead = auto: \(planning the probe\|choosing L\)" "$WORK/p2b.err"
+expect "while lookahead = auto plans its probe, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
 [ "$(field "$WORK/p2/summary.json" digest)" = "$(field "$WORK/p2b/summary.json" digest)" ]
 expect "two runs of the same job give the same digest"
 

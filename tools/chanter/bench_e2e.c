@@ -175,7 +175,7 @@ static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *
     for (int i = 0; i < 12; i++) {
       printf("%-26s", names[i]);
       for (size_t c = 0; c < N_COLS; c++)
-        printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"phase_seconds\""), phase_name(ph[i])));
+        printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"steady_phase_seconds\""), phase_name(ph[i])));
       printf("\n");
     }
     for (int i = 0; i < 6; i++) {
@@ -266,7 +266,8 @@ int bench_e2e(cli_t *cli) {
          "optimizer state) x 4)\n"
          "(\"ideal, 1 AR\": the dense gradients all-reduced in one buffer after the backward, trainer.bucket_kb = 0; "
          "ideal keeps every row in the trainer and is not a correct distributed model, only the lower bound of "
-         "iteration time; per-phase times are means over trainers and iterations)\n");
+         "iteration time; per-phase times are means over trainers and the iterations after iteration 0, as the "
+         "iteration line: steady_phase_seconds)\n");
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (rc == 0 && system(cmd) != 0) fprintf(stderr, "bench e2e: could not remove %s\n", tmp);

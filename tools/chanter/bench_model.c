@@ -76,6 +76,7 @@ typedef struct phases_s {
 typedef struct result_s {
   const char *model;
   double samples_s, flops, gflops, sgemm_big, sgemm_all, ratio;
+  double samples_s_median; /* the median round's: what a run of training sees, not its best moment */
   phases_t ph;
   uint32_t threads;
   char big[64];
@@ -285,6 +286,11 @@ static double gemm_set_gflops(const gemm_set_t *s, double min_s) {
   return s->flops * reps / el / 1e9;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads, int iters,
                      int rounds, double seconds, result_t *r) {
   char kv[64], err[256];
@@ -343,6 +349,11 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   step(b, m, o, 1, NULL);
   uint32_t it = 2;
   double best_step = 1e30;
+  double *round_step = calloc((size_t)rounds, sizeof *round_step);
+  if (!round_step) {
+    rc = -ENOMEM;
+    goto out;
+  }
   int ncpu = (int)pool_default_threads();
   for (int round = 0; round < rounds; round++) {
     /* the model, with its own threads (OpenBLAS single-threaded) */
@@ -356,6 +367,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
       n++;
       el = now_s() - t0;
     } while (n < iters || el < seconds / (2 * rounds));
+    round_step[round] = el / n;
     if (el / n < best_step) {
       best_step = el / n;
       r->ph.emb_fwd = ph.emb_fwd / n;
@@ -373,6 +385,10 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   }
   openblas_set_num_threads(r->threads > 1 ? 1 : ncpu);
   r->samples_s = (double)b->batch / best_step;
+  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
+  r->samples_s_median = (double)b->batch /
+                        (rounds % 2 ? round_step[rounds / 2] : 0.5 * (round_step[rounds / 2 - 1] + round_step[rounds / 2]));
+  free(round_step);
   r->flops = model_gemm_flops_per_sample(m);
   r->gflops = r->flops * r->samples_s / 1e9;
   r->ratio = r->gflops / r->sgemm_big;
@@ -477,10 +493,10 @@ int bench_model(cli_t *cli) {
     printf("{\"batch\": %u, \"blas_core\": \"%s\", \"results\": [", batch, nn_blas_core());
     for (int i = 0; i < nr; i++)
       printf("%s\n {\"model\": \"%s\", \"threads\": %u, \"samples_per_sec\": %.1f, "
-             "\"flops_per_sample\": %.0f, \"gflops\": %.2f, \"sgemm_largest_gflops\": %.2f, "
+             "\"samples_per_sec_median\": %.1f, \"flops_per_sample\": %.0f, \"gflops\": %.2f, \"sgemm_largest_gflops\": %.2f, "
              "\"sgemm_all_gflops\": %.2f, \"ratio\": %.4f, \"ms_emb_fwd\": %.3f, \"ms_fwd\": %.3f, "
              "\"ms_bwd\": %.3f, \"ms_opt\": %.3f, \"ms_emb_bwd\": %.3f}",
-             i ? "," : "", res[i].model, res[i].threads, res[i].samples_s, res[i].flops,
+             i ? "," : "", res[i].model, res[i].threads, res[i].samples_s, res[i].samples_s_median, res[i].flops,
              res[i].gflops, res[i].sgemm_big, res[i].sgemm_all, res[i].ratio,
              1e3 * res[i].ph.emb_fwd, 1e3 * res[i].ph.fwd, 1e3 * res[i].ph.bwd,
              1e3 * res[i].ph.opt, 1e3 * res[i].ph.emb_bwd);
@@ -493,17 +509,17 @@ int bench_model(cli_t *cli) {
     for (int i = 0; i < nr; i++) printf("  %s\n", res[i].desc);
     printf("sgemm(layer): cblas_sgemm, OpenBLAS on %u CPUs, on the largest layer's fwd+dW+dx "
            "shapes; sgemm(all): the model's GEMMs alone; ratio = GFLOP/s / sgemm(layer); "
-           "best of %d rounds\n",
+           "best of %d rounds (samples/s: best, then the median round's)\n",
            pool_default_threads(), rounds);
-    printf("%-7s %10s %9s %8s %9s %8s %8s %6s | ms/step %6s %6s %6s %6s %6s\n", "model",
-           "samples/s", "MFLOP/smp", "GFLOP/s", "layer", "sgemm", "sgemm", "ratio", "embfw",
+    printf("%-7s %10s %10s %9s %8s %9s %8s %8s %6s | ms/step %6s %6s %6s %6s %6s\n", "model",
+           "samples/s", "(median)", "MFLOP/smp", "GFLOP/s", "layer", "sgemm", "sgemm", "ratio", "embfw",
            "fwd", "bwd", "opt", "embbw");
-    printf("%-7s %10s %9s %8s %9s %8s %8s %6s |\n", "", "", "", "", "", "(layer)", "(all)", "");
+    printf("%-7s %10s %10s %9s %8s %9s %8s %8s %6s |\n", "", "", "", "", "", "", "(layer)", "(all)", "");
     for (int i = 0; i < nr; i++) {
       const result_t *r = &res[i];
-      printf("%-7s %10.0f %9.3f %8.1f %9s %8.1f %8.1f %5.1f%% |         %6.2f %6.2f %6.2f %6.2f "
+      printf("%-7s %10.0f %10.0f %9.3f %8.1f %9s %8.1f %8.1f %5.1f%% |         %6.2f %6.2f %6.2f %6.2f "
              "%6.2f\n",
-             r->model, r->samples_s, r->flops / 1e6, r->gflops, r->big, r->sgemm_big,
+             r->model, r->samples_s, r->samples_s_median, r->flops / 1e6, r->gflops, r->big, r->sgemm_big,
              r->sgemm_all, 100.0 * r->ratio, 1e3 * r->ph.emb_fwd, 1e3 * r->ph.fwd,
              1e3 * r->ph.bwd, 1e3 * r->ph.opt, 1e3 * r->ph.emb_bwd);
     }

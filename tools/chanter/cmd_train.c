@@ -385,6 +385,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
   }
   int tty = isatty(2);
   double t0 = bench_now(), progress_at = t0, last_print = 0, ckpt_seen = 0;
+  char last_why[200] = "";
   int asked = 0; /* --resume / --fresh sent */
   uint64_t last_it = UINT64_MAX;
   size_t warned = 0; /* the job's warnings printed so far: each once, as soon as the oracle has it */
@@ -473,12 +474,21 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     }
     if (!quiet) checkpoint_line(tty, st->summary_json, &ckpt_seen);
     int finished = !strcmp(st->state, "done") || !strcmp(st->state, "failed") || !strcmp(st->state, "stopped");
-    if (!quiet && (finished || now - last_print > (tty ? 0.25 : 5.0))) {
+    /* while lookahead = auto plans its probe and chooses L, the progress
+     * line says so; a new stage of it is shown at once */
+    char why[200] = "";
+    int startup = !quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&
+                  cli_json_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
+    int new_stage = startup && strncmp(why, last_why, 40) != 0;
+    if (startup) snprintf(last_why, sizeof last_why, "%s", why);
+    if (!quiet && (finished || new_stage || now - last_print > (tty ? 0.25 : 5.0))) {
       double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
       double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(cfg, "batch_size") / sps : 0;
       if (!strcmp(st->state, "waiting"))
         fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
                 st->n_members);
+      else if (startup)
+        fprintf(stderr, tty ? "\r%s ...   " : "%s\n", why); /* lookahead's start-up: why no Step yet */
       else {
         progress(tty, st->iteration, st->iterations, isnan(sps) ? 0 : sps, isnan(loss) ? 0 : loss, eta);
         double hits = cli_json_num(st->summary_json, "cache_hits"), fet = cli_json_num(st->summary_json, "rows_fetched");
