@@ -24,6 +24,21 @@ running() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" 2>/dev/nu
 nok()  { echo "not ok - $*"; N_FAIL=$((N_FAIL + 1)); }
 # skip NAME: a check this machine cannot make (said, not counted)
 skip() { echo "ok - # SKIP $*"; }
+# clusters_down CHANTER W...: whatever a failed check left of the local
+# clusters in these work dirs: `local down`, then kill -9 of the supervisor
+# and of every daemon W/pids names, and the network namespaces W/run/netns
+# lists (emulated hosts)
+clusters_down() {
+  local c=$1 w ns
+  shift
+  for w in "$@"; do
+    "$c" local down --workdir "$w" >/dev/null 2>&1
+    [ -f "$w/run/supervisor.pid" ] && kill -9 "$(cat "$w/run/supervisor.pid")" 2>/dev/null
+    [ -f "$w/pids" ] && awk '{print $2}' "$w/pids" | xargs -r kill -9 2>/dev/null
+    [ -f "$w/run/netns" ] && while read -r ns; do ip netns del "$ns" 2>/dev/null; done <"$w/run/netns"
+  done
+  return 0
+}
 # need_netns NAME: emulated hosts need root and `ip netns`; without them say
 # so (one skip, one passing check) and end the test here
 need_netns() {

@@ -21,15 +21,7 @@ need_netns test_hosts
 
 W0=$WORK/plain
 W=$WORK/hosts
-down_all() {
-  for w in "$W0" "$W"; do
-    "$BIN/chanter" local down --workdir "$w" >/dev/null 2>&1
-    [ -f "$w/run/supervisor.pid" ] && kill -9 "$(cat "$w/run/supervisor.pid")" 2>/dev/null
-    [ -f "$w/pids" ] && awk '{print $2}' "$w/pids" | xargs -r kill -9 2>/dev/null
-    [ -f "$w/run/netns" ] && while read -r ns; do ip netns del "$ns" 2>/dev/null; done <"$w/run/netns"
-  done
-  cleanup
-}
+down_all() { clusters_down "$BIN/chanter" "$W0" "$W"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini

@@ -37,14 +37,7 @@ SH
   chmod +x "$SB/chanter-$d"
 done
 
-down_all() { # whatever a failed check left running
-  for w in "$W" "$W2"; do
-    "$SB/chanter" local down --workdir "$w" >/dev/null 2>&1
-    [ -f "$w/run/supervisor.pid" ] && kill -9 "$(cat "$w/run/supervisor.pid")" 2>/dev/null
-    [ -f "$w/pids" ] && awk '{print $2}' "$w/pids" | xargs -r kill -9 2>/dev/null
-  done
-  cleanup
-}
+down_all() { clusters_down "$SB/chanter" "$W" "$W2"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini

@@ -30,15 +30,7 @@ TRAIN_LIMIT=100 # s: a job that has not ended by then is killed (and fails its c
 
 WS=("$WORK/ref" "$WORK/short" "$WORK/long")
 TAGS=()
-down_all() {
-  for w in "${WS[@]}"; do
-    "$BIN/chanter" local down --workdir "$w" >/dev/null 2>&1
-    [ -f "$w/run/supervisor.pid" ] && kill -9 "$(cat "$w/run/supervisor.pid")" 2>/dev/null
-    [ -f "$w/pids" ] && awk '{print $2}' "$w/pids" | xargs -r kill -9 2>/dev/null
-    [ -f "$w/run/netns" ] && while read -r ns; do ip netns del "$ns" 2>/dev/null; done <"$w/run/netns"
-  done
-  cleanup
-}
+down_all() { clusters_down "$BIN/chanter" "${WS[@]}"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini

@@ -40,15 +40,19 @@
 
 #define BENCH_LINK "400mbit,0"
 
+/* The cluster every column runs: --set on top of the job, also for the
+ * floor's configuration (job_cfg). */
+static const char *const fixed_sets[] = {"trainers=2", "embedding_servers=2", "dataprocs=1", "eval_batches=0"};
+#define N_FIXED (sizeof fixed_sets / sizeof fixed_sets[0])
+
 /* up, train, down in dir; returns the summary text (caller frees) */
 static char *run(cli_t *cli, const char *self, const char *dir, const char *sets, const char *up_args, int iters) {
   char cmd[8192];
   int o = snprintf(cmd, sizeof cmd, "'%s'", self);
   if (cli->config_path) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --config '%s'", cli->config_path);
   for (int i = 0; i < cli->n_sets; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --set '%s'", cli->sets[i]);
-  o += snprintf(cmd + o, sizeof cmd - (size_t)o,
-                " --set iterations=%d --set trainers=2 --set embedding_servers=2"
-                " --set dataprocs=1 --set eval_batches=0 %s local up %s --workdir '%s' >'%s.up' 2>&1",
+  for (size_t i = 0; i < N_FIXED; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --set %s", fixed_sets[i]);
+  o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --set iterations=%d %s local up %s --workdir '%s' >'%s.up' 2>&1",
                 iters, sets, up_args, dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "bench e2e: local up failed; see %s.up\n", dir);
@@ -91,8 +95,7 @@ static cfg_t *job_cfg(cli_t *cli, const char *gen, int iters, char *err, size_t 
   char kv[128];
   int rc = cli->config_path ? cfg_load_file(c, cli->config_path, err, n) : 0;
   for (int i = 0; i < cli->n_sets && !rc; i++) rc = cfg_set(c, cli->sets[i], "--set", err, n);
-  const char *fixed[] = {"trainers=2", "embedding_servers=2", "dataprocs=1", NULL};
-  for (int i = 0; fixed[i] && !rc; i++) rc = cfg_set(c, fixed[i], "bench", err, n);
+  for (size_t i = 0; i < N_FIXED && !rc; i++) rc = cfg_set(c, fixed_sets[i], "bench", err, n);
   snprintf(kv, sizeof kv, "synthetic.preset=%s", gen);
   if (!rc) rc = cfg_set(c, kv, "bench", err, n);
   snprintf(kv, sizeof kv, "iterations=%d", iters);
