@@ -200,6 +200,36 @@ int coll_allgather(coll_t *c, const void *in, size_t bytes_each, void *out) {
   return finish(c, "allgather", rc, what);
 }
 
+int coll_alltoallv(coll_t *c, const void *send, const size_t *sbytes,
+                   void *recv, const size_t *rbytes) {
+  char what[1024] = "";
+  int in_step = 0;
+  int rc = check_healthy(c, "alltoallv");
+  if (rc < 0) return rc;
+  if (!sbytes || !rbytes)
+    return finish(c, "alltoallv", -EINVAL, "NULL size array");
+  /* Every rank enters the backend whatever its sizes: an all-zero rank
+   * cannot know that the others have nothing for each other. */
+  size_t stot = 0, rtot = 0;
+  for (int r = 0; r < c->size; r++) {
+    if (sbytes[r] > (size_t)INT64_MAX - stot || rbytes[r] > (size_t)INT64_MAX - rtot)
+      return finish(c, "alltoallv", -EINVAL, "total size overflows");
+    stot += sbytes[r];
+    rtot += rbytes[r];
+  }
+  if ((stot && !send) || (rtot && !recv))
+    return finish(c, "alltoallv", -EINVAL, "NULL buffer");
+  rc = c->be->alltoallv(c->impl, send, sbytes, recv, rbytes, &in_step, what,
+                        sizeof what);
+  if (rc < 0 && in_step) {
+    /* A caller bug that left every rank in step: do not latch. */
+    log_error("coll alltoallv refused rank=%d size=%d backend=%s err=%s what=%s",
+              c->rank, c->size, c->be->name, err_str(rc), what);
+    return rc;
+  }
+  return finish(c, "alltoallv", rc, what);
+}
+
 int coll_barrier(coll_t *c) {
   char what[512] = "";
   int rc = check_healthy(c, "barrier");

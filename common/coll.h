@@ -119,6 +119,39 @@ int coll_broadcast(coll_t *c, void *buf, size_t bytes, int root);
 int coll_allgather(coll_t *c, const void *in, size_t bytes_each, void *out);
 /* Returns once every rank has entered the barrier. */
 int coll_barrier(coll_t *c);
+/* Personalised exchange with per-peer sizes: this rank sends
+ * send[soff[r] .. soff[r] + sbytes[r]) to rank r and receives rank r's
+ * block into recv[roff[r] .. roff[r] + rbytes[r]), for every r including
+ * itself (its own block is copied locally).  Blocks are packed in rank
+ * order, so the offsets are the prefix sums soff[r] = sbytes[0] + ... +
+ * sbytes[r-1] (roff likewise) and the call takes only the sizes: sbytes
+ * and rbytes have size entries each; send holds the sum of sbytes, recv
+ * the sum of rbytes, and they must not overlap.  Any block may be empty,
+ * all of them too (send/recv may then be NULL), but every rank must still
+ * make the call: a rank cannot know that the others have nothing to move.
+ * Gloo: host memory; NCCL: device memory, complete when the call returns.
+ * Determinism: bytes are copied, never combined: the result is exact and
+ * independent of timing and of the backend.
+ *
+ * size == 1: a local copy.
+ *
+ * The contract: sbytes[r] on rank q == rbytes[q] on rank r, for every
+ * pair (and sbytes[rank] == rbytes[rank]).  Gloo checks it: the sizes go
+ * first, in one extra round of 16 bytes per pair (Gloo itself aborts the
+ * process that receives too much and completes a short block silently).
+ * A mismatched pair moves nothing between its two ranks -- their blocks
+ * for each other stay untouched in recv -- and both return -EINVAL (a log
+ * line naming the peer and both sizes); every other block arrives, on
+ * those two ranks too, the other ranks return 0, and the group stays
+ * usable (no latch: every rank is still in step, as after a bad broadcast
+ * root).  NCCL does not check (ncclSend/ncclRecv counts must match): a
+ * mismatch is undefined -- it may corrupt recv or time out (ERR_DEADLINE
+ * after timeout_ms, group failed), never hang.  A NULL send/recv with
+ * bytes to move, or NULL size arrays, fail (-EINVAL) on this rank alone
+ * and latch, as for the other collectives.  Other failures as for every
+ * collective (top of file). */
+int coll_alltoallv(coll_t *c, const void *send, const size_t *sbytes,
+                   void *recv, const size_t *rbytes);
 
 /* A file-backed store for tests and single-host use: each key is a file
  * under dir (written to a temporary name, then renamed, so a reader sees
@@ -133,8 +166,11 @@ void coll_file_store_close(coll_store_t *s);
  * cudaError_t) into our codes in its own file and writes the library's
  * message into what[0..what_len).  Never called with zero-length
  * buffers, nor with size == 1 for allreduce, broadcast and barrier (no-ops
- * that coll.c answers); allgather with size == 1 is the backend's copy
- * (host or device memory). */
+ * that coll.c answers); allgather and alltoallv with size == 1 are the
+ * backend's copy (host or device memory).  alltoallv is called whatever
+ * the sizes (all zero included: the peers cannot know); it sets *in_step
+ * when its error left every rank in step (a size mismatch that moved
+ * nothing), so coll.c does not latch it. */
 typedef struct coll__backend_s {
   const char *name;
   int (*create)(const coll_opts_t *o, const coll_store_t *store, void **impl,
@@ -147,6 +183,9 @@ typedef struct coll__backend_s {
   int (*allgather)(void *impl, const void *in, size_t bytes_each, void *out,
                    char *what, size_t what_len);
   int (*barrier)(void *impl, char *what, size_t what_len);
+  int (*alltoallv)(void *impl, const void *send, const size_t *sbytes,
+                   void *recv, const size_t *rbytes, int *in_step, char *what,
+                   size_t what_len);
 } coll__backend_t;
 
 extern const coll__backend_t coll__gloo_backend;

@@ -9,7 +9,9 @@
  * "<prefix>/gloo/".  The collectives are Gloo's own algorithms:
  * gloo::allreduce (RING, segments of at most 1 MiB: the summation order
  * is fixed by P and n, see coll.h), gloo::broadcast (binomial tree),
- * gloo::allgather (ring), gloo::barrier (dissemination).  Every operation
+ * gloo::allgather (ring), gloo::barrier (dissemination), gloo::alltoallv
+ * (every pair at once, after a gloo::alltoall of the block sizes: see
+ * gloo_alltoallv).  Every operation
  * carries the group's timeout, so a silent peer gives Gloo's "Timed out
  * waiting ..." IoException (ERR_DEADLINE) and a dead one a read error on
  * the socket (ERR_UNAVAILABLE).
@@ -41,6 +43,8 @@ extern "C" {
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -289,6 +293,134 @@ int gloo_allgather(void *impl, const void *in, size_t bytes_each, void *out,
   }
 }
 
+/* Gloo 0.5 cannot be trusted with a size mismatch: a block longer than the
+ * receive posted for it fails a GLOO_ENFORCE on Gloo's device thread, where
+ * nothing catches it -- std::terminate, the process aborts -- and a shorter
+ * one completes the receive silently, its tail left stale (both seen with a
+ * two-process probe).  So the sizes go first, in one round of 16 bytes per
+ * pair (gloo::alltoall): rank r learns (sbytes[me], rbytes[me]) of every
+ * peer and checks both directions of each pair.  The two ranks of a
+ * mismatched pair both see it and agree to move 0 bytes between them; then
+ * every rank runs the same gloo::alltoallv (a rank with a mismatch repacks
+ * its agreed blocks into scratch buffers first, since Gloo's offsets are the
+ * prefix sums of its counts, and unpacks what it got), so the tags stay in
+ * step, nobody waits for a block that never comes, every agreed block
+ * arrives, and *in_step tells coll.c not to latch the error.  Zero counts
+ * are fine for Gloo: an empty send/recv pair is still posted and completes
+ * (tested); only the pointers must not be NULL. */
+int gloo_alltoallv(void *impl, const void *send, const size_t *sbytes,
+                   void *recv, const size_t *rbytes, int *in_step, char *what,
+                   size_t what_len) noexcept {
+  Group *g = static_cast<Group *>(impl);
+  const size_t P = (size_t)g->size, me = (size_t)g->rank;
+  *in_step = 0;
+  try {
+    size_t stot = 0, rtot = 0;
+    for (size_t r = 0; r < P; r++) {
+      stot += sbytes[r];
+      rtot += rbytes[r];
+    }
+    if (P == 1) {
+      if (sbytes[0] != rbytes[0]) {
+        snprintf(what, what_len,
+                 "size mismatch: the own block is %zu bytes to send but %zu "
+                 "to receive",
+                 sbytes[0], rbytes[0]);
+        *in_step = 1;
+        return -EINVAL;
+      }
+      if (sbytes[0]) memcpy(recv, send, sbytes[0]);
+      return 0;
+    }
+    /* Sizes: to peer r, (what I send it, what I expect from it). */
+    std::vector<uint64_t> mine(2 * P), theirs(2 * P);
+    for (size_t r = 0; r < P; r++) {
+      mine[2 * r] = sbytes[r];
+      mine[2 * r + 1] = rbytes[r];
+    }
+    {
+      gloo::AlltoallOptions opts(g->ctx);
+      opts.setInput(mine.data(), mine.size());
+      opts.setOutput(theirs.data(), theirs.size());
+      opts.setTag(g->tag++);
+      opts.setTimeout(g->timeout);
+      gloo::alltoall(opts);
+    }
+    std::vector<int64_t> scount(P), rcount(P);
+    std::string bad;
+    size_t nbad = 0;
+    for (size_t r = 0; r < P; r++) {
+      /* Peer r sends me theirs[2r] and expects theirs[2r+1] from me. */
+      uint64_t out_ok = r == me ? rbytes[me] : theirs[2 * r + 1];
+      uint64_t in_ok = r == me ? sbytes[me] : theirs[2 * r];
+      bool ok = sbytes[r] == out_ok && rbytes[r] == in_ok;
+      scount[r] = ok ? (int64_t)sbytes[r] : 0;
+      rcount[r] = ok ? (int64_t)rbytes[r] : 0;
+      if (!ok && nbad++ < 4) {
+        char b[200];
+        if (r == me)
+          snprintf(b, sizeof b,
+                   "%sthe own block: %zu bytes to send, %zu to receive",
+                   bad.empty() ? "" : "; ", sbytes[r], rbytes[r]);
+        else
+          snprintf(b, sizeof b,
+                   "%srank %zu: I send %zu and it expects %llu, it sends %llu "
+                   "and I expect %zu",
+                   bad.empty() ? "" : "; ", r, sbytes[r],
+                   (unsigned long long)out_ok, (unsigned long long)in_ok,
+                   rbytes[r]);
+        bad += b;
+      }
+    }
+    static uint8_t empty; /* Gloo wants a pointer even for 0 bytes */
+    std::vector<uint8_t> sscratch, rscratch;
+    uint8_t *in = static_cast<uint8_t *>(const_cast<void *>(send));
+    uint8_t *out = static_cast<uint8_t *>(recv);
+    if (nbad) { /* repack the agreed blocks (Gloo's offsets are prefix sums) */
+      size_t s = 0, t = 0, so = 0;
+      for (size_t r = 0; r < P; r++) {
+        s += (size_t)scount[r];
+        t += (size_t)rcount[r];
+      }
+      sscratch.resize(s);
+      rscratch.resize(t);
+      s = 0;
+      for (size_t r = 0; r < P; so += sbytes[r], r++) {
+        if (scount[r]) memcpy(sscratch.data() + s, in + so, (size_t)scount[r]);
+        s += (size_t)scount[r];
+      }
+      in = sscratch.data();
+      out = rscratch.data();
+      stot = s;
+      rtot = t;
+    }
+    if (stot == 0 || !in) in = &empty;
+    if (rtot == 0 || !out) out = &empty;
+    gloo::AlltoallvOptions opts(g->ctx);
+    opts.setInput(in, scount);
+    opts.setOutput(out, rcount);
+    opts.setTag(g->tag++);
+    opts.setTimeout(g->timeout);
+    gloo::alltoallv(opts);
+    if (nbad) { /* the agreed blocks to their places; the others untouched */
+      uint8_t *dst = static_cast<uint8_t *>(recv);
+      size_t ro = 0, t = 0;
+      for (size_t r = 0; r < P; ro += rbytes[r], r++) {
+        if (rcount[r]) memcpy(dst + ro, rscratch.data() + t, (size_t)rcount[r]);
+        t += (size_t)rcount[r];
+      }
+      snprintf(what, what_len, "size mismatch with %zu rank%s (nothing moved "
+               "with %s): %s%s", nbad, nbad == 1 ? "" : "s",
+               nbad == 1 ? "it" : "them", bad.c_str(), nbad > 4 ? "; ..." : "");
+      *in_step = 1;
+      return -EINVAL;
+    }
+    return 0;
+  } catch (...) {
+    return convert_exception(what, what_len);
+  }
+}
+
 int gloo_barrier(void *impl, char *what, size_t what_len) noexcept {
   Group *g = static_cast<Group *>(impl);
   try {
@@ -305,6 +437,6 @@ int gloo_barrier(void *impl, char *what, size_t what_len) noexcept {
 } // namespace
 
 extern "C" const coll__backend_t coll__gloo_backend = {
-    "gloo",          gloo_create,    gloo_destroy, gloo_allreduce_sum_f32,
-    gloo_broadcast,  gloo_allgather, gloo_barrier,
+    "gloo",          gloo_create,    gloo_destroy,  gloo_allreduce_sum_f32,
+    gloo_broadcast,  gloo_allgather, gloo_barrier,  gloo_alltoallv,
 };

@@ -13,7 +13,8 @@
  * stream and waited for here by polling the stream and
  * ncclCommGetAsyncError, so a dead or silent peer ends in ncclCommAbort and
  * an error after timeout_ms instead of a hang.  Barrier is an all-reduce of
- * one float on a device scratch word (NCCL has no barrier).
+ * one float on a device scratch word (NCCL has no barrier); alltoallv is a
+ * group of ncclSend/ncclRecv, one pair per peer.
  *
  * Determinism: NCCL's reductions are deterministic for a fixed
  * communicator, algorithm and protocol; pin them (NCCL_ALGO=Ring,
@@ -297,6 +298,60 @@ static int nccl_allgather(void *impl, const void *in, size_t bytes_each,
   return finish(g, r, "ncclAllGather", what, len);
 }
 
+/* One ncclSend and one ncclRecv per peer in a group call (NCCL runs them
+ * concurrently), including this rank's own block: NCCL pairs a send and a
+ * recv to self, and zero counts are legal.  NCCL does not compare the
+ * counts of a pair, so *in_step stays 0: see coll.h. */
+static int nccl_alltoallv(void *impl, const void *send, const size_t *sbytes,
+                          void *recv, const size_t *rbytes, int *in_step,
+                          char *what, size_t len) {
+  nccl_group_t *g = impl;
+  *in_step = 0;
+  int rc = usable(g, what, len);
+  if (rc < 0) return rc;
+  const char *in = send;
+  char *out = recv;
+  if (g->size == 1) {
+    if (sbytes[0] != rbytes[0]) {
+      snprintf(what, len, "size mismatch: the own block is %zu bytes to send "
+               "but %zu to receive", sbytes[0], rbytes[0]);
+      *in_step = 1;
+      return -EINVAL;
+    }
+    if (sbytes[0] == 0) return 0;
+    cudaError_t e = cudaMemcpyAsync(out, in, sbytes[0],
+                                    cudaMemcpyDeviceToDevice, g->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
+    return e == cudaSuccess ? 0 : cuda_error(e, "cudaMemcpyAsync", what, len);
+  }
+  ncclResult_t r = ncclGroupStart();
+  const char *call = "ncclGroupStart";
+  if (r != ncclSuccess) return finish(g, r, call, what, len);
+  size_t soff = 0, roff = 0;
+  for (int p = 0; p < g->size && (r == ncclSuccess || r == ncclInProgress);
+       p++) {
+    /* NULL stays NULL when everything is empty (NCCL accepts it for 0). */
+    r = ncclSend(in ? in + soff : NULL, sbytes[p], ncclUint8, p, g->comm,
+                 g->stream);
+    call = "ncclSend";
+    if (r == ncclSuccess || r == ncclInProgress) {
+      r = ncclRecv(out ? out + roff : NULL, rbytes[p], ncclUint8, p, g->comm,
+                   g->stream);
+      call = "ncclRecv";
+    }
+    soff += sbytes[p];
+    roff += rbytes[p];
+  }
+  /* Close the group even after a failed enqueue, then report the first
+   * failure; a non-blocking communicator may answer ncclInProgress. */
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) {
+    r = end;
+    call = "ncclGroupEnd (alltoallv)";
+  }
+  return finish(g, r, call, what, len);
+}
+
 static int nccl_barrier(void *impl, char *what, size_t len) {
   nccl_group_t *g = impl;
   int rc = usable(g, what, len);
@@ -314,6 +369,7 @@ const coll__backend_t coll__nccl_backend = {
     .broadcast = nccl_broadcast,
     .allgather = nccl_allgather,
     .barrier = nccl_barrier,
+    .alltoallv = nccl_alltoallv,
 };
 
 #endif /* CHANTER_CUDA */

@@ -5,7 +5,8 @@
  * (the Gloo backend).  Ranks write what they computed to files; the parent
  * compares them with each other and with an independent reference: the
  * all-reduce is checked bitwise against the summation order coll.h
- * documents.  Failures are real too: a peer is SIGKILLed or SIGSTOPped
+ * documents; alltoallv's blocks are checked byte for byte, sizes agreed or
+ * not.  Failures are real too: a peer is SIGKILLed or SIGSTOPped
  * mid-collective and the survivors must fail within a bound, a rank that
  * never starts must time the rendezvous out.  The NCCL backend is checked
  * only for its refusal (no GPU here, or not built).
@@ -473,9 +474,132 @@ static void test_barrier(void **state) {
   assert_true(t[0][1] - t[0][0] >= 500); /* rank 0 really waited */
 }
 
+/* ---- alltoallv ---- */
+
+/* Bytes rank q sends rank r in pattern `pat` of a group of P: 0 uneven
+ * with empty blocks (rank 0's own; for P = 3 also 1 -> 2 and 2 -> 0), 1 all
+ * empty, 2 only the own block, 3 rank 0 sends and receives nothing, 4 a
+ * few MB each way and an empty own block on rank 1 (P = 2). */
+static size_t a2a_len(int pat, int P, int q, int r) {
+  switch (pat) {
+  case 0: return (2 * q + r) % 4 == 0 ? 0 : (size_t)(q * 7 + r * 13 + P) % 37 + 1;
+  case 1: return 0;
+  case 2: return q == r ? (size_t)(q + 1) * 11 : 0;
+  case 3: return q == 0 || r == 0 ? 0 : (size_t)(q * 3 + r) * 101;
+  default: return q == r ? (size_t)(2u << 20) * (size_t)(1 - q) : (q == 0 ? (3u << 20) + 1 : (1u << 20) + 3);
+  }
+}
+
+static uint8_t a2a_byte(int q, int r, size_t i) {
+  return (uint8_t)(splitmix((uint64_t)q * 1000003 + (uint64_t)r * 7919 + i * 31) >> 23);
+}
+
+#define A2A_GUARD 64 /* bytes after recv that must stay untouched */
+
+/* Runs pattern pat; 0 if every byte of recv is rank r's block for this
+ * rank and the guard after it is intact. */
+static int a2a_run(coll_t *c, int pat) {
+  int P = coll_size(c), me = coll_rank(c), bad = 0;
+  size_t sb[MAXP], rb[MAXP], stot = 0, rtot = 0;
+  for (int r = 0; r < P; r++) {
+    stot += sb[r] = a2a_len(pat, P, me, r);
+    rtot += rb[r] = a2a_len(pat, P, r, me);
+  }
+  uint8_t *send = malloc(stot + 1), *recv = malloc(rtot + A2A_GUARD);
+  if (!send || !recv) return 2;
+  size_t off = 0;
+  for (int r = 0; r < P; off += sb[r], r++)
+    for (size_t i = 0; i < sb[r]; i++) send[off + i] = a2a_byte(me, r, i);
+  memset(recv, 0xAA, rtot + A2A_GUARD);
+  int rc = coll_alltoallv(c, send, sb, recv, rb);
+  if (rc != 0) {
+    fprintf(stderr, "rank %d pattern %d: %s\n", me, pat, err_str(rc));
+    bad = 3;
+  }
+  off = 0;
+  for (int r = 0; r < P && !bad; off += rb[r], r++)
+    for (size_t i = 0; i < rb[r] && !bad; i++)
+      if (recv[off + i] != a2a_byte(r, me, i)) bad = 4;
+  for (size_t i = 0; i < A2A_GUARD && !bad; i++)
+    if (recv[rtot + i] != 0xAA) bad = 5;
+  free(send);
+  free(recv);
+  return bad;
+}
+
+static int a2a_worker(coll_t *c, int rank, void *arg) {
+  (void)rank;
+  const int *pats = arg;
+  for (int k = 0; pats[k] >= 0; k++) {
+    int rc = a2a_run(c, pats[k]);
+    if (rc) return 10 * (k + 1) + rc;
+  }
+  /* NULL buffers are fine when there is nothing to move. */
+  size_t zero[MAXP] = {0};
+  return coll_alltoallv(c, NULL, zero, NULL, zero) == 0 ? 0 : 9;
+}
+
+static void test_alltoallv(void **state) {
+  int pats[] = {0, 1, 2, 3, 0, 1, -1};
+  group_run(3, 5000, a2a_worker, pats);
+  group_run(2, 5000, a2a_worker, pats);
+  group_run(1, 5000, a2a_worker, pats);
+}
+
+static void test_alltoallv_large(void **state) {
+  int pats[] = {4, 0, -1};
+  group_run(2, 5000, a2a_worker, pats);
+}
+
+/* The contract broken: in a group of 3, rank 0 sends rank 1 one byte
+ * more than rank 1 expects, then rank 2's own block disagrees with
+ * itself.  The ranks of the bad pair get -EINVAL and nothing from each
+ * other, every other block arrives, and the group carries on. */
+static int mismatch_worker(coll_t *c, int rank, void *arg) {
+  (void)arg;
+  const int P = 3;
+  for (int round = 0; round < 2; round++) {
+    size_t sb[3], rb[3], stot = 0, rtot = 0;
+    for (int r = 0; r < P; r++) {
+      stot += sb[r] = a2a_len(0, P, rank, r) + 5;
+      rtot += rb[r] = a2a_len(0, P, r, rank) + 5;
+    }
+    int bad_pair = round == 0 ? (rank == 0 || rank == 1) : rank == 2;
+    if (round == 0 && rank == 0) stot += 1, sb[1] += 1;
+    if (round == 1 && rank == 2) stot += 2, sb[2] += 2;
+    uint8_t *send = calloc(stot, 1), *recv = malloc(rtot + A2A_GUARD);
+    if (!send || !recv) return 2;
+    size_t off = 0;
+    for (int r = 0; r < P; off += sb[r], r++)
+      for (size_t i = 0; i < sb[r]; i++) send[off + i] = a2a_byte(rank, r, i);
+    memset(recv, 0xAA, rtot + A2A_GUARD);
+    int rc = coll_alltoallv(c, send, sb, recv, rb);
+    if (rc != (bad_pair ? -EINVAL : 0)) return 3 + 10 * round;
+    for (size_t i = 0; i < A2A_GUARD; i++)
+      if (recv[rtot + i] != 0xAA) return 4 + 10 * round;
+    /* Every agreed block arrived; the bad pair's stays untouched. */
+    int peer = !bad_pair ? -1 : round == 1 ? 2 : 1 - rank;
+    off = 0;
+    for (int r = 0; r < P; off += rb[r], r++)
+      for (size_t i = 0; i < rb[r]; i++)
+        if (recv[off + i] != (r == peer ? 0xAA : a2a_byte(r, rank, i)))
+          return 5 + 10 * round;
+    free(send);
+    free(recv);
+  }
+  /* Not latched: the group still works, for everyone. */
+  int pats[] = {0, -1};
+  return a2a_worker(c, rank, pats) == 0 ? 0 : 30;
+}
+
+static void test_alltoallv_mismatch(void **state) {
+  group_run(3, 5000, mismatch_worker, NULL);
+}
+
 /* ---- failures ---- */
 
-/* Every rank all-reduces 1M floats in a loop; the victim (rank 2) marks
+/* Every rank all-reduces 1M floats in a loop (or, with arg, alltoallv's
+ * the same 4 MiB evenly over the group); the victim (rank 2) marks
  * "ready" after two rounds and keeps going until the parent kills or
  * stops it.  A survivor records (rc, time of failure, rc of the next
  * call) in "fail.<rank>". */
@@ -484,23 +608,29 @@ static int loop_worker(coll_t *c, int rank, void *arg) {
   float *b = calloc(n, sizeof *b);
   if (!b) return 2;
   int rc = 0;
+  int a2a = arg != NULL; /* alltoallv instead of all-reduce */
+  size_t sb[MAXP], rb[MAXP];
+  uint8_t *out = a2a ? malloc(n * sizeof *b) : NULL;
+  for (int r = 0; r < coll_size(c); r++) sb[r] = rb[r] = n * sizeof *b / (size_t)coll_size(c);
+  if (a2a && !out) return 2;
   for (int it = 0; it < 100000; it++) {
-    rc = coll_allreduce_sum_f32(c, b, n);
+    rc = a2a ? coll_alltoallv(c, b, sb, out, rb) : coll_allreduce_sum_f32(c, b, n);
     if (rc != 0) break;
     if (rank == 2 && it == 2) write_file("ready", "1", 1);
   }
   int64_t v[3] = {rc, now_ms(), coll_barrier(c)};
   free(b);
+  free(out);
   char name[32];
   snprintf(name, sizeof name, "fail.%d", rank);
   write_file(name, v, sizeof v);
   return rc != 0 ? 0 : 5;
 }
 
-static void peer_failure_case(int sig, int64_t timeout_ms) {
+static void peer_failure_case(int sig, int64_t timeout_ms, void *arg) {
   group_t g = {0};
   const int P = 3;
-  group_start(&g, P, P, timeout_ms, loop_worker, NULL);
+  group_start(&g, P, P, timeout_ms, loop_worker, arg);
   int64_t t0 = now_ms();
   while (!file_exists("ready")) {
     if (now_ms() - t0 > 10000) {
@@ -554,9 +684,17 @@ static void peer_failure_case(int sig, int64_t timeout_ms) {
 }
 
 /* Killed: the kernel closes its sockets, survivors see it at once. */
-static void test_peer_killed(void **state) { peer_failure_case(SIGKILL, 2000); }
+static void test_peer_killed(void **state) { peer_failure_case(SIGKILL, 2000, NULL); }
 /* Stopped: sockets stay open and silent, only the timeout can tell. */
-static void test_peer_stopped(void **state) { peer_failure_case(SIGSTOP, 2000); }
+static void test_peer_stopped(void **state) { peer_failure_case(SIGSTOP, 2000, NULL); }
+/* The same two inside alltoallv (4 MiB per rank, split evenly). */
+static int g_a2a_flag = 1;
+static void test_alltoallv_peer_killed(void **state) {
+  peer_failure_case(SIGKILL, 2000, &g_a2a_flag);
+}
+static void test_alltoallv_peer_stopped(void **state) {
+  peer_failure_case(SIGSTOP, 2000, &g_a2a_flag);
+}
 
 static int never_worker(coll_t *c, int rank, void *arg) { return 1; }
 
@@ -701,7 +839,11 @@ int main(void) {
       cmocka_unit_test(test_allreduce_p3),
       cmocka_unit_test(test_allreduce_ordered),  cmocka_unit_test(test_broadcast),
       cmocka_unit_test(test_allgather),     cmocka_unit_test(test_barrier),
+      cmocka_unit_test(test_alltoallv),     cmocka_unit_test(test_alltoallv_large),
+      cmocka_unit_test(test_alltoallv_mismatch),
       cmocka_unit_test(test_peer_killed),   cmocka_unit_test(test_peer_stopped),
+      cmocka_unit_test(test_alltoallv_peer_killed),
+      cmocka_unit_test(test_alltoallv_peer_stopped),
       cmocka_unit_test(test_store_timeout), cmocka_unit_test(test_nccl_refused),
       cmocka_unit_test(test_bad_iface),
   };
