@@ -59,6 +59,9 @@ static const entry_t entries[] = {
      "shared rows the next batch does not use are synchronized in the background during its forward (false: "
      "every shared row before the next batch starts)"},
     {"allocation", T_ENUM, "contiguous", 0, 0, "contiguous|random|laia", "which trainer trains which sample"},
+    {"table_strategy", T_STR, "cache", 0, 0, NULL,
+     "how each table's rows move: cache (the lookahead cache), partition (the rows live on one trainer, pooled "
+     "embeddings move by AlltoAll), auto (the oracle chooses per table); one word, or one per table, comma-separated"},
     {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
     {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
     {"eval_every", T_INT, "0", 0, 1e12, NULL, "evaluate every N iterations (0 = only at the end)"},
@@ -186,7 +189,11 @@ static const entry_t entries[] = {
     {"oracle.laia_min_share", T_FLOAT, "0.01", 0, 1, NULL,
      "allocation = laia: a table stays scored if this share of its ids found a held row during the profile"},
     {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
-     "lookahead = auto measures the cache each L needs over this many first batches"},
+     "lookahead = auto measures the cache each L needs over this many first batches (and table_strategy = auto "
+     "each table's traffic)"},
+    {"oracle.strategy_server_weight", T_FLOAT, "4", 0, 1e6, NULL,
+     "table_strategy = auto: what a byte of rows through the embedding servers costs against a byte of pooled "
+     "embeddings between trainers (chanter bench e2e measures both)"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
      "a trainer silent this long (no heartbeat, no message) is taken for hung: the job recovers without it"},
     {"oracle.max_recoveries", T_INT, "5", 0, 1000000, NULL,
@@ -201,6 +208,9 @@ static const entry_t entries[] = {
      "after a recovery or the oracle's loss, how long a trainer keeps trying to join the job again before it exits"},
     {"trainer.coll_timeout_ms", T_INT, "60000", 100, 3600000, NULL,
      "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
+    {"trainer.partition_mb", T_INT, "2048", 0, 1 << 24, NULL,
+     "table_strategy = auto partitions a table only while the partitioned rows each trainer holds stay within "
+     "this many MiB"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
      "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
      "the backward); part of the job: with 3+ trainers another size may change the last bits"},
@@ -391,6 +401,19 @@ static int assign(cfg_t *c, int idx, const char *raw, const char *origin, size_t
     long long x = strtoll(raw, &end, 10);
     if (errno || end == raw || *end || x < 0)
       return fmt_err(err, n, "lookahead = '%s' is neither a number >= 0 nor 'auto'", raw);
+  }
+  if (!strcmp(e->name, "table_strategy")) { /* each word; the count against table_rows: tstrat_parse */
+    for (const char *p = raw;;) {
+      size_t w = strcspn(p, ",");
+      while (w && (p[w - 1] == ' ' || p[w - 1] == '\t')) w--;
+      while (w && (*p == ' ' || *p == '\t')) p++, w--;
+      if (!((w == 5 && !strncmp(p, "cache", 5)) || (w == 9 && !strncmp(p, "partition", 9)) ||
+            (w == 4 && !strncmp(p, "auto", 4))))
+        return fmt_err(err, n, "table_strategy = '%s': '%.*s' is not cache, partition or auto", raw, (int)w, p);
+      p = strchr(p, ',');
+      if (!p) break;
+      p++;
+    }
   }
   if (!nv.str && !(nv.str = strdup(raw))) return -ENOMEM;
   snprintf(nv.origin, sizeof nv.origin, "%s", origin);

@@ -14,7 +14,8 @@
  *     (prefetch_wait of fetch: blocked on this step's rows; sync_wait of
  *     the step's start: blocked on the previous step's background work;
  *     sync_critical of allreduce: the critical rows; replicate of update:
- *     owned rows replicated);
+ *     owned rows replicated; alltoall of forward and backward: the
+ *     partitioned tables' pooled embeddings and their gradients);
  *   - the phases of `chanter train --local` that a cluster step does not
  *     have (it also has forward and backward; its order is cmd_train.c's).
  *
@@ -40,7 +41,8 @@
   X(PREFETCH_WAIT, prefetch_wait)                                                                                  \
   X(SYNC_WAIT, sync_wait)                                                                                          \
   X(SYNC_CRITICAL, sync_critical)                                                                                  \
-  X(REPLICATE, replicate)
+  X(REPLICATE, replicate)                                                                                          \
+  X(ALLTOALL, alltoall)
 
 #define PHASE_LOCAL_LIST(X)                                                                                        \
   X(DATA, data)                                                                                                    \
@@ -58,7 +60,7 @@ enum {
   PHASE_N
 };
 #define PHASE_N_STEP (PHASE_TOTAL + 1)       /* the phases of a trainer's step: [0, PHASE_N_STEP) */
-#define PHASE_N_REPORT (PHASE_REPLICATE + 1) /* what a Report carries: [0, PHASE_N_REPORT) */
+#define PHASE_N_REPORT (PHASE_ALLTOALL + 1) /* what a Report carries: [0, PHASE_N_REPORT) */
 
 /* The name of phase p (< PHASE_N), as summary.json, the metrics and the
  * logs print it. */

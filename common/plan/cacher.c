@@ -379,6 +379,14 @@ static inline size_t lh_home(uint64_t key, int shift) {
  * not among the keys. */
 static int map_ids(cacher_t *c, const plan_t *p, cacher_dec_t *d, uint32_t tb, size_t lo, size_t hi,
                    char *err, size_t err_len) {
+  if (p->ext && p->ext[tb]) { /* a table outside the cache (plan_drop_tables): its ids get no slot */
+    for (uint32_t q = 0; q < p->trainers; q++) {
+      size_t o = c->soff[q], m = (size_t)p->shares[q].batch.n * p->hotness[tb];
+      for (size_t j = 0; j < m; j++) d->tr[q].slots[o + j] = CACHER_NO_SLOT;
+      c->soff[q] = o + m;
+    }
+    return 0;
+  }
   int bits = 1;
   while (((size_t)1 << bits) < 2 * (hi - lo)) bits++;
   size_t cap = (size_t)1 << bits, mask = cap - 1;
@@ -809,31 +817,108 @@ int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp,
   return rc;
 }
 
-int cacher_auto(const plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
-                uint32_t *l, uint64_t *need) {
-  uint64_t nd;
-  /* the need grows with L: the largest L first (the usual case, a cache
-   * that holds it, costs one run), then L = 0, then a binary search */
-  int rc = cacher_need(plans, n, P, max_l, lrpp, &nd);
-  if (rc) return rc;
-  *l = max_l;
-  *need = nd;
-  if (nd <= cache_rows || max_l == 0) return 0;
-  if ((rc = cacher_need(plans, n, P, 0, lrpp, &nd)) != 0) return rc;
-  *l = 0;
-  *need = nd;
-  if (nd > cache_rows) return 0;
-  uint32_t lo = 0, hi = max_l - 1; /* need(lo) fits, need(max_l) does not */
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo + 1) / 2;
-    if ((rc = cacher_need(plans, n, P, mid, lrpp, &nd)) != 0) return rc;
-    if (nd <= cache_rows) {
-      lo = mid;
-      *need = nd;
-    } else {
-      hi = mid - 1;
+/* One pass (cacher.h, Capacity): each key's last use so far (its batch's
+ * index in plans) sits in an array indexed by table and row when the
+ * tables' rows are few against the keys (no hashing, a few MB), else in
+ * the map (in the slot field: the 16-bit last would wrap); cnt[b % (max_l
+ * + 1)] counts the keys whose last use so far is b, for the max_l + 1
+ * latest b; after batch x, the slots L needs then are the keys of
+ * cnt[x - L .. x]. */
+int cacher_needs(const plan_t *plans, size_t n, uint32_t max_l, uint64_t *need) {
+  size_t R = (size_t)max_l + 1;
+  for (size_t d = 0; d < R; d++) need[d] = 0;
+  if (n == 0) return 0;
+  if (n >= NOSLOT) return -EINVAL;
+  /* check the plans; each table's largest row */
+  size_t n_keys = 0;
+  uint32_t n_tab = 0;
+  for (size_t x = 0; x < n; x++) {
+    const plan_t *p = &plans[x];
+    if (p->iteration != plans[0].iteration + x || (p->n_unique && !p->ukeys)) return -EINVAL;
+    for (size_t i = 1; i < p->n_unique; i++) /* distinct: a key counts once per batch */
+      if (p->ukeys[i - 1] >= p->ukeys[i]) return -EINVAL;
+    if (p->n_unique && TABLE_ID(p->ukeys[p->n_unique - 1]) + 1 > n_tab) n_tab = TABLE_ID(p->ukeys[p->n_unique - 1]) + 1;
+    n_keys += p->n_unique;
+  }
+  uint64_t *off = calloc((size_t)n_tab + 1, sizeof *off); /* first: each table's rows + 1, then offsets */
+  uint64_t *cnt = calloc(R, sizeof *cnt);
+  if (!off || !cnt) {
+    free(off);
+    free(cnt);
+    return -ENOMEM;
+  }
+  for (size_t x = 0; x < n; x++)
+    for (size_t i = 0; i < plans[x].n_unique; i++) {
+      uint64_t k = plans[x].ukeys[i];
+      if (TABLE_ROW(k) + 1 > off[TABLE_ID(k)]) off[TABLE_ID(k)] = TABLE_ROW(k) + 1;
+    }
+  uint64_t rows = 0;
+  for (uint32_t t = 0; t <= n_tab; t++) {
+    uint64_t r = off[t];
+    off[t] = rows;
+    rows += t < n_tab ? r : 0;
+  }
+  uint32_t *last = NULL; /* dense: last use by off[table] + row; else the map */
+  if (rows <= 4 * (uint64_t)n_keys + 4096 && rows <= ((uint64_t)1 << 28) && (last = malloc(rows * sizeof *last)))
+    memset(last, 0xff, rows * sizeof *last); /* NOSLOT: not used yet */
+  cacher_t *c = NULL;
+  cacher_opts_t o = {.trainers = 1, .first = plans[0].iteration};
+  int rc = last ? 0 : cacher_create(&o, &c);
+  for (size_t x = 0; x < n && !rc; x++) {
+    const plan_t *p = &plans[x];
+    while (c && (c->n + p->n_unique) * 2 > c->cap)
+      if (map_grow(c) != 0) {
+        rc = -ENOMEM;
+        break;
+      }
+    if (rc) break;
+    cnt[x % R] = 0; /* it counted batch x - R, no longer needed */
+    for (size_t i = 0; i < p->n_unique; i++) {
+      uint64_t k = p->ukeys[i];
+      uint32_t *lu;
+      if (last) {
+        lu = &last[off[TABLE_ID(k)] + TABLE_ROW(k)];
+      } else {
+        if (i + PF < p->n_unique) map_prefetch(c, p->ukeys[i + PF]);
+        lu = &map_upsert(c, k)->slot; /* new: NOSLOT */
+      }
+      if (*lu != NOSLOT && x - *lu < R) cnt[*lu % R]--;
+      *lu = (uint32_t)x;
+    }
+    cnt[x % R] += p->n_unique;
+    uint64_t s = 0;
+    for (size_t d = 0; d < R; d++) {
+      if (d <= x) s += cnt[(x - d) % R]; /* (before the first batch: nothing) */
+      if (s > need[d]) need[d] = s;
     }
   }
-  *l = lo;
+  free(last);
+  free(off);
+  free(cnt);
+  cacher_destroy(c);
+  return rc;
+}
+
+int cacher_auto(const plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
+                uint32_t *l, uint64_t *need) {
+  (void)P; /* the need depends on neither: every key cached takes one slot */
+  (void)lrpp;
+  uint64_t *nd = malloc(((size_t)max_l + 1) * sizeof *nd);
+  if (!nd) return -ENOMEM;
+  int rc = cacher_needs(plans, n, max_l, nd);
+  if (rc) {
+    free(nd);
+    return rc;
+  }
+  /* the need grows with L: the largest L that fits, else L = 0 (*need then says by how much it does not) */
+  *l = 0;
+  *need = nd[0];
+  for (uint32_t L = max_l + 1; L-- > 0;)
+    if (nd[L] <= cache_rows) {
+      *l = L;
+      *need = nd[L];
+      break;
+    }
+  free(nd);
   return 0;
 }

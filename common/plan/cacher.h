@@ -53,7 +53,15 @@
  *
  * Capacity.  The slots a run needs (the peak of slots in use or waiting
  * out their L batches) depends on the batches and L; cacher_need runs the
- * decisions over a list of batches and returns it exactly.  With a
+ * decisions over a list of batches and returns it exactly.  It has a
+ * closed form, which cacher_needs computes for every L at once: a slot is
+ * held by a key from its fetch until it is evicted after its last use u
+ * of a run of uses at most L apart, and then waits until u + L + 1; so
+ * after deciding x the slots held or waiting are exactly the keys whose
+ * latest use u <= x has x - u <= L (each holds one slot, distinct keys
+ * distinct slots), and the cacher takes a fresh slot only when every slot
+ * is so held -- the need is the largest such count over the batches x,
+ * the same for any P and lrpp.  With a
  * cache_rows limit, if a decision would need a slot and none may be used,
  * the cacher LOWERS L (each step lowers the wait of freed slots, so more
  * become usable at once) until it fits, and reports it; L never rises
@@ -97,9 +105,12 @@ typedef struct cacher_opts_s {
   uint64_t first;      /* the first batch pushed (0; a resumed job's c + 1): the cache starts empty there */
 } cacher_opts_t;
 
+/* The slot of an id of a table outside the cache (plan_drop_tables). */
+#define CACHER_NO_SLOT UINT32_MAX
+
 /* One trainer's part of the decisions for batch x. */
 typedef struct cacher_tr_s {
-  uint32_t *slots;          /* slot of each id of its share (the share's ids layout) */
+  uint32_t *slots;          /* slot of each id of its share (the share's ids layout); CACHER_NO_SLOT for a table outside the cache */
   size_t n_ids;
   uint64_t *fetch_keys;     /* ascending: rows to fetch for x ... */
   uint32_t *fetch_slots;    /* ... and the slot each goes to */
@@ -200,10 +211,15 @@ size_t cacher_cached(const cacher_t *c);
  * batches from plans[0].iteration, PLAN_KEYS) need at lookahead L: 0 and *need, or
  * -ENOMEM. */
 int cacher_need(const plan_t *plans, size_t n, uint32_t P, uint32_t L, int lrpp, uint64_t *need);
+/* need[L] = cacher_need(plans, n, P, L, lrpp) for every L <= max_l
+ * (need[0 .. max_l], the caller's), exactly, in ONE pass over the keys
+ * (see Capacity): about the cost of one cacher_need, whatever max_l.
+ * 0, -EINVAL (plans not consecutive, or keys not ascending), -ENOMEM. */
+int cacher_needs(const plan_t *plans, size_t n, uint32_t max_l, uint64_t *need);
 /* The largest L <= max_l whose need over plans[0..n) is <= cache_rows
- * (need grows with L: max_l first -- one run when the cache holds it --,
- * then L = 0, then a binary search).  *l = 0 with *need > cache_rows when
- * even L = 0 does not fit.  0 or -ENOMEM. */
+ * (cacher_needs: one pass).  *l = 0 with *need > cache_rows when even
+ * L = 0 does not fit.  P and lrpp do not change the need (kept for the
+ * callers).  0, -EINVAL or -ENOMEM. */
 int cacher_auto(const plan_t *plans, size_t n, uint32_t P, uint64_t cache_rows, uint32_t max_l, int lrpp,
                 uint32_t *l, uint64_t *need);
 

@@ -25,6 +25,7 @@
 #include "manifest.h"
 #include "oracle_job_internal.h"
 #include "table.h"
+#include "tstrat.h"
 
 #define ORACLE_MAGIC "CHORACL1"
 
@@ -239,6 +240,10 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
   bw_f64(&b, j->ckpt.total_sum);
   bw_u64(&b, cp->laia_len);
   bw_put(&b, cp->laia_state, cp->laia_len);
+  /* the tables' strategies as chosen (table_strategy = auto): a resumed or
+   * recovered job keeps them, and so the model's bits */
+  bw_u64(&b, j->strat_pending ? 0 : j->n_tables);
+  for (uint32_t t = 0; !j->strat_pending && t < j->n_tables; t++) bw_u64(&b, j->part_owner[t] == UINT32_MAX ? 0 : 1);
   uint8_t h[32];
   unsigned hl = 0;
   if (!b.oom) EVP_Digest(b.p, b.n, h, &hl, EVP_sha256(), NULL);
@@ -260,6 +265,8 @@ typedef struct ostate_s {
   double sums[6], sum_t[PHASE_N_REPORT], first_t[PHASE_N_REPORT], seconds, stall_sum, total_sum;
   const uint8_t *laia;
   size_t laia_len;
+  uint64_t n_strat;
+  uint8_t strat[TABLE_MAX];
 } ostate_t;
 
 static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *err, size_t err_len) {
@@ -303,6 +310,9 @@ static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *er
   o->total_sum = br_f64(&b);
   o->laia_len = br_u64(&b);
   o->laia = br_take(&b, o->laia_len);
+  o->n_strat = br_u64(&b);
+  if (o->n_strat > TABLE_MAX) b.bad = 1;
+  for (uint64_t t = 0; t < o->n_strat && !b.bad; t++) o->strat[t] = br_u64(&b) ? TSTRAT_PARTITION : TSTRAT_CACHE;
   if (b.bad || b.off != b.n)
     return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is malformed (at byte %zu of %zu)", b.off, n);
   return 0;
@@ -367,6 +377,19 @@ static int state_apply(oracle_job_t *j, const ostate_t *o, char *err, size_t err
   j->ckpt.stall_sum = o->stall_sum;
   j->ckpt.total_sum = o->total_sum;
   j->ckpt.start = s;
+  /* table_strategy = auto: the choice the checkpointed run made (the
+   * fixed entries must agree: the fingerprint covers table_strategy) */
+  if (j->strat_pending && o->n_strat == j->n_tables) {
+    uint8_t st[TABLE_MAX];
+    for (uint32_t t = 0; t < j->n_tables; t++) {
+      st[t] = j->strat[t] == TSTRAT_AUTO ? o->strat[t] : j->strat[t];
+      if (j->strat[t] == TSTRAT_AUTO)
+        snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
+                 tstrat_name(st[t]));
+    }
+    int rc = oracle_job__strategy_set(j, st, err, err_len);
+    if (rc) return rc;
+  }
   return 0;
 }
 

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "batch_pb.h"
 #include "err.h"
@@ -50,9 +51,40 @@ static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
   return d;
 }
 
+/* The partitioned tables' part of Step x for trainer p (tstrat.h): the
+ * owners, every trainer's sample count, and the ids of the whole global
+ * batch of each table p holds, in trainer order.  *ids / *counts are
+ * malloc'd (the caller frees them after the send).  0 or -ENOMEM. */
+static int part_fields(oracle_job_t *j, uint32_t p, const plan_t *pl, Chanter__Oracle__V1__Step *st, uint64_t **ids,
+                       uint32_t **counts) {
+  size_t n = 0;
+  for (uint32_t t = 0; t < j->n_tables; t++)
+    if (j->part_owner[t] == p) n += (size_t)pl->batch * pl->hotness[t];
+  *counts = malloc(j->P * sizeof **counts);
+  *ids = malloc((n ? n : 1) * sizeof **ids);
+  if (!*counts || !*ids) return -ENOMEM;
+  for (uint32_t q = 0; q < j->P; q++) (*counts)[q] = pl->shares[q].batch.n;
+  size_t o = 0;
+  for (uint32_t t = 0; t < j->n_tables; t++) {
+    if (j->part_owner[t] != p) continue;
+    for (uint32_t q = 0; q < j->P; q++) {
+      const data_batch_t *b = &pl->shares[q].batch;
+      size_t m = (size_t)b->n * pl->hotness[t];
+      memcpy(*ids + o, b->ids + b->ids_off[t], m * sizeof **ids);
+      o += m;
+    }
+  }
+  st->part_owner = slots_pb(j->part_owner, j->n_tables);
+  st->part_counts = slots_pb(*counts, j->P);
+  st->part_ids = keys_pb(*ids, o);
+  return 0;
+}
+
 static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
   const plan_t *pl = &s->plan;
   const plan_share_t *sh = &pl->shares[p];
+  uint64_t *part_ids = NULL;
+  uint32_t *part_counts = NULL;
   Chanter__Oracle__V1__Samples smp;
   batch_pb_encode_samples(&sh->batch, &smp);
   Chanter__Oracle__V1__Step st = CHANTER__ORACLE__V1__STEP__INIT;
@@ -89,11 +121,17 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     }
     st.owned_slots = slots_pb(t->owned_slots, t->n_owned_slots);
     st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
+    if (j->part_any && part_fields(j, p, pl, &st, &part_ids, &part_counts) != 0) {
+      free(part_ids), free(part_counts);
+      return -ENOMEM;
+    }
   }
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP;
   w.step = &st;
-  return rpc_call_send(j->tr[p].call, &w.base);
+  int rc = rpc_call_send(j->tr[p].call, &w.base); /* packed now */
+  free(part_ids), free(part_counts);
+  return rc;
 }
 
 static int send_eval(oracle_job_t *j, uint32_t p, uint64_t round) {

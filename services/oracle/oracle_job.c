@@ -23,6 +23,7 @@
 #include "oracle_job.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #include "log.h"
 #include "oracle_job_internal.h"
 #include "sdn.h"
+#include "tstrat.h"
 
 #define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
 
@@ -74,7 +76,67 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
              cfg_origin(cfg, "allocation"));
     return ERR_CONFIG;
   }
-  return 0;
+  data_schema_t sc;
+  int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
+  if (rc) return rc;
+  uint8_t *strat = malloc(sc.n_tables ? sc.n_tables : 1);
+  rc = strat ? tstrat_parse(cfg, sc.n_tables, strat, err, err_len) : -ENOMEM;
+  free(strat);
+  data_schema_close(&sc);
+  return rc;
+}
+
+/* table_strategy: which tables live on one trainer (tstrat.h), and whose.
+ * With an auto table the choice waits for the first batches
+ * (oracle_pipeline__strategy); until then no table is dropped from the
+ * plans and nothing is cached. */
+static int strategy_init(oracle_job_t *j, char *err, size_t err_len) {
+  data_schema_t sc;
+  int rc = data_schema_from_cfg(j->cfg, &sc, err, err_len);
+  if (rc) return rc;
+  uint32_t T = j->n_tables = sc.n_tables;
+  data_schema_close(&sc);
+  if (!(j->strat = malloc(T)) || !(j->part_owner = malloc(T * sizeof *j->part_owner)) ||
+      !(j->strat_why = calloc(T, sizeof *j->strat_why)))
+    return -ENOMEM;
+  if ((rc = tstrat_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
+  if (j->ideal) memset(j->strat, TSTRAT_CACHE, T);
+  j->part_any = tstrat_any(j->strat, T);
+  for (uint32_t t = 0; t < T; t++) {
+    j->part_owner[t] = TSTRAT_NONE;
+    j->strat_pending |= j->strat[t] == TSTRAT_AUTO;
+    snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
+             j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
+  }
+  return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat, err, err_len);
+}
+
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat, char *err, size_t err_len) {
+  data_schema_t sc;
+  table_layout_t lay;
+  int rc = data_schema_from_cfg(j->cfg, &sc, err, err_len);
+  if (rc) return rc;
+  if ((rc = cfg_layout(j->cfg, &lay, err, err_len)) != 0) {
+    data_schema_close(&sc);
+    return rc;
+  }
+  uint32_t T = j->n_tables;
+  tstrat_place(strat, &sc, &lay, j->P, j->part_owner);
+  free(j->ext);
+  j->ext = NULL;
+  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) rc = -ENOMEM;
+  for (uint32_t t = 0; !rc && t < T; t++) {
+    if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
+    if (j->part_owner[t] != TSTRAT_NONE)
+      log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
+               sc.table_rows[t], j->strat_why[t]);
+    else if (j->strat[t] == TSTRAT_AUTO)
+      log_info("table %u: strategy=cache (%s)", t, j->strat_why[t]);
+  }
+  j->strat_pending = 0;
+  table_layout_close(&lay);
+  data_schema_close(&sc);
+  return rc;
 }
 
 /* ---- the way out */
@@ -490,6 +552,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     snprintf(j->job_id, sizeof j->job_id, "seed%llu-%s", (unsigned long long)j->seed, ts);
   }
   if (j->recover) j->state = ORACLE_RECOVERING;
+  if ((rc = strategy_init(j, err, err_len)) != 0) goto fail;
   /* the stages, in order (report's ring follows the pipeline's window) */
   if ((rc = oracle_fetch__init(j, err, err_len)) != 0 || (rc = oracle_pipeline__init(j, err, err_len)) != 0 ||
       (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0 ||
@@ -534,6 +597,10 @@ static void free_stages(oracle_job_t *j) {
   oracle_ckpt__close(j);
   oracle_probe__free(j);
   free(j->tr);
+  free(j->ext);
+  free(j->part_owner);
+  free(j->strat_why);
+  free(j->strat);
   free(j);
 }
 
@@ -550,7 +617,7 @@ void oracle_job_destroy(oracle_job_t *j) {
   oracle_fetch__stop(j);
   if (j->ckpt.embc) embc_abort(j->ckpt.embc); /* a checkpoint's calls to a server that is gone give up */
   oracle_probe__stop(j);
-  while (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running ||
+  while (j->pipe.auto_running || j->strat_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running ||
          oracle_probe__busy(j))
     uv_run(j->loop, UV_RUN_ONCE);
   int stuck = oracle_fetch__join(j);

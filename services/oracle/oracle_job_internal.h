@@ -262,6 +262,8 @@ typedef struct oracle_report_s {
       sum_cache_hits, sum_t[PHASE_N_REPORT];
   double first_t[PHASE_N_REPORT]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
   double t_first_done;         /* when iteration 0 completed */
+  double last_t[PHASE_N_REPORT]; /* the job's last iteration's phases (its write-back ends the job), this run's */
+  double t_before_last;        /* when the iteration before the last one completed (0: not in this run) */
   char dense_hex[160];
 } oracle_report_t;
 
@@ -358,6 +360,17 @@ struct oracle_job_s {
   int ideal, drain_ms;
   const char *mode, *allocation, *lookahead_cfg;
   char job_id[96];
+  /* table_strategy (tstrat.h): ext[t] = table t is partitioned (outside
+   * the cache; every Step names its owner, part_owner[t]); NULL when
+   * every table is cached, and always in ideal mode */
+  uint8_t *ext;
+  uint32_t *part_owner; /* n_tables: owner rank or TSTRAT_NONE */
+  char (*strat_why)[200]; /* n_tables: why each table has its strategy (summary.json "tables") */
+  uint8_t *strat;         /* n_tables: table_strategy as given (auto entries until chosen) */
+  int part_any;           /* table_strategy names partition or auto (not ideal): Steps carry part fields */
+  int strat_pending;      /* an auto table is not chosen yet: nothing is cached before (oracle_pipeline.c) */
+  int strat_running;      /* the choice runs on the worker pool */
+  uint32_t n_tables;
   /* the state machine */
   int state;
   char message[1536];
@@ -412,6 +425,11 @@ static inline int oracle_job__over(const oracle_job_t *j) {
  * once the job is over.  Returns rc (a negative error or a project code),
  * for `return oracle_job__error(j, rc, ...)`. */
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The tables' strategies are strat (no auto left): places the partitioned
+ * ones (part_owner, ext), logs them, ends strat_pending.  The plans
+ * already made still hold every table's keys: the caller drops them.  0,
+ * -ENOMEM, ERR_CONFIG with err. */
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat, char *err, size_t err_len);
 /* Says that a daemon was lost (kind "trainer", "hang", "embedding"; who
  * "trainer-1"; rank the trainer's or -1): advance ends this job object and
  * the service recovers the job with a new one.  Without a record of

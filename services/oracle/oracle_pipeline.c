@@ -15,7 +15,8 @@
  * has entered, or the last batch has.  lookahead = N starts at L = N;
  * lookahead = auto first waits for the first oracle.auto_probe batches to
  * be planned and picks, on the worker pool, the largest L <=
- * oracle.max_lookahead whose exact slot need over them fits cache_rows (a
+ * oracle.max_lookahead whose exact slot need over them fits cache_rows
+ * (cacher_auto: all L in one pass over the keys; a
  * given L is checked the same way and lowered if it does not fit; the job
  * fails if even L = 0 does not).  The cacher lowers L when the cache runs
  * full (logged); a batch that does not fit even at L = 0 fails the job.
@@ -34,6 +35,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
+#include "stratauto.h"
 
 #define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */
@@ -149,6 +151,12 @@ static void plan_done(uv_work_t *req, int status) {
     if (!w->rc) plan_close(&s->plan);
     s->state = ORACLE_ENTRY_EMPTY;
     if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->iteration, err_str(w->rc));
+  } else if (j->ext && (w->rc = plan_drop_tables(&s->plan, j->ext)) != 0) {
+    /* partitioned tables (table_strategy) stay out of the cacher; dropped
+     * here, on the loop, where j->ext changes (an auto choice) */
+    plan_close(&s->plan);
+    s->state = ORACLE_ENTRY_EMPTY;
+    oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->iteration, err_str(w->rc));
   } else {
     s->state = ORACLE_ENTRY_READY;
     s->decided = j->ideal; /* ideal: nothing to decide */
@@ -370,9 +378,10 @@ static void auto_done(uv_work_t *req, int status) {
 }
 
 /* lookahead = auto: once the first `probe` batches are planned, choose L
- * over them on the worker pool (cacher_auto runs the decisions about log2
- * max_lookahead times: too long for the loop).  Nothing is decided before.
- * 0 or an error (said). */
+ * over them on the worker pool (cacher_auto: one pass over their keys
+ * gives the exact need of every L <= max_lookahead, ~0.1 s for 128 batches
+ * of 53k distinct keys -- still too long for the loop).  Nothing is
+ * decided before.  0 or an error (said). */
 static int start_auto(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   /* the probe: the first batches of this run (a resumed job's from c + 1) */
@@ -404,6 +413,103 @@ static int start_auto(oracle_job_t *j) {
   return 0;
 }
 
+/* table_strategy = auto: once the first `probe` batches are planned (all
+ * tables' keys: nothing was dropped yet), stratauto_choose on the worker
+ * pool; then the choice is set, the planned batches lose the partitioned
+ * tables' keys, and start_auto measures L over what remains. */
+typedef struct strat_work_s {
+  uv_work_t req;
+  oracle_job_t *j;
+  plan_t *plans; /* shallow copies: read only */
+  size_t n;
+  uint8_t *out;
+  stratauto_table_t *tab;
+  int rc;
+  double secs;
+} strat_work_t;
+
+static void strat_work(uv_work_t *req) {
+  strat_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  double t0 = oracle_job__now();
+  data_schema_t sc;
+  table_layout_t lay;
+  char err[256];
+  w->rc = data_schema_from_cfg(j->cfg, &sc, err, sizeof err);
+  if (w->rc) return;
+  if ((w->rc = cfg_layout(j->cfg, &lay, err, sizeof err)) == 0) {
+    stratauto_opts_t o = {.P = j->P,
+                          /* the window the cache could have at most, not the L in force: the
+                           * choice, and so the model, must not depend on the lookahead */
+                          .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
+                          .B = j->B,
+                          .server_weight = cfg_float(j->cfg, "oracle.strategy_server_weight"),
+                          .budget_bytes = (uint64_t)cfg_int(j->cfg, "trainer.partition_mb") << 20};
+    w->rc = stratauto_choose(w->plans, w->n, j->strat, &sc, &lay, &o, w->out, w->tab);
+    table_layout_close(&lay);
+  }
+  data_schema_close(&sc);
+  w->secs = oracle_job__now() - t0;
+}
+
+static void strat_done(uv_work_t *req, int status) {
+  strat_work_t *w = req->data;
+  oracle_job_t *j = w->j;
+  oracle_pipe_t *pp = &j->pipe;
+  j->strat_running = 0;
+  if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
+  if (!j->destroying && oracle_job__over(j)) release_plans(j);
+  if (!j->destroying && !oracle_job__over(j)) {
+    char err[512] = "";
+    int rc = w->rc;
+    if (!rc) {
+      for (uint32_t t = 0; t < j->n_tables; t++)
+        snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s", w->tab[t].why);
+      rc = oracle_job__strategy_set(j, w->out, err, sizeof err);
+    }
+    /* the planned batches lose the partitioned tables' keys (none is in the cacher yet) */
+    for (uint32_t i = 0; !rc && j->ext && i < pp->n_plans; i++)
+      if (pp->plans[i].state == ORACLE_ENTRY_READY) rc = plan_drop_tables(&pp->plans[i].plan, j->ext);
+    if (rc)
+      oracle_job__error(j, rc, "table_strategy = auto: choosing over the first %zu batches failed: %s", w->n,
+                        err[0] ? err : err_str(rc));
+    else
+      log_info("table_strategy auto: chosen over the first %zu batches in %.3f s", w->n, w->secs);
+  }
+  free(w->plans), free(w->out), free(w->tab), free(w);
+  oracle_job__advance(j);
+}
+
+static int start_strategy(oracle_job_t *j) {
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t st = j->ckpt.start, n = pp->probe < j->iterations - st ? pp->probe : j->iterations - st;
+  if (j->strat_running || pp->probe_ready < n) return 0;
+  if (n == 0) n = 1; /* (no batch left: nothing to choose from; the job is over anyway) */
+  strat_work_t *w = calloc(1, sizeof *w);
+  if (!w || !(w->plans = malloc(n * sizeof *w->plans)) || !(w->out = malloc(j->n_tables)) ||
+      !(w->tab = calloc(j->n_tables, sizeof *w->tab))) {
+    if (w) free(w->plans), free(w->out);
+    free(w);
+    return oracle_job__error(j, -ENOMEM, "out of memory choosing table_strategy = auto");
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    const oracle_entry_t *s = &pp->plans[(st + i) % pp->n_plans];
+    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == st + i);
+    w->plans[i] = s->plan;
+  }
+  w->n = (size_t)n;
+  w->req.data = w;
+  w->j = j;
+  int rc = uv_queue_work(j->loop, &w->req, strat_work, strat_done);
+  if (rc) {
+    free(w->plans), free(w->out), free(w->tab), free(w);
+    return oracle_job__error(j, rc, "cannot queue the choice of table_strategy = auto: %s", uv_strerror(rc));
+  }
+  j->strat_running = 1;
+  log_info("table_strategy auto: measuring each table's traffic over the first %zu batches", w->n);
+  return 0;
+}
+
 /* In batch order: a planned batch enters (cacher_push; cacher_end after
  * the last one's) whenever none can be decided, and a batch is decided as
  * soon as it can be -- one per call, so that the conductor dispatches each
@@ -413,6 +519,7 @@ static int start_auto(oracle_job_t *j) {
 int oracle_pipeline__cache(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   if (j->ideal) return 0;
+  if (j->strat_pending) return start_strategy(j);
   if (!pp->l_known) return start_auto(j);
   for (;;) {
     if (cacher_ready(pp->cache)) {
@@ -482,7 +589,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
   /* lookahead = 0 (the baseline) has nothing to lower: no probe; a batch
    * too large for the cache fails the job when it is decided, naming
    * cache_rows (cacher.c) */
-  if (given_l && pp->max_l == 0) pp->auto_l = 0;
+  if (given_l && pp->max_l == 0 && !j->strat_pending) pp->auto_l = 0;
   pp->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
   pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
   if (pp->probe > j->iterations) pp->probe = j->iterations;

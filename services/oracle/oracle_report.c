@@ -75,6 +75,10 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
   double now = oracle_job__now();
   double loss = a->loss_sum / (double)(j->B ? j->B : 1);
   double dt = now - rp->t_last;
+  if (rp->done + 1 == j->iterations && rp->done > rp->start) { /* the last one: its end is the job's wind-down */
+    rp->t_before_last = rp->t_last;
+    for (int k = 0; k < PHASE_N_REPORT; k++) rp->last_t[k] = a->t[k] / j->P;
+  }
   rp->t_last = now;
   rp->ema_dt = rp->done == rp->start ? dt : 0.9 * rp->ema_dt + 0.1 * dt;
   rp->loss_last = loss;
@@ -447,22 +451,32 @@ char *oracle_report__summary(const oracle_job_t *j) {
     sb_num(&b, phase_name(k), n > 0 ? rp->sum_t[k] / n : 0);
   }
   sb_printf(&b, "}, ");
-  /* the start-up (iteration 0: planning the probe, choosing L, the first decisions and fetches) and the rest */
+  /* the start-up (iteration 0: planning the probe, choosing L, the first
+   * decisions and fetches), the wind-down (the job's last iteration, whose
+   * write-back of every cached and partitioned row newer than the servers'
+   * ends the job) and the steady state between them */
   {
     double first = run > 0 && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
-    double rest = run > 1 ? end - rp->t_first_done : 0;
+    int wind = rp->done == j->iterations && rp->t_before_last > 0 && run > 2; /* the last one is set apart */
+    double rest = run > 1 ? (wind ? rp->t_before_last : end) - rp->t_first_done : 0;
+    double ns = n - 1 - wind;
     sb_num(&b, "first_iteration_seconds", first);
     sb_printf(&b, ", ");
-    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (run - 1) * j->B / rest : NAN);
+    sb_num(&b, "last_iteration_seconds", wind ? rp->t_last - rp->t_before_last : NAN);
+    sb_printf(&b, ", ");
+    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (run - 1 - wind) * j->B / rest : NAN);
     sb_printf(&b, ", ");
     sb_num(&b, "steady_iteration_seconds",
-           n > 1 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL]) / (n - 1) : NAN);
-    /* the phases over the same iterations as steady_iteration_seconds (after
-     * iteration 0), so that they add up to it; phase_seconds counts them all */
+           ns > 0 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL] - (wind ? rp->last_t[PHASE_TOTAL] : 0)) / ns
+                  : NAN);
+    /* the phases over the same iterations as steady_iteration_seconds
+     * (after iteration 0, before the last), so that they add up to it;
+     * phase_seconds counts them all */
     sb_printf(&b, ", \"steady_phase_seconds\": {");
     for (int k = 0; k < PHASE_N_REPORT; k++) {
       if (k) sb_printf(&b, ", ");
-      sb_num(&b, phase_name(k), n > 1 ? (rp->sum_t[k] - rp->first_t[k]) / (n - 1) : NAN);
+      sb_num(&b, phase_name(k),
+             ns > 0 ? (rp->sum_t[k] - rp->first_t[k] - (wind ? rp->last_t[k] : 0)) / ns : NAN);
     }
     sb_printf(&b, "}, ");
   }
@@ -476,6 +490,18 @@ char *oracle_report__summary(const oracle_job_t *j) {
             j->P, j->B, pp->L_now, pp->L_start, (unsigned long long)pp->cache_rows, (unsigned long long)pp->slots_peak);
   sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
   sb_printf(&b, ", ");
+  /* each table's strategy (table_strategy, tstrat.h), its owner when partitioned, and why */
+  sb_printf(&b, "\"tables\": [");
+  for (uint32_t t = 0; t < j->n_tables; t++) {
+    uint32_t o = j->part_owner ? j->part_owner[t] : UINT32_MAX;
+    sb_printf(&b, "%s{\"table\": %u, ", t ? ", " : "", t);
+    sb_str(&b, "strategy", o == UINT32_MAX ? "cache" : "partition");
+    if (o != UINT32_MAX) sb_printf(&b, ", \"owner\": %u", o);
+    sb_printf(&b, ", ");
+    sb_str(&b, "why", j->strat_why ? j->strat_why[t] : "");
+    sb_printf(&b, "}");
+  }
+  sb_printf(&b, "], ");
   /* what holds the first Step back, while lookahead = auto chooses L (the
    * progress line of `chanter train` shows it); empty once L is known */
   {

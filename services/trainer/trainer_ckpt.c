@@ -98,6 +98,10 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
       return err_set(err, err_len, rc, "checkpoint %s: writing back %zu cached rows failed: %s", ck->id, ck->n_flush,
                      why);
   }
+  /* the partitioned tables' rows this trainer updated since its last flush */
+  size_t n_part;
+  if ((rc = trainer_part_flush(&t->part, t->embc, ck->iteration + 1, &n_part, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "checkpoint %s: %s", ck->id, why);
   /* the dense state, once for the job */
   size_t dense_bytes = 0;
   if (*ck->dense_blob) {

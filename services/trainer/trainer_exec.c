@@ -100,6 +100,7 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   t_report[PHASE_SYNC_WAIT] = c->sync_wait;
   t_report[PHASE_SYNC_CRITICAL] = c->sync_critical;
   t_report[PHASE_REPLICATE] = c->replicate;
+  t_report[PHASE_ALLTOALL] = c->alltoall;
 #define REPORT_T(id, name) r.t_##name = t_report[PHASE_##id];
   PHASE_REPORT_LIST(REPORT_T)
 #undef REPORT_T
@@ -244,6 +245,10 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
   char why[768] = "";
   int rc = check_next(s->iteration, expect, err, err_len);
   if (rc) return rc;
+  /* the partitioned tables' pooled embeddings first: the model's input */
+  double ta = trainer_now();
+  if ((rc = trainer_part_forward(&t->part, t->ts, t->join.pcoll, &w->step, &w->batch, err, err_len)) != 0) return rc;
+  s->c.alltoall = trainer_now() - ta;
   if ((rc = trainer_step_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->iteration, why);
   s->t_end = trainer_now();
@@ -259,9 +264,15 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
   double t2 = trainer_now();
   trainer_ar_begin(t->join.dense_ar);
   s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch_size ? st->global_batch_size : 1);
+  /* the partitioned tables' gradients to their owners (another group:
+   * overlapped with the dense all-reduce's thread), folded and applied */
+  double ta = trainer_now();
+  int rc = trainer_part_backward(&t->part, t->ts, t->join.pcoll, st, &s->w->batch, &s->c.part_updated, err, err_len);
   double t3 = trainer_now();
+  s->c.alltoall += t3 - ta;
   s->ph[PHASE_BACKWARD] = t3 - t2;
   s->t_end = t3;
+  if (rc) return rc;
   return dense_finish(t, s->iteration, &s->c.dense_comm, err, err_len);
 }
 

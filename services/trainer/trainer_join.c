@@ -237,6 +237,14 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
   if ((rc = trainer_ar_create(j->coll, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket, &j->dense_ar)) != 0)
     return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
+  if (t->part.any) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
+    char pprefix[600];
+    snprintf(pprefix, sizeof pprefix, "%s/part", j->prefix);
+    o.prefix = pprefix;
+    if ((rc = coll_create(&o, &store, &j->pcoll, why, sizeof why)) != 0)
+      return err_set(err, err_len, rc, "cannot form the partitioned tables' group of %u trainers (rank %u, prefix %s): %s",
+                     t->trainers, t->rank, pprefix, why[0] ? why : err_str(rc));
+  }
   int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
   if (overlap) model_set_grad_ready(m, trainer_ar_ready, j->dense_ar);
   log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
@@ -252,4 +260,6 @@ void trainer_join_group_close(trainer_t *t) {
   t->join.dense_ar = NULL;
   coll_destroy(t->join.coll);
   t->join.coll = NULL;
+  coll_destroy(t->join.pcoll);
+  t->join.pcoll = NULL;
 }

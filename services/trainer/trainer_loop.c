@@ -53,6 +53,7 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   if ((rc = data_schema_from_cfg(cfg, &t->schema, err, err_len)) != 0) goto fail;
   t->have_schema = 1;
   if ((rc = cfg_layout(cfg, &t->layout, err, err_len)) != 0) goto fail;
+  if ((rc = trainer_part_init(&t->part, cfg, &t->schema, &t->layout, rank, t->ideal, err, err_len)) != 0) goto fail;
   if ((rc = trainer_step_create(cfg, &t->schema, &t->layout, (uint32_t)cfg_int(cfg, "batch_size"), &t->ts, err, err_len)) != 0)
     goto fail;
   if (t->ideal) {
@@ -74,7 +75,8 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   t->limits = (trainer_work_limits_t){.schema = &t->schema,
                                       .max_batch = trainer_step_max_batch(t->ts),
                                       .cache_rows = t->cache_rows,
-                                      .trainers = t->trainers};
+                                      .trainers = t->trainers,
+                                      .rank = rank};
   if ((rc = orc_create(cfg, NULL, &t->orc, err, err_len)) != 0) goto fail;
   if ((rc = trainer_join_init(t, err, err_len)) != 0) goto fail;
   trainer_exec_metrics(t, reg);
@@ -98,6 +100,7 @@ void trainer_destroy(trainer_t *t) {
   trainer_exec_close(t);
   free(t->save_dense);
   trainer_kmap_destroy(t->kmap);
+  trainer_part_close(&t->part);
   trainer_pipeline_close(t);
   pthread_cond_destroy(&t->cv);
   pthread_mutex_destroy(&t->mu);
@@ -251,6 +254,10 @@ static int step_cache(trainer_t *t, trainer_item_t **itp, uint64_t expect, doubl
   *itp = NULL;
   if (s.iteration + 1 == t->iterations && (rc = trainer_pipeline_bg_wait(t, &s.c.sync_wait, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "%s", why);
+  size_t n_part; /* and so are the partitioned tables' rows */
+  if (s.iteration + 1 == t->iterations &&
+      (rc = trainer_part_flush(&t->part, t->embc, s.iteration + 1, &n_part, err, err_len)) != 0)
+    return rc;
   /* g. report */
   return trainer_exec_report(t, &s, err, err_len);
 }
@@ -360,6 +367,7 @@ static int fatal(int rc) { return rc == ERR_CONFIG || rc == ERR_BADMSG || rc == 
  * on from a checkpoint's dense state (ResumeWork) or from the start, with
  * empty caches, and every trainer must begin from the same bits. */
 static int rebuild(trainer_t *t, char *err, size_t err_len) {
+  trainer_part_reset(&t->part); /* the partitioned rows: read again from the (rolled back) servers */
   trainer_step_destroy(t->ts);
   t->ts = NULL;
   int rc = trainer_step_create(t->cfg, &t->schema, &t->layout, (uint32_t)cfg_int(t->cfg, "batch_size"), &t->ts, err,

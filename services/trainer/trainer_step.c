@@ -14,13 +14,16 @@
 #include <math.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "embag.h"
 #include "err.h"
 #include "model_dev.h"
 #include "nn.h"
+#include "pool.h"
 #ifdef CHANTER_CUDA
 #include "tcache_cuda.h"
 #endif
@@ -62,6 +65,10 @@ struct trainer_step_s {
   uint64_t *uniq;
   float *ugrad;
   void *work;
+  embag_t *eb;          /* the per-table pooling / fold on the model's threads (device = cpu) */
+  const uint64_t **tidx; /* n_tables: table t's part of idx for embag */
+  float **tbase;         /* n_tables: the row array (rows or crows) for embag */
+  long *bad;             /* n_tables: map_and_pool's first unmapped id of table t, or -1 */
   uint32_t fwd_n;    /* n of the last forward (-1: none) */
   int fwd_ok;
 
@@ -79,6 +86,10 @@ struct trainer_step_s {
   uint8_t *cskip;
   size_t n_c, cap_c;
   int cache_mode; /* the last forward was trainer_step_cache_forward */
+
+  /* tables whose pooled embeddings the caller supplies (table_strategy =
+   * partition: trainer_step_set_external); NULL = none */
+  uint8_t *ext;
 };
 
 int trainer_step_create(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout, uint32_t max_batch,
@@ -148,7 +159,11 @@ int trainer_step_create(const cfg_t *cfg, const data_schema_t *schema, const tab
   ts->uniq = malloc((max_ids + 1) * sizeof *ts->uniq);
   ts->ugrad = malloc((max_ids * ts->dim + 1) * sizeof(float));
   ts->work = malloc(nn_embedding_bag_bwd_work_size(max_batch, ts->max_hot) + 8);
-  if (!ts->idx || !ts->emb || !ts->d_emb || !ts->logits || !ts->uniq || !ts->ugrad || !ts->work) {
+  ts->tidx = calloc(ts->n_tables, sizeof *ts->tidx);
+  ts->tbase = calloc(ts->n_tables, sizeof *ts->tbase);
+  ts->bad = calloc(ts->n_tables, sizeof *ts->bad);
+  if (!ts->idx || !ts->emb || !ts->d_emb || !ts->logits || !ts->uniq || !ts->ugrad || !ts->work || !ts->tidx ||
+      !ts->tbase || !ts->bad || embag_create(ts->n_tables, ts->hotness, ts->dim, max_batch, &ts->eb) != 0) {
     rc = -ENOMEM;
     goto fail;
   }
@@ -172,6 +187,7 @@ void trainer_step_destroy(trainer_step_t *ts) {
   opt_destroy(ts->dense_opt);
   table_layout_close(&ts->layout);
   free(ts->hotness);
+  free(ts->ext);
   free(ts->keys);
   free(ts->rows);
   free(ts->grad);
@@ -183,6 +199,10 @@ void trainer_step_destroy(trainer_step_t *ts) {
   free(ts->uniq);
   free(ts->ugrad);
   free(ts->work);
+  embag_destroy(ts->eb);
+  free(ts->tidx);
+  free(ts->tbase);
+  free(ts->bad);
   free(ts->bkeys);
   free(ts->crows);
   free(ts->cidx);
@@ -401,7 +421,10 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
     return err_set(err, err_len, -EINVAL, "%u samples, more than the model's batch of %u", b->n, ts->max_batch);
   if (b->n) {
     size_t n_ids = b->ids_off[ts->n_tables];
-    int rc = cache_check(ts, slots, n_ids, "slots", err, err_len);
+    int rc = 0;
+    for (uint32_t t = 0; t < ts->n_tables && !rc; t++) /* an external table's ids have no slot */
+      if (!(ts->ext && ts->ext[t]))
+        rc = cache_check(ts, slots + b->ids_off[t], b->ids_off[t + 1] - b->ids_off[t], "slots", err, err_len);
     if (rc) return rc;
     for (size_t i = 0; i < n_ids; i++) ts->idx[i] = slots[i];
     const float *emb = ts->emb;
@@ -412,12 +435,15 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
       emb = model_dev_emb_dev(ts->md);
 #endif
     } else {
-      size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+      /* table by table on the model's threads; an external table (ext) is
+       * skipped: its columns are the caller's */
+      size_t o = 0;
       for (uint32_t t = 0; t < ts->n_tables; t++) {
-        uint32_t h = ts->hotness[t];
-        nn_embedding_bag_fwd(ts->crows, ts->rf, ts->idx + o, b->n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
-        o += (size_t)b->n * h;
+        ts->tidx[t] = ts->idx + o;
+        ts->tbase[t] = ts->crows;
+        o += (size_t)b->n * ts->hotness[t];
       }
+      embag_fwd(ts->eb, model_dev_pool(ts->md), b->n, ts->tbase, ts->rf, ts->tidx, ts->ext, ts->emb);
     }
     if ((rc = model_dev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
@@ -479,12 +505,9 @@ size_t trainer_step_cache_update(trainer_step_t *ts, const uint32_t *skip_slots,
     }
 #endif
   } else {
-    for (size_t i = 0; i < ts->n_c; i++) {
-      if (ts->cskip[i]) continue;
-      opt_row_update(ts->emb_kind, &ts->emb_hp, ts->crows + (size_t)ts->cslot[i] * ts->rf, ts->dim,
-                     ts->cgrad + i * ts->dim);
-      updated++;
-    }
+    /* every slot with a gradient and no cskip, over the model's threads (slots are distinct) */
+    updated = embag_update_rows(model_dev_pool(ts->md), ts->emb_kind, &ts->emb_hp, ts->crows, ts->rf, ts->dim, ts->cslot,
+                                ts->cgrad, ts->cskip, 0, ts->n_c);
   }
   ts->fwd_ok = 0;
   return updated;
@@ -532,25 +555,60 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
 
 /* Maps samples [i0, i0 + n) of b to key indices (ts->idx, same layout as b's ids
  * for those n samples) and pools them into ts->emb. */
-static int map_and_pool(trainer_step_t *ts, const data_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
-  size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
-  for (uint32_t t = 0; t < ts->n_tables; t++) {
+typedef struct map_job_s {
+  trainer_step_t *ts;
+  const data_batch_t *b;
+  uint32_t i0, n;
+  atomic_uint next;
+} map_job_t;
+
+/* Tables taken in turn: table t's ids to key indices (ts->bad[t] = the
+ * first one not fetched, else -1). */
+static void map_job(void *arg, uint32_t tid, uint32_t nt) {
+  (void)tid;
+  (void)nt;
+  map_job_t *j = arg;
+  trainer_step_t *ts = j->ts;
+  for (uint32_t t; (t = atomic_fetch_add(&j->next, 1)) < ts->n_tables;) {
     uint32_t h = ts->hotness[t];
-    const uint64_t *ids = b->ids + b->ids_off[t] + (size_t)i0 * h;
-    uint64_t *idx = ts->idx + o;
-    for (size_t j = 0; j < (size_t)n * h; j++) {
-      uint64_t row = ids[j];
+    const uint64_t *ids = j->b->ids + j->b->ids_off[t] + (size_t)j->i0 * h;
+    uint64_t *idx = (uint64_t *)ts->tidx[t];
+    ts->bad[t] = -1;
+    for (size_t k = 0; k < (size_t)j->n * h; k++) {
+      uint64_t row = ids[k];
       long s = row <= TABLE_ROW_MASK ? trainer_step_key_index(ts, TABLE_KEY(t, row)) : -1;
-      if (s < 0)
-        return err_set(err, err_len, -ENOENT,
-                       "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
-                       ") is not among the %zu rows fetched for this batch",
-                       i0 + j / h, t, TABLE_KEY(t, row), t, row, ts->n_keys);
-      idx[j] = (uint64_t)s;
+      if (s < 0) {
+        ts->bad[t] = (long)k;
+        break;
+      }
+      idx[k] = (uint64_t)s;
     }
-    nn_embedding_bag_fwd(ts->rows, ts->rf, idx, n, h, ts->dim, ts->emb + (size_t)t * ts->dim, width);
-    o += (size_t)n * h;
   }
+}
+
+static int map_and_pool(trainer_step_t *ts, const data_batch_t *b, uint32_t i0, uint32_t n, char *err, size_t err_len) {
+  /* mapping and pooling table by table on the model's threads; the error
+   * names the first unmapped id in table order, as a serial loop would */
+  size_t o = 0;
+  for (uint32_t t = 0; t < ts->n_tables; t++) {
+    ts->tidx[t] = ts->idx + o;
+    ts->tbase[t] = ts->rows;
+    o += (size_t)n * ts->hotness[t];
+  }
+  map_job_t j = {.ts = ts, .b = b, .i0 = i0, .n = n};
+  atomic_init(&j.next, 0);
+  pool_run(model_dev_pool(ts->md), map_job, &j);
+  for (uint32_t t = 0; t < ts->n_tables; t++) {
+    if (ts->bad[t] < 0) continue;
+    uint32_t h = ts->hotness[t];
+    size_t k = (size_t)ts->bad[t];
+    uint64_t row = b->ids[b->ids_off[t] + (size_t)i0 * h + k];
+    return err_set(err, err_len, -ENOENT,
+                   "sample %zu, table %u: key %#" PRIx64 " (table %u row %" PRIu64
+                   ") is not among the %zu rows fetched for this batch",
+                   i0 + k / h, t, TABLE_KEY(t, row), t, row, ts->n_keys);
+  }
+  embag_fwd(ts->eb, model_dev_pool(ts->md), n, ts->tbase, ts->rf, ts->tidx, NULL, ts->emb);
   return 0;
 }
 
@@ -587,10 +645,17 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
   int on_dev = ts->cuda && ts->cache_mode;
   double loss = model_dev_backward(ts->md, b->n, b->labels, 1.0f / (float)global_batch_size, on_dev ? NULL : ts->d_emb);
   if (isnan(loss) && ts->cuda) dev_fail(ts, ERR_CUDA, "the model's backward on the GPU", "a CUDA call failed");
-  size_t width = (size_t)ts->n_tables * ts->dim, o = 0;
+  /* on the CPU every table's fold runs first, table by table on the model's
+   * threads (into embag's per-table buffers); the tables' rows are then
+   * taken in table order, as the serial loop did.  External tables are
+   * skipped: the caller takes their gradient from trainer_step_d_emb. */
+  if (!on_dev) embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->ext : NULL);
   if (ts->cache_mode) {
     for (uint32_t t = 0; t < ts->n_tables; t++) {
-      uint32_t h = ts->hotness[t], u = 0;
+      uint32_t u = 0;
+      const uint64_t *uniq = ts->uniq;
+      const float *ugrad = ts->ugrad;
+      if (ts->ext && ts->ext[t]) continue;
       if (on_dev) {
 #ifdef CHANTER_CUDA
         char e[400];
@@ -601,26 +666,24 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
         }
 #endif
       } else {
-        u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim, ts->uniq,
-                                 ts->ugrad, ts->dim, ts->work);
+        u = embag_table(ts->eb, t, &uniq, &ugrad);
       }
       for (uint32_t k = 0; k < u; k++) {
         /* keys are per table: each slot appears once, and its gradient is
          * exactly the table's coalesced one (copied, as the key path does) */
-        memcpy(cache_grad_of(ts, (uint32_t)ts->uniq[k]), ts->ugrad + (size_t)k * ts->dim, ts->dim * sizeof(float));
+        memcpy(cache_grad_of(ts, (uint32_t)uniq[k]), ugrad + (size_t)k * ts->dim, ts->dim * sizeof(float));
       }
-      o += (size_t)b->n * h;
     }
     return loss;
   }
   for (uint32_t t = 0; t < ts->n_tables; t++) {
-    uint32_t h = ts->hotness[t];
-    uint32_t u = nn_embedding_bag_bwd(ts->d_emb + (size_t)t * ts->dim, width, ts->idx + o, b->n, h, ts->dim, ts->uniq,
-                                      ts->ugrad, ts->dim, ts->work);
+    const uint64_t *uniq;
+    const float *ugrad;
+    uint32_t u = embag_table(ts->eb, t, &uniq, &ugrad);
     for (uint32_t k = 0; k < u; k++) {
-      size_t s = (size_t)ts->uniq[k];
+      size_t s = (size_t)uniq[k];
       float *g = ts->grad + s * ts->dim;
-      const float *src = ts->ugrad + (size_t)k * ts->dim;
+      const float *src = ugrad + (size_t)k * ts->dim;
       if (ts->touched[s]) { /* keys are per table, so this does not happen; kept for safety */
         for (uint32_t d = 0; d < ts->dim; d++) g[d] += src[d];
       } else {
@@ -628,7 +691,6 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
         ts->touched[s] = 1;
       }
     }
-    o += (size_t)b->n * h;
   }
   return loss;
 }
@@ -637,15 +699,37 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
 
 size_t trainer_step_update(trainer_step_t *ts) {
   dense_step(ts);
-  size_t updated = 0;
-  for (size_t s = 0; s < ts->n_keys; s++) {
-    if (!ts->touched[s]) continue;
-    opt_row_update(ts->emb_kind, &ts->emb_hp, ts->rows + s * ts->rf, ts->dim, ts->grad + s * ts->dim);
-    updated++;
-  }
+  /* every touched key's row, over the model's threads */
+  size_t updated = embag_update_rows(model_dev_pool(ts->md), ts->emb_kind, &ts->emb_hp, ts->rows, ts->rf, ts->dim, NULL,
+                                     ts->grad, ts->touched, 1, ts->n_keys);
   ts->fwd_ok = 0;
   return updated;
 }
+
+/* ---------------------------------------------------------------- external tables */
+
+int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len) {
+  int any = 0;
+  for (uint32_t t = 0; ext && t < ts->n_tables; t++) any |= ext[t] != 0;
+  if (any && ts->cuda)
+    return err_set(err, err_len, ERR_CONFIG,
+                   "table_strategy = partition runs on device = cpu only for now (the GPU cache pools every table "
+                   "on the device)");
+  if (!any) {
+    free(ts->ext);
+    ts->ext = NULL;
+    return 0;
+  }
+  if (!ts->ext && !(ts->ext = calloc(ts->n_tables, 1))) return -ENOMEM;
+  memcpy(ts->ext, ext, ts->n_tables);
+  return 0;
+}
+
+float *trainer_step_emb_in(trainer_step_t *ts) { return ts->emb; }
+void trainer_step_row_update(trainer_step_t *ts, float *row, const float *grad) {
+  opt_row_update(ts->emb_kind, &ts->emb_hp, row, ts->dim, grad);
+}
+const float *trainer_step_d_emb(const trainer_step_t *ts) { return ts->d_emb; }
 
 /* ---------------------------------------------------------------- eval, digest */
 

@@ -156,6 +156,23 @@ void trainer_step_cache_update_rows(trainer_step_t *ts, const uint32_t *slots, s
 void trainer_step_cache_scatter(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *rows);
 void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t n, float *rows);
 
+/* ---- external tables (table_strategy = partition: the table's rows live
+ * on one trainer, which pools them for the whole global batch; the pooled
+ * embeddings reach this trainer from outside the cache).  ext[t] != 0:
+ * trainer_step_cache_forward neither pools table t nor checks its slots
+ * (its ids carry none); the caller writes its columns of the model's input
+ * (trainer_step_emb_in: sample i, table t at i * n_tables * dim + t * dim)
+ * before the forward, and reads their gradient from trainer_step_d_emb
+ * (same layout, scaled like every gradient) after trainer_step_backward,
+ * which folds only the other tables.  ext = NULL (or all zero): none.
+ * ERR_CONFIG on device = cuda (not done there yet), -ENOMEM. */
+int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len);
+float *trainer_step_emb_in(trainer_step_t *ts);
+const float *trainer_step_d_emb(const trainer_step_t *ts);
+/* The row optimizer (embedding_optimizer) on one row of row_floats floats
+ * held outside the cache, with its dim-float gradient. */
+void trainer_step_row_update(trainer_step_t *ts, float *row, const float *grad);
+
 /* Forward only over b (any n: run in chunks of max_batch), logits into
  * out[b->n].  Changes no parameter. */
 int trainer_step_eval(trainer_step_t *ts, const data_batch_t *b, float *out, char *err, size_t err_len);

@@ -41,6 +41,7 @@ typedef struct trainer_work_limits_s {
   uint32_t max_batch;          /* a Step's samples at most (an Eval's: any number) */
   uint64_t cache_rows;         /* every slot < cache_rows; 0: no cache (ideal), a Step's cache fields unread */
   uint32_t trainers;           /* every replicate owner < trainers */
+  uint32_t rank;               /* this trainer: the partitioned tables' ids it is sent */
 } trainer_work_limits_t;
 
 typedef enum {
@@ -84,6 +85,13 @@ typedef struct trainer_work_step_s {
   const uint32_t *replicate_owners; /* each < trainers */
   const uint64_t *replicate_keys;
   size_t n_replicate;
+  /* ---- partitioned tables (tstrat.h; all NULL when every table is
+   * cached): their ids carry no slot (CACHER_NO_SLOT) */
+  const uint32_t *part_owner;  /* n_tables: the rank holding table t, or UINT32_MAX (cached) */
+  const uint32_t *part_counts; /* trainers: samples of each in the global batch (sum = global_batch_size, ours = batch.n) */
+  const uint64_t *part_ids;    /* the tables this trainer holds, ascending: global_batch_size * hotness ids each, in
+                                  trainer order; every id < its table's rows */
+  size_t n_part_ids;
 } trainer_work_step_t;
 
 /* An Eval. */

@@ -1319,6 +1319,56 @@ static void test_auto(void **state) {
   }
 }
 
+/* cacher_needs (one pass, every L at once) gives exactly what
+ * cacher_need's full run of the decisions gives, for every L, P and lrpp:
+ * on skewed streams (the array of last uses by table and row) and on
+ * sparse rows up to 2^40 (the map), starting at batch 0 or later; bad
+ * plans are refused. */
+static void test_needs_one_pass(void **state) {
+  (void)state;
+  enum { ML = 20 };
+  for (int sparse = 0; sparse <= 1; sparse++)
+    for (uint32_t P = 1; P <= 3; P++) {
+      stream_t s;
+      stream_random(&s, 7100 + P + 10 * (uint64_t)sparse, 70, P, 3, 40, P == 2 ? 2 : 1, PLAN_ALLOC_CONTIGUOUS);
+      if (sparse) { /* rows far apart: the rows' array would be too large, the map is used */
+        for (size_t x = 0; x < s.n; x++) plan_close(&s.pl[x]);
+        free(s.pl);
+        for (size_t x = 0; x < s.n; x++) {
+          data_batch_t *b = &s.b[x];
+          size_t ni = b->ids_off[b->n_tables];
+          for (size_t i = 0; i < ni; i++) b->ids[i] = (b->ids[i] * UINT64_C(0x9e3779b97f4a7c15)) & ((UINT64_C(1) << 40) - 1);
+        }
+        stream_plan(&s, PLAN_ALLOC_CONTIGUOUS);
+      }
+      for (size_t from = 0; from <= 5; from += 5) { /* plans from batch `from` on (a resumed job's probe) */
+        uint64_t got[ML + 1], want;
+        assert_int_equal(cacher_needs(s.pl + from, s.n - from, ML, got), 0);
+        for (uint32_t L = 0; L <= ML; L++)
+          for (int lrpp = 0; lrpp <= 1; lrpp++) {
+            assert_int_equal(cacher_need(s.pl + from, s.n - from, P, L, lrpp, &want), 0);
+            assert_int_equal(got[L], want);
+            if (L) assert_true(got[L] >= got[L - 1]);
+          }
+        /* a shorter max_l gives the same prefix; a prefix of the batches its own needs */
+        uint64_t got0[1], got5[6];
+        assert_int_equal(cacher_needs(s.pl + from, s.n - from, 0, got0), 0);
+        assert_int_equal(got0[0], got[0]);
+        assert_int_equal(cacher_needs(s.pl + from, 9, 5, got5), 0);
+        for (uint32_t L = 0; L <= 5; L++) {
+          assert_int_equal(cacher_need(s.pl + from, 9, P, L, 1, &want), 0);
+          assert_int_equal(got5[L], want);
+        }
+      }
+      uint64_t nd[3];
+      assert_int_equal(cacher_needs(s.pl, 0, 2, nd), 0); /* no batch: no slot */
+      assert_int_equal(nd[0] + nd[1] + nd[2], 0);
+      const plan_t gap[2] = {s.pl[0], s.pl[2]}; /* not consecutive */
+      assert_int_equal(cacher_needs(gap, 2, 2, nd), -EINVAL);
+      stream_free(&s);
+    }
+}
+
 /* Bad calls: P = 0, pushes out of order, of another P, of a non-KEYS plan;
  * deciding when nothing is ready. */
 static void test_errors(void **state) {
@@ -1444,7 +1494,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_figure6),  cmocka_unit_test(test_lrpp_by_hand), cmocka_unit_test(test_properties),
       cmocka_unit_test(test_capacity), cmocka_unit_test(test_auto),         cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_inconsistent_plans), cmocka_unit_test(test_flush),
+      cmocka_unit_test(test_inconsistent_plans), cmocka_unit_test(test_flush), cmocka_unit_test(test_needs_one_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

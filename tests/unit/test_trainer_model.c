@@ -27,9 +27,11 @@
 #include <cmocka.h>
 
 #include "cfg.h"
+#include "embag.h"
 #include "err.h"
 #include "eval.h"
 #include "model.h"
+#include "model_dev.h"
 #include "nn.h"
 #include "opt.h"
 #include "table.h"
@@ -485,6 +487,55 @@ static void test_determinism(void **state) {
   model_destroy(b);
 }
 
+/* embag_train_step (train --local's and bench model's step: the embedding
+ * work on the model's threads) on 1..4 threads gives the bytes of the
+ * serial step above (train_step: one loop over the tables) on one thread:
+ * dense parameters and every table. */
+static void test_embag_step(void **state) {
+  (void)state;
+  const char *sets[] = {"model=dlrm", "model.bottom_mlp=256,64", "model.top_mlp=256,128", "optimizer=adam",
+                        "embedding_optimizer=rowwise_adagrad", NULL};
+  enum { STEPS = 16 };
+  run_t *ref = malloc(sizeof(*ref));
+  run_open(ref, sets, 99);
+  assert_int_equal(model_set_threads(ref->m, 1), 0);
+  for (uint32_t s = 0; s < STEPS; s++) train_step(ref, train_set, s * BATCH, BATCH);
+  const uint32_t hot[T] = {1, 1, 1, 1};
+  for (uint32_t threads = 1; threads <= 4; threads++) {
+    run_t *r = malloc(sizeof(*r));
+    run_open(r, sets, 99);
+    cfg_t *c = testutil_cfg_of(sets);
+    char err[256];
+    model_dev_t *md = NULL;
+    embag_t *e = NULL;
+    assert_int_equal(model_dev_create(c, D, T, DIM, BATCH, &md, err, sizeof(err)), 0);
+    model_dev_init(md, 99);
+    assert_int_equal(model_set_threads(model_dev_cpu_model(md), threads), 0);
+    assert_int_equal(embag_create(T, hot, DIM, BATCH, &e), 0);
+    double sec[EMBAG_PHASES] = {0};
+    for (uint32_t s = 0; s < STEPS; s++) {
+      uint32_t off = s * BATCH;
+      const uint64_t *idx[T];
+      for (int t = 0; t < T; t++) idx[t] = train_set->idx[t] + off;
+      double loss = embag_train_step(e, md, r->opt, r->row_kind, &r->row_hp, r->tables, r->stride, BATCH,
+                                     train_set->dense + (size_t)off * D, train_set->labels + off, idx,
+                                     1.0f / (float)BATCH, sec);
+      assert_false(isnan(loss));
+    }
+    assert_true(sec[EMBAG_PHASE_FORWARD] > 0.0);
+    assert_int_equal(model_dev_n_params(md), model_n_params(ref->m));
+    assert_memory_equal(model_dev_params(md), model_params(ref->m), model_n_params(ref->m) * sizeof(float));
+    for (int t = 0; t < T; t++)
+      assert_memory_equal(r->tables[t], ref->tables[t], (size_t)R * r->stride * sizeof(float));
+    embag_destroy(e);
+    model_dev_destroy(md);
+    cfg_destroy(c);
+    run_close(r);
+    free(r);
+  }
+  run_close(ref);
+  free(ref);
+}
 
 /* ------------------------------------------------------- the backward hook */
 
@@ -569,6 +620,7 @@ int main(void) {
       cmocka_unit_test(test_learn_dlrm),
       cmocka_unit_test(test_learn_all),
       cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_embag_step),
       cmocka_unit_test(test_grad_ready),
   };
   return cmocka_run_group_tests(tests, setup_data, teardown_data);

@@ -24,7 +24,10 @@
 
 #include <cmocka.h>
 
+#include "embag.h"
 #include "nn.h"
+#include "opt.h"
+#include "pool.h"
 #include "table.h"
 #include "testutil.h"
 
@@ -339,6 +342,126 @@ static void test_embedding_bag_multihot(void **state) {
   free(work);
 }
 
+/* embag's per-table work on 1..4 threads against the serial loop over
+ * the tables (nn_embedding_bag_fwd / _bwd, opt_row_update): the same bits
+ * for the pooled input, every table's fold, the updated rows, and a
+ * masked row list; a skipped table is left alone. */
+static void test_embag_threads(void **state) {
+  (void)state;
+  enum { T = 7, ROWS = 300, DIM = 8, RF = 2 * DIM, N = 200, W = T * DIM };
+  const uint32_t hot[T] = {1, 3, 1, 2, 1, 4, 1};
+  opt_hparams_t hp = {.lr = 0.05f, .eps = 1e-8f};
+  size_t off[T + 1];
+  off[0] = 0;
+  for (int t = 0; t < T; t++) off[t + 1] = off[t] + (size_t)N * hot[t];
+  uint64_t *ids = malloc(off[T] * sizeof *ids);
+  float *rows0 = malloc((size_t)T * ROWS * RF * sizeof(float)), *rows_ref = malloc((size_t)T * ROWS * RF * sizeof(float));
+  float *rows = malloc((size_t)T * ROWS * RF * sizeof(float));
+  float *out_ref = malloc((size_t)N * W * sizeof(float)), *out = malloc((size_t)N * W * sizeof(float));
+  float *dout = malloc((size_t)N * W * sizeof(float));
+  uint64_t *uniq_ref = malloc(off[T] * sizeof(uint64_t));
+  float *grad_ref = malloc(off[T] * DIM * sizeof(float));
+  uint32_t nu_ref[T];
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, 4));
+  assert_non_null(ids && rows0 && rows_ref && rows && out_ref && out && dout && uniq_ref && grad_ref && work);
+  rng_state = 4242;
+  fill(rows0, (size_t)T * ROWS * RF, 1.0f);
+  for (size_t k = 0; k < (size_t)T * ROWS; k++) /* adagrad state starts >= 0 */
+    for (int d = DIM; d < RF; d++) rows0[k * RF + d] = 0.0f;
+  fill(dout, (size_t)N * W, 0.1f);
+  for (size_t k = 0; k < off[T]; k++) { /* Zipf-like: many repeats of low rows */
+    rng_state = table_mix64(rng_state);
+    uint64_t r = rng_state % ROWS;
+    ids[k] = (k % 3) ? r % 17 : r;
+  }
+  float *base0[T], *base[T];
+  const uint64_t *idx[T];
+  for (int t = 0; t < T; t++) idx[t] = ids + off[t];
+  /* the serial reference */
+  memcpy(rows_ref, rows0, (size_t)T * ROWS * RF * sizeof(float));
+  for (int t = 0; t < T; t++) {
+    base0[t] = rows_ref + (size_t)t * ROWS * RF;
+    nn_embedding_bag_fwd(base0[t], RF, idx[t], N, hot[t], DIM, out_ref + t * DIM, W);
+  }
+  for (int t = 0; t < T; t++) {
+    nu_ref[t] = nn_embedding_bag_bwd(dout + t * DIM, W, idx[t], N, hot[t], DIM, uniq_ref + off[t],
+                                     grad_ref + off[t] * DIM, DIM, work);
+    for (uint32_t k = 0; k < nu_ref[t]; k++)
+      opt_row_update(OPT_ADAGRAD, &hp, base0[t] + uniq_ref[off[t] + k] * RF, DIM, grad_ref + (off[t] + k) * DIM);
+  }
+  for (uint32_t nt = 1; nt <= 4; nt++) {
+    pool_t *p = NULL;
+    assert_int_equal(pool_create(nt, &p), 0);
+    embag_t *e = NULL;
+    assert_int_equal(embag_create(T, hot, DIM, N, &e), 0);
+    memcpy(rows, rows0, (size_t)T * ROWS * RF * sizeof(float));
+    for (int t = 0; t < T; t++) base[t] = rows + (size_t)t * ROWS * RF;
+    embag_fwd(e, p, N, base, RF, idx, NULL, out);
+    assert_memory_equal(out, out_ref, (size_t)N * W * sizeof(float));
+    embag_bwd(e, p, N, dout, idx, NULL);
+    for (int t = 0; t < T; t++) {
+      const uint64_t *u;
+      const float *g;
+      assert_int_equal(embag_table(e, t, &u, &g), nu_ref[t]);
+      assert_memory_equal(u, uniq_ref + off[t], nu_ref[t] * sizeof(uint64_t));
+      assert_memory_equal(g, grad_ref + off[t] * DIM, (size_t)nu_ref[t] * DIM * sizeof(float));
+    }
+    size_t want = 0;
+    for (int t = 0; t < T; t++) want += nu_ref[t];
+    assert_int_equal(embag_bwd_update(e, p, N, dout, idx, NULL, base, RF, OPT_ADAGRAD, &hp), want);
+    assert_memory_equal(rows, rows_ref, (size_t)T * ROWS * RF * sizeof(float));
+    /* a skipped table: its columns and rows untouched, no fold */
+    uint8_t skip[T] = {0, 0, 1, 0, 0, 0, 0};
+    for (size_t k = 0; k < (size_t)N * W; k++) out[k] = -7.0f;
+    embag_fwd(e, p, N, base, RF, idx, skip, out);
+    for (int i = 0; i < N; i++)
+      for (int t = 0; t < T; t++)
+        for (int d = 0; d < DIM; d++)
+          if (t == 2) assert_true(out[(size_t)i * W + t * DIM + d] == -7.0f);
+    embag_bwd(e, p, N, dout, idx, skip);
+    assert_int_equal(embag_table(e, 2, NULL, NULL), 0);
+    assert_int_equal(embag_table(e, 3, NULL, NULL), nu_ref[3]);
+    /* a masked list of distinct rows (long enough to use the threads) */
+    memcpy(rows, rows0, (size_t)T * ROWS * RF * sizeof(float));
+    memcpy(rows_ref, rows0, (size_t)T * ROWS * RF * sizeof(float));
+    enum { L = T * ROWS / 2 };
+    uint32_t *at = malloc(L * sizeof *at);
+    uint8_t *mask = malloc(L);
+    assert_non_null(at && mask);
+    size_t want_n = 0;
+    for (uint32_t i = 0; i < L; i++) {
+      at[i] = (uint32_t)(T * ROWS - 1 - 2 * i);
+      mask[i] = (uint8_t)(i % 5 == 1);
+      if (!mask[i]) {
+        opt_row_update(OPT_ADAGRAD, &hp, rows_ref + (size_t)at[i] * RF, DIM, dout + (size_t)i * DIM);
+        want_n++;
+      }
+    }
+    assert_int_equal(embag_update_rows(p, OPT_ADAGRAD, &hp, rows, RF, DIM, at, dout, mask, 0, L), want_n);
+    assert_memory_equal(rows, rows_ref, (size_t)T * ROWS * RF * sizeof(float));
+    free(at);
+    free(mask);
+    /* restore the reference of the next thread count */
+    memcpy(rows_ref, rows0, (size_t)T * ROWS * RF * sizeof(float));
+    for (int t = 0; t < T; t++)
+      for (uint32_t k = 0; k < nu_ref[t]; k++)
+        opt_row_update(OPT_ADAGRAD, &hp, rows_ref + (size_t)t * ROWS * RF + uniq_ref[off[t] + k] * RF, DIM,
+                       grad_ref + (off[t] + k) * DIM);
+    embag_destroy(e);
+    pool_destroy(p);
+  }
+  free(ids);
+  free(rows0);
+  free(rows_ref);
+  free(rows);
+  free(out_ref);
+  free(out);
+  free(dout);
+  free(uniq_ref);
+  free(grad_ref);
+  free(work);
+}
+
 /* Keys spread over 2^40 (several radix passes), with duplicates: the
  * coalesced output against a sort-and-sum reference. */
 static int cmp_u64(const void *a, const void *b) {
@@ -630,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_embedding_bag_multihot),
       cmocka_unit_test(test_embedding_bag_wide_keys),
       cmocka_unit_test(test_embedding_bag_fd),
+      cmocka_unit_test(test_embag_threads),
       cmocka_unit_test(test_interaction),
       cmocka_unit_test(test_fm),
       cmocka_unit_test(test_cross),

@@ -79,14 +79,16 @@ typedef struct col_s {
   const char *label, *dir, *sets;
 } col_t;
 static const col_t cols[] = {
-    {"baseline L=0", "baseline", "--set mode=normal --set lookahead=0"},
-    {"lookahead auto", "lookahead", "--set mode=normal --set lookahead=auto"},
-    {"lookahead+laia", "laia", "--set mode=normal --set lookahead=auto --set allocation=laia"},
+    {"baseline L=0", "baseline", "--set mode=normal --set lookahead=0 --set table_strategy=cache"},
+    {"lookahead auto", "lookahead", "--set mode=normal --set lookahead=auto --set table_strategy=cache"},
+    {"lookahead+laia", "laia", "--set mode=normal --set lookahead=auto --set allocation=laia --set table_strategy=cache"},
+    {"partition", "partition", "--set mode=normal --set lookahead=auto --set table_strategy=partition"},
+    {"strategy auto", "stratauto", "--set mode=normal --set lookahead=auto --set table_strategy=auto"},
     {"ideal", "ideal", "--set mode=ideal --set lookahead=0"},
     {"ideal, 1 AR", "ideal-noovl", "--set mode=ideal --set lookahead=0 --set trainer.bucket_kb=0"},
 };
 #define N_COLS (sizeof cols / sizeof cols[0])
-enum { C_BASE, C_LA, C_LAIA, C_IDEAL };
+enum { C_BASE, C_LA, C_LAIA, C_PART, C_AUTO, C_IDEAL };
 
 /* The job as the columns run it, on generator gen, for data_floor. */
 static cfg_t *job_cfg(cli_t *cli, const char *gen, int iters, char *err, size_t n) {
@@ -126,12 +128,14 @@ static void split_rows(const char *sm, double *crit, double *bg) {
 }
 
 static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *gen, const char *up_args, int iters) {
-  static const int ph[] = {PHASE_WAIT,    PHASE_FETCH,     PHASE_PREFETCH_WAIT, PHASE_SYNC_WAIT,
-                           PHASE_FORWARD, PHASE_BACKWARD,  PHASE_ALLREDUCE,     PHASE_SYNC_CRITICAL,
-                           PHASE_UPDATE,  PHASE_REPLICATE, PHASE_WRITE_BACK,    PHASE_TOTAL};
+  static const int ph[] = {PHASE_WAIT,     PHASE_FETCH,     PHASE_PREFETCH_WAIT, PHASE_SYNC_WAIT,
+                           PHASE_FORWARD,  PHASE_BACKWARD,  PHASE_ALLTOALL,      PHASE_ALLREDUCE,
+                           PHASE_SYNC_CRITICAL, PHASE_UPDATE, PHASE_REPLICATE,   PHASE_WRITE_BACK, PHASE_TOTAL};
   static const char *names[] = {"data wait", "fetch",         "  blocked on prefetch", "wait for background",
-                                "forward",   "backward",      "all-reduce",            "  critical rows",
-                                "update",    "  replication", "write-back",            "iteration"};
+                                "forward",   "backward",      "  alltoall (fwd+bwd)",  "all-reduce",
+                                "  critical rows", "update",  "  replication",         "write-back",
+                                "iteration"};
+  enum { N_PH = sizeof ph / sizeof ph[0] };
   static const char *rows[] = {"rows_fetched",      "rows_synced", "rows_synced_delayed", "rows_replicated",
                                "rows_written_back", "cache_hits"};
   static const char *rnames[] = {"rows fetched / iteration",  "rows synchronized / iter.", "  of which delayed",
@@ -174,8 +178,10 @@ static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *
     for (size_t c = 0; c < N_COLS; c++) printf(" %14.0f", cli_json_num(sm[c], "steady_samples_per_sec"));
     printf("\n%-26s", "iteration 0 (start-up)");
     for (size_t c = 0; c < N_COLS; c++) printf(" %11.0f ms", 1e3 * cli_json_num(sm[c], "first_iteration_seconds"));
+    printf("\n%-26s", "last iteration (wind-down)");
+    for (size_t c = 0; c < N_COLS; c++) printf(" %11.0f ms", 1e3 * cli_json_num(sm[c], "last_iteration_seconds"));
     printf("\n");
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < N_PH; i++) {
       printf("%-26s", names[i]);
       for (size_t c = 0; c < N_COLS; c++)
         printf(" %11.2f ms", 1e3 * cli_json_num(strstr(sm[c], "\"steady_phase_seconds\""), phase_name(ph[i])));
@@ -226,8 +232,22 @@ static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *
       printf("; iteration time %.0f%% above ideal (aim <= 10%%).\n", 100.0 * (lit / id - 1.0));
     }
     printf("ideal / baseline: %.2fx samples/s after iteration 0 (aim on emulated hosts: >= 2, or the link is not the "
-           "bottleneck).\n\n",
+           "bottleneck).\n",
            ids / b);
+    /* issue 17's aims: the best of the three strategies against ideal, auto against the best fixed one */
+    static const size_t strat_cols[] = {C_LA, C_PART, C_AUTO};
+    size_t best = C_LA, best_fixed = C_LA;
+    for (size_t i = 0; i < 3; i++) {
+      size_t c = strat_cols[i];
+      double v = cli_json_num(sm[c], "steady_samples_per_sec");
+      if (v > cli_json_num(sm[best], "steady_samples_per_sec")) best = c;
+      if (c != C_AUTO && v > cli_json_num(sm[best_fixed], "steady_samples_per_sec")) best_fixed = c;
+    }
+    double bv = cli_json_num(sm[best], "steady_samples_per_sec"), fv = cli_json_num(sm[best_fixed], "steady_samples_per_sec"),
+           av = cli_json_num(sm[C_AUTO], "steady_samples_per_sec");
+    printf("best of cache / partition / auto: %s, %.0f samples/s = %.0f%% of ideal (aim >= 90%%); strategy auto: %.0f%% "
+           "of the best fixed strategy (%s; aim >= 95%%).\n\n",
+           cols[best].label, bv, 100.0 * bv / ids, 100.0 * av / fv, cols[best_fixed].label);
   }
   if (jc) cfg_destroy(jc);
   for (size_t c = 0; c < N_COLS; c++) free(sm[c]);
@@ -237,6 +257,7 @@ static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *
 int bench_e2e(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
   const char *data = cli_opt(cli, "--data"), *hosts = cli_opt(cli, "--hosts"), *link = cli_opt(cli, "--link");
+  int insecure = cli_flag(cli, "--insecure");
   if (cli_done(cli, "e2e")) return 2;
   if (!data) data = "both";
   if (strcmp(data, "both") && strcmp(data, "independent") && strcmp(data, "sessions"))
@@ -244,19 +265,21 @@ int bench_e2e(cli_t *cli) {
   if (link && !hosts) return cli_usage_error(cli, "--link needs --hosts (the links are those of emulated hosts)");
   if (hosts && !link) link = BENCH_LINK;
   char up_args[512] = "";
+  int o = 0;
   if (hosts) {
-    int o = snprintf(up_args, sizeof up_args, "--hosts '%s'", hosts);
-    if (link) snprintf(up_args + o, sizeof up_args - (size_t)o, " --link '%s'", link);
+    o = snprintf(up_args, sizeof up_args, "--hosts '%s'", hosts);
+    if (link) o += snprintf(up_args + o, sizeof up_args - (size_t)o, " --link '%s'", link);
   }
+  if (insecure) snprintf(up_args + o, sizeof up_args - (size_t)o, "%s--insecure", o ? " " : "");
   int iters = quick ? 60 : 200;
   char self[1024], tmp[] = "/tmp/chanter-bench-e2e-XXXXXX";
   ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
   self[l > 0 ? l : 0] = 0;
   if (!mkdtemp(tmp)) return 1;
   printf("chanter bench e2e: %s (1 data processor, 2 embedding servers, oracle, 2 trainers), %d iterations, "
-         "batch %lld%s%s\n\n",
+         "batch %lld%s%s%s\n\n",
          hosts ? "emulated hosts" : "local cluster on 127.0.0.1", iters, (long long)cfg_int(cli->cfg, "batch_size"),
-         hosts ? ", local up " : "", up_args);
+         up_args[0] ? ", local up " : "", up_args, insecure ? "" : " (mutual TLS: --insecure for plaintext)");
   int rc = 0;
   if (strcmp(data, "sessions")) rc = bench_gen(cli, self, tmp, "independent", up_args, iters);
   if (!rc && strcmp(data, "independent")) rc = bench_gen(cli, self, tmp, "sessions", up_args, iters);
@@ -267,6 +290,9 @@ int bench_e2e(cli_t *cli) {
          "(critical path: rows the step waits for -- with L = 0 the fetch, the write-back and the critical "
          "synchronization; with lookahead only the critical synchronization; bytes = rows x (embedding_dim + "
          "optimizer state) x 4)\n"
+         "(partition: table_strategy = partition, every table's rows on one trainer, pooled embeddings by AlltoAll; "
+         "strategy auto: the oracle's choice per table; the wind-down is the last iteration, whose write-back of "
+         "the rows newer than the servers' ends the job, set apart from the steady figures like the start-up)\n"
          "(\"ideal, 1 AR\": the dense gradients all-reduced in one buffer after the backward, trainer.bucket_kb = 0; "
          "ideal keeps every row in the trainer and is not a correct distributed model, only the lower bound of "
          "iteration time; per-phase times are means over trainers and the iterations after iteration 0, as the "

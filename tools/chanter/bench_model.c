@@ -3,8 +3,9 @@
  * OpenBLAS's own sgemm speed.
  *
  * For each model (dlrm, wdl, deepfm, dcn) at batch 2048 (--batch) it runs
- * full training steps -- embedding bag forward over random ids in an
- * in-memory table of the job's layout (table_rows, embedding_dim, state of
+ * full training steps -- embag_train_step, the very step `chanter train
+ * --local` runs: embedding bag forward over random ids in in-memory tables
+ * of the job's layout (table_rows, embedding_dim, state of
  * embedding_optimizer), model forward and backward, the dense optimizer
  * step, the coalesced embedding backward and the row updates -- and prints
  * samples/s, the GEMM FLOPs per sample (model_gemm_flops_per_sample),
@@ -15,9 +16,10 @@
  * per-phase split of the step says where the rest goes.
  *
  * The machine may be shared, so the model and the sgemm baselines are
- * measured in alternating rounds and each figure is the best round's.
- * Embedding work runs per table on the model's threads (tables are
- * independent, so the result does not depend on the thread count).
+ * measured in alternating rounds; samples/s is given for the best round
+ * and for the median one (what a run of training sees), the sgemm
+ * figures for the best.  Embedding work runs per table on the model's
+ * threads (embag.h), in training as here.
  *
  * OpenBLAS picks its kernels when it is loaded; on a CPU it does not know it
  * falls back to slow generic ones (nn_blas_better_core()).  Unless
@@ -34,8 +36,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "embag.h"
 #include "err.h"
 #include "model.h"
+#include "model_dev.h"
 #include "nn.h"
 #include "opt.h"
 #include "pool.h"
@@ -49,24 +53,16 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Per-thread scratch of the embedding backward. */
-typedef struct scratch_s {
-  float *grad;
-  uint64_t *uniq;
-  void *work;
-} scratch_t;
-
 typedef struct bench_s {
   uint32_t batch, n_dense, n_tables, dim, stride;
   uint64_t *rows;        /* rows per table */
   float **tables;        /* in-memory row stores, stride floats a row */
   uint64_t *ids;         /* [ID_BATCHES][n_tables][batch] */
   float *dense, *labels; /* [batch x n_dense], [batch] */
-  float *emb, *d_emb, *logits;
-  scratch_t sc[MODEL_PARTS];
+  embag_t *eb;           /* the step's embedding work and the model's input, as in train --local */
+  const uint64_t **idx;  /* per table: the ids of the step being run */
   opt_kind_t row_kind;
   opt_hparams_t row_hp;
-  const uint64_t *cur_ids; /* ids of the step being run */
 } bench_t;
 
 typedef struct phases_s {
@@ -106,24 +102,22 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
       goto out;
     }
   b->stride = b->dim + opt_row_state_floats(b->row_kind, b->dim);
-  size_t B = batch, E = (size_t)b->n_tables * b->dim;
+  size_t B = batch;
   b->rows = calloc(l.n_tables + 1, sizeof(uint64_t));
   b->tables = calloc(l.n_tables + 1, sizeof(float *));
   b->ids = malloc(ID_BATCHES * (b->n_tables + 1) * B * sizeof(uint64_t));
   b->dense = malloc((B * b->n_dense + 1) * sizeof(float));
   b->labels = malloc(B * sizeof(float));
-  b->emb = aligned_alloc(64, ((B * E + 16) * sizeof(float) + 63) & ~(size_t)63);
-  b->d_emb = aligned_alloc(64, ((B * E + 16) * sizeof(float) + 63) & ~(size_t)63);
-  b->logits = malloc(B * sizeof(float));
+  b->idx = calloc(l.n_tables + 1, sizeof *b->idx);
   rc = -ENOMEM;
-  if (!b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->emb || !b->d_emb ||
-      !b->logits)
-    goto out;
-  for (int k = 0; k < MODEL_PARTS; k++) {
-    b->sc[k].grad = malloc((B * b->dim + 1) * sizeof(float));
-    b->sc[k].uniq = malloc(B * sizeof(uint64_t));
-    b->sc[k].work = malloc(nn_embedding_bag_bwd_work_size(batch, 1) + 8);
-    if (!b->sc[k].grad || !b->sc[k].uniq || !b->sc[k].work) goto out;
+  if (!b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->idx) goto out;
+  {
+    uint32_t *hot = calloc(b->n_tables + 1, sizeof *hot); /* the benchmark's ids are one-hot */
+    if (!hot) goto out;
+    for (uint32_t t = 0; t < b->n_tables; t++) hot[t] = 1;
+    int erc = embag_create(b->n_tables, hot, b->dim, batch, &b->eb);
+    free(hot);
+    if (erc) goto out;
   }
   for (uint32_t t = 0; t < b->n_tables; t++) {
     uint64_t r = l.tables[t].rows < rows_cap ? l.tables[t].rows : rows_cap;
@@ -162,68 +156,30 @@ out:
 
 static void bench_close(bench_t *b) {
   for (uint32_t t = 0; b->tables && t < b->n_tables; t++) free(b->tables[t]);
-  for (int k = 0; k < MODEL_PARTS; k++) {
-    free(b->sc[k].grad);
-    free(b->sc[k].uniq);
-    free(b->sc[k].work);
-  }
+  embag_destroy(b->eb);
+  free(b->idx);
   free(b->tables);
   free(b->rows);
   free(b->ids);
   free(b->dense);
   free(b->labels);
-  free(b->emb);
-  free(b->d_emb);
-  free(b->logits);
 }
 
-/* Embedding work, tables tid, tid + nt, ... on each thread. */
-static void emb_fwd_job(void *arg, uint32_t tid, uint32_t nt) {
-  bench_t *b = arg;
-  uint32_t B = b->batch, T = b->n_tables, D = b->dim;
-  for (uint32_t t = tid; t < T; t += nt)
-    nn_embedding_bag_fwd(b->tables[t], b->stride, b->cur_ids + (size_t)t * B, B, 1, D,
-                         b->emb + t * D, (size_t)T * D);
-}
-
-static void emb_bwd_job(void *arg, uint32_t tid, uint32_t nt) {
-  bench_t *b = arg;
-  uint32_t B = b->batch, T = b->n_tables, D = b->dim;
-  scratch_t *sc = &b->sc[tid];
-  for (uint32_t t = tid; t < T; t += nt) {
-    uint32_t u = nn_embedding_bag_bwd(b->d_emb + t * D, (size_t)T * D, b->cur_ids + (size_t)t * B,
-                                      B, 1, D, sc->uniq, sc->grad, D, sc->work);
-    float *base = b->tables[t];
-    for (uint32_t k = 0; k < u; k++) {
-      if (k + 8 < u) __builtin_prefetch(base + sc->uniq[k + 8] * b->stride, 1);
-      opt_row_update(b->row_kind, &b->row_hp, base + sc->uniq[k] * b->stride, D,
-                     sc->grad + (size_t)k * D);
-    }
-  }
-}
-
-/* One training step; adds each phase's seconds into ph. */
-static double step(bench_t *b, model_t *m, opt_t *o, uint32_t it, phases_t *ph) {
+/* One training step, embag_train_step as train --local runs it; adds
+ * each phase's seconds into ph. */
+static double step(bench_t *b, model_dev_t *md, opt_t *o, uint32_t it, phases_t *ph) {
   uint32_t B = b->batch;
-  pool_t *pool = model_pool(m);
-  b->cur_ids = b->ids + (size_t)(it % ID_BATCHES) * b->n_tables * B;
-  double t0 = now_s();
-  pool_run(pool, emb_fwd_job, b);
-  double t1 = now_s();
-  model_forward(m, B, b->dense, b->emb, b->logits);
-  double t2 = now_s();
-  double loss = model_backward(m, B, b->labels, 1.0f / (float)B, b->d_emb);
-  double t3 = now_s();
-  opt_step_pool(o, model_params(m), model_grads(m), pool);
-  double t4 = now_s();
-  pool_run(pool, emb_bwd_job, b);
-  double t5 = now_s();
+  const uint64_t *ids = b->ids + (size_t)(it % ID_BATCHES) * b->n_tables * B;
+  for (uint32_t t = 0; t < b->n_tables; t++) b->idx[t] = ids + (size_t)t * B;
+  double sec[EMBAG_PHASES] = {0};
+  double loss = embag_train_step(b->eb, md, o, b->row_kind, &b->row_hp, b->tables, b->stride, B, b->dense, b->labels,
+                                 b->idx, 1.0f / (float)B, sec);
   if (ph) {
-    ph->emb_fwd += t1 - t0;
-    ph->fwd += t2 - t1;
-    ph->bwd += t3 - t2;
-    ph->opt += t4 - t3;
-    ph->emb_bwd += t5 - t4;
+    ph->emb_fwd += sec[EMBAG_PHASE_GATHER];
+    ph->fwd += sec[EMBAG_PHASE_FORWARD];
+    ph->bwd += sec[EMBAG_PHASE_BACKWARD];
+    ph->opt += sec[EMBAG_PHASE_DENSE_UPDATE];
+    ph->emb_bwd += sec[EMBAG_PHASE_EMBEDDING_UPDATE];
   }
   return loss;
 }
@@ -298,20 +254,23 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   memset(r, 0, sizeof(*r));
   r->model = name;
   snprintf(kv, sizeof(kv), "model=%s", name);
-  if ((rc = cfg_set(cfg, kv, "bench", err, sizeof(err))) < 0) {
+  if ((rc = cfg_set(cfg, kv, "bench", err, sizeof(err))) < 0 ||
+      (rc = cfg_set(cfg, "device=cpu", "bench", err, sizeof(err))) < 0) {
     fprintf(stderr, "bench model: %s\n", err);
     return rc;
   }
+  model_dev_t *md = NULL;
   model_t *m = NULL;
   opt_t *o = NULL;
   gemm_set_t big, all;
   memset(&big, 0, sizeof(big));
   memset(&all, 0, sizeof(all));
-  rc = model_create(cfg, b->n_dense, b->n_tables, b->dim, b->batch, &m, err, sizeof(err));
+  rc = model_dev_create(cfg, b->n_dense, b->n_tables, b->dim, b->batch, &md, err, sizeof(err));
   if (rc < 0) {
     fprintf(stderr, "bench model: %s: %s\n", name, err);
     return rc;
   }
+  m = model_dev_cpu_model(md);
   snprintf(r->desc, sizeof(r->desc), "%s", model_describe(m));
   if (threads && (rc = model_set_threads(m, threads)) < 0) {
     fprintf(stderr, "bench model: threads: %s\n", err_str(rc));
@@ -345,8 +304,8 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
     goto out;
   }
 
-  step(b, m, o, 0, NULL); /* warm-up: page in activations and tables */
-  step(b, m, o, 1, NULL);
+  step(b, md, o, 0, NULL); /* warm-up: page in activations and tables */
+  step(b, md, o, 1, NULL);
   uint32_t it = 2;
   double best_step = 1e30;
   double *round_step = calloc((size_t)rounds, sizeof *round_step);
@@ -363,7 +322,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
     int n = 0;
     double t0 = now_s(), el;
     do {
-      step(b, m, o, it++, &ph);
+      step(b, md, o, it++, &ph);
       n++;
       el = now_s() - t0;
     } while (n < iters || el < seconds / (2 * rounds));
@@ -396,7 +355,7 @@ out:
   gemm_set_close(&big);
   gemm_set_close(&all);
   opt_destroy(o);
-  model_destroy(m);
+  model_dev_destroy(md);
   return rc;
 }
 
@@ -406,7 +365,7 @@ static void usage(FILE *f) {
           "                           [--threads N] [--rounds N] [--rows-cap N] [--no-reexec]\n                           [--json]\n"
           "  --batch      samples per step (default 2048)\n"
           "  --iters      steps per round at least (default 3)\n"
-          "  --rounds     alternating model / sgemm rounds, the best counts (default 10)\n"
+          "  --rounds     alternating model / sgemm rounds; samples/s of the best and the median one (default 10)\n"
           "  --seconds    time per model, all rounds (default 6)\n"
           "  --models     subset of dlrm,wdl,deepfm,dcn (default all)\n"
           "  --threads    model threads (default: the CPUs available, at most %d)\n"

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "cuda_check.h"
 #include "data.h"
 #include "err.h"
+#include "embag.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "eval.h"
@@ -58,11 +60,9 @@ typedef struct local_s {
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
   uint32_t dim, batch_size;
-  float *emb, *d_emb, *logits;
-  uint64_t *uniq;
-  float *grad;
-  void *work;
-  size_t max_ids;
+  size_t row_floats;   /* every table's (one dim, one row optimizer) */
+  embag_t *eb;         /* the embedding work on the model's threads, and the model's input */
+  const uint64_t **idx; /* per table: the batch's ids */
   double phase[PHASE_N]; /* seconds by PHASE_* (the local_phases) */
 } local_t;
 
@@ -82,8 +82,12 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     if (L->layout.tables[t].dim != L->dim)
       return err_set(err, n, ERR_CONFIG, "table %u has dim %u but table 0 has %u: the models need one embedding dim", t,
                      L->layout.tables[t].dim, L->dim);
+    if (table_row_floats(&L->layout, t) != table_row_floats(&L->layout, 0))
+      return err_set(err, n, ERR_CONFIG, "table %u has %u floats per row but table 0 has %u", t,
+                     table_row_floats(&L->layout, t), table_row_floats(&L->layout, 0));
     total += L->layout.tables[t].rows * table_row_floats(&L->layout, t);
   }
+  L->row_floats = table_row_floats(&L->layout, 0);
   if (total * 4 > (UINT64_C(16) << 30))
     return err_set(err, n, -ENOMEM,
                    "the tables need %.1f GiB: too large for train --local (use the distributed trainer)",
@@ -104,71 +108,88 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
   opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
-  size_t width = (size_t)L->schema->n_tables * L->dim;
-  uint32_t max_hot = 1;
-  for (uint32_t t = 0; t < L->schema->n_tables; t++)
-    if (L->schema->hotness[t] > max_hot) max_hot = L->schema->hotness[t];
-  L->max_ids = (size_t)L->batch_size * max_hot;
-  L->emb = malloc((size_t)L->batch_size * width * sizeof(float));
-  L->d_emb = malloc((size_t)L->batch_size * width * sizeof(float));
-  L->logits = malloc((size_t)L->batch_size * sizeof(float));
-  L->uniq = malloc(L->max_ids * sizeof *L->uniq);
-  L->grad = malloc(L->max_ids * L->dim * sizeof(float));
-  L->work = malloc(nn_embedding_bag_bwd_work_size(L->batch_size, max_hot));
-  if (!L->emb || !L->d_emb || !L->logits || !L->uniq || !L->grad || !L->work) return -ENOMEM;
+  if ((rc = embag_create(L->schema->n_tables, L->schema->hotness, L->dim, L->batch_size, &L->eb)) != 0) return rc;
+  L->idx = calloc(L->schema->n_tables, sizeof *L->idx);
+  if (!L->idx) return -ENOMEM;
   return 0;
 }
 
 static void local_close(local_t *L) {
   for (uint32_t t = 0; L->tables && t < L->layout.n_tables; t++) free(L->tables[t]);
   free(L->tables);
-  free(L->emb);
-  free(L->d_emb);
-  free(L->logits);
-  free(L->uniq);
-  free(L->grad);
-  free(L->work);
+  embag_destroy(L->eb);
+  free(L->idx);
   opt_destroy(L->dense_opt);
   model_dev_destroy(L->model);
   table_layout_close(&L->layout);
   data_close(L->data);
 }
 
-static void gather(local_t *L, const data_batch_t *b) {
-  size_t width = (size_t)b->n_tables * L->dim;
-  for (uint32_t t = 0; t < b->n_tables; t++)
-    nn_embedding_bag_fwd(L->tables[t], table_row_floats(&L->layout, t), b->ids + b->ids_off[t], b->n, b->hotness[t],
-                         L->dim, L->emb + (size_t)t * L->dim, width);
+/* b's ids, table by table, for embag */
+static const uint64_t *const *batch_idx(local_t *L, const data_batch_t *b) {
+  for (uint32_t t = 0; t < b->n_tables; t++) L->idx[t] = b->ids + b->ids_off[t];
+  return L->idx;
 }
 
-/* One training step; returns the sum of losses. */
+static void gather(local_t *L, const data_batch_t *b) {
+  embag_fwd(L->eb, model_dev_pool(L->model), b->n, L->tables, L->row_floats, batch_idx(L, b), NULL, embag_emb(L->eb));
+}
+
+/* One training step (embag_train_step: the embedding work on the model's
+ * threads, as `chanter bench model` times it); returns the sum of losses. */
 static double step(local_t *L, const data_batch_t *b) {
-  double t0 = bench_now();
-  gather(L, b);
-  double t1 = bench_now();
-  if (model_dev_forward(L->model, b->n, b->dense, L->emb, L->logits)) return NAN;
-  double t2 = bench_now();
-  double loss = model_dev_backward(L->model, b->n, b->labels, 1.0f / (float)b->n, L->d_emb);
-  if (isnan(loss)) return NAN;
-  double t3 = bench_now();
-  opt_step_pool(L->dense_opt, model_dev_params(L->model), model_dev_grads(L->model), model_dev_pool(L->model));
-  if (model_dev_params_changed(L->model)) return NAN;
-  double t4 = bench_now();
-  size_t width = (size_t)b->n_tables * L->dim;
-  for (uint32_t t = 0; t < b->n_tables; t++) {
-    uint32_t rf = table_row_floats(&L->layout, t);
-    uint32_t u = nn_embedding_bag_bwd(L->d_emb + (size_t)t * L->dim, width, b->ids + b->ids_off[t], b->n, b->hotness[t],
-                                      L->dim, L->uniq, L->grad, L->dim, L->work);
-    for (uint32_t k = 0; k < u; k++)
-      opt_row_update(L->emb_kind, &L->emb_hp, L->tables[t] + L->uniq[k] * rf, L->dim, L->grad + (size_t)k * L->dim);
-  }
-  double t5 = bench_now();
-  L->phase[PHASE_GATHER] += t1 - t0;
-  L->phase[PHASE_FORWARD] += t2 - t1;
-  L->phase[PHASE_BACKWARD] += t3 - t2;
-  L->phase[PHASE_DENSE_UPDATE] += t4 - t3;
-  L->phase[PHASE_EMBEDDING_UPDATE] += t5 - t4;
+  double sec[EMBAG_PHASES] = {0};
+  double loss = embag_train_step(L->eb, L->model, L->dense_opt, L->emb_kind, &L->emb_hp, L->tables, L->row_floats, b->n,
+                                 b->dense, b->labels, batch_idx(L, b), 1.0f / (float)b->n, sec);
+  L->phase[PHASE_GATHER] += sec[EMBAG_PHASE_GATHER];
+  L->phase[PHASE_FORWARD] += sec[EMBAG_PHASE_FORWARD];
+  L->phase[PHASE_BACKWARD] += sec[EMBAG_PHASE_BACKWARD];
+  L->phase[PHASE_DENSE_UPDATE] += sec[EMBAG_PHASE_DENSE_UPDATE];
+  L->phase[PHASE_EMBEDDING_UPDATE] += sec[EMBAG_PHASE_EMBEDDING_UPDATE];
   return loss;
+}
+
+/* The next training batch, read on a thread of its own while the step
+ * runs (data_read_batch is a function of the iteration, so the batches
+ * are the ones a serial read gives).  The data source is used by one
+ * thread at a time: the training thread joins before it reads again. */
+typedef struct prefetch_s {
+  local_t *L;
+  uint64_t it;
+  data_batch_t b;
+  int rc;
+  double sec;
+  char err[1024];
+  pthread_t th;
+  int running;
+} prefetch_t;
+
+static void *prefetch_main(void *arg) {
+  prefetch_t *p = arg;
+  double t0 = bench_now();
+  p->rc = data_read_batch(p->L->data, DATA_TRAIN, p->it, p->L->batch_size, &p->b, p->err, sizeof p->err);
+  p->sec = bench_now() - t0;
+  return NULL;
+}
+
+/* Starts reading batch it; read on this thread when no thread starts. */
+static void prefetch_start(prefetch_t *p, local_t *L, uint64_t it) {
+  p->L = L;
+  p->it = it;
+  p->running = pthread_create(&p->th, NULL, prefetch_main, p) == 0;
+  if (!p->running) prefetch_main(p);
+}
+
+/* Waits for the batch: 0 with *b (the caller frees it), or its error. */
+static int prefetch_wait(prefetch_t *p, data_batch_t *b, char *err, size_t n) {
+  if (p->running) pthread_join(p->th, NULL);
+  p->running = 0;
+  if (p->rc) {
+    snprintf(err, n, "%s", p->err);
+    return p->rc;
+  }
+  *b = p->b;
+  return 0;
 }
 
 /* Scores the first `samples` test samples (jobrule_eval_samples: each at
@@ -185,8 +206,8 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
     if ((rc = data_read_batch(L->data, DATA_TEST, x, L->batch_size, &b, err, n)) != 0) break;
     uint64_t m = samples - scored < b.n ? samples - scored : b.n;
     gather(L, &b);
-    if (model_dev_forward(L->model, b.n, b.dense, L->emb, L->logits)) rc = ERR_CUDA;
-    if (!rc) rc = eval_acc_add(&a, L->logits, b.labels, (size_t)m);
+    if (model_dev_forward(L->model, b.n, b.dense, embag_emb(L->eb), embag_logits(L->eb))) rc = ERR_CUDA;
+    if (!rc) rc = eval_acc_add(&a, embag_logits(L->eb), b.labels, (size_t)m);
     scored += m;
     data_batch_free(&b);
   }
@@ -665,11 +686,18 @@ int cmd_train(cli_t *cli) {
   double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
   uint64_t window_n = 0, samples = 0, train_n = 0;
   double test_ll = NAN, test_acc = NAN, test_auc = NAN;
+  /* batch it + 1 is read while step it runs (not across an evaluation,
+   * which reads the test split from the same source) */
+  prefetch_t pf;
+  memset(&pf, 0, sizeof pf);
+  if (iters) prefetch_start(&pf, &L, 0);
   for (uint64_t it = 0; it < iters; it++) {
     double t0 = bench_now();
     data_batch_t b;
-    if ((rc = data_read_batch(L.data, DATA_TRAIN, it, L.batch_size, &b, err, sizeof err)) != 0) break;
-    L.phase[PHASE_DATA] += bench_now() - t0;
+    if ((rc = prefetch_wait(&pf, &b, err, sizeof err)) != 0) break;
+    L.phase[PHASE_DATA] += bench_now() - t0; /* the wait: what reading costs beyond the step it overlaps */
+    int eval_now = eval_every && (it + 1) % eval_every == 0 && it + 1 < iters;
+    if (it + 1 < iters && !eval_now) prefetch_start(&pf, &L, it + 1);
     double loss = step(&L, &b);
     if (isnan(loss)) {
       snprintf(err, sizeof err, "iteration %" PRIu64 ": the %s model step failed%s", it, cfg_str(cli->cfg, "device"),
@@ -686,12 +714,13 @@ int cmd_train(cli_t *cli) {
       train_n++;
     }
     data_batch_free(&b);
-    if (eval_every && (it + 1) % eval_every == 0 && it + 1 < iters) {
+    if (eval_now) {
       if ((rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) break;
       if (!quiet)
         fprintf(stderr, "%seval at iteration %" PRIu64 ": test logloss %.4f  AUC %.4f  accuracy %.4f (scored %" PRIu64
                         " test samples)\n",
                 tty ? "\n" : "", it + 1, test_ll, test_auc, test_acc, eval_samples);
+      prefetch_start(&pf, &L, it + 1);
     }
     double now = bench_now();
     if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == iters)) {
@@ -701,6 +730,11 @@ int cmd_train(cli_t *cli) {
       loss_window = 0;
       window_n = 0;
     }
+  }
+  if (pf.running) { /* a failed step left a read under way */
+    data_batch_t x;
+    char e2[1024];
+    if (prefetch_wait(&pf, &x, e2, sizeof e2) == 0) data_batch_free(&x);
   }
   if (!quiet && tty) fputc('\n', stderr);
   if (rc) {

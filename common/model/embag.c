@@ -1,0 +1,256 @@
+/*
+ * embag: the embedding-table work of a step on the model's threads (see
+ * embag.h).  Each table has its own slice of every scratch array (unique
+ * rows, summed gradients, the fold's sort buffer), so which thread folds
+ * a table never shows in the result.
+ */
+#include "embag.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model_dev.h"
+#include "nn.h"
+#include "pool.h"
+
+struct embag_s {
+  uint32_t n_tables, dim, max_batch;
+  uint32_t *hotness;
+  size_t *uoff;    /* n_tables + 1: table t's unique rows at uniq + uoff[t], gradients at grad + uoff[t] * dim */
+  size_t *woff;    /* n_tables + 1: table t's sort buffer at work + woff[t] bytes */
+  uint64_t *uniq;
+  float *grad;
+  unsigned char *work;
+  uint32_t *nu;    /* unique rows of table t's last fold */
+  float *emb, *d_emb, *logits;
+};
+
+int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out) {
+  *out = NULL;
+  if (!n_tables || !dim || !max_batch) return -EINVAL;
+  embag_t *e = calloc(1, sizeof *e);
+  if (!e) return -ENOMEM;
+  e->n_tables = n_tables;
+  e->dim = dim;
+  e->max_batch = max_batch;
+  e->hotness = malloc(n_tables * sizeof *e->hotness);
+  e->uoff = malloc((n_tables + 1) * sizeof *e->uoff);
+  e->woff = malloc((n_tables + 1) * sizeof *e->woff);
+  e->nu = calloc(n_tables, sizeof *e->nu);
+  if (!e->hotness || !e->uoff || !e->woff || !e->nu) goto fail;
+  e->uoff[0] = e->woff[0] = 0;
+  for (uint32_t t = 0; t < n_tables; t++) {
+    e->hotness[t] = hotness[t];
+    e->uoff[t + 1] = e->uoff[t] + (size_t)max_batch * hotness[t];
+    e->woff[t + 1] = e->woff[t] + ((nn_embedding_bag_bwd_work_size(max_batch, hotness[t]) + 63) & ~(size_t)63);
+  }
+  size_t width = (size_t)n_tables * dim;
+  e->uniq = malloc((e->uoff[n_tables] + 1) * sizeof *e->uniq);
+  e->grad = malloc((e->uoff[n_tables] * dim + 1) * sizeof *e->grad);
+  e->work = aligned_alloc(64, e->woff[n_tables] + 64);
+  e->emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+  e->d_emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+  e->logits = malloc(((size_t)max_batch + 1) * sizeof(float));
+  if (!e->uniq || !e->grad || !e->work || !e->emb || !e->d_emb || !e->logits) goto fail;
+  *out = e;
+  return 0;
+fail:
+  embag_destroy(e);
+  return -ENOMEM;
+}
+
+void embag_destroy(embag_t *e) {
+  if (!e) return;
+  free(e->hotness);
+  free(e->uoff);
+  free(e->woff);
+  free(e->nu);
+  free(e->uniq);
+  free(e->grad);
+  free(e->work);
+  free(e->emb);
+  free(e->d_emb);
+  free(e->logits);
+  free(e);
+}
+
+float *embag_emb(embag_t *e) { return e->emb; }
+float *embag_d_emb(embag_t *e) { return e->d_emb; }
+float *embag_logits(embag_t *e) { return e->logits; }
+
+uint32_t embag_table(const embag_t *e, uint32_t t, const uint64_t **uniq, const float **grad) {
+  if (uniq) *uniq = e->uniq + e->uoff[t];
+  if (grad) *grad = e->grad + e->uoff[t] * e->dim;
+  return e->nu[t];
+}
+
+/* One pool_run over the tables: threads take the next table from next. */
+typedef struct job_s {
+  embag_t *e;
+  uint32_t n;
+  float *const *base;
+  size_t row_stride;
+  const uint64_t *const *idx;
+  const uint8_t *skip;
+  float *out;         /* fwd */
+  const float *d_out; /* bwd */
+  int update;         /* bwd: also the row optimizer */
+  opt_kind_t kind;
+  const opt_hparams_t *hp;
+  atomic_uint next;
+  atomic_size_t updated;
+} job_t;
+
+static void fwd_job(void *arg, uint32_t tid, uint32_t nt) {
+  (void)tid;
+  (void)nt;
+  job_t *j = arg;
+  embag_t *e = j->e;
+  size_t width = (size_t)e->n_tables * e->dim;
+  for (uint32_t t; (t = atomic_fetch_add(&j->next, 1)) < e->n_tables;) {
+    if (j->skip && j->skip[t]) continue;
+    nn_embedding_bag_fwd(j->base[t], j->row_stride, j->idx[t], j->n, e->hotness[t], e->dim, j->out + (size_t)t * e->dim,
+                         width);
+  }
+}
+
+void embag_fwd(embag_t *e, struct pool_s *pool, uint32_t n, float *const *base, size_t row_stride,
+               const uint64_t *const *idx, const uint8_t *skip, float *out) {
+  if (!n) return;
+  job_t j = {.e = e, .n = n, .base = base, .row_stride = row_stride, .idx = idx, .skip = skip, .out = out};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.updated, 0);
+  pool_run(pool, fwd_job, &j);
+}
+
+static void bwd_job(void *arg, uint32_t tid, uint32_t nt) {
+  (void)tid;
+  (void)nt;
+  job_t *j = arg;
+  embag_t *e = j->e;
+  size_t width = (size_t)e->n_tables * e->dim, updated = 0;
+  uint32_t D = e->dim;
+  for (uint32_t t; (t = atomic_fetch_add(&j->next, 1)) < e->n_tables;) {
+    if (j->skip && j->skip[t]) {
+      e->nu[t] = 0;
+      continue;
+    }
+    uint64_t *uniq = e->uniq + e->uoff[t];
+    float *grad = e->grad + e->uoff[t] * D;
+    uint32_t u = nn_embedding_bag_bwd(j->d_out + (size_t)t * D, width, j->idx[t], j->n, e->hotness[t], D, uniq, grad, D,
+                                      e->work + e->woff[t]);
+    e->nu[t] = u;
+    if (!j->update) continue;
+    float *base = j->base[t];
+    for (uint32_t k = 0; k < u; k++) {
+      if (k + 8 < u) __builtin_prefetch(base + uniq[k + 8] * j->row_stride, 1);
+      opt_row_update(j->kind, j->hp, base + uniq[k] * j->row_stride, D, grad + (size_t)k * D);
+    }
+    updated += u;
+  }
+  atomic_fetch_add(&j->updated, updated);
+}
+
+void embag_bwd(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+               const uint8_t *skip) {
+  job_t j = {.e = e, .n = n, .idx = idx, .skip = skip, .d_out = d_out};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.updated, 0);
+  if (!n) {
+    memset(e->nu, 0, e->n_tables * sizeof *e->nu);
+    return;
+  }
+  pool_run(pool, bwd_job, &j);
+}
+
+size_t embag_bwd_update(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+                        const uint8_t *skip, float *const *base, size_t row_stride, opt_kind_t kind,
+                        const opt_hparams_t *hp) {
+  job_t j = {.e = e, .n = n, .idx = idx, .skip = skip, .d_out = d_out, .update = 1, .base = base,
+             .row_stride = row_stride, .kind = kind, .hp = hp};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.updated, 0);
+  if (!n) {
+    memset(e->nu, 0, e->n_tables * sizeof *e->nu);
+    return 0;
+  }
+  pool_run(pool, bwd_job, &j);
+  return atomic_load(&j.updated);
+}
+
+typedef struct rows_job_s {
+  opt_kind_t kind;
+  const opt_hparams_t *hp;
+  float *rows;
+  size_t row_stride;
+  uint32_t dim;
+  const uint32_t *at;
+  const float *grads;
+  const uint8_t *mask;
+  uint8_t want;
+  size_t n;
+  atomic_size_t updated;
+} rows_job_t;
+
+static void rows_job(void *arg, uint32_t tid, uint32_t nt) {
+  rows_job_t *j = arg;
+  size_t lo = j->n * tid / nt, hi = j->n * (tid + 1) / nt, updated = 0;
+  for (size_t i = lo; i < hi; i++) {
+    if (j->mask && j->mask[i] != j->want) continue;
+    size_t r = j->at ? j->at[i] : i;
+    opt_row_update(j->kind, j->hp, j->rows + r * j->row_stride, j->dim, j->grads + i * j->dim);
+    updated++;
+  }
+  atomic_fetch_add(&j->updated, updated);
+}
+
+size_t embag_update_rows(struct pool_s *pool, opt_kind_t kind, const opt_hparams_t *hp, float *rows,
+                         size_t row_stride, uint32_t dim, const uint32_t *at, const float *grads,
+                         const uint8_t *mask, uint8_t want, size_t n) {
+  if (!n) return 0;
+  rows_job_t j = {.kind = kind, .hp = hp, .rows = rows, .row_stride = row_stride, .dim = dim, .at = at,
+                  .grads = grads, .mask = mask, .want = want, .n = n};
+  atomic_init(&j.updated, 0);
+  /* a wake-up costs some microseconds: small lists stay on this thread */
+  if (n < 256) rows_job(&j, 0, 1);
+  else pool_run(pool, rows_job, &j);
+  return atomic_load(&j.updated);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, opt_kind_t kind,
+                        const opt_hparams_t *hp, float *const *tables, size_t row_stride, uint32_t n,
+                        const float *dense, const float *labels, const uint64_t *const *idx, float scale,
+                        double sec[EMBAG_PHASES]) {
+  struct pool_s *pool = model_dev_pool(md);
+  double t0 = now_s();
+  embag_fwd(e, pool, n, tables, row_stride, idx, NULL, e->emb);
+  double t1 = now_s();
+  if (model_dev_forward(md, n, dense, e->emb, e->logits)) return NAN;
+  double t2 = now_s();
+  double loss = model_dev_backward(md, n, labels, scale, e->d_emb);
+  if (isnan(loss)) return NAN;
+  double t3 = now_s();
+  opt_step_pool(dense_opt, model_dev_params(md), model_dev_grads(md), pool);
+  if (model_dev_params_changed(md)) return NAN;
+  double t4 = now_s();
+  embag_bwd_update(e, pool, n, e->d_emb, idx, NULL, tables, row_stride, kind, hp);
+  double t5 = now_s();
+  if (sec) {
+    sec[EMBAG_PHASE_GATHER] += t1 - t0;
+    sec[EMBAG_PHASE_FORWARD] += t2 - t1;
+    sec[EMBAG_PHASE_BACKWARD] += t3 - t2;
+    sec[EMBAG_PHASE_DENSE_UPDATE] += t4 - t3;
+    sec[EMBAG_PHASE_EMBEDDING_UPDATE] += t5 - t4;
+  }
+  return loss;
+}

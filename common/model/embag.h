@@ -1,0 +1,87 @@
+/*
+ * embag: a training step's embedding-table work -- pooling, the
+ * per-row coalesced gradient fold, the row optimizer -- run table by table
+ * on the model's threads (pool.h), and the whole CPU step of `chanter
+ * train --local` over in-memory tables, which `chanter bench model` times
+ * as it is.
+ *
+ * Tables are independent: each table's pooling, fold (nn_embedding_bag_bwd:
+ * rows ascending, each row's contributions in sample order) and row updates
+ * are computed by one thread with the single-threaded code, into its own
+ * buffers, so the results are bit-identical to a loop over the tables on
+ * one thread, for any thread count and any assignment of tables to
+ * threads (threads take the next table from a shared counter).  Row
+ * updates over a list of distinct rows are cut into one contiguous range
+ * per thread (element-wise, so the same bits again).
+ *
+ * An embag_t holds the scratch for one batch of up to max_batch samples of
+ * a schema (n_tables tables of the given hotness): every table's fold
+ * results side by side, so a caller may read them after the fold, and the
+ * model's input, input gradient and logits for embag_train_step.  A step
+ * allocates nothing.  One thread drives an embag_t at a time (the pool's
+ * threads run inside the calls); pool may be NULL (single-threaded).
+ */
+#ifndef CHANTER_EMBAG_H
+#define CHANTER_EMBAG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "opt.h"
+
+typedef struct embag_s embag_t;
+struct pool_s;
+struct model_dev_s;
+
+/* Scratch for batches of up to max_batch samples of n_tables tables of
+ * dim floats (hotness copied).  0 or -ENOMEM / -EINVAL. */
+int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out);
+void embag_destroy(embag_t *e);
+
+/* The tables of one batch of n samples: idx[t] = table t's n * hotness[t]
+ * row indices (sample-major), base[t] = its row store (row r at
+ * base[t] + r * row_stride floats).  skip (NULL: none): skip[t] != 0
+ * leaves table t alone (its columns of out and its fold untouched). */
+
+/* out[i * n_tables * dim + t * dim ..] = nn_embedding_bag_fwd of table t. */
+void embag_fwd(embag_t *e, struct pool_s *pool, uint32_t n, float *const *base, size_t row_stride,
+               const uint64_t *const *idx, const uint8_t *skip, float *out);
+/* The fold of d_out (same layout as embag_fwd's out) per table, kept in e
+ * until the next fold: embag_table gives table t's sorted unique rows and
+ * their summed gradients (dim floats each, packed). */
+void embag_bwd(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+               const uint8_t *skip);
+uint32_t embag_table(const embag_t *e, uint32_t t, const uint64_t **uniq, const float **grad);
+/* The fold and then opt_row_update of each folded row in place, table by
+ * table on the pool's threads (train --local: rows are the tables' own).
+ * Returns the rows updated. */
+size_t embag_bwd_update(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+                        const uint8_t *skip, float *const *base, size_t row_stride, opt_kind_t kind,
+                        const opt_hparams_t *hp);
+/* opt_row_update of rows[at[i] * row_stride] (at = NULL: row i) with
+ * grads[i * dim] for every i < n with mask[i] == want (mask = NULL: all),
+ * over contiguous ranges on the pool's threads.  The rows must be
+ * distinct.  Returns how many were updated. */
+size_t embag_update_rows(struct pool_s *pool, opt_kind_t kind, const opt_hparams_t *hp, float *rows,
+                         size_t row_stride, uint32_t dim, const uint32_t *at, const float *grads,
+                         const uint8_t *mask, uint8_t want, size_t n);
+
+/* ---- the step of `chanter train --local` (and of `chanter bench model`):
+ * embag_fwd into embag_emb, model_dev_forward, model_dev_backward (scale)
+ * into embag_d_emb, the dense optimizer over the model's threads, then
+ * embag_bwd_update on the tables.  sec[EMBAG_PHASE_*] receive (added) the
+ * seconds of each part.  Returns the sum of the n losses, NaN when the
+ * model failed on its device. */
+enum { EMBAG_PHASE_GATHER, EMBAG_PHASE_FORWARD, EMBAG_PHASE_BACKWARD, EMBAG_PHASE_DENSE_UPDATE,
+       EMBAG_PHASE_EMBEDDING_UPDATE, EMBAG_PHASES };
+double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, opt_kind_t kind,
+                        const opt_hparams_t *hp, float *const *tables, size_t row_stride, uint32_t n,
+                        const float *dense, const float *labels, const uint64_t *const *idx, float scale,
+                        double sec[EMBAG_PHASES]);
+/* The model's input [max_batch x n_tables * dim], its gradient, and
+ * max_batch logits (owned by e). */
+float *embag_emb(embag_t *e);
+float *embag_d_emb(embag_t *e);
+float *embag_logits(embag_t *e);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * stratauto: table_strategy = auto (contract in stratauto.h).
+ */
+#include "stratauto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tstrat.h"
+#include "u64map.h"
+
+/* new / shared rows per batch of every table over plans[0..n). */
+static int traffic(const plan_t *plans, size_t n, uint32_t L, uint32_t T, double *nw, double *sh) {
+  u64map_t last;
+  if (u64map_init(&last, plans[0].n_unique * 4 + 1024)) return -ENOMEM;
+  double *cn = calloc(T, sizeof *cn), *cs = calloc(T, sizeof *cs);
+  int rc = cn && cs ? 0 : -ENOMEM;
+  size_t counted = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const plan_t *p = &plans[i];
+    if (!p->ukeys && p->n_unique) {
+      rc = -EINVAL;
+      break;
+    }
+    int count = n == 1 || i > 0; /* the first batch is all new: a cold start, not the steady state */
+    counted += count;
+    for (size_t k = 0; k < p->n_unique; k++) {
+      uint64_t key = p->ukeys[k];
+      uint32_t t = TABLE_ID(key), *at;
+      if (t >= T) continue;
+      int r = u64map_insert(&last, key, (uint32_t)i, &at);
+      if (r < 0) {
+        rc = r;
+        break;
+      }
+      if (count && (r == 1 || *at + L < i)) cn[t] += 1; /* not used in the L batches before */
+      if (count && p->users && p->users[k] == UINT32_MAX) cs[t] += 1;
+      *at = (uint32_t)i;
+    }
+  }
+  for (uint32_t t = 0; t < T && !rc; t++) {
+    nw[t] = counted ? cn[t] / (double)counted : 0;
+    sh[t] = counted ? cs[t] / (double)counted : 0;
+  }
+  free(cn), free(cs);
+  u64map_close(&last);
+  return rc;
+}
+
+int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
+                     const table_layout_t *layout, const stratauto_opts_t *o, uint8_t *out, stratauto_table_t *tab) {
+  uint32_t T = schema->n_tables, P = o->P ? o->P : 1;
+  if (!n) return -EINVAL;
+  double *nw = calloc(T, sizeof *nw), *sh = calloc(T, sizeof *sh);
+  uint32_t *owner = malloc(T * sizeof *owner);
+  uint64_t *held = calloc(P, sizeof *held);
+  int rc = nw && sh && owner && held ? traffic(plans, n, o->L, T, nw, sh) : -ENOMEM;
+  for (uint32_t t = 0; t < T && !rc; t++) {
+    double d = layout->tables[t].dim, r = table_row_floats(layout, t);
+    stratauto_table_t *x = &tab[t];
+    memset(x, 0, sizeof *x);
+    x->new_rows = nw[t];
+    x->shared_rows = sh[t];
+    x->cache_bytes = o->server_weight * nw[t] * 2 * 4 * r + sh[t] * 2 * 4 * d;
+    x->part_bytes = 2.0 * o->B * (P - 1) / P * 4 * d;
+    out[t] = strat[t];
+    if (strat[t] != TSTRAT_AUTO) {
+      snprintf(x->why, sizeof x->why, "fixed by table_strategy");
+    } else if (x->part_bytes < x->cache_bytes) {
+      out[t] = TSTRAT_PARTITION;
+      snprintf(x->why, sizeof x->why,
+               "auto: partition moves %.0f KB a batch, the cache %.0f (%.0f rows new in the window, %.0f shared, "
+               "server bytes x %.1f)",
+               x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t], o->server_weight);
+    } else {
+      out[t] = TSTRAT_CACHE;
+      snprintf(x->why, sizeof x->why,
+               "auto: the cache moves %.0f KB a batch, partition %.0f (%.0f rows new in the window, %.0f shared, "
+               "server bytes x %.1f)",
+               x->cache_bytes / 1e3, x->part_bytes / 1e3, nw[t], sh[t], o->server_weight);
+    }
+  }
+  /* the budget: the auto tables with the most rows back to the cache until every trainer fits */
+  while (!rc) {
+    tstrat_place(out, schema, layout, P, owner);
+    memset(held, 0, P * sizeof *held);
+    for (uint32_t t = 0; t < T; t++)
+      if (owner[t] != TSTRAT_NONE) held[owner[t]] += schema->table_rows[t] * table_row_floats(layout, t) * 4;
+    int over = -1;
+    for (uint32_t q = 0; q < P && over < 0; q++)
+      if (held[q] > o->budget_bytes) over = (int)q;
+    if (over < 0) break;
+    int big = -1;
+    for (uint32_t t = 0; t < T; t++)
+      if (owner[t] == (uint32_t)over && strat[t] == TSTRAT_AUTO &&
+          (big < 0 || schema->table_rows[t] > schema->table_rows[big]))
+        big = (int)t;
+    if (big < 0) break; /* only fixed tables left there: the user's choice */
+    out[big] = TSTRAT_CACHE;
+    snprintf(tab[big].why, sizeof tab[big].why,
+             "auto: the cache (partition would be cheaper, %.0f KB a batch against %.0f, but its %llu rows do not fit "
+             "trainer.partition_mb on trainer %d)",
+             tab[big].part_bytes / 1e3, tab[big].cache_bytes / 1e3, (unsigned long long)schema->table_rows[big], over);
+  }
+  for (uint32_t t = 0; t < T && !rc; t++) tab[t].choice = out[t];
+  free(nw), free(sh), free(owner), free(held);
+  return rc;
+}

@@ -1,0 +1,57 @@
+/*
+ * stratauto: table_strategy = auto -- the oracle's choice, per table,
+ * between the lookahead cache and partitioning (tstrat.h), from the first
+ * batches of the job (PLAN_KEYS plans, before any table was dropped).
+ *
+ * Traffic per batch, in bytes, for each table t (B samples, P trainers,
+ * dim d, row r floats with the optimizer state, window L):
+ *   cache      new(t) x 2 x 4r   rows first used inside the window (not
+ *                                in the L batches before): fetched from
+ *                                the servers and later written back,
+ *            + shared(t) x 2 x 4d  rows several trainers use in the batch:
+ *                                their gradients all-reduced;
+ *              the server part weighted by server_weight (what a byte
+ *              through the embedding servers costs against a byte of
+ *              AlltoAll between trainers: chanter bench e2e measures both)
+ *   partition  2 x B x (P-1)/P x 4d  the pooled embeddings of the samples
+ *                                other trainers own, and their gradients.
+ * A table goes to partition when that is cheaper and its rows fit the
+ * trainers' budget (trainer.partition_mb each, after tstrat_place: the
+ * auto tables with the most rows go back to the cache until every trainer
+ * fits).  Nothing here is timed, so the same job and data always give the
+ * same choice -- and so the same model bits, on every run and every
+ * resume (a choice that depended on a timing would not).
+ *
+ * Pure; any thread.
+ */
+#ifndef CHANTER_STRATAUTO_H
+#define CHANTER_STRATAUTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "plan.h"
+#include "table.h"
+
+typedef struct stratauto_opts_s {
+  uint32_t P, L, B;
+  double server_weight;  /* >= 0 */
+  uint64_t budget_bytes; /* partitioned rows one trainer may hold */
+} stratauto_opts_t;
+
+typedef struct stratauto_table_s {
+  double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
+  double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
+  int choice;                   /* TSTRAT_CACHE or TSTRAT_PARTITION */
+  char why[200];                /* for the log and summary.json */
+} stratauto_table_t;
+
+/* Resolves every strat[t] == TSTRAT_AUTO into out[t] (other entries are
+ * copied) from plans[0..n) (consecutive PLAN_KEYS plans of one job, n >=
+ * 1), filling tab[t] for every table (fixed ones: their traffic too, why
+ * says "fixed").  0, -EINVAL (n = 0, a plan without keys), -ENOMEM. */
+int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
+                     const table_layout_t *layout, const stratauto_opts_t *o, uint8_t *out, stratauto_table_t *tab);
+
+#endif

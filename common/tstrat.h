@@ -1,0 +1,52 @@
+/*
+ * tstrat: how each embedding table's rows move (the job's table_strategy;
+ * papers/embrace.txt section 4, hybrid communication).
+ *
+ *   cache      the lookahead cache (DESIGN.md 3-4): rows are fetched into
+ *              every trainer that uses them, synchronized, written back;
+ *   partition  the table's rows live on one trainer for the whole run
+ *              (table-wise): it pools them for the whole global batch, the
+ *              pooled embeddings go to the trainers that own the samples by
+ *              AlltoAll, their gradients come back the same way, and the
+ *              owner updates the rows and writes them back at checkpoints,
+ *              evaluations and the end (services/trainer/trainer_part.h);
+ *   auto       the oracle chooses one of the two per table at the start of
+ *              the run (services/oracle: its window statistics).
+ *
+ * table_strategy is one word for every table, or a comma-separated list of
+ * one word per table.  Placement of the partition tables on the trainers
+ * is table-wise and deterministic: the tables in decreasing order of their
+ * per-batch work (hotness x dim; ties: more rows first, then the lower
+ * index) each go to the trainer with the least work so far (ties: the
+ * lower rank).  Pure functions; any thread.
+ */
+#ifndef CHANTER_TSTRAT_H
+#define CHANTER_TSTRAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "data.h"
+#include "table.h"
+
+enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2 };
+#define TSTRAT_NONE UINT32_MAX /* owner of a table that is not partitioned */
+
+/* "cache" / "partition" / "auto" */
+const char *tstrat_name(int s);
+
+/* cfg's table_strategy for n_tables tables into out[n_tables].
+ * 0, or ERR_CONFIG with err naming the word, its position and the key's
+ * origin (a list of another length than table_rows, an unknown word). */
+int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len);
+
+/* 1 if any of strat[0..n) is not cache. */
+int tstrat_any(const uint8_t *strat, uint32_t n);
+
+/* Places the tables with strat[t] == TSTRAT_PARTITION on P trainers
+ * (above): owner[t] = its trainer, TSTRAT_NONE for every other table. */
+void tstrat_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
+                  uint32_t *owner);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * trainer_part: the partitioned tables (contract in trainer_part.h).
+ *
+ * Buffers of one step, sample-major like the model's input:
+ *   forward, on the owner:  send = [global batch x n_mine x dim], the
+ *     global samples in trainer order, so rank r's block is contiguous;
+ *   forward, on every rank: recv = owner o's block [n x ntab[o] x dim];
+ *   backward: the same two the other way round.
+ */
+#include "trainer_part.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+#include "log.h"
+#include "nn.h"
+#include "tstrat.h"
+
+#define FLUSH_CHUNK 65536 /* rows per write-back call */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 1024;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, nc * elem);
+  if (!q) return -ENOMEM;
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
+                      uint32_t rank, int ideal, char *err, size_t err_len) {
+  memset(p, 0, sizeof *p);
+  p->T = schema->n_tables;
+  p->P = (uint32_t)cfg_int(cfg, "trainers");
+  p->rank = rank;
+  p->schema = schema;
+  p->dim = layout->tables[0].dim;
+  p->rf = table_row_floats(layout, 0);
+  uint8_t *strat = malloc(p->T ? p->T : 1);
+  if (!strat) return -ENOMEM;
+  int rc = tstrat_parse(cfg, p->T, strat, err, err_len);
+  p->any = !rc && !ideal && tstrat_any(strat, p->T);
+  free(strat);
+  if (rc) return rc;
+  p->owner = malloc(p->T * sizeof *p->owner);
+  p->ext = calloc(p->T, 1);
+  p->mine = malloc(p->T * sizeof *p->mine);
+  p->ntab = calloc(p->P, sizeof *p->ntab);
+  p->rows = calloc(p->T, sizeof *p->rows);
+  p->loaded = calloc(p->T, sizeof *p->loaded);
+  p->dirty = calloc(p->T, sizeof *p->dirty);
+  p->sb = calloc(p->P, sizeof *p->sb);
+  p->rb = calloc(p->P, sizeof *p->rb);
+  if (!p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb) {
+    trainer_part_close(p);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+void trainer_part_reset(trainer_part_t *p) {
+  for (uint32_t t = 0; p->rows && t < p->T; t++) {
+    free(p->rows[t]);
+    free(p->loaded[t]);
+    free(p->dirty[t]);
+    p->rows[t] = NULL;
+    p->loaded[t] = p->dirty[t] = NULL;
+  }
+  p->placed = 0;
+  p->ext_applied = 0;
+  p->n_mine = p->n_part = 0;
+  p->rows_loaded = p->rows_flushed = 0;
+}
+
+void trainer_part_close(trainer_part_t *p) {
+  trainer_part_reset(p);
+  free(p->owner), free(p->ext), free(p->mine), free(p->ntab);
+  free(p->rows), free(p->loaded), free(p->dirty);
+  free(p->sb), free(p->rb);
+  free(p->lkeys), free(p->lrows);
+  free(p->sbuf), free(p->rbuf), free(p->uniq), free(p->ugrad), free(p->work);
+  memset(p, 0, sizeof *p);
+}
+
+/* The first Step's placement: this rank's tables get their arrays. */
+static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, size_t err_len) {
+  memcpy(p->owner, st->part_owner, p->T * sizeof *p->owner);
+  memset(p->ntab, 0, p->P * sizeof *p->ntab);
+  p->n_mine = p->n_part = 0;
+  for (uint32_t t = 0; t < p->T; t++) {
+    uint32_t o = p->owner[t];
+    p->ext[t] = o != UINT32_MAX;
+    if (o == UINT32_MAX) continue;
+    p->n_part++;
+    p->ntab[o]++;
+    if (o != p->rank) continue;
+    p->mine[p->n_mine++] = t;
+    uint64_t R = p->schema->table_rows[t];
+    p->rows[t] = malloc((size_t)R * p->rf * sizeof(float));
+    p->loaded[t] = calloc((size_t)R, 1);
+    p->dirty[t] = calloc((size_t)R, 1);
+    if (!p->rows[t] || !p->loaded[t] || !p->dirty[t])
+      return err_set(err, err_len, -ENOMEM,
+                     "out of memory for partitioned table %u (%" PRIu64 " rows, %.1f MiB) on rank %u: give it "
+                     "table_strategy = cache, or more trainers",
+                     t, R, (double)R * p->rf * 4 / (1 << 20), p->rank);
+  }
+  p->placed = 1;
+  return 0;
+}
+
+int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *embc, char *err, size_t err_len) {
+  if (!st->part_owner) {
+    if (p->any)
+      return err_set(err, err_len, ERR_BADMSG,
+                     "iteration %" PRIu64 ": the job partitions tables (table_strategy) but the Step names no owner; "
+                     "do the oracle and this trainer read the same job file?",
+                     st->iteration);
+    return 0;
+  }
+  if (!p->any)
+    return err_set(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": the Step partitions tables but this trainer's table_strategy (from %s) "
+                   "does not; do the oracle and this trainer read the same job file?",
+                   st->iteration, "the job file");
+  int rc;
+  if (!p->placed) {
+    if ((rc = place(p, st, err, err_len)) != 0) return rc;
+  } else if (memcmp(p->owner, st->part_owner, p->T * sizeof *p->owner) != 0) {
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": the partitioned tables' owners changed mid-run",
+                   st->iteration);
+  }
+  uint64_t B = st->global_batch_size;
+  size_t n = 0, o = 0;
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k];
+    size_t m = (size_t)B * p->schema->hotness[t];
+    if (grow((void **)&p->lkeys, &p->cap_lkeys, n + m, sizeof *p->lkeys))
+      return err_set(err, err_len, -ENOMEM, "out of memory listing rows to read");
+    for (size_t j = 0; j < m; j++) {
+      uint64_t r = st->part_ids[o + j];
+      if (p->loaded[t][r]) continue;
+      p->loaded[t][r] = 1;
+      p->lkeys[n++] = TABLE_KEY(t, r);
+    }
+    o += m;
+  }
+  if (!n) return 0;
+  if (grow((void **)&p->lrows, &p->cap_lrows, n * p->rf, sizeof(float)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows read", n);
+  char why[768] = "";
+  if ((rc = embc_lookup(embc, p->lkeys, n, p->lrows, why, sizeof why)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": reading %zu rows of partitioned tables failed: %s",
+                   st->iteration, n, why);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t t = TABLE_ID(p->lkeys[i]);
+    memcpy(p->rows[t] + (size_t)TABLE_ROW(p->lkeys[i]) * p->rf, p->lrows + i * p->rf, p->rf * sizeof(float));
+  }
+  p->rows_loaded += n;
+  return 0;
+}
+
+static int exchange(trainer_part_t *p, coll_t *c, uint64_t x, const char *what, char *err, size_t err_len) {
+  int rc = coll_alltoallv(c, p->sbuf, p->sb, p->rbuf, p->rb);
+  if (rc)
+    return err_set(err, err_len, rc,
+                   "iteration %" PRIu64 ": AlltoAll of the partitioned tables' %s among %u trainers failed: %s", x,
+                   what, p->P, err_str(rc));
+  return 0;
+}
+
+int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+                         const data_batch_t *b, char *err, size_t err_len) {
+  if (!st->part_owner || !p->n_part) return 0; /* (table_strategy = auto may have partitioned none) */
+  int rc;
+  if (!p->ext_applied) {
+    if ((rc = trainer_step_set_external(ts, p->ext, err, err_len)) != 0) return rc;
+    p->ext_applied = 1;
+  }
+  const uint32_t *cnt = st->part_counts;
+  uint64_t B = st->global_batch_size;
+  size_t d = p->dim, w = (size_t)p->n_mine * d;
+  double t0 = now_s();
+  if (grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w, sizeof(float)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
+  /* this rank's tables over the global batch, in trainer order */
+  size_t o = 0;
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k], h = p->schema->hotness[t];
+    nn_embedding_bag_fwd(p->rows[t], p->rf, st->part_ids + o, (uint32_t)B, h, p->dim, p->sbuf + k * d, w);
+    o += (size_t)B * h;
+  }
+  size_t total_r = 0;
+  for (uint32_t q = 0; q < p->P; q++) {
+    p->sb[q] = (size_t)cnt[q] * w * sizeof(float);
+    p->rb[q] = (size_t)b->n * p->ntab[q] * d * sizeof(float);
+    total_r += p->rb[q];
+  }
+  if (grow((void **)&p->rbuf, &p->cap_r, total_r / sizeof(float) + 1, sizeof(float)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
+  double t1 = now_s();
+  if ((rc = exchange(p, c, st->iteration, "pooled embeddings", err, err_len)) != 0) return rc;
+  double t2 = now_s();
+  /* owner q's block: [n x ntab[q] x dim], its tables ascending */
+  float *emb = trainer_step_emb_in(ts);
+  size_t width = (size_t)p->T * d;
+  const float *blk = p->rbuf;
+  for (uint32_t q = 0; q < p->P; q++) {
+    size_t nq = p->ntab[q], kk = 0;
+    for (uint32_t t = 0; t < p->T && kk < nq; t++) {
+      if (p->owner[t] != q) continue;
+      for (uint32_t i = 0; i < b->n; i++) memcpy(emb + i * width + t * d, blk + (i * nq + kk) * d, d * sizeof(float));
+      kk++;
+    }
+    blk += (size_t)b->n * nq * d;
+  }
+  log_debug("part forward x=%" PRIu64 " pool_ms=%.2f exchange_ms=%.2f unpack_ms=%.2f", st->iteration, 1e3 * (t1 - t0),
+            1e3 * (t2 - t1), 1e3 * (now_s() - t2));
+  return 0;
+}
+
+int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+                          const data_batch_t *b, size_t *updated, char *err, size_t err_len) {
+  *updated = 0;
+  if (!st->part_owner || !p->n_part) return 0;
+  double t0 = now_s();
+  const uint32_t *cnt = st->part_counts;
+  uint64_t B = st->global_batch_size;
+  size_t d = p->dim, w = (size_t)p->n_mine * d, width = (size_t)p->T * d;
+  /* the gradients of our samples' pooled embeddings, by owner */
+  if (grow((void **)&p->rbuf, &p->cap_r, (size_t)b->n * width + 1, sizeof(float)) ||
+      grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w + 1, sizeof(float)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
+  const float *demb = trainer_step_d_emb(ts);
+  float *blk = p->rbuf; /* the send side this time: rbuf is the larger one here */
+  for (uint32_t q = 0; q < p->P; q++) {
+    size_t nq = p->ntab[q], kk = 0;
+    for (uint32_t t = 0; t < p->T && kk < nq; t++) {
+      if (p->owner[t] != q) continue;
+      for (uint32_t i = 0; i < b->n; i++) memcpy(blk + (i * nq + kk) * d, demb + i * width + t * d, d * sizeof(float));
+      kk++;
+    }
+    blk += (size_t)b->n * nq * d;
+  }
+  for (uint32_t q = 0; q < p->P; q++) {
+    p->sb[q] = (size_t)b->n * p->ntab[q] * d * sizeof(float);
+    p->rb[q] = (size_t)cnt[q] * w * sizeof(float);
+  }
+  /* exchange() sends sbuf: swap the roles for this call */
+  float *tmp = p->sbuf;
+  p->sbuf = p->rbuf;
+  p->rbuf = tmp;
+  size_t tc = p->cap_s;
+  p->cap_s = p->cap_r;
+  p->cap_r = tc;
+  double t1 = now_s();
+  int rc = exchange(p, c, st->iteration, "gradients", err, err_len);
+  if (rc) return rc;
+  double t2 = now_s();
+  /* rbuf: [B x n_mine x dim], global samples in trainer order */
+  size_t o = 0;
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k], h = p->schema->hotness[t];
+    size_t m = (size_t)B * h;
+    if (grow((void **)&p->uniq, &p->cap_u, m, sizeof *p->uniq) ||
+        grow((void **)&p->ugrad, &p->cap_w, m * d, sizeof(float)) ||
+        grow(&p->work, &p->cap_work, nn_embedding_bag_bwd_work_size((uint32_t)B, h), 1))
+      return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
+    uint32_t u = nn_embedding_bag_bwd(p->rbuf + k * d, w, st->part_ids + o, (uint32_t)B, h, p->dim, p->uniq,
+                                      p->ugrad, d, p->work);
+    for (uint32_t j = 0; j < u; j++) {
+      trainer_step_row_update(ts, p->rows[t] + (size_t)p->uniq[j] * p->rf, p->ugrad + (size_t)j * d);
+      p->dirty[t][p->uniq[j]] = 1;
+    }
+    *updated += u;
+    o += m;
+  }
+  log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
+            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (now_s() - t2));
+  return 0;
+}
+
+int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n_out, char *err, size_t err_len) {
+  *n_out = 0;
+  if (!p->placed) return 0;
+  uint64_t *keys = malloc(FLUSH_CHUNK * sizeof *keys);
+  float *rows = malloc((size_t)FLUSH_CHUNK * p->rf * sizeof(float));
+  if (!keys || !rows) {
+    free(keys), free(rows);
+    return err_set(err, err_len, -ENOMEM, "out of memory writing back the partitioned tables");
+  }
+  int rc = 0;
+  size_t n = 0, total = 0;
+  char why[768] = "";
+  for (uint32_t k = 0; k < p->n_mine && !rc; k++) {
+    uint32_t t = p->mine[k];
+    uint64_t R = p->schema->table_rows[t];
+    for (uint64_t r = 0; r <= R && !rc; r++) {
+      if (r < R && p->dirty[t][r]) {
+        keys[n] = TABLE_KEY(t, r);
+        memcpy(rows + n * p->rf, p->rows[t] + (size_t)r * p->rf, p->rf * sizeof(float));
+        n++;
+      }
+      if (n == FLUSH_CHUNK || (r == R && k + 1 == p->n_mine && n)) {
+        if ((rc = embc_write_done(embc, keys, n, rows, done, why, sizeof why)) != 0) break;
+        for (size_t i = 0; i < n; i++) p->dirty[TABLE_ID(keys[i])][TABLE_ROW(keys[i])] = 0;
+        total += n;
+        n = 0;
+      }
+    }
+  }
+  free(keys), free(rows);
+  if (rc)
+    return err_set(err, err_len, rc, "writing back the partitioned tables' rows (after iteration %" PRIu64 ") failed: %s",
+                   done ? done - 1 : 0, why);
+  p->rows_flushed += total;
+  *n_out = total;
+  return 0;
+}

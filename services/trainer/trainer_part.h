@@ -1,0 +1,108 @@
+/*
+ * trainer_part: the partitioned tables of a trainer (table_strategy =
+ * partition, tstrat.h; papers/embrace.txt section 4).
+ *
+ * A partitioned table's rows live on one trainer, its OWNER, for the whole
+ * run: one dense array of table_rows rows (vector + optimizer state), read
+ * from the embedding servers the first time a batch uses a row (the
+ * feeder, ahead of training: no other trainer writes these rows, so no
+ * gate is needed) and written back only at checkpoints, evaluations and
+ * the end (trainer_part_flush).  A step, on every trainer, around the
+ * cache's forward and backward:
+ *   trainer_part_forward    the owner pools its tables for the WHOLE global
+ *                           batch (the Step's part_ids), an AlltoAll sends
+ *                           each trainer the pooled embeddings of its own
+ *                           samples, which go into the model's input
+ *                           (trainer_step_emb_in);
+ *   trainer_part_backward   their gradients (trainer_step_d_emb) go back to
+ *                           the owners by AlltoAll; the owner folds them
+ *                           per row in global sample order (trainer 0's
+ *                           samples first: with contiguous allocation the
+ *                           batch's own order) and applies the row
+ *                           optimizer.
+ * So a partitioned row gets exactly the update one trainer training the
+ * whole batch would give it from the same input gradients (same
+ * nn_embedding_bag_bwd, same order); the model differs from a one-trainer
+ * run only in the dense all-reduce's summation order.  L plays no part:
+ * any lookahead gives the bits of L = 0 for the same assignment.
+ *
+ * Device: the CPU path only (trainer_step_set_external refuses cuda).
+ *
+ * Threads: trainer_part_load is the feeder's (it writes only rows no
+ * earlier Step used, and its own bitmap); everything else the training
+ * thread's.  Reset and close with both stopped.
+ */
+#ifndef CHANTER_TRAINER_PART_H
+#define CHANTER_TRAINER_PART_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "coll.h"
+#include "data.h"
+#include "embc.h"
+#include "table.h"
+#include "trainer_step.h"
+#include "trainer_work.h"
+
+typedef struct trainer_part_s {
+  int any;                 /* the job partitions some table (mode != ideal) */
+  uint32_t T, P, rank, dim, rf;
+  const data_schema_t *schema;
+  /* the placement, from the first Step (the feeder) */
+  int placed;
+  uint32_t *owner;         /* T: rank or UINT32_MAX */
+  uint8_t *ext;            /* T: owner[t] != UINT32_MAX */
+  uint32_t *mine, n_mine;  /* the tables this rank holds, ascending */
+  uint32_t n_part;         /* tables partitioned (on any rank) */
+  uint32_t *ntab;          /* P: tables each rank holds */
+  float **rows;            /* T: a held table's rows, else NULL */
+  uint8_t **loaded;        /* T: the feeder's: row read from the servers */
+  uint8_t **dirty;         /* T: the training thread's: updated since the last flush */
+  int ext_applied;         /* the training thread told trainer_step (per model: reset) */
+  /* the feeder's scratch */
+  uint64_t *lkeys;
+  float *lrows;
+  size_t cap_lkeys, cap_lrows;
+  /* the training thread's scratch */
+  float *sbuf, *rbuf;
+  size_t cap_s, cap_r;
+  size_t *sb, *rb; /* P */
+  uint64_t *uniq;
+  float *ugrad;
+  void *work;
+  size_t cap_u, cap_work, cap_w;
+  /* counters (this generation) */
+  uint64_t rows_loaded, rows_flushed;
+} trainer_part_t;
+
+/* From the job: which tables are partitioned (not where: the oracle places
+ * them and every Step says).  0 or ERR_CONFIG with err. */
+int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
+                      uint32_t rank, int ideal, char *err, size_t err_len);
+/* Forgets the rows and the placement (a new generation, a rebuilt model). */
+void trainer_part_reset(trainer_part_t *p);
+void trainer_part_close(trainer_part_t *p);
+
+/* Feeder, per Step: places the tables on the first one (a later Step with
+ * another placement: ERR_BADMSG), then reads the rows of this rank's tables
+ * that st uses for the first time.  Nothing without part fields. */
+int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *embc, char *err, size_t err_len);
+
+/* Training thread, per Step, before the cache's forward: the pooled
+ * embeddings of the partitioned tables for b (st's samples) into
+ * trainer_step_emb_in(ts), by AlltoAll on c. */
+int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+                         const data_batch_t *b, char *err, size_t err_len);
+/* After trainer_step_backward: the gradients back to the owners, folded
+ * and applied to this rank's rows (*updated: rows updated here). */
+int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+                          const data_batch_t *b, size_t *updated, char *err, size_t err_len);
+
+/* Writes back every row of this rank's tables updated since the last
+ * flush, tagged done (embc_write_done: the rows as of the end of
+ * iteration done - 1); *n: how many.  Training thread. */
+int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n, char *err, size_t err_len);
+
+#endif

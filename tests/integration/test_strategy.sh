@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Integration: table_strategy on a real cluster (a data processor, two
+# embedding servers, the oracle, two or three trainers over loopback gRPC
+# and Gloo).  Half the tables partitioned (their rows live on one trainer
+# each; pooled embeddings and their gradients move by AlltoAll), the other
+# half cached:
+#   - L = 0 and lookahead = auto give bit-identical digests and test loss
+#     (two trainers, and three: the AlltoAll among three ranks);
+#   - a one-trainer run with the same tables partitioned gives the bits of
+#     a one-trainer run with every table cached (a partitioned row's update
+#     folds the same gradients in the same order), and the two-trainer
+#     runs the same model up to the dense all-reduce's summation order
+#     (test and train loss within 1e-6);
+#   - kill -9 of a trainer mid-job: the job recovers (the partitioned rows
+#     are read again from the rolled-back servers) with the same digest;
+#   - a table_strategy list of the wrong length, or an unknown word, is
+#     refused naming the key.
+source "$(dirname "$0")/lib.sh"
+
+JOB=$WORK/job.ini
+MIXED=$(python3 -c "print(','.join(['partition','cache']*13))")
+cat >"$JOB" <<INI
+iterations = 60
+batch_size = 256
+learning_rate = 0.1
+eval_batches = 4
+eval_every = 25
+trainers = 2
+embedding_servers = 2
+dataprocs = 1
+table_strategy = $MIXED
+[synthetic]
+samples = 100000
+[model]
+bottom_mlp = 32
+top_mlp = 32
+[embedding]
+hot_mb = 32
+sync_writes = false
+INI
+C() { "$BIN/chanter" --config "$JOB" "$@"; }
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+run_job() { # name [--set ...]
+  local name=$1; shift
+  C "$@" local up --insecure --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 || { tail -3 "$WORK/$name.up"; return 1; }
+  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" --quiet >"$WORK/$name.out" 2>"$WORK/$name.err"
+  local rc=$?
+  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
+  [ $rc -eq 0 ] || tail -3 "$WORK/$name.err"
+  return $rc
+}
+same() { # a b: digest and test loss equal
+  [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
+    [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
+}
+close() { # a b: test and train loss within 1e-6
+  python3 - "$WORK/$1/summary.json" "$WORK/$2/summary.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("test_logloss", "train_logloss"):
+    assert abs(a[k] - b[k]) < 1e-6, (k, a[k], b[k])
+PY
+}
+
+run_job p0 --set lookahead=0
+expect_rc $? "half the tables partitioned, L = 0: trains (digest $(field "$WORK/p0/summary.json" digest | cut -c1-16)...)"
+grep -q "table 0: strategy=partition owner=trainer" "$WORK/p0/logs/"oracle*.log &&
+  python3 -c "
+import json; d=json.load(open('$WORK/p0/summary.json'))
+assert d['phase_seconds']['alltoall'] > 0, d['phase_seconds']"
+expect "the oracle logs each partitioned table's owner; summary.json times the AlltoAlls (phase alltoall)"
+
+run_job pa --set lookahead=auto && same pa p0
+expect_rc $? "lookahead = auto (L = $(field "$WORK/pa/summary.json" lookahead)): bit-identical to L = 0"
+
+run_job p3a --set trainers=3 --set lookahead=0 && run_job p3b --set trainers=3 --set lookahead=auto && same p3a p3b
+expect_rc $? "three trainers: L = 0 and lookahead = auto bit-identical"
+
+run_job one --set trainers=1 && run_job onec --set trainers=1 --set table_strategy=cache && same one onec
+expect_rc $? "one trainer: partitioned tables give the bits of cached ones"
+
+close p0 one && close pa one
+expect_rc $? "two trainers, partitioned: the one-trainer model up to summation order (losses within 1e-6)"
+
+# ---- table_strategy = auto: chosen per table from the first batches, the same whatever L
+run_job a0 --set table_strategy=auto --set lookahead=0 && run_job aa --set table_strategy=auto --set lookahead=auto &&
+  same a0 aa
+expect_rc $? "table_strategy = auto: L = 0 and lookahead = auto choose alike and give the same bits"
+python3 - "$WORK/aa/summary.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+kinds = {t["strategy"] for t in d["tables"]}
+assert kinds == {"cache", "partition"}, kinds  # this data has both kinds of table
+for t in d["tables"]:
+    assert t["why"].startswith("auto: ") and t["strategy"] in t["why"].split(" moves")[0], t
+    assert ("owner" in t) == (t["strategy"] == "partition"), t
+PY
+expect_rc $? "auto: summary.json lists each table's strategy, owner and the traffic behind the choice ($(python3 -c "import json; print(''.join(t['strategy'][0] for t in json.load(open('$WORK/aa/summary.json'))['tables']))"))"
+
+# ---- kill -9 of a trainer mid-job: the partitioned rows come back from the servers
+D() { C --set lookahead=auto --set checkpoint_every=20 --set checkpoint_seconds=0 --set iterations=60 \
+        --set oracle.heartbeat_timeout_ms=2000 --set local.watchdog_ms=2000 "$@"; }
+D drill kill-trainer --rank 1 --at 33 --workdir "$WORK/kill" --json >"$WORK/kill.json" 2>"$WORK/kill.err"
+rc=$?
+[ $rc -eq 0 ] || tail -5 "$WORK/kill.err"
+expect_rc $rc "kill -9 of trainer 1 at iteration 33 with partitioned tables: recovered, the reference digest"
+D --set table_strategy=auto drill kill-oracle --at 33 --workdir "$WORK/killo" --json >"$WORK/killo.json" 2>"$WORK/killo.err"
+rc=$?
+[ $rc -eq 0 ] || tail -5 "$WORK/killo.err"
+expect_rc $rc "kill -9 of the oracle at iteration 33, table_strategy = auto: the restarted oracle keeps the checkpoint's choice, the reference digest"
+
+# ---- bad input
+err=$(C --set table_strategy=cache,partition local up --workdir "$WORK/bad" 2>&1 >/dev/null; \
+      "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" --quiet 2>&1 >/dev/null); rc=$?
+"$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
+[ $rc -ne 0 ] && [[ "$err" == *"table_strategy"*"2 entries"* ]]
+expect_rc $? "a table_strategy of 2 entries for 26 tables is refused: $(echo "$err" | grep -m1 table_strategy | cut -c1-140)"
+err=$(C --set table_strategy=cache,rowwise status 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$err" == *"'rowwise' is not cache, partition or auto"* ]]
+expect_rc $? "an unknown strategy is refused at once: $(echo "$err" | head -1 | cut -c1-140)"
+
+finish

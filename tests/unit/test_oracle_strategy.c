@@ -1,0 +1,186 @@
+/*
+ * test_oracle_strategy: table_strategy -- parsing (tstrat_parse), the
+ * table-wise placement (tstrat_place), taking tables out of a plan
+ * (plan_drop_tables) and the cacher's slots for them, and auto's choice
+ * (stratauto_choose) on streams built by hand.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "batch_util.h"
+#include "cacher.h"
+#include "cfg.h"
+#include "err.h"
+#include "plan.h"
+#include "stratauto.h"
+#include "tstrat.h"
+
+static cfg_t *job(const char *strategy, uint32_t tables) {
+  cfg_t *c;
+  char err[256], kv[512];
+  assert_int_equal(cfg_create(&c), 0);
+  int o = snprintf(kv, sizeof kv, "table_rows=");
+  for (uint32_t t = 0; t < tables; t++) o += snprintf(kv + o, sizeof kv - (size_t)o, "%s1000", t ? "," : "");
+  assert_int_equal(cfg_set(c, kv, "test", err, sizeof err), 0);
+  snprintf(kv, sizeof kv, "table_strategy=%s", strategy);
+  assert_int_equal(cfg_set(c, kv, "test", err, sizeof err), 0);
+  return c;
+}
+
+static void test_parse(void **state) {
+  (void)state;
+  uint8_t s[4];
+  char err[512];
+  cfg_t *c = job("partition", 4);
+  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
+  for (int t = 0; t < 4; t++) assert_int_equal(s[t], TSTRAT_PARTITION);
+  assert_true(tstrat_any(s, 4));
+  cfg_destroy(c);
+  c = job("cache, partition ,auto,cache", 4);
+  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
+  assert_int_equal(s[0], TSTRAT_CACHE);
+  assert_int_equal(s[1], TSTRAT_PARTITION);
+  assert_int_equal(s[2], TSTRAT_AUTO);
+  assert_int_equal(s[3], TSTRAT_CACHE);
+  cfg_destroy(c);
+  c = job("cache,partition", 4); /* another length than table_rows */
+  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "lists 2 entries but table_rows has 4 tables"));
+  cfg_destroy(c);
+  c = job("cache", 4);
+  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
+  assert_false(tstrat_any(s, 4));
+  /* an unknown word never gets in */
+  assert_int_not_equal(cfg_set(c, "table_strategy=cache,rowwise", "test", err, sizeof err), 0);
+  assert_non_null(strstr(err, "'rowwise' is not cache, partition or auto"));
+  cfg_destroy(c);
+}
+
+static void test_place(void **state) {
+  (void)state;
+  data_schema_t sc = {0};
+  uint32_t hot[5] = {1, 4, 1, 2, 1};
+  uint64_t rows[5] = {10, 10, 50, 10, 10};
+  sc.n_tables = 5;
+  sc.hotness = hot;
+  sc.table_rows = rows;
+  table_layout_t lay = {0};
+  table_info_t defs[5];
+  for (int t = 0; t < 5; t++) defs[t] = (table_info_t){.rows = rows[t], .dim = 8};
+  lay.n_tables = 5;
+  lay.tables = defs;
+  uint8_t s[5] = {TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_CACHE};
+  uint32_t own[5];
+  tstrat_place(s, &sc, &lay, 2, own);
+  /* work = hotness x dim: table 1 (32) first to rank 0, table 3 (16) to 1,
+   * then tables 2 (8, more rows) and 0 (8) to rank 1 (16 < 32) */
+  assert_int_equal(own[1], 0);
+  assert_int_equal(own[3], 1);
+  assert_int_equal(own[2], 1);
+  assert_int_equal(own[0], 1);
+  assert_int_equal(own[4], TSTRAT_NONE);
+  uint32_t again[5];
+  tstrat_place(s, &sc, &lay, 2, again);
+  assert_memory_equal(own, again, sizeof own);
+}
+
+/* n batches of B samples, 2 tables of hotness 1: table 0 draws from a huge
+ * range (every id new), table 1 always the same few rows. */
+static void stream(plan_t *pl, size_t n, uint32_t B, uint32_t P) {
+  uint32_t hot[2] = {1, 1};
+  uint64_t *ids = malloc(2 * B * sizeof *ids);
+  sm_state = 7;
+  for (size_t x = 0; x < n; x++) {
+    for (uint32_t i = 0; i < B; i++) {
+      ids[i] = splitmix() % 1000000;
+      ids[B + i] = splitmix() % 4;
+    }
+    data_batch_t b;
+    make_batch(&b, x, B, 2, hot, ids);
+    assert_int_equal(plan_build(&b, P, PLAN_ALLOC_CONTIGUOUS, 1, PLAN_KEYS, &pl[x]), 0);
+    data_batch_free(&b);
+  }
+  free(ids);
+}
+
+static void test_auto(void **state) {
+  (void)state;
+  enum { N = 12, B = 256, P = 2 };
+  plan_t pl[N];
+  stream(pl, N, B, P);
+  data_schema_t sc = {0};
+  uint32_t hot[2] = {1, 1};
+  uint64_t rows[2] = {1000000, 1000};
+  sc.n_tables = 2;
+  sc.hotness = hot;
+  sc.table_rows = rows;
+  table_info_t defs[2] = {{.rows = rows[0], .dim = 16}, {.rows = rows[1], .dim = 16}};
+  table_layout_t lay = {.n_tables = 2, .tables = defs};
+  stratauto_opts_t o = {.P = P, .L = 8, .B = B, .server_weight = 1, .budget_bytes = UINT64_C(1) << 40};
+  uint8_t in[2] = {TSTRAT_AUTO, TSTRAT_AUTO}, out[2];
+  stratauto_table_t tab[2];
+  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
+  /* table 0: every id new each batch (~B rows fetched and written back);
+   * table 1: 4 rows, always cached */
+  assert_true(tab[0].new_rows > 0.9 * B);
+  assert_true(tab[1].new_rows < 1);
+  assert_int_equal(out[0], TSTRAT_PARTITION);
+  assert_int_equal(out[1], TSTRAT_CACHE);
+  assert_non_null(strstr(tab[0].why, "auto: partition moves"));
+  assert_non_null(strstr(tab[1].why, "auto: the cache moves"));
+  /* the same inputs, the same choice */
+  uint8_t out2[2];
+  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out2, tab), 0);
+  assert_memory_equal(out, out2, 2);
+  /* a fixed entry stays; a budget too small sends the big table back */
+  uint8_t fixed[2] = {TSTRAT_AUTO, TSTRAT_PARTITION};
+  o.budget_bytes = 1 << 20; /* table 0 needs 1M x 16 x 4 bytes */
+  assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], TSTRAT_CACHE);
+  assert_int_equal(out[1], TSTRAT_PARTITION);
+  assert_non_null(strstr(tab[0].why, "do not fit trainer.partition_mb"));
+  assert_string_equal(tab[1].why, "fixed by table_strategy");
+
+  /* plan_drop_tables: table 0 leaves the keys, the cacher gives its ids no slot */
+  plan_t *p = &pl[0];
+  size_t before = p->n_unique;
+  uint8_t ext[2] = {1, 0};
+  assert_int_equal(plan_drop_tables(p, ext), 0);
+  assert_true(p->n_unique < before && p->n_unique <= 4);
+  for (size_t k = 0; k < p->n_unique; k++) assert_int_equal(TABLE_ID(p->ukeys[k]), 1);
+  cacher_t *c;
+  cacher_opts_t co = {.trainers = P, .lookahead = 0, .cache_rows = 1000, .lrpp = 1, .delayed = 1};
+  assert_int_equal(cacher_create(&co, &c), 0);
+  assert_int_equal(cacher_push(c, p), 0);
+  cacher_end(c);
+  cacher_dec_t d;
+  char err[256];
+  assert_int_equal(cacher_decide(c, &d, err, sizeof err), 0);
+  for (uint32_t q = 0; q < P; q++) {
+    const cacher_tr_t *t = &d.tr[q];
+    uint32_t n = p->shares[q].batch.n;
+    for (uint32_t i = 0; i < n; i++) {
+      assert_int_equal(t->slots[i], CACHER_NO_SLOT); /* table 0's ids come first */
+      assert_true(t->slots[n + i] < 1000);
+    }
+    for (size_t k = 0; k < t->n_fetch; k++) assert_int_equal(TABLE_ID(t->fetch_keys[k]), 1);
+  }
+  cacher_dec_free(&d);
+  cacher_destroy(c);
+  for (size_t x = 0; x < N; x++) plan_close(&pl[x]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parse),
+      cmocka_unit_test(test_place),
+      cmocka_unit_test(test_auto),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
