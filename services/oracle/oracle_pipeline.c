@@ -313,6 +313,26 @@ static int decide_one(oracle_job_t *j) {
   return 0;
 }
 
+/* The probe: the first batches of this run (a resumed job's from c + 1). */
+static size_t probe_size(const oracle_job_t *j) {
+  uint64_t st = j->ckpt.start, left = j->iterations > st ? j->iterations - st : 0;
+  return (size_t)(j->pipe.probe < left ? j->pipe.probe : left);
+}
+
+/* Shallow copies of the probe's n plans, contiguous (the works only read
+ * them): n_plans >= probe, so batch start + i (i < n) sits in its own
+ * entry, READY and undecided.  NULL: out of memory. */
+static plan_t *probe_plans(const oracle_job_t *j, size_t n) {
+  const oracle_pipe_t *pp = &j->pipe;
+  plan_t *pl = malloc(n * sizeof *pl);
+  for (size_t i = 0; pl && i < n; i++) {
+    const oracle_entry_t *s = &pp->plans[(j->ckpt.start + i) % pp->n_plans];
+    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == j->ckpt.start + i);
+    pl[i] = s->plan;
+  }
+  return pl;
+}
+
 typedef struct auto_work_s {
   uv_work_t req;
   oracle_job_t *j;
@@ -385,20 +405,14 @@ static void auto_done(uv_work_t *req, int status) {
 static int start_auto(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   /* the probe: the first batches of this run (a resumed job's from c + 1) */
-  uint64_t st = j->ckpt.start, n = pp->probe < j->iterations - st ? pp->probe : j->iterations - st;
+  size_t n = probe_size(j);
   if (pp->auto_running || n == 0 || pp->probe_ready < n) return 0;
   auto_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->plans = malloc(n * sizeof *w->plans))) {
+  if (!w || !(w->plans = probe_plans(j, n))) {
     free(w);
     return oracle_job__error(j, -ENOMEM, "out of memory choosing lookahead = auto");
   }
-  /* n_plans >= probe: batch st + i (i < n) sits in its own entry, READY and undecided */
-  for (uint64_t i = 0; i < n; i++) {
-    const oracle_entry_t *s = &pp->plans[(st + i) % pp->n_plans];
-    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == st + i);
-    w->plans[i] = s->plan;
-  }
-  w->n = (size_t)n;
+  w->n = n;
   w->req.data = w;
   w->j = j;
   int rc = uv_queue_work(j->loop, &w->req, auto_work, auto_done);
@@ -482,22 +496,16 @@ static void strat_done(uv_work_t *req, int status) {
 
 static int start_strategy(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
-  uint64_t st = j->ckpt.start, n = pp->probe < j->iterations - st ? pp->probe : j->iterations - st;
-  if (j->strat_running || pp->probe_ready < n) return 0;
-  if (n == 0) n = 1; /* (no batch left: nothing to choose from; the job is over anyway) */
+  size_t n = probe_size(j);
+  if (j->strat_running || n == 0 || pp->probe_ready < n) return 0;
   strat_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->plans = malloc(n * sizeof *w->plans)) || !(w->out = malloc(j->n_tables)) ||
+  if (!w || !(w->plans = probe_plans(j, n)) || !(w->out = malloc(j->n_tables)) ||
       !(w->tab = calloc(j->n_tables, sizeof *w->tab))) {
     if (w) free(w->plans), free(w->out);
     free(w);
     return oracle_job__error(j, -ENOMEM, "out of memory choosing table_strategy = auto");
   }
-  for (uint64_t i = 0; i < n; i++) {
-    const oracle_entry_t *s = &pp->plans[(st + i) % pp->n_plans];
-    ASSERT(s->state == ORACLE_ENTRY_READY && s->iteration == st + i);
-    w->plans[i] = s->plan;
-  }
-  w->n = (size_t)n;
+  w->n = n;
   w->req.data = w;
   w->j = j;
   int rc = uv_queue_work(j->loop, &w->req, strat_work, strat_done);

@@ -19,6 +19,7 @@
 #include "err.h"
 #include "log.h"
 #include "nn.h"
+#include "trainer_state.h"
 #include "tstrat.h"
 
 #define FLUSH_CHUNK 65536 /* rows per write-back call */
@@ -27,17 +28,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 1024;
-  while (nc < need) nc *= 2;
-  void *q = realloc(*p, nc * elem);
-  if (!q) return -ENOMEM;
-  *p = q;
-  *cap = nc;
-  return 0;
 }
 
 int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
@@ -148,7 +138,7 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k];
     size_t m = (size_t)B * p->schema->hotness[t];
-    if (grow((void **)&p->lkeys, &p->cap_lkeys, n + m, sizeof *p->lkeys))
+    if (trainer_grow((void **)&p->lkeys, &p->cap_lkeys, n + m, sizeof *p->lkeys))
       return err_set(err, err_len, -ENOMEM, "out of memory listing rows to read");
     for (size_t j = 0; j < m; j++) {
       uint64_t r = st->part_ids[o + j];
@@ -159,7 +149,7 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
     o += m;
   }
   if (!n) return 0;
-  if (grow((void **)&p->lrows, &p->cap_lrows, n * p->rf, sizeof(float)))
+  if (trainer_grow((void **)&p->lrows, &p->cap_lrows, n * p->rf, sizeof(float)))
     return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows read", n);
   char why[768] = "";
   if ((rc = embc_lookup(embc, p->lkeys, n, p->lrows, why, sizeof why)) != 0)
@@ -194,7 +184,7 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
   uint64_t B = st->global_batch_size;
   size_t d = p->dim, w = (size_t)p->n_mine * d;
   double t0 = now_s();
-  if (grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w, sizeof(float)))
+  if (trainer_grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w, sizeof(float)))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
   /* this rank's tables over the global batch, in trainer order */
   size_t o = 0;
@@ -209,7 +199,7 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
     p->rb[q] = (size_t)b->n * p->ntab[q] * d * sizeof(float);
     total_r += p->rb[q];
   }
-  if (grow((void **)&p->rbuf, &p->cap_r, total_r / sizeof(float) + 1, sizeof(float)))
+  if (trainer_grow((void **)&p->rbuf, &p->cap_r, total_r / sizeof(float) + 1, sizeof(float)))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
   double t1 = now_s();
   if ((rc = exchange(p, c, st->iteration, "pooled embeddings", err, err_len)) != 0) return rc;
@@ -241,8 +231,8 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
   uint64_t B = st->global_batch_size;
   size_t d = p->dim, w = (size_t)p->n_mine * d, width = (size_t)p->T * d;
   /* the gradients of our samples' pooled embeddings, by owner */
-  if (grow((void **)&p->rbuf, &p->cap_r, (size_t)b->n * width + 1, sizeof(float)) ||
-      grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w + 1, sizeof(float)))
+  if (trainer_grow((void **)&p->rbuf, &p->cap_r, (size_t)b->n * width + 1, sizeof(float)) ||
+      trainer_grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w + 1, sizeof(float)))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
   const float *demb = trainer_step_d_emb(ts);
   float *blk = p->rbuf; /* the send side this time: rbuf is the larger one here */
@@ -275,9 +265,9 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k], h = p->schema->hotness[t];
     size_t m = (size_t)B * h;
-    if (grow((void **)&p->uniq, &p->cap_u, m, sizeof *p->uniq) ||
-        grow((void **)&p->ugrad, &p->cap_w, m * d, sizeof(float)) ||
-        grow(&p->work, &p->cap_work, nn_embedding_bag_bwd_work_size((uint32_t)B, h), 1))
+    if (trainer_grow((void **)&p->uniq, &p->cap_u, m, sizeof *p->uniq) ||
+        trainer_grow((void **)&p->ugrad, &p->cap_w, m * d, sizeof(float)) ||
+        trainer_grow(&p->work, &p->cap_work, nn_embedding_bag_bwd_work_size((uint32_t)B, h), 1))
       return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
     uint32_t u = nn_embedding_bag_bwd(p->rbuf + k * d, w, st->part_ids + o, (uint32_t)B, h, p->dim, p->uniq,
                                       p->ugrad, d, p->work);

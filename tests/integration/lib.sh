@@ -56,6 +56,28 @@ need_netns() {
   finish
   exit $?
 }
+# The job file $JOB on local clusters (tests that compare whole jobs):
+# field FILE KEY: a top-level key of a summary.json;
+# run_job NAME [--set k=v ...]: `local up` ($UP_ARGS, e.g. --insecure) in
+# $WORK/NAME, `train --quiet`, `local down`; the summary in
+# $WORK/NAME/summary.json, the tail of the error said when it fails;
+# same A B: runs A and B ended with the same digest and test loss.
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+run_job() {
+  local name=$1; shift
+  # shellcheck disable=SC2086 # UP_ARGS: words
+  "$BIN/chanter" --config "$JOB" "$@" local up ${UP_ARGS:-} --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 ||
+    { tail -5 "$WORK/$name.up"; return 1; }
+  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" --quiet >"$WORK/$name.out" 2>"$WORK/$name.err"
+  local rc=$?
+  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
+  [ $rc -eq 0 ] || tail -3 "$WORK/$name.err"
+  return $rc
+}
+same() {
+  [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
+    [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
+}
 # check NAME CMD...: runs CMD, ok if it exits 0
 check() { local n=$1; shift; if "$@"; then ok "$n"; else nok "$n"; fi; }
 # expect NAME: ok if the previous command (or && chain) succeeded.  NAME

@@ -39,20 +39,7 @@ hot_mb = 32
 sync_writes = false
 INI
 C() { "$BIN/chanter" --config "$JOB" "$@"; }
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-run_job() { # name [--set ...]
-  local name=$1; shift
-  C "$@" local up --insecure --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 || { tail -3 "$WORK/$name.up"; return 1; }
-  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" --quiet >"$WORK/$name.out" 2>"$WORK/$name.err"
-  local rc=$?
-  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
-  [ $rc -eq 0 ] || tail -3 "$WORK/$name.err"
-  return $rc
-}
-same() { # a b: digest and test loss equal
-  [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
-    [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
-}
+UP_ARGS=--insecure
 close() { # a b: test and train loss within 1e-6
   python3 - "$WORK/$1/summary.json" "$WORK/$2/summary.json" <<'PY'
 import json, sys
