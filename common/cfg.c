@@ -191,9 +191,12 @@ static const entry_t entries[] = {
     {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
      "lookahead = auto measures the cache each L needs over this many first batches (and table_strategy = auto "
      "each table's traffic)"},
-    {"oracle.strategy_server_weight", T_FLOAT, "4", 0, 1e6, NULL,
-     "table_strategy = auto: what a byte of rows through the embedding servers costs against a byte of pooled "
-     "embeddings between trainers (chanter bench e2e measures both)"},
+    {"oracle.strategy_cache_weight", T_FLOAT, "10", 0, 1e6, NULL,
+     "table_strategy = auto: what a byte of rows the cache moves (fetched, written back, synchronized) costs "
+     "against a byte of pooled embeddings between trainers (chanter bench e2e measures both)"},
+    {"oracle.strategy_step_kb", T_INT, "1024", 0, 1 << 30, NULL,
+     "table_strategy = auto: what running the cache, or partitioning, costs every step whatever its bytes, in KB "
+     "of pooled embeddings between trainers"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
      "a trainer silent this long (no heartbeat, no message) is taken for hung: the job recovers without it"},
     {"oracle.max_recoveries", T_INT, "5", 0, 1000000, NULL,

@@ -63,24 +63,41 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     memset(x, 0, sizeof *x);
     x->new_rows = nw[t];
     x->shared_rows = sh[t];
-    x->cache_bytes = o->server_weight * nw[t] * 2 * 4 * r + sh[t] * 2 * 4 * d;
+    x->cache_bytes = o->cache_weight * (nw[t] * 2 * 4 * r + sh[t] * 2 * 4 * d);
     x->part_bytes = 2.0 * o->B * (P - 1) / P * 4 * d;
+  }
+  /* the three assignments of the auto tables, each with the fixed ones:
+   * [0] each to its cheaper mechanism, [1] all partitioned, [2] all cached */
+  double cost[3] = {0, 0, 0};
+  int uses[3][2] = {{0, 0}, {0, 0}, {0, 0}}; /* [cache, partition] in use */
+  for (uint32_t t = 0; t < T && !rc; t++)
+    for (int a = 0; a < 3; a++) {
+      int part = strat[t] == TSTRAT_AUTO ? (a == 0 ? tab[t].part_bytes < tab[t].cache_bytes : a == 1)
+                                         : strat[t] == TSTRAT_PARTITION;
+      cost[a] += part ? tab[t].part_bytes : tab[t].cache_bytes;
+      uses[a][part] = 1;
+    }
+  int best = 0;
+  for (int a = 0; a < 3; a++) {
+    cost[a] += o->step_bytes * (uses[a][0] + uses[a][1]);
+    if (cost[a] < cost[best]) best = a;
+  }
+  static const char *const plan[3] = {"each table to its cheaper mechanism", "every auto table partitioned",
+                                      "every auto table cached"};
+  for (uint32_t t = 0; t < T && !rc; t++) {
+    stratauto_table_t *x = &tab[t];
     out[t] = strat[t];
     if (strat[t] != TSTRAT_AUTO) {
       snprintf(x->why, sizeof x->why, "fixed by table_strategy");
-    } else if (x->part_bytes < x->cache_bytes) {
-      out[t] = TSTRAT_PARTITION;
-      snprintf(x->why, sizeof x->why,
-               "auto: partition moves %.0f KB a batch, the cache %.0f (%.0f rows new in the window, %.0f shared, "
-               "server bytes x %.1f)",
-               x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t], o->server_weight);
-    } else {
-      out[t] = TSTRAT_CACHE;
-      snprintf(x->why, sizeof x->why,
-               "auto: the cache moves %.0f KB a batch, partition %.0f (%.0f rows new in the window, %.0f shared, "
-               "server bytes x %.1f)",
-               x->cache_bytes / 1e3, x->part_bytes / 1e3, nw[t], sh[t], o->server_weight);
+      continue;
     }
+    int part = best == 0 ? x->part_bytes < x->cache_bytes : best == 1;
+    out[t] = part ? TSTRAT_PARTITION : TSTRAT_CACHE;
+    snprintf(x->why, sizeof x->why,
+             "auto: %s (partition moves %.0f KB a batch, the cache %.0f: %.0f rows new in the window, %.0f shared, "
+             "cache bytes x %.1f; %s: %.0f KB with %.0f KB a step per mechanism)",
+             part ? "partition" : "the cache", x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t],
+             o->cache_weight, plan[best], cost[best] / 1e3, o->step_bytes / 1e3);
   }
   /* the budget: the auto tables with the most rows back to the cache until every trainer fits */
   while (!rc) {
@@ -100,7 +117,7 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     if (big < 0) break; /* only fixed tables left there: the user's choice */
     out[big] = TSTRAT_CACHE;
     snprintf(tab[big].why, sizeof tab[big].why,
-             "auto: the cache (partition would be cheaper, %.0f KB a batch against %.0f, but its %llu rows do not fit "
+             "auto: the cache (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
              "trainer.partition_mb on trainer %d)",
              tab[big].part_bytes / 1e3, tab[big].cache_bytes / 1e3, (unsigned long long)schema->table_rows[big], over);
   }

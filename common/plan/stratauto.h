@@ -10,15 +10,23 @@
  *                                the servers and later written back,
  *            + shared(t) x 2 x 4d  rows several trainers use in the batch:
  *                                their gradients all-reduced;
- *              the server part weighted by server_weight (what a byte
- *              through the embedding servers costs against a byte of
- *              AlltoAll between trainers: chanter bench e2e measures both)
+ *              weighted by cache_weight: what a byte the cache moves (the
+ *              servers' reads and inserts, the hand-overs, the ordered
+ *              all-reduces) costs against a byte of AlltoAll between
+ *              trainers -- chanter bench e2e measures both (README,
+ *              "Table strategies")
  *   partition  2 x B x (P-1)/P x 4d  the pooled embeddings of the samples
  *                                other trainers own, and their gradients.
- * A table goes to partition when that is cheaper and its rows fit the
- * trainers' budget (trainer.partition_mb each, after tstrat_place: the
- * auto tables with the most rows go back to the cache until every trainer
- * fits).  Nothing here is timed, so the same job and data always give the
+ * Each mechanism also costs something every step it runs at all, whatever
+ * its bytes (the cache: its critical all-reduce, hand-overs, background
+ * work and server calls; partition: its two AlltoAlls): step_bytes each,
+ * in AlltoAll bytes.  So the auto tables go, as a whole, to whichever of
+ * three assignments costs least -- each table to its cheaper mechanism,
+ * all of them partitioned, all of them cached (ties in that order) -- with
+ * the fixed tables' bytes and mechanisms counted in every one.  A table
+ * then stays partitioned only while its rows fit the trainers' budget
+ * (trainer.partition_mb each, after tstrat_place: the auto tables with the
+ * most rows go back to the cache until every trainer fits).  Nothing here is timed, so the same job and data always give the
  * same choice -- and so the same model bits, on every run and every
  * resume (a choice that depended on a timing would not).
  *
@@ -36,7 +44,8 @@
 
 typedef struct stratauto_opts_s {
   uint32_t P, L, B;
-  double server_weight;  /* >= 0 */
+  double cache_weight;   /* >= 0 */
+  double step_bytes;     /* what running a mechanism costs a step, in AlltoAll bytes (>= 0) */
   uint64_t budget_bytes; /* partitioned rows one trainer may hold */
 } stratauto_opts_t;
 
@@ -44,7 +53,7 @@ typedef struct stratauto_table_s {
   double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
   double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
   int choice;                   /* TSTRAT_CACHE or TSTRAT_PARTITION */
-  char why[200];                /* for the log and summary.json */
+  char why[240];                /* for the log and summary.json */
 } stratauto_table_t;
 
 /* Resolves every strat[t] == TSTRAT_AUTO into out[t] (other entries are

@@ -365,7 +365,7 @@ struct oracle_job_s {
    * every table is cached, and always in ideal mode */
   uint8_t *ext;
   uint32_t *part_owner; /* n_tables: owner rank or TSTRAT_NONE */
-  char (*strat_why)[200]; /* n_tables: why each table has its strategy (summary.json "tables") */
+  char (*strat_why)[240]; /* n_tables: why each table has its strategy (summary.json "tables") */
   uint8_t *strat;         /* n_tables: table_strategy as given (auto entries until chosen) */
   int part_any;           /* table_strategy names partition or auto (not ideal): Steps carry part fields */
   int strat_pending;      /* an auto table is not chosen yet: nothing is cached before (oracle_pipeline.c) */

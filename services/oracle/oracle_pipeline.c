@@ -457,7 +457,8 @@ static void strat_work(uv_work_t *req) {
                            * choice, and so the model, must not depend on the lookahead */
                           .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
                           .B = j->B,
-                          .server_weight = cfg_float(j->cfg, "oracle.strategy_server_weight"),
+                          .cache_weight = cfg_float(j->cfg, "oracle.strategy_cache_weight"),
+                          .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "oracle.strategy_step_kb"),
                           .budget_bytes = (uint64_t)cfg_int(j->cfg, "trainer.partition_mb") << 20};
     w->rc = stratauto_choose(w->plans, w->n, j->strat, &sc, &lay, &o, w->out, w->tab);
     table_layout_close(&lay);

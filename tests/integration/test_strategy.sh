@@ -70,8 +70,9 @@ close p0 one && close pa one
 expect_rc $? "two trainers, partitioned: the one-trainer model up to summation order (losses within 1e-6)"
 
 # ---- table_strategy = auto: chosen per table from the first batches, the same whatever L
-run_job a0 --set table_strategy=auto --set lookahead=0 && run_job aa --set table_strategy=auto --set lookahead=auto &&
-  same a0 aa
+# (oracle.strategy_step_kb = 0: each table to its cheaper mechanism, so that this data gets both)
+run_job a0 --set table_strategy=auto --set lookahead=0 --set oracle.strategy_step_kb=0 &&
+  run_job aa --set table_strategy=auto --set lookahead=auto --set oracle.strategy_step_kb=0 && same a0 aa
 expect_rc $? "table_strategy = auto: L = 0 and lookahead = auto choose alike and give the same bits"
 python3 - "$WORK/aa/summary.json" <<'PY'
 import json, sys

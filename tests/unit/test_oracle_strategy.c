@@ -122,7 +122,7 @@ static void test_auto(void **state) {
   sc.table_rows = rows;
   table_info_t defs[2] = {{.rows = rows[0], .dim = 16}, {.rows = rows[1], .dim = 16}};
   table_layout_t lay = {.n_tables = 2, .tables = defs};
-  stratauto_opts_t o = {.P = P, .L = 8, .B = B, .server_weight = 1, .budget_bytes = UINT64_C(1) << 40};
+  stratauto_opts_t o = {.P = P, .L = 8, .B = B, .cache_weight = 1, .budget_bytes = UINT64_C(1) << 40};
   uint8_t in[2] = {TSTRAT_AUTO, TSTRAT_AUTO}, out[2];
   stratauto_table_t tab[2];
   assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
@@ -132,12 +132,22 @@ static void test_auto(void **state) {
   assert_true(tab[1].new_rows < 1);
   assert_int_equal(out[0], TSTRAT_PARTITION);
   assert_int_equal(out[1], TSTRAT_CACHE);
-  assert_non_null(strstr(tab[0].why, "auto: partition moves"));
-  assert_non_null(strstr(tab[1].why, "auto: the cache moves"));
+  assert_non_null(strstr(tab[0].why, "auto: partition ("));
+  assert_non_null(strstr(tab[1].why, "auto: the cache ("));
+  assert_non_null(strstr(tab[1].why, "each table to its cheaper mechanism"));
   /* the same inputs, the same choice */
   uint8_t out2[2];
   assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out2, tab), 0);
   assert_memory_equal(out, out2, 2);
+  /* what each mechanism costs a step whatever its bytes: running one
+   * instead of both pays (table 1 partitioned moves less than table 0
+   * cached) */
+  o.step_bytes = 1e9;
+  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], TSTRAT_PARTITION);
+  assert_int_equal(out[1], TSTRAT_PARTITION);
+  assert_non_null(strstr(tab[1].why, "every auto table partitioned"));
+  o.step_bytes = 0;
   /* a fixed entry stays; a budget too small sends the big table back */
   uint8_t fixed[2] = {TSTRAT_AUTO, TSTRAT_PARTITION};
   o.budget_bytes = 1 << 20; /* table 0 needs 1M x 16 x 4 bytes */
