@@ -20,30 +20,33 @@ static int word(const char *w, size_t n) {
   return -1;
 }
 
-int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len) {
-  const char *v = cfg_str(cfg, "table_strategy");
+int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n_out, char *why, size_t why_len) {
   uint32_t n = 0;
-  const char *p = v;
-  for (;;) {
+  for (const char *p = v;; p++) {
     while (*p == ' ' || *p == '\t') p++;
     const char *e = p;
     while (*e && *e != ',' && *e != ' ' && *e != '\t') e++;
     int s = word(p, (size_t)(e - p));
     if (s < 0)
-      return err_set(err, err_len, ERR_CONFIG,
-                     "table_strategy (from %s): entry %u '%.*s' is not cache, partition or auto", cfg_origin(cfg, "table_strategy"),
-                     n + 1, (int)(e - p), p);
-    if (n < n_tables) out[n] = (uint8_t)s;
+      return err_set(why, why_len, ERR_CONFIG, "entry %u '%.*s' is not cache, partition or auto", n + 1, (int)(e - p), p);
+    if (out && n < cap) out[n] = (uint8_t)s;
     n++;
     while (*e == ' ' || *e == '\t') e++;
     if (*e != ',') {
-      if (*e)
-        return err_set(err, err_len, ERR_CONFIG, "table_strategy (from %s): unexpected '%s' after entry %u",
-                       cfg_origin(cfg, "table_strategy"), e, n);
+      if (*e) return err_set(why, why_len, ERR_CONFIG, "unexpected '%s' after entry %u", e, n);
       break;
     }
-    p = e + 1;
+    p = e;
   }
+  *n_out = n;
+  return 0;
+}
+
+int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len) {
+  char why[256];
+  uint32_t n;
+  if (tstrat_words(cfg_str(cfg, "table_strategy"), out, n_tables, &n, why, sizeof why) != 0)
+    return err_set(err, err_len, ERR_CONFIG, "table_strategy (from %s): %s", cfg_origin(cfg, "table_strategy"), why);
   if (n == 1) {
     for (uint32_t t = 1; t < n_tables; t++) out[t] = out[0];
     return 0;

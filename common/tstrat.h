@@ -36,6 +36,12 @@ enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2 };
 /* "cache" / "partition" / "auto" */
 const char *tstrat_name(int s);
 
+/* The words of a table_strategy value v (one, or comma-separated), the
+ * first cap of them into out (NULL: none kept), their count in *n.  0, or
+ * ERR_CONFIG with why naming the entry that is not cache, partition or
+ * auto.  cfg.c checks a value with it when it is set. */
+int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n, char *why, size_t why_len);
+
 /* cfg's table_strategy for n_tables tables into out[n_tables].
  * 0, or ERR_CONFIG with err naming the word, its position and the key's
  * origin (a list of another length than table_rows, an unknown word). */

@@ -387,8 +387,8 @@ static int state_apply(oracle_job_t *j, const ostate_t *o, char *err, size_t err
         snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
                  tstrat_name(st[t]));
     }
-    int rc = oracle_job__strategy_set(j, st, err, err_len);
-    if (rc) return rc;
+    int rc = oracle_job__strategy_set(j, st);
+    if (rc) return err_set(err, err_len, rc, "out of memory placing the partitioned tables");
   }
   return 0;
 }

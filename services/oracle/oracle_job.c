@@ -91,11 +91,11 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
  * (oracle_pipeline__strategy); until then no table is dropped from the
  * plans and nothing is cached. */
 static int strategy_init(oracle_job_t *j, char *err, size_t err_len) {
-  data_schema_t sc;
-  int rc = data_schema_from_cfg(j->cfg, &sc, err, err_len);
+  int rc = data_schema_from_cfg(j->cfg, &j->schema, err, err_len);
   if (rc) return rc;
-  uint32_t T = j->n_tables = sc.n_tables;
-  data_schema_close(&sc);
+  j->have_schema = 1;
+  if ((rc = cfg_layout(j->cfg, &j->layout, err, err_len)) != 0) return rc;
+  uint32_t T = j->n_tables = j->schema.n_tables;
   if (!(j->strat = malloc(T)) || !(j->part_owner = malloc(T * sizeof *j->part_owner)) ||
       !(j->strat_why = calloc(T, sizeof *j->strat_why)))
     return -ENOMEM;
@@ -108,35 +108,25 @@ static int strategy_init(oracle_job_t *j, char *err, size_t err_len) {
     snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
              j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
   }
-  return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat, err, err_len);
+  return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat);
 }
 
-int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat, char *err, size_t err_len) {
-  data_schema_t sc;
-  table_layout_t lay;
-  int rc = data_schema_from_cfg(j->cfg, &sc, err, err_len);
-  if (rc) return rc;
-  if ((rc = cfg_layout(j->cfg, &lay, err, err_len)) != 0) {
-    data_schema_close(&sc);
-    return rc;
-  }
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
   uint32_t T = j->n_tables;
-  tstrat_place(strat, &sc, &lay, j->P, j->part_owner);
+  tstrat_place(strat, &j->schema, &j->layout, j->P, j->part_owner);
   free(j->ext);
   j->ext = NULL;
-  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) rc = -ENOMEM;
-  for (uint32_t t = 0; !rc && t < T; t++) {
+  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) return -ENOMEM;
+  for (uint32_t t = 0; t < T; t++) {
     if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
     if (j->part_owner[t] != TSTRAT_NONE)
       log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
-               sc.table_rows[t], j->strat_why[t]);
+               j->schema.table_rows[t], j->strat_why[t]);
     else if (j->strat[t] == TSTRAT_AUTO)
       log_info("table %u: strategy=cache (%s)", t, j->strat_why[t]);
   }
   j->strat_pending = 0;
-  table_layout_close(&lay);
-  data_schema_close(&sc);
-  return rc;
+  return 0;
 }
 
 /* ---- the way out */
@@ -601,6 +591,8 @@ static void free_stages(oracle_job_t *j) {
   free(j->part_owner);
   free(j->strat_why);
   free(j->strat);
+  if (j->have_schema) data_schema_close(&j->schema);
+  table_layout_close(&j->layout);
   free(j);
 }
 

@@ -371,6 +371,9 @@ struct oracle_job_s {
   int strat_pending;      /* an auto table is not chosen yet: nothing is cached before (oracle_pipeline.c) */
   int strat_running;      /* the choice runs on the worker pool */
   uint32_t n_tables;
+  data_schema_t schema;   /* the tables' shape (hotness, rows) and ... */
+  table_layout_t layout;  /* ... their rows' layout, from the job (read-only after create) */
+  int have_schema;
   /* the state machine */
   int state;
   char message[1536];
@@ -427,9 +430,9 @@ static inline int oracle_job__over(const oracle_job_t *j) {
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The tables' strategies are strat (no auto left): places the partitioned
  * ones (part_owner, ext), logs them, ends strat_pending.  The plans
- * already made still hold every table's keys: the caller drops them.  0,
- * -ENOMEM, ERR_CONFIG with err. */
-int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat, char *err, size_t err_len);
+ * already made still hold every table's keys: the caller drops them.  0 or
+ * -ENOMEM. */
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 /* Says that a daemon was lost (kind "trainer", "hang", "embedding"; who
  * "trainer-1"; rank the trainer's or -1): advance ends this job object and
  * the service recovers the job with a new one.  Without a record of

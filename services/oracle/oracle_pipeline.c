@@ -446,24 +446,15 @@ static void strat_work(uv_work_t *req) {
   strat_work_t *w = req->data;
   oracle_job_t *j = w->j;
   double t0 = oracle_job__now();
-  data_schema_t sc;
-  table_layout_t lay;
-  char err[256];
-  w->rc = data_schema_from_cfg(j->cfg, &sc, err, sizeof err);
-  if (w->rc) return;
-  if ((w->rc = cfg_layout(j->cfg, &lay, err, sizeof err)) == 0) {
-    stratauto_opts_t o = {.P = j->P,
-                          /* the window the cache could have at most, not the L in force: the
-                           * choice, and so the model, must not depend on the lookahead */
-                          .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
-                          .B = j->B,
-                          .cache_weight = cfg_float(j->cfg, "oracle.strategy_cache_weight"),
-                          .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "oracle.strategy_step_kb"),
-                          .budget_bytes = (uint64_t)cfg_int(j->cfg, "trainer.partition_mb") << 20};
-    w->rc = stratauto_choose(w->plans, w->n, j->strat, &sc, &lay, &o, w->out, w->tab);
-    table_layout_close(&lay);
-  }
-  data_schema_close(&sc);
+  stratauto_opts_t o = {.P = j->P,
+                        /* the window the cache could have at most, not the L in force: the
+                         * choice, and so the model, must not depend on the lookahead */
+                        .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
+                        .B = j->B,
+                        .cache_weight = cfg_float(j->cfg, "oracle.strategy_cache_weight"),
+                        .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "oracle.strategy_step_kb"),
+                        .budget_bytes = (uint64_t)cfg_int(j->cfg, "trainer.partition_mb") << 20};
+  w->rc = stratauto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -473,21 +464,23 @@ static void strat_done(uv_work_t *req, int status) {
   oracle_pipe_t *pp = &j->pipe;
   j->strat_running = 0;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
-  if (!j->destroying && oracle_job__over(j)) release_plans(j);
-  if (!j->destroying && !oracle_job__over(j)) {
-    char err[512] = "";
+  if (j->destroying) {
+    /* oracle_job_destroy frees the plans */
+  } else if (oracle_job__over(j)) { /* the job's end left the plans to us */
+    release_plans(j);
+  } else {
     int rc = w->rc;
     if (!rc) {
       for (uint32_t t = 0; t < j->n_tables; t++)
         snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s", w->tab[t].why);
-      rc = oracle_job__strategy_set(j, w->out, err, sizeof err);
+      rc = oracle_job__strategy_set(j, w->out);
     }
     /* the planned batches lose the partitioned tables' keys (none is in the cacher yet) */
     for (uint32_t i = 0; !rc && j->ext && i < pp->n_plans; i++)
       if (pp->plans[i].state == ORACLE_ENTRY_READY) rc = plan_drop_tables(&pp->plans[i].plan, j->ext);
     if (rc)
       oracle_job__error(j, rc, "table_strategy = auto: choosing over the first %zu batches failed: %s", w->n,
-                        err[0] ? err : err_str(rc));
+                        err_str(rc));
     else
       log_info("table_strategy auto: chosen over the first %zu batches in %.3f s", w->n, w->secs);
   }

@@ -459,24 +459,23 @@ char *oracle_report__summary(const oracle_job_t *j) {
     double first = run > 0 && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
     int wind = rp->done == j->iterations && rp->t_before_last > 0 && run > 2; /* the last one is set apart */
     double rest = run > 1 ? (wind ? rp->t_before_last : end) - rp->t_first_done : 0;
-    double ns = n - 1 - wind;
+    double ns = n - 1 - wind, steady[PHASE_N_REPORT];
+    for (int k = 0; k < PHASE_N_REPORT; k++)
+      steady[k] = ns > 0 ? (rp->sum_t[k] - rp->first_t[k] - (wind ? rp->last_t[k] : 0)) / ns : NAN;
     sb_num(&b, "first_iteration_seconds", first);
     sb_printf(&b, ", ");
     sb_num(&b, "last_iteration_seconds", wind ? rp->t_last - rp->t_before_last : NAN);
     sb_printf(&b, ", ");
     sb_num(&b, "steady_samples_per_sec", rest > 0 ? (run - 1 - wind) * j->B / rest : NAN);
     sb_printf(&b, ", ");
-    sb_num(&b, "steady_iteration_seconds",
-           ns > 0 ? (rp->sum_t[PHASE_TOTAL] - rp->first_t[PHASE_TOTAL] - (wind ? rp->last_t[PHASE_TOTAL] : 0)) / ns
-                  : NAN);
+    sb_num(&b, "steady_iteration_seconds", steady[PHASE_TOTAL]);
     /* the phases over the same iterations as steady_iteration_seconds
      * (after iteration 0, before the last), so that they add up to it;
      * phase_seconds counts them all */
     sb_printf(&b, ", \"steady_phase_seconds\": {");
     for (int k = 0; k < PHASE_N_REPORT; k++) {
       if (k) sb_printf(&b, ", ");
-      sb_num(&b, phase_name(k),
-             ns > 0 ? (rp->sum_t[k] - rp->first_t[k] - (wind ? rp->last_t[k] : 0)) / ns : NAN);
+      sb_num(&b, phase_name(k), steady[k]);
     }
     sb_printf(&b, "}, ");
   }

@@ -1,11 +1,12 @@
 /*
  * trainer_part: the partitioned tables (contract in trainer_part.h).
  *
- * Buffers of one step, sample-major like the model's input:
- *   forward, on the owner:  send = [global batch x n_mine x dim], the
- *     global samples in trainer order, so rank r's block is contiguous;
- *   forward, on every rank: recv = owner o's block [n x ntab[o] x dim];
- *   backward: the same two the other way round.
+ * The two buffers of one step, sample-major like the model's input:
+ *   gbuf, the owner's side: [global batch x n_mine x dim], the global
+ *     samples in trainer order, so rank r's block is contiguous;
+ *   lbuf, every rank's side: owner o's block [n x ntab[o] x dim] after
+ *     owner o-1's.
+ * The forward AlltoAll sends gbuf into lbuf, the backward lbuf into gbuf.
  */
 #include "trainer_part.h"
 
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "err.h"
 #include "log.h"
@@ -23,12 +23,6 @@
 #include "tstrat.h"
 
 #define FLUSH_CHUNK 65536 /* rows per write-back call */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
                       uint32_t rank, int ideal, char *err, size_t err_len) {
@@ -81,7 +75,7 @@ void trainer_part_close(trainer_part_t *p) {
   free(p->rows), free(p->loaded), free(p->dirty);
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
-  free(p->sbuf), free(p->rbuf), free(p->uniq), free(p->ugrad), free(p->work);
+  free(p->gbuf), free(p->lbuf), free(p->uniq), free(p->ugrad), free(p->work);
   memset(p, 0, sizeof *p);
 }
 
@@ -123,9 +117,9 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   }
   if (!p->any)
     return err_set(err, err_len, ERR_BADMSG,
-                   "iteration %" PRIu64 ": the Step partitions tables but this trainer's table_strategy (from %s) "
-                   "does not; do the oracle and this trainer read the same job file?",
-                   st->iteration, "the job file");
+                   "iteration %" PRIu64 ": the Step partitions tables but this trainer's table_strategy does not; "
+                   "do the oracle and this trainer read the same job file?",
+                   st->iteration);
   int rc;
   if (!p->placed) {
     if ((rc = place(p, st, err, err_len)) != 0) return rc;
@@ -163,13 +157,52 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   return 0;
 }
 
-static int exchange(trainer_part_t *p, coll_t *c, uint64_t x, const char *what, char *err, size_t err_len) {
-  int rc = coll_alltoallv(c, p->sbuf, p->sb, p->rbuf, p->rb);
+/* One AlltoAll of send (blocks of p->sb bytes) into recv (p->rb). */
+static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv, uint64_t x, const char *what,
+                    char *err, size_t err_len) {
+  int rc = coll_alltoallv(c, send, p->sb, recv, p->rb);
   if (rc)
     return err_set(err, err_len, rc,
                    "iteration %" PRIu64 ": AlltoAll of the partitioned tables' %s among %u trainers failed: %s", x,
                    what, p->P, err_str(rc));
   return 0;
+}
+
+/* The partitioned tables' columns of the model's layout [n x T x dim]
+ * (model) against lbuf's owner blocks: into lbuf (to_blocks), or out of
+ * it into model. */
+static void columns(const trainer_part_t *p, uint32_t n, float *model, float *lbuf, int to_blocks) {
+  size_t d = p->dim, width = (size_t)p->T * d;
+  float *blk = lbuf;
+  for (uint32_t q = 0; q < p->P; q++) {
+    size_t nq = p->ntab[q], kk = 0;
+    for (uint32_t t = 0; t < p->T && kk < nq; t++) {
+      if (p->owner[t] != q) continue;
+      for (uint32_t i = 0; i < n; i++) {
+        float *m = model + i * width + t * d, *b = blk + (i * nq + kk) * d;
+        memcpy(to_blocks ? b : m, to_blocks ? m : b, d * sizeof(float));
+      }
+      kk++;
+    }
+    blk += (size_t)n * nq * d;
+  }
+}
+
+/* The byte counts of the two sides for st (sb: forward's send, gbuf;
+ * rb: forward's receive, lbuf; the backward swaps them) and room for both
+ * buffers.  0 or -ENOMEM. */
+static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, int backward) {
+  size_t d = p->dim, w = (size_t)p->n_mine * d, g = 0, l = 0;
+  for (uint32_t q = 0; q < p->P; q++) {
+    size_t gq = (size_t)st->part_counts[q] * w * sizeof(float), lq = (size_t)n * p->ntab[q] * d * sizeof(float);
+    p->sb[q] = backward ? lq : gq;
+    p->rb[q] = backward ? gq : lq;
+    g += gq, l += lq;
+  }
+  return trainer_grow((void **)&p->gbuf, &p->cap_g, g / sizeof(float) + 1, sizeof(float)) ||
+                 trainer_grow((void **)&p->lbuf, &p->cap_l, l / sizeof(float) + 1, sizeof(float))
+             ? -ENOMEM
+             : 0;
 }
 
 int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
@@ -180,45 +213,23 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
     if ((rc = trainer_step_set_external(ts, p->ext, err, err_len)) != 0) return rc;
     p->ext_applied = 1;
   }
-  const uint32_t *cnt = st->part_counts;
   uint64_t B = st->global_batch_size;
   size_t d = p->dim, w = (size_t)p->n_mine * d;
-  double t0 = now_s();
-  if (trainer_grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w, sizeof(float)))
-    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
+  double t0 = trainer_now();
+  if (sizes(p, st, b->n, 0)) return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
   /* this rank's tables over the global batch, in trainer order */
   size_t o = 0;
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k], h = p->schema->hotness[t];
-    nn_embedding_bag_fwd(p->rows[t], p->rf, st->part_ids + o, (uint32_t)B, h, p->dim, p->sbuf + k * d, w);
+    nn_embedding_bag_fwd(p->rows[t], p->rf, st->part_ids + o, (uint32_t)B, h, p->dim, p->gbuf + k * d, w);
     o += (size_t)B * h;
   }
-  size_t total_r = 0;
-  for (uint32_t q = 0; q < p->P; q++) {
-    p->sb[q] = (size_t)cnt[q] * w * sizeof(float);
-    p->rb[q] = (size_t)b->n * p->ntab[q] * d * sizeof(float);
-    total_r += p->rb[q];
-  }
-  if (trainer_grow((void **)&p->rbuf, &p->cap_r, total_r / sizeof(float) + 1, sizeof(float)))
-    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
-  double t1 = now_s();
-  if ((rc = exchange(p, c, st->iteration, "pooled embeddings", err, err_len)) != 0) return rc;
-  double t2 = now_s();
-  /* owner q's block: [n x ntab[q] x dim], its tables ascending */
-  float *emb = trainer_step_emb_in(ts);
-  size_t width = (size_t)p->T * d;
-  const float *blk = p->rbuf;
-  for (uint32_t q = 0; q < p->P; q++) {
-    size_t nq = p->ntab[q], kk = 0;
-    for (uint32_t t = 0; t < p->T && kk < nq; t++) {
-      if (p->owner[t] != q) continue;
-      for (uint32_t i = 0; i < b->n; i++) memcpy(emb + i * width + t * d, blk + (i * nq + kk) * d, d * sizeof(float));
-      kk++;
-    }
-    blk += (size_t)b->n * nq * d;
-  }
+  double t1 = trainer_now();
+  if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, "pooled embeddings", err, err_len)) != 0) return rc;
+  double t2 = trainer_now();
+  columns(p, b->n, trainer_step_emb_in(ts), p->lbuf, 0);
   log_debug("part forward x=%" PRIu64 " pool_ms=%.2f exchange_ms=%.2f unpack_ms=%.2f", st->iteration, 1e3 * (t1 - t0),
-            1e3 * (t2 - t1), 1e3 * (now_s() - t2));
+            1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
   return 0;
 }
 
@@ -226,41 +237,18 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
                           const data_batch_t *b, size_t *updated, char *err, size_t err_len) {
   *updated = 0;
   if (!st->part_owner || !p->n_part) return 0;
-  double t0 = now_s();
-  const uint32_t *cnt = st->part_counts;
+  double t0 = trainer_now();
   uint64_t B = st->global_batch_size;
-  size_t d = p->dim, w = (size_t)p->n_mine * d, width = (size_t)p->T * d;
-  /* the gradients of our samples' pooled embeddings, by owner */
-  if (trainer_grow((void **)&p->rbuf, &p->cap_r, (size_t)b->n * width + 1, sizeof(float)) ||
-      trainer_grow((void **)&p->sbuf, &p->cap_s, (size_t)B * w + 1, sizeof(float)))
+  size_t d = p->dim, w = (size_t)p->n_mine * d;
+  /* the gradients of our samples' pooled embeddings, by owner, back to the owners */
+  if (sizes(p, st, b->n, 1))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
-  const float *demb = trainer_step_d_emb(ts);
-  float *blk = p->rbuf; /* the send side this time: rbuf is the larger one here */
-  for (uint32_t q = 0; q < p->P; q++) {
-    size_t nq = p->ntab[q], kk = 0;
-    for (uint32_t t = 0; t < p->T && kk < nq; t++) {
-      if (p->owner[t] != q) continue;
-      for (uint32_t i = 0; i < b->n; i++) memcpy(blk + (i * nq + kk) * d, demb + i * width + t * d, d * sizeof(float));
-      kk++;
-    }
-    blk += (size_t)b->n * nq * d;
-  }
-  for (uint32_t q = 0; q < p->P; q++) {
-    p->sb[q] = (size_t)b->n * p->ntab[q] * d * sizeof(float);
-    p->rb[q] = (size_t)cnt[q] * w * sizeof(float);
-  }
-  /* exchange() sends sbuf: swap the roles for this call */
-  float *tmp = p->sbuf;
-  p->sbuf = p->rbuf;
-  p->rbuf = tmp;
-  size_t tc = p->cap_s;
-  p->cap_s = p->cap_r;
-  p->cap_r = tc;
-  double t1 = now_s();
-  int rc = exchange(p, c, st->iteration, "gradients", err, err_len);
+  columns(p, b->n, (float *)trainer_step_d_emb(ts) /* only read: to_blocks */, p->lbuf, 1);
+  double t1 = trainer_now();
+  int rc = exchange(p, c, p->lbuf, p->gbuf, st->iteration, "gradients", err, err_len);
   if (rc) return rc;
-  double t2 = now_s();
-  /* rbuf: [B x n_mine x dim], global samples in trainer order */
+  double t2 = trainer_now();
+  /* gbuf: [B x n_mine x dim], global samples in trainer order */
   size_t o = 0;
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k], h = p->schema->hotness[t];
@@ -269,7 +257,7 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
         trainer_grow((void **)&p->ugrad, &p->cap_w, m * d, sizeof(float)) ||
         trainer_grow(&p->work, &p->cap_work, nn_embedding_bag_bwd_work_size((uint32_t)B, h), 1))
       return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
-    uint32_t u = nn_embedding_bag_bwd(p->rbuf + k * d, w, st->part_ids + o, (uint32_t)B, h, p->dim, p->uniq,
+    uint32_t u = nn_embedding_bag_bwd(p->gbuf + k * d, w, st->part_ids + o, (uint32_t)B, h, p->dim, p->uniq,
                                       p->ugrad, d, p->work);
     for (uint32_t j = 0; j < u; j++) {
       trainer_step_row_update(ts, p->rows[t] + (size_t)p->uniq[j] * p->rf, p->ugrad + (size_t)j * d);
@@ -279,7 +267,19 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
     o += m;
   }
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
-            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (now_s() - t2));
+            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
+  return 0;
+}
+
+/* Writes the n rows of keys / rows back and clears their dirty marks. */
+static int write_chunk(trainer_part_t *p, embc_t *embc, const uint64_t *keys, const float *rows, size_t *n,
+                       uint64_t done, size_t *total, char *why, size_t why_len) {
+  if (!*n) return 0;
+  int rc = embc_write_done(embc, keys, *n, rows, done, why, why_len);
+  if (rc) return rc;
+  for (size_t i = 0; i < *n; i++) p->dirty[TABLE_ID(keys[i])][TABLE_ROW(keys[i])] = 0;
+  *total += *n;
+  *n = 0;
   return 0;
 }
 
@@ -298,20 +298,14 @@ int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n
   for (uint32_t k = 0; k < p->n_mine && !rc; k++) {
     uint32_t t = p->mine[k];
     uint64_t R = p->schema->table_rows[t];
-    for (uint64_t r = 0; r <= R && !rc; r++) {
-      if (r < R && p->dirty[t][r]) {
-        keys[n] = TABLE_KEY(t, r);
-        memcpy(rows + n * p->rf, p->rows[t] + (size_t)r * p->rf, p->rf * sizeof(float));
-        n++;
-      }
-      if (n == FLUSH_CHUNK || (r == R && k + 1 == p->n_mine && n)) {
-        if ((rc = embc_write_done(embc, keys, n, rows, done, why, sizeof why)) != 0) break;
-        for (size_t i = 0; i < n; i++) p->dirty[TABLE_ID(keys[i])][TABLE_ROW(keys[i])] = 0;
-        total += n;
-        n = 0;
-      }
+    for (uint64_t r = 0; r < R && !rc; r++) {
+      if (!p->dirty[t][r]) continue;
+      keys[n] = TABLE_KEY(t, r);
+      memcpy(rows + n * p->rf, p->rows[t] + (size_t)r * p->rf, p->rf * sizeof(float));
+      if (++n == FLUSH_CHUNK) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why);
     }
   }
+  if (!rc) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why); /* the rest */
   free(keys), free(rows);
   if (rc)
     return err_set(err, err_len, rc, "writing back the partitioned tables' rows (after iteration %" PRIu64 ") failed: %s",

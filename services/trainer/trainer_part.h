@@ -66,8 +66,8 @@ typedef struct trainer_part_s {
   float *lrows;
   size_t cap_lkeys, cap_lrows;
   /* the training thread's scratch */
-  float *sbuf, *rbuf;
-  size_t cap_s, cap_r;
+  float *gbuf, *lbuf; /* the owner's side (global batch) and every rank's (its samples): trainer_part.c */
+  size_t cap_g, cap_l;
   size_t *sb, *rb; /* P */
   uint64_t *uniq;
   float *ugrad;
