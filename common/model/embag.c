@@ -29,7 +29,9 @@ struct embag_s {
   float *emb, *d_emb, *logits;
 };
 
-int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out) {
+/* with_model: also the model's input, its gradient and the logits */
+static int create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, int with_model,
+                  embag_t **out) {
   *out = NULL;
   if (!n_tables || !dim || !max_batch) return -EINVAL;
   embag_t *e = calloc(1, sizeof *e);
@@ -52,15 +54,26 @@ int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint3
   e->uniq = malloc((e->uoff[n_tables] + 1) * sizeof *e->uniq);
   e->grad = malloc((e->uoff[n_tables] * dim + 1) * sizeof *e->grad);
   e->work = aligned_alloc(64, e->woff[n_tables] + 64);
-  e->emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
-  e->d_emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
-  e->logits = malloc(((size_t)max_batch + 1) * sizeof(float));
-  if (!e->uniq || !e->grad || !e->work || !e->emb || !e->d_emb || !e->logits) goto fail;
+  if (!e->uniq || !e->grad || !e->work) goto fail;
+  if (with_model) {
+    e->emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+    e->d_emb = malloc(((size_t)max_batch * width + 1) * sizeof(float));
+    e->logits = malloc(((size_t)max_batch + 1) * sizeof(float));
+    if (!e->emb || !e->d_emb || !e->logits) goto fail;
+  }
   *out = e;
   return 0;
 fail:
   embag_destroy(e);
   return -ENOMEM;
+}
+
+int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out) {
+  return create(n_tables, hotness, dim, max_batch, 1, out);
+}
+
+int embag_create_tables(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out) {
+  return create(n_tables, hotness, dim, max_batch, 0, out);
 }
 
 void embag_destroy(embag_t *e) {
@@ -98,9 +111,11 @@ typedef struct job_s {
   const uint8_t *skip;
   float *out;         /* fwd */
   const float *d_out; /* bwd */
-  int update;         /* bwd: also the row optimizer */
+  int update;         /* bwd: also the row optimizer (cb == NULL), or cb */
   opt_kind_t kind;
   const opt_hparams_t *hp;
+  embag_row_cb cb;
+  void *ud;
   atomic_uint next;
   atomic_size_t updated;
 } job_t;
@@ -148,23 +163,31 @@ static void bwd_job(void *arg, uint32_t tid, uint32_t nt) {
     float *base = j->base[t];
     for (uint32_t k = 0; k < u; k++) {
       if (k + 8 < u) __builtin_prefetch(base + uniq[k + 8] * j->row_stride, 1);
-      opt_row_update(j->kind, j->hp, base + uniq[k] * j->row_stride, D, grad + (size_t)k * D);
+      if (j->cb) j->cb(j->ud, t, uniq[k], base + uniq[k] * j->row_stride, grad + (size_t)k * D);
+      else opt_row_update(j->kind, j->hp, base + uniq[k] * j->row_stride, D, grad + (size_t)k * D);
     }
     updated += u;
   }
   atomic_fetch_add(&j->updated, updated);
 }
 
+/* The fold (and j->update's row step) of every table; returns the rows
+ * folded when updating. */
+static size_t run_bwd(struct pool_s *pool, job_t *j) {
+  atomic_init(&j->next, 0);
+  atomic_init(&j->updated, 0);
+  if (!j->n) {
+    memset(j->e->nu, 0, j->e->n_tables * sizeof *j->e->nu);
+    return 0;
+  }
+  pool_run(pool, bwd_job, j);
+  return atomic_load(&j->updated);
+}
+
 void embag_bwd(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
                const uint8_t *skip) {
   job_t j = {.e = e, .n = n, .idx = idx, .skip = skip, .d_out = d_out};
-  atomic_init(&j.next, 0);
-  atomic_init(&j.updated, 0);
-  if (!n) {
-    memset(e->nu, 0, e->n_tables * sizeof *e->nu);
-    return;
-  }
-  pool_run(pool, bwd_job, &j);
+  run_bwd(pool, &j);
 }
 
 size_t embag_bwd_update(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
@@ -172,14 +195,14 @@ size_t embag_bwd_update(embag_t *e, struct pool_s *pool, uint32_t n, const float
                         const opt_hparams_t *hp) {
   job_t j = {.e = e, .n = n, .idx = idx, .skip = skip, .d_out = d_out, .update = 1, .base = base,
              .row_stride = row_stride, .kind = kind, .hp = hp};
-  atomic_init(&j.next, 0);
-  atomic_init(&j.updated, 0);
-  if (!n) {
-    memset(e->nu, 0, e->n_tables * sizeof *e->nu);
-    return 0;
-  }
-  pool_run(pool, bwd_job, &j);
-  return atomic_load(&j.updated);
+  return run_bwd(pool, &j);
+}
+
+size_t embag_bwd_each(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+                      const uint8_t *skip, float *const *base, size_t row_stride, embag_row_cb cb, void *ud) {
+  job_t j = {.e = e, .n = n, .idx = idx, .skip = skip, .d_out = d_out, .update = 1, .base = base,
+             .row_stride = row_stride, .cb = cb, .ud = ud};
+  return run_bwd(pool, &j);
 }
 
 typedef struct rows_job_s {

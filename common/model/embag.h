@@ -17,9 +17,12 @@
  * An embag_t holds the scratch for one batch of up to max_batch samples of
  * a schema (n_tables tables of the given hotness): every table's fold
  * results side by side, so a caller may read them after the fold, and the
- * model's input, input gradient and logits for embag_train_step.  A step
- * allocates nothing.  One thread drives an embag_t at a time (the pool's
- * threads run inside the calls); pool may be NULL (single-threaded).
+ * model's input, input gradient and logits for embag_train_step (not
+ * with embag_create_tables: the per-table work only, for a caller with
+ * buffers of its own, as a partitioned table's owner pooling the global
+ * batch into its AlltoAll buffer).  A step allocates nothing.  One thread
+ * drives an embag_t at a time (the pool's threads run inside the calls);
+ * pool may be NULL (single-threaded).
  */
 #ifndef CHANTER_EMBAG_H
 #define CHANTER_EMBAG_H
@@ -36,6 +39,9 @@ struct model_dev_s;
 /* Scratch for batches of up to max_batch samples of n_tables tables of
  * dim floats (hotness copied).  0 or -ENOMEM / -EINVAL. */
 int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out);
+/* The same without the model's input, gradient and logits (embag_emb,
+ * embag_d_emb, embag_logits return NULL; no embag_train_step). */
+int embag_create_tables(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out);
 void embag_destroy(embag_t *e);
 
 /* The tables of one batch of n samples: idx[t] = table t's n * hotness[t]
@@ -58,6 +64,16 @@ uint32_t embag_table(const embag_t *e, uint32_t t, const uint64_t **uniq, const 
 size_t embag_bwd_update(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
                         const uint8_t *skip, float *const *base, size_t row_stride, opt_kind_t kind,
                         const opt_hparams_t *hp);
+/* The fold, then the caller's row step: cb(ud, t, r, base[t] + r *
+ * row_stride, grad) for each folded row r of table t, rows ascending, on
+ * the thread that folded the table (for rows whose optimizer or marks the
+ * caller keeps: a partitioned table's owner).  cb runs on the pool's
+ * threads, for different tables at once, never for two rows of one table
+ * at once: it may write what belongs to table t alone.  Returns the rows
+ * folded. */
+typedef void (*embag_row_cb)(void *ud, uint32_t t, uint64_t r, float *row, const float *grad);
+size_t embag_bwd_each(embag_t *e, struct pool_s *pool, uint32_t n, const float *d_out, const uint64_t *const *idx,
+                      const uint8_t *skip, float *const *base, size_t row_stride, embag_row_cb cb, void *ud);
 /* opt_row_update of rows[at[i] * row_stride] (at = NULL: row i) with
  * grads[i * dim] for every i < n with mask[i] == want (mask = NULL: all),
  * over contiguous ranges on the pool's threads.  The rows must be

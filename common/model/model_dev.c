@@ -23,7 +23,7 @@ struct model_dev_s {
   model_cuda_t *gpu;
   float *h_params, *h_grads;              /* host mirrors */
   float *d_dense, *d_emb, *d_demb, *d_labels, *d_logits;
-  uint32_t n_dense, width, max_batch;
+  uint32_t n_dense, n_tables, dim, width, max_batch;
 #endif
 };
 
@@ -47,6 +47,8 @@ int model_dev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint
 #ifdef CHANTER_CUDA
   m->cuda = 1;
   m->n_dense = n_dense;
+  m->n_tables = n_tables;
+  m->dim = dim;
   m->width = n_tables * dim;
   m->max_batch = max_batch;
   if ((rc = model_cuda_create(cfg, n_dense, n_tables, dim, max_batch, &m->gpu, err, err_len)) != 0) {
@@ -154,6 +156,51 @@ float *model_dev_demb_dev(model_dev_t *m) {
 #endif
   (void)m;
   return NULL;
+}
+
+#ifdef CHANTER_CUDA
+/* The columns of the tables with cols[t] != 0 between dst and src (both n
+ * rows of width floats), a run of consecutive tables as one strided copy,
+ * on the model's stream (nn_cuda_stream), waited for. */
+static int copy_cols(model_dev_t *m, uint32_t n, float *dst, const float *src, const uint8_t *cols,
+                     enum cudaMemcpyKind kind) {
+  cudaStream_t st = (cudaStream_t)nn_cuda_stream();
+  size_t pitch = (size_t)m->width * sizeof(float);
+  for (uint32_t t = 0; t < m->n_tables;) {
+    if (!cols[t]) {
+      t++;
+      continue;
+    }
+    uint32_t t1 = t + 1;
+    while (t1 < m->n_tables && cols[t1]) t1++;
+    size_t off = (size_t)t * m->dim;
+    if (cudaMemcpy2DAsync(dst + off, pitch, src + off, pitch, (size_t)(t1 - t) * m->dim * sizeof(float), n, kind,
+                          st) != cudaSuccess)
+      return ERR_CUDA;
+    t = t1;
+  }
+  return cudaStreamSynchronize(st) == cudaSuccess ? 0 : ERR_CUDA;
+}
+#endif
+
+int model_dev_emb_cols_in(model_dev_t *m, uint32_t n, const float *emb, const uint8_t *cols) {
+  if (!m->cuda || !cols || !n) return 0;
+#ifdef CHANTER_CUDA
+  return copy_cols(m, n, m->d_emb, emb, cols, cudaMemcpyHostToDevice);
+#else
+  (void)emb;
+  return 0;
+#endif
+}
+
+int model_dev_demb_cols_out(model_dev_t *m, uint32_t n, float *d_emb, const uint8_t *cols) {
+  if (!m->cuda || !cols || !n) return 0;
+#ifdef CHANTER_CUDA
+  return copy_cols(m, n, d_emb, m->d_demb, cols, cudaMemcpyDeviceToHost);
+#else
+  (void)d_emb;
+  return 0;
+#endif
 }
 
 int model_dev_forward(model_dev_t *m, uint32_t n, const float *dense, const float *emb, float *logits) {

@@ -49,6 +49,17 @@ double model_dev_backward(model_dev_t *m, uint32_t n, const float *labels, float
  * floats) and input gradient; NULL on the CPU. */
 float *model_dev_emb_dev(model_dev_t *m);
 float *model_dev_demb_dev(model_dev_t *m);
+/* device = cuda, for a caller that pools most tables on the device and
+ * gets the others' pooled embeddings on the host (trainer_step's external
+ * tables): table t's columns (dim floats at t * dim of each of n rows of
+ * n_tables * dim) for every t with cols[t] != 0 -- host emb into the
+ * device input (model_dev_emb_cols_in), the device input gradient of the
+ * last model_dev_backward into host d_emb (model_dev_demb_cols_out).  The
+ * other columns are left alone on both sides.  Waits for the copies.
+ * 0 or ERR_CUDA; cols = NULL, n = 0 or the CPU (whose model reads and
+ * writes the host arrays themselves): nothing to do, 0. */
+int model_dev_emb_cols_in(model_dev_t *m, uint32_t n, const float *emb, const uint8_t *cols);
+int model_dev_demb_cols_out(model_dev_t *m, uint32_t n, float *d_emb, const uint8_t *cols);
 /* The CPU model (device = cpu: its threads, the backward's grad-ready
  * hook), or NULL. */
 struct model_s *model_dev_cpu_model(model_dev_t *m);

@@ -23,14 +23,20 @@
  *                 emb + t * dim, n_tables * dim), o += n * h -- the same
  *                 arguments as the CPU's nn_embedding_bag_fwd call, and
  *                 nn.cu's kernel adds a sample's rows in h order starting
- *                 from row 0 as nn.c does.
+ *                 from row 0 as nn.c does.  tcache_cuda_forward_skip: a
+ *                 table with skip[t] is passed over (its ids unchecked,
+ *                 its columns untouched), as embag_fwd's skip on the CPU
+ *                 (trainer_step's external tables; model_dev_emb_cols_in
+ *                 brings their columns from the host).
  *  tcache_cuda_backward = one table of trainer_step_backward's cache_mode loop:
  *                 nn_cuda_embedding_bag_bwd(d_emb + t * dim, width, idx + o,
  *                 n, h, dim, uniq, grad, dim, work) -- stable sort (equal
  *                 slots keep sample order), each unique slot's rows added in
  *                 that order from 0.0f as nn.c does; then uniq (ascending)
  *                 and grad copied to the host, where the caller does
- *                 cache_grad_of's memcpy.
+ *                 cache_grad_of's memcpy.  A table the forward skipped is
+ *                 refused (the caller's loop skips it first, as embag_bwd
+ *                 does on the CPU): its ids name no slot.
  *  tcache_cuda_update_rows = opt_row_update per listed slot, one thread per row
  *                 (rows distinct, so no two threads touch one row):
  *                   sgd:     w[d] -= lr * g[d]                (d ascending)
@@ -105,6 +111,7 @@ struct tcache_cuda_s {
   size_t work_bytes;
   uint32_t fwd_n;
   int fwd_ok;
+  uint8_t *skipped;      /* n_tables: the last forward's skip */
   role_t role[TCACHE_CUDA_ROLES];
 };
 
@@ -282,7 +289,10 @@ int tcache_cuda_create(uint64_t cache_rows, uint32_t rf, uint32_t dim, uint32_t 
   tcache_cuda_t *c = (tcache_cuda_t *)calloc(1, sizeof *c);
   if (!c) return err_set(err, err_len, -ENOMEM, "tcache_cuda_create: out of memory");
   c->hotness = (uint32_t *)malloc(n_tables * sizeof *c->hotness);
-  if (!c->hotness) {
+  c->skipped = (uint8_t *)calloc(n_tables, 1);
+  if (!c->hotness || !c->skipped) {
+    free(c->hotness);
+    free(c->skipped);
     free(c);
     return err_set(err, err_len, -ENOMEM, "tcache_cuda_create: out of memory");
   }
@@ -375,6 +385,7 @@ void tcache_cuda_destroy(tcache_cuda_t *c) {
   if (c->grad) (void)cudaFree(c->grad);
   if (c->work) (void)cudaFree(c->work);
   free(c->hotness);
+  free(c->skipped);
   free(c);
 }
 
@@ -423,15 +434,25 @@ int tcache_cuda_gather(tcache_cuda_t *c, tcache_cuda_role_t role, const void *sl
 /* ------------------------------------------------------------------ forward / backward */
 
 int tcache_cuda_forward(tcache_cuda_t *c, const uint64_t *idx, uint32_t n, float *emb, char *err, size_t err_len) {
+  return tcache_cuda_forward_skip(c, idx, n, NULL, emb, err, err_len);
+}
+
+int tcache_cuda_forward_skip(tcache_cuda_t *c, const uint64_t *idx, uint32_t n, const uint8_t *skip, float *emb,
+                             char *err, size_t err_len) {
   c->fwd_ok = 0;
   if (n > c->max_batch)
     return err_set(err, err_len, -EINVAL, "tcache_cuda_forward: %u samples, more than the batch of %u", n, c->max_batch);
   if (n) {
-    size_t n_ids = (size_t)n * c->ids_per_sample;
-    for (size_t i = 0; i < n_ids; i++)
-      if (idx[i] >= c->cache_rows)
-        return err_set(err, err_len, -EINVAL, "tcache_cuda_forward: idx[%zu] = slot %" PRIu64 ", beyond the cache of %" PRIu64
-                       " rows", i, idx[i], c->cache_rows);
+    size_t n_ids = (size_t)n * c->ids_per_sample, o = 0;
+    for (uint32_t t = 0; t < c->n_tables; t++) { /* a skipped table's ids name no slot */
+      size_t m = (size_t)n * c->hotness[t];
+      if (!(skip && skip[t]))
+        for (size_t i = o; i < o + m; i++)
+          if (idx[i] >= c->cache_rows)
+            return err_set(err, err_len, -EINVAL, "tcache_cuda_forward: idx[%zu] = slot %" PRIu64
+                           ", beyond the cache of %" PRIu64 " rows", i, idx[i], c->cache_rows);
+      o += m;
+    }
     cudaStream_t st = (cudaStream_t)nn_cuda_stream();
     int rc = 0;
     char what[160];
@@ -440,15 +461,18 @@ int tcache_cuda_forward(tcache_cuda_t *c, const uint64_t *idx, uint32_t n, float
         !ok(cudaMemcpyAsync(c->idx, idx, n_ids * sizeof(uint64_t), cudaMemcpyHostToDevice, st), what, err, err_len,
             &rc))
       return rc;
-    size_t width = (size_t)c->n_tables * c->dim, o = 0;
+    size_t width = (size_t)c->n_tables * c->dim;
+    o = 0;
     for (uint32_t t = 0; t < c->n_tables; t++) {
       uint32_t h = c->hotness[t];
-      nn_cuda_embedding_bag_fwd(c->rows, c->rf, c->idx + o, n, h, c->dim, emb + (size_t)t * c->dim, width);
+      if (!(skip && skip[t]))
+        nn_cuda_embedding_bag_fwd(c->rows, c->rf, c->idx + o, n, h, c->dim, emb + (size_t)t * c->dim, width);
       o += (size_t)n * h;
     }
     if ((rc = nn_failed("tcache_cuda_forward (pooling)", err, err_len)) != 0) return rc;
     if (!ok(cudaStreamSynchronize(st), "cudaStreamSynchronize (tcache_cuda_forward)", err, err_len, &rc)) return rc;
   }
+  for (uint32_t t = 0; t < c->n_tables; t++) c->skipped[t] = skip && skip[t];
   c->fwd_n = n;
   c->fwd_ok = 1;
   return 0;
@@ -461,6 +485,10 @@ int tcache_cuda_backward(tcache_cuda_t *c, const float *d_emb, uint32_t table, u
     return err_set(err, err_len, -EINVAL, "tcache_cuda_backward: no successful tcache_cuda_forward to take the slots from");
   if (table >= c->n_tables)
     return err_set(err, err_len, -EINVAL, "tcache_cuda_backward: table %u of %u", table, c->n_tables);
+  if (c->skipped[table])
+    return err_set(err, err_len, -EINVAL,
+                   "tcache_cuda_backward: table %u was skipped by the last forward (an external table: its ids name "
+                   "no slot)", table);
   uint32_t n = c->fwd_n, h = c->hotness[table];
   if ((size_t)n * h == 0) return 0;
   size_t o = 0;

@@ -11,7 +11,9 @@
  *   tcache_cuda_scatter      memcpy of prefetched rows into their slots
  *   tcache_cuda_gather       memcpy of slots' rows out (write-back, evaluation)
  *   tcache_cuda_forward      nn_embedding_bag_fwd per table over the slot array,
- *                    into the model's DEVICE input (n x n_tables*dim)
+ *                    into the model's DEVICE input (n x n_tables*dim);
+ *                    tcache_cuda_forward_skip leaves the tables embag_fwd's
+ *                    skip would leave (trainer_step's external tables)
  *   tcache_cuda_backward     nn_embedding_bag_bwd of one table (ids sorted
  *                    stably, each slot's rows added in sample order), its
  *                    unique slots and their gradients copied to the host
@@ -70,12 +72,19 @@ int tcache_cuda_gather(tcache_cuda_t *c, tcache_cuda_role_t role, const void *sl
  * (DEVICE, n rows of n_tables * dim floats) gets table t's sums at column
  * t * dim.  Keeps idx on the device for tcache_cuda_backward.  TCACHE_CUDA_TRAIN. */
 int tcache_cuda_forward(tcache_cuda_t *c, const uint64_t *idx, uint32_t n, float *emb, char *err, size_t err_len);
+/* As tcache_cuda_forward, but skip[t] != 0 (skip = NULL: none) leaves table
+ * t alone, as embag_fwd's skip does: its idx entries name no slot and are
+ * neither checked nor pooled (only copied along), its columns of emb are
+ * not written, and
+ * tcache_cuda_backward refuses it (-EINVAL) until the next forward. */
+int tcache_cuda_forward_skip(tcache_cuda_t *c, const uint64_t *idx, uint32_t n, const uint8_t *skip, float *emb,
+                             char *err, size_t err_len);
 
 /* Table t of the last tcache_cuda_forward: d_emb (DEVICE, n rows of n_tables * dim
  * floats, the model's input gradient) folded per slot, coalesced in sample
  * order; *n_uniq unique slots ascending into uniq[] and their gradients
- * into grad[k * dim ..] (host; room for n * hotness[t] entries).
- * TCACHE_CUDA_TRAIN. */
+ * into grad[k * dim ..] (host; room for n * hotness[t] entries).  A table
+ * the last forward skipped: -EINVAL.  TCACHE_CUDA_TRAIN. */
 int tcache_cuda_backward(tcache_cuda_t *c, const float *d_emb, uint32_t table, uint64_t *uniq, float *grad, uint32_t *n_uniq,
                  char *err, size_t err_len);
 

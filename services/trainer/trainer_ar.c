@@ -11,8 +11,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+typedef struct bucket_arg_s bucket_arg_t;
+
 struct trainer_ar_s {
   coll_t *c;
+  trainer_sched_t *sched;   /* comm_schedule = priority: buckets go to its queue (no thread here) */
+  trainer_sched_op_t *ops;  /* nb: the buckets' operations */
+  bucket_arg_t *args;       /* nb */
+  uint64_t x;               /* the step's iteration (the operations' ids) */
   float *g;
   size_t n, B, nb; /* floats, bucket floats (0 = one, no thread), buckets */
   pthread_mutex_t mu;
@@ -61,18 +67,49 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-int trainer_ar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, trainer_ar_t **out) {
+/* comm_schedule = priority: bucket k as an operation of the scheduler */
+struct bucket_arg_s {
+  trainer_ar_t *a;
+  size_t k;
+};
+
+static int bucket_op(coll_t *c, void *ud) {
+  const bucket_arg_t *b = ud;
+  return coll_allreduce_sum_f32(c, b->a->g + bucket_lo(b->a, b->k), bucket_hi(b->a, b->k) - bucket_lo(b->a, b->k));
+}
+
+/* under mu: buckets [started, ready) to the scheduler */
+static void submit_ready(trainer_ar_t *a) {
+  trainer_sched_hold(a->sched); /* offered together */
+  for (; a->started < a->ready; a->started++)
+    trainer_sched_submit(a->sched, &a->ops[a->started],
+                         trainer_sched_id(TRAINER_SCHED_DENSE, a->x, (uint32_t)a->started), bucket_op,
+                         &a->args[a->started]);
+  trainer_sched_release(a->sched);
+}
+
+int trainer_ar_create(coll_t *c, trainer_sched_t *sched, float *grads, size_t n, size_t bucket_floats,
+                      trainer_ar_t **out) {
   *out = NULL;
   trainer_ar_t *a = calloc(1, sizeof(*a));
   if (!a) return -ENOMEM;
   a->c = c;
+  a->sched = sched;
   a->g = grads;
   a->n = n;
   a->B = bucket_floats && bucket_floats < n ? bucket_floats : n;
   a->nb = a->B ? (n + a->B - 1) / a->B : 0;
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
-  if (bucket_floats && a->nb) {
+  if (sched && a->nb) {
+    a->ops = calloc(a->nb, sizeof *a->ops);
+    a->args = calloc(a->nb, sizeof *a->args);
+    if (!a->ops || !a->args) {
+      trainer_ar_destroy(a);
+      return -ENOMEM;
+    }
+    for (size_t k = 0; k < a->nb; k++) a->args[k] = (bucket_arg_t){.a = a, .k = k};
+  } else if (bucket_floats && a->nb) {
     if (pthread_create(&a->th, NULL, comm_main, a) != 0) {
       trainer_ar_destroy(a);
       return -EAGAIN;
@@ -94,13 +131,15 @@ void trainer_ar_destroy(trainer_ar_t *a) {
   }
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  free(a->ops), free(a->args);
   free(a);
 }
 
 size_t trainer_ar_buckets(const trainer_ar_t *a) { return a->nb; }
 
-void trainer_ar_begin(trainer_ar_t *a) {
+void trainer_ar_begin(trainer_ar_t *a, uint64_t x) {
   pthread_mutex_lock(&a->mu);
+  a->x = x;
   a->ready = a->started = a->done = 0;
   a->t_comm = 0;
   pthread_mutex_unlock(&a->mu);
@@ -108,18 +147,34 @@ void trainer_ar_begin(trainer_ar_t *a) {
 
 void trainer_ar_ready(void *arg, size_t lo) {
   trainer_ar_t *a = arg;
-  if (!a->threaded) return;
+  if (!a->threaded && !a->sched) return;
   pthread_mutex_lock(&a->mu);
   size_t k = a->ready;
   while (k < a->nb && bucket_lo(a, k) >= lo) k++;
   if (k > a->ready) {
     a->ready = k;
+    if (a->sched) submit_ready(a);
     pthread_cond_broadcast(&a->cv);
   }
   pthread_mutex_unlock(&a->mu);
 }
 
 int trainer_ar_finish(trainer_ar_t *a, double *t_comm) {
+  if (a->sched) {
+    pthread_mutex_lock(&a->mu);
+    a->ready = a->nb;
+    submit_ready(a);
+    pthread_mutex_unlock(&a->mu);
+    int rc = 0;
+    double t = 0;
+    for (size_t k = 0; k < a->nb; k++) { /* every one: the scheduler holds them until they ran or failed */
+      int r = trainer_sched_wait(a->sched, &a->ops[k]);
+      if (r && !rc) rc = r;
+      t += a->ops[k].seconds;
+    }
+    if (t_comm) *t_comm = t;
+    return rc;
+  }
   if (!a->threaded) {
     double t0 = now_s();
     int rc = a->rc;

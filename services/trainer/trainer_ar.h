@@ -18,6 +18,10 @@
  * part of the job's configuration (trainer.bucket_kb): the same job gives
  * the same bits, another bucket size may differ in the last bits.
  *
+ * With trainer.comm_schedule = priority there is no thread here: a ready
+ * bucket k of iteration x is the scheduler's operation (DENSE, x, k), run
+ * by its communication thread between more urgent ones (trainer_sched.h).
+ *
  * Threads: trainer_ar_begin / trainer_ar_finish on the training thread; trainer_ar_ready from
  * inside model_backward (the same thread).  The group (coll_t) is used by
  * the communication thread only between trainer_ar_begin and trainer_ar_finish, and by
@@ -29,18 +33,23 @@
 #include <stddef.h>
 
 #include "coll.h"
+#include "trainer_sched.h"
 
 typedef struct trainer_ar_s trainer_ar_t;
 
 /* Over grads[0..n) on group c.  bucket_floats == 0: one bucket of the
  * whole array, all-reduced by trainer_ar_finish on the calling thread after the
- * backward (no overlap, no thread).  0, -ENOMEM, -EAGAIN. */
-int trainer_ar_create(coll_t *c, float *grads, size_t n, size_t bucket_floats, trainer_ar_t **out);
+ * backward (no overlap, no thread).  sched (trainer.comm_schedule =
+ * priority): no thread here; each bucket, once ready, is an operation of
+ * class DENSE in the scheduler's queue (trainer_sched.h), which owns the
+ * group.  0, -ENOMEM, -EAGAIN. */
+int trainer_ar_create(coll_t *c, trainer_sched_t *sched, float *grads, size_t n, size_t bucket_floats,
+                      trainer_ar_t **out);
 void trainer_ar_destroy(trainer_ar_t *a);
 size_t trainer_ar_buckets(const trainer_ar_t *a);
 
-/* Before the backward: nothing is ready yet. */
-void trainer_ar_begin(trainer_ar_t *a);
+/* Before the backward of iteration x: nothing is ready yet. */
+void trainer_ar_begin(trainer_ar_t *a, uint64_t x);
 /* The model's hook (model_grad_ready_fn): grads[lo, n) are final. */
 void trainer_ar_ready(void *a, size_t lo);
 /* After the backward: waits until every bucket is all-reduced (doing any

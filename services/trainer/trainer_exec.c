@@ -207,7 +207,7 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
   if ((rc = trainer_step_forward(t->ts, b, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
   double t2 = trainer_now();
-  trainer_ar_begin(t->join.dense_ar);
+  trainer_ar_begin(t->join.dense_ar, x);
   s->loss = trainer_step_backward(t->ts, b, w->step.global_batch_size ? w->step.global_batch_size : 1);
   double t3 = trainer_now();
   if ((rc = dense_finish(t, x, &s->c.dense_comm, err, err_len)) != 0) return rc;
@@ -262,7 +262,7 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
     if (trainer_kmap_set(t->kmap, st->fetch_slots[i], st->fetch_keys[i]) != 0)
       return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
   double t2 = trainer_now();
-  trainer_ar_begin(t->join.dense_ar);
+  trainer_ar_begin(t->join.dense_ar, s->iteration);
   s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch_size ? st->global_batch_size : 1);
   /* the partitioned tables' gradients to their owners (another group:
    * overlapped with the dense all-reduce's thread), folded and applied */
@@ -285,7 +285,9 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
   if (n_crit) {
     if (trainer_grow((void **)&e->crit_buf, &e->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
     trainer_step_cache_pack(t->ts, st->sync_critical, n_crit, e->crit_buf);
-    int rc = coll_allreduce_sum_f32_ordered(t->join.coll, e->crit_buf, n_crit * dim);
+    int rc = trainer_sched_sum_ordered(t->join.sched, t->join.coll,
+                                       trainer_sched_id(TRAINER_SCHED_NEXT, s->iteration, TRAINER_SCHED_CRITICAL),
+                                       e->crit_buf, n_crit * dim);
     if (rc)
       return err_set(err, err_len, rc,
                      "iteration %" PRIu64 ": all-reduce of %zu shared rows' gradients among %u trainers failed: %s",
@@ -333,7 +335,9 @@ static int ownership(trainer_t *t, const trainer_work_step_t *st, uint64_t x, ch
   }
   size_t mine_n = off[t->rank + 1] - off[t->rank];
   trainer_step_cache_gather(t->ts, grouped + off[t->rank], mine_n, mine);
-  if ((rc = coll_allgather(t->join.coll, mine, maxc * rf * sizeof(float), all)) != 0) {
+  if ((rc = trainer_sched_allgather(t->join.sched, t->join.coll,
+                                    trainer_sched_id(TRAINER_SCHED_NEXT, x, TRAINER_SCHED_HANDOVER), mine,
+                                    maxc * rf * sizeof(float), all)) != 0) {
     err_set(err, err_len, rc, "iteration %" PRIu64 ": replicating %zu owned rows among %u trainers failed: %s", x, n,
             P, err_str(rc));
     goto out;

@@ -209,6 +209,9 @@ static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t ti
   return rc;
 }
 
+/* the scheduler's waits give up when the trainer stops or leaves the generation */
+static int sched_cancelled(void *ud) { return trainer_halting(ud); }
+
 int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   trainer_join_t *j = &t->join;
   coll_store_t store = {.set = kv_set, .get = kv_get, .ud = t};
@@ -235,9 +238,18 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   /* the dense all-reduce in buckets, overlapped with the backward (one
    * trainer: nothing to reduce, no hook) */
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
-  if ((rc = trainer_ar_create(j->coll, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket, &j->dense_ar)) != 0)
+  /* comm_schedule = priority: one queue and one thread own the group;
+   * threads: the dense all-reduce's thread, the partitioned tables' own
+   * group, the background's delayed rows on the group between them */
+  if (t->trainers > 1 && !strcmp(cfg_str(t->cfg, "trainer.comm_schedule"), "priority") &&
+      (rc = trainer_sched_create(j->coll, sched_cancelled, t, &j->sched)) != 0)
+    return err_set(err, err_len, rc, "cannot start the collectives' scheduler: %s", err_str(rc));
+  t->pipe.chunk_floats = (size_t)cfg_int(t->cfg, "trainer.comm_chunk_kb") * 1024 / sizeof(float);
+  t->part.sched = j->sched;
+  if ((rc = trainer_ar_create(j->coll, j->sched, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket,
+                              &j->dense_ar)) != 0)
     return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
-  if (t->part.any) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
+  if (t->part.any && !j->sched) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
     char pprefix[600];
     snprintf(pprefix, sizeof pprefix, "%s/part", j->prefix);
     o.prefix = pprefix;
@@ -248,14 +260,24 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
   if (overlap) model_set_grad_ready(m, trainer_ar_ready, j->dense_ar);
   log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
-           "overlap=%s",
+           "overlap=%s comm_schedule=%s",
            t->rank, t->trainers, coll_backend(j->coll), j->prefix, trainer_now() - t0, trainer_step_n_params(t->ts),
-           trainer_ar_buckets(j->dense_ar), overlap ? "yes" : "no");
+           trainer_ar_buckets(j->dense_ar), overlap ? "yes" : "no", j->sched ? "priority" : "threads");
   return 0;
 }
 
 void trainer_join_group_close(trainer_t *t) {
   if (t->ts && trainer_step_model(t->ts)) model_set_grad_ready(trainer_step_model(t->ts), NULL, NULL);
+  if (t->join.sched) {
+    trainer_sched_stats_t st;
+    trainer_sched_stats(t->join.sched, &st);
+    log_info("collectives scheduled rank=%u operations=%" PRIu64 " rounds=%" PRIu64 " rounds_without_common=%" PRIu64
+             " agree_seconds=%.3f operation_seconds=%.3f",
+             t->rank, st.ops, st.rounds, st.empty_rounds, st.t_agree, st.t_ops);
+  }
+  trainer_sched_destroy(t->join.sched); /* first: it may hold the dense buckets' operations */
+  t->join.sched = NULL;
+  t->part.sched = NULL;
   trainer_ar_destroy(t->join.dense_ar);
   t->join.dense_ar = NULL;
   coll_destroy(t->join.coll);

@@ -32,8 +32,11 @@ typedef struct trainer_join_s {
   int hb_running;
   char prefix[512]; /* the group's rendezvous prefix, "<job_id>/<generation>" (Join's answer) */
   coll_t *coll;     /* the group */
-  coll_t *pcoll;    /* the partitioned tables' AlltoAlls (a second group, "<prefix>/part", the training thread's
-                       alone), when table_strategy partitions any table; else NULL */
+  coll_t *pcoll;    /* comm_schedule = threads: the partitioned tables' AlltoAlls (a second group,
+                       "<prefix>/part", the training thread's alone), when table_strategy partitions any table;
+                       else NULL */
+  trainer_sched_t *sched; /* comm_schedule = priority (and 2+ trainers): every collective of the generation
+                             goes through its queue, which owns coll (trainer_sched.h); else NULL */
   trainer_ar_t *dense_ar;  /* the bucketed dense all-reduce (trainer_ar.h) on it */
 } trainer_join_t;
 

@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "embag.h"
 #include "err.h"
 #include "log.h"
-#include "nn.h"
+#include "model.h"
 #include "trainer_state.h"
 #include "tstrat.h"
 
@@ -48,7 +49,11 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
   p->dirty = calloc(p->T, sizeof *p->dirty);
   p->sb = calloc(p->P, sizeof *p->sb);
   p->rb = calloc(p->P, sizeof *p->rb);
-  if (!p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb) {
+  p->mbase = calloc(p->T, sizeof *p->mbase);
+  p->midx = calloc(p->T, sizeof *p->midx);
+  p->mhot = calloc(p->T, sizeof *p->mhot);
+  if (!p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
+      !p->mbase || !p->midx || !p->mhot) {
     trainer_part_close(p);
     return -ENOMEM;
   }
@@ -63,6 +68,9 @@ void trainer_part_reset(trainer_part_t *p) {
     p->rows[t] = NULL;
     p->loaded[t] = p->dirty[t] = NULL;
   }
+  embag_destroy(p->eb); /* sized for this placement's tables */
+  p->eb = NULL;
+  p->eb_batch = 0;
   p->placed = 0;
   p->ext_applied = 0;
   p->n_mine = p->n_part = 0;
@@ -75,7 +83,7 @@ void trainer_part_close(trainer_part_t *p) {
   free(p->rows), free(p->loaded), free(p->dirty);
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
-  free(p->gbuf), free(p->lbuf), free(p->uniq), free(p->ugrad), free(p->work);
+  free(p->gbuf), free(p->lbuf), free(p->mbase), free(p->midx), free(p->mhot);
   memset(p, 0, sizeof *p);
 }
 
@@ -157,10 +165,12 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   return 0;
 }
 
-/* One AlltoAll of send (blocks of p->sb bytes) into recv (p->rb). */
-static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv, uint64_t x, const char *what,
-                    char *err, size_t err_len) {
-  int rc = coll_alltoallv(c, send, p->sb, recv, p->rb);
+/* One AlltoAll of send (blocks of p->sb bytes) into recv (p->rb): on c,
+ * or as the scheduler's operation `which` of iteration x. */
+static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv, uint64_t x, uint32_t which,
+                    const char *what, char *err, size_t err_len) {
+  int rc = trainer_sched_alltoallv(p->sched, c, trainer_sched_id(TRAINER_SCHED_NEXT, x, which), send, p->sb, recv,
+                                   p->rb);
   if (rc)
     return err_set(err, err_len, rc,
                    "iteration %" PRIu64 ": AlltoAll of the partitioned tables' %s among %u trainers failed: %s", x,
@@ -205,6 +215,49 @@ static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, i
              : 0;
 }
 
+/* This rank's tables for embag: their rows and st's ids (part_ids: table
+ * mine[k]'s B * hotness ids after table mine[k-1]'s), and embag's scratch
+ * for a global batch of B.  0 or -ENOMEM. */
+static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
+  uint64_t B = st->global_batch_size;
+  size_t o = 0;
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k];
+    p->mbase[k] = p->rows[t];
+    p->midx[k] = st->part_ids + o;
+    p->mhot[k] = p->schema->hotness[t];
+    o += (size_t)B * p->mhot[k];
+  }
+  if (!p->n_mine || (p->eb && p->eb_batch >= B)) return 0;
+  embag_destroy(p->eb);
+  p->eb_batch = 0;
+  if (embag_create_tables(p->n_mine, p->mhot, p->dim, B ? (uint32_t)B : 1, &p->eb) != 0) {
+    p->eb = NULL;
+    return -ENOMEM;
+  }
+  p->eb_batch = B;
+  return 0;
+}
+
+/* The pool's threads: table k's row step (trainer_step_row_update only
+ * reads ts) and its own dirty marks. */
+typedef struct row_ctx_s {
+  trainer_part_t *p;
+  trainer_step_t *ts;
+} row_ctx_t;
+
+static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float *grad) {
+  row_ctx_t *c = ud;
+  trainer_step_row_update(c->ts, row, grad);
+  c->p->dirty[c->p->mine[k]][r] = 1;
+}
+
+/* The model's threads (NULL: this thread alone). */
+static struct pool_s *threads(trainer_step_t *ts) {
+  model_t *m = trainer_step_model(ts);
+  return m ? model_pool(m) : NULL;
+}
+
 int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                          const data_batch_t *b, char *err, size_t err_len) {
   if (!st->part_owner || !p->n_part) return 0; /* (table_strategy = auto may have partitioned none) */
@@ -213,19 +266,16 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
     if ((rc = trainer_step_set_external(ts, p->ext, err, err_len)) != 0) return rc;
     p->ext_applied = 1;
   }
-  uint64_t B = st->global_batch_size;
-  size_t d = p->dim, w = (size_t)p->n_mine * d;
   double t0 = trainer_now();
-  if (sizes(p, st, b->n, 0)) return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
-  /* this rank's tables over the global batch, in trainer order */
-  size_t o = 0;
-  for (uint32_t k = 0; k < p->n_mine; k++) {
-    uint32_t t = p->mine[k], h = p->schema->hotness[t];
-    nn_embedding_bag_fwd(p->rows[t], p->rf, st->part_ids + o, (uint32_t)B, h, p->dim, p->gbuf + k * d, w);
-    o += (size_t)B * h;
-  }
+  if (sizes(p, st, b->n, 0) || tables(p, st))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
+  /* this rank's tables over the global batch, in trainer order: gbuf [B x n_mine x dim] */
+  if (p->n_mine)
+    embag_fwd(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->mbase, p->rf, p->midx, NULL, p->gbuf);
   double t1 = trainer_now();
-  if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, "pooled embeddings", err, err_len)) != 0) return rc;
+  if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, TRAINER_SCHED_A2A_FWD, "pooled embeddings", err,
+                     err_len)) != 0)
+    return rc;
   double t2 = trainer_now();
   columns(p, b->n, trainer_step_emb_in(ts), p->lbuf, 0);
   log_debug("part forward x=%" PRIu64 " pool_ms=%.2f exchange_ms=%.2f unpack_ms=%.2f", st->iteration, 1e3 * (t1 - t0),
@@ -238,34 +288,21 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
   *updated = 0;
   if (!st->part_owner || !p->n_part) return 0;
   double t0 = trainer_now();
-  uint64_t B = st->global_batch_size;
-  size_t d = p->dim, w = (size_t)p->n_mine * d;
   /* the gradients of our samples' pooled embeddings, by owner, back to the owners */
   if (sizes(p, st, b->n, 1))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
   columns(p, b->n, (float *)trainer_step_d_emb(ts) /* only read: to_blocks */, p->lbuf, 1);
   double t1 = trainer_now();
-  int rc = exchange(p, c, p->lbuf, p->gbuf, st->iteration, "gradients", err, err_len);
+  int rc = exchange(p, c, p->lbuf, p->gbuf, st->iteration, TRAINER_SCHED_A2A_BWD, "gradients", err, err_len);
   if (rc) return rc;
   double t2 = trainer_now();
-  /* gbuf: [B x n_mine x dim], global samples in trainer order */
-  size_t o = 0;
-  for (uint32_t k = 0; k < p->n_mine; k++) {
-    uint32_t t = p->mine[k], h = p->schema->hotness[t];
-    size_t m = (size_t)B * h;
-    if (trainer_grow((void **)&p->uniq, &p->cap_u, m, sizeof *p->uniq) ||
-        trainer_grow((void **)&p->ugrad, &p->cap_w, m * d, sizeof(float)) ||
-        trainer_grow(&p->work, &p->cap_work, nn_embedding_bag_bwd_work_size((uint32_t)B, h), 1))
-      return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
-    uint32_t u = nn_embedding_bag_bwd(p->gbuf + k * d, w, st->part_ids + o, (uint32_t)B, h, p->dim, p->uniq,
-                                      p->ugrad, d, p->work);
-    for (uint32_t j = 0; j < u; j++) {
-      trainer_step_row_update(ts, p->rows[t] + (size_t)p->uniq[j] * p->rf, p->ugrad + (size_t)j * d);
-      p->dirty[t][p->uniq[j]] = 1;
-    }
-    *updated += u;
-    o += m;
-  }
+  /* gbuf: [B x n_mine x dim], global samples in trainer order; each
+   * table folded per row in that order and its rows updated */
+  if (tables(p, st)) return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
+  row_ctx_t ctx = {.p = p, .ts = ts};
+  if (p->n_mine)
+    *updated = embag_bwd_each(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->gbuf, p->midx, NULL, p->mbase,
+                              p->rf, row_update, &ctx);
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
             1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
   return 0;

@@ -26,11 +26,22 @@
  * run only in the dense all-reduce's summation order.  L plays no part:
  * any lookahead gives the bits of L = 0 for the same assignment.
  *
- * Device: the CPU path only (trainer_step_set_external refuses cuda).
+ * Device: either.  The rows, the owner's pooling and fold and the
+ * AlltoAlls are in host memory on both (the trainer's groups are Gloo);
+ * on device = cuda trainer_step copies the pooled columns into the GPU's
+ * input before the forward and their gradient back to the host after the
+ * backward, the GPU cache skipping these tables (trainer_step.h, external
+ * tables).  The CUDA path compiles but has never run on a GPU.
  *
  * Threads: trainer_part_load is the feeder's (it writes only rows no
  * earlier Step used, and its own bitmap); everything else the training
- * thread's.  Reset and close with both stopped.
+ * thread's.  Reset and close with both stopped.  Inside trainer_part_forward
+ * and trainer_part_backward the training thread runs the pooling and the
+ * fold + row update on the model's threads (model_pool, which only the
+ * training thread drives; the model is idle then), table by table with
+ * embag (embag.h): one thread does all of one table -- reads its rows and
+ * ids, writes its columns of gbuf, its rows, its dirty marks -- with the
+ * single-threaded code, so the bits do not depend on the thread count.
  */
 #ifndef CHANTER_TRAINER_PART_H
 #define CHANTER_TRAINER_PART_H
@@ -43,6 +54,7 @@
 #include "data.h"
 #include "embc.h"
 #include "table.h"
+#include "trainer_sched.h"
 #include "trainer_step.h"
 #include "trainer_work.h"
 
@@ -69,12 +81,17 @@ typedef struct trainer_part_s {
   float *gbuf, *lbuf; /* the owner's side (global batch) and every rank's (its samples): trainer_part.c */
   size_t cap_g, cap_l;
   size_t *sb, *rb; /* P */
-  uint64_t *uniq;
-  float *ugrad;
-  void *work;
-  size_t cap_u, cap_work, cap_w;
+  /* the pooling and the fold of this rank's tables on the model's threads
+   * (embag over n_mine tables, room for eb_batch samples; per placement) */
+  struct embag_s *eb;
+  uint64_t eb_batch;
+  float **mbase;          /* n_mine: rows[mine[k]] */
+  const uint64_t **midx;  /* n_mine: table mine[k]'s ids in this Step's part_ids */
+  uint32_t *mhot;         /* n_mine: its hotness */
   /* counters (this generation) */
   uint64_t rows_loaded, rows_flushed;
+  trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the
+                             group the caller passes) */
 } trainer_part_t;
 
 /* From the job: which tables are partitioned (not where: the oracle places

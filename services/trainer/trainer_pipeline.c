@@ -42,6 +42,7 @@ void trainer_pipeline_close(trainer_t *t) {
   free(p->pf_rows);
   free(p->bg_grad);
   free(p->bg_rows);
+  trainer_sched_chunks_free(&p->bg_chunks);
   pthread_cond_destroy(&p->bcv);
   pthread_cond_destroy(&p->fcv);
   pthread_mutex_destroy(&p->mu);
@@ -208,7 +209,12 @@ static void *bg_main(void *arg) {
     char err[768] = "";
     uint64_t x = st->iteration;
     if (!failed && st->n_delayed) {
-      if ((rc = coll_allreduce_sum_f32_ordered(t->join.coll, p->bg_grad, st->n_delayed * dim)) != 0)
+      /* with the scheduler, in chunks of the lowest priority: the next
+       * step's AlltoAll and dense buckets go between them */
+      rc = trainer_sched_chunks_submit(t->join.sched, &p->bg_chunks, TRAINER_SCHED_DELAYED, x, p->bg_grad,
+                                       st->n_delayed * dim, p->chunk_floats);
+      if (!rc) rc = trainer_sched_chunks_wait(t->join.sched, t->join.coll, &p->bg_chunks);
+      if (rc)
         err_set(err, sizeof err, rc,
                 "iteration %" PRIu64 ": all-reduce of %zu delayed rows' gradients among %u trainers failed: %s", x,
                 st->n_delayed, t->trainers, err_str(rc));
@@ -285,7 +291,8 @@ void trainer_pipeline_gate_advance(trainer_t *t, uint64_t done) {
 int trainer_pipeline_gate_open(trainer_t *t, uint64_t x, char *err, size_t err_len) {
   int rc = trainer_pipeline_bg_wait(t, NULL, err, err_len);
   if (rc) return rc;
-  if ((rc = coll_barrier(t->join.coll)) != 0)
+  if ((rc = trainer_sched_barrier(t->join.sched, t->join.coll, trainer_sched_id(TRAINER_SCHED_NEXT, x, TRAINER_SCHED_GATE))) !=
+      0)
     return err_set(err, err_len, rc, "barrier before iteration %" PRIu64 " failed among %u trainers: %s", x,
                    t->trainers, err_str(rc));
   trainer_pipeline_gate_advance(t, x);

@@ -26,9 +26,12 @@
  * trainer has waited for its background of x-1), after an evaluation's
  * barrier, and -- when the feeder waits for the gate of the very item the
  * training thread needs (L = 0) -- by an explicit barrier
- * (trainer_pipeline_gate_open).  The group's collectives run in one order
- * on every trainer: [background x-1: delayed rows] [the gate barrier, if
- * any] [dense buckets of x] [critical rows of x] ...
+ * (trainer_pipeline_gate_open).  With trainer.comm_schedule = threads
+ * the group's collectives run in one order on every trainer: [background
+ * x-1: delayed rows] [the gate barrier, if any] [dense buckets of x]
+ * [critical rows of x] ...; with priority (the default) each is an
+ * operation of the trainer's scheduler (trainer_sched.h), whose rounds
+ * agree on the order, the delayed rows in chunks of the lowest priority.
  *
  * Owns t->pipe.  Functions run on the training thread unless said.
  */
@@ -40,6 +43,7 @@
 #include <stdint.h>
 
 #include "trainer_loop.h"
+#include "trainer_sched.h"
 #include "trainer_work.h"
 
 /* A work item in the feeder's queue (and, for a Step, then in the
@@ -76,6 +80,8 @@ typedef struct trainer_pipeline_s {
   trainer_item_t *bg_item; /* the Step handed over (owned until the next bg_wait) */
   float *bg_grad, *bg_rows; /* its delayed rows' gradients (packed by the training thread), write-back rows */
   size_t cap_grad, cap_rows;
+  trainer_sched_chunks_t bg_chunks; /* the delayed rows' all-reduce as operations of the scheduler */
+  size_t chunk_floats;              /* trainer.comm_chunk_kb */
 } trainer_pipeline_t;
 
 /* From trainer_create / trainer_destroy (threads stopped by then). */

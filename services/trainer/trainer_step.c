@@ -430,8 +430,15 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
     const float *emb = ts->emb;
     if (ts->cuda) {
 #ifdef CHANTER_CUDA
-      /* pooled on the GPU straight into the model's input */
-      if ((rc = tcache_cuda_forward(ts->dc, ts->idx, b->n, model_dev_emb_dev(ts->md), err, err_len)) != 0) return rc;
+      /* pooled on the GPU straight into the model's input; an external
+       * table (ext) is skipped there too: its columns, which the caller
+       * wrote into the host input (trainer_step_emb_in), are copied into
+       * the device's input (only those columns) */
+      if ((rc = model_dev_emb_cols_in(ts->md, b->n, ts->emb, ts->ext)) != 0)
+        return err_set(err, err_len, rc, "copying the external tables' pooled embeddings to the GPU failed: %s",
+                       err_str(rc));
+      if ((rc = tcache_cuda_forward_skip(ts->dc, ts->idx, b->n, ts->ext, model_dev_emb_dev(ts->md), err, err_len)) != 0)
+        return rc;
       emb = model_dev_emb_dev(ts->md);
 #endif
     } else {
@@ -649,7 +656,16 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
    * threads (into embag's per-table buffers); the tables' rows are then
    * taken in table order, as the serial loop did.  External tables are
    * skipped: the caller takes their gradient from trainer_step_d_emb. */
-  if (!on_dev) embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->ext : NULL);
+  if (!on_dev) {
+    embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->ext : NULL);
+  } else if (ts->ext) {
+    /* on the GPU the input gradient stayed on the device (folded there
+     * below, external tables skipped as on the CPU); the external tables'
+     * columns come to the host d_emb, where the CPU's backward wrote them,
+     * for trainer_step_d_emb */
+    int rc = model_dev_demb_cols_out(ts->md, b->n, ts->d_emb, ts->ext);
+    if (rc) dev_fail(ts, rc, "copying the external tables' input gradient from the GPU", err_str(rc));
+  }
   if (ts->cache_mode) {
     for (uint32_t t = 0; t < ts->n_tables; t++) {
       uint32_t u = 0;
@@ -711,16 +727,13 @@ size_t trainer_step_update(trainer_step_t *ts) {
 int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len) {
   int any = 0;
   for (uint32_t t = 0; ext && t < ts->n_tables; t++) any |= ext[t] != 0;
-  if (any && ts->cuda)
-    return err_set(err, err_len, ERR_CONFIG,
-                   "table_strategy = partition runs on device = cpu only for now (the GPU cache pools every table "
-                   "on the device)");
   if (!any) {
     free(ts->ext);
     ts->ext = NULL;
     return 0;
   }
-  if (!ts->ext && !(ts->ext = calloc(ts->n_tables, 1))) return -ENOMEM;
+  if (!ts->ext && !(ts->ext = calloc(ts->n_tables, 1)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the external tables' flags");
   memcpy(ts->ext, ext, ts->n_tables);
   return 0;
 }

@@ -164,8 +164,15 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
  * (trainer_step_emb_in: sample i, table t at i * n_tables * dim + t * dim)
  * before the forward, and reads their gradient from trainer_step_d_emb
  * (same layout, scaled like every gradient) after trainer_step_backward,
- * which folds only the other tables.  ext = NULL (or all zero): none.
- * ERR_CONFIG on device = cuda (not done there yet), -ENOMEM. */
+ * which folds only the other tables.  On device = cuda the same, with
+ * the same skip rules on the GPU cache (tcache_cuda_forward_skip; the
+ * backward's fold loop): both arrays stay host arrays, the forward copies
+ * the external tables' columns of trainer_step_emb_in into the device's
+ * input before the model runs, and the backward copies their columns of
+ * the device's input gradient into trainer_step_d_emb (only those columns
+ * are meaningful there on the GPU; the CPU writes every column).  That
+ * path compiles but has never run on a GPU.  ext = NULL (or all zero):
+ * none.  0 or -ENOMEM. */
 int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len);
 float *trainer_step_emb_in(trainer_step_t *ts);
 const float *trainer_step_d_emb(const trainer_step_t *ts);

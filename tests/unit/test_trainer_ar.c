@@ -24,6 +24,7 @@
 
 #include "coll.h"
 #include "trainer_ar.h"
+#include "trainer_sched.h"
 #include "testutil.h"
 
 static char g_dir[256];
@@ -44,6 +45,7 @@ typedef struct rank_s {
   int mode;     /* 0: suffixes one float-range at a time; 1: all at once; 2: none (finish only) */
   int steps;
   int die;      /* this rank leaves after creating the group */
+  int sched;    /* the buckets go through a trainer_sched queue (comm_schedule = priority) */
   float *g;
   int rc;       /* of trainer_ar_finish in the last step */
 } rank_t;
@@ -69,10 +71,12 @@ static void *rank_main(void *arg) {
     return NULL;
   }
   trainer_ar_t *a;
-  if ((r->rc = trainer_ar_create(c, r->g, r->n, r->bucket, &a)) != 0) goto out;
+  trainer_sched_t *sched = NULL;
+  if (r->sched && (r->rc = trainer_sched_create(c, NULL, NULL, &sched)) != 0) goto out;
+  if ((r->rc = trainer_ar_create(c, sched, r->g, r->n, r->bucket, &a)) != 0) goto out;
   for (int step = 0; step < r->steps; step++) {
     for (size_t i = 0; i < r->n; i++) r->g[i] = val(r->rank + step, i);
-    trainer_ar_begin(a);
+    trainer_ar_begin(a, (uint64_t)step);
     if (r->mode == 0) {
       /* a backward of uneven layers: suffixes shrinking by 1000, 7, 30011 ... floats */
       static const size_t step_sz[] = {1000, 7, 30011, 1, 4096, 999};
@@ -88,6 +92,7 @@ static void *rank_main(void *arg) {
     r->rc = trainer_ar_finish(a, NULL);
     if (r->rc) break;
   }
+  trainer_sched_destroy(sched);
   trainer_ar_destroy(a);
 out:
   coll_destroy(c);
@@ -95,11 +100,13 @@ out:
   return NULL;
 }
 
+static int g_sched; /* the runs below go through the scheduler */
+
 static void run(int P, size_t n, size_t bucket, int mode, int steps, rank_t *rk) {
   pthread_t th[4];
   g_seq++;
   for (int r = 0; r < P; r++) {
-    rk[r] = (rank_t){.rank = r, .size = P, .n = n, .bucket = bucket, .mode = mode, .steps = steps};
+    rk[r] = (rank_t){.rank = r, .size = P, .n = n, .bucket = bucket, .mode = mode, .steps = steps, .sched = g_sched};
     snprintf(rk[r].prefix, sizeof rk[r].prefix, "ar-test/%d", g_seq);
     rk[r].g = malloc((n ? n : 1) * sizeof(float));
     assert_non_null(rk[r].g);
@@ -145,7 +152,8 @@ static void test_peer_gone(void **state) {
   pthread_t th[2];
   g_seq++;
   for (int r = 0; r < 2; r++) {
-    rk[r] = (rank_t){.rank = r, .size = 2, .n = 300000, .bucket = 8192, .mode = 0, .steps = 1, .die = r == 1};
+    rk[r] = (rank_t){
+        .rank = r, .size = 2, .n = 300000, .bucket = 8192, .mode = 0, .steps = 1, .die = r == 1, .sched = g_sched};
     snprintf(rk[r].prefix, sizeof rk[r].prefix, "ar-test/%d", g_seq);
     rk[r].g = malloc(rk[r].n * sizeof(float));
   }
@@ -166,11 +174,30 @@ static int teardown(void **state) {
   return testutil_rmtree(g_dir);
 }
 
+/* the same through the collectives' scheduler (trainer_sched.h) */
+static void test_sched_bitwise(void **state) {
+  g_sched = 1;
+  test_bitwise(state);
+  g_sched = 0;
+}
+
+static void test_sched_one_rank(void **state) {
+  g_sched = 1;
+  test_one_rank(state);
+  g_sched = 0;
+}
+
+static void test_sched_peer_gone(void **state) {
+  g_sched = 1;
+  test_peer_gone(state);
+  g_sched = 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bitwise),
-      cmocka_unit_test(test_one_rank),
-      cmocka_unit_test(test_peer_gone),
+      cmocka_unit_test(test_bitwise),        cmocka_unit_test(test_one_rank),
+      cmocka_unit_test(test_peer_gone),      cmocka_unit_test(test_sched_bitwise),
+      cmocka_unit_test(test_sched_one_rank), cmocka_unit_test(test_sched_peer_gone),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

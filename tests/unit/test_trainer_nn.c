@@ -462,6 +462,117 @@ static void test_embag_threads(void **state) {
   free(work);
 }
 
+/* embag_create_tables + embag_bwd_each, as a partitioned table's owner
+ * uses them (tables in separate row arrays, pooled into a buffer of its
+ * own): on 1..4 threads the same bits as the serial loop, the callback once
+ * per folded row with that row's address and summed gradient, in
+ * ascending row order per table, never two threads on one table. */
+typedef struct each_s {
+  opt_hparams_t hp;
+  float *const *base;
+  size_t rf;
+  uint32_t dim;
+  uint32_t *calls[3]; /* table t's calls per row: written by one thread at a time */
+  uint64_t last[3];   /* the last row seen per table (+1) */
+  int order_ok[3];
+} each_t;
+
+static void each_cb(void *ud, uint32_t t, uint64_t r, float *row, const float *grad) {
+  each_t *x = ud;
+  if (row != x->base[t] + r * x->rf) x->order_ok[t] = 0;
+  if (r + 1 <= x->last[t]) x->order_ok[t] = 0;
+  x->last[t] = r + 1;
+  x->calls[t][r]++;
+  opt_row_update(OPT_ADAGRAD, &x->hp, row, x->dim, grad);
+}
+
+static void test_embag_each(void **state) {
+  (void)state;
+  enum { T = 3, ROWS = 500, DIM = 6, RF = 2 * DIM, N = 301, W = T * DIM };
+  const uint32_t hot[T] = {2, 1, 3};
+  opt_hparams_t hp = {.lr = 0.03f, .eps = 1e-8f};
+  size_t off[T + 1] = {0};
+  for (int t = 0; t < T; t++) off[t + 1] = off[t] + (size_t)N * hot[t];
+  uint64_t *ids = malloc(off[T] * sizeof *ids);
+  float *rows0 = malloc((size_t)T * ROWS * RF * sizeof(float)), *rows_ref = malloc((size_t)T * ROWS * RF * sizeof(float));
+  float *out_ref = malloc((size_t)N * W * sizeof(float)), *out = malloc((size_t)N * W * sizeof(float));
+  float *dout = malloc((size_t)N * W * sizeof(float));
+  uint64_t *uniq = malloc((size_t)N * 3 * sizeof *uniq);
+  float *grad = malloc((size_t)N * 3 * DIM * sizeof(float));
+  void *work = malloc(nn_embedding_bag_bwd_work_size(N, 3));
+  uint32_t *want_calls = calloc((size_t)T * ROWS, sizeof *want_calls);
+  assert_non_null(ids && rows0 && rows_ref && out_ref && out && dout && uniq && grad && work && want_calls);
+  rng_state = 777;
+  fill(rows0, (size_t)T * ROWS * RF, 1.0f);
+  for (size_t k = 0; k < (size_t)T * ROWS; k++)
+    for (int d = DIM; d < RF; d++) rows0[k * RF + d] = 0.0f;
+  fill(dout, (size_t)N * W, 0.2f);
+  for (size_t k = 0; k < off[T]; k++) {
+    rng_state = table_mix64(rng_state);
+    ids[k] = (k % 4) ? rng_state % 23 : rng_state % ROWS; /* repeats */
+  }
+  const uint64_t *idx[T];
+  float *bref[T];
+  size_t want = 0;
+  memcpy(rows_ref, rows0, (size_t)T * ROWS * RF * sizeof(float));
+  for (int t = 0; t < T; t++) {
+    idx[t] = ids + off[t];
+    bref[t] = rows_ref + (size_t)t * ROWS * RF;
+    nn_embedding_bag_fwd(bref[t], RF, idx[t], N, hot[t], DIM, out_ref + t * DIM, W);
+    uint32_t u = nn_embedding_bag_bwd(dout + t * DIM, W, idx[t], N, hot[t], DIM, uniq, grad, DIM, work);
+    for (uint32_t k = 0; k < u; k++) {
+      opt_row_update(OPT_ADAGRAD, &hp, bref[t] + uniq[k] * RF, DIM, grad + (size_t)k * DIM);
+      want_calls[(size_t)t * ROWS + uniq[k]]++;
+    }
+    want += u;
+  }
+  for (uint32_t nt = 1; nt <= 4; nt++) {
+    pool_t *p = NULL;
+    assert_int_equal(pool_create(nt, &p), 0);
+    embag_t *e = NULL;
+    assert_int_equal(embag_create_tables(T, hot, DIM, N, &e), 0);
+    assert_null(embag_emb(e));
+    assert_null(embag_d_emb(e));
+    /* each table in its own allocation, as trainer_part holds them */
+    float *base[T];
+    uint32_t *calls = calloc((size_t)T * ROWS, sizeof *calls);
+    assert_non_null(calls);
+    each_t x = {.hp = hp, .base = base, .rf = RF, .dim = DIM};
+    for (int t = 0; t < T; t++) {
+      base[t] = malloc((size_t)ROWS * RF * sizeof(float));
+      assert_non_null(base[t]);
+      memcpy(base[t], rows0 + (size_t)t * ROWS * RF, (size_t)ROWS * RF * sizeof(float));
+      x.calls[t] = calls + (size_t)t * ROWS;
+      x.order_ok[t] = 1;
+    }
+    embag_fwd(e, p, N, base, RF, idx, NULL, out);
+    assert_memory_equal(out, out_ref, (size_t)N * W * sizeof(float));
+    assert_int_equal(embag_bwd_each(e, p, N, dout, idx, NULL, base, RF, each_cb, &x), want);
+    for (int t = 0; t < T; t++) {
+      assert_true(x.order_ok[t]);
+      assert_memory_equal(base[t], bref[t], (size_t)ROWS * RF * sizeof(float));
+    }
+    assert_memory_equal(calls, want_calls, (size_t)T * ROWS * sizeof *calls);
+    /* an empty batch: no fold, no call */
+    assert_int_equal(embag_bwd_each(e, p, 0, dout, idx, NULL, base, RF, each_cb, &x), 0);
+    assert_memory_equal(calls, want_calls, (size_t)T * ROWS * sizeof *calls);
+    for (int t = 0; t < T; t++) free(base[t]);
+    free(calls);
+    embag_destroy(e);
+    pool_destroy(p);
+  }
+  free(ids);
+  free(rows0);
+  free(rows_ref);
+  free(out_ref);
+  free(out);
+  free(dout);
+  free(uniq);
+  free(grad);
+  free(work);
+  free(want_calls);
+}
+
 /* Keys spread over 2^40 (several radix passes), with duplicates: the
  * coalesced output against a sort-and-sum reference. */
 static int cmp_u64(const void *a, const void *b) {
@@ -754,6 +865,7 @@ int main(void) {
       cmocka_unit_test(test_embedding_bag_wide_keys),
       cmocka_unit_test(test_embedding_bag_fd),
       cmocka_unit_test(test_embag_threads),
+      cmocka_unit_test(test_embag_each),
       cmocka_unit_test(test_interaction),
       cmocka_unit_test(test_fm),
       cmocka_unit_test(test_cross),
