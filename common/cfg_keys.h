@@ -49,7 +49,9 @@ static const entry_t entries[] = {
     {"allocation", T_ENUM, "contiguous", 0, 0, "contiguous|random|laia", "which trainer trains which sample"},
     {"table_strategy", T_STR, "cache", 0, 0, NULL,
      "how each table's rows move: cache (the lookahead cache), partition (the rows live on one trainer, pooled "
-     "embeddings move by AlltoAll), auto (the oracle chooses per table); one word, or one per table, comma-separated"},
+     "embeddings move by AlltoAll), partition_rows (the rows are spread over every trainer, row r on trainer r mod "
+     "P; partial sums move by AlltoAll), auto (the oracle chooses cache or partition per table); one word, or one "
+     "per table, comma-separated"},
     {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
     {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
     {"eval_every", T_INT, "0", 0, 1e12, NULL, "evaluate every N iterations (0 = only at the end)"},

@@ -10,13 +10,14 @@
 #include "err.h"
 
 const char *tstrat_name(int s) {
-  return s == TSTRAT_PARTITION ? "partition" : s == TSTRAT_AUTO ? "auto" : "cache";
+  return s == TSTRAT_PARTITION ? "partition" : s == TSTRAT_AUTO ? "auto" : s == TSTRAT_ROWS ? "partition_rows" : "cache";
 }
 
 static int word(const char *w, size_t n) {
   if (n == 5 && !strncmp(w, "cache", 5)) return TSTRAT_CACHE;
   if (n == 9 && !strncmp(w, "partition", 9)) return TSTRAT_PARTITION;
   if (n == 4 && !strncmp(w, "auto", 4)) return TSTRAT_AUTO;
+  if (n == 14 && !strncmp(w, "partition_rows", 14)) return TSTRAT_ROWS;
   return -1;
 }
 
@@ -28,7 +29,7 @@ int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n_out, cha
     while (*e && *e != ',' && *e != ' ' && *e != '\t') e++;
     int s = word(p, (size_t)(e - p));
     if (s < 0)
-      return err_set(why, why_len, ERR_CONFIG, "entry %u '%.*s' is not cache, partition or auto", n + 1, (int)(e - p), p);
+      return err_set(why, why_len, ERR_CONFIG, "entry %u '%.*s' is not cache, partition, partition_rows or auto", n + 1, (int)(e - p), p);
     if (out && n < cap) out[n] = (uint8_t)s;
     n++;
     while (*e == ' ' || *e == '\t') e++;
@@ -84,6 +85,11 @@ void tstrat_place(const uint8_t *strat, const data_schema_t *schema, const table
   uint64_t *load = calloc(P ? P : 1, sizeof *load);
   for (uint32_t t = 0; t < T; t++) owner[t] = TSTRAT_NONE;
   ASSERT(it && load); /* a few hundred bytes */
+  for (uint32_t t = 0; t < T; t++)
+    if (strat[t] == TSTRAT_ROWS) {
+      owner[t] = TSTRAT_ALL;
+      for (uint32_t q = 0; q < P; q++) load[q] += (uint64_t)schema->hotness[t] * layout->tables[t].dim / (P ? P : 1);
+    }
   for (uint32_t t = 0; t < T; t++)
     if (strat[t] == TSTRAT_PARTITION)
       it[n++] = (item_t){(uint64_t)schema->hotness[t] * layout->tables[t].dim, schema->table_rows[t], t};

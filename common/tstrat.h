@@ -10,12 +10,22 @@
  *              AlltoAll, their gradients come back the same way, and the
  *              owner updates the rows and writes them back at checkpoints,
  *              evaluations and the end (services/trainer/trainer_part.h);
- *   auto       the oracle chooses one of the two per table at the start of
- *              the run (services/oracle: its window statistics).
+ *   partition_rows
+ *              the table's rows are spread over every trainer (row-wise:
+ *              trainer p holds the rows r with r mod P = p): each trainer
+ *              pools its rows for the whole global batch into partial sums,
+ *              the AlltoAll gives every trainer the partial sums of its
+ *              samples from every trainer, added in rank order, and every
+ *              trainer gets the gradients of the whole batch back to update
+ *              its rows.  For a table too large for one trainer, or too
+ *              much work for one;
+ *   auto       the oracle chooses cache or partition per table at the start
+ *              of the run (services/oracle: its window statistics).
  *
  * table_strategy is one word for every table, or a comma-separated list of
  * one word per table.  Placement of the partition tables on the trainers
- * is table-wise and deterministic: the tables in decreasing order of their
+ * is table-wise and deterministic: the partition_rows tables' work is
+ * shared by all, then the partition tables in decreasing order of their
  * per-batch work (hotness x dim; ties: more rows first, then the lower
  * index) each go to the trainer with the least work so far (ties: the
  * lower rank).  Pure functions; any thread.
@@ -30,10 +40,11 @@
 #include "data.h"
 #include "table.h"
 
-enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2 };
-#define TSTRAT_NONE UINT32_MAX /* owner of a table that is not partitioned */
+enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2, TSTRAT_ROWS = 3 };
+#define TSTRAT_NONE UINT32_MAX       /* owner of a table that is not partitioned */
+#define TSTRAT_ALL (UINT32_MAX - 1) /* owner of a partition_rows table: every trainer, rows r mod P */
 
-/* "cache" / "partition" / "auto" */
+/* "cache" / "partition" / "auto" / "partition_rows" */
 const char *tstrat_name(int s);
 
 /* The words of a table_strategy value v (one, or comma-separated), the
@@ -51,8 +62,20 @@ int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, s
 int tstrat_any(const uint8_t *strat, uint32_t n);
 
 /* Places the tables with strat[t] == TSTRAT_PARTITION on P trainers
- * (above): owner[t] = its trainer, TSTRAT_NONE for every other table. */
+ * (above): owner[t] = its trainer, TSTRAT_ALL for partition_rows,
+ * TSTRAT_NONE for every other table. */
 void tstrat_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
                   uint32_t *owner);
+
+/* Does trainer `rank` hold rows of a table with this owner?  Which local
+ * index is row r there (a table-wise owner: r; partition_rows: r / P), and
+ * how many rows does it hold of a table of `rows`? */
+static inline int tstrat_holds(uint32_t owner, uint32_t rank) { return owner == rank || owner == TSTRAT_ALL; }
+static inline int tstrat_holds_row(uint32_t owner, uint32_t rank, uint32_t P, uint64_t r) {
+  return owner == rank || (owner == TSTRAT_ALL && r % P == rank);
+}
+static inline uint64_t tstrat_local_rows(uint32_t owner, uint32_t rank, uint32_t P, uint64_t rows) {
+  return owner == rank ? rows : owner == TSTRAT_ALL ? (rows > rank ? (rows - rank + P - 1) / P : 0) : 0;
+}
 
 #endif

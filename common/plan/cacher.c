@@ -218,7 +218,11 @@ int cacher_create(const cacher_opts_t *o, cacher_t **out) {
   c->cnt_write_back = calloc(o->trainers, sizeof *c->cnt_write_back);
   c->soff = calloc(o->trainers, sizeof *c->soff);
   c->cnt_owned = calloc(o->trainers, sizeof *c->cnt_owned);
-  if (!c->win || !c->cnt_fetch || !c->cnt_write_back || !c->soff || !c->cnt_owned || map_init(c, 1024) != 0) {
+  /* load <= 1/2 (cacher_push); a hint too large for memory falls back to growing */
+  size_t cap0 = o->expect_keys > 512 && o->expect_keys < ((uint64_t)1 << 40) ? (size_t)o->expect_keys * 2 : 1024;
+  if (cap0 > 1024 && map_init(c, cap0) != 0) cap0 = 1024;
+  if (!c->win || !c->cnt_fetch || !c->cnt_write_back || !c->soff || !c->cnt_owned ||
+      (cap0 == 1024 && map_init(c, 1024) != 0)) {
     cacher_destroy(c);
     return -ENOMEM;
   }

@@ -103,6 +103,8 @@ typedef struct cacher_opts_s {
   int lrpp;            /* 1: owned keys as above; 0: every key shared (fetched by all, synchronized) */
   int delayed;         /* 1: critical / delayed split; 0: all critical */
   uint64_t first;      /* the first batch pushed (0; a resumed job's c + 1): the cache starts empty there */
+  uint64_t expect_keys; /* 0, or about how many distinct keys the first L + 1 batches hold: the map is sized
+                           for them at once instead of growing while they enter (no decision depends on it) */
 } cacher_opts_t;
 
 /* The slot of an id of a table outside the cache (plan_drop_tables). */

@@ -104,7 +104,8 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     tstrat_place(out, schema, layout, P, owner);
     memset(held, 0, P * sizeof *held);
     for (uint32_t t = 0; t < T; t++)
-      if (owner[t] != TSTRAT_NONE) held[owner[t]] += schema->table_rows[t] * table_row_floats(layout, t) * 4;
+      for (uint32_t q = 0; q < P; q++)
+        held[q] += tstrat_local_rows(owner[t], q, P, schema->table_rows[t]) * table_row_floats(layout, t) * 4;
     int over = -1;
     for (uint32_t q = 0; q < P && over < 0; q++)
       if (held[q] > o->budget_bytes) over = (int)q;

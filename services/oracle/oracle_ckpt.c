@@ -38,7 +38,7 @@
  *
  * The manifest is text, one key=value a line, ending with sha256= over
  * the lines before it.  The oracle's state blob is binary (little-endian,
- * "CHORACL1", SHA-256 trailer).
+ * "CHORACLV" and a version, SHA-256 trailer: oracle_ckpt_state.c).
  *
  * The stage has three rooms: this file, on the loop thread (choosing c,
  * the decision's flush lists, the items, the answers, applying what the

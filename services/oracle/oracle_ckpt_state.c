@@ -3,9 +3,12 @@
  * has the whole story): the job's fingerprint as a manifest and the check
  * of a checkpoint's manifest against it (a resume refused with the field
  * that differs), and the oracle's own state -- c, the evaluation record,
- * the summary's counters, laia -- as a blob ("CHORACL1", little-endian,
- * SHA-256 trailer) and back into every stage at c + 1.  Loop thread,
- * except the pure codecs, which the worker pool may call.
+ * the summary's counters, laia -- as a blob ("CHORACLV" and a u32
+ * version first, little-endian, SHA-256 trailer) and back into every stage
+ * at c + 1.  A blob of another version is refused naming both versions;
+ * version 1 is the unversioned layout older chanters wrote ("CHORACL1",
+ * then the same fields), told apart by its magic and still read.  Loop
+ * thread, except the pure codecs, which the worker pool may call.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +30,11 @@
 #include "table.h"
 #include "tstrat.h"
 
-#define ORACLE_MAGIC "CHORACL1"
+#define ORACLE_MAGIC "CHORACLV"        /* then the version, u32 */
+#define ORACLE_MAGIC_V1 "CHORACL1"     /* version 1: no version field, the fields at once */
+/* The layout after the header; a change of it (a field added, moved or
+ * reinterpreted) takes a new version, and the decoder refuses the others. */
+#define ORACLE_STATE_VERSION 2u
 
 /* ------------------------------------------------------------ bytes */
 
@@ -202,7 +209,10 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
   const oracle_report_t *rp = &j->report;
   const oracle_pipe_t *pp = &j->pipe;
   bw_t b = {0};
+  uint8_t ver[4];
+  put_le32(ver, ORACLE_STATE_VERSION);
   bw_put(&b, ORACLE_MAGIC, 8);
+  bw_put(&b, ver, 4);
   bw_u64(&b, cp->iteration);
   bw_u64(&b, j->P);
   bw_u64(&b, rp->evals_done);
@@ -243,7 +253,10 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
   /* the tables' strategies as chosen (table_strategy = auto): a resumed or
    * recovered job keeps them, and so the model's bits */
   bw_u64(&b, j->strat_pending ? 0 : j->n_tables);
-  for (uint32_t t = 0; !j->strat_pending && t < j->n_tables; t++) bw_u64(&b, j->part_owner[t] == UINT32_MAX ? 0 : 1);
+  for (uint32_t t = 0; !j->strat_pending && t < j->n_tables; t++) {
+    uint32_t o = j->part_owner[t];
+    bw_u64(&b, o == TSTRAT_NONE ? TSTRAT_CACHE : o == TSTRAT_ALL ? TSTRAT_ROWS : TSTRAT_PARTITION);
+  }
   uint8_t h[32];
   unsigned hl = 0;
   if (!b.oom) EVP_Digest(b.p, b.n, h, &hl, EVP_sha256(), NULL);
@@ -271,14 +284,35 @@ typedef struct ostate_s {
 
 static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *err, size_t err_len) {
   memset(o, 0, sizeof *o);
-  if (n < 8 + 32 || memcmp(p, ORACLE_MAGIC, 8))
+  size_t hdr;
+  if (n >= 8 && !memcmp(p, ORACLE_MAGIC_V1, 8)) {
+    hdr = 8; /* version 1: the same fields, no version */
+  } else if (n >= 8 && !memcmp(p, ORACLE_MAGIC, 8)) {
+    if (n < 12)
+      return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is truncated: %zu bytes, not even its version",
+                     n);
+    /* before the checksum: another version may end otherwise */
+    uint32_t v = get_le32(p + 8);
+    if (v != ORACLE_STATE_VERSION)
+      return err_set(err, err_len, ERR_CONFIG,
+                     "the oracle's state blob is version %" PRIu32 " and this chanter reads version %u (and the "
+                     "unversioned version 1): the checkpoint was written by another chanter; resume it with that "
+                     "one, or start over with --fresh",
+                     v, ORACLE_STATE_VERSION);
+    hdr = 12;
+  } else {
     return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob (%zu bytes) is not one chanter wrote", n);
+  }
+  if (n < hdr + 32)
+    return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is truncated: %zu bytes, less than its checksum",
+                   n);
   uint8_t h[32];
   unsigned hl = 0;
   EVP_Digest(p, n - 32, h, &hl, EVP_sha256(), NULL);
   if (memcmp(h, p + n - 32, 32))
-    return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is damaged: its SHA-256 does not match");
-  br_t b = {.p = p, .n = n - 32, .off = 8};
+    return err_set(err, err_len, ERR_BADMSG,
+                   "the oracle's state blob is damaged or truncated (%zu bytes): its SHA-256 does not match", n);
+  br_t b = {.p = p, .n = n - 32, .off = hdr};
   o->iteration = br_u64(&b);
   o->P = br_u64(&b);
   o->evals_done = br_u64(&b);
@@ -312,7 +346,11 @@ static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *er
   o->laia = br_take(&b, o->laia_len);
   o->n_strat = br_u64(&b);
   if (o->n_strat > TABLE_MAX) b.bad = 1;
-  for (uint64_t t = 0; t < o->n_strat && !b.bad; t++) o->strat[t] = br_u64(&b) ? TSTRAT_PARTITION : TSTRAT_CACHE;
+  for (uint64_t t = 0; t < o->n_strat && !b.bad; t++) { /* 0 cache, 1 partition, 3 partition_rows */
+    uint64_t v = br_u64(&b);
+    if (v != TSTRAT_CACHE && v != TSTRAT_PARTITION && v != TSTRAT_ROWS) b.bad = 1;
+    o->strat[t] = (uint8_t)v;
+  }
   if (b.bad || b.off != b.n)
     return err_set(err, err_len, ERR_BADMSG, "the oracle's state blob is malformed (at byte %zu of %zu)", b.off, n);
   return 0;

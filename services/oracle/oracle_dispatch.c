@@ -31,6 +31,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
+#include "tstrat.h"
 
 /* Slots and keys go on the wire as the bytes of uint32_t / uint64_t arrays
  * (protobuf-c packs a bytes field by pointer, with no copy), and the
@@ -53,20 +54,21 @@ static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
 
 /* The partitioned tables' part of Step x for trainer p (tstrat.h): the
  * owners, every trainer's sample count, and the ids of the whole global
- * batch of each table p holds, in trainer order.  *ids / *counts are
+ * batch of each table p holds (its own, and every partition_rows table),
+ * in trainer order.  *ids / *counts are
  * malloc'd (the caller frees them after the send).  0 or -ENOMEM. */
 static int part_fields(oracle_job_t *j, uint32_t p, const plan_t *pl, Chanter__Oracle__V1__Step *st, uint64_t **ids,
                        uint32_t **counts) {
   size_t n = 0;
   for (uint32_t t = 0; t < j->n_tables; t++)
-    if (j->part_owner[t] == p) n += (size_t)pl->batch * pl->hotness[t];
+    if (tstrat_holds(j->part_owner[t], p)) n += (size_t)pl->batch * pl->hotness[t];
   *counts = malloc(j->P * sizeof **counts);
   *ids = malloc((n ? n : 1) * sizeof **ids);
   if (!*counts || !*ids) return -ENOMEM;
   for (uint32_t q = 0; q < j->P; q++) (*counts)[q] = pl->shares[q].batch.n;
   size_t o = 0;
   for (uint32_t t = 0; t < j->n_tables; t++) {
-    if (j->part_owner[t] != p) continue;
+    if (!tstrat_holds(j->part_owner[t], p)) continue;
     for (uint32_t q = 0; q < j->P; q++) {
       const data_batch_t *b = &pl->shares[q].batch;
       size_t m = (size_t)b->n * pl->hotness[t];

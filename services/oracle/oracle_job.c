@@ -119,7 +119,11 @@ int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
   if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) return -ENOMEM;
   for (uint32_t t = 0; t < T; t++) {
     if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
-    if (j->part_owner[t] != TSTRAT_NONE)
+    if (j->part_owner[t] == TSTRAT_ALL)
+      log_info("table %u: strategy=partition_rows owner=every trainer (row r on trainer r mod %u) rows=%" PRIu64
+               " (%s)",
+               t, j->P, j->schema.table_rows[t], j->strat_why[t]);
+    else if (j->part_owner[t] != TSTRAT_NONE)
       log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
                j->schema.table_rows[t], j->strat_why[t]);
     else if (j->strat[t] == TSTRAT_AUTO)

@@ -627,7 +627,8 @@ int oracle_ckpt__check_manifest(const oracle_job_t *j, const manifest_t *m, char
 /* The oracle's state after cp's iteration as a blob (malloc'ed). */
 int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint8_t **out, size_t *len);
 /* A state blob back into every stage: the job goes on at c + 1.  0 or an
- * error with err (a damaged blob, laia's state refused). */
+ * error with err (a damaged or truncated blob, ERR_BADMSG; a blob of
+ * another version, ERR_CONFIG naming both; laia's state refused). */
 int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len);
 
 /* The summary's "checkpoint" object (appended to b). */

@@ -247,12 +247,21 @@ int oracle_pipeline__plan(oracle_job_t *j) {
  * PLAN_AHEAD.  0 or -ENOMEM. */
 static int set_lookahead(oracle_job_t *j, uint32_t L) {
   oracle_pipe_t *pp = &j->pipe;
+  /* the first L + 1 batches enter the cacher before the first decision,
+   * which the trainers wait for: its map is sized for their keys (those
+   * planned already) at once rather than grown and rehashed as they come */
+  uint64_t expect = 0;
+  for (uint64_t x = j->ckpt.start; x <= j->ckpt.start + L && x < j->iterations; x++) {
+    const oracle_entry_t *s = &pp->plans[x % pp->n_plans];
+    if (s->state == ORACLE_ENTRY_READY && s->iteration == x) expect += s->plan.n_unique;
+  }
   cacher_opts_t o = {.trainers = j->P,
                      .lookahead = L,
                      .cache_rows = pp->cache_rows,
                      .lrpp = pp->lrpp,
                      .delayed = pp->delayed,
-                     .first = j->ckpt.start};
+                     .first = j->ckpt.start,
+                     .expect_keys = expect};
   int rc = cacher_create(&o, &pp->cache);
   if (rc) return rc;
   pp->L_start = pp->L_now = L;

@@ -28,6 +28,7 @@
 #include "oracle_job_internal.h"
 #include "sbuf.h"
 #include "sdn.h"
+#include "tstrat.h"
 
 /* ---- the evaluation schedule */
 
@@ -494,8 +495,8 @@ char *oracle_report__summary(const oracle_job_t *j) {
   for (uint32_t t = 0; t < j->n_tables; t++) {
     uint32_t o = j->part_owner ? j->part_owner[t] : UINT32_MAX;
     sb_printf(&b, "%s{\"table\": %u, ", t ? ", " : "", t);
-    sb_str(&b, "strategy", o == UINT32_MAX ? "cache" : "partition");
-    if (o != UINT32_MAX) sb_printf(&b, ", \"owner\": %u", o);
+    sb_str(&b, "strategy", o == TSTRAT_NONE ? "cache" : o == TSTRAT_ALL ? "partition_rows" : "partition");
+    if (o != TSTRAT_NONE && o != TSTRAT_ALL) sb_printf(&b, ", \"owner\": %u", o);
     sb_printf(&b, ", ");
     sb_str(&b, "why", j->strat_why ? j->strat_why[t] : "");
     sb_printf(&b, "}");

@@ -7,11 +7,20 @@
  *   lbuf, every rank's side: owner o's block [n x ntab[o] x dim] after
  *     owner o-1's.
  * The forward AlltoAll sends gbuf into lbuf, the backward lbuf into gbuf.
+ *
+ * A partition_rows table is held by every rank (tstrat.h: row r on rank
+ * r mod P, at local index r / P), so it is among every rank's n_mine and
+ * every owner's block: each rank's gbuf holds its partial sums over the
+ * global batch (the ids of other ranks' rows point at one extra local row
+ * of zeros, which the fold never updates), and the receiving rank adds the
+ * blocks of rank 0, 1, ... in that order.  In the backward every rank gets
+ * the whole batch's gradients of those tables and folds its own rows.
  */
 #include "trainer_part.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +33,17 @@
 #include "tstrat.h"
 
 #define FLUSH_CHUNK 65536 /* rows per write-back call */
+
+/* table t's rows held here, and the local index of row r (tstrat.h) */
+static uint64_t local_rows(const trainer_part_t *p, uint32_t t) {
+  return tstrat_local_rows(p->owner[t], p->rank, p->P, p->schema->table_rows[t]);
+}
+static uint64_t local_of(const trainer_part_t *p, uint32_t t, uint64_t r) {
+  return p->owner[t] == TSTRAT_ALL ? r / p->P : r;
+}
+static uint64_t global_of(const trainer_part_t *p, uint32_t t, uint64_t l) {
+  return p->owner[t] == TSTRAT_ALL ? l * p->P + p->rank : l;
+}
 
 int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
                       uint32_t rank, int ideal, char *err, size_t err_len) {
@@ -83,7 +103,7 @@ void trainer_part_close(trainer_part_t *p) {
   free(p->rows), free(p->loaded), free(p->dirty);
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
-  free(p->gbuf), free(p->lbuf), free(p->mbase), free(p->midx), free(p->mhot);
+  free(p->gbuf), free(p->lbuf), free(p->mbase), free(p->midx), free(p->mhot), free(p->lidx);
   memset(p, 0, sizeof *p);
 }
 
@@ -94,16 +114,19 @@ static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, si
   p->n_mine = p->n_part = 0;
   for (uint32_t t = 0; t < p->T; t++) {
     uint32_t o = p->owner[t];
-    p->ext[t] = o != UINT32_MAX;
-    if (o == UINT32_MAX) continue;
+    p->ext[t] = o != TSTRAT_NONE;
+    if (o == TSTRAT_NONE) continue;
+    if (o != TSTRAT_ALL && o >= p->P)
+      return err_set(err, err_len, ERR_BADMSG, "table %u's owner is trainer %u, only %u trainers", t, o, p->P);
     p->n_part++;
-    p->ntab[o]++;
-    if (o != p->rank) continue;
+    for (uint32_t q = 0; q < p->P; q++) p->ntab[q] += tstrat_holds(o, q);
+    if (!tstrat_holds(o, p->rank)) continue;
     p->mine[p->n_mine++] = t;
-    uint64_t R = p->schema->table_rows[t];
-    p->rows[t] = malloc((size_t)R * p->rf * sizeof(float));
-    p->loaded[t] = calloc((size_t)R, 1);
-    p->dirty[t] = calloc((size_t)R, 1);
+    uint64_t R = local_rows(p, t); /* partition_rows: and one row of zeros after them */
+    p->rows[t] = o == TSTRAT_ALL ? calloc((size_t)R + 1, p->rf * sizeof(float))
+                                 : malloc((size_t)R * p->rf * sizeof(float));
+    p->loaded[t] = calloc((size_t)R + 1, 1);
+    p->dirty[t] = calloc((size_t)R + 1, 1);
     if (!p->rows[t] || !p->loaded[t] || !p->dirty[t])
       return err_set(err, err_len, -ENOMEM,
                      "out of memory for partitioned table %u (%" PRIu64 " rows, %.1f MiB) on rank %u: give it "
@@ -144,8 +167,10 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
       return err_set(err, err_len, -ENOMEM, "out of memory listing rows to read");
     for (size_t j = 0; j < m; j++) {
       uint64_t r = st->part_ids[o + j];
-      if (p->loaded[t][r]) continue;
-      p->loaded[t][r] = 1;
+      if (!tstrat_holds_row(p->owner[t], p->rank, p->P, r)) continue; /* partition_rows: another rank's */
+      uint64_t l = local_of(p, t, r);
+      if (p->loaded[t][l]) continue;
+      p->loaded[t][l] = 1;
       p->lkeys[n++] = TABLE_KEY(t, r);
     }
     o += m;
@@ -159,7 +184,8 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
                    st->iteration, n, why);
   for (size_t i = 0; i < n; i++) {
     uint32_t t = TABLE_ID(p->lkeys[i]);
-    memcpy(p->rows[t] + (size_t)TABLE_ROW(p->lkeys[i]) * p->rf, p->lrows + i * p->rf, p->rf * sizeof(float));
+    memcpy(p->rows[t] + (size_t)local_of(p, t, TABLE_ROW(p->lkeys[i])) * p->rf, p->lrows + i * p->rf,
+           p->rf * sizeof(float));
   }
   p->rows_loaded += n;
   return 0;
@@ -179,18 +205,23 @@ static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv
 }
 
 /* The partitioned tables' columns of the model's layout [n x T x dim]
- * (model) against lbuf's owner blocks: into lbuf (to_blocks), or out of
- * it into model. */
+ * (model) against lbuf's owner blocks: into lbuf (to_blocks; a
+ * partition_rows column into every block), or out of it into model (a
+ * partition_rows column: the sum of the blocks, rank 0's first). */
 static void columns(const trainer_part_t *p, uint32_t n, float *model, float *lbuf, int to_blocks) {
   size_t d = p->dim, width = (size_t)p->T * d;
   float *blk = lbuf;
   for (uint32_t q = 0; q < p->P; q++) {
     size_t nq = p->ntab[q], kk = 0;
     for (uint32_t t = 0; t < p->T && kk < nq; t++) {
-      if (p->owner[t] != q) continue;
+      if (!tstrat_holds(p->owner[t], q)) continue;
+      int add = !to_blocks && q > 0 && p->owner[t] == TSTRAT_ALL;
       for (uint32_t i = 0; i < n; i++) {
         float *m = model + i * width + t * d, *b = blk + (i * nq + kk) * d;
-        memcpy(to_blocks ? b : m, to_blocks ? m : b, d * sizeof(float));
+        if (add)
+          for (size_t k = 0; k < d; k++) m[k] += b[k];
+        else
+          memcpy(to_blocks ? b : m, to_blocks ? m : b, d * sizeof(float));
       }
       kk++;
     }
@@ -220,13 +251,27 @@ static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, i
  * for a global batch of B.  0 or -ENOMEM. */
 static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
   uint64_t B = st->global_batch_size;
-  size_t o = 0;
+  size_t o = 0, nmap = 0;
+  for (uint32_t k = 0; k < p->n_mine; k++)
+    if (p->owner[p->mine[k]] == TSTRAT_ALL) nmap += (size_t)B * p->schema->hotness[p->mine[k]];
+  if (nmap && trainer_grow((void **)&p->lidx, &p->cap_lidx, nmap, sizeof *p->lidx)) return -ENOMEM;
+  nmap = 0;
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k];
+    size_t m = (size_t)B * p->schema->hotness[t];
     p->mbase[k] = p->rows[t];
     p->midx[k] = st->part_ids + o;
     p->mhot[k] = p->schema->hotness[t];
-    o += (size_t)B * p->mhot[k];
+    if (p->owner[t] == TSTRAT_ALL) { /* local indices; another rank's row: the row of zeros */
+      uint64_t zero = local_rows(p, t), *li = p->lidx + nmap;
+      for (size_t j = 0; j < m; j++) {
+        uint64_t r = st->part_ids[o + j];
+        li[j] = tstrat_holds_row(TSTRAT_ALL, p->rank, p->P, r) ? r / p->P : zero;
+      }
+      p->midx[k] = li;
+      nmap += m;
+    }
+    o += m;
   }
   if (!p->n_mine || (p->eb && p->eb_batch >= B)) return 0;
   embag_destroy(p->eb);
@@ -244,12 +289,18 @@ static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
 typedef struct row_ctx_s {
   trainer_part_t *p;
   trainer_step_t *ts;
+  atomic_size_t zero_rows; /* folds of the row of zeros (not updates) */
 } row_ctx_t;
 
 static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float *grad) {
   row_ctx_t *c = ud;
+  uint32_t t = c->p->mine[k];
+  if (c->p->owner[t] == TSTRAT_ALL && r == local_rows(c->p, t)) { /* the row of zeros: stays zero */
+    atomic_fetch_add(&c->zero_rows, 1);
+    return;
+  }
   trainer_step_row_update(c->ts, row, grad);
-  c->p->dirty[c->p->mine[k]][r] = 1;
+  c->p->dirty[t][r] = 1;
 }
 
 /* The model's threads (NULL: this thread alone). */
@@ -300,9 +351,11 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
    * table folded per row in that order and its rows updated */
   if (tables(p, st)) return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
   row_ctx_t ctx = {.p = p, .ts = ts};
+  atomic_init(&ctx.zero_rows, 0);
   if (p->n_mine)
     *updated = embag_bwd_each(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->gbuf, p->midx, NULL, p->mbase,
-                              p->rf, row_update, &ctx);
+                              p->rf, row_update, &ctx) -
+               atomic_load(&ctx.zero_rows);
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
             1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
   return 0;
@@ -314,7 +367,10 @@ static int write_chunk(trainer_part_t *p, embc_t *embc, const uint64_t *keys, co
   if (!*n) return 0;
   int rc = embc_write_done(embc, keys, *n, rows, done, why, why_len);
   if (rc) return rc;
-  for (size_t i = 0; i < *n; i++) p->dirty[TABLE_ID(keys[i])][TABLE_ROW(keys[i])] = 0;
+  for (size_t i = 0; i < *n; i++) {
+    uint32_t t = TABLE_ID(keys[i]);
+    p->dirty[t][local_of(p, t, TABLE_ROW(keys[i]))] = 0;
+  }
   *total += *n;
   *n = 0;
   return 0;
@@ -334,11 +390,11 @@ int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n
   char why[768] = "";
   for (uint32_t k = 0; k < p->n_mine && !rc; k++) {
     uint32_t t = p->mine[k];
-    uint64_t R = p->schema->table_rows[t];
-    for (uint64_t r = 0; r < R && !rc; r++) {
-      if (!p->dirty[t][r]) continue;
-      keys[n] = TABLE_KEY(t, r);
-      memcpy(rows + n * p->rf, p->rows[t] + (size_t)r * p->rf, p->rf * sizeof(float));
+    uint64_t R = local_rows(p, t);
+    for (uint64_t l = 0; l < R && !rc; l++) {
+      if (!p->dirty[t][l]) continue;
+      keys[n] = TABLE_KEY(t, global_of(p, t, l));
+      memcpy(rows + n * p->rf, p->rows[t] + (size_t)l * p->rf, p->rf * sizeof(float));
       if (++n == FLUSH_CHUNK) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why);
     }
   }

@@ -88,6 +88,8 @@ typedef struct trainer_part_s {
   float **mbase;          /* n_mine: rows[mine[k]] */
   const uint64_t **midx;  /* n_mine: table mine[k]'s ids in this Step's part_ids */
   uint32_t *mhot;         /* n_mine: its hotness */
+  uint64_t *lidx;         /* partition_rows tables' ids as local indices (midx points here for them) */
+  size_t cap_lidx;
   /* counters (this generation) */
   uint64_t rows_loaded, rows_flushed;
   trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the

@@ -14,6 +14,7 @@
 
 #include "batch_pb.h"
 #include "err.h"
+#include "tstrat.h"
 
 /* ------------------------------------------------------------------ checks */
 
@@ -128,9 +129,10 @@ static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32
 }
 
 /* The partitioned tables' fields (tstrat.h), when part_owner is not empty:
- * an owner per table (a rank, or UINT32_MAX), a count per trainer adding
- * up to the global batch with ours = n, our tables' ids of the whole
- * batch, each inside its table; then the slots of the samples' ids:
+ * an owner per table (a rank, TSTRAT_ALL for partition_rows, or
+ * TSTRAT_NONE), a count per trainer adding up to the global batch with
+ * ours = n, the ids of the whole batch of the tables we hold rows of, each
+ * inside its table; then the slots of the samples' ids:
  * CACHER_NO_SLOT for a partitioned table, inside the cache otherwise. */
 static int part_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_limits_t *lim, uint32_t n,
                        trainer_work_step_t *s, char *err, size_t err_len) {
@@ -158,15 +160,15 @@ static int part_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_l
   for (uint32_t t = 0; t < sc->n_tables; t++) {
     uint32_t o;
     memcpy(&o, st->part_owner.data + 4 * t, 4);
-    if (o != UINT32_MAX && o >= lim->trainers)
+    if (o != TSTRAT_NONE && o != TSTRAT_ALL && o >= lim->trainers)
       return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": part_owner[%u] = %u, only %u trainers", x, t, o,
                      lim->trainers);
-    if (o == lim->rank) want += sum * sc->hotness[t];
+    if (tstrat_holds(o, lim->rank)) want += sum * sc->hotness[t];
   }
   if (st->part_ids.len != want * 8)
     return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": part_ids has %zu bytes, want %" PRIu64 " (the global batch's ids of the "
-                   "tables rank %u holds, 8 each)", x, st->part_ids.len, want * 8, lim->rank);
+                   "tables rank %u holds rows of, 8 each)", x, st->part_ids.len, want * 8, lim->rank);
   size_t i = 0, k = 0;
   for (uint32_t t = 0; t < sc->n_tables; t++) {
     uint32_t o;
@@ -180,7 +182,7 @@ static int part_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_l
                        "iteration %" PRIu64 ": slots[%zu] = %u for table %u, which is %s", x, k, sl, t,
                        o == UINT32_MAX ? "cached: want a slot below cache_rows" : "partitioned: want no slot (0xffffffff)");
     }
-    if (o != lim->rank) continue;
+    if (!tstrat_holds(o, lim->rank)) continue;
     for (uint64_t j = 0; j < sum * sc->hotness[t]; j++, i++) {
       uint64_t id;
       memcpy(&id, st->part_ids.data + 8 * i, 8);

@@ -13,6 +13,12 @@
 #     (test and train loss within 1e-6);
 #   - kill -9 of a trainer mid-job: the job recovers (the partitioned rows
 #     are read again from the rolled-back servers) with the same digest;
+#   - trainer.comm_schedule = priority (one queue of collectives per
+#     trainer) and threads give the same bits;
+#   - partition_rows (a table's rows spread over every trainer, partial
+#     sums by AlltoAll) mixed with partition and cache: the same three
+#     properties (any L, one trainer = the cached bits, two trainers
+#     within summation order), and a trainer's kill -9;
 #   - a table_strategy list of the wrong length, or an unknown word, is
 #     refused naming the key.
 source "$(dirname "$0")/lib.sh"
@@ -62,6 +68,10 @@ expect_rc $? "lookahead = auto (L = $(field "$WORK/pa/summary.json" lookahead)):
 
 run_job p3a --set trainers=3 --set lookahead=0 && run_job p3b --set trainers=3 --set lookahead=auto && same p3a p3b
 expect_rc $? "three trainers: L = 0 and lookahead = auto bit-identical"
+run_job p3t --set trainers=3 --set lookahead=auto --set trainer.comm_schedule=threads && same p3b p3t &&
+  grep -q "collectives scheduled rank=0 operations=[1-9]" "$WORK/p3b/logs/"trainer-0*.log &&
+  grep -q "comm_schedule=threads" "$WORK/p3t/logs/"trainer-0*.log
+expect_rc $? "three trainers: the collectives in one priority queue (comm_schedule = priority) and issued by each thread (threads) give the same bits"
 
 run_job one --set trainers=1 && run_job onec --set trainers=1 --set table_strategy=cache && same one onec
 expect_rc $? "one trainer: partitioned tables give the bits of cached ones"
@@ -97,6 +107,31 @@ rc=$?
 [ $rc -eq 0 ] || tail -5 "$WORK/killo.err"
 expect_rc $rc "kill -9 of the oracle at iteration 33, table_strategy = auto: the restarted oracle keeps the checkpoint's choice, the reference digest"
 
+# ---- partition_rows: every trainer holds rows r mod P of those tables
+ROWS=$(python3 -c "print(','.join((['partition_rows','partition','cache']*9)[:26]))")
+run_job r0 --set table_strategy="$ROWS" --set lookahead=0 && run_job ra --set table_strategy="$ROWS" --set lookahead=auto &&
+  same r0 ra
+expect_rc $? "partition_rows, partition and cache mixed: L = 0 and lookahead = auto bit-identical (digest $(field "$WORK/r0/summary.json" digest | cut -c1-16)...)"
+grep -q "table 0: strategy=partition_rows owner=every trainer" "$WORK/r0/logs/"oracle*.log &&
+  python3 -c "
+import json; d=json.load(open('$WORK/r0/summary.json'))
+kinds = [t['strategy'] for t in d['tables']]
+assert kinds[:3] == ['partition_rows', 'partition', 'cache'], kinds
+assert 'owner' not in d['tables'][0] and 'owner' in d['tables'][1], d['tables'][:2]"
+expect "partition_rows: the oracle logs it, summary.json's tables say it (no single owner)"
+run_job r3a --set table_strategy="$ROWS" --set trainers=3 --set lookahead=0 &&
+  run_job r3b --set table_strategy="$ROWS" --set trainers=3 --set lookahead=auto && same r3a r3b
+expect_rc $? "partition_rows among three trainers: L = 0 and lookahead = auto bit-identical"
+run_job r1 --set table_strategy="$ROWS" --set trainers=1 && same r1 onec
+expect_rc $? "one trainer: partition_rows tables give the bits of cached ones"
+close r0 one && close r3a one
+expect_rc $? "two and three trainers with partition_rows: the one-trainer model up to summation order (losses within 1e-6)"
+D --set table_strategy="$ROWS" drill kill-trainer --rank 0 --at 27 --workdir "$WORK/killr" --json >"$WORK/killr.json" \
+  2>"$WORK/killr.err"
+rc=$?
+[ $rc -eq 0 ] || tail -5 "$WORK/killr.err"
+expect_rc $rc "kill -9 of trainer 0 at iteration 27 with partition_rows tables: recovered, the reference digest"
+
 # ---- bad input
 err=$(C --set table_strategy=cache,partition local up --workdir "$WORK/bad" 2>&1 >/dev/null; \
       "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" --quiet 2>&1 >/dev/null); rc=$?
@@ -104,7 +139,7 @@ err=$(C --set table_strategy=cache,partition local up --workdir "$WORK/bad" 2>&1
 [ $rc -ne 0 ] && [[ "$err" == *"table_strategy"*"2 entries"* ]]
 expect_rc $? "a table_strategy of 2 entries for 26 tables is refused: $(echo "$err" | grep -m1 table_strategy | cut -c1-140)"
 err=$(C --set table_strategy=cache,rowwise status 2>&1); rc=$?
-[ $rc -ne 0 ] && [[ "$err" == *"'rowwise' is not cache, partition or auto"* ]]
+[ $rc -ne 0 ] && [[ "$err" == *"'rowwise' is not cache, partition, partition_rows or auto"* ]]
 expect_rc $? "an unknown strategy is refused at once: $(echo "$err" | head -1 | cut -c1-140)"
 
 finish

@@ -58,8 +58,35 @@ static void test_parse(void **state) {
   assert_false(tstrat_any(s, 4));
   /* an unknown word never gets in */
   assert_int_not_equal(cfg_set(c, "table_strategy=cache,rowwise", "test", err, sizeof err), 0);
-  assert_non_null(strstr(err, "'rowwise' is not cache, partition or auto"));
+  assert_non_null(strstr(err, "'rowwise' is not cache, partition, partition_rows or auto"));
   cfg_destroy(c);
+  c = job("partition_rows,cache,partition,partition_rows", 4);
+  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
+  assert_int_equal(s[0], TSTRAT_ROWS);
+  assert_int_equal(s[3], TSTRAT_ROWS);
+  assert_string_equal(tstrat_name(s[0]), "partition_rows");
+  cfg_destroy(c);
+}
+
+/* partition_rows: every trainer holds rows r mod P, and its local count */
+static void test_rows(void **state) {
+  (void)state;
+  uint64_t total = 0;
+  for (uint32_t P = 1; P <= 3; P++)
+    for (uint64_t rows = 0; rows < 9; rows++) {
+      total = 0;
+      for (uint32_t q = 0; q < P; q++) {
+        uint64_t held = 0;
+        for (uint64_t r = 0; r < rows; r++) held += tstrat_holds_row(TSTRAT_ALL, q, P, r);
+        assert_int_equal(tstrat_local_rows(TSTRAT_ALL, q, P, rows), held);
+        assert_true(tstrat_holds(TSTRAT_ALL, q));
+        total += held;
+      }
+      assert_int_equal(total, rows);
+    }
+  assert_int_equal(tstrat_local_rows(1, 1, 2, 10), 10);
+  assert_int_equal(tstrat_local_rows(1, 0, 2, 10), 0);
+  assert_false(tstrat_holds(TSTRAT_NONE, 0));
 }
 
 static void test_place(void **state) {
@@ -88,6 +115,16 @@ static void test_place(void **state) {
   uint32_t again[5];
   tstrat_place(s, &sc, &lay, 2, again);
   assert_memory_equal(own, again, sizeof own);
+  /* a partition_rows table is everyone's, its work shared: table 1 (32)
+   * rows-wise adds 16 to both, then 3 (16) to rank 0, 2 (8) to rank 1, 0 (8)
+   * to rank 1 (24 < 32) */
+  s[1] = TSTRAT_ROWS;
+  tstrat_place(s, &sc, &lay, 2, own);
+  assert_int_equal(own[1], TSTRAT_ALL);
+  assert_int_equal(own[3], 0);
+  assert_int_equal(own[2], 1);
+  assert_int_equal(own[0], 1);
+  assert_int_equal(own[4], TSTRAT_NONE);
 }
 
 /* n batches of B samples, 2 tables of hotness 1: table 0 draws from a huge
@@ -190,6 +227,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
       cmocka_unit_test(test_place),
+      cmocka_unit_test(test_rows),
       cmocka_unit_test(test_auto),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
