@@ -26,10 +26,10 @@
  * trainer has waited for its background of x-1), after an evaluation's
  * barrier, and -- when the feeder waits for the gate of the very item the
  * training thread needs (L = 0) -- by an explicit barrier
- * (trainer_pipeline_gate_open).  With trainer.comm_schedule = threads
+ * (trainer_pipeline_gate_open).  With trainer.comm_schedule = threads (the default)
  * the group's collectives run in one order on every trainer: [background
  * x-1: delayed rows] [the gate barrier, if any] [dense buckets of x]
- * [critical rows of x] ...; with priority (the default) each is an
+ * [critical rows of x] ...; with priority each is an
  * operation of the trainer's scheduler (trainer_sched.h), whose rounds
  * agree on the order, the delayed rows in chunks of the lowest priority.
  *

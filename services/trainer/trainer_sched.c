@@ -29,6 +29,7 @@ struct trainer_sched_s {
   int quit, rc;
   trainer_sched_stats_t st;
   uint64_t *mine, *all; /* OFFER, P * OFFER */
+  uint64_t common[OFFER]; /* a round's ids every rank offered */
   pthread_t th;
 };
 
@@ -103,12 +104,16 @@ static void *comm_main(void *arg) {
     double t0 = now_s();
     int rc = coll_allgather(s->c, s->mine, OFFER * sizeof(uint64_t), s->all);
     double t1 = now_s();
-    uint64_t chosen = NONE, lowest = NONE;
+    /* every id all ranks offered, most urgent first: run in that order
+     * (one round for all of them; an id submitted meanwhile waits for the
+     * next round) */
+    int n_common = 0;
+    uint64_t lowest = NONE;
     if (!rc) {
-      for (int i = 0; i < n && chosen == NONE; i++) {
+      for (int i = 0; i < n; i++) {
         int everywhere = 1;
         for (int r = 0; r < s->P && everywhere; r++) everywhere = offered_by(s->all + (size_t)r * OFFER, s->mine[i]);
-        if (everywhere) chosen = s->mine[i];
+        if (everywhere) s->common[n_common++] = s->mine[i];
       }
       for (int r = 0; r < s->P; r++)
         if (s->all[(size_t)r * OFFER] < lowest) lowest = s->all[(size_t)r * OFFER];
@@ -123,28 +128,30 @@ static void *comm_main(void *arg) {
       fail_all(s, rc);
       continue;
     }
-    if (chosen == NONE) {
+    if (!n_common) {
       s->st.empty_rounds++;
       s->target = lowest;
       continue;
     }
     s->target = NONE;
-    trainer_sched_op_t *op = find(s, chosen); /* pending: only this thread takes operations out */
-    unlink_op(s, op);
-    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n_common && !s->rc; i++) {
+      trainer_sched_op_t *op = find(s, s->common[i]); /* pending: only this thread takes operations out */
+      unlink_op(s, op);
+      pthread_mutex_unlock(&s->mu);
 
-    double t2 = now_s();
-    rc = op->fn(s->c, op->ud);
-    double dt = now_s() - t2;
+      double t2 = now_s();
+      rc = op->fn(s->c, op->ud);
+      double dt = now_s() - t2;
 
-    pthread_mutex_lock(&s->mu);
-    s->st.ops++;
-    s->st.t_ops += dt;
-    op->seconds = dt;
-    op->rc = rc;
-    op->done = 1;
-    if (rc) fail_all(s, rc);
-    pthread_cond_broadcast(&s->cv);
+      pthread_mutex_lock(&s->mu);
+      s->st.ops++;
+      s->st.t_ops += dt;
+      op->seconds = dt;
+      op->rc = rc;
+      op->done = 1;
+      if (rc) fail_all(s, rc);
+      pthread_cond_broadcast(&s->cv);
+    }
   }
   fail_all(s, ERR_CANCELLED);
   pthread_mutex_unlock(&s->mu);

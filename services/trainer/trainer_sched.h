@@ -22,7 +22,8 @@
  * Agreement.  Collectives must run in the same order on every rank, and
  * what is ready when differs from rank to rank.  Before each operation the
  * ranks exchange the ids they have ready (an allgather of the 32 lowest,
- * a round) and run the lowest id that every rank has.  When no id is common
+ * a round) and run every id that every rank has, most urgent first (an
+ * id submitted meanwhile waits for the next round).  When no id is common
  * (the ranks are at different points), each rank waits until it has the
  * lowest id any rank offered (the TARGET) before the next round, so no
  * round is spent polling.  Every rank computes the same choice from the

@@ -14,7 +14,8 @@
 #   - kill -9 of a trainer mid-job: the job recovers (the partitioned rows
 #     are read again from the rolled-back servers) with the same digest;
 #   - trainer.comm_schedule = priority (one queue of collectives per
-#     trainer) and threads give the same bits;
+#     trainer) gives the bits of threads (L = 0 and auto, three trainers),
+#     and recovers from a trainer's kill -9;
 #   - partition_rows (a table's rows spread over every trainer, partial
 #     sums by AlltoAll) mixed with partition and cache: the same three
 #     properties (any L, one trainer = the cached bits, two trainers
@@ -68,10 +69,14 @@ expect_rc $? "lookahead = auto (L = $(field "$WORK/pa/summary.json" lookahead)):
 
 run_job p3a --set trainers=3 --set lookahead=0 && run_job p3b --set trainers=3 --set lookahead=auto && same p3a p3b
 expect_rc $? "three trainers: L = 0 and lookahead = auto bit-identical"
-run_job p3t --set trainers=3 --set lookahead=auto --set trainer.comm_schedule=threads && same p3b p3t &&
-  grep -q "collectives scheduled rank=0 operations=[1-9]" "$WORK/p3b/logs/"trainer-0*.log &&
-  grep -q "comm_schedule=threads" "$WORK/p3t/logs/"trainer-0*.log
-expect_rc $? "three trainers: the collectives in one priority queue (comm_schedule = priority) and issued by each thread (threads) give the same bits"
+# the same two through one priority queue of collectives per trainer (L = 0: its gate barriers; eval_every: its
+# evaluation barriers; the AlltoAlls, dense buckets, critical and delayed rows)
+PRIO="--set trainer.comm_schedule=priority"
+run_job p3q --set trainers=3 --set lookahead=0 $PRIO && run_job p3r --set trainers=3 --set lookahead=auto $PRIO &&
+  same p3a p3q && same p3a p3r &&
+  grep -q "collectives scheduled rank=0 operations=[1-9]" "$WORK/p3q/logs/"trainer-0*.log &&
+  grep -q "comm_schedule=threads" "$WORK/p3a/logs/"trainer-0*.log
+expect_rc $? "three trainers: the collectives in one priority queue (comm_schedule = priority; L = 0 and auto) give the bits of each thread issuing its own (threads)"
 
 run_job one --set trainers=1 && run_job onec --set trainers=1 --set table_strategy=cache && same one onec
 expect_rc $? "one trainer: partitioned tables give the bits of cached ones"
@@ -98,10 +103,10 @@ expect_rc $? "auto: summary.json lists each table's strategy, owner and the traf
 # ---- kill -9 of a trainer mid-job: the partitioned rows come back from the servers
 D() { C --set lookahead=auto --set checkpoint_every=20 --set checkpoint_seconds=0 --set iterations=60 \
         --set oracle.heartbeat_timeout_ms=2000 --set local.watchdog_ms=2000 "$@"; }
-D drill kill-trainer --rank 1 --at 33 --workdir "$WORK/kill" --json >"$WORK/kill.json" 2>"$WORK/kill.err"
+D $PRIO drill kill-trainer --rank 1 --at 33 --workdir "$WORK/kill" --json >"$WORK/kill.json" 2>"$WORK/kill.err"
 rc=$?
 [ $rc -eq 0 ] || tail -5 "$WORK/kill.err"
-expect_rc $rc "kill -9 of trainer 1 at iteration 33 with partitioned tables: recovered, the reference digest"
+expect_rc $rc "kill -9 of trainer 1 at iteration 33 with partitioned tables and comm_schedule = priority: recovered, the reference digest"
 D --set table_strategy=auto drill kill-oracle --at 33 --workdir "$WORK/killo" --json >"$WORK/killo.json" 2>"$WORK/killo.err"
 rc=$?
 [ $rc -eq 0 ] || tail -5 "$WORK/killo.err"
