@@ -50,8 +50,8 @@ static const entry_t entries[] = {
     {"table_strategy", T_STR, "cache", 0, 0, NULL,
      "how each table's rows move: cache (the lookahead cache), partition (the rows live on one trainer, pooled "
      "embeddings move by AlltoAll), partition_rows (the rows are spread over every trainer, row r on trainer r mod "
-     "P; partial sums move by AlltoAll), auto (the oracle chooses cache or partition per table); one word, or one "
-     "per table, comma-separated"},
+     "P; partial sums move by AlltoAll), auto (the oracle chooses per table: cache, partition, or partition_rows for "
+     "a table too big for trainer.partition_mb); one word, or one per table, comma-separated"},
     {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
     {"device", T_ENUM, "cpu", 0, 0, "cpu|cuda", "where trainers compute"},
     {"eval_every", T_INT, "0", 0, 1e12, NULL, "evaluate every N iterations (0 = only at the end)"},
@@ -203,7 +203,8 @@ static const entry_t entries[] = {
      "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
     {"trainer.partition_mb", T_INT, "2048", 0, 1 << 24, NULL,
      "table_strategy = auto partitions a table only while the partitioned rows each trainer holds stay within "
-     "this many MiB"},
+     "this many MiB: a table over it is spread over every trainer (partition_rows), or cached if even that does "
+     "not fit"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
      "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
      "the backward); part of the job: with 3+ trainers another size may change the last bits"},

@@ -99,7 +99,10 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
              part ? "partition" : "the cache", x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t],
              o->cache_weight, plan[best], cost[best] / 1e3, o->step_bytes / 1e3);
   }
-  /* the budget: the auto tables with the most rows back to the cache until every trainer fits */
+  /* the budget: while a trainer holds more than budget_bytes, the auto
+   * table with the most rows there is spread over every trainer
+   * (partition_rows, the same bytes a batch) -- or, when only spread auto
+   * tables are left to move, the biggest of those goes back to the cache */
   while (!rc) {
     tstrat_place(out, schema, layout, P, owner);
     memset(held, 0, P * sizeof *held);
@@ -110,17 +113,29 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     for (uint32_t q = 0; q < P && over < 0; q++)
       if (held[q] > o->budget_bytes) over = (int)q;
     if (over < 0) break;
-    int big = -1;
-    for (uint32_t t = 0; t < T; t++)
-      if (owner[t] == (uint32_t)over && strat[t] == TSTRAT_AUTO &&
-          (big < 0 || schema->table_rows[t] > schema->table_rows[big]))
-        big = (int)t;
-    if (big < 0) break; /* only fixed tables left there: the user's choice */
-    out[big] = TSTRAT_CACHE;
-    snprintf(tab[big].why, sizeof tab[big].why,
+    int big = -1, spread = -1;
+    for (uint32_t t = 0; t < T; t++) {
+      if (strat[t] != TSTRAT_AUTO) continue;
+      if (owner[t] == (uint32_t)over && (big < 0 || schema->table_rows[t] > schema->table_rows[big])) big = (int)t;
+      if (owner[t] == TSTRAT_ALL && (spread < 0 || schema->table_rows[t] > schema->table_rows[spread]))
+        spread = (int)t;
+    }
+    if (big >= 0 && P > 1) {
+      out[big] = TSTRAT_ROWS;
+      snprintf(tab[big].why, sizeof tab[big].why,
+               "auto: partition_rows (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
+               "trainer.partition_mb on trainer %d: spread over all %u)",
+               tab[big].part_bytes / 1e3, tab[big].cache_bytes / 1e3, (unsigned long long)schema->table_rows[big],
+               over, P);
+      continue;
+    }
+    int back = big >= 0 ? big : spread;
+    if (back < 0) break; /* only fixed tables left there: the user's choice */
+    out[back] = TSTRAT_CACHE;
+    snprintf(tab[back].why, sizeof tab[back].why,
              "auto: the cache (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
-             "trainer.partition_mb on trainer %d)",
-             tab[big].part_bytes / 1e3, tab[big].cache_bytes / 1e3, (unsigned long long)schema->table_rows[big], over);
+             "trainer.partition_mb, even spread over %u trainers)",
+             tab[back].part_bytes / 1e3, tab[back].cache_bytes / 1e3, (unsigned long long)schema->table_rows[back], P);
   }
   for (uint32_t t = 0; t < T && !rc; t++) tab[t].choice = out[t];
   free(nw), free(sh), free(owner), free(held);

@@ -25,8 +25,11 @@
  * all of them partitioned, all of them cached (ties in that order) -- with
  * the fixed tables' bytes and mechanisms counted in every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
- * (trainer.partition_mb each, after tstrat_place: the auto tables with the
- * most rows go back to the cache until every trainer fits).  Nothing here is timed, so the same job and data always give the
+ * (trainer.partition_mb each, after tstrat_place): while a trainer is over
+ * it, the auto table with the most rows there is spread over every trainer
+ * instead (partition_rows: the same bytes a batch, 1/P of the rows each),
+ * and when only spread ones are left to move, the biggest goes back to the
+ * cache.  Nothing here is timed, so the same job and data always give the
  * same choice -- and so the same model bits, on every run and every
  * resume (a choice that depended on a timing would not).
  *
@@ -52,7 +55,7 @@ typedef struct stratauto_opts_s {
 typedef struct stratauto_table_s {
   double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
   double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
-  int choice;                   /* TSTRAT_CACHE or TSTRAT_PARTITION */
+  int choice;                   /* TSTRAT_CACHE, TSTRAT_PARTITION or TSTRAT_ROWS (the budget) */
   char why[240];                /* for the log and summary.json */
 } stratauto_table_t;
 

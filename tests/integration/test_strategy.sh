@@ -100,6 +100,18 @@ for t in d["tables"]:
 PY
 expect_rc $? "auto: summary.json lists each table's strategy, owner and the traffic behind the choice ($(python3 -c "import json; print(''.join(t['strategy'][0] for t in json.load(open('$WORK/aa/summary.json'))['tables']))"))"
 
+# auto with a budget no single trainer meets for the big tables (200k rows x 64 B = 12.8 MB > 8 MB): they are
+# spread over both trainers (partition_rows), or cached when even that does not fit; the same bits whatever L
+SMALL="--set table_strategy=auto --set oracle.strategy_step_kb=0 --set trainer.partition_mb=8"
+run_job b0 $SMALL --set lookahead=0 && run_job ba $SMALL --set lookahead=auto && same b0 ba &&
+  python3 - "$WORK/ba/summary.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = [t for t in d["tables"] if t["strategy"] == "partition_rows"]
+assert rows and all("spread over all 2" in t["why"] for t in rows), d["tables"]
+PY
+expect_rc $? "auto, trainer.partition_mb = 8: the tables too big for one trainer spread over both (partition_rows: $(python3 -c "import json; print(sum(t['strategy'] == 'partition_rows' for t in json.load(open('$WORK/ba/summary.json'))['tables']))") tables), L = 0 and auto bit-identical"
+
 # ---- kill -9 of a trainer mid-job: the partitioned rows come back from the servers
 D() { C --set lookahead=auto --set checkpoint_every=20 --set checkpoint_seconds=0 --set iterations=60 \
         --set oracle.heartbeat_timeout_ms=2000 --set local.watchdog_ms=2000 "$@"; }

@@ -185,13 +185,22 @@ static void test_auto(void **state) {
   assert_int_equal(out[1], TSTRAT_PARTITION);
   assert_non_null(strstr(tab[1].why, "every auto table partitioned"));
   o.step_bytes = 0;
-  /* a fixed entry stays; a budget too small sends the big table back */
+  /* a fixed entry stays; a budget one trainer cannot meet but two can
+   * spreads the big table (partition_rows), one too small even spread
+   * sends it back to the cache */
   uint8_t fixed[2] = {TSTRAT_AUTO, TSTRAT_PARTITION};
-  o.budget_bytes = 1 << 20; /* table 0 needs 1M x 16 x 4 bytes */
+  o.budget_bytes = 40u << 20; /* table 0 needs 1M x 16 x 4 = 64 MB: 32 MB a trainer spread */
+  assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], TSTRAT_ROWS);
+  assert_int_equal(out[1], TSTRAT_PARTITION);
+  assert_int_equal(tab[0].choice, TSTRAT_ROWS);
+  assert_non_null(strstr(tab[0].why, "auto: partition_rows ("));
+  assert_non_null(strstr(tab[0].why, "spread over all 2"));
+  o.budget_bytes = 1 << 20;
   assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
   assert_int_equal(out[0], TSTRAT_CACHE);
   assert_int_equal(out[1], TSTRAT_PARTITION);
-  assert_non_null(strstr(tab[0].why, "do not fit trainer.partition_mb"));
+  assert_non_null(strstr(tab[0].why, "do not fit trainer.partition_mb, even spread over 2 trainers"));
   assert_string_equal(tab[1].why, "fixed by table_strategy");
 
   /* plan_drop_tables: table 0 leaves the keys, the cacher gives its ids no slot */

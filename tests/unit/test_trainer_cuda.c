@@ -57,6 +57,7 @@
 #include "cuda_check.h"
 #include "err.h"
 #include "model.h"
+#include "model_dev.h"
 #include "nn.h"
 #include "nn_cuda.h"
 #include "opt.h"
@@ -198,6 +199,8 @@ static void test_symbols_link(void **state) {
       (any_fn)model_cuda_forward, (any_fn)model_cuda_backward,
       (any_fn)tcache_cuda_create, (any_fn)tcache_cuda_destroy, (any_fn)tcache_cuda_scatter, (any_fn)tcache_cuda_gather,
       (any_fn)tcache_cuda_forward, (any_fn)tcache_cuda_backward, (any_fn)tcache_cuda_update_rows,
+      /* partitioned tables on the GPU path: the skipped tables' forward, their columns in and out */
+      (any_fn)tcache_cuda_forward_skip, (any_fn)model_dev_emb_cols_in, (any_fn)model_dev_demb_cols_out,
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) assert_non_null(fns[i]);
   /* the CPU twins are distinct functions */
