@@ -244,7 +244,6 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   if (t->trainers > 1 && !strcmp(cfg_str(t->cfg, "trainer.comm_schedule"), "priority") &&
       (rc = trainer_sched_create(j->coll, sched_cancelled, t, &j->sched)) != 0)
     return err_set(err, err_len, rc, "cannot start the collectives' scheduler: %s", err_str(rc));
-  t->pipe.chunk_floats = (size_t)cfg_int(t->cfg, "trainer.comm_chunk_kb") * 1024 / sizeof(float);
   t->part.sched = j->sched;
   if ((rc = trainer_ar_create(j->coll, j->sched, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket,
                               &j->dense_ar)) != 0)

@@ -91,6 +91,7 @@ void trainer_part_reset(trainer_part_t *p) {
   embag_destroy(p->eb); /* sized for this placement's tables */
   p->eb = NULL;
   p->eb_batch = 0;
+  p->tables_x = 0;
   p->placed = 0;
   p->ext_applied = 0;
   p->n_mine = p->n_part = 0;
@@ -250,6 +251,7 @@ static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, i
  * mine[k]'s B * hotness ids after table mine[k-1]'s), and embag's scratch
  * for a global batch of B.  0 or -ENOMEM. */
 static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
+  if (p->tables_x == st->iteration + 1) return 0; /* the backward of the Step the forward mapped */
   uint64_t B = st->global_batch_size;
   size_t o = 0, nmap = 0;
   for (uint32_t k = 0; k < p->n_mine; k++)
@@ -273,14 +275,16 @@ static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
     }
     o += m;
   }
-  if (!p->n_mine || (p->eb && p->eb_batch >= B)) return 0;
-  embag_destroy(p->eb);
-  p->eb_batch = 0;
-  if (embag_create_tables(p->n_mine, p->mhot, p->dim, B ? (uint32_t)B : 1, &p->eb) != 0) {
-    p->eb = NULL;
-    return -ENOMEM;
+  if (p->n_mine && (!p->eb || p->eb_batch < B)) {
+    embag_destroy(p->eb);
+    p->eb_batch = 0;
+    if (embag_create_tables(p->n_mine, p->mhot, p->dim, B ? (uint32_t)B : 1, &p->eb) != 0) {
+      p->eb = NULL;
+      return -ENOMEM;
+    }
+    p->eb_batch = B;
   }
-  p->eb_batch = B;
+  p->tables_x = st->iteration + 1;
   return 0;
 }
 

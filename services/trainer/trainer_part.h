@@ -85,6 +85,7 @@ typedef struct trainer_part_s {
    * (embag over n_mine tables, room for eb_batch samples; per placement) */
   struct embag_s *eb;
   uint64_t eb_batch;
+  uint64_t tables_x;      /* the iteration + 1 whose ids mbase / midx / mhot (and lidx) hold; 0: none */
   float **mbase;          /* n_mine: rows[mine[k]] */
   const uint64_t **midx;  /* n_mine: table mine[k]'s ids in this Step's part_ids */
   uint32_t *mhot;         /* n_mine: its hotness */

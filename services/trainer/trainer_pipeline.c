@@ -303,6 +303,7 @@ int trainer_pipeline_gate_open(trainer_t *t, uint64_t x, char *err, size_t err_l
 
 int trainer_pipeline_start(trainer_t *t) {
   trainer_pipeline_t *p = &t->pipe;
+  p->chunk_floats = (size_t)cfg_int(t->cfg, "trainer.comm_chunk_kb") * 1024 / sizeof(float);
   if (pthread_create(&p->feeder, NULL, feeder_main, t) != 0) return -EAGAIN;
   p->feeder_running = 1;
   if (!t->ideal) {
