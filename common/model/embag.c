@@ -263,8 +263,7 @@ double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, op
   double loss = model_dev_backward(md, n, labels, scale, e->d_emb);
   if (isnan(loss)) return NAN;
   double t3 = now_s();
-  opt_step_pool(dense_opt, model_dev_params(md), model_dev_grads(md), pool);
-  if (model_dev_params_changed(md)) return NAN;
+  if (model_dev_opt_step(md, dense_opt)) return NAN;
   double t4 = now_s();
   embag_bwd_update(e, pool, n, e->d_emb, idx, NULL, tables, row_stride, kind, hp);
   double t5 = now_s();

@@ -10,6 +10,7 @@
 #include "err.h"
 #include "log.h"
 #include "model.h"
+#include "opt.h"
 #ifdef CHANTER_CUDA
 #include <cuda_runtime.h>
 
@@ -131,6 +132,49 @@ int model_dev_params_changed(model_dev_t *m) {
 #endif
   (void)m;
   return 0;
+}
+
+int model_dev_grads_changed(model_dev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda && cudaMemcpy(model_cuda_grads(m->gpu), m->h_grads, model_cuda_n_params(m->gpu) * 4,
+                            cudaMemcpyHostToDevice) != cudaSuccess)
+    return ERR_CUDA;
+#endif
+  (void)m;
+  return 0;
+}
+
+int model_dev_opt_step(model_dev_t *m, opt_t *o) {
+  opt_step_pool(o, model_dev_params(m), model_dev_grads(m), model_dev_pool(m));
+  return m->cuda ? model_dev_params_changed(m) : 0;
+}
+
+int model_dev_opt_sync(model_dev_t *m, opt_t *o) {
+  (void)m;
+  (void)o;
+  return 0;
+}
+
+int model_dev_opt_changed(model_dev_t *m, opt_t *o) {
+  (void)m;
+  (void)o;
+  return 0;
+}
+
+float *model_dev_params_dev(model_dev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return model_cuda_params(m->gpu);
+#endif
+  (void)m;
+  return NULL;
+}
+
+float *model_dev_grads_dev(model_dev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda) return model_cuda_grads(m->gpu);
+#endif
+  (void)m;
+  return NULL;
 }
 
 const char *model_dev_describe(const model_dev_t *m) {

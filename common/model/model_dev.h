@@ -36,6 +36,27 @@ float *model_dev_params(model_dev_t *m);
 float *model_dev_grads(model_dev_t *m);
 /* After changing model_dev_params (optimizer, restore): make the device see it. */
 int model_dev_params_changed(model_dev_t *m);
+/* After changing model_dev_grads (an all-reduce on host memory): make the
+ * device see it.  0 or ERR_CUDA; nothing to do on the CPU. */
+int model_dev_grads_changed(model_dev_t *m);
+/* ---- the dense optimizer on the model's device.  o is the job's dense
+ * optimizer (opt.h: kind, hyper-parameters, step count, host state).
+ * model_dev_opt_step: params -= update(grads), advancing opt_steps(o);
+ * on the CPU opt_step_pool over the model's threads; on CUDA on the device
+ * (bit-identical to opt_step: element-wise, --fmad=false).  On CUDA the
+ * state may then live on the device: model_dev_opt_sync brings it back
+ * into opt_state(o) (a checkpoint, the digest) and model_dev_opt_changed
+ * sends opt_state(o) and opt_steps(o) after the caller wrote them (a
+ * restore).  0 or ERR_CUDA. */
+struct opt_s;
+int model_dev_opt_step(model_dev_t *m, struct opt_s *o);
+int model_dev_opt_sync(model_dev_t *m, struct opt_s *o);
+int model_dev_opt_changed(model_dev_t *m, struct opt_s *o);
+/* device = cuda: the DEVICE arrays of the parameters and gradients
+ * (model_dev_n_params floats; a collective on device memory reads and
+ * writes them, then calls nothing); NULL on the CPU. */
+float *model_dev_params_dev(model_dev_t *m);
+float *model_dev_grads_dev(model_dev_t *m);
 const char *model_dev_describe(const model_dev_t *m);
 struct pool_s *model_dev_pool(model_dev_t *m);  /* CPU model's threads, or NULL */
 /* As model_forward / model_backward, host pointers -- except that on

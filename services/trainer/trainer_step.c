@@ -240,14 +240,10 @@ int trainer_step_device_status(trainer_step_t *ts, char *err, size_t err_len) {
 
 int trainer_step_params_changed(trainer_step_t *ts) { return model_dev_params_changed(ts->md); }
 
-/* The dense optimizer step (host parameters on either device; pushed to
- * the GPU after it). */
+/* The dense optimizer step on the model's device (model_dev_opt_step). */
 static void dense_step(trainer_step_t *ts) {
-  opt_step_pool(ts->dense_opt, model_dev_params(ts->md), model_dev_grads(ts->md), model_dev_pool(ts->md));
-  if (ts->cuda) {
-    int rc = model_dev_params_changed(ts->md);
-    if (rc) dev_fail(ts, rc, "copying the dense parameters to the GPU", err_str(rc));
-  }
+  int rc = model_dev_opt_step(ts->md, ts->dense_opt);
+  if (rc) dev_fail(ts, rc, "the dense optimizer step on the GPU", err_str(rc));
 }
 
 opt_t *trainer_step_dense_opt(trainer_step_t *ts) { return ts->dense_opt; }
