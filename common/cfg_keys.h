@@ -205,6 +205,12 @@ static const entry_t entries[] = {
      "table_strategy = auto partitions a table only while the partitioned rows each trainer holds stay within "
      "this many MiB: a table over it is spread over every trainer (partition_rows), or cached if even that does "
      "not fit"},
+    {"trainer.device_mb", T_INT, "-1", -1, 1 << 24, NULL,
+     "device = cuda, train --local: MiB of GPU memory for the embedding tables (rows and their optimizer "
+     "state); tables go to the GPU smallest first while they fit, the others stay in host memory and are "
+     "pooled and updated on the CPU (same bits either way, slower).  -1 = what the GPU has free once the "
+     "model and the step's buffers are allocated, less 5% of its memory (at least 512 MiB) for cuBLAS, the "
+     "allocator and other processes; 0 = every table on the host"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
      "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
      "the backward); part of the job: with 3+ trainers another size may change the last bits"},
