@@ -31,6 +31,7 @@
 #include "err.h"
 #include "embag.h"
 #include "embc.h"
+#include "embdev.h"
 #include "embedding.pb-c.h"
 #include "eval.h"
 #include "jobrule.h"
@@ -38,6 +39,7 @@
 #include "log.h"
 #include "model_dev.h"
 #include "nn.h"
+#include "nn_cuda.h"
 #include "opt.h"
 #include "orc.h"
 #include "phase.h"
@@ -54,17 +56,42 @@ typedef struct local_s {
   data_source_t *data;
   const data_schema_t *schema;
   table_layout_t layout;
-  float **tables;      /* per table: rows x row_floats */
+  float **tables;      /* per table: rows x row_floats (device = cpu) */
   model_dev_t *model;  /* the model on cfg's device (model_dev.h) */
+  embdev_t *ed;        /* device = cuda: the tables and their step (embdev.h), on the GPU as far as they fit */
   opt_t *dense_opt;
   opt_kind_t emb_kind;
   opt_hparams_t emb_hp;
   uint32_t dim, batch_size;
   size_t row_floats;   /* every table's (one dim, one row optimizer) */
-  embag_t *eb;         /* the embedding work on the model's threads, and the model's input */
+  embag_t *eb;         /* device = cpu: the embedding work on the model's threads, and the model's input */
   const uint64_t **idx; /* per table: the batch's ids */
   double phase[PHASE_N]; /* seconds by PHASE_* (the local_phases) */
 } local_t;
+
+/* The rest of local_open for device = cuda: the model, then the tables
+ * (embdev: on the GPU as far as trainer.device_mb and the memory left
+ * after the model allow, initialized as table_init_row does). */
+static int local_open_cuda(local_t *L, const cfg_t *cfg, char *err, size_t n) {
+  int rc;
+  L->batch_size = (uint32_t)cfg_int(cfg, "batch_size");
+  if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->batch_size, &L->model, err, n)) != 0)
+    return rc;
+  model_dev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
+  if ((rc = opt_create(cfg, model_dev_n_params(L->model), &L->dense_opt)) != 0)
+    return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
+  if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
+  opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
+#ifdef CHANTER_CUDA
+  int64_t mb = cfg_int(cfg, "trainer.device_mb");
+  if ((rc = embdev_create(&L->layout, L->schema->hotness, L->batch_size, L->emb_kind, &L->emb_hp,
+                          mb < 0 ? EMBDEV_AUTO : mb * (INT64_C(1) << 20), &L->ed, err, n)) != 0)
+    return rc;
+#endif
+  L->idx = calloc(L->schema->n_tables, sizeof *L->idx);
+  if (!L->idx) return -ENOMEM;
+  return 0;
+}
 
 static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   memset(L, 0, sizeof *L);
@@ -92,6 +119,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     return err_set(err, n, -ENOMEM,
                    "the tables need %.1f GiB: too large for train --local (use the distributed trainer)",
                    (double)total * 4 / (1 << 30));
+  if (!strcmp(cfg_str(cfg, "device"), "cuda")) return local_open_cuda(L, cfg, err, n);
   L->tables = calloc(L->layout.n_tables, sizeof *L->tables);
   if (!L->tables) return -ENOMEM;
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
@@ -117,6 +145,9 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
 static void local_close(local_t *L) {
   for (uint32_t t = 0; L->tables && t < L->layout.n_tables; t++) free(L->tables[t]);
   free(L->tables);
+#ifdef CHANTER_CUDA
+  embdev_destroy(L->ed);
+#endif
   embag_destroy(L->eb);
   free(L->idx);
   opt_destroy(L->dense_opt);
@@ -125,22 +156,68 @@ static void local_close(local_t *L) {
   data_close(L->data);
 }
 
+/* device = cuda: the sentence of the last CUDA failure of the tables'
+ * step or of the model ("" when none is known). */
+static const char *local_cuda_error(local_t *L) {
+  static char msg[640];
+  msg[0] = 0;
+#ifdef CHANTER_CUDA
+  if (L->ed && embdev_error(L->ed)[0]) snprintf(msg, sizeof msg, "%s", embdev_error(L->ed));
+  else if (L->ed) (void)nn_cuda_error(msg, sizeof msg);
+#else
+  (void)L;
+#endif
+  return msg;
+}
+
+/* device = cuda: the tables on the GPU and their MiB (0 on the CPU). */
+static uint32_t local_device_tables(const local_t *L, double *mib) {
+  *mib = 0;
+#ifdef CHANTER_CUDA
+  if (L->ed) {
+    *mib = (double)embdev_device_bytes(L->ed) / (1 << 20);
+    return embdev_n_device(L->ed);
+  }
+#else
+  (void)L;
+#endif
+  return 0;
+}
+
 /* b's ids, table by table, for embag */
 static const uint64_t *const *batch_idx(local_t *L, const data_batch_t *b) {
   for (uint32_t t = 0; t < b->n_tables; t++) L->idx[t] = b->ids + b->ids_off[t];
   return L->idx;
 }
 
-static void gather(local_t *L, const data_batch_t *b) {
+/* The logits of test batch b (into a buffer of L's); 0 or ERR_CUDA. */
+static int score(local_t *L, const data_batch_t *b, const float **logits) {
+#ifdef CHANTER_CUDA
+  if (L->ed) { /* pooled on the device, into the model's device input */
+    *logits = embdev_logits(L->ed);
+    if (embdev_fwd(L->ed, L->model, b->n, batch_idx(L, b), 0) ||
+        model_dev_forward(L->model, b->n, b->dense, model_dev_emb_dev(L->model), embdev_logits(L->ed)))
+      return ERR_CUDA;
+    return 0;
+  }
+#endif
   embag_fwd(L->eb, model_dev_pool(L->model), b->n, L->tables, L->row_floats, batch_idx(L, b), NULL, embag_emb(L->eb));
+  *logits = embag_logits(L->eb);
+  return model_dev_forward(L->model, b->n, b->dense, embag_emb(L->eb), embag_logits(L->eb)) ? ERR_CUDA : 0;
 }
 
 /* One training step (embag_train_step: the embedding work on the model's
  * threads, as `chanter bench model` times it); returns the sum of losses. */
 static double step(local_t *L, const data_batch_t *b) {
-  double sec[EMBAG_PHASES] = {0};
-  double loss = embag_train_step(L->eb, L->model, L->dense_opt, L->emb_kind, &L->emb_hp, L->tables, L->row_floats, b->n,
-                                 b->dense, b->labels, batch_idx(L, b), 1.0f / (float)b->n, sec);
+  double sec[EMBAG_PHASES] = {0}, loss;
+#ifdef CHANTER_CUDA
+  if (L->ed)
+    loss = embdev_train_step(L->ed, L->model, L->dense_opt, b->n, b->dense, b->labels, batch_idx(L, b),
+                             1.0f / (float)b->n, sec);
+  else
+#endif
+    loss = embag_train_step(L->eb, L->model, L->dense_opt, L->emb_kind, &L->emb_hp, L->tables, L->row_floats, b->n,
+                            b->dense, b->labels, batch_idx(L, b), 1.0f / (float)b->n, sec);
   L->phase[PHASE_GATHER] += sec[EMBAG_PHASE_GATHER];
   L->phase[PHASE_FORWARD] += sec[EMBAG_PHASE_FORWARD];
   L->phase[PHASE_BACKWARD] += sec[EMBAG_PHASE_BACKWARD];
@@ -205,9 +282,9 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
     data_batch_t b;
     if ((rc = data_read_batch(L->data, DATA_TEST, x, L->batch_size, &b, err, n)) != 0) break;
     uint64_t m = samples - scored < b.n ? samples - scored : b.n;
-    gather(L, &b);
-    if (model_dev_forward(L->model, b.n, b.dense, embag_emb(L->eb), embag_logits(L->eb))) rc = ERR_CUDA;
-    if (!rc) rc = eval_acc_add(&a, embag_logits(L->eb), b.labels, (size_t)m);
+    const float *logits = NULL;
+    if ((rc = score(L, &b, &logits)) != 0) snprintf(err, n, "evaluation: a CUDA call failed%s%s", local_cuda_error(L)[0] ? ": " : "", local_cuda_error(L));
+    if (!rc) rc = eval_acc_add(&a, logits, b.labels, (size_t)m);
     scored += m;
     data_batch_free(&b);
   }
@@ -217,23 +294,41 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
   return rc;
 }
 
-static void digest(local_t *L, char hex[65]) {
+#define DIGEST_ROWS 65536 /* device rows read back per copy */
+
+/* SHA-256 of the dense parameters, then of every row as (key, row) in key
+ * order -- the device's rows read back in pieces on device = cuda.  0 or
+ * ERR_CUDA / -ENOMEM. */
+static int digest(local_t *L, char hex[65]) {
   uint8_t h[32];
   unsigned hl = 0;
+  int rc = 0;
+  float *buf = L->tables ? NULL : malloc(DIGEST_ROWS * L->row_floats * sizeof(float));
+  if (!L->tables && !buf) return -ENOMEM;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
   EVP_DigestUpdate(md, model_dev_params(L->model), model_dev_n_params(L->model) * sizeof(float));
-  for (uint32_t t = 0; t < L->layout.n_tables; t++) {
+  for (uint32_t t = 0; t < L->layout.n_tables && !rc; t++) {
     uint32_t rf = table_row_floats(&L->layout, t);
-    for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) {
-      uint64_t key = TABLE_KEY(t, r);
-      EVP_DigestUpdate(md, &key, 8);
-      EVP_DigestUpdate(md, L->tables[t] + r * rf, rf * sizeof(float));
+    uint64_t rows = L->layout.tables[t].rows;
+    for (uint64_t r0 = 0; r0 < rows && !rc; r0 += DIGEST_ROWS) {
+      uint64_t m = rows - r0 < DIGEST_ROWS ? rows - r0 : DIGEST_ROWS;
+      const float *p = L->tables ? L->tables[t] + r0 * rf : buf;
+#ifdef CHANTER_CUDA
+      if (L->ed && (rc = embdev_read_rows(L->ed, t, r0, m, buf)) != 0) break;
+#endif
+      for (uint64_t r = 0; r < m; r++) {
+        uint64_t key = TABLE_KEY(t, r0 + r);
+        EVP_DigestUpdate(md, &key, 8);
+        EVP_DigestUpdate(md, p + r * rf, rf * sizeof(float));
+      }
     }
   }
   EVP_DigestFinal_ex(md, h, &hl);
   EVP_MD_CTX_free(md);
+  free(buf);
   for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+  return rc;
 }
 
 static void progress(int tty, uint64_t it, uint64_t total, double sps, double loss, double eta) {
@@ -668,6 +763,12 @@ int cmd_train(cli_t *cli) {
                     " iterations, optimizer %s / %s\n",
             model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.batch_size, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
+  double dev_mib = 0;
+  uint32_t dev_tables = local_device_tables(&L, &dev_mib);
+  if (!quiet && L.ed)
+    fprintf(stderr, "train --local: embedding tables: %u of %u on the GPU (%.1f MiB), %u in host memory (trainer.device_mb = %lld)\n",
+            dev_tables, L.layout.n_tables, dev_mib, L.layout.n_tables - dev_tables,
+            (long long)cfg_int(cli->cfg, "trainer.device_mb"));
   /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
    * oracle says the same of a cluster's job */
   char notes[2][JOBRULE_NOTE_MAX];
@@ -700,8 +801,12 @@ int cmd_train(cli_t *cli) {
     if (it + 1 < iters && !eval_now) prefetch_start(&pf, &L, it + 1);
     double loss = step(&L, &b);
     if (isnan(loss)) {
-      snprintf(err, sizeof err, "iteration %" PRIu64 ": the %s model step failed%s", it, cfg_str(cli->cfg, "device"),
-               !strcmp(cfg_str(cli->cfg, "device"), "cuda") ? " (a CUDA call failed; see the log)" : " (loss is NaN: lower learning_rate?)");
+      const char *why = local_cuda_error(&L);
+      if (!strcmp(cfg_str(cli->cfg, "device"), "cuda"))
+        snprintf(err, sizeof err, "iteration %" PRIu64 ": the cuda model step failed (%s)", it,
+                 why[0] ? why : "a CUDA call failed, or the loss is NaN: lower learning_rate?");
+      else
+        snprintf(err, sizeof err, "iteration %" PRIu64 ": the cpu model step failed (loss is NaN: lower learning_rate?)", it);
       data_batch_free(&b);
       rc = -EIO;
       break;
@@ -749,7 +854,12 @@ int cmd_train(cli_t *cli) {
     return 1;
   }
   char hex[65], dense_hex[65];
-  digest(&L, hex);
+  if ((rc = digest(&L, hex)) != 0) {
+    fprintf(stderr, "chanter train --local: digest: reading the tables back failed: %s\n",
+            local_cuda_error(&L)[0] ? local_cuda_error(&L) : err_str(rc));
+    local_close(&L);
+    return 1;
+  }
   {
     uint8_t h[32];
     unsigned hl = 0;
@@ -773,6 +883,10 @@ int cmd_train(cli_t *cli) {
     o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": %" PRIu64, eval_samples);
   else
     o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": null");
+  if (L.ed)
+    o += snprintf(summary + o, sizeof summary - (size_t)o,
+                  ", \"device_tables\": %u, \"device_tables_mib\": %.1f, \"host_tables\": %u", dev_tables, dev_mib,
+                  L.layout.n_tables - dev_tables);
   o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"warnings\": [");
   for (int k = 0; k < n_notes; k++) {
     if (k) o += snprintf(summary + o, sizeof summary - (size_t)o, ", ");
@@ -798,6 +912,9 @@ int cmd_train(cli_t *cli) {
       printf("%s%s %.2f ms", k ? ", " : "", phase_name(local_phases[k]),
              iters ? 1e3 * L.phase[local_phases[k]] / iters : 0);
     printf(" (per iteration)\n");
+    if (L.ed)
+      printf("embedding tables  %u of %u on the GPU (%.1f MiB), %u in host memory\n", dev_tables, L.layout.n_tables,
+             dev_mib, L.layout.n_tables - dev_tables);
     printf("digest            %s\n", hex);
   }
   if (workdir) {
