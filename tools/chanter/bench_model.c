@@ -25,10 +25,21 @@
  * falls back to slow generic ones (nn_blas_better_core()).  Unless
  * --no-reexec is given, the benchmark then re-executes itself with
  * OPENBLAS_CORETYPE set and says so.  Nothing is a threshold: this prints.
+ *
+ * --device cuda times embdev_train_step instead -- the step `chanter
+ * train --local` runs with device = cuda: the embedding tables in GPU
+ * memory (embdev.h, as far as trainer.device_mb allows), DLRM on the GPU
+ * -- on the shape of the issue that asked for it (26 tables x 100k rows,
+ * dim 16, one-hot uniform ids; n_dense, the MLPs and the optimizers from
+ * the config) at batch 2048 and 16384 (or --batch), and prints samples/s,
+ * ms per iteration, its parts, and the step's GEMM GFLOP/s as a share of
+ * an 8192^3 cublasSgemm measured in the same run.  Without a usable GPU
+ * it says so in one line and exits 0.
  */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +47,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cuda_check.h"
 #include "embag.h"
+#include "embdev.h"
 #include "err.h"
 #include "model.h"
 #include "model_dev.h"
@@ -359,10 +372,206 @@ out:
   return rc;
 }
 
+/* ---- --device cuda */
+
+#define CUDA_TABLES 26
+#define CUDA_ROWS 100000
+#define CUDA_DIM 16
+#define SGEMM_N 8192
+
+typedef struct cuda_result_s {
+  uint32_t batch, dev_tables;
+  double dev_mib, samples_s, samples_s_median, ms, gflops, share;
+  double ph[EMBAG_PHASES]; /* ms per iteration, the best round's */
+} cuda_result_t;
+
+#ifdef CHANTER_CUDA
+/* The step at one batch size: rounds of at least iters steps and
+ * seconds / rounds seconds each after three warm-up steps. */
+static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double seconds, double flops, double sgemm,
+                    cuda_result_t *r) {
+  char err[1024] = "";
+  table_layout_t l;
+  model_dev_t *md = NULL;
+  opt_t *o = NULL;
+  embdev_t *e = NULL;
+  opt_kind_t kind;
+  opt_hparams_t hp;
+  uint32_t hot[CUDA_TABLES], n_dense = (uint32_t)cfg_int(cfg, "n_dense");
+  uint64_t *ids = NULL;
+  const uint64_t *idx[CUDA_TABLES];
+  float *dense = NULL, *labels = NULL;
+  double *round_step = NULL;
+  memset(r, 0, sizeof *r);
+  r->batch = batch;
+  int rc = cfg_layout(cfg, &l, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "bench model: %s\n", err);
+    return rc;
+  }
+  if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &kind)) != 0) goto out;
+  opt_hparams_from_cfg(cfg, kind, &hp);
+  for (uint32_t t = 0; t < CUDA_TABLES; t++) hot[t] = 1;
+  int64_t mb = cfg_int(cfg, "trainer.device_mb");
+  if ((rc = model_dev_create(cfg, n_dense, CUDA_TABLES, CUDA_DIM, batch, &md, err, sizeof err)) != 0 ||
+      (model_dev_init(md, (uint64_t)cfg_int(cfg, "seed")), (rc = opt_create(cfg, model_dev_n_params(md), &o)) != 0) ||
+      (rc = embdev_create(&l, hot, batch, kind, &hp, mb < 0 ? EMBDEV_AUTO : mb * (INT64_C(1) << 20), &e, err,
+                          sizeof err)) != 0) {
+    fprintf(stderr, "bench model: batch %u: %s\n", batch, err[0] ? err : err_str(rc));
+    goto out;
+  }
+  r->dev_tables = embdev_n_device(e);
+  r->dev_mib = (double)embdev_device_bytes(e) / (1 << 20);
+  size_t B = batch;
+  ids = malloc(ID_BATCHES * CUDA_TABLES * B * sizeof(uint64_t));
+  dense = malloc((B * n_dense + 1) * sizeof(float));
+  labels = malloc(B * sizeof(float));
+  round_step = calloc((size_t)rounds, sizeof *round_step);
+  rc = -ENOMEM;
+  if (!ids || !dense || !labels || !round_step) goto out;
+  uint64_t s = 12345;
+  for (size_t i = 0; i < ID_BATCHES * CUDA_TABLES * B; i++) {
+    s = table_mix64(s);
+    ids[i] = (s >> 8) % CUDA_ROWS;
+  }
+  for (size_t i = 0; i < B * n_dense; i++) {
+    s = table_mix64(s);
+    dense[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
+  }
+  for (size_t i = 0; i < B; i++) {
+    s = table_mix64(s);
+    labels[i] = (float)(s & 1);
+  }
+  uint32_t it = 0;
+  double best = 1e30;
+  rc = ERR_CUDA;
+  for (int round = -1; round < rounds; round++) { /* round -1: three warm-up steps */
+    double sec[EMBAG_PHASES] = {0}, t0 = now_s(), el;
+    int n = 0;
+    do {
+      const uint64_t *b = ids + (size_t)(it++ % ID_BATCHES) * CUDA_TABLES * B;
+      for (uint32_t t = 0; t < CUDA_TABLES; t++) idx[t] = b + (size_t)t * B;
+      if (isnan(embdev_train_step(e, md, o, batch, dense, labels, idx, 1.0f / (float)batch, sec))) {
+        fprintf(stderr, "bench model: batch %u: the step failed: %s\n", batch,
+                embdev_error(e)[0] ? embdev_error(e) : "a CUDA call failed or the loss is NaN");
+        goto out;
+      }
+      n++;
+      el = now_s() - t0;
+    } while (round < 0 ? n < 3 : (n < iters || el < seconds / rounds));
+    if (round < 0) continue;
+    round_step[round] = el / n;
+    if (el / n < best) {
+      best = el / n;
+      for (int k = 0; k < EMBAG_PHASES; k++) r->ph[k] = 1e3 * sec[k] / n;
+    }
+  }
+  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
+  r->samples_s = (double)batch / best;
+  r->samples_s_median = (double)batch / round_step[rounds / 2];
+  r->ms = 1e3 * round_step[rounds / 2];
+  r->gflops = flops * r->samples_s_median / 1e9;
+  r->share = sgemm > 0 ? r->gflops / sgemm : 0;
+  rc = 0;
+out:
+  free(ids);
+  free(dense);
+  free(labels);
+  free(round_step);
+  embdev_destroy(e);
+  opt_destroy(o);
+  model_dev_destroy(md);
+  table_layout_close(&l);
+  return rc;
+}
+#endif
+
+static int bench_cuda(cli_t *cli, uint32_t batch, int iters, int rounds, double seconds) {
+  char err[1024] = "";
+  if (cuda_check(err, sizeof err) != 0) {
+    printf("chanter bench model --device cuda: nothing measured: %s\n", err);
+    return 0;
+  }
+#ifdef CHANTER_CUDA
+  cfg_t *cfg = cli->cfg;
+  char rows[CUDA_TABLES * 8 + 1] = "table_rows=";
+  for (int t = 0; t < CUDA_TABLES; t++) strcat(rows, t ? ",100000" : "100000");
+  const char *sets[] = {"model=dlrm", "device=cuda", "embedding_dim=16", "table_dims=", "table_hotness=", rows};
+  for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
+    if (cfg_set(cfg, sets[k], "bench", err, sizeof err) < 0) {
+      fprintf(stderr, "bench model: %s\n", err);
+      return 1;
+    }
+  /* GEMM FLOPs per sample, counted on a CPU twin of the model */
+  double flops = 0;
+  {
+    model_t *m = NULL;
+    if (model_create(cfg, (uint32_t)cfg_int(cfg, "n_dense"), CUDA_TABLES, CUDA_DIM, 64, &m, err, sizeof err) != 0) {
+      fprintf(stderr, "bench model: %s\n", err);
+      return 1;
+    }
+    flops = model_gemm_flops_per_sample(m);
+    model_destroy(m);
+  }
+  double sgemm = embdev_sgemm_gflops(SGEMM_N, err, sizeof err);
+  if (sgemm <= 0) fprintf(stderr, "bench model: the sgemm baseline failed: %s\n", err);
+  uint32_t batches[2] = {2048, 16384};
+  int nb = 2;
+  if (batch) {
+    batches[0] = batch;
+    nb = 1;
+  }
+  cuda_result_t res[2];
+  int rc = 0, done = 0;
+  for (int k = 0; k < nb && !rc; k++)
+    if ((rc = cuda_one(cfg, batches[k], iters, rounds, seconds, flops, sgemm, &res[k])) == 0) done++;
+  if (cli->json) {
+    printf("{\"device\": \"cuda\", \"model\": \"dlrm\", \"tables\": %d, \"rows\": %d, \"dim\": %d, "
+           "\"flops_per_sample\": %.0f, \"sgemm_gflops\": %.1f, \"results\": [",
+           CUDA_TABLES, CUDA_ROWS, CUDA_DIM, flops, sgemm);
+    for (int k = 0; k < done; k++) {
+      const cuda_result_t *r = &res[k];
+      printf("%s\n {\"batch\": %u, \"samples_per_sec\": %.1f, \"samples_per_sec_median\": %.1f, \"ms_per_iteration\": %.4f, "
+             "\"gflops\": %.2f, \"sgemm_share\": %.5f, \"device_tables\": %u, \"ms_gather\": %.4f, \"ms_fwd\": %.4f, "
+             "\"ms_bwd\": %.4f, \"ms_dense_update\": %.4f, \"ms_embedding_update\": %.4f}",
+             k ? "," : "", r->batch, r->samples_s, r->samples_s_median, r->ms, r->gflops, r->share, r->dev_tables,
+             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
+             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
+    }
+    printf("]}\n");
+  } else {
+    printf("chanter bench model --device cuda: dlrm, %d tables x %d rows x dim %d, uniform one-hot ids, %u dense, "
+           "optimizer %s, rows %s; embdev_train_step (train --local's step)\n",
+           CUDA_TABLES, CUDA_ROWS, CUDA_DIM, (unsigned)cfg_int(cfg, "n_dense"), cfg_str(cfg, "optimizer"),
+           cfg_str(cfg, "embedding_optimizer"));
+    printf("sgemm peak: cublasSgemm %d^3 FP32 %.1f GFLOP/s; the step's GEMMs %.3f MFLOP/sample; share = step GFLOP/s "
+           "(median round) / sgemm peak\n",
+           SGEMM_N, sgemm, flops / 1e6);
+    printf("%6s %11s %10s %8s %9s %6s %9s | ms/iter %6s %6s %6s %6s %6s\n", "batch", "samples/s", "(median)",
+           "ms/iter", "GFLOP/s", "share", "GPU tabs", "gather", "fwd", "bwd", "dense", "embupd");
+    for (int k = 0; k < done; k++) {
+      const cuda_result_t *r = &res[k];
+      printf("%6u %11.0f %10.0f %8.3f %9.1f %5.1f%% %4u/%-4d |         %6.3f %6.3f %6.3f %6.3f %6.3f\n", r->batch,
+             r->samples_s, r->samples_s_median, r->ms, r->gflops, 100.0 * r->share, r->dev_tables, CUDA_TABLES,
+             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
+             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
+    }
+  }
+  return rc ? 1 : 0;
+#else
+  (void)cli;
+  (void)batch;
+  (void)iters;
+  (void)rounds;
+  (void)seconds;
+  return 0;
+#endif
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: chanter bench model [--batch N] [--iters N] [--seconds S] [--models a,b]\n"
-          "                           [--threads N] [--rounds N] [--rows-cap N] [--no-reexec]\n                           [--json]\n"
+          "                           [--threads N] [--rounds N] [--rows-cap N] [--no-reexec]\n                           [--device cpu|cuda] [--json]\n"
           "  --batch      samples per step (default 2048)\n"
           "  --iters      steps per round at least (default 3)\n"
           "  --rounds     alternating model / sgemm rounds; samples/s of the best and the median one (default 10)\n"
@@ -371,6 +580,8 @@ static void usage(FILE *f) {
           "  --threads    model threads (default: the CPUs available, at most %d)\n"
           "  --rows-cap   cap on rows per in-memory table (default none)\n"
           "  --no-reexec  keep OpenBLAS's own kernel choice even if it fell back\n"
+          "  --device     cpu (default) or cuda: train --local's GPU step (embdev) on DLRM, 26 tables x 100k rows,\n"
+          "               dim 16, uniform ids, at batch 2048 and 16384 (or --batch); exits 0 without a GPU\n"
           "The model, optimizers and table layout come from the config (--config/--set).\n",
           MODEL_PARTS);
 }
@@ -411,7 +622,12 @@ int bench_model(cli_t *cli) {
     return 0;
   }
   int no_reexec = cli_flag(cli, "--no-reexec");
-  if ((s = cli_opt(cli, "--batch"))) batch = (uint32_t)strtoul(s, NULL, 10);
+  const char *device = cli_opt(cli, "--device");
+  int batch_given = 0;
+  if ((s = cli_opt(cli, "--batch"))) {
+    batch = (uint32_t)strtoul(s, NULL, 10);
+    batch_given = 1;
+  }
   if ((s = cli_opt(cli, "--iters"))) iters = atoi(s);
   if ((s = cli_opt(cli, "--rounds"))) rounds = atoi(s);
   if ((s = cli_opt(cli, "--seconds"))) seconds = atof(s);
@@ -422,6 +638,13 @@ int bench_model(cli_t *cli) {
   if (batch == 0 || rows_cap == 0 || iters < 1 || rounds < 1 || seconds < 0) {
     usage(stderr);
     return 2;
+  }
+  if (device && strcmp(device, "cpu") != 0) {
+    if (strcmp(device, "cuda") != 0) {
+      usage(stderr);
+      return 2;
+    }
+    return bench_cuda(cli, batch_given ? batch : 0, iters, rounds, seconds);
   }
   const char *core = nn_blas_better_core();
   if (core && !no_reexec) reexec_with_core(core);
