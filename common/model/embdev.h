@@ -85,7 +85,7 @@ int embdev_on_device(const embdev_t *e, uint32_t t);
 /* Rows [r0, r0 + count) of table t into out (count * row floats),
  * wherever the table lives (the digest).  0 or ERR_CUDA. */
 int embdev_read_rows(embdev_t *e, uint32_t t, uint64_t r0, uint64_t count, float *out);
-/* The sentence of the last ERR_CUDA (or "" ). */
+/* The sentence of the first CUDA failure (or ""). */
 const char *embdev_error(const embdev_t *e);
 /* max_batch host floats for the logits (owned by e). */
 float *embdev_logits(embdev_t *e);
