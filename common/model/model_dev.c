@@ -163,28 +163,48 @@ size_t model_dev_n_params(const model_dev_t *m) {
   return model_n_params(m->cpu);
 }
 
-float *model_dev_params(model_dev_t *m) {
+int model_dev_params_to_host(model_dev_t *m) {
 #ifdef CHANTER_CUDA
-  if (m->cuda) {
-    if (m->params_stale &&
-        copy_wait(m->h_params, model_cuda_params(m->gpu), m->np * 4, cudaMemcpyDeviceToHost, "model_dev_params (to the host)"))
-      m->params_stale = 0;
-    if (m->params_stale) log_error("model_dev_params: the parameters could not be copied from the GPU");
-    return m->h_params;
+  if (m->cuda && m->params_stale) {
+    if (!copy_wait(m->h_params, model_cuda_params(m->gpu), m->np * 4, cudaMemcpyDeviceToHost,
+                   "model_dev_params (to the host)")) {
+      log_error("model_dev: the dense parameters could not be copied from the GPU");
+      return ERR_CUDA;
+    }
+    m->params_stale = 0;
   }
+#endif
+  (void)m;
+  return 0;
+}
+
+int model_dev_grads_to_host(model_dev_t *m) {
+#ifdef CHANTER_CUDA
+  if (m->cuda && m->grads_stale) {
+    if (!copy_wait(m->h_grads, model_cuda_grads(m->gpu), m->np * 4, cudaMemcpyDeviceToHost,
+                   "model_dev_grads (to the host)")) {
+      log_error("model_dev: the dense gradients could not be copied from the GPU");
+      return ERR_CUDA;
+    }
+    m->grads_stale = 0;
+  }
+#endif
+  (void)m;
+  return 0;
+}
+
+float *model_dev_params(model_dev_t *m) {
+  (void)model_dev_params_to_host(m);
+#ifdef CHANTER_CUDA
+  if (m->cuda) return m->h_params;
 #endif
   return model_params(m->cpu);
 }
 
 float *model_dev_grads(model_dev_t *m) {
+  (void)model_dev_grads_to_host(m);
 #ifdef CHANTER_CUDA
-  if (m->cuda) {
-    if (m->grads_stale &&
-        copy_wait(m->h_grads, model_cuda_grads(m->gpu), m->np * 4, cudaMemcpyDeviceToHost, "model_dev_grads (to the host)"))
-      m->grads_stale = 0;
-    if (m->grads_stale) log_error("model_dev_grads: the gradients could not be copied from the GPU");
-    return m->h_grads;
-  }
+  if (m->cuda) return m->h_grads;
 #endif
   return model_grads(m->cpu);
 }

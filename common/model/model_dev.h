@@ -62,6 +62,10 @@ size_t model_dev_n_params(const model_dev_t *m);
  * its old values. */
 float *model_dev_params(model_dev_t *m);
 float *model_dev_grads(model_dev_t *m);
+/* The copies those two make, with their outcome: 0 (also when there was
+ * nothing to copy, and always on the CPU) or ERR_CUDA. */
+int model_dev_params_to_host(model_dev_t *m);
+int model_dev_grads_to_host(model_dev_t *m);
 /* After writing model_dev_params (a broadcast, a restore): the device
  * takes the host values (waits).  0 or ERR_CUDA; nothing to do on the CPU. */
 int model_dev_params_changed(model_dev_t *m);
