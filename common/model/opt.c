@@ -119,6 +119,13 @@ OPT_HOT static void adam(float *restrict w, float *restrict m, float *restrict v
   }
 }
 
+void opt_adam_bias(const opt_hparams_t *hp, uint64_t t, float *lr_t, float *eps_t) {
+  double td = (double)t;
+  double bc1 = 1.0 - pow(hp->beta1, td), bc2 = 1.0 - pow(hp->beta2, td);
+  *lr_t = (float)(hp->lr * sqrt(bc2) / bc1);
+  *eps_t = (float)(hp->eps * sqrt(bc2));
+}
+
 /* Elements [lo, hi) of step t. */
 static void step_range(opt_t *o, float *params, const float *grads, size_t lo, size_t hi) {
   size_t n = hi - lo;
@@ -130,10 +137,8 @@ static void step_range(opt_t *o, float *params, const float *grads, size_t lo, s
       adagrad(params + lo, o->state + lo, grads + lo, n, o->hp.lr, o->hp.eps);
       break;
     case OPT_ADAM: {
-      double t = (double)o->t;
-      double bc1 = 1.0 - pow(o->hp.beta1, t), bc2 = 1.0 - pow(o->hp.beta2, t);
-      float lr_t = (float)(o->hp.lr * sqrt(bc2) / bc1);
-      float eps_t = (float)(o->hp.eps * sqrt(bc2));
+      float lr_t, eps_t;
+      opt_adam_bias(&o->hp, o->t, &lr_t, &eps_t);
       adam(params + lo, o->state + lo, o->state + o->n + lo, grads + lo, n, o->hp.beta1,
            o->hp.beta2, lr_t, eps_t);
       break;
@@ -173,6 +178,8 @@ float *opt_state(opt_t *o) { return o->state; }
 size_t opt_state_floats(const opt_t *o) { return o->state_n; }
 uint64_t opt_steps(const opt_t *o) { return o->t; }
 void opt_set_steps(opt_t *o, uint64_t t) { o->t = t; }
+size_t opt_n_params(const opt_t *o) { return o->n; }
+const opt_hparams_t *opt_hparams(const opt_t *o) { return &o->hp; }
 
 uint32_t opt_row_state_floats(opt_kind_t kind, uint32_t dim) {
   switch (kind) {

@@ -73,6 +73,17 @@ float *opt_state(opt_t *o);
 size_t opt_state_floats(const opt_t *o);
 uint64_t opt_steps(const opt_t *o);
 void opt_set_steps(opt_t *o, uint64_t t);
+/* The number of parameters o steps, and the hyperparameters it was
+ * created with (owned by o). */
+size_t opt_n_params(const opt_t *o);
+const opt_hparams_t *opt_hparams(const opt_t *o);
+/* Adam's bias-corrected learning rate and epsilon for step t (the t-th
+ * step, counted from 1: opt_step uses opt_steps(o) after advancing it),
+ * lr_t = lr*sqrt(1-b2^t)/(1-b1^t) and eps_t = eps*sqrt(1-b2^t) computed
+ * in double and rounded to float once.  The one place they are computed:
+ * opt_step and its device twin (opt_cuda.h) both call it, so both see
+ * the same two floats. */
+void opt_adam_bias(const opt_hparams_t *hp, uint64_t t, float *lr_t, float *eps_t);
 
 /* ---- embedding rows */
 /* Optimizer state floats stored after a row of dim floats: 0, dim, 1

@@ -22,6 +22,13 @@
  * bucket k of iteration x is the scheduler's operation (DENSE, x, k), run
  * by its communication thread between more urgent ones (trainer_sched.h).
  *
+ * device = cuda: grads is the trainer's HOST mirror of gradients that
+ * live on the GPU (model_dev.h), and the GPU model has no grad-ready hook,
+ * so nothing is handed over before trainer_ar_finish; the caller brings
+ * the gradients to the mirror just before it and sends the sums back just
+ * after (trainer_exec.c's dense_finish: trainer_step_grads_fetch /
+ * trainer_step_grads_changed).
+ *
  * Threads: trainer_ar_begin / trainer_ar_finish on the training thread; trainer_ar_ready from
  * inside model_backward (the same thread).  The group (coll_t) is used by
  * the communication thread only between trainer_ar_begin and trainer_ar_finish, and by

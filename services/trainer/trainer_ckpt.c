@@ -26,6 +26,9 @@ int trainer_ckpt_dense_encode(trainer_step_t *ts, uint8_t **buf, size_t *len) {
   opt_t *o = trainer_step_dense_opt(ts);
   size_t np = trainer_step_n_params(ts), ns = opt_state_floats(o);
   size_t n = DENSE_HEAD + (np + ns) * sizeof(float) + 32;
+  /* device = cuda: the parameters and the optimizer state come from the GPU */
+  int rc = trainer_step_dense_sync(ts);
+  if (rc) return rc;
   uint8_t *b = malloc(n);
   if (!b) return -ENOMEM;
   memcpy(b, DENSE_MAGIC, 8);
@@ -70,7 +73,7 @@ int trainer_ckpt_dense_decode(trainer_step_t *ts, const uint8_t *b, size_t len, 
   memcpy(trainer_step_params(ts), b + DENSE_HEAD, np * sizeof(float));
   if (ns) memcpy(opt_state(o), b + DENSE_HEAD + np * sizeof(float), ns * sizeof(float));
   opt_set_steps(o, steps);
-  int rc = trainer_step_params_changed(ts);
+  int rc = trainer_step_dense_changed(ts); /* device = cuda: both to the GPU */
   if (rc) return err_set(err, err_len, rc, "loading the dense state onto the device failed: %s", err_str(rc));
   return 0;
 }
@@ -107,7 +110,8 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
   if (*ck->dense_blob) {
     uint8_t *buf;
     if ((rc = trainer_ckpt_dense_encode(t->ts, &buf, &dense_bytes)) != 0)
-      return err_set(err, err_len, rc, "checkpoint %s: out of memory for the dense state", ck->id);
+      return err_set(err, err_len, rc, "checkpoint %s: cannot encode the dense state: %s", ck->id,
+                     rc == -ENOMEM ? "out of memory" : err_str(rc));
     if (ck->dense_server >= embc_servers(t->embc)) {
       free(buf);
       return err_set(err, err_len, ERR_BADMSG, "checkpoint %s: dense_server %u, but the job has %u embedding servers",

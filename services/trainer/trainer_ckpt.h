@@ -43,7 +43,8 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
  * model or optimizer). */
 int trainer_ckpt_resume(trainer_t *t, const trainer_work_t *w, uint64_t *expect, char *err, size_t err_len);
 
-/* The dense state of ts as a blob (*buf malloc'ed).  0 or -ENOMEM. */
+/* The dense state of ts as a blob (*buf malloc'ed; on device = cuda
+ * copied from the GPU first).  0, -ENOMEM or ERR_CUDA. */
 int trainer_ckpt_dense_encode(trainer_step_t *ts, uint8_t **buf, size_t *len);
 /* Loads a dense-state blob into ts.  0, or ERR_BADMSG / ERR_CONFIG with a
  * sentence in err; ts is unchanged on failure. */

@@ -160,15 +160,31 @@ static int check_next(uint64_t x, uint64_t expect, char *err, size_t err_len) {
 }
 
 /* The end of the dense all-reduce that started inside the backward
- * (trainer_ar.h); *t_comm: its own time. */
+ * (trainer_ar.h); *t_comm: its own time.
+ * device = cuda: the gradients stay on the GPU after the backward, and
+ * trainer_ar reduces the host array it was given when the group formed,
+ * so they come to it first and the sums go back after, before the
+ * optimizer step (trainer_step_grads_fetch / _changed; no-ops on the CPU
+ * and when the collective works on device memory).  Nothing was handed
+ * to the group before this point on the GPU: the backward's grad-ready
+ * hook, which starts buckets early, is the CPU model's only
+ * (trainer_join_group_form).  One trainer: the sum is the array itself,
+ * nothing to move. */
 static int dense_finish(trainer_t *t, uint64_t x, double *t_comm, char *err, size_t err_len) {
-  int rc = trainer_ar_finish(t->join.dense_ar, t_comm);
+  int move = t->trainers > 1, rc;
+  if (move && (rc = trainer_step_grads_fetch(t->ts)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": copying the dense gradients from the GPU failed: %s", x,
+                   err_str(rc));
+  rc = trainer_ar_finish(t->join.dense_ar, t_comm);
   if (rc)
-    err_set(err, err_len, rc,
-            "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
-            "(a peer trainer died or is unreachable; see the collective's log line)",
-            x, trainer_step_n_params(t->ts), t->trainers, err_str(rc));
-  return rc;
+    return err_set(err, err_len, rc,
+                   "iteration %" PRIu64 ": dense all-reduce of %zu floats among %u trainers failed: %s "
+                   "(a peer trainer died or is unreachable; see the collective's log line)",
+                   x, trainer_step_n_params(t->ts), t->trainers, err_str(rc));
+  if (move && (rc = trainer_step_grads_changed(t->ts)) != 0)
+    return err_set(err, err_len, rc, "iteration %" PRIu64 ": copying the reduced dense gradients to the GPU failed: %s",
+                   x, err_str(rc));
+  return 0;
 }
 
 static void step_begin(const trainer_work_t *w, double t_wait, int cache, trainer_exec_step_t *s) {

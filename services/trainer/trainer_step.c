@@ -38,6 +38,8 @@ struct trainer_step_s {
   model_dev_t *md;     /* the model on its device */
   model_t *model; /* device = cpu: md's model; else NULL */
   int cuda;       /* device = cuda: the cache in GPU memory (tcache_cuda.h) */
+  int coll_on_device; /* the dense all-reduce works on model_dev_grads_dev (trainer_step_set_collective_on_device) */
+  int logits_pending; /* device = cuda: the last training forward's logits are still on the device */
 #ifdef CHANTER_CUDA
   tcache_cuda_t *dc;
 #endif
@@ -240,6 +242,28 @@ int trainer_step_device_status(trainer_step_t *ts, char *err, size_t err_len) {
 
 int trainer_step_params_changed(trainer_step_t *ts) { return model_dev_params_changed(ts->md); }
 
+void trainer_step_set_collective_on_device(trainer_step_t *ts, int on) { ts->coll_on_device = on != 0; }
+
+int trainer_step_grads_fetch(trainer_step_t *ts) {
+  if (!ts->cuda || ts->coll_on_device) return 0;
+  return model_dev_grads_to_host(ts->md); /* copies from the device when it is newer */
+}
+
+int trainer_step_grads_changed(trainer_step_t *ts) {
+  if (!ts->cuda || ts->coll_on_device) return 0;
+  return model_dev_grads_changed(ts->md);
+}
+
+int trainer_step_dense_sync(trainer_step_t *ts) {
+  int rc = model_dev_params_to_host(ts->md);
+  return rc ? rc : model_dev_opt_sync(ts->md, ts->dense_opt);
+}
+
+int trainer_step_dense_changed(trainer_step_t *ts) {
+  int rc = model_dev_params_changed(ts->md);
+  return rc ? rc : model_dev_opt_changed(ts->md, ts->dense_opt);
+}
+
 /* The dense optimizer step on the model's device (model_dev_opt_step). */
 static void dense_step(trainer_step_t *ts) {
   int rc = model_dev_opt_step(ts->md, ts->dense_opt);
@@ -253,7 +277,14 @@ uint32_t trainer_step_max_batch(const trainer_step_t *ts) { return ts->max_batch
 size_t trainer_step_n_keys(const trainer_step_t *ts) { return ts->n_keys; }
 const uint64_t *trainer_step_keys(const trainer_step_t *ts) { return ts->keys; }
 float *trainer_step_key_rows(trainer_step_t *ts) { return ts->rows; }
-const float *trainer_step_logits(const trainer_step_t *ts) { return ts->logits; }
+const float *trainer_step_logits(trainer_step_t *ts) {
+  if (ts->logits_pending) { /* the training forward left them on the device (no wait there) */
+    int rc = model_dev_logits(ts->md, ts->fwd_n, ts->logits);
+    if (rc) dev_fail(ts, rc, "copying the logits from the GPU", err_str(rc));
+    ts->logits_pending = 0;
+  }
+  return ts->logits;
+}
 
 /* ---------------------------------------------------------------- batches */
 
@@ -448,9 +479,11 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
       }
       embag_fwd(ts->eb, model_dev_pool(ts->md), b->n, ts->tbase, ts->rf, ts->tidx, ts->ext, ts->emb);
     }
-    if ((rc = model_dev_forward(ts->md, b->n, b->dense, emb, ts->logits)) != 0)
+    /* on the GPU the logits stay there (trainer_step_logits fetches them): no wait */
+    if ((rc = model_dev_forward(ts->md, b->n, b->dense, emb, ts->cuda ? NULL : ts->logits)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
+  ts->logits_pending = ts->cuda;
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
   return 0;
@@ -623,9 +656,10 @@ int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, s
   if (b->n) {
     int rc = map_and_pool(ts, b, 0, b->n, err, err_len);
     if (rc) return rc;
-    if ((rc = model_dev_forward(ts->md, b->n, b->dense, ts->emb, ts->logits)) != 0)
+    if ((rc = model_dev_forward(ts->md, b->n, b->dense, ts->emb, ts->cuda ? NULL : ts->logits)) != 0)
       return err_set(err, err_len, rc, "the model's forward on the GPU failed: %s", err_str(rc));
   }
+  ts->logits_pending = ts->cuda;
   ts->fwd_n = b->n;
   ts->fwd_ok = 1;
   return 0;
@@ -639,8 +673,9 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
     memset(ts->grad, 0, ts->n_keys * ts->dim * sizeof(float));
     memset(ts->touched, 0, ts->n_keys);
   }
-  if (!b->n) {
-    memset(model_dev_grads(ts->md), 0, model_dev_n_params(ts->md) * sizeof(float));
+  if (!b->n) { /* on both sides: the device optimizer reads the device's */
+    int rc = model_dev_grads_zero(ts->md);
+    if (rc) dev_fail(ts, rc, "zeroing the dense gradients on the GPU", err_str(rc));
     return 0.0;
   }
   /* the same expression as train --local's 1.0f / (float)b->n */
@@ -744,6 +779,7 @@ const float *trainer_step_d_emb(const trainer_step_t *ts) { return ts->d_emb; }
 
 int trainer_step_eval(trainer_step_t *ts, const data_batch_t *b, float *out, char *err, size_t err_len) {
   ts->fwd_ok = 0;
+  ts->logits_pending = 0; /* the device's logits are the eval's now */
   for (uint32_t i0 = 0; i0 < b->n; i0 += ts->max_batch) {
     uint32_t m = b->n - i0 < ts->max_batch ? b->n - i0 : ts->max_batch;
     int rc = map_and_pool(ts, b, i0, m, err, err_len);
@@ -759,6 +795,7 @@ void trainer_step_dense_sha256(trainer_step_t *ts, uint8_t out[32]) {
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   ASSERT(md);
   EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  /* model_dev_params copies the device's parameters over first when they are newer */
   EVP_DigestUpdate(md, model_dev_params(ts->md), model_dev_n_params(ts->md) * sizeof(float));
   EVP_DigestFinal_ex(md, out, &len);
   EVP_MD_CTX_free(md);

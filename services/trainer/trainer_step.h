@@ -69,8 +69,12 @@ void trainer_step_destroy(trainer_step_t *ts);
 /* The CPU model (device = cpu), NULL on device = cuda. */
 model_t *trainer_step_model(trainer_step_t *ts);
 /* The dense parameters and gradients (host arrays of trainer_step_n_params
- * floats, authoritative on either device: the all-reduce, the optimizer
- * and the digest use them). */
+ * floats, at fixed addresses for ts's life).  On device = cuda they live
+ * on the GPU between steps (model_dev.h): each call copies the device's
+ * values into the host array first when they are newer, so read through
+ * a pointer only right after getting it from one of these calls (or
+ * after trainer_step_grads_fetch), and after writing call
+ * trainer_step_params_changed / trainer_step_grads_changed. */
 float *trainer_step_params(trainer_step_t *ts);
 float *trainer_step_grads(trainer_step_t *ts);
 size_t trainer_step_n_params(const trainer_step_t *ts);
@@ -78,7 +82,28 @@ int trainer_step_is_cuda(const trainer_step_t *ts);
 /* After trainer_step_params changed outside a step (a broadcast, a restore):
  * the GPU sees them.  0 or ERR_CUDA; nothing to do on the CPU. */
 int trainer_step_params_changed(trainer_step_t *ts);
-/* A device failure since the last call (the GPU build records the first
+/* The dense all-reduce of a trainer group over trainer_step_grads (host
+ * memory, Gloo), on device = cuda: trainer_step_grads_fetch brings the
+ * backward's gradients to the host array before the collective reads it
+ * (trainer_ar holds that array since the group formed), and
+ * trainer_step_grads_changed sends the reduced sums back before the
+ * optimizer step (trainer_step_update / trainer_step_cache_update) runs
+ * on the device.  Both: 0 or ERR_CUDA; nothing to do (0) on the CPU or
+ * when the collective runs on the device. */
+int trainer_step_grads_fetch(trainer_step_t *ts);
+int trainer_step_grads_changed(trainer_step_t *ts);
+/* on != 0: the group's dense collective reads and writes the DEVICE
+ * gradients in place (NCCL, model_dev_grads_dev), so the two calls above
+ * do nothing.  Default off.  The training thread, between steps. */
+void trainer_step_set_collective_on_device(trainer_step_t *ts, int on);
+/* The whole dense state -- the parameters and the dense optimizer's state
+ * (trainer_step_dense_opt: opt_state; its step count is the host's) --
+ * lives on the device with device = cuda: trainer_step_dense_sync copies
+ * both into trainer_step_params and opt_state before a reader (a
+ * checkpoint), trainer_step_dense_changed sends both after a writer (a
+ * restore).  0 or ERR_CUDA; no-ops on the CPU. */
+int trainer_step_dense_sync(trainer_step_t *ts);
+int trainer_step_dense_changed(trainer_step_t *ts);/* A device failure since the last call (the GPU build records the first
  * one instead of stopping a thread mid-step): 0, or its code with a
  * sentence in err.  The training thread checks it once a step. */
 int trainer_step_device_status(trainer_step_t *ts, char *err, size_t err_len);
@@ -109,9 +134,11 @@ long trainer_step_key_index(const trainer_step_t *ts, uint64_t key);
 
 /* Maps b's ids to slots (-ENOENT with err naming the sample, table and key
  * when a row was not fetched), pools, runs model_forward.  n == 0 is fine
- * (nothing runs).  Logits: trainer_step_logits. */
+ * (nothing runs).  Logits: trainer_step_logits (on device = cuda the
+ * forward leaves them on the GPU, without waiting for it, and
+ * trainer_step_logits copies them over on its first call after). */
 int trainer_step_forward(trainer_step_t *ts, const data_batch_t *b, char *err, size_t err_len);
-const float *trainer_step_logits(const trainer_step_t *ts);
+const float *trainer_step_logits(trainer_step_t *ts);
 /* Backward of the last trainer_step_forward: model_grads() = (1/global_batch_size) *
  * gradient of the sum of b's losses (all zeros when n == 0), and each
  * slot's row gradient (zero for slots no sample of b uses).  Returns the
@@ -184,7 +211,8 @@ void trainer_step_row_update(trainer_step_t *ts, float *row, const float *grad);
  * out[b->n].  Changes no parameter. */
 int trainer_step_eval(trainer_step_t *ts, const data_batch_t *b, float *out, char *err, size_t err_len);
 
-/* SHA-256 of the dense parameter bytes (model_params, native float32). */
+/* SHA-256 of the dense parameter bytes (model_params, native float32;
+ * on device = cuda copied from the GPU first when newer). */
 void trainer_step_dense_sha256(trainer_step_t *ts, uint8_t out[32]);
 
 #endif

@@ -24,7 +24,10 @@
  *    K * 2^-24 * sum|terms| <= 1e-4 absolute in the worst case and ~1e-6
  *    typically.  TF32 (10-bit mantissa, ~1e-3 relative) would fail it,
  *    which is intended: the handle must compute in FP32.
- *  - sigmoid / BCE gradient (CUDA's expf, <= 2 ulp): 1e-6 relative.
+ *  - sigmoid (CUDA's expf, <= 2 ulp): 1e-6 relative; the BCE gradient:
+ *    a bound in ulps of the sigmoid, derived at check_bce_grad.
+ *  - the dense optimizer (opt.cu) and model_dev's device-resident step:
+ *    bit-identical to opt_step / to a host-optimizer run (memcmp).
  *  - the BCE loss sum (CUDA's exp/log1p <= 1 ulp, chunked sum): 1e-12
  *    relative.
  *  - whole models: the GEMM differences propagate through a few layers of
@@ -61,7 +64,9 @@
 #include "nn.h"
 #include "nn_cuda.h"
 #include "opt.h"
+#include "opt_cuda.h"
 #include "table.h"
+#include "trainer_ckpt.h"
 #include "trainer_step.h"
 #include "testutil.h"
 #ifdef CHANTER_CUDA
@@ -201,6 +206,12 @@ static void test_symbols_link(void **state) {
       (any_fn)tcache_cuda_forward, (any_fn)tcache_cuda_backward, (any_fn)tcache_cuda_update_rows,
       /* partitioned tables on the GPU path: the skipped tables' forward, their columns in and out */
       (any_fn)tcache_cuda_forward_skip, (any_fn)model_dev_emb_cols_in, (any_fn)model_dev_demb_cols_out,
+      /* the dense state on the device: the optimizer, model_dev's residency calls, the trainer's */
+      (any_fn)opt_cuda_step, (any_fn)model_dev_opt_step, (any_fn)model_dev_opt_sync, (any_fn)model_dev_opt_changed,
+      (any_fn)model_dev_grads_changed, (any_fn)model_dev_params_dev, (any_fn)model_dev_grads_dev,
+      (any_fn)model_dev_params_to_host, (any_fn)model_dev_grads_to_host, (any_fn)model_dev_grads_zero,
+      (any_fn)model_dev_logits, (any_fn)trainer_step_grads_fetch, (any_fn)trainer_step_grads_changed,
+      (any_fn)trainer_step_set_collective_on_device, (any_fn)trainer_step_dense_sync, (any_fn)trainer_step_dense_changed,
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) assert_non_null(fns[i]);
   /* the CPU twins are distinct functions */
@@ -432,6 +443,40 @@ static void test_gpu_elementwise(void **state) {
   free(x); free(dy); free(y); free(dx);
 }
 
+/* The BCE gradient g = scale * (s - t), s = sigmoid(z) as nn.c computes it
+ * (1/(1+e) with e = expf(-z) for z >= 0, e/(1+e) with e = expf(z) below),
+ * against the CPU's.  The only difference is expf: glibc's is within 1 ulp
+ * of exp, CUDA's within 2 (CUDA C Programming Guide, maximum ulp errors),
+ * so the two e differ by <= 3 ulp(e) <= 3 * 2^-23 e relative.  Let
+ * S = sigmoid(z) exactly.  On each side, a relative error k * 2^-23 in e
+ * moves s by S (1 - S) k 2^-23 (d s / d e * e / s = -(1 - S) for
+ * z >= 0, +(1 - S) below), and its two float roundings (1 + e, then the
+ * division) add <= 2 * 2^-24 S, so |s_side - S| <= S ((1 - S) k + 1) 2^-23
+ * and |s_gpu - s_cpu| <= S (3 (1 - S) + 2) 2^-23 <= 5 * 2^-23 S: a few ulp
+ * of the SIGMOID.  Then s - t: exact for t = 0, and for t = 1 when
+ * s >= 1/2 (Sterbenz); otherwise rounded, <= 2^-24 |s - t| on each side;
+ * the product with scale rounds once more on each side.  So
+ *   |g_gpu - g_cpu| <= scale * 2^-23 * (5 S + 2 |s - t|)   (S ~ s_cpu),
+ * an absolute bound in units of the sigmoid, not of the difference:
+ * where s - t cancels (s near t) a relative tolerance on g is meaningless
+ * (seen on an H200: dlogits[488] = -7.54279536e-05 vs -7.542807e-05,
+ * s ~ 0.9246, t = 1, scale = 1/1000: 1.2e-10 apart, 1.5e-6 relative but
+ * 0.2 of this bound).  s_cpu + 2^-20 covers S vs s_cpu. */
+static void check_bce_grad(const float *g, const float *c, const float *z, const float *t, uint32_t n, float scale) {
+  float *s = malloc(n * sizeof(float));
+  assert_non_null(s);
+  nn_sigmoid_fwd(z, n, s);
+  for (uint32_t i = 0; i < n; i++) {
+    double S = (double)s[i] * (1.0 + 0x1p-20), d = fabs((double)s[i] - t[i]);
+    double bound = (double)scale * 0x1p-23 * (5.0 * S + 2.0 * d);
+    if (!(fabs((double)g[i] - c[i]) <= bound)) {
+      print_error("bce dlogits[%u]: GPU %.9g CPU %.9g (z %.9g t %g: bound %.3g)\n", i, g[i], c[i], z[i], t[i], bound);
+      fail();
+    }
+  }
+  free(s);
+}
+
 static void test_gpu_bce(void **state) {
   (void)state;
   if (!have_device()) skip();
@@ -449,7 +494,7 @@ static void test_gpu_bce(void **state) {
     assert_true(fabs(gf - lf) <= 1e-12 * fabs(lf));
     assert_true(fabs(gb - lb) <= 1e-12 * fabs(lb));
     float *g = back(dDL, n);
-    close_to("bce dlogits", g, dl, n, 0, 1e-6);
+    check_bce_grad(g, dl, z, t, n, 1.0f / (float)n);
     free(g);
     cudaFree(dZ); cudaFree(dT); cudaFree(dDL);
     free(z); free(t); free(dl);
@@ -830,6 +875,265 @@ static void test_gpu_trainer_cache(void **state) {
   free(sl); free(r2); free(work); free(d); free(gemb); free(emb); free(idx); free(all); free(rev); free(sb); free(rows);
 }
 
+/* ------------------------------------------------------------ the dense state on the device */
+
+/* memcmp, naming the first differing element */
+static void bits(const char *what, const float *gpu, const float *cpu, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&gpu[i], &cpu[i], sizeof(float)) != 0) {
+      print_error("%s[%zu]: GPU %.9g CPU %.9g (expected the same bits)\n", what, i, gpu[i], cpu[i]);
+      fail();
+    }
+}
+
+/* opt_cuda_step against opt_step: STEPS steps with fresh random gradients
+ * each (some exact zeros, magnitudes over 6 decades), n elements. */
+static void check_opt(opt_kind_t kind, size_t n) {
+  enum { STEPS = 5 };
+  opt_hparams_t hp = {.lr = 0.01f, .eps = kind == OPT_ADAM ? 1e-8f : 1e-10f, .beta1 = 0.9f, .beta2 = 0.999f,
+                      .adagrad_init = 0.1f};
+  opt_t *host = NULL, *gpu = NULL;
+  assert_int_equal(opt_create_kind(kind, &hp, n, &host), 0);
+  assert_int_equal(opt_create_kind(kind, &hp, n, &gpu), 0);
+  size_t ns = opt_state_floats(host);
+  float *w = rnd(n, 1), *g = malloc((n ? n : 1) * sizeof(float));
+  float *dW = devf(w, n), *dG = devf(NULL, n), *dS = ns ? devf(opt_state(gpu), ns) : NULL;
+  for (int step = 0; step < STEPS; step++) {
+    for (size_t i = 0; i < n; i++) {
+      float u = urand();
+      g[i] = i % 17 == 3 ? 0.0f : u * powf(10.0f, -6.0f * fabsf(urand()));
+    }
+    assert_int_equal(cudaMemcpy(dG, g, n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    opt_step(host, w, g);
+    assert_int_equal(opt_cuda_step(gpu, dW, dG, dS), 0);
+    assert_int_equal(opt_steps(gpu), opt_steps(host));
+    float *gw = back(dW, n);
+    char what[64];
+    snprintf(what, sizeof what, "%s n=%zu step %d: params", opt_kind_name(kind), n, step + 1);
+    bits(what, gw, w, n);
+    free(gw);
+    if (ns) {
+      float *gs = back(dS, ns);
+      snprintf(what, sizeof what, "%s n=%zu step %d: state", opt_kind_name(kind), n, step + 1);
+      bits(what, gs, opt_state(host), ns);
+      free(gs);
+    }
+  }
+  no_cuda_error();
+  cudaFree(dW); cudaFree(dG); cudaFree(dS);
+  free(w); free(g);
+  opt_destroy(host);
+  opt_destroy(gpu);
+}
+
+static void test_gpu_opt(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  rng_state = 21;
+  /* around the block, and past the grid's cap (the grid-stride loop) */
+  const size_t sizes[] = {1, 7, OPT_CUDA_BLOCK - 1, OPT_CUDA_BLOCK, OPT_CUDA_BLOCK + 1, 1000,
+                          (size_t)OPT_CUDA_BLOCK * OPT_CUDA_MAX_BLOCKS + 333};
+  const opt_kind_t kinds[] = {OPT_SGD, OPT_ADAGRAD, OPT_ADAM};
+  for (size_t k = 0; k < 3; k++)
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_opt(kinds[k], sizes[i]);
+  /* n = 0: the step count still advances, nothing runs */
+  opt_hparams_t hp = {.lr = 0.1f};
+  opt_t *o = NULL;
+  assert_int_equal(opt_create_kind(OPT_SGD, &hp, 0, &o), 0);
+  assert_int_equal(opt_cuda_step(o, NULL, NULL, NULL), 0);
+  assert_int_equal(opt_steps(o), 1);
+  opt_destroy(o);
+}
+
+/* model_dev on CUDA with the dense state on the device, against a run of
+ * the same model (same GPU: the forward and backward give the same bits
+ * run to run) whose optimizer runs on the host from model_dev_grads, its
+ * parameters sent back with model_dev_params_changed -- what every step
+ * did before the state moved to the device.  After each step the
+ * parameters (model_dev_params), the optimizer state (model_dev_opt_sync)
+ * and step count agree bit for bit; the logits left on the device
+ * (model_dev_logits) equal the ones a forward returns. */
+static void check_model_dev(const char *optimizer) {
+  enum { N = 48, D = 5, T = 3, DIM = 4, STEPS = 4 };
+  const char *sets[] = {"device=cuda", "model=dlrm", "model.bottom_mlp=16,8", "model.top_mlp=16,8", optimizer, NULL};
+  cfg_t *c = testutil_cfg_of(sets);
+  char err[1024] = "";
+  model_dev_t *a = NULL, *b = NULL;
+  assert_int_equal(model_dev_create(c, D, T, DIM, N, &a, err, sizeof err), 0);
+  assert_int_equal(model_dev_create(c, D, T, DIM, N, &b, err, sizeof err), 0);
+  assert_true(model_dev_is_cuda(a));
+  model_dev_init(a, 77);
+  model_dev_init(b, 77);
+  size_t np = model_dev_n_params(a);
+  opt_t *oa = NULL, *ob = NULL;
+  assert_int_equal(opt_create(c, np, &oa), 0);
+  assert_int_equal(opt_create(c, np, &ob), 0);
+  size_t ns = opt_state_floats(oa);
+  bits("initial params", model_dev_params(a), model_dev_params(b), np);
+  rng_state = 31;
+  float *dense = malloc((size_t)N * D * sizeof(float)), *emb = malloc((size_t)N * T * DIM * sizeof(float));
+  float *labels = malloc(N * sizeof(float)), *la = malloc(N * sizeof(float)), *lb = malloc(N * sizeof(float));
+  float *da = malloc((size_t)N * T * DIM * sizeof(float)), *db = malloc((size_t)N * T * DIM * sizeof(float));
+  for (int step = 0; step < STEPS; step++) {
+    uint32_t n = step == 2 ? N - 13 : N; /* a short batch too */
+    for (size_t i = 0; i < (size_t)n * D; i++) dense[i] = urand();
+    for (size_t i = 0; i < (size_t)n * T * DIM; i++) emb[i] = 0.5f * urand();
+    for (uint32_t i = 0; i < n; i++) labels[i] = (float)(table_mix64((uint64_t)(step * N + i)) & 1);
+    /* a: the training step's way -- no logits at the forward, no wait */
+    assert_int_equal(model_dev_forward(a, n, dense, emb, NULL), 0);
+    assert_int_equal(model_dev_forward(b, n, dense, emb, lb), 0);
+    assert_int_equal(model_dev_logits(a, n, la), 0);
+    bits("logits", la, lb, n);
+    double lossa = model_dev_backward(a, n, labels, 1.0f / (float)n, da);
+    double lossb = model_dev_backward(b, n, labels, 1.0f / (float)n, db);
+    assert_false(isnan(lossa));
+    assert_true(lossa == lossb);
+    bits("d_emb", da, db, (size_t)n * T * DIM);
+    assert_int_equal(model_dev_opt_step(a, oa), 0);
+    /* b: the host optimizer over the fetched arrays */
+    float *pb = model_dev_params(b);
+    opt_step(ob, pb, model_dev_grads(b));
+    assert_int_equal(model_dev_params_changed(b), 0);
+    /* a's host views, fetched now */
+    assert_int_equal(model_dev_params_to_host(a), 0);
+    bits("params after the step", model_dev_params(a), model_dev_params(b), np);
+    bits("grads", model_dev_grads(a), model_dev_grads(b), np);
+    assert_int_equal(opt_steps(oa), opt_steps(ob));
+    assert_int_equal(model_dev_opt_sync(a, oa), 0);
+    if (ns) bits("optimizer state", opt_state(oa), opt_state(ob), ns);
+    /* the device parameters are the host's */
+    float *dp = back(model_dev_params_dev(a), np);
+    bits("device params", dp, model_dev_params(a), np);
+    free(dp);
+  }
+  /* round trips.  params_changed: a host write reaches the device */
+  float *pa = model_dev_params(a);
+  for (size_t i = 0; i < np; i++) pa[i] = 0.5f * pa[i] + 0.001f;
+  assert_int_equal(model_dev_params_changed(a), 0);
+  float *dp = back(model_dev_params_dev(a), np);
+  bits("params_changed", dp, pa, np);
+  free(dp);
+  memcpy(model_dev_params(b), pa, np * sizeof(float));
+  assert_int_equal(model_dev_params_changed(b), 0);
+  /* opt_changed (a restore): a written state and step count drive the next
+   * device step, as they drive the host's */
+  if (ns) {
+    float *sa = opt_state(oa), *sb = opt_state(ob);
+    for (size_t i = 0; i < ns; i++) sa[i] = sb[i] = sb[i] * 0.75f + (opt_kind(oa) == OPT_ADAGRAD ? 0.01f : 0.0f);
+  }
+  opt_set_steps(oa, 40);
+  opt_set_steps(ob, 40);
+  assert_int_equal(model_dev_opt_changed(a, oa), 0);
+  /* grads_changed (a host all-reduce): the written gradients are the ones the device step uses */
+  float *ga = model_dev_grads(a), *gb = model_dev_grads(b);
+  for (size_t i = 0; i < np; i++) ga[i] = gb[i] = 2.0f * gb[i] - 0.0001f;
+  assert_int_equal(model_dev_grads_changed(a), 0);
+  assert_int_equal(model_dev_opt_step(a, oa), 0);
+  opt_step(ob, model_dev_params(b), gb);
+  assert_int_equal(model_dev_params_changed(b), 0);
+  bits("step after the round trips", model_dev_params(a), model_dev_params(b), np);
+  assert_int_equal(model_dev_opt_sync(a, oa), 0);
+  if (ns) bits("state after the round trips", opt_state(oa), opt_state(ob), ns);
+  assert_int_equal(opt_steps(oa), 41);
+  /* grads_zero: zeros on both sides */
+  assert_int_equal(model_dev_grads_zero(a), 0);
+  float *dg = back(model_dev_grads_dev(a), np);
+  for (size_t i = 0; i < np; i++) assert_true(dg[i] == 0.0f && model_dev_grads(a)[i] == 0.0f);
+  free(dg);
+  no_cuda_error();
+  free(dense); free(emb); free(labels); free(la); free(lb); free(da); free(db);
+  opt_destroy(oa);
+  opt_destroy(ob);
+  model_dev_destroy(a);
+  model_dev_destroy(b);
+  cfg_destroy(c);
+}
+
+static void test_gpu_model_dev(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  check_model_dev("optimizer=sgd");
+  check_model_dev("optimizer=adagrad");
+  check_model_dev("optimizer=adam");
+}
+
+/* The trainer's side on the GPU: gradients written to the host array (as
+ * the Gloo all-reduce does) and sent with trainer_step_grads_changed drive
+ * the device's dense step; the checkpoint's dense blob carries the
+ * device's parameters and optimizer state (trainer_step_dense_sync), and
+ * loading it into another GPU trainer (trainer_step_dense_changed) makes
+ * its next step the same as the first one's, bit for bit. */
+static void test_gpu_trainer_dense_state(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  const char *sets[] = {"device=cuda", "model=dlrm", "model.bottom_mlp=8", "model.top_mlp=8", "n_dense=3",
+                        "table_rows=50,40", "table_hotness=1,2", "embedding_dim=4", "optimizer=adam", NULL};
+  cfg_t *cf = testutil_cfg_of(sets);
+  data_schema_t sc;
+  table_layout_t lay;
+  char err[1024] = "";
+  assert_int_equal(data_schema_from_cfg(cf, &sc, err, sizeof err), 0);
+  assert_int_equal(cfg_layout(cf, &lay, err, sizeof err), 0);
+  trainer_step_t *ts = NULL, *t2 = NULL;
+  assert_int_equal(trainer_step_create(cf, &sc, &lay, 16, &ts, err, sizeof err), 0);
+  assert_int_equal(trainer_step_create(cf, &sc, &lay, 16, &t2, err, sizeof err), 0);
+  assert_true(trainer_step_is_cuda(ts));
+  size_t np = trainer_step_n_params(ts);
+  opt_t *ref = NULL;
+  assert_int_equal(opt_create(cf, np, &ref), 0);
+  float *p = malloc(np * sizeof(float)), *g = malloc(np * sizeof(float));
+  memcpy(p, trainer_step_params(ts), np * sizeof(float));
+  rng_state = 41;
+  for (int step = 0; step < 3; step++) {
+    for (size_t i = 0; i < np; i++) g[i] = 0.01f * urand();
+    assert_int_equal(trainer_step_grads_fetch(ts), 0);
+    memcpy(trainer_step_grads(ts), g, np * sizeof(float)); /* the "all-reduce" */
+    assert_int_equal(trainer_step_grads_changed(ts), 0);
+    trainer_step_update(ts);
+    assert_int_equal(trainer_step_device_status(ts, err, sizeof err), 0);
+    opt_step(ref, p, g);
+    bits("trainer params", trainer_step_params(ts), p, np);
+  }
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  assert_int_equal(trainer_ckpt_dense_encode(ts, &buf, &len), 0);
+  assert_int_equal(trainer_ckpt_dense_decode(t2, buf, len, err, sizeof err), 0);
+  opt_t *o2 = trainer_step_dense_opt(t2);
+  assert_int_equal(opt_steps(o2), 3);
+  bits("restored state", opt_state(o2), opt_state(ref), opt_state_floats(ref));
+  bits("restored params", trainer_step_params(t2), p, np);
+  /* the next step on both, and on the host */
+  for (size_t i = 0; i < np; i++) g[i] = 0.01f * urand();
+  trainer_step_t *both[2] = {ts, t2};
+  for (int k = 0; k < 2; k++) {
+    memcpy(trainer_step_grads(both[k]), g, np * sizeof(float));
+    assert_int_equal(trainer_step_grads_changed(both[k]), 0);
+    trainer_step_update(both[k]);
+    assert_int_equal(trainer_step_device_status(both[k], err, sizeof err), 0);
+  }
+  opt_step(ref, p, g);
+  bits("step after the restore", trainer_step_params(t2), p, np);
+  bits("the original's step", trainer_step_params(ts), p, np);
+  /* a collective on the device: the host calls move nothing (the host
+   * array keeps what was written, the device keeps its gradients) */
+  trainer_step_set_collective_on_device(ts, 1);
+  float *hg = trainer_step_grads(ts);
+  hg[0] = 123.0f;
+  assert_int_equal(trainer_step_grads_changed(ts), 0);
+  assert_int_equal(trainer_step_grads_fetch(ts), 0);
+  assert_true(hg[0] == 123.0f);
+  free(buf);
+  free(p);
+  free(g);
+  opt_destroy(ref);
+  trainer_step_destroy(ts);
+  trainer_step_destroy(t2);
+  table_layout_close(&lay);
+  data_schema_close(&sc);
+  cfg_destroy(cf);
+  nn_cuda_release();
+}
+
 #endif /* CHANTER_CUDA */
 
 int main(void) {
@@ -852,6 +1156,9 @@ int main(void) {
       cmocka_unit_test(test_gpu_cross),
       cmocka_unit_test(test_gpu_models),
       cmocka_unit_test(test_gpu_trainer_cache),
+      cmocka_unit_test(test_gpu_opt),
+      cmocka_unit_test(test_gpu_model_dev),
+      cmocka_unit_test(test_gpu_trainer_dense_state),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

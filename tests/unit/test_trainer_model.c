@@ -537,6 +537,73 @@ static void test_embag_step(void **state) {
   free(ref);
 }
 
+/* model_dev's dense-state API on device = cpu: model_dev_opt_step is
+ * opt_step_pool over the model's threads (bit for bit, step count too), and
+ * the device-residency calls are no-ops returning 0 that move nothing:
+ * the host arrays are the model's own. */
+static void test_model_dev_cpu_api(void **state) {
+  (void)state;
+  const char *kinds[] = {"optimizer=sgd", "optimizer=adagrad", "optimizer=adam"};
+  for (int k = 0; k < 3; k++) {
+    const char *sets[] = {"model=dlrm", "model.bottom_mlp=16", "model.top_mlp=16", kinds[k], NULL};
+    cfg_t *c = testutil_cfg_of(sets);
+    char err[256];
+    model_dev_t *md = NULL;
+    assert_int_equal(model_dev_create(c, D, T, DIM, BATCH, &md, err, sizeof(err)), 0);
+    model_dev_init(md, 3);
+    assert_int_equal(model_set_threads(model_dev_cpu_model(md), 3), 0);
+    assert_false(model_dev_is_cuda(md));
+    model_t *m = model_dev_cpu_model(md);
+    size_t np = model_dev_n_params(md);
+    assert_ptr_equal(model_dev_params(md), model_params(m));
+    assert_ptr_equal(model_dev_grads(md), model_grads(m));
+    assert_null(model_dev_params_dev(md));
+    assert_null(model_dev_grads_dev(md));
+    assert_null(model_dev_emb_dev(md));
+    opt_t *o = NULL, *ref = NULL;
+    assert_int_equal(opt_create(c, np, &o), 0);
+    assert_int_equal(opt_create(c, np, &ref), 0);
+    float *want = malloc(np * sizeof(float));
+    memcpy(want, model_dev_params(md), np * sizeof(float));
+    rng_state = 11;
+    float *logits = malloc(BATCH * sizeof(float)), *d_emb = malloc((size_t)BATCH * T * DIM * sizeof(float));
+    float *emb = malloc((size_t)BATCH * T * DIM * sizeof(float));
+    for (int step = 0; step < 3; step++) {
+      uint32_t off = (uint32_t)step * BATCH;
+      for (size_t i = 0; i < (size_t)BATCH * T * DIM; i++) emb[i] = 0.1f * urand();
+      assert_int_equal(model_dev_forward(md, BATCH, train_set->dense + (size_t)off * D, emb, logits), 0);
+      assert_false(isnan(model_dev_backward(md, BATCH, train_set->labels + off, 1.0f / BATCH, d_emb)));
+      assert_int_equal(model_dev_grads_to_host(md), 0);
+      assert_int_equal(model_dev_grads_changed(md), 0);
+      opt_step_pool(ref, want, model_dev_grads(md), model_pool(m));
+      assert_int_equal(model_dev_opt_step(md, o), 0);
+      assert_int_equal(model_dev_params_to_host(md), 0);
+      assert_memory_equal(model_dev_params(md), want, np * sizeof(float));
+      assert_int_equal(opt_steps(o), opt_steps(ref));
+      assert_int_equal(model_dev_opt_sync(md, o), 0);
+      if (opt_state_floats(o))
+        assert_memory_equal(opt_state(o), opt_state(ref), opt_state_floats(o) * sizeof(float));
+    }
+    /* the logits are the forward's (model_dev_logits has nothing to add) */
+    float keep = logits[0];
+    assert_int_equal(model_dev_logits(md, BATCH, logits), 0);
+    assert_true(logits[0] == keep);
+    /* a restore: the host state is the state, nothing to send */
+    assert_int_equal(model_dev_params_changed(md), 0);
+    assert_int_equal(model_dev_opt_changed(md, o), 0);
+    assert_int_equal(model_dev_grads_zero(md), 0);
+    for (size_t i = 0; i < np; i++) assert_true(model_dev_grads(md)[i] == 0.0f);
+    free(logits);
+    free(d_emb);
+    free(emb);
+    free(want);
+    opt_destroy(o);
+    opt_destroy(ref);
+    model_dev_destroy(md);
+    cfg_destroy(c);
+  }
+}
+
 /* ------------------------------------------------------- the backward hook */
 
 typedef struct hook_rec_s {
@@ -621,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_learn_all),
       cmocka_unit_test(test_determinism),
       cmocka_unit_test(test_embag_step),
+      cmocka_unit_test(test_model_dev_cpu_api),
       cmocka_unit_test(test_grad_ready),
   };
   return cmocka_run_group_tests(tests, setup_data, teardown_data);
