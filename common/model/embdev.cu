@@ -561,7 +561,8 @@ double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, 
   if (embdev_fwd(e, md, n, idx, 1)) return NAN;
   if (sec && !ok(e, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_train_step: pooling)")) return NAN;
   double t1 = now_s();
-  if (model_dev_forward(md, n, dense, model_dev_emb_dev(md), e->logits)) return NAN;
+  /* no logits: the step does not read them, and asking would wait for the forward */
+  if (model_dev_forward(md, n, dense, model_dev_emb_dev(md), NULL)) return NAN;
   double t2 = now_s();
   double loss = model_dev_backward(md, n, labels, scale, NULL);
   if (isnan(loss)) return NAN;
