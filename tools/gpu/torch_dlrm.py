@@ -69,7 +69,7 @@ def run(batch, args, dev):
         loss = loss_fn(m(dense, ids, offsets), y)
         loss.backward()
         opt.step()
-        return loss
+        return loss.detach()
 
     for i in range(args.warmup):
         step(i)
@@ -80,7 +80,7 @@ def run(batch, args, dev):
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     return {"batch": batch, "samples_per_sec": round(batch * args.iters / dt, 1),
-            "ms_per_iter": round(1e3 * dt / args.iters, 3), "last_loss": round(float(loss), 5),
+            "ms_per_iter": round(1e3 * dt / args.iters, 3), "last_loss": round(loss.item(), 5),
             "iters": args.iters, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
 
 
