@@ -47,6 +47,37 @@ static void ignore_sigpipe(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
+int coll_backend_built(const char *name) { return name && find_backend(name) != NULL; }
+
+int coll_nccl_eligible(const char *const *ids, int n, int *a, int *b, char *why, size_t why_len) {
+  int ra = -1, rb = -1, ok = 0;
+  char dummy[1];
+  if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+  if (n < 2) {
+    snprintf(why, why_len, "a group of one has nothing to all-reduce");
+    goto out;
+  }
+  for (int r = 0; r < n; r++)
+    if (!ids || !ids[r] || !ids[r][0]) {
+      ra = rb = r;
+      snprintf(why, why_len, "trainer %d has no GPU identity (no usable CUDA device)", r);
+      goto out;
+    }
+  for (int r = 0; r < n; r++)
+    for (int q = 0; q < r; q++)
+      if (strcmp(ids[q], ids[r]) == 0) {
+        ra = q, rb = r;
+        snprintf(why, why_len, "trainers %d and %d share GPU %s", q, r, ids[r]);
+        goto out;
+      }
+  ok = 1;
+  why[0] = 0;
+out:
+  if (a) *a = ra;
+  if (b) *b = rb;
+  return ok;
+}
+
 int coll_create(const coll_opts_t *o, const coll_store_t *store, coll_t **out,
                 char *err, size_t err_len) {
   char what[512] = "";

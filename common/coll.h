@@ -5,7 +5,8 @@
  *   "gloo"  CPU buffers, TCP (Debian's libgloo, behind the extern "C"
  *           wrapper common/coll_gloo.cc), used by CPU trainers and tests;
  *   "nccl"  CUDA device buffers (common/coll_nccl.c, built only when CUDA
- *           is on; compiled and linked here but never run: no GPU).
+ *           is on; one process per GPU: two ranks on one GPU are refused
+ *           by NCCL, so callers pick it with coll_nccl_eligible).
  * A group is formed from a rendezvous store (coll_store_t): the oracle
  * serves one over RPC; tests and single-host runs use the file-backed
  * store below.  Every key the group writes is "<prefix>/<backend>/<key>",
@@ -152,6 +153,23 @@ int coll_barrier(coll_t *c);
  * collective (top of file). */
 int coll_alltoallv(coll_t *c, const void *send, const size_t *sbytes,
                    void *recv, const size_t *rbytes);
+
+/* 1 when backend name ("gloo", "nccl") is compiled into this binary
+ * (nccl: CUDA builds only), else 0.  Says nothing about a GPU. */
+int coll_backend_built(const char *name);
+
+/* Whether a group of n ranks may all-reduce over NCCL, given the device
+ * each rank computes on: ids[r] is rank r's device identity
+ * (cuda_check_device_id: "GPU-<uuid>"), NULL or "" for a rank without
+ * one.  NCCL needs one GPU per rank, so: 1 when n >= 2, every rank has an
+ * id and no two ids are equal; else 0, with the first reason in why (if
+ * why_len > 0) naming the ranks, e.g. "trainers 0 and 1 share GPU
+ * GPU-5a1c...", "trainer 2 has no GPU identity (...)" or "a group of one
+ * has nothing to all-reduce"; *a and *b (either may be NULL) get the two
+ * ranks (or the one, twice; -1 for a group of one).  A pure function of
+ * its arguments: it touches no device, so every rank, given the same
+ * ids, reaches the same answer. */
+int coll_nccl_eligible(const char *const *ids, int n, int *a, int *b, char *why, size_t why_len);
 
 /* A file-backed store for tests and single-host use: each key is a file
  * under dir (written to a temporary name, then renamed, so a reader sees

@@ -7,22 +7,41 @@
  *
  * A group: rank 0 makes an ncclUniqueId and publishes it in the store
  * under "<prefix>/nccl/id"; the others get it (up to timeout_ms); each
- * rank binds GPU rank % device_count (use CUDA_VISIBLE_DEVICES to pin) and
- * joins with ncclCommInitRankConfig on a non-blocking communicator.
+ * rank joins on the CALLING THREAD'S CURRENT DEVICE -- the one its model
+ * and buffers live on (cuda_check probes the same one; pin a process to a
+ * GPU with CUDA_VISIBLE_DEVICES) -- with ncclCommInitRankConfig on a
+ * non-blocking communicator (config.blocking = 0: every call but
+ * ncclCommAbort / ncclCommDestroy returns at once, possibly ncclInProgress,
+ * and ncclCommGetAsyncError says when it settled).  Two ranks on one GPU
+ * are refused by NCCL itself (ncclInvalidUsage, "duplicate GPU"); the
+ * trainer never asks for that (trainer_join.c falls back to Gloo).
+ *
  * Buffers are device memory.  Each collective is enqueued on the group's
- * stream and waited for here by polling the stream and
- * ncclCommGetAsyncError, so a dead or silent peer ends in ncclCommAbort and
- * an error after timeout_ms instead of a hang.  Barrier is an all-reduce of
- * one float on a device scratch word (NCCL has no barrier); alltoallv is a
- * group of ncclSend/ncclRecv, one pair per peer.
+ * own stream, after the work already queued on the legacy default stream
+ * (where the model computes: an event orders the two, so a caller need not
+ * synchronize first), and waited for here by polling the stream and
+ * ncclCommGetAsyncError, so a dead or silent peer ends in ncclCommAbort
+ * and an error after timeout_ms instead of a hang.  Barrier is an
+ * all-reduce of one float on a device scratch word (NCCL has no barrier);
+ * alltoallv is a group of ncclSend/ncclRecv, one pair per peer.
+ *
+ * Teardown is always ncclCommAbort: every collective here has completed
+ * when it returns, so there is nothing for ncclCommFinalize to flush, and
+ * Finalize waits until the communicator is GLOBALLY quiescent -- i.e. for
+ * the peers, one of which may be dead (a failover closes the generation's
+ * groups) -- while Abort frees this rank's side without waiting for
+ * anyone.  coll_destroy therefore never blocks on a peer, aborted or not.
  *
  * Determinism: NCCL's reductions are deterministic for a fixed
- * communicator, algorithm and protocol; pin them (NCCL_ALGO=Ring,
- * NCCL_PROTO=Simple) if results must be bit-identical across jobs.  The
- * order differs from the Gloo backend's.
+ * communicator shape, algorithm and protocol.  The first group of a
+ * process pins them with NCCL_ALGO=Ring and NCCL_PROTO=Simple, unless the
+ * user set either variable (then theirs stand): one set of GPUs gives one
+ * digest run to run.  The order differs from the Gloo backend's ring (and
+ * from coll.h's formula), so NCCL digests are a family of their own.
  *
- * Status: compiled and linked on the build machines, never run (no GPU);
- * only the no-device refusal is tested.
+ * Status: run on one GPU only (groups of one; a group of two on one GPU is
+ * refused, which is checked); never run across two GPUs (no machine here
+ * has two).
  */
 #ifdef CHANTER_CUDA
 
@@ -44,7 +63,8 @@ typedef struct nccl_group_s {
   int64_t timeout_ms;
   ncclComm_t comm; /* NULL once aborted */
   cudaStream_t stream;
-  float *scratch; /* one device float for the barrier */
+  cudaEvent_t legacy; /* the legacy default stream's tail, waited for by stream */
+  float *scratch;     /* one device float for the barrier */
 } nccl_group_t;
 
 static int64_t now_ms(void) {
@@ -161,22 +181,34 @@ static int usable(const nccl_group_t *g, char *what, size_t len) {
 static void nccl_destroy(void *impl) {
   nccl_group_t *g = impl;
   if (!g) return;
-  if (g->comm) {
-    /* Flush what was issued, bounded by the timeout, then free. */
-    int64_t deadline = now_ms() + g->timeout_ms;
-    ncclResult_t r = ncclCommFinalize(g->comm);
-    while (r == ncclInProgress && now_ms() < deadline) {
-      pause_us(100);
-      if (ncclCommGetAsyncError(g->comm, &r) != ncclSuccess) break;
-    }
-    if (r == ncclSuccess)
-      ncclCommDestroy(g->comm);
-    else
-      ncclCommAbort(g->comm);
-  }
+  /* Abort, never Finalize + Destroy: see the top of the file. */
+  abort_comm(g);
   if (g->scratch) cudaFree(g->scratch);
+  if (g->legacy) cudaEventDestroy(g->legacy);
   if (g->stream) cudaStreamDestroy(g->stream);
+  (void)cudaGetLastError(); /* leave no failure of ours to the next CUDA caller */
   free(g);
+}
+
+/* The calling thread (the trainer's communication thread is not the one
+ * that formed the group) works on the group's device, and the group's
+ * stream waits for what the legacy default stream holds so far: the
+ * kernels that wrote the buffer. */
+static int prepare(nccl_group_t *g, const char *call, char *what, size_t len) {
+  cudaError_t e = cudaSetDevice(g->device);
+  if (e == cudaSuccess) e = cudaEventRecord(g->legacy, cudaStreamLegacy);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(g->stream, g->legacy, 0);
+  if (e == cudaSuccess) return 0;
+  int rc = cuda_error(e, call, what, len);
+  abort_comm(g);
+  return rc;
+}
+
+/* NCCL_ALGO / NCCL_PROTO pinned before the first communicator (NCCL reads
+ * them when it initializes), unless the user chose. */
+static void pin_algorithm(void) {
+  setenv("NCCL_ALGO", "Ring", 0);
+  setenv("NCCL_PROTO", "Simple", 0);
 }
 
 /* Rank 0 makes the id and publishes it; the others wait for it. */
@@ -224,16 +256,21 @@ static int nccl_create(const coll_opts_t *o, const coll_store_t *store,
   if (!g) return -ENOMEM;
   g->rank = o->rank;
   g->size = o->size;
-  g->device = o->rank % ndev;
   g->timeout_ms = o->timeout_ms;
   int64_t deadline = now_ms() + o->timeout_ms;
-  if ((e = cudaSetDevice(g->device)) != cudaSuccess) {
-    rc = cuda_error(e, "cudaSetDevice", what, len);
+  /* the caller's device: where the model and the buffers are */
+  if ((e = cudaGetDevice(&g->device)) != cudaSuccess) {
+    rc = cuda_error(e, "cudaGetDevice", what, len);
     goto out;
   }
   if ((e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) !=
       cudaSuccess) {
     rc = cuda_error(e, "cudaStreamCreateWithFlags", what, len);
+    goto out;
+  }
+  if ((e = cudaEventCreateWithFlags(&g->legacy, cudaEventDisableTiming)) !=
+      cudaSuccess) {
+    rc = cuda_error(e, "cudaEventCreateWithFlags", what, len);
     goto out;
   }
   if ((e = cudaMalloc((void **)&g->scratch, sizeof(float))) != cudaSuccess) {
@@ -242,6 +279,7 @@ static int nccl_create(const coll_opts_t *o, const coll_store_t *store,
   }
   rc = exchange_id(o, store, &id, what, len);
   if (rc < 0) goto out;
+  pin_algorithm();
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclResult_t r = ncclCommInitRankConfig(&g->comm, o->size, id, o->rank, &cfg);
@@ -264,6 +302,7 @@ static int nccl_allreduce_sum_f32(void *impl, float *buf, size_t n,
                                   char *what, size_t len) {
   nccl_group_t *g = impl;
   int rc = usable(g, what, len);
+  if (rc == 0) rc = prepare(g, "ncclAllReduce", what, len);
   if (rc < 0) return rc;
   ncclResult_t r =
       ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, g->comm, g->stream);
@@ -274,6 +313,7 @@ static int nccl_broadcast(void *impl, void *buf, size_t bytes, int root,
                           char *what, size_t len) {
   nccl_group_t *g = impl;
   int rc = usable(g, what, len);
+  if (rc == 0) rc = prepare(g, "ncclBroadcast", what, len);
   if (rc < 0) return rc;
   ncclResult_t r =
       ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->comm, g->stream);
@@ -284,6 +324,7 @@ static int nccl_allgather(void *impl, const void *in, size_t bytes_each,
                           void *out, char *what, size_t len) {
   nccl_group_t *g = impl;
   int rc = usable(g, what, len);
+  if (rc == 0) rc = prepare(g, "ncclAllGather", what, len);
   if (rc < 0) return rc;
   char *mine = (char *)out + (size_t)g->rank * bytes_each;
   if (g->size == 1) {
@@ -308,6 +349,7 @@ static int nccl_alltoallv(void *impl, const void *send, const size_t *sbytes,
   nccl_group_t *g = impl;
   *in_step = 0;
   int rc = usable(g, what, len);
+  if (rc == 0) rc = prepare(g, "ncclSend/ncclRecv", what, len);
   if (rc < 0) return rc;
   const char *in = send;
   char *out = recv;
@@ -355,6 +397,7 @@ static int nccl_alltoallv(void *impl, const void *send, const size_t *sbytes,
 static int nccl_barrier(void *impl, char *what, size_t len) {
   nccl_group_t *g = impl;
   int rc = usable(g, what, len);
+  if (rc == 0) rc = prepare(g, "ncclAllReduce (barrier)", what, len);
   if (rc < 0) return rc;
   ncclResult_t r = ncclAllReduce(g->scratch, g->scratch, 1, ncclFloat,
                                  ncclSum, g->comm, g->stream);

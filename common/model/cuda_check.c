@@ -79,6 +79,31 @@ out:
   return rc;
 }
 
+int cuda_check_device_id(char *id, size_t id_len, char *pci, size_t pci_len, char *err, size_t err_len) {
+  struct cudaDeviceProp prop;
+  int dev = 0, rc = cuda_check(err, err_len);
+  if (id_len) id[0] = 0;
+  if (pci_len) pci[0] = 0;
+  if (rc) return rc;
+  cudaError_t st = cudaGetDevice(&dev);
+  if (st == cudaSuccess) st = cudaGetDeviceProperties(&prop, dev);
+  if (st != cudaSuccess) {
+    snprintf(err, err_len, "CUDA device %d cannot be queried (cudaGetDeviceProperties: %s)", dev,
+             cudaGetErrorString(st));
+    (void)cudaGetLastError();
+    return ERR_NOGPU;
+  }
+  /* nvidia-smi -L's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(id, id_len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+           u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  if (pci_len && cudaDeviceGetPCIBusId(pci, (int)pci_len, dev) != cudaSuccess) {
+    pci[0] = 0;
+    (void)cudaGetLastError();
+  }
+  return 0;
+}
+
 int cuda_check_error(int cuda_status, const char *what, char *err, size_t err_len) {
   if (cuda_status == (int)cudaSuccess) return 0;
   snprintf(err, err_len, "%s: %s (%s, code %d)", what, cudaGetErrorString((cudaError_t)cuda_status),
@@ -98,6 +123,12 @@ int cuda_check_cublas_error(int cublas_status, const char *what, char *err, size
 int cuda_check(char *err, size_t err_len) {
   snprintf(err, err_len, "this chanter was built without CUDA (make CUDA=0 or no nvcc): use device = cpu");
   return ERR_NOGPU;
+}
+
+int cuda_check_device_id(char *id, size_t id_len, char *pci, size_t pci_len, char *err, size_t err_len) {
+  if (id_len) id[0] = 0;
+  if (pci_len) pci[0] = 0;
+  return cuda_check(err, err_len);
 }
 
 int cuda_check_error(int cuda_status, const char *what, char *err, size_t err_len) {

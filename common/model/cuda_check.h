@@ -28,6 +28,17 @@ extern "C" {
  * another with cudaSetDevice), whose context it creates.  Any thread. */
 int cuda_check(char *err, size_t err_len);
 
+/* A printable identity of the device this process computes on (the
+ * calling thread's current device, as cuda_check): "GPU-<uuid>" in
+ * nvidia-smi's spelling (cudaDeviceProp.uuid), which names one physical
+ * GPU (or one MIG instance) whatever CUDA_VISIBLE_DEVICES renumbers, so
+ * two processes that print the same id share a GPU.  pci, when not NULL,
+ * gets its PCI bus id ("0000:65:00.0"; "" if the runtime has none).
+ * 0, or ERR_NOGPU with cuda_check's sentence in err (no device, no
+ * driver, or a build without CUDA: "this chanter was built without
+ * CUDA ...").  id_len >= 41 holds any id.  Any thread. */
+int cuda_check_device_id(char *id, size_t id_len, char *pci, size_t pci_len, char *err, size_t err_len);
+
 /* 1 when this chanter was built with CUDA (CHANTER_CUDA), else 0. */
 int cuda_check_built(void);
 

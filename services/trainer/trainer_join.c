@@ -7,6 +7,22 @@
  * again for a new generation, after trainer_join_group_close; the
  * heartbeat thread runs across generations, and ends the current one
  * (trainer_abort_generation) when the oracle stops answering.
+ *
+ * The dense all-reduce's backend.  With device = cuda and two or more
+ * trainers, the trainers tell each other (an allgather on the Gloo group)
+ * which GPU each computes on; when every one has a GPU of its own
+ * (coll_nccl_eligible), they form a second group, NCCL, under the same
+ * prefix and through the same rendezvous store, and the dense buckets are
+ * all-reduced on it in device memory, on the NCCL group's own stream and
+ * trainer_ar's thread.  Otherwise -- two trainers share a GPU (NCCL
+ * refuses that), a binary without NCCL, or the NCCL group cannot be formed
+ * on some trainer -- every trainer keeps Gloo on the host copies, and
+ * each says why in one log line.  All trainers decide from the same
+ * gathered facts (and agree on the formation's outcome through the
+ * store), so they never disagree on the backend.  The shared rows
+ * (critical and delayed), the replicated rows and the partitioned
+ * tables' AlltoAlls stay on the Gloo group, on host memory, for now:
+ * their buffers are packed on the host (trainer_exec.c, trainer_part.c).
  */
 #include "trainer_join.h"
 
@@ -16,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_check.h"
 #include "dpc.h"
 #include "err.h"
 #include "log.h"
@@ -209,6 +226,147 @@ static int kv_get(void *ud, const char *key, void **val, size_t *len, int64_t ti
   return rc;
 }
 
+/* ------------------------------------------------------------------ the dense group on the GPUs */
+
+/* What a trainer tells the others about its device: fixed size, so that
+ * every rank gives the allgather the same number of bytes. */
+typedef struct dev_ident_s {
+  char gpu[48];       /* cuda_check_device_id ("GPU-<uuid>"), "" without one */
+  char pci[24];       /* its PCI bus id, for the log */
+  char host[64];      /* gethostname, for the log */
+  uint8_t nccl_built; /* this binary has the NCCL backend */
+  uint8_t dev_grads;  /* its step can hand the dense gradients to a collective on device memory */
+  uint8_t pad[6];
+} dev_ident_t;
+
+/* The step's side of a dense all-reduce on device memory.
+ * TODO(lead): needs trainer_step_set_collective_on_device from h1 (and the
+ * device gradient array, model_dev_grads_dev, reachable through
+ * trainer_step).  Once both are in:
+ *   step_can_reduce_on_device: return trainer_step_is_cuda(t->ts);
+ *   collective_on_device:      trainer_step_set_collective_on_device(t->ts, on);
+ *                              return on ? <trainer_step's device gradients> : NULL;
+ * Until then every trainer reports dev_grads = 0 in its identity, so the
+ * dense all-reduce stays on Gloo (one log line says so) and no NCCL group
+ * is formed. */
+static int step_can_reduce_on_device(trainer_t *t) {
+  (void)t;
+  return 0;
+}
+
+/* on = 1: the step leaves its dense gradients on the device for the
+ * collective, and this returns their device array; on = 0: the step
+ * fetches them to the host again, NULL. */
+static float *collective_on_device(trainer_t *t, int on) {
+  (void)t;
+  (void)on;
+  return NULL;
+}
+
+/* "<prefix>/nccl/ok/<rank>" = "1", or "0 <why>": whether this rank formed
+ * its NCCL group; then every rank's.  *all_ok, or the first rank that
+ * failed and its reason in why.  The wait is long (twice the group's
+ * timeout, plus slack): a rank whose formation failed at once must still
+ * hear from one whose formation times out.  0 or the store's error. */
+static int agree(const coll_store_t *store, const char *prefix, int rank, int size, int64_t timeout_ms, int ok,
+                 const char *mine, int *all_ok, int *bad, char *why, size_t why_len) {
+  char key[700], val[600];
+  int n = snprintf(val, sizeof val, "%s", ok ? "1" : "0 ");
+  if (!ok) snprintf(val + n, sizeof val - (size_t)n, "%s", mine);
+  snprintf(key, sizeof key, "%s/nccl/ok/%d", prefix, rank);
+  int rc = store->set(store->ud, key, val, strlen(val));
+  *all_ok = 1;
+  *bad = -1;
+  for (int r = 0; r < size && !rc; r++) {
+    void *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "%s/nccl/ok/%d", prefix, r);
+    if ((rc = store->get(store->ud, key, &v, &len, 2 * timeout_ms + 10000)) != 0) break;
+    if (*all_ok && !(len >= 1 && ((char *)v)[0] == '1')) {
+      *all_ok = 0;
+      *bad = r;
+      snprintf(why, why_len, "%.*s", len > 2 ? (int)(len - 2) : 0, len > 2 ? (char *)v + 2 : "");
+    }
+    free(v);
+  }
+  return rc;
+}
+
+/* Device = cuda and 2+ trainers: j->ncoll, the dense all-reduce's NCCL
+ * group, when every trainer has a GPU of its own; else NULL and one log
+ * line saying why the dense all-reduce stays on Gloo.  Called on the Gloo
+ * group j->coll before anything else uses it (the scheduler owns it
+ * after).  0, or a negative code with err when the group itself failed
+ * (the generation fails; a failed NCCL formation is not a failure). */
+static int dense_group(trainer_t *t, const coll_store_t *store, const coll_opts_t *o, char *err, size_t err_len) {
+  trainer_join_t *j = &t->join;
+  int n = (int)t->trainers, rc = 0, a = -1, b = -1;
+  if (!trainer_step_is_cuda(t->ts) || n < 2) return 0;
+  dev_ident_t me;
+  dev_ident_t *all = calloc((size_t)n, sizeof *all);
+  const char **ids = calloc((size_t)n, sizeof *ids);
+  char why[600] = "", idwhy[512] = "";
+  if (!all || !ids) {
+    rc = err_set(err, err_len, -ENOMEM, "out of memory for the trainers' GPU identities");
+    goto out;
+  }
+  memset(&me, 0, sizeof me);
+  if (cuda_check_device_id(me.gpu, sizeof me.gpu, me.pci, sizeof me.pci, idwhy, sizeof idwhy) != 0)
+    log_warn("no GPU identity rank=%u err=\"%s\"", t->rank, idwhy);
+  if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+  me.nccl_built = (uint8_t)coll_backend_built("nccl");
+  me.dev_grads = (uint8_t)step_can_reduce_on_device(t);
+  if ((rc = coll_allgather(j->coll, &me, sizeof me, all)) != 0) {
+    rc = err_set(err, err_len, rc, "exchanging the trainers' GPU identities failed: %s", err_str(rc));
+    goto out;
+  }
+  for (int r = 0; r < n; r++) {
+    all[r].gpu[sizeof all[r].gpu - 1] = all[r].host[sizeof all[r].host - 1] = all[r].pci[sizeof all[r].pci - 1] = 0;
+    ids[r] = all[r].gpu;
+  }
+  if (!coll_nccl_eligible(ids, n, &a, &b, why, sizeof why)) {
+    if (a >= 0 && a != b)
+      log_info("trainers %d and %d share GPU %s (hosts %s and %s): dense all-reduce over gloo on host copies", a, b,
+               all[b].gpu, all[a].host, all[b].host);
+    else
+      log_warn("%s (host %s): dense all-reduce over gloo on host copies", why, a >= 0 ? all[a].host : "?");
+    goto out;
+  }
+  for (int r = 0; r < n; r++)
+    if (!all[r].nccl_built || !all[r].dev_grads) {
+      log_warn("trainer %d (host %s, GPU %s) %s: dense all-reduce over gloo on host copies", r, all[r].host,
+               all[r].gpu,
+               !all[r].nccl_built ? "runs a chanter built without NCCL"
+                                  : "cannot hand its dense gradients to a device collective yet (trainer_step)");
+      goto out;
+    }
+  coll_opts_t no = *o;
+  no.backend = "nccl";
+  coll_t *nc = NULL;
+  int frc = coll_create(&no, store, &nc, why, sizeof why);
+  int all_ok = 0, bad = -1;
+  char bad_why[600] = "";
+  if ((rc = agree(store, o->prefix, (int)t->rank, n, o->timeout_ms, frc == 0, why, &all_ok, &bad, bad_why,
+                  sizeof bad_why)) != 0) {
+    coll_destroy(nc); /* an abort: never waits for the peers */
+    rc = err_set(err, err_len, rc, "the trainers could not agree on the dense all-reduce's NCCL group: %s",
+                 err_str(rc));
+    goto out;
+  }
+  if (!all_ok) {
+    coll_destroy(nc);
+    log_warn("the NCCL group of %d trainers could not be formed on trainer %d (host %s, GPU %s: %s): dense "
+             "all-reduce over gloo on host copies",
+             n, bad, all[bad].host, all[bad].gpu, bad_why);
+    goto out;
+  }
+  j->ncoll = nc;
+out:
+  free(all);
+  free(ids);
+  return rc;
+}
+
 /* the scheduler's waits give up when the trainer stops or leaves the generation */
 static int sched_cancelled(void *ud) { return trainer_halting(ud); }
 
@@ -235,6 +393,11 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
     return err_set(err, err_len, rc, "broadcast of rank 0's dense parameters failed: %s", err_str(rc));
   if ((rc = trainer_step_params_changed(t->ts)) != 0)
     return err_set(err, err_len, rc, "copying the dense parameters to the GPU failed: %s", err_str(rc));
+  /* device = cuda: NCCL for the dense all-reduce when every trainer has a GPU of its own */
+  if ((rc = dense_group(t, &store, &o, err, err_len)) != 0) return rc;
+  float *dense_grads = j->ncoll ? collective_on_device(t, 1) : trainer_step_grads(t->ts);
+  if (!dense_grads && trainer_step_n_params(t->ts))
+    return err_set(err, err_len, -EINVAL, "the step gave no device array of its dense gradients for the NCCL group");
   /* the dense all-reduce in buckets, overlapped with the backward (one
    * trainer: nothing to reduce, no hook) */
   size_t bucket = (size_t)cfg_int(t->cfg, "trainer.bucket_kb") * 1024 / sizeof(float);
@@ -245,8 +408,9 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
       (rc = trainer_sched_create(j->coll, sched_cancelled, t, &j->sched)) != 0)
     return err_set(err, err_len, rc, "cannot start the collectives' scheduler: %s", err_str(rc));
   t->part.sched = j->sched;
-  if ((rc = trainer_ar_create(j->coll, j->sched, trainer_step_grads(t->ts), trainer_step_n_params(t->ts), bucket,
-                              &j->dense_ar)) != 0)
+  /* the NCCL group is the all-reduce thread's alone (the scheduler owns the Gloo group) */
+  if ((rc = trainer_ar_create(j->ncoll ? j->ncoll : j->coll, j->ncoll ? NULL : j->sched, dense_grads,
+                              trainer_step_n_params(t->ts), bucket, &j->dense_ar)) != 0)
     return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
   if (t->part.any && !j->sched) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
     char pprefix[600];
@@ -258,9 +422,10 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   }
   int overlap = t->trainers > 1 && bucket && m; /* the GPU model's gradients come back after its backward */
   if (overlap) model_set_grad_ready(m, trainer_ar_ready, j->dense_ar);
-  log_info("group formed rank=%u size=%u backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
+  log_info("group formed rank=%u size=%u backend=%s dense_backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
            "overlap=%s comm_schedule=%s",
-           t->rank, t->trainers, coll_backend(j->coll), j->prefix, trainer_now() - t0, trainer_step_n_params(t->ts),
+           t->rank, t->trainers, coll_backend(j->coll), coll_backend(j->ncoll ? j->ncoll : j->coll), j->prefix,
+           trainer_now() - t0, trainer_step_n_params(t->ts),
            trainer_ar_buckets(j->dense_ar), overlap ? "yes" : "no", j->sched ? "priority" : "threads");
   return 0;
 }
@@ -283,4 +448,9 @@ void trainer_join_group_close(trainer_t *t) {
   t->join.coll = NULL;
   coll_destroy(t->join.pcoll);
   t->join.pcoll = NULL;
+  if (t->join.ncoll) {
+    if (t->ts) collective_on_device(t, 0);
+    coll_destroy(t->join.ncoll); /* ncclCommAbort: returns without waiting for a peer (coll_nccl.c) */
+    t->join.ncoll = NULL;
+  }
 }

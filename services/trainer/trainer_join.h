@@ -5,7 +5,9 @@
  * its own, whose short deadline keeps a dead oracle from holding up the
  * exit), and the collective group (Gloo, formed through the oracle's KV
  * store under "<job_id>/<generation>", rank 0's dense parameters
- * broadcast, the bucketed dense all-reduce of trainer_ar.h on it).
+ * broadcast, the bucketed dense all-reduce of trainer_ar.h on it -- or,
+ * with device = cuda and a GPU per trainer, on a second group, NCCL, over
+ * the gradients in device memory).
  *
  * It owns t->join; the conductor (trainer_loop.c) calls it in order: join,
  * heartbeat, group, and at the end the reverse.  The group can be closed
@@ -37,7 +39,9 @@ typedef struct trainer_join_s {
                        else NULL */
   trainer_sched_t *sched; /* comm_schedule = priority (and 2+ trainers): every collective of the generation
                              goes through its queue, which owns coll (trainer_sched.h); else NULL */
-  trainer_ar_t *dense_ar;  /* the bucketed dense all-reduce (trainer_ar.h) on it */
+  trainer_ar_t *dense_ar;  /* the bucketed dense all-reduce (trainer_ar.h) on it -- or on ncoll */
+  coll_t *ncoll;           /* device = cuda, every trainer on a GPU of its own: the dense all-reduce's NCCL
+                              group (same prefix, keys "<prefix>/nccl/..."), on device memory; else NULL */
 } trainer_join_t;
 
 /* The heartbeat's client (cluster.oracle, TLS and message size of the

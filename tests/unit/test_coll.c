@@ -8,8 +8,13 @@
  * documents; alltoallv's blocks are checked byte for byte, sizes agreed or
  * not.  Failures are real too: a peer is SIGKILLed or SIGSTOPped
  * mid-collective and the survivors must fail within a bound, a rank that
- * never starts must time the rendezvous out.  The NCCL backend is checked
- * only for its refusal (no GPU here, or not built).
+ * never starts must time the rendezvous out.  The NCCL backend: its
+ * refusal without a GPU (or when not built); on a machine with one GPU a
+ * group of one (every operation, device buffers) and two ranks on the one
+ * GPU (NCCL refuses them: an error within the timeout, never a hang).
+ * Groups of two GPUs cannot run on any machine we have.  The choice
+ * between the two backends (coll_nccl_eligible) is a pure function,
+ * checked here on any machine.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +36,10 @@
 
 #include "coll.h"
 #include "err.h"
+
+#ifdef CHANTER_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* LeakSanitizer (SANITIZER=address builds): Gloo 0.5 (Debian 12) leaks
  * the getaddrinfo(3) list in tcp::CreateDeviceAttr when bind(2) fails (it
@@ -722,17 +731,27 @@ static void test_store_timeout(void **state) {
 
 /* ---- NCCL, arguments, the file store: in this process ---- */
 
+/* Without a GPU (or without CUDA in the build) NCCL is refused at once
+ * with a sentence.  With a GPU, rank 1 never starts, so rank 0's
+ * communicator cannot initialize: ERR_DEADLINE after the timeout (the
+ * abort path), never a hang. */
 static void test_nccl_refused(void **state) {
   group_t g = {.backend = "nccl"};
+  int64_t t0 = now_ms();
   group_start(&g, 2, 1, 1000, never_worker, NULL);
   group_wait(&g);
+  int64_t dt = now_ms() - t0;
   assert_int_equal(g.status[0], 91);
   char *why = read_whole("create.0", NULL);
   assert_non_null(why);
-  printf("  nccl: %s\n", why);
+  printf("  nccl: %s (%lld ms)\n", why, (long long)dt);
 #ifdef CHANTER_CUDA
-  assert_int_equal(atoi(why), ERR_NOGPU);
-  assert_non_null(strstr(why, "no CUDA device"));
+  if (atoi(why) == ERR_DEADLINE) { /* a GPU: the communicator waited for rank 1 */
+    assert_true(dt >= 1000 && dt < 10000);
+  } else {
+    assert_int_equal(atoi(why), ERR_NOGPU);
+    assert_non_null(strstr(why, "no CUDA device"));
+  }
 #else
   assert_int_equal(atoi(why), ERR_CONFIG);
   assert_non_null(strstr(why, "not built"));
@@ -741,6 +760,140 @@ static void test_nccl_refused(void **state) {
   char p[256];
   path_of(p, sizeof p, "create.0");
   unlink(p);
+}
+
+static void test_backend_built(void **state) {
+  assert_int_equal(coll_backend_built("gloo"), 1);
+#ifdef CHANTER_CUDA
+  assert_int_equal(coll_backend_built("nccl"), 1);
+#else
+  assert_int_equal(coll_backend_built("nccl"), 0);
+#endif
+  assert_int_equal(coll_backend_built("mpi"), 0);
+  assert_int_equal(coll_backend_built(NULL), 0);
+}
+
+/* The backend choice: NCCL only with a GPU of its own for every rank. */
+static void test_nccl_eligible(void **state) {
+  char why[256];
+  int a = 7, b = 7;
+  const char *distinct[] = {"GPU-aaaa", "GPU-bbbb", "GPU-cccc"};
+  assert_int_equal(coll_nccl_eligible(distinct, 3, &a, &b, why, sizeof why), 1);
+  assert_int_equal(a, -1);
+  assert_int_equal(b, -1);
+  assert_string_equal(why, "");
+  assert_int_equal(coll_nccl_eligible(distinct, 2, NULL, NULL, NULL, 0), 1);
+
+  /* two trainers on one GPU (local up with 2 trainers, or two processes
+   * without CUDA_VISIBLE_DEVICES): Gloo, naming both ranks and the GPU */
+  const char *shared[] = {"GPU-aaaa", "GPU-bbbb", "GPU-aaaa"};
+  assert_int_equal(coll_nccl_eligible(shared, 3, &a, &b, why, sizeof why), 0);
+  assert_int_equal(a, 0);
+  assert_int_equal(b, 2);
+  assert_string_equal(why, "trainers 0 and 2 share GPU GPU-aaaa");
+  const char *all_one[] = {"GPU-aaaa", "GPU-aaaa"};
+  assert_int_equal(coll_nccl_eligible(all_one, 2, &a, &b, why, sizeof why), 0);
+  assert_int_equal(a, 0);
+  assert_int_equal(b, 1);
+
+  /* a rank without a device (CUDA=0 build, no GPU): Gloo */
+  const char *missing[] = {"GPU-aaaa", "", "GPU-cccc"};
+  assert_int_equal(coll_nccl_eligible(missing, 3, &a, &b, why, sizeof why), 0);
+  assert_int_equal(a, 1);
+  assert_int_equal(b, 1);
+  assert_non_null(strstr(why, "trainer 1 has no GPU identity"));
+  const char *null_id[] = {NULL, "GPU-bbbb"};
+  assert_int_equal(coll_nccl_eligible(null_id, 2, &a, &b, why, sizeof why), 0);
+  assert_int_equal(a, 0);
+  assert_int_equal(coll_nccl_eligible(NULL, 2, NULL, NULL, why, sizeof why), 0);
+
+  /* one rank: nothing to all-reduce */
+  assert_int_equal(coll_nccl_eligible(distinct, 1, &a, &b, why, sizeof why), 0);
+  assert_int_equal(a, -1);
+  assert_non_null(strstr(why, "group of one"));
+  /* a short why is cut, not overrun */
+  char tiny[8];
+  assert_int_equal(coll_nccl_eligible(shared, 3, NULL, NULL, tiny, sizeof tiny), 0);
+  assert_int_equal(strlen(tiny), sizeof tiny - 1);
+}
+
+#ifdef CHANTER_CUDA
+/* A group of one on the GPU: every operation on device buffers, results
+ * checked on the host; 0 or the step that failed. */
+static int nccl_one_worker(coll_t *c, int rank, void *arg) {
+  (void)arg;
+  const size_t n = 1000;
+  float host[1000], back[1000];
+  float *d = NULL, *d2 = NULL;
+  int code = 0;
+  for (size_t i = 0; i < n; i++) host[i] = (float)i * 0.5f - (float)rank;
+  if (strcmp(coll_backend(c), "nccl") != 0) return 10;
+  if (cudaMalloc((void **)&d, n * sizeof(float)) != cudaSuccess ||
+      cudaMalloc((void **)&d2, n * sizeof(float)) != cudaSuccess)
+    return 11;
+  if (cudaMemcpy(d, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess) code = 12;
+  if (!code && coll_allreduce_sum_f32(c, d, n) != 0) code = 13;
+  if (!code && coll_broadcast(c, d, n * sizeof(float), 0) != 0) code = 14;
+  if (!code && coll_barrier(c) != 0) code = 15;
+  if (!code && coll_allgather(c, d, n * sizeof(float), d2) != 0) code = 16;
+  size_t sb[1] = {n * sizeof(float)}, rb[1] = {n * sizeof(float)};
+  if (!code && cudaMemset(d, 0, n * sizeof(float)) != cudaSuccess) code = 17;
+  if (!code && coll_alltoallv(c, d2, sb, d, rb) != 0) code = 18;
+  if (!code && cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost) != cudaSuccess) code = 19;
+  if (!code && memcmp(back, host, sizeof back) != 0) code = 20;
+  cudaFree(d);
+  cudaFree(d2);
+  return code;
+}
+
+/* Two ranks on the one GPU: NCCL refuses (duplicate GPU) or times out;
+ * either way both ranks fail within the timeout, neither hangs. */
+static int nccl_never_worker(coll_t *c, int rank, void *arg) {
+  (void)c, (void)rank, (void)arg;
+  return 30; /* must not be reached */
+}
+#endif
+
+/* On a machine with a GPU: the NCCL backend for real, as far as one GPU
+ * allows.  Elsewhere: a note, nothing to check. */
+static void test_nccl_on_gpu(void **state) {
+#ifdef CHANTER_CUDA
+  group_t g = {.backend = "nccl"};
+  group_start(&g, 1, 1, 5000, nccl_one_worker, NULL);
+  group_wait(&g);
+  char *why = read_whole("create.0", NULL);
+  if (why && atoi(why) == ERR_NOGPU) {
+    printf("  no GPU here: the NCCL backend is not run (%s)\n", why);
+    free(why);
+    char p[256];
+    path_of(p, sizeof p, "create.0");
+    unlink(p);
+    return;
+  }
+  if (why) fail_msg("a group of one on the GPU: create failed: %s", why);
+  assert_int_equal(g.status[0], 0);
+  printf("  nccl: a group of one ran every operation on the GPU\n");
+
+  group_t g2 = {.backend = "nccl"};
+  int64_t t0 = now_ms();
+  group_start(&g2, 2, 2, 3000, nccl_never_worker, NULL);
+  group_wait(&g2);
+  int64_t dt = now_ms() - t0;
+  for (int r = 0; r < 2; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "create.%d", r);
+    char *w = read_whole(name, NULL);
+    printf("  nccl, two ranks on one GPU: rank %d: %s (%lld ms)\n", r, w ? w : "(created?)", (long long)dt);
+    assert_int_equal(g2.status[r], 91);
+    free(w);
+    char p[256];
+    path_of(p, sizeof p, name);
+    unlink(p);
+  }
+  assert_true(dt < 10000);
+#else
+  printf("  built without CUDA: nothing to run\n");
+#endif
 }
 
 /* An address this host does not have: a clear error, not a hang. */
@@ -845,7 +998,8 @@ int main(void) {
       cmocka_unit_test(test_alltoallv_peer_killed),
       cmocka_unit_test(test_alltoallv_peer_stopped),
       cmocka_unit_test(test_store_timeout), cmocka_unit_test(test_nccl_refused),
-      cmocka_unit_test(test_bad_iface),
+      cmocka_unit_test(test_backend_built), cmocka_unit_test(test_nccl_eligible),
+      cmocka_unit_test(test_nccl_on_gpu),   cmocka_unit_test(test_bad_iface),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

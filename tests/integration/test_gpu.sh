@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Integration: device = cuda, wherever a usable GPU is present.  Without
+# one (no GPU, no driver, or a CUDA=0 build) it says so in one skip line
+# and one passing check, and ends: every machine runs it.
+#
+# With a GPU:
+#  (a) `train --local` on cuda against the same job on cpu: train and test
+#      loss and test AUC agree within a tolerance (below).  Not the digest:
+#      cuBLAS sums the linear layers in another order than OpenBLAS, and
+#      the GPU's expf/log1p and its chunked BCE sum round differently
+#      (nn_cuda.h), so the parameters differ in the last bits from the
+#      first step on, and 300 SGD steps carry that along;
+#  (b) the same cuda job twice: the same digest (fixed launch shapes, no
+#      atomics, one cuBLAS handle per stream);
+#  (c) a `local up` cluster on cuda with one trainer, and with two trainers
+#      on the one GPU -- they learn that they share it and keep the dense
+#      all-reduce on Gloo, saying so -- where lookahead 0 and auto give
+#      the same digest (the cache's guarantee, on the GPU path).
+# About a minute on a 16-core GPU machine.
+#
+# Tolerance for (a): |AUC_cuda - AUC_cpu| <= 2e-3 and each logloss within
+# 2e-3.  The two runs are the same model up to rounding, so they land in
+# the same place statistically: on 20480 test samples the AUC's own
+# sampling error is ~0.004, and runs that differ only in the last bits of
+# their sums measured well inside it (the figures are printed).  A real
+# bug (a wrong gradient, a missed update) moves the AUC by 1e-2 or more.
+source "$(dirname "$0")/lib.sh"
+
+JOB=$WORK/job.ini
+cat >"$JOB" <<INI
+iterations = 300
+batch_size = 512
+learning_rate = 0.1
+eval_batches = 40
+table_rows = $(python3 -c "print(','.join(['20000'] * 26))")
+[synthetic]
+samples = 300000
+INI
+train() { "$BIN/chanter" --config "$JOB" --json "$@" train --local --quiet; }
+
+# is there a GPU this chanter can use?  The refusal is a sentence (test_train_local.sh checks it)
+probe=$("$BIN/chanter" --config "$JOB" --set device=cuda --set iterations=1 --set batch_size=64 \
+        --set eval_batches=1 --set synthetic.samples=5000 train --local --quiet 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && { [[ "$probe" == *"no CUDA device"* ]] || [[ "$probe" == *"built without CUDA"* ]] ||
+                      [[ "$probe" == *"cannot run device = cuda"* ]] || [[ "$probe" == *"is not usable"* ]]; }; then
+  skip "no usable GPU: $(echo "$probe" | grep -m1 -o '[^:]*cuda[^;]*' | head -c 160)"
+  ok "no GPU: skipped the device = cuda checks (train --local on cuda against cpu, digest run to run, local up on cuda)"
+  finish
+  exit $?
+fi
+[ $rc -eq 0 ]; expect_rc $? "a GPU is usable: a one-step device = cuda job runs"
+command -v nvidia-smi >/dev/null && echo "# GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+
+# (a) cuda against cpu
+train --set device=cpu >"$WORK/cpu.json" 2>"$WORK/cpu.err"; expect_rc $? "train --local on cpu"
+train --set device=cuda >"$WORK/cuda.json" 2>"$WORK/cuda.err"; expect_rc $? "train --local on cuda"
+python3 - "$WORK/cpu.json" "$WORK/cuda.json" <<'PY'
+import json, sys
+c, g = (json.load(open(p)) for p in sys.argv[1:3])
+d = {k: g[k] - c[k] for k in ("test_auc", "test_logloss", "train_logloss")}
+print("# cpu  auc=%.5f test_logloss=%.5f train_logloss=%.5f digest=%s" % (c["test_auc"], c["test_logloss"], c["train_logloss"], c["digest"][:16]))
+print("# cuda auc=%.5f test_logloss=%.5f train_logloss=%.5f digest=%s" % (g["test_auc"], g["test_logloss"], g["train_logloss"], g["digest"][:16]))
+print("# cuda - cpu: " + " ".join("%s=%+.2e" % kv for kv in d.items()))
+assert g["test_auc"] > 0.65, g
+assert abs(d["test_auc"]) <= 2e-3 and abs(d["test_logloss"]) <= 2e-3 and abs(d["train_logloss"]) <= 2e-3, d
+PY
+expect "cuda and cpu agree: test AUC and losses within 2e-3 (the digests differ: cuBLAS sums in its own order)"
+
+# (b) run to run on the GPU
+train --set device=cuda >"$WORK/cuda2.json" 2>/dev/null &&
+  [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cuda2.json" digest)" ]
+expect "the same cuda job twice: the same digest"
+
+# (c) local clusters on the GPU
+JOB=$WORK/cluster.ini
+cat >"$JOB" <<INI
+device = cuda
+iterations = 80
+batch_size = 512
+learning_rate = 0.1
+eval_batches = 10
+eval_every = 40
+embedding_servers = 1
+dataprocs = 1
+table_rows = $(python3 -c "print(','.join(['20000'] * 26))")
+[synthetic]
+samples = 300000
+INI
+run_job one --set trainers=1 --set lookahead=auto
+expect_rc $? "local up, 1 trainer on cuda: finishes with a digest ($(field "$WORK/one/summary.json" digest 2>/dev/null | cut -c1-16))"
+run_job two0 --set trainers=2 --set lookahead=0
+expect_rc $? "local up, 2 trainers sharing the GPU, L = 0: finishes with a digest ($(field "$WORK/two0/summary.json" digest 2>/dev/null | cut -c1-16))"
+grep -qs "share GPU.*dense all-reduce over gloo on host copies" "$WORK/two0/logs/"trainer-*.log &&
+  grep -qs "group formed .*dense_backend=gloo" "$WORK/two0/logs/"trainer-*.log
+expect_rc $? "they learn that they share the GPU and keep the dense all-reduce on Gloo: $(grep -hom1 'trainers [0-9] and [0-9] share GPU [^ ]*' "$WORK/two0/logs/"trainer-*.log | head -1)"
+run_job twoA --set trainers=2 --set lookahead=auto && same twoA two0
+expect_rc $? "local up, 2 trainers sharing the GPU, lookahead = auto (L = $(field "$WORK/twoA/summary.json" lookahead 2>/dev/null)): the digest of L = 0"
+finish
