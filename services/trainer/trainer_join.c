@@ -239,28 +239,16 @@ typedef struct dev_ident_s {
   uint8_t pad[6];
 } dev_ident_t;
 
-/* The step's side of a dense all-reduce on device memory.
- * TODO(lead): needs trainer_step_set_collective_on_device from h1 (and the
- * device gradient array, model_dev_grads_dev, reachable through
- * trainer_step).  Once both are in:
- *   step_can_reduce_on_device: return trainer_step_is_cuda(t->ts);
- *   collective_on_device:      trainer_step_set_collective_on_device(t->ts, on);
- *                              return on ? <trainer_step's device gradients> : NULL;
- * Until then every trainer reports dev_grads = 0 in its identity, so the
- * dense all-reduce stays on Gloo (one log line says so) and no NCCL group
- * is formed. */
-static int step_can_reduce_on_device(trainer_t *t) {
-  (void)t;
-  return 0;
-}
+/* The step's side of a dense all-reduce on device memory: a GPU step can
+ * hand its dense gradients to a collective in place. */
+static int step_can_reduce_on_device(trainer_t *t) { return trainer_step_is_cuda(t->ts); }
 
 /* on = 1: the step leaves its dense gradients on the device for the
  * collective, and this returns their device array; on = 0: the step
  * fetches them to the host again, NULL. */
 static float *collective_on_device(trainer_t *t, int on) {
-  (void)t;
-  (void)on;
-  return NULL;
+  trainer_step_set_collective_on_device(t->ts, on);
+  return on ? trainer_step_grads_dev(t->ts) : NULL;
 }
 
 /* "<prefix>/nccl/ok/<rank>" = "1", or "0 <why>": whether this rank formed

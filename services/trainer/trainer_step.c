@@ -243,6 +243,7 @@ int trainer_step_device_status(trainer_step_t *ts, char *err, size_t err_len) {
 int trainer_step_params_changed(trainer_step_t *ts) { return model_dev_params_changed(ts->md); }
 
 void trainer_step_set_collective_on_device(trainer_step_t *ts, int on) { ts->coll_on_device = on != 0; }
+float *trainer_step_grads_dev(trainer_step_t *ts) { return model_dev_grads_dev(ts->md); }
 
 int trainer_step_grads_fetch(trainer_step_t *ts) {
   if (!ts->cuda || ts->coll_on_device) return 0;

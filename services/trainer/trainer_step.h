@@ -96,6 +96,9 @@ int trainer_step_grads_changed(trainer_step_t *ts);
  * gradients in place (NCCL, model_dev_grads_dev), so the two calls above
  * do nothing.  Default off.  The training thread, between steps. */
 void trainer_step_set_collective_on_device(trainer_step_t *ts, int on);
+/* device = cuda: the DEVICE array of the dense gradients (what a
+ * collective on device memory reduces in place); NULL on the CPU. */
+float *trainer_step_grads_dev(trainer_step_t *ts);
 /* The whole dense state -- the parameters and the dense optimizer's state
  * (trainer_step_dense_opt: opt_state; its step count is the host's) --
  * lives on the device with device = cuda: trainer_step_dense_sync copies

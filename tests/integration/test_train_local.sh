@@ -74,7 +74,9 @@ err=$("$BIN/chanter" --config "$JOB" --set model=gpt train --local 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *"model = 'gpt' is not one of"* ]]; expect "an unknown model is a clear error"
 err=$("$BIN/chanter" --config "$JOB" --set dataset="$WORK/none.tsv" train --local 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *"none.tsv"* ]]; expect "a missing dataset is a clear error"
-err=$("$BIN/chanter" --config "$JOB" --set device=cuda train --local 2>&1); rc=$?
+# the refusal where there is no GPU (hidden from this run where there is one:
+# test_gpu.sh checks device = cuda itself)
+err=$(CUDA_VISIBLE_DEVICES="" "$BIN/chanter" --config "$JOB" --set device=cuda train --local 2>&1); rc=$?
 [ $rc -ne 0 ] && { [[ "$err" == *"no CUDA device"*"use device = cpu"* ]] || [[ "$err" == *"built without CUDA"*"use device = cpu"* ]]; }
 expect "device = cuda on a machine without a GPU is refused, saying so (no silent CPU fallback)"
 finish
