@@ -71,6 +71,15 @@ train --set device=cuda >"$WORK/cuda2.json" 2>/dev/null &&
   [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cuda2.json" digest)" ]
 expect "the same cuda job twice: the same digest"
 
+# (b2) the tables on the GPU (embdev) against the same tables on the host
+# (trainer.device_mb = 0): the same GPU dense model, and the embedding work
+# (pooling, fold, row update) is bit-identical on either side, so the whole
+# digest must be the same
+train --set device=cuda --set trainer.device_mb=0 >"$WORK/cudah.json" 2>/dev/null &&
+  [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cudah.json" digest)" ] &&
+  [ "$(field "$WORK/cudah.json" device_tables)" = 0 ] && [ "$(field "$WORK/cuda.json" device_tables)" != 0 ]
+expect "tables on the GPU give the digest of the same tables on the host (device_tables $(field "$WORK/cuda.json" device_tables) vs $(field "$WORK/cudah.json" device_tables))"
+
 # (c) local clusters on the GPU
 JOB=$WORK/cluster.ini
 cat >"$JOB" <<INI

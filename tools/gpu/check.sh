@@ -136,6 +136,19 @@ if [ $? -eq 0 ]; then
   tail -3 "$W/cl/logs/"trainer-0.log 2>/dev/null
 fi
 
+say "7b. local up: 1 trainer on cuda, batch 16384, table_strategy = auto"
+step "local up auto" 30 "$C" "${SHAPE[@]}" --set batch_size=16384 --set iterations=100 --set device=cuda \
+  --set trainers=1 --set embedding_servers=1 --set dataprocs=2 --set lookahead=auto --set table_strategy=auto \
+  local up --workdir "$W/cla"
+if [ $? -eq 0 ]; then
+  step "local train auto" 120 "$C" --config "$W/cla/job.ini" train --workdir "$W/cla" --quiet >/dev/null
+  timeout 30 "$C" local down --workdir "$W/cla" >/dev/null 2>&1
+  s=$W/cla/summary.json
+  fig "chanter local up 1 trainer cuda b=16384 auto samples/s" "$(jf "$s" "round(d['samples_per_sec'])")"
+  fig "  steady samples/s" "$(jf "$s" "round(d['steady_samples_per_sec'])")"
+  fig "  ms/iteration by phase" "$(jf "$s" "' '.join('%s=%.1f' % (k, 1e3 * v) for k, v in d['phase_seconds'].items())")"
+fi
+
 say "figures (t=${SECONDS}s; log: $LOG)"
 cat "$FIG"
 if [ ${#FAILED[@]} -gt 0 ]; then
