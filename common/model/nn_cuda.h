@@ -37,8 +37,12 @@
  *    like -std=c11) and each thread adds its terms in nn.c's order, so
  *    these are bit-identical to nn.c on the same inputs (up to the sign
  *    of an exact zero): ReLU, sigmoid's backward, concat/split, the
- *    bias/ReLU epilogue and db of linear, the whole linear layer when
- *    out == 1 (nn.c's 8-lane dot product is reproduced), embedding bag
+ *    bias/ReLU epilogue of linear, the linear layer's forward and dx when
+ *    out == 1 (nn.c's 8-lane dot product is reproduced), and its column
+ *    sums over the samples (db; dw when out == 1) up to 64 samples: past
+ *    that they add chunks of 64 rows, then the chunks, in parallel (one
+ *    serial thread per column was 90% of the step at batch 16384), so they
+ *    agree with nn.c within rounding, embedding bag
  *    forward and coalesced backward, interaction, FM, cross and cross
  *    stack;
  *  - these differ from nn.c in the last bits: linear layers with out > 1
