@@ -39,8 +39,10 @@
  *
  * Determinism: same config + seed + inputs -> bit-identical logits, losses,
  * gradients and parameters, whatever the thread count (see "threads"
- * below and nn.h), on one machine: OpenBLAS picks CPU-specific kernels, so
- * two machines of different CPU types may differ in the last bits.
+ * below and nn.h) on one OpenBLAS kernel set: each set (blas_cpu.h picks it
+ * per process from the CPU's features; summary.json's "blas" names it)
+ * rounds its GEMMs differently, so machines whose kernel sets differ agree
+ * only to the last bits, and digests compare only on one kernel set.
  *
  * Threads: a model_t is driven by one thread at a time; inside
  * model_forward / model_backward the model runs its own worker threads

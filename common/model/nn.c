@@ -22,7 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "err.h"
 
@@ -643,37 +642,4 @@ NN_HOT void nn_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t
     }
     add_into(d0, g, d);
   }
-}
-
-/* ----------------------------------------------------------- OpenBLAS core */
-
-const char *nn_blas_core(void) { return openblas_get_corename(); }
-
-static int core_in(const char *core, const char *const *list) {
-  for (; *list; list++)
-    if (strcasecmp(core, *list) == 0) return 1;
-  return 0;
-}
-
-const char *nn_blas_better_core(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (getenv("OPENBLAS_CORETYPE")) return NULL;
-  const char *core = openblas_get_corename();
-  if (!core) return NULL;
-  static const char *const pre_avx2[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
-                                         "Atom", "Sandybridge", "Katmai", "Coppermine",
-                                         "Northwood", "Banias", "Opteron", "Opteron_SSE3",
-                                         "Barcelona", "Bobcat", "Bulldozer", "Piledriver",
-                                         "Steamroller", "Nano", "unknown", NULL};
-  __builtin_cpu_init();
-  int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  /* only a clear fallback is corrected: a pre-AVX2 kernel set on a CPU
-   * with AVX2; a choice OpenBLAS made for a CPU it knows is kept */
-  if (!core_in(core, pre_avx2)) return NULL;
-  if (avx512) return "SkylakeX";
-  if (avx2) return "Haswell";
-#endif
-  return NULL;
 }

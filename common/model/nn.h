@@ -13,7 +13,8 @@
  *  - results are deterministic: fixed loop orders, no reassociation (the
  *    build is -std=c11, so no FMA contraction either), and OpenBLAS
  *    partitions a GEMM across its threads by output blocks, never along K,
- *    so the same shapes and thread count give the same bits every run.
+ *    so the same shapes and thread count give the same bits every run on
+ *    one OpenBLAS kernel set (blas_cpu.h: other sets round differently).
  * Functions are reentrant; one call may use OpenBLAS's thread pool.
  */
 #ifndef CHANTER_NN_H
@@ -151,18 +152,6 @@ void nn_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L,
                         const float *const *s, float *dy, float *const *dw,
                         float *const *db, float *dx0);
 
-/* ---- OpenBLAS kernel choice.  OpenBLAS picks its kernels once, when it is
- * loaded, from the CPU model; a CPU newer than the library (Debian 12's
- * OpenBLAS 0.3.21 does not know Sapphire/Emerald Rapids) gets the generic
- * "Prescott" SSE3 kernels, about 5x slower.  The fix is the environment
- * variable OPENBLAS_CORETYPE, read only at process start (a systemd unit's
- * Environment=, or re-executing the program).
- * The kernel set OpenBLAS uses, e.g. "SkylakeX", "Haswell", "Prescott". */
-const char *nn_blas_core(void);
-/* The OPENBLAS_CORETYPE this CPU deserves ("SkylakeX" with AVX-512,
- * "Haswell" with AVX2+FMA) when OpenBLAS fell back to a pre-AVX2 kernel set
- * on it and OPENBLAS_CORETYPE is not set; NULL when there is nothing to
- * fix (a choice OpenBLAS made for a CPU it knows is kept). */
-const char *nn_blas_better_core(void);
+/* The OpenBLAS kernel set a process runs is chosen in blas_cpu.h. */
 
 #endif

@@ -34,12 +34,12 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "blas_cpu.h"
 #include "cfg.h"
 #include "daemon.h"
 #include "err.h"
 #include "log.h"
 #include "metrics.h"
-#include "nn.h"
 #include "proc.h"
 #include "sdn.h"
 #include "trainer_loop.h"
@@ -124,6 +124,7 @@ int main(int argc, char **argv) {
   int rc = 1, rank = 0, metrics_port = -1;
   const char *save_dense = NULL;
 
+  blas_cpu_init(argv); /* may re-execute: first, before any thread or socket */
   proc_init("chanter-trainer");
   const daemon_opt_t opts[] = {{"rank", parse_rank, &rank}, {"save-dense", daemon_opt_str, &save_dense}, {NULL}};
   if (daemon_parse_args(&args, argc, argv, DAEMON_ARGS_NO_LISTEN, opts, usage) || args.help) {
@@ -132,12 +133,10 @@ int main(int argc, char **argv) {
   }
   cfg = args.cfg;
   metrics_port = args.metrics_port;
-  const char *core = nn_blas_better_core();
-  if (core)
-    log_warn("OpenBLAS picked generic kernels (%s) on this CPU; set OPENBLAS_CORETYPE=%s in the environment "
-             "(systemd: Environment=) for ~5x faster matrix products -- on EVERY trainer and in train --local "
-             "alike, or results differ in the last bits",
-             nn_blas_core(), core);
+  /* the kernel set blas_cpu_init chose; every trainer of a job should run
+   * the same one, or their results differ in the last bits */
+  if (blas_cpu_by() == BLAS_CPU_NOT_FIXED) log_warn("blas: %s: matrix products run 3-9x slower", blas_cpu_describe());
+  else log_info("blas: %s", blas_cpu_describe());
   if (metrics_port < 0) metrics_port = (int)cfg_int(cfg, "trainer.metrics_port");
 
   if (daemon_init(&d, "chanter-trainer", cfg, NULL, 0, "chanter_trainer")) goto out;

@@ -67,8 +67,27 @@ python3 -c "
 import json; d=json.load(open('$WORK/run/summary.json'))
 for k in ['iterations','samples_per_sec','train_logloss','test_logloss','test_auc','digest','phase_seconds_per_iteration']:
     assert k in d, k
-assert d['iterations'] == 400"
-expect "--workdir gets summary.json with the stable keys"
+assert d['iterations'] == 400
+assert d['blas']['core'] and d['blas']['chosen_by'] in ('openblas', 'chanter', 'environment'), d['blas']"
+expect "--workdir gets summary.json with the stable keys (and the OpenBLAS kernel set, blas)"
+
+# the kernel set with no setting (blas_cpu.h): where OpenBLAS alone falls back
+# (pretended with CHANTER_BLAS_TEST_FALLBACK), chanter re-executes onto the
+# features' set, and the model is bit-identical to one forced onto that set
+core=$(python3 -c "import json; print(json.load(open('$WORK/run/summary.json'))['blas']['core'])")
+[ "$(field "$WORK/syn.json" digest)" = "$(train --set iterations=100 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['digest'])")" ]
+expect "a rerun on this machine is bit-identical (one kernel set per process)"
+CHANTER_BLAS_TEST_FALLBACK=1 OPENBLAS_CORETYPE=Prescott train --set iterations=100 >"$WORK/fb.json" 2>/dev/null
+python3 -c "
+import json; d=json.load(open('$WORK/fb.json'))['blas']
+assert d['core'] == '$core' or d['core'] == 'Prescott', d
+assert d['chosen_by'] == ('chanter' if d['core'] != 'Prescott' else 'openblas'), d
+assert d['core'] == 'Prescott' or 'OpenBLAS alone picked Prescott' in d['line'], d"
+expect "a pretended OpenBLAS fallback (Prescott) is re-executed onto the CPU's kernel set"
+fbcore=$(python3 -c "import json; print(json.load(open('$WORK/fb.json'))['blas']['core'])")
+OPENBLAS_CORETYPE=$fbcore train --set iterations=100 >"$WORK/forced.json" 2>/dev/null
+[ "$(field "$WORK/fb.json" digest)" = "$(field "$WORK/forced.json" digest)" ]
+expect "a fallback is re-executed onto the CPU's kernel set ($fbcore), bit-identical to forcing it"
 
 err=$("$BIN/chanter" --config "$JOB" --set model=gpt train --local 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *"model = 'gpt' is not one of"* ]]; expect "an unknown model is a clear error"

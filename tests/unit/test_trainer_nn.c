@@ -21,9 +21,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "blas_cpu.h"
 #include "embag.h"
 #include "nn.h"
 #include "opt.h"
@@ -832,31 +835,197 @@ static void test_cross_stack(void **state) {
   assert_memory_equal(dbs, dbr, sizeof(dbs));
 }
 
-/* The OpenBLAS kernel set chanter advises (trainer log, bench model's
- * re-exec) must run on this CPU: SkylakeX only with AVX-512, Haswell only
- * with AVX2 (SkylakeX on an AMD Zen 3 is SIGILL), and nothing while the
- * operator has chosen OPENBLAS_CORETYPE. */
-static void test_blas_core_advice(void **state) {
-  (void)state;
-  const char *core = nn_blas_better_core();
-  assert_non_null(nn_blas_core());
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  if (core && !strcmp(core, "SkylakeX")) assert_true(__builtin_cpu_supports("avx512f"));
-  if (core && !strcmp(core, "Haswell")) assert_true(__builtin_cpu_supports("avx2"));
-#endif
-  char *prev = getenv("OPENBLAS_CORETYPE") ? strdup(getenv("OPENBLAS_CORETYPE")) : NULL;
-  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-  assert_null(nn_blas_better_core());
-  if (prev) setenv("OPENBLAS_CORETYPE", prev, 1);
-  else unsetenv("OPENBLAS_CORETYPE");
-  free(prev);
+/* ---- the OpenBLAS kernel set (blas_cpu.h).  main() runs blas_cpu_init
+ * first, as every chanter binary does, so this process runs the chosen set. */
+
+#define F_YMM 0x7ull  /* x87 + SSE + YMM */
+#define F_ZMM 0xe7ull /* + opmask, ZMM_Hi256, Hi16_ZMM */
+
+static blas_cpu_features_t feat(unsigned long long xcr0, int avx2fma, int avx512, int bf16) {
+  blas_cpu_features_t f = {0};
+  f.osxsave = xcr0 != 0;
+  f.xcr0 = xcr0;
+  f.avx = avx2fma || avx512;
+  f.avx2 = f.fma = avx2fma;
+  f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = f.avx512cd = avx512;
+  f.avx512bf16 = bf16;
+  return f;
 }
 
-int main(void) {
+/* The pure choice: features (cpuid AND the OS's XCR0) in, core out. */
+static void test_blas_pick(void **state) {
+  (void)state;
+  blas_cpu_features_t f = feat(0, 0, 0, 0); /* pre-AVX (Nehalem) */
+  assert_null(blas_cpu_pick(&f));
+  f = feat(F_YMM, 0, 0, 0); /* AVX only (Sandy Bridge) */
+  f.avx = 1;
+  assert_null(blas_cpu_pick(&f));
+  f = feat(F_YMM, 1, 0, 0); /* Zen 3, Haswell, Alder Lake */
+  assert_string_equal(blas_cpu_pick(&f), "Haswell");
+  f.fma = 0; /* AVX2 without FMA: OpenBLAS's Haswell kernels need both */
+  assert_null(blas_cpu_pick(&f));
+  f = feat(F_ZMM, 1, 1, 0); /* Skylake-X, Ice Lake */
+  assert_string_equal(blas_cpu_pick(&f), "SkylakeX");
+  f = feat(F_ZMM, 1, 1, 1); /* Cooper Lake, Sapphire/Emerald Rapids, Zen 4 */
+  assert_string_equal(blas_cpu_pick(&f), "Cooperlake");
+  f.avx512vl = 0; /* an incomplete AVX-512 (Knights Landing has no VL/BW/DQ) */
+  assert_string_equal(blas_cpu_pick(&f), "Haswell");
+  /* the OS did not enable ZMM state (XCR0 bits 5-7 clear): no AVX-512 */
+  f = feat(F_YMM, 1, 1, 1);
+  assert_string_equal(blas_cpu_pick(&f), "Haswell");
+  f = feat(F_YMM | 0x20, 1, 1, 0); /* opmask only */
+  assert_string_equal(blas_cpu_pick(&f), "Haswell");
+  /* no YMM state (or no OSXSAVE): not even AVX2 */
+  f = feat(0x3, 1, 1, 1);
+  assert_null(blas_cpu_pick(&f));
+  f = feat(F_ZMM, 1, 1, 1);
+  f.osxsave = 0;
+  assert_null(blas_cpu_pick(&f));
+
+  assert_int_equal(blas_cpu_tier("SkylakeX"), 2);
+  assert_int_equal(blas_cpu_tier("cooperlake"), 2);
+  assert_int_equal(blas_cpu_tier("SapphireRapids"), 2);
+  assert_int_equal(blas_cpu_tier("Haswell"), 1);
+  assert_int_equal(blas_cpu_tier("Zen"), 1);
+  const char *generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Sandybridge",
+                           "Barcelona", "Bulldozer", "Piledriver", "Steamroller", "Nano", "unknown"};
+  for (size_t k = 0; k < sizeof generic / sizeof *generic; k++) assert_int_equal(blas_cpu_tier(generic[k]), 0);
+  assert_int_equal(blas_cpu_tier(NULL), 0);
+}
+
+/* The probe agrees with GCC's __builtin_cpu_supports, which (GCC 12's
+ * libgcc, cpuinfo.o, checked: it runs xgetbv) also requires the OS's
+ * register state. */
+static void test_blas_probe(void **state) {
+  (void)state;
+#if defined(__x86_64__) && defined(__GNUC__)
+  blas_cpu_features_t f;
+  blas_cpu_probe(&f);
+  const char *p = blas_cpu_pick(&f);
+  __builtin_cpu_init();
+  int gcc512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512cd");
+  int gcc2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  assert_int_equal(blas_cpu_tier(p), gcc512 ? 2 : gcc2 ? 1 : 0);
+#else
+  print_message("blas_cpu: not x86-64, nothing to probe\n");
+#endif
+}
+
+/* This process (blas_cpu_init ran in main) runs a kernel set as good as
+ * the CPU: with AVX-512 an AVX-512 set, with AVX2 no generic one. */
+static void test_blas_in_process(void **state) {
+  (void)state;
+  blas_cpu_features_t f;
+  blas_cpu_probe(&f);
+  int want = blas_cpu_tier(blas_cpu_pick(&f)), have = blas_cpu_tier(blas_cpu_core());
+  print_message("blas: %s\n", blas_cpu_describe());
+  if (blas_cpu_by() == BLAS_CPU_BY_USER || blas_cpu_by() == BLAS_CPU_NOT_FIXED) {
+    print_message("blas: kernel set not chanter's to choose here; nothing checked\n");
+    return;
+  }
+  if (want == 0) print_message("blas: no AVX2 (or not enabled by the OS): nothing to check\n");
+  assert_true(have >= want);
+  assert_null(getenv("CHANTER_BLAS_REEXEC_FROM"));
+}
+
+/* Runs this test binary again (/proc/self/exe --blas-report MARK) as a
+ * child with env (NULL-terminated "K=V" pairs added to ours; "K" removes
+ * K) and returns its stdout in out. */
+static int run_report(const char *const *env, char *out, size_t n, pid_t *child) {
+  int fd[2];
+  if (pipe(fd)) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    for (; *env; env++) {
+      const char *eq = strchr(*env, '=');
+      if (!eq) {
+        unsetenv(*env);
+        continue;
+      }
+      char k[64];
+      snprintf(k, sizeof k, "%.*s", (int)(eq - *env), *env);
+      setenv(k, eq + 1, 1);
+    }
+    char *argv[] = {(char *)"test_trainer_nn", (char *)"--blas-report", (char *)"mark with spaces", NULL};
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(fd[1]);
+  size_t len = 0;
+  ssize_t r;
+  while (len + 1 < n && (r = read(fd[0], out + len, n - 1 - len)) > 0) len += (size_t)r;
+  out[len] = 0;
+  close(fd[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  *child = pid;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The re-exec itself, on any CPU: pretend OpenBLAS fell back to Prescott
+ * (CHANTER_BLAS_TEST_FALLBACK) and see the child come back once, with the
+ * same pid, argv, environment and stdout, on the features' kernel set,
+ * and without OPENBLAS_CORETYPE or the guard left in its environment. */
+static void test_blas_reexec(void **state) {
+  (void)state;
+  blas_cpu_features_t f;
+  blas_cpu_probe(&f);
+  const char *want = blas_cpu_pick(&f);
+  char out[4096], line[256];
+  pid_t pid;
+  const char *env[] = {"OPENBLAS_CORETYPE=Prescott", "CHANTER_BLAS_TEST_FALLBACK=1", "CHANTER_TEST_KEEP=kept",
+                       "CHANTER_BLAS_REEXEC", NULL};
+  assert_int_equal(run_report(env, out, sizeof out, &pid), 0);
+  print_message("%s", out);
+  if (!want) {
+    assert_non_null(strstr(out, "core=Prescott by=openblas"));
+    print_message("blas: no AVX2: the re-exec is not tried here\n");
+    return;
+  }
+  snprintf(line, sizeof line, "core=%s by=chanter pid=%d argv=mark with spaces keep=kept coretype=- guard=-\n", want,
+           (int)pid);
+  assert_non_null(strstr(out, line));
+  assert_non_null(strstr(out, "OpenBLAS alone picked Prescott"));
+
+  /* CHANTER_BLAS_REEXEC=0: no re-exec, the fallback stays and says so */
+  const char *off[] = {"OPENBLAS_CORETYPE=Prescott", "CHANTER_BLAS_TEST_FALLBACK=1", "CHANTER_BLAS_REEXEC=0", NULL};
+  assert_int_equal(run_report(off, out, sizeof out, &pid), 0);
+  print_message("%s", out);
+  assert_non_null(strstr(out, "core=Prescott by=not fixed"));
+  assert_non_null(strstr(out, "CHANTER_BLAS_REEXEC=0"));
+
+  /* a user's OPENBLAS_CORETYPE is theirs */
+  const char *user[] = {"OPENBLAS_CORETYPE=Haswell", "CHANTER_BLAS_TEST_FALLBACK", "CHANTER_BLAS_REEXEC", NULL};
+  assert_int_equal(run_report(user, out, sizeof out, &pid), 0);
+  print_message("%s", out);
+  assert_non_null(strstr(out, "core=Haswell by=environment"));
+  assert_non_null(strstr(out, "OPENBLAS_CORETYPE=Haswell set in the environment"));
+}
+
+/* the child side of test_blas_reexec: one line of facts, one of the log */
+static int blas_report(int argc, char **argv) {
+  const char *k = getenv("CHANTER_TEST_KEEP"), *c = getenv("OPENBLAS_CORETYPE"),
+             *g = getenv("CHANTER_BLAS_REEXEC_FROM");
+  printf("core=%s by=%s pid=%d argv=%s keep=%s coretype=%s guard=%s\n%s\n", blas_cpu_core(),
+         blas_cpu_by_name(blas_cpu_by()), (int)getpid(), argc > 2 ? argv[2] : "-", k ? k : "-", c ? c : "-",
+         g ? g : "-", blas_cpu_describe());
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  blas_cpu_init(argv); /* as every chanter binary: this process runs the chosen kernels */
+  if (argc > 1 && !strcmp(argv[1], "--blas-report")) return blas_report(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear),
-      cmocka_unit_test(test_blas_core_advice),
+      cmocka_unit_test(test_blas_pick),
+      cmocka_unit_test(test_blas_probe),
+      cmocka_unit_test(test_blas_in_process),
+      cmocka_unit_test(test_blas_reexec),
       cmocka_unit_test(test_relu_sigmoid),
       cmocka_unit_test(test_bce),
       cmocka_unit_test(test_concat),

@@ -21,10 +21,13 @@
  * figures for the best.  Embedding work runs per table on the model's
  * threads (embag.h), in training as here.
  *
- * OpenBLAS picks its kernels when it is loaded; on a CPU it does not know it
- * falls back to slow generic ones (nn_blas_better_core()).  Unless
- * --no-reexec is given, the benchmark then re-executes itself with
- * OPENBLAS_CORETYPE set and says so.  Nothing is a threshold: this prints.
+ * The OpenBLAS kernel set is the one every chanter command runs, chosen
+ * from the CPU's features when the process starts (blas_cpu.h: chanter's
+ * main re-executes once with OPENBLAS_CORETYPE where OpenBLAS alone fell
+ * back to generic kernels; CHANTER_BLAS_REEXEC=0 keeps OpenBLAS's own
+ * pick).  The header names the set and who chose it, and ratio is the
+ * share of that set's own GEMM peak measured in the same run.  Nothing is
+ * a threshold: this prints.
  *
  * --device cuda times embdev_train_step instead -- the step `chanter
  * train --local` runs with device = cuda: the embedding tables in GPU
@@ -46,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blas_cpu.h"
 #include "cli.h"
 #include "cuda_check.h"
 #include "embag.h"
@@ -571,7 +575,7 @@ static int bench_cuda(cli_t *cli, uint32_t batch, int iters, int rounds, double 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: chanter bench model [--batch N] [--iters N] [--seconds S] [--models a,b]\n"
-          "                           [--threads N] [--rounds N] [--rows-cap N] [--no-reexec]\n                           [--device cpu|cuda] [--json]\n"
+          "                           [--threads N] [--rounds N] [--rows-cap N]\n                           [--device cpu|cuda] [--json]\n"
           "  --batch      samples per step (default 2048)\n"
           "  --iters      steps per round at least (default 3)\n"
           "  --rounds     alternating model / sgemm rounds; samples/s of the best and the median one (default 10)\n"
@@ -579,35 +583,12 @@ static void usage(FILE *f) {
           "  --models     subset of dlrm,wdl,deepfm,dcn (default all)\n"
           "  --threads    model threads (default: the CPUs available, at most %d)\n"
           "  --rows-cap   cap on rows per in-memory table (default none)\n"
-          "  --no-reexec  keep OpenBLAS's own kernel choice even if it fell back\n"
           "  --device     cpu (default) or cuda: train --local's GPU step (embdev) on DLRM, 26 tables x 100k rows,\n"
           "               dim 16, uniform ids, at batch 2048 and 16384 (or --batch); exits 0 without a GPU\n"
-          "The model, optimizers and table layout come from the config (--config/--set).\n",
+          "The model, optimizers and table layout come from the config (--config/--set).\n"
+          "The OpenBLAS kernel set is chosen from the CPU's features at start, as for every chanter command;\n"
+          "OPENBLAS_CORETYPE=NAME forces one, CHANTER_BLAS_REEXEC=0 keeps OpenBLAS's own pick.\n",
           MODEL_PARTS);
-}
-
-/* Re-executes this program with OPENBLAS_CORETYPE=core and the same
- * arguments (read back from /proc/self/cmdline).  Returns only on error. */
-static void reexec_with_core(const char *core) {
-  static char buf[65536];
-  char *argv[512];
-  FILE *f = fopen("/proc/self/cmdline", "rb");
-  if (!f) return;
-  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  if (len == 0 || len >= sizeof(buf) - 1) return;
-  buf[len] = 0;
-  int argc = 0;
-  for (size_t i = 0; i < len && argc < 511; i += strlen(buf + i) + 1) argv[argc++] = buf + i;
-  argv[argc] = NULL;
-  fprintf(stderr,
-          "bench model: OpenBLAS chose its %s kernels on a CPU it does not know; re-running with "
-          "OPENBLAS_CORETYPE=%s (set it yourself, or pass --no-reexec, to skip this)\n",
-          nn_blas_core(), core);
-  fflush(NULL);
-  setenv("OPENBLAS_CORETYPE", core, 1);
-  execv("/proc/self/exe", argv);
-  fprintf(stderr, "bench model: re-exec failed: %s\n", strerror(errno));
 }
 
 int bench_model(cli_t *cli) {
@@ -621,7 +602,6 @@ int bench_model(cli_t *cli) {
     usage(stdout);
     return 0;
   }
-  int no_reexec = cli_flag(cli, "--no-reexec");
   const char *device = cli_opt(cli, "--device");
   int batch_given = 0;
   if ((s = cli_opt(cli, "--batch"))) {
@@ -646,9 +626,6 @@ int bench_model(cli_t *cli) {
     }
     return bench_cuda(cli, batch_given ? batch : 0, iters, rounds, seconds);
   }
-  const char *core = nn_blas_better_core();
-  if (core && !no_reexec) reexec_with_core(core);
-
   bench_t b;
   int rc = bench_open(&b, cli->cfg, batch, rows_cap);
   if (rc < 0) {
@@ -672,7 +649,8 @@ int bench_model(cli_t *cli) {
     nr++;
   }
   if (cli->json) {
-    printf("{\"batch\": %u, \"blas_core\": \"%s\", \"results\": [", batch, nn_blas_core());
+    printf("{\"batch\": %u, \"blas_core\": \"%s\", \"blas_chosen_by\": \"%s\", \"results\": [", batch,
+           blas_cpu_core(), blas_cpu_by_name(blas_cpu_by()));
     for (int i = 0; i < nr; i++)
       printf("%s\n {\"model\": \"%s\", \"threads\": %u, \"samples_per_sec\": %.1f, "
              "\"samples_per_sec_median\": %.1f, \"flops_per_sample\": %.0f, \"gflops\": %.2f, \"sgemm_largest_gflops\": %.2f, "
@@ -685,14 +663,15 @@ int bench_model(cli_t *cli) {
     printf("]}\n");
   } else {
     printf("chanter bench model: batch %u, %u dense, %u tables x dim %u, optimizer %s, rows %s; "
-           "OpenBLAS %s kernels; model threads %u\n",
+           "model threads %u\n",
            batch, b.n_dense, b.n_tables, b.dim, cfg_str(cli->cfg, "optimizer"),
-           cfg_str(cli->cfg, "embedding_optimizer"), nn_blas_core(), nr ? res[0].threads : 0);
+           cfg_str(cli->cfg, "embedding_optimizer"), nr ? res[0].threads : 0);
+    printf("blas: %s\n", blas_cpu_describe());
     for (int i = 0; i < nr; i++) printf("  %s\n", res[i].desc);
     printf("sgemm(layer): cblas_sgemm, OpenBLAS on %u CPUs, on the largest layer's fwd+dW+dx "
-           "shapes; sgemm(all): the model's GEMMs alone; ratio = GFLOP/s / sgemm(layer); "
-           "best of %d rounds (samples/s: best, then the median round's)\n",
-           pool_default_threads(), rounds);
+           "shapes; sgemm(all): the model's GEMMs alone; ratio = GFLOP/s / sgemm(layer), the share of the "
+           "%s kernels' GEMM peak; best of %d rounds (samples/s: best, then the median round's)\n",
+           pool_default_threads(), blas_cpu_core(), rounds);
     printf("%-7s %10s %10s %9s %8s %9s %8s %8s %6s | ms/step %6s %6s %6s %6s %6s\n", "model",
            "samples/s", "(median)", "MFLOP/smp", "GFLOP/s", "layer", "sgemm", "sgemm", "ratio", "embfw",
            "fwd", "bwd", "opt", "embbw");

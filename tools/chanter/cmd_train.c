@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "blas_cpu.h"
 #include "cli.h"
 #include "cuda_check.h"
 #include "data.h"
@@ -763,6 +764,7 @@ int cmd_train(cli_t *cli) {
                     " iterations, optimizer %s / %s\n",
             model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.batch_size, iters,
             cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
+  if (!quiet || blas_cpu_by() == BLAS_CPU_NOT_FIXED) fprintf(stderr, "train --local: blas: %s\n", blas_cpu_describe());
   double dev_mib = 0;
   uint32_t dev_tables = local_device_tables(&L, &dev_mib);
   if (!quiet && L.ed)
@@ -887,6 +889,12 @@ int cmd_train(cli_t *cli) {
     o += snprintf(summary + o, sizeof summary - (size_t)o,
                   ", \"device_tables\": %u, \"device_tables_mib\": %.1f, \"host_tables\": %u", dev_tables, dev_mib,
                   L.layout.n_tables - dev_tables);
+  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"blas\": {\"core\": ");
+  o = json_put_str(summary, sizeof summary, o, blas_cpu_core());
+  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"chosen_by\": \"%s\", \"line\": ",
+                blas_cpu_by_name(blas_cpu_by()));
+  o = json_put_str(summary, sizeof summary, o, blas_cpu_describe());
+  o += snprintf(summary + o, sizeof summary - (size_t)o, "}");
   o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"warnings\": [");
   for (int k = 0; k < n_notes; k++) {
     if (k) o += snprintf(summary + o, sizeof summary - (size_t)o, ", ");

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas_cpu.h"
 #include "cli.h"
 #include "err.h"
 #include "hosts.h"
@@ -232,6 +233,9 @@ int main(int argc, char **argv) {
   cli_t cli = {0};
   char err[1024];
   int rc = 2;
+  /* OpenBLAS's kernel set (blas_cpu.h): may re-execute, so first; the
+   * `local` commands (supervisor, namespaces) do no math */
+  if (!(argc > 1 && !strcmp(argv[1], "local"))) blas_cpu_init(argv);
   /* emulated hosts (hosts.h): the supervisor's way into a host's namespace,
    * and the CLI's into its cluster's ops namespace -- first, before any
    * thread or socket exists */
