@@ -259,6 +259,7 @@ bench: all
 	$(BUILD)/bin/chanter bench embedding
 	$(BUILD)/bin/chanter bench dataproc
 	$(BUILD)/bin/chanter bench model
+	$(BUILD)/bin/chanter bench model --device cuda
 	$(BUILD)/bin/chanter bench oracle
 	$(BUILD)/bin/chanter bench e2e
 	$(BUILD)/bin/chanter bench checkpoint
