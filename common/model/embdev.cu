@@ -39,9 +39,9 @@
  *             second pass: the same adds, the same bits).  --fmad=false
  *             keeps products rounded as C11 does; nvcc's defaults make
  *             sqrtf and '/' IEEE-rounded with denormals kept.
- *  host tables run embag with skip = the device tables, on a pool of
- *             their own; their columns cross with model_dev_emb_cols_in
- *             and model_dev_demb_cols_out.
+ *  host tables run embag with skip = the device tables, on the
+ *             model's host threads (model_dev_pool); their columns cross
+ *             with model_dev_emb_cols_in and model_dev_demb_cols_out.
  *
  * Launches per training step on the device tables: the ids' copy, k_pool,
  * CUB's sort (a few kernels), k_update, and one wait at the end.  Kernels
@@ -109,7 +109,6 @@ struct embdev_s {
   uint32_t nh;
   float **hbase;              /* n_tables: host row stores (NULL on the device) */
   embag_t *eb;
-  pool_t *pool;
   float *logits;
   char msg[512];
 };
@@ -245,7 +244,6 @@ void embdev_destroy(embdev_t *e) {
   if (e->h_ids) cudaFreeHost(e->h_ids);
   if (e->ids_copied) cudaEventDestroy(e->ids_copied);
   embag_destroy(e->eb);
-  pool_destroy(e->pool);
   free(e->hotness);
   free(e->rows);
   free(e->on_dev);
@@ -411,7 +409,7 @@ int embdev_create(const table_layout_t *l, const uint32_t *hotness, uint32_t max
     free(hot_dev);
     if (!good) goto out;
   }
-  /* the host tables: embag's CPU code on a pool of their own */
+  /* the host tables: embag's CPU code (on model_dev_pool's threads) */
   for (uint32_t t = 0; t < T; t++) {
     e->on_host[t] = !e->on_dev[t];
     if (!e->on_host[t]) continue;
@@ -423,10 +421,7 @@ int embdev_create(const table_layout_t *l, const uint32_t *hotness, uint32_t max
     }
     (void)init_rows(e, l, t, e->hbase[t], 0, NULL);
   }
-  if (e->nh) {
-    if ((rc = embag_create(T, hotness, dim, max_batch, &e->eb)) != 0) goto out;
-    if (pool_create(0, &e->pool) != 0) e->pool = NULL; /* single-threaded then */
-  }
+  if (e->nh && (rc = embag_create(T, hotness, dim, max_batch, &e->eb)) != 0) goto out;
   rc = 0;
 out:
   free(buf);
@@ -488,7 +483,7 @@ int embdev_fwd(embdev_t *e, struct model_dev_s *md, uint32_t n, const uint64_t *
     if (!ok(e, cudaGetLastError(), "k_pool (embdev_fwd)")) return ERR_CUDA;
   }
   if (e->nh) {
-    embag_fwd(e->eb, e->pool, n, e->hbase, e->rf, idx, e->on_dev, embag_emb(e->eb));
+    embag_fwd(e->eb, model_dev_pool(md), n, e->hbase, e->rf, idx, e->on_dev, embag_emb(e->eb));
     if (model_dev_emb_cols_in(md, n, embag_emb(e->eb), e->on_host)) {
       snprintf(e->msg, sizeof e->msg, "model_dev_emb_cols_in (embdev_fwd: the host tables' columns) failed");
       return ERR_CUDA;
@@ -549,7 +544,7 @@ int embdev_bwd_update(embdev_t *e, struct model_dev_s *md, uint32_t n, const uin
     return ERR_CUDA;
   }
   int rc = e->nd ? dev_update(e, demb, n, st) : 0;
-  if (e->nh) embag_bwd_update(e->eb, e->pool, n, embag_d_emb(e->eb), idx, e->on_dev, e->hbase, e->rf, e->kind, &e->hp);
+  if (e->nh) embag_bwd_update(e->eb, model_dev_pool(md), n, embag_d_emb(e->eb), idx, e->on_dev, e->hbase, e->rf, e->kind, &e->hp);
   if (!ok(e, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_bwd_update)")) return ERR_CUDA;
   return rc;
 }

@@ -28,7 +28,6 @@
 #include "embag.h"
 #include "err.h"
 #include "log.h"
-#include "model.h"
 #include "trainer_state.h"
 #include "tstrat.h"
 
@@ -307,11 +306,9 @@ static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float
   c->p->dirty[t][r] = 1;
 }
 
-/* The model's threads (NULL: this thread alone). */
-static struct pool_s *threads(trainer_step_t *ts) {
-  model_t *m = trainer_step_model(ts);
-  return m ? model_pool(m) : NULL;
-}
+/* The host threads of the model (on device = cuda the host's CPUs; NULL:
+ * this thread alone). */
+static struct pool_s *threads(trainer_step_t *ts) { return trainer_step_pool(ts); }
 
 int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                          const data_batch_t *b, char *err, size_t err_len) {

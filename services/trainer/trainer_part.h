@@ -37,8 +37,10 @@
  * earlier Step used, and its own bitmap); everything else the training
  * thread's.  Reset and close with both stopped.  Inside trainer_part_forward
  * and trainer_part_backward the training thread runs the pooling and the
- * fold + row update on the model's threads (model_pool, which only the
- * training thread drives; the model is idle then), table by table with
+ * fold + row update on the model's host threads (trainer_step_pool: the
+ * CPU model's threads, or on device = cuda a pool of the host's CPUs;
+ * only the training thread drives it, the model is idle then), table by
+ * table with
  * embag (embag.h): one thread does all of one table -- reads its rows and
  * ids, writes its columns of gbuf, its rows, its dirty marks -- with the
  * single-threaded code, so the bits do not depend on the thread count.

@@ -215,6 +215,7 @@ void trainer_step_destroy(trainer_step_t *ts) {
 }
 
 model_t *trainer_step_model(trainer_step_t *ts) { return ts->model; }
+struct pool_s *trainer_step_pool(trainer_step_t *ts) { return model_dev_pool(ts->md); }
 float *trainer_step_params(trainer_step_t *ts) { return model_dev_params(ts->md); }
 float *trainer_step_grads(trainer_step_t *ts) { return model_dev_grads(ts->md); }
 size_t trainer_step_n_params(const trainer_step_t *ts) { return model_dev_n_params(ts->md); }

@@ -68,6 +68,10 @@ void trainer_step_destroy(trainer_step_t *ts);
 
 /* The CPU model (device = cpu), NULL on device = cuda. */
 model_t *trainer_step_model(trainer_step_t *ts);
+/* The host threads for embedding work on the host (model_dev_pool: the
+ * CPU model's own, or on device = cuda a pool of the host's CPUs), NULL
+ * when single-threaded.  The training thread, between model calls. */
+struct pool_s *trainer_step_pool(trainer_step_t *ts);
 /* The dense parameters and gradients (host arrays of trainer_step_n_params
  * floats, at fixed addresses for ts's life).  On device = cuda they live
  * on the GPU between steps (model_dev.h): each call copies the device's
