@@ -55,6 +55,7 @@
 #include "coll.h"
 #include "data.h"
 #include "embc.h"
+#include "opt.h"
 #include "table.h"
 #include "trainer_sched.h"
 #include "trainer_step.h"
@@ -93,6 +94,20 @@ typedef struct trainer_part_s {
   uint32_t *mhot;         /* n_mine: its hotness */
   uint64_t *lidx;         /* partition_rows tables' ids as local indices (midx points here for them) */
   size_t cap_lidx;
+  /* device = cuda with trainer.partition_on_device = auto: this rank's
+   * tables in GPU memory (embdev_set, table k = mine[k]; NULL: on the host,
+   * rows[]); direct: the only trainer, pooling straight into the model's
+   * device input (columns at the tables' own index) and folding its
+   * device input gradient, no copy and no exchange */
+  int want_dev, direct;
+  opt_kind_t kind;        /* the row optimizer (embedding_optimizer) */
+  opt_hparams_t hp;
+  struct embdev_set_s *ds;
+  uint32_t *kof;          /* T: k of a held table in mine */
+  uint32_t *ltab;         /* the feeder's: k of each row read (device) */
+  uint64_t *lat;          /* and its local index */
+  size_t cap_ltab, cap_lat;
+  float *fbuf;            /* trainer_part_flush's rows read from the device */
   /* counters (this generation) */
   uint64_t rows_loaded, rows_flushed;
   trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the
