@@ -211,6 +211,10 @@ static const entry_t entries[] = {
      "pooled and updated on the CPU (same bits either way, slower).  -1 = what the GPU has free once the "
      "model and the step's buffers are allocated, less 5% of its memory (at least 512 MiB) for cuBLAS, the "
      "allocator and other processes; 0 = every table on the host"},
+    {"trainer.partition_on_device", T_ENUM, "auto", 0, 0, "auto|off",
+     "device = cuda, table_strategy = partition | partition_rows: auto keeps the rows a trainer holds, their "
+     "pooling over the global batch, their fold and their row update in GPU memory (on the host when they do "
+     "not fit); off keeps them in host memory, pooled and updated on the host's CPUs.  The same bits either way"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
      "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
      "the backward); part of the job: with 3+ trainers another size may change the last bits"},

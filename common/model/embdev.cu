@@ -39,9 +39,9 @@
  *             second pass: the same adds, the same bits).  --fmad=false
  *             keeps products rounded as C11 does; nvcc's defaults make
  *             sqrtf and '/' IEEE-rounded with denormals kept.
- *  host tables run embag with skip = the device tables, on a pool of
- *             their own; their columns cross with model_dev_emb_cols_in
- *             and model_dev_demb_cols_out.
+ *  host tables run embag with skip = the device tables, on the
+ *             model's host threads (model_dev_pool); their columns cross
+ *             with model_dev_emb_cols_in and model_dev_demb_cols_out.
  *
  * Launches per training step on the device tables: the ids' copy, k_pool,
  * CUB's sort (a few kernels), k_update, and one wait at the end.  Kernels
@@ -109,7 +109,6 @@ struct embdev_s {
   uint32_t nh;
   float **hbase;              /* n_tables: host row stores (NULL on the device) */
   embag_t *eb;
-  pool_t *pool;
   float *logits;
   char msg[512];
 };
@@ -185,15 +184,18 @@ template <int KIND>
 static __global__ void k_update(const uint64_t *__restrict__ keys, const uint32_t *__restrict__ vals, uint32_t total,
                                 uint32_t rbits, float *const *__restrict__ base, const uint32_t *__restrict__ tab,
                                 uint32_t dim, uint32_t rf, size_t width, const float *__restrict__ demb, float lr,
-                                float eps) {
+                                float eps, const uint64_t *__restrict__ lim, unsigned long long *count) {
   uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= total) return;
   uint64_t key = keys[p];
   if (p > 0 && keys[p - 1] == key) return;
+  uint32_t j = (uint32_t)(key >> rbits);
+  uint64_t row = key & ((UINT64_C(1) << rbits) - 1);
+  if (lim && row >= lim[j]) return; /* a placeholder row: never updated (embdev_set) */
+  if (count) atomicAdd(count, 1ULL);
   uint32_t end = p + 1;
   while (end < total && keys[end] == key) end++;
-  uint32_t j = (uint32_t)(key >> rbits);
-  float *w = base[j] + (key & ((UINT64_C(1) << rbits) - 1)) * rf;
+  float *w = base[j] + row * rf;
   const float *g = demb + (size_t)tab[j] * dim;
   float acc[CHUNK], ss = 0.0f;
   for (uint32_t d0 = 0; d0 < dim; d0 += CHUNK) {
@@ -245,7 +247,6 @@ void embdev_destroy(embdev_t *e) {
   if (e->h_ids) cudaFreeHost(e->h_ids);
   if (e->ids_copied) cudaEventDestroy(e->ids_copied);
   embag_destroy(e->eb);
-  pool_destroy(e->pool);
   free(e->hotness);
   free(e->rows);
   free(e->on_dev);
@@ -411,7 +412,7 @@ int embdev_create(const table_layout_t *l, const uint32_t *hotness, uint32_t max
     free(hot_dev);
     if (!good) goto out;
   }
-  /* the host tables: embag's CPU code on a pool of their own */
+  /* the host tables: embag's CPU code (on model_dev_pool's threads) */
   for (uint32_t t = 0; t < T; t++) {
     e->on_host[t] = !e->on_dev[t];
     if (!e->on_host[t]) continue;
@@ -423,10 +424,7 @@ int embdev_create(const table_layout_t *l, const uint32_t *hotness, uint32_t max
     }
     (void)init_rows(e, l, t, e->hbase[t], 0, NULL);
   }
-  if (e->nh) {
-    if ((rc = embag_create(T, hotness, dim, max_batch, &e->eb)) != 0) goto out;
-    if (pool_create(0, &e->pool) != 0) e->pool = NULL; /* single-threaded then */
-  }
+  if (e->nh && (rc = embag_create(T, hotness, dim, max_batch, &e->eb)) != 0) goto out;
   rc = 0;
 out:
   free(buf);
@@ -488,7 +486,7 @@ int embdev_fwd(embdev_t *e, struct model_dev_s *md, uint32_t n, const uint64_t *
     if (!ok(e, cudaGetLastError(), "k_pool (embdev_fwd)")) return ERR_CUDA;
   }
   if (e->nh) {
-    embag_fwd(e->eb, e->pool, n, e->hbase, e->rf, idx, e->on_dev, embag_emb(e->eb));
+    embag_fwd(e->eb, model_dev_pool(md), n, e->hbase, e->rf, idx, e->on_dev, embag_emb(e->eb));
     if (model_dev_emb_cols_in(md, n, embag_emb(e->eb), e->on_host)) {
       snprintf(e->msg, sizeof e->msg, "model_dev_emb_cols_in (embdev_fwd: the host tables' columns) failed");
       return ERR_CUDA;
@@ -498,41 +496,80 @@ int embdev_fwd(embdev_t *e, struct model_dev_s *md, uint32_t n, const uint64_t *
   return 0;
 }
 
-/* The sort and the fold-and-update of the device tables, enqueued. */
-static int dev_update(embdev_t *e, const float *demb, uint32_t n, cudaStream_t st) {
-  uint32_t total = n * e->hpre[e->nd];
-  cub::DoubleBuffer<uint64_t> kb(e->d_keys[0], e->d_keys[1]);
-  cub::DoubleBuffer<uint32_t> vb(e->d_vals[0], e->d_vals[1]);
+/* The keys / samples of `total` ids (in kb / vb's current buffers) sorted
+ * on their end_bit low bits, and k_update over them, enqueued on st;
+ * failures in msg. */
+typedef struct sort_update_s {
+  uint64_t *keys[2];
+  uint32_t *vals[2];
+  void *temp;
+  size_t temp_bytes;
+  uint32_t total, rbits, end_bit, dim, rf;
+  size_t width;
+  float *const *base;
+  const uint32_t *tab;
+  const float *demb;
+  opt_kind_t kind;
+  opt_hparams_t hp;
+  const uint64_t *lim;
+  unsigned long long *count;
+} sort_update_t;
+
+static int sort_update(const sort_update_t *a, cudaStream_t st, char *msg, size_t msg_len) {
+  cub::DoubleBuffer<uint64_t> kb(a->keys[0], a->keys[1]);
+  cub::DoubleBuffer<uint32_t> vb(a->vals[0], a->vals[1]);
   size_t need = 0;
-  if (!ok(e, cub::DeviceRadixSort::SortPairs(NULL, need, kb, vb, total, 0, (int)e->end_bit, st),
-          "cub::DeviceRadixSort::SortPairs (embdev sizing)"))
-    return ERR_CUDA;
-  if (need > e->temp_bytes) {
-    snprintf(e->msg, sizeof e->msg, "embdev: the sort wants %zu bytes of storage, %zu were sized", need, e->temp_bytes);
+  cudaError_t e = cub::DeviceRadixSort::SortPairs(NULL, need, kb, vb, a->total, 0, (int)a->end_bit, st);
+  if (e != cudaSuccess) {
+    if (!msg[0]) (void)cuda_check_error((int)e, "cub::DeviceRadixSort::SortPairs (embdev sizing)", msg, msg_len);
     return ERR_CUDA;
   }
-  if (!ok(e, cub::DeviceRadixSort::SortPairs(e->d_temp, e->temp_bytes, kb, vb, total, 0, (int)e->end_bit, st),
-          "cub::DeviceRadixSort::SortPairs (embdev)"))
+  if (need > a->temp_bytes) {
+    if (!msg[0]) snprintf(msg, msg_len, "embdev: the sort wants %zu bytes of storage, %zu were sized", need, a->temp_bytes);
     return ERR_CUDA;
-  size_t width = (size_t)e->n_tables * e->dim;
+  }
+  e = cub::DeviceRadixSort::SortPairs(a->temp, need, kb, vb, a->total, 0, (int)a->end_bit, st);
+  if (e != cudaSuccess) {
+    if (!msg[0]) (void)cuda_check_error((int)e, "cub::DeviceRadixSort::SortPairs (embdev)", msg, msg_len);
+    return ERR_CUDA;
+  }
   const uint64_t *keys = kb.Current();
   const uint32_t *vals = vb.Current();
-  float lr = e->hp.lr, eps = e->hp.eps;
-  switch (e->kind) {
+  float lr = a->hp.lr, eps = a->hp.eps;
+  unsigned nb = blocks(a->total);
+  switch (a->kind) {
     case OPT_SGD:
-      k_update<OPT_SGD><<<blocks(total), TPB, 0, st>>>(keys, vals, total, e->rbits, e->d_base, e->d_tab, e->dim, e->rf,
-                                                       width, demb, lr, eps);
+      k_update<OPT_SGD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf, a->width,
+                                            a->demb, lr, eps, a->lim, a->count);
       break;
     case OPT_ADAGRAD:
-      k_update<OPT_ADAGRAD><<<blocks(total), TPB, 0, st>>>(keys, vals, total, e->rbits, e->d_base, e->d_tab, e->dim,
-                                                           e->rf, width, demb, lr, eps);
+      k_update<OPT_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf,
+                                                a->width, a->demb, lr, eps, a->lim, a->count);
       break;
     default:
-      k_update<OPT_ROWWISE_ADAGRAD><<<blocks(total), TPB, 0, st>>>(keys, vals, total, e->rbits, e->d_base, e->d_tab,
-                                                                   e->dim, e->rf, width, demb, lr, eps);
+      k_update<OPT_ROWWISE_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf,
+                                                        a->width, a->demb, lr, eps, a->lim, a->count);
       break;
   }
-  return ok(e, cudaGetLastError(), "k_update (embdev_bwd_update)") ? 0 : ERR_CUDA;
+  e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    if (!msg[0]) (void)cuda_check_error((int)e, "k_update (embdev)", msg, msg_len);
+    return ERR_CUDA;
+  }
+  return 0;
+}
+
+/* The sort and the fold-and-update of the device tables, enqueued. */
+static int dev_update(embdev_t *e, const float *demb, uint32_t n, cudaStream_t st) {
+  sort_update_t a;
+  memset(&a, 0, sizeof a);
+  a.keys[0] = e->d_keys[0], a.keys[1] = e->d_keys[1];
+  a.vals[0] = e->d_vals[0], a.vals[1] = e->d_vals[1];
+  a.temp = e->d_temp, a.temp_bytes = e->temp_bytes;
+  a.total = n * e->hpre[e->nd], a.rbits = e->rbits, a.end_bit = e->end_bit, a.dim = e->dim, a.rf = e->rf;
+  a.width = (size_t)e->n_tables * e->dim;
+  a.base = e->d_base, a.tab = e->d_tab, a.demb = demb, a.kind = e->kind, a.hp = e->hp;
+  return sort_update(&a, st, e->msg, sizeof e->msg);
 }
 
 int embdev_bwd_update(embdev_t *e, struct model_dev_s *md, uint32_t n, const uint64_t *const *idx) {
@@ -549,7 +586,7 @@ int embdev_bwd_update(embdev_t *e, struct model_dev_s *md, uint32_t n, const uin
     return ERR_CUDA;
   }
   int rc = e->nd ? dev_update(e, demb, n, st) : 0;
-  if (e->nh) embag_bwd_update(e->eb, e->pool, n, embag_d_emb(e->eb), idx, e->on_dev, e->hbase, e->rf, e->kind, &e->hp);
+  if (e->nh) embag_bwd_update(e->eb, model_dev_pool(md), n, embag_d_emb(e->eb), idx, e->on_dev, e->hbase, e->rf, e->kind, &e->hp);
   if (!ok(e, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_bwd_update)")) return ERR_CUDA;
   return rc;
 }
@@ -580,6 +617,328 @@ double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, 
     sec[EMBAG_PHASE_EMBEDDING_UPDATE] += t5 - t4;
   }
   return loss;
+}
+
+/* ------------------------------------------------------------------ a set of tables (embdev_set_*) */
+
+/* One thread per (row i, float f): rows[i] into table tab[i] at row at[i]. */
+static __global__ void k_scatter(float *const *__restrict__ base, const uint32_t *__restrict__ tab,
+                                 const uint64_t *__restrict__ at, const float *__restrict__ rows, size_t count,
+                                 uint32_t rf) {
+  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= count * rf) return;
+  size_t i = t / rf;
+  base[tab[i]][at[i] * rf + t % rf] = rows[t];
+}
+
+struct embdev_set_s {
+  uint32_t n, dim, rf, width;
+  opt_kind_t kind;
+  opt_hparams_t hp;
+  uint64_t *rows;             /* n */
+  uint32_t *hot, *hpre;       /* n; n + 1 */
+  float **base;               /* n device row stores */
+  uint64_t bytes;
+  uint32_t rbits, end_bit;
+  uint32_t *d_col, *d_hot, *d_hpre;
+  uint64_t *d_lim;            /* NULL: every row is updated */
+  float **d_base;
+  /* the step's buffers, for up to cap samples (grown) */
+  uint32_t cap;
+  uint64_t *h_ids, *d_ids, *d_keys[2];
+  uint32_t *d_vals[2];
+  void *d_temp;
+  size_t temp_bytes;
+  float *d_out;               /* the layout's buffer when the caller has none (cap * width) */
+  unsigned long long *d_count, *h_count;
+  cudaEvent_t ids_copied;
+  uint32_t fwd_n;
+  int fwd_train, pending;
+  /* the writer's (embdev_set_write_rows): its own stream and buffers */
+  cudaStream_t wst;
+  uint32_t *d_wtab;
+  uint64_t *d_wat;
+  float *d_wrows;
+  size_t wcap;
+  char msg[512];
+};
+
+static int sok(embdev_set_t *s, cudaError_t st, const char *what) {
+  if (st == cudaSuccess) return 1;
+  if (!s->msg[0]) (void)cuda_check_error((int)st, what, s->msg, sizeof s->msg);
+  return 0;
+}
+
+static void set_free_step(embdev_set_t *s) {
+  cudaFree(s->d_ids);
+  cudaFree(s->d_keys[0]);
+  cudaFree(s->d_keys[1]);
+  cudaFree(s->d_vals[0]);
+  cudaFree(s->d_vals[1]);
+  cudaFree(s->d_temp);
+  cudaFree(s->d_out);
+  if (s->h_ids) cudaFreeHost(s->h_ids);
+  s->d_ids = NULL, s->d_keys[0] = s->d_keys[1] = NULL, s->d_vals[0] = s->d_vals[1] = NULL;
+  s->d_temp = NULL, s->d_out = NULL, s->h_ids = NULL;
+  s->temp_bytes = 0;
+  s->cap = 0;
+}
+
+void embdev_set_destroy(embdev_set_t *s) {
+  if (!s) return;
+  if (s->wst) (void)cudaStreamSynchronize(s->wst);
+  (void)cudaStreamSynchronize((cudaStream_t)nn_cuda_stream());
+  for (uint32_t k = 0; s->base && k < s->n; k++) cudaFree(s->base[k]);
+  set_free_step(s);
+  cudaFree(s->d_col);
+  cudaFree(s->d_hot);
+  cudaFree(s->d_hpre);
+  cudaFree(s->d_lim);
+  cudaFree(s->d_base);
+  cudaFree(s->d_count);
+  if (s->h_count) cudaFreeHost(s->h_count);
+  if (s->ids_copied) cudaEventDestroy(s->ids_copied);
+  cudaFree(s->d_wtab);
+  cudaFree(s->d_wat);
+  cudaFree(s->d_wrows);
+  if (s->wst) cudaStreamDestroy(s->wst);
+  free(s->rows);
+  free(s->hot);
+  free(s->hpre);
+  free(s->base);
+  free(s);
+}
+
+int embdev_set_create(uint32_t n, const uint64_t *rows, const uint64_t *lim, const uint32_t *hotness,
+                      const uint32_t *col, uint32_t width, uint32_t dim, opt_kind_t kind, const opt_hparams_t *hp,
+                      embdev_set_t **out, char *err, size_t err_len) {
+  *out = NULL;
+  if (err && err_len) err[0] = 0;
+  if (!n || !dim) return fail(-EINVAL, err, err_len, "embdev_set: no tables or dim 0");
+  if (kind != OPT_SGD && kind != OPT_ADAGRAD && kind != OPT_ROWWISE_ADAGRAD)
+    return fail(-EINVAL, err, err_len, "embedding_optimizer = %s cannot update embedding rows", opt_kind_name(kind));
+  uint64_t max_rows = 1;
+  for (uint32_t k = 0; k < n; k++) {
+    if ((uint64_t)(col[k] + 1) * dim > width)
+      return fail(-EINVAL, err, err_len, "embdev_set: table %u's column %u is outside a layout of %u floats", k, col[k],
+                  width);
+    if (rows[k] > max_rows) max_rows = rows[k];
+  }
+  int rc = cuda_check(err, err_len);
+  if (rc) return rc;
+  embdev_set_t *s = (embdev_set_t *)calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  s->n = n, s->dim = dim, s->rf = dim + opt_row_state_floats(kind, dim), s->width = width;
+  s->kind = kind, s->hp = *hp;
+  s->rows = (uint64_t *)malloc(n * sizeof *s->rows);
+  s->hot = (uint32_t *)malloc(n * sizeof *s->hot);
+  s->hpre = (uint32_t *)malloc((n + 1) * sizeof *s->hpre);
+  s->base = (float **)calloc(n, sizeof *s->base);
+  rc = -ENOMEM;
+  if (!s->rows || !s->hot || !s->hpre || !s->base) goto out;
+  s->hpre[0] = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    s->rows[k] = rows[k];
+    s->hot[k] = hotness[k];
+    s->hpre[k + 1] = s->hpre[k] + hotness[k];
+  }
+  rc = ERR_CUDA;
+  s->rbits = bits_for(max_rows - 1);
+  if (s->rbits == 0) s->rbits = 1;
+  s->end_bit = s->rbits + (n > 1 ? bits_for(n - 1) : 0);
+  if (s->end_bit > 64) {
+    rc = fail(-EINVAL, err, err_len, "embdev_set: %u tables of up to %llu rows do not fit a 64-bit sort key", n,
+              (unsigned long long)max_rows);
+    goto out;
+  }
+  if (!sok(s, cudaStreamCreateWithFlags(&s->wst, cudaStreamNonBlocking), "cudaStreamCreate (embdev_set)") ||
+      !sok(s, cudaEventCreateWithFlags(&s->ids_copied, cudaEventDisableTiming), "cudaEventCreate (embdev_set)") ||
+      !sok(s, cudaMalloc((void **)&s->d_col, n * sizeof(uint32_t)), "cudaMalloc (embdev_set)") ||
+      !sok(s, cudaMalloc((void **)&s->d_hot, n * sizeof(uint32_t)), "cudaMalloc (embdev_set)") ||
+      !sok(s, cudaMalloc((void **)&s->d_hpre, (n + 1) * sizeof(uint32_t)), "cudaMalloc (embdev_set)") ||
+      !sok(s, cudaMalloc((void **)&s->d_base, n * sizeof(float *)), "cudaMalloc (embdev_set)") ||
+      !sok(s, cudaMalloc((void **)&s->d_count, sizeof(unsigned long long)), "cudaMalloc (embdev_set)") ||
+      !sok(s, cudaMallocHost((void **)&s->h_count, sizeof(unsigned long long)), "cudaMallocHost (embdev_set)") ||
+      (lim && !sok(s, cudaMalloc((void **)&s->d_lim, n * sizeof(uint64_t)), "cudaMalloc (embdev_set)")))
+    goto out;
+  for (uint32_t k = 0; k < n; k++) {
+    uint64_t b = rows[k] * s->rf * sizeof(float);
+    if (cudaMalloc((void **)&s->base[k], b ? b : 4) != cudaSuccess) {
+      (void)cudaGetLastError();
+      s->base[k] = NULL;
+      uint64_t all = 0;
+      for (uint32_t q = 0; q < n; q++) all += rows[q] * s->rf * sizeof(float);
+      rc = fail(ERR_CUDA, err, err_len, "out of device memory for table %u of %u (%.1f MiB; %.1f MiB in all)", k, n,
+                (double)b / (1 << 20), (double)all / (1 << 20));
+      goto out;
+    }
+    s->bytes += b;
+    if (!sok(s, cudaMemset(s->base[k], 0, b ? b : 4), "cudaMemset (embdev_set rows)")) goto out;
+  }
+  if (!sok(s, cudaMemcpy(s->d_col, col, n * sizeof(uint32_t), cudaMemcpyHostToDevice), "cudaMemcpy (embdev_set)") ||
+      !sok(s, cudaMemcpy(s->d_hot, s->hot, n * sizeof(uint32_t), cudaMemcpyHostToDevice), "cudaMemcpy (embdev_set)") ||
+      !sok(s, cudaMemcpy(s->d_hpre, s->hpre, (n + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice),
+           "cudaMemcpy (embdev_set)") ||
+      !sok(s, cudaMemcpy(s->d_base, s->base, n * sizeof(float *), cudaMemcpyHostToDevice), "cudaMemcpy (embdev_set)") ||
+      (lim && !sok(s, cudaMemcpy(s->d_lim, lim, n * sizeof(uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy (embdev_set)")))
+    goto out;
+  rc = 0;
+out:
+  if (rc) {
+    if (rc == ERR_CUDA && err && err_len && !err[0]) snprintf(err, err_len, "%s", s->msg);
+    embdev_set_destroy(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+uint64_t embdev_set_bytes(const embdev_set_t *s) { return s->bytes; }
+const char *embdev_set_error(const embdev_set_t *s) { return s->msg; }
+
+/* The step's buffers for n samples (grown when n is over cap; waits for
+ * the step's work first).  0, -ENOMEM (host) or ERR_CUDA. */
+static int set_reserve(embdev_set_t *s, uint32_t n) {
+  if (n <= s->cap) return 0;
+  if (!sok(s, cudaStreamSynchronize((cudaStream_t)nn_cuda_stream()), "cudaStreamSynchronize (embdev_set grow)"))
+    return ERR_CUDA;
+  set_free_step(s);
+  size_t ids = (size_t)n * s->hpre[s->n];
+  if (ids > INT32_MAX) {
+    snprintf(s->msg, sizeof s->msg, "embdev_set: %zu ids in one batch, over 2^31", ids);
+    return -EINVAL;
+  }
+  cub::DoubleBuffer<uint64_t> kb(NULL, NULL);
+  cub::DoubleBuffer<uint32_t> vb(NULL, NULL);
+  if (!sok(s, cudaMallocHost((void **)&s->h_ids, (ids ? ids : 1) * sizeof(uint64_t)), "cudaMallocHost (embdev_set ids)") ||
+      !sok(s, cudaMalloc((void **)&s->d_ids, (ids ? ids : 1) * sizeof(uint64_t)), "cudaMalloc (embdev_set ids)") ||
+      !sok(s, cudaMalloc((void **)&s->d_keys[0], (ids ? ids : 1) * sizeof(uint64_t)), "cudaMalloc (embdev_set keys)") ||
+      !sok(s, cudaMalloc((void **)&s->d_keys[1], (ids ? ids : 1) * sizeof(uint64_t)), "cudaMalloc (embdev_set keys)") ||
+      !sok(s, cudaMalloc((void **)&s->d_vals[0], (ids ? ids : 1) * sizeof(uint32_t)), "cudaMalloc (embdev_set samples)") ||
+      !sok(s, cudaMalloc((void **)&s->d_vals[1], (ids ? ids : 1) * sizeof(uint32_t)), "cudaMalloc (embdev_set samples)") ||
+      !sok(s, cudaMalloc((void **)&s->d_out, (size_t)n * s->width * sizeof(float)), "cudaMalloc (embdev_set columns)") ||
+      !sok(s, cub::DeviceRadixSort::SortPairs(NULL, s->temp_bytes, kb, vb, (uint32_t)ids, 0, 64),
+           "cub::DeviceRadixSort::SortPairs (embdev_set sizing)") ||
+      !sok(s, cudaMalloc(&s->d_temp, s->temp_bytes ? s->temp_bytes : 1), "cudaMalloc (embdev_set sort)")) {
+    set_free_step(s);
+    return ERR_CUDA;
+  }
+  s->cap = n;
+  return 0;
+}
+
+int embdev_set_write_rows(embdev_set_t *s, size_t count, const uint32_t *tab, const uint64_t *at, const float *rows) {
+  if (!count) return 0;
+  for (size_t i = 0; i < count; i++)
+    if (tab[i] >= s->n || at[i] >= s->rows[tab[i]]) return -EINVAL;
+  if (count > s->wcap) {
+    cudaFree(s->d_wtab);
+    cudaFree(s->d_wat);
+    cudaFree(s->d_wrows);
+    s->d_wtab = NULL, s->d_wat = NULL, s->d_wrows = NULL, s->wcap = 0;
+    if (!sok(s, cudaMalloc((void **)&s->d_wtab, count * sizeof(uint32_t)), "cudaMalloc (embdev_set_write_rows)") ||
+        !sok(s, cudaMalloc((void **)&s->d_wat, count * sizeof(uint64_t)), "cudaMalloc (embdev_set_write_rows)") ||
+        !sok(s, cudaMalloc((void **)&s->d_wrows, count * s->rf * sizeof(float)), "cudaMalloc (embdev_set_write_rows)"))
+      return ERR_CUDA;
+    s->wcap = count;
+  }
+  if (!sok(s, cudaMemcpyAsync(s->d_wtab, tab, count * sizeof(uint32_t), cudaMemcpyHostToDevice, s->wst),
+           "cudaMemcpyAsync (embdev_set_write_rows)") ||
+      !sok(s, cudaMemcpyAsync(s->d_wat, at, count * sizeof(uint64_t), cudaMemcpyHostToDevice, s->wst),
+           "cudaMemcpyAsync (embdev_set_write_rows)") ||
+      !sok(s, cudaMemcpyAsync(s->d_wrows, rows, count * s->rf * sizeof(float), cudaMemcpyHostToDevice, s->wst),
+           "cudaMemcpyAsync (embdev_set_write_rows)"))
+    return ERR_CUDA;
+  k_scatter<<<blocks(count * s->rf), TPB, 0, s->wst>>>(s->d_base, s->d_wtab, s->d_wat, s->d_wrows, count, s->rf);
+  if (!sok(s, cudaGetLastError(), "k_scatter (embdev_set_write_rows)") ||
+      !sok(s, cudaStreamSynchronize(s->wst), "cudaStreamSynchronize (embdev_set_write_rows)"))
+    return ERR_CUDA;
+  return 0;
+}
+
+int embdev_set_read_rows(embdev_set_t *s, uint32_t k, uint64_t r0, uint64_t count, float *out) {
+  if (k >= s->n || r0 > s->rows[k] || count > s->rows[k] - r0) return -EINVAL;
+  if (!count) return 0;
+  if (!sok(s, cudaStreamSynchronize((cudaStream_t)nn_cuda_stream()), "cudaStreamSynchronize (embdev_set_read_rows)") ||
+      !sok(s, cudaMemcpy(out, s->base[k] + r0 * s->rf, count * s->rf * sizeof(float), cudaMemcpyDeviceToHost),
+           "cudaMemcpy (embdev_set_read_rows)"))
+    return ERR_CUDA;
+  return 0;
+}
+
+int embdev_set_pool(embdev_set_t *s, uint32_t n, const uint64_t *const *idx, float *out, float *host_out, int train) {
+  s->fwd_train = 0;
+  if (!out && !host_out) return -EINVAL;
+  if (!n) {
+    s->fwd_n = 0;
+    s->fwd_train = train;
+    return 0;
+  }
+  int rc = set_reserve(s, n);
+  if (rc) return rc;
+  cudaStream_t st = (cudaStream_t)nn_cuda_stream();
+  if (!sok(s, cudaEventSynchronize(s->ids_copied), "cudaEventSynchronize (embdev_set ids)")) return ERR_CUDA;
+  for (uint32_t k = 0; k < s->n; k++)
+    memcpy(s->h_ids + (size_t)n * s->hpre[k], idx[k], (size_t)n * s->hot[k] * sizeof(uint64_t));
+  size_t total = (size_t)n * s->hpre[s->n];
+  if (total && (!sok(s, cudaMemcpyAsync(s->d_ids, s->h_ids, total * sizeof(uint64_t), cudaMemcpyHostToDevice, st),
+                     "cudaMemcpyAsync (embdev_set ids)") ||
+                !sok(s, cudaEventRecord(s->ids_copied, st), "cudaEventRecord (embdev_set ids)")))
+    return ERR_CUDA;
+  float *dst = out ? out : s->d_out;
+  size_t threads = (size_t)n * s->n * s->dim;
+  /* k_pool with the set's tables as "device tables" and col as their table index */
+  k_pool<<<blocks(threads), TPB, 0, st>>>(s->d_base, s->d_col, s->d_hot, s->d_hpre, s->n, n, s->dim, s->rf, s->width,
+                                          s->d_ids, dst, train ? s->d_keys[0] : NULL, s->d_vals[0], s->rbits);
+  if (!sok(s, cudaGetLastError(), "k_pool (embdev_set_pool)")) return ERR_CUDA;
+  if (!out && (!sok(s, cudaMemcpyAsync(host_out, s->d_out, (size_t)n * s->width * sizeof(float), cudaMemcpyDeviceToHost,
+                                       st),
+                    "cudaMemcpyAsync (embdev_set_pool: columns to the host)") ||
+               !sok(s, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_set_pool)")))
+    return ERR_CUDA;
+  s->fwd_n = n;
+  s->fwd_train = train;
+  return 0;
+}
+
+int embdev_set_fold(embdev_set_t *s, uint32_t n, const float *grad, const float *host_grad) {
+  if (!s->fwd_train || n != s->fwd_n || (!grad && !host_grad)) return -EINVAL;
+  s->fwd_train = 0;
+  cudaStream_t st = (cudaStream_t)nn_cuda_stream();
+  if (!sok(s, cudaMemsetAsync(s->d_count, 0, sizeof(unsigned long long), st), "cudaMemsetAsync (embdev_set count)"))
+    return ERR_CUDA;
+  s->pending = 1;
+  if (!n) return 0;
+  if (!grad) {
+    if (!sok(s, cudaMemcpyAsync(s->d_out, host_grad, (size_t)n * s->width * sizeof(float), cudaMemcpyHostToDevice, st),
+             "cudaMemcpyAsync (embdev_set_fold: gradient to the device)"))
+      return ERR_CUDA;
+    grad = s->d_out;
+  }
+  sort_update_t a;
+  memset(&a, 0, sizeof a);
+  a.keys[0] = s->d_keys[0], a.keys[1] = s->d_keys[1];
+  a.vals[0] = s->d_vals[0], a.vals[1] = s->d_vals[1];
+  a.temp = s->d_temp, a.temp_bytes = s->temp_bytes;
+  a.total = (uint32_t)((size_t)n * s->hpre[s->n]), a.rbits = s->rbits, a.end_bit = s->end_bit;
+  a.dim = s->dim, a.rf = s->rf, a.width = s->width;
+  /* k_update reads the gradient columns at tab[j] * dim: the set's col */
+  a.base = s->d_base, a.tab = s->d_col, a.demb = grad, a.kind = s->kind, a.hp = s->hp;
+  a.lim = s->d_lim, a.count = s->d_count;
+  return a.total ? sort_update(&a, st, s->msg, sizeof s->msg) : 0;
+}
+
+int embdev_set_sync(embdev_set_t *s, size_t *updated) {
+  *updated = 0;
+  if (!s->pending) return 0;
+  s->pending = 0;
+  cudaStream_t st = (cudaStream_t)nn_cuda_stream();
+  if (!sok(s, cudaMemcpyAsync(s->h_count, s->d_count, sizeof(unsigned long long), cudaMemcpyDeviceToHost, st),
+           "cudaMemcpyAsync (embdev_set count)") ||
+      !sok(s, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_set_sync)"))
+    return ERR_CUDA;
+  *updated = (size_t)*s->h_count;
+  return 0;
 }
 
 /* ------------------------------------------------------------------ the benchmark's baseline */

@@ -113,6 +113,54 @@ int embdev_bwd_update(embdev_t *e, struct model_dev_s *md, uint32_t n, const uin
 double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, uint32_t n, const float *dense,
                          const float *labels, const uint64_t *const *idx, float scale, double sec[EMBAG_PHASES]);
 
+/* ---- a set of device tables for a caller that keeps rows of its own (a
+ * partitioned table's owner, trainer_part.h), the same kernels at a lower
+ * level (CHANTER_CUDA only).  Table k (0 .. n-1) holds rows[k] rows of
+ * dim + opt_row_state_floats(kind) floats in GPU memory, zeroed at
+ * creation; the caller fills them (embdev_set_write_rows).  Pooling and
+ * fold use one layout of W floats per sample, table k's dim columns at
+ * col[k] * dim: embdev_set_pool writes those columns of a device buffer
+ * (a model's input) or of the set's own and copies them to a host buffer
+ * of the same layout; embdev_set_fold reads the gradient in that layout
+ * (device, or host copied in), folds each row in sample order (h order
+ * inside a sample: nn_embedding_bag_bwd's order, embag's bits) and
+ * applies the row optimizer -- except to rows >= lim[k] (lim = NULL:
+ * none), which are folded and left as they are (a placeholder row of
+ * zeros).  The step's calls (pool, fold, sync, read_rows) are one
+ * thread's, on its nn_cuda stream; embdev_set_write_rows may be called
+ * by one other thread at the same time, on rows no enqueued step reads
+ * (a stream of its own, waited for). */
+typedef struct embdev_set_s embdev_set_t;
+/* 0, -EINVAL / -ENOMEM / ERR_CUDA with err (a table that does not fit:
+ * ERR_CUDA, "out of device memory ..."). */
+int embdev_set_create(uint32_t n, const uint64_t *rows, const uint64_t *lim, const uint32_t *hotness,
+                      const uint32_t *col, uint32_t width, uint32_t dim, opt_kind_t kind, const opt_hparams_t *hp,
+                      embdev_set_t **out, char *err, size_t err_len);
+void embdev_set_destroy(embdev_set_t *s);
+/* Device bytes of the rows. */
+uint64_t embdev_set_bytes(const embdev_set_t *s);
+/* The sentence of the first CUDA failure (or ""). */
+const char *embdev_set_error(const embdev_set_t *s);
+/* count host rows (row_floats floats each, packed) into table tab[i], local
+ * row at[i].  Waits.  0, -EINVAL (a table or row out of range), -ENOMEM,
+ * ERR_CUDA. */
+int embdev_set_write_rows(embdev_set_t *s, size_t count, const uint32_t *tab, const uint64_t *at, const float *rows);
+/* Rows [r0, r0 + count) of table k into host out, after the step's work
+ * enqueued so far.  Waits.  0, -EINVAL, ERR_CUDA. */
+int embdev_set_read_rows(embdev_set_t *s, uint32_t k, uint64_t r0, uint64_t count, float *out);
+/* Pools n samples, idx[k] = table k's n * hotness[k] local row indices
+ * (host, sample-major), into out (device; n rows of width floats, only the
+ * set's columns written) -- or, out = NULL, into host_out (same layout,
+ * waits).  train: keeps what embdev_set_fold needs.  0, -EINVAL, -ENOMEM,
+ * ERR_CUDA. */
+int embdev_set_pool(embdev_set_t *s, uint32_t n, const uint64_t *const *idx, float *out, float *host_out, int train);
+/* The fold of the last embdev_set_pool with train (same n) of grad
+ * (device) -- or, grad = NULL, of host_grad copied in -- and the row
+ * update, enqueued: embdev_set_sync waits for it and gives the rows
+ * updated.  0, -EINVAL (no such pool), ERR_CUDA. */
+int embdev_set_fold(embdev_set_t *s, uint32_t n, const float *grad, const float *host_grad);
+int embdev_set_sync(embdev_set_t *s, size_t *updated);
+
 /* The benchmark's baseline: GFLOP/s of an FP32 cublasSgemm of n x n x n
  * (the handle in default math, as nn.cu's: no TF32), best of a few timed
  * with CUDA events; 0 with err on a failure. */

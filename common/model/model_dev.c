@@ -12,6 +12,7 @@
 #include "log.h"
 #include "model.h"
 #include "opt.h"
+#include "pool.h"
 #ifdef CHANTER_CUDA
 #include <cuda_runtime.h>
 
@@ -19,9 +20,14 @@
 #include "opt_cuda.h"
 #endif
 
+/* device = cuda: the host threads for the embedding work that stays on
+ * the host (model_dev_pool), at most this many */
+#define HOST_THREADS_MAX 32
+
 struct model_dev_s {
   int cuda;
   model_t *cpu;
+  pool_t *host; /* device = cuda: model_dev_pool's threads (NULL: none could start) */
 #ifdef CHANTER_CUDA
   model_cuda_t *gpu;
   size_t np;                              /* model_cuda_n_params */
@@ -93,7 +99,16 @@ int model_dev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint
   m->dim = dim;
   m->width = n_tables * dim;
   m->max_batch = max_batch;
+  {
+    uint32_t nt = pool_default_threads();
+    if (nt > HOST_THREADS_MAX) nt = HOST_THREADS_MAX;
+    if (pool_create(nt, &m->host) != 0) { /* still correct, only slower */
+      m->host = NULL;
+      log_warn("model_dev: cannot start %u host threads for the embedding work, running it on one", nt);
+    }
+  }
   if ((rc = model_cuda_create(cfg, n_dense, n_tables, dim, max_batch, &m->gpu, err, err_len)) != 0) {
+    pool_destroy(m->host);
     free(m);
     return rc;
   }
@@ -124,6 +139,7 @@ int model_dev_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint
 void model_dev_destroy(model_dev_t *m) {
   if (!m) return;
   if (m->cpu) model_destroy(m->cpu);
+  pool_destroy(m->host);
 #ifdef CHANTER_CUDA
   if (m->cuda) (void)cudaStreamSynchronize(stream()); /* nothing in flight reads what is freed below */
   if (m->gpu) model_cuda_destroy(m->gpu);
@@ -341,7 +357,7 @@ const char *model_dev_describe(const model_dev_t *m) {
   return model_describe(m->cpu);
 }
 
-struct pool_s *model_dev_pool(model_dev_t *m) { return m->cpu ? model_pool(m->cpu) : NULL; }
+struct pool_s *model_dev_pool(model_dev_t *m) { return m->cpu ? model_pool(m->cpu) : m->host; }
 struct model_s *model_dev_cpu_model(model_dev_t *m) { return m->cpu; }
 int model_dev_is_cuda(const model_dev_t *m) { return m->cuda; }
 float *model_dev_emb_dev(model_dev_t *m) {

@@ -104,7 +104,13 @@ int model_dev_opt_changed(model_dev_t *m, struct opt_s *o);
 float *model_dev_params_dev(model_dev_t *m);
 float *model_dev_grads_dev(model_dev_t *m);
 const char *model_dev_describe(const model_dev_t *m);
-struct pool_s *model_dev_pool(model_dev_t *m);  /* CPU model's threads, or NULL */
+/* Host threads for the embedding work that runs on the host (embag.h:
+ * results independent of the thread count): device = cpu, the model's
+ * own; device = cuda, a pool of the CPUs in the affinity mask (at most
+ * 32) that only this work uses.  NULL when none could start (run
+ * single-threaded).  Driven by the model's thread, while no model call
+ * is running. */
+struct pool_s *model_dev_pool(model_dev_t *m);
 /* As model_forward / model_backward, host pointers -- except that on
  * device = cuda, emb may be model_dev_emb_dev(m) (already on the device: read in
  * place) and d_emb may be NULL (the input gradient stays in

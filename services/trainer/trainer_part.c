@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "embag.h"
+#include "embdev.h"
 #include "err.h"
 #include "log.h"
-#include "model.h"
 #include "trainer_state.h"
 #include "tstrat.h"
 
@@ -54,6 +54,11 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
   p->schema = schema;
   p->dim = layout->tables[0].dim;
   p->rf = table_row_floats(layout, 0);
+  p->want_dev = !strcmp(cfg_str(cfg, "device"), "cuda") && strcmp(cfg_str(cfg, "trainer.partition_on_device"), "off");
+  if (opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &p->kind) == 0)
+    opt_hparams_from_cfg(cfg, p->kind, &p->hp);
+  else
+    p->want_dev = 0; /* trainer_step refuses the job anyway */
   uint8_t *strat = malloc(p->T ? p->T : 1);
   if (!strat) return -ENOMEM;
   int rc = tstrat_parse(cfg, p->T, strat, err, err_len);
@@ -72,7 +77,8 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
   p->mbase = calloc(p->T, sizeof *p->mbase);
   p->midx = calloc(p->T, sizeof *p->midx);
   p->mhot = calloc(p->T, sizeof *p->mhot);
-  if (!p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
+  p->kof = calloc(p->T, sizeof *p->kof);
+  if (!p->kof || !p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
       !p->mbase || !p->midx || !p->mhot) {
     trainer_part_close(p);
     return -ENOMEM;
@@ -89,6 +95,11 @@ void trainer_part_reset(trainer_part_t *p) {
     p->loaded[t] = p->dirty[t] = NULL;
   }
   embag_destroy(p->eb); /* sized for this placement's tables */
+#ifdef CHANTER_CUDA
+  embdev_set_destroy(p->ds);
+#endif
+  p->ds = NULL;
+  p->direct = 0;
   p->eb = NULL;
   p->eb_batch = 0;
   p->tables_x = 0;
@@ -105,7 +116,48 @@ void trainer_part_close(trainer_part_t *p) {
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
   free(p->gbuf), free(p->lbuf), free(p->mbase), free(p->midx), free(p->mhot), free(p->lidx);
+  free(p->kof), free(p->ltab), free(p->lat), free(p->fbuf);
   memset(p, 0, sizeof *p);
+}
+
+/* device = cuda: this rank's tables in GPU memory (p->ds), or 0 with
+ * them left to the host when they do not fit (logged). */
+static void place_on_device(trainer_part_t *p, const trainer_work_step_t *st) {
+#ifdef CHANTER_CUDA
+  uint32_t n = p->n_mine;
+  uint64_t *rows = malloc(n * sizeof *rows), *lim = malloc(n * sizeof *lim);
+  uint32_t *hot = malloc(n * sizeof *hot), *col = malloc(n * sizeof *col);
+  if (rows && lim && hot && col) {
+    /* one trainer: the model's layout [n x T x dim] (no exchange);
+     * else gbuf's [B x n_mine x dim] */
+    int direct = p->P == 1;
+    for (uint32_t k = 0; k < n; k++) {
+      uint32_t t = p->mine[k];
+      lim[k] = local_rows(p, t);
+      rows[k] = lim[k] + (p->owner[t] == TSTRAT_ALL); /* partition_rows: the row of zeros */
+      hot[k] = p->schema->hotness[t];
+      col[k] = direct ? t : k;
+    }
+    char why[512] = "";
+    int rc = embdev_set_create(n, rows, lim, hot, col, (direct ? p->T : n) * p->dim, p->dim, p->kind, &p->hp, &p->ds,
+                               why, sizeof why);
+    if (rc) {
+      p->ds = NULL;
+      log_warn("partitioned tables: %u tables of rank %u stay in host memory (trainer.partition_on_device = auto): "
+               "%s",
+               n, p->rank, why);
+    } else {
+      p->direct = direct;
+      log_info("partitioned tables: %u tables of rank %u in GPU memory (%.1f MiB)%s", n, p->rank,
+               (double)embdev_set_bytes(p->ds) / (1 << 20), direct ? ", pooled into the model's input" : "");
+    }
+  }
+  free(rows), free(lim), free(hot), free(col);
+  (void)st;
+#else
+  (void)p;
+  (void)st;
+#endif
 }
 
 /* The first Step's placement: this rank's tables get their arrays. */
@@ -122,13 +174,19 @@ static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, si
     p->n_part++;
     for (uint32_t q = 0; q < p->P; q++) p->ntab[q] += tstrat_holds(o, q);
     if (!tstrat_holds(o, p->rank)) continue;
+    p->kof[t] = p->n_mine;
     p->mine[p->n_mine++] = t;
+  }
+  if (p->want_dev && p->n_mine) place_on_device(p, st);
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k], o = p->owner[t];
     uint64_t R = local_rows(p, t); /* partition_rows: and one row of zeros after them */
-    p->rows[t] = o == TSTRAT_ALL ? calloc((size_t)R + 1, p->rf * sizeof(float))
-                                 : malloc((size_t)R * p->rf * sizeof(float));
+    if (!p->ds)
+      p->rows[t] = o == TSTRAT_ALL ? calloc((size_t)R + 1, p->rf * sizeof(float))
+                                   : malloc((size_t)R * p->rf * sizeof(float));
     p->loaded[t] = calloc((size_t)R + 1, 1);
     p->dirty[t] = calloc((size_t)R + 1, 1);
-    if (!p->rows[t] || !p->loaded[t] || !p->dirty[t])
+    if ((!p->ds && !p->rows[t]) || !p->loaded[t] || !p->dirty[t])
       return err_set(err, err_len, -ENOMEM,
                      "out of memory for partitioned table %u (%" PRIu64 " rows, %.1f MiB) on rank %u: give it "
                      "table_strategy = cache, or more trainers",
@@ -183,6 +241,23 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   if ((rc = embc_lookup(embc, p->lkeys, n, p->lrows, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": reading %zu rows of partitioned tables failed: %s",
                    st->iteration, n, why);
+  if (p->ds) {
+#ifdef CHANTER_CUDA
+    if (trainer_grow((void **)&p->ltab, &p->cap_ltab, n, sizeof *p->ltab) ||
+        trainer_grow((void **)&p->lat, &p->cap_lat, n, sizeof *p->lat))
+      return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows read", n);
+    for (size_t i = 0; i < n; i++) {
+      uint32_t t = TABLE_ID(p->lkeys[i]);
+      p->ltab[i] = p->kof[t];
+      p->lat[i] = local_of(p, t, TABLE_ROW(p->lkeys[i]));
+    }
+    if ((rc = embdev_set_write_rows(p->ds, n, p->ltab, p->lat, p->lrows)) != 0)
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": copying %zu rows of partitioned tables to the GPU failed: %s",
+                     st->iteration, n, embdev_set_error(p->ds));
+#endif
+    p->rows_loaded += n;
+    return 0;
+  }
   for (size_t i = 0; i < n; i++) {
     uint32_t t = TABLE_ID(p->lkeys[i]);
     memcpy(p->rows[t] + (size_t)local_of(p, t, TABLE_ROW(p->lkeys[i])) * p->rf, p->lrows + i * p->rf,
@@ -237,6 +312,7 @@ static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, i
   size_t d = p->dim, w = (size_t)p->n_mine * d, g = 0, l = 0;
   for (uint32_t q = 0; q < p->P; q++) {
     size_t gq = (size_t)st->part_counts[q] * w * sizeof(float), lq = (size_t)n * p->ntab[q] * d * sizeof(float);
+    if (p->direct) gq = lq = 0; /* the rows are pooled into the model's device input: an empty exchange */
     p->sb[q] = backward ? lq : gq;
     p->rb[q] = backward ? gq : lq;
     g += gq, l += lq;
@@ -275,7 +351,7 @@ static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
     }
     o += m;
   }
-  if (p->n_mine && (!p->eb || p->eb_batch < B)) {
+  if (p->n_mine && !p->ds && (!p->eb || p->eb_batch < B)) { /* (on the GPU: embdev_set's buffers) */
     embag_destroy(p->eb);
     p->eb_batch = 0;
     if (embag_create_tables(p->n_mine, p->mhot, p->dim, B ? (uint32_t)B : 1, &p->eb) != 0) {
@@ -307,10 +383,22 @@ static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float
   c->p->dirty[t][r] = 1;
 }
 
-/* The model's threads (NULL: this thread alone). */
-static struct pool_s *threads(trainer_step_t *ts) {
-  model_t *m = trainer_step_model(ts);
-  return m ? model_pool(m) : NULL;
+/* The host threads of the model (on device = cuda the host's CPUs; NULL:
+ * this thread alone). */
+static struct pool_s *threads(trainer_step_t *ts) { return trainer_step_pool(ts); }
+
+/* The dirty marks of the rows the global batch of B uses (p->midx; the
+ * row of zeros is never updated): the device path's, whose rows are not
+ * visited on the host. */
+static void mark_dirty(trainer_part_t *p, uint64_t B) {
+  for (uint32_t k = 0; k < p->n_mine; k++) {
+    uint32_t t = p->mine[k];
+    uint64_t R = local_rows(p, t);
+    const uint64_t *ids = p->midx[k];
+    uint8_t *dirty = p->dirty[t];
+    for (size_t j = 0, m = (size_t)B * p->mhot[k]; j < m; j++)
+      if (ids[j] < R) dirty[ids[j]] = 1;
+  }
 }
 
 int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
@@ -319,20 +407,34 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
   int rc;
   if (!p->ext_applied) {
     if ((rc = trainer_step_set_external(ts, p->ext, err, err_len)) != 0) return rc;
+    trainer_step_set_external_on_device(ts, p->direct);
     p->ext_applied = 1;
   }
+  if (p->direct && st->global_batch_size != b->n)
+    return err_set(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": the only trainer got %u of a global batch of %" PRIu64 " samples", st->iteration,
+                   b->n, (uint64_t)st->global_batch_size);
   double t0 = trainer_now();
   if (sizes(p, st, b->n, 0) || tables(p, st))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
   /* this rank's tables over the global batch, in trainer order: gbuf [B x n_mine x dim] */
-  if (p->n_mine)
+  if (p->ds) {
+#ifdef CHANTER_CUDA
+    /* on the GPU: into the model's device input (one trainer) or gbuf */
+    if ((rc = embdev_set_pool(p->ds, (uint32_t)st->global_batch_size, p->midx, p->direct ? trainer_step_emb_dev(ts) : NULL,
+                              p->gbuf, 1)) != 0)
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": pooling the partitioned tables on the GPU failed: %s",
+                     st->iteration, embdev_set_error(p->ds));
+#endif
+  } else if (p->n_mine) {
     embag_fwd(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->mbase, p->rf, p->midx, NULL, p->gbuf);
+  }
   double t1 = trainer_now();
   if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, TRAINER_SCHED_A2A_FWD, "pooled embeddings", err,
                      err_len)) != 0)
     return rc;
   double t2 = trainer_now();
-  columns(p, b->n, trainer_step_emb_in(ts), p->lbuf, 0);
+  if (!p->direct) columns(p, b->n, trainer_step_emb_in(ts), p->lbuf, 0);
   log_debug("part forward x=%" PRIu64 " pool_ms=%.2f exchange_ms=%.2f unpack_ms=%.2f", st->iteration, 1e3 * (t1 - t0),
             1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
   return 0;
@@ -346,7 +448,7 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
   /* the gradients of our samples' pooled embeddings, by owner, back to the owners */
   if (sizes(p, st, b->n, 1))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
-  columns(p, b->n, (float *)trainer_step_d_emb(ts) /* only read: to_blocks */, p->lbuf, 1);
+  if (!p->direct) columns(p, b->n, (float *)trainer_step_d_emb(ts) /* only read: to_blocks */, p->lbuf, 1);
   double t1 = trainer_now();
   int rc = exchange(p, c, p->lbuf, p->gbuf, st->iteration, TRAINER_SCHED_A2A_BWD, "gradients", err, err_len);
   if (rc) return rc;
@@ -354,6 +456,24 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
   /* gbuf: [B x n_mine x dim], global samples in trainer order; each
    * table folded per row in that order and its rows updated */
   if (tables(p, st)) return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
+  if (p->ds) {
+#ifdef CHANTER_CUDA
+    /* on the GPU, the same fold order (sorted by row, stable: sample
+     * order); the dirty marks from the ids meanwhile (every id's row is
+     * folded and updated, but the row of zeros) */
+    if ((rc = embdev_set_fold(p->ds, (uint32_t)st->global_batch_size, p->direct ? trainer_step_demb_dev(ts) : NULL,
+                              p->gbuf)) != 0)
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": folding the partitioned tables on the GPU failed: %s",
+                     st->iteration, embdev_set_error(p->ds));
+    mark_dirty(p, st->global_batch_size);
+    if ((rc = embdev_set_sync(p->ds, updated)) != 0)
+      return err_set(err, err_len, rc, "iteration %" PRIu64 ": updating the partitioned tables on the GPU failed: %s",
+                     st->iteration, embdev_set_error(p->ds));
+#endif
+    log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f (GPU)", st->iteration,
+              1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
+    return 0;
+  }
   row_ctx_t ctx = {.p = p, .ts = ts};
   atomic_init(&ctx.zero_rows, 0);
   if (p->n_mine)
@@ -392,14 +512,34 @@ int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n
   int rc = 0;
   size_t n = 0, total = 0;
   char why[768] = "";
+  if (p->ds && !p->fbuf && !(p->fbuf = malloc((size_t)FLUSH_CHUNK * p->rf * sizeof(float)))) {
+    free(keys), free(rows);
+    return err_set(err, err_len, -ENOMEM, "out of memory writing back the partitioned tables");
+  }
   for (uint32_t k = 0; k < p->n_mine && !rc; k++) {
     uint32_t t = p->mine[k];
     uint64_t R = local_rows(p, t);
-    for (uint64_t l = 0; l < R && !rc; l++) {
-      if (!p->dirty[t][l]) continue;
-      keys[n] = TABLE_KEY(t, global_of(p, t, l));
-      memcpy(rows + n * p->rf, p->rows[t] + (size_t)l * p->rf, p->rf * sizeof(float));
-      if (++n == FLUSH_CHUNK) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why);
+    for (uint64_t l0 = 0; l0 < R && !rc; l0 += FLUSH_CHUNK) {
+      uint64_t l1 = R - l0 < FLUSH_CHUNK ? R : l0 + FLUSH_CHUNK;
+      const float *src = p->rows[t] ? p->rows[t] + (size_t)l0 * p->rf : NULL;
+      if (p->ds) { /* the block's rows from the GPU, when one of them is dirty */
+        uint64_t l = l0;
+        while (l < l1 && !p->dirty[t][l]) l++;
+        if (l == l1) continue;
+#ifdef CHANTER_CUDA
+        if ((rc = embdev_set_read_rows(p->ds, k, l0, l1 - l0, p->fbuf)) != 0) {
+          snprintf(why, sizeof why, "copying rows from the GPU: %s", embdev_set_error(p->ds));
+          break;
+        }
+#endif
+        src = p->fbuf;
+      }
+      for (uint64_t l = l0; l < l1 && !rc; l++) {
+        if (!p->dirty[t][l]) continue;
+        keys[n] = TABLE_KEY(t, global_of(p, t, l));
+        memcpy(rows + n * p->rf, src + (size_t)(l - l0) * p->rf, p->rf * sizeof(float));
+        if (++n == FLUSH_CHUNK) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why);
+      }
     }
   }
   if (!rc) rc = write_chunk(p, embc, keys, rows, &n, done, &total, why, sizeof why); /* the rest */

@@ -26,20 +26,38 @@
  * run only in the dense all-reduce's summation order.  L plays no part:
  * any lookahead gives the bits of L = 0 for the same assignment.
  *
- * Device: either.  The rows, the owner's pooling and fold and the
- * AlltoAlls are in host memory on both (the trainer's groups are Gloo);
- * on device = cuda trainer_step copies the pooled columns into the GPU's
- * input before the forward and their gradient back to the host after the
- * backward, the GPU cache skipping these tables (trainer_step.h, external
- * tables).  The CUDA path compiles but has never run on a GPU.
+ * Device: either.  On device = cpu, and on device = cuda with
+ * trainer.partition_on_device = off (or tables that do not fit the GPU,
+ * logged), the rows, the owner's pooling and fold are in host memory, run
+ * by embag on the host's threads (trainer_step_pool), and trainer_step
+ * copies the pooled columns into the GPU's input before the forward and
+ * their gradient back to the host after the backward (trainer_step.h,
+ * external tables).  On device = cuda with partition_on_device = auto
+ * (the default) this rank's tables live in GPU memory (embdev_set,
+ * embdev.h: the same kernels as train --local's device tables): the
+ * feeder scatters the rows it reads into them, the owner pools the global
+ * batch and folds in global sample order + updates the rows there (the
+ * same bits as embag: a stable sort by row keeps the sample order), the
+ * dirty marks stay on the host (set from the ids) and trainer_part_flush
+ * reads the dirty rows' blocks back.  The AlltoAlls stay on the Gloo
+ * group in host memory: the pooled block comes to gbuf (D2H), the
+ * received gradients go back (H2D); with ONE trainer there is no copy:
+ * the pooling writes the model's device input and the fold reads its
+ * device input gradient (trainer_step_set_external_on_device), and the
+ * exchange is an empty one.  partition_rows works the same way on the GPU
+ * (the row of zeros is a row past the set's lim, never updated).  The
+ * CUDA paths compile, but none of them has run on a GPU yet.
  *
  * Threads: trainer_part_load is the feeder's (it writes only rows no
- * earlier Step used, and its own bitmap); everything else the training
- * thread's.  Reset and close with both stopped.  Inside trainer_part_forward
+ * earlier Step used, and its own bitmap; on the GPU through the set's own
+ * stream, waited for before the Step is handed on, so the training
+ * thread's pooling sees the rows); everything else the training thread's
+ * (on the GPU, its nn_cuda stream: the model's).  Reset and close with both stopped.  Inside trainer_part_forward
  * and trainer_part_backward the training thread runs the pooling and the
- * fold + row update on the model's threads (model_pool, which only the
- * training thread drives; the model is idle then), table by table with
- * embag (embag.h): one thread does all of one table -- reads its rows and
+ * fold + row update on the model's host threads (trainer_step_pool: the
+ * CPU model's threads, or on device = cuda a pool of the host's CPUs;
+ * only the training thread drives it, the model is idle then), table by
+ * table with embag (embag.h): one thread does all of one table -- reads its rows and
  * ids, writes its columns of gbuf, its rows, its dirty marks -- with the
  * single-threaded code, so the bits do not depend on the thread count.
  */
@@ -53,6 +71,7 @@
 #include "coll.h"
 #include "data.h"
 #include "embc.h"
+#include "opt.h"
 #include "table.h"
 #include "trainer_sched.h"
 #include "trainer_step.h"
@@ -91,6 +110,20 @@ typedef struct trainer_part_s {
   uint32_t *mhot;         /* n_mine: its hotness */
   uint64_t *lidx;         /* partition_rows tables' ids as local indices (midx points here for them) */
   size_t cap_lidx;
+  /* device = cuda with trainer.partition_on_device = auto: this rank's
+   * tables in GPU memory (embdev_set, table k = mine[k]; NULL: on the host,
+   * rows[]); direct: the only trainer, pooling straight into the model's
+   * device input (columns at the tables' own index) and folding its
+   * device input gradient, no copy and no exchange */
+  int want_dev, direct;
+  opt_kind_t kind;        /* the row optimizer (embedding_optimizer) */
+  opt_hparams_t hp;
+  struct embdev_set_s *ds;
+  uint32_t *kof;          /* T: k of a held table in mine */
+  uint32_t *ltab;         /* the feeder's: k of each row read (device) */
+  uint64_t *lat;          /* and its local index */
+  size_t cap_ltab, cap_lat;
+  float *fbuf;            /* trainer_part_flush's rows read from the device */
   /* counters (this generation) */
   uint64_t rows_loaded, rows_flushed;
   trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the

@@ -92,6 +92,8 @@ struct trainer_step_s {
   /* tables whose pooled embeddings the caller supplies (table_strategy =
    * partition: trainer_step_set_external); NULL = none */
   uint8_t *ext;
+  int ext_dev; /* device = cuda: the caller writes their columns of the device input itself
+                  (trainer_step_set_external_on_device) */
 };
 
 int trainer_step_create(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout, uint32_t max_batch,
@@ -215,6 +217,7 @@ void trainer_step_destroy(trainer_step_t *ts) {
 }
 
 model_t *trainer_step_model(trainer_step_t *ts) { return ts->model; }
+struct pool_s *trainer_step_pool(trainer_step_t *ts) { return model_dev_pool(ts->md); }
 float *trainer_step_params(trainer_step_t *ts) { return model_dev_params(ts->md); }
 float *trainer_step_grads(trainer_step_t *ts) { return model_dev_grads(ts->md); }
 size_t trainer_step_n_params(const trainer_step_t *ts) { return model_dev_n_params(ts->md); }
@@ -462,7 +465,7 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
        * table (ext) is skipped there too: its columns, which the caller
        * wrote into the host input (trainer_step_emb_in), are copied into
        * the device's input (only those columns) */
-      if ((rc = model_dev_emb_cols_in(ts->md, b->n, ts->emb, ts->ext)) != 0)
+      if (!ts->ext_dev && (rc = model_dev_emb_cols_in(ts->md, b->n, ts->emb, ts->ext)) != 0)
         return err_set(err, err_len, rc, "copying the external tables' pooled embeddings to the GPU failed: %s",
                        err_str(rc));
       if ((rc = tcache_cuda_forward_skip(ts->dc, ts->idx, b->n, ts->ext, model_dev_emb_dev(ts->md), err, err_len)) != 0)
@@ -690,7 +693,7 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
    * skipped: the caller takes their gradient from trainer_step_d_emb. */
   if (!on_dev) {
     embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->ext : NULL);
-  } else if (ts->ext) {
+  } else if (ts->ext && !ts->ext_dev) {
     /* on the GPU the input gradient stayed on the device (folded there
      * below, external tables skipped as on the CPU); the external tables'
      * columns come to the host d_emb, where the CPU's backward wrote them,
@@ -770,6 +773,13 @@ int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err,
   return 0;
 }
 
+void trainer_step_set_external_on_device(trainer_step_t *ts, int on) { ts->ext_dev = ts->cuda && on; }
+float *trainer_step_emb_dev(trainer_step_t *ts) { return model_dev_emb_dev(ts->md); }
+const float *trainer_step_demb_dev(trainer_step_t *ts) { return model_dev_demb_dev(ts->md); }
+void trainer_step_row_opt(const trainer_step_t *ts, opt_kind_t *kind, opt_hparams_t *hp) {
+  *kind = ts->emb_kind;
+  *hp = ts->emb_hp;
+}
 float *trainer_step_emb_in(trainer_step_t *ts) { return ts->emb; }
 void trainer_step_row_update(trainer_step_t *ts, float *row, const float *grad) {
   opt_row_update(ts->emb_kind, &ts->emb_hp, row, ts->dim, grad);

@@ -68,6 +68,10 @@ void trainer_step_destroy(trainer_step_t *ts);
 
 /* The CPU model (device = cpu), NULL on device = cuda. */
 model_t *trainer_step_model(trainer_step_t *ts);
+/* The host threads for embedding work on the host (model_dev_pool: the
+ * CPU model's own, or on device = cuda a pool of the host's CPUs), NULL
+ * when single-threaded.  The training thread, between model calls. */
+struct pool_s *trainer_step_pool(trainer_step_t *ts);
 /* The dense parameters and gradients (host arrays of trainer_step_n_params
  * floats, at fixed addresses for ts's life).  On device = cuda they live
  * on the GPU between steps (model_dev.h): each call copies the device's
@@ -205,6 +209,19 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
  * none.  0 or -ENOMEM. */
 int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len);
 float *trainer_step_emb_in(trainer_step_t *ts);
+/* device = cuda, on != 0: the caller writes the external tables' columns
+ * straight into the model's DEVICE input (trainer_step_emb_dev, same
+ * layout; on the training thread's stream, before the forward) and reads
+ * their gradient from the device input gradient (trainer_step_demb_dev,
+ * left there by trainer_step_backward until the next backward): the
+ * forward and the backward copy no external column (a partitioned
+ * table's owner that is the only trainer, trainer_part.h).  Ignored on
+ * the CPU.  Default off; the training thread, between steps. */
+void trainer_step_set_external_on_device(trainer_step_t *ts, int on);
+float *trainer_step_emb_dev(trainer_step_t *ts);
+const float *trainer_step_demb_dev(trainer_step_t *ts);
+/* The row optimizer's kind and hyper-parameters (embedding_optimizer). */
+void trainer_step_row_opt(const trainer_step_t *ts, opt_kind_t *kind, opt_hparams_t *hp);
 const float *trainer_step_d_emb(const trainer_step_t *ts);
 /* The row optimizer (embedding_optimizer) on one row of row_floats floats
  * held outside the cache, with its dim-float gradient. */

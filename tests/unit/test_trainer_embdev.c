@@ -19,7 +19,16 @@
  *    the largest table left on the host by the budget, and with every
  *    table on the host (budget 0); the whole step (embdev_train_step with
  *    a DLRM) against embag_train_step on the CPU: same loss and rows up to
- *    cuBLAS's last bits, and bit-identical run to run.
+ *    cuBLAS's last bits, and bit-identical run to run;
+ *  - embdev_set (a partitioned table's owner): without a device, bad
+ *    arguments refused, then the device's reason; with a GPU only: rows
+ *    written in a shuffled order, pooling into a device buffer and into a
+ *    host buffer of a strided layout (columns permuted, two never written)
+ *    == embag_fwd, fold + update of a strided gradient (device or host)
+ *    == embag_bwd_each + opt_row_update, the rows updated counted alike,
+ *    a placeholder row past lim used by ids and never updated, batches
+ *    that grow the buffers, for the three row optimizers and dims around
+ *    the 16-column chunk.
  */
 #include <errno.h>
 #include <math.h>
@@ -428,6 +437,177 @@ static void test_gpu_train_step(void **state) {
   model_dev_destroy(cpu);
   table_layout_close(&l);
 }
+
+/* ------------------------------------------------------------ embdev_set (a partitioned table's owner) */
+
+static void test_set_refuses_without_device(void **state) {
+  (void)state;
+  if (have_device()) skip();
+  const uint64_t rows[2] = {10, 20};
+  const uint32_t hot[2] = {1, 2}, col[2] = {1, 0}, bad_col[2] = {1, 2};
+  opt_hparams_t hp = {.lr = 0.1f, .eps = 1e-8f};
+  embdev_set_t *s = (embdev_set_t *)&s;
+  char err[1024] = "";
+  /* bad arguments first: adam, a column outside the layout, no tables */
+  assert_int_equal(embdev_set_create(2, rows, NULL, hot, col, 8, 4, OPT_ADAM, &hp, &s, err, sizeof err), -EINVAL);
+  assert_null(s);
+  assert_non_null(strstr(err, "adam"));
+  assert_int_equal(embdev_set_create(2, rows, NULL, hot, bad_col, 8, 4, OPT_SGD, &hp, &s, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "outside"));
+  assert_int_equal(embdev_set_create(0, rows, NULL, hot, col, 8, 4, OPT_SGD, &hp, &s, err, sizeof err), -EINVAL);
+  /* then the device */
+  assert_int_equal(embdev_set_create(2, rows, NULL, hot, col, 8, 4, OPT_SGD, &hp, &s, err, sizeof err), ERR_NOGPU);
+  assert_null(s);
+}
+
+/* The set's table k is table k of T (ROWS / HOT), its columns at COL[k] of
+ * a layout of W = 7 columns (two never written); table 2 has one extra row
+ * of zeros past lim (partition_rows' placeholder), which ids use and the
+ * update must leave alone. */
+static const uint32_t COL[T] = {4, 0, 6, 2, 5};
+enum { W = 7 };
+
+/* rows updated by check_set's CPU reference (the placeholder skipped) */
+typedef struct set_ref_s {
+  opt_kind_t kind;
+  const opt_hparams_t *hp;
+  uint32_t dim;
+  const uint64_t *lim;
+  size_t updated;
+} set_ref_t;
+
+static void set_ref_row(void *ud, uint32_t t, uint64_t r, float *row, const float *grad) {
+  set_ref_t *c = ud;
+  if (r >= c->lim[t]) return;
+  opt_row_update(c->kind, c->hp, row, c->dim, grad);
+  c->updated++;
+}
+
+static void check_set(opt_kind_t kind, uint32_t dim) {
+  uint32_t rf = dim + opt_row_state_floats(kind, dim), max_batch = 300;
+  size_t wf = (size_t)W * dim, pf = (size_t)T * dim;
+  uint64_t rows[T], lim[T];
+  for (uint32_t k = 0; k < T; k++) rows[k] = lim[k] = ROWS[k];
+  rows[2] = lim[2] + 1; /* the row of zeros */
+  table_layout_t l;
+  layout_of(&l, T, ROWS, dim, kind);
+  opt_hparams_t hp = {.lr = 0.3f, .eps = 1e-3f};
+  embdev_set_t *s = NULL;
+  char err[1024] = "";
+  int rc = embdev_set_create(T, rows, lim, HOT, COL, (uint32_t)wf, dim, kind, &hp, &s, err, sizeof err);
+  if (rc) print_error("embdev_set_create: %s\n", err);
+  assert_int_equal(rc, 0);
+  /* the reference rows (the placeholder: zeros), written to the device in
+   * two calls, in a shuffled order, tables interleaved */
+  float *ref[T];
+  size_t all = 0;
+  for (uint32_t k = 0; k < T; k++) {
+    ref[k] = calloc(rows[k] * rf, sizeof(float));
+    assert_non_null(ref[k]);
+    for (uint64_t r = 0; r < lim[k]; r++) table_init_row(&l, TABLE_KEY(k, r), ref[k] + r * rf);
+    all += lim[k];
+  }
+  uint32_t *wt = malloc(all * sizeof *wt);
+  uint64_t *wa = malloc(all * sizeof *wa);
+  float *wr = malloc(all * rf * sizeof(float));
+  size_t m = 0;
+  for (uint32_t k = 0; k < T; k++)
+    for (uint64_t r = 0; r < lim[k]; r++) wt[m] = k, wa[m] = r, m++;
+  for (size_t i = m; i > 1; i--) { /* Fisher-Yates */
+    size_t j = irand(i), a = i - 1;
+    uint32_t tt = wt[a];
+    uint64_t ta = wa[a];
+    wt[a] = wt[j], wa[a] = wa[j], wt[j] = tt, wa[j] = ta;
+  }
+  for (size_t i = 0; i < m; i++) memcpy(wr + i * rf, ref[wt[i]] + wa[i] * rf, rf * sizeof(float));
+  assert_int_equal(embdev_set_write_rows(s, m / 2, wt, wa, wr), 0);
+  assert_int_equal(embdev_set_write_rows(s, m - m / 2, wt + m / 2, wa + m / 2, wr + (m / 2) * rf), 0);
+  const uint32_t bad_t = T;
+  assert_int_equal(embdev_set_write_rows(s, 1, &bad_t, wa, wr), -EINVAL);
+  embag_t *eb = NULL;
+  assert_int_equal(embag_create_tables(T, HOT, dim, max_batch, &eb), 0);
+  uint64_t *ids[T];
+  for (uint32_t k = 0; k < T; k++) ids[k] = malloc((size_t)max_batch * HOT[k] * sizeof(uint64_t));
+  float *emb = malloc((size_t)max_batch * pf * sizeof(float)), *got = malloc((size_t)max_batch * wf * sizeof(float));
+  float *g = malloc((size_t)max_batch * wf * sizeof(float)), *gp = malloc((size_t)max_batch * pf * sizeof(float));
+  float *d_out = NULL, *d_g = NULL, *back = malloc(1001 * rf * sizeof(float));
+  assert_int_equal(cudaMalloc((void **)&d_out, (size_t)max_batch * wf * sizeof(float)), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&d_g, (size_t)max_batch * wf * sizeof(float)), cudaSuccess);
+  const uint32_t ns[4] = {173, 300, 257, 64}; /* a larger batch after a smaller one grows the buffers */
+  for (int st = 0; st < 4; st++) {
+    uint32_t n = ns[st];
+    int on_host = st & 1; /* odd steps: through the host buffers */
+    for (uint32_t k = 0; k < T; k++)
+      for (size_t j = 0; j < (size_t)n * HOT[k]; j++) ids[k][j] = irand(rows[k]); /* the placeholder too */
+    ids[1][0] = ids[1][1] = ids[1][2];
+    const uint64_t *const *idx = (const uint64_t *const *)ids;
+    /* pool: the set's columns == embag's; the other columns untouched */
+    assert_int_equal(cudaMemset(d_out, 0xff, (size_t)n * wf * sizeof(float)), cudaSuccess);
+    memset(got, 0xff, (size_t)n * wf * sizeof(float));
+    rc = embdev_set_pool(s, n, idx, on_host ? NULL : d_out, got, 1);
+    if (rc) print_error("embdev_set_pool: %s\n", embdev_set_error(s));
+    assert_int_equal(rc, 0);
+    if (!on_host)
+      assert_int_equal(cudaMemcpy(got, d_out, (size_t)n * wf * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    embag_fwd(eb, NULL, n, ref, rf, idx, NULL, emb);
+    for (uint32_t i = 0; i < n; i++)
+      for (uint32_t k = 0; k < T; k++)
+        same("pooled (set)", k, got + i * wf + (size_t)COL[k] * dim, emb + i * pf + (size_t)k * dim, dim);
+    if (!on_host) /* columns 1 and 3 are no table's */
+      for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, got + i * wf + 1 * dim, 4);
+        assert_int_equal(u, 0xffffffffu);
+        memcpy(&u, got + i * wf + 3 * dim, 4);
+        assert_int_equal(u, 0xffffffffu);
+      }
+    /* fold + update from the same strided gradient */
+    for (size_t j = 0; j < (size_t)n * wf; j++) g[j] = urand();
+    for (uint32_t i = 0; i < n; i++)
+      for (uint32_t k = 0; k < T; k++) memcpy(gp + i * pf + (size_t)k * dim, g + i * wf + (size_t)COL[k] * dim, dim * 4);
+    if (!on_host)
+      assert_int_equal(cudaMemcpy(d_g, g, (size_t)n * wf * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    rc = embdev_set_fold(s, n, on_host ? NULL : d_g, g);
+    if (rc) print_error("embdev_set_fold: %s\n", embdev_set_error(s));
+    assert_int_equal(rc, 0);
+    size_t upd = 0;
+    assert_int_equal(embdev_set_sync(s, &upd), 0);
+    set_ref_t c = {.kind = kind, .hp = &hp, .dim = dim, .lim = lim};
+    embag_bwd_each(eb, NULL, n, gp, idx, NULL, ref, rf, set_ref_row, &c);
+    assert_int_equal(upd, c.updated);
+    assert_true(upd > 100);
+    for (uint32_t k = 0; k < T; k++) {
+      assert_int_equal(embdev_set_read_rows(s, k, 0, rows[k], back), 0);
+      same("rows after the update (set)", k, back, ref[k], rows[k] * rf);
+    }
+    for (uint32_t f = 0; f < rf; f++) assert_true(ref[2][lim[2] * rf + f] == 0.0f); /* the placeholder stayed zero */
+  }
+  /* a fold without its pool, and rows out of range, are refused */
+  assert_int_equal(embdev_set_fold(s, 10, d_g, NULL), -EINVAL);
+  assert_int_equal(embdev_set_read_rows(s, 0, 1, rows[0], back), -EINVAL);
+  assert_true(embdev_set_bytes(s) > 0);
+  cudaFree(d_out);
+  cudaFree(d_g);
+  for (uint32_t k = 0; k < T; k++) {
+    free(ids[k]);
+    free(ref[k]);
+  }
+  free(wt), free(wa), free(wr), free(emb), free(got), free(g), free(gp), free(back);
+  embag_destroy(eb);
+  embdev_set_destroy(s);
+  table_layout_close(&l);
+}
+
+static void test_gpu_set(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  rng_state = 11;
+  check_set(OPT_SGD, 5);
+  check_set(OPT_ADAGRAD, 20);
+  check_set(OPT_ROWWISE_ADAGRAD, 16);
+  check_set(OPT_ROWWISE_ADAGRAD, 33);
+}
+
 #endif
 
 int main(void) {
@@ -441,6 +621,8 @@ int main(void) {
       cmocka_unit_test(test_gpu_rowwise_adagrad),
       cmocka_unit_test(test_gpu_host_tables),
       cmocka_unit_test(test_gpu_train_step),
+      cmocka_unit_test(test_set_refuses_without_device),
+      cmocka_unit_test(test_gpu_set),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
