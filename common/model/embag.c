@@ -267,12 +267,11 @@ double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, op
   double t4 = now_s();
   embag_bwd_update(e, pool, n, e->d_emb, idx, NULL, tables, row_stride, kind, hp);
   double t5 = now_s();
-  if (sec) {
-    sec[EMBAG_PHASE_GATHER] += t1 - t0;
-    sec[EMBAG_PHASE_FORWARD] += t2 - t1;
-    sec[EMBAG_PHASE_BACKWARD] += t3 - t2;
-    sec[EMBAG_PHASE_DENSE_UPDATE] += t4 - t3;
-    sec[EMBAG_PHASE_EMBEDDING_UPDATE] += t5 - t4;
-  }
+  embag_phases_add(sec, (const double[EMBAG_PHASES + 1]){t0, t1, t2, t3, t4, t5});
   return loss;
+}
+
+void embag_phases_add(double sec[EMBAG_PHASES], const double t[EMBAG_PHASES + 1]) {
+  if (!sec) return;
+  for (int k = 0; k < EMBAG_PHASES; k++) sec[k] += t[k + 1] - t[k];
 }

@@ -94,6 +94,10 @@ double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, op
                         const opt_hparams_t *hp, float *const *tables, size_t row_stride, uint32_t n,
                         const float *dense, const float *labels, const uint64_t *const *idx, float scale,
                         double sec[EMBAG_PHASES]);
+/* Adds the seconds between the step's six instants t[0..EMBAG_PHASES] to
+ * sec[EMBAG_PHASE_*] (gather, forward, backward, dense update, embedding
+ * update); sec NULL: nothing.  The GPU's step (embdev) times the same parts. */
+void embag_phases_add(double sec[EMBAG_PHASES], const double t[EMBAG_PHASES + 1]);
 /* The model's input [max_batch x n_tables * dim], its gradient, and
  * max_batch logits (owned by e). */
 float *embag_emb(embag_t *e);

@@ -609,13 +609,8 @@ double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, 
   double t4 = now_s();
   if (embdev_bwd_update(e, md, n, idx)) return NAN;
   double t5 = now_s();
-  if (sec) {
-    sec[EMBAG_PHASE_GATHER] += t1 - t0;
-    sec[EMBAG_PHASE_FORWARD] += t2 - t1;
-    sec[EMBAG_PHASE_BACKWARD] += t3 - t2;
-    sec[EMBAG_PHASE_DENSE_UPDATE] += t4 - t3;
-    sec[EMBAG_PHASE_EMBEDDING_UPDATE] += t5 - t4;
-  }
+  const double t[EMBAG_PHASES + 1] = {t0, t1, t2, t3, t4, t5};
+  embag_phases_add(sec, t);
   return loss;
 }
 

@@ -71,10 +71,9 @@ typedef struct local_s {
   double phase[PHASE_N]; /* seconds by PHASE_* (the local_phases) */
 } local_t;
 
-/* The rest of local_open for device = cuda: the model, then the tables
- * (embdev: on the GPU as far as trainer.device_mb and the memory left
- * after the model allow, initialized as table_init_row does). */
-static int local_open_cuda(local_t *L, const cfg_t *cfg, char *err, size_t n) {
+/* The model on cfg's device, its dense optimizer and the rows' optimizer:
+ * what both devices' local_open set up alike. */
+static int local_open_model(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   int rc;
   L->batch_size = (uint32_t)cfg_int(cfg, "batch_size");
   if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->batch_size, &L->model, err, n)) != 0)
@@ -84,6 +83,15 @@ static int local_open_cuda(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
   if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
   opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
+  return 0;
+}
+
+/* The rest of local_open for device = cuda: the model, then the tables
+ * (embdev: on the GPU as far as trainer.device_mb and the memory left
+ * after the model allow, initialized as table_init_row does). */
+static int local_open_cuda(local_t *L, const cfg_t *cfg, char *err, size_t n) {
+  int rc;
+  if ((rc = local_open_model(L, cfg, err, n)) != 0) return rc;
 #ifdef CHANTER_CUDA
   int64_t mb = cfg_int(cfg, "trainer.device_mb");
   if ((rc = embdev_create(&L->layout, L->schema->hotness, L->batch_size, L->emb_kind, &L->emb_hp,
@@ -130,14 +138,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
     if (!L->tables[t]) return err_set(err, n, -ENOMEM, "out of memory for table %u", t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) table_init_row(&L->layout, TABLE_KEY(t, r), L->tables[t] + r * rf);
   }
-  L->batch_size = (uint32_t)cfg_int(cfg, "batch_size");
-  if ((rc = model_dev_create(cfg, L->schema->n_dense, L->schema->n_tables, L->dim, L->batch_size, &L->model, err, n)) != 0)
-    return rc;
-  model_dev_init(L->model, (uint64_t)cfg_int(cfg, "seed"));
-  if ((rc = opt_create(cfg, model_dev_n_params(L->model), &L->dense_opt)) != 0)
-    return err_set(err, n, rc, "optimizer = %s cannot be used for dense parameters", cfg_str(cfg, "optimizer"));
-  if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &L->emb_kind)) != 0) return rc;
-  opt_hparams_from_cfg(cfg, L->emb_kind, &L->emb_hp);
+  if ((rc = local_open_model(L, cfg, err, n)) != 0) return rc;
   if ((rc = embag_create(L->schema->n_tables, L->schema->hotness, L->dim, L->batch_size, &L->eb)) != 0) return rc;
   L->idx = calloc(L->schema->n_tables, sizeof *L->idx);
   if (!L->idx) return -ENOMEM;
