@@ -27,6 +27,9 @@ source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
 cat >"$JOB" <<INI
+; checkpoints taken while the trainers cache rows (auto would partition the tables; the
+; default is resumed below)
+table_strategy = cache
 iterations = 60
 batch_size = 256
 learning_rate = 0.1
@@ -139,6 +142,17 @@ for opt in "adam adagrad" "adagrad rowwise_adagrad"; do
   [ $rc -eq 0 ] && same_as "$d" "ref_$d"
   expect "optimizer = $1, embedding_optimizer = $2: their state after resume equals the uninterrupted run's (same digest)"
 done
+
+# ---- the default table_strategy (auto): the tables it partitions are written back at the
+# checkpoint, read again on resume, and the resumed job keeps the checkpoint's choice
+A=(--set table_strategy=auto)
+ref ref_auto "${A[@]}" && stopped auto "${A[@]}" && up auto "${A[@]}" && train auto --resume "$ID"
+rc=$?
+down auto
+[ $rc -eq 0 ] && same_as auto ref_auto && resumed_from auto "$ID" && python3 -c "
+import json; a=json.load(open('$WORK/ref_auto/summary.json'))['tables']; b=json.load(open('$WORK/auto/summary.json'))['tables']
+assert [t['strategy'] for t in a] == [t['strategy'] for t in b] and any(t['strategy'] != 'cache' for t in a), (a, b)"
+expect_rc $? "table_strategy = auto ($(python3 -c "import json,collections; print(dict(collections.Counter(t['strategy'] for t in json.load(open('$WORK/auto/summary.json'))['tables'])))" 2>/dev/null)): stopped after the checkpoint of 19, resumed with the same choice, BIT-identical"
 
 # ---- allowed changes on resume: another lookahead, cache_rows, lrpp, delayed_sync keep the bits
 stopped changed --set lookahead=auto && up changed --set lookahead=0 --set lrpp=false --set delayed_sync=false \

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Integration: a whole cluster on loopback (`chanter local up`: a data
 # processor, two embedding servers, the oracle, two trainers) trains DLRM
-# with L = 0; the model learns, is deterministic, matches the single-process
-# reference for one trainer, and nothing is left running after `local down`.
+# with the defaults (table_strategy = auto, which summary.json's `tables`
+# reports per table; lookahead = auto); the model learns, is deterministic,
+# matches the single-process reference for one trainer, and nothing is left
+# running after `local down`.
 #
 # Thresholds: test AUC > 0.65 and test logloss < 0.6.  The planted logit
 # reaches ~0.83 AUC on this data and chance is 0.5 (logloss of the base rate
@@ -53,8 +55,14 @@ import json; d=json.load(open('$WORK/p2/summary.json'))
 assert d['iterations']==400, d
 assert d['test_auc'] > 0.65 and d['test_logloss'] < 0.6, d
 for k in ['samples_per_sec','train_logloss','digest','rows_fetched','rows_synced','rows_written_back','cache_hits']: assert k in d, k
-assert d['rows_fetched'] > 0 and d['rows_written_back'] > 0, d"
+assert d['stored_rows'] > 0, d"
 expect_rc $? "DLRM learns on the cluster (test AUC $(field "$WORK/p2/summary.json" test_auc)) and summary.json has the stable keys"
+# the job runs on the default table_strategy (auto): summary.json says what each table got
+python3 -c "
+import json, collections; t=json.load(open('$WORK/p2/summary.json'))['tables']
+assert len(t) == 26 and all(x['strategy'] in ('cache', 'partition', 'partition_rows') and x['why'].startswith('auto: ') for x in t), t
+print(', '.join('%d %s' % (n, s) for s, n in sorted(collections.Counter(x['strategy'] for x in t).items())))" >"$WORK/p2.tables" 2>&1
+expect_rc $? "table_strategy = auto by default, chosen per table in summary.json: $(tail -1 "$WORK/p2.tables" | cut -c1-160)"
 
 python3 -c "
 import json; d=json.load(open('$WORK/p2/summary.json'))

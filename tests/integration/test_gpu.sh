@@ -87,6 +87,8 @@ expect "tables on the GPU give the digest of the same tables on the host (device
 # (c) local clusters on the GPU
 JOB=$WORK/cluster.ini
 cat >"$JOB" <<INI
+; the cache on the GPU, whose L = 0 and lookahead = auto must agree (auto would partition the tables)
+table_strategy = cache
 device = cuda
 iterations = 80
 batch_size = 512

@@ -14,6 +14,8 @@ source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
 cat >"$JOB" <<INI
+; the cache is what this test checks (table_strategy = auto would partition its tables)
+table_strategy = cache
 iterations = 120
 batch_size = 256
 learning_rate = 0.1

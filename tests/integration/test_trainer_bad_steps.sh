@@ -24,6 +24,8 @@ fi
 
 JOB=$WORK/job.ini
 cat >"$JOB" <<INI
+; the Steps of the cache (the part_ cases carry their own owners)
+table_strategy = cache
 trainers = 1
 batch_size = 4
 iterations = 3

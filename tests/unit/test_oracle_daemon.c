@@ -948,7 +948,7 @@ static int setup(void **state) {
   if (!f) return -1;
   fprintf(f,
           "seed = 5\ntrainers = %d\nbatch_size = %d\niterations = %d\neval_every = %d\neval_batches = %d\n"
-          "n_dense = 4\ntable_rows = 40, 3000, 7\ntable_hotness = 1, 2, 1\nembedding_dim = 4\nlookahead = 0\n"
+          "n_dense = 4\ntable_rows = 40, 3000, 7\ntable_hotness = 1, 2, 1\nembedding_dim = 4\nlookahead = 0\ntable_strategy = cache\n"
           "[synthetic]\nsamples = 6000\n[rpc]\ntimeout_ms = 5000\n"
           "[oracle]\nwindow = %d\nstart_timeout_ms = 30000\nmetrics_port_offset = 0\ndrain_ms = 2000\n"
           "heartbeat_timeout_ms = 5000\n[dataproc]\nmetrics_port_offset = 0\ndrain_ms = 1000\n",
