@@ -231,6 +231,10 @@ static const entry_t entries[] = {
     /* ---- data processor ---- */
     {"dataproc.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
+    {"dataproc.build_threads", T_INT, "0", 0, 64, NULL,
+     "threads that build batches in a data processor (0 = the CPUs it may use, at most 8); a stream builds up to "
+     "max(4, this) batches ahead, in parallel, and sends them in order (the same bytes whatever the count); "
+     "processors sharing a host share its CPUs: on a small one set it so that they do not oversubscribe it"},
     {"dataproc.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
     {"dataproc.max_batch_samples", T_INT, "0", 0, 1 << 22, NULL,
      "samples one GetBatch or StreamBatches request may ask for (0 = the job's batch_size, at least 16384: the "

@@ -26,6 +26,7 @@ struct dataproc_service_s {
   char *dataset;
   uint64_t schema_hash;
   uint32_t max_batch;
+  uint32_t depth; /* batches a stream keeps between build and transport */
   uint64_t served;
   metrics_counter_t *batches, *samples, *errors, *streams;
   metrics_hist_t *build_seconds;
@@ -83,6 +84,8 @@ typedef struct build_s {
   /* who waits: a unary call, or a stream */
   rpc_call_t *call;
   struct stream_s *stream;
+  struct build_s *next; /* the stream's next build, in batch order */
+  int finished;         /* its done callback came */
 } build_t;
 
 static void build_work(uv_work_t *req) {
@@ -159,11 +162,17 @@ typedef struct range_s {
   uint32_t batch_size;
 } range_t;
 
+/* A stream's builds, in batch order (bhead is the next to send): up to
+ * svc->depth batches are between "build queued" and "taken by the
+ * transport" at once, so several build in parallel while memory stays at
+ * depth batches per stream.  A build that finishes early waits in the list
+ * for those before it: batches go out in order. */
 typedef struct stream_s {
   dataproc_service_t *svc;
-  rpc_call_t *call;   /* NULL once the call is dead (cancelled) */
+  rpc_call_t *call;   /* NULL once the call is over (cancelled, failed, finished) */
   range_t *head, *tail;
-  int building;       /* a batch of this stream is on the worker pool */
+  build_t *bhead, *btail;
+  uint32_t n_builds;  /* in the list: queued, building or built */
   int half_closed;
   int failed;
 } stream_t;
@@ -178,70 +187,92 @@ static void stream_free(stream_t *st) {
   free(st);
 }
 
+/* The call is over: builds not yet started are cancelled (their done
+ * callbacks still come, with UV_ECANCELED); the stream is freed once the
+ * last build has come back. */
+static void stream_drop(stream_t *st) {
+  st->call = NULL;
+  for (build_t *b = st->bhead; b; b = b->next)
+    if (!b->finished) uv_cancel((uv_req_t *)&b->req);
+  if (!st->bhead) stream_free(st);
+}
+
 static void stream_pump(stream_t *st);
 
 static void stream_done(uv_work_t *req, int status) {
   build_t *b = req->data;
   stream_t *st = b->stream;
-  st->building = 0;
+  b->finished = 1;
   if (status == UV_ECANCELED) b->rc = ERR_SHUTDOWN;
-  if (!st->call) { /* cancelled while building */
+  /* send what is ready, in order */
+  while (st->bhead && st->bhead->finished) {
+    b = st->bhead;
+    st->bhead = b->next;
+    if (!st->bhead) st->btail = NULL;
+    st->n_builds--;
+    if (st->call && b->rc) {
+      metrics_counter_inc(st->svc->errors);
+      log_warn("StreamBatches failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->iteration,
+               rpc_call_peer(st->call), b->why);
+      char msg[600];
+      snprintf(msg, sizeof msg, "StreamBatches, batch %llu: %s", (unsigned long long)b->iteration,
+               b->why[0] ? b->why : err_str(b->rc));
+      st->failed = 1;
+      rpc_call_finish(st->call, b->rc, msg);
+      st->call = NULL;
+      for (build_t *o = st->bhead; o; o = o->next)
+        if (!o->finished) uv_cancel((uv_req_t *)&o->req);
+    } else if (st->call) {
+      Chanter__Dataproc__V1__Batch pb;
+      batch_pb_encode_batch(&b->batch, &pb);
+      count_served(st->svc, b);
+      rpc_call_send(st->call, &pb.base); /* packed now: the batch can go */
+    }
     data_batch_free(&b->batch);
     free(b);
-    stream_free(st);
+  }
+  if (!st->call) {
+    if (!st->bhead) stream_free(st);
     return;
   }
-  if (b->rc) {
-    metrics_counter_inc(st->svc->errors);
-    log_warn("StreamBatches failed batch=%llu peer=%s why=\"%s\"", (unsigned long long)b->iteration, rpc_call_peer(st->call),
-             b->why);
-    char msg[600];
-    snprintf(msg, sizeof msg, "StreamBatches, batch %llu: %s", (unsigned long long)b->iteration,
-             b->why[0] ? b->why : err_str(b->rc));
-    st->failed = 1;
-    rpc_call_finish(st->call, b->rc, msg);
-    st->call = NULL;
-    stream_free(st);
-  } else {
-    Chanter__Dataproc__V1__Batch pb;
-    batch_pb_encode_batch(&b->batch, &pb);
-    count_served(st->svc, b);
-    rpc_call_send(st->call, &pb.base); /* packed now: the batch can go */
-    stream_pump(st);
-  }
-  data_batch_free(&b->batch);
-  free(b);
+  stream_pump(st);
 }
 
-/* Starts the next batch if the window has room; finishes the stream when
- * the client is done asking and everything was sent. */
+/* Queues builds while the stream has room (svc->depth batches between
+ * queued and sent); finishes the stream when the client is done asking and
+ * everything was sent. */
 static void stream_pump(stream_t *st) {
-  if (!st->call || st->building || st->failed) return;
-  while (st->head && st->head->next_x >= st->head->end) {
-    range_t *r = st->head;
-    st->head = r->next;
-    if (!st->head) st->tail = NULL;
-    free(r);
-  }
-  if (!st->head) {
-    if (st->half_closed) {
-      rpc_call_finish(st->call, 0, NULL);
-      st->call = NULL;
-      stream_free(st);
+  if (!st->call || st->failed) return;
+  for (;;) {
+    while (st->head && st->head->next_x >= st->head->end) {
+      range_t *r = st->head;
+      st->head = r->next;
+      if (!st->head) st->tail = NULL;
+      free(r);
     }
-    return;
+    if (!st->head) {
+      if (st->half_closed && !st->bhead) {
+        rpc_call_finish(st->call, 0, NULL);
+        st->call = NULL;
+        stream_free(st);
+      }
+      return;
+    }
+    if (st->n_builds + rpc_call_queued(st->call) >= st->svc->depth) return; /* stream_done / on_sent call back */
+    range_t *r = st->head;
+    build_t *b = build_new(st->svc, r->split, r->next_x, r->batch_size);
+    if (!b) return;
+    b->stream = st;
+    if (uv_queue_work(st->svc->loop, &b->req, build_work, stream_done) != 0) {
+      free(b);
+      return;
+    }
+    r->next_x++;
+    if (st->btail) st->btail->next = b;
+    else st->bhead = b;
+    st->btail = b;
+    st->n_builds++;
   }
-  if (rpc_call_queued(st->call) >= DATAPROC_STREAM_WINDOW) return; /* on_sent calls back */
-  range_t *r = st->head;
-  build_t *b = build_new(st->svc, r->split, r->next_x, r->batch_size);
-  if (!b) return;
-  b->stream = st;
-  if (uv_queue_work(st->svc->loop, &b->req, build_work, stream_done) != 0) {
-    free(b);
-    return;
-  }
-  r->next_x++;
-  st->building = 1;
 }
 
 static void s_open(rpc_call_t *call, void *ud) {
@@ -275,8 +306,7 @@ static void s_message(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
     snprintf(msg, sizeof msg, "StreamBatches: %s", why);
     st->failed = 1;
     rpc_call_finish(call, rc, msg);
-    st->call = NULL;
-    if (!st->building) stream_free(st);
+    stream_drop(st);
     return;
   }
   range_t *q = calloc(1, sizeof *q);
@@ -306,8 +336,7 @@ static void s_sent(rpc_call_t *call, void *ud) {
 static void s_cancel(rpc_call_t *call, void *ud) {
   stream_t *st = rpc_call_get_data(call);
   if (!st) return;
-  st->call = NULL;
-  if (!st->building) stream_free(st); /* else stream_done frees it */
+  stream_drop(st);
 }
 
 static const rpc_stream_handlers_t stream_handlers = {s_open, s_message, s_half_close, s_cancel, s_sent};
@@ -346,13 +375,24 @@ uint32_t dataproc_max_batch(const cfg_t *cfg) {
   return m > DATAPROC_MAX_BATCH ? DATAPROC_MAX_BATCH : (uint32_t)m;
 }
 
+uint32_t dataproc_build_threads(const cfg_t *cfg) {
+  int64_t n = cfg_int(cfg, "dataproc.build_threads");
+  if (n == 0) {
+    n = (int64_t)uv_available_parallelism();
+    if (n > DATAPROC_MAX_AUTO_THREADS) n = DATAPROC_MAX_AUTO_THREADS;
+  }
+  return n < 1 ? 1 : (uint32_t)n;
+}
+
 int dataproc_service_create(uv_loop_t *loop, rpc_server_t *server, data_source_t *src, const char *dataset,
-                            uint32_t max_batch, metrics_registry_t *reg, dataproc_service_t **out) {
+                            uint32_t max_batch, uint32_t build_threads, metrics_registry_t *reg,
+                            dataproc_service_t **out) {
   dataproc_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
   svc->loop = loop;
   svc->src = src;
   svc->max_batch = max_batch ? max_batch : 1;
+  svc->depth = build_threads > DATAPROC_STREAM_WINDOW ? build_threads : DATAPROC_STREAM_WINDOW;
   svc->dataset = strdup(dataset);
   svc->schema_hash = dpc_schema_hash(data_schema(src));
   svc->batches = metrics_counter(reg, "batches_served_total", NULL, "batches sent to clients");

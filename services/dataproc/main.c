@@ -68,13 +68,20 @@ int main(int argc, char **argv) {
     goto out;
   }
   rc = 1;
+  /* libuv sizes its worker pool from this at the pool's first use (no
+   * work was queued yet in this process) */
+  uint32_t threads = dataproc_build_threads(cfg);
+  char nthreads[16];
+  snprintf(nthreads, sizeof nthreads, "%u", threads);
+  setenv("UV_THREADPOOL_SIZE", nthreads, 1);
   data_stats_t ds;
   data_stats(src, &ds);
   if (daemon_init_max_receive(&d, "chanter-dataproc", cfg, listen, (int)cfg_int(cfg, "dataproc.drain_ms"),
                               "chanter_dataproc", DATAPROC_MAX_REQUEST))
     goto out_daemon;
-  if (dataproc_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), dataproc_max_batch(cfg), d.reg,
-                              &svc)) goto out_daemon;
+  if (dataproc_service_create(d.loop, d.server, src, cfg_str(cfg, "dataset"), dataproc_max_batch(cfg), threads,
+                              d.reg, &svc))
+    goto out_daemon;
   char extra[64], status[256];
   snprintf(extra, sizeof extra, "\"index\": %d", index);
   snprintf(status, sizeof status, "serving %s (%llu samples)", cfg_str(cfg, "dataset"), (unsigned long long)ds.samples);
@@ -82,10 +89,10 @@ int main(int argc, char **argv) {
                    status))
     goto out_daemon;
   log_info("serving index=%d listen=%s port=%d metrics_port=%d dataset=%s samples=%llu train=%llu test=%llu "
-           "bad_records=%llu schema_hash=%016llx",
+           "bad_records=%llu schema_hash=%016llx build_threads=%u",
            index, d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0, cfg_str(cfg, "dataset"),
            (unsigned long long)ds.samples, (unsigned long long)ds.train_samples, (unsigned long long)ds.test_samples,
-           (unsigned long long)ds.bad_records, (unsigned long long)dpc_schema_hash(data_schema(src)));
+           (unsigned long long)ds.bad_records, (unsigned long long)dpc_schema_hash(data_schema(src)), threads);
   rc = daemon_run(&d);
 
 out_daemon:

@@ -50,6 +50,51 @@ cli --set "$(only 0)" dataproc stream 0 120 >"$WORK/ref.txt" 2>"$WORK/ref.err"
 [ "$(grep -c '^batch ' "$WORK/ref.txt")" = 120 ]; expect "a stream of 120 batches arrives whole"
 [ "$(sed -n 50p "$WORK/ref.txt")" = "$(cli --set "$(only 1)" dataproc batch 49)" ]; expect "a streamed batch equals the same batch fetched alone"
 
+# --- several build threads: the same batches, byte for byte and in order, as one
+start_dataproc 3 "$JOB" --set dataset="$WORK/d.bin" --set dataproc.build_threads=1 || nok "start processor 3 (1 build thread)"
+start_dataproc 4 "$JOB" --set dataset="$WORK/d.bin" --set dataproc.build_threads=4 || nok "start processor 4 (4 build threads)"
+for bs in 512 16; do
+  cli --set "$(only 3)" --set batch_size=$bs dataproc stream 0 300 >"$WORK/t1.txt" 2>/dev/null
+  cli --set "$(only 4)" --set batch_size=$bs dataproc stream 0 300 >"$WORK/t4.txt" 2>/dev/null
+  [ "$(grep -c '^batch ' "$WORK/t1.txt")" = 300 ] && cmp -s "$WORK/t1.txt" "$WORK/t4.txt"
+  expect "batch size $bs: 300 batches streamed with 4 build threads equal, in order, those with 1"
+done
+cmp -s <(cli --set "$(only 4)" dataproc stream 0 120 | grep '^batch ') <(grep '^batch ' "$WORK/ref.txt")
+expect "and equal those of a processor with the default count"
+grep -q "build_threads=4" "$WORK/dp-4.log"; expect "the processor logs its build threads"
+
+# --- a client that goes away mid-stream leaves no thread and no build behind
+# our threads (loop, poller, build pool) carry the process's name; gRPC's own
+# (event_engine, default-executor, timers) come and go as it likes
+tasks() { cat /proc/"${DP_PID[$P]}"/task/*/comm | grep -c '^chanter-datapro'; }
+cpu() { awk '{print $14 + $15}' "/proc/${DP_PID[$P]}/stat"; }
+gauge() { python3 - "${DP_MPORT[$P]}" <<'PY'
+import sys, urllib.request
+body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(int(float([l for l in body.splitlines() if l.startswith("chanter_dataproc_open_streams")][0].split()[-1])))
+PY
+}
+for P in 3 4; do # 1 builder (3 builds queued behind it: cancelled) and 4 (all running)
+before=$(tasks)
+cli --set "$(only $P)" --set batch_size=16384 dataproc stream 0 1000 >"$WORK/c.txt" 2>/dev/null &
+bg=$!
+for _ in $(seq 1 300); do [ "$(grep -c '^batch ' "$WORK/c.txt" 2>/dev/null)" -ge 3 ] && break; sleep 0.02; done
+mid=$(gauge)
+kill -9 $bg; wait $bg 2>/dev/null
+got=$(grep -c '^batch ' "$WORK/c.txt")
+open=1
+for _ in $(seq 1 100); do open=$(gauge); [ "$open" = 0 ] && break; sleep 0.05; done
+[ "$mid" = 1 ] && [ "$open" = 0 ] && [ "$got" -lt 1000 ]; expect "processor $P: a stream killed after $got of 1000 batches is closed"
+c0=$(cpu); sleep 0.5; c1=$(cpu)
+[ $((c1 - c0)) -le 5 ]; expect "and nothing builds for it any more (cpu ticks in 0.5 s: $((c1 - c0)))"
+after=$(tasks)
+[ "$after" -le "$before" ] && [ "$before" -ge $((P == 3 ? 3 : 6)) ]
+expect "and no thread is left behind (threads: $before before, $after after: loop, poller, builders)"
+cli --set "$(only $P)" dataproc batch 81 >/dev/null; expect "the processor serves on after the cancel"
+done
+kill -TERM "${DP_PID[3]}" "${DP_PID[4]}"; wait "${DP_PID[3]}"; r3=$?; wait "${DP_PID[4]}"; r4=$?
+[ $r3 -eq 0 ] && [ $r4 -eq 0 ] && grep -q "stopped cleanly" "$WORK/dp-4.log"; expect "both stop cleanly on SIGTERM"
+
 # --- kill -9 mid-stream; the client resumes from where it was once the processor is back
 cli --set "$(only 0)" --set batch_size=64 dataproc stream 0 3000 >"$WORK/s.txt" 2>"$WORK/s.err" &
 bg=$!

@@ -115,7 +115,9 @@ static const command_t commands[] = {
     {"bench", cmd_bench,
      "usage: chanter [--config FILE] [--set k=v ...] bench WHAT [--quick]\n"
      "  embedding              Lookup/WriteBack rates: RPC vs in-process vs RocksDB\n"
-     "  dataproc               batches over gRPC vs in-process vs raw read (and data's parse rates)\n"
+     "  dataproc [--feed]      batches over gRPC vs in-process vs raw read (and data's parse rates), then a\n"
+     "                         GPU trainer's feed at batch 16384: each step's cost, build_threads 1 vs default\n"
+     "                         (--feed: only that)\n"
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
