@@ -72,8 +72,10 @@ assert d['phase_seconds']['total'] > 0 and d['startup'] == '', d['startup']"
 expect_rc $? "steady_phase_seconds covers the iterations of steady_iteration_seconds (total $(python3 -c "import json; print(json.load(open('$WORK/p2/summary.json'))['steady_phase_seconds']['total'])") s), and no start-up is pending at the end"
 
 # the same job, lookahead = auto planning a probe of 390 of its 400 batches
-# before its first Step: the progress line says so while it waits
-run_job p2b --set oracle.auto_probe=390
+# before its first Step: the progress line says so while it waits (the
+# data processors build one batch at a time, so the probe lasts well past
+# the CLI's 200 ms poll of the job's status)
+run_job p2b --set oracle.auto_probe=390 --set dataproc.build_threads=1
 grep -q "lookahead = auto: \(planning the probe\|choosing L\)" "$WORK/p2b.err"
 expect "while lookahead = auto plans its probe, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
 [ "$(field "$WORK/p2/summary.json" digest)" = "$(field "$WORK/p2b/summary.json" digest)" ]
