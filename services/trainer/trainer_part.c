@@ -182,8 +182,8 @@ static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, si
     uint32_t t = p->mine[k], o = p->owner[t];
     uint64_t R = local_rows(p, t); /* partition_rows: and one row of zeros after them */
     if (!p->ds)
-      p->rows[t] = o == TSTRAT_ALL ? calloc((size_t)R + 1, p->rf * sizeof(float))
-                                   : malloc((size_t)R * p->rf * sizeof(float));
+      p->rows[t] = o == TSTRAT_ALL ? embag_rows_alloc(((size_t)R + 1) * p->rf * sizeof(float), 1)
+                                   : embag_rows_alloc((size_t)R * p->rf * sizeof(float), 0);
     p->loaded[t] = calloc((size_t)R + 1, 1);
     p->dirty[t] = calloc((size_t)R + 1, 1);
     if ((!p->ds && !p->rows[t]) || !p->loaded[t] || !p->dirty[t])

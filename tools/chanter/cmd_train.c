@@ -134,7 +134,7 @@ static int local_open(local_t *L, const cfg_t *cfg, char *err, size_t n) {
   if (!L->tables) return -ENOMEM;
   for (uint32_t t = 0; t < L->layout.n_tables; t++) {
     uint32_t rf = table_row_floats(&L->layout, t);
-    L->tables[t] = malloc(L->layout.tables[t].rows * rf * sizeof(float));
+    L->tables[t] = embag_rows_alloc(L->layout.tables[t].rows * rf * sizeof(float), 0);
     if (!L->tables[t]) return err_set(err, n, -ENOMEM, "out of memory for table %u", t);
     for (uint64_t r = 0; r < L->layout.tables[t].rows; r++) table_init_row(&L->layout, TABLE_KEY(t, r), L->tables[t] + r * rf);
   }
