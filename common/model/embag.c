@@ -175,7 +175,11 @@ static void bwd_job(void *arg, uint32_t tid, uint32_t nt) {
     if (!j->update) continue;
     float *base = j->base[t];
     for (uint32_t k = 0; k < u; k++) {
-      if (k + 8 < u) __builtin_prefetch(base + uniq[k + 8] * j->row_stride, 1);
+      if (k + 8 < u) { /* both ends: a row off a line boundary spans two lines */
+        const float *p = base + uniq[k + 8] * j->row_stride;
+        __builtin_prefetch(p, 1);
+        __builtin_prefetch(p + j->row_stride - 1, 1);
+      }
       if (j->cb) j->cb(j->ud, t, uniq[k], base + uniq[k] * j->row_stride, grad + (size_t)k * D);
       else opt_row_update(j->kind, j->hp, base + uniq[k] * j->row_stride, D, grad + (size_t)k * D);
     }

@@ -253,8 +253,12 @@ NN_HOT void nn_embedding_bag_fwd(const float *base, size_t row_stride,
     float *restrict o = out + (size_t)i * out_stride;
     const uint64_t *id = idx + (size_t)i * hotness;
     size_t ahead = (size_t)(i + EB_PREFETCH) * hotness;
-    for (uint32_t h = 0; h < hotness && ahead + h < total; h++)
-      __builtin_prefetch(base + idx[ahead + h] * row_stride);
+    for (uint32_t h = 0; h < hotness && ahead + h < total; h++) {
+      /* both ends: a row off a line boundary spans two lines */
+      const float *p = base + idx[ahead + h] * row_stride;
+      __builtin_prefetch(p);
+      __builtin_prefetch(p + dim - 1);
+    }
     const float *restrict r = base + id[0] * row_stride;
     for (uint32_t d = 0; d < dim; d++) o[d] = r[d];
     for (uint32_t h = 1; h < hotness; h++) {
