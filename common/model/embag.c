@@ -95,12 +95,12 @@ void embag_destroy(embag_t *e) {
 #define HUGE_BYTES ((size_t)2 << 20)
 
 float *embag_rows_alloc(size_t bytes, int zero) {
-  if (bytes < HUGE_BYTES) return zero ? calloc(1, bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
+  if (zero) return calloc(1, bytes ? bytes : 1);
+  if (bytes < HUGE_BYTES) return malloc(bytes ? bytes : 1);
   size_t rounded = (bytes + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES; /* aligned_alloc wants a multiple */
   float *p = aligned_alloc(HUGE_BYTES, rounded);
   if (!p) return NULL;
   madvise(p, rounded, MADV_HUGEPAGE); /* only advice: 4 KiB pages where it is not taken */
-  if (zero) memset(p, 0, bytes);
   return p;
 }
 

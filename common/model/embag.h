@@ -43,11 +43,15 @@ int embag_create(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint3
  * embag_d_emb, embag_logits return NULL; no embag_train_step). */
 int embag_create_tables(uint32_t n_tables, const uint32_t *hotness, uint32_t dim, uint32_t max_batch, embag_t **out);
 void embag_destroy(embag_t *e);
-/* Storage for a table's rows (bytes of them, zeroed when zero): 2 MiB
- * aligned and, from 2 MiB on, advised onto transparent huge pages, since
- * the gather, the fold and the row update touch rows at random and a large
- * table on 4 KiB pages costs a TLB miss (a page walk) per row.  Free with
- * free(); NULL when out of memory.  Any thread. */
+/* Storage for a table's rows (bytes of them): 2 MiB aligned and, from
+ * 2 MiB on, advised onto transparent huge pages, since the gather, the fold
+ * and the row update touch rows at random and a large table on 4 KiB pages
+ * costs a TLB miss (a page walk) per row.  zero: calloc's zeroed memory
+ * instead, on ordinary pages -- a huge page is resident whole once touched,
+ * and zeroing would make every row resident at once, where calloc's pages
+ * stay untouched until a row is used (a table spread over the trainers,
+ * most of whose rows one trainer never sees).  Free with free(); NULL when
+ * out of memory.  Any thread. */
 float *embag_rows_alloc(size_t bytes, int zero);
 
 /* The tables of one batch of n samples: idx[t] = table t's n * hotness[t]
