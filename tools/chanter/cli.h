@@ -5,6 +5,8 @@
 #ifndef CHANTER_CLI_H
 #define CHANTER_CLI_H
 
+#include <stdint.h>
+
 #include "cfg.h"
 
 typedef struct cli_s {
@@ -25,6 +27,12 @@ int cmd_bench(cli_t *cli);
 int cmd_data(cli_t *cli);
 int cmd_dataproc(cli_t *cli);
 int cmd_train(cli_t *cli);
+/* train_local.c: `chanter train --local` (cmd_train passes it on);
+ * 0, or 1 after saying why on stderr. */
+int train_local(cli_t *cli, const char *workdir, int quiet);
+/* cmd_train.c: the progress line of a job at iteration it of total, a bar
+ * on a terminal, a line every few seconds otherwise. */
+void train_progress(int tty, uint64_t it, uint64_t total, double sps, double loss, double eta);
 int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */
 int cmd_checkpoint(cli_t *cli);    /* cmd_checkpoint.c: a checkpoint of the running job */
 int cmd_checkpoints(cli_t *cli);   /* cmd_checkpoint.c: the checkpoints on the servers */
