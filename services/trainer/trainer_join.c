@@ -235,13 +235,8 @@ typedef struct dev_ident_s {
   char pci[24];       /* its PCI bus id, for the log */
   char host[64];      /* gethostname, for the log */
   uint8_t nccl_built; /* this binary has the NCCL backend */
-  uint8_t dev_grads;  /* its step can hand the dense gradients to a collective on device memory */
-  uint8_t pad[6];
+  uint8_t pad[7];
 } dev_ident_t;
-
-/* The step's side of a dense all-reduce on device memory: a GPU step can
- * hand its dense gradients to a collective in place. */
-static int step_can_reduce_on_device(trainer_t *t) { return trainer_step_is_cuda(t->ts); }
 
 /* on = 1: the step leaves its dense gradients on the device for the
  * collective, and this returns their device array; on = 0: the step
@@ -303,7 +298,6 @@ static int dense_group(trainer_t *t, const coll_store_t *store, const coll_opts_
     log_warn("no GPU identity rank=%u err=\"%s\"", t->rank, idwhy);
   if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
   me.nccl_built = (uint8_t)coll_backend_built("nccl");
-  me.dev_grads = (uint8_t)step_can_reduce_on_device(t);
   if ((rc = coll_allgather(j->coll, &me, sizeof me, all)) != 0) {
     rc = err_set(err, err_len, rc, "exchanging the trainers' GPU identities failed: %s", err_str(rc));
     goto out;
@@ -321,11 +315,10 @@ static int dense_group(trainer_t *t, const coll_store_t *store, const coll_opts_
     goto out;
   }
   for (int r = 0; r < n; r++)
-    if (!all[r].nccl_built || !all[r].dev_grads) {
-      log_warn("trainer %d (host %s, GPU %s) %s: dense all-reduce over gloo on host copies", r, all[r].host,
-               all[r].gpu,
-               !all[r].nccl_built ? "runs a chanter built without NCCL"
-                                  : "cannot hand its dense gradients to a device collective yet (trainer_step)");
+    if (!all[r].nccl_built) {
+      log_warn("trainer %d (host %s, GPU %s) runs a chanter built without NCCL: dense all-reduce over gloo on host "
+               "copies",
+               r, all[r].host, all[r].gpu);
       goto out;
     }
   coll_opts_t no = *o;
