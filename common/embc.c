@@ -130,6 +130,15 @@ int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMes
                     resp, err, err_len);
 }
 
+#define EMBC_DEFINE_CALL(lower, Camel)                                                                          \
+  int embc_##lower(embc_t *c, uint32_t server, const Chanter__Embedding__V1__##Camel##Request *req,            \
+                   Chanter__Embedding__V1__##Camel##Response **resp, char *err, size_t err_len) {             \
+    return embc_call(c, server, #Camel, &req->base, &chanter__embedding__v1__##lower##_response__descriptor,  \
+                     (ProtobufCMessage **)resp, err, err_len);                                                 \
+  }
+EMBC_ADMIN_CALLS(EMBC_DEFINE_CALL)
+#undef EMBC_DEFINE_CALL
+
 /* Per-server slice of a batched operation. */
 typedef struct part_s {
   size_t n;          /* keys for this server */

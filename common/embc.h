@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "cfg.h"
+#include "embedding.pb-c.h"
 #include "rpc.h"
 #include "shard.h"
 #include "table.h"
@@ -60,10 +61,34 @@ void embc_unabort(embc_t *c);
  * back).  0: none.  Any thread. */
 void embc_set_epoch(embc_t *c, uint64_t epoch);
 
-/* One unary call to one server (admin RPCs: Digest, Stats, Checkpoint...).
- * method is the .proto method name.  Retries UNAVAILABLE like the others. */
+/* The embedding service's admin calls, typed: one unary call to one
+ * server, retrying UNAVAILABLE like the others (embedding.proto says what
+ * each does).  0 with *resp set (free it with
+ * protobuf_c_message_free_unpacked), or the error with err naming the
+ * server.  This is the only place the embedding wire is built. */
+#define EMBC_ADMIN_CALLS(X) \
+  X(checkpoint, Checkpoint) \
+  X(list_checkpoints, ListCheckpoints) \
+  X(restore, Restore) \
+  X(put_blob, PutBlob) \
+  X(get_blob, GetBlob) \
+  X(digest, Digest) \
+  X(stats, Stats) \
+  X(seal_checkpoint, SealCheckpoint) \
+  X(get_manifest, GetManifest) \
+  X(delete_checkpoint, DeleteCheckpoint) \
+  X(fence, Fence) \
+  X(clear, Clear)
+#define EMBC_DECLARE_CALL(lower, Camel)                                                                  \
+  int embc_##lower(embc_t *c, uint32_t server, const Chanter__Embedding__V1__##Camel##Request *req,          \
+                   Chanter__Embedding__V1__##Camel##Response **resp, char *err, size_t err_len);
+EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
+#undef EMBC_DECLARE_CALL
+/* Untyped, by method name: being replaced by the calls above; new code
+ * must not use it. */
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len);
+
 
 /* Asks embedding server `server` (Stats, brief: answered without touching
  * its storage) for its incarnation: a random non-zero number drawn when
