@@ -8,6 +8,16 @@
 # whether a header is FOUND is the question.  Each refusal is paired with
 # the control that the same flags do find the room's own headers, so a
 # failure cannot come from broken flags.
+#
+# 5-7. The README as a manual: its layout block (the fenced block under
+# "## Layout") names every source file of the tree and nothing that is not
+# there; README.md stays at most 650 lines; README.md and docs/*.md speak
+# of the project as it is ("this session", "the issue" are diary words).
+# The scope of "every source file": *.c *.h *.cc *.cu *.proto *.sh *.py
+# under common/ services/ tools/ proto/ tests/, and every file of deploy/
+# and systemd/; not tests/fuzz/corpus/ (seed data), and not the tests
+# themselves -- tests/unit/test_*.c, tests/integration/test_*.sh,
+# tests/fuzz/fuzz_*.c --, which the block names by their pattern.
 source "$(dirname "$0")/lib.sh"
 
 CC=${CC:-cc}
@@ -100,5 +110,73 @@ for dir in tools common; do
   [ -z "$bad" ]
   expect_rc $? "no file in $dir/ includes a services/ header (offenders:${bad:- none})"
 done
+
+# 5. The README's layout block names every source file, and only files
+# that exist.  A line starting at column 0 with DIR/ sets the directory of
+# the names on it and on the indented lines below; a name is a word ending
+# in one of the extensions above (or .ini .service .target .md), x.[ch]
+# standing for x.c and x.h.
+LAYOUT_OUT=$WORK/layout-check.txt
+python3 - "$ROOT" >"$LAYOUT_OUT" <<'PY'
+import os, re, sys
+root = sys.argv[1]
+text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+m = re.search(r"^## Layout\n.*?^```\n(.*?)^```", text, re.S | re.M)
+if not m:
+    print("README.md has no fenced block under '## Layout'")
+    sys.exit(0)
+named = set()
+cur = ""
+name_re = re.compile(r"(?<![\w@.<>+-])([\w@+-][\w@.+-]*\.(?:\[ch\]|cc|cu|c|h|proto|sh|py|ini|service|target|md))(?![\w.>-])")
+for line in m.group(1).splitlines():
+    if line[:1] not in ("", " "):
+        first = line.split()[0]
+        cur = first if first.endswith("/") else ""
+    for n in name_re.findall(line):
+        if n.endswith(".[ch]"):
+            named.update({cur + n[:-5] + ".c", cur + n[:-5] + ".h"})
+        else:
+            named.add(cur + n)
+exts = (".c", ".h", ".cc", ".cu", ".proto", ".sh", ".py")
+tree = set()
+for top in ("common", "services", "tools", "proto", "tests", "deploy", "systemd"):
+    for d, dirs, files in os.walk(os.path.join(root, top)):
+        rel = os.path.relpath(d, root)
+        if rel.startswith("tests/fuzz/corpus"):
+            dirs[:] = []
+            continue
+        for f in files:
+            path = os.path.join(rel, f)
+            if top not in ("deploy", "systemd") and not f.endswith(exts):
+                continue
+            if (rel == "tests/unit" and f.startswith("test_") and f.endswith(".c")) or \
+               (rel == "tests/integration" and f.startswith("test_") and f.endswith(".sh")) or \
+               (rel == "tests/fuzz" and f.startswith("fuzz_") and f.endswith(".c")):
+                continue
+            tree.add(path)
+missing = sorted(tree - named)
+ghosts = sorted(n for n in named if not os.path.exists(os.path.join(root, n)))
+for f in missing:
+    print("missing from the layout block: " + f)
+for f in ghosts:
+    print("named in the layout block but not in the tree: " + f)
+print("# %d source files in scope, %d names in the block" % (len(tree), len(named)), file=sys.stderr)
+PY
+py_rc=$?
+missing=$(sed -n 's/^missing from the layout block: //p' "$LAYOUT_OUT" | tr '\n' ' ')
+absent=$(sed -n 's/^named in the layout block but not in the tree: //p' "$LAYOUT_OUT" | tr '\n' ' ')
+[ "$py_rc" -eq 0 ] && [ ! -s "$LAYOUT_OUT" ]
+expect_rc $? "README's layout block names every source file of the tree (missing: ${missing:-none}) and no file that is not there (absent: ${absent:-none})"
+if [ -s "$LAYOUT_OUT" ]; then sed "s/^/#   /" "$LAYOUT_OUT"; fi
+
+# 6. The README is a manual, not a reference: at most 650 lines.
+readme_lines=$(wc -l <"$ROOT/README.md")
+[ "$readme_lines" -le 650 ]
+expect_rc $? "README.md has $readme_lines lines (at most 650; details go to docs/)"
+
+# 7. The README and docs/ say what is, not how it came to be.
+diary=$(cd "$ROOT" && grep -n -i -E 'this session|the issue' README.md docs/*.md)
+[ -z "$diary" ]
+expect_rc $? "README.md and docs/*.md have no 'this session' / 'the issue' phrasing${diary:+: $(echo "$diary" | head -5 | tr '\n' ' ')}"
 
 finish
