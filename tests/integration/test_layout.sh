@@ -9,10 +9,11 @@
 # the control that the same flags do find the room's own headers, so a
 # failure cannot come from broken flags.
 #
-# 5-7. The README as a manual: its layout block (the fenced block under
+# 5-8. The README as a manual: its layout block (the fenced block under
 # "## Layout") names every source file of the tree and nothing that is not
 # there; README.md stays at most 650 lines; README.md and docs/*.md speak
-# of the project as it is ("this session", "the issue" are diary words).
+# of the project as it is ("this session", "the issue" are diary words);
+# the README's two commands are the ones .ci/run runs.
 # The scope of "every source file": *.c *.h *.cc *.cu *.proto *.sh *.py
 # under common/ services/ tools/ proto/ tests/, and every file of deploy/
 # and systemd/; not tests/fuzz/corpus/ (seed data), and not the tests
@@ -178,5 +179,12 @@ expect_rc $? "README.md has $readme_lines lines (at most 650; details go to docs
 diary=$(cd "$ROOT" && grep -n -i -E 'this session|the issue' README.md docs/*.md)
 [ -z "$diary" ]
 expect_rc $? "README.md and docs/*.md have no 'this session' / 'the issue' phrasing${diary:+: $(echo "$diary" | head -5 | tr '\n' ' ')}"
+
+# 8. The README's two commands are the ones CI runs, in the same order:
+# the sh block under "## Two commands" against .ci/run's `make` lines.
+readme_cmds=$(awk '/^## Two commands/{f=1} f&&/^```sh/{b=1;next} b&&/^```/{exit} b{sub(/[[:space:]]*#.*/,""); if($0!="")print}' "$ROOT/README.md")
+ci_cmds=$(grep -E '^make( |$)' "$ROOT/.ci/run")
+[ -n "$readme_cmds" ] && [ "$readme_cmds" = "$ci_cmds" ]
+expect_rc $? "README's two commands are .ci/run's (README: ${readme_cmds//$'\n'/; }; .ci/run: ${ci_cmds//$'\n'/; })"
 
 finish
