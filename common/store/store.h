@@ -156,8 +156,8 @@ int store_list_checkpoints(store_t *s, store_checkpoint_info_t **list, size_t *n
 
 /* Seals checkpoint id: stores manifest (len bytes, opaque to the store: the
  * oracle's description of the whole-job checkpoint) as
- * data_dir/checkpoints/<id>/MANIFEST, atomically (written to MANIFEST.tmp,
- * fsynced, renamed, directory fsynced): after a crash the old manifest or
+ * data_dir/checkpoints/<id>/MANIFEST, atomically (fsio_replace: written to
+ * MANIFEST.tmp.<pid>, fsynced, renamed, directory fsynced): after a crash the old manifest or
  * the new one is there, never a torn one.  Sealing again overwrites.  A bad
  * id -> -EINVAL, no such checkpoint -> ERR_NOTFOUND, -errno for file-system
  * failures.  Any thread. */
@@ -189,7 +189,7 @@ int store_delete_checkpoint(store_t *s, const char *id, char *why, size_t why_le
  * can simply be run again.  keep_checkpoints != 0 leaves data_dir/checkpoints
  * as it is: every checkpoint stays listed, sealed and restorable (resharding
  * reads them back with store_reader_open).  Its cost does not grow with the
- * number of rows (see store.c).  Excludes every other call for its
+ * number of rows (see store.c's clear_live).  Excludes every other call for its
  * duration. */
 int store_clear(store_t *s, int keep_checkpoints, char *why, size_t why_len);
 
@@ -268,7 +268,7 @@ void store_fence_get(store_t *s, store_fence_t *f);
  * replayed in memory only.  The directory, its listing and every file's
  * bytes and mtime are the same after reading, and any number of readers may
  * read one checkpoint at once, also while a store serves its data dir.  It
- * lives here, with the store, because it reads exactly what store.c writes
+ * lives here, with the store, because it reads exactly what the store writes
  * (the row key encoding, the column families, the layout metadata, the
  * checkpoint's own files).  One reader is used by one thread at a time. */
 typedef struct store_reader_s store_reader_t;

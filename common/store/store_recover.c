@@ -1,12 +1,13 @@
 /*
  * store_recover: what lets an embedding store come back from kill -9 with
  * nothing acknowledged lost and its checkpoint protocol intact (store.h).
- * store.c keeps the rows, checkpoints and blobs; this file keeps:
+ * The rows, checkpoints and blobs have files of their own
+ * (store_internal.h lists them); this file keeps:
  *
  *  - The fence, durably.  data_dir/FENCE is a few "key=value" lines
- *    (format, id, iteration, token, set_unix), replaced whole through
- *    FENCE.tmp + fsync + rename + dir fsync, and removed (unlink + dir
- *    fsync) when the fence is lifted: after a crash it is the old fence or
+ *    (format, id, iteration, token, set_unix), replaced whole by
+ *    fsio_replace (temporary + fsync + rename + dir fsync), and removed
+ *    (unlink + dir fsync) when the fence is lifted: after a crash it is the old fence or
  *    the new one, never a torn one.  The token is random per Fence call and
  *    is written into the CHANTER_CHECKPOINT file of the checkpoint taken
  *    under that fence, so that at open a FENCE whose checkpoint was
@@ -40,20 +41,12 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
 
 #define FENCE_FILE "FENCE"
-#define FENCE_TMP "FENCE.tmp"
 #define FENCE_FORMAT 1
 #define FENCE_MAX_BYTES 1024 /* a valid FENCE is ~150 bytes */
-
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int rc = fsync(fd) == 0 ? 0 : -errno;
-  close(fd);
-  return rc;
-}
 
 /* A random non-zero token (0 means "any fence" to store__fence_lift). */
 static uint64_t random_token(void) {
@@ -72,27 +65,15 @@ static int fence_path(const store_t *s, const char *name, char *out, size_t len)
   return (size_t)snprintf(out, len, "%s/%s", s->dir, name) < len ? 0 : -ENAMETOOLONG;
 }
 
-/* Writes f as data_dir/FENCE: temporary file, fsync, rename, dir fsync. */
+/* Writes f as data_dir/FENCE, durably (fsio_replace). */
 static int fence_write(store_t *s, const store_fence_t *f) {
-  char tmp[PATH_MAX], fin[PATH_MAX], text[256];
-  int rc = fence_path(s, FENCE_TMP, tmp, sizeof tmp);
-  if (rc || (rc = fence_path(s, FENCE_FILE, fin, sizeof fin))) return rc;
+  char fin[PATH_MAX], text[256];
+  int rc = fence_path(s, FENCE_FILE, fin, sizeof fin);
+  if (rc) return rc;
   int n = snprintf(text, sizeof text,
                    "format=%d\nid=%s\niteration=%" PRIu64 "\ntoken=%016" PRIx64 "\nset_unix=%" PRIu64 "\n",
                    FENCE_FORMAT, f->id, f->iteration, f->token, (uint64_t)time(NULL));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return -errno;
-  for (int off = 0; off < n && rc == 0;) {
-    ssize_t w = write(fd, text + off, (size_t)(n - off));
-    if (w < 0 && errno != EINTR) rc = -errno;
-    if (w > 0) off += (int)w;
-  }
-  if (rc == 0 && fsync(fd) != 0) rc = -errno;
-  if (close(fd) != 0 && rc == 0) rc = -errno;
-  if (rc == 0 && rename(tmp, fin) != 0) rc = -errno;
-  if (rc == 0) rc = fsync_dir(s->dir);
-  if (rc) unlink(tmp);
-  return rc;
+  return fsio_replace(fin, text, (size_t)n, 0644, NULL, 0);
 }
 
 /* Parses a FENCE file's text; 0, or -EBADMSG with what is wrong in what. */
@@ -120,11 +101,11 @@ static int fence_parse(char *text, store_fence_t *f, char *what, size_t what_len
 }
 
 int store__fence_load(store_t *s, char *why, size_t why_len) {
-  char tmp[PATH_MAX], fin[PATH_MAX], text[FENCE_MAX_BYTES + 1], what[128] = "";
-  int rc = fence_path(s, FENCE_TMP, tmp, sizeof tmp);
-  if (rc || (rc = fence_path(s, FENCE_FILE, fin, sizeof fin))) return rc;
+  char fin[PATH_MAX], text[FENCE_MAX_BYTES + 1], what[128] = "";
+  int rc = fence_path(s, FENCE_FILE, fin, sizeof fin);
+  if (rc) return rc;
   memset(&s->fence, 0, sizeof s->fence);
-  if (unlink(tmp) == 0) log_warn("removed a fence write that was interrupted path=%s", tmp);
+  store__remove_tmps(s->dir, FENCE_FILE, "a fence write that was interrupted");
   int fd = open(fin, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
@@ -158,7 +139,7 @@ int store__fence_load(store_t *s, char *why, size_t why_len) {
   uint64_t created, bytes;
   if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", s->ckpt_dir, f.id) < sizeof cdir &&
       store__ckpt_read_meta(cdir, &created, &bytes, &was) == 0 && was.set && was.token == f.token) {
-    if (unlink(fin) != 0 || (rc = fsync_dir(s->dir)) != 0) {
+    if (unlink(fin) != 0 || (rc = fsio_fsync_path(s->dir, true, NULL, 0)) != 0) {
       rc = rc ? rc : -errno;
       return err_set(why, why_len, rc, "cannot remove the fence file %s, whose checkpoint %s was taken: %s",
                      fin, f.id, strerror(-rc));
@@ -218,7 +199,7 @@ int store__fence_lift(store_t *s, uint64_t token, const char *why) {
   pthread_mutex_lock(&s->fence_mu);
   if (!s->fence.set || (token && s->fence.token != token)) goto out;
   if (unlink(fin) != 0 && errno != ENOENT) rc = -errno;
-  if (rc == 0) rc = fsync_dir(s->dir);
+  if (rc == 0) rc = fsio_fsync_path(s->dir, true, NULL, 0);
   if (rc) {
     log_error("cannot remove the fence file path=%s id=%s error=%s: it stays until removed", fin,
               s->fence.id, strerror(-rc));

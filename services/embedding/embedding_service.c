@@ -1,6 +1,13 @@
 /*
  * embedding_service: see embedding_service.h.
  *
+ * The service is a table of its methods (methods[], below): one row per
+ * RPC with its check (on the loop thread, on the decoded message), its work
+ * (on a worker thread, against the store) and its reply (back on the loop)
+ * side by side, and, where a failed work must be undone on the loop, what
+ * undoes it.  handle() and after_cb() are the same for every method; adding
+ * a method is a row and its functions.
+ *
  * Every request is checked on the loop thread, on the decoded message,
  * before anything is allocated in proportion to it: packed keys must be a
  * multiple of 8 bytes, packed rows a multiple of 4, the key count within
@@ -35,20 +42,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "embedding.pb-c.h"
+#include "embedding_epoch.h"
 #include "err.h"
 #include "log.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format is little-endian");
 
-enum { M_LOOKUP, M_WRITE_BACK, M_CHECKPOINT, M_LIST, M_RESTORE, M_PUTBLOB, M_GETBLOB, M_DIGEST, M_STATS, M_SEAL,
-       M_GETMANIFEST, M_DELETE, M_CLEAR, M_FENCE, M_COUNT };
-static const char *method_names[M_COUNT] = {"Lookup", "WriteBack", "Checkpoint", "ListCheckpoints", "Restore",
-                                            "PutBlob", "GetBlob", "Digest", "Stats", "SealCheckpoint",
-                                            "GetManifest", "DeleteCheckpoint", "Clear", "Fence"};
+/* A method's metrics (NULL without a registry). */
+typedef struct method_metrics_s {
+  metrics_counter_t *calls, *errors;
+  metrics_hist_t *latency;
+} method_metrics_t;
 
 struct embedding_service_s {
   uv_loop_t *loop;
@@ -58,8 +66,7 @@ struct embedding_service_s {
   embedding_limits_t lim;
   uint32_t shard, n_shards;
   metrics_registry_t *reg;
-  metrics_counter_t *calls[M_COUNT], *errors[M_COUNT];
-  metrics_hist_t *latency[M_COUNT];
+  method_metrics_t *mm; /* per method, by its row in methods[] */
   metrics_counter_t *rows_read, *rows_written, *hot_hits, *kv_reads, *lazy_inits;
   metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
   uint64_t rejected;
@@ -79,15 +86,17 @@ struct embedding_service_s {
   uint64_t n_parked;
 };
 
-/* One unit of storage work: runs on a worker thread, answered on the loop. */
+/* One call: checked on the loop, its storage work run on a worker thread,
+ * answered on the loop. */
 typedef struct work_s {
   struct work_s *next; /* parked behind the fence */
   uv_work_t req;
   embedding_service_t *svc;
   rpc_call_t *call;
-  int method;
+  int m;           /* its row in methods[] */
+  const char *name; /* the method's */
   const ProtobufCMessage *in;
-  struct timespec t0;
+  double t0; /* clock_mono_s() on arrival */
   int rc;
   char why[512];
   /* results */
@@ -103,14 +112,27 @@ typedef struct work_s {
   size_t n_cps;
 } work_t;
 
+/* What a check decided. */
+enum {
+  CHECK_WORK,     /* queue the work */
+  CHECK_ANSWERED, /* the call is answered (an error, or a reply that needs no work) */
+  CHECK_PARK,     /* a write-back the fence holds: parked until it is lifted */
+};
+
+/* One row of the method table.  check (NULL: nothing to check) runs on
+ * the loop when the call arrives; work on a worker thread, setting w->rc
+ * (and w->why); reply on the loop when w->rc is 0; failed (NULL: nothing)
+ * on the loop when it is not, before the error is sent. */
+typedef struct method_s {
+  const char *name;
+  int (*check)(work_t *w);
+  void (*work)(work_t *w);
+  void (*reply)(work_t *w);
+  void (*failed)(work_t *w);
+} method_t;
+
 static void fence_lift(embedding_service_t *svc, const char *why);
 static void fence_from_store(embedding_service_t *svc, const char *why);
-
-static double since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
 
 /* Copies packed keys into aligned memory (protobuf-c gives no alignment). */
 static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
@@ -120,171 +142,103 @@ static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
   return k;
 }
 
-/* ---- the write epoch, in data_dir/EPOCH ("epoch=N\n") */
-
-static int epoch_path(embedding_service_t *svc, char *out, size_t n) {
-  return snprintf(out, n, "%s/EPOCH", store_dir(svc->store)) >= (int)n ? -ENAMETOOLONG : 0;
-}
-
 /* Raises the epoch to e (durably first) when e is later; under the write
  * lock.  0 or an error with why. */
 static int epoch_raise(embedding_service_t *svc, uint64_t e, char *why, size_t why_len) {
   if (!e || e <= atomic_load(&svc->epoch)) return 0;
-  char path[4200], tmp[4300];
-  if (epoch_path(svc, path, sizeof path)) return err_set(why, why_len, -ENAMETOOLONG, "the data dir's path is too long");
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f || fprintf(f, "epoch=%" PRIu64 "\n", e) < 0 || fflush(f) || fsync(fileno(f))) {
-    int er = errno ? errno : EIO;
-    if (f) fclose(f);
-    return err_set(why, why_len, -er, "cannot store the write epoch in %s: %s", tmp, strerror(er));
-  }
-  if (fclose(f) || rename(tmp, path))
-    return err_set(why, why_len, -errno, "cannot store the write epoch in %s: %s", path, strerror(errno));
+  int rc = embedding_epoch_store(store_dir(svc->store), e, why, why_len);
+  if (rc) return rc;
   log_info("write epoch raised from %" PRIu64 " to %" PRIu64 ": write-backs of earlier epochs are refused from now on",
            (uint64_t)atomic_load(&svc->epoch), e);
   atomic_store(&svc->epoch, e);
   return 0;
 }
 
-/* At start: the stored epoch (0 when none).  0, or ERR_BADMSG when the
- * file is damaged (the log says which and what to do). */
-static int epoch_load(embedding_service_t *svc) {
-  char path[4200];
-  if (epoch_path(svc, path, sizeof path)) return -ENAMETOOLONG;
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  uint64_t e = 0;
-  int ok = fscanf(f, "epoch=%" SCNu64, &e) == 1;
-  fclose(f);
-  if (!ok) {
-    log_error("%s is damaged (expected one line \"epoch=N\"): the server cannot tell which job run may write; "
-              "remove it only if no job is running on this server",
-              path);
-    return ERR_BADMSG;
-  }
-  atomic_store(&svc->epoch, e);
-  if (e) log_info("write epoch %" PRIu64 " (from %s)", e, path);
-  return 0;
+/* ---- checks shared by the methods: each answers the call when it refuses it */
+
+static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
+
+/* A packed field whose length is not a multiple of mult: CHECK_ANSWERED,
+ * with the error sent. */
+static int reject_shape(work_t *w, const char *field, size_t len, unsigned mult) {
+  w->svc->rejected++;
+  metrics_counter_inc(w->svc->mm[w->m].errors);
+  log_warn("rpc rejected method=%s peer=%s field=%s bytes=%zu", w->name, rpc_call_peer(w->call), field, len);
+  rpc_call_fail(w->call, -EINVAL, SHAPE_MSG, w->name, field, len, mult);
+  return CHECK_ANSWERED;
 }
 
-static void work_cb(uv_work_t *req) {
-  work_t *w = req->data;
-  store_t *st = w->svc->store;
-  switch (w->method) {
-  case M_LOOKUP: {
-    const Chanter__Embedding__V1__LookupRequest *r = (const void *)w->in;
-    size_t n, bytes = 0;
-    uint64_t *keys = keys_of(&r->keys, &n);
-    if (!keys) { w->rc = -ENOMEM; break; }
-    w->rc = store_rows_bytes(st, keys, n, &bytes, w->why, sizeof w->why);
-    if (w->rc == 0) {
-      w->buf = malloc(bytes ? bytes : 1);
-      w->buf_len = bytes;
-      w->rc = w->buf ? store_lookup(st, keys, n, w->buf, bytes, 0, &w->info, w->why, sizeof w->why) : -ENOMEM;
-    }
-    w->count = n;
-    free(keys);
-    break;
+/* The client's layout fingerprint is ours: CHECK_WORK, else CHECK_ANSWERED
+ * with the error sent. */
+static int check_layout(work_t *w, uint64_t client_hash) {
+  embedding_service_t *svc = w->svc;
+  if (client_hash == svc->layout_hash) return CHECK_WORK;
+  svc->rejected++;
+  metrics_counter_inc(svc->mm[w->m].errors);
+  if (client_hash == 0) {
+    log_warn("rpc rejected method=%s peer=%s reason=layout_hash_0", w->name, rpc_call_peer(w->call));
+    rpc_call_fail(w->call, -EINVAL,
+                  "%s: layout_hash 0: every client sends its table layout's fingerprint (this server's is %016llx)",
+                  w->name, (unsigned long long)svc->layout_hash);
+    return CHECK_ANSWERED;
   }
-  case M_WRITE_BACK: {
-    const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)w->in;
-    size_t n;
-    uint64_t *keys = keys_of(&r->keys, &n);
-    float *rows = malloc(r->rows.len ? r->rows.len : 1);
-    if (!keys || !rows) {
-      w->rc = -ENOMEM;
-    } else {
-      if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
-      pthread_rwlock_rdlock(&w->svc->epoch_lock);
-      uint64_t e = atomic_load(&w->svc->epoch);
-      if (r->epoch && r->epoch < e)
-        w->rc = err_set(w->why, sizeof w->why, ERR_PRECONDITION,
-                        "a write-back of epoch %" PRIu64 ", but this server is at epoch %" PRIu64
-                        ": its run of the job was rolled back (a trainer of an earlier generation)",
-                        r->epoch, e);
-      else
-        w->rc = store_write(st, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
-      pthread_rwlock_unlock(&w->svc->epoch_lock);
-    }
-    w->count = n;
-    free(keys);
-    free(rows);
-    break;
-  }
-  case M_CHECKPOINT: {
-    const Chanter__Embedding__V1__CheckpointRequest *r = (const void *)w->in;
-    w->rc = store_checkpoint(st, r->id, &w->cp, w->why, sizeof w->why);
-    break;
-  }
-  case M_LIST:
-    w->rc = store_list_checkpoints(st, &w->cps, &w->n_cps);
-    break;
-  case M_RESTORE: {
-    const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
-    pthread_rwlock_wrlock(&w->svc->epoch_lock);
-    w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
-    if (!w->rc) w->rc = store_restore(st, r->id, w->why, sizeof w->why);
-    pthread_rwlock_unlock(&w->svc->epoch_lock);
-    break;
-  }
-  case M_PUTBLOB: {
-    const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)w->in;
-    w->rc = store_put_blob(st, r->name, r->data.data, r->data.len, w->why, sizeof w->why);
-    break;
-  }
-  case M_GETBLOB: {
-    const Chanter__Embedding__V1__GetBlobRequest *r = (const void *)w->in;
-    w->rc = store_get_blob(st, r->name, &w->buf, &w->buf_len);
-    if (w->rc == ERR_NOTFOUND) snprintf(w->why, sizeof w->why, "no blob named '%s' on this server", r->name);
-    break;
-  }
-  case M_DIGEST:
-    w->rc = store_digest(st, w->sha, w->set_sha, &w->count);
-    break;
-  case M_STATS:
-    /* here, not on the loop: the seeks behind has_rows read RocksDB, and
-     * both wait while a restore or a clear holds the store */
-    store_stats(st, &w->stats);
-    w->rc = store_has_rows(st, &w->has_rows, &w->has_blobs);
-    if (w->rc) snprintf(w->why, sizeof w->why, "cannot tell whether rows are stored: %s", err_str(w->rc));
-    break;
-  case M_SEAL: {
-    const Chanter__Embedding__V1__SealCheckpointRequest *r = (const void *)w->in;
-    w->rc = store_seal_checkpoint(st, r->id, r->manifest.data, r->manifest.len, w->why, sizeof w->why);
-    break;
-  }
-  case M_GETMANIFEST: {
-    const Chanter__Embedding__V1__GetManifestRequest *r = (const void *)w->in;
-    w->rc = store_get_manifest(st, r->id, &w->buf, &w->buf_len);
-    if (w->rc == ERR_NOTFOUND)
-      snprintf(w->why, sizeof w->why, "no sealed checkpoint '%s' on this server (it does not exist or has no manifest)",
-               r->id);
-    else if (w->rc == -EINVAL)
-      snprintf(w->why, sizeof w->why, "checkpoint id '%.80s' is not valid: use 1 to 64 characters from A-Z a-z 0-9 . _ -",
-               r->id);
-    break;
-  }
-  case M_DELETE: {
-    const Chanter__Embedding__V1__DeleteCheckpointRequest *r = (const void *)w->in;
-    w->rc = store_delete_checkpoint(st, r->id, w->why, sizeof w->why);
-    break;
-  }
-  case M_CLEAR: {
-    const Chanter__Embedding__V1__ClearRequest *r = (const void *)w->in;
-    pthread_rwlock_wrlock(&w->svc->epoch_lock);
-    w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
-    if (!w->rc) w->rc = store_clear(st, r->keep_checkpoints, w->why, sizeof w->why);
-    pthread_rwlock_unlock(&w->svc->epoch_lock);
-    break;
-  }
-  case M_FENCE: {
-    const Chanter__Embedding__V1__FenceRequest *r = (const void *)w->in;
-    w->rc = store_fence_set(st, r->id, r->iteration, w->why, sizeof w->why);
-    break;
-  }
-  }
+  log_warn("rpc rejected method=%s peer=%s reason=layout client_hash=%016llx server_hash=%016llx", w->name,
+           rpc_call_peer(w->call), (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
+  rpc_call_fail(w->call, ERR_LAYOUT,
+                "%s: the client's table layout (hash %016llx) differs from this server's (%016llx): "
+                "check that both read the same job configuration (table_rows, embedding_dim, "
+                "embedding_optimizer, seed)",
+                w->name, (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
+  return CHECK_ANSWERED;
 }
+
+/* A count past its limit (key, in the job file); CHECK_WORK when within
+ * it, else CHECK_ANSWERED with the error sent, saying what to do. */
+static int check_limit(work_t *w, const char *what, uint64_t n, uint64_t limit, const char *key, const char *advice) {
+  if (n <= limit) return CHECK_WORK;
+  w->svc->rejected++;
+  metrics_counter_inc(w->svc->mm[w->m].errors);
+  log_warn("rpc rejected method=%s peer=%s reason=limit %s=%" PRIu64 " %s=%" PRIu64, w->name, rpc_call_peer(w->call),
+           what, n, key, limit);
+  rpc_call_fail(w->call, -E2BIG, "%s: %" PRIu64 " %s, more than %s = %" PRIu64 " allows: %s", w->name, n, what, key,
+                limit, advice);
+  return CHECK_ANSWERED;
+}
+
+/* Every float of a WriteBack's rows is finite; CHECK_WORK, or
+ * CHECK_ANSWERED with the error naming the first bad key and position
+ * sent.  Reads the message in place (no copy); stops at a key the store
+ * will refuse anyway. */
+static int check_finite(work_t *w, const Chanter__Embedding__V1__WriteBackRequest *r) {
+  embedding_service_t *svc = w->svc;
+  size_t n = r->keys.len / 8, nf = r->rows.len / 4, o = 0;
+  for (size_t i = 0; i < n && o < nf; i++) {
+    uint64_t k;
+    memcpy(&k, r->keys.data + 8 * i, 8);
+    if (TABLE_ID(k) >= svc->layout.n_tables) return CHECK_WORK;
+    uint32_t f = table_row_floats(&svc->layout, TABLE_ID(k));
+    for (uint32_t j = 0; j < f && o + j < nf; j++) {
+      float v;
+      memcpy(&v, r->rows.data + 4 * (o + j), 4);
+      if (isfinite(v)) continue;
+      svc->rejected++;
+      metrics_counter_inc(svc->mm[w->m].errors);
+      log_warn("rpc rejected method=WriteBack peer=%s reason=not_finite key_index=%zu key=%u:%llu float=%u",
+               rpc_call_peer(w->call), i, (unsigned)TABLE_ID(k), (unsigned long long)TABLE_ROW(k), j);
+      rpc_call_fail(w->call, -EINVAL,
+                    "WriteBack: rows hold %s at key index %zu (key %u:%llu), float %u of its row (%s): nothing was "
+                    "written",
+                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", i, (unsigned)TABLE_ID(k),
+                    (unsigned long long)TABLE_ROW(k), j, j < svc->layout.tables[TABLE_ID(k)].dim ? "vector" : "optimizer state");
+      return CHECK_ANSWERED;
+    }
+    o += f;
+  }
+  return CHECK_WORK;
+}
+
+/* A key naming no table or no row is a bad argument, not a missing thing. */
+static int key_rc(int rc) { return rc == -ENOENT || rc == -ERANGE ? -EINVAL : rc; }
 
 /* Who this server is, for Stats (brief or not): no storage work. */
 static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__StatsResponse *r) {
@@ -308,175 +262,414 @@ static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_
   o->sealed = c->sealed != 0;
 }
 
+/* ---- the methods: each one's check, work and reply, side by side */
+
+/* Lookup */
+
+static int check_lookup(work_t *w) {
+  const Chanter__Embedding__V1__LookupRequest *r = (const void *)w->in;
+  if (r->keys.len % 8) return reject_shape(w, "keys (packed uint64)", r->keys.len, 8);
+  if (check_layout(w, r->layout_hash)) return CHECK_ANSWERED;
+  return check_limit(w, "keys", r->keys.len / 8, w->svc->lim.lookup_keys, "embedding.max_lookup_keys",
+                     "split the call");
+}
+
+static void work_lookup(work_t *w) {
+  const Chanter__Embedding__V1__LookupRequest *r = (const void *)w->in;
+  store_t *st = w->svc->store;
+  size_t n, bytes = 0;
+  uint64_t *keys = keys_of(&r->keys, &n);
+  if (!keys) {
+    w->rc = -ENOMEM;
+    return;
+  }
+  w->rc = store_rows_bytes(st, keys, n, &bytes, w->why, sizeof w->why);
+  if (w->rc == 0) {
+    w->buf = malloc(bytes ? bytes : 1);
+    w->buf_len = bytes;
+    w->rc = w->buf ? store_lookup(st, keys, n, w->buf, bytes, 0, &w->info, w->why, sizeof w->why) : -ENOMEM;
+  }
+  w->rc = key_rc(w->rc);
+  w->count = n;
+  free(keys);
+}
+
+static void reply_lookup(work_t *w) {
+  embedding_service_t *svc = w->svc;
+  Chanter__Embedding__V1__LookupResponse r = CHANTER__EMBEDDING__V1__LOOKUP_RESPONSE__INIT;
+  r.rows.data = w->buf;
+  r.rows.len = w->buf_len;
+  r.hot_hits = w->info.hot_hits;
+  r.lazy_inits = w->info.lazy_inits;
+  metrics_counter_add(svc->rows_read, w->count);
+  metrics_counter_add(svc->hot_hits, w->info.hot_hits);
+  metrics_counter_add(svc->kv_reads, w->info.kv_reads);
+  metrics_counter_add(svc->lazy_inits, w->info.lazy_inits);
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* WriteBack */
+
+static int check_write_back(work_t *w) {
+  const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)w->in;
+  embedding_service_t *svc = w->svc;
+  if (r->keys.len % 8) return reject_shape(w, "keys (packed uint64)", r->keys.len, 8);
+  if (r->rows.len % 4) return reject_shape(w, "rows (packed float32)", r->rows.len, 4);
+  if (check_layout(w, r->layout_hash)) return CHECK_ANSWERED;
+  if (check_limit(w, "keys", r->keys.len / 8, svc->lim.write_keys, "embedding.max_write_keys", "split the call"))
+    return CHECK_ANSWERED;
+  if (check_finite(w, r)) return CHECK_ANSWERED;
+  uint64_t e = atomic_load(&svc->epoch);
+  if (r->epoch && r->epoch < e) { /* (and again under the lock when it runs) */
+    svc->rejected++;
+    metrics_counter_inc(svc->mm[w->m].errors);
+    log_warn("rpc rejected method=WriteBack peer=%s reason=epoch epoch=%" PRIu64 " server_epoch=%" PRIu64,
+             rpc_call_peer(w->call), r->epoch, e);
+    rpc_call_fail(w->call, ERR_PRECONDITION,
+                  "WriteBack: epoch %" PRIu64 ", but this server is at epoch %" PRIu64
+                  ": its run of the job was rolled back (a trainer of an earlier generation)",
+                  r->epoch, e);
+    return CHECK_ANSWERED;
+  }
+  /* a write of a later iteration than the checkpoint being taken: held, without a worker thread */
+  return svc->fence_done && r->done > svc->fence_done ? CHECK_PARK : CHECK_WORK;
+}
+
+static void work_write_back(work_t *w) {
+  const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)w->in;
+  embedding_service_t *svc = w->svc;
+  size_t n;
+  uint64_t *keys = keys_of(&r->keys, &n);
+  float *rows = malloc(r->rows.len ? r->rows.len : 1);
+  if (!keys || !rows) {
+    w->rc = -ENOMEM;
+  } else {
+    if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
+    pthread_rwlock_rdlock(&svc->epoch_lock);
+    uint64_t e = atomic_load(&svc->epoch);
+    if (r->epoch && r->epoch < e)
+      w->rc = err_set(w->why, sizeof w->why, ERR_PRECONDITION,
+                      "a write-back of epoch %" PRIu64 ", but this server is at epoch %" PRIu64
+                      ": its run of the job was rolled back (a trainer of an earlier generation)",
+                      r->epoch, e);
+    else
+      w->rc = store_write(svc->store, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
+    pthread_rwlock_unlock(&svc->epoch_lock);
+  }
+  w->rc = key_rc(w->rc);
+  w->count = n;
+  free(keys);
+  free(rows);
+}
+
+static void reply_write_back(work_t *w) {
+  Chanter__Embedding__V1__WriteBackResponse r = CHANTER__EMBEDDING__V1__WRITE_BACK_RESPONSE__INIT;
+  r.rows_written = w->count;
+  metrics_counter_add(w->svc->rows_written, w->count);
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* Checkpoint */
+
+static void work_checkpoint(work_t *w) {
+  const Chanter__Embedding__V1__CheckpointRequest *r = (const void *)w->in;
+  w->rc = store_checkpoint(w->svc->store, r->id, &w->cp, w->why, sizeof w->why);
+}
+
+static void reply_checkpoint(work_t *w) {
+  embedding_service_t *svc = w->svc;
+  Chanter__Embedding__V1__CheckpointResponse r = CHANTER__EMBEDDING__V1__CHECKPOINT_RESPONSE__INIT;
+  Chanter__Embedding__V1__CheckpointInfo ci;
+  fill_cp(&ci, &w->cp);
+  r.checkpoint = &ci;
+  if (w->cp.retried)
+    log_info("checkpoint already taken id=%s path=%s bytes=%llu: answered a retried call with it", w->cp.id,
+             w->cp.path, (unsigned long long)w->cp.bytes);
+  else
+    log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
+  rpc_call_reply(w->call, &r.base);
+  if (svc->fence_done && !strcmp(svc->fence_id, w->cp.id)) fence_lift(svc, "its checkpoint was taken");
+}
+
+/* ListCheckpoints */
+
+static void work_list(work_t *w) { w->rc = store_list_checkpoints(w->svc->store, &w->cps, &w->n_cps); }
+
+static void reply_list(work_t *w) {
+  Chanter__Embedding__V1__ListCheckpointsResponse r = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+  Chanter__Embedding__V1__CheckpointInfo *ci = calloc(w->n_cps ? w->n_cps : 1, sizeof *ci);
+  Chanter__Embedding__V1__CheckpointInfo **cp = calloc(w->n_cps ? w->n_cps : 1, sizeof *cp);
+  if (!ci || !cp) {
+    rpc_call_fail(w->call, -ENOMEM, "ListCheckpoints: out of memory");
+  } else {
+    for (size_t i = 0; i < w->n_cps; i++) {
+      fill_cp(&ci[i], &w->cps[i]);
+      cp[i] = &ci[i];
+    }
+    r.n_checkpoints = w->n_cps;
+    r.checkpoints = cp;
+    rpc_call_reply(w->call, &r.base);
+  }
+  free(ci);
+  free(cp);
+}
+
+/* Restore */
+
+static void work_restore(work_t *w) {
+  const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
+  pthread_rwlock_wrlock(&w->svc->epoch_lock);
+  w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+  if (!w->rc) w->rc = store_restore(w->svc->store, r->id, w->why, sizeof w->why);
+  pthread_rwlock_unlock(&w->svc->epoch_lock);
+}
+
+static void reply_restore(work_t *w) {
+  Chanter__Embedding__V1__RestoreResponse r = CHANTER__EMBEDDING__V1__RESTORE_RESPONSE__INIT;
+  log_info("restored checkpoint id=%s", ((const Chanter__Embedding__V1__RestoreRequest *)w->in)->id);
+  rpc_call_reply(w->call, &r.base);
+  fence_lift(w->svc, "the server was restored");
+}
+
+/* PutBlob */
+
+static int check_put_blob(work_t *w) {
+  const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)w->in;
+  return check_limit(w, "MiB of blob (rounded up)", (r->data.len + (1u << 20) - 1) >> 20,
+                     w->svc->lim.blob_bytes >> 20, "embedding.max_blob_mb", "raise it in the job file");
+}
+
+static void work_put_blob(work_t *w) {
+  const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)w->in;
+  w->rc = store_put_blob(w->svc->store, r->name, r->data.data, r->data.len, w->why, sizeof w->why);
+}
+
+static void reply_put_blob(work_t *w) {
+  Chanter__Embedding__V1__PutBlobResponse r = CHANTER__EMBEDDING__V1__PUT_BLOB_RESPONSE__INIT;
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* GetBlob */
+
+static void work_get_blob(work_t *w) {
+  const Chanter__Embedding__V1__GetBlobRequest *r = (const void *)w->in;
+  w->rc = store_get_blob(w->svc->store, r->name, &w->buf, &w->buf_len);
+  if (w->rc == ERR_NOTFOUND) snprintf(w->why, sizeof w->why, "no blob named '%s' on this server", r->name);
+}
+
+static void reply_get_blob(work_t *w) {
+  Chanter__Embedding__V1__GetBlobResponse r = CHANTER__EMBEDDING__V1__GET_BLOB_RESPONSE__INIT;
+  r.data.data = w->buf;
+  r.data.len = w->buf_len;
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* Digest */
+
+static void work_digest(work_t *w) { w->rc = store_digest(w->svc->store, w->sha, w->set_sha, &w->count); }
+
+static void reply_digest(work_t *w) {
+  Chanter__Embedding__V1__DigestResponse r = CHANTER__EMBEDDING__V1__DIGEST_RESPONSE__INIT;
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", w->sha[i]);
+  r.sha256.data = w->sha;
+  r.sha256.len = 32;
+  r.set_sha256.data = w->set_sha;
+  r.set_sha256.len = 32;
+  r.hex = hex;
+  r.rows = w->count;
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* Stats */
+
+/* A brief Stats (a probe) is answered at once, with no storage work. */
+static int check_stats(work_t *w) {
+  if (!((const Chanter__Embedding__V1__StatsRequest *)w->in)->brief) return CHECK_WORK;
+  Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
+  stats_identity(w->svc, &r);
+  rpc_call_reply(w->call, &r.base);
+  metrics_hist_observe(w->svc->mm[w->m].latency, clock_mono_s() - w->t0);
+  return CHECK_ANSWERED;
+}
+
+static void work_stats(work_t *w) {
+  store_t *st = w->svc->store;
+  /* here, not on the loop: the seeks behind has_rows read RocksDB, and
+   * both wait while a restore or a clear holds the store */
+  store_stats(st, &w->stats);
+  w->rc = store_has_rows(st, &w->has_rows, &w->has_blobs);
+  if (w->rc) snprintf(w->why, sizeof w->why, "cannot tell whether rows are stored: %s", err_str(w->rc));
+}
+
+static void reply_stats(work_t *w) {
+  embedding_service_t *svc = w->svc;
+  const store_stats_t *s = &w->stats;
+  Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
+  stats_identity(svc, &r);
+  r.hot_rows = s->hot_rows;
+  r.hot_bytes = s->hot_bytes;
+  r.hot_capacity_bytes = s->hot_capacity_bytes;
+  r.lookup_calls = s->lookup_calls;
+  r.lookup_rows = s->lookup_rows;
+  r.hot_hits = s->hot_hits;
+  r.kv_reads = s->kv_reads;
+  r.lazy_inits = s->lazy_inits;
+  r.write_back_calls = s->write_calls;
+  r.write_back_rows = s->write_rows;
+  r.rejected_calls = svc->rejected;
+  r.stored_rows_estimate = s->stored_rows_estimate;
+  r.hot_evictions = s->hot_evictions;
+  r.has_rows = w->has_rows != 0;
+  r.has_blobs = w->has_blobs != 0;
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* SealCheckpoint */
+
+static void work_seal(work_t *w) {
+  const Chanter__Embedding__V1__SealCheckpointRequest *r = (const void *)w->in;
+  w->rc = store_seal_checkpoint(w->svc->store, r->id, r->manifest.data, r->manifest.len, w->why, sizeof w->why);
+}
+
+static void reply_seal(work_t *w) {
+  const Chanter__Embedding__V1__SealCheckpointRequest *in = (const void *)w->in;
+  Chanter__Embedding__V1__SealCheckpointResponse r = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_RESPONSE__INIT;
+  log_info("sealed checkpoint id=%s manifest_bytes=%zu", in->id, in->manifest.len);
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* GetManifest */
+
+static void work_get_manifest(work_t *w) {
+  const Chanter__Embedding__V1__GetManifestRequest *r = (const void *)w->in;
+  w->rc = store_get_manifest(w->svc->store, r->id, &w->buf, &w->buf_len);
+  if (w->rc == ERR_NOTFOUND)
+    snprintf(w->why, sizeof w->why, "no sealed checkpoint '%s' on this server (it does not exist or has no manifest)",
+             r->id);
+  else if (w->rc == -EINVAL)
+    snprintf(w->why, sizeof w->why, "checkpoint id '%.80s' is not valid: use 1 to 64 characters from A-Z a-z 0-9 . _ -",
+             r->id);
+}
+
+static void reply_get_manifest(work_t *w) {
+  Chanter__Embedding__V1__GetManifestResponse r = CHANTER__EMBEDDING__V1__GET_MANIFEST_RESPONSE__INIT;
+  r.manifest.data = w->buf;
+  r.manifest.len = w->buf_len;
+  log_info("sent manifest id=%s bytes=%zu peer=%s", ((const Chanter__Embedding__V1__GetManifestRequest *)w->in)->id,
+           w->buf_len, rpc_call_peer(w->call));
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* DeleteCheckpoint */
+
+static void work_delete(work_t *w) {
+  const Chanter__Embedding__V1__DeleteCheckpointRequest *r = (const void *)w->in;
+  w->rc = store_delete_checkpoint(w->svc->store, r->id, w->why, sizeof w->why);
+}
+
+static void reply_delete(work_t *w) {
+  Chanter__Embedding__V1__DeleteCheckpointResponse r = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_RESPONSE__INIT;
+  log_info("deleted checkpoint id=%s", ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* Clear */
+
+static void work_clear(work_t *w) {
+  const Chanter__Embedding__V1__ClearRequest *r = (const void *)w->in;
+  pthread_rwlock_wrlock(&w->svc->epoch_lock);
+  w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+  if (!w->rc) w->rc = store_clear(w->svc->store, r->keep_checkpoints, w->why, sizeof w->why);
+  pthread_rwlock_unlock(&w->svc->epoch_lock);
+}
+
+static void reply_clear(work_t *w) {
+  Chanter__Embedding__V1__ClearResponse r = CHANTER__EMBEDDING__V1__CLEAR_RESPONSE__INIT;
+  if (((const Chanter__Embedding__V1__ClearRequest *)w->in)->keep_checkpoints)
+    log_info("cleared every row and blob, kept the checkpoints peer=%s", rpc_call_peer(w->call));
+  else
+    log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
+  rpc_call_reply(w->call, &r.base);
+  fence_lift(w->svc, "the server was cleared");
+}
+
+/* Fence */
+
+/* Later write-backs wait from the moment the Fence arrives; it is answered
+ * once the store has it on disk. */
+static int check_fence(work_t *w) {
+  const Chanter__Embedding__V1__FenceRequest *r = (const void *)w->in;
+  if (!r->id || !*r->id) {
+    rpc_call_fail(w->call, -EINVAL, "Fence: no checkpoint id");
+    return CHECK_ANSWERED;
+  }
+  w->svc->fence_done = r->iteration + 1;
+  snprintf(w->svc->fence_id, sizeof w->svc->fence_id, "%s", r->id);
+  return CHECK_WORK;
+}
+
+static void work_fence(work_t *w) {
+  const Chanter__Embedding__V1__FenceRequest *r = (const void *)w->in;
+  w->rc = store_fence_set(w->svc->store, r->id, r->iteration, w->why, sizeof w->why);
+}
+
+static void reply_fence(work_t *w) {
+  const Chanter__Embedding__V1__FenceRequest *in = (const void *)w->in;
+  Chanter__Embedding__V1__FenceResponse r = CHANTER__EMBEDDING__V1__FENCE_RESPONSE__INIT;
+  log_info("fence set id=%s iteration=%llu: later write-backs wait for this checkpoint (stored in %s/FENCE)", in->id,
+           (unsigned long long)in->iteration, store_dir(w->svc->store));
+  r.held = w->svc->n_parked;
+  r.incarnation = w->svc->incarnation;
+  rpc_call_reply(w->call, &r.base);
+}
+
+/* A fence the store could not keep is no fence: back to the stored one. */
+static void failed_fence(work_t *w) { fence_from_store(w->svc, "the fence could not be stored"); }
+
+/* ---- the table */
+
+static const method_t methods[] = {
+    /* name              check             work               reply               failed */
+    {"Lookup",           check_lookup,     work_lookup,       reply_lookup,       NULL},
+    {"WriteBack",        check_write_back, work_write_back,   reply_write_back,   NULL},
+    {"Checkpoint",       NULL,             work_checkpoint,   reply_checkpoint,   NULL},
+    {"ListCheckpoints",  NULL,             work_list,         reply_list,         NULL},
+    {"Restore",          NULL,             work_restore,      reply_restore,      NULL},
+    {"PutBlob",          check_put_blob,   work_put_blob,     reply_put_blob,     NULL},
+    {"GetBlob",          NULL,             work_get_blob,     reply_get_blob,     NULL},
+    {"Digest",           NULL,             work_digest,       reply_digest,       NULL},
+    {"Stats",            check_stats,      work_stats,        reply_stats,        NULL},
+    {"SealCheckpoint",   NULL,             work_seal,         reply_seal,         NULL},
+    {"GetManifest",      NULL,             work_get_manifest, reply_get_manifest, NULL},
+    {"DeleteCheckpoint", NULL,             work_delete,       reply_delete,       NULL},
+    {"Clear",            NULL,             work_clear,        reply_clear,        NULL},
+    {"Fence",            check_fence,      work_fence,        reply_fence,        failed_fence},
+};
+#define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
+
+/* ---- the conductor of a call: the same for every method */
+
+static void work_cb(uv_work_t *req) {
+  work_t *w = req->data;
+  methods[w->m].work(w);
+}
+
 static void after_cb(uv_work_t *req, int status) {
   work_t *w = req->data;
   embedding_service_t *svc = w->svc;
   if (status == UV_ECANCELED) w->rc = ERR_SHUTDOWN;
-  /* a fence the store could not keep is no fence: back to the stored one */
-  if (w->method == M_FENCE && w->rc) fence_from_store(svc, "the fence could not be stored");
-  /* a key naming no table or no row is a bad argument, not a missing thing */
-  if ((w->method == M_LOOKUP || w->method == M_WRITE_BACK) && (w->rc == -ENOENT || w->rc == -ERANGE)) w->rc = -EINVAL;
   if (w->rc) {
-    metrics_counter_inc(svc->errors[w->method]);
+    if (methods[w->m].failed) methods[w->m].failed(w);
+    metrics_counter_inc(svc->mm[w->m].errors);
     if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
-    log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", method_names[w->method], rpc_call_peer(w->call),
-             err_str(w->rc), w->why);
-    rpc_call_fail(w->call, w->rc, "%s: %s", method_names[w->method], w->why);
-    goto out;
+    log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call), err_str(w->rc),
+             w->why);
+    rpc_call_fail(w->call, w->rc, "%s: %s", w->name, w->why);
+  } else {
+    methods[w->m].reply(w);
   }
-  switch (w->method) {
-  case M_LOOKUP: {
-    Chanter__Embedding__V1__LookupResponse r = CHANTER__EMBEDDING__V1__LOOKUP_RESPONSE__INIT;
-    r.rows.data = w->buf;
-    r.rows.len = w->buf_len;
-    r.hot_hits = w->info.hot_hits;
-    r.lazy_inits = w->info.lazy_inits;
-    metrics_counter_add(svc->rows_read, w->count);
-    metrics_counter_add(svc->hot_hits, w->info.hot_hits);
-    metrics_counter_add(svc->kv_reads, w->info.kv_reads);
-    metrics_counter_add(svc->lazy_inits, w->info.lazy_inits);
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_WRITE_BACK: {
-    Chanter__Embedding__V1__WriteBackResponse r = CHANTER__EMBEDDING__V1__WRITE_BACK_RESPONSE__INIT;
-    r.rows_written = w->count;
-    metrics_counter_add(svc->rows_written, w->count);
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_CHECKPOINT: {
-    Chanter__Embedding__V1__CheckpointResponse r = CHANTER__EMBEDDING__V1__CHECKPOINT_RESPONSE__INIT;
-    Chanter__Embedding__V1__CheckpointInfo ci;
-    fill_cp(&ci, &w->cp);
-    r.checkpoint = &ci;
-    if (w->cp.retried)
-      log_info("checkpoint already taken id=%s path=%s bytes=%llu: answered a retried call with it", w->cp.id,
-               w->cp.path, (unsigned long long)w->cp.bytes);
-    else
-      log_info("checkpoint taken id=%s path=%s bytes=%llu", w->cp.id, w->cp.path, (unsigned long long)w->cp.bytes);
-    rpc_call_reply(w->call, &r.base);
-    if (svc->fence_done && !strcmp(svc->fence_id, w->cp.id)) fence_lift(svc, "its checkpoint was taken");
-    break;
-  }
-  case M_LIST: {
-    Chanter__Embedding__V1__ListCheckpointsResponse r = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
-    Chanter__Embedding__V1__CheckpointInfo *ci = calloc(w->n_cps ? w->n_cps : 1, sizeof *ci);
-    Chanter__Embedding__V1__CheckpointInfo **cp = calloc(w->n_cps ? w->n_cps : 1, sizeof *cp);
-    if (!ci || !cp) {
-      rpc_call_fail(w->call, -ENOMEM, "ListCheckpoints: out of memory");
-    } else {
-      for (size_t i = 0; i < w->n_cps; i++) {
-        fill_cp(&ci[i], &w->cps[i]);
-        cp[i] = &ci[i];
-      }
-      r.n_checkpoints = w->n_cps;
-      r.checkpoints = cp;
-      rpc_call_reply(w->call, &r.base);
-    }
-    free(ci);
-    free(cp);
-    break;
-  }
-  case M_RESTORE: {
-    Chanter__Embedding__V1__RestoreResponse r = CHANTER__EMBEDDING__V1__RESTORE_RESPONSE__INIT;
-    log_info("restored checkpoint id=%s", ((const Chanter__Embedding__V1__RestoreRequest *)w->in)->id);
-    rpc_call_reply(w->call, &r.base);
-    fence_lift(svc, "the server was restored");
-    break;
-  }
-  case M_PUTBLOB: {
-    Chanter__Embedding__V1__PutBlobResponse r = CHANTER__EMBEDDING__V1__PUT_BLOB_RESPONSE__INIT;
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_GETBLOB: {
-    Chanter__Embedding__V1__GetBlobResponse r = CHANTER__EMBEDDING__V1__GET_BLOB_RESPONSE__INIT;
-    r.data.data = w->buf;
-    r.data.len = w->buf_len;
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_DIGEST: {
-    Chanter__Embedding__V1__DigestResponse r = CHANTER__EMBEDDING__V1__DIGEST_RESPONSE__INIT;
-    char hex[65];
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", w->sha[i]);
-    r.sha256.data = w->sha;
-    r.sha256.len = 32;
-    r.set_sha256.data = w->set_sha;
-    r.set_sha256.len = 32;
-    r.hex = hex;
-    r.rows = w->count;
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_STATS: {
-    const store_stats_t *s = &w->stats;
-    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
-    stats_identity(svc, &r);
-    r.hot_rows = s->hot_rows;
-    r.hot_bytes = s->hot_bytes;
-    r.hot_capacity_bytes = s->hot_capacity_bytes;
-    r.lookup_calls = s->lookup_calls;
-    r.lookup_rows = s->lookup_rows;
-    r.hot_hits = s->hot_hits;
-    r.kv_reads = s->kv_reads;
-    r.lazy_inits = s->lazy_inits;
-    r.write_back_calls = s->write_calls;
-    r.write_back_rows = s->write_rows;
-    r.rejected_calls = svc->rejected;
-    r.stored_rows_estimate = s->stored_rows_estimate;
-    r.hot_evictions = s->hot_evictions;
-    r.has_rows = w->has_rows != 0;
-    r.has_blobs = w->has_blobs != 0;
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_SEAL: {
-    const Chanter__Embedding__V1__SealCheckpointRequest *in = (const void *)w->in;
-    Chanter__Embedding__V1__SealCheckpointResponse r = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_RESPONSE__INIT;
-    log_info("sealed checkpoint id=%s manifest_bytes=%zu", in->id, in->manifest.len);
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_GETMANIFEST: {
-    Chanter__Embedding__V1__GetManifestResponse r = CHANTER__EMBEDDING__V1__GET_MANIFEST_RESPONSE__INIT;
-    r.manifest.data = w->buf;
-    r.manifest.len = w->buf_len;
-    log_info("sent manifest id=%s bytes=%zu peer=%s", ((const Chanter__Embedding__V1__GetManifestRequest *)w->in)->id,
-             w->buf_len, rpc_call_peer(w->call));
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_DELETE: {
-    Chanter__Embedding__V1__DeleteCheckpointResponse r = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_RESPONSE__INIT;
-    log_info("deleted checkpoint id=%s", ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  case M_CLEAR: {
-    Chanter__Embedding__V1__ClearResponse r = CHANTER__EMBEDDING__V1__CLEAR_RESPONSE__INIT;
-    if (((const Chanter__Embedding__V1__ClearRequest *)w->in)->keep_checkpoints)
-      log_info("cleared every row and blob, kept the checkpoints peer=%s", rpc_call_peer(w->call));
-    else
-      log_info("cleared every row, blob and checkpoint peer=%s", rpc_call_peer(w->call));
-    rpc_call_reply(w->call, &r.base);
-    fence_lift(svc, "the server was cleared");
-    break;
-  }
-  case M_FENCE: {
-    const Chanter__Embedding__V1__FenceRequest *in = (const void *)w->in;
-    Chanter__Embedding__V1__FenceResponse r = CHANTER__EMBEDDING__V1__FENCE_RESPONSE__INIT;
-    log_info("fence set id=%s iteration=%llu: later write-backs wait for this checkpoint (stored in %s/FENCE)",
-             in->id, (unsigned long long)in->iteration, store_dir(svc->store));
-    r.held = svc->n_parked;
-    r.incarnation = svc->incarnation;
-    rpc_call_reply(w->call, &r.base);
-    break;
-  }
-  }
-out:
-  metrics_hist_observe(svc->latency[w->method], since(&w->t0));
+  metrics_hist_observe(svc->mm[w->m].latency, clock_mono_s() - w->t0);
   free(w->buf);
   free(w->cps);
   free(w);
@@ -486,89 +679,50 @@ static int method_index(rpc_call_t *call) {
   const char *m = rpc_call_method(call);
   const char *slash = m ? strrchr(m, '/') : NULL;
   const char *name = slash ? slash + 1 : m;
-  for (int i = 0; i < M_COUNT; i++)
-    if (name && !strcmp(name, method_names[i])) return i;
+  for (int i = 0; i < N_METHODS; i++)
+    if (name && !strcmp(name, methods[i].name)) return i;
   return -1;
 }
 
-/* Shape checks that need no storage; 0 or an error already sent. */
-static int reject(embedding_service_t *svc, rpc_call_t *call, int m, int err, const char *fmt, const char *field,
-                  size_t len, unsigned mult) {
-  svc->rejected++;
-  metrics_counter_inc(svc->errors[m]);
-  log_warn("rpc rejected method=%s peer=%s field=%s bytes=%zu", method_names[m], rpc_call_peer(call), field, len);
-  rpc_call_fail(call, err, fmt, method_names[m], field, len, mult);
-  return -1;
-}
-
-static int check_layout(embedding_service_t *svc, rpc_call_t *call, int m, uint64_t client_hash) {
-  if (client_hash == svc->layout_hash) return 0;
-  svc->rejected++;
-  if (client_hash == 0) {
-    metrics_counter_inc(svc->errors[m]);
-    log_warn("rpc rejected method=%s peer=%s reason=layout_hash_0", method_names[m], rpc_call_peer(call));
-    rpc_call_fail(call, -EINVAL,
-                  "%s: layout_hash 0: every client sends its table layout's fingerprint (this server's is %016llx)",
-                  method_names[m], (unsigned long long)svc->layout_hash);
-    return -1;
+static void queue_work(work_t *w) {
+  int rc = uv_queue_work(w->svc->loop, &w->req, work_cb, after_cb);
+  if (rc) {
+    rpc_call_fail(w->call, ERR_SHUTDOWN, "%s: cannot queue work: %s", w->name, uv_strerror(rc));
+    free(w);
   }
-  metrics_counter_inc(svc->errors[m]);
-  log_warn("rpc rejected method=%s peer=%s reason=layout client_hash=%016llx server_hash=%016llx", method_names[m],
-           rpc_call_peer(call), (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
-  rpc_call_fail(call, ERR_LAYOUT,
-                "%s: the client's table layout (hash %016llx) differs from this server's (%016llx): "
-                "check that both read the same job configuration (table_rows, embedding_dim, "
-                "embedding_optimizer, seed)",
-                method_names[m], (unsigned long long)client_hash, (unsigned long long)svc->layout_hash);
-  return -1;
 }
 
-static const char *SHAPE_MSG = "%s: %s has %zu bytes, not a multiple of %u";
-
-/* A count past its limit; 0 when within it, else -1 with the error sent. */
-static int check_limit(embedding_service_t *svc, rpc_call_t *call, int m, const char *what, uint64_t n,
-                       uint64_t limit, const char *key) {
-  if (n <= limit) return 0;
-  svc->rejected++;
-  metrics_counter_inc(svc->errors[m]);
-  log_warn("rpc rejected method=%s peer=%s reason=limit %s=%" PRIu64 " %s=%" PRIu64, method_names[m],
-           rpc_call_peer(call), what, n, key, limit);
-  rpc_call_fail(call, -E2BIG, "%s: %" PRIu64 " %s, more than %s = %" PRIu64 " allows: %s", method_names[m], n, what,
-                key, limit, m == M_PUTBLOB ? "raise it in the job file" : "split the call");
-  return -1;
-}
-
-/* Every float of a WriteBack's rows is finite; 0, or -1 with the error
- * naming the first bad key and position sent.  Reads the message in place
- * (no copy); stops at a key the store will refuse anyway. */
-static int check_finite(embedding_service_t *svc, rpc_call_t *call, const Chanter__Embedding__V1__WriteBackRequest *r) {
-  size_t n = r->keys.len / 8, nf = r->rows.len / 4, o = 0;
-  for (size_t i = 0; i < n && o < nf; i++) {
-    uint64_t k;
-    memcpy(&k, r->keys.data + 8 * i, 8);
-    if (TABLE_ID(k) >= svc->layout.n_tables) return 0;
-    uint32_t f = table_row_floats(&svc->layout, TABLE_ID(k));
-    for (uint32_t j = 0; j < f && o + j < nf; j++) {
-      float v;
-      memcpy(&v, r->rows.data + 4 * (o + j), 4);
-      if (isfinite(v)) continue;
-      svc->rejected++;
-      metrics_counter_inc(svc->errors[M_WRITE_BACK]);
-      log_warn("rpc rejected method=WriteBack peer=%s reason=not_finite key_index=%zu key=%u:%llu float=%u",
-               rpc_call_peer(call), i, (unsigned)TABLE_ID(k), (unsigned long long)TABLE_ROW(k), j);
-      rpc_call_fail(call, -EINVAL,
-                    "WriteBack: rows hold %s at key index %zu (key %u:%llu), float %u of its row (%s): nothing was "
-                    "written",
-                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", i, (unsigned)TABLE_ID(k),
-                    (unsigned long long)TABLE_ROW(k), j, j < svc->layout.tables[TABLE_ID(k)].dim ? "vector" : "optimizer state");
-      return -1;
-    }
-    o += f;
+static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
+  embedding_service_t *svc = ud;
+  int m = method_index(call);
+  ASSERT(m >= 0);
+  metrics_counter_inc(svc->mm[m].calls);
+  work_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    rpc_call_fail(call, -ENOMEM, "%s: out of memory", methods[m].name);
+    return;
   }
-  return 0;
+  w->svc = svc;
+  w->call = call;
+  w->m = m;
+  w->name = methods[m].name;
+  w->in = req;
+  w->req.data = w;
+  w->t0 = clock_mono_s();
+  switch (methods[m].check ? methods[m].check(w) : CHECK_WORK) {
+  case CHECK_ANSWERED:
+    free(w);
+    return;
+  case CHECK_PARK:
+    if (svc->parked_tail) svc->parked_tail->next = w;
+    else svc->parked = w;
+    svc->parked_tail = w;
+    svc->n_parked++;
+    return;
+  default:
+    queue_work(w);
+  }
 }
-
-static void queue_work(work_t *w);
 
 /* The fence is lifted (its checkpoint was taken, or Clear / Restore): the
  * write-backs it held go to the worker pool, in arrival order. */
@@ -599,99 +753,6 @@ static void fence_from_store(embedding_service_t *svc, const char *why) {
   }
   svc->fence_done = f.iteration + 1;
   snprintf(svc->fence_id, sizeof svc->fence_id, "%s", f.id);
-}
-
-static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
-  embedding_service_t *svc = ud;
-  int m = method_index(call);
-  ASSERT(m >= 0);
-  metrics_counter_inc(svc->calls[m]);
-  if (m == M_LOOKUP) {
-    const Chanter__Embedding__V1__LookupRequest *r = (const void *)req;
-    if (r->keys.len % 8) {
-      reject(svc, call, m, -EINVAL, SHAPE_MSG, "keys (packed uint64)", r->keys.len, 8);
-      return;
-    }
-    if (check_layout(svc, call, m, r->layout_hash)) return;
-    if (check_limit(svc, call, m, "keys", r->keys.len / 8, svc->lim.lookup_keys, "embedding.max_lookup_keys")) return;
-  } else if (m == M_WRITE_BACK) {
-    const Chanter__Embedding__V1__WriteBackRequest *r = (const void *)req;
-    if (r->keys.len % 8) {
-      reject(svc, call, m, -EINVAL, SHAPE_MSG, "keys (packed uint64)", r->keys.len, 8);
-      return;
-    }
-    if (r->rows.len % 4) {
-      reject(svc, call, m, -EINVAL, SHAPE_MSG, "rows (packed float32)", r->rows.len, 4);
-      return;
-    }
-    if (check_layout(svc, call, m, r->layout_hash)) return;
-    if (check_limit(svc, call, m, "keys", r->keys.len / 8, svc->lim.write_keys, "embedding.max_write_keys")) return;
-    if (check_finite(svc, call, r)) return;
-    uint64_t e = atomic_load(&svc->epoch);
-    if (r->epoch && r->epoch < e) { /* (and again under the lock when it runs) */
-      svc->rejected++;
-      metrics_counter_inc(svc->errors[m]);
-      log_warn("rpc rejected method=WriteBack peer=%s reason=epoch epoch=%" PRIu64 " server_epoch=%" PRIu64,
-               rpc_call_peer(call), r->epoch, e);
-      rpc_call_fail(call, ERR_PRECONDITION,
-                    "WriteBack: epoch %" PRIu64 ", but this server is at epoch %" PRIu64
-                    ": its run of the job was rolled back (a trainer of an earlier generation)",
-                    r->epoch, e);
-      return;
-    }
-  } else if (m == M_PUTBLOB) {
-    const Chanter__Embedding__V1__PutBlobRequest *r = (const void *)req;
-    if (check_limit(svc, call, m, "MiB of blob (rounded up)", (r->data.len + (1u << 20) - 1) >> 20,
-                    svc->lim.blob_bytes >> 20, "embedding.max_blob_mb"))
-      return;
-  }
-  work_t *w = calloc(1, sizeof *w);
-  if (!w) {
-    rpc_call_fail(call, -ENOMEM, "%s: out of memory", method_names[m]);
-    return;
-  }
-  w->svc = svc;
-  w->call = call;
-  w->method = m;
-  w->in = req;
-  w->req.data = w;
-  clock_gettime(CLOCK_MONOTONIC, &w->t0);
-  if (m == M_STATS && ((const Chanter__Embedding__V1__StatsRequest *)req)->brief) { /* a probe: now */
-    Chanter__Embedding__V1__StatsResponse r = CHANTER__EMBEDDING__V1__STATS_RESPONSE__INIT;
-    stats_identity(svc, &r);
-    rpc_call_reply(call, &r.base);
-    metrics_hist_observe(svc->latency[m], since(&w->t0));
-    free(w);
-    return;
-  }
-  if (m == M_FENCE) {
-    const Chanter__Embedding__V1__FenceRequest *r = (const void *)req;
-    if (!r->id || !*r->id) {
-      rpc_call_fail(call, -EINVAL, "Fence: no checkpoint id");
-      free(w);
-      return;
-    }
-    /* later write-backs wait from now on; answered once the store has it on disk */
-    svc->fence_done = r->iteration + 1;
-    snprintf(svc->fence_id, sizeof svc->fence_id, "%s", r->id);
-  }
-  if (m == M_WRITE_BACK && svc->fence_done && ((const Chanter__Embedding__V1__WriteBackRequest *)req)->done > svc->fence_done) {
-    /* a write of a later iteration than the checkpoint being taken: held, without a worker thread */
-    if (svc->parked_tail) svc->parked_tail->next = w;
-    else svc->parked = w;
-    svc->parked_tail = w;
-    svc->n_parked++;
-    return;
-  }
-  queue_work(w);
-}
-
-static void queue_work(work_t *w) {
-  int rc = uv_queue_work(w->svc->loop, &w->req, work_cb, after_cb);
-  if (rc) {
-    rpc_call_fail(w->call, ERR_SHUTDOWN, "%s: cannot queue work: %s", method_names[w->method], uv_strerror(rc));
-    free(w);
-  }
 }
 
 static void collect(void *ud) {
@@ -725,8 +786,13 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
                              metrics_registry_t *reg, embedding_service_t **out) {
   embedding_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
+  if (!(svc->mm = calloc(N_METHODS, sizeof *svc->mm))) {
+    free(svc);
+    return -ENOMEM;
+  }
   int rc = table_layout_copy(&svc->layout, layout);
   if (rc) {
+    free(svc->mm);
     free(svc);
     return rc;
   }
@@ -738,28 +804,29 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
   svc->n_shards = n_shards;
   svc->reg = reg;
   do { /* never 0: a prober reads 0 as "a server without incarnations" */
-    if (getrandom(&svc->incarnation, sizeof svc->incarnation, 0) != (ssize_t)sizeof svc->incarnation) {
-      struct timespec t;
-      clock_gettime(CLOCK_REALTIME, &t);
-      svc->incarnation = table_mix64((uint64_t)t.tv_sec * 1000000007u ^ (uint64_t)t.tv_nsec ^ (uint64_t)getpid() << 32);
-    }
+    if (getrandom(&svc->incarnation, sizeof svc->incarnation, 0) != (ssize_t)sizeof svc->incarnation)
+      svc->incarnation = table_mix64((uint64_t)(clock_wall_s() * 1e6) * 1000000007u ^ (uint64_t)clock_mono_ns() ^
+                                     (uint64_t)getpid() << 32);
   } while (svc->incarnation == 0);
   fence_from_store(svc, "no fence was stored"); /* the store logged it at open */
   pthread_rwlock_init(&svc->epoch_lock, NULL);
-  if ((rc = epoch_load(svc)) != 0) {
+  uint64_t e = 0;
+  if ((rc = embedding_epoch_load(store_dir(store), &e)) != 0) {
     pthread_rwlock_destroy(&svc->epoch_lock);
     table_layout_close(&svc->layout);
+    free(svc->mm);
     free(svc);
     return rc;
   }
+  atomic_store(&svc->epoch, e);
   if (reg) {
-    for (int i = 0; i < M_COUNT; i++) {
+    for (int i = 0; i < N_METHODS; i++) {
       char labels[64];
-      snprintf(labels, sizeof labels, "method=\"%s\"", method_names[i]);
-      svc->calls[i] = metrics_counter(reg, "rpc_calls_total", labels, "RPC calls received, by method");
-      svc->errors[i] = metrics_counter(reg, "rpc_errors_total", labels, "RPC calls answered with an error, by method");
-      svc->latency[i] = metrics_histogram(reg, "rpc_seconds", labels, "RPC handling time, by method",
-                                          metrics_latency_bounds, metrics_latency_n);
+      snprintf(labels, sizeof labels, "method=\"%s\"", methods[i].name);
+      svc->mm[i].calls = metrics_counter(reg, "rpc_calls_total", labels, "RPC calls received, by method");
+      svc->mm[i].errors = metrics_counter(reg, "rpc_errors_total", labels, "RPC calls answered with an error, by method");
+      svc->mm[i].latency = metrics_histogram(reg, "rpc_seconds", labels, "RPC handling time, by method",
+                                             metrics_latency_bounds, metrics_latency_n);
     }
     svc->rows_read = metrics_counter(reg, "rows_looked_up_total", NULL, "rows returned by Lookup");
     svc->rows_written = metrics_counter(reg, "rows_written_total", NULL, "rows made durable by WriteBack");
@@ -773,9 +840,9 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
     svc->evictions = metrics_gauge(reg, "hot_evictions", NULL, "rows evicted from the memory tier so far");
     metrics_registry_on_collect(reg, collect, svc);
   }
-  rpc_method_t methods[M_COUNT];
-  for (int i = 0; i < M_COUNT; i++) methods[i] = (rpc_method_t){.name = method_names[i], .unary = handle, .ud = svc};
-  rc = rpc_server_add_service(server, &chanter__embedding__v1__embedding__descriptor, methods, M_COUNT);
+  rpc_method_t rm[N_METHODS];
+  for (int i = 0; i < N_METHODS; i++) rm[i] = (rpc_method_t){.name = methods[i].name, .unary = handle, .ud = svc};
+  rc = rpc_server_add_service(server, &chanter__embedding__v1__embedding__descriptor, rm, N_METHODS);
   if (rc) {
     embedding_service_destroy(svc);
     return rc;
@@ -798,5 +865,6 @@ void embedding_service_destroy(embedding_service_t *svc) {
   svc->parked = NULL;
   table_layout_close(&svc->layout);
   pthread_rwlock_destroy(&svc->epoch_lock);
+  free(svc->mm);
   free(svc);
 }

@@ -3,7 +3,8 @@
  * lazy init, write/lookup through the memory tier and RocksDB, eviction
  * under a tiny budget, durability across kill -9, checkpoint/restore, blobs,
  * rejection of bad requests, layout checks, digests, concurrency, sealing
- * (manifests), checkpoint deletion, clear, the set digest across
+ * (manifests, and the sweep of an interrupted seal's temporaries),
+ * checkpoint deletion, clear, the set digest across
  * shardings, reading a checkpoint from disk (store_reader_*) and clear that
  * keeps the checkpoints.  Each test works in its own mkdtemp dir under /tmp.
  *
@@ -961,13 +962,17 @@ static void test_seal_manifest(void **state) {
   }
   assert_int_equal(store_seal_checkpoint(s, NULL, "x", 1, why, sizeof why), -EINVAL);
 
-  /* what an interrupted seal leaves must not reach the live db either */
+  /* what an interrupted seal leaves (the temporary of fsio_replace, or
+   * the MANIFEST.tmp of earlier versions) must not reach the live db either */
   char p[512];
-  snprintf(p, sizeof p, "%s/checkpoints/a/MANIFEST.tmp", f->dir);
-  FILE *fp = fopen(p, "w");
-  assert_non_null(fp);
-  fputs("torn", fp);
-  fclose(fp);
+  const char *strays[] = {"MANIFEST.tmp", "MANIFEST.tmp.4242"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/checkpoints/a/%s", f->dir, strays[i]);
+    FILE *fp = fopen(p, "w");
+    assert_non_null(fp);
+    fputs("torn", fp);
+    fclose(fp);
+  }
 
   /* restore: the rows come back, the manifest stays with the checkpoint only */
   write_ok(s, &f->layout, keys, n, v2, 0);
@@ -977,14 +982,16 @@ static void test_seal_manifest(void **state) {
   assert_memory_equal(d, dck, 32);
   assert_false(in_dir(f->dir, "db", "MANIFEST"));
   assert_false(in_dir(f->dir, "db", "MANIFEST.tmp"));
+  assert_false(in_dir(f->dir, "db", "MANIFEST.tmp.4242"));
   assert_false(in_dir(f->dir, "db", "CHANTER_CHECKPOINT"));
   assert_true(in_dir(f->dir, "db", "CURRENT")); /* RocksDB's own files did come */
   expect_manifest(s, "a", "the second manifest", 19);
   store_close(s);
 
-  /* reopen: the stray MANIFEST.tmp is swept, the seal survives */
+  /* reopen: the stray temporaries are swept, the seal survives */
   s = open_store(f, 1u << 20);
   assert_false(in_dir(f->dir, "checkpoints/a", "MANIFEST.tmp"));
+  assert_false(in_dir(f->dir, "checkpoints/a", "MANIFEST.tmp.4242"));
   expect_manifest(s, "a", "the second manifest", 19);
   assert_int_equal(store_list_checkpoints(s, &list, &nl), 0);
   assert_int_equal(nl, 2);

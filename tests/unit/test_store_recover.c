@@ -1,12 +1,13 @@
 /*
  * Unit tests of what lets an embedding store come back from kill -9 with
  * its checkpoint protocol intact (common/store/store_recover.c and the
- * checkpoint paths of store.c): the fence kept in data_dir/FENCE across a
+ * checkpoint paths of store_ckpt.c and store_dir.c): the fence kept in data_dir/FENCE across a
  * reopen, lifted by the checkpoint of its id (and recorded in it), by Clear
  * and by Restore; a Checkpoint retried after its answer was lost; a process
  * killed inside a checkpoint (CHANTER_FAULT_STORE_CHECKPOINT) before and
  * after the checkpoint is complete; the start-up clean-up of half-made
- * checkpoint directories; a damaged FENCE file refused with the file's
+ * checkpoint directories and of interrupted fence writes (FENCE.tmp and
+ * fsio_replace's FENCE.tmp.<pid>); a damaged FENCE file refused with the file's
  * name, a database that does not open likewise; Seal and Delete retried;
  * the pid in LOCK.
  *
@@ -392,16 +393,22 @@ static void test_startup_cleanup(void **state) {
   assert_non_null(fp);
   fputs("id=torn\ncreated_", fp);
   fclose(fp);
-  snprintf(p, sizeof p, "%s/FENCE.tmp", f->dir);
-  fp = fopen(p, "w");
-  assert_non_null(fp);
-  fputs("format=1\nid=x", fp);
-  fclose(fp);
+  /* an interrupted fence write: fsio_replace's temporary, and the
+   * FENCE.tmp of earlier versions */
+  const char *fence_tmps[] = {"FENCE.tmp", "FENCE.tmp.4242"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/%s", f->dir, fence_tmps[i]);
+    fp = fopen(p, "w");
+    assert_non_null(fp);
+    fputs("format=1\nid=x", fp);
+    fclose(fp);
+  }
 
   s = open_store(f);
   assert_false(exists(f->dir, "checkpoints.tmp/half-1"));
   assert_false(exists(f->dir, "checkpoints/half-2"));
   assert_false(exists(f->dir, "FENCE.tmp"));
+  assert_false(exists(f->dir, "FENCE.tmp.4242"));
   assert_int_equal(listed(s, "good"), 1);
   assert_int_equal(listed(s, "half-2"), 0);
   assert_int_equal(listed(s, "torn"), 0); /* never taken for a finished one */
