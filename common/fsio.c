@@ -74,7 +74,7 @@ int fsio_fsync_parent(const char *path, char *why, size_t why_len) {
 int fsio_replace_open(fsio_tmp_t *t, const char *path, int mode, char *why, size_t why_len) {
   memset(t, 0, sizeof *t);
   t->path = strdup(path);
-  if (!t->path || asprintf(&t->tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) {
+  if (!t->path || asprintf(&t->tmp, "%s.tmp", path) < 0) {
     free(t->path);
     t->path = t->tmp = NULL;
     return fail(-ENOMEM, why, why_len, "out of memory writing", path);

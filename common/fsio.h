@@ -24,7 +24,10 @@
 int fsio_read_all(const char *path, size_t max, char **out, size_t *len, char *why, size_t why_len);
 
 /* Replaces path with data[0..len) durably (see above).  The temporary
- * file is "<path>.tmp.<pid>", removed on failure.  mode as for open(2). */
+ * file is "<path>.tmp": one name, so a temporary left by a crash is
+ * overwritten by the next replace rather than piling up; a path has one
+ * writer at a time (two concurrent replaces of one path are a caller's
+ * bug).  It is removed on failure.  mode as for open(2). */
 int fsio_replace(const char *path, const void *data, size_t len, int mode, char *why, size_t why_len);
 
 /* The same for a writer that streams: fsio_replace_open gives a FILE* on
