@@ -25,7 +25,7 @@
  * all of them partitioned, all of them cached (ties in that order) -- with
  * the fixed tables' bytes and mechanisms counted in every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
- * (trainer.partition_mb each, after tstrat_place): while a trainer is over
+ * (strategy.partition_mb each, after tstrat_place): while a trainer is over
  * it, the auto table with the most rows there is spread over every trainer
  * instead (partition_rows: the same bytes a batch, 1/P of the rows each),
  * and when only spread ones are left to move, the biggest goes back to the
