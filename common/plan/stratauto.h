@@ -22,10 +22,10 @@
  * its bytes (the cache: its critical all-reduce, hand-overs, background
  * work and server calls; partition: its two AlltoAlls): step_bytes each
  * (strategy.step_kb), in AlltoAll bytes.  So the auto tables go, as a
- * whole, to whichever of
- * three assignments costs least -- each table to its cheaper mechanism,
- * all of them partitioned, all of them cached (ties in that order) -- with
- * the fixed tables' bytes and mechanisms counted in every one.  A table
+ * whole, to whichever of three assignments costs least -- each table to
+ * its cheaper mechanism, all of them partitioned, all of them cached (ties
+ * in that order) -- with the fixed tables' bytes and mechanisms counted in
+ * every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
  * (strategy.partition_mb each, after tstrat_place): while a trainer is over
  * it, the auto table with the most rows there is spread over every trainer
