@@ -497,7 +497,8 @@ static void expect_all(const char *err, const char *const *needles) {
 }
 
 static void test_alias_sets_new_key(void **st) {
-  const char *path = write_tmp("seed = 3\n[oracle]\nauto_probe = 7\n[trainer]\npartition_on_device = off\n");
+  char path[64]; /* (write_tmp's buffer is reused below) */
+  snprintf(path, sizeof path, "%s", write_tmp("seed = 3\n[oracle]\nauto_probe = 7\n[trainer]\npartition_on_device = off\n"));
   cfg_t *c;
   char err[512], at[128];
   assert_int_equal(cfg_create(&c), 0);
