@@ -824,4 +824,6 @@ void cfg_print_keys(FILE *f) {
     if (e->type == T_INT || e->type == T_FLOAT) fprintf(f, " [%g, %g]", e->min, e->max);
     fprintf(f, "\n    %s\n", e->help);
   }
+  fprintf(f, "\nrenamed keys (the old name is still read, with a warning; setting both is an error):\n");
+  for (size_t a = 0; a < N_ALIASES; a++) fprintf(f, "    %-30s -> %s\n", aliases[a].old, aliases[a].now);
 }

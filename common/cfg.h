@@ -112,7 +112,7 @@ int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
  * section once; lists longer than a line go on over indented continuation
  * lines.  With verbose, each key's help and origin as a comment.
  * cfg_print_keys prints every declared key with type, default, bounds and
- * help. */
+ * help, then the renamed keys (old -> new). */
 void cfg_dump(const cfg_t *c, FILE *f, int verbose);
 void cfg_print_keys(FILE *f);
 
