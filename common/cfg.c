@@ -1,8 +1,10 @@
 /*
- * cfg: see cfg.h.  The table below is the single declaration of every key:
- * name, type, default, bounds (numbers) or choices (enums), help.  Adding a
- * key is adding a line here; README.md's key list is printed from it by
- * `chanter config keys`.
+ * cfg: see cfg.h.  The table in cfg_keys.h is the single declaration of
+ * every key: name, type, default, bounds (numbers) or choices (enums),
+ * help.  Adding a key is adding a line there; README.md's key list is
+ * printed from it by `chanter config keys`.  Renaming a key is moving its
+ * line and adding {old, new} to the aliases there: set_named below reads
+ * the old name for the new key, with a warning.
  */
 #include "cfg.h"
 
@@ -18,6 +20,7 @@
 
 #include "cfg_keys.h"
 #include "err.h"
+#include "log.h"
 #include "tstrat.h"
 
 typedef struct value_s {
@@ -25,10 +28,15 @@ typedef struct value_s {
   int64_t i;
   double f;
   char origin[160];
+  const char *via; /* the old name (aliases) it was set by, or NULL */
+  int set;         /* set by a file or --set: not the default */
 } value_t;
 
 struct cfg_s {
   value_t v[N_ENTRIES];
+  uint8_t warned[N_ALIASES]; /* this old name's deprecation warning was given */
+  char *warn[N_ALIASES];     /* those warnings, in the order given */
+  size_t n_warn;
 };
 
 static int find(const char *name) {
@@ -37,7 +45,24 @@ static int find(const char *name) {
   return -1;
 }
 
-int cfg_is_key(const char *name) { return find(name) >= 0; }
+/* The key a file or --set names: a key, or an old name of one (*alias =
+ * its index in aliases, else -1).  -1 when neither. */
+static int resolve(const char *name, int *alias) {
+  int idx = find(name);
+  *alias = -1;
+  for (size_t a = 0; idx < 0 && a < N_ALIASES; a++)
+    if (!strcmp(aliases[a].old, name)) {
+      *alias = (int)a;
+      idx = find(aliases[a].now);
+      ASSERT(idx >= 0); /* an alias of an undeclared key is a bug in the table */
+    }
+  return idx;
+}
+
+int cfg_is_key(const char *name) {
+  int alias;
+  return resolve(name, &alias) >= 0;
+}
 
 static int fmt_err(char *err, size_t n, const char *fmt, ...) {
   if (err && n) {
@@ -190,6 +215,34 @@ static int assign(cfg_t *c, int idx, const char *raw, const char *origin, size_t
   return 0;
 }
 
+/* Sets key idx as a file or --set names it (alias >= 0: by that old name).
+ * The same key set under two names (its old and its new one) is an error
+ * naming both places, whichever came first; an old name sets the key and
+ * warns, once per old name (logged, and kept for cfg_warning). */
+static int set_named(cfg_t *c, int idx, int alias, const char *raw, const char *origin, size_t *at, char *err,
+                     size_t n) {
+  value_t *v = &c->v[idx];
+  const char *name = alias >= 0 ? aliases[alias].old : entries[idx].name, *was = v->via ? v->via : entries[idx].name;
+  if (v->set && strcmp(name, was) != 0)
+    return fmt_err(err, n, "%s (at %s) and %s (at %s) both set %s (%s is its old name): keep only %s", was, v->origin,
+                   name, origin, entries[idx].name, alias >= 0 ? name : was, entries[idx].name);
+  int rc = assign(c, idx, raw, origin, at, err, n);
+  if (rc) return rc;
+  v->set = 1;
+  v->via = alias >= 0 ? aliases[alias].old : NULL;
+  if (alias >= 0 && !c->warned[alias]) {
+    char w[512];
+    snprintf(w, sizeof w, "deprecated key %s (at %s): it is %s now; the old name is still read", name, origin,
+             entries[idx].name);
+    log_warn("%s", w);
+    c->warned[alias] = 1;
+    if ((c->warn[c->n_warn] = strdup(w)) != NULL) c->n_warn++; /* (logged either way) */
+  }
+  return 0;
+}
+
+const char *cfg_warning(const cfg_t *c, size_t i) { return i < c->n_warn ? c->warn[i] : NULL; }
+
 int cfg_create(cfg_t **out) {
   cfg_t *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
@@ -205,6 +258,7 @@ int cfg_create(cfg_t **out) {
 void cfg_destroy(cfg_t *c) {
   if (!c) return;
   for (size_t i = 0; i < N_ENTRIES; i++) free(c->v[i].str);
+  for (size_t i = 0; i < c->n_warn; i++) free(c->warn[i]);
   free(c);
 }
 
@@ -227,6 +281,7 @@ typedef struct load_s {
   cfg_t *c;
   const char *path;
   int idx;          /* the key being read (-1: none) */
+  int alias;        /* ... named by this old name (aliases; -1: by its own) */
   int key_line;
   char *val;        /* its value so far */
   size_t len, cap;
@@ -356,11 +411,13 @@ static int next_line(char *text, size_t len, size_t *at, char **line) {
   return n > CFG_MAX_LINE ? -E2BIG : 1;
 }
 
-/* 1 when some key is "name.something": name is a section of the table. */
+/* 1 when some key (or old name) is "name.something": name is a section. */
 static int is_section(const char *name) {
   size_t l = strlen(name);
   for (size_t i = 0; i < N_ENTRIES; i++)
     if (!strncmp(entries[i].name, name, l) && entries[i].name[l] == '.') return 1;
+  for (size_t a = 0; a < N_ALIASES; a++)
+    if (!strncmp(aliases[a].old, name, l) && aliases[a].old[l] == '.') return 1;
   return 0;
 }
 
@@ -438,7 +495,7 @@ static int flush(load_t *x, int *bad) {
   char origin[160];
   snprintf(origin, sizeof origin, "%s:%d", x->path, x->key_line);
   size_t at = SIZE_MAX;
-  int rc = assign(x->c, idx, x->val, origin, &at, x->msg, sizeof x->msg);
+  int rc = set_named(x->c, idx, x->alias, x->val, origin, &at, x->msg, sizeof x->msg);
   if (rc) {
     *bad = x->key_line;
     for (size_t i = 0; at != SIZE_MAX && i < x->n_pieces && x->piece_at[i] <= at; i++) *bad = x->piece_line[i];
@@ -453,7 +510,7 @@ int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
   size_t len, at = 0;
   int rc = read_all(path, &text, &len, err, err_len);
   if (rc) return rc;
-  load_t x = {.c = c, .path = path, .idx = -1};
+  load_t x = {.c = c, .path = path, .idx = -1, .alias = -1};
   int line = 0, bad = 0;
   while ((rc = next_line(text, len, &at, &t)) == 1) {
     if (++line == 1 && !strncmp(t, "\xEF\xBB\xBF", 3)) t += 3; /* a UTF-8 BOM */
@@ -488,7 +545,7 @@ int cfg_load_file(cfg_t *c, const char *path, char *err, size_t err_len) {
     *sep = 0;
     char key[512], *name = trim(t);
     snprintf(key, sizeof key, "%s%s%s", section, *section ? "." : "", name);
-    if ((x.idx = find(key)) < 0) {
+    if ((x.idx = resolve(key, &x.alias)) < 0) {
       snprintf(x.msg, sizeof x.msg, "unknown key '%.100s'%s%s%s (see `chanter config keys`)", name,
                *section ? " in section [" : "", section, *section ? "]" : "");
       rc = ERR_CONFIG;
@@ -523,12 +580,12 @@ int cfg_set(cfg_t *c, const char *kv, const char *origin, char *err, size_t err_
   memcpy(key, kv, kl);
   key[kl] = 0;
   char *k = trim(key);
-  int idx = find(k);
+  int alias, idx = resolve(k, &alias);
   if (idx < 0) return fmt_err(err, err_len, "%s %s: unknown key '%s' (see `chanter config keys`)", origin, kv, k);
   char *v = strdup(eq + 1);
   if (!v) return -ENOMEM;
   char msg[400];
-  int rc = assign(c, idx, trim(v), origin, NULL, msg, sizeof msg);
+  int rc = set_named(c, idx, alias, trim(v), origin, NULL, msg, sizeof msg);
   free(v);
   if (rc) return fmt_err(err, err_len, "%s %s: %s", origin, kv, msg);
   return 0;
@@ -750,7 +807,9 @@ void cfg_dump(const cfg_t *c, FILE *f, int verbose) {
     if (sl) fprintf(f, "\n[%.*s]\n", (int)sl, entries[i].name);
     for (size_t j = i; j < N_ENTRIES; j++) {
       if (!same_section(entries[i].name, entries[j].name)) continue;
-      if (verbose) fprintf(f, "# %s (from %s)\n", entries[j].help, c->v[j].origin);
+      if (verbose)
+        fprintf(f, "# %s (from %s%s%s)\n", entries[j].help, c->v[j].origin, c->v[j].via ? ", as " : "",
+                c->v[j].via ? c->v[j].via : "");
       dump_value(f, &entries[j], entries[j].name + (sl ? sl + 1 : 0), c->v[j].str);
     }
   }
@@ -765,4 +824,6 @@ void cfg_print_keys(FILE *f) {
     if (e->type == T_INT || e->type == T_FLOAT) fprintf(f, " [%g, %g]", e->min, e->max);
     fprintf(f, "\n    %s\n", e->help);
   }
+  fprintf(f, "\nrenamed keys (the old name is still read, with a warning; setting both is an error):\n");
+  for (size_t a = 0; a < N_ALIASES; a++) fprintf(f, "    %-30s -> %s\n", aliases[a].old, aliases[a].now);
 }

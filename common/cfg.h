@@ -17,6 +17,13 @@
  * ("1,,2", a trailing comma) or, in a list of integers, a non-number is an
  * error naming the key, the line and the entry (counted from 0).  Every
  * file cfg_dump writes reads back to the same values.
+ *
+ * A renamed key keeps its old name as an alias (cfg_keys.h): a file or
+ * --set naming the old key sets the new one and logs a deprecation
+ * warning once per old name ("deprecated key oracle.auto_probe (at
+ * job.ini:12): it is oracle.measure_batches now ..."); setting both the
+ * old and the new name is an error naming both places.  cfg_dump and the
+ * getters use the new names only.
  */
 #ifndef CHANTER_CFG_H
 #define CHANTER_CFG_H
@@ -78,10 +85,15 @@ int64_t cfg_int(const cfg_t *c, const char *key);
 double cfg_float(const cfg_t *c, const char *key);
 int cfg_bool(const cfg_t *c, const char *key);
 const char *cfg_str(const cfg_t *c, const char *key);   /* strings and enums */
-/* 1 when name is a declared job key ("seed", "embedding.hot_mb"). */
+/* 1 when name is a declared job key ("seed", "embedding.hot_mb") or the
+ * old name of one ("oracle.auto_probe"). */
 int cfg_is_key(const char *name);
-/* Where the value came from: "default", "FILE:LINE" or "--set". */
+/* Where the value came from: "default", "FILE:LINE" or "--set" (also when
+ * it was set by the key's old name). */
 const char *cfg_origin(const cfg_t *c, const char *key);
+/* The i-th deprecation warning this config gave (an old key name used;
+ * each also logged when given), or NULL past the last. */
+const char *cfg_warning(const cfg_t *c, size_t i);
 
 /* Splits a comma-separated list key into *n malloc'd strings (trimmed);
  * free with cfg_list_free.  An empty value gives n = 0.  cfg_str of a list
@@ -100,7 +112,7 @@ int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
  * section once; lists longer than a line go on over indented continuation
  * lines.  With verbose, each key's help and origin as a comment.
  * cfg_print_keys prints every declared key with type, default, bounds and
- * help. */
+ * help, then the renamed keys (old -> new). */
 void cfg_dump(const cfg_t *c, FILE *f, int verbose);
 void cfg_print_keys(FILE *f);
 

@@ -51,7 +51,7 @@ static const entry_t entries[] = {
      "how each table's rows move: cache (the lookahead cache), partition (the rows live on one trainer, pooled "
      "embeddings move by AlltoAll), partition_rows (the rows are spread over every trainer, row r on trainer r mod "
      "P; partial sums move by AlltoAll), auto (the oracle chooses per table: cache, partition, or partition_rows for "
-     "a table too big for trainer.partition_mb); one word, or one per table, comma-separated.  auto is the "
+     "a table too big for strategy.partition_mb); one word, or one per table, comma-separated.  auto is the "
      "default: measured 1.3-2.2x the samples/s of cache with two CPU trainers and 5.5x with one GPU trainer "
      "(README, Table strategies)"},
     {"mode", T_ENUM, "normal", 0, 0, "normal|ideal", "ideal skips all embedding traffic (lower bound of iteration time)"},
@@ -180,15 +180,9 @@ static const entry_t entries[] = {
      "allocation = laia: batches that score every table before keeping the useful ones (0: every table, always)"},
     {"oracle.laia_min_share", T_FLOAT, "0.01", 0, 1, NULL,
      "allocation = laia: a table stays scored if this share of its ids found a held row during the profile"},
-    {"oracle.auto_probe", T_INT, "128", 1, 100000, NULL,
-     "lookahead = auto measures the cache each L needs over this many first batches (and table_strategy = auto "
-     "each table's traffic)"},
-    {"oracle.strategy_cache_weight", T_FLOAT, "10", 0, 1e6, NULL,
-     "table_strategy = auto: what a byte of rows the cache moves (fetched, written back, synchronized) costs "
-     "against a byte of pooled embeddings between trainers (chanter bench e2e measures both)"},
-    {"oracle.strategy_step_kb", T_INT, "1024", 0, 1 << 30, NULL,
-     "table_strategy = auto: what running the cache, or partitioning, costs every step whatever its bytes, in KB "
-     "of pooled embeddings between trainers"},
+    {"oracle.measure_batches", T_INT, "128", 1, 100000, NULL,
+     "the measured batches: lookahead = auto measures the cache each L needs over this many first batches of "
+     "the run (and table_strategy = auto each table's traffic)"},
     {"oracle.heartbeat_timeout_ms", T_INT, "10000", 100, 3600000, NULL,
      "a trainer silent this long (no heartbeat, no message) is taken for hung: the job recovers without it"},
     {"oracle.max_recoveries", T_INT, "5", 0, 1000000, NULL,
@@ -196,6 +190,21 @@ static const entry_t entries[] = {
      "(0: no limit)"},
     {"oracle.recovery_window_s", T_INT, "600", 1, 86400000, NULL, "the window of oracle.max_recoveries"},
     {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},
+    /* ---- the table strategy's knobs (table_strategy above; common/tstrat.h) ---- */
+    {"strategy.cache_weight", T_FLOAT, "10", 0, 1e6, NULL,
+     "table_strategy = auto: what a byte of rows the cache moves (fetched, written back, synchronized) costs "
+     "against a byte of pooled embeddings between trainers (chanter bench e2e measures both)"},
+    {"strategy.step_kb", T_INT, "1024", 0, 1 << 30, NULL,
+     "table_strategy = auto: what running the cache, or partitioning, costs every step whatever its bytes, in KB "
+     "of pooled embeddings between trainers"},
+    {"strategy.partition_mb", T_INT, "2048", 0, 1 << 24, NULL,
+     "table_strategy = auto partitions a table only while the partitioned rows each trainer holds stay within "
+     "this many MiB: a table over it is spread over every trainer (partition_rows), or cached if even that does "
+     "not fit"},
+    {"strategy.partition_on_device", T_ENUM, "auto", 0, 0, "auto|off",
+     "device = cuda, table_strategy = partition | partition_rows: auto keeps the rows a trainer holds, their "
+     "pooling over the global batch, their fold and their row update in GPU memory (on the host when they do "
+     "not fit); off keeps them in host memory, pooled and updated on the host's CPUs.  The same bits either way"},
     /* ---- trainer ---- */
     {"trainer.metrics_port", T_INT, "0", 0, 65535, NULL, "Prometheus endpoint of a trainer (0 = a free port, printed at start)"},
     {"trainer.heartbeat_ms", T_INT, "1000", 10, 600000, NULL, "how often trainers send a heartbeat to the oracle"},
@@ -203,20 +212,12 @@ static const entry_t entries[] = {
      "after a recovery or the oracle's loss, how long a trainer keeps trying to join the job again before it exits"},
     {"trainer.coll_timeout_ms", T_INT, "60000", 100, 3600000, NULL,
      "a collective (all-reduce, barrier) that does not complete in this time fails the trainer"},
-    {"trainer.partition_mb", T_INT, "2048", 0, 1 << 24, NULL,
-     "table_strategy = auto partitions a table only while the partitioned rows each trainer holds stay within "
-     "this many MiB: a table over it is spread over every trainer (partition_rows), or cached if even that does "
-     "not fit"},
     {"trainer.device_mb", T_INT, "-1", -1, 1 << 24, NULL,
      "device = cuda, train --local: MiB of GPU memory for the embedding tables (rows and their optimizer "
      "state); tables go to the GPU smallest first while they fit, the others stay in host memory and are "
      "pooled and updated on the CPU (same bits either way, slower).  -1 = what the GPU has free once the "
      "model and the step's buffers are allocated, less 5% of its memory (at least 512 MiB) for cuBLAS, the "
      "allocator and other processes; 0 = every table on the host"},
-    {"trainer.partition_on_device", T_ENUM, "auto", 0, 0, "auto|off",
-     "device = cuda, table_strategy = partition | partition_rows: auto keeps the rows a trainer holds, their "
-     "pooling over the global batch, their fold and their row update in GPU memory (on the host when they do "
-     "not fit); off keeps them in host memory, pooled and updated on the host's CPUs.  The same bits either way"},
     {"trainer.bucket_kb", T_INT, "1024", 0, 1048576, NULL,
      "dense gradients are all-reduced in buckets of this size while the backward runs (0 = one buffer after "
      "the backward); part of the job: with 3+ trainers another size may change the last bits"},
@@ -261,5 +262,23 @@ static const entry_t entries[] = {
      "unshaped"},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
+
+/* Old names of renamed keys.  A job file or --set may still use one: it
+ * sets the new key, with a deprecation warning (once per old name) naming
+ * the old key, the new one and where it was set; setting both is an error
+ * naming both places.  Nothing writes an old name (cfg_dump writes the new
+ * one), and the getters know only the new names. */
+typedef struct alias_s {
+  const char *old, *now;
+} alias_t;
+
+static const alias_t aliases[] = {
+    {"oracle.auto_probe", "oracle.measure_batches"},
+    {"oracle.strategy_cache_weight", "strategy.cache_weight"},
+    {"oracle.strategy_step_kb", "strategy.step_kb"},
+    {"trainer.partition_mb", "strategy.partition_mb"},
+    {"trainer.partition_on_device", "strategy.partition_on_device"},
+};
+#define N_ALIASES (sizeof aliases / sizeof aliases[0])
 
 #endif

@@ -1,6 +1,8 @@
 /*
- * tstrat: how each embedding table's rows move (the job's table_strategy;
- * papers/embrace.txt section 4, hybrid communication).
+ * tstrat: how each embedding table's rows move -- its strategy (the job's
+ * table_strategy, tuned by the strategy.* keys; papers/embrace.txt section
+ * 4, hybrid communication).  (tstrat_ = "table strategy"; NOTES-h7.md
+ * plans one name for the module.)
  *
  *   cache      the lookahead cache (DESIGN.md 3-4): rows are fetched into
  *              every trainer that uses them, synchronized, written back;
@@ -19,8 +21,13 @@
  *              trainer gets the gradients of the whole batch back to update
  *              its rows.  For a table too large for one trainer, or too
  *              much work for one;
- *   auto       the oracle chooses cache or partition per table at the start
- *              of the run (services/oracle: its window statistics).
+ *   auto       the oracle chooses cache, partition or partition_rows per
+ *              table at the start of the run, from the traffic of its
+ *              measured batches (oracle.measure_batches), within
+ *              strategy.partition_mb (common/plan/stratauto.h).
+ *
+ * A partitioned table is one whose strategy is partition or
+ * partition_rows: its rows live on the trainers, outside the cache.
  *
  * table_strategy is one word for every table, or a comma-separated list of
  * one word per table.  Placement of the partition tables on the trainers
@@ -41,16 +48,19 @@
 #include "table.h"
 
 enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2, TSTRAT_ROWS = 3 };
-#define TSTRAT_NONE UINT32_MAX       /* owner of a table that is not partitioned */
-#define TSTRAT_ALL (UINT32_MAX - 1) /* owner of a partition_rows table: every trainer, rows r mod P */
+/* The owner of a table (tstrat_place; Step.part_owner on the wire, whose
+ * comment in proto/oracle.proto says the same): a rank for a partition
+ * table, or one of these. */
+#define TSTRAT_NONE UINT32_MAX       /* 0xFFFFFFFF: a cached table (not partitioned) */
+#define TSTRAT_ALL (UINT32_MAX - 1) /* 0xFFFFFFFE: a partition_rows table: every trainer, rows r mod P */
 
 /* "cache" / "partition" / "auto" / "partition_rows" */
 const char *tstrat_name(int s);
 
 /* The words of a table_strategy value v (one, or comma-separated), the
  * first cap of them into out (NULL: none kept), their count in *n.  0, or
- * ERR_CONFIG with why naming the entry that is not cache, partition or
- * auto.  cfg.c checks a value with it when it is set. */
+ * ERR_CONFIG with why naming the entry that is not cache, partition,
+ * partition_rows or auto.  cfg.c checks a value with it when it is set. */
 int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n, char *why, size_t why_len);
 
 /* cfg's table_strategy for n_tables tables into out[n_tables].

@@ -124,7 +124,7 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
       out[big] = TSTRAT_ROWS;
       snprintf(tab[big].why, sizeof tab[big].why,
                "auto: partition_rows (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
-               "trainer.partition_mb on trainer %d: spread over all %u)",
+               "strategy.partition_mb on trainer %d: spread over all %u)",
                tab[big].part_bytes / 1e3, tab[big].cache_bytes / 1e3, (unsigned long long)schema->table_rows[big],
                over, P);
       continue;
@@ -134,7 +134,7 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     out[back] = TSTRAT_CACHE;
     snprintf(tab[back].why, sizeof tab[back].why,
              "auto: the cache (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
-             "trainer.partition_mb, even spread over %u trainers)",
+             "strategy.partition_mb, even spread over %u trainers)",
              tab[back].part_bytes / 1e3, tab[back].cache_bytes / 1e3, (unsigned long long)schema->table_rows[back], P);
   }
   for (uint32_t t = 0; t < T && !rc; t++) tab[t].choice = out[t];

@@ -1,7 +1,8 @@
 /*
  * stratauto: table_strategy = auto -- the oracle's choice, per table,
- * between the lookahead cache and partitioning (tstrat.h), from the first
- * batches of the job (PLAN_KEYS plans, before any table was dropped).
+ * between the lookahead cache and partitioning (tstrat.h), from the
+ * measured batches: the first oracle.measure_batches of the run (PLAN_KEYS
+ * plans, before any table was dropped).
  *
  * Traffic per batch, in bytes, for each table t (B samples, P trainers,
  * dim d, row r floats with the optimizer state, window L):
@@ -10,22 +11,23 @@
  *                                the servers and later written back,
  *            + shared(t) x 2 x 4d  rows several trainers use in the batch:
  *                                their gradients all-reduced;
- *              weighted by cache_weight: what a byte the cache moves (the
- *              servers' reads and inserts, the hand-overs, the ordered
- *              all-reduces) costs against a byte of AlltoAll between
- *              trainers -- chanter bench e2e measures both (README,
- *              "Table strategies")
+ *              weighted by cache_weight (strategy.cache_weight): what
+ *              a byte the cache moves (the servers' reads and inserts,
+ *              the hand-overs, the ordered all-reduces) costs against a
+ *              byte of AlltoAll between trainers -- chanter bench e2e
+ *              measures both (README, "Table strategies")
  *   partition  2 x B x (P-1)/P x 4d  the pooled embeddings of the samples
  *                                other trainers own, and their gradients.
  * Each mechanism also costs something every step it runs at all, whatever
  * its bytes (the cache: its critical all-reduce, hand-overs, background
- * work and server calls; partition: its two AlltoAlls): step_bytes each,
- * in AlltoAll bytes.  So the auto tables go, as a whole, to whichever of
- * three assignments costs least -- each table to its cheaper mechanism,
- * all of them partitioned, all of them cached (ties in that order) -- with
- * the fixed tables' bytes and mechanisms counted in every one.  A table
+ * work and server calls; partition: its two AlltoAlls): step_bytes each
+ * (strategy.step_kb), in AlltoAll bytes.  So the auto tables go, as a
+ * whole, to whichever of three assignments costs least -- each table to
+ * its cheaper mechanism, all of them partitioned, all of them cached (ties
+ * in that order) -- with the fixed tables' bytes and mechanisms counted in
+ * every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
- * (trainer.partition_mb each, after tstrat_place): while a trainer is over
+ * (strategy.partition_mb each, after tstrat_place): while a trainer is over
  * it, the auto table with the most rows there is spread over every trainer
  * instead (partition_rows: the same bytes a batch, 1/P of the rows each),
  * and when only spread ones are left to move, the biggest goes back to the

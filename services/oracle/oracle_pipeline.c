@@ -460,9 +460,9 @@ static void strat_work(uv_work_t *req) {
                          * choice, and so the model, must not depend on the lookahead */
                         .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
                         .B = j->B,
-                        .cache_weight = cfg_float(j->cfg, "oracle.strategy_cache_weight"),
-                        .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "oracle.strategy_step_kb"),
-                        .budget_bytes = (uint64_t)cfg_int(j->cfg, "trainer.partition_mb") << 20};
+                        .cache_weight = cfg_float(j->cfg, "strategy.cache_weight"),
+                        .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "strategy.step_kb"),
+                        .budget_bytes = (uint64_t)cfg_int(j->cfg, "strategy.partition_mb") << 20};
   w->rc = stratauto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
   w->secs = oracle_job__now() - t0;
 }
@@ -602,7 +602,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
    * cache_rows (cacher.c) */
   if (given_l && pp->max_l == 0 && !j->strat_pending) pp->auto_l = 0;
   pp->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
-  pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.auto_probe") : 0;
+  pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.measure_batches") : 0;
   if (pp->probe > j->iterations) pp->probe = j->iterations;
   /* The ring of plans and the largest window (which sizes report's ring):
    * see set_lookahead; auto sizes them for the largest L it may choose,

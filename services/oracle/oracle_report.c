@@ -510,7 +510,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
       snprintf(why, sizeof why, "lookahead = auto: choosing L from the %llu planned probe batches",
                (unsigned long long)pp->probe);
     else if (pp->auto_l && !pp->l_known)
-      snprintf(why, sizeof why, "lookahead = auto: planning the probe, %llu of %llu batches (oracle.auto_probe)",
+      snprintf(why, sizeof why, "lookahead = auto: planning the probe, %llu of %llu batches (oracle.measure_batches)",
                (unsigned long long)pp->probe_ready, (unsigned long long)pp->probe);
     sb_str(&b, "startup", why);
     sb_printf(&b, ", ");

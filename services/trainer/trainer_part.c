@@ -54,7 +54,7 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
   p->schema = schema;
   p->dim = layout->tables[0].dim;
   p->rf = table_row_floats(layout, 0);
-  p->want_dev = !strcmp(cfg_str(cfg, "device"), "cuda") && strcmp(cfg_str(cfg, "trainer.partition_on_device"), "off");
+  p->want_dev = !strcmp(cfg_str(cfg, "device"), "cuda") && strcmp(cfg_str(cfg, "strategy.partition_on_device"), "off");
   if (opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &p->kind) == 0)
     opt_hparams_from_cfg(cfg, p->kind, &p->hp);
   else
@@ -143,7 +143,7 @@ static void place_on_device(trainer_part_t *p, const trainer_work_step_t *st) {
                                why, sizeof why);
     if (rc) {
       p->ds = NULL;
-      log_warn("partitioned tables: %u tables of rank %u stay in host memory (trainer.partition_on_device = auto): "
+      log_warn("partitioned tables: %u tables of rank %u stay in host memory (strategy.partition_on_device = auto): "
                "%s",
                n, p->rank, why);
     } else {

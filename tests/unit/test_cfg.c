@@ -1,7 +1,10 @@
 /* Unit tests of cfg: defaults, files, --set overrides, errors with file:line,
  * long lines and continuations, strict lists, cfg_dump reading back, and
  * what the reader refuses before parsing (not a regular file, too large, a
- * NUL byte) and malformed section headers. */
+ * NUL byte) and malformed section headers; a renamed key's old name (an
+ * alias) sets the new key with one deprecation warning per old name that
+ * names both keys and where, is dumped under the new name, and setting
+ * both names is an error naming both places. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cfg.h"
+#include "clock.h"
 #include "err.h"
 #include "testutil.h"
 
@@ -383,12 +386,6 @@ static void expect_refused(const char *path, const char *want) {
   cfg_destroy(c);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void test_not_a_regular_file(void **st) {
   char dir[128], path[192], want[256];
   assert_int_equal(testutil_tmpdir(dir, sizeof dir, "cfg"), 0);
@@ -400,11 +397,11 @@ static void test_not_a_regular_file(void **st) {
    * (the alarm ends the test, rather than hanging it, if it does) */
   snprintf(path, sizeof path, "%s/fifo.ini", dir);
   assert_int_equal(mkfifo(path, 0600), 0);
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   alarm(10);
   expect_refused(path, ": is a FIFO, not a job file");
   alarm(0);
-  assert_true(now_s() - t0 < 1.0);
+  assert_true(clock_mono_s() - t0 < 1.0);
   /* a symlink to a job file is read as the file */
   snprintf(path, sizeof path, "%s/job.ini", dir);
   FILE *f = fopen(path, "w");
@@ -493,6 +490,106 @@ static void test_set_errors_and_missing_file(void **st) {
   cfg_destroy(c);
 }
 
+/* err contains every one of the NULL-terminated needles. */
+static void expect_all(const char *err, const char *const *needles) {
+  for (; *needles; needles++)
+    if (!strstr(err, *needles)) fail_msg("'%s' lacks '%s'", err, *needles);
+}
+
+static void test_alias_sets_new_key(void **st) {
+  char path[64]; /* (write_tmp's buffer is reused below) */
+  snprintf(path, sizeof path, "%s", write_tmp("seed = 3\n[oracle]\nauto_probe = 7\n[trainer]\npartition_on_device = off\n"));
+  cfg_t *c;
+  char err[512], at[128];
+  assert_int_equal(cfg_create(&c), 0);
+  assert_true(cfg_is_key("oracle.auto_probe"));
+  assert_true(cfg_is_key("oracle.measure_batches"));
+  if (cfg_load_file(c, path, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(cfg_int(c, "oracle.measure_batches"), 7);
+  assert_string_equal(cfg_str(c, "strategy.partition_on_device"), "off");
+  snprintf(at, sizeof at, "%s:3", path);
+  assert_string_equal(cfg_origin(c, "oracle.measure_batches"), at);
+  /* one warning per old name, naming the old key, the new one and where */
+  const char *first[] = {"oracle.auto_probe", "oracle.measure_batches", at, NULL};
+  assert_non_null(cfg_warning(c, 0));
+  expect_all(cfg_warning(c, 0), first);
+  snprintf(at, sizeof at, "%s:5", path);
+  const char *second[] = {"trainer.partition_on_device", "strategy.partition_on_device", at, NULL};
+  assert_non_null(cfg_warning(c, 1));
+  expect_all(cfg_warning(c, 1), second);
+  assert_null(cfg_warning(c, 2));
+  /* the same old name again (later wins, as for any key): no second warning */
+  assert_int_equal(cfg_set(c, "oracle.auto_probe=9", "--set", err, sizeof err), 0);
+  assert_int_equal(cfg_int(c, "oracle.measure_batches"), 9);
+  assert_string_equal(cfg_origin(c, "oracle.measure_batches"), "--set");
+  assert_null(cfg_warning(c, 2));
+  assert_int_equal(cfg_set(c, "trainer.partition_mb=8", "--set", err, sizeof err), 0);
+  assert_int_equal(cfg_int(c, "strategy.partition_mb"), 8);
+  const char *third[] = {"trainer.partition_mb", "strategy.partition_mb", "--set", NULL};
+  assert_non_null(cfg_warning(c, 2));
+  expect_all(cfg_warning(c, 2), third);
+  /* an old name's value is checked as the new key's */
+  assert_int_equal(cfg_set(c, "oracle.strategy_step_kb=lots", "--set", err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "strategy.step_kb = 'lots' is not an integer"));
+  /* dumped under the new names only, and read back without a warning */
+  char *text = dump_of(c, 1);
+  assert_non_null(strstr(text, "\n[strategy]\n"));
+  assert_non_null(strstr(text, "\nmeasure_batches = 9\n"));
+  assert_non_null(strstr(text, "\npartition_mb = 8\n"));
+  assert_non_null(strstr(text, "(from --set, as oracle.auto_probe)"));
+  assert_null(strstr(text, "auto_probe ="));
+  assert_null(strstr(text, "\n[trainer]\npartition"));
+  const char *again = write_tmp(text);
+  cfg_t *c2;
+  assert_int_equal(cfg_create(&c2), 0);
+  if (cfg_load_file(c2, again, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(cfg_int(c2, "oracle.measure_batches"), 9);
+  assert_int_equal(cfg_int(c2, "strategy.partition_mb"), 8);
+  assert_null(cfg_warning(c2, 0));
+  free(text);
+  cfg_destroy(c2);
+  cfg_destroy(c);
+  unlink(again);
+  unlink(path);
+}
+
+static void test_alias_and_new_key_both_set(void **st) {
+  cfg_t *c;
+  char err[512], a[128], b[128];
+  /* in one file, either order: both lines named */
+  const char *files[] = {"[oracle]\nauto_probe = 7\nmeasure_batches = 8\n",
+                         "[oracle]\nmeasure_batches = 8\nauto_probe = 7\n"};
+  for (int k = 0; k < 2; k++) {
+    const char *path = write_tmp(files[k]);
+    assert_int_equal(cfg_create(&c), 0);
+    assert_int_equal(cfg_load_file(c, path, err, sizeof err), ERR_CONFIG);
+    snprintf(a, sizeof a, "at %s:2", path);
+    snprintf(b, sizeof b, "at %s:3", path);
+    const char *want[] = {"oracle.auto_probe", "oracle.measure_batches", a, b, "keep only oracle.measure_batches", NULL};
+    expect_all(err, want);
+    cfg_destroy(c);
+    unlink(path);
+  }
+  /* the file and --set, either way round */
+  const char *path = write_tmp("[strategy]\nstep_kb = 0\n");
+  snprintf(a, sizeof a, "at %s:2", path);
+  assert_int_equal(cfg_create(&c), 0);
+  char *argv[] = {"prog", "--config", (char *)path, "--set", "oracle.strategy_step_kb=5", NULL};
+  int argc = 5;
+  assert_int_equal(cfg_parse_args(c, &argc, argv, err, sizeof err), ERR_CONFIG);
+  const char *want[] = {"oracle.strategy_step_kb (at --set)", "strategy.step_kb (", a, NULL};
+  expect_all(err, want);
+  cfg_destroy(c);
+  unlink(path);
+  assert_int_equal(cfg_create(&c), 0);
+  assert_int_equal(cfg_set(c, "trainer.partition_mb=8", "--set", err, sizeof err), 0);
+  assert_int_equal(cfg_set(c, "strategy.partition_mb=9", "job.ini:4", err, sizeof err), ERR_CONFIG);
+  const char *want2[] = {"trainer.partition_mb (at --set)", "strategy.partition_mb (at job.ini:4)", NULL};
+  expect_all(err, want2);
+  assert_int_equal(cfg_int(c, "strategy.partition_mb"), 8); /* the refused setting changed nothing */
+  cfg_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -508,6 +605,8 @@ int main(void) {
       cmocka_unit_test(test_list_errors),
       cmocka_unit_test(test_dump_reads_back),
       cmocka_unit_test(test_plaintext_off_loopback),
+      cmocka_unit_test(test_alias_sets_new_key),
+      cmocka_unit_test(test_alias_and_new_key_both_set),
   };
   return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

@@ -200,7 +200,7 @@ static void test_auto(void **state) {
   assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
   assert_int_equal(out[0], TSTRAT_CACHE);
   assert_int_equal(out[1], TSTRAT_PARTITION);
-  assert_non_null(strstr(tab[0].why, "do not fit trainer.partition_mb, even spread over 2 trainers"));
+  assert_non_null(strstr(tab[0].why, "do not fit strategy.partition_mb, even spread over 2 trainers"));
   assert_string_equal(tab[1].why, "fixed by table_strategy");
 
   /* plan_drop_tables: table 0 leaves the keys, the cacher gives its ids no slot */

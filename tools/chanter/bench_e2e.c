@@ -292,7 +292,7 @@ int bench_e2e(cli_t *cli) {
   if (strcmp(data, "sessions")) rc = bench_gen(cli, self, tmp, "independent", up_args, iters);
   if (!rc && strcmp(data, "independent")) rc = bench_gen(cli, self, tmp, "sessions", up_args, iters);
   printf("(speed and iteration time after iteration 0, whose wait holds the start-up: lookahead = auto plans "
-         "oracle.auto_probe batches and chooses L before the first Step, shown on its own line)\n"
+         "oracle.measure_batches batches and chooses L before the first Step, shown on its own line)\n"
          "(lookahead+laia: allocation = laia, samples placed on the trainer that holds their rows; the baseline "
          "and ideal use the job's allocation; the floor assumes contiguous allocation)\n"
          "(critical path: rows the step waits for -- with L = 0 the fetch, the write-back and the critical "
