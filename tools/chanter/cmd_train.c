@@ -87,17 +87,16 @@ static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char
   *rows = 0;
   for (uint32_t s = 0; s < embc_servers(c) && !rc; s++) {
     Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    rc = embc_call(c, s, "Digest", &req.base, &chanter__embedding__v1__digest_response__descriptor, &resp, err, n);
+    Chanter__Embedding__V1__DigestResponse *d = NULL;
+    rc = embc_digest(c, s, &req, &d, err, n);
     if (rc) break;
-    Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
     if (d->set_sha256.len != 32) {
       rc = err_set(err, n, ERR_BADMSG, "embedding server %u sent a set digest of %zu bytes, not 32", s, d->set_sha256.len);
     } else {
       le_lanes_add(lane, d->set_sha256.data);
     }
     *rows += d->rows;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
   }
   uint8_t buf[32], h[32];
   le_lanes_put(buf, lane);
