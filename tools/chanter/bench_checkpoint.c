@@ -37,6 +37,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "fsio.h"
 #include "reshard.h"
 
 #define MAX_CP 256
@@ -155,15 +156,15 @@ static int run_job(cli_t *cli, const char *self, const char *dir, const char *ex
   snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
   if (system(cmd) != 0) fprintf(stderr, "bench checkpoint: local down reported a problem in %s\n", dir);
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  if (rc || !(r->summary = cli_slurp(path))) {
+  if (rc || fsio_read_all(path, 0, &r->summary, NULL, NULL, 0) != 0) {
     fprintf(stderr, "bench checkpoint: the job (%s) failed; see %s.train and %s/logs/\n", extra, dir, dir);
     tail_logs(dir);
     return 1;
   }
   read_cp_lines(dir, r);
   snprintf(path, sizeof path, "%s.ckpts", dir);
-  char *ck = cli_slurp(path);
-  if (ck) {
+  char *ck = NULL;
+  if (fsio_read_all(path, 0, &ck, NULL, NULL, 0) == 0) {
     r->kept = count(ck, "\"id\":");
     r->kept_complete = count(ck, "\"complete\": true");
     free(ck);

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
@@ -209,10 +209,10 @@ int cmd_checkpoint(cli_t *cli) {
     goto out;
   }
   /* a job still starting (its trainers connecting, the servers checked) is waited for, up to 60 s */
-  for (double until = bench_now() + 60;;) {
+  for (double until = clock_mono_s() + 60;;) {
     int crc = orc_checkpoint(o, id, sizeof id, &it, err, sizeof err);
     if (!crc) break;
-    if (crc != ERR_PRECONDITION || !strstr(err, "is waiting") || bench_now() > until) {
+    if (crc != ERR_PRECONDITION || !strstr(err, "is waiting") || clock_mono_s() > until) {
       fprintf(stderr, "chanter checkpoint: %s\n", err);
       goto out;
     }
@@ -224,7 +224,7 @@ int cmd_checkpoint(cli_t *cli) {
     rc = 0;
     goto out;
   }
-  for (double until = bench_now() + 600;;) {
+  for (double until = clock_mono_s() + 600;;) {
     cp_row_t *rows = NULL;
     size_t n = 0;
     uint32_t S = 0;
@@ -244,7 +244,7 @@ int cmd_checkpoint(cli_t *cli) {
       protobuf_c_message_free_unpacked(&st->base, NULL);
       if (over) goto out;
     }
-    if (bench_now() > until) {
+    if (clock_mono_s() > until) {
       fprintf(stderr, "chanter checkpoint: %s is not complete after 600 s\n", id);
       goto out;
     }

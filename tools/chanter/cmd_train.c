@@ -14,11 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
+#include "json.h"
 #include "le.h"
 #include "orc.h"
 #include "reshard.h"
@@ -37,42 +38,6 @@ void train_progress(int tty, uint64_t it, uint64_t total, double sps, double los
 }
 
 /* ---- the cluster: watch the oracle's job to its end */
-
-
-/* The idx-th string of the array "key": [...] into out (escapes undone;
- * \uXXXX only below 0x80); 0, or -ENOENT when there is no such entry. */
-static int json_str_at(const char *json, const char *key, size_t idx, char *out, size_t n) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\": [", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  if (!p) return -ENOENT;
-  p += strlen(pat);
-  for (size_t k = 0;; k++) {
-    while (*p == ' ' || *p == ',') p++;
-    if (*p != '"') return -ENOENT; /* the array's end (or not strings) */
-    p++;
-    size_t i = 0;
-    for (; *p && *p != '"'; p++) {
-      char c = *p;
-      if (c == '\\' && p[1]) {
-        p++;
-        c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
-        if (*p == 'u' && p[1] && p[2] && p[3] && p[4]) {
-          char hx[5] = {p[1], p[2], p[3], p[4], 0};
-          c = (char)strtol(hx, NULL, 16);
-          p += 4;
-        }
-      }
-      if (k == idx && i + 1 < n) out[i++] = c;
-    }
-    if (*p != '"') return -ENOENT;
-    p++;
-    if (k == idx) {
-      out[i] = 0;
-      return 0;
-    }
-  }
-}
 
 /* The embedding digest: the servers' set digests (each the lane-wise sum
  * mod 2^64 of SHA-256(key, row) over its rows) summed lane by lane, then
@@ -115,7 +80,7 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
   const char *o = strstr(summary, "\"checkpoint\": {");
   if (!o) return;
   char id[128] = "";
-  cli_json_str(o, "id", id, sizeof id);
+  json_get_str(o, "id", id, sizeof id);
   double it = cli_json_num(o, "iteration"), target = cli_json_num(summary, "target_iterations");
   fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, written in %.0f ms (trainers %.0f ms, servers %.0f "
                   "ms) %s, %.1f MB on the servers\n",
@@ -172,7 +137,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     goto out;
   }
   int tty = isatty(2);
-  double t0 = bench_now(), progress_at = t0, last_print = 0, ckpt_seen = 0;
+  double t0 = clock_mono_s(), progress_at = t0, last_print = 0, ckpt_seen = 0;
   char last_why[200] = "";
   int asked = 0; /* --resume / --fresh sent */
   uint64_t last_it = UINT64_MAX;
@@ -187,7 +152,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     int src = orc_status(o, &st, err, sizeof err);
     if ((src == ERR_UNAVAILABLE || src == ERR_DEADLINE) && answered) {
       /* the oracle is down: killed and restarting (it recovers the job), or gone for good */
-      double now = bench_now(), limit = (double)cfg_int(cfg, "trainer.rejoin_timeout_ms") / 1e3;
+      double now = clock_mono_s(), limit = (double)cfg_int(cfg, "trainer.rejoin_timeout_ms") / 1e3;
       if (!unreachable_since) {
         unreachable_since = now;
         fprintf(stderr, "%schanter train: the oracle does not answer (%s); waiting up to %.0f s for it to come back "
@@ -208,22 +173,22 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     }
     answered = 1;
     if (unreachable_since) {
-      if (!quiet) fprintf(stderr, "chanter train: the oracle answers again after %.1f s\n", bench_now() - unreachable_since);
+      if (!quiet) fprintf(stderr, "chanter train: the oracle answers again after %.1f s\n", clock_mono_s() - unreachable_since);
       unreachable_since = 0;
-      progress_at = bench_now();
+      progress_at = clock_mono_s();
     }
     {
       char line[512] = "";
-      cli_json_str(st->summary_json, "recovery", line, sizeof line);
+      json_get_str(st->summary_json, "recovery", line, sizeof line);
       if (line[0] && strcmp(line, recovery_said) && (strstr(line, "recovered") || !recovery_said[0])) {
         if (!quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", line);
         snprintf(recovery_said, sizeof recovery_said, "%s", line);
       }
     }
     char warning[1024];
-    for (; json_str_at(st->summary_json, "warnings", warned, warning, sizeof warning) == 0; warned++)
+    for (; json_get_str_at(st->summary_json, "warnings", warned, warning, sizeof warning) == 0; warned++)
       fprintf(stderr, "%schanter train: warning: %s\n", tty && last_print > 0 ? "\n" : "", warning);
-    double now = bench_now();
+    double now = clock_mono_s();
     if (st->iteration != last_it) {
       last_it = st->iteration;
       progress_at = now;
@@ -266,7 +231,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
      * line says so; a new stage of it is shown at once */
     char why[200] = "";
     int startup = !quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&
-                  cli_json_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
+                  json_get_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
     int new_stage = startup && strncmp(why, last_why, 40) != 0;
     if (startup) snprintf(last_why, sizeof last_why, "%s", why);
     if (!quiet && (finished || new_stage || now - last_print > (tty ? 0.25 : 5.0))) {
@@ -307,7 +272,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     fprintf(stderr, "chanter train: embedding digest: %s\n", err);
     goto out;
   }
-  cli_json_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
+  json_get_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
   /* the model digest: SHA-256 of "<dense sha256 hex>:<embedding digest hex>" */
   {
     char both[160];
@@ -344,7 +309,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
            (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
     printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
     char ll_def[256] = "";
-    cli_json_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
+    json_get_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
     printf("train logloss     %.4f%s%s%s\n", cli_json_num(summary, "train_logloss"), ll_def[0] ? " (" : "", ll_def,
            ll_def[0] ? ")" : "");
     double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");

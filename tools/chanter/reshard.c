@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bench_util.h"
+#include "clock.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
@@ -82,7 +82,7 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
   reshard_stats_t z = {0};
   if (!st) st = &z;
   memset(st, 0, sizeof *st);
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   embc_t *c = NULL;
   int rc = embc_create(cfg, &c, err, err_len);
   if (rc) return rc;
@@ -115,22 +115,22 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
       goto out;
     }
     for (;;) {
-      double tr = bench_now();
+      double tr = clock_mono_s();
       size_t n = 0, used = 0;
       int k = store_reader_next_rows(r, keys, buf, cap, lens, BATCH_ROWS, &used);
-      st->read_seconds += bench_now() - tr;
+      st->read_seconds += clock_mono_s() - tr;
       if (k < 0) {
         rc = err_set(err, err_len, k, "reading %s: %s", dir, err_str(k));
         goto out;
       }
       n = (size_t)k;
       if (n == 0) break;
-      double tw = bench_now();
+      double tw = clock_mono_s();
       if ((rc = embc_write(c, keys, n, (const float *)buf, why, sizeof why)) != 0) {
         err_set(err, err_len, rc, "writing %zu rows to the new servers: %s", n, why);
         goto out;
       }
-      st->write_seconds += bench_now() - tw;
+      st->write_seconds += clock_mono_s() - tw;
       st->rows += n;
       st->bytes += used;
     }
@@ -168,7 +168,7 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
     r = NULL;
   }
   /* 3. a checkpoint of the new shape on every server, and its manifest */
-  double tc = bench_now();
+  double tc = clock_mono_s();
   for (uint32_t s = 0; s < S; s++) {
     Chanter__Embedding__V1__DeleteCheckpointRequest del = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
     del.id = new_id; /* a reshard tried before and cut short */
@@ -202,10 +202,10 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
       protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
   free(text);
-  st->checkpoint_seconds = bench_now() - tc;
+  st->checkpoint_seconds = clock_mono_s() - tc;
 out:
   store_reader_close(r);
-  st->seconds = bench_now() - t0;
+  st->seconds = clock_mono_s() - t0;
   free(keys);
   free(lens);
   free(buf);

@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "blas_cpu.h"
 #include "cli.h"
+#include "clock.h"
 #include "cuda_check.h"
 #include "data.h"
 #include "err.h"
@@ -353,7 +353,7 @@ static void reader_stop(reader_t *r) {
 static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, double *auc, char *err, size_t n) {
   eval_acc_t a;
   eval_acc_init(&a);
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   int rc = 0;
   uint64_t scored = 0;
   for (uint64_t x = 0; scored < samples && !rc; x++) {
@@ -368,7 +368,7 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
   }
   if (!rc) rc = eval_acc_result(&a, logloss, acc, auc);
   eval_acc_close(&a);
-  L->phase[PHASE_EVAL] += bench_now() - t0;
+  L->phase[PHASE_EVAL] += clock_mono_s() - t0;
   return rc;
 }
 
@@ -483,17 +483,17 @@ int train_local(cli_t *cli, const char *workdir, int quiet) {
   /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (jobrule_train_tail) */
   uint64_t tail_start = iters - jobrule_train_tail(iters);
   int tty = isatty(2);
-  double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
+  double t_start = clock_mono_s(), last_print = 0, loss_window = 0, train_loss_sum = 0;
   uint64_t window_n = 0, samples = 0, train_n = 0;
   double test_ll = NAN, test_acc = NAN, test_auc = NAN;
   /* the next batches are read while the step runs (reader_t) */
   reader_t rd;
   if ((rc = reader_start(&rd, &L, reader_threads(cli->cfg), iters)) != 0) snprintf(err, sizeof err, "out of memory");
   for (uint64_t it = 0; it < iters && !rc; it++) {
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     data_batch_t b;
     if ((rc = reader_take(&rd, it, &b, err, sizeof err)) != 0) break;
-    L.phase[PHASE_DATA] += bench_now() - t0; /* the wait: what reading costs beyond the step it overlaps */
+    L.phase[PHASE_DATA] += clock_mono_s() - t0; /* the wait: what reading costs beyond the step it overlaps */
     int eval_now = eval_every && (it + 1) % eval_every == 0 && it + 1 < iters;
     double loss = step(&L, &b);
     if (isnan(loss)) {
@@ -522,7 +522,7 @@ int train_local(cli_t *cli, const char *workdir, int quiet) {
                         " test samples)\n",
                 tty ? "\n" : "", it + 1, test_ll, test_auc, test_acc, eval_samples);
     }
-    double now = bench_now();
+    double now = clock_mono_s();
     if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == iters)) {
       double el = now - t_start, sps = samples / el;
       train_progress(tty, it + 1, iters, sps, window_n ? loss_window / window_n : 0, sps > 0 ? (iters - it - 1) * L.batch_size / sps : 0);
@@ -538,7 +538,7 @@ int train_local(cli_t *cli, const char *workdir, int quiet) {
     local_close(&L);
     return 1;
   }
-  double elapsed = bench_now() - t_start;
+  double elapsed = clock_mono_s() - t_start;
   if (eval_batches && (rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) {
     fprintf(stderr, "chanter train --local: evaluation: %s\n", err);
     local_close(&L);
