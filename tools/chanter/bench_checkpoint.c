@@ -37,6 +37,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "fsio.h"
 #include "reshard.h"
 
 #define MAX_CP 256
@@ -155,15 +156,15 @@ static int run_job(cli_t *cli, const char *self, const char *dir, const char *ex
   snprintf(cmd, sizeof cmd, "'%s' local down --workdir '%s' >/dev/null 2>&1", self, dir);
   if (system(cmd) != 0) fprintf(stderr, "bench checkpoint: local down reported a problem in %s\n", dir);
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  if (rc || !(r->summary = cli_slurp(path))) {
+  if (rc || fsio_read_all(path, 0, &r->summary, NULL, NULL, 0) != 0) {
     fprintf(stderr, "bench checkpoint: the job (%s) failed; see %s.train and %s/logs/\n", extra, dir, dir);
     tail_logs(dir);
     return 1;
   }
   read_cp_lines(dir, r);
   snprintf(path, sizeof path, "%s.ckpts", dir);
-  char *ck = cli_slurp(path);
-  if (ck) {
+  char *ck = NULL;
+  if (fsio_read_all(path, 0, &ck, NULL, NULL, 0) == 0) {
     r->kept = count(ck, "\"id\":");
     r->kept_complete = count(ck, "\"complete\": true");
     free(ck);
@@ -417,52 +418,23 @@ static int bench_reshard(cli_t *cli, const char *self, const char *tmp, const ch
   return rc;
 }
 
-int bench_checkpoint(cli_t *cli) {
-  int quick = cli_flag(cli, "--quick");
-  if (cli_done(cli, "checkpoint")) return 2;
-  int iters = quick ? 60 : 200, every = iters / 5;
-  long long cache0 = (long long)cfg_int(cli->cfg, "cache_rows"), cache1 = cache0 / 20;
-  long long interval = (long long)cfg_int(cli->cfg, "checkpoint_seconds");
-  const char *rows = cfg_str(cli->cfg, "table_rows");
-  char big_rows[8192], one_rows[8192];
-  double rows1 = scaled_tables(rows, 1, one_rows, sizeof one_rows);
-  double rows10 = scaled_tables(rows, 10, big_rows, sizeof big_rows);
+/* The whole bench's configurations, their runs, and what the tables need besides. */
+typedef struct cpbench_s {
+  cli_t *cli;
   conf_t confs[4];
-  int nc = 0;
-  confs[nc++] = (conf_t){.big = 0, .cache_rows = cache0};
-  if (!quick) confs[nc++] = (conf_t){.big = 0, .cache_rows = cache1};
-  confs[nc++] = (conf_t){.big = 1, .cache_rows = cache0};
-  if (!quick) confs[nc++] = (conf_t){.big = 1, .cache_rows = cache1};
+  int nc, iters, every, quick;
+  long long cache0, cache1, interval; /* the job's cache_rows, 1/20 of it; checkpoint_seconds */
+  double rows1, rows10;               /* the table rows, x1 and x10 */
+  double load0, load1;                /* the load average before and after the runs */
+} cpbench_t;
 
-  char self[1024], tmp[] = "/tmp/chanter-bench-checkpoint-XXXXXX", dir[1200];
-  ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
-  self[l > 0 ? l : 0] = 0;
-  if (!mkdtemp(tmp)) return 1;
-  printf("chanter bench checkpoint: local cluster (1 data processor, 2 embedding servers, oracle, 2 trainers), %d "
-         "iterations, batch %lld\n",
-         iters, (long long)cfg_int(cli->cfg, "batch_size"));
-  printf("each configuration runs twice: checkpoints off but the one at the end of the job (checkpoint_every = 0, "
-         "checkpoint_seconds = 0; the baseline), and checkpoint_every = %d\n\n",
-         every);
-  fflush(stdout);
-  double load0 = loadavg();
-  int rc = 0;
-  for (int c = 0; c < nc && !rc; c++) {
-    char extra[9000];
-    int o = snprintf(extra, sizeof extra, "--set cache_rows=%lld", confs[c].cache_rows);
-    if (confs[c].big) o += snprintf(extra + o, sizeof extra - (size_t)o, " --set 'table_rows=%s'", big_rows);
-    for (int on = 0; on < 2 && !rc; on++) {
-      snprintf(extra + o, sizeof extra - (size_t)o, " --set checkpoint_seconds=0 --set checkpoint_every=%d",
-               on ? every : 0);
-      snprintf(dir, sizeof dir, "%s/x%d-cache%lld-%s", tmp, confs[c].big ? 10 : 1, confs[c].cache_rows,
-               on ? "every" : "off");
-      rc = run_job(cli, self, dir, extra, iters, on ? &confs[c].on : &confs[c].off);
-    }
-  }
-  if (rc) goto out;
-  double load1 = loadavg();
-
-  /* ---- 1. the table */
+/* 1. the table: per configuration, samples/s with and without checkpoints,
+ * and the checkpoints' figures. */
+static void print_runs(const cpbench_t *bc) {
+  const cli_t *cli = bc->cli;
+  const conf_t *confs = bc->confs;
+  int nc = bc->nc, iters = bc->iters;
+  double rows1 = bc->rows1, rows10 = bc->rows10, load0 = bc->load0, load1 = bc->load1;
   printf("%-38s", "");
   for (int c = 0; c < nc; c++) printf(" %15s", confs[c].big ? "tables x10" : "tables x1");
   printf("\n%-38s", "");
@@ -531,8 +503,13 @@ int bench_checkpoint(cli_t *cli) {
          " growth of the checkpoint's bytes on all servers since the one before; kept: `chanter checkpoints --json`\n"
          " after the job, checkpoint_keep = %lld)\n\n",
          load0, load1, sysconf(_SC_NPROCESSORS_ONLN), (long long)cfg_int(cli->cfg, "checkpoint_keep"));
+}
 
-  /* ---- 2. the cost at the default interval */
+/* 2. the cost at the default interval, derived from the measured stall. */
+static void print_interval_cost(const cpbench_t *bc) {
+  const conf_t *confs = bc->confs;
+  int nc = bc->nc, iters = bc->iters, every = bc->every;
+  long long interval = bc->interval;
   if (interval > 0) {
     printf("Throughput cost at checkpoint_seconds = %lld (the default interval): derived from the measured stall, not\n"
            "run (a bench run cannot last %lld s): cost = stall per checkpoint / %lld s.  Aim: under 1%%.\n",
@@ -553,8 +530,14 @@ int bench_checkpoint(cli_t *cli) {
   } else {
     printf("checkpoint_seconds = 0 in this job: no cost at a default interval to derive\n\n");
   }
+}
 
-  /* ---- 3. time against rows changed and table size */
+/* 3. time against rows changed and table size. */
+static void print_scaling(const cpbench_t *bc) {
+  const conf_t *confs = bc->confs;
+  int nc = bc->nc, iters = bc->iters, quick = bc->quick;
+  long long cache0 = bc->cache0, cache1 = bc->cache1;
+  double rows1 = bc->rows1, rows10 = bc->rows10;
   const conf_t *x1 = &confs[0], *x10 = &confs[quick ? 1 : 2];
   printf("Checkpoint time against rows changed and table size (cache_rows %lld, every checkpoint of the\n"
          "checkpoint_every job, from oracle-0.log):\n",
@@ -594,11 +577,63 @@ int bench_checkpoint(cli_t *cli) {
       compare(what, &confs[c], &confs[c + 1], 1, 1, iters);
     }
   printf("(means over the checkpoints before the end of the job)\n");
+}
+
+int bench_checkpoint(cli_t *cli) {
+  cpbench_t b = {.cli = cli};
+  b.quick = cli_flag(cli, "--quick");
+  if (cli_done(cli, "checkpoint")) return 2;
+  int quick = b.quick;
+  b.iters = quick ? 60 : 200;
+  b.every = b.iters / 5;
+  b.cache0 = (long long)cfg_int(cli->cfg, "cache_rows");
+  b.cache1 = b.cache0 / 20;
+  b.interval = (long long)cfg_int(cli->cfg, "checkpoint_seconds");
+  const char *rows = cfg_str(cli->cfg, "table_rows");
+  char big_rows[8192], one_rows[8192];
+  b.rows1 = scaled_tables(rows, 1, one_rows, sizeof one_rows);
+  b.rows10 = scaled_tables(rows, 10, big_rows, sizeof big_rows);
+  conf_t *confs = b.confs;
+  confs[b.nc++] = (conf_t){.big = 0, .cache_rows = b.cache0};
+  if (!quick) confs[b.nc++] = (conf_t){.big = 0, .cache_rows = b.cache1};
+  confs[b.nc++] = (conf_t){.big = 1, .cache_rows = b.cache0};
+  if (!quick) confs[b.nc++] = (conf_t){.big = 1, .cache_rows = b.cache1};
+
+  char self[1024], tmp[] = "/tmp/chanter-bench-checkpoint-XXXXXX", dir[1200];
+  ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[l > 0 ? l : 0] = 0;
+  if (!mkdtemp(tmp)) return 1;
+  printf("chanter bench checkpoint: local cluster (1 data processor, 2 embedding servers, oracle, 2 trainers), %d "
+         "iterations, batch %lld\n",
+         b.iters, (long long)cfg_int(cli->cfg, "batch_size"));
+  printf("each configuration runs twice: checkpoints off but the one at the end of the job (checkpoint_every = 0, "
+         "checkpoint_seconds = 0; the baseline), and checkpoint_every = %d\n\n",
+         b.every);
+  fflush(stdout);
+  b.load0 = loadavg();
+  int rc = 0;
+  for (int c = 0; c < b.nc && !rc; c++) {
+    char extra[9000];
+    int o = snprintf(extra, sizeof extra, "--set cache_rows=%lld", confs[c].cache_rows);
+    if (confs[c].big) o += snprintf(extra + o, sizeof extra - (size_t)o, " --set 'table_rows=%s'", big_rows);
+    for (int on = 0; on < 2 && !rc; on++) {
+      snprintf(extra + o, sizeof extra - (size_t)o, " --set checkpoint_seconds=0 --set checkpoint_every=%d",
+               on ? b.every : 0);
+      snprintf(dir, sizeof dir, "%s/x%d-cache%lld-%s", tmp, confs[c].big ? 10 : 1, confs[c].cache_rows,
+               on ? "every" : "off");
+      rc = run_job(cli, self, dir, extra, b.iters, on ? &confs[c].on : &confs[c].off);
+    }
+  }
+  if (rc) goto out;
+  b.load1 = loadavg();
+  print_runs(&b);
+  print_interval_cost(&b);
+  print_scaling(&b);
   printf("\n");
-  rc = bench_reshard(cli, self, tmp, big_rows, cache0, quick);
+  rc = bench_reshard(cli, self, tmp, big_rows, b.cache0, quick);
 
 out:
-  for (int c = 0; c < nc; c++) {
+  for (int c = 0; c < b.nc; c++) {
     free(confs[c].off.summary);
     free(confs[c].on.summary);
   }

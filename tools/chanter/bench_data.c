@@ -26,20 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "data.h"
 #include "err.h"
 
 #define BATCH_SIZE 4096
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct row_s {
   const char *what;
@@ -55,13 +49,13 @@ static double raw_read(const char *path, uint64_t *bytes) {
     if (fd < 0) return 0;
     uint64_t n = 0;
     unsigned sum = 0;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     ssize_t r;
     while ((r = read(fd, buf, sizeof buf)) > 0) {
       n += (uint64_t)r;
       sum += (unsigned char)buf[r - 1]; /* touch the data */
     }
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     close(fd);
     if (sum == 0xdeadbeef) fprintf(stderr, " ");
     *bytes = n;
@@ -75,7 +69,7 @@ static double batch_rate(data_source_t *d, double min_s, char *err, size_t err_l
   uint64_t n = data_samples(d), nb = (n + BATCH_SIZE - 1) / BATCH_SIZE;
   double best = 0;
   for (int rep = 0; rep < 3; rep++) {
-    double t0 = now_s(), dt;
+    double t0 = clock_mono_s(), dt;
     uint64_t done = 0;
     do {
       for (uint64_t x = 0; x < nb; x++) {
@@ -84,7 +78,7 @@ static double batch_rate(data_source_t *d, double min_s, char *err, size_t err_l
         done += b.n;
         data_batch_free(&b);
       }
-      dt = now_s() - t0;
+      dt = clock_mono_s() - t0;
     } while (dt < min_s);
     if (done / dt > best) best = (double)done / dt;
   }
@@ -128,9 +122,9 @@ int bench_data_parse(cli_t *cli) {
   snprintf(kv, sizeof kv, "seed=%lld", (long long)cfg_int(cli->cfg, "seed"));
   set(cfg, kv);
 
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   if (data_gen(cfg, tsv, DATA_FMT_CRITEO, samples, err, sizeof err)) goto fail;
-  double gen_s = now_s() - t0;
+  double gen_s = clock_mono_s() - t0;
 
   double raw_tsv = raw_read(tsv, &tsv_bytes);
   rows[nrows++] = (row_t){"raw read(2) of the TSV", raw_tsv, -1, 1};
@@ -139,9 +133,9 @@ int bench_data_parse(cli_t *cli) {
   for (int rep = 0; rep < 3; rep++) {
     data_close(d);
     d = NULL;
-    t0 = now_s();
+    t0 = clock_mono_s();
     if (data_open_path(cfg, tsv, &d, err, sizeof err)) goto fail;
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     if (dt < best) best = dt;
   }
   rows[nrows++] = (row_t){"TSV parse + index (data_open)", tsv_bytes / best / 1e6, samples / best,
@@ -154,9 +148,9 @@ int bench_data_parse(cli_t *cli) {
 
   best = 1e30;
   for (int rep = 0; rep < 3; rep++) {
-    t0 = now_s();
+    t0 = clock_mono_s();
     if (data_convert(cfg, tsv, bin, NULL, err, sizeof err)) goto fail;
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     if (dt < best) best = dt;
   }
   rows[nrows++] = (row_t){"convert TSV -> binary", tsv_bytes / best / 1e6, samples / best,

@@ -31,6 +31,7 @@
 #include "batch_pb.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "data.h"
 #include "dpc.h"
 #include "err.h"
@@ -50,7 +51,7 @@ typedef struct getter_s {
 static void *get_worker(void *arg) {
   getter_t *g = arg;
   char err[512];
-  for (uint64_t x = g->first; bench_now() < g->until; x += (uint64_t)g->stride) {
+  for (uint64_t x = g->first; clock_mono_s() < g->until; x += (uint64_t)g->stride) {
     data_batch_t b;
     if (dpc_get_batch(g->c, DATA_TRAIN, x % g->nb, BATCH_SIZE, &b, err, sizeof err)) {
       fprintf(stderr, "bench dataproc: %s\n", err);
@@ -66,7 +67,7 @@ static void *get_worker(void *arg) {
 static double get_rate(dpc_t *c, uint64_t nb, int threads, double secs) {
   pthread_t th[8];
   getter_t g[8];
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   for (int i = 0; i < threads; i++) {
     g[i] = (getter_t){.c = c, .nb = nb, .first = (uint64_t)i, .stride = threads, .until = t0 + secs};
     pthread_create(&th[i], NULL, get_worker, &g[i]);
@@ -78,7 +79,7 @@ static double get_rate(dpc_t *c, uint64_t nb, int threads, double secs) {
     total += g[i].samples;
     failed |= g[i].failed;
   }
-  return failed ? 0 : (double)total / (bench_now() - t0);
+  return failed ? 0 : (double)total / (clock_mono_s() - t0);
 }
 
 static int count_cb(const data_batch_t *b, void *ud) {
@@ -130,7 +131,7 @@ static void *stream_worker(void *arg) {
 static double stream_rate(dpc_t *c, int streams, uint64_t count, uint64_t first) {
   pthread_t th[4];
   streamer_t s[4];
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   for (int i = 0; i < streams; i++) {
     s[i] = (streamer_t){.c = c, .first = first + (uint64_t)i * count, .count = count};
     pthread_create(&th[i], NULL, stream_worker, &s[i]);
@@ -145,7 +146,7 @@ static double stream_rate(dpc_t *c, int streams, uint64_t count, uint64_t first)
       rc = s[i].rc;
     }
   }
-  return rc ? 0 : (double)got / (bench_now() - t0);
+  return rc ? 0 : (double)got / (clock_mono_s() - t0);
 }
 
 static int feed_cfg(cfg_t *cfg, char *err, size_t n) {
@@ -175,22 +176,22 @@ static int bench_feed(const char *dir, int quick) {
   for (int i = 0; i < reps; i++) {
     data_batch_t b, back;
     plan_t plan;
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     if (data_read_batch(d, DATA_TRAIN, (uint64_t)i, FEED_B, &b, err, sizeof err)) goto fail;
-    double t1 = bench_now();
+    double t1 = clock_mono_s();
     Chanter__Dataproc__V1__Batch pb;
     batch_pb_encode_batch(&b, &pb);
     size_t len = protobuf_c_message_get_packed_size(&pb.base);
     if (!buf && !(buf = malloc(len + 4096))) goto fail;
     protobuf_c_message_pack(&pb.base, buf);
     bytes = len;
-    double t2 = bench_now();
+    double t2 = clock_mono_s();
     Chanter__Dataproc__V1__Batch *m = chanter__dataproc__v1__batch__unpack(NULL, len, buf);
     if (!m || batch_pb_decode_batch(m, &back, err, sizeof err)) goto fail;
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    double t3 = bench_now();
+    double t3 = clock_mono_s();
     if (plan_build(&back, 1, PLAN_ALLOC_CONTIGUOUS, 1, PLAN_KEYS, &plan)) goto fail;
-    double t4 = bench_now();
+    double t4 = clock_mono_s();
     plan_close(&plan);
     data_batch_free(&b);
     data_batch_free(&back);
@@ -312,26 +313,26 @@ int bench_dataproc(cli_t *cli) {
   stat(bin, &sb);
   double per_sample = (double)sb.st_size / (double)samples;
   static char buf[1 << 20];
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   uint64_t bytes = 0;
   int fd = open(bin, O_RDONLY);
   ssize_t r;
   while (fd >= 0 && (r = read(fd, buf, sizeof buf)) > 0) bytes += (uint64_t)r;
   if (fd >= 0) close(fd);
-  double dt = bench_now() - t0;
+  double dt = clock_mono_s() - t0;
   row("raw read(2) of the file (samples it holds)", (double)bytes / per_sample / dt, (double)bytes / dt / 1e6, 0);
   /* in-process */
   if (data_open(cfg, &d, err, sizeof err)) goto fail;
   uint64_t nb = samples / BATCH_SIZE, done = 0;
-  t0 = bench_now();
-  while (bench_now() - t0 < secs)
+  t0 = clock_mono_s();
+  while (clock_mono_s() - t0 < secs)
     for (uint64_t x = 0; x < nb; x++) {
       data_batch_t b;
       if (data_read_batch(d, DATA_TRAIN, x, BATCH_SIZE, &b, err, sizeof err)) goto fail;
       done += b.n;
       data_batch_free(&b);
     }
-  double base = (double)done / (bench_now() - t0);
+  double base = (double)done / (clock_mono_s() - t0);
   row("data_read_batch, in-process (base)", base, 0, 0);
   /* the daemon */
   FILE *f = fopen(job, "w");
@@ -351,11 +352,11 @@ int bench_dataproc(cli_t *cli) {
   row("GetBatch over loopback gRPC, 1 thread", get_rate(c, nb, 1, secs), 0, base);
   row("GetBatch over loopback gRPC, 2 threads", get_rate(c, nb, 2, secs), 0, base);
   uint64_t got = 0;
-  t0 = bench_now();
+  t0 = clock_mono_s();
   uint64_t count = (uint64_t)((quick ? 0.5 : 2.0) * base / BATCH_SIZE);
   if (count < nb) count = nb;
   if (dpc_stream(c, DATA_TRAIN, 0, count, BATCH_SIZE, count_cb, &got, NULL, err, sizeof err)) goto fail;
-  row("StreamBatches over loopback gRPC, 1 stream", (double)got / (bench_now() - t0), 0, base);
+  row("StreamBatches over loopback gRPC, 1 stream", (double)got / (clock_mono_s() - t0), 0, base);
   printf("\naim: >= 2M samples/s served from binary\n");
   rc = bench_feed(dir, quick);
   goto out;

@@ -36,6 +36,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "data.h"
+#include "fsio.h"
 #include "phase.h"
 
 #define BENCH_LINK "400mbit,0"
@@ -71,7 +72,9 @@ static char *run(cli_t *cli, const char *self, const char *dir, const char *sets
   }
   char path[4200];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  return cli_slurp(path);
+  char *summary = NULL;
+  fsio_read_all(path, 0, &summary, NULL, NULL, 0);
+  return summary;
 }
 
 /* The columns: the same job with these settings on top. */

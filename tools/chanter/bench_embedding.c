@@ -24,6 +24,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "embc.h"
 #include "store.h"
 #include "err.h"
@@ -69,9 +70,9 @@ static void *worker(void *arg) {
   uint32_t f = b->dim; /* sgd: no optimizer state */
   float *rows = malloc((size_t)BATCH * f * sizeof(float));
   for (size_t i = 0; i < (size_t)BATCH * f; i++) rows[i] = (float)i * 1e-6f;
-  double end = bench_now() + b->seconds;
+  double end = clock_mono_s() + b->seconds;
   char why[512];
-  while (bench_now() < end && !b->failed) {
+  while (clock_mono_s() < end && !b->failed) {
     if (b->write) {
       /* a write batch holds each key once (as the trainers' write-backs
        * do): a run of rows from a random start */
@@ -123,7 +124,7 @@ static double run(bench_t *b) {
   pthread_t th[16];
   worker_t w[16];
   b->failed = 0;
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   for (int i = 0; i < b->threads; i++) {
     w[i] = (worker_t){.b = b, .id = i};
     pthread_create(&th[i], NULL, worker, &w[i]);
@@ -133,7 +134,7 @@ static double run(bench_t *b) {
     pthread_join(th[i], NULL);
     total += w[i].rows;
   }
-  double dt = bench_now() - t0;
+  double dt = clock_mono_s() - t0;
   if (b->failed) {
     fprintf(stderr, "bench: measurement failed: %s\n", b->err);
     return 0;

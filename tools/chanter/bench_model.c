@@ -46,11 +46,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "blas_cpu.h"
 #include "cli.h"
+#include "clock.h"
 #include "cuda_check.h"
 #include "embag.h"
 #include "embdev.h"
@@ -63,12 +63,6 @@
 #include "table.h"
 
 #define ID_BATCHES 8 /* distinct random id batches cycled through */
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct bench_s {
   uint32_t batch, n_dense, n_tables, dim, stride;
@@ -250,11 +244,11 @@ static void gemm_set_run(const gemm_set_t *s) {
 static double gemm_set_gflops(const gemm_set_t *s, double min_s) {
   gemm_set_run(s);
   int reps = 0;
-  double t0 = now_s(), el;
+  double t0 = clock_mono_s(), el;
   do {
     gemm_set_run(s);
     reps++;
-    el = now_s() - t0;
+    el = clock_mono_s() - t0;
   } while (el < min_s || reps < 2);
   return s->flops * reps / el / 1e9;
 }
@@ -337,11 +331,11 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
     phases_t ph;
     memset(&ph, 0, sizeof(ph));
     int n = 0;
-    double t0 = now_s(), el;
+    double t0 = clock_mono_s(), el;
     do {
       step(b, md, o, it++, &ph);
       n++;
-      el = now_s() - t0;
+      el = clock_mono_s() - t0;
     } while (n < iters || el < seconds / (2 * rounds));
     round_step[round] = el / n;
     if (el / n < best_step) {
@@ -450,7 +444,7 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
   double best = 1e30;
   rc = ERR_CUDA;
   for (int round = -1; round < rounds; round++) { /* round -1: three warm-up steps */
-    double sec[EMBAG_PHASES] = {0}, t0 = now_s(), el;
+    double sec[EMBAG_PHASES] = {0}, t0 = clock_mono_s(), el;
     int n = 0;
     do {
       const uint64_t *b = ids + (size_t)(it++ % ID_BATCHES) * CUDA_TABLES * B;
@@ -461,7 +455,7 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
         goto out;
       }
       n++;
-      el = now_s() - t0;
+      el = clock_mono_s() - t0;
     } while (round < 0 ? n < 3 : (n < iters || el < seconds / rounds));
     if (round < 0) continue;
     round_step[round] = el / n;

@@ -44,8 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "data.h"
 #include "cacher.h"
 #include "laia.h"
@@ -159,9 +159,9 @@ static void *ptime_worker(void *arg) {
   double s = 0;
   for (size_t i = t->first; i < t->n && !t->rc; i += t->stride) {
     plan_t p;
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     t->rc = plan_build(&t->b[i], t->P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &p);
-    s += bench_now() - t0;
+    s += clock_mono_s() - t0;
     plan_close(&p);
   }
   t->secs = s;
@@ -181,13 +181,13 @@ static int bench_plan(data_batch_t *b, size_t n, uint32_t P, double *one, double
   *one = (double)n * BATCH_SIZE / best;
   ptime_t t[2];
   pthread_t th;
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   for (int i = 0; i < 2; i++) t[i] = (ptime_t){.b = b, .n = n, .first = (size_t)i, .stride = 2, .P = P};
   int started = pthread_create(&th, NULL, ptime_worker, &t[1]) == 0;
   ptime_worker(&t[0]);
   if (started) pthread_join(th, NULL);
   else ptime_worker(&t[1]);
-  double wall = bench_now() - t0;
+  double wall = clock_mono_s() - t0;
   if (t[0].rc || t[1].rc) return t[0].rc ? t[0].rc : t[1].rc;
   *two = (double)n * BATCH_SIZE / wall;
   plan_t p;
@@ -242,14 +242,14 @@ static void ccr_stats(ccr_t *r, const cacher_dec_t *d) {
 static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
   while (r->decided < upto && cacher_ready(r->c)) {
     cacher_dec_t d;
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     int rc = cacher_decide(r->c, &d, r->err, sizeof r->err);
     if (rc) return rc;
-    double t1 = bench_now();
+    double t1 = clock_mono_s();
     ccr_stats(r, &d);
-    double t2 = bench_now();
+    double t2 = clock_mono_s();
     cacher_dec_free(&d);
-    double t3 = bench_now();
+    double t3 = clock_mono_s();
     if (timed) {
       r->t_decide += (t1 - t0) + (t3 - t2);
       r->chunk_t += (t1 - t0) + (t3 - t2);
@@ -266,7 +266,7 @@ static int ccr_drain(ccr_t *r, int timed, uint64_t upto) {
 static int ccr_step(ccr_t *r, const plan_t *p, int timed) {
   int last = p->iteration == r->end_at;
   if (last) timed = 0;
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   int rc = cacher_push(r->c, p);
   if (rc) {
     snprintf(r->err, sizeof r->err, "cacher_push of batch %" PRIu64 ": %s", p->iteration, strerror(-rc));
@@ -277,7 +277,7 @@ static int ccr_step(ccr_t *r, const plan_t *p, int timed) {
     r->ended = 1;
   }
   if (timed) {
-    double dt = bench_now() - t0;
+    double dt = clock_mono_s() - t0;
     r->t_push += dt;
     r->chunk_t += dt;
   }
@@ -410,7 +410,7 @@ static int bench_pipeline(ccr_t *r, plan_t *ring, uint64_t x0, uint64_t n, uint6
   pthread_cond_init(&pp.cv, NULL);
   pthread_t th;
   int started = 0;
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   if (!rc) started = pthread_create(&th, NULL, pipe_planner, &pp) == 0;
   if (!started && !rc) rc = -EAGAIN;
   for (uint64_t i = 0; i < n && !rc; i++) {
@@ -429,7 +429,7 @@ static int bench_pipeline(ccr_t *r, plan_t *ring, uint64_t x0, uint64_t n, uint6
     pthread_cond_broadcast(&pp.cv);
     pthread_mutex_unlock(&pp.mu);
   }
-  double wall = bench_now() - t0;
+  double wall = clock_mono_s() - t0;
   pthread_mutex_lock(&pp.mu);
   if (rc && !pp.rc) pp.rc = rc;
   pthread_cond_broadcast(&pp.cv);
@@ -471,9 +471,9 @@ static int alloc_run(const data_batch_t *b, uint64_t n, uint32_t P, int laia, cc
   r->s1 = n;
   for (uint64_t x = 0; x < n; x++) {
     if (laia) {
-      double t0 = bench_now();
+      double t0 = clock_mono_s();
       if ((rc = laia_assign(l, &b[x], owner)) != 0) goto out;
-      *laia_s += bench_now() - t0;
+      *laia_s += clock_mono_s() - t0;
       rc = plan_build_owned(&b[x], P, owner, PLAN_KEYS, &pl[x]);
     } else {
       rc = plan_build(&b[x], P, PLAN_ALLOC_CONTIGUOUS, SEED, PLAN_KEYS, &pl[x]);

@@ -27,7 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "cli.h"
 #include "drill.h"
 

@@ -6,14 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-double bench_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "json.h"
 
 static void self_dir(char *out, size_t n) {
   ssize_t l = readlink("/proc/self/exe", out, n - 1);
@@ -46,8 +41,8 @@ int bench_start_daemon(const char *daemon, char *const argv[], const char *ready
       size_t r = fread(buf, 1, sizeof buf - 1, f);
       fclose(f);
       buf[r] = 0;
-      char *p = strstr(buf, "\"rpc_port\": ");
-      if (p) return atoi(p + 12);
+      int64_t port;
+      if (json_get_i64(buf, "rpc_port", &port) == 0) return (int)port;
     }
     if (waitpid(*pid, NULL, WNOHANG) == *pid) return -1;
     usleep(50000);
@@ -74,37 +69,4 @@ void cli_tail_file(const char *path) {
   if (!n) return;
   fprintf(stderr, "--- last lines of %s ---\n", path);
   for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
-}
-
-char *cli_slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-  if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n > 0 ? n : 0] = 0;
-  fclose(f);
-  return s;
-}
-
-/* The string value of "key" in a flat JSON text (the first match). */
-int cli_json_str(const char *json, const char *key, char *out, size_t n) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  out[0] = 0;
-  if (!p) return -1;
-  p += strlen(pat);
-  while (*p == ' ') p++;
-  if (*p != '"') return -1;
-  p++;
-  size_t o = 0;
-  for (; *p && *p != '"' && o + 1 < n; p++) {
-    if (*p == '\\' && p[1]) p++;
-    out[o++] = *p;
-  }
-  out[o] = 0;
-  return 0;
 }

@@ -56,8 +56,9 @@ int bench_checkpoint(cli_t *cli);  /* bench_checkpoint.c: whole-job checkpoints:
  * result is cli->cfg or a new config the caller destroys (*owned = 1). */
 cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len);
 
-/* The number after "key": in a flat JSON text (the first match); NAN
- * when absent.  For our own summaries, not general JSON. */
+/* The number value of "key" in a flat JSON text (json.h's json_get_num:
+ * the first match) as an expression: NAN when absent or null.  For our
+ * own summaries, not general JSON. */
 double cli_json_num(const char *json, const char *key);
 
 /* An argument error of the running command: prints "chanter CMD SUB: what"

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
@@ -59,14 +59,12 @@ static int collect(const cfg_t *cfg, cp_row_t **out, size_t *n_out, uint32_t *S_
   size_t n = 0, cap = 0;
   for (uint32_t s = 0; s < S && !rc; s++) {
     Chanter__Embedding__V1__ListCheckpointsRequest req = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
+    Chanter__Embedding__V1__ListCheckpointsResponse *l = NULL;
     char why[1024];
-    if ((rc = embc_call(c, s, "ListCheckpoints", &req.base, &chanter__embedding__v1__list_checkpoints_response__descriptor,
-                        &resp, why, sizeof why)) != 0) {
+    if ((rc = embc_list_checkpoints(c, s, &req, &l, why, sizeof why)) != 0) {
       err_set(err, err_len, rc, "embedding server %u (%s): %s", s, embc_address(c, s), why);
       break;
     }
-    const Chanter__Embedding__V1__ListCheckpointsResponse *l = (const void *)resp;
     for (size_t i = 0; i < l->n_checkpoints && !rc; i++) {
       const Chanter__Embedding__V1__CheckpointInfo *ci = l->checkpoints[i];
       cp_row_t *r = find_row(rows, n, ci->id);
@@ -97,21 +95,19 @@ static int collect(const cfg_t *cfg, cp_row_t **out, size_t *n_out, uint32_t *S_
       if (ci->sealed && !r->have_manifest) {
         Chanter__Embedding__V1__GetManifestRequest g = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
         g.id = ci->id;
-        ProtobufCMessage *gr = NULL;
-        if (embc_call(c, s, "GetManifest", &g.base, &chanter__embedding__v1__get_manifest_response__descriptor, &gr, why,
-                      sizeof why) == 0) {
-          const Chanter__Embedding__V1__GetManifestResponse *m = (const void *)gr;
+        Chanter__Embedding__V1__GetManifestResponse *m = NULL;
+        if (embc_get_manifest(c, s, &g, &m, why, sizeof why) == 0) {
           if (manifest_parse((const char *)m->manifest.data, m->manifest.len, &r->m, why, sizeof why) == 0) {
             r->have_manifest = 1;
             r->created_unix = r->m.created_unix;
           } else {
             fprintf(stderr, "chanter checkpoints: %s on server %u: %s\n", ci->id, s, why);
           }
-          protobuf_c_message_free_unpacked(gr, NULL);
+          protobuf_c_message_free_unpacked(&m->base, NULL);
         }
       }
     }
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&l->base, NULL);
   }
   embc_destroy(c);
   for (size_t i = 0; i < n; i++) rows[i].complete = rows[i].sealed == S && rows[i].have_manifest && rows[i].m.servers == S;
@@ -213,10 +209,10 @@ int cmd_checkpoint(cli_t *cli) {
     goto out;
   }
   /* a job still starting (its trainers connecting, the servers checked) is waited for, up to 60 s */
-  for (double until = bench_now() + 60;;) {
+  for (double until = clock_mono_s() + 60;;) {
     int crc = orc_checkpoint(o, id, sizeof id, &it, err, sizeof err);
     if (!crc) break;
-    if (crc != ERR_PRECONDITION || !strstr(err, "is waiting") || bench_now() > until) {
+    if (crc != ERR_PRECONDITION || !strstr(err, "is waiting") || clock_mono_s() > until) {
       fprintf(stderr, "chanter checkpoint: %s\n", err);
       goto out;
     }
@@ -228,7 +224,7 @@ int cmd_checkpoint(cli_t *cli) {
     rc = 0;
     goto out;
   }
-  for (double until = bench_now() + 600;;) {
+  for (double until = clock_mono_s() + 600;;) {
     cp_row_t *rows = NULL;
     size_t n = 0;
     uint32_t S = 0;
@@ -248,7 +244,7 @@ int cmd_checkpoint(cli_t *cli) {
       protobuf_c_message_free_unpacked(&st->base, NULL);
       if (over) goto out;
     }
-    if (bench_now() > until) {
+    if (clock_mono_s() > until) {
       fprintf(stderr, "chanter checkpoint: %s is not complete after 600 s\n", id);
       goto out;
     }

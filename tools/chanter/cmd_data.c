@@ -26,17 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "data.h"
 #include "err.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* prints bad-record counts by kind: " (fields 2, hex 1)" */
 static void print_bad(FILE *f, const data_stats_t *st) {
@@ -125,9 +119,9 @@ static int do_gen(cli_t *cli) {
     }
     n = v;
   }
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   int rc = data_gen(cli->cfg, out, fmt, n, err, sizeof err);
-  double dt = now_s() - t0;
+  double dt = clock_mono_s() - t0;
   if (rc) {
     fprintf(stderr, "chanter data gen: %s\n", err);
     return 1;
@@ -146,9 +140,9 @@ static int do_convert(cli_t *cli) {
   if (cli_args(cli, 1, 2, "convert", "[IN] OUT")) return 2;
   const char *in = cli->argc == 2 ? cli->argv[0] : NULL, *out = cli->argv[cli->argc - 1];
   data_stats_t st;
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   int rc = data_convert(cli->cfg, in, out, &st, err, sizeof err);
-  double dt = now_s() - t0;
+  double dt = clock_mono_s() - t0;
   if (rc) {
     fprintf(stderr, "chanter data convert: %s\n", err);
     return 1;

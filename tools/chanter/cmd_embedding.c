@@ -15,8 +15,6 @@
 #include "err.h"
 #include "le.h"
 
-#define EMB_DESC(name) (&chanter__embedding__v1__##name##__descriptor)
-
 /* "T:R" or a raw uint64. */
 static int parse_key(const char *s, uint64_t *key) {
   char *end;
@@ -167,12 +165,11 @@ static int do_digest(cli_t *cli, embc_t *c) {
   if (cli->json) printf("{\"servers\": [");
   for (uint32_t s = 0; s < n; s++) {
     Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    if ((rc = embc_call(c, s, "Digest", &req.base, EMB_DESC(digest_response), &resp, err, sizeof err)) != 0) {
+    Chanter__Embedding__V1__DigestResponse *d = NULL;
+    if ((rc = embc_digest(c, s, &req, &d, err, sizeof err)) != 0) {
       fprintf(stderr, "chanter embedding digest: %s\n", err);
       break;
     }
-    Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
     EVP_DigestUpdate(md, d->sha256.data, d->sha256.len);
     total += d->rows;
     /* the set digest: lane-wise sum of the servers' (the same for any sharding) */
@@ -186,7 +183,7 @@ static int do_digest(cli_t *cli, embc_t *c) {
              s ? "," : "", s, embc_address(c, s), d->rows, d->hex, set_hex);
     else
       printf("server %u (%s): rows=%" PRIu64 " sha256=%s set=%s\n", s, embc_address(c, s), d->rows, d->hex, set_hex);
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
   }
   uint8_t h[32];
   unsigned hl = 0;
@@ -214,13 +211,12 @@ static int do_stats(cli_t *cli, embc_t *c) {
   if (cli->json) printf("{\"servers\": [");
   for (uint32_t s = 0; s < embc_servers(c); s++) {
     Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    if (embc_call(c, s, "Stats", &req.base, EMB_DESC(stats_response), &resp, err, sizeof err)) {
+    Chanter__Embedding__V1__StatsResponse *r = NULL;
+    if (embc_stats(c, s, &req, &r, err, sizeof err)) {
       fprintf(stderr, "chanter embedding stats: %s\n", err);
       if (cli->json) printf("\n]}\n");
       return 1;
     }
-    Chanter__Embedding__V1__StatsResponse *r = (void *)resp;
     char fence[256] = "none";
     if (r->fence_id && *r->fence_id)
       snprintf(fence, sizeof fence, "%.128s (after iteration %" PRIu64 ", %" PRIu64 " write-backs held)", r->fence_id,
@@ -250,7 +246,7 @@ static int do_stats(cli_t *cli, embc_t *c) {
              (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate,
              r->has_rows ? "rows" : "no rows", r->has_blobs ? "blobs" : "no blobs", r->rejected_calls, r->data_dir,
              r->incarnation, r->epoch, fence);
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
   }
   if (cli->json) printf("\n]}\n");
   return 0;
@@ -265,16 +261,17 @@ static int do_checkpoint(cli_t *cli, embc_t *c, int restore) {
   }
   if (cli->json) printf("{\"servers\": [");
   for (uint32_t s = 0; s < embc_servers(c); s++) {
-    ProtobufCMessage *resp = NULL;
+    Chanter__Embedding__V1__RestoreResponse *rr = NULL;
+    Chanter__Embedding__V1__CheckpointResponse *cr = NULL;
     int rc;
     if (restore) {
       Chanter__Embedding__V1__RestoreRequest req = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
       req.id = cli->argv[0];
-      rc = embc_call(c, s, "Restore", &req.base, EMB_DESC(restore_response), &resp, err, sizeof err);
+      rc = embc_restore(c, s, &req, &rr, err, sizeof err);
     } else {
       Chanter__Embedding__V1__CheckpointRequest req = CHANTER__EMBEDDING__V1__CHECKPOINT_REQUEST__INIT;
       req.id = cli->argv[0];
-      rc = embc_call(c, s, "Checkpoint", &req.base, EMB_DESC(checkpoint_response), &resp, err, sizeof err);
+      rc = embc_checkpoint(c, s, &req, &cr, err, sizeof err);
     }
     if (rc) {
       fprintf(stderr, "chanter embedding %s: %s\n", what, err);
@@ -286,16 +283,17 @@ static int do_checkpoint(cli_t *cli, embc_t *c, int restore) {
         printf("%s\n  {\"server\": %u, \"restored\": \"%s\"}", s ? "," : "", s, cli->argv[0]);
       else
         printf("server %u (%s): restored %s\n", s, embc_address(c, s), cli->argv[0]);
+      protobuf_c_message_free_unpacked(&rr->base, NULL);
     } else {
-      Chanter__Embedding__V1__CheckpointInfo *ci = ((Chanter__Embedding__V1__CheckpointResponse *)resp)->checkpoint;
+      Chanter__Embedding__V1__CheckpointInfo *ci = cr->checkpoint;
       if (cli->json)
         printf("%s\n  {\"server\": %u, \"id\": \"%s\", \"path\": \"%s\", \"bytes\": %" PRIu64 "}", s ? "," : "", s,
                ci ? ci->id : "", ci ? ci->path : "", ci ? ci->bytes : 0);
       else
         printf("server %u (%s): checkpoint %s at %s (%" PRIu64 " bytes)\n", s, embc_address(c, s), ci ? ci->id : "",
                ci ? ci->path : "", ci ? ci->bytes : 0);
+      protobuf_c_message_free_unpacked(&cr->base, NULL);
     }
-    protobuf_c_message_free_unpacked(resp, NULL);
   }
   if (cli->json) printf("\n]}\n");
   return 0;
@@ -306,13 +304,12 @@ static int do_list(cli_t *cli, embc_t *c) {
   if (cli->json) printf("{\"servers\": [");
   for (uint32_t s = 0; s < embc_servers(c); s++) {
     Chanter__Embedding__V1__ListCheckpointsRequest req = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    if (embc_call(c, s, "ListCheckpoints", &req.base, EMB_DESC(list_checkpoints_response), &resp, err, sizeof err)) {
+    Chanter__Embedding__V1__ListCheckpointsResponse *r = NULL;
+    if (embc_list_checkpoints(c, s, &req, &r, err, sizeof err)) {
       fprintf(stderr, "chanter embedding checkpoints: %s\n", err);
       if (cli->json) printf("\n]}\n");
       return 1;
     }
-    Chanter__Embedding__V1__ListCheckpointsResponse *r = (void *)resp;
     if (cli->json) printf("%s\n  {\"server\": %u, \"checkpoints\": [", s ? "," : "", s);
     for (size_t i = 0; i < r->n_checkpoints; i++) {
       Chanter__Embedding__V1__CheckpointInfo *ci = r->checkpoints[i];
@@ -325,7 +322,7 @@ static int do_list(cli_t *cli, embc_t *c) {
                ci->created_unix, ci->sealed ? "sealed" : "unsealed", ci->path);
     }
     if (cli->json) printf("]}");
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
   }
   if (cli->json) printf("\n]}\n");
   return 0;

@@ -44,8 +44,10 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "hosts.h"
+#include "json.h"
 #include "supervise.h"
 
 #define DOWN_GRACE_MS 15000 /* SIGTERM, then SIGKILL: the supervisor's and ours */
@@ -69,13 +71,13 @@ static int stop_all(supervise_proc_t *ps, int n, int grace_ms) {
       kill(ps[i].pid, SIGTERM);
       kill(ps[i].pid, SIGCONT);
     }
-  double until = bench_now() + grace_ms / 1000.0;
+  double until = clock_mono_s() + grace_ms / 1000.0;
   int left;
   do {
     left = 0;
     for (int i = 0; i < n; i++) left += supervise_alive(ps[i].pid);
     if (left) usleep(20000);
-  } while (left && bench_now() < until);
+  } while (left && clock_mono_s() < until);
   int killed = 0;
   for (int i = 0; i < n; i++)
     if (supervise_alive(ps[i].pid)) {
@@ -88,10 +90,10 @@ static int stop_all(supervise_proc_t *ps, int n, int grace_ms) {
   return killed;
 }
 
-/* Writes the effective configuration to path (through path.tmp and a
- * rename) and reads it back first as every daemon will: a file they would
- * refuse stops `local up` here, saying why, instead of as a daemon that
- * exits during start-up. */
+/* Writes the effective configuration to path (supervise_write_job: a
+ * durable replace) and reads it back first as every daemon will: a file
+ * they would refuse stops `local up` here, saying why, instead of as a
+ * daemon that exits during start-up. */
 static int write_job(const cfg_t *cfg, const char *path) {
   char err[1024];
   int rc = supervise_write_job(cfg, path, err, sizeof err);
@@ -348,8 +350,8 @@ static int local_down(cli_t *cli, const char *workdir) {
   if (sup) {
     /* the supervisor stops them in reverse start order and reaps them */
     kill(sup, SIGTERM);
-    double until = bench_now() + DOWN_GRACE_MS / 1000.0 + 15;
-    while (supervise_alive(sup) && bench_now() < until) usleep(20000);
+    double until = clock_mono_s() + DOWN_GRACE_MS / 1000.0 + 15;
+    while (supervise_alive(sup) && clock_mono_s() < until) usleep(20000);
     if (supervise_alive(sup)) {
       fprintf(stderr, "chanter local down: the supervisor (pid %d) did not stop within %d s; killing it and stopping "
                       "the daemons directly\n", (int)sup, DOWN_GRACE_MS / 1000 + 15);
@@ -404,8 +406,8 @@ static int local_status(cli_t *cli, const char *workdir) {
     if (!*addr) snprintf(addr, sizeof addr, "-");
     if (cli->json) {
       char le[400], st[600];
-      supervise_json_escape(le, sizeof le, e ? e->last_exit : "");
-      supervise_json_escape(st, sizeof st, e ? e->status : "");
+      json_escape(le, sizeof le, e ? e->last_exit : "");
+      json_escape(st, sizeof st, e ? e->status : "");
       printf("%s{\"name\": \"%s\", \"pid\": %d, \"port\": %d, \"alive\": %s, \"state\": \"%s\", \"restarts\": %d, "
              "\"last_exit\": \"%s\", \"status\": \"%s\"}",
              i ? ", " : "", ps[i].name, (int)ps[i].pid, ps[i].port, a ? "true" : "false", e ? e->state : "",

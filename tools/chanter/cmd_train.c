@@ -14,14 +14,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
+#include "fsio.h"
+#include "json.h"
 #include "le.h"
 #include "orc.h"
 #include "reshard.h"
+#include "sbuf.h"
 
 void train_progress(int tty, uint64_t it, uint64_t total, double sps, double loss, double eta) {
   if (tty) {
@@ -38,42 +41,6 @@ void train_progress(int tty, uint64_t it, uint64_t total, double sps, double los
 
 /* ---- the cluster: watch the oracle's job to its end */
 
-
-/* The idx-th string of the array "key": [...] into out (escapes undone;
- * \uXXXX only below 0x80); 0, or -ENOENT when there is no such entry. */
-static int json_str_at(const char *json, const char *key, size_t idx, char *out, size_t n) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\": [", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  if (!p) return -ENOENT;
-  p += strlen(pat);
-  for (size_t k = 0;; k++) {
-    while (*p == ' ' || *p == ',') p++;
-    if (*p != '"') return -ENOENT; /* the array's end (or not strings) */
-    p++;
-    size_t i = 0;
-    for (; *p && *p != '"'; p++) {
-      char c = *p;
-      if (c == '\\' && p[1]) {
-        p++;
-        c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
-        if (*p == 'u' && p[1] && p[2] && p[3] && p[4]) {
-          char hx[5] = {p[1], p[2], p[3], p[4], 0};
-          c = (char)strtol(hx, NULL, 16);
-          p += 4;
-        }
-      }
-      if (k == idx && i + 1 < n) out[i++] = c;
-    }
-    if (*p != '"') return -ENOENT;
-    p++;
-    if (k == idx) {
-      out[i] = 0;
-      return 0;
-    }
-  }
-}
-
 /* The embedding digest: the servers' set digests (each the lane-wise sum
  * mod 2^64 of SHA-256(key, row) over its rows) summed lane by lane, then
  * hashed -- the same however the rows are spread over the servers, so a
@@ -87,17 +54,16 @@ static int embedding_digest(const cfg_t *cfg, char hex[65], uint64_t *rows, char
   *rows = 0;
   for (uint32_t s = 0; s < embc_servers(c) && !rc; s++) {
     Chanter__Embedding__V1__DigestRequest req = CHANTER__EMBEDDING__V1__DIGEST_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    rc = embc_call(c, s, "Digest", &req.base, &chanter__embedding__v1__digest_response__descriptor, &resp, err, n);
+    Chanter__Embedding__V1__DigestResponse *d = NULL;
+    rc = embc_digest(c, s, &req, &d, err, n);
     if (rc) break;
-    Chanter__Embedding__V1__DigestResponse *d = (void *)resp;
     if (d->set_sha256.len != 32) {
       rc = err_set(err, n, ERR_BADMSG, "embedding server %u sent a set digest of %zu bytes, not 32", s, d->set_sha256.len);
     } else {
       le_lanes_add(lane, d->set_sha256.data);
     }
     *rows += d->rows;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
   }
   uint8_t buf[32], h[32];
   le_lanes_put(buf, lane);
@@ -116,7 +82,7 @@ static void checkpoint_line(int tty, const char *summary, double *seen) {
   const char *o = strstr(summary, "\"checkpoint\": {");
   if (!o) return;
   char id[128] = "";
-  cli_json_str(o, "id", id, sizeof id);
+  json_get_str(o, "id", id, sizeof id);
   double it = cli_json_num(o, "iteration"), target = cli_json_num(summary, "target_iterations");
   fprintf(stderr, "%scheckpoint %s: the model after iteration %.0f, written in %.0f ms (trainers %.0f ms, servers %.0f "
                   "ms) %s, %.1f MB on the servers\n",
@@ -157,158 +123,230 @@ static int maybe_reshard(const cfg_t *cfg, const char *pattern, const char **res
   return 0;
 }
 
-static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char *resume, int fresh,
-                         const char *old_dirs) {
-  char err[1024] = "";
-  int owned = 0, rc = 1;
-  cfg_t *cfg = cli_cluster_cfg(cli, workdir, &owned, err, sizeof err);
-  if (!cfg) {
+/* What watching a job remembers from one poll of the oracle to the next. */
+typedef struct watch_s {
+  const cfg_t *cfg;
+  orc_t *o;
+  const char *workdir, *resume, *old_dirs;
+  int quiet, fresh, tty;
+  int asked;    /* --resume / --fresh sent */
+  int answered; /* the oracle answered once: it is there, and may come back after a restart */
+  double progress_at, last_print, ckpt_seen, unreachable_since;
+  uint64_t last_it;
+  size_t warned; /* the job's warnings printed so far: each once, as soon as the oracle has it */
+  char last_why[200], recovery_said[512];
+  char reshard_id[128]; /* what resume names after maybe_reshard */
+} watch_t;
+
+/* The oracle does not answer (err says why) after it did: killed and
+ * restarting (it recovers the job), or gone for good.  1 to wait for it,
+ * 0 (said) once trainer.rejoin_timeout_ms has passed. */
+static int oracle_gone(watch_t *w, const char *err) {
+  double now = clock_mono_s(), limit = (double)cfg_int(w->cfg, "trainer.rejoin_timeout_ms") / 1e3;
+  if (!w->unreachable_since) {
+    w->unreachable_since = now;
+    fprintf(stderr, "%schanter train: the oracle does not answer (%s); waiting up to %.0f s for it to come back "
+                    "(a restarted oracle recovers the job)\n",
+            w->tty ? "\n" : "", err, limit);
+  }
+  if (now - w->unreachable_since > limit) {
+    fprintf(stderr, "chanter train: the oracle has not answered for %.0f s (trainer.rejoin_timeout_ms): %s\n",
+            now - w->unreachable_since, err);
+    return 0;
+  }
+  return 1;
+}
+
+/* The job's news in the oracle's summary: a recovery (each new line
+ * once) and the warnings not printed yet. */
+static void say_news(watch_t *w, const char *summary) {
+  char line[512] = "";
+  json_get_str(summary, "recovery", line, sizeof line);
+  if (line[0] && strcmp(line, w->recovery_said) && (strstr(line, "recovered") || !w->recovery_said[0])) {
+    if (!w->quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", w->tty ? "\n" : "", line);
+    snprintf(w->recovery_said, sizeof w->recovery_said, "%s", line);
+  }
+  char warning[1024];
+  for (; json_get_str_at(summary, "warnings", w->warned, warning, sizeof warning) == 0; w->warned++)
+    fprintf(stderr, "%schanter train: warning: %s\n", w->tty && w->last_print > 0 ? "\n" : "", warning);
+}
+
+/* The job is blocked: the embedding servers hold another job's state.
+ * Goes on from a checkpoint (--resume; resharded first when the servers
+ * changed), or starts over (--fresh), as asked: 1 once asked, 0 (said
+ * why) when the job cannot go on. */
+static int unblock(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st) {
+  if (!w->resume && !w->fresh) {
+    fprintf(stderr, "%schanter train: the job is blocked: %s\n", w->tty && w->last_print > 0 ? "\n" : "", st->message);
+    return 0;
+  }
+  if (w->asked) { /* refused (the message says why), or not yet applied */
+    fprintf(stderr, "%schanter train: %s\n", w->tty && w->last_print > 0 ? "\n" : "", st->message);
+    return 0;
+  }
+  char msg[1536], pattern[4200], err[1024] = "";
+  if (w->resume) { /* the old servers' data dirs: where chanter local keeps them, or as given, or the job's */
+    if (w->old_dirs) snprintf(pattern, sizeof pattern, "%s", w->old_dirs);
+    else if (w->workdir) snprintf(pattern, sizeof pattern, "%s/embedding-%%i", w->workdir);
+    else snprintf(pattern, sizeof pattern, "%s", cfg_str(w->cfg, "embedding.data_dir"));
+    if (maybe_reshard(w->cfg, pattern, &w->resume, w->reshard_id, sizeof w->reshard_id, w->quiet)) return 0;
+  }
+  if (orc_start(w->o, w->resume, w->fresh, msg, sizeof msg, err, sizeof err)) {
     fprintf(stderr, "chanter train: %s\n", err);
-    return 1;
+    return 0;
   }
-  orc_t *o = NULL;
-  if (orc_create(cfg, NULL, &o, err, sizeof err)) {
-    fprintf(stderr, "chanter train: %s (start a cluster with `chanter local up --workdir DIR`, or set cluster.oracle)\n",
-            err);
-    goto out;
+  w->asked = 1;
+  if (!w->quiet) fprintf(stderr, "chanter train: %s\n", msg);
+  return 1;
+}
+
+/* The progress line, or what the job waits for: at most every 0.25 s on
+ * a terminal (5 s otherwise), and at once at the end or for a new stage
+ * of lookahead's start-up. */
+static void progress(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st, int finished, double now) {
+  /* while lookahead = auto plans its probe and chooses L, the progress
+   * line says so; a new stage of it is shown at once */
+  char why[200] = "";
+  int startup = !w->quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&
+                json_get_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
+  int new_stage = startup && strncmp(why, w->last_why, 40) != 0;
+  if (startup) snprintf(w->last_why, sizeof w->last_why, "%s", why);
+  if (w->quiet || !(finished || new_stage || now - w->last_print > (w->tty ? 0.25 : 5.0))) return;
+  int tty = w->tty;
+  double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
+  double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(w->cfg, "batch_size") / sps : 0;
+  if (!strcmp(st->state, "waiting"))
+    fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
+            st->n_members);
+  else if (startup)
+    fprintf(stderr, tty ? "\r%s ...   " : "%s\n", why); /* lookahead's start-up: why no Step yet */
+  else {
+    train_progress(tty, st->iteration, st->iterations, isnan(sps) ? 0 : sps, isnan(loss) ? 0 : loss, eta);
+    double hits = cli_json_num(st->summary_json, "cache_hits"), fet = cli_json_num(st->summary_json, "rows_fetched");
+    double la = cli_json_num(st->summary_json, "lookahead");
+    if (!isnan(hits) && !isnan(fet) && hits + fet > 0 && !isnan(la))
+      fprintf(stderr, tty ? "L=%.0f hit %.0f%%   " : "  lookahead=%.0f cache_hit_pct=%.0f\n", la,
+              100.0 * hits / (hits + fet));
   }
-  int tty = isatty(2);
-  double t0 = bench_now(), progress_at = t0, last_print = 0, ckpt_seen = 0;
-  char last_why[200] = "";
-  int asked = 0; /* --resume / --fresh sent */
-  uint64_t last_it = UINT64_MAX;
-  size_t warned = 0; /* the job's warnings printed so far: each once, as soon as the oracle has it */
+  w->last_print = now;
+}
+
+/* Polls the oracle until the job ends: 0 with *out its last status (the
+ * caller frees it), or 1 after saying why not. */
+static int watch_job(watch_t *w, Chanter__Oracle__V1__StatusResponse **out) {
   Chanter__Oracle__V1__StatusResponse *st = NULL;
-  double unreachable_since = 0;
-  int answered = 0; /* the oracle answered once: it is there, and may come back after a restart */
-  char recovery_said[512] = "";
+  char err[1024] = "";
+  int rc = 1;
   for (;;) {
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
     st = NULL;
-    int src = orc_status(o, &st, err, sizeof err);
-    if ((src == ERR_UNAVAILABLE || src == ERR_DEADLINE) && answered) {
-      /* the oracle is down: killed and restarting (it recovers the job), or gone for good */
-      double now = bench_now(), limit = (double)cfg_int(cfg, "trainer.rejoin_timeout_ms") / 1e3;
-      if (!unreachable_since) {
-        unreachable_since = now;
-        fprintf(stderr, "%schanter train: the oracle does not answer (%s); waiting up to %.0f s for it to come back "
-                        "(a restarted oracle recovers the job)\n",
-                tty ? "\n" : "", err, limit);
-      }
-      if (now - unreachable_since > limit) {
-        fprintf(stderr, "chanter train: the oracle has not answered for %.0f s (trainer.rejoin_timeout_ms): %s\n",
-                now - unreachable_since, err);
-        goto out;
-      }
+    int src = orc_status(w->o, &st, err, sizeof err);
+    if ((src == ERR_UNAVAILABLE || src == ERR_DEADLINE) && w->answered) {
+      if (!oracle_gone(w, err)) goto out;
       usleep(500000);
       continue;
     }
     if (src) {
-      fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", err);
+      fprintf(stderr, "%schanter train: %s\n", w->tty ? "\n" : "", err);
       goto out;
     }
-    answered = 1;
-    if (unreachable_since) {
-      if (!quiet) fprintf(stderr, "chanter train: the oracle answers again after %.1f s\n", bench_now() - unreachable_since);
-      unreachable_since = 0;
-      progress_at = bench_now();
+    w->answered = 1;
+    if (w->unreachable_since) {
+      if (!w->quiet)
+        fprintf(stderr, "chanter train: the oracle answers again after %.1f s\n", clock_mono_s() - w->unreachable_since);
+      w->unreachable_since = 0;
+      w->progress_at = clock_mono_s();
     }
-    {
-      char line[512] = "";
-      cli_json_str(st->summary_json, "recovery", line, sizeof line);
-      if (line[0] && strcmp(line, recovery_said) && (strstr(line, "recovered") || !recovery_said[0])) {
-        if (!quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", tty ? "\n" : "", line);
-        snprintf(recovery_said, sizeof recovery_said, "%s", line);
-      }
-    }
-    char warning[1024];
-    for (; json_str_at(st->summary_json, "warnings", warned, warning, sizeof warning) == 0; warned++)
-      fprintf(stderr, "%schanter train: warning: %s\n", tty && last_print > 0 ? "\n" : "", warning);
-    double now = bench_now();
-    if (st->iteration != last_it) {
-      last_it = st->iteration;
-      progress_at = now;
+    say_news(w, st->summary_json);
+    double now = clock_mono_s();
+    if (st->iteration != w->last_it) {
+      w->last_it = st->iteration;
+      w->progress_at = now;
     }
     if (!strcmp(st->state, "blocked")) {
-      /* the embedding servers hold another job's state: go on from a checkpoint, or start over, as asked */
-      if (!resume && !fresh) {
-        fprintf(stderr, "%schanter train: the job is blocked: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
-        goto out;
-      }
-      if (asked) { /* refused (the message says why), or not yet applied */
-        fprintf(stderr, "%schanter train: %s\n", tty && last_print > 0 ? "\n" : "", st->message);
-        goto out;
-      }
-      char msg[1536], pattern[4200], reshard_id[128];
-      if (resume) { /* the old servers' data dirs: where chanter local keeps them, or as given, or the job's */
-        if (old_dirs) snprintf(pattern, sizeof pattern, "%s", old_dirs);
-        else if (workdir) snprintf(pattern, sizeof pattern, "%s/embedding-%%i", workdir);
-        else snprintf(pattern, sizeof pattern, "%s", cfg_str(cfg, "embedding.data_dir"));
-        if (maybe_reshard(cfg, pattern, &resume, reshard_id, sizeof reshard_id, quiet)) goto out;
-      }
-      if (orc_start(o, resume, fresh, msg, sizeof msg, err, sizeof err)) {
-        fprintf(stderr, "chanter train: %s\n", err);
-        goto out;
-      }
-      asked = 1;
-      if (!quiet) fprintf(stderr, "chanter train: %s\n", msg);
+      if (!unblock(w, st)) goto out;
       usleep(100000);
       continue;
     }
-    if (resume && !asked && strcmp(st->state, "waiting") != 0) {
+    if (w->resume && !w->asked && strcmp(st->state, "waiting") != 0) {
       fprintf(stderr, "chanter train: --resume: the job did not wait for it: it is %s%s%s (the embedding servers held no "
                       "state, so it started at iteration 0)\n",
               st->state, st->message && *st->message ? ": " : "", st->message ? st->message : "");
       goto out;
     }
-    if (!quiet) checkpoint_line(tty, st->summary_json, &ckpt_seen);
+    if (!w->quiet) checkpoint_line(w->tty, st->summary_json, &w->ckpt_seen);
     int finished = !strcmp(st->state, "done") || !strcmp(st->state, "failed") || !strcmp(st->state, "stopped");
-    /* while lookahead = auto plans its probe and chooses L, the progress
-     * line says so; a new stage of it is shown at once */
-    char why[200] = "";
-    int startup = !quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&
-                  cli_json_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
-    int new_stage = startup && strncmp(why, last_why, 40) != 0;
-    if (startup) snprintf(last_why, sizeof last_why, "%s", why);
-    if (!quiet && (finished || new_stage || now - last_print > (tty ? 0.25 : 5.0))) {
-      double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
-      double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(cfg, "batch_size") / sps : 0;
-      if (!strcmp(st->state, "waiting"))
-        fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
-                st->n_members);
-      else if (startup)
-        fprintf(stderr, tty ? "\r%s ...   " : "%s\n", why); /* lookahead's start-up: why no Step yet */
-      else {
-        train_progress(tty, st->iteration, st->iterations, isnan(sps) ? 0 : sps, isnan(loss) ? 0 : loss, eta);
-        double hits = cli_json_num(st->summary_json, "cache_hits"), fet = cli_json_num(st->summary_json, "rows_fetched");
-        double la = cli_json_num(st->summary_json, "lookahead");
-        if (!isnan(hits) && !isnan(fet) && hits + fet > 0 && !isnan(la))
-          fprintf(stderr, tty ? "L=%.0f hit %.0f%%   " : "  lookahead=%.0f cache_hit_pct=%.0f\n", la,
-                  100.0 * hits / (hits + fet));
-      }
-      last_print = now;
+    progress(w, st, finished, now);
+    if (finished) {
+      rc = 0;
+      break;
     }
-    if (finished) break;
-    if (now - progress_at > 180) {
+    if (now - w->progress_at > 180) {
       fprintf(stderr, "%schanter train: no progress for 180 s (state %s, iteration %llu); see `chanter local status` and "
                       "the daemons' logs\n",
-              tty ? "\n" : "", st->state, (unsigned long long)st->iteration);
+              w->tty ? "\n" : "", st->state, (unsigned long long)st->iteration);
       goto out;
     }
     usleep(200000);
   }
-  if (!quiet && tty) fputc('\n', stderr);
-  if (strcmp(st->state, "done") != 0) {
-    fprintf(stderr, "chanter train: the job %s: %s\n", st->state, st->message && *st->message ? st->message : "(no message)");
-    goto out;
+out:
+  if (rc && st) {
+    protobuf_c_message_free_unpacked(&st->base, NULL);
+    st = NULL;
   }
-  char emb_hex[65], dense_hex[80] = "", digest_hex[65];
+  *out = st;
+  return rc;
+}
+
+/* The finished job's summary for a person, on stdout. */
+static void print_job_summary(const cfg_t *cfg, const Chanter__Oracle__V1__StatusResponse *st, const char *summary,
+                              const char *digest_hex, const char *dense_hex, const char *emb_hex, uint64_t stored) {
+  printf("iterations        %llu (batch %lld, %lld trainers)\n", (unsigned long long)st->iterations,
+         (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
+  printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
+  char ll_def[256] = "";
+  json_get_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
+  printf("train logloss     %.4f%s%s%s\n", cli_json_num(summary, "train_logloss"), ll_def[0] ? " (" : "", ll_def,
+         ll_def[0] ? ")" : "");
+  double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");
+  double scored = cli_json_num(summary, "test_samples_scored");
+  if (isnan(tl) && isnan(ta)) {
+    printf("test logloss/AUC  none (no evaluation ran: eval_batches = %lld)\n", (long long)cfg_int(cfg, "eval_batches"));
+  } else {
+    if (!isnan(scored)) printf("test logloss      %.4f (scored %.0f test samples)\n", tl, scored);
+    else printf("test logloss      %.4f\n", tl);
+    printf("test AUC          %.4f\n", ta);
+  }
+  printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f, handed over %.0f), "
+         "written back %.0f\n",
+         cli_json_num(summary, "rows_fetched"), cli_json_num(summary, "cache_hits"), cli_json_num(summary, "rows_synced"),
+         cli_json_num(summary, "rows_synced_delayed"), cli_json_num(summary, "rows_replicated"),
+         cli_json_num(summary, "rows_written_back"));
+  double first = cli_json_num(summary, "first_iteration_seconds");
+  if (!isnan(first))
+    printf("start-up          %.2f s to the first iteration; %.0f samples/s after it\n", first,
+           cli_json_num(summary, "steady_samples_per_sec"));
+  double la = cli_json_num(summary, "lookahead");
+  if (!isnan(la))
+    printf("lookahead         L = %.0f (started at %.0f), cache_rows %.0f, slots used at most %.0f\n", la,
+           cli_json_num(summary, "lookahead_start"), cli_json_num(summary, "cache_rows"),
+           cli_json_num(summary, "slots_peak"));
+  printf("digest            %s (dense %s, embeddings %s over %llu stored rows)\n", digest_hex, dense_hex, emb_hex,
+         (unsigned long long)stored);
+}
+
+/* The job is done: its digests, summary.json (the oracle's summary plus
+ * the digests) in workdir, and the summary on stdout (--json: the same
+ * text).  0, or 1 after saying why not. */
+static int job_done(const cli_t *cli, const cfg_t *cfg, const Chanter__Oracle__V1__StatusResponse *st,
+                    const char *workdir) {
+  char err[1024] = "", emb_hex[65], dense_hex[80] = "", digest_hex[65];
   uint64_t stored = 0;
   if (embedding_digest(cfg, emb_hex, &stored, err, sizeof err)) {
     fprintf(stderr, "chanter train: embedding digest: %s\n", err);
-    goto out;
+    return 1;
   }
-  cli_json_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
+  json_get_str(st->summary_json, "dense_sha256", dense_hex, sizeof dense_hex);
   /* the model digest: SHA-256 of "<dense sha256 hex>:<embedding digest hex>" */
   {
     char both[160];
@@ -318,67 +356,66 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
     EVP_Digest(both, (size_t)bl, h, &hl, EVP_sha256(), NULL);
     for (int i = 0; i < 32; i++) snprintf(digest_hex + 2 * i, 3, "%02x", h[i]);
   }
-  /* summary.json: the oracle's summary plus the digests */
+  /* the oracle's summary, its closing brace replaced by the digests' keys */
   size_t sl = strlen(st->summary_json);
-  char *summary = malloc(sl + 512);
-  if (!summary) goto out;
-  memcpy(summary, st->summary_json, sl + 1);
-  while (sl && summary[sl - 1] != '}') sl--;
+  while (sl && st->summary_json[sl - 1] != '}') sl--;
   if (sl) sl--;
-  snprintf(summary + sl, 512, ", \"digest\": \"%s\", \"embedding_digest\": \"%s\", \"stored_rows\": %llu}\n", digest_hex,
-           emb_hex, (unsigned long long)stored);
+  sbuf_t b = {0};
+  sb_printf(&b, "%.*s, \"digest\": \"%s\", \"embedding_digest\": \"%s\", \"stored_rows\": %llu}\n", (int)sl,
+            st->summary_json, digest_hex, emb_hex, (unsigned long long)stored);
+  if (b.oom) {
+    fprintf(stderr, "chanter train: out of memory\n");
+    free(b.s);
+    return 1;
+  }
+  int rc = 0;
   if (workdir) {
     char path[4096];
     mkdir(workdir, 0755);
     snprintf(path, sizeof path, "%s/summary.json", workdir);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(summary, f) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "chanter train: cannot write %s: %s\n", path, strerror(errno));
-      free(summary);
-      goto out;
-    }
+    if ((rc = fsio_replace(path, b.s, b.n, 0666, NULL, 0)) != 0)
+      fprintf(stderr, "chanter train: cannot write %s: %s\n", path, strerror(-rc));
   }
-  if (cli->json) {
-    fputs(summary, stdout);
-  } else {
-    printf("iterations        %llu (batch %lld, %lld trainers)\n", (unsigned long long)st->iterations,
-           (long long)cfg_int(cfg, "batch_size"), (long long)cfg_int(cfg, "trainers"));
-    printf("samples/s         %.0f\n", cli_json_num(summary, "samples_per_sec"));
-    char ll_def[256] = "";
-    cli_json_str(summary, "train_logloss_definition", ll_def, sizeof ll_def);
-    printf("train logloss     %.4f%s%s%s\n", cli_json_num(summary, "train_logloss"), ll_def[0] ? " (" : "", ll_def,
-           ll_def[0] ? ")" : "");
-    double tl = cli_json_num(summary, "test_logloss"), ta = cli_json_num(summary, "test_auc");
-    double scored = cli_json_num(summary, "test_samples_scored");
-    if (isnan(tl) && isnan(ta)) {
-      printf("test logloss/AUC  none (no evaluation ran: eval_batches = %lld)\n", (long long)cfg_int(cfg, "eval_batches"));
-    } else {
-      if (!isnan(scored)) printf("test logloss      %.4f (scored %.0f test samples)\n", tl, scored);
-      else printf("test logloss      %.4f\n", tl);
-      printf("test AUC          %.4f\n", ta);
-    }
-    printf("rows / iteration  fetched %.0f, cache hits %.0f, synchronized %.0f (delayed %.0f, handed over %.0f), "
-           "written back %.0f\n",
-           cli_json_num(summary, "rows_fetched"), cli_json_num(summary, "cache_hits"),
-           cli_json_num(summary, "rows_synced"), cli_json_num(summary, "rows_synced_delayed"),
-           cli_json_num(summary, "rows_replicated"), cli_json_num(summary, "rows_written_back"));
-    double first = cli_json_num(summary, "first_iteration_seconds");
-    if (!isnan(first))
-      printf("start-up          %.2f s to the first iteration; %.0f samples/s after it\n", first,
-             cli_json_num(summary, "steady_samples_per_sec"));
-    double la = cli_json_num(summary, "lookahead");
-    if (!isnan(la))
-      printf("lookahead         L = %.0f (started at %.0f), cache_rows %.0f, slots used at most %.0f\n", la,
-             cli_json_num(summary, "lookahead_start"), cli_json_num(summary, "cache_rows"),
-             cli_json_num(summary, "slots_peak"));
-    printf("digest            %s (dense %s, embeddings %s over %llu stored rows)\n", digest_hex, dense_hex, emb_hex,
-           (unsigned long long)stored);
+  if (!rc && cli->json) fputs(b.s, stdout);
+  else if (!rc) print_job_summary(cfg, st, b.s, digest_hex, dense_hex, emb_hex, stored);
+  free(b.s);
+  return rc ? 1 : 0;
+}
+
+static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char *resume, int fresh,
+                         const char *old_dirs) {
+  char err[1024] = "";
+  int owned = 0, rc = 1;
+  cfg_t *cfg = cli_cluster_cfg(cli, workdir, &owned, err, sizeof err);
+  if (!cfg) {
+    fprintf(stderr, "chanter train: %s\n", err);
+    return 1;
   }
-  free(summary);
-  rc = 0;
+  watch_t w = {.cfg = cfg,
+               .workdir = workdir,
+               .resume = resume,
+               .old_dirs = old_dirs,
+               .quiet = quiet,
+               .fresh = fresh,
+               .tty = isatty(2),
+               .progress_at = clock_mono_s(),
+               .last_it = UINT64_MAX};
+  Chanter__Oracle__V1__StatusResponse *st = NULL;
+  if (orc_create(cfg, NULL, &w.o, err, sizeof err)) {
+    fprintf(stderr, "chanter train: %s (start a cluster with `chanter local up --workdir DIR`, or set cluster.oracle)\n",
+            err);
+    goto out;
+  }
+  if (watch_job(&w, &st)) goto out;
+  if (!quiet && w.tty) fputc('\n', stderr);
+  if (strcmp(st->state, "done") != 0) {
+    fprintf(stderr, "chanter train: the job %s: %s\n", st->state, st->message && *st->message ? st->message : "(no message)");
+    goto out;
+  }
+  rc = job_done(cli, cfg, st, workdir);
 out:
   if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
-  orc_destroy(o);
+  orc_destroy(w.o);
   if (owned) cfg_destroy(cfg);
   return rc;
 }

@@ -10,22 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "clock.h"
 #include "err.h"
+#include "fsio.h"
+#include "json.h"
 #include "oracle.pb-c.h"
 #include "orc.h"
 #include "supervise.h"
-
-static double unix_now(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
-}
 
 
 
@@ -80,9 +76,9 @@ static pid_t train_start(const char *self, const char *dir) {
 static int digest_of(const char *dir, char out[65]) {
   char path[4300];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  char *s = cli_slurp(path);
+  char *s = NULL;
   out[0] = 0;
-  if (s) cli_json_str(s, "digest", out, 65);
+  if (fsio_read_all(path, 0, &s, NULL, NULL, 0) == 0) json_get_str(s, "digest", out, 65);
   free(s);
   return out[0] ? 0 : -1;
 }
@@ -150,8 +146,8 @@ static void restart_of(const char *dir, drill_kill_t *k) {
   if (!f) return;
   while (fgets(line, sizeof line, f)) {
     double t = cli_json_num(line, "t");
-    if (isnan(t) || t < k->t_kill - 0.05 || cli_json_str(line, "event", ev, sizeof ev) || strcmp(ev, "restart") ||
-        cli_json_str(line, "name", nm, sizeof nm) || strcmp(nm, k->who))
+    if (isnan(t) || t < k->t_kill - 0.05 || json_get_str(line, "event", ev, sizeof ev) || strcmp(ev, "restart") ||
+        json_get_str(line, "name", nm, sizeof nm) || strcmp(nm, k->who))
       continue;
     k->restarted = t - k->t_kill;
     double np = cli_json_num(line, "new_pid");
@@ -175,8 +171,8 @@ static void match_recoveries(const char *summary, drill_result_t *r) {
       if (r->kills[i].t_kill <= det + 0.05) k = &r->kills[i];
     if (!k) continue;
     used = (int)(k - r->kills) + 1;
-    cli_json_str(p, "kind", k->kind, sizeof k->kind);
-    cli_json_str(p, "why", k->why, sizeof k->why);
+    json_get_str(p, "kind", k->kind, sizeof k->kind);
+    json_get_str(p, "why", k->why, sizeof k->why);
     k->detected = det - k->t_kill;
 #define AT(field, key)                                                                                              \
   do {                                                                                                              \
@@ -236,7 +232,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
   }
   unsigned seed = (unsigned)time(NULL);
   srand(seed);
-  double t0 = unix_now(), next_chaos = t0 + o->every;
+  double t0 = clock_wall_s(), next_chaos = t0 + o->every;
   pid_t tp = train_start(self, dir);
   int status = 0, n_rec_at_kill = 0;
   for (;;) {
@@ -249,7 +245,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
     if (have && st->summary_json)
       for (const char *q = strstr(st->summary_json, "\"recoveries\": ["); q && (q = strstr(q + 1, "{\"kind\":"));) n_rec++;
     if (have) protobuf_c_message_free_unpacked(&st->base, NULL);
-    double now = unix_now();
+    double now = clock_wall_s();
     int fire = 0;
     char name[32];
     snprintf(name, sizeof name, "%s", who);
@@ -280,7 +276,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
       k->at = it;
       k->detected = k->restarted = k->rolled_back = k->resumed = k->first = k->caught_up = -1;
       k->rollback_to = -2;
-      k->t_kill = unix_now();
+      k->t_kill = clock_wall_s();
       n_rec_at_kill = n_rec;
       if (all) {
         orc_destroy(orc);
@@ -307,14 +303,15 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
     }
     usleep(20000);
   }
-  r->seconds = unix_now() - t0;
+  r->seconds = clock_wall_s() - t0;
   orc_destroy(orc);
   cfg_destroy(cfg);
   char path[4300];
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  char *summary = cli_slurp(path);
+  char *summary = NULL;
+  fsio_read_all(path, 0, &summary, NULL, NULL, 0);
   int trained = WIFEXITED(status) && WEXITSTATUS(status) == 0 && summary;
-  if (summary) cli_json_str(summary, "digest", r->digest, sizeof r->digest);
+  if (summary) json_get_str(summary, "digest", r->digest, sizeof r->digest);
   match_recoveries(summary, r);
   free(summary);
   for (int i = 0; i < r->n_kills; i++) restart_of(dir, &r->kills[i]);

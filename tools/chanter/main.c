@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "err.h"
 #include "hosts.h"
+#include "json.h"
 #include "log.h"
 #include "proc.h"
 
@@ -294,13 +295,8 @@ out:
 }
 
 double cli_json_num(const char *json, const char *key) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = json ? strstr(json, pat) : NULL;
-  if (!p) return NAN;
-  char *end;
-  double v = strtod(p + strlen(pat), &end);
-  return end == p + strlen(pat) ? NAN : v; /* null (no number): NaN, not 0 */
+  double v;
+  return json_get_num(json, key, &v) == 0 ? v : NAN; /* null (no number): NaN, not 0 */
 }
 
 cfg_t *cli_cluster_cfg(cli_t *cli, const char *workdir, int *owned, char *err, size_t err_len) {

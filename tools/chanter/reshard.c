@@ -11,13 +11,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bench_util.h"
+#include "clock.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
 #include "store.h"
 
-#define EMB_DESC(x) (&chanter__embedding__v1__##x##__descriptor)
 #define BATCH_ROWS 65536 /* rows read and written per call */
 
 void reshard_dir(const char *pattern, uint32_t i, const char *id, char *out, size_t n) {
@@ -78,24 +77,17 @@ int reshard_find(const char *pattern, const char *want, manifest_t *best, char *
   return 0;
 }
 
-static int call(embc_t *c, uint32_t s, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp, char *err, size_t err_len) {
-  *resp = NULL;
-  return embc_call(c, s, method, req, d, resp, err, err_len);
-}
-
 int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char *new_id, size_t new_id_len,
                 reshard_stats_t *st, char *err, size_t err_len) {
   reshard_stats_t z = {0};
   if (!st) st = &z;
   memset(st, 0, sizeof *st);
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   embc_t *c = NULL;
   int rc = embc_create(cfg, &c, err, err_len);
   if (rc) return rc;
   uint32_t S = embc_servers(c);
   snprintf(new_id, new_id_len, "%.56s.s%u", m->id, S);
-  ProtobufCMessage *resp = NULL;
   uint64_t *keys = malloc(BATCH_ROWS * sizeof *keys);
   size_t *lens = malloc(BATCH_ROWS * sizeof *lens);
   size_t cap = (size_t)BATCH_ROWS * 4096;
@@ -110,8 +102,9 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
   for (uint32_t s = 0; s < S; s++) {
     Chanter__Embedding__V1__ClearRequest req = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
     req.keep_checkpoints = 1;
-    if ((rc = call(c, s, "Clear", &req.base, EMB_DESC(clear_response), &resp, err, err_len)) != 0) goto out;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    Chanter__Embedding__V1__ClearResponse *resp = NULL;
+    if ((rc = embc_clear(c, s, &req, &resp, err, err_len)) != 0) goto out;
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
   /* 2. every row once, from its old server's checkpoint to its new owner */
   for (uint32_t i = 0; i < m->servers; i++) {
@@ -122,22 +115,22 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
       goto out;
     }
     for (;;) {
-      double tr = bench_now();
+      double tr = clock_mono_s();
       size_t n = 0, used = 0;
       int k = store_reader_next_rows(r, keys, buf, cap, lens, BATCH_ROWS, &used);
-      st->read_seconds += bench_now() - tr;
+      st->read_seconds += clock_mono_s() - tr;
       if (k < 0) {
         rc = err_set(err, err_len, k, "reading %s: %s", dir, err_str(k));
         goto out;
       }
       n = (size_t)k;
       if (n == 0) break;
-      double tw = bench_now();
+      double tw = clock_mono_s();
       if ((rc = embc_write(c, keys, n, (const float *)buf, why, sizeof why)) != 0) {
         err_set(err, err_len, rc, "writing %zu rows to the new servers: %s", n, why);
         goto out;
       }
-      st->write_seconds += bench_now() - tw;
+      st->write_seconds += clock_mono_s() - tw;
       st->rows += n;
       st->bytes += used;
     }
@@ -159,8 +152,9 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
           req.name = names[b];
           req.data.data = data;
           req.data.len = len;
-          if ((rc = call(c, 0, "PutBlob", &req.base, EMB_DESC(put_blob_response), &resp, err, err_len)) == 0) {
-            protobuf_c_message_free_unpacked(resp, NULL);
+          Chanter__Embedding__V1__PutBlobResponse *resp = NULL;
+          if ((rc = embc_put_blob(c, 0, &req, &resp, err, err_len)) == 0) {
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
             st->blobs++;
           }
         }
@@ -174,19 +168,19 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
     r = NULL;
   }
   /* 3. a checkpoint of the new shape on every server, and its manifest */
-  double tc = bench_now();
+  double tc = clock_mono_s();
   for (uint32_t s = 0; s < S; s++) {
     Chanter__Embedding__V1__DeleteCheckpointRequest del = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
     del.id = new_id; /* a reshard tried before and cut short */
     char e2[512];
-    if (call(c, s, "DeleteCheckpoint", &del.base, EMB_DESC(delete_checkpoint_response), &resp, e2, sizeof e2) == 0)
-      protobuf_c_message_free_unpacked(resp, NULL);
+    Chanter__Embedding__V1__DeleteCheckpointResponse *dr = NULL;
+    if (embc_delete_checkpoint(c, s, &del, &dr, e2, sizeof e2) == 0) protobuf_c_message_free_unpacked(&dr->base, NULL);
     Chanter__Embedding__V1__CheckpointRequest req = CHANTER__EMBEDDING__V1__CHECKPOINT_REQUEST__INIT;
     req.id = new_id;
-    if ((rc = call(c, s, "Checkpoint", &req.base, EMB_DESC(checkpoint_response), &resp, err, err_len)) != 0) goto out;
-    const Chanter__Embedding__V1__CheckpointResponse *cr = (const void *)resp;
+    Chanter__Embedding__V1__CheckpointResponse *cr = NULL;
+    if ((rc = embc_checkpoint(c, s, &req, &cr, err, err_len)) != 0) goto out;
     bytes[s] = cr->checkpoint ? cr->checkpoint->bytes : 0;
-    protobuf_c_message_free_unpacked(resp, NULL);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
   }
   manifest_t nm = *m;
   snprintf(nm.id, sizeof nm.id, "%s", new_id);
@@ -203,14 +197,15 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
     req.id = new_id;
     req.manifest.data = (uint8_t *)text;
     req.manifest.len = tl;
-    if ((rc = call(c, s, "SealCheckpoint", &req.base, EMB_DESC(seal_checkpoint_response), &resp, err, err_len)) == 0)
-      protobuf_c_message_free_unpacked(resp, NULL);
+    Chanter__Embedding__V1__SealCheckpointResponse *resp = NULL;
+    if ((rc = embc_seal_checkpoint(c, s, &req, &resp, err, err_len)) == 0)
+      protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
   free(text);
-  st->checkpoint_seconds = bench_now() - tc;
+  st->checkpoint_seconds = clock_mono_s() - tc;
 out:
   store_reader_close(r);
-  st->seconds = bench_now() - t0;
+  st->seconds = clock_mono_s() - t0;
   free(keys);
   free(lens);
   free(buf);

@@ -38,11 +38,10 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
-#include "bench_util.h"
+#include "clock.h"
 #include "err.h"
 #include "hosts.h"
 #include "log.h"
@@ -57,130 +56,6 @@ extern char **environ;
 #define KILL_WAIT_S 5.0        /* after SIGKILL, how long to wait for the exit */
 #define STATUS_EVERY_S 0.25    /* W/run/status at most this often for STATUS= changes */
 #define MAX_ARGS 24
-
-/* ---- the files the CLI reads */
-
-int supervise_pids_save(const char *workdir, const supervise_proc_t *ps, int n) {
-  char path[4200], tmp[4300];
-  snprintf(path, sizeof path, "%s/pids", workdir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
-  for (int i = 0; i < n; i++) fprintf(f, "%s %d %d\n", ps[i].name, (int)ps[i].pid, ps[i].port);
-  if (fclose(f)) return -errno;
-  return rename(tmp, path) ? -errno : 0;
-}
-
-int supervise_pids_load(const char *workdir, supervise_proc_t *ps, int cap) {
-  char path[4200], line[512];
-  snprintf(path, sizeof path, "%s/pids", workdir);
-  FILE *f = fopen(path, "r");
-  if (!f) return -errno;
-  int n = 0, pid, port;
-  char name[64];
-  while (n < cap && fgets(line, sizeof line, f))
-    if (sscanf(line, "%63s %d %d", name, &pid, &port) == 3) {
-      snprintf(ps[n].name, sizeof ps[n].name, "%s", name);
-      ps[n].pid = pid;
-      ps[n].port = port;
-      n++;
-    }
-  fclose(f);
-  return n;
-}
-
-int supervise_alive(pid_t pid) {
-  if (pid <= 0) return 0;
-  waitpid(pid, NULL, WNOHANG); /* reap if it is our child */
-  if (kill(pid, 0) != 0) return 0;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows the command's closing parenthesis */
-  return !(p && p[1] == ' ' && p[2] == 'Z');
-}
-
-pid_t supervise_running(const char *workdir) {
-  char path[4200], buf[4096];
-  snprintf(path, sizeof path, "%s/run/supervisor.pid", workdir);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  int pid = 0;
-  if (fscanf(f, "%d", &pid) != 1) pid = 0;
-  fclose(f);
-  if (!supervise_alive(pid)) return 0;
-  /* the pid may have been reused since: it must be a supervisor */
-  snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-  if (!(f = fopen(path, "r"))) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-    if (!strcmp(buf + i, "supervise")) return pid;
-  return 0;
-}
-
-/* the next tab-separated field of *p ("-" is empty) into out */
-static void field(char **p, char *out, size_t n) {
-  char *s = *p, *t = strchr(s, '\t');
-  if (t) *t = 0;
-  snprintf(out, n, "%s", strcmp(s, "-") ? s : "");
-  *p = t ? t + 1 : s + strlen(s);
-}
-
-int supervise_status_read(const char *workdir, supervise_info_t *info, supervise_entry_t *es, int cap) {
-  char path[4200], line[1024], f[256];
-  snprintf(path, sizeof path, "%s/run/status", workdir);
-  FILE *fp = fopen(path, "r");
-  if (!fp) return -errno;
-  memset(info, 0, sizeof *info);
-  int n = 0;
-  while (fgets(line, sizeof line, fp)) {
-    line[strcspn(line, "\n")] = 0;
-    char *p = line;
-    field(&p, f, sizeof f);
-    if (!strcmp(f, "supervisor")) {
-      field(&p, f, sizeof f), info->pid = atoi(f);
-      field(&p, info->phase, sizeof info->phase);
-      field(&p, f, sizeof f), info->killed = atoi(f);
-      field(&p, f, sizeof f), info->restart_ms = atoi(f);
-      field(&p, f, sizeof f), info->watchdog_ms = atoi(f);
-      continue;
-    }
-    if (n >= cap || !*f) continue;
-    supervise_entry_t *e = &es[n++];
-    memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%.63s", f);
-    field(&p, f, sizeof f), e->pid = atoi(f);
-    field(&p, f, sizeof f), e->port = atoi(f);
-    field(&p, e->state, sizeof e->state);
-    field(&p, f, sizeof f), e->restarts = atoi(f);
-    field(&p, e->last_exit, sizeof e->last_exit);
-    field(&p, e->status, sizeof e->status);
-  }
-  fclose(fp);
-  return n;
-}
-
-void supervise_json_escape(char *out, size_t n, const char *s) {
-  size_t o = 0;
-  for (; *s && o + 7 < n; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      out[o++] = '\\';
-      out[o++] = (char)c;
-    } else if (c < 0x20) {
-      o += (size_t)snprintf(out + o, n - o, "\\u%04x", c);
-    } else {
-      out[o++] = (char)c;
-    }
-  }
-  if (n) out[o < n ? o : n - 1] = 0;
-}
 
 /* ---- the supervisor */
 
@@ -250,14 +125,6 @@ static const struct group_s {
 };
 #define N_GROUPS ((int)(sizeof groups / sizeof groups[0]))
 
-static double now_s(void) { return bench_now(); }
-
-static double wall_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* A line for `local up` (during start-up) and the log. */
 static void say(sup_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(sup_t *s, const char *fmt, ...) {
@@ -290,72 +157,41 @@ static void save_pids(sup_t *s) {
     ps[i].pid = s->ch[i].pid;
     ps[i].port = s->ch[i].port;
   }
-  int rc = supervise_pids_save(s->workdir, ps, s->n);
-  if (rc) log_error("cannot write %s/pids: %s", s->workdir, err_str(rc));
-}
-
-/* free text for a tab-separated field */
-static void tsv(FILE *f, const char *text) {
-  if (!*text) {
-    fputs("\t-", f);
-    return;
-  }
-  fputc('\t', f);
-  for (const char *p = text; *p; p++) fputc(*p == '\t' || *p == '\n' || *p == '\r' ? ' ' : *p, f);
+  char why[4400];
+  if (supervise_pids_save(s->workdir, ps, s->n, why, sizeof why)) log_error("%s", why);
 }
 
 static void save_status(sup_t *s) {
-  char path[4200], tmp[4300];
-  snprintf(path, sizeof path, "%s/run/status", s->workdir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    log_error("cannot write %s: %s", tmp, strerror(errno));
-    return;
+  supervise_info_t info = {
+      .pid = getpid(), .killed = s->killed, .restart_ms = s->restart_ms, .watchdog_ms = s->watchdog_ms};
+  snprintf(info.phase, sizeof info.phase, "%s", phase_names[s->phase]);
+  supervise_entry_t *es = calloc((size_t)(s->n ? s->n : 1), sizeof *es);
+  char why[4400];
+  if (!es) {
+    log_error("cannot write %s/run/status: out of memory", s->workdir);
+  } else {
+    for (int i = 0; i < s->n; i++) {
+      const child_t *c = &s->ch[i];
+      supervise_entry_t *e = &es[i];
+      snprintf(e->name, sizeof e->name, "%s", c->name);
+      e->pid = c->pid;
+      e->port = c->port;
+      snprintf(e->state, sizeof e->state, "%s", state_names[c->state]);
+      e->restarts = c->restarts;
+      snprintf(e->last_exit, sizeof e->last_exit, "%s", c->last_exit);
+      snprintf(e->status, sizeof e->status, "%s", c->status);
+    }
+    if (supervise_status_write(s->workdir, &info, es, s->n, why, sizeof why)) log_error("%s", why);
+    free(es);
   }
-  fprintf(f, "supervisor\t%d\t%s\t%d\t%d\t%d\n", (int)getpid(), phase_names[s->phase], s->killed, s->restart_ms,
-          s->watchdog_ms);
-  for (int i = 0; i < s->n; i++) {
-    child_t *c = &s->ch[i];
-    fprintf(f, "%s\t%d\t%d\t%s\t%d", c->name, (int)c->pid, c->port, state_names[c->state], c->restarts);
-    tsv(f, c->last_exit);
-    tsv(f, c->status);
-    fputc('\n', f);
-  }
-  if (fclose(f) || rename(tmp, path)) log_error("cannot write %s: %s", path, strerror(errno));
   s->status_dirty = 0;
-  s->status_at = now_s();
+  s->status_at = clock_mono_s();
 }
 
 /* One line of W/run/events; new_pid <= 0 is null. */
 static void event(sup_t *s, const char *ev, const child_t *c, pid_t pid, pid_t new_pid, const char *how) {
-  char path[4200], line[1024], h[512], np[32];
-  snprintf(path, sizeof path, "%s/run/events", s->workdir);
-  supervise_json_escape(h, sizeof h, how);
-  if (new_pid > 0) snprintf(np, sizeof np, "%d", (int)new_pid);
-  else snprintf(np, sizeof np, "null");
-  int n = snprintf(line, sizeof line,
-                   "{\"t\": %.3f, \"event\": \"%s\", \"name\": \"%s\", \"pid\": %d, \"new_pid\": %s, \"how\": \"%s\", "
-                   "\"restarts\": %d}\n",
-                   wall_s(), ev, c->name, (int)pid, np, h, c->restarts);
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0 || write(fd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1)) < 0)
-    log_error("cannot append to %s: %s", path, strerror(errno));
-  if (fd >= 0) close(fd);
-}
-
-/* 0 once path exists (a daemon's ready file), with its ports; -1 before. */
-static int read_ready(const char *path, int *port, int *mport) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char buf[1024] = "";
-  size_t r = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[r] = 0;
-  const char *p = strstr(buf, "\"rpc_port\": "), *m = strstr(buf, "\"metrics_port\": ");
-  *port = p ? atoi(p + 12) : 0; /* ready, serving no RPC of its own */
-  *mport = m ? atoi(m + 16) : 0;
-  return 0;
+  int rc = supervise_event_append(s->workdir, ev, c->name, pid, new_pid, how, c->restarts);
+  if (rc) log_error("cannot append to %s/run/events: %s", s->workdir, strerror(-rc));
 }
 
 /* ---- processes */
@@ -443,10 +279,10 @@ static void restart(sup_t *s, child_t *c) {
       add_arg(c, v);
     }
   }
-  if (s->burst > 0) c->recent[c->restarts % s->burst] = now_s();
+  if (s->burst > 0) c->recent[c->restarts % s->burst] = clock_mono_s();
   c->restarts++;
   int rc = spawn(s, c);
-  int after_ms = (int)((now_s() - c->exited_at) * 1000 + 0.5);
+  int after_ms = (int)((clock_mono_s() - c->exited_at) * 1000 + 0.5);
   if (rc) {
     /* a restart that failed at once: the policy again, and the burst limit ends it */
     log_error("restart name=%s old_pid=%d how=\"%s\" failed: cannot start %s: %s restarts=%d", c->name, (int)old,
@@ -467,7 +303,7 @@ static void restart(sup_t *s, child_t *c) {
 
 /* What the policy does with c, which has just exited (c->last_exit says how). */
 static void policy(sup_t *s, child_t *c, int64_t status, int sig) {
-  double now = now_s();
+  double now = clock_mono_s();
   c->exited_at = now;
   if (s->phase == P_STOP || s->phase == P_DONE) {
     c->state = D_STOPPED;
@@ -475,7 +311,7 @@ static void policy(sup_t *s, child_t *c, int64_t status, int sig) {
     return;
   }
   int port, mport;
-  if (!c->ever_ready && read_ready(c->ready, &port, &mport) == 0) { /* ready, and gone before the tick saw it */
+  if (!c->ever_ready && supervise_ready_read(c->ready, &port, &mport) == 0) { /* ready, and gone before the tick saw it */
     c->ever_ready = 1;
     c->port = port;
     c->mport = mport;
@@ -546,7 +382,7 @@ static void watchdog_fire(sup_t *s, child_t *c, const char *why) {
   log_warn("watchdog name=%s pid=%d: %s", c->name, (int)c->pid, how);
   event(s, "watchdog", c, c->pid, 0, how);
   c->wd_fired = 1;
-  c->kill_at = now_s() + WD_KILL_S;
+  c->kill_at = clock_mono_s() + WD_KILL_S;
   kill(c->pid, SIGABRT);
   kill(c->pid, SIGCONT); /* a stopped process must be able to die of it */
 }
@@ -560,7 +396,7 @@ static void on_datagram(sup_t *s, pid_t pid, char *msg) {
   for (char *line = strtok(msg, "\n"); line; line = strtok(NULL, "\n")) {
     if (!strcmp(line, "WATCHDOG=1") || !strcmp(line, "READY=1")) {
       c->armed = 1;
-      c->last_ping = now_s();
+      c->last_ping = clock_mono_s();
     } else if (!strcmp(line, "WATCHDOG=trigger")) {
       if (!c->wd_fired) watchdog_fire(s, c, "the daemon asked for it (WATCHDOG=trigger)");
     } else if (!strncmp(line, "STATUS=", 7)) {
@@ -676,24 +512,6 @@ static int set_addrs(sup_t *s, const char *key, int first, int count) {
   return rc;
 }
 
-/* The job file, read back first as every daemon will (supervise.h). */
-int supervise_write_job(const cfg_t *cfg, const char *path, char *err, size_t err_len) {
-  char tmp[4300];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  snprintf(err, err_len, "out of memory");
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
-  fprintf(f, "; written by chanter local up: the job's configuration with the cluster's addresses\n");
-  cfg_dump(cfg, f, 0);
-  if (fclose(f)) return -errno;
-  cfg_t *back = NULL;
-  int rc = cfg_create(&back);
-  if (!rc && (rc = cfg_load_file(back, tmp, err, err_len)) == 0) rc = cfg_validate(back, err, err_len);
-  cfg_destroy(back);
-  if (rc) return rc;
-  return rename(tmp, path) ? -errno : 0;
-}
-
 static int write_job(sup_t *s) {
   char err[1024];
   int rc = supervise_write_job(s->cfg, s->job, err, sizeof err);
@@ -785,7 +603,7 @@ static int start_group(sup_t *s, int g) {
     }
     log_info("start name=%s pid=%d", c->name, (int)c->pid);
   }
-  s->group_deadline = now_s() + READY_TIMEOUT_S;
+  s->group_deadline = clock_mono_s() + READY_TIMEOUT_S;
   save_pids(s);
   save_status(s);
   return 0;
@@ -817,7 +635,7 @@ static void tick_start(sup_t *s, double now) {
   for (int i = s->group_first; i < s->n; i++) {
     child_t *c = &s->ch[i];
     if (c->ever_ready) continue;
-    if (read_ready(c->ready, &c->port, &c->mport) == 0) {
+    if (supervise_ready_read(c->ready, &c->port, &c->mport) == 0) {
       c->ever_ready = 1;
       if (c->state == D_STARTING) c->state = D_UP;
       log_info("ready name=%s pid=%d port=%d metrics_port=%d", c->name, (int)c->pid, c->port, c->mport);
@@ -875,7 +693,7 @@ static void close_all(sup_t *s) {
 static void begin_stop(sup_t *s, int grace_ms) {
   if (s->phase == P_STOP || s->phase == P_DONE) return;
   s->phase = P_STOP;
-  s->stop_deadline = now_s() + grace_ms / 1000.0;
+  s->stop_deadline = clock_mono_s() + grace_ms / 1000.0;
   s->stop_grace_ms = grace_ms;
   s->stop_killed = 0;
   for (int i = s->n - 1; i >= 0; i--) {
@@ -923,7 +741,7 @@ static void tick_stop(sup_t *s, double now) {
 
 static void on_tick(uv_timer_t *t) {
   sup_t *s = t->data;
-  double now = now_s();
+  double now = clock_mono_s();
   if (s->phase == P_STOP) {
     tick_stop(s, now);
     return;
@@ -933,7 +751,7 @@ static void on_tick(uv_timer_t *t) {
     if (c->state == D_WAIT && now >= c->restart_at) restart(s, c);
     if (c->state == D_STARTING && c->ever_ready && c->proc) { /* restarted: ready again? */
       int port, mport;
-      if (read_ready(c->ready, &port, &mport) == 0) {
+      if (supervise_ready_read(c->ready, &port, &mport) == 0) {
         c->state = D_UP;
         if (c->listen_at && port != c->port)
           log_warn("ready name=%s pid=%d on port %d, not its port %d: its clients will not find it", c->name,

@@ -10,17 +10,18 @@
  * daemons as its own children in dependency order and tells `local up`
  * over a pipe how start-up went; then it restarts the ones that fail,
  * watches their sd_notify pings, and on SIGTERM (`local down`) stops them
- * all, reaps them and exits.  supervise.c says how.
+ * all, reaps them and exits.  supervise.c says how; supervise_files.c
+ * holds the formats of the files below (both the writing and the reading).
  *
  * Files in the work directory W, which the CLI reads:
- *   W/pids           "name pid port" per daemon, in start order; rewritten
- *                    (atomically) on every restart.  Older clusters wrote the
+ *   W/pids           "name pid port" per daemon, in start order; replaced
+ *                    (durably: fsio_replace) on every restart.  Older clusters wrote the
  *                    same, without a supervisor.
  *   W/run/status     the supervisor's view, tab-separated: a first line
  *                    "supervisor PID PHASE KILLED RESTART_MS WATCHDOG_MS",
  *                    then "NAME PID PORT STATE RESTARTS LAST_EXIT STATUS" per
  *                    daemon (LAST_EXIT and STATUS free text without tabs,
- *                    "-" when empty).
+ *                    "-" when empty); replaced as W/pids is.
  *   W/run/events     one JSON object per line, appended: {"t": unix seconds
  *                    with ms, "event": "exit"|"restart"|"ready"|"give_up"|
  *                    "watchdog", "name", "pid", "new_pid", "how", "restarts"}.
@@ -42,10 +43,11 @@ typedef struct supervise_proc_s {
   int port; /* RPC port, 0 when it serves none */
 } supervise_proc_t;
 
-/* W/pids: write through W/pids.tmp and a rename (0 or a negative errno);
- * read up to cap lines (extra fields after the port are ignored): the
- * count, or a negative errno (-ENOENT: no cluster was started there). */
-int supervise_pids_save(const char *workdir, const supervise_proc_t *ps, int n);
+/* W/pids: replace it (fsio_replace_open/commit: 0, or a negative errno
+ * with why saying what failed on which path); read up to cap lines (extra
+ * fields after the port are ignored): the count, or a negative errno
+ * (-ENOENT: no cluster was started there). */
+int supervise_pids_save(const char *workdir, const supervise_proc_t *ps, int n, char *why, size_t why_len);
 int supervise_pids_load(const char *workdir, supervise_proc_t *ps, int cap);
 
 /* 1 when pid is a process that has not exited.  A zombie is dead: where
@@ -78,10 +80,21 @@ typedef struct supervise_info_s {
 /* Reads W/run/status: the number of entries (<= cap), or a negative errno
  * (-ENOENT: no supervisor ever ran there). */
 int supervise_status_read(const char *workdir, supervise_info_t *info, supervise_entry_t *es, int cap);
+/* Replaces W/run/status with info and es[0..n) (0, or a negative errno
+ * with why).  LAST_EXIT and STATUS have their tabs and line breaks made
+ * blanks. */
+int supervise_status_write(const char *workdir, const supervise_info_t *info, const supervise_entry_t *es, int n,
+                           char *why, size_t why_len);
 
-/* s as the inside of a JSON string (quotes and control characters
- * escaped), truncated to fit out[n]. */
-void supervise_json_escape(char *out, size_t n, const char *s);
+/* Appends one line to W/run/events (the format above; t is now, new_pid
+ * <= 0 is null, how is escaped); 0 or a negative errno. */
+int supervise_event_append(const char *workdir, const char *ev, const char *name, pid_t pid, pid_t new_pid,
+                           const char *how, int restarts);
+
+/* A daemon's ready file at path: 0 once it exists, with its rpc_port and
+ * metrics_port (0 when it names none: ready, serving no RPC of its own);
+ * -1 before. */
+int supervise_ready_read(const char *path, int *port, int *mport);
 
 /* The supervisor itself: cfg is the job (W/job.ini as `local up` wrote
  * it; the supervisor fills cluster.* in and rewrites the file), bindir
@@ -91,7 +104,7 @@ void supervise_json_escape(char *out, size_t n, const char *s);
  * stop, 1 when start-up failed (everything started was stopped again). */
 int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int report_fd);
 
-/* Writes cfg to path (through path.tmp and a rename) after reading it back
+/* Writes cfg to path (fsio_replace_open/commit) after reading it back
  * as every daemon will: a file they would refuse is an error here, with
  * the sentence in err, not a daemon that exits during start-up.  0, a
  * negative errno, or the reader's error. */

@@ -25,21 +25,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench_util.h"
 #include "blas_cpu.h"
 #include "cli.h"
+#include "clock.h"
 #include "cuda_check.h"
 #include "data.h"
 #include "err.h"
 #include "embag.h"
 #include "embdev.h"
 #include "eval.h"
+#include "fsio.h"
 #include "jobrule.h"
 #include "model_dev.h"
 #include "nn.h"
 #include "nn_cuda.h"
 #include "opt.h"
 #include "phase.h"
+#include "sbuf.h"
 #include "table.h"
 
 /* The phases --local measures (phase.h), in the order it prints them. */
@@ -353,7 +355,7 @@ static void reader_stop(reader_t *r) {
 static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, double *auc, char *err, size_t n) {
   eval_acc_t a;
   eval_acc_init(&a);
-  double t0 = bench_now();
+  double t0 = clock_mono_s();
   int rc = 0;
   uint64_t scored = 0;
   for (uint64_t x = 0; scored < samples && !rc; x++) {
@@ -368,7 +370,7 @@ static int evaluate(local_t *L, uint64_t samples, double *logloss, double *acc, 
   }
   if (!rc) rc = eval_acc_result(&a, logloss, acc, auc);
   eval_acc_close(&a);
-  L->phase[PHASE_EVAL] += bench_now() - t0;
+  L->phase[PHASE_EVAL] += clock_mono_s() - t0;
   return rc;
 }
 
@@ -409,30 +411,224 @@ static int digest(local_t *L, char hex[65]) {
   return rc;
 }
 
-/* Appends s as a JSON string at buf + o (cut to fit cap); the new length. */
-static int json_put_str(char *buf, size_t cap, int o, const char *s) {
-  size_t i = (size_t)o;
-  if (i + 1 < cap) buf[i++] = '"';
-  for (const unsigned char *p = (const unsigned char *)s; *p && i + 8 < cap; p++) {
-    if (*p == '"' || *p == '\\') {
-      buf[i++] = '\\';
-      buf[i++] = (char)*p;
-    } else if (*p < 0x20) {
-      i += (size_t)snprintf(buf + i, cap - i, "\\u%04x", *p);
-    } else {
-      buf[i++] = (char)*p;
-    }
-  }
-  if (i + 1 < cap) buf[i++] = '"';
-  buf[i < cap ? i : cap - 1] = 0;
-  return (int)i;
+/* A run of train_local: what the job asks for, and what the run measured. */
+typedef struct run_s {
+  uint64_t iters, eval_every, eval_batches;
+  uint64_t eval_samples; /* each evaluation scores these test samples, each at most once */
+  uint64_t tail_start;   /* the train logloss is the mean over iterations tail_start.. (jobrule_train_tail) */
+  uint64_t samples, train_n;
+  double seconds, train_loss_sum, sps, train_ll;
+  double test_ll, test_acc, test_auc; /* NAN until an evaluation ran */
+  uint32_t dev_tables;                /* device = cuda: the tables on the GPU, and their MiB */
+  double dev_mib;
+  char notes[2][JOBRULE_NOTE_MAX]; /* jobrule_batch_notes */
+  int n_notes;
+  char hex[65], dense_hex[65], ll_def[256];
+} run_t;
+
+/* What the job will do, on stderr before it starts. */
+static void say_job(const cfg_t *cfg, const local_t *L, const data_stats_t *ds, const run_t *r, int quiet) {
+  if (!quiet)
+    fprintf(stderr, "train --local: %s, dataset %s (%" PRIu64 " train / %" PRIu64 " test samples), batch %u, %" PRIu64
+                    " iterations, optimizer %s / %s\n",
+            model_dev_describe(L->model), cfg_str(cfg, "dataset"), ds->train_samples, ds->test_samples, L->batch_size,
+            r->iters, cfg_str(cfg, "optimizer"), cfg_str(cfg, "embedding_optimizer"));
+  if (!quiet || blas_cpu_by() == BLAS_CPU_NOT_FIXED) fprintf(stderr, "train --local: blas: %s\n", blas_cpu_describe());
+  if (!quiet && L->ed)
+    fprintf(stderr, "train --local: embedding tables: %u of %u on the GPU (%.1f MiB), %u in host memory (trainer.device_mb = %lld)\n",
+            r->dev_tables, L->layout.n_tables, r->dev_mib, L->layout.n_tables - r->dev_tables,
+            (long long)cfg_int(cfg, "trainer.device_mb"));
 }
 
-/* a JSON number with 6 decimals, or null for NaN (no evaluation ran) */
-static const char *json_num(char buf[32], double v) {
+/* The iterations, the next batches read while each step runs (reader_t),
+ * with the evaluations eval_every asks for and the progress line on
+ * stderr; r->seconds is the time they took.  0, or an error with err. */
+static int train_loop(local_t *L, const cfg_t *cfg, int quiet, run_t *r, char *err, size_t n) {
+  int tty = isatty(2), rc;
+  double t_start = clock_mono_s(), last_print = 0, loss_window = 0;
+  uint64_t window_n = 0;
+  reader_t rd;
+  if ((rc = reader_start(&rd, L, reader_threads(cfg), r->iters)) != 0) snprintf(err, n, "out of memory");
+  for (uint64_t it = 0; it < r->iters && !rc; it++) {
+    double t0 = clock_mono_s();
+    data_batch_t b;
+    if ((rc = reader_take(&rd, it, &b, err, n)) != 0) break;
+    L->phase[PHASE_DATA] += clock_mono_s() - t0; /* the wait: what reading costs beyond the step it overlaps */
+    int eval_now = r->eval_every && (it + 1) % r->eval_every == 0 && it + 1 < r->iters;
+    double loss = step(L, &b);
+    if (isnan(loss)) {
+      const char *why = local_cuda_error(L);
+      if (!strcmp(cfg_str(cfg, "device"), "cuda"))
+        snprintf(err, n, "iteration %" PRIu64 ": the cuda model step failed (%s)", it,
+                 why[0] ? why : "a CUDA call failed, or the loss is NaN: lower learning_rate?");
+      else
+        snprintf(err, n, "iteration %" PRIu64 ": the cpu model step failed (loss is NaN: lower learning_rate?)", it);
+      data_batch_free(&b);
+      rc = -EIO;
+      break;
+    }
+    r->samples += b.n;
+    loss_window += loss;
+    window_n += b.n;
+    if (it >= r->tail_start) {
+      r->train_loss_sum += loss / b.n;
+      r->train_n++;
+    }
+    data_batch_free(&b);
+    if (eval_now) {
+      if ((rc = evaluate(L, r->eval_samples, &r->test_ll, &r->test_acc, &r->test_auc, err, n)) != 0) break;
+      if (!quiet)
+        fprintf(stderr, "%seval at iteration %" PRIu64 ": test logloss %.4f  AUC %.4f  accuracy %.4f (scored %" PRIu64
+                        " test samples)\n",
+                tty ? "\n" : "", it + 1, r->test_ll, r->test_auc, r->test_acc, r->eval_samples);
+    }
+    double now = clock_mono_s();
+    if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == r->iters)) {
+      double el = now - t_start, sps = r->samples / el;
+      train_progress(tty, it + 1, r->iters, sps, window_n ? loss_window / window_n : 0,
+                     sps > 0 ? (r->iters - it - 1) * L->batch_size / sps : 0);
+      last_print = now;
+      loss_window = 0;
+      window_n = 0;
+    }
+  }
+  reader_stop(&rd); /* a failed step may leave reads under way */
+  if (!quiet && tty) fputc('\n', stderr);
+  r->seconds = clock_mono_s() - t_start;
+  return rc;
+}
+
+/* r->hex (digest()) and r->dense_hex, the SHA-256 of the dense parameters. */
+static int digests(local_t *L, run_t *r) {
+  int rc = digest(L, r->hex);
+  if (rc) return rc;
+  uint8_t h[32];
+  unsigned hl = 0;
+  EVP_Digest(model_dev_params(L->model), model_dev_n_params(L->model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
+  for (int i = 0; i < 32; i++) snprintf(r->dense_hex + 2 * i, 3, "%02x", h[i]);
+  return 0;
+}
+
+/* A figure of summary.json: 6 decimals (its format from the start: sb_num
+ * writes %.10g), or null for NaN (no evaluation ran). */
+static const char *fixed6(char buf[32], double v) {
   if (isnan(v) || isinf(v)) return "null";
   snprintf(buf, 32, "%.6f", v);
   return buf;
+}
+
+/* summary.json (the same text --json prints). */
+static void summary_json(sbuf_t *b, const cfg_t *cfg, const local_t *L, const run_t *r) {
+  char j_tl[32], j_ll[32], j_auc[32], j_acc[32];
+  sb_printf(b,
+            "{\"mode\": \"local\", \"model\": \"%s\", \"iterations\": %" PRIu64 ", \"batch_size\": %u, "
+            "\"samples_per_sec\": %.1f, \"train_logloss\": %s, \"test_logloss\": %s, \"test_auc\": %s, "
+            "\"test_accuracy\": %s, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
+            "\"train_logloss_iterations\": %" PRIu64 ", ",
+            cfg_str(cfg, "model"), r->iters, L->batch_size, r->sps, fixed6(j_tl, r->train_ll), fixed6(j_ll, r->test_ll),
+            fixed6(j_auc, r->test_auc), fixed6(j_acc, r->test_acc), r->hex, r->dense_hex, r->seconds,
+            jobrule_train_tail(r->iters));
+  sb_str(b, "train_logloss_definition", r->ll_def);
+  if (r->eval_batches) sb_printf(b, ", \"test_samples_scored\": %" PRIu64, r->eval_samples);
+  else sb_printf(b, ", \"test_samples_scored\": null");
+  if (L->ed)
+    sb_printf(b, ", \"device_tables\": %u, \"device_tables_mib\": %.1f, \"host_tables\": %u", r->dev_tables, r->dev_mib,
+              L->layout.n_tables - r->dev_tables);
+  sb_printf(b, ", \"blas\": {");
+  sb_str(b, "core", blas_cpu_core());
+  sb_printf(b, ", \"chosen_by\": \"%s\", ", blas_cpu_by_name(blas_cpu_by()));
+  sb_str(b, "line", blas_cpu_describe());
+  sb_printf(b, "}, \"warnings\": [");
+  for (int k = 0; k < r->n_notes; k++) {
+    if (k) sb_printf(b, ", ");
+    sb_str_value(b, r->notes[k]);
+  }
+  sb_printf(b, "], \"phase_seconds_per_iteration\": {");
+  for (size_t k = 0; k < N_LOCAL_PHASES; k++)
+    sb_printf(b, "%s\"%s\": %.6f", k ? ", " : "", phase_name(local_phases[k]),
+              r->iters ? L->phase[local_phases[k]] / (double)r->iters : 0);
+  sb_printf(b, "}}\n");
+}
+
+/* The summary for a person, on stdout. */
+static void print_summary(const local_t *L, const run_t *r) {
+  printf("iterations        %" PRIu64 " (batch %u)\n", r->iters, L->batch_size);
+  printf("samples/s         %.0f\n", r->sps);
+  printf("train logloss     %.4f (%s)\n", r->train_ll, r->ll_def);
+  if (r->eval_batches)
+    printf("test logloss      %.4f (scored %" PRIu64 " test samples)\n", r->test_ll, r->eval_samples);
+  else printf("test logloss/AUC  none (no evaluation ran: eval_batches = 0)\n");
+  if (r->eval_batches) printf("test AUC          %.4f\n", r->test_auc);
+  if (r->eval_batches) printf("test accuracy     %.4f\n", r->test_acc);
+  printf("time per phase    ");
+  for (size_t k = 0; k < N_LOCAL_PHASES; k++)
+    printf("%s%s %.2f ms", k ? ", " : "", phase_name(local_phases[k]),
+           r->iters ? 1e3 * L->phase[local_phases[k]] / r->iters : 0);
+  printf(" (per iteration)\n");
+  if (L->ed)
+    printf("embedding tables  %u of %u on the GPU (%.1f MiB), %u in host memory\n", r->dev_tables, L->layout.n_tables,
+           r->dev_mib, L->layout.n_tables - r->dev_tables);
+  printf("digest            %s\n", r->hex);
+}
+
+/* The run after local_open: the loop, the final evaluation, the digests,
+ * the summary on stdout and in workdir/summary.json.  0, or 1 after
+ * saying why on stderr. */
+static int train_run(cli_t *cli, local_t *L, const data_stats_t *ds, const char *workdir, int quiet) {
+  char err[1024] = "";
+  run_t r;
+  memset(&r, 0, sizeof r);
+  r.iters = (uint64_t)cfg_int(cli->cfg, "iterations");
+  r.eval_every = (uint64_t)cfg_int(cli->cfg, "eval_every");
+  r.eval_batches = (uint64_t)cfg_int(cli->cfg, "eval_batches");
+  r.test_ll = r.test_acc = r.test_auc = NAN;
+  r.dev_tables = local_device_tables(L, &r.dev_mib);
+  say_job(cli->cfg, L, ds, &r, quiet);
+  /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
+   * oracle says the same of a cluster's job */
+  int strict = cfg_bool(cli->cfg, "strict");
+  r.n_notes = jobrule_batch_notes(L->batch_size, ds->train_samples, ds->test_samples, r.eval_batches, strict, r.notes);
+  for (int k = 0; k < r.n_notes; k++)
+    fprintf(stderr, "chanter train --local: %s%s\n", strict ? "" : "warning: ", r.notes[k]);
+  if (strict && r.n_notes) return 1;
+  r.eval_samples = r.eval_batches ? jobrule_eval_samples(r.eval_batches, L->batch_size, ds->test_samples) : 0;
+  r.tail_start = r.iters - jobrule_train_tail(r.iters);
+  int rc = train_loop(L, cli->cfg, quiet, &r, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "chanter train --local: %s\n", err);
+    return 1;
+  }
+  if (r.eval_batches &&
+      (rc = evaluate(L, r.eval_samples, &r.test_ll, &r.test_acc, &r.test_auc, err, sizeof err)) != 0) {
+    fprintf(stderr, "chanter train --local: evaluation: %s\n", err);
+    return 1;
+  }
+  if ((rc = digests(L, &r)) != 0) {
+    fprintf(stderr, "chanter train --local: digest: reading the tables back failed: %s\n",
+            local_cuda_error(L)[0] ? local_cuda_error(L) : err_str(rc));
+    return 1;
+  }
+  r.sps = r.seconds > 0 ? r.samples / r.seconds : 0;
+  r.train_ll = r.train_n ? r.train_loss_sum / r.train_n : NAN;
+  jobrule_train_logloss_definition(r.iters, r.ll_def, sizeof r.ll_def);
+  sbuf_t b = {0};
+  summary_json(&b, cli->cfg, L, &r);
+  if (b.oom) {
+    fprintf(stderr, "chanter train --local: out of memory\n");
+    free(b.s);
+    return 1;
+  }
+  if (cli->json) fputs(b.s, stdout);
+  else print_summary(L, &r);
+  if (workdir) {
+    char path[4096];
+    mkdir(workdir, 0755);
+    snprintf(path, sizeof path, "%s/summary.json", workdir);
+    if ((rc = fsio_replace(path, b.s, b.n, 0666, NULL, 0)) != 0)
+      fprintf(stderr, "chanter train --local: cannot write %s: %s\n", path, strerror(-rc));
+  }
+  free(b.s);
+  return rc ? 1 : 0;
 }
 
 int train_local(cli_t *cli, const char *workdir, int quiet) {
@@ -452,180 +648,9 @@ int train_local(cli_t *cli, const char *workdir, int quiet) {
     local_close(&L);
     return 1;
   }
-  uint64_t iters = (uint64_t)cfg_int(cli->cfg, "iterations"), eval_every = (uint64_t)cfg_int(cli->cfg, "eval_every");
-  uint64_t eval_batches = (uint64_t)cfg_int(cli->cfg, "eval_batches");
   data_stats_t ds;
   data_stats(L.data, &ds);
-  if (!quiet)
-    fprintf(stderr, "train --local: %s, dataset %s (%" PRIu64 " train / %" PRIu64 " test samples), batch %u, %" PRIu64
-                    " iterations, optimizer %s / %s\n",
-            model_dev_describe(L.model), cfg_str(cli->cfg, "dataset"), ds.train_samples, ds.test_samples, L.batch_size, iters,
-            cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"));
-  if (!quiet || blas_cpu_by() == BLAS_CPU_NOT_FIXED) fprintf(stderr, "train --local: blas: %s\n", blas_cpu_describe());
-  double dev_mib = 0;
-  uint32_t dev_tables = local_device_tables(&L, &dev_mib);
-  if (!quiet && L.ed)
-    fprintf(stderr, "train --local: embedding tables: %u of %u on the GPU (%.1f MiB), %u in host memory (trainer.device_mb = %lld)\n",
-            dev_tables, L.layout.n_tables, dev_mib, L.layout.n_tables - dev_tables,
-            (long long)cfg_int(cli->cfg, "trainer.device_mb"));
-  /* a batch larger than a split: said once here (and in summary.json), or refused with strict = true; the
-   * oracle says the same of a cluster's job */
-  char notes[2][JOBRULE_NOTE_MAX];
-  int strict = cfg_bool(cli->cfg, "strict");
-  int n_notes = jobrule_batch_notes(L.batch_size, ds.train_samples, ds.test_samples, eval_batches, strict, notes);
-  for (int k = 0; k < n_notes; k++) fprintf(stderr, "chanter train --local: %s%s\n", strict ? "" : "warning: ", notes[k]);
-  if (strict && n_notes) {
-    local_close(&L);
-    return 1;
-  }
-  /* each evaluation scores these test samples, each at most once */
-  uint64_t eval_samples = eval_batches ? jobrule_eval_samples(eval_batches, L.batch_size, ds.test_samples) : 0;
-  /* train logloss: the mean of the per-iteration logloss over the last 10% of iterations (jobrule_train_tail) */
-  uint64_t tail_start = iters - jobrule_train_tail(iters);
-  int tty = isatty(2);
-  double t_start = bench_now(), last_print = 0, loss_window = 0, train_loss_sum = 0;
-  uint64_t window_n = 0, samples = 0, train_n = 0;
-  double test_ll = NAN, test_acc = NAN, test_auc = NAN;
-  /* the next batches are read while the step runs (reader_t) */
-  reader_t rd;
-  if ((rc = reader_start(&rd, &L, reader_threads(cli->cfg), iters)) != 0) snprintf(err, sizeof err, "out of memory");
-  for (uint64_t it = 0; it < iters && !rc; it++) {
-    double t0 = bench_now();
-    data_batch_t b;
-    if ((rc = reader_take(&rd, it, &b, err, sizeof err)) != 0) break;
-    L.phase[PHASE_DATA] += bench_now() - t0; /* the wait: what reading costs beyond the step it overlaps */
-    int eval_now = eval_every && (it + 1) % eval_every == 0 && it + 1 < iters;
-    double loss = step(&L, &b);
-    if (isnan(loss)) {
-      const char *why = local_cuda_error(&L);
-      if (!strcmp(cfg_str(cli->cfg, "device"), "cuda"))
-        snprintf(err, sizeof err, "iteration %" PRIu64 ": the cuda model step failed (%s)", it,
-                 why[0] ? why : "a CUDA call failed, or the loss is NaN: lower learning_rate?");
-      else
-        snprintf(err, sizeof err, "iteration %" PRIu64 ": the cpu model step failed (loss is NaN: lower learning_rate?)", it);
-      data_batch_free(&b);
-      rc = -EIO;
-      break;
-    }
-    samples += b.n;
-    loss_window += loss;
-    window_n += b.n;
-    if (it >= tail_start) {
-      train_loss_sum += loss / b.n;
-      train_n++;
-    }
-    data_batch_free(&b);
-    if (eval_now) {
-      if ((rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) break;
-      if (!quiet)
-        fprintf(stderr, "%seval at iteration %" PRIu64 ": test logloss %.4f  AUC %.4f  accuracy %.4f (scored %" PRIu64
-                        " test samples)\n",
-                tty ? "\n" : "", it + 1, test_ll, test_auc, test_acc, eval_samples);
-    }
-    double now = bench_now();
-    if (!quiet && (now - last_print > (tty ? 0.2 : 5.0) || it + 1 == iters)) {
-      double el = now - t_start, sps = samples / el;
-      train_progress(tty, it + 1, iters, sps, window_n ? loss_window / window_n : 0, sps > 0 ? (iters - it - 1) * L.batch_size / sps : 0);
-      last_print = now;
-      loss_window = 0;
-      window_n = 0;
-    }
-  }
-  reader_stop(&rd); /* a failed step may leave reads under way */
-  if (!quiet && tty) fputc('\n', stderr);
-  if (rc) {
-    fprintf(stderr, "chanter train --local: %s\n", err);
-    local_close(&L);
-    return 1;
-  }
-  double elapsed = bench_now() - t_start;
-  if (eval_batches && (rc = evaluate(&L, eval_samples, &test_ll, &test_acc, &test_auc, err, sizeof err)) != 0) {
-    fprintf(stderr, "chanter train --local: evaluation: %s\n", err);
-    local_close(&L);
-    return 1;
-  }
-  char hex[65], dense_hex[65];
-  if ((rc = digest(&L, hex)) != 0) {
-    fprintf(stderr, "chanter train --local: digest: reading the tables back failed: %s\n",
-            local_cuda_error(&L)[0] ? local_cuda_error(&L) : err_str(rc));
-    local_close(&L);
-    return 1;
-  }
-  {
-    uint8_t h[32];
-    unsigned hl = 0;
-    EVP_Digest(model_dev_params(L.model), model_dev_n_params(L.model) * sizeof(float), h, &hl, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++) snprintf(dense_hex + 2 * i, 3, "%02x", h[i]);
-  }
-  double sps = elapsed > 0 ? samples / elapsed : 0, train_ll = train_n ? train_loss_sum / train_n : NAN;
-  char ll_def[256];
-  jobrule_train_logloss_definition(iters, ll_def, sizeof ll_def);
-  char summary[8192], j_tl[32], j_ll[32], j_auc[32], j_acc[32];
-  int o = snprintf(summary, sizeof summary,
-                   "{\"mode\": \"local\", \"model\": \"%s\", \"iterations\": %" PRIu64 ", \"batch_size\": %u, "
-                   "\"samples_per_sec\": %.1f, \"train_logloss\": %s, \"test_logloss\": %s, \"test_auc\": %s, "
-                   "\"test_accuracy\": %s, \"digest\": \"%s\", \"dense_sha256\": \"%s\", \"seconds\": %.3f, "
-                   "\"train_logloss_iterations\": %" PRIu64 ", \"train_logloss_definition\": ",
-                   cfg_str(cli->cfg, "model"), iters, L.batch_size, sps, json_num(j_tl, train_ll), json_num(j_ll, test_ll),
-                   json_num(j_auc, test_auc), json_num(j_acc, test_acc), hex, dense_hex,
-                   elapsed, jobrule_train_tail(iters));
-  o = json_put_str(summary, sizeof summary, o, ll_def);
-  if (eval_batches)
-    o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": %" PRIu64, eval_samples);
-  else
-    o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"test_samples_scored\": null");
-  if (L.ed)
-    o += snprintf(summary + o, sizeof summary - (size_t)o,
-                  ", \"device_tables\": %u, \"device_tables_mib\": %.1f, \"host_tables\": %u", dev_tables, dev_mib,
-                  L.layout.n_tables - dev_tables);
-  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"blas\": {\"core\": ");
-  o = json_put_str(summary, sizeof summary, o, blas_cpu_core());
-  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"chosen_by\": \"%s\", \"line\": ",
-                blas_cpu_by_name(blas_cpu_by()));
-  o = json_put_str(summary, sizeof summary, o, blas_cpu_describe());
-  o += snprintf(summary + o, sizeof summary - (size_t)o, "}");
-  o += snprintf(summary + o, sizeof summary - (size_t)o, ", \"warnings\": [");
-  for (int k = 0; k < n_notes; k++) {
-    if (k) o += snprintf(summary + o, sizeof summary - (size_t)o, ", ");
-    o = json_put_str(summary, sizeof summary, o, notes[k]);
-  }
-  o += snprintf(summary + o, sizeof summary - (size_t)o, "], \"phase_seconds_per_iteration\": {");
-  for (size_t k = 0; k < N_LOCAL_PHASES; k++)
-    o += snprintf(summary + o, sizeof summary - (size_t)o, "%s\"%s\": %.6f", k ? ", " : "",
-                  phase_name(local_phases[k]), iters ? L.phase[local_phases[k]] / (double)iters : 0);
-  snprintf(summary + o, sizeof summary - (size_t)o, "}}\n");
-  if (cli->json) {
-    fputs(summary, stdout);
-  } else {
-    printf("iterations        %" PRIu64 " (batch %u)\n", iters, L.batch_size);
-    printf("samples/s         %.0f\n", sps);
-    printf("train logloss     %.4f (%s)\n", train_ll, ll_def);
-    if (eval_batches) printf("test logloss      %.4f (scored %" PRIu64 " test samples)\n", test_ll, eval_samples);
-    else printf("test logloss/AUC  none (no evaluation ran: eval_batches = 0)\n");
-    if (eval_batches) printf("test AUC          %.4f\n", test_auc);
-    if (eval_batches) printf("test accuracy     %.4f\n", test_acc);
-    printf("time per phase    ");
-    for (size_t k = 0; k < N_LOCAL_PHASES; k++)
-      printf("%s%s %.2f ms", k ? ", " : "", phase_name(local_phases[k]),
-             iters ? 1e3 * L.phase[local_phases[k]] / iters : 0);
-    printf(" (per iteration)\n");
-    if (L.ed)
-      printf("embedding tables  %u of %u on the GPU (%.1f MiB), %u in host memory\n", dev_tables, L.layout.n_tables,
-             dev_mib, L.layout.n_tables - dev_tables);
-    printf("digest            %s\n", hex);
-  }
-  if (workdir) {
-    char path[4096];
-    mkdir(workdir, 0755);
-    snprintf(path, sizeof path, "%s/summary.json", workdir);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(summary, f) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "chanter train --local: cannot write %s: %s\n", path, strerror(errno));
-      local_close(&L);
-      return 1;
-    }
-  }
+  rc = train_run(cli, &L, &ds, workdir, quiet);
   local_close(&L);
-  return 0;
+  return rc;
 }
-
