@@ -132,3 +132,21 @@ int json_get_i64(const char *json, const char *key, int64_t *v) {
   *v = (int64_t)d;
   return 0;
 }
+
+int json_get_num_at(const char *json, const char *key, size_t idx, double *v) {
+  const char *p = value_of(json, key);
+  if (!p || *p != '[') return -1;
+  p++;
+  for (size_t k = 0;; k++) {
+    while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    char *end;
+    errno = 0;
+    double d = strtod(p, &end);
+    if (end == p || errno == ERANGE) return -1;
+    if (k == idx) {
+      *v = d;
+      return 0;
+    }
+    p = end;
+  }
+}

@@ -32,5 +32,8 @@ int json_get_str_at(const char *json, const char *key, size_t idx, char *out, si
  * there is none or it is not a number (null included). */
 int json_get_num(const char *json, const char *key, double *v);
 int json_get_i64(const char *json, const char *key, int64_t *v);
+/* The idx-th number of the array value of the first "key"; 0, or -1 (and
+ * *v untouched) when there is no such element or it is not a number. */
+int json_get_num_at(const char *json, const char *key, size_t idx, double *v);
 
 #endif

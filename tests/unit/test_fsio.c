@@ -173,6 +173,13 @@ static void test_json(void **st) {
   assert_int_equal(json_get_str_at(b.s, "list", 0, out, sizeof out), 0);
   assert_string_equal(out, "x");
   assert_int_equal(json_get_str_at(b.s, "list", 2, out, sizeof out), -1);
+  const char *nums = "{\"a\": [1.5, -2, 3e2], \"s\": [\"x\"]}";
+  assert_int_equal(json_get_num_at(nums, "a", 0, &v), 0);
+  assert_true(v == 1.5);
+  assert_int_equal(json_get_num_at(nums, "a", 2, &v), 0);
+  assert_true(v == 300);
+  assert_int_equal(json_get_num_at(nums, "a", 3, &v), -1);
+  assert_int_equal(json_get_num_at(nums, "s", 0, &v), -1);
   assert_int_equal(json_get_str(b.s, "ab", out, 3), 0); /* truncated */
   assert_string_equal(out, "fi");
   free(b.s);

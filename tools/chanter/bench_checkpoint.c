@@ -37,6 +37,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "json.h"
 #include "fsio.h"
 #include "reshard.h"
 
@@ -207,19 +208,11 @@ static cp_stats_t stats(const run_t *r, int iters) {
 
 /* summary.json's checkpoint.bytes_per_server as "a / b" in MB. */
 static void per_server_mb(const char *summary, char *out, size_t cap) {
-  const char *p = summary ? strstr(summary, "\"bytes_per_server\": [") : NULL;
   snprintf(out, cap, "-");
-  if (!p) return;
-  p += strlen("\"bytes_per_server\": [");
   size_t o = 0;
-  for (int s = 0; s < MAX_SERVERS && *p && *p != ']'; s++) {
-    char *e;
-    double v = strtod(p, &e);
-    if (e == p) break;
+  double v;
+  for (int s = 0; s < MAX_SERVERS && json_get_num_at(summary, "bytes_per_server", (size_t)s, &v) == 0; s++)
     o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, "%s%.1f", s ? "/" : "", v / 1e6);
-    p = e;
-    while (*p == ',' || *p == ' ') p++;
-  }
 }
 
 /* table_rows times mult, into out; returns the sum of the rows. */
