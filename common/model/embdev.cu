@@ -60,12 +60,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_check.h"
 #include "nn_cuda.h"
 
 extern "C" { /* C headers without their own extern "C" */
+#include "clock.h"
 #include "embag.h"
 #include "err.h"
 #include "model_dev.h"
@@ -121,12 +121,6 @@ static int ok(embdev_t *e, cudaError_t st, const char *what) {
 }
 
 static unsigned blocks(size_t total) { return (unsigned)((total + TPB - 1) / TPB); }
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static uint32_t bits_for(uint64_t max_value) {
   uint32_t b = 0;
@@ -594,21 +588,21 @@ int embdev_bwd_update(embdev_t *e, struct model_dev_s *md, uint32_t n, const uin
 double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, uint32_t n, const float *dense,
                          const float *labels, const uint64_t *const *idx, float scale, double sec[EMBAG_PHASES]) {
   cudaStream_t st = (cudaStream_t)nn_cuda_stream();
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   if (embdev_fwd(e, md, n, idx, 1)) return NAN;
   if (sec && !ok(e, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_train_step: pooling)")) return NAN;
-  double t1 = now_s();
+  double t1 = clock_mono_s();
   /* no logits: the step does not read them, and asking would wait for the forward */
   if (model_dev_forward(md, n, dense, model_dev_emb_dev(md), NULL)) return NAN;
-  double t2 = now_s();
+  double t2 = clock_mono_s();
   double loss = model_dev_backward(md, n, labels, scale, NULL);
   if (isnan(loss)) return NAN;
-  double t3 = now_s();
+  double t3 = clock_mono_s();
   if (model_dev_opt_step(md, dense_opt)) return NAN;
   if (sec && !ok(e, cudaStreamSynchronize(st), "cudaStreamSynchronize (embdev_train_step: dense update)")) return NAN;
-  double t4 = now_s();
+  double t4 = clock_mono_s();
   if (embdev_bwd_update(e, md, n, idx)) return NAN;
-  double t5 = now_s();
+  double t5 = clock_mono_s();
   const double t[EMBAG_PHASES + 1] = {t0, t1, t2, t3, t4, t5};
   embag_phases_add(sec, t);
   return loss;
