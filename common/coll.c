@@ -304,14 +304,6 @@ static int file_store_set(void *ud, const char *key, const void *val,
   return rc;
 }
 
-/* The whole file; -ENOENT if it does not exist (yet). */
-static int read_file(const char *path, void **val, size_t *len) {
-  char *buf;
-  int rc = fsio_read_all(path, 0, &buf, len, NULL, 0);
-  if (rc == 0) *val = buf;
-  return rc;
-}
-
 static int file_store_get(void *ud, const char *key, void **val, size_t *len,
                           int64_t timeout_ms) {
   const char *dir = ud;
@@ -321,7 +313,9 @@ static int file_store_get(void *ud, const char *key, void **val, size_t *len,
   int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
   long sleep_us = 500;
   for (;;) {
-    rc = read_file(path, val, len);
+    char *buf;
+    rc = fsio_read_all(path, 0, &buf, len, NULL, 0); /* -ENOENT: not set yet */
+    if (rc == 0) *val = buf;
     if (rc != -ENOENT) return rc;
     if (clock_mono_ms() >= deadline) return ERR_DEADLINE;
     usleep((useconds_t)sleep_us);
