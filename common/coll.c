@@ -9,9 +9,7 @@
 #include "coll.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
 
 struct coll_s {
@@ -272,8 +272,8 @@ int coll_barrier(coll_t *c) {
 
 /* ---- the file-backed store ----
  * A key becomes a file name: [A-Za-z0-9._-] stay, every other byte is
- * %XX, and a leading '.' too.  Temporary files start with '~', which a key
- * never produces. */
+ * %XX, and a leading '.' too.  A value is written to "<file>.tmp.<pid>"
+ * first (fsio_replace); no key the collectives use ends that way. */
 
 static int key_path(const char *dir, const char *key, char *path, size_t len) {
   size_t n = (size_t)snprintf(path, len, "%s/", dir);
@@ -292,83 +292,15 @@ static int key_path(const char *dir, const char *key, char *path, size_t len) {
   return 0;
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int write_all(int fd, const void *p, size_t len) {
-  const char *b = p;
-  while (len) {
-    ssize_t w = write(fd, b, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -errno;
-    }
-    b += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
+/* Each key is set once, by one rank: its file appears whole (fsio_replace),
+ * so a reader polling for it never sees a part. */
 static int file_store_set(void *ud, const char *key, const void *val,
                           size_t len) {
-  static atomic_uint counter;
   const char *dir = ud;
-  char path[4096], tmp[4096];
-  int fd = -1, rc = key_path(dir, key, path, sizeof path);
-  if (rc < 0) goto out;
-  snprintf(tmp, sizeof tmp, "%s/~tmp.%ld.%u", dir, (long)getpid(),
-           atomic_fetch_add(&counter, 1));
-  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = -errno;
-    goto out;
-  }
-  rc = write_all(fd, val, len);
-  if (rc == 0 && close(fd) < 0) rc = -errno;
-  fd = -1;
-  if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
-  if (rc < 0) unlink(tmp);
-out:
-  if (fd >= 0) close(fd);
+  char path[4096];
+  int rc = key_path(dir, key, path, sizeof path);
+  if (rc == 0) rc = fsio_replace(path, val, len, 0644, NULL, 0);
   if (rc < 0) log_error("coll file store set failed key=%s err=%s", key, err_str(rc));
-  return rc;
-}
-
-/* Reads the whole file; -ENOENT if it does not exist (yet). */
-static int read_file(const char *path, void **val, size_t *len) {
-  char *buf = NULL;
-  size_t got = 0;
-  int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  struct stat st;
-  if (fstat(fd, &st) < 0) {
-    rc = -errno;
-    goto out;
-  }
-  buf = malloc((size_t)st.st_size + 1); /* +1: malloc(0) may be NULL */
-  if (!buf) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  while (got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      rc = -errno;
-      goto out;
-    }
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  *val = buf;
-  *len = got;
-  buf = NULL;
-out:
-  free(buf);
-  close(fd);
   return rc;
 }
 
@@ -378,12 +310,14 @@ static int file_store_get(void *ud, const char *key, void **val, size_t *len,
   char path[4096];
   int rc = key_path(dir, key, path, sizeof path);
   if (rc < 0) return rc;
-  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
   long sleep_us = 500;
   for (;;) {
-    rc = read_file(path, val, len);
+    char *buf;
+    rc = fsio_read_all(path, 0, &buf, len, NULL, 0); /* -ENOENT: not set yet */
+    if (rc == 0) *val = buf;
     if (rc != -ENOENT) return rc;
-    if (now_ms() >= deadline) return ERR_DEADLINE;
+    if (clock_mono_ms() >= deadline) return ERR_DEADLINE;
     usleep((useconds_t)sleep_us);
     if (sleep_us < 20000) sleep_us *= 2;
   }

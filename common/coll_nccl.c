@@ -56,6 +56,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "clock.h"
 #include "err.h"
 
 typedef struct nccl_group_s {
@@ -66,12 +67,6 @@ typedef struct nccl_group_s {
   cudaEvent_t legacy; /* the legacy default stream's tail, waited for by stream */
   float *scratch;     /* one device float for the barrier */
 } nccl_group_t;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void pause_us(long us) {
   struct timespec ts = {0, us * 1000};
@@ -124,7 +119,7 @@ static int settle(nccl_group_t *g, ncclResult_t r, const char *call,
                   int64_t deadline, char *what, size_t len) {
   int rc = 0;
   while (r == ncclInProgress) {
-    if (now_ms() > deadline) {
+    if (clock_mono_ms() > deadline) {
       snprintf(what, len, "%s: timed out after %lld ms", call,
                (long long)g->timeout_ms);
       abort_comm(g);
@@ -143,7 +138,7 @@ static int settle(nccl_group_t *g, ncclResult_t r, const char *call,
  * the group's deadline. */
 static int finish(nccl_group_t *g, ncclResult_t r, const char *call,
                   char *what, size_t len) {
-  int64_t deadline = now_ms() + g->timeout_ms;
+  int64_t deadline = clock_mono_ms() + g->timeout_ms;
   int rc = settle(g, r, call, deadline, what, len);
   while (rc == 0) {
     cudaError_t e = cudaStreamQuery(g->stream);
@@ -160,7 +155,7 @@ static int finish(nccl_group_t *g, ncclResult_t r, const char *call,
       abort_comm(g);
       break;
     }
-    if (now_ms() > deadline) {
+    if (clock_mono_ms() > deadline) {
       snprintf(what, len, "%s: timed out after %lld ms (a peer gone?)", call,
                (long long)g->timeout_ms);
       abort_comm(g);
@@ -257,7 +252,7 @@ static int nccl_create(const coll_opts_t *o, const coll_store_t *store,
   g->rank = o->rank;
   g->size = o->size;
   g->timeout_ms = o->timeout_ms;
-  int64_t deadline = now_ms() + o->timeout_ms;
+  int64_t deadline = clock_mono_ms() + o->timeout_ms;
   /* the caller's device: where the model and the buffers are */
   if ((e = cudaGetDevice(&g->device)) != cudaSuccess) {
     rc = cuda_error(e, "cudaGetDevice", what, len);

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
+#include "sbuf.h"
 #include "sdn.h"
 
 /* ---- command line */
@@ -231,20 +233,22 @@ static int port_of(const char *addr) {
   return c ? atoi(c + 1) : -1;
 }
 
+/* The ready file: one flat JSON object a supervisor or a test reads back
+ * (json_get_*), replaced durably so a reader never sees half of it. */
 static int write_ready_file(daemon_t *d, const char *path, const char *extra) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -errno;
+  sbuf_t b = {0};
   int mport = d->http ? metrics_http_port(d->http) : 0;
-  if (d->serves_rpc)
-    fprintf(f, "{\"pid\": %d, \"address\": \"%s\", \"rpc_port\": %d, \"metrics_port\": %d%s%s}\n", (int)getpid(),
-            d->listen, rpc_server_port(d->server), mport, extra ? ", " : "", extra ? extra : "");
-  else
-    fprintf(f, "{\"pid\": %d, \"rpc_port\": 0, \"metrics_port\": %d%s%s}\n", (int)getpid(), mport, extra ? ", " : "",
-            extra ? extra : "");
-  if (fclose(f) != 0) return -errno;
-  return rename(tmp, path) ? -errno : 0;
+  sb_printf(&b, "{\"pid\": %d, ", (int)getpid());
+  if (d->serves_rpc) {
+    sb_str(&b, "address", d->listen);
+    sb_printf(&b, ", \"rpc_port\": %d, ", rpc_server_port(d->server));
+  } else {
+    sb_printf(&b, "\"rpc_port\": 0, ");
+  }
+  sb_printf(&b, "\"metrics_port\": %d%s%s}\n", mport, extra ? ", " : "", extra ? extra : "");
+  int rc = b.oom ? -ENOMEM : fsio_replace(path, b.s, b.n, 0644, NULL, 0);
+  free(b.s);
+  return rc;
 }
 
 int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *ready_file, const char *extra_json,

@@ -169,8 +169,8 @@ const char *data_bad_kind_name(int kind);
 uint64_t data_samples(const data_source_t *d);
 
 /* Converts dataset `in` (read with cfg's dataset_format and schema; NULL:
- * cfg's dataset) into the binary format at `out` (written to out.tmp, then
- * renamed).  Text input is converted in one streaming pass; malformed
+ * cfg's dataset) into the binary format at `out` (written to a temporary, then
+ * renamed over it: fsio_replace_open).  Text input is converted in one streaming pass; malformed
  * records are counted, reported and skipped as data_open does (strict, or
  * more than data.max_bad_fraction of them, stops and writes nothing).
  * st (optional) receives the counts.  0 or -errno / ERR_CONFIG / -EINVAL. */

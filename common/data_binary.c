@@ -31,8 +31,9 @@
  * that the header matches the job (n_dense, tables, hotness, hash_seed) and
  * that the size is exactly H + R * samples; record i is then at H + R * i.
  * Labels are checked as batches are read (a corrupt record is -EIO).  The
- * writer streams records to OUT.tmp and writes the header (with the sample
- * count) and renames to OUT when done, so a reader never sees a half file.
+ * writer streams records to a temporary beside OUT (fsio_replace_open) and
+ * writes the header (with the sample count) and replaces OUT when done
+ * (fsio_replace_commit), so a reader never sees a half file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,7 @@
 
 #include "data_internal.h"
 #include "err.h"
+#include "fsio.h"
 
 #define HDR_FIXED 56
 
@@ -177,14 +179,13 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len) {
 #define WBUF (1u << 20)
 
 struct data_writer_s {
-  int fd;
-  char *path, *tmp;
+  fsio_tmp_t t; /* the temporary beside path (t.f open until finished or aborted) */
+  int fd;       /* fileno(t.f): records go out with write(2), the header with pwrite(2) */
   data_schema_t s;
   size_t rec_bytes, hdr, used;
   uint64_t samples;
   uint8_t *buf;
   int failed;
-  int created; /* tmp exists and is ours to remove */
 };
 
 int data__write_all(int fd, const void *buf, size_t n) {
@@ -203,10 +204,7 @@ int data__write_all(int fd, const void *buf, size_t n) {
 
 void data__writer_abort(data_writer_t *w) {
   if (!w) return;
-  if (w->fd >= 0) close(w->fd);
-  if (w->created) unlink(w->tmp);
-  free(w->path);
-  free(w->tmp);
+  if (w->t.f) fsio_replace_commit(&w->t, false, NULL, 0); /* closes and removes the temporary */
   free(w->buf);
   data_schema_close(&w->s);
   free(w);
@@ -219,26 +217,17 @@ int data__writer_open(const char *path, const data_schema_t *s, data_writer_t **
   w->fd = -1;
   w->hdr = header_bytes(s->n_tables);
   w->rec_bytes = data__record_bytes(s, data__ids(s));
-  size_t pl = strlen(path);
-  w->path = strdup(path);
-  w->tmp = malloc(pl + 5);
   w->buf = malloc(WBUF > w->hdr ? WBUF : w->hdr);
-  if (!w->path || !w->tmp || !w->buf || data__schema_copy(&w->s, s)) {
+  if (!w->buf || data__schema_copy(&w->s, s)) {
     rc = -ENOMEM;
     goto out;
   }
-  memcpy(w->tmp, path, pl);
-  memcpy(w->tmp + pl, ".tmp", 5);
   if (w->rec_bytes > WBUF || w->hdr > WBUF) {
     rc = err_set(err, err_len, -EINVAL, "%s: records of %zu bytes are too large", path, w->rec_bytes);
     goto out;
   }
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd < 0) {
-    rc = err_set(err, err_len, -errno, "%s: cannot create: %s", w->tmp, strerror(errno));
-    goto out;
-  }
-  w->created = 1;
+  if ((rc = fsio_replace_open(&w->t, path, 0644, err, err_len)) != 0) goto out;
+  w->fd = fileno(w->t.f);
   memset(w->buf, 0, w->hdr); /* the header is written at the end */
   w->used = w->hdr;
 out:
@@ -267,7 +256,7 @@ int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_
   int rc = w->failed;
   if (!rc && w->used) rc = data__write_all(w->fd, w->buf, w->used);
   if (rc) {
-    err_set(err, err_len, rc, "%s: write failed: %s", w->tmp, strerror(-rc));
+    err_set(err, err_len, rc, "%s: write failed: %s", w->t.tmp, strerror(-rc));
     data__writer_abort(w);
     return rc;
   }
@@ -291,23 +280,13 @@ int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_
   ssize_t n = pwrite(w->fd, h, w->hdr, 0);
   free(h);
   if (n != (ssize_t)w->hdr) {
-    rc = err_set(err, err_len, n < 0 ? -errno : -EIO, "%s: cannot write the header: %s", w->tmp,
+    rc = err_set(err, err_len, n < 0 ? -errno : -EIO, "%s: cannot write the header: %s", w->t.tmp,
               n < 0 ? strerror(errno) : "short write");
-  } else if (close(w->fd) < 0) {
-    w->fd = -1;
-    rc = err_set(err, err_len, -errno, "%s: close failed: %s", w->tmp, strerror(errno));
   } else {
-    w->fd = -1;
-    if (rename(w->tmp, w->path) < 0)
-      rc = err_set(err, err_len, -errno, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(errno));
+    rc = fsio_replace_commit(&w->t, true, err, err_len); /* fsync, rename onto the path, fsync the directory */
   }
-  if (rc) {
-    data__writer_abort(w);
-    return rc;
-  }
-  w->created = 0; /* renamed: nothing to remove */
-  data__writer_abort(w);
-  return 0;
+  data__writer_abort(w); /* after a commit, nothing left to remove */
+  return rc;
 }
 
 /* ---- convert ---- */
@@ -349,7 +328,7 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
     if (rc) goto out;
     data__bad_summary(&r);
     st->samples = w->samples;
-    if ((rc = data__bad_check(&r, w->samples)) != 0) goto out; /* nothing written: out.tmp is removed */
+    if ((rc = data__bad_check(&r, w->samples)) != 0) goto out; /* nothing written: the temporary is removed */
   } else {
     /* binary or synthetic: copy records */
     if ((rc = data_open_path(cfg, in, &d, err, err_len)) != 0) goto out;

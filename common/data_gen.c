@@ -73,6 +73,7 @@
 
 #include "data_internal.h"
 #include "err.h"
+#include "fsio.h"
 
 #define DENSE_MISSING 0.1
 #define DENSE_GMAX 6.0
@@ -433,20 +434,17 @@ int data__open_synthetic(data_source_t *d, const cfg_t *cfg, char *err, size_t e
 /* ---- chanter data gen ---- */
 
 static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, char *err, size_t err_len) {
-  size_t pl = strlen(out), cap = 1 << 20, used = 0;
-  char *tmp = malloc(pl + 5), *buf = malloc(cap);
+  size_t cap = 1 << 20, used = 0;
+  char *buf = malloc(cap);
   uint8_t *rec = malloc(g->record_bytes);
-  int rc = 0, fd = -1;
-  if (!tmp || !buf || !rec) {
+  fsio_tmp_t t;
+  int rc = 0, fd;
+  if (!buf || !rec) {
     rc = -ENOMEM;
     goto out;
   }
-  memcpy(tmp, out, pl);
-  memcpy(tmp + pl, ".tmp", 5);
-  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
-    rc = err_set(err, err_len, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    goto out;
-  }
+  if ((rc = fsio_replace_open(&t, out, 0644, err, err_len)) != 0) goto out;
+  fd = fileno(t.f); /* written with write(2): nothing goes through t.f's buffer */
   for (uint64_t i = 0; i < samples && !rc; i++) {
     if (cap - used < DATA_SYNTH_TSV_MAX) {
       rc = data__write_all(fd, buf, used);
@@ -457,12 +455,10 @@ static int gen_tsv(const data_synth_t *g, const char *out, uint64_t samples, cha
     used += n;
   }
   if (!rc) rc = data__write_all(fd, buf, used);
-  if (rc) err_set(err, err_len, rc, "%s: write failed: %s", tmp, strerror(-rc));
-  if (close(fd) < 0 && !rc) rc = err_set(err, err_len, -errno, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, out) < 0) rc = err_set(err, err_len, -errno, "%s: cannot rename: %s", tmp, strerror(errno));
-  if (rc) unlink(tmp);
+  if (rc) err_set(err, err_len, rc, "%s: write failed: %s", t.tmp, strerror(-rc));
+  int crc = fsio_replace_commit(&t, rc == 0, rc ? NULL : err, rc ? 0 : err_len); /* removes the temporary on failure */
+  if (!rc) rc = crc;
 out:
-  free(tmp);
   free(buf);
   free(rec);
   return rc;

@@ -148,8 +148,8 @@ int data__open_binary(data_source_t *d, char *err, size_t err_len);
 /* 1 if the first bytes of the file are (any version of) our magic. */
 int data__is_binary(const uint8_t *head, size_t n);
 typedef struct data_writer_s data_writer_t;
-/* Streams records into path (via path.tmp).  finish writes the header and
- * renames; abort removes the temporary file. */
+/* Streams records into path (via a temporary, fsio_replace_open).  finish
+ * writes the header and replaces path; abort removes the temporary file. */
 int data__writer_open(const char *path, const data_schema_t *s, data_writer_t **out, char *err, size_t err_len);
 int data__writer_add(data_writer_t *w, const uint8_t *rec);
 int data__writer_finish(data_writer_t *w, uint64_t bad_records, char *err, size_t err_len);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "batch_pb.h"
+#include "clock.h"
 #include "daemon.h"
 #include "err.h"
 #include "log.h"
@@ -26,12 +27,6 @@ struct dpc_s {
   int64_t timeout_ms;
   const char *p_get, *p_stream, *p_info;
 };
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
@@ -120,20 +115,20 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t iteration, uint32_t batch_size, 
   req.batch_size = batch_size;
   req.split = split == DATA_TEST ? CHANTER__DATAPROC__V1__SPLIT__TEST : CHANTER__DATAPROC__V1__SPLIT__TRAIN;
   req.schema_hash = c->schema_hash;
-  int64_t deadline = now_ms() + c->timeout_ms, backoff = 20;
+  int64_t deadline = clock_mono_ms() + c->timeout_ms, backoff = 20;
   uint32_t first = (uint32_t)(iteration % c->n);
   for (uint32_t attempt = 0;; attempt++) {
     uint32_t i = (first + attempt) % c->n;
     rpc_status_t st = {0};
     ProtobufCMessage *resp = NULL;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - clock_mono_ms();
     int rc = rpc_unary(c->ch[i], c->p_get, &req.base, DP_DESC(batch), left > 1 ? left : 1, &resp, &st);
     if (rc == 0) {
       rc = batch_pb_decode_batch((const Chanter__Dataproc__V1__Batch *)resp, out, err, err_len);
       protobuf_c_message_free_unpacked(resp, NULL);
       return rc;
     }
-    if (rc != ERR_UNAVAILABLE || now_ms() + backoff >= deadline) {
+    if (rc != ERR_UNAVAILABLE || clock_mono_ms() + backoff >= deadline) {
       return err_set(err, err_len, rc, "data processor %u (%s), batch %llu: %s%s%s", i, c->addrs[i],
                      (unsigned long long)iteration, err_str(rc), st.message[0] ? ": " : "", st.message);
     }
@@ -148,13 +143,13 @@ int dpc_get_batch(dpc_t *c, int split, uint64_t iteration, uint32_t batch_size, 
 int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t batch_size, dpc_batch_cb cb, void *ud,
                uint32_t *restarts, char *err, size_t err_len) {
   uint64_t next = first, end = first + count;
-  int64_t progress_at = now_ms(), backoff = 20;
+  int64_t progress_at = clock_mono_ms(), backoff = 20;
   uint32_t srv = (uint32_t)(first % c->n), opened = 0;
   int rc = 0;
   if (restarts) *restarts = 0;
   if (err && err_len) err[0] = 0;
   while (next < end) {
-    if (now_ms() - progress_at > c->timeout_ms) {
+    if (clock_mono_ms() - progress_at > c->timeout_ms) {
       char last[512];
       snprintf(last, sizeof last, "%s", err && *err ? err : "no answer");
       return err_set(err, err_len, rc ? rc : ERR_DEADLINE,
@@ -203,7 +198,7 @@ int dpc_stream(dpc_t *c, int split, uint64_t first, uint64_t count, uint32_t bat
         int stop = cb(&b, ud);
         data_batch_free(&b);
         next++;
-        progress_at = now_ms();
+        progress_at = clock_mono_ms();
         backoff = 20;
         if (stop) {
           rpc_stream_cancel(s);

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 
@@ -184,9 +185,7 @@ static bool labels_eq(const char *a, const char *b) {
 /* Process start as Unix time: /proc/self/stat starttime (clock ticks after
  * boot) plus /proc/stat btime; now if either cannot be read. */
 static double process_start_time(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  double now = clock_wall_s();
   char buf[1024];
   unsigned long long btime = 0, start = 0;
   bool have_b = false, have_s = false;

@@ -9,6 +9,7 @@
  */
 #include "rpc_internal.h"
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 
@@ -335,12 +336,6 @@ int rpc_unary(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
   return unary_blocking(ch, path, rpc__pack(req), resp_desc, timeout_ms, resp, st, NULL);
 }
 
-static int64_t mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                     rpc_status_t *st) {
@@ -350,20 +345,20 @@ int rpc_unary_retry(rpc_channel_t *ch, const char *path, const ProtobufCMessage 
 int rpc_unary_retry_abortable(rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, ProtobufCMessage **resp,
                               rpc_status_t *st, const volatile int *abort) {
-  int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000), backoff = 20;
+  int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000), backoff = 20;
   for (;;) {
     if (abort && *abort) {
       if (st) snprintf(st->message, sizeof st->message, "given up: this daemon is stopping");
       return ERR_CANCELLED;
     }
-    int64_t left = deadline - mono_ms();
+    int64_t left = deadline - clock_mono_ms();
     if (st) memset(st, 0, sizeof *st);
     int rc = unary_blocking(ch, path, rpc__pack(req), resp_desc, left > 1 ? left : 1, resp, st, abort);
     if (abort && *abort && rc) {
       if (st) snprintf(st->message, sizeof st->message, "given up: this daemon is stopping");
       return ERR_CANCELLED;
     }
-    if (rc != ERR_UNAVAILABLE || mono_ms() + backoff >= deadline) return rc;
+    if (rc != ERR_UNAVAILABLE || clock_mono_ms() + backoff >= deadline) return rc;
     struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000};
     nanosleep(&ts, NULL);
     if (backoff < 1000) backoff *= 2;

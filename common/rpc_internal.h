@@ -1,7 +1,8 @@
 /*
- * rpc_internal: what rpc.c, rpc_server.c and rpc_client.c share and nobody
- * else uses: completion-queue tags, packing protobuf-c messages into gRPC
- * byte buffers and back, TLS file loading, channel arguments and deadlines.
+ * rpc_internal: what rpc.c, rpc_server.c (with rpc_call.c) and rpc_client.c
+ * share and nobody else uses: completion-queue tags, packing protobuf-c
+ * messages into gRPC byte buffers and back, TLS file loading, channel
+ * arguments and deadlines.
  */
 #ifndef CHANTER_RPC_INTERNAL_H
 #define CHANTER_RPC_INTERNAL_H

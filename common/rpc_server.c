@@ -10,8 +10,13 @@
  * A call is reference counted: one reference per batch in flight plus one
  * for the handler until it answers (reply/fail/finish) or is told the call
  * was cancelled.  The last reference unrefs the grpc_call and frees it.
+ *
+ * This file holds the receiving side (the poller, accepting a call,
+ * authorizing it, its messages and half-close) and the server's life;
+ * rpc_call.c the sending side (what a handler answers with, and the
+ * reference count); rpc_server_internal.h the structures both use.
  */
-#include "rpc_internal.h"
+#include "rpc_server_internal.h"
 
 #include "authz.h"
 #include "err.h"
@@ -21,7 +26,6 @@
 #include <grpc/grpc_security.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,101 +45,11 @@
  * cancelled stream for a completed one. */
 #define HALF_CLOSE_SETTLE_MS 5
 
-typedef struct method_s {
-  char *path;
-  const ProtobufCMessageDescriptor *input;
-  void *handle; /* from grpc_server_register_method */
-  rpc_unary_cb unary;
-  const rpc_stream_handlers_t *stream;
-  void *ud;
-} method_t;
-
-typedef struct event_s {
-  rpc__tag_t *tag; /* NULL: the queue has shut down */
-  int ok;
-} event_t;
-
-typedef struct sendq_s {
-  struct sendq_s *next;
-  grpc_byte_buffer *bb;
-} sendq_t;
-
-enum { S_CREATED, S_RUNNING, S_SHUTTING, S_DOWN };
-
-struct rpc_server_s {
-  uv_loop_t *loop;
-  grpc_server *server;
-  grpc_completion_queue *cq;
-  grpc_server_credentials *creds; /* until start */
-  char *listen;
-  int tls;
-  int authorize; /* check each call's role (authz.h) against its method */
-  _Atomic uint64_t denied;
-  uint64_t denied_logged, last_deny_log_ms; /* loop only: the refusals' log is rate-limited */
-  int port;
-  int state;
-  int cq_shut;  /* grpc_completion_queue_shutdown called: no more batches */
-  int notified; /* shutdown tag arrived */
-  int shutdown_called;
-  int done_pending; /* done_cb owed without a real drain */
-  uv_async_t async;
-  uv_timer_t grace;
-  uv_timer_t settle;           /* delivers half-closes that were not cancels */
-  rpc_call_t *hc_head, *hc_tail; /* streams waiting for it, oldest first */
-  int open_handles;
-  uv_thread_t poller;
-  int poller_started;
-
-  pthread_mutex_t mu; /* guards evs/n_evs/cap_evs */
-  event_t *evs;
-  size_t n_evs, cap_evs;
-  event_t *work; /* loop only: the batch being processed */
-  size_t cap_work;
-
-  method_t *methods;
-  size_t n_methods;
-  rpc_call_t *calls; /* accepted and not yet freed */
-  _Atomic uint64_t inflight;
-
-  rpc__tag_t tag_shutdown;
-  void (*done_cb)(rpc_server_t *, void *);
-  void *done_ud;
-};
-
-struct rpc_call_s {
-  rpc_server_t *srv; /* NULL once the server is destroyed (orphaned unary call) */
-  method_t *m;       /* NULL: requested generically, an unknown method */
-  rpc_call_t *prev, *next;
-  rpc_call_t *hc_next; /* in srv's half-close list */
-  uint64_t hc_due;     /* uv_now() when the half-close is delivered */
-  grpc_call *call;
-  gpr_timespec deadline;
-  grpc_metadata_array req_md;
-  grpc_call_details details; /* generic requests only */
-  grpc_byte_buffer *payload; /* unary request, then each streamed message */
-  ProtobufCMessage *req;     /* unpacked unary request */
-  char *peer;
-  char *path; /* malloc'd for generic calls, else m->path */
-  void *data;
-  int refs;
-  int close_cancelled; /* written by RECV_CLOSE_ON_SERVER */
-  unsigned accepted : 1, generic : 1, app_done : 1, cancelled : 1, send_busy : 1, md_sent : 1,
-      finish_req : 1, status_started : 1, hc_pending : 1;
-  int status_code;
-  grpc_slice status_msg;
-  grpc_byte_buffer *send_bb; /* in flight */
-  sendq_t *q_head, *q_tail;
-  uint32_t queued; /* stream messages queued or in flight */
-  rpc__tag_t tag_req, tag_close, tag_recv, tag_send;
-};
-
 static void on_request(rpc__tag_t *t, int ok);
 static void on_close(rpc__tag_t *t, int ok);
 static void on_recv(rpc__tag_t *t, int ok);
-static void on_send(rpc__tag_t *t, int ok);
 static void on_shutdown(rpc__tag_t *t, int ok);
 static void hc_deliver(rpc_call_t *c, int cancel);
-static void call_unref(rpc_call_t *c);
 
 /* ---------------------------------------------------------------- poller */
 
@@ -209,136 +123,12 @@ static void on_async(uv_async_t *h) {
 
 /* ----------------------------------------------------------------- calls */
 
-static void call_free(rpc_call_t *c) {
-  rpc_server_t *s = c->srv;
-  if (s && c->accepted) {
-    if (c->prev) c->prev->next = c->next;
-    else s->calls = c->next;
-    if (c->next) c->next->prev = c->prev;
-    atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
-  }
-  if (c->call) grpc_call_unref(c->call);
-  grpc_metadata_array_destroy(&c->req_md);
-  if (c->generic) grpc_call_details_destroy(&c->details);
-  if (c->payload) grpc_byte_buffer_destroy(c->payload);
-  if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
-  while (c->q_head) {
-    sendq_t *q = c->q_head;
-    c->q_head = q->next;
-    grpc_byte_buffer_destroy(q->bb);
-    free(q);
-  }
-  if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
-  grpc_slice_unref(c->status_msg);
-  free(c->peer);
-  if (c->generic) gpr_free(c->path);
-  free(c);
-}
-
-static void call_unref(rpc_call_t *c) {
-  ASSERT(c->refs > 0);
-  if (--c->refs == 0) call_free(c);
-}
-
-/* A batch may start only while the call and the queue can still take it. */
-static int can_send(const rpc_call_t *c) {
-  return c->srv && !c->srv->cq_shut && c->call && !c->cancelled;
-}
-
-static int start_batch(rpc_call_t *c, const grpc_op *ops, size_t n, rpc__tag_t *tag) {
-  if (!c->srv || c->srv->cq_shut || !c->call) return ERR_SHUTDOWN;
-  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
-  if (e != GRPC_CALL_OK) {
-    log_error("rpc: grpc_call_start_batch failed method=%s err=%d", c->path, (int)e);
-    return ERR_RPC;
-  }
-  c->refs++;
-  return 0;
-}
-
-static void drop_queue(rpc_call_t *c) {
-  while (c->q_head) {
-    sendq_t *q = c->q_head;
-    c->q_head = q->next;
-    grpc_byte_buffer_destroy(q->bb);
-    free(q);
-  }
-  c->q_tail = NULL;
-}
-
-/* Sends [initial metadata,] [message,] status: the last batch of a call. */
-static void start_final(rpc_call_t *c, grpc_byte_buffer *bb, int code, const char *msg) {
-  grpc_op ops[3];
-  size_t n = 0;
-  memset(ops, 0, sizeof ops);
-  if (!c->md_sent) {
-    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-    n++;
-    c->md_sent = 1;
-  }
-  if (bb) {
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = bb;
-    n++;
-  }
-  if (msg && *msg) {
-    grpc_slice_unref(c->status_msg);
-    c->status_msg = grpc_slice_from_copied_string(msg);
-  }
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = (grpc_status_code)code;
-  ops[n].data.send_status_from_server.status_details = &c->status_msg;
-  n++;
-  c->status_started = 1;
-  c->send_bb = bb;
-  if (start_batch(c, ops, n, &c->tag_send) == 0) c->send_busy = 1;
-  else {
-    c->send_bb = NULL;
-    if (bb) grpc_byte_buffer_destroy(bb);
-  }
-}
-
-/* Streams: start the next queued write, or the status once the queue is
- * empty and the handler has finished. */
-static void pump(rpc_call_t *c) {
-  if (c->send_busy || c->status_started) return;
-  if (!can_send(c)) {
-    drop_queue(c);
-    return;
-  }
-  if (c->q_head) {
-    sendq_t *q = c->q_head;
-    grpc_op ops[2];
-    size_t n = 0;
-    c->q_head = q->next;
-    if (!c->q_head) c->q_tail = NULL;
-    memset(ops, 0, sizeof ops);
-    if (!c->md_sent) {
-      ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-      c->md_sent = 1;
-    }
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = q->bb;
-    n++;
-    c->send_bb = q->bb;
-    free(q);
-    if (start_batch(c, ops, n, &c->tag_send) == 0) c->send_busy = 1;
-    else {
-      grpc_byte_buffer_destroy(c->send_bb);
-      c->send_bb = NULL;
-      drop_queue(c);
-    }
-  } else if (c->finish_req) {
-    start_final(c, NULL, c->status_code, NULL);
-  }
-}
-
 static void start_recv(rpc_call_t *c) {
   grpc_op op;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &c->payload;
-  start_batch(c, &op, 1, &c->tag_recv);
+  rpc__call_start_batch(c, &op, 1, &c->tag_recv);
 }
 
 /* The layer ends a stream itself (a message that does not parse): the
@@ -350,8 +140,8 @@ static void stream_abort(rpc_call_t *c, int code, const char *msg) {
   c->status_code = code;
   grpc_slice_unref(c->status_msg);
   c->status_msg = grpc_slice_from_copied_string(msg);
-  pump(c);
-  call_unref(c); /* the handler's reference */
+  rpc__call_pump(c);
+  rpc__call_unref(c); /* the handler's reference */
 }
 
 /* The roles the caller's certificate names: each subjectAltName URI
@@ -392,7 +182,7 @@ static int deny_call(rpc_call_t *c) {
     s->last_deny_log_ms = now;
   }
   c->app_done = 1;
-  start_final(c, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
+  rpc__call_start_final(c, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
   return 1;
 }
 
@@ -437,15 +227,15 @@ static void accept_call(rpc_call_t *c) {
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->close_cancelled;
-  start_batch(c, &op, 1, &c->tag_close);
+  rpc__call_start_batch(c, &op, 1, &c->tag_close);
 
   if (!c->generic && s->authorize && deny_call(c)) {
-    call_unref(c); /* the handler's reference: no handler runs */
+    rpc__call_unref(c); /* the handler's reference: no handler runs */
   } else if (c->generic) {
     snprintf(buf, sizeof buf, "unknown method %s on this server", c->path ? c->path : "?");
     c->app_done = 1;
-    start_final(c, NULL, GRPC_STATUS_UNIMPLEMENTED, buf);
-    call_unref(c);
+    rpc__call_start_final(c, NULL, GRPC_STATUS_UNIMPLEMENTED, buf);
+    rpc__call_unref(c);
   } else if (c->m->unary && s->authorize) {
     start_recv(c); /* read only now that the caller may call it: on_recv runs it */
   } else if (c->m->unary) {
@@ -454,7 +244,7 @@ static void accept_call(rpc_call_t *c) {
     if (c->m->stream->on_open) c->m->stream->on_open(c, c->m->ud);
     if (!c->app_done) start_recv(c);
   }
-  call_unref(c);
+  rpc__call_unref(c);
 }
 
 static void request_one(rpc_server_t *s, method_t *m) {
@@ -471,7 +261,7 @@ static void request_one(rpc_server_t *s, method_t *m) {
   c->tag_req.fn = on_request;
   c->tag_close.fn = on_close;
   c->tag_recv.fn = on_recv;
-  c->tag_send.fn = on_send;
+  c->tag_send.fn = rpc__call_on_send;
   grpc_metadata_array_init(&c->req_md);
   if (m) {
     e = grpc_server_request_registered_call(s->server, m->handle, &c->call, &c->deadline, &c->req_md,
@@ -484,7 +274,7 @@ static void request_one(rpc_server_t *s, method_t *m) {
   }
   if (e != GRPC_CALL_OK) {
     log_error("rpc: cannot request a call method=%s err=%d", m ? m->path : "*", (int)e);
-    call_free(c);
+    rpc__call_free(c);
   }
 }
 
@@ -492,7 +282,7 @@ static void on_request(rpc__tag_t *t, int ok) {
   rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_req);
   rpc_server_t *s = c->srv;
   if (!ok) { /* the server is shutting down: the request was never matched */
-    call_free(c);
+    rpc__call_free(c);
     return;
   }
   if (s->state == S_RUNNING) request_one(s, c->m);
@@ -503,13 +293,13 @@ static void on_close(rpc__tag_t *t, int ok) {
   rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_close);
   if (!ok || c->close_cancelled) {
     c->cancelled = 1;
-    if (!c->send_busy) drop_queue(c);
+    if (!c->send_busy) rpc__call_drop_queue(c);
     if (c->hc_pending) {
       hc_deliver(c, 1);
     } else if (!c->app_done && c->m && c->m->stream) {
       c->app_done = 1;
       if (c->m->stream->on_cancel) c->m->stream->on_cancel(c, c->m->ud);
-      call_unref(c); /* the handler's reference */
+      rpc__call_unref(c); /* the handler's reference */
     } else if (!c->app_done && c->m && c->m->unary) {
       /* The handler is still working on a call nobody waits for.  Let the
        * grpc_call go now so that shutdown need not wait for the handler;
@@ -518,7 +308,7 @@ static void on_close(rpc__tag_t *t, int ok) {
       c->call = NULL;
     }
   }
-  call_unref(c);
+  rpc__call_unref(c);
 }
 
 static void hc_remove(rpc_server_t *s, rpc_call_t *c) {
@@ -542,12 +332,12 @@ static void hc_deliver(rpc_call_t *c, int cancel) {
     if (cancel || c->cancelled) {
       c->app_done = 1;
       if (c->m->stream->on_cancel) c->m->stream->on_cancel(c, c->m->ud);
-      call_unref(c); /* the handler's reference */
+      rpc__call_unref(c); /* the handler's reference */
     } else if (c->m->stream->on_half_close) {
       c->m->stream->on_half_close(c, c->m->ud);
     }
   }
-  call_unref(c); /* the recv reference */
+  rpc__call_unref(c); /* the recv reference */
 }
 
 static void settle_cb(uv_timer_t *t) {
@@ -568,9 +358,9 @@ static void on_recv(rpc__tag_t *t, int ok) {
       if (bb) grpc_byte_buffer_destroy(bb);
       c->payload = NULL;
       c->app_done = 1;
-      call_unref(c); /* the handler's reference: no handler runs */
+      rpc__call_unref(c); /* the handler's reference: no handler runs */
     }
-    call_unref(c);
+    rpc__call_unref(c);
     return;
   }
   c->payload = NULL;
@@ -603,128 +393,7 @@ static void on_recv(rpc__tag_t *t, int ok) {
     }
   }
   if (bb) grpc_byte_buffer_destroy(bb);
-  call_unref(c);
-}
-
-static void on_send(rpc__tag_t *t, int ok) {
-  rpc_call_t *c = rpc__container_of(t, rpc_call_t, tag_send);
-  int was_msg = c->send_bb != NULL && !c->status_started; /* a stream message, not the status */
-  c->send_busy = 0;
-  if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
-  c->send_bb = NULL;
-  if (was_msg && c->queued) c->queued--;
-  if (!ok) {
-    drop_queue(c);
-    c->queued = 0;
-  } else {
-    pump(c);
-    /* backpressure: tell a producing handler there is room again */
-    if (was_msg && c->m && c->m->stream && c->m->stream->on_sent && !c->app_done && !c->cancelled)
-      c->m->stream->on_sent(c, c->m->ud);
-  }
-  call_unref(c);
-}
-
-/* ---------------------------------------------------------- call API */
-
-void rpc_call_reply(rpc_call_t *c, const ProtobufCMessage *resp) {
-  if (c->app_done) {
-    log_error("rpc: second answer to one call ignored method=%s", c->path);
-    return;
-  }
-  if (c->m && c->m->stream) {
-    log_error("rpc: rpc_call_reply on a stream method=%s; use rpc_call_send/finish", c->path);
-    rpc_call_send(c, resp);
-    rpc_call_finish(c, 0, NULL);
-    return;
-  }
-  c->app_done = 1;
-  /* pack first: resp often points into the request */
-  if (can_send(c)) start_final(c, rpc__pack(resp), GRPC_STATUS_OK, NULL);
-  if (c->req) { /* the handler is done with it */
-    protobuf_c_message_free_unpacked(c->req, NULL);
-    c->req = NULL;
-  }
-  call_unref(c);
-}
-
-void rpc_call_fail(rpc_call_t *c, int err, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  int code = err_grpc_status(err);
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (code == GRPC_STATUS_OK) code = GRPC_STATUS_UNKNOWN; /* a failure must not read as OK */
-  if (c->m && c->m->stream) {
-    rpc_call_finish(c, err ? err : ERR_RPC, buf);
-    return;
-  }
-  if (c->app_done) {
-    log_error("rpc: second answer to one call ignored method=%s", c->path);
-    return;
-  }
-  c->app_done = 1;
-  if (c->req) {
-    protobuf_c_message_free_unpacked(c->req, NULL);
-    c->req = NULL;
-  }
-  log_debug("rpc call failed method=%s peer=%s code=%d msg=\"%s\"", c->path, c->peer, code, buf);
-  if (can_send(c)) start_final(c, NULL, code, buf);
-  call_unref(c);
-}
-
-size_t rpc_call_queued(const rpc_call_t *c) { return c->queued; }
-
-int rpc_call_send(rpc_call_t *c, const ProtobufCMessage *msg) {
-  if (c->app_done || c->finish_req || !can_send(c)) return -EPIPE;
-  sendq_t *q = malloc(sizeof *q);
-  if (!q) return -ENOMEM;
-  q->bb = rpc__pack(msg);
-  q->next = NULL;
-  c->queued++;
-  if (c->q_tail) c->q_tail->next = q;
-  else c->q_head = q;
-  c->q_tail = q;
-  pump(c);
-  return 0;
-}
-
-void rpc_call_finish(rpc_call_t *c, int err, const char *msg) {
-  if (c->app_done) {
-    log_error("rpc: second finish of one call ignored method=%s", c->path);
-    return;
-  }
-  if (c->m && c->m->unary) {
-    if (err == 0) {
-      log_error("rpc: rpc_call_finish(OK) on unary method=%s; use rpc_call_reply", c->path);
-      err = ERR_RPC;
-    }
-    rpc_call_fail(c, err, "%s", msg ? msg : err_str(err));
-    return;
-  }
-  c->app_done = 1;
-  c->finish_req = 1;
-  c->status_code = err ? err_grpc_status(err) : GRPC_STATUS_OK;
-  if (err && c->status_code == GRPC_STATUS_OK) c->status_code = GRPC_STATUS_UNKNOWN;
-  if (msg && *msg) {
-    grpc_slice_unref(c->status_msg);
-    c->status_msg = grpc_slice_from_copied_string(msg);
-  }
-  pump(c);
-  call_unref(c);
-}
-
-const char *rpc_call_method(const rpc_call_t *c) { return c->path ? c->path : ""; }
-const char *rpc_call_peer(const rpc_call_t *c) { return c->peer ? c->peer : ""; }
-void *rpc_call_get_data(rpc_call_t *c) { return c->data; }
-void rpc_call_set_data(rpc_call_t *c, void *p) { c->data = p; }
-
-int64_t rpc_call_deadline_ms(const rpc_call_t *c) {
-  if (c->deadline.tv_sec == INT64_MAX || c->deadline.clock_type == GPR_TIMESPAN) return INT64_MAX;
-  gpr_timespec d = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
-  gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_MONOTONIC));
-  return (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+  rpc__call_unref(c);
 }
 
 /* -------------------------------------------------------------- server */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
+#include "clock.h"
 #include "model_dev.h"
 #include "nn.h"
 #include "pool.h"
@@ -261,29 +261,23 @@ size_t embag_update_rows(struct pool_s *pool, opt_kind_t kind, const opt_hparams
   return atomic_load(&j.updated);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 double embag_train_step(embag_t *e, struct model_dev_s *md, opt_t *dense_opt, opt_kind_t kind,
                         const opt_hparams_t *hp, float *const *tables, size_t row_stride, uint32_t n,
                         const float *dense, const float *labels, const uint64_t *const *idx, float scale,
                         double sec[EMBAG_PHASES]) {
   struct pool_s *pool = model_dev_pool(md);
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   embag_fwd(e, pool, n, tables, row_stride, idx, NULL, e->emb);
-  double t1 = now_s();
+  double t1 = clock_mono_s();
   if (model_dev_forward(md, n, dense, e->emb, e->logits)) return NAN;
-  double t2 = now_s();
+  double t2 = clock_mono_s();
   double loss = model_dev_backward(md, n, labels, scale, e->d_emb);
   if (isnan(loss)) return NAN;
-  double t3 = now_s();
+  double t3 = clock_mono_s();
   if (model_dev_opt_step(md, dense_opt)) return NAN;
-  double t4 = now_s();
+  double t4 = clock_mono_s();
   embag_bwd_update(e, pool, n, e->d_emb, idx, NULL, tables, row_stride, kind, hp);
-  double t5 = now_s();
+  double t5 = clock_mono_s();
   embag_phases_add(sec, (const double[EMBAG_PHASES + 1]){t0, t1, t2, t3, t4, t5});
   return loss;
 }

@@ -1,7 +1,7 @@
 /*
  * embdev.c: which embedding tables go to the device (embdev.h), pure C in
  * every build so that the CPU tests pin it; the tables and the step are
- * in embdev.cu.
+ * in embdev.cu (their storage in embdev_alloc.cu).
  */
 #include "embdev.h"
 

@@ -241,11 +241,138 @@ static void describe_mlp(char *buf, size_t len, const char *name, const mlp_t *p
 
 /* ----------------------------------------------------------------- create */
 
+/* The layers of m->kind (tensors added in this order: it is the parameter
+ * layout).  0, or ERR_CONFIG / -EINVAL with err set. */
+static int plan_layers(model_t *m, const cfg_t *cfg, char *err, size_t err_len) {
+  int rc;
+  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
+  size_t k1 = 0, k2 = 0;
+  uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
+  if (m->kind == MODEL_DLRM) {
+    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
+    m->has_bottom = n_dense > 0;
+    uint32_t f = n_tables + (m->has_bottom ? 1 : 0);
+    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
+      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large", f, dim);
+      return -EINVAL;
+    }
+    if (m->has_bottom) {
+      s1[k1++] = dim; /* the bottom MLP ends at the embedding dimension */
+      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
+    }
+    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
+    if (m->inter_w == 0) {
+      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
+      return -EINVAL;
+    }
+    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
+  } else {
+    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if (m->kind == MODEL_DCN) {
+      int64_t L = cfg_int(cfg, "model.cross_layers");
+      if (L < 0 || L > MAX_CROSS) {
+        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
+        return ERR_CONFIG;
+      }
+      m->n_cross = (uint32_t)L;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
+        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
+      }
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
+      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
+      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
+    } else {
+      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
+    }
+  }
+  return 0;
+}
+
+/* The parameters, gradients and every activation buffer for max_batch
+ * samples; m->zbuf set.  0 or -ENOMEM (what was allocated is in m->allocs). */
+static int alloc_buffers(model_t *m) {
+  size_t B = m->max_batch;
+  m->params = alloc_floats(m, m->n_params);
+  m->grads = alloc_floats(m, m->n_params);
+  m->dlogits = alloc_floats(m, B);
+  if (!m->params || !m->grads || !m->dlogits) return -ENOMEM;
+  m->pgrads[0] = m->grads;
+  for (uint32_t k = 1; k < MODEL_PARTS; k++)
+    if (!(m->pgrads[k] = alloc_floats(m, m->n_params))) return -ENOMEM;
+  if (m->kind == MODEL_DLRM) {
+    if (alloc_mlp(m, &m->bottom) < 0 || alloc_mlp(m, &m->top) < 0) return -ENOMEM;
+    m->inter = alloc_floats(m, B * m->inter_w);
+    m->d_inter = alloc_floats(m, B * m->inter_w);
+    m->d_emb_scratch = alloc_floats(m, B * m->emb_w);
+    if (!m->inter || !m->d_inter || !m->d_emb_scratch) return -ENOMEM;
+  } else {
+    m->x0 = alloc_floats(m, B * m->d0);
+    m->dx0 = alloc_floats(m, B * m->d0);
+    if (!m->x0 || !m->dx0 || alloc_mlp(m, &m->deep) < 0) return -ENOMEM;
+    if (m->kind == MODEL_DCN) {
+      m->xl[0] = m->x0;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->xl[l + 1] = alloc_floats(m, B * m->d0);
+        m->sl[l] = alloc_floats(m, B);
+        if (!m->xl[l + 1] || !m->sl[l]) return -ENOMEM;
+      }
+      m->dxl = alloc_floats(m, B * m->d0);
+      m->final_y = alloc_floats(m, B);
+      if (!m->dxl || !m->final_y) return -ENOMEM;
+      if (m->deep.n) {
+        m->cat = alloc_floats(m, B * m->final.in);
+        m->dcat = alloc_floats(m, B * m->final.in);
+        if (!m->cat || !m->dcat) return -ENOMEM;
+      }
+    } else {
+      m->wide_y = alloc_floats(m, B);
+      m->wide_dy = alloc_floats(m, B);
+      m->fm_y = alloc_floats(m, B);
+      if (!m->wide_y || !m->wide_dy || !m->fm_y) return -ENOMEM;
+    }
+  }
+
+  if (m->kind == MODEL_DLRM)
+    m->zbuf = m->top.y[m->top.n - 1];
+  else if (m->kind == MODEL_DCN)
+    m->zbuf = m->final_y;
+  else
+    m->zbuf = m->deep.y[m->deep.n - 1];
+  return 0;
+}
+
+/* m->desc: the kind, the layers' widths and the parameter count. */
+static void describe(model_t *m) {
+  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[m->kind]);
+  if (m->kind == MODEL_DLRM) {
+    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
+    size_t o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
+             m->n_tables + (m->has_bottom ? 1 : 0), m->dim, m->inter_w);
+    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
+  } else {
+    size_t o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
+    if (m->kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
+    }
+    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
+    if (m->kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
+    }
+  }
+  size_t o = strlen(m->desc);
+  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
+}
+
 int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
                  uint32_t max_batch, model_t **out, char *err, size_t err_len) {
   int rc = 0;
-  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
-  size_t k1 = 0, k2 = 0;
   model_t *m = NULL;
   *out = NULL;
   if (err_len) err[0] = 0;
@@ -274,121 +401,13 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t
   m->max_batch = max_batch;
   m->emb_w = n_tables * dim;
   m->d0 = n_dense + m->emb_w;
-  size_t B = max_batch;
 
-  if (kind == MODEL_DLRM) {
-    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) goto out;
-    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) goto out;
-    m->has_bottom = n_dense > 0;
-    uint32_t f = n_tables + (m->has_bottom ? 1 : 0);
-    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
-      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large", f, dim);
-      rc = -EINVAL;
-      goto out;
-    }
-    if (m->has_bottom) {
-      s1[k1++] = dim; /* the bottom MLP ends at the embedding dimension */
-      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
-    }
-    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
-    if (m->inter_w == 0) {
-      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
-      rc = -EINVAL;
-      goto out;
-    }
-    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
-  } else {
-    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) goto out;
-    if (kind == MODEL_DCN) {
-      int64_t L = cfg_int(cfg, "model.cross_layers");
-      if (L < 0 || L > MAX_CROSS) {
-        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
-        rc = ERR_CONFIG;
-        goto out;
-      }
-      m->n_cross = (uint32_t)L;
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
-        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
-      }
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
-      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
-      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
-    } else {
-      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
-    }
+  if ((rc = plan_layers(m, cfg, err, err_len)) < 0) goto out;
+  if ((rc = alloc_buffers(m)) < 0) {
+    snprintf(err, err_len, "model: out of memory");
+    goto out;
   }
-
-  m->params = alloc_floats(m, m->n_params);
-  m->grads = alloc_floats(m, m->n_params);
-  m->dlogits = alloc_floats(m, B);
-  if (!m->params || !m->grads || !m->dlogits) goto nomem;
-  m->pgrads[0] = m->grads;
-  for (uint32_t k = 1; k < MODEL_PARTS; k++)
-    if (!(m->pgrads[k] = alloc_floats(m, m->n_params))) goto nomem;
-  if (kind == MODEL_DLRM) {
-    if (alloc_mlp(m, &m->bottom) < 0 || alloc_mlp(m, &m->top) < 0) goto nomem;
-    m->inter = alloc_floats(m, B * m->inter_w);
-    m->d_inter = alloc_floats(m, B * m->inter_w);
-    m->d_emb_scratch = alloc_floats(m, B * m->emb_w);
-    if (!m->inter || !m->d_inter || !m->d_emb_scratch) goto nomem;
-  } else {
-    m->x0 = alloc_floats(m, B * m->d0);
-    m->dx0 = alloc_floats(m, B * m->d0);
-    if (!m->x0 || !m->dx0 || alloc_mlp(m, &m->deep) < 0) goto nomem;
-    if (kind == MODEL_DCN) {
-      m->xl[0] = m->x0;
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->xl[l + 1] = alloc_floats(m, B * m->d0);
-        m->sl[l] = alloc_floats(m, B);
-        if (!m->xl[l + 1] || !m->sl[l]) goto nomem;
-      }
-      m->dxl = alloc_floats(m, B * m->d0);
-      m->final_y = alloc_floats(m, B);
-      if (!m->dxl || !m->final_y) goto nomem;
-      if (m->deep.n) {
-        m->cat = alloc_floats(m, B * m->final.in);
-        m->dcat = alloc_floats(m, B * m->final.in);
-        if (!m->cat || !m->dcat) goto nomem;
-      }
-    } else {
-      m->wide_y = alloc_floats(m, B);
-      m->wide_dy = alloc_floats(m, B);
-      m->fm_y = alloc_floats(m, B);
-      if (!m->wide_y || !m->wide_dy || !m->fm_y) goto nomem;
-    }
-  }
-
-  if (kind == MODEL_DLRM)
-    m->zbuf = m->top.y[m->top.n - 1];
-  else if (kind == MODEL_DCN)
-    m->zbuf = m->final_y;
-  else
-    m->zbuf = m->deep.y[m->deep.n - 1];
-
-  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[kind]);
-  if (kind == MODEL_DLRM) {
-    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
-    size_t o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
-             n_tables + (m->has_bottom ? 1 : 0), dim, m->inter_w);
-    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
-  } else {
-    size_t o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
-    if (kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
-    }
-    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
-    if (kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
-    }
-  }
-  size_t o = strlen(m->desc);
-  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
+  describe(m);
 
   /* the stages must report suffixes ending at 0 (see "backward") */
   for (uint32_t st = 0, S = n_stages(m); st < S; st++) {
@@ -400,9 +419,6 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t
   *out = m;
   return 0;
 
-nomem:
-  rc = -ENOMEM;
-  snprintf(err, err_len, "model: out of memory");
 out:
   model_destroy(m);
   return rc;

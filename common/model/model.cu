@@ -201,11 +201,139 @@ static int dalloc_mlp(model_cuda_t *m, mlp_t *p) {
 
 /* ----------------------------------------------------------------- create */
 
+/* The layers of m->kind (tensors added in this order: it is the parameter
+ * layout, the same as model.c's).  0, or ERR_CONFIG / -EINVAL with err
+ * set. */
+static int plan_layers(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_len) {
+  int rc;
+  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
+  size_t k1 = 0, k2 = 0;
+  uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
+  if (m->kind == MODEL_DLRM) {
+    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
+    m->has_bottom = n_dense > 0;
+    /* the same limit as the CPU model, so both accept the same configs */
+    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
+      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large",
+               n_tables + (m->has_bottom ? 1 : 0), dim);
+      return -EINVAL;
+    }
+    if (m->has_bottom) {
+      s1[k1++] = dim;
+      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
+    }
+    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
+    if (m->inter_w == 0) {
+      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
+      return -EINVAL;
+    }
+    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
+  } else {
+    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if (m->kind == MODEL_DCN) {
+      int64_t L = cfg_int(cfg, "model.cross_layers");
+      if (L < 0 || L > MAX_CROSS) {
+        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
+        return ERR_CONFIG;
+      }
+      m->n_cross = (uint32_t)L;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
+        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
+      }
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
+      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
+      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
+    } else {
+      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
+      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
+    }
+  }
+  return 0;
+}
+
+/* The parameters, gradients and every activation buffer on the device for
+ * max_batch samples; m->zbuf set.  0 or ERR_CUDA (the failure is in the
+ * thread's nn_cuda error; what was allocated is in m->allocs). */
+static int dalloc_buffers(model_cuda_t *m) {
+  size_t B = m->max_batch;
+  m->params = dalloc(m, m->n_params);
+  m->grads = dalloc(m, m->n_params);
+  m->dlogits = dalloc(m, B);
+  if (!m->params || !m->grads || !m->dlogits) return ERR_CUDA;
+  if (m->kind == MODEL_DLRM) {
+    if (dalloc_mlp(m, &m->bottom) < 0 || dalloc_mlp(m, &m->top) < 0) return ERR_CUDA;
+    m->inter = dalloc(m, B * m->inter_w);
+    m->d_inter = dalloc(m, B * m->inter_w);
+    m->d_emb_scratch = dalloc(m, B * m->emb_w);
+    if (!m->inter || !m->d_inter || !m->d_emb_scratch) return ERR_CUDA;
+  } else {
+    m->x0 = dalloc(m, B * m->d0);
+    m->dx0 = dalloc(m, B * m->d0);
+    if (!m->x0 || !m->dx0 || dalloc_mlp(m, &m->deep) < 0) return ERR_CUDA;
+    if (m->kind == MODEL_DCN) {
+      m->xl[0] = m->x0;
+      for (uint32_t l = 0; l < m->n_cross; l++) {
+        m->xl[l + 1] = dalloc(m, B * m->d0);
+        m->sl[l] = dalloc(m, B);
+        if (!m->xl[l + 1] || !m->sl[l]) return ERR_CUDA;
+      }
+      m->dxl = dalloc(m, B * m->d0);
+      m->final_y = dalloc(m, B);
+      if (!m->dxl || !m->final_y) return ERR_CUDA;
+      if (m->deep.n) {
+        m->cat = dalloc(m, B * m->final.in);
+        m->dcat = dalloc(m, B * m->final.in);
+        if (!m->cat || !m->dcat) return ERR_CUDA;
+      }
+    } else {
+      m->wide_y = dalloc(m, B);
+      m->wide_dy = dalloc(m, B);
+      m->fm_y = dalloc(m, B);
+      if (!m->wide_y || !m->wide_dy || !m->fm_y) return ERR_CUDA;
+    }
+  }
+
+  if (m->kind == MODEL_DLRM)
+    m->zbuf = m->top.y[m->top.n - 1];
+  else if (m->kind == MODEL_DCN)
+    m->zbuf = m->final_y;
+  else
+    m->zbuf = m->deep.y[m->deep.n - 1];
+  return 0;
+}
+
+/* m->desc: the kind, the layers' widths and the parameter count. */
+static void describe(model_cuda_t *m) {
+  size_t o;
+  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[m->kind]);
+  if (m->kind == MODEL_DLRM) {
+    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
+    o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
+             m->n_tables + (m->has_bottom ? 1 : 0), m->dim, m->inter_w);
+    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
+  } else {
+    o = strlen(m->desc);
+    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
+    if (m->kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
+    }
+    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
+    if (m->kind == MODEL_DCN) {
+      o = strlen(m->desc);
+      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
+    }
+  }
+  o = strlen(m->desc);
+  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
+}
+
 int model_cuda_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
                       uint32_t max_batch, model_cuda_t **out, char *err, size_t err_len) {
   int rc = 0;
-  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
-  size_t k1 = 0, k2 = 0, B = max_batch, o;
   model_cuda_t *m = NULL;
   model_kind_t kind;
   *out = NULL;
@@ -236,121 +364,13 @@ int model_cuda_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uin
   m->emb_w = n_tables * dim;
   m->d0 = n_dense + m->emb_w;
 
-  if (kind == MODEL_DLRM) {
-    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) goto out;
-    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) goto out;
-    m->has_bottom = n_dense > 0;
-    /* the same limit as the CPU model, so both accept the same configs */
-    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
-      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large",
-               n_tables + (m->has_bottom ? 1 : 0), dim);
-      rc = -EINVAL;
-      goto out;
-    }
-    if (m->has_bottom) {
-      s1[k1++] = dim;
-      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
-    }
-    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
-    if (m->inter_w == 0) {
-      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
-      rc = -EINVAL;
-      goto out;
-    }
-    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
-  } else {
-    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) goto out;
-    if (kind == MODEL_DCN) {
-      int64_t L = cfg_int(cfg, "model.cross_layers");
-      if (L < 0 || L > MAX_CROSS) {
-        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
-        rc = ERR_CONFIG;
-        goto out;
-      }
-      m->n_cross = (uint32_t)L;
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
-        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
-      }
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
-      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
-      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
-    } else {
-      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
-    }
-  }
+  if ((rc = plan_layers(m, cfg, err, err_len)) < 0) goto out;
 
   /* the shape is valid: now the device */
   if ((rc = cuda_check(err, err_len)) < 0) goto out;
   if ((rc = nn_cuda_reserve(max_batch)) < 0) goto cuda_failed;
-
-  m->params = dalloc(m, m->n_params);
-  m->grads = dalloc(m, m->n_params);
-  m->dlogits = dalloc(m, B);
-  if (!m->params || !m->grads || !m->dlogits) goto cuda_failed;
-  if (kind == MODEL_DLRM) {
-    if (dalloc_mlp(m, &m->bottom) < 0 || dalloc_mlp(m, &m->top) < 0) goto cuda_failed;
-    m->inter = dalloc(m, B * m->inter_w);
-    m->d_inter = dalloc(m, B * m->inter_w);
-    m->d_emb_scratch = dalloc(m, B * m->emb_w);
-    if (!m->inter || !m->d_inter || !m->d_emb_scratch) goto cuda_failed;
-  } else {
-    m->x0 = dalloc(m, B * m->d0);
-    m->dx0 = dalloc(m, B * m->d0);
-    if (!m->x0 || !m->dx0 || dalloc_mlp(m, &m->deep) < 0) goto cuda_failed;
-    if (kind == MODEL_DCN) {
-      m->xl[0] = m->x0;
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->xl[l + 1] = dalloc(m, B * m->d0);
-        m->sl[l] = dalloc(m, B);
-        if (!m->xl[l + 1] || !m->sl[l]) goto cuda_failed;
-      }
-      m->dxl = dalloc(m, B * m->d0);
-      m->final_y = dalloc(m, B);
-      if (!m->dxl || !m->final_y) goto cuda_failed;
-      if (m->deep.n) {
-        m->cat = dalloc(m, B * m->final.in);
-        m->dcat = dalloc(m, B * m->final.in);
-        if (!m->cat || !m->dcat) goto cuda_failed;
-      }
-    } else {
-      m->wide_y = dalloc(m, B);
-      m->wide_dy = dalloc(m, B);
-      m->fm_y = dalloc(m, B);
-      if (!m->wide_y || !m->wide_dy || !m->fm_y) goto cuda_failed;
-    }
-  }
-
-  if (kind == MODEL_DLRM)
-    m->zbuf = m->top.y[m->top.n - 1];
-  else if (kind == MODEL_DCN)
-    m->zbuf = m->final_y;
-  else
-    m->zbuf = m->deep.y[m->deep.n - 1];
-
-  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[kind]);
-  if (kind == MODEL_DLRM) {
-    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
-    o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
-             n_tables + (m->has_bottom ? 1 : 0), dim, m->inter_w);
-    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
-  } else {
-    o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
-    if (kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
-    }
-    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
-    if (kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
-    }
-  }
-  o = strlen(m->desc);
-  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
+  if (dalloc_buffers(m) < 0) goto cuda_failed;
+  describe(m);
   *out = m;
   return 0;
 

@@ -1,5 +1,6 @@
 /*
- * nn_cuda: the CUDA mirror of nn.h (nn.cu) and of model.h (model.cu).
+ * nn_cuda: the CUDA mirror of nn.h (nn.cu, its embedding bag in
+ * nn_embedding_bag.cu) and of model.h (model.cu).
  *
  * Every nn_<layer> of nn.h has an nn_cuda_<layer> here with the SAME
  * argument order and meaning; only the memory differs: every float /

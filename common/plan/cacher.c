@@ -519,17 +519,19 @@ static int add_replicate(cacher_t *c, ent_t *e) {
   return 0;
 }
 
-/* d == NULL: decisions only (cacher_need). */
-static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
-  if (c->failed) return -EINVAL;
-  if (!cacher_ready(c)) return -EAGAIN;
-  uint64_t x = c->next_decide;
-  const plan_t *p = win_at(c, x);
+/* Pass 1's counts (decide). */
+typedef struct pass1_s {
+  size_t ncrit, ndel, n_new, n_evict, n_trans, n_fetch_all;
+} pass1_t;
+
+/* Pass 1 of deciding batch x (plan p): classifies each of its keys into
+ * c->cls, allocates the new ones a slot (c->uslot), lists the rows to
+ * replicate, evicts what x uses last, and counts per trainer what pass 2
+ * lists (c->cnt_*) and in all (r).  0, or the error with err set. */
+static int classify(cacher_t *c, uint64_t x, const plan_t *p, pass1_t *r, char *err, size_t err_len) {
   uint32_t P = c->o.trainers;
   size_t U = p->n_unique;
   int rc;
-  if ((rc = grow_scratch(c, U + 1)) != 0) goto fail;
-
   /* which keys batch x + 1 uses (the critical ones among x's shared keys):
    * both key lists are ascending, so a merge tells */
   int have_next = x + 1 < c->next_push;
@@ -539,12 +541,10 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   size_t nn = have_next ? n1->n_unique : 0, j1 = 0;
   c->n_replicate = 0; /* the rows x needs replicated after x - 1 (found below) */
 
-  /* pass 1: classify, allocate slots */
-  size_t ncrit = 0, ndel = 0, n_new = 0, n_evict = 0, n_trans = 0;
+  memset(r, 0, sizeof *r);
   memset(c->cnt_owned, 0, P * sizeof *c->cnt_owned);
   memset(c->cnt_fetch, 0, P * sizeof *c->cnt_fetch);
   memset(c->cnt_write_back, 0, P * sizeof *c->cnt_write_back);
-  size_t n_fetch_all = 0;
   for (size_t i = 0; i < U; i++) {
     uint64_t k = p->ukeys[i];
     uint32_t user = p->users[i];
@@ -552,8 +552,7 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
     ent_t *e = map_find(c, k);
     if (!e) { /* pushed keys are always there: a bug, not bad input */
       snprintf(err, err_len, "batch %" PRIu64 ": key %#" PRIx64 " is not in the window", x, k);
-      rc = -EINVAL;
-      goto fail;
+      return -EINVAL;
     }
     uint8_t f = 0;
     /* with L = 0 every key leaves after its batch, whatever later batch
@@ -568,13 +567,13 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
       f |= C_HIT;
       /* owned by one trainer, used at x by another or by several: its
        * owner's copy goes to every trainer after x - 1 (replicate_*) */
-      if (OWNER(e) != SHARED && OWNER(e) != user && (rc = add_replicate(c, e)) != 0) goto fail;
+      if (OWNER(e) != SHARED && OWNER(e) != user && (rc = add_replicate(c, e)) != 0) return rc;
       if (owned && OWNER(e) == SHARED) { /* every copy is current: one trainer takes it over */
         SET_OWNER(e, user);
         if (!evict) {
           f |= C_KEEP_OWNED;
           c->cnt_owned[user]++;
-          n_trans++;
+          r->n_trans++;
         }
       }
     } else {
@@ -583,9 +582,8 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
         snprintf(err, err_len,
                  "cache_rows = %" PRIu64 " is too small: batch %" PRIu64 " needs more slots even at lookahead 0 "
                  "(%zu distinct rows in the batch, %zu cached across it); raise cache_rows",
-                 c->o.cache_rows, x, U, c->cached + n_evict);
-        rc = ERR_CONFIG;
-        goto fail;
+                 c->o.cache_rows, x, U, c->cached + r->n_evict);
+        return ERR_CONFIG;
       }
       e->slot = s;
       SET_OWNER(e, owned ? user : SHARED);
@@ -594,10 +592,10 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
         c->cnt_owned[user]++;
       }
       c->cached++;
-      n_new++;
+      r->n_new++;
       f |= owned ? C_FETCH_ONE : C_FETCH_ALL;
       if (owned) c->cnt_fetch[user]++;
-      else n_fetch_all++;
+      else r->n_fetch_all++;
     }
     int next = 0;
     if (have_next) {
@@ -608,18 +606,18 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
       f |= C_OWNED;
     } else if (split && !next) {
       f |= C_DELAYED;
-      ndel++;
+      r->ndel++;
     } else {
       f |= C_CRITICAL;
-      ncrit++;
+      r->ncrit++;
     }
     c->uslot[i] = e->slot;
     if (evict) { /* its slot waits L batches in the FIFO; the entry leaves the map (nothing below reads it) */
       f |= C_EVICT;
-      n_evict++;
+      r->n_evict++;
       uint32_t owner = owned ? user : (uint32_t)(table_mix64(k) % P);
       c->cnt_write_back[owner]++;
-      if ((rc = fq_push(c, e->slot, x)) != 0) goto fail;
+      if ((rc = fq_push(c, e->slot, x)) != 0) return rc;
       if (e->last == (uint16_t)x) {
         map_erase(c, e);
       } else { /* a batch in the window uses it later (L = 0): it stays, uncached */
@@ -633,88 +631,120 @@ static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
   if (split && c->L == 0) { /* L fell to 0 while allocating: every shared key is critical (cacher.h) */
     for (size_t i = 0; i < U; i++)
       if (c->cls[i] & C_DELAYED) c->cls[i] = (uint8_t)((c->cls[i] & ~C_DELAYED) | C_CRITICAL);
-    ncrit += ndel;
-    ndel = 0;
+    r->ncrit += r->ndel;
+    r->ndel = 0;
   }
+  return 0;
+}
 
-  if (d) {
-    memset(d, 0, sizeof *d);
-    for (uint32_t q = 0; q < P; q++) c->cnt_fetch[q] += n_fetch_all;
-    if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_write_back, ncrit, ndel)) != 0) goto fail_dec;
-    for (uint32_t q = 0; q < P; q++) {
-      cacher_tr_t *t = &d->tr[q];
-      t->owned_slots = malloc(nz(c->cnt_owned[q]) * sizeof *t->owned_slots);
-      t->stale_slots = malloc(nz(n_trans) * sizeof *t->stale_slots);
-      if (!t->owned_slots || !t->stale_slots) {
-        rc = -ENOMEM;
-        goto fail_dec;
-      }
-    }
-    d->replicate_slots = malloc(nz(c->n_replicate) * sizeof *d->replicate_slots);
-    d->replicate_owners = malloc(nz(c->n_replicate) * sizeof *d->replicate_owners);
-    d->replicate_keys = malloc(nz(c->n_replicate) * sizeof *d->replicate_keys);
-    if (!d->replicate_slots || !d->replicate_owners || !d->replicate_keys) {
-      rc = -ENOMEM;
-      goto fail_dec;
-    }
-    if (c->n_replicate) { /* (the lists may still be NULL: memcpy wants a valid source even for 0 bytes) */
-      memcpy(d->replicate_slots, c->replicate_slot, c->n_replicate * sizeof *d->replicate_slots);
-      memcpy(d->replicate_owners, c->replicate_owner, c->n_replicate * sizeof *d->replicate_owners);
-      memcpy(d->replicate_keys, c->replicate_key, c->n_replicate * sizeof *d->replicate_keys);
-    }
-    d->n_replicate = c->n_replicate;
-    d->iteration = x;
-    d->n_unique = U;
-    d->n_new = n_new;
-    d->n_evicted = n_evict;
-    /* pass 2: the lists, in ascending key order */
-    for (size_t i = 0; i < U; i++) {
-      uint64_t k = p->ukeys[i];
-      uint32_t s = c->uslot[i], user = p->users[i];
-      uint8_t f = c->cls[i];
-      if (f & C_FETCH_ALL) {
-        for (uint32_t q = 0; q < P; q++) {
-          cacher_tr_t *t = &d->tr[q];
-          t->fetch_keys[t->n_fetch] = k;
-          t->fetch_slots[t->n_fetch++] = s;
-        }
-      } else if (f & C_FETCH_ONE) {
-        cacher_tr_t *t = &d->tr[user];
+/* d's lists allocated to pass 1's counts, the replication lists copied and
+ * the batch's totals.  0 or -ENOMEM (the caller frees d). */
+static int dec_prepare(cacher_t *c, cacher_dec_t *d, uint64_t x, const plan_t *p, const pass1_t *r) {
+  uint32_t P = c->o.trainers;
+  int rc;
+  memset(d, 0, sizeof *d);
+  for (uint32_t q = 0; q < P; q++) c->cnt_fetch[q] += r->n_fetch_all;
+  if ((rc = dec_alloc(d, p, c->cnt_fetch, c->cnt_write_back, r->ncrit, r->ndel)) != 0) return rc;
+  for (uint32_t q = 0; q < P; q++) {
+    cacher_tr_t *t = &d->tr[q];
+    t->owned_slots = malloc(nz(c->cnt_owned[q]) * sizeof *t->owned_slots);
+    t->stale_slots = malloc(nz(r->n_trans) * sizeof *t->stale_slots);
+    if (!t->owned_slots || !t->stale_slots) return -ENOMEM;
+  }
+  d->replicate_slots = malloc(nz(c->n_replicate) * sizeof *d->replicate_slots);
+  d->replicate_owners = malloc(nz(c->n_replicate) * sizeof *d->replicate_owners);
+  d->replicate_keys = malloc(nz(c->n_replicate) * sizeof *d->replicate_keys);
+  if (!d->replicate_slots || !d->replicate_owners || !d->replicate_keys) return -ENOMEM;
+  if (c->n_replicate) { /* (the lists may still be NULL: memcpy wants a valid source even for 0 bytes) */
+    memcpy(d->replicate_slots, c->replicate_slot, c->n_replicate * sizeof *d->replicate_slots);
+    memcpy(d->replicate_owners, c->replicate_owner, c->n_replicate * sizeof *d->replicate_owners);
+    memcpy(d->replicate_keys, c->replicate_key, c->n_replicate * sizeof *d->replicate_keys);
+  }
+  d->n_replicate = c->n_replicate;
+  d->iteration = x;
+  d->n_unique = p->n_unique;
+  d->n_new = r->n_new;
+  d->n_evicted = r->n_evict;
+  return 0;
+}
+
+/* Pass 2: each trainer's fetch, owned, stale and write-back lists and the
+ * critical and delayed lists, in ascending key order. */
+static void dec_lists(cacher_t *c, cacher_dec_t *d, const plan_t *p) {
+  uint32_t P = c->o.trainers;
+  size_t U = p->n_unique;
+  for (size_t i = 0; i < U; i++) {
+    uint64_t k = p->ukeys[i];
+    uint32_t s = c->uslot[i], user = p->users[i];
+    uint8_t f = c->cls[i];
+    if (f & C_FETCH_ALL) {
+      for (uint32_t q = 0; q < P; q++) {
+        cacher_tr_t *t = &d->tr[q];
         t->fetch_keys[t->n_fetch] = k;
         t->fetch_slots[t->n_fetch++] = s;
       }
-      if (f & C_OWNED) d->tr[user].n_owned++;
-      if (f & C_KEEP_OWNED) {
-        cacher_tr_t *t = &d->tr[user];
-        t->owned_slots[t->n_owned_slots++] = s;
-        if (f & C_HIT) /* taken over from every trainer: their copies go stale */
-          for (uint32_t q = 0; q < P; q++)
-            if (q != user) d->tr[q].stale_slots[d->tr[q].n_stale++] = s;
-      }
-      if (f & C_CRITICAL) {
-        d->critical_keys[d->n_critical] = k;
-        d->critical[d->n_critical++] = s;
-      } else if (f & C_DELAYED) {
-        d->delayed_keys[d->n_delayed] = k;
-        d->delayed[d->n_delayed++] = s;
-      }
-      if (f & C_EVICT) {
-        cacher_tr_t *t = &d->tr[(f & C_OWNED) ? user : (uint32_t)(table_mix64(k) % P)];
-        t->write_back_keys[t->n_write_back] = k;
-        t->write_back_slots[t->n_write_back++] = s;
-      }
+    } else if (f & C_FETCH_ONE) {
+      cacher_tr_t *t = &d->tr[user];
+      t->fetch_keys[t->n_fetch] = k;
+      t->fetch_slots[t->n_fetch++] = s;
     }
-    /* each id -> its slot; each trainer's distinct keys and hits; table
-     * by table (a table's keys are a run of ukeys, its ids a run of each
-     * share's) */
-    memset(c->soff, 0, P * sizeof *c->soff);
-    size_t lo = 0;
-    for (uint32_t tb = 0; tb < p->n_tables; tb++) {
-      size_t hi = lo;
-      while (hi < U && TABLE_ID(p->ukeys[hi]) == tb) hi++;
-      if ((rc = map_ids(c, p, d, tb, lo, hi, err, err_len)) != 0) goto fail_dec;
-      lo = hi;
+    if (f & C_OWNED) d->tr[user].n_owned++;
+    if (f & C_KEEP_OWNED) {
+      cacher_tr_t *t = &d->tr[user];
+      t->owned_slots[t->n_owned_slots++] = s;
+      if (f & C_HIT) /* taken over from every trainer: their copies go stale */
+        for (uint32_t q = 0; q < P; q++)
+          if (q != user) d->tr[q].stale_slots[d->tr[q].n_stale++] = s;
     }
+    if (f & C_CRITICAL) {
+      d->critical_keys[d->n_critical] = k;
+      d->critical[d->n_critical++] = s;
+    } else if (f & C_DELAYED) {
+      d->delayed_keys[d->n_delayed] = k;
+      d->delayed[d->n_delayed++] = s;
+    }
+    if (f & C_EVICT) {
+      cacher_tr_t *t = &d->tr[(f & C_OWNED) ? user : (uint32_t)(table_mix64(k) % P)];
+      t->write_back_keys[t->n_write_back] = k;
+      t->write_back_slots[t->n_write_back++] = s;
+    }
+  }
+}
+
+/* Each id of d's batch -> its slot, and each trainer's distinct keys and
+ * hits (map_ids).  0, or -EINVAL with err set. */
+static int dec_map_ids(cacher_t *c, cacher_dec_t *d, const plan_t *p, char *err, size_t err_len) {
+  uint32_t P = c->o.trainers;
+  size_t U = p->n_unique;
+  int rc;
+  /* each id -> its slot; each trainer's distinct keys and hits; table
+   * by table (a table's keys are a run of ukeys, its ids a run of each
+   * share's) */
+  memset(c->soff, 0, P * sizeof *c->soff);
+  size_t lo = 0;
+  for (uint32_t tb = 0; tb < p->n_tables; tb++) {
+    size_t hi = lo;
+    while (hi < U && TABLE_ID(p->ukeys[hi]) == tb) hi++;
+    if ((rc = map_ids(c, p, d, tb, lo, hi, err, err_len)) != 0) return rc;
+    lo = hi;
+  }
+  return 0;
+}
+
+/* d == NULL: decisions only (cacher_need). */
+static int decide(cacher_t *c, cacher_dec_t *d, char *err, size_t err_len) {
+  if (c->failed) return -EINVAL;
+  if (!cacher_ready(c)) return -EAGAIN;
+  uint64_t x = c->next_decide;
+  const plan_t *p = win_at(c, x);
+  pass1_t r;
+  int rc;
+  if ((rc = grow_scratch(c, p->n_unique + 1)) != 0) goto fail;
+  if ((rc = classify(c, x, p, &r, err, err_len)) != 0) goto fail;
+  if (d) {
+    if ((rc = dec_prepare(c, d, x, p, &r)) != 0) goto fail_dec;
+    dec_lists(c, d, p);
+    if ((rc = dec_map_ids(c, d, p, err, err_len)) != 0) goto fail_dec;
   }
 
   c->win[x % c->win_cap] = NULL;

@@ -12,9 +12,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "batch_pb.h"
+#include "clock.h"
 #include "dataproc.pb-c.h"
 #include "dpc.h"
 #include "err.h"
@@ -32,12 +32,6 @@ struct dataproc_service_s {
   metrics_hist_t *build_seconds;
   metrics_gauge_t *open_streams;
 };
-
-static double since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
 
 static int split_of(Chanter__Dataproc__V1__Split s) { return s == CHANTER__DATAPROC__V1__SPLIT__TEST ? DATA_TEST : DATA_TRAIN; }
 
@@ -80,7 +74,7 @@ typedef struct build_s {
   data_batch_t batch;
   int rc;
   char why[512];
-  struct timespec t0;
+  double t0; /* clock_mono_s() when the build was created */
   /* who waits: a unary call, or a stream */
   rpc_call_t *call;
   struct stream_s *stream;
@@ -97,7 +91,7 @@ static void count_served(dataproc_service_t *svc, build_t *b) {
   svc->served++;
   metrics_counter_inc(svc->batches);
   metrics_counter_add(svc->samples, b->batch.n);
-  metrics_hist_observe(svc->build_seconds, since(&b->t0));
+  metrics_hist_observe(svc->build_seconds, clock_mono_s() - b->t0);
 }
 
 static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32_t batch_size) {
@@ -108,7 +102,7 @@ static build_t *build_new(dataproc_service_t *svc, int split, uint64_t x, uint32
   b->iteration = x;
   b->batch_size = batch_size;
   b->req.data = b;
-  clock_gettime(CLOCK_MONOTONIC, &b->t0);
+  b->t0 = clock_mono_s();
   return b;
 }
 

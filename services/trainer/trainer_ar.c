@@ -9,7 +9,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "clock.h"
 
 typedef struct bucket_arg_s bucket_arg_t;
 
@@ -31,12 +32,6 @@ struct trainer_ar_s {
   int threaded;
 };
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static size_t bucket_hi(const trainer_ar_t *a, size_t k) { return a->n - k * a->B; }
 static size_t bucket_lo(const trainer_ar_t *a, size_t k) {
   size_t hi = bucket_hi(a, k);
@@ -53,10 +48,10 @@ static void *comm_main(void *arg) {
     int failed = a->rc != 0;
     pthread_mutex_unlock(&a->mu);
     int rc = 0;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     /* after a failure the group is unusable: the rest are skipped */
     if (!failed) rc = coll_allreduce_sum_f32(a->c, a->g + bucket_lo(a, k), bucket_hi(a, k) - bucket_lo(a, k));
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     pthread_mutex_lock(&a->mu);
     a->t_comm += dt;
     if (rc && !a->rc) a->rc = rc;
@@ -176,10 +171,10 @@ int trainer_ar_finish(trainer_ar_t *a, double *t_comm) {
     return rc;
   }
   if (!a->threaded) {
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int rc = a->rc;
     if (!rc && a->n) rc = a->rc = coll_allreduce_sum_f32(a->c, a->g, a->n);
-    if (t_comm) *t_comm = now_s() - t0;
+    if (t_comm) *t_comm = clock_mono_s() - t0;
     return rc;
   }
   pthread_mutex_lock(&a->mu);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "embedding.pb-c.h"
 #include "err.h"
 #include "le.h"
@@ -80,7 +81,7 @@ int trainer_ckpt_dense_decode(trainer_step_t *ts, const uint8_t *b, size_t len, 
 
 int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t err_len) {
   const trainer_work_checkpoint_t *ck = &w->checkpoint;
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   char why[768] = "";
   int rc = 0;
   uint64_t done = atomic_load(&t->exec.last_done);
@@ -121,11 +122,10 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
     req.name = (char *)ck->dense_blob;
     req.data.data = buf;
     req.data.len = dense_bytes;
-    ProtobufCMessage *resp = NULL;
-    rc = embc_call(t->embc, ck->dense_server, "PutBlob", &req.base, &chanter__embedding__v1__put_blob_response__descriptor,
-                   &resp, why, sizeof why);
+    Chanter__Embedding__V1__PutBlobResponse *resp = NULL;
+    rc = embc_put_blob(t->embc, ck->dense_server, &req, &resp, why, sizeof why);
     free(buf);
-    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
     if (rc)
       return err_set(err, err_len, rc, "checkpoint %s: storing the dense state (%zu bytes) on embedding server %u failed: %s",
                      ck->id, dense_bytes, ck->dense_server, why);
@@ -135,7 +135,7 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
   d.iteration = ck->iteration;
   d.rows_flushed = ck->n_flush;
   d.dense_bytes = dense_bytes;
-  d.seconds = trainer_now() - t0;
+  d.seconds = clock_mono_s() - t0;
   log_info("checkpoint part done rank=%u id=%s iteration=%" PRIu64 " rows_flushed=%zu dense_bytes=%zu ms=%.1f", t->rank,
            ck->id, ck->iteration, ck->n_flush, dense_bytes, 1e3 * d.seconds);
   if ((rc = orc_work_checkpoint_done(t->stream, &d)) != 0 && (t->write_failed = 1))
@@ -154,15 +154,13 @@ int trainer_ckpt_resume(trainer_t *t, const trainer_work_t *w, uint64_t *expect,
                    r->id, r->dense_server);
   Chanter__Embedding__V1__GetBlobRequest req = CHANTER__EMBEDDING__V1__GET_BLOB_REQUEST__INIT;
   req.name = (char *)r->dense_blob;
-  ProtobufCMessage *resp = NULL;
-  int rc = embc_call(t->embc, r->dense_server, "GetBlob", &req.base, &chanter__embedding__v1__get_blob_response__descriptor,
-                     &resp, why, sizeof why);
+  Chanter__Embedding__V1__GetBlobResponse *g = NULL;
+  int rc = embc_get_blob(t->embc, r->dense_server, &req, &g, why, sizeof why);
   if (rc)
     return err_set(err, err_len, rc, "resume from %s: reading the dense state (blob %s) from embedding server %u failed: %s",
                    r->id, r->dense_blob, r->dense_server, why);
-  const Chanter__Embedding__V1__GetBlobResponse *g = (const void *)resp;
   rc = trainer_ckpt_dense_decode(t->ts, g->data.data, g->data.len, why, sizeof why);
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&g->base, NULL);
   if (rc) return err_set(err, err_len, rc, "resume from %s: %s", r->id, why);
   atomic_store(&t->exec.last_done, r->start_iteration);
   *expect = r->start_iteration;

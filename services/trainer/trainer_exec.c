@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
 #include "sdn.h"
 #include "trainer_state.h"
@@ -55,17 +57,10 @@ void trainer_exec_close(trainer_t *t) {
 
 /* ------------------------------------------------------------------ the report */
 
-/* Writes the dense parameters to path (temporary file, then rename). */
+/* Writes the dense parameters to path (fsio_replace: a reader sees the old
+ * file or the whole new one). */
 static int save_dense(trainer_t *t, const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return -errno;
-  size_t n = trainer_step_n_params(t->ts);
-  int rc = fwrite(trainer_step_params(t->ts), sizeof(float), n, f) == n ? 0 : -EIO;
-  if (fclose(f) != 0 && !rc) rc = -errno;
-  if (!rc && rename(tmp, path) != 0) rc = -errno;
-  return rc;
+  return fsio_replace(path, trainer_step_params(t->ts), trainer_step_n_params(t->ts) * sizeof(float), 0644, NULL, 0);
 }
 
 int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t err_len) {
@@ -74,7 +69,7 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   double *ph = s->ph;
   const trainer_exec_counts_t *c = &s->c;
   if (s->cache) { /* f. ends here: the hand-off to the background (and, after the last step, its wait) */
-    double t6 = trainer_now();
+    double t6 = clock_mono_s();
     ph[PHASE_WRITE_BACK] = t6 - s->t_end;
     ph[PHASE_TOTAL] = s->t_wait + (t6 - s->t0);
   }
@@ -195,7 +190,7 @@ static void step_begin(const trainer_work_t *w, double t_wait, int cache, traine
   s->cache = cache;
   s->t_wait = t_wait;
   s->ph[PHASE_WAIT] = t_wait;
-  s->t0 = trainer_now();
+  s->t0 = clock_mono_s();
 }
 
 /* ------------------------------------------------------------------ mode = ideal */
@@ -216,27 +211,27 @@ int trainer_exec_step_ideal(trainer_t *t, const trainer_work_t *w, uint64_t expe
   if ((rc = trainer_step_batch_keys(t->ts, b, &fkeys, &n_fetch)) != 0) return rc;
   if ((rc = trainer_rows_fetch(t->local, t->ts, fkeys, n_fetch, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": fetch of %zu rows failed: %s", x, n_fetch, why);
-  double t1 = trainer_now();
+  double t1 = clock_mono_s();
 
   /* b. forward, backward; c. the dense all-reduce starts inside the
    * backward (trainer_ar.h) and ends after it; no row is synchronized */
   if ((rc = trainer_step_forward(t->ts, b, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", x, why);
-  double t2 = trainer_now();
+  double t2 = clock_mono_s();
   trainer_ar_begin(t->join.dense_ar, x);
   s->loss = trainer_step_backward(t->ts, b, w->step.global_batch_size ? w->step.global_batch_size : 1);
-  double t3 = trainer_now();
+  double t3 = clock_mono_s();
   if ((rc = dense_finish(t, x, &s->c.dense_comm, err, err_len)) != 0) return rc;
-  double t4 = trainer_now();
+  double t4 = clock_mono_s();
 
   /* d. update; e. the rows back to the local store */
   trainer_step_update(t->ts);
-  double t5 = trainer_now();
+  double t5 = clock_mono_s();
   size_t n_write_back = trainer_step_n_keys(t->ts);
   if ((rc = trainer_rows_scatter(t->local, trainer_step_keys(t->ts), n_write_back, trainer_step_key_rows(t->ts), why,
                                   sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": local rows: %s", x, why);
-  double t6 = trainer_now();
+  double t6 = clock_mono_s();
 
   ph[PHASE_FETCH] = t1 - t0;
   ph[PHASE_FORWARD] = t2 - t1;
@@ -262,12 +257,12 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
   int rc = check_next(s->iteration, expect, err, err_len);
   if (rc) return rc;
   /* the partitioned tables' pooled embeddings first: the model's input */
-  double ta = trainer_now();
+  double ta = clock_mono_s();
   if ((rc = trainer_part_forward(&t->part, t->ts, t->join.pcoll, &w->step, &w->batch, err, err_len)) != 0) return rc;
-  s->c.alltoall = trainer_now() - ta;
+  s->c.alltoall = clock_mono_s() - ta;
   if ((rc = trainer_step_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->iteration, why);
-  s->t_end = trainer_now();
+  s->t_end = clock_mono_s();
   s->ph[PHASE_FORWARD] = s->t_end - s->t0;
   return 0;
 }
@@ -277,14 +272,14 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
   for (size_t i = 0; i < st->n_fetch; i++) /* x's rows are cached now: the key map learns them */
     if (trainer_kmap_set(t->kmap, st->fetch_slots[i], st->fetch_keys[i]) != 0)
       return err_set(err, err_len, -ENOMEM, "out of memory in the key map");
-  double t2 = trainer_now();
+  double t2 = clock_mono_s();
   trainer_ar_begin(t->join.dense_ar, s->iteration);
   s->loss = trainer_step_backward(t->ts, &s->w->batch, st->global_batch_size ? st->global_batch_size : 1);
   /* the partitioned tables' gradients to their owners (another group:
    * overlapped with the dense all-reduce's thread), folded and applied */
-  double ta = trainer_now();
+  double ta = clock_mono_s();
   int rc = trainer_part_backward(&t->part, t->ts, t->join.pcoll, st, &s->w->batch, &s->c.part_updated, err, err_len);
-  double t3 = trainer_now();
+  double t3 = clock_mono_s();
   s->c.alltoall += t3 - ta;
   s->ph[PHASE_BACKWARD] = t3 - t2;
   s->t_end = t3;
@@ -297,7 +292,7 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
   trainer_exec_t *e = &t->exec;
   size_t n_crit = st->n_critical;
   uint32_t dim = trainer_step_dim(t->ts);
-  double tc0 = trainer_now();
+  double tc0 = clock_mono_s();
   if (n_crit) {
     if (trainer_grow((void **)&e->crit_buf, &e->cap_crit, n_crit * dim, sizeof(float))) return -ENOMEM;
     trainer_step_cache_pack(t->ts, st->sync_critical, n_crit, e->crit_buf);
@@ -310,7 +305,7 @@ int trainer_exec_sync_critical(trainer_t *t, trainer_exec_step_t *s, char *err, 
                      s->iteration, n_crit, t->trainers, err_str(rc));
     trainer_step_cache_unpack(t->ts, st->sync_critical, n_crit, e->crit_buf);
   }
-  double t4 = trainer_now();
+  double t4 = clock_mono_s();
   s->ph[PHASE_ALLREDUCE] = t4 - s->t_end; /* from the backward's end: the dense all-reduce's rest too */
   s->c.sync_critical = t4 - tc0;
   s->t_end = t4;
@@ -385,10 +380,10 @@ int trainer_exec_update(trainer_t *t, trainer_exec_step_t *s, float *delayed_gra
   /* e2. ownership (LRPP): rows that another trainer uses next get their
    * owner's copy everywhere; rows taking an owner here go stale elsewhere
    * (part of the update phase) */
-  double tr0 = trainer_now();
+  double tr0 = clock_mono_s();
   int rc = ownership(t, st, s->iteration, err, err_len);
   if (rc) return rc;
-  double t5 = trainer_now();
+  double t5 = clock_mono_s();
   s->c.replicate = t5 - tr0;
   s->ph[PHASE_UPDATE] = t5 - s->t_end;
   s->t_end = t5;

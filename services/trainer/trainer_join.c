@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cuda_check.h"
 #include "dpc.h"
 #include "err.h"
@@ -98,18 +99,18 @@ static void *heartbeat_main(void *arg) {
                            err, sizeof err);
     if (rc && !failing) log_warn("heartbeat failed rank=%u err=\"%s\"", t->rank, err);
     if (!rc && failing) log_info("heartbeat answered again rank=%u", t->rank);
-    if (rc && !failing) fail_since = trainer_now();
+    if (rc && !failing) fail_since = clock_mono_s();
     failing = rc != 0 ? failing + 1 : 0;
     /* the oracle is gone (killed: its stream may not say so while this
      * trainer waits in a gate or a collective): leave the generation and
      * join again once it is back */
-    if (failing >= 3 && trainer_now() - fail_since >= 2.5 * (double)every / 1e3) {
+    if (failing >= 3 && clock_mono_s() - fail_since >= 2.5 * (double)every / 1e3) {
       pthread_mutex_lock(&t->mu);
       int streaming = t->stream != NULL && !atomic_load(&t->abort_gen);
       pthread_mutex_unlock(&t->mu);
       if (streaming) {
         char why[700];
-        snprintf(why, sizeof why, "the oracle has not answered a heartbeat for %.1f s (%s)", trainer_now() - fail_since,
+        snprintf(why, sizeof why, "the oracle has not answered a heartbeat for %.1f s (%s)", clock_mono_s() - fail_since,
                  err);
         trainer_abort_generation(t, why);
       }
@@ -169,7 +170,7 @@ static int join_once(trainer_t *t, char *err, size_t err_len) {
 
 int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
   int64_t limit = cfg_int(t->cfg, "trainer.rejoin_timeout_ms"), backoff = 100;
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   int said = 0;
   for (;;) {
     int rc = join_once(t, err, err_len);
@@ -178,7 +179,7 @@ int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
      * yet noticed that this rank's last process is gone: again (a first
      * join too: this process may be the replacement of a lost one) */
     if (rc != ERR_UNAVAILABLE && rc != ERR_DEADLINE && rc != ERR_EXISTS && !(rejoin && rc == ERR_RPC)) return rc;
-    if ((trainer_now() - t0) * 1e3 > (double)limit) {
+    if ((clock_mono_s() - t0) * 1e3 > (double)limit) {
       char last[1024];
       snprintf(last, sizeof last, "%s", err);
       return err_set(err, err_len, rc,
@@ -189,7 +190,7 @@ int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
     if (!said++)
       log_info("waiting to %s the job rank=%u (retrying for up to %lld s, trainer.rejoin_timeout_ms): %s",
                rejoin ? "rejoin" : "join", t->rank, (long long)(limit / 1000), err);
-    sdn_status("rejoining the job through the oracle at %s (%.0f s)", orc_address(t->orc), trainer_now() - t0);
+    sdn_status("rejoining the job through the oracle at %s (%.0f s)", orc_address(t->orc), clock_mono_s() - t0);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += backoff * 1000000;
@@ -363,7 +364,7 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   sdn_status("forming the trainer group (%u trainers, gloo) through the oracle at %s", t->trainers,
              orc_address(t->orc));
   char why[512] = "";
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   int rc = coll_create(&o, &store, &j->coll, why, sizeof why);
   if (rc)
     return err_set(err, err_len, rc, "cannot form the group of %u trainers (rank %u, address %s, prefix %s): %s",
@@ -406,7 +407,7 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   log_info("group formed rank=%u size=%u backend=%s dense_backend=%s prefix=%s seconds=%.3f dense_floats=%zu buckets=%zu "
            "overlap=%s comm_schedule=%s",
            t->rank, t->trainers, coll_backend(j->coll), coll_backend(j->ncoll ? j->ncoll : j->coll), j->prefix,
-           trainer_now() - t0, trainer_step_n_params(t->ts),
+           clock_mono_s() - t0, trainer_step_n_params(t->ts),
            trainer_ar_buckets(j->dense_ar), overlap ? "yes" : "no", j->sched ? "priority" : "threads");
   return 0;
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "sdn.h"
@@ -287,14 +288,14 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
   uint64_t expect = 0;
   for (;;) {
     trainer_item_t *it = NULL;
-    double t0 = trainer_now(), t_pf = 0;
+    double t0 = clock_mono_s(), t_pf = 0;
     char why[1024] = "";
     int rc;
     /* the next item; when the feeder waits for the gate of the very Step
      * needed next (L = 0), this thread opens it: its background, a barrier */
     while ((rc = trainer_pipeline_next(t, expect, t0, &it, &t_pf, why, sizeof why)) == TRAINER_PIPELINE_GATE)
       if ((rc = trainer_pipeline_gate_open(t, expect, why, sizeof why)) != 0) break;
-    double t_wait = trainer_now() - t0;
+    double t_wait = clock_mono_s() - t0;
     if (rc == TRAINER_PIPELINE_END) {
       if (expect >= t->iterations) { /* every step done: as good as StopWork */
         *got_stop = 1;

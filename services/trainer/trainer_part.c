@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "embag.h"
 #include "embdev.h"
 #include "err.h"
@@ -414,7 +415,7 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
     return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": the only trainer got %u of a global batch of %" PRIu64 " samples", st->iteration,
                    b->n, (uint64_t)st->global_batch_size);
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   if (sizes(p, st, b->n, 0) || tables(p, st))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings");
   /* this rank's tables over the global batch, in trainer order: gbuf [B x n_mine x dim] */
@@ -429,14 +430,14 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
   } else if (p->n_mine) {
     embag_fwd(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->mbase, p->rf, p->midx, NULL, p->gbuf);
   }
-  double t1 = trainer_now();
+  double t1 = clock_mono_s();
   if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, TRAINER_SCHED_A2A_FWD, "pooled embeddings", err,
                      err_len)) != 0)
     return rc;
-  double t2 = trainer_now();
+  double t2 = clock_mono_s();
   if (!p->direct) columns(p, b->n, trainer_step_emb_in(ts), p->lbuf, 0);
   log_debug("part forward x=%" PRIu64 " pool_ms=%.2f exchange_ms=%.2f unpack_ms=%.2f", st->iteration, 1e3 * (t1 - t0),
-            1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
+            1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
   return 0;
 }
 
@@ -444,15 +445,15 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
                           const data_batch_t *b, size_t *updated, char *err, size_t err_len) {
   *updated = 0;
   if (!st->part_owner || !p->n_part) return 0;
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   /* the gradients of our samples' pooled embeddings, by owner, back to the owners */
   if (sizes(p, st, b->n, 1))
     return err_set(err, err_len, -ENOMEM, "out of memory for the pooled embeddings' gradients");
   if (!p->direct) columns(p, b->n, (float *)trainer_step_d_emb(ts) /* only read: to_blocks */, p->lbuf, 1);
-  double t1 = trainer_now();
+  double t1 = clock_mono_s();
   int rc = exchange(p, c, p->lbuf, p->gbuf, st->iteration, TRAINER_SCHED_A2A_BWD, "gradients", err, err_len);
   if (rc) return rc;
-  double t2 = trainer_now();
+  double t2 = clock_mono_s();
   /* gbuf: [B x n_mine x dim], global samples in trainer order; each
    * table folded per row in that order and its rows updated */
   if (tables(p, st)) return err_set(err, err_len, -ENOMEM, "out of memory folding the partitioned tables' gradients");
@@ -471,7 +472,7 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
                      st->iteration, embdev_set_error(p->ds));
 #endif
     log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f (GPU)", st->iteration,
-              1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
+              1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
     return 0;
   }
   row_ctx_t ctx = {.p = p, .ts = ts};
@@ -481,7 +482,7 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
                               p->rf, row_update, &ctx) -
                atomic_load(&ctx.zero_rows);
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
-            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (trainer_now() - t2));
+            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
   return 0;
 }
 

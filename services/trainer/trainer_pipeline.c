@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "trainer_state.h"
@@ -84,7 +85,7 @@ static int prefetch(trainer_t *t, const trainer_work_step_t *st, double *t_fetch
   pthread_mutex_unlock(&p->mu);
   if (trainer_halting(t) || quit)
     return err_set(err, err_len, ERR_CANCELLED, "stopped while waiting to prefetch iteration %" PRIu64, x);
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   if (n) {
     uint32_t rf = trainer_step_row_floats(t->ts);
     if (trainer_grow((void **)&p->pf_rows, &p->pf_cap, n * rf, sizeof(float)))
@@ -94,7 +95,7 @@ static int prefetch(trainer_t *t, const trainer_work_step_t *st, double *t_fetch
     if (rc) return err_set(err, err_len, rc, "iteration %" PRIu64 ": prefetch of %zu rows failed: %s", x, n, why);
     trainer_step_cache_scatter(t->ts, st->fetch_slots, n, p->pf_rows);
   }
-  *t_fetch = trainer_now() - t0;
+  *t_fetch = clock_mono_s() - t0;
   return 0;
 }
 
@@ -116,7 +117,7 @@ static void *feeder_main(void *arg) {
   for (;;) {
     Chanter__Oracle__V1__WorkItem *msg = NULL;
     int rc = orc_work_next(t->stream, &msg);
-    double t_arrived = trainer_now();
+    double t_arrived = clock_mono_s();
     if (rc) {
       char why[768];
       snprintf(why, sizeof why, "the Work stream from the oracle at %s broke: %s", orc_address(t->orc), err_str(rc));
@@ -173,7 +174,7 @@ int trainer_pipeline_next(trainer_t *t, uint64_t expect, double t_start, trainer
       if (!p->head) p->tail = NULL;
       it->next = NULL;
       pthread_mutex_unlock(&p->mu);
-      *t_prefetch_wait = trainer_now() - (it->t_arrived > t_start ? it->t_arrived : t_start);
+      *t_prefetch_wait = clock_mono_s() - (it->t_arrived > t_start ? it->t_arrived : t_start);
       *out = it;
       return 0;
     }
@@ -242,7 +243,7 @@ static void *bg_main(void *arg) {
 
 int trainer_pipeline_bg_wait(trainer_t *t, double *t_waited, char *err, size_t err_len) {
   trainer_pipeline_t *p = &t->pipe;
-  double t0 = trainer_now();
+  double t0 = clock_mono_s();
   pthread_mutex_lock(&p->mu);
   while (p->bg_busy) pthread_cond_wait(&p->bcv, &p->mu);
   int rc = p->bg_rc;
@@ -254,7 +255,7 @@ int trainer_pipeline_bg_wait(trainer_t *t, double *t_waited, char *err, size_t e
     trainer_pipeline_release(p->bg_item);
     p->bg_item = NULL;
   }
-  if (t_waited) *t_waited += trainer_now() - t0;
+  if (t_waited) *t_waited += clock_mono_s() - t0;
   return rc;
 }
 

@@ -55,7 +55,7 @@ struct trainer_item_s {
   int rc;           /* the item failed its checks: rc and err (work.kind still says what it was) */
   char err[768];
   double t_fetch;   /* seconds the feeder spent fetching its rows */
-  double t_arrived; /* when the feeder read it from the stream (trainer_now) */
+  double t_arrived; /* when the feeder read it from the stream (clock_mono_s) */
 };
 
 typedef struct trainer_pipeline_s {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 
@@ -35,12 +36,6 @@ struct trainer_sched_s {
 
 uint64_t trainer_sched_id(int cls, uint64_t iteration, uint32_t index) {
   return (uint64_t)cls << 60 | (iteration & ((UINT64_C(1) << 40) - 1)) << 20 | (index & ((1u << 20) - 1));
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* under mu: every pending operation fails with rc (sticky) */
@@ -101,9 +96,9 @@ static void *comm_main(void *arg) {
     for (int i = n; i < OFFER; i++) s->mine[i] = NONE;
     pthread_mutex_unlock(&s->mu);
 
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int rc = coll_allgather(s->c, s->mine, OFFER * sizeof(uint64_t), s->all);
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     /* every id all ranks offered, most urgent first: run in that order
      * (one round for all of them; an id submitted meanwhile waits for the
      * next round) */
@@ -139,9 +134,9 @@ static void *comm_main(void *arg) {
       unlink_op(s, op);
       pthread_mutex_unlock(&s->mu);
 
-      double t2 = now_s();
+      double t2 = clock_mono_s();
       rc = op->fn(s->c, op->ud);
-      double dt = now_s() - t2;
+      double dt = clock_mono_s() - t2;
 
       pthread_mutex_lock(&s->mu);
       s->st.ops++;

@@ -117,12 +117,6 @@ struct trainer_s {
   trainer_eval_t eval;
 };
 
-static inline double trainer_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static inline int trainer_stopping(trainer_t *t) { return atomic_load(&t->stop); }
 /* Stopping, or this generation is being abandoned: every wait gives up. */
 static inline int trainer_halting(trainer_t *t) { return atomic_load(&t->stop) || atomic_load(&t->abort_gen); }
