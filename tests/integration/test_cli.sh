@@ -2,10 +2,12 @@
 # The CLI's argument handling (issue 11): every command and subcommand
 # takes --help, prints its usage once on stdout and exits 0 without
 # touching a dataset or a server; an argument error prints one line that
-# says what was wrong, then the usage once, and exits 2; a job key written
-# as an option gets the --set form; a --config that is not a job file (a
-# directory, /dev/zero, a FIFO) or has a broken section header is refused
-# at once with one sentence.  No daemon is started.
+# says what was wrong, then the usage once, and exits 2 (an unknown command
+# too); a job key written as an option gets the --set form; a --config that
+# is not a job file (a directory, /dev/zero, a FIFO) or has a broken
+# section header, a dataset that is a FIFO, and a metrics.listen that is
+# not an address are refused at once with one sentence.  No daemon is
+# started.
 source "$(dirname "$0")/lib.sh"
 C=$BIN/chanter
 cd "$WORK"

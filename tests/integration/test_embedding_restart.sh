@@ -47,8 +47,7 @@ PORT=${EMB_PORT[0]}
 ok "server ready on port $PORT"
 
 py() { /usr/bin/python3 "$ROOT/tests/integration/embedding_restart.py" "$STUBS" "127.0.0.1:$PORT" "$@"; }
-cli() { "$BIN/chanter" --config "$JOB" --set "cluster.embedding=127.0.0.1:$PORT" --set rpc.timeout_ms=20000 "$@"; }
-field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+cli() { C --set "cluster.embedding=127.0.0.1:$PORT" --set rpc.timeout_ms=20000 "$@"; }
 kill9() { kill -9 "${EMB_PID[0]}"; wait "${EMB_PID[0]}" 2>/dev/null; return 0; }
 # restart [args]: the server again, same port and data dir; MARK: where its log starts
 restart() { MARK=$(wc -l <"$LOG"); EMB_LISTEN_PORT=$PORT start_embedding 0 "$JOB" "$@"; }
@@ -106,9 +105,9 @@ sleep 0.3
 kill9
 restart || nok "restart with a fence set"
 s=$(py stats)
-[ "$(field "$s" fence_id)" = fx-1 ] && [ "$(field "$s" fence_iteration)" = 10 ]
+[ "$(field - fence_id <<<"$s")" = fx-1 ] && [ "$(field - fence_iteration <<<"$s")" = 10 ]
 expect "the restarted server holds the fence again (Stats: $s)"
-inc2=$(field "$s" incarnation)
+inc2=$(field - incarnation <<<"$s")
 [ -n "$inc1" ] && [ "$inc2" != 0 ] && [ "$inc2" != "$inc1" ]; expect "Stats gives a new incarnation after the restart ($inc1 -> $inc2)"
 since_restart | grep -q "fence restored id=fx-1 iteration=10" && since_restart | grep -q "fence=fx-1@10"
 expect "its log says the fence was restored"
@@ -120,7 +119,7 @@ expect "Checkpoint(fx-1) is taken"
 wait $pw
 [ $? -eq 0 ] && grep -q "retries=[1-9]" "$WORK/parked1.done"; expect "the checkpoint released the retried write-back ($(cat "$WORK/parked1.done" 2>/dev/null))"
 [ "$(py row $K)" = 2 ]; expect "the live store holds the released value"
-[ "$(field "$(py stats)" fence_id)" = "" ]; expect "the fence is lifted (Stats)"
+[ "$(py stats | field - fence_id)" = "" ]; expect "the fence is lifted (Stats)"
 [ ! -e "$DATA/FENCE" ]; expect "and its file removed"
 py restore fx-1 && [ "$(py row $K)" = 1 ]
 expect "checkpoint fx-1 holds the row as of iteration 10, not the parked value"
@@ -163,7 +162,7 @@ since_restart | grep -q "fence lifted at start id=fx-3"; expect "start-up sees t
 wait $cp
 [ "$(cat "$WORK/ckpt3.rc")" = 0 ] && grep -q "checkpoint already taken id=fx-3" "$LOG"
 expect "the retried Checkpoint(fx-3) is answered with the checkpoint taken, not ALREADY_EXISTS"
-[ "$(field "$(py stats)" fence_id)" = "" ] && [ "$(py list | grep -c '^fx-3 ')" = 1 ]; expect "no fence, fx-3 listed once"
+[ "$(py stats | field - fence_id)" = "" ] && [ "$(py list | grep -c '^fx-3 ')" = 1 ]; expect "no fence, fx-3 listed once"
 cli embedding checkpoint plain-1 >/dev/null && err=$(cli embedding checkpoint plain-1 2>&1)
 [ $? -ne 0 ] && [[ "$err" == *"already exists"* ]]; expect "a second Checkpoint of an id taken without a fence is still refused"
 
