@@ -82,7 +82,7 @@ until_ok 100 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && state_is datapro
 new=$(pid_of "$W" dataproc-0)
 ALL_PIDS+=("$new")
 [ "$new" != "$old" ] && running "$new" && [ "$(port_of "$W" dataproc-0)" = "$port" ] &&
-  [ "$(json_get "$W/run/dataproc-0.ready" rpc_port)" = "$port" ]
+  [ "$(field "$W/run/dataproc-0.ready" rpc_port)" = "$port" ]
 expect_rc $? "a data processor killed with SIGKILL is restarted (pid $old -> $new) on its port $port"
 [ "$(st "$W" dataproc-0 restarts)" = 1 ] && [ "$(st "$W" dataproc-0 last_exit)" = "killed by signal 9 (SIGKILL)" ]
 expect_rc $? "local status --json: restarts 1, last_exit '$(st "$W" dataproc-0 last_exit)'"
