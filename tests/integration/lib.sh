@@ -143,8 +143,9 @@ run_job() {
 # meant to fail: prints what up and train wrote on stderr; the train's status
 job_stderr() {
   local name=$1 rc; shift
-  # shellcheck disable=SC2086 # UP_ARGS: words
+  # shellcheck disable=SC2086,SC2069 # UP_ARGS: words; stderr to the caller, stdout dropped
   C "$@" local up ${UP_ARGS:-} --workdir "$WORK/$name" 2>&1 >/dev/null
+  # shellcheck disable=SC2069 # the same
   CW "$name" train --workdir "$WORK/$name" --quiet 2>&1 >/dev/null; rc=$?
   job_down "$name"
   return $rc

@@ -140,7 +140,7 @@ rc=$?
 expect_rc $rc "kill -9 of trainer 0 at iteration 27 with partition_rows tables: recovered, the reference digest"
 
 # ---- bad input
-err=$(UP_ARGS= job_stderr bad --set table_strategy=cache,partition); rc=$? # the defaults (TLS), as a user's up
+err=$(UP_ARGS='' job_stderr bad --set table_strategy=cache,partition); rc=$? # the defaults (TLS), as a user's up
 [ $rc -ne 0 ] && [[ "$err" == *"table_strategy"*"2 entries"* ]]
 expect_rc $? "a table_strategy of 2 entries for 26 tables is refused: $(echo "$err" | grep -m1 table_strategy | cut -c1-140)"
 err=$(C --set table_strategy=cache,rowwise status 2>&1); rc=$?
