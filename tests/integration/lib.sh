@@ -75,20 +75,29 @@ print(d)' "$@"
 # jf FILE EXPR: a Python expression of d, the JSON of FILE (nothing where it fails)
 jf() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2" 2>/dev/null; }
 
-# job_preamble FILE [KEY=VALUE | SECTION.KEY=VALUE | -KEY | -SECTION.KEY ...]:
-# writes the job file of a small job on a local cluster to FILE -- the
-# lines below -- with these changes: a key set (added where it is not
-# below), or removed (-KEY: chanter's default then holds); a section left
-# empty is not written.  Keys as --set names them.
+# job_preamble FILE [--daemons] [KEY=VALUE | SECTION.KEY=VALUE | -KEY | -SECTION.KEY ...]:
+# writes a job file to FILE: that of a small job on a local cluster, or
+# with --daemons the [embedding] section of the servers a test starts
+# itself (spawn_ready: data dir $WORK/data-<shard>, metrics port
+# reported, a short drain) -- the lines below -- with these changes: a key
+# set (added where it is not below), or removed (-KEY: chanter's default
+# then holds); a section left empty is not written.  Keys as --set names them.
 job_preamble() {
-  python3 - "$@" <<'PY'
+  python3 - "$WORK" "$@" <<'PY'
 import sys
-job = {"": {"iterations": "60", "batch_size": "256", "learning_rate": "0.1", "eval_batches": "2",
-            "eval_every": "20", "trainers": "2", "embedding_servers": "2", "dataprocs": "1"},
-       "synthetic": {"samples": "100000"},
-       "model": {"bottom_mlp": "32", "top_mlp": "32"},
-       "embedding": {"hot_mb": "32", "sync_writes": "false"}}
-for change in sys.argv[2:]:
+work, path, changes = sys.argv[1], sys.argv[2], sys.argv[3:]
+if changes[:1] == ["--daemons"]:
+    changes = changes[1:]
+    job = {"": {},
+           "embedding": {"data_dir": work + "/data-%i", "hot_mb": "16", "block_cache_mb": "8",
+                         "metrics_port_offset": "0", "drain_ms": "2000"}}
+else:
+    job = {"": {"iterations": "60", "batch_size": "256", "learning_rate": "0.1", "eval_batches": "2",
+                "eval_every": "20", "trainers": "2", "embedding_servers": "2", "dataprocs": "1"},
+           "synthetic": {"samples": "100000"},
+           "model": {"bottom_mlp": "32", "top_mlp": "32"},
+           "embedding": {"hot_mb": "32", "sync_writes": "false"}}
+for change in changes:
     if change.startswith("-"):
         section, _, key = change[1:].rpartition(".")
         del job[section][key]
@@ -96,7 +105,7 @@ for change in sys.argv[2:]:
         name, _, value = change.partition("=")
         section, _, key = name.rpartition(".")
         job.setdefault(section, {})[key] = value
-with open(sys.argv[1], "w") as f:
+with open(path, "w") as f:
     for section, keys in job.items():
         if section and not keys:
             continue

@@ -13,21 +13,8 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-seed = 42
-table_rows = 1000, 50000
-embedding_dim = 4
-embedding_optimizer = rowwise_adagrad
-embedding_servers = 2
-[shard]
-table_wise_max_rows = 10000
-[embedding]
-data_dir = $WORK/data-%i
-hot_mb = 16
-block_cache_mb = 8
-metrics_port_offset = 0
-drain_ms = 2000
-INI
+job_preamble "$JOB" --daemons seed=42 "table_rows=1000, 50000" embedding_dim=4 embedding_optimizer=rowwise_adagrad \
+  embedding_servers=2 shard.table_wise_max_rows=10000
 
 start_embedding 0 "$JOB" || { nok "start shard 0"; finish; exit 1; }
 start_embedding 1 "$JOB" || { nok "start shard 1"; finish; exit 1; }

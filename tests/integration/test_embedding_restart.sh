@@ -19,18 +19,7 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-seed = 11
-table_rows = 1000000
-embedding_dim = 16
-embedding_servers = 1
-[embedding]
-data_dir = $WORK/data-%i
-hot_mb = 16
-block_cache_mb = 8
-metrics_port_offset = 0
-drain_ms = 1000
-INI
+job_preamble "$JOB" --daemons seed=11 table_rows=1000000 embedding_dim=16 embedding_servers=1 embedding.drain_ms=1000
 DATA=$WORK/data-0
 LOG=$WORK/emb-0.log
 ROWS=256 # rows per write-back of the writer

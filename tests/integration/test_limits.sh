@@ -14,27 +14,9 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-seed = 42
-batch_size = 512
-table_rows = 1000, 50000
-table_hotness = 1, 1
-n_dense = 4
-embedding_dim = 4
-embedding_optimizer = rowwise_adagrad
-embedding_servers = 1
-[synthetic]
-samples = 20000
-[embedding]
-data_dir = $WORK/data-%i
-hot_mb = 16
-block_cache_mb = 8
-metrics_port_offset = 0
-drain_ms = 2000
-[dataproc]
-metrics_port_offset = 0
-drain_ms = 2000
-INI
+job_preamble "$JOB" --daemons seed=42 batch_size=512 "table_rows=1000, 50000" "table_hotness=1, 1" n_dense=4 \
+  embedding_dim=4 embedding_optimizer=rowwise_adagrad embedding_servers=1 synthetic.samples=20000 \
+  dataproc.metrics_port_offset=0 dataproc.drain_ms=2000
 
 STUBS=$WORK/py
 mkdir -p "$STUBS"
