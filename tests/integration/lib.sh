@@ -77,11 +77,12 @@ jf() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(s
 
 # job_preamble FILE [--daemons] [KEY=VALUE | SECTION.KEY=VALUE | -KEY | -SECTION.KEY ...]:
 # writes a job file to FILE: that of a small job on a local cluster, or
-# with --daemons the [embedding] section of the servers a test starts
-# itself (spawn_ready: data dir $WORK/data-<shard>, metrics port
-# reported, a short drain) -- the lines below -- with these changes: a key
-# set (added where it is not below), or removed (-KEY: chanter's default
-# then holds); a section left empty is not written.  Keys as --set names them.
+# with --daemons the [embedding] section of servers a test starts itself
+# (start_embedding: a data dir per shard under $WORK, small caches,
+# metrics_port_offset = 0, a 2 s drain) -- the lines below -- with these
+# changes: a key set (added where it is not below), or removed (-KEY:
+# chanter's default then holds); a section left empty is not written.  Keys
+# as --set names them.
 job_preamble() {
   python3 - "$WORK" "$@" <<'PY'
 import sys
@@ -125,8 +126,7 @@ PY
 # job_down NAME: `local down`;
 # run_job NAME [--set k=v ...]: up, train, down: the train's status (99: the
 # cluster did not come up), the tail of its errors said when it fails; the
-# summary in $WORK/NAME/summary.json;
-# same A B: runs A and B ended with the same digest and test loss.
+# summary in $WORK/NAME/summary.json.
 job_up() {
   local name=$1; shift
   # shellcheck disable=SC2086 # UP_ARGS: words
@@ -159,6 +159,7 @@ job_stderr() {
   job_down "$name"
   return $rc
 }
+# same A B: runs A and B ended with the same digest and test loss
 same() {
   [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
     [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
