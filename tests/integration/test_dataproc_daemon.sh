@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Integration: real chanter-dataproc daemons on loopback serving a generated
-# Criteo-shaped dataset (TSV and its binary conversion); batches compared
-# across daemons, formats and restarts; kill -9 mid-stream; bad input.
+# Criteo-shaped dataset (TSV and its binary conversion): the same batch
+# from every daemon and format (train and test split; info reports the
+# shape); a stream arrives whole and equals the batches fetched alone, and
+# is the same, in order, with 1, 4 or the default count of build threads; a
+# client that goes away mid-stream leaves no build and no thread behind;
+# kill -9 mid-stream: the processor restarts on its port and the client
+# resumes with nothing lost or duplicated; with one of two processors down
+# every batch is still served; bad requests and bad configuration are
+# refused saying why; metrics count the batches; SIGTERM exits 0.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
