@@ -4,12 +4,16 @@
 # `chanter train --local` and a data processor:
 #  - a file where most lines are malformed is refused (exit 1) with the
 #    count, the fraction, data.max_bad_fraction and the first bad line as
-#    file:line and why; under the limit (or with the limit raised) it runs;
+#    file:line and why; under the limit (or with the limit raised) it runs,
+#    strict = true stops at the first bad line, and a lone label or a cut
+#    last line stays malformed;
 #  - a Criteo copy with its trailing empty fields stripped (48% of its lines
 #    with 38 fields) reads as the same samples as the original: counted as
 #    short lines, converted to the same bytes, trained to the same digest;
 #  - a table whose table_rows is too small for its raw values: data stats
-#    shows raw values and the merged share, and warns once for that table.
+#    shows raw values and the merged share (its --json too), and warns once
+#    for that table; its binary conversion gives the same figures; with
+#    enough rows, no warning.
 source "$(dirname "$0")/lib.sh"
 
 
