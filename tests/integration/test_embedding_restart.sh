@@ -5,14 +5,16 @@
 #  - sync_writes = true, then false: a client writing in a loop while the
 #    server is killed; every row acknowledged before the kill reads back
 #    bit-identical, the client's retries carry it across the restart, and a
-#    CLI write made during the outage completes;
+#    CLI write made during the outage completes; the restarted server logs
+#    that the previous one was killed (after SIGTERM: that it stopped clean);
 #  - the fence: a write-back parked by Fence(id, c) is retried across the
 #    restart and parks again (Stats shows the fence back, a new
 #    incarnation), Checkpoint(id) releases it, and the checkpoint does not
 #    hold the parked value while the live store does;
 #  - a checkpoint killed half-way (CHANTER_FAULT_STORE_CHECKPOINT=staged:
 #    before its marker; =complete: before its fence is lifted) is redone,
-#    or answered, by the call retried across the restart;
+#    or answered, by the call retried across the restart; a second
+#    Checkpoint of an id taken without a fence is still refused;
 #  - SealCheckpoint and DeleteCheckpoint retried after a restart; start-up
 #    removes a half-made checkpoint dir and refuses a damaged FENCE file
 #    with a message that names it.
