@@ -56,28 +56,128 @@ need_netns() {
   finish
   exit $?
 }
-# The job file $JOB on local clusters (tests that compare whole jobs):
-# field FILE KEY: a top-level key of a summary.json;
-# run_job NAME [--set k=v ...]: `local up` ($UP_ARGS, e.g. --insecure) in
-# $WORK/NAME, `train --quiet`, `local down`; the summary in
-# $WORK/NAME/summary.json, the tail of the error said when it fails;
-# same A B: runs A and B ended with the same digest and test loss.
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-run_job() {
+# The chanter CLI: $CHANTER (a test may point it at a copy of the bin dir).
+CHANTER=$BIN/chanter
+# C ARGS...: the CLI on the test's job file $JOB (when the test has one),
+# with the words of the array C_ARGS (e.g. a --set every call takes) first
+C_ARGS=()
+C() { "$CHANTER" ${JOB:+--config "$JOB"} "${C_ARGS[@]}" "$@"; }
+# CW NAME ARGS...: the CLI on the job file `local up` wrote in $WORK/NAME
+CW() { local name=$1; shift; "$CHANTER" --config "$WORK/$name/job.ini" "$@"; }
+# field FILE KEY...: the value at that path in the JSON of FILE ("-": stdin;
+# a list takes an index); no output, and a failure, where there is none
+field() {
+  python3 -c 'import json,sys
+d = json.load(sys.stdin if sys.argv[1] == "-" else open(sys.argv[1]))
+for k in sys.argv[2:]: d = d[int(k)] if isinstance(d, list) else d[k]
+print(d)' "$@"
+}
+# jf FILE EXPR: a Python expression of d, the JSON of FILE (nothing where it fails)
+jf() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2" 2>/dev/null; }
+
+# job_preamble FILE [--daemons] [KEY=VALUE | SECTION.KEY=VALUE | -KEY | -SECTION.KEY ...]:
+# writes a job file to FILE: that of a small job on a local cluster, or
+# with --daemons the [embedding] section of servers a test starts itself
+# (start_embedding: a data dir per shard under $WORK, small caches,
+# metrics_port_offset = 0, a 2 s drain) -- the lines below -- with these
+# changes: a key set (added where it is not below), or removed (-KEY:
+# chanter's default then holds); a section left empty is not written.  Keys
+# as --set names them.
+job_preamble() {
+  python3 - "$WORK" "$@" <<'PY'
+import sys
+work, path, changes = sys.argv[1], sys.argv[2], sys.argv[3:]
+if changes[:1] == ["--daemons"]:
+    changes = changes[1:]
+    job = {"": {},
+           "embedding": {"data_dir": work + "/data-%i", "hot_mb": "16", "block_cache_mb": "8",
+                         "metrics_port_offset": "0", "drain_ms": "2000"}}
+else:
+    job = {"": {"iterations": "60", "batch_size": "256", "learning_rate": "0.1", "eval_batches": "2",
+                "eval_every": "20", "trainers": "2", "embedding_servers": "2", "dataprocs": "1"},
+           "synthetic": {"samples": "100000"},
+           "model": {"bottom_mlp": "32", "top_mlp": "32"},
+           "embedding": {"hot_mb": "32", "sync_writes": "false"}}
+for change in changes:
+    if change.startswith("-"):
+        section, _, key = change[1:].rpartition(".")
+        del job[section][key]
+    else:
+        name, _, value = change.partition("=")
+        section, _, key = name.rpartition(".")
+        job.setdefault(section, {})[key] = value
+with open(path, "w") as f:
+    for section, keys in job.items():
+        if section and not keys:
+            continue
+        if section:
+            f.write("[%s]\n" % section)
+        for key, value in keys.items():
+            f.write("%s = %s\n" % (key, value))
+PY
+}
+
+# The job file $JOB on local clusters, each in $WORK/NAME:
+# job_up NAME [--set k=v ...]: `local up` ($UP_ARGS, e.g. --insecure); its
+# output in $WORK/NAME.up (the tail said when it fails), a copy of its pids
+# file in $WORK/NAME.pids (for none_alive after the cluster is gone);
+# job_train NAME [ARGS...]: `chanter train` on it ($TRAIN_ARGS, by default
+# --quiet, then ARGS), stdout in $WORK/NAME.out, stderr in $WORK/NAME.err;
+# job_down NAME: `local down`;
+# run_job NAME [--set k=v ...]: up, train, down: the train's status (99: the
+# cluster did not come up), the tail of its errors said when it fails; the
+# summary in $WORK/NAME/summary.json.
+job_up() {
   local name=$1; shift
   # shellcheck disable=SC2086 # UP_ARGS: words
-  "$BIN/chanter" --config "$JOB" "$@" local up ${UP_ARGS:-} --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 ||
-    { tail -5 "$WORK/$name.up"; return 1; }
-  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" --quiet >"$WORK/$name.out" 2>"$WORK/$name.err"
-  local rc=$?
-  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
-  [ $rc -eq 0 ] || tail -3 "$WORK/$name.err"
+  C "$@" local up ${UP_ARGS:-} --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 ||
+    { sed 's/^/#   /' "$WORK/$name.up" | tail -5; return 1; }
+  cp "$WORK/$name/pids" "$WORK/$name.pids"
+}
+job_train() {
+  local name=$1; shift
+  # shellcheck disable=SC2086 # TRAIN_ARGS: words
+  CW "$name" train --workdir "$WORK/$name" ${TRAIN_ARGS---quiet} "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+job_down() { "$CHANTER" local down --workdir "$WORK/$1" >/dev/null 2>&1; }
+run_job() {
+  local name=$1 rc; shift
+  job_up "$name" "$@" || return 99
+  job_train "$name"; rc=$?
+  job_down "$name"
+  [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$name.err" | tail -3
   return $rc
 }
+# job_stderr NAME [--set k=v ...]: up, train (--quiet) and down of a job
+# meant to fail: prints what up and train wrote on stderr; the train's status
+job_stderr() {
+  local name=$1 rc; shift
+  # shellcheck disable=SC2086,SC2069 # UP_ARGS: words; stderr to the caller, stdout dropped
+  C "$@" local up ${UP_ARGS:-} --workdir "$WORK/$name" 2>&1 >/dev/null
+  # shellcheck disable=SC2069 # the same
+  CW "$name" train --workdir "$WORK/$name" --quiet 2>&1 >/dev/null; rc=$?
+  job_down "$name"
+  return $rc
+}
+# same A B: runs A and B ended with the same digest and test loss
 same() {
   [ "$(field "$WORK/$1/summary.json" digest)" = "$(field "$WORK/$2/summary.json" digest)" ] &&
     [ "$(field "$WORK/$1/summary.json" test_logloss)" = "$(field "$WORK/$2/summary.json" test_logloss)" ]
 }
+# train_local [--set k=v ...]: `chanter train --local` of $JOB, its JSON on stdout
+train_local() { C --json "$@" train --local --quiet; }
+# none_alive PIDS: no daemon of that pids file (name pid port lines) runs
+none_alive() { for p in $(awk '{print $2}' "$1"); do running "$p" && return 1; done; return 0; }
+# pid_of W NAME, port_of W NAME: the daemon NAME's pid and port in W/pids
+pid_of() { awk -v n="$2" '$1 == n {print $2}' "$1/pids"; }
+port_of() { awk -v n="$2" '$1 == n {print $3}' "$1/pids"; }
+# st W NAME FIELD: a field of NAME in `local status --json`
+st() {
+  "$CHANTER" local status --workdir "$1" --json 2>/dev/null |
+    python3 -c "import json,sys; d={x['name']: x for x in json.load(sys.stdin)['daemons']}; print(d[sys.argv[1]][sys.argv[2]])" "$2" "$3" 2>/dev/null
+}
+# until_ok N CMD...: CMD succeeds within N tenths of a second
+until_ok() { local n=$1; shift; for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.1; done; "$@"; }
 # check NAME CMD...: runs CMD, ok if it exits 0
 check() { local n=$1; shift; if "$@"; then ok "$n"; else nok "$n"; fi; }
 # expect NAME: ok if the previous command (or && chain) succeeded.  NAME
@@ -88,9 +188,6 @@ expect() { if [ $? -eq 0 ]; then ok "$1"; else nok "$1"; fi; }
 # command substitutions run)
 expect_rc() { if [ "$1" -eq 0 ]; then ok "$2"; else nok "$2"; fi; }
 finish() { echo "# $N_OK passed, $N_FAIL failed"; [ "$N_FAIL" -eq 0 ]; }
-
-# json_get FILE KEY -> value of a top-level integer/string key in a one-line JSON file
-json_get() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 # spawn_ready TAG BINARY INDEX_FLAG INDEX LISTEN_PORT JOB [extra args...]:
 # starts BINARY on 127.0.0.1:LISTEN_PORT (0 = the kernel picks) with its
@@ -105,8 +202,8 @@ spawn_ready() {
   PIDS+=("$R_PID")
   for _ in $(seq 1 400); do
     if [ -f "$ready" ]; then
-      R_PORT=$(json_get "$ready" rpc_port)
-      R_MPORT=$(json_get "$ready" metrics_port)
+      R_PORT=$(field "$ready" rpc_port)
+      R_MPORT=$(field "$ready" metrics_port)
       return 0
     fi
     kill -0 "$R_PID" 2>/dev/null || { echo "# $bin $idx exited; log:"; sed 's/^/#   /' "$log" | tail -20; return 1; }

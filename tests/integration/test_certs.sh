@@ -7,7 +7,6 @@
 source "$(dirname "$0")/lib.sh"
 
 CT=$WORK/ca
-C() { "$BIN/chanter" "$@"; }
 C certs init --dir "$CT" >"$WORK/init.out" 2>&1
 check "certs init makes ca.pem and ca.key" [ -s "$CT/ca.pem" ] && [ -s "$CT/ca.key" ]
 check "  the CA key is readable by its owner only (0600)" [ "$(stat -c %a "$CT/ca.key")" = 600 ]
@@ -53,7 +52,7 @@ INI
 start_embedding 0 "$WORK/job.ini" --data-dir "$WORK/emb" || nok "the TLS embedding server did not start"
 P=${EMB_PORT[0]}
 TLS=(--set tls.ca_file="$CT/ca.pem")
-E() { "$BIN/chanter" --set cluster.embedding=127.0.0.1:$P --set embedding_servers=1 --set rpc.timeout_ms=2000 "$@"; }
+E() { C --set cluster.embedding=127.0.0.1:$P --set embedding_servers=1 --set rpc.timeout_ms=2000 "$@"; }
 E "${TLS[@]}" --set tls.cert_file="$CT/admin-0.pem" --set tls.key_file="$CT/admin-0.key" embedding stats >"$WORK/ok.out" 2>&1
 expect_rc $? "a server with the job's certificates answers a client holding an admin certificate of the job's CA"
 E embedding stats >/dev/null 2>"$WORK/nocert.err"; rc=$?

@@ -2,18 +2,19 @@
 # The CLI's argument handling (issue 11): every command and subcommand
 # takes --help, prints its usage once on stdout and exits 0 without
 # touching a dataset or a server; an argument error prints one line that
-# says what was wrong, then the usage once, and exits 2; a job key written
-# as an option gets the --set form; a --config that is not a job file (a
-# directory, /dev/zero, a FIFO) or has a broken section header is refused
-# at once with one sentence.  No daemon is started.
+# says what was wrong, then the usage once, and exits 2 (an unknown command
+# too); a job key written as an option gets the --set form; a --config that
+# is not a job file (a directory, /dev/zero, a FIFO) or has a broken
+# section header, a dataset that is a FIFO, and a metrics.listen that is
+# not an address are refused at once with one sentence.  No daemon is
+# started.
 source "$(dirname "$0")/lib.sh"
-C=$BIN/chanter
 cd "$WORK"
 
 # help_ok NAME ARGS...: exit 0, exactly one "usage:" line, all on stdout
 help_ok() {
   local n=$1; shift
-  "$C" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
+  C "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
   local u; u=$(grep -c '^usage:' "$WORK/out")
   [ "$rc" -eq 0 ] && [ "$u" -eq 1 ] && [ ! -s "$WORK/err" ]
   expect_rc $? "$n: exit $rc, $u usage line(s), stderr: $(head -c 120 "$WORK/err")"
@@ -29,7 +30,7 @@ help_ok "chanter train --local --help" train --local --help
 help_ok "chanter dataproc info --help" dataproc info --help
 help_ok "chanter help data" help data
 help_ok "chanter --help" --help
-"$C" bench model --help >"$WORK/out" 2>&1
+C bench model --help >"$WORK/out" 2>&1
 expect_rc $? "chanter bench model --help: its own options"
 grep -q -- "--rows-cap" "$WORK/out"
 expect "chanter bench model --help names its options"
@@ -38,7 +39,7 @@ expect "chanter bench model --help names its options"
 # then the usage once, and nothing on stdout
 err_is() {
   local n=$1 want=$2; shift 2
-  "$C" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
+  C "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
   local first; first=$(head -1 "$WORK/err")
   local u; u=$(grep -c '^usage:' "$WORK/err")
   [ "$rc" -eq 2 ] && [ "$first" = "$want" ] && [ "$u" -eq 1 ] && [ ! -s "$WORK/out" ]
@@ -63,7 +64,7 @@ err_is "an unknown subcommand" "chanter data: unknown subcommand 'frob'" data fr
 err_is "local without --workdir" \
   "chanter local up: --workdir DIR is required (the cluster's config, logs and pids live there)" local up
 err_is "config keys takes nothing" "chanter config keys: unexpected argument 'extra'" config keys extra
-"$C" frob >"$WORK/out" 2>"$WORK/err"; rc=$?
+C frob >"$WORK/out" 2>"$WORK/err"; rc=$?
 [ "$rc" -eq 2 ] && [ "$(head -1 "$WORK/err")" = "chanter: unknown command 'frob'" ]
 expect_rc $? "an unknown command: exit 2 and says which"
 
@@ -72,7 +73,7 @@ expect_rc $? "an unknown command: exit 2 and says which"
 # one sentence naming the path and what it is
 refused() {
   local n=$1 want=$2; shift 2
-  timeout 5 "$C" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
+  timeout 5 "$CHANTER" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
   local first; first=$(head -1 "$WORK/err")
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$first" = "$want" ] && [ ! -s "$WORK/out" ]
   expect_rc $? "$n (exit $rc): $first"

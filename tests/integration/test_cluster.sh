@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Integration: a whole cluster on loopback (`chanter local up`: a data
 # processor, two embedding servers, the oracle, two trainers) trains DLRM
-# with the defaults (table_strategy = auto, which summary.json's `tables`
-# reports per table; lookahead = auto); the model learns, is deterministic,
-# matches the single-process reference for one trainer, and nothing is left
-# running after `local down`.
+# with the defaults (table_strategy = auto, lookahead = auto):
+#   - the model learns (thresholds below); summary.json has the stable keys,
+#     each table's auto choice in `tables`, steady_phase_seconds covering
+#     steady_iteration_seconds and no start-up pending at the end; `local
+#     down` leaves no daemon running;
+#   - while lookahead = auto plans its probe, chanter train's progress line
+#     says so; that second run ends with the same digest (deterministic);
+#   - one trainer on the cluster ends with exactly the dense parameters of
+#     `train --local`; one and two trainers agree within 0.01 AUC/logloss;
+#   - a data processor killed mid-job (local.restart_burst = 0: not
+#     restarted) fails the job with an error naming it, no hang; the
+#     trainers say the job failed and exit 3; an embedding server killed
+#     for good: the trainers name its address in their logs and the job
+#     fails naming it; `local down` after either leaves no daemon;
+#   - train against an oracle that is not there fails clearly, no hang.
 #
 # Thresholds: test AUC > 0.65 and test logloss < 0.6.  The planted logit
 # reaches ~0.83 AUC on this data and chance is 0.5 (logloss of the base rate
@@ -14,38 +25,10 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-iterations = 400
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 40
-eval_every = 200
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-[synthetic]
-samples = 200000
-[model]
-bottom_mlp = 64,32
-top_mlp = 64
-[embedding]
-hot_mb = 64
-sync_writes = false
-INI
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-cluster_pids() { awk '{print $2}' "$1/pids" 2>/dev/null; }
-none_alive() { for p in $(cat "$1"); do running "$p" && return 1; done; return 0; }
-
-run_job() { # name [--set ...]: up, train, down; summary in $WORK/name/summary.json
-  local name=$1; shift
-  C "$@" local up --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 || { cat "$WORK/$name.up"; return 1; }
-  cluster_pids "$WORK/$name" >"$WORK/$name.pids"
-  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" >"$WORK/$name.out" 2>"$WORK/$name.err"
-  local rc=$?
-  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
-  return $rc
-}
+job_preamble "$JOB" iterations=400 eval_batches=40 eval_every=200 synthetic.samples=200000 \
+  model.bottom_mlp=64,32 model.top_mlp=64 embedding.hot_mb=64
+# the progress line and the printout are checked: chanter train without --quiet
+TRAIN_ARGS=
 
 run_job p2
 expect "a local cluster (1 data processor, 2 embedding servers, oracle, 2 trainers) trains to the end"
@@ -95,9 +78,8 @@ expect "P = 2 and P = 1 on the same global batch agree within 0.01 AUC/logloss (
 # and local down leaves nothing behind.  local.restart_burst = 0: the
 # supervisor of `local up` does not restart it (with restarts on, it is back
 # on its port within a second and the job goes on)
-C --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0 local up --workdir "$WORK/bad" >"$WORK/bad.up" 2>&1
-cluster_pids "$WORK/bad" >"$WORK/bad.pids"
-dp=$(awk '$1=="dataproc-0"{print $2}' "$WORK/bad/pids")
+job_up bad --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0
+dp=$(pid_of "$WORK/bad" dataproc-0)
 ( sleep 2; kill -9 "$dp" ) &
 timeout 120 "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" >/dev/null 2>"$WORK/bad.err"
 rc=$?
@@ -106,22 +88,21 @@ expect_rc $? "a data processor killed mid-job fails the job with a clear error: 
 sleep 1
 grep -qs "the job failed elsewhere" "$WORK/bad/logs/"trainer-*.log && grep -qs "exiting rank=.* status=3" "$WORK/bad/logs/"trainer-*.log
 expect "the trainers, told the job failed, say so and exit with status 3 (systemd does not restart them)"
-"$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
+job_down bad
 none_alive "$WORK/bad.pids"; expect "local down after a failed job leaves no daemon"
 
 # an embedding server lost for good: the trainers name its address in
 # their logs, the job's recovery cannot roll it back and the job fails
 # naming it, no hang
-C --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0 local up --workdir "$WORK/bad2" >"$WORK/bad2.up" 2>&1
-cluster_pids "$WORK/bad2" >"$WORK/bad2.pids"
-emb=$(awk '$1=="embedding-1"{print $2}' "$WORK/bad2/pids")
-emb_port=$(awk '$1=="embedding-1"{print $3}' "$WORK/bad2/pids")
+job_up bad2 --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0
+emb=$(pid_of "$WORK/bad2" embedding-1)
+emb_port=$(port_of "$WORK/bad2" embedding-1)
 ( sleep 2; kill -9 "$emb" ) &
 timeout 120 "$BIN/chanter" --config "$WORK/bad2/job.ini" train --workdir "$WORK/bad2" >/dev/null 2>"$WORK/bad2.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "127.0.0.1:$emb_port" "$WORK/bad2.err" && grep -qs "127.0.0.1:$emb_port" "$WORK/bad2/logs/"trainer-*.log
 expect_rc $? "an embedding server killed mid-job for good: trainers name it in their logs, the job fails naming it: $(tail -1 "$WORK/bad2.err" | cut -c1-140)"
-"$BIN/chanter" local down --workdir "$WORK/bad2" >/dev/null 2>&1
+job_down bad2
 none_alive "$WORK/bad2.pids"; expect "local down after it leaves no daemon"
 
 # a port in use is a clear error for the cluster too: the oracle's address taken

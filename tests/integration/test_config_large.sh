@@ -7,8 +7,10 @@
 # oracle, 2 trainers) starts on it and trains a few iterations.  table_rows
 # comes as one long --set value (the report of issue 18), table_dims and
 # cluster.trainers as a user's job file splits them (a trailing comma before
-# each continuation).  A malformed list is refused by the CLI and a daemon
-# alike, naming the file, the line and the entry.
+# each continuation).  table_strategy = auto keeps the tables too big for
+# trainer.partition_mb out of partition; `local down` leaves no daemon.  A
+# malformed list is refused by the CLI and a daemon alike, naming the file,
+# the line and the entry.
 #
 # Memory: nothing may size itself by table_rows (rows are initialized on
 # first read, stored when written back; trainers cache cache_rows rows).  26
@@ -49,7 +51,7 @@ sync_writes = false
 """)
     f.write(wrapped("trainers", ["127.0.0.1"] * 32, 8))
 PY
-C() { "$BIN/chanter" --config "$JOB" --set table_rows="$ROWS" "$@"; }
+C_ARGS=(--set table_rows="$ROWS") # every C call: the rows as one long --set
 # longest FILE: length of the longest line that is not a comment
 longest() { awk '!/^[;#]/ { if (length($0) > m) m = length($0) } END { print m + 0 }' "$1"; }
 # values FILE: the effective configuration the CLI reads from FILE

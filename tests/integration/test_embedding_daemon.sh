@@ -1,32 +1,27 @@
 #!/usr/bin/env bash
 # Integration: two real chanter-embedding daemons on loopback, driven by the
-# chanter CLI and by a Python grpcio client; kill -9 after an acknowledged
-# write; checkpoint/restore; metrics; sd_notify; SIGTERM; bad configuration.
+# chanter CLI and by a Python grpcio client: never-written rows read
+# deterministically, written rows read back (from either client); bad CLI
+# input fails naming it and writes nothing; the metrics endpoint (loopback
+# only by default, Prometheus text); kill -9 after an acknowledged write
+# loses nothing, a client calling during the outage gets its rows after the
+# restart; checkpoint/restore; the whole-job checkpoint calls (seal,
+# manifest, delete, clear, the set digest); bad configuration stops the
+# daemon naming it; SIGTERM drains and exits 0; a data dir of another
+# layout is refused; a client of a stopped server gets a clear error;
+# sd_notify READY=1 and STATUS=.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-seed = 42
-table_rows = 1000, 50000
-embedding_dim = 4
-embedding_optimizer = rowwise_adagrad
-embedding_servers = 2
-[shard]
-table_wise_max_rows = 10000
-[embedding]
-data_dir = $WORK/data-%i
-hot_mb = 16
-block_cache_mb = 8
-metrics_port_offset = 0
-drain_ms = 2000
-INI
+job_preamble "$JOB" --daemons seed=42 "table_rows=1000, 50000" embedding_dim=4 embedding_optimizer=rowwise_adagrad \
+  embedding_servers=2 shard.table_wise_max_rows=10000
 
 start_embedding 0 "$JOB" || { nok "start shard 0"; finish; exit 1; }
 start_embedding 1 "$JOB" || { nok "start shard 1"; finish; exit 1; }
 ok "two daemons ready (ports ${EMB_PORT[0]} ${EMB_PORT[1]})"
 
 cluster() { echo "cluster.embedding=127.0.0.1:${EMB_PORT[0]},127.0.0.1:${EMB_PORT[1]}"; }
-cli() { "$BIN/chanter" --config "$JOB" --set "$(cluster)" "$@"; }
+cli() { C --set "$(cluster)" "$@"; }
 
 # --- lazy init: deterministic, nothing stored
 a=$(cli embedding lookup 0:5 1:7 1:49999) && b=$(cli embedding lookup 0:5 1:7 1:49999)

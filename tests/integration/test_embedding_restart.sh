@@ -5,32 +5,23 @@
 #  - sync_writes = true, then false: a client writing in a loop while the
 #    server is killed; every row acknowledged before the kill reads back
 #    bit-identical, the client's retries carry it across the restart, and a
-#    CLI write made during the outage completes;
+#    CLI write made during the outage completes; the restarted server logs
+#    that the previous one was killed (after SIGTERM: that it stopped clean);
 #  - the fence: a write-back parked by Fence(id, c) is retried across the
 #    restart and parks again (Stats shows the fence back, a new
 #    incarnation), Checkpoint(id) releases it, and the checkpoint does not
 #    hold the parked value while the live store does;
 #  - a checkpoint killed half-way (CHANTER_FAULT_STORE_CHECKPOINT=staged:
 #    before its marker; =complete: before its fence is lifted) is redone,
-#    or answered, by the call retried across the restart;
+#    or answered, by the call retried across the restart; a second
+#    Checkpoint of an id taken without a fence is still refused;
 #  - SealCheckpoint and DeleteCheckpoint retried after a restart; start-up
 #    removes a half-made checkpoint dir and refuses a damaged FENCE file
 #    with a message that names it.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-seed = 11
-table_rows = 1000000
-embedding_dim = 16
-embedding_servers = 1
-[embedding]
-data_dir = $WORK/data-%i
-hot_mb = 16
-block_cache_mb = 8
-metrics_port_offset = 0
-drain_ms = 1000
-INI
+job_preamble "$JOB" --daemons seed=11 table_rows=1000000 embedding_dim=16 embedding_servers=1 embedding.drain_ms=1000
 DATA=$WORK/data-0
 LOG=$WORK/emb-0.log
 ROWS=256 # rows per write-back of the writer
@@ -47,8 +38,7 @@ PORT=${EMB_PORT[0]}
 ok "server ready on port $PORT"
 
 py() { /usr/bin/python3 "$ROOT/tests/integration/embedding_restart.py" "$STUBS" "127.0.0.1:$PORT" "$@"; }
-cli() { "$BIN/chanter" --config "$JOB" --set "cluster.embedding=127.0.0.1:$PORT" --set rpc.timeout_ms=20000 "$@"; }
-field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+cli() { C --set "cluster.embedding=127.0.0.1:$PORT" --set rpc.timeout_ms=20000 "$@"; }
 kill9() { kill -9 "${EMB_PID[0]}"; wait "${EMB_PID[0]}" 2>/dev/null; return 0; }
 # restart [args]: the server again, same port and data dir; MARK: where its log starts
 restart() { MARK=$(wc -l <"$LOG"); EMB_LISTEN_PORT=$PORT start_embedding 0 "$JOB" "$@"; }
@@ -106,9 +96,9 @@ sleep 0.3
 kill9
 restart || nok "restart with a fence set"
 s=$(py stats)
-[ "$(field "$s" fence_id)" = fx-1 ] && [ "$(field "$s" fence_iteration)" = 10 ]
+[ "$(field - fence_id <<<"$s")" = fx-1 ] && [ "$(field - fence_iteration <<<"$s")" = 10 ]
 expect "the restarted server holds the fence again (Stats: $s)"
-inc2=$(field "$s" incarnation)
+inc2=$(field - incarnation <<<"$s")
 [ -n "$inc1" ] && [ "$inc2" != 0 ] && [ "$inc2" != "$inc1" ]; expect "Stats gives a new incarnation after the restart ($inc1 -> $inc2)"
 since_restart | grep -q "fence restored id=fx-1 iteration=10" && since_restart | grep -q "fence=fx-1@10"
 expect "its log says the fence was restored"
@@ -120,7 +110,7 @@ expect "Checkpoint(fx-1) is taken"
 wait $pw
 [ $? -eq 0 ] && grep -q "retries=[1-9]" "$WORK/parked1.done"; expect "the checkpoint released the retried write-back ($(cat "$WORK/parked1.done" 2>/dev/null))"
 [ "$(py row $K)" = 2 ]; expect "the live store holds the released value"
-[ "$(field "$(py stats)" fence_id)" = "" ]; expect "the fence is lifted (Stats)"
+[ "$(py stats | field - fence_id)" = "" ]; expect "the fence is lifted (Stats)"
 [ ! -e "$DATA/FENCE" ]; expect "and its file removed"
 py restore fx-1 && [ "$(py row $K)" = 1 ]
 expect "checkpoint fx-1 holds the row as of iteration 10, not the parked value"
@@ -163,7 +153,7 @@ since_restart | grep -q "fence lifted at start id=fx-3"; expect "start-up sees t
 wait $cp
 [ "$(cat "$WORK/ckpt3.rc")" = 0 ] && grep -q "checkpoint already taken id=fx-3" "$LOG"
 expect "the retried Checkpoint(fx-3) is answered with the checkpoint taken, not ALREADY_EXISTS"
-[ "$(field "$(py stats)" fence_id)" = "" ] && [ "$(py list | grep -c '^fx-3 ')" = 1 ]; expect "no fence, fx-3 listed once"
+[ "$(py stats | field - fence_id)" = "" ] && [ "$(py list | grep -c '^fx-3 ')" = 1 ]; expect "no fence, fx-3 listed once"
 cli embedding checkpoint plain-1 >/dev/null && err=$(cli embedding checkpoint plain-1 2>&1)
 [ $? -ne 0 ] && [[ "$err" == *"already exists"* ]]; expect "a second Checkpoint of an id taken without a fence is still refused"
 

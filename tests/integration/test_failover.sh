@@ -4,50 +4,36 @@
 # oracle, two trainers over loopback gRPC and Gloo, lookahead auto) under
 # `chanter local`'s supervisor, which restarts what dies.
 #
-# The guarantee: kill -9 of any daemon at a random iteration -- a trainer,
-# the oracle, an embedding server (without durable writes: the job rolls
-# back; with them: it goes on), a data processor -- a trainer stopped with
-# SIGSTOP (hung), an embedding server stopped the same way, and a second
-# kill while the job replays after the first:
-# each job completes with the digest BIT-identical to the job that never
-# failed.  The trainers that were not killed are the same processes at the
-# end (no exit in the supervisor's events).  Once the job has recovered
-# oracle.max_recoveries times it fails with a sentence instead.
+# The guarantee: each job below completes with the digest BIT-identical to
+# the job that never failed (the reference, run by the first drill):
+#   - kill -9 of a trainer at a random iteration: the oracle notices, the
+#     supervisor restarts it, the job replays from its checkpoint; trainer
+#     0 is the same process throughout (it leaves the broken generation and
+#     joins the next);
+#   - kill -9 of the oracle: the restarted oracle recovers the job
+#     (oracle.state_dir); both trainers are the same processes throughout
+#     (they retry Join until it is back);
+#   - kill -9 of an embedding server: without durable writes the job rolls
+#     back; with them (sync_writes) it records no recovery, the clients'
+#     retries carry over the outage, the trainers the same processes;
+#   - kill -9 of the data processor;
+#   - a trainer stopped with SIGSTOP: taken for hung by the oracle (its
+#     heartbeat timeout), killed by the supervisor's watchdog; an embedding
+#     server stopped the same way (with durable writes): the watchdog kills
+#     it and it is restarted;
+#   - a second kill while the job replays after the first: two recoveries.
+# SIGTERM of the oracle mid-job stops the job: both trainers exit 0 at
+# once, nothing is restarted, and chanter train says the job stopped.  With
+# oracle.max_recoveries = 1, two kills fail the job, saying it gave up.
 # (Acknowledged writes surviving an embedding server's kill -9 row by row:
 # test_embedding_restart.sh.)
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-; failover with rows cached, replicated and in delayed sync at the kill (auto would
-; partition the tables: test_strategy.sh kills a trainer and the oracle under it)
-table_strategy = cache
-iterations = 240
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 2
-eval_every = 60
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-cache_rows = 200000
-checkpoint_every = 40
-checkpoint_seconds = 0
-[synthetic]
-samples = 100000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-[oracle]
-heartbeat_timeout_ms = 2000
-[local]
-watchdog_ms = 2000
-INI
-D() { "$BIN/chanter" --config "$JOB" "$@"; }
-jf() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2" 2>/dev/null; }
+# failover with rows cached, replicated and in delayed sync at the kill (auto would
+# partition the tables: test_strategy.sh kills a trainer and the oracle under it)
+job_preamble "$JOB" table_strategy=cache iterations=240 eval_every=60 cache_rows=200000 checkpoint_every=40 \
+  checkpoint_seconds=0 oracle.heartbeat_timeout_ms=2000 local.watchdog_ms=2000
 at() { echo $((RANDOM % 140 + 40)); } # a random iteration of the job, past its first checkpoint or not
 # NAME never restarted by the drill's supervisor and ended by its exit 0 at the end: the same process throughout
 survived() {
@@ -56,7 +42,7 @@ survived() {
 }
 drill() { # dir kind [args]: the drill's JSON in dir.json, its stderr in dir.err; rc of the drill
   local d=$1; shift
-  D "$@" --workdir "$WORK/$d" --json >"$WORK/$d.json" 2>"$WORK/$d.err"
+  C "$@" --workdir "$WORK/$d" --json >"$WORK/$d.json" 2>"$WORK/$d.err"
 }
 show() { # the drill's verdict, for the log
   jf "$WORK/$1.json" "'%s %s: %s' % (d['kind'], 'PASS' if d['pass'] else 'FAIL', ', '.join('%s at %d, recovery %s, first replayed +%.2f s' % (k['who'], k['at_iteration'], k['recovery'] or '-', k['first_replayed_s']) for k in d['kills']))" | sed 's/^/# /'
@@ -133,8 +119,8 @@ expect_rc $rc "trainer 1 killed at iteration 60 and again while the job replayed
 [ "$(jf "$WORK/twice.json" "d['recoveries']")" -ge 2 ]; expect "  two recoveries"
 
 # ---- SIGTERM of the oracle stops the job: the trainers exit 0 at once (they used to wait for ever)
-D local up --workdir "$WORK/term" >"$WORK/term.up" 2>&1
-"$BIN/chanter" --config "$WORK/term/job.ini" train --workdir "$WORK/term" --quiet >/dev/null 2>"$WORK/term.err" &
+job_up term
+job_train term &
 tp=$!
 for _ in $(seq 1 300); do grep -qs "checkpoint part done" "$WORK/term/logs/trainer-0.log" && break; sleep 0.1; done
 kill -TERM "$(awk '$1=="oracle-0"{print $2}' "$WORK/term/pids")"
@@ -149,7 +135,7 @@ expect "SIGTERM of the oracle mid-job: both trainers exit 0 within $((SECONDS - 
 wait $tp; rc=$?
 [ $rc -ne 0 ] && grep -q "stopped" "$WORK/term.err"
 expect "  chanter train says the job stopped: $(tail -1 "$WORK/term.err" | cut -c1-100)"
-"$BIN/chanter" local down --workdir "$WORK/term" >/dev/null 2>&1
+job_down term
 
 # ---- repeated failures: a clear failure once the limit is reached
 drill limit --set oracle.max_recoveries=1 drill kill-trainer --rank 1 --at 60 --times 2 --reference "$REF"; rc=$?

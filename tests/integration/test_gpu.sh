@@ -11,7 +11,8 @@
 #      (nn_cuda.h), so the parameters differ in the last bits from the
 #      first step on, and 300 SGD steps carry that along;
 #  (b) the same cuda job twice: the same digest (fixed launch shapes, no
-#      atomics, one cuBLAS handle per stream);
+#      atomics, one cuBLAS handle per stream); the tables on the GPU give
+#      the digest of the same tables on the host (trainer.device_mb = 0);
 #  (c) a `local up` cluster on cuda with one trainer, and with two trainers
 #      on the one GPU -- they learn that they share it and keep the dense
 #      all-reduce on Gloo, saying so -- where lookahead 0 and auto give
@@ -40,10 +41,9 @@ table_rows = $(python3 -c "print(','.join(['20000'] * 26))")
 [synthetic]
 samples = 300000
 INI
-train() { "$BIN/chanter" --config "$JOB" --json "$@" train --local --quiet; }
 
 # is there a GPU this chanter can use?  The refusal is a sentence (test_train_local.sh checks it)
-probe=$("$BIN/chanter" --config "$JOB" --set device=cuda --set iterations=1 --set batch_size=64 \
+probe=$(C --set device=cuda --set iterations=1 --set batch_size=64 \
         --set eval_batches=1 --set synthetic.samples=5000 train --local --quiet 2>&1 >/dev/null); rc=$?
 if [ $rc -ne 0 ] && { [[ "$probe" == *"no CUDA device"* ]] || [[ "$probe" == *"built without CUDA"* ]] ||
                       [[ "$probe" == *"cannot run device = cuda"* ]] || [[ "$probe" == *"is not usable"* ]]; }; then
@@ -56,8 +56,8 @@ fi
 command -v nvidia-smi >/dev/null && echo "# GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 
 # (a) cuda against cpu
-train --set device=cpu >"$WORK/cpu.json" 2>"$WORK/cpu.err"; expect_rc $? "train --local on cpu"
-train --set device=cuda >"$WORK/cuda.json" 2>"$WORK/cuda.err"; expect_rc $? "train --local on cuda"
+train_local --set device=cpu >"$WORK/cpu.json" 2>"$WORK/cpu.err"; expect_rc $? "train --local on cpu"
+train_local --set device=cuda >"$WORK/cuda.json" 2>"$WORK/cuda.err"; expect_rc $? "train --local on cuda"
 python3 - "$WORK/cpu.json" "$WORK/cuda.json" <<'PY'
 import json, sys
 c, g = (json.load(open(p)) for p in sys.argv[1:3])
@@ -71,7 +71,7 @@ PY
 expect "cuda and cpu agree: test AUC and losses within 2e-3 (the digests differ: cuBLAS sums in its own order)"
 
 # (b) run to run on the GPU
-train --set device=cuda >"$WORK/cuda2.json" 2>/dev/null &&
+train_local --set device=cuda >"$WORK/cuda2.json" 2>/dev/null &&
   [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cuda2.json" digest)" ]
 expect "the same cuda job twice: the same digest"
 
@@ -79,7 +79,7 @@ expect "the same cuda job twice: the same digest"
 # (trainer.device_mb = 0): the same GPU dense model, and the embedding work
 # (pooling, fold, row update) is bit-identical on either side, so the whole
 # digest must be the same
-train --set device=cuda --set trainer.device_mb=0 >"$WORK/cudah.json" 2>/dev/null &&
+train_local --set device=cuda --set trainer.device_mb=0 >"$WORK/cudah.json" 2>/dev/null &&
   [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cudah.json" digest)" ] &&
   [ "$(field "$WORK/cudah.json" device_tables)" = 0 ] && [ "$(field "$WORK/cuda.json" device_tables)" != 0 ]
 expect "tables on the GPU give the digest of the same tables on the host (device_tables $(field "$WORK/cuda.json" device_tables) vs $(field "$WORK/cudah.json" device_tables))"

@@ -3,18 +3,23 @@
 # RATE,0` (tools/chanter/hosts.c).  Needs root and `ip netns`; skipped
 # (said, with one passing check) without them.
 #
-# A small job (1 data processor, 2 embedding servers, 2 trainers) first on
-# a plain local cluster, then on 5 emulated hosts with a 200mbit link:
-# every daemon runs in its host's network namespace with its unit's
-# ExecStart= command line and listens on its host's address; the links
-# are shaped with tbf on both ends; the root namespace has no route nor
-# address of 10.77.0.0/24 and the hosts none to the root's addresses; a
-# data processor killed with SIGKILL is restarted in its namespace; `chanter
-# train --workdir W` (from the root namespace: the CLI joins the ops
-# namespace) ends with the digest of the plain cluster, bit for bit;
-# `local down` leaves no namespace and no link -- also after a crash (the
-# supervisor and every daemon killed).  Refusals: a delay or a loss (no
-# netem in this kernel), and a non-root user.
+# Refusals first: a delay or a loss (no netem in this kernel), a rate tc
+# would not read, and a non-root user.  Then a small job (1 data processor,
+# 2 embedding servers, 2 trainers) first on a plain local cluster, then on
+# 5 emulated hosts with a 200mbit link: every daemon runs in its host's
+# network namespace with its unit's ExecStart= command line and listens on
+# its host's address, as W/job.ini names it; the links are shaped with tbf
+# on both ends; the root namespace has no route, address nor link of the
+# emulated hosts and the hosts none to the root's addresses; a data
+# processor killed with SIGKILL is restarted in its namespace (and STATUS=
+# reaches the supervisor), one stopped with SIGSTOP is killed by the
+# watchdog and restarted (sd_notify crosses namespaces); the CLI from the
+# root namespace reaches the servers (it joins the ops namespace), and
+# `chanter train --workdir W` ends with the digest of the plain cluster,
+# bit for bit; `local down` leaves no namespace and no link.  `--hosts 2`
+# spreads the daemons over 2 hosts; after a crash (the supervisor and
+# every daemon killed) a new `local up` on that W removes the stale
+# namespaces first, and so does `local down`.
 source "$(dirname "$0")/lib.sh"
 
 need_netns test_hosts
@@ -25,32 +30,7 @@ down_all() { clusters_down "$BIN/chanter" "$W0" "$W"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-iterations = 20
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 2
-eval_every = 20
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-[synthetic]
-samples = 20000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-INI
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
-pid_of() { awk -v n="$2" '$1 == n {print $2}' "$1/pids"; }
-st() {
-  "$BIN/chanter" local status --workdir "$W" --json 2>/dev/null |
-    python3 -c "import json,sys; d={x['name']: x for x in json.load(sys.stdin)['daemons']}; print(d[sys.argv[1]][sys.argv[2]])" "$1" "$2" 2>/dev/null
-}
-until_ok() { local n=$1; shift; for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.1; done; "$@"; }
-digest() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$1" 2>/dev/null; }
+job_preamble "$JOB" iterations=20 synthetic.samples=20000
 ROOT_NET=$(readlink /proc/self/ns/net)
 NS_BEFORE=$(ip netns list | sort)
 LINKS_BEFORE=$(ip -o link | awk -F': ' '{print $2}' | sort)
@@ -76,7 +56,7 @@ expect_rc $? "a non-root user is told that emulated hosts need root: $(head -1 "
 # ---- the reference: the same job on a plain local cluster
 C local up --workdir "$W0" >"$WORK/up0.out" 2>&1 && "$BIN/chanter" train --workdir "$W0" --quiet >"$WORK/train0.out" 2>&1
 expect "the job on a plain local cluster"
-D0=$(digest "$W0/summary.json")
+D0=$(field "$W0/summary.json" digest 2>/dev/null)
 "$BIN/chanter" local down --workdir "$W0" >/dev/null 2>&1
 
 # ---- up on emulated hosts
@@ -141,25 +121,25 @@ expect_rc $? "no host has a route to the root's addresses ($(echo $ROOT_ADDRS)) 
 # the supervisor restarts a daemon in its namespace
 old=$(pid_of "$W" dataproc-0)
 kill -9 "$old"
-until_ok 100 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && [ "$(st dataproc-0 state)" = up ]'
+until_ok 100 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && [ "$(st "$W" dataproc-0 state)" = up ]'
 new=$(pid_of "$W" dataproc-0)
 [ "$new" != "$old" ] && running "$new" && [ "$(readlink "/proc/$new/ns/net")" = "$(ip netns exec "$TAG-h1" readlink /proc/self/ns/net)" ] &&
-  [ -n "$(st embedding-0 status)" ]
-expect_rc $? "a data processor killed with SIGKILL is restarted in its host's namespace (pid $old -> $new); STATUS= reaches the supervisor ('$(st embedding-0 status)')"
+  [ -n "$(st "$W" embedding-0 status)" ]
+expect_rc $? "a data processor killed with SIGKILL is restarted in its host's namespace (pid $old -> $new); STATUS= reaches the supervisor ('$(st "$W" embedding-0 status)')"
 
 # and the watchdog (sd_notify over W/run/notify, a path socket: it crosses namespaces)
 old=$new
 kill -STOP "$old"
-until_ok 150 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && [ "$(st dataproc-0 state)" = up ]'
+until_ok 150 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && [ "$(st "$W" dataproc-0 state)" = up ]'
 new=$(pid_of "$W" dataproc-0)
-[ "$new" != "$old" ] && running "$new" && case "$(st dataproc-0 last_exit)" in watchdog,*) true ;; *) false ;; esac
-expect_rc $? "a stopped data processor is killed by the watchdog and restarted ($(st dataproc-0 last_exit))"
+[ "$new" != "$old" ] && running "$new" && case "$(st "$W" dataproc-0 last_exit)" in watchdog,*) true ;; *) false ;; esac
+expect_rc $? "a stopped data processor is killed by the watchdog and restarted ($(st "$W" dataproc-0 last_exit))"
 
 # the CLI from the root namespace
 "$BIN/chanter" embedding stats --config "$W/job.ini" >"$WORK/stats.out" 2>&1
 expect "chanter embedding stats --config W/job.ini reaches the servers (through $OPS)"
 "$BIN/chanter" train --workdir "$W" --quiet >"$WORK/train.out" 2>&1
-D=$(digest "$W/summary.json")
+D=$(field "$W/summary.json" digest 2>/dev/null)
 [ -n "$D0" ] && [ "$D" = "$D0" ]
 expect_rc $? "chanter train --workdir W on emulated hosts: the digest of the plain cluster (${D:-none} vs ${D0:-none})"
 

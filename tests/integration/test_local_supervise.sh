@@ -5,16 +5,20 @@
 # WatchdogSec= do for the units.
 #
 # On one small cluster (2 data processors, 2 embedding servers, the oracle,
-# 1 trainer whose 20-iteration job ends first): the trainer's exit 0 is not
-# restarted; a data processor killed with SIGKILL is restarted on its port
-# (job.ini unchanged, it serves there again) and `local status` says
-# restarts 1 and why; a daemon that exits 3 stays down; one that keeps
-# failing is given up after local.restart_burst restarts while the rest
-# run on; a stopped one (SIGSTOP) is killed by the watchdog and restarted;
-# W/run/events has a line for each; `local down` leaves no process and no
-# zombie (the supervisor reaps the daemons).  Then, on a second cluster
-# whose supervisor is killed: `local status` and `local down` still work
-# from W/pids.
+# 1 trainer whose 20-iteration job ends first): `local up` names its
+# supervisor, with a notify socket, and a second `local up` on the same
+# work dir is refused; `local status` shows each daemon's last STATUS=; the
+# trainer's exit 0 is not restarted; a data processor killed with SIGKILL
+# is restarted on its port (job.ini unchanged, it serves there again) and
+# `local status` (JSON and text) says restarts 1 and why, supervisor.log
+# has a timestamped line for it; a daemon that exits 3 stays down; one that
+# keeps failing is given up after local.restart_burst restarts while the
+# rest run on; a stopped one (SIGSTOP) is killed by the watchdog (SIGABRT,
+# logged with why) and restarted on its port; W/run/events has a line for
+# each, with its fields, in order; `local down` stops every daemon in order
+# with SIGTERM and leaves no process and no zombie (the supervisor reaps
+# the daemons).  Then, on a second cluster whose supervisor is killed:
+# `local status` and `local down` still work from W/pids.
 #
 # chanter-dataproc and chanter-embedding run behind a wrapper (in a copy
 # of the bin directory: the supervisor starts the daemons beside its own
@@ -41,34 +45,8 @@ down_all() { clusters_down "$SB/chanter" "$W" "$W2"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-iterations = 20
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 2
-eval_every = 20
-trainers = 1
-embedding_servers = 2
-dataprocs = 2
-[synthetic]
-samples = 20000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-INI
-C() { "$SB/chanter" --config "$JOB" "$@"; }
-# st W NAME FIELD: a field of NAME in `local status --json`
-st() {
-  "$SB/chanter" local status --workdir "$1" --json 2>/dev/null |
-    python3 -c "import json,sys; d={x['name']: x for x in json.load(sys.stdin)['daemons']}; print(d[sys.argv[1]][sys.argv[2]])" "$2" "$3" 2>/dev/null
-}
-pid_of() { awk -v n="$2" '$1 == n {print $2}' "$1/pids"; }
-port_of() { awk -v n="$2" '$1 == n {print $3}' "$1/pids"; }
-# until N CMD...: CMD succeeds within N tenths of a second
-until_ok() { local n=$1; shift; for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.1; done; "$@"; }
+job_preamble "$JOB" iterations=20 trainers=1 dataprocs=2 synthetic.samples=20000
+CHANTER=$SB/chanter
 state_is() { [ "$(st "$W" "$1" state)" = "$2" ]; }
 # events NAME EVENT: how many lines of W/run/events say EVENT of NAME
 events() { grep -c "\"event\": \"$2\", \"name\": \"$1\"" "$W/run/events" 2>/dev/null; }
@@ -104,7 +82,7 @@ until_ok 100 eval '[ "$(pid_of "$W" dataproc-0)" != "$old" ] && state_is datapro
 new=$(pid_of "$W" dataproc-0)
 ALL_PIDS+=("$new")
 [ "$new" != "$old" ] && running "$new" && [ "$(port_of "$W" dataproc-0)" = "$port" ] &&
-  [ "$(json_get "$W/run/dataproc-0.ready" rpc_port)" = "$port" ]
+  [ "$(field "$W/run/dataproc-0.ready" rpc_port)" = "$port" ]
 expect_rc $? "a data processor killed with SIGKILL is restarted (pid $old -> $new) on its port $port"
 [ "$(st "$W" dataproc-0 restarts)" = 1 ] && [ "$(st "$W" dataproc-0 last_exit)" = "killed by signal 9 (SIGKILL)" ]
 expect_rc $? "local status --json: restarts 1, last_exit '$(st "$W" dataproc-0 last_exit)'"

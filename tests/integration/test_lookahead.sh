@@ -5,35 +5,20 @@
 # allocation the model digest -- dense parameters plus every embedding row
 # on the servers after the job -- is BIT-identical for L = 0 (the
 # synchronous baseline), a small L without LRPP or delayed synchronization,
-# a large L, lookahead = auto, and a cache too small for the L asked (the
-# oracle lowers L during the run).  The evaluation half-way and at the end
-# reads cached rows from the trainers' caches: identical test loss too.
-# With three trainers the rows' gradients are summed in rank order, so the
-# guarantee holds there as well.
+# a large L (which hits the cache, fetches fewer rows than L = 0 and delays
+# some synchronizations), lookahead = auto, and a cache too small for the
+# L asked (the oracle lowers L during the run).  The evaluation half-way
+# and at the end reads cached rows from the trainers' caches: identical
+# test loss too.  With three trainers the rows' gradients are summed in
+# rank order, so the guarantee holds there as well; with allocation = laia
+# too, which synchronizes fewer rows than contiguous and reports its
+# placement in summary.json.  A cache too small for one batch fails the job
+# naming cache_rows, at lookahead 4 and at 0 (no probe: the cacher says it).
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-; the cache is what this test checks (table_strategy = auto would partition its tables)
-table_strategy = cache
-iterations = 120
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 10
-eval_every = 50
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-[synthetic]
-samples = 100000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-INI
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
+# the cache is what this test checks (table_strategy = auto would partition its tables)
+job_preamble "$JOB" table_strategy=cache iterations=120 eval_batches=10 eval_every=50
 run_job base --set lookahead=0
 expect_rc $? "baseline L = 0 trains (digest $(field "$WORK/base/summary.json" digest | cut -c1-16)...)"
 
@@ -56,15 +41,11 @@ expect_rc $? "lookahead = auto (chose L = $(field "$WORK/auto/summary.json" look
 run_job low --set lookahead=32 --set cache_rows=8000 && same low base && grep -qs "lookahead lowered" "$WORK/low/logs/"oracle*.log
 expect_rc $? "L = 32 in a cache of 8000 rows: the oracle lowers L (to $(field "$WORK/low/summary.json" lookahead)) and the model is bit-identical"
 
-err=$(C --set lookahead=4 --set cache_rows=100 local up --workdir "$WORK/tiny" 2>&1 >/dev/null; \
-      "$BIN/chanter" --config "$WORK/tiny/job.ini" train --workdir "$WORK/tiny" --quiet 2>&1 >/dev/null); rc=$?
-"$BIN/chanter" local down --workdir "$WORK/tiny" >/dev/null 2>&1
+err=$(job_stderr tiny --set lookahead=4 --set cache_rows=100); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *cache_rows* ]]
 expect_rc $? "a cache too small for one batch fails the job naming cache_rows: $(echo "$err" | tail -1 | cut -c1-120)"
 # the same at lookahead = 0, which has no probe: the cacher says it when it decides the batch
-err=$(C --set lookahead=0 --set cache_rows=100 local up --workdir "$WORK/tiny0" 2>&1 >/dev/null; \
-      "$BIN/chanter" --config "$WORK/tiny0/job.ini" train --workdir "$WORK/tiny0" --quiet 2>&1 >/dev/null); rc=$?
-"$BIN/chanter" local down --workdir "$WORK/tiny0" >/dev/null 2>&1
+err=$(job_stderr tiny0 --set lookahead=0 --set cache_rows=100); rc=$?
 [ $rc -ne 0 ] && [[ "$err" == *"cache_rows = 100"*"raise cache_rows"* ]]
 expect_rc $? "lookahead = 0 with a cache too small for a batch fails naming cache_rows: $(echo "$err" | tail -1 | cut -c1-120)"
 

@@ -34,28 +34,7 @@ down_all() { clusters_down "$BIN/chanter" "${WS[@]}"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-iterations = 600
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 2
-eval_every = 600
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-cache_rows = 200000
-checkpoint_every = 50
-checkpoint_seconds = 0
-[synthetic]
-samples = 100000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-INI
-jf() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2" 2>/dev/null; }
+job_preamble "$JOB" iterations=600 eval_every=600 cache_rows=200000 checkpoint_every=50 checkpoint_seconds=0
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(now)"; }
 tails() { # W: the logs that say what happened, for a failure
@@ -69,7 +48,7 @@ tails() { # W: the logs that say what happened, for a failure
 # up W [--set ...]: a cluster on emulated hosts; sets TAG, BRNS, HOST (trainer 1's host k), VH
 up() {
   local w=$1; shift
-  "$BIN/chanter" --config "$JOB" "$@" local up --workdir "$w" --hosts auto --link 200mbit,0 >"$w.up" 2>&1 || return 1
+  C "$@" local up --workdir "$w" --hosts auto --link 200mbit,0 >"$w.up" 2>&1 || return 1
   local ops
   ops=$(cat "$w/run/netns-ops" 2>/dev/null) || return 1
   TAG=${ops%-ops}

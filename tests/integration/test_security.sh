@@ -1,40 +1,34 @@
 #!/usr/bin/env bash
 # Integration: a cluster started with the defaults (`chanter local up`)
-# speaks mutual TLS and checks roles.  authz_probe.py calls every method of
-# every service in proto/*.proto on every daemon that serves it: plaintext,
+# speaks mutual TLS and checks roles.  `local up` makes a CA and a
+# certificate per role in W/certs and names them in job.ini; every daemon
+# logs tls=on authz=roles.  authz_probe.py calls every method of every
+# service in proto/*.proto on every daemon that serves it: plaintext,
 # TLS without a client certificate and a certificate of another CA are
 # refused by the transport on all of them; a certificate of the job's CA
 # with the wrong role gets PERMISSION_DENIED on each method that role may
 # not reach, naming the roles needed and the caller's; harmless methods a
 # role may call are answered; a certificate of the job's CA that names no
 # role gets PERMISSION_DENIED everywhere.  Each daemon counts its refusals
-# (chanter_<daemon>_rpc_denied_total = what the probe got) and logs them.
-# The job's own daemons train as before: the digest equals a plaintext
-# run's (`local up --insecure`) bit for bit.  Configurations that would
-# listen off loopback in plaintext are refused unless tls.insecure.
+# (chanter_<daemon>_rpc_denied_total = what the probe got) and logs them;
+# no trainer and not the CLI is refused.  A 20M-key Lookup (160 MB) without
+# a certificate, or from a role that may not call Lookup, is refused before
+# the server reads it (its memory grows by less than 8 MB).  The job's own
+# daemons train as before: the digest equals a plaintext run's (`local up
+# --insecure`, no certificates) bit for bit; `local down` stops each
+# cluster.  Configurations that would listen off loopback in plaintext (a
+# daemon's --listen, a job's cluster addresses) are refused unless
+# tls.insecure or TLS certificates are given.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-cat >"$JOB" <<INI
-iterations = 300
-batch_size = 128
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-eval_batches = 4
-[synthetic]
-samples = 60000
-[model]
-bottom_mlp = 16
-top_mlp = 16
-[embedding]
-sync_writes = false
-INI
+# (learning_rate, eval_every and embedding.hot_mb: chanter's defaults)
+job_preamble "$JOB" iterations=300 batch_size=128 eval_batches=4 synthetic.samples=60000 model.bottom_mlp=16 \
+  model.top_mlp=16 -learning_rate -eval_every -embedding.hot_mb
 S=$WORK/sec     # the cluster with the defaults (mutual TLS)
 P=$WORK/plain   # the same job, plaintext: the reference
+TRAIN_ARGS=     # chanter train without --quiet
 PY=/usr/bin/python3
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
-field() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 down_all() {
   for d in "$S" "$P"; do [ -f "$d/pids" ] && "$BIN/chanter" local down --workdir "$d" >/dev/null 2>&1; done
 }
@@ -54,12 +48,10 @@ PY
 }
 # verdict STATUS NAME: expect_rc, and returns STATUS (for "|| show ...")
 verdict() { expect_rc "$1" "$2"; return "$1"; }
-none_alive() { for p in $(awk '{print $2}' "$1"); do running "$p" && return 1; done; return 0; }
 
 # ---- the cluster with the defaults
-C local up --workdir "$S" >"$WORK/sec.up" 2>&1
+job_up sec
 verdict $? "local up with the defaults starts the cluster" || show "$WORK/sec.up"
-cp "$S/pids" "$WORK/sec.pids" 2>/dev/null
 ls "$S"/certs/{ca,trainer,oracle,embedding,dataproc,admin}.pem >/dev/null 2>&1 &&
   grep -q "^ca_file = $S/certs/ca.pem" "$S/job.ini" &&
   grep -q "^cert_file = $S/certs/{role}.pem" "$S/job.ini" &&
@@ -103,7 +95,7 @@ done <"$WORK/probe.out"
 verdict $? "the probe ran to its end ($n_tap checks, $((SECONDS - t0)) s, exit $prc)" || show "$WORK/probe.err" 30
 
 # ---- the job's own daemons work as before: the job trains to its end
-"$BIN/chanter" --config "$S/job.ini" train --workdir "$S" >"$WORK/sec.out" 2>"$WORK/sec.err"
+job_train sec
 rc=$?
 [ $rc -eq 0 ] && [ "$(field "$S/summary.json" iterations 2>/dev/null)" = 300 ]
 verdict $? "the job trains to its end on the mutual-TLS cluster while the probe runs (exit $rc)" ||
@@ -169,18 +161,17 @@ awk '$1=="dataproc" && $2=="PERMISSION_DENIED" {n++; g=$3} END {exit !(n==2 && g
 expect "a 20M-key Lookup (160 MB) from a role that may not call it is refused before it is read, the server growing < 8 MB: $(awk '$1=="dataproc"{g=$3} END{print g}' "$WORK/big.out") kB"
 echo "# a trainer's 20M-key Lookup (gRPC 1.51 reads it whole before refusing it): $(awk '$1=="trainer"{print $2", +"$3" kB"}' "$WORK/big.out")"
 
-"$BIN/chanter" local down --workdir "$S" >/dev/null 2>&1
+job_down sec
 none_alive "$WORK/sec.pids"; expect "local down stops the mutual-TLS cluster"
 
 # ---- the same job in plaintext: the reference
-C local up --insecure --workdir "$P" >"$WORK/plain.up" 2>&1
+UP_ARGS=--insecure job_up plain
 verdict $? "local up --insecure starts the same job in plaintext" || show "$WORK/plain.up"
-cp "$P/pids" "$WORK/plain.pids" 2>/dev/null
 [ ! -e "$P/certs" ] && ! grep -Eq '^(cert_file|ca_file) = .' "$P/job.ini" && grep -q "tls=off authz=off" "$P/logs/oracle-0.log"
 expect "  without certificates: no W/certs, no tls.* files, the daemons serve plaintext"
-"$BIN/chanter" --config "$P/job.ini" train --workdir "$P" >"$WORK/plain.out" 2>"$WORK/plain.err"
+job_train plain
 verdict $? "  and trains to its end" || { show "$WORK/plain.err"; show "$P/logs/oracle-0.log"; }
-"$BIN/chanter" local down --workdir "$P" >/dev/null 2>&1
+job_down plain
 none_alive "$WORK/plain.pids"; expect "  local down stops it"
 dsec=$(field "$S/summary.json" digest 2>/dev/null); dplain=$(field "$P/summary.json" digest 2>/dev/null)
 [ -n "$dsec" ] && [ "$dsec" = "$dplain" ] &&

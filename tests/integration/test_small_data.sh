@@ -19,8 +19,7 @@ source "$(dirname "$0")/lib.sh"
 
 D=$WORK/small.tsv
 "$BIN/chanter" data gen --out "$D" --samples 200 >/dev/null 2>&1
-TEST_N=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["test_samples"])' \
-  < <("$BIN/chanter" --set dataset="$D" data stats "$D" --json 2>/dev/null))
+TEST_N=$("$BIN/chanter" --set dataset="$D" data stats "$D" --json 2>/dev/null | field - test_samples)
 [ "$(wc -l <"$D")" -eq 200 ] && [ "$TEST_N" = 20 ]; expect "a 200-line Criteo TSV: 20 test samples"
 
 JOB=$WORK/job.ini
@@ -38,8 +37,6 @@ top_mlp = 16
 hot_mb = 16
 sync_writes = false
 INI
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 TRAIN_WARN='batch_size = 1024 is larger than the train split (180 samples): each batch holds 5.7 copies of the training set; lower batch_size to at most 180 or use more data (strict = true refuses this)'
 TEST_WARN='batch_size = 1024 is larger than the test split (20 samples): a test batch holds 51.2 copies of it; each evaluation scores the 20 test samples once (strict = true refuses this)'
 REFUSE='strict = true refuses batch_size = 1024: it is larger than the train split (180 samples), each batch would hold 5.7 copies of the training set; lower batch_size to at most 180, use more data, or set strict = false'
@@ -82,15 +79,9 @@ assert d['test_samples_scored'] == $TEST_N and d['warnings'] == [], d"
 [ $? -eq 0 ] && ! grep -q "warning" "$WORK/local8.err"
 expect "train --local, batch 8, 8 eval batches: scores the 20 test samples once (3 batches, the last cut), no warning"
 
-# ---- the same on a cluster
-run_job() { # name [--set ...]: up, train, down; the train's exit status
-  local name=$1; shift
-  C "$@" local up --workdir "$WORK/$name" >"$WORK/$name.up" 2>&1 || { sed 's/^/# /' "$WORK/$name.up"; return 99; }
-  "$BIN/chanter" --config "$WORK/$name/job.ini" train --workdir "$WORK/$name" >"$WORK/$name.out" 2>"$WORK/$name.err"
-  local rc=$?
-  "$BIN/chanter" local down --workdir "$WORK/$name" >/dev/null 2>&1
-  return $rc
-}
+# ---- the same on a cluster (run_job: the train's exit status, 99 where the
+# cluster did not come up; chanter train without --quiet: its printout is checked)
+TRAIN_ARGS=
 
 run_job c1
 rc=$?

@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # Integration: table_strategy on a real cluster (a data processor, two
-# embedding servers, the oracle, two or three trainers over loopback gRPC
+# embedding servers, the oracle, one to three trainers over loopback gRPC
 # and Gloo).  Half the tables partitioned (their rows live on one trainer
 # each; pooled embeddings and their gradients move by AlltoAll), the other
 # half cached:
+#   - the oracle logs each partitioned table's owner, summary.json times
+#     the AlltoAlls;
 #   - L = 0 and lookahead = auto give bit-identical digests and test loss
 #     (two trainers, and three: the AlltoAll among three ranks);
+#   - trainer.comm_schedule = priority (one queue of collectives per
+#     trainer) gives the bits of threads (L = 0 and auto, three trainers);
 #   - a one-trainer run with the same tables partitioned gives the bits of
 #     a one-trainer run with every table cached (a partitioned row's update
 #     folds the same gradients in the same order), and the two-trainer
 #     runs the same model up to the dense all-reduce's summation order
 #     (test and train loss within 1e-6);
-#   - kill -9 of a trainer mid-job: the job recovers (the partitioned rows
-#     are read again from the rolled-back servers) with the same digest;
-#   - trainer.comm_schedule = priority (one queue of collectives per
-#     trainer) gives the bits of threads (L = 0 and auto, three trainers),
-#     and recovers from a trainer's kill -9;
+#   - table_strategy = auto chooses per table, alike for L = 0 and
+#     lookahead = auto (the same bits), and summary.json lists each table's
+#     strategy, owner and the traffic behind the choice; with a
+#     trainer.partition_mb no trainer meets, the big tables are spread over
+#     both (partition_rows), L = 0 and auto still bit-identical;
+#   - kill -9 of a trainer mid-job (comm_schedule = priority): the job
+#     recovers (the partitioned rows are read again from the rolled-back
+#     servers) with the reference digest; kill -9 of the oracle under auto:
+#     the restarted oracle keeps the checkpoint's choice, the same digest;
 #   - partition_rows (a table's rows spread over every trainer, partial
-#     sums by AlltoAll) mixed with partition and cache: the same three
-#     properties (any L, one trainer = the cached bits, two trainers
+#     sums by AlltoAll) mixed with partition and cache: logged and listed
+#     with no single owner, and the same properties (any L with two and
+#     three trainers, one trainer = the cached bits, two and three trainers
 #     within summation order), and a trainer's kill -9;
 #   - a table_strategy list of the wrong length, or an unknown word, is
 #     refused naming the key.
@@ -26,26 +35,7 @@ source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
 MIXED=$(python3 -c "print(','.join(['partition','cache']*13))")
-cat >"$JOB" <<INI
-iterations = 60
-batch_size = 256
-learning_rate = 0.1
-eval_batches = 4
-eval_every = 25
-trainers = 2
-embedding_servers = 2
-dataprocs = 1
-table_strategy = $MIXED
-[synthetic]
-samples = 100000
-[model]
-bottom_mlp = 32
-top_mlp = 32
-[embedding]
-hot_mb = 32
-sync_writes = false
-INI
-C() { "$BIN/chanter" --config "$JOB" "$@"; }
+job_preamble "$JOB" eval_batches=4 eval_every=25 table_strategy="$MIXED"
 UP_ARGS=--insecure
 close() { # a b: test and train loss within 1e-6
   python3 - "$WORK/$1/summary.json" "$WORK/$2/summary.json" <<'PY'
@@ -150,9 +140,7 @@ rc=$?
 expect_rc $rc "kill -9 of trainer 0 at iteration 27 with partition_rows tables: recovered, the reference digest"
 
 # ---- bad input
-err=$(C --set table_strategy=cache,partition local up --workdir "$WORK/bad" 2>&1 >/dev/null; \
-      "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" --quiet 2>&1 >/dev/null); rc=$?
-"$BIN/chanter" local down --workdir "$WORK/bad" >/dev/null 2>&1
+err=$(UP_ARGS='' job_stderr bad --set table_strategy=cache,partition); rc=$? # the defaults (TLS), as a user's up
 [ $rc -ne 0 ] && [[ "$err" == *"table_strategy"*"2 entries"* ]]
 expect_rc $? "a table_strategy of 2 entries for 26 tables is refused: $(echo "$err" | grep -m1 table_strategy | cut -c1-140)"
 err=$(C --set table_strategy=cache,rowwise status 2>&1); rc=$?
