@@ -8,7 +8,7 @@
 # comes as one long --set value (the report of issue 18), table_dims and
 # cluster.trainers as a user's job file splits them (a trailing comma before
 # each continuation).  table_strategy = auto keeps the tables too big for
-# trainer.partition_mb out of partition; `local down` leaves no daemon.  A
+# strategy.partition_mb out of partition; `local down` leaves no daemon.  A
 # malformed list is refused by the CLI and a daemon alike, naming the file,
 # the line and the entry.
 #
@@ -93,7 +93,7 @@ import json; d = json.load(open('$W/summary.json'))
 assert d['iterations'] == 20, d
 assert d['rows_fetched'] > 0 and d['rows_written_back'] > 0, d" 2>/dev/null
 expect_rc $((rc + $?)) "the cluster trains 20 iterations on it$([ $rc -ne 0 ] && tail -2 "$WORK/train.err" | tr '\n' ' ')"
-# table_strategy = auto (the default) on tables too big for trainer.partition_mb (2048 MiB; a table
+# table_strategy = auto (the default) on tables too big for strategy.partition_mb (2048 MiB; a table
 # is 2.4 GiB of rows): none is partitioned whole, at most what fits is spread, the rest stays cached
 python3 -c "
 import json, collections; t = json.load(open('$W/summary.json'))['tables']
@@ -101,7 +101,7 @@ assert len(t) == 26 and not any(x['strategy'] == 'partition' for x in t), t
 assert any(x['strategy'] == 'cache' and 'partition_mb' in x['why'] for x in t), t
 print(dict(collections.Counter(x['strategy'] for x in t)), [x['why'] for x in t if x['strategy'] == 'cache'][0][:160])" \
   >"$WORK/tables.out" 2>&1
-expect_rc $? "table_strategy = auto keeps tables over trainer.partition_mb out of partition: $(tail -1 "$WORK/tables.out" | cut -c1-220)"
+expect_rc $? "table_strategy = auto keeps tables over strategy.partition_mb out of partition: $(tail -1 "$WORK/tables.out" | cut -c1-220)"
 n=0; big=""
 for p in "${!PEAK[@]}"; do n=$((n + 1)); [ "${PEAK[$p]}" -gt 524288 ] && big="$big $(awk -v p="$p" '$2 == p {print $1}' "$W/pids")=${PEAK[$p]}kB"; done
 [ "$n" -ge 9 ] && [ -z "$big" ]

@@ -19,7 +19,7 @@
 #      the same digest (the cache's guarantee, on the GPU path);
 #  (d) partitioned tables (table_strategy = partition, partition_rows) with
 #      their rows, pooling and fold on the GPU give the digest of the same
-#      job with them on the host (trainer.partition_on_device = off), with
+#      job with them on the host (strategy.partition_on_device = off), with
 #      one trainer (pooled into the model's input) and two on the one GPU.
 # About a minute on a 16-core GPU machine.
 #
@@ -111,24 +111,24 @@ expect_rc $? "they learn that they share the GPU and keep the dense all-reduce o
 run_job twoA --set trainers=2 --set lookahead=auto && same twoA two0
 expect_rc $? "local up, 2 trainers sharing the GPU, lookahead = auto (L = $(field "$WORK/twoA/summary.json" lookahead 2>/dev/null)): the digest of L = 0"
 
-# (d) partitioned tables on the GPU (trainer.partition_on_device = auto, the
+# (d) partitioned tables on the GPU (strategy.partition_on_device = auto, the
 # default) give the bits of the same tables on the host (off): one trainer
 # (pooled straight into the model's input), two trainers (pooled blocks and
 # gradients through the host's AlltoAll), and partition_rows
 MIXED=$(python3 -c "print(','.join(['partition','cache']*13))")
 run_job p1d --set trainers=1 --set table_strategy="$MIXED" &&
-  run_job p1h --set trainers=1 --set table_strategy="$MIXED" --set trainer.partition_on_device=off && same p1d p1h &&
+  run_job p1h --set trainers=1 --set table_strategy="$MIXED" --set strategy.partition_on_device=off && same p1d p1h &&
   grep -qs "tables of rank 0 in GPU memory.*pooled into the model's input" "$WORK/p1d/logs/"trainer-*.log &&
   ! grep -qs "in GPU memory" "$WORK/p1h/logs/"trainer-*.log
 expect_rc $? "1 trainer, half the tables partitioned: rows on the GPU give the digest of rows on the host ($(field "$WORK/p1d/summary.json" digest 2>/dev/null | cut -c1-16))"
 run_job p2d --set trainers=2 --set table_strategy="$MIXED" &&
-  run_job p2h --set trainers=2 --set table_strategy="$MIXED" --set trainer.partition_on_device=off && same p2d p2h &&
+  run_job p2h --set trainers=2 --set table_strategy="$MIXED" --set strategy.partition_on_device=off && same p2d p2h &&
   [ "$(cat "$WORK/p2d/logs/"trainer-*.log | grep -c "in GPU memory")" = 2 ]
 expect_rc $? "2 trainers sharing the GPU, half the tables partitioned: rows on the GPU give the digest of rows on the host"
-SMALL="--set table_strategy=auto --set oracle.strategy_step_kb=0 --set trainer.partition_mb=1"
+SMALL="--set table_strategy=auto --set strategy.step_kb=0 --set strategy.partition_mb=1"
 # shellcheck disable=SC2086 # SMALL: words
 run_job r2d --set trainers=2 $SMALL &&
-  run_job r2h --set trainers=2 $SMALL --set trainer.partition_on_device=off && same r2d r2h &&
+  run_job r2h --set trainers=2 $SMALL --set strategy.partition_on_device=off && same r2d r2h &&
   python3 -c "import json,sys; sys.exit(not any(t['strategy'] == 'partition_rows' for t in json.load(open('$WORK/r2d/summary.json'))['tables']))"
 expect_rc $? "2 trainers, table_strategy = auto with partition_rows: rows on the GPU give the digest of rows on the host"
 finish

@@ -18,7 +18,7 @@
 #   - table_strategy = auto chooses per table, alike for L = 0 and
 #     lookahead = auto (the same bits), and summary.json lists each table's
 #     strategy, owner and the traffic behind the choice; with a
-#     trainer.partition_mb no trainer meets, the big tables are spread over
+#     strategy.partition_mb no trainer meets, the big tables are spread over
 #     both (partition_rows), L = 0 and auto still bit-identical;
 #   - kill -9 of a trainer mid-job (comm_schedule = priority): the job
 #     recovers (the partitioned rows are read again from the rolled-back
@@ -75,9 +75,9 @@ close p0 one && close pa one
 expect_rc $? "two trainers, partitioned: the one-trainer model up to summation order (losses within 1e-6)"
 
 # ---- table_strategy = auto: chosen per table from the first batches, the same whatever L
-# (oracle.strategy_step_kb = 0: each table to its cheaper mechanism, so that this data gets both)
-run_job a0 --set table_strategy=auto --set lookahead=0 --set oracle.strategy_step_kb=0 &&
-  run_job aa --set table_strategy=auto --set lookahead=auto --set oracle.strategy_step_kb=0 && same a0 aa
+# (strategy.step_kb = 0: each table to its cheaper mechanism, so that this data gets both)
+run_job a0 --set table_strategy=auto --set lookahead=0 --set strategy.step_kb=0 &&
+  run_job aa --set table_strategy=auto --set lookahead=auto --set strategy.step_kb=0 && same a0 aa
 expect_rc $? "table_strategy = auto: L = 0 and lookahead = auto choose alike and give the same bits"
 python3 - "$WORK/aa/summary.json" <<'PY'
 import json, sys
@@ -92,7 +92,7 @@ expect_rc $? "auto: summary.json lists each table's strategy, owner and the traf
 
 # auto with a budget no single trainer meets for the big tables (200k rows x 64 B = 12.8 MB > 8 MB): they are
 # spread over both trainers (partition_rows), or cached when even that does not fit; the same bits whatever L
-SMALL="--set table_strategy=auto --set oracle.strategy_step_kb=0 --set trainer.partition_mb=8"
+SMALL="--set table_strategy=auto --set strategy.step_kb=0 --set strategy.partition_mb=8"
 run_job b0 $SMALL --set lookahead=0 && run_job ba $SMALL --set lookahead=auto && same b0 ba &&
   python3 - "$WORK/ba/summary.json" <<'PY'
 import json, sys
@@ -100,7 +100,7 @@ d = json.load(open(sys.argv[1]))
 rows = [t for t in d["tables"] if t["strategy"] == "partition_rows"]
 assert rows and all("spread over all 2" in t["why"] for t in rows), d["tables"]
 PY
-expect_rc $? "auto, trainer.partition_mb = 8: the tables too big for one trainer spread over both (partition_rows: $(python3 -c "import json; print(sum(t['strategy'] == 'partition_rows' for t in json.load(open('$WORK/ba/summary.json'))['tables']))") tables), L = 0 and auto bit-identical"
+expect_rc $? "auto, strategy.partition_mb = 8: the tables too big for one trainer spread over both (partition_rows: $(python3 -c "import json; print(sum(t['strategy'] == 'partition_rows' for t in json.load(open('$WORK/ba/summary.json'))['tables']))") tables), L = 0 and auto bit-identical"
 
 # ---- kill -9 of a trainer mid-job: the partitioned rows come back from the servers
 D() { C --set lookahead=auto --set checkpoint_every=20 --set checkpoint_seconds=0 --set iterations=60 \
