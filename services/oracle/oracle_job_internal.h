@@ -59,6 +59,7 @@
 #include "oracle_recover.h"
 #include "plan.h"
 #include "rpc.h"
+#include "clock.h"
 
 #define ORACLE_LOSS_RING 1024   /* recent per-iteration losses for the running train_logloss */
 #define ORACLE_EVAL_HISTORY 100 /* evaluations kept for the summary (the last ones) */
@@ -315,8 +316,7 @@ typedef struct oracle_ckpt_s {
   char resume_blob[160];   /* the dense state's blob (the manifest's dense_blob) */
   uint32_t resume_server;
   uint8_t *resume_sent;    /* P flags: ResumeWork queued */
-  int start_pending;       /* trainers attached, the servers are being checked */
-  char blocked_why[1024];
+  struct ck_work_s *start_done; /* a start's work (check, fresh, resume, roll-back) came back: advance decides */
   /* reporting */
   uint64_t n_done;
   double stall_sum, total_sum;
@@ -374,7 +374,7 @@ struct oracle_job_s {
   data_schema_t schema;   /* the tables' shape (hotness, rows) and ... */
   table_layout_t layout;  /* ... their rows' layout, from the job (read-only after create) */
   int have_schema;
-  /* the state machine */
+  /* the state machine: state is written by set_state (oracle_job.c) only */
   int state;
   char message[1536];
   int fail_rc; /* a stage failed (oracle_job__error): advance ends the job with fail_why */
@@ -395,10 +395,17 @@ struct oracle_job_s {
   int lost_rank;
   int soft_rank;             /* a trainer that closed its stream mid-job (a step failed on it): lost if nothing else is */
   uint64_t soft_at;
-  int retired;               /* ended to recover; oracle_job_retire frees it once idle */
+  int retired;               /* this object ended to recover (not a state: the service replaces it) */
   void (*on_recover)(oracle_job_t *j, void *ud);
   void *on_recover_ud;
-  uv_timer_t recover_timer;  /* calls on_recover from the loop */
+  /* chanter train --resume / --fresh on a blocked job: advance starts it */
+  struct {
+    int asked, fresh;
+    char want[96];
+  } start_req;
+  uv_timer_t recover_timer;  /* calls on_recover from the loop, once retired */
+  uv_timer_t soft_timer;     /* soft_rank's grace */
+  uv_timer_t retire_timer;   /* polls a retired object until nothing of it runs, then frees it */
   uv_async_t wake; /* a fetch thread has something for the loop: advance */
   uv_timer_t start_timer;
   int handles_open;
@@ -412,15 +419,39 @@ struct oracle_job_s {
   oracle_probe_t probe;
 };
 
-static inline double oracle_job__now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static inline double oracle_job__now(void) { return clock_mono_s(); }
 
 static inline int oracle_job__over(const oracle_job_t *j) {
   return j->state == ORACLE_DONE || j->state == ORACLE_FAILED || j->state == ORACLE_STOPPED || j->retired;
 }
+/* Training, and not retired. */
+static inline int oracle_job__training(const oracle_job_t *j) { return j->state == ORACLE_TRAINING && !j->retired; }
+
+/* ---- the lifecycle (the table at the top of oracle_job.c) */
+
+/* What moves a job from one state to the next.  FAIL and STOP leave every
+ * state but the three ends. */
+enum {
+  ORACLE_EV_CREATE = 0, /* the job object exists */
+  ORACLE_EV_RECOVER,    /* ... and was created to recover: the servers roll back */
+  ORACLE_EV_ATTACHED,   /* every trainer attached: the servers are checked */
+  ORACLE_EV_EMPTY,      /* the servers hold nothing: the job's stamp goes on them */
+  ORACLE_EV_BLOCK,      /* they hold another job's state (or a resume was refused) */
+  ORACLE_EV_START,      /* chanter train --resume / --fresh */
+  ORACLE_EV_LEFT,       /* the servers are ready but a trainer left before the start */
+  ORACLE_EV_READY,      /* the servers are ready and every trainer attached: training */
+  ORACLE_EV_FINISHED,   /* every iteration and evaluation in, the replicas agree */
+  ORACLE_EV_FAIL,       /* an error (a stage's, a timeout, a recovery refused) */
+  ORACLE_EV_STOP,       /* Stop, SIGTERM */
+  ORACLE_N_EVENTS
+};
+/* The state event ev leads to from state, or -1 when the table has no
+ * such transition.  Pure (the tests walk it). */
+int oracle_job__next_state(int state, int ev);
+/* The state's own name ("checking", "starting" where oracle_state_name
+ * says "waiting"); the event's. */
+const char *oracle_job__state_label(int state);
+const char *oracle_job__event_name(int ev);
 
 /* ---- oracle_job.c */
 
@@ -443,9 +474,6 @@ void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int ra
  * order until nothing more can move.  Every event ends by calling it;
  * re-entered, it runs once more instead. */
 void oracle_job__advance(oracle_job_t *j);
-/* Training begins at j->ckpt.start (0, or c + 1 resumed): the clocks, the
- * fetch threads.  From oracle_ckpt.c once the servers are ready. */
-void oracle_job__begin(oracle_job_t *j);
 
 /* ---- oracle_probe.c */
 
@@ -523,6 +551,11 @@ int oracle_dispatch__init(oracle_job_t *j);
 int oracle_dispatch__run(oracle_job_t *j);
 /* Queues StopWork (reason, the job's state) on call. */
 void oracle_dispatch__stop_work(rpc_call_t *call, const char *reason, int state);
+/* Queue on rank p's stream: checkpoint cp's CheckpointWork; the
+ * ResumeWork of a resumed job (j->ckpt's resume_*).  0 or the send's
+ * error.  (oracle_ckpt__dispatch says when.) */
+int oracle_dispatch__checkpoint(oracle_job_t *j, uint32_t p, const oracle_cp_t *cp);
+int oracle_dispatch__resume(oracle_job_t *j, uint32_t p);
 void oracle_dispatch__close(oracle_job_t *j);
 
 /* ---- oracle_report.c */
@@ -552,15 +585,25 @@ void oracle_report__close(oracle_job_t *j);
 /* Configuration, the embedding servers' client, metrics.  0 or an error
  * with err. */
 int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_t err_len);
-/* Every trainer is attached: check the embedding servers on the worker
- * pool; then the job begins at iteration 0 (they hold nothing: the job's
- * stamp goes on them) or is blocked (they hold another job's state) until
- * oracle_ckpt__start.  Without servers it begins at once. */
-void oracle_ckpt__attached(oracle_job_t *j);
-/* A job created to recover: roll the servers back now, before the
- * trainers attach (their parked write-backs are released by it).  The job
- * begins once they are rolled back and every trainer is attached. */
-void oracle_ckpt__recover(oracle_job_t *j);
+/* The start's calls to the embedding servers, queued on the worker pool;
+ * what they found comes back to advance (oracle_ckpt__start_done), which
+ * decides.  check: what the servers hold (nothing, or another job's
+ * state).  start: --fresh (clear them; quiet: nothing to clear, a check
+ * found them empty) or --resume (restore checkpoint want), then the job's
+ * stamp.  rollback: a job created to recover rolls the servers back to the
+ * job's latest complete checkpoint (or its start), before the trainers
+ * attach (their parked write-backs are released by it).  0 or an error
+ * (said). */
+int oracle_ckpt__check(oracle_job_t *j);
+int oracle_ckpt__start(oracle_job_t *j, int fresh, int quiet, const char *want);
+int oracle_ckpt__rollback(oracle_job_t *j);
+/* The start's call that came back (the caller frees it with
+ * oracle_ckpt__work_free), or NULL while none did. */
+struct ck_work_s *oracle_ckpt__start_done(oracle_job_t *j);
+void oracle_ckpt__work_free(struct ck_work_s *w);
+/* The job goes on from checkpoint m (resumed, or rolled back to): the
+ * ResumeWork every trainer gets first. */
+void oracle_ckpt__resumed(oracle_job_t *j, const manifest_t *m);
 /* Whether a checkpoint is taken after batch x (asked once per batch, in
  * order, when its planning is queued). */
 int oracle_ckpt__wanted(oracle_job_t *j, uint64_t x);

@@ -293,13 +293,13 @@ int oracle_report__message(oracle_job_t *j, uint32_t rank, const Chanter__Oracle
                            size_t why_len) {
   switch (m->kind_case) {
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT: {
-    if (j->state != ORACLE_TRAINING) break;
+    if (!oracle_job__training(j)) break;
     report_t r;
     decode_report(m->report, &r);
     return on_report(j, rank, &r, why, why_len);
   }
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_EVAL:
-    if (j->state != ORACLE_TRAINING) break;
+    if (!oracle_job__training(j)) break;
     return on_eval_result(j, rank, m->eval, why, why_len);
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO:
     snprintf(why, why_len, "a second Hello on one Work stream");
@@ -397,7 +397,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
   double n = (double)rp->done;
   double run = (double)(rp->done - rp->start); /* iterations of this run (a resumed job's since its checkpoint) */
   double end = oracle_job__over(j) ? rp->t_last : oracle_job__now();
-  if (j->state == ORACLE_TRAINING && rp->done == rp->start) end = oracle_job__now();
+  if (oracle_job__training(j) && rp->done == rp->start) end = oracle_job__now();
   double span = rp->t_start > 0 ? end - rp->t_start : 0;
   double sps = span > 0 && run > 0 ? run * j->B / span : 0;
   double train_loss = NAN;
@@ -534,7 +534,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
               ls.tables);
   }
   sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
-  sb_str(&b, "state", oracle_state_name(j->state));
+  sb_str(&b, "state", oracle_state_name(oracle_job_state(j)));
   sb_printf(&b, ", ");
   sb_str(&b, "job_id", j->job_id);
   sb_printf(&b, ", ");
