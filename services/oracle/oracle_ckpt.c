@@ -471,6 +471,13 @@ int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_
   return 0;
 }
 
+void oracle_ckpt__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  j->ckpt.n_done = o->n_done;
+  j->ckpt.stall_sum = o->stall_sum;
+  j->ckpt.total_sum = o->total_sum;
+  j->ckpt.start = o->iteration + 1;
+}
+
 void oracle_ckpt__close(oracle_job_t *j) {
   oracle_ckpt_t *ck = &j->ckpt;
   if (!ck->open) return;

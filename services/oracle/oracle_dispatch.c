@@ -243,6 +243,13 @@ int oracle_dispatch__init(oracle_job_t *j) {
   return j->dispatch.rank ? 0 : -ENOMEM;
 }
 
+void oracle_dispatch__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  for (uint32_t p = 0; p < j->P; p++) {
+    j->dispatch.rank[p].next_step = o->iteration + 1;
+    j->dispatch.rank[p].evals_sent = oracle_report__rounds_upto(j, o->iteration);
+  }
+}
+
 void oracle_dispatch__close(oracle_job_t *j) {
   free(j->dispatch.rank);
   j->dispatch.rank = NULL;

@@ -241,6 +241,21 @@ int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
   return 0;
 }
 
+int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len) {
+  /* the fixed entries must agree: the fingerprint covers table_strategy */
+  if (!j->strat_pending || o->n_strat != j->n_tables) return 0;
+  uint8_t st[TABLE_MAX];
+  for (uint32_t t = 0; t < j->n_tables; t++) {
+    st[t] = j->strat[t] == TSTRAT_AUTO ? o->strat[t] : j->strat[t];
+    if (j->strat[t] == TSTRAT_AUTO)
+      snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
+               tstrat_name(st[t]));
+  }
+  int rc = oracle_job__strategy_set(j, st);
+  if (rc) return err_set(err, err_len, rc, "out of memory placing the partitioned tables");
+  return 0;
+}
+
 /* ---- the way out */
 
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) {

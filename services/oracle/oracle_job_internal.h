@@ -674,6 +674,29 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
  * another version, ERR_CONFIG naming both; laia's state refused). */
 int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len);
 
+/* The oracle's state in a checkpoint, decoded (oracle_ckpt__state_load):
+ * the job goes on at iteration + 1; laia points into the blob. */
+typedef struct oracle_ostate_s {
+  uint64_t iteration, P, evals_done, n_evals, n_hist, tail_n, n_loss, l_start, n_done;
+  oracle_eval_rec_t hist[ORACLE_EVAL_HISTORY];
+  double last_ll, last_auc, loss_last, tail_sum, loss[ORACLE_LOSS_RING];
+  double sums[6], sum_t[PHASE_N_REPORT], first_t[PHASE_N_REPORT], seconds, stall_sum, total_sum;
+  const uint8_t *laia;
+  size_t laia_len;
+  uint64_t n_strat;
+  uint8_t strat[TABLE_MAX];
+} oracle_ostate_t;
+/* Each stage takes its part of o back (state_load calls them in this
+ * order; only the pipeline's may refuse, with err: laia's state). */
+int oracle_pipeline__restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len);
+void oracle_fetch__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_dispatch__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_ckpt__restore(oracle_job_t *j, const oracle_ostate_t *o);
+/* table_strategy = auto: the choice the checkpointed run made (the job's
+ * own part, oracle_job.c).  0 or an error with err. */
+int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len);
+
 /* The summary's "checkpoint" object (appended to b). */
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap);
 void oracle_ckpt__close(oracle_job_t *j);

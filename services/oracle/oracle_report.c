@@ -373,6 +373,32 @@ void oracle_report__start(oracle_job_t *j) {
   rp->t_start = rp->t_last = rp->t_last_log = oracle_job__now();
 }
 
+void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  oracle_report_t *rp = &j->report;
+  uint64_t s = o->iteration + 1;
+  for (uint32_t p = 0; p < j->P; p++) rp->rank[p].reported = s;
+  rp->done = rp->start = s;
+  rp->evals_done = o->evals_done;
+  rp->n_evals = o->n_evals;
+  uint64_t first = o->n_evals - o->n_hist;
+  for (uint64_t i = 0; i < o->n_hist; i++) rp->evals[(first + i) % ORACLE_EVAL_HISTORY] = o->hist[i];
+  rp->last_test_logloss = o->last_ll;
+  rp->last_test_auc = o->last_auc;
+  rp->loss_last = o->loss_last;
+  rp->tail_loss_sum = o->tail_sum;
+  rp->tail_n = o->tail_n;
+  for (uint64_t i = 0; i < o->n_loss; i++) rp->loss_ring[(s - o->n_loss + i) % ORACLE_LOSS_RING] = o->loss[i];
+  rp->sum_rows_fetched = o->sums[0];
+  rp->sum_rows_synced = o->sums[1];
+  rp->sum_rows_synced_delayed = o->sums[2];
+  rp->sum_rows_replicated = o->sums[3];
+  rp->sum_rows_written_back = o->sums[4];
+  rp->sum_cache_hits = o->sums[5];
+  memcpy(rp->sum_t, o->sum_t, sizeof rp->sum_t);
+  memcpy(rp->first_t, o->first_t, sizeof rp->first_t);
+  rp->seconds_before = o->seconds;
+}
+
 void oracle_report__close(oracle_job_t *j) {
   oracle_report_t *rp = &j->report;
   if (!rp->open) return;
