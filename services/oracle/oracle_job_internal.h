@@ -459,11 +459,6 @@ const char *oracle_job__event_name(int ev);
  * once the job is over.  Returns rc (a negative error or a project code),
  * for `return oracle_job__error(j, rc, ...)`. */
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The tables' strategies are strat (no auto left): places the partitioned
- * ones (part_owner, ext), logs them, ends strat_pending.  The plans
- * already made still hold every table's keys: the caller drops them.  0 or
- * -ENOMEM. */
-int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 /* Says that a daemon was lost (kind "trainer", "hang", "embedding"; who
  * "trainer-1"; rank the trainer's or -1): advance ends this job object and
  * the service recovers the job with a new one.  Without a record of
@@ -474,6 +469,19 @@ void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int ra
  * order until nothing more can move.  Every event ends by calling it;
  * re-entered, it runs once more instead. */
 void oracle_job__advance(oracle_job_t *j);
+
+/* ---- oracle_job_shape.c */
+
+/* The tables' schema, layout and strategies from the configuration (an
+ * auto table waits: strat_pending).  0 or an error with err. */
+int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len);
+/* The job's metrics on reg (j->m). */
+void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg);
+/* The tables' strategies are strat (no auto left): places the partitioned
+ * ones (part_owner, ext), logs them, ends strat_pending.  The plans
+ * already made still hold every table's keys: the caller drops them.  0 or
+ * -ENOMEM. */
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 
 /* ---- oracle_probe.c */
 
@@ -694,7 +702,7 @@ void oracle_dispatch__restore(oracle_job_t *j, const oracle_ostate_t *o);
 void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o);
 void oracle_ckpt__restore(oracle_job_t *j, const oracle_ostate_t *o);
 /* table_strategy = auto: the choice the checkpointed run made (the job's
- * own part, oracle_job.c).  0 or an error with err. */
+ * own part, oracle_job_shape.c).  0 or an error with err. */
 int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len);
 
 /* The summary's "checkpoint" object (appended to b). */
