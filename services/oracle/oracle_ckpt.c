@@ -40,11 +40,17 @@
  * the lines before it.  The oracle's state blob is binary (little-endian,
  * "CHORACLV" and a version, SHA-256 trailer: oracle_ckpt_state.c).
  *
+ * What happens at the start (checked, blocked, fresh, resumed, rolled
+ * back) is decided by the lifecycle (oracle_job.c, advance); this stage
+ * queues the calls to the servers (oracle_ckpt__check, __start,
+ * __rollback) and keeps what they returned for it (oracle_ckpt__start_done).
+ *
  * The stage has three rooms: this file, on the loop thread (choosing c,
- * the decision's flush lists, the items, the answers, applying what the
- * servers' work returned, reporting); oracle_ckpt_work.c, the calls to the
- * embedding servers on the worker pool; oracle_ckpt_state.c, the job's
- * manifest and the oracle's state blob.
+ * the decision's flush lists, when an item goes to a trainer (dispatch
+ * builds it), the answers, the checkpoint's completion, reporting);
+ * oracle_ckpt_work.c, the calls to the embedding servers on the worker
+ * pool; oracle_ckpt_state.c, the job's manifest and the oracle's state
+ * blob (each stage restores its own part of it).
  */
 #include <errno.h>
 #include <inttypes.h>

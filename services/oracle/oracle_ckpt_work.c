@@ -7,7 +7,8 @@
  * oracle's blob, a RocksDB checkpoint on each server, the manifest sealed
  * on each and copied to oracle.state_dir, the old ones removed).  Each
  * work reads the job's immutable shape and its own ck_work_t only; the
- * loop side (ck_done in oracle_ckpt.c) applies the result.
+ * loop side applies the result: a checkpoint's in oracle_ckpt.c, the
+ * start's in the lifecycle's case for the job's state (oracle_job.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -318,7 +319,7 @@ static void resume_work(ck_work_t *w) {
                     "checkpoint %s: the oracle's state blob does not match the manifest's oracle_sha256", w->m.id);
     goto out;
   }
-  /* the job goes on under the checkpoint's job id, with its stamp (ck_done renames the job, on the loop) */
+  /* the job goes on under the checkpoint's job id, with its stamp (advance renames the job, on the loop) */
   snprintf(w->job.job_id, sizeof w->job.job_id, "%s", w->m.job_id);
   w->rc = stamp(w);
 out:

@@ -1,34 +1,57 @@
 /*
  * oracle_job_internal: what the files of one oracle job share and nobody
  * else uses (as libuv keeps an internal header per subsystem).  A job
- * (oracle_job.h says what it does) is four stages and the conductor that
- * runs them; a batch travels through them in this order:
+ * (oracle_job.h says what it does) is four stages, the checkpoint stage
+ * and the probe beside them, and the conductor that runs them; a batch
+ * travels through the four in this order:
  *
  *   oracle_fetch.c     pulls train batches and the evaluation set from the
  *                      data processors (threads, a reorder queue)
  *   oracle_pipeline.c  plans each batch on the worker pool (allocation,
- *                      laia), chooses L (lookahead = auto) and drives the
- *                      cacher that decides the batch
- *   oracle_dispatch.c  sends Steps and Evals to the trainers, and StopWork:
- *                      the only file that knows the wire shape of a WorkItem
+ *                      laia), chooses L (lookahead = auto) and the auto
+ *                      tables' strategies, and drives the cacher that
+ *                      decides the batch
+ *   oracle_dispatch.c  sends Steps, Evals, CheckpointWork, ResumeWork and
+ *                      StopWork to the trainers: the only file that builds
+ *                      a WorkItem
  *   oracle_report.c    takes the trainers' Reports and EvalResults, scores
  *                      evaluations, says when the job is finished, writes
  *                      the summary
- *   oracle_job.c       the job's states (waiting, training, done, failed,
- *                      stopped), create / destroy, the Work streams, and
- *                      oracle_job__advance: the one place that says in which
- *                      order the stages run
+ *   oracle_ckpt*.c     checkpoints (choosing, the trainers' part, the
+ *                      servers' part) and the calls that start the job on
+ *                      the embedding servers (check, fresh, resume,
+ *                      roll-back); oracle_probe.c notices a server restart
+ *   oracle_job.c       the lifecycle (its table is at the top of the file),
+ *                      create / destroy, the Work streams, and
+ *                      oracle_job__advance: the one place that decides what
+ *                      happens next and in which order the stages run
+ *   oracle_job_shape.c the configuration's checks, the tables' strategies,
+ *                      the metrics
  *
- * Three rules keep the stages from calling each other in circles:
- *  - A stage's step returns what it changed (ORACLE_CH_* bits) or a
- *    negative error, and never calls another stage's step: advance runs
- *    them in order, and again while a change lets an earlier stage go on.
- *    Events (a worker-pool completion, a fetch thread's wake-up, a message
- *    on a stream) update their own stage's state and call advance.
+ * Four rules keep the files from calling each other in circles:
+ *  - The job's state is written by set_state in oracle_job.c only (with the
+ *    job_state gauge and the job record), along the lifecycle table; every
+ *    decision that changes it is made in advance's case for the state.
+ *  - A stage's step (oracle_fetch__collect, oracle_pipeline__plan and
+ *    __cache, oracle_dispatch__run, oracle_ckpt__run,
+ *    oracle_report__finished) returns what it changed (ORACLE_CH_* bits) or
+ *    a negative error and is called by advance only, never by another
+ *    stage: advance runs them in order, and again while a change lets an
+ *    earlier stage go on.  Events (a worker-pool completion, a fetch
+ *    thread's wake-up, a message on a stream, a request) update their own
+ *    stage's state, or keep their result for advance (the start's calls to
+ *    the servers: oracle_ckpt__start_done), and call advance.  The other
+ *    stages ask the checkpoint stage at three points (oracle_ckpt__wanted,
+ *    __decided, __dispatch): queries and records, not steps.
  *  - Each stage owns one sub-struct of the job (j->fetch, j->pipe,
- *    j->dispatch, j->report) and writes only that and the metrics; it may
- *    read the others' and the job's shape.  A stage may ask another for
- *    what it produced (oracle_fetch__take, oracle_pipeline__decided).
+ *    j->dispatch, j->report, j->ckpt, j->probe), and only its own file
+ *    writes it, a checkpoint's state included (oracle_<stage>__restore); it
+ *    may read the others' and the job's shape, and ask another for what it
+ *    produced (oracle_fetch__take, oracle_pipeline__decided).  The job's
+ *    own fields are oracle_job.c's, except that the pipeline runs table
+ *    strategy auto's choice (j->strat_running, j->strat_why, then
+ *    oracle_job__strategy_set) and the probe counts its timer in
+ *    j->handles_open.
  *  - A failure is said once, with oracle_job__error (the first reason
  *    wins), and the stage returns the error: only oracle_job.c ends a job
  *    (StopWork to every trainer, the stages' end hooks, the logs).
@@ -635,7 +658,7 @@ int oracle_ckpt__busy(const oracle_job_t *j);
 
 #define ORACLE_PROBE_MAX_SERVERS 256 /* servers whose incarnation a start records (more: the probe's first answer) */
 /* A call to the embedding servers on the worker pool, and its result for
- * ck_done (oracle_ckpt.c) on the loop. */
+ * ck_done (oracle_ckpt.c) on the loop, which keeps a start's for advance. */
 enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS, W_RECOVER };
 typedef struct ck_work_s {
   uv_work_t req;
