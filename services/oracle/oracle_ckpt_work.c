@@ -494,8 +494,14 @@ static void servers_work(ck_work_t *w) {
   if (!w->rc) prune(w);
 }
 
+void (*oracle_ckpt__work_fake)(ck_work_t *w);
+
 void oracle_ckpt__work(uv_work_t *req) {
   ck_work_t *w = req->data;
+  if (oracle_ckpt__work_fake) {
+    oracle_ckpt__work_fake(w);
+    return;
+  }
   switch (w->kind) {
   case W_PREFLIGHT: preflight_work(w); break;
   case W_FRESH: fresh_work(w); break;

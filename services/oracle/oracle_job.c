@@ -142,6 +142,7 @@ static void set_state(oracle_job_t *j, int ev) {
   metrics_gauge_set(j->m.state, reported(to));
   log_debug("job state job_id=%s from=%s to=%s event=%s", j->job_id, oracle_job__state_label(from),
             oracle_job__state_label(to), oracle_job__event_name(ev));
+  if (j->on_state) j->on_state(j, from, to, j->on_recover_ud);
   if ((to == ORACLE_TRAINING || is_end(to)) && j->recs && j->ckpt.state_dir[0]) {
     char e2[512];
     char cfgh[65];
@@ -681,6 +682,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->recs = opts->recs;
   j->rec = opts->rec;
   j->on_recover = opts->on_recover;
+  j->on_state = opts->on_state;
   j->on_recover_ud = opts->ud;
   j->lost_rank = -1;
   j->soft_rank = -1;

@@ -124,6 +124,11 @@ typedef struct oracle_job_opts_s {
   oracle_recoveries_t *recs;
   oracle_recovery_t *rec;
   void (*on_recover)(oracle_job_t *j, void *ud);
+  /* NULL, or called after every change of state (from, to: the states'
+   * own numbers, oracle_job__state_label names them), synchronously from
+   * inside the job: it must not call back into it.  Tests follow the
+   * lifecycle with it. */
+  void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *ud;
 } oracle_job_opts_t;
 

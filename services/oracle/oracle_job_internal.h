@@ -420,7 +420,8 @@ struct oracle_job_s {
   uint64_t soft_at;
   int retired;               /* this object ended to recover (not a state: the service replaces it) */
   void (*on_recover)(oracle_job_t *j, void *ud);
-  void *on_recover_ud;
+  void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
+  void *on_recover_ud; /* (both callbacks') */
   /* chanter train --resume / --fresh on a blocked job: advance starts it */
   struct {
     int asked, fresh;
@@ -691,6 +692,9 @@ typedef struct ck_work_s {
 
 /* The work of w->kind (uv_work_cb). */
 void oracle_ckpt__work(uv_work_t *req);
+/* Tests only (NULL otherwise): when set, it does the work instead of the
+ * embedding servers (worker pool), filling in w's results. */
+extern void (*oracle_ckpt__work_fake)(ck_work_t *w);
 /* This job's fingerprint as a manifest (the per-checkpoint fields empty). */
 void oracle_ckpt__job_manifest(const oracle_job_t *j, manifest_t *m);
 /* 0 when the job may go on from checkpoint m (warn: a sentence for changes
