@@ -4,8 +4,9 @@
  * of a checkpoint's manifest against it (a resume refused with the field
  * that differs), and the oracle's own state -- c, the evaluation record,
  * the summary's counters, laia -- as a blob ("CHORACLV" and a u32
- * version first, little-endian, SHA-256 trailer) and back into every stage
- * at c + 1.  A blob of another version is refused naming both versions;
+ * version first, little-endian, SHA-256 trailer), decoded back into an
+ * oracle_ostate_t that every stage restores its own part of
+ * (oracle_<stage>__restore) to go on at c + 1.  A blob of another version is refused naming both versions;
  * version 1 is the unversioned layout older chanters wrote ("CHORACL1",
  * then the same fields), told apart by its magic and still read.  Loop
  * thread, except the pure codecs, which the worker pool may call.

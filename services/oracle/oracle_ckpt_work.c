@@ -327,7 +327,7 @@ out:
   free(lists);
 }
 
-/* A recovery (oracle_ckpt__recover): the servers must hold this job's
+/* A recovery (oracle_ckpt__rollback): the servers must hold this job's
  * state; back to its latest complete checkpoint, or, when it has none, to
  * its start (the servers cleared and stamped again). */
 static void recover_work(ck_work_t *w) {
