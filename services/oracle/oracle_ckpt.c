@@ -162,9 +162,9 @@ static void servers_done(oracle_job_t *j, ck_work_t *w) {
   cp_free(cp, j->P);
 }
 
-/* A call to the servers came back (loop).  The start's calls are kept for
- * advance, whose case for the job's state decides what they mean; a
- * checkpoint's update the checkpoint they belong to. */
+/* A call to the servers came back (loop): kept for advance, whose case
+ * for the job's state decides what a start's means (oracle_ckpt__start_done)
+ * and whose training pass applies a checkpoint's (oracle_ckpt__collect). */
 static void ck_done(uv_work_t *req, int status) {
   ck_work_t *w = req->data;
   oracle_job_t *j = w->j;
@@ -181,12 +181,29 @@ static void ck_done(uv_work_t *req, int status) {
       ck->start_done = w;
       w = NULL;
       break;
-    case W_FENCE: fence_done(j, w); break;
-    case W_SERVERS: servers_done(j, w); break;
+    case W_FENCE:
+    case W_SERVERS:
+      if (ck->done_tail) ck->done_tail->next = w;
+      else ck->done_head = w;
+      ck->done_tail = w;
+      w = NULL;
+      break;
     }
   }
   oracle_ckpt__work_free(w);
   oracle_job__advance(j);
+}
+
+int oracle_ckpt__collect(oracle_job_t *j) {
+  oracle_ckpt_t *ck = &j->ckpt;
+  while (ck->done_head && !j->fail_rc && !j->lost) {
+    ck_work_t *w = ck->done_head;
+    if (!(ck->done_head = w->next)) ck->done_tail = NULL;
+    if (w->kind == W_FENCE) fence_done(j, w);
+    else servers_done(j, w);
+    oracle_ckpt__work_free(w);
+  }
+  return j->fail_rc;
 }
 
 ck_work_t *oracle_ckpt__start_done(oracle_job_t *j) {
@@ -494,6 +511,12 @@ void oracle_ckpt__close(oracle_job_t *j) {
   }
   oracle_ckpt__work_free(ck->start_done);
   ck->start_done = NULL;
+  while (ck->done_head) {
+    ck_work_t *w = ck->done_head;
+    ck->done_head = w->next;
+    oracle_ckpt__work_free(w);
+  }
+  ck->done_tail = NULL;
   embc_destroy(ck->embc);
   free(ck->resume_sent);
   free(ck->last.bytes);

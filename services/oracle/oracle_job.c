@@ -259,6 +259,8 @@ static void job_lost(oracle_job_t *j) {
 static int train(oracle_job_t *j) {
   for (;;) {
     int ch = 0, c;
+    if ((c = oracle_ckpt__collect(j)) < 0) return c; /* the servers' answers for a checkpoint */
+    if (j->lost) return 0;                            /* ... one was lost: advance recovers */
     if ((c = oracle_fetch__collect(j)) < 0) return c; /* the evaluation set; a fetch thread's failure */
     ch |= c;
     if ((c = oracle_pipeline__plan(j)) < 0) return c; /* batches in order onto the worker pool */

@@ -340,6 +340,7 @@ typedef struct oracle_ckpt_s {
   uint32_t resume_server;
   uint8_t *resume_sent;    /* P flags: ResumeWork queued */
   struct ck_work_s *start_done; /* a start's work (check, fresh, resume, roll-back) came back: advance decides */
+  struct ck_work_s *done_head, *done_tail; /* a checkpoint's works that came back, in order: oracle_ckpt__collect */
   /* reporting */
   uint64_t n_done;
   double stall_sum, total_sum;
@@ -650,6 +651,11 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x);
 /* A CheckpointDone from rank p.  0, or -EINVAL with why (protocol error). */
 int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__CheckpointDone *m, char *why,
                          size_t why_len);
+/* The conductor, first in every pass while training: what the servers
+ * answered for a checkpoint (a fence: Step c + 1 may go; the servers'
+ * part: the checkpoint is complete).  0, or an error (said); a server
+ * lost is said with oracle_job__lose (advance recovers). */
+int oracle_ckpt__collect(oracle_job_t *j);
 /* The conductor: the servers' part of a checkpoint every trainer has
  * answered (on the worker pool).  0 or an error (said). */
 int oracle_ckpt__run(oracle_job_t *j);
@@ -688,6 +694,7 @@ typedef struct ck_work_s {
   manifest_t job;
   double secs;
   char pruned[512];
+  struct ck_work_s *next; /* on the list of works that came back */
 } ck_work_t;
 
 /* The work of w->kind (uv_work_cb). */
