@@ -40,11 +40,17 @@
  * the lines before it.  The oracle's state blob is binary (little-endian,
  * "CHORACLV" and a version, SHA-256 trailer: oracle_ckpt_state.c).
  *
+ * What happens at the start (checked, blocked, fresh, resumed, rolled
+ * back) is decided by the lifecycle (oracle_job.c, advance); this stage
+ * queues the calls to the servers (oracle_ckpt__check, __start,
+ * __rollback) and keeps what they returned for it (oracle_ckpt__start_done).
+ *
  * The stage has three rooms: this file, on the loop thread (choosing c,
- * the decision's flush lists, the items, the answers, applying what the
- * servers' work returned, reporting); oracle_ckpt_work.c, the calls to the
- * embedding servers on the worker pool; oracle_ckpt_state.c, the job's
- * manifest and the oracle's state blob.
+ * the decision's flush lists, when an item goes to a trainer (dispatch
+ * builds it), the answers, the checkpoint's completion, reporting);
+ * oracle_ckpt_work.c, the calls to the embedding servers on the worker
+ * pool; oracle_ckpt_state.c, the job's manifest and the oracle's state
+ * blob (each stage restores its own part of it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -64,8 +70,6 @@
 #include "oracle_job_internal.h"
 #include "table.h"
 
-static void begin(oracle_job_t *j);
-
 static void cp_free(oracle_cp_t *cp, uint32_t P) {
   if (!cp) return;
   if (cp->flush) cacher_flush_free(cp->flush, P);
@@ -75,197 +79,137 @@ static void cp_free(oracle_cp_t *cp, uint32_t P) {
   free(cp);
 }
 
-static void block(oracle_job_t *j, const char *why) {
-  j->state = ORACLE_BLOCKED;
-  metrics_gauge_set(j->m.state, j->state);
-  snprintf(j->message, sizeof j->message, "%s", why);
-  snprintf(j->ckpt.blocked_why, sizeof j->ckpt.blocked_why, "%s", why);
-  log_warn("job blocked: %s", why);
+void oracle_ckpt__work_free(ck_work_t *w) {
+  if (!w) return;
+  free(w->ostate);
+  free(w->oblob);
+  free(w->bytes);
+  free(w);
 }
 
+/* Fence(c) answered: Step c + 1 may go. */
+static void fence_done(oracle_job_t *j, ck_work_t *w) {
+  w->cp->fencing = 0;
+  if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE))
+    oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s: fencing it failed: %s", w->cp->id,
+                     w->err);
+  else if (w->rc)
+    oracle_job__error(j, w->rc, "checkpoint %s (after iteration %" PRIu64 "): fencing the servers failed: %s",
+                      w->cp->id, w->cp->iteration, w->err);
+  else
+    w->cp->fenced = 1;
+}
+
+/* The servers' part of checkpoint cp is done: it is complete (reported,
+ * and off the list), or it failed. */
+static void servers_done(oracle_job_t *j, ck_work_t *w) {
+  oracle_ckpt_t *ck = &j->ckpt;
+  oracle_cp_t *cp = w->cp;
+  cp->running = 0;
+  if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE)) {
+    oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s (after iteration %" PRIu64 "): %s",
+                     cp->id, cp->iteration, w->err);
+    return;
+  }
+  if (w->rc) {
+    oracle_job__error(j, w->rc,
+                      "checkpoint %s (after iteration %" PRIu64 ") failed: %s; it is not listed as complete, and "
+                      "a resume uses the last complete one",
+                      cp->id, cp->iteration, w->err);
+    return;
+  }
+  double now = oracle_job__now();
+  oracle_cp_report_t *r = &ck->last;
+  snprintf(r->id, sizeof r->id, "%s", cp->id);
+  r->iteration = cp->iteration;
+  r->rows_flushed = cp->rows_flushed;
+  r->dense_bytes = cp->dense_bytes;
+  /* the whole checkpoint: from the end of c everywhere to here; training went on meanwhile, so the stall is
+   * measured later (oracle_ckpt__run), once an iteration after this end is in */
+  r->total = now - (cp->t_reported ? cp->t_reported : cp->t_first_sent);
+  r->trainer_secs = cp->trainer_secs;
+  if (cp->iteration + 1 >= j->iterations) { /* the end's: the job waited for all of it */
+    r->stall = r->total;
+    ck->stall_sum += r->stall;
+    ck->n_stall++;
+    metrics_gauge_set(ck->m_stall, r->stall);
+  } else {
+    r->stall = NAN;
+    ck->stall_pending = 1;
+  }
+  ck->stall_c = cp->iteration;
+  ck->stall_done_at_end = j->report.done;
+  ck->stall_t0 = cp->t_reported ? cp->t_reported : cp->t_first_sent;
+  ck->stall_ema = cp->ema_before;
+  r->server_secs = w->secs;
+  r->unix_time = (double)(time_t)clock_wall_s();
+  r->bytes_total = 0;
+  for (uint32_t s = 0; s < ck->S; s++) r->bytes_total += (r->bytes[s] = w->bytes[s]);
+  ck->n_done++;
+  ck->total_sum += r->total;
+  metrics_counter_inc(ck->m_count);
+  metrics_gauge_set(ck->m_total, r->total);
+  metrics_gauge_set(ck->m_bytes, (double)r->bytes_total);
+  metrics_gauge_set(ck->m_iteration, (double)(r->iteration + 1));
+  char end_stall[40] = "";
+  if (!isnan(r->stall)) snprintf(end_stall, sizeof end_stall, " stall_ms=%.1f", 1e3 * r->stall);
+  log_info("checkpoint complete id=%s iteration=%" PRIu64 " done=%" PRIu64 "%s total_ms=%.1f trainers_ms=%.1f "
+           "servers_ms=%.1f rows_flushed=%" PRIu64 " dense_bytes=%" PRIu64 " bytes=%" PRIu64 " servers=%u%s%s",
+           cp->id, cp->iteration, j->report.done, end_stall, 1e3 * r->total, 1e3 * cp->trainer_secs, 1e3 * w->secs,
+           cp->rows_flushed, cp->dense_bytes, r->bytes_total, ck->S, w->pruned[0] ? " removed=" : "", w->pruned);
+  ck->head = cp->next;
+  if (!ck->head) ck->tail = NULL;
+  cp_free(cp, j->P);
+}
+
+/* A call to the servers came back (loop): kept for advance, whose case
+ * for the job's state decides what a start's means (oracle_ckpt__start_done)
+ * and whose training pass applies a checkpoint's (oracle_ckpt__collect). */
 static void ck_done(uv_work_t *req, int status) {
   ck_work_t *w = req->data;
   oracle_job_t *j = w->j;
   oracle_ckpt_t *ck = &j->ckpt;
   ck->running--;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
-  if (j->destroying || oracle_job__over(j)) goto out;
-  switch (w->kind) {
-  case W_PREFLIGHT:
-    ck->start_pending = 0;
-    if (w->rc) {
-      oracle_job__error(j, w->rc, "checking the embedding servers before the job starts: %s", w->err);
-    } else if (!w->empty) {
-      block(j, w->found);
-    } else {
-      /* nothing there: this job's stamp, then training (stamped on the pool) */
-      ck_work_t *w2 = calloc(1, sizeof *w2);
-      if (!w2) {
-        oracle_job__error(j, -ENOMEM, "out of memory starting the job");
-        break;
-      }
-      w2->j = j;
-      w2->kind = W_FRESH;
-      w2->job = w->job;
-      w2->req.data = w2;
-      w2->empty = 1; /* (nothing to clear: Clear on empty servers is cheap and harmless) */
-      if (uv_queue_work(j->loop, &w2->req, oracle_ckpt__work, ck_done)) {
-        free(w2);
-        oracle_job__error(j, -EIO, "cannot queue the job's start");
-        break;
-      }
-      ck->running++;
-    }
-    break;
-  case W_FRESH:
-    if (w->rc) {
-      oracle_job__error(j, w->rc, "starting the job on cleared embedding servers: %s", w->err);
-    } else {
-      j->epoch = w->epoch;
-      oracle_probe__baseline(j, w->incs, ck->S);
-      if (!w->empty) log_info("embedding servers cleared (--fresh); the job starts at iteration 0 job_id=%s", j->job_id);
-      begin(j);
-    }
-    break;
-  case W_RESUME: {
-    if (w->rc) {
-      /* the servers are as they were (unless the message says otherwise): blocked again */
-      char why[1200];
-      snprintf(why, sizeof why, "resume refused: %.1150s", w->err);
-      block(j, why);
+  if (!j->destroying && !oracle_job__over(j)) {
+    switch (w->kind) {
+    case W_PREFLIGHT:
+    case W_FRESH:
+    case W_RESUME:
+    case W_RECOVER:
+      ASSERT(!ck->start_done); /* one start call at a time */
+      ck->start_done = w;
+      w = NULL;
+      break;
+    case W_FENCE:
+    case W_SERVERS:
+      if (ck->done_tail) ck->done_tail->next = w;
+      else ck->done_head = w;
+      ck->done_tail = w;
+      w = NULL;
       break;
     }
-    char err[1024];
-    int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);
-    if (rc) {
-      oracle_job__error(j, rc, "resuming from checkpoint %s: %s", w->m.id, err);
-      break;
-    }
-    if (w->warn[0]) {
-      log_warn("resume: %s", w->warn);
-      oracle_fetch__warn(j, w->warn);
-    }
-    ck->resumed = 1;
-    j->epoch = w->epoch;
-    oracle_probe__baseline(j, w->incs, ck->S);
-    snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
-    snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
-    snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
-    ck->resume_server = (uint32_t)w->m.dense_server;
-    log_info("resumed job_id=%s from checkpoint=%s: the model after iteration %" PRIu64 "; going on at %" PRIu64,
-             j->job_id, w->m.id, w->m.iteration, w->m.iteration + 1);
-    begin(j);
-    break;
   }
-  case W_RECOVER: {
-    if (w->rc) {
-      if (w->rc == ORACLE_ERR_PRECONDITION) block(j, w->err); /* another job's state: an operator decides */
-      else oracle_job__error(j, w->rc, "recovering: rolling the embedding servers back failed: %s", w->err);
-      break;
-    }
-    char id[96] = "";
-    int64_t c = -1;
-    j->epoch = w->epoch;
-    oracle_probe__baseline(j, w->incs, ck->S);
-    if (w->restored) {
-      char err[1024];
-      int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);
-      if (rc) {
-        oracle_job__error(j, rc, "recovering from checkpoint %s: %s", w->m.id, err);
-        break;
-      }
-      ck->resumed = 1;
-      snprintf(ck->resume_id, sizeof ck->resume_id, "%s", w->m.id);
-      snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", w->m.dense_blob);
-      ck->resume_server = (uint32_t)w->m.dense_server;
-      snprintf(id, sizeof id, "%s", w->m.id);
-      c = (int64_t)w->m.iteration;
-    }
-    j->rolled_back = 1;
-    if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, id, c);
-    snprintf(j->message, sizeof j->message, "rolled back to %s; waiting for the trainers (%u of %u joined)",
-             c >= 0 ? id : "the job's start", j->attached, j->P);
-    if (j->attached == j->P) begin(j);
-    break;
-  }
-  case W_FENCE:
-    w->cp->fencing = 0;
-    if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE))
-      oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s: fencing it failed: %s", w->cp->id,
-                       w->err);
-    else if (w->rc)
-      oracle_job__error(j, w->rc, "checkpoint %s (after iteration %" PRIu64 "): fencing the servers failed: %s", w->cp->id,
-                        w->cp->iteration, w->err);
-    else
-      w->cp->fenced = 1;
-    break;
-  case W_SERVERS: {
-    oracle_cp_t *cp = w->cp;
-    cp->running = 0;
-    if (w->rc && (w->rc == ERR_UNAVAILABLE || w->rc == ERR_DEADLINE)) {
-      oracle_job__lose(j, "embedding", "an embedding server", -1, "checkpoint %s (after iteration %" PRIu64 "): %s",
-                       cp->id, cp->iteration, w->err);
-      break;
-    }
-    if (w->rc) {
-      oracle_job__error(j, w->rc,
-                        "checkpoint %s (after iteration %" PRIu64 ") failed: %s; it is not listed as complete, and "
-                        "a resume uses the last complete one",
-                        cp->id, cp->iteration, w->err);
-      break;
-    }
-    double now = oracle_job__now();
-    oracle_cp_report_t *r = &ck->last;
-    snprintf(r->id, sizeof r->id, "%s", cp->id);
-    r->iteration = cp->iteration;
-    r->rows_flushed = cp->rows_flushed;
-    r->dense_bytes = cp->dense_bytes;
-    /* the whole checkpoint: from the end of c everywhere to here; training went on meanwhile, so the stall is
-     * measured later (oracle_ckpt__run), once an iteration after this end is in */
-    r->total = now - (cp->t_reported ? cp->t_reported : cp->t_first_sent);
-    r->trainer_secs = cp->trainer_secs;
-    if (cp->iteration + 1 >= j->iterations) { /* the end's: the job waited for all of it */
-      r->stall = r->total;
-      ck->stall_sum += r->stall;
-      ck->n_stall++;
-      metrics_gauge_set(ck->m_stall, r->stall);
-    } else {
-      r->stall = NAN;
-      ck->stall_pending = 1;
-    }
-    ck->stall_c = cp->iteration;
-    ck->stall_done_at_end = j->report.done;
-    ck->stall_t0 = cp->t_reported ? cp->t_reported : cp->t_first_sent;
-    ck->stall_ema = cp->ema_before;
-    r->server_secs = w->secs;
-    r->unix_time = (double)time(NULL);
-    r->bytes_total = 0;
-    for (uint32_t s = 0; s < ck->S; s++) r->bytes_total += (r->bytes[s] = w->bytes[s]);
-    ck->n_done++;
-    ck->total_sum += r->total;
-    metrics_counter_inc(ck->m_count);
-    metrics_gauge_set(ck->m_total, r->total);
-    metrics_gauge_set(ck->m_bytes, (double)r->bytes_total);
-    metrics_gauge_set(ck->m_iteration, (double)(r->iteration + 1));
-    char end_stall[40] = "";
-    if (!isnan(r->stall)) snprintf(end_stall, sizeof end_stall, " stall_ms=%.1f", 1e3 * r->stall);
-    log_info("checkpoint complete id=%s iteration=%" PRIu64 " done=%" PRIu64 "%s total_ms=%.1f trainers_ms=%.1f "
-             "servers_ms=%.1f rows_flushed=%" PRIu64 " dense_bytes=%" PRIu64 " bytes=%" PRIu64 " servers=%u%s%s",
-             cp->id, cp->iteration, j->report.done, end_stall, 1e3 * r->total, 1e3 * cp->trainer_secs, 1e3 * w->secs,
-             cp->rows_flushed, cp->dense_bytes,
-             r->bytes_total, ck->S, w->pruned[0] ? " removed=" : "", w->pruned);
-    ck->head = cp->next;
-    if (!ck->head) ck->tail = NULL;
-    cp_free(cp, j->P);
-    break;
-  }
-  }
-out:
-  free(w->ostate);
-  free(w->oblob);
-  free(w->bytes);
-  free(w);
+  oracle_ckpt__work_free(w);
   oracle_job__advance(j);
+}
+
+int oracle_ckpt__collect(oracle_job_t *j) {
+  oracle_ckpt_t *ck = &j->ckpt;
+  while (ck->done_head && !j->fail_rc && !j->lost) {
+    ck_work_t *w = ck->done_head;
+    if (!(ck->done_head = w->next)) ck->done_tail = NULL;
+    if (w->kind == W_FENCE) fence_done(j, w);
+    else servers_done(j, w);
+    oracle_ckpt__work_free(w);
+  }
+  return j->fail_rc;
+}
+
+ck_work_t *oracle_ckpt__start_done(oracle_job_t *j) {
+  ck_work_t *w = j->ckpt.start_done;
+  j->ckpt.start_done = NULL;
+  return w;
 }
 
 static int queue(oracle_job_t *j, ck_work_t *w) {
@@ -278,96 +222,38 @@ static int queue(oracle_job_t *j, ck_work_t *w) {
   return 0;
 }
 
-/* Training begins at ckpt.start (every trainer still attached: else the
- * job waits for them again, and their return checks the servers anew). */
-static void begin(oracle_job_t *j) {
-  if (j->attached < j->P) {
-    j->state = ORACLE_WAITING;
-    metrics_gauge_set(j->m.state, j->state);
-    snprintf(j->message, sizeof j->message, "a trainer left before the start; waiting for %u of %u", j->P - j->attached,
-             j->P);
-    log_warn("%s", j->message);
-    return;
-  }
-  j->message[0] = 0;
-  oracle_job__begin(j);
-}
-
-void oracle_ckpt__recover(oracle_job_t *j) {
-  if (!j->ckpt.enabled) { /* no servers: nothing to roll back, the trainers start over */
-    j->rolled_back = 1;
-    if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, "", -1);
-    return;
-  }
+/* A start's call of kind (want: the checkpoint, for resume and recover). */
+static int queue_start(oracle_job_t *j, int kind, int quiet, const char *want, const char *what) {
   ck_work_t *w = calloc(1, sizeof *w);
-  if (!w) {
-    oracle_job__error(j, -ENOMEM, "out of memory recovering the job");
-    return;
-  }
-  w->kind = W_RECOVER;
-  snprintf(w->want, sizeof w->want, "latest");
+  if (!w) return oracle_job__error(j, -ENOMEM, "out of memory queueing %s", what);
+  w->kind = kind;
+  w->empty = quiet; /* fresh after a check found nothing (Clear on empty servers is cheap and harmless) */
+  if (want) snprintf(w->want, sizeof w->want, "%s", want);
   if (queue(j, w)) {
     free(w);
-    oracle_job__error(j, -EIO, "cannot queue the roll-back of the embedding servers");
-    return;
+    return oracle_job__error(j, -EIO, "cannot queue %s", what);
   }
-  snprintf(j->message, sizeof j->message, "rolling the embedding servers back to the job's latest complete checkpoint");
-}
-
-void oracle_ckpt__attached(oracle_job_t *j) {
-  oracle_ckpt_t *ck = &j->ckpt;
-  if (j->recover) { /* the servers roll back (or have): training begins once they have */
-    if (j->rolled_back) begin(j);
-    else snprintf(j->message, sizeof j->message, "every trainer joined; rolling the embedding servers back");
-    return;
-  }
-  if (!ck->enabled) {
-    begin(j);
-    return;
-  }
-  ck_work_t *w = calloc(1, sizeof *w);
-  if (!w) {
-    oracle_job__error(j, -ENOMEM, "out of memory starting the job");
-    return;
-  }
-  w->kind = W_PREFLIGHT;
-  if (queue(j, w)) {
-    free(w);
-    oracle_job__error(j, -EIO, "cannot queue the check of the embedding servers");
-    return;
-  }
-  ck->start_pending = 1;
-  snprintf(j->message, sizeof j->message, "checking the embedding servers");
-}
-
-int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, char *msg, size_t msg_len) {
-  oracle_ckpt_t *ck = &j->ckpt;
-  if (!ck->enabled)
-    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
-                   "this job has no embedding servers to resume or clear (mode = ideal, or cluster.embedding is empty)");
-  if (j->state != ORACLE_BLOCKED) {
-    if (j->state == ORACLE_WAITING)
-      return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is waiting (%s); ask again once it is blocked",
-                     j->message[0] ? j->message : "for its trainers");
-    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s, not blocked: %s%s", oracle_state_name(j->state),
-                   j->ckpt.resumed ? "it was resumed from " : (j->state == ORACLE_TRAINING ? "it started at iteration 0 on empty servers" : ""),
-                   j->ckpt.resumed ? j->ckpt.resume_id : "");
-  }
-  ck_work_t *w = calloc(1, sizeof *w);
-  if (!w) return err_set(msg, msg_len, -ENOMEM, "out of memory");
-  w->kind = fresh ? W_FRESH : W_RESUME;
-  snprintf(w->want, sizeof w->want, "%s", resume && *resume ? resume : "latest");
-  if (queue(j, w)) {
-    free(w);
-    return err_set(msg, msg_len, -EIO, "cannot queue the start");
-  }
-  j->state = ORACLE_WAITING;
-  metrics_gauge_set(j->m.state, j->state);
-  if (fresh) snprintf(j->message, sizeof j->message, "clearing the embedding servers (--fresh)");
-  else snprintf(j->message, sizeof j->message, "restoring checkpoint %s", w->want);
-  snprintf(msg, msg_len, "%s", j->message);
-  log_info("start requested: %s", j->message);
   return 0;
+}
+
+int oracle_ckpt__check(oracle_job_t *j) {
+  return queue_start(j, W_PREFLIGHT, 0, NULL, "the check of the embedding servers");
+}
+
+int oracle_ckpt__start(oracle_job_t *j, int fresh, int quiet, const char *want) {
+  return queue_start(j, fresh ? W_FRESH : W_RESUME, quiet, want, "the job's start");
+}
+
+int oracle_ckpt__rollback(oracle_job_t *j) {
+  return queue_start(j, W_RECOVER, 0, "latest", "the roll-back of the embedding servers");
+}
+
+void oracle_ckpt__resumed(oracle_job_t *j, const manifest_t *m) {
+  oracle_ckpt_t *ck = &j->ckpt;
+  ck->resumed = 1;
+  snprintf(ck->resume_id, sizeof ck->resume_id, "%s", m->id);
+  snprintf(ck->resume_blob, sizeof ck->resume_blob, "%s", m->dense_blob);
+  ck->resume_server = (uint32_t)m->dense_server;
 }
 
 int oracle_job_checkpoint_request(oracle_job_t *j, char *id, size_t id_len, uint64_t *iteration, char *msg,
@@ -376,9 +262,9 @@ int oracle_job_checkpoint_request(oracle_job_t *j, char *id, size_t id_len, uint
   if (!ck->enabled)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
                    "this job takes no checkpoints (mode = ideal, or cluster.embedding is empty)");
-  if (j->state != ORACLE_TRAINING)
+  if (!oracle_job__training(j))
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s; checkpoints are taken while it trains",
-                   j->state == ORACLE_WAITING ? "waiting" : oracle_state_name(j->state));
+                   oracle_state_name(oracle_job_state(j)));
   uint64_t x = j->pipe.next; /* the next batch whose planning is queued */
   if (x >= j->iterations) x = j->iterations - 1; /* the end's checkpoint, already due */
   else if (ck->asap_at == UINT64_MAX || ck->asap_at < x) ck->asap_at = x;
@@ -431,41 +317,10 @@ int oracle_ckpt__decided(oracle_job_t *j, oracle_entry_t *s, cacher_t *cache) {
   return 0;
 }
 
-static int send_checkpoint(oracle_job_t *j, uint32_t p, oracle_cp_t *cp) {
-  Chanter__Oracle__V1__CheckpointWork cw = CHANTER__ORACLE__V1__CHECKPOINT_WORK__INIT;
-  char blob[160];
-  snprintf(blob, sizeof blob, "ckpt.%s.dense", cp->id);
-  cw.id = cp->id;
-  cw.iteration = cp->iteration;
-  cw.flush_keys.data = (uint8_t *)cp->flush[p].keys;
-  cw.flush_keys.len = cp->flush[p].n * sizeof(uint64_t);
-  cw.flush_slots.data = (uint8_t *)cp->flush[p].slots;
-  cw.flush_slots.len = cp->flush[p].n * sizeof(uint32_t);
-  cw.dense_blob = p == 0 ? blob : "";
-  cw.dense_server = 0;
-  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
-  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_CHECKPOINT;
-  w.checkpoint = &cw;
-  return rpc_call_send(j->tr[p].call, &w.base);
-}
-
-static int send_resume(oracle_job_t *j, uint32_t p) {
-  Chanter__Oracle__V1__ResumeWork rw = CHANTER__ORACLE__V1__RESUME_WORK__INIT;
-  rw.id = j->ckpt.resume_id;
-  rw.start_iteration = j->ckpt.start;
-  rw.dense_blob = j->ckpt.resume_blob;
-  rw.dense_server = j->ckpt.resume_server;
-  rw.epoch = j->epoch;
-  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
-  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_RESUME;
-  w.resume = &rw;
-  return rpc_call_send(j->tr[p].call, &w.base);
-}
-
 int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
   oracle_ckpt_t *ck = &j->ckpt;
   if (ck->resumed && !ck->resume_sent[p]) {
-    if (send_resume(j, p) != 0) return -1;
+    if (oracle_dispatch__resume(j, p) != 0) return -1;
     ck->resume_sent[p] = 1;
     return 1;
   }
@@ -474,7 +329,7 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
   /* the CheckpointWork of every checkpoint before x, in order (one at most is not complete and fenced: the head) */
   for (; cp && x > cp->iteration; cp = cp->next) {
     if (!cp->sent[p]) {
-      if (send_checkpoint(j, p, cp) != 0) return -1;
+      if (oracle_dispatch__checkpoint(j, p, cp) != 0) return -1;
       cp->sent[p] = 1;
       if (cp->t_first_sent == 0) cp->t_first_sent = oracle_job__now();
       return 1;
@@ -639,6 +494,13 @@ int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_
   return 0;
 }
 
+void oracle_ckpt__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  j->ckpt.n_done = o->n_done;
+  j->ckpt.stall_sum = o->stall_sum;
+  j->ckpt.total_sum = o->total_sum;
+  j->ckpt.start = o->iteration + 1;
+}
+
 void oracle_ckpt__close(oracle_job_t *j) {
   oracle_ckpt_t *ck = &j->ckpt;
   if (!ck->open) return;
@@ -647,6 +509,14 @@ void oracle_ckpt__close(oracle_job_t *j) {
     ck->head = cp->next;
     cp_free(cp, j->P);
   }
+  oracle_ckpt__work_free(ck->start_done);
+  ck->start_done = NULL;
+  while (ck->done_head) {
+    ck_work_t *w = ck->done_head;
+    ck->done_head = w->next;
+    oracle_ckpt__work_free(w);
+  }
+  ck->done_tail = NULL;
   embc_destroy(ck->embc);
   free(ck->resume_sent);
   free(ck->last.bytes);

@@ -4,8 +4,9 @@
  * of a checkpoint's manifest against it (a resume refused with the field
  * that differs), and the oracle's own state -- c, the evaluation record,
  * the summary's counters, laia -- as a blob ("CHORACLV" and a u32
- * version first, little-endian, SHA-256 trailer) and back into every stage
- * at c + 1.  A blob of another version is refused naming both versions;
+ * version first, little-endian, SHA-256 trailer), decoded back into an
+ * oracle_ostate_t that every stage restores its own part of
+ * (oracle_<stage>__restore) to go on at c + 1.  A blob of another version is refused naming both versions;
  * version 1 is the unversioned layout older chanters wrote ("CHORACL1",
  * then the same fields), told apart by its magic and still read.  Loop
  * thread, except the pure codecs, which the worker pool may call.
@@ -270,19 +271,7 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
   return 0;
 }
 
-/* The oracle's state decoded (laia points into the buffer). */
-typedef struct ostate_s {
-  uint64_t iteration, P, evals_done, n_evals, n_hist, tail_n, n_loss, l_start, n_done;
-  oracle_eval_rec_t hist[ORACLE_EVAL_HISTORY];
-  double last_ll, last_auc, loss_last, tail_sum, loss[ORACLE_LOSS_RING];
-  double sums[6], sum_t[PHASE_N_REPORT], first_t[PHASE_N_REPORT], seconds, stall_sum, total_sum;
-  const uint8_t *laia;
-  size_t laia_len;
-  uint64_t n_strat;
-  uint8_t strat[TABLE_MAX];
-} ostate_t;
-
-static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *err, size_t err_len) {
+static int oracle_state_decode(const uint8_t *p, size_t n, oracle_ostate_t *o, char *err, size_t err_len) {
   memset(o, 0, sizeof *o);
   size_t hdr;
   if (n >= 8 && !memcmp(p, ORACLE_MAGIC_V1, 8)) {
@@ -356,83 +345,21 @@ static int oracle_state_decode(const uint8_t *p, size_t n, ostate_t *o, char *er
   return 0;
 }
 
-/* Puts the decoded state into the job: every stage starts at c + 1. */
-static int state_apply(oracle_job_t *j, const ostate_t *o, char *err, size_t err_len) {
-  oracle_report_t *rp = &j->report;
-  oracle_pipe_t *pp = &j->pipe;
-  uint64_t s = o->iteration + 1;
-  if (pp->laia) {
-    laia_t *l = NULL;
-    laia_opts_t lo = {.trainers = j->P,
-                      .window = pp->laia_window,
-                      .seed = j->seed,
-                      .profile = pp->laia_profile,
-                      .min_share = pp->laia_min_share};
-    if (o->laia_len && o->P == j->P) {
-      char why[512] = "";
-      int rc = laia_load(&lo, o->laia, o->laia_len, &l, why, sizeof why);
-      if (rc) return err_set(err, err_len, rc, "laia's state in the checkpoint: %s", why);
-    } else {
-      /* another allocation or trainer count: laia starts over from c + 1 (warned: summation order) */
-      int rc = laia_create(&lo, &l);
-      if (rc || (rc = laia_start_at(l, s)) != 0) {
-        laia_destroy(l);
-        return err_set(err, err_len, rc, "allocation = laia: %s", err_str(rc));
-      }
-    }
-    laia_destroy(pp->laia);
-    pp->laia = l;
-  }
-  pp->laia_next = s;
-  pp->next = pp->reaped = pp->push_next = pp->decide_next = s;
-  j->fetch.q_head = j->fetch.start = s;
-  for (uint32_t p = 0; p < j->P; p++) {
-    j->dispatch.rank[p].next_step = s;
-    j->dispatch.rank[p].evals_sent = oracle_report__rounds_upto(j, o->iteration);
-    rp->rank[p].reported = s;
-  }
-  rp->done = rp->start = s;
-  rp->evals_done = o->evals_done;
-  rp->n_evals = o->n_evals;
-  uint64_t first = o->n_evals - o->n_hist;
-  for (uint64_t i = 0; i < o->n_hist; i++) rp->evals[(first + i) % ORACLE_EVAL_HISTORY] = o->hist[i];
-  rp->last_test_logloss = o->last_ll;
-  rp->last_test_auc = o->last_auc;
-  rp->loss_last = o->loss_last;
-  rp->tail_loss_sum = o->tail_sum;
-  rp->tail_n = o->tail_n;
-  for (uint64_t i = 0; i < o->n_loss; i++) rp->loss_ring[(s - o->n_loss + i) % ORACLE_LOSS_RING] = o->loss[i];
-  rp->sum_rows_fetched = o->sums[0];
-  rp->sum_rows_synced = o->sums[1];
-  rp->sum_rows_synced_delayed = o->sums[2];
-  rp->sum_rows_replicated = o->sums[3];
-  rp->sum_rows_written_back = o->sums[4];
-  rp->sum_cache_hits = o->sums[5];
-  memcpy(rp->sum_t, o->sum_t, sizeof rp->sum_t);
-  memcpy(rp->first_t, o->first_t, sizeof rp->first_t);
-  rp->seconds_before = o->seconds;
-  j->ckpt.n_done = o->n_done;
-  j->ckpt.stall_sum = o->stall_sum;
-  j->ckpt.total_sum = o->total_sum;
-  j->ckpt.start = s;
-  /* table_strategy = auto: the choice the checkpointed run made (the
-   * fixed entries must agree: the fingerprint covers table_strategy) */
-  if (j->strat_pending && o->n_strat == j->n_tables) {
-    uint8_t st[TABLE_MAX];
-    for (uint32_t t = 0; t < j->n_tables; t++) {
-      st[t] = j->strat[t] == TSTRAT_AUTO ? o->strat[t] : j->strat[t];
-      if (j->strat[t] == TSTRAT_AUTO)
-        snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
-                 tstrat_name(st[t]));
-    }
-    int rc = oracle_job__strategy_set(j, st);
-    if (rc) return err_set(err, err_len, rc, "out of memory placing the partitioned tables");
-  }
-  return 0;
+/* Puts the decoded state into the job: every stage restores its own part
+ * and starts at c + 1 (laia first: the one that may refuse, before
+ * anything changed). */
+static int state_apply(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len) {
+  int rc = oracle_pipeline__restore(j, o, err, err_len);
+  if (rc) return rc;
+  oracle_fetch__restore(j, o);
+  oracle_dispatch__restore(j, o);
+  oracle_report__restore(j, o);
+  oracle_ckpt__restore(j, o);
+  return oracle_job__strategy_restore(j, o, err, err_len);
 }
 
 int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len) {
-  ostate_t *o = malloc(sizeof *o);
+  oracle_ostate_t *o = malloc(sizeof *o);
   if (!o) return err_set(err, err_len, -ENOMEM, "out of memory reading the oracle's state");
   int rc = oracle_state_decode(p, n, o, err, err_len);
   if (!rc) rc = state_apply(j, o, err, err_len);

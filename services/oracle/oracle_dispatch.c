@@ -1,8 +1,10 @@
 /*
  * oracle_dispatch: the third stage of a job (oracle_job_internal.h): what
  * goes to the trainers on their Work streams.  The only file that knows
- * the wire shape of a WorkItem (Step, Eval, StopWork); the other stages
- * hand it plain C (plans, the cacher's decisions, the evaluation set).
+ * the wire shape of a WorkItem (Step, Eval, StopWork, CheckpointWork,
+ * ResumeWork); the other stages hand it plain C (plans, the cacher's
+ * decisions, the evaluation set, a checkpoint; oracle_ckpt__dispatch says
+ * when a checkpoint's item goes).
  *
  * Trainer p gets Step x once x is planned (and decided), x < (the
  * iterations every trainer has reported) + window, window = max(
@@ -205,9 +207,47 @@ void oracle_dispatch__stop_work(rpc_call_t *call, const char *reason, int state)
   rpc_call_send(call, &w.base);
 }
 
+int oracle_dispatch__checkpoint(oracle_job_t *j, uint32_t p, const oracle_cp_t *cp) {
+  Chanter__Oracle__V1__CheckpointWork cw = CHANTER__ORACLE__V1__CHECKPOINT_WORK__INIT;
+  char blob[160];
+  snprintf(blob, sizeof blob, "ckpt.%s.dense", cp->id);
+  cw.id = (char *)cp->id;
+  cw.iteration = cp->iteration;
+  cw.flush_keys.data = (uint8_t *)cp->flush[p].keys;
+  cw.flush_keys.len = cp->flush[p].n * sizeof(uint64_t);
+  cw.flush_slots.data = (uint8_t *)cp->flush[p].slots;
+  cw.flush_slots.len = cp->flush[p].n * sizeof(uint32_t);
+  cw.dense_blob = p == 0 ? blob : "";
+  cw.dense_server = 0;
+  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
+  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_CHECKPOINT;
+  w.checkpoint = &cw;
+  return rpc_call_send(j->tr[p].call, &w.base);
+}
+
+int oracle_dispatch__resume(oracle_job_t *j, uint32_t p) {
+  Chanter__Oracle__V1__ResumeWork rw = CHANTER__ORACLE__V1__RESUME_WORK__INIT;
+  rw.id = j->ckpt.resume_id;
+  rw.start_iteration = j->ckpt.start;
+  rw.dense_blob = j->ckpt.resume_blob;
+  rw.dense_server = j->ckpt.resume_server;
+  rw.epoch = j->epoch;
+  Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
+  w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_RESUME;
+  w.resume = &rw;
+  return rpc_call_send(j->tr[p].call, &w.base);
+}
+
 int oracle_dispatch__init(oracle_job_t *j) {
   j->dispatch.rank = calloc(j->P, sizeof *j->dispatch.rank);
   return j->dispatch.rank ? 0 : -ENOMEM;
+}
+
+void oracle_dispatch__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  for (uint32_t p = 0; p < j->P; p++) {
+    j->dispatch.rank[p].next_step = o->iteration + 1;
+    j->dispatch.rank[p].evals_sent = oracle_report__rounds_upto(j, o->iteration);
+  }
 }
 
 void oracle_dispatch__close(oracle_job_t *j) {

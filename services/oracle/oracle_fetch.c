@@ -196,6 +196,10 @@ static int start_threads(oracle_job_t *j) {
   return 0;
 }
 
+void oracle_fetch__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  j->fetch.q_head = j->fetch.start = o->iteration + 1;
+}
+
 void oracle_fetch__warn(oracle_job_t *j, const char *msg) {
   snprintf(j->fetch.warning_resume, sizeof j->fetch.warning_resume, "%s", msg);
 }

@@ -1,24 +1,59 @@
 /*
- * oracle_job: the job's state machine and its conductor (oracle_job.h says
+ * oracle_job: the job's lifecycle and its conductor (oracle_job.h says
  * what a job does; oracle_job_internal.h how its files share it).
  *
- * The states: waiting (trainers attach their Work streams) -> training
- * (once every rank said Hello) -> done | failed | stopped.  This file is
- * the only one that changes them, and job_end the single way a job ends:
- * from advance when a stage said an error (oracle_job__error; a timeout
- * waiting for the trainers and a broken stream are said the same way) or
- * report says the job is finished, and from oracle_job_stop.
+ * The lifecycle.  A job object is in one state at a time; set_state, in
+ * this file, is the only writer of j->state and of what mirrors it (the
+ * job_state gauge, the job record in oracle.state_dir), and it moves only
+ * along this table (oracle_job__next_state holds it as code, and refuses
+ * anything else):
  *
- * The conductor, oracle_job__advance, is the one place that says in
- * which order the stages run, as Redis's beforeSleep or libuv's uv_run
- * phases do: while training it runs fetch (collect what the threads
- * posted), pipeline (plan, then the cacher), dispatch, and asks report
- * whether the job is finished; it runs them again while a decision or a
- * Step sent may let an earlier stage go on.  Every event -- a worker-pool
- * completion, a fetch thread's wake-up, a message, a stream that ends or
- * has room -- ends by calling it.  A new state (a checkpoint, a recovery:
- * DESIGN.md section 5) is another case in advance with a pass of its own,
- * and the stages' end hooks in job_end are where a pause would go.
+ *   state       what it waits for                  event         next
+ *   ----------  ---------------------------------  ------------  ----------
+ *   (created)   nothing                            create        waiting
+ *               ... created to recover             recover       recovering
+ *   waiting     every trainer attached (Hello):
+ *                - embedding servers to check      attached      checking
+ *                - none, or already rolled back    ready         training
+ *   checking    the check (worker pool) came back:
+ *                - the servers hold nothing        empty         starting
+ *                - another job's state             block         blocked
+ *   blocked     chanter train --resume / --fresh   start         starting
+ *   starting    the start (fresh: clear and stamp; resume: restore) came
+ *               back:
+ *                - done, every trainer attached    ready         training
+ *                - done, but a trainer left        left          waiting
+ *                - a resume refused                block         blocked
+ *   recovering  the roll-back came back and every trainer attached
+ *                                                  ready         training
+ *                - the servers hold another job's  block         blocked
+ *   training    report says every iteration and evaluation is in
+ *                                                  finished      done
+ *   any above   an error said (oracle_job__error), fail          failed
+ *               the start timeout, a lost daemon
+ *               with no recovery left
+ *   any above   Stop, SIGTERM                      stop          stopped
+ *   done, failed, stopped: the end; the job only answers Status.
+ *
+ * A lost daemon (DESIGN.md 5: a trainer's stream broke or it fell silent,
+ * an embedding server lost without durable writes) is not a transition of
+ * this object: advance retires it (j->retired: StopWork "recovering" to
+ * every trainer, on_recover from the loop), the service creates the next
+ * generation's object, which starts in recovering, and the retired one
+ * frees itself once nothing of it runs.  checking and starting are
+ * reported as "waiting" (oracle_state_name), as they always were.
+ *
+ * The conductor, oracle_job__advance, has a case for every state, and is
+ * the one place that decides: every event -- a worker-pool completion, a
+ * fetch thread's wake-up, a message, a stream that ends or has room, a
+ * request -- only records what happened (a result kept for its state's
+ * case, a counter, oracle_job__error, oracle_job__lose) and calls it.  In
+ * training it runs the stages in the order a batch goes through them, as
+ * Redis's beforeSleep or libuv's uv_run phases do: fetch (collect what
+ * the threads posted), pipeline (plan, then the cacher), dispatch, the
+ * checkpoint's servers' part, and asks report whether the job is
+ * finished; it runs them again while a decision or a Step sent may let an
+ * earlier stage go on.  job_end is the single way a job ends.
  */
 #include "oracle_job.h"
 
@@ -36,101 +71,91 @@
 #include "sdn.h"
 #include "tstrat.h"
 
-#define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
+/* ---- the lifecycle table, as code */
+
+static const char *const state_labels[ORACLE_N_STATES] = {
+    [ORACLE_WAITING] = "waiting",       [ORACLE_TRAINING] = "training", [ORACLE_DONE] = "done",
+    [ORACLE_FAILED] = "failed",         [ORACLE_STOPPED] = "stopped",   [ORACLE_BLOCKED] = "blocked",
+    [ORACLE_RECOVERING] = "recovering", [ORACLE_CHECKING] = "checking", [ORACLE_STARTING] = "starting",
+};
+
+static const char *const event_names[ORACLE_N_EVENTS] = {
+    [ORACLE_EV_CREATE] = "create", [ORACLE_EV_RECOVER] = "recover", [ORACLE_EV_ATTACHED] = "attached",
+    [ORACLE_EV_EMPTY] = "empty",   [ORACLE_EV_BLOCK] = "block",     [ORACLE_EV_START] = "start",
+    [ORACLE_EV_LEFT] = "left",     [ORACLE_EV_READY] = "ready",     [ORACLE_EV_FINISHED] = "finished",
+    [ORACLE_EV_FAIL] = "fail",     [ORACLE_EV_STOP] = "stop",
+};
+
+static const struct {
+  int from, ev, to;
+} lifecycle[] = {
+    {ORACLE_WAITING, ORACLE_EV_CREATE, ORACLE_WAITING}, /* (calloc'ed: the object starts waiting) */
+    {ORACLE_WAITING, ORACLE_EV_RECOVER, ORACLE_RECOVERING},
+    {ORACLE_WAITING, ORACLE_EV_ATTACHED, ORACLE_CHECKING},
+    {ORACLE_WAITING, ORACLE_EV_READY, ORACLE_TRAINING},
+    {ORACLE_CHECKING, ORACLE_EV_EMPTY, ORACLE_STARTING},
+    {ORACLE_CHECKING, ORACLE_EV_BLOCK, ORACLE_BLOCKED},
+    {ORACLE_BLOCKED, ORACLE_EV_START, ORACLE_STARTING},
+    {ORACLE_STARTING, ORACLE_EV_READY, ORACLE_TRAINING},
+    {ORACLE_STARTING, ORACLE_EV_LEFT, ORACLE_WAITING},
+    {ORACLE_STARTING, ORACLE_EV_BLOCK, ORACLE_BLOCKED},
+    {ORACLE_RECOVERING, ORACLE_EV_READY, ORACLE_TRAINING},
+    {ORACLE_RECOVERING, ORACLE_EV_BLOCK, ORACLE_BLOCKED},
+    {ORACLE_TRAINING, ORACLE_EV_FINISHED, ORACLE_DONE},
+};
+
+static int is_end(int state) { return state == ORACLE_DONE || state == ORACLE_FAILED || state == ORACLE_STOPPED; }
+
+int oracle_job__next_state(int state, int ev) {
+  if (state < 0 || state >= ORACLE_N_STATES || ev < 0 || ev >= ORACLE_N_EVENTS || is_end(state)) return -1;
+  if (ev == ORACLE_EV_FAIL) return ORACLE_FAILED;
+  if (ev == ORACLE_EV_STOP) return ORACLE_STOPPED;
+  for (size_t i = 0; i < sizeof lifecycle / sizeof lifecycle[0]; i++)
+    if (lifecycle[i].from == state && lifecycle[i].ev == ev) return lifecycle[i].to;
+  return -1;
+}
+
+const char *oracle_job__state_label(int state) {
+  return state >= 0 && state < ORACLE_N_STATES ? state_labels[state] : "unknown";
+}
+
+const char *oracle_job__event_name(int ev) { return ev >= 0 && ev < ORACLE_N_EVENTS ? event_names[ev] : "unknown"; }
+
+/* The state as the wire, the log and the job_state metric know it. */
+static int reported(int state) {
+  return state == ORACLE_CHECKING || state == ORACLE_STARTING ? ORACLE_WAITING : state;
+}
 
 const char *oracle_state_name(int state) {
-  switch (state) {
-  case ORACLE_WAITING: return "waiting";
-  case ORACLE_TRAINING: return "training";
-  case ORACLE_DONE: return "done";
-  case ORACLE_FAILED: return "failed";
-  case ORACLE_STOPPED: return "stopped";
-  case ORACLE_BLOCKED: return "blocked";
-  case ORACLE_RECOVERING: return "recovering";
-  }
-  return "unknown";
+  return state >= 0 && state < ORACLE_N_STATES ? state_labels[reported(state)] : "unknown";
 }
 
-int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
-  /* cfg already checked that lookahead is auto or a number >= 0 */
-  const char *la = cfg_str(cfg, "lookahead");
-  if (strcmp(la, "auto") != 0 && strtoull(la, NULL, 10) > MAX_LOOKAHEAD) {
-    snprintf(err, err_len,
-             "lookahead = %s (from %s) is above %d: the oracle keeps about 2 L planned batches in memory; set a "
-             "smaller lookahead, or auto",
-             la, cfg_origin(cfg, "lookahead"), MAX_LOOKAHEAD);
-    return ERR_CONFIG;
+/* Moves the job along the lifecycle (ev must be a transition of the
+ * table) and updates what mirrors its state: the gauge, and the job record
+ * for the states a restarted oracle reads (training: killed from here on,
+ * the next oracle recovers the job; an end: it must not). */
+static void set_state(oracle_job_t *j, int ev) {
+  int from = j->state, to = oracle_job__next_state(from, ev);
+  ASSERT(to >= 0);
+  j->state = to;
+  j->again = 1; /* (inside advance: the new state's case runs next) */
+  metrics_gauge_set(j->m.state, reported(to));
+  log_debug("job state job_id=%s from=%s to=%s event=%s", j->job_id, oracle_job__state_label(from),
+            oracle_job__state_label(to), oracle_job__event_name(ev));
+  if (j->on_state) j->on_state(j, from, to, j->on_recover_ud);
+  if ((to == ORACLE_TRAINING || is_end(to)) && j->recs && j->ckpt.state_dir[0]) {
+    char e2[512];
+    char cfgh[65];
+    oracle_record_config_hash(j->cfg, cfgh);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(to), cfgh, e2, sizeof e2)) {
+      if (to == ORACLE_TRAINING)
+        log_warn("the oracle's job record was not written (a restarted oracle will not recover this job by "
+                 "itself): %s",
+                 e2);
+      else
+        log_warn("the oracle's job record was not updated: %s", e2);
+    }
   }
-  /* slots travel as uint32, and a trainer's cache has at least one row */
-  int64_t rows = cfg_int(cfg, "cache_rows");
-  if (strcmp(cfg_str(cfg, "mode"), "ideal") != 0 && (rows < 1 || (uint64_t)rows > UINT32_MAX)) {
-    snprintf(err, err_len,
-             "cache_rows = %lld (from %s) is not in [1, 2^32): every mode but ideal caches embedding rows in each "
-             "trainer; set cache_rows to the rows a trainer's cache may hold",
-             (long long)rows, cfg_origin(cfg, "cache_rows"));
-    return ERR_CONFIG;
-  }
-  const char *al = cfg_str(cfg, "allocation");
-  if (plan_alloc_parse(al) < 0) {
-    snprintf(err, err_len, "allocation = %s (from %s) is unknown; use contiguous, random or laia", al,
-             cfg_origin(cfg, "allocation"));
-    return ERR_CONFIG;
-  }
-  data_schema_t sc;
-  int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
-  if (rc) return rc;
-  uint8_t *strat = malloc(sc.n_tables ? sc.n_tables : 1);
-  rc = strat ? tstrat_parse(cfg, sc.n_tables, strat, err, err_len) : -ENOMEM;
-  free(strat);
-  data_schema_close(&sc);
-  return rc;
-}
-
-/* table_strategy: which tables live on one trainer (tstrat.h), and whose.
- * With an auto table the choice waits for the first batches
- * (oracle_pipeline__strategy); until then no table is dropped from the
- * plans and nothing is cached. */
-static int strategy_init(oracle_job_t *j, char *err, size_t err_len) {
-  int rc = data_schema_from_cfg(j->cfg, &j->schema, err, err_len);
-  if (rc) return rc;
-  j->have_schema = 1;
-  if ((rc = cfg_layout(j->cfg, &j->layout, err, err_len)) != 0) return rc;
-  uint32_t T = j->n_tables = j->schema.n_tables;
-  if (!(j->strat = malloc(T)) || !(j->part_owner = malloc(T * sizeof *j->part_owner)) ||
-      !(j->strat_why = calloc(T, sizeof *j->strat_why)))
-    return -ENOMEM;
-  if ((rc = tstrat_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
-  if (j->ideal) memset(j->strat, TSTRAT_CACHE, T);
-  j->part_any = tstrat_any(j->strat, T);
-  for (uint32_t t = 0; t < T; t++) {
-    j->part_owner[t] = TSTRAT_NONE;
-    j->strat_pending |= j->strat[t] == TSTRAT_AUTO;
-    snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
-             j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
-  }
-  return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat);
-}
-
-int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
-  uint32_t T = j->n_tables;
-  tstrat_place(strat, &j->schema, &j->layout, j->P, j->part_owner);
-  free(j->ext);
-  j->ext = NULL;
-  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) return -ENOMEM;
-  for (uint32_t t = 0; t < T; t++) {
-    if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
-    if (j->part_owner[t] == TSTRAT_ALL)
-      log_info("table %u: strategy=partition_rows owner=every trainer (row r on trainer r mod %u) rows=%" PRIu64
-               " (%s)",
-               t, j->P, j->schema.table_rows[t], j->strat_why[t]);
-    else if (j->part_owner[t] != TSTRAT_NONE)
-      log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
-               j->schema.table_rows[t], j->strat_why[t]);
-    else if (j->strat[t] == TSTRAT_AUTO)
-      log_info("table %u: strategy=cache (%s)", t, j->strat_why[t]);
-  }
-  j->strat_pending = 0;
-  return 0;
 }
 
 /* ---- the way out */
@@ -169,16 +194,10 @@ static void on_recover_timer(uv_timer_t *t) {
   if (j->on_recover && !j->destroying) j->on_recover(j, j->on_recover_ud);
 }
 
-/* Ends the job with why: every trainer gets StopWork and its stream is
- * finished, the fetch threads stop, the plans go.  No-op once over.
- * ORACLE_RECOVERING ends this job object only: StopWork says
- * "recovering", and on_recover (from the loop) replaces it. */
-static void job_end(oracle_job_t *j, int state, const char *why) {
-  if (oracle_job__over(j)) return;
-  snprintf(j->message, sizeof j->message, "%s", why);
-  j->state = state;
-  if (state == ORACLE_RECOVERING) j->retired = 1;
-  else metrics_gauge_set(j->m.state, state);
+/* What every end of this job object does: every trainer gets StopWork
+ * (j->message; the job's state as reported) and its stream is finished,
+ * the fetch threads and the probe stop, the plans go. */
+static void end_run(oracle_job_t *j, int reported_state) {
   oracle_fetch__stop(j);
   oracle_probe__stop(j);
   /* a checkpoint under way retrying a server that is gone gives up: the
@@ -189,32 +208,48 @@ static void job_end(oracle_job_t *j, int state, const char *why) {
     if (!c) continue;
     j->tr[p].call = NULL;
     j->attached--;
-    oracle_dispatch__stop_work(c, j->message, state);
+    oracle_dispatch__stop_work(c, j->message, reported_state);
     rpc_call_finish(c, 0, NULL);
   }
   oracle_pipeline__end(j);
-  if (state == ORACLE_RECOVERING) {
-    log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers", j->job_id, j->message,
-             j->generation);
-    uv_timer_start(&j->recover_timer, on_recover_timer, 0, 0);
-    return;
-  }
-  if (j->recs && j->ckpt.state_dir[0]) { /* a restarted oracle must not take this job for one killed mid-way */
-    char e2[512];
-    char cfgh[65];
-    oracle_record_config_hash(j->cfg, cfgh);
-    if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(state), cfgh, e2, sizeof e2))
-      log_warn("the oracle's job record was not updated: %s", e2);
-  }
-  if (state == ORACLE_FAILED) log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id,
-                                        (unsigned long long)j->report.done, j->message);
-  else log_info("job %s job_id=%s iteration=%llu message=\"%s\"", oracle_state_name(state), j->job_id,
-                (unsigned long long)j->report.done, j->message);
-  sdn_status("job %s after %llu/%llu iterations: %s", oracle_state_name(state), (unsigned long long)j->report.done,
+}
+
+/* Ends the job with why (ev: finished, fail or stop).  No-op once over. */
+static void job_end(oracle_job_t *j, int ev, const char *why) {
+  if (oracle_job__over(j)) return;
+  snprintf(j->message, sizeof j->message, "%s", why);
+  set_state(j, ev);
+  end_run(j, j->state);
+  if (j->state == ORACLE_FAILED)
+    log_error("job failed job_id=%s iteration=%llu why=\"%s\"", j->job_id, (unsigned long long)j->report.done,
+              j->message);
+  else
+    log_info("job %s job_id=%s iteration=%llu message=\"%s\"", oracle_state_name(j->state), j->job_id,
+             (unsigned long long)j->report.done, j->message);
+  sdn_status("job %s after %llu/%llu iterations: %s", oracle_state_name(j->state), (unsigned long long)j->report.done,
              (unsigned long long)j->iterations, j->message);
 }
 
-/* ---- the conductor */
+/* A daemon was lost: this job object ends (StopWork says "recovering")
+ * and retires, and on_recover (from the loop) replaces it; or, with no
+ * recovery left, the job fails. */
+static void job_lost(oracle_job_t *j) {
+  char limit[1024];
+  j->rec = oracle_recoveries_begin(j->recs, j->lost_kind, j->lost_who, j->lost_rank, j->report.done, j->lost_why,
+                                   limit, sizeof limit);
+  if (!j->rec) {
+    job_end(j, ORACLE_EV_FAIL, limit);
+    return;
+  }
+  snprintf(j->message, sizeof j->message, "%s lost: %s", j->lost_who, j->lost_why);
+  j->retired = 1;
+  end_run(j, ORACLE_RECOVERING);
+  log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers", j->job_id, j->message,
+           j->generation);
+  uv_timer_start(&j->recover_timer, on_recover_timer, 0, 0);
+}
+
+/* ---- the conductor's cases */
 
 /* While training: the stages in the order a batch goes through them,
  * again and again until nothing moves (the cacher decides one batch per
@@ -224,6 +259,8 @@ static void job_end(oracle_job_t *j, int state, const char *why) {
 static int train(oracle_job_t *j) {
   for (;;) {
     int ch = 0, c;
+    if ((c = oracle_ckpt__collect(j)) < 0) return c; /* the servers' answers for a checkpoint */
+    if (j->lost) return 0;                            /* ... one was lost: advance recovers */
     if ((c = oracle_fetch__collect(j)) < 0) return c; /* the evaluation set; a fetch thread's failure */
     ch |= c;
     if ((c = oracle_pipeline__plan(j)) < 0) return c; /* batches in order onto the worker pool */
@@ -248,6 +285,174 @@ static void recovery_progress(oracle_job_t *j) {
     oracle_recovery_caught_up(j->recs, r, j->report.done);
 }
 
+/* The embedding servers say no: the job waits for an operator. */
+static void block(oracle_job_t *j, const char *why) {
+  snprintf(j->message, sizeof j->message, "%.1500s", why);
+  set_state(j, ORACLE_EV_BLOCK);
+  log_warn("job blocked: %s", why);
+}
+
+/* Training begins at j->ckpt.start (0, or c + 1 resumed): the clocks, the
+ * fetch threads. */
+static void begin_training(oracle_job_t *j) {
+  j->message[0] = 0;
+  if (oracle_pipeline__start(j) != 0) { /* lookahead = 0: the cacher, from the first batch of this run */
+    oracle_job__error(j, -ENOMEM, "out of memory creating the cacher");
+    return;
+  }
+  set_state(j, ORACLE_EV_READY);
+  oracle_report__start(j);
+  if (j->recover && j->rec) oracle_recovery_resumed(j->recs, j->rec, j->generation);
+  log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
+           "window=%u fetch_threads=%u chunk=%u queue=%u",
+           j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,
+           j->fetch.n_train_threads, j->fetch.chunk, j->fetch.q_cap);
+  sdn_status("training: iteration %llu/%llu", (unsigned long long)j->ckpt.start, (unsigned long long)j->iterations);
+  oracle_fetch__begin(j); /* an error is said: advance ends the job */
+}
+
+/* The servers are ready: training, if every trainer is still attached;
+ * else the job waits for them again (their return checks the servers
+ * anew). */
+static void servers_ready(oracle_job_t *j) {
+  if (j->attached == j->P) {
+    begin_training(j);
+    return;
+  }
+  snprintf(j->message, sizeof j->message, "a trainer left before the start; waiting for %u of %u", j->P - j->attached,
+           j->P);
+  set_state(j, ORACLE_EV_LEFT);
+  log_warn("%s", j->message);
+}
+
+/* waiting: every trainer attached?  Then the servers are checked; with
+ * none (or rolled back already, by this recovery's object) training
+ * begins. */
+static void case_waiting(oracle_job_t *j) {
+  if (j->attached < j->P) return;
+  if (!j->ckpt.enabled || (j->recover && j->rolled_back)) {
+    begin_training(j);
+    return;
+  }
+  if (oracle_ckpt__check(j) != 0) return; /* said */
+  snprintf(j->message, sizeof j->message, "checking the embedding servers");
+  set_state(j, ORACLE_EV_ATTACHED);
+}
+
+/* checking: what the servers hold decides. */
+static void case_checking(oracle_job_t *j) {
+  ck_work_t *w = oracle_ckpt__start_done(j);
+  if (!w) return;
+  if (w->rc) {
+    oracle_job__error(j, w->rc, "checking the embedding servers before the job starts: %s", w->err);
+  } else if (!w->empty) {
+    block(j, w->found);
+  } else if (oracle_ckpt__start(j, 1, 1, NULL) == 0) { /* nothing there: this job's stamp, then training */
+    set_state(j, ORACLE_EV_EMPTY);
+  }
+  oracle_ckpt__work_free(w);
+}
+
+/* blocked: an operator's --resume or --fresh starts the job. */
+static void case_blocked(oracle_job_t *j) {
+  if (!j->start_req.asked) return;
+  j->start_req.asked = 0;
+  if (oracle_ckpt__start(j, j->start_req.fresh, 0, j->start_req.want) != 0) return; /* said */
+  if (j->start_req.fresh) snprintf(j->message, sizeof j->message, "clearing the embedding servers (--fresh)");
+  else snprintf(j->message, sizeof j->message, "restoring checkpoint %s", j->start_req.want);
+  set_state(j, ORACLE_EV_START);
+  log_info("start requested: %s", j->message);
+}
+
+/* The job goes on from checkpoint m (resumed, or rolled back to): the
+ * oracle's state blob back into every stage.  0 or an error (said). */
+static int load_checkpoint(oracle_job_t *j, ck_work_t *w, const char *what) {
+  char err[1024];
+  int rc = oracle_ckpt__state_load(j, w->ostate, w->ostate_len, err, sizeof err);
+  if (rc) return oracle_job__error(j, rc, "%s from checkpoint %s: %s", what, w->m.id, err);
+  oracle_ckpt__resumed(j, &w->m);
+  return 0;
+}
+
+/* starting: the servers were cleared (fresh) or restored (resume). */
+static void case_starting(oracle_job_t *j) {
+  ck_work_t *w = oracle_ckpt__start_done(j);
+  if (!w) return;
+  if (w->kind == W_FRESH && w->rc) {
+    oracle_job__error(j, w->rc, "starting the job on cleared embedding servers: %s", w->err);
+  } else if (w->kind == W_FRESH) {
+    j->epoch = w->epoch;
+    oracle_probe__baseline(j, w->incs, j->ckpt.S);
+    if (!w->empty) log_info("embedding servers cleared (--fresh); the job starts at iteration 0 job_id=%s", j->job_id);
+    servers_ready(j);
+  } else if (w->rc) { /* the servers are as they were (unless the message says otherwise): blocked again */
+    char why[1200];
+    snprintf(why, sizeof why, "resume refused: %.1150s", w->err);
+    block(j, why);
+  } else if (load_checkpoint(j, w, "resuming") == 0) {
+    if (w->warn[0]) {
+      log_warn("resume: %s", w->warn);
+      oracle_fetch__warn(j, w->warn);
+    }
+    j->epoch = w->epoch;
+    oracle_probe__baseline(j, w->incs, j->ckpt.S);
+    snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
+    log_info("resumed job_id=%s from checkpoint=%s: the model after iteration %" PRIu64 "; going on at %" PRIu64,
+             j->job_id, w->m.id, w->m.iteration, w->m.iteration + 1);
+    servers_ready(j);
+  }
+  oracle_ckpt__work_free(w);
+}
+
+/* The roll-back came back: the servers hold the job's latest complete
+ * checkpoint (or its start).  0, or -1 when the job cannot go on. */
+static int rolled_back(oracle_job_t *j, ck_work_t *w) {
+  if (w->rc) {
+    if (w->rc == ORACLE_ERR_PRECONDITION) block(j, w->err); /* another job's state: an operator decides */
+    else oracle_job__error(j, w->rc, "recovering: rolling the embedding servers back failed: %s", w->err);
+    return -1;
+  }
+  char id[96] = "";
+  int64_t c = -1;
+  j->epoch = w->epoch;
+  oracle_probe__baseline(j, w->incs, j->ckpt.S);
+  if (w->restored) {
+    if (load_checkpoint(j, w, "recovering") != 0) return -1;
+    snprintf(id, sizeof id, "%s", w->m.id);
+    c = (int64_t)w->m.iteration;
+  }
+  j->rolled_back = 1;
+  if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, id, c);
+  snprintf(j->message, sizeof j->message, "rolled back to %s; waiting for the trainers (%u of %u joined)",
+           c >= 0 ? id : "the job's start", j->attached, j->P);
+  return 0;
+}
+
+/* recovering: training once the servers are rolled back and every
+ * trainer of the new generation attached. */
+static void case_recovering(oracle_job_t *j) {
+  ck_work_t *w = oracle_ckpt__start_done(j);
+  int rc = w ? rolled_back(j, w) : 0;
+  oracle_ckpt__work_free(w);
+  if (rc || j->attached < j->P) return;
+  if (j->rolled_back) begin_training(j);
+  else snprintf(j->message, sizeof j->message, "every trainer joined; rolling the embedding servers back");
+}
+
+static void case_training(oracle_job_t *j) {
+  int c = train(j);
+  recovery_progress(j);
+  if (c < 0) {
+    job_end(j, ORACLE_EV_FAIL, j->fail_why);
+  } else if (c & ORACLE_CH_FINISHED) {
+    char why[96];
+    snprintf(why, sizeof why, "training finished: %llu iterations", (unsigned long long)j->iterations);
+    job_end(j, ORACLE_EV_FINISHED, why);
+  }
+}
+
+/* ---- the conductor */
+
 void oracle_job__advance(oracle_job_t *j) {
   if (j->destroying) return;
   if (j->advancing) { /* called from inside a pass: one more pass */
@@ -257,66 +462,49 @@ void oracle_job__advance(oracle_job_t *j) {
   j->advancing = 1;
   do {
     j->again = 0;
-    if (j->lost && !oracle_job__over(j)) { /* a lost daemon: recover (this job object ends), or give up */
-      char limit[1024];
-      j->rec = oracle_recoveries_begin(j->recs, j->lost_kind, j->lost_who, j->lost_rank, j->report.done, j->lost_why,
-                                       limit, sizeof limit);
-      char msg[600];
-      snprintf(msg, sizeof msg, "%s lost: %s", j->lost_who, j->lost_why);
-      if (j->rec) job_end(j, ORACLE_RECOVERING, msg);
-      else job_end(j, ORACLE_FAILED, limit);
-    }
-    if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_FAILED, j->fail_why);
+    if (j->lost && !oracle_job__over(j)) job_lost(j); /* a lost daemon: recover (this object retires), or fail */
+    if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_EV_FAIL, j->fail_why);
+    if (j->retired) continue; /* nothing of it runs any more: the service replaces it */
     switch (j->state) {
-    case ORACLE_WAITING: break; /* trainers attach (oracle_job_attach starts training) */
-    case ORACLE_RECOVERING: break; /* the servers roll back, trainers attach (oracle_ckpt.c begins) */
-    case ORACLE_BLOCKED: break;    /* chanter train --resume / --fresh (oracle_job_start_request) */
-    case ORACLE_TRAINING: {
-      int c = train(j);
-      recovery_progress(j);
-      if (c < 0) {
-        job_end(j, ORACLE_FAILED, j->fail_why);
-      } else if (c & ORACLE_CH_FINISHED) {
-        char why[96];
-        snprintf(why, sizeof why, "training finished: %llu iterations", (unsigned long long)j->iterations);
-        job_end(j, ORACLE_DONE, why);
-      }
-      break;
-    }
-    default: /* over: the job only answers Status; an evaluation set posted before the end still counts there */
+    case ORACLE_WAITING: case_waiting(j); break;
+    case ORACLE_CHECKING: case_checking(j); break;
+    case ORACLE_BLOCKED: case_blocked(j); break;
+    case ORACLE_STARTING: case_starting(j); break;
+    case ORACLE_RECOVERING: case_recovering(j); break;
+    case ORACLE_TRAINING: case_training(j); break;
+    case ORACLE_DONE:
+    case ORACLE_FAILED:
+    case ORACLE_STOPPED: /* over: the job only answers Status; an evaluation set posted before the end still counts */
       oracle_fetch__collect(j);
       break;
     }
+    /* a case that said an error or a loss: the next pass ends the job */
+    if (!oracle_job__over(j) && (j->lost || j->fail_rc)) j->again = 1;
   } while (j->again);
   j->advancing = 0;
 }
 
-void oracle_job__begin(oracle_job_t *j) {
-  if (oracle_pipeline__start(j) != 0) { /* lookahead = 0: the cacher, from the first batch of this run */
-    oracle_job__error(j, -ENOMEM, "out of memory creating the cacher");
-    oracle_job__advance(j);
-    return;
+int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, char *msg, size_t msg_len) {
+  if (!j->ckpt.enabled)
+    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
+                   "this job has no embedding servers to resume or clear (mode = ideal, or cluster.embedding is empty)");
+  int st = oracle_job_state(j);
+  if (st != ORACLE_BLOCKED) {
+    if (st == ORACLE_WAITING)
+      return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is waiting (%s); ask again once it is blocked",
+                     j->message[0] ? j->message : "for its trainers");
+    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s, not blocked: %s%s", oracle_state_name(st),
+                   j->ckpt.resumed ? "it was resumed from "
+                                   : (st == ORACLE_TRAINING ? "it started at iteration 0 on empty servers" : ""),
+                   j->ckpt.resumed ? j->ckpt.resume_id : "");
   }
-  j->state = ORACLE_TRAINING;
-  metrics_gauge_set(j->m.state, j->state);
-  oracle_report__start(j);
-  if (j->recover && j->rec) oracle_recovery_resumed(j->recs, j->rec, j->generation);
-  if (j->recs && j->ckpt.state_dir[0]) { /* killed from here on, the next oracle recovers this job */
-    char e2[512];
-    char cfgh[65];
-    oracle_record_config_hash(j->cfg, cfgh);
-    if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", cfgh, e2, sizeof e2))
-      log_warn("the oracle's job record was not written (a restarted oracle will not recover this job by "
-               "itself): %s",
-               e2);
-  }
-  log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
-           "window=%u fetch_threads=%u chunk=%u queue=%u",
-           j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,
-           j->fetch.n_train_threads, j->fetch.chunk, j->fetch.q_cap);
-  sdn_status("training: iteration %llu/%llu", (unsigned long long)j->ckpt.start, (unsigned long long)j->iterations);
-  oracle_fetch__begin(j); /* an error is said: advance ends the job */
-  oracle_job__advance(j);
+  j->start_req.asked = 1;
+  j->start_req.fresh = fresh;
+  snprintf(j->start_req.want, sizeof j->start_req.want, "%s", resume && *resume ? resume : "latest");
+  oracle_job__advance(j); /* blocked's case starts it */
+  if (j->state != ORACLE_STARTING) return err_set(msg, msg_len, -EIO, "cannot queue the start");
+  snprintf(msg, msg_len, "%s", j->message);
+  return 0;
 }
 
 /* ---- streams */
@@ -337,9 +525,10 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
     snprintf(why, why_len, "rank %u is outside 0..%u (trainers = %u)", rank, j->P - 1, j->P);
     return -EINVAL;
   }
-  if (j->state != ORACLE_WAITING && j->state != ORACLE_RECOVERING) {
-    snprintf(why, why_len, "the job is %s%s%s%s", oracle_state_name(j->state), j->message[0] ? ": " : "", j->message,
-             j->state == ORACLE_TRAINING ? "; a trainer joins a running job only through a recovery (the oracle "
+  int st = oracle_job_state(j);
+  if ((st != ORACLE_WAITING && st != ORACLE_RECOVERING) || j->retired) {
+    snprintf(why, why_len, "the job is %s%s%s%s", oracle_state_name(st), j->message[0] ? ": " : "", j->message,
+             st == ORACLE_TRAINING ? "; a trainer joins a running job only through a recovery (the oracle "
                                            "recovers once it notices that the rank's trainer is lost)"
                                          : "");
     return ORACLE_ERR_PRECONDITION;
@@ -360,8 +549,7 @@ int oracle_job_attach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, uint64_t
   log_info("trainer connected rank=%u peer=%s connected=%u/%u", rank, rpc_call_peer(call), j->attached, j->P);
   if (j->attached == j->P) {
     uv_timer_stop(&j->start_timer);
-    oracle_ckpt__attached(j); /* the servers are checked (or rolled back), then training begins (or is blocked) */
-    oracle_job__advance(j);
+    oracle_job__advance(j); /* the servers are checked (or rolled back), then training begins (or is blocked) */
   }
   return 0;
 }
@@ -397,7 +585,7 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
   oracle_trainer_t *t = &j->tr[rank];
   t->call = NULL;
   j->attached--;
-  if (j->state != ORACLE_TRAINING) { /* before the start: its replacement (or itself) attaches again */
+  if (!oracle_job__training(j)) { /* before the start: its replacement (or itself) attaches again */
     log_warn("trainer left before the job started rank=%u how=%s state=%s", rank, cancelled ? "cancelled" : "half-closed",
              oracle_state_name(j->state));
     if (!cancelled) rpc_call_finish(call, 0, NULL);
@@ -412,7 +600,7 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
     if (!j->lost && j->soft_rank < 0) {
       j->soft_rank = (int)rank;
       j->soft_at = j->report.rank[rank].reported;
-      uv_timer_start(&j->recover_timer, on_soft_timer, SOFT_GRACE_MS, 0);
+      uv_timer_start(&j->soft_timer, on_soft_timer, SOFT_GRACE_MS, 0);
       log_info("trainer rank %u left the job's generation (a step failed on it); waiting %d ms for the loss behind it",
                rank, SOFT_GRACE_MS);
     }
@@ -449,7 +637,7 @@ void oracle_job_sent(oracle_job_t *j, uint32_t rank) {
 }
 
 void oracle_job_stop(oracle_job_t *j, const char *reason) {
-  job_end(j, ORACLE_STOPPED, reason && *reason ? reason : "stopped");
+  job_end(j, ORACLE_EV_STOP, reason && *reason ? reason : "stopped");
 }
 
 static void on_wake(uv_async_t *h) { oracle_job__advance(h->data); }
@@ -469,42 +657,6 @@ static void on_start_timeout(uv_timer_t *t) {
 }
 
 /* ---- create / destroy */
-
-static void metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
-  oracle_metrics_t *m = &j->m;
-  m->iteration = metrics_gauge(reg, "iteration", NULL, "iterations every trainer has finished");
-  m->sps = metrics_gauge(reg, "samples_per_second", NULL, "training throughput (moving average)");
-  m->loss = metrics_gauge(reg, "train_loss", NULL, "mean training loss of the last iteration");
-  m->test_loss = metrics_gauge(reg, "test_logloss", NULL, "logloss of the last evaluation");
-  m->test_auc = metrics_gauge(reg, "test_auc", NULL, "ROC AUC of the last evaluation");
-  m->state = metrics_gauge(reg, "job_state", NULL,
-                           "0 waiting, 1 training, 2 done, 3 failed, 4 stopped, 5 blocked (the servers hold another "
-                           "job's state)");
-  m->lookahead = metrics_gauge(reg, "lookahead", NULL, "lookahead L in force (the cacher may lower it)");
-  m->slots = metrics_gauge(reg, "cache_slots_used", NULL,
-                           "trainer cache slots holding a row or waiting out L batches before reuse");
-  for (int k = 0; k < PHASE_N_REPORT; k++) {
-    char lab[64];
-    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_name(k));
-    m->phase[k] = metrics_histogram(reg, "phase_seconds", lab, "trainer time per iteration and phase",
-                                    metrics_latency_bounds, metrics_latency_n);
-  }
-  m->plan = metrics_histogram(reg, "plan_seconds", NULL, "time to plan one global batch", metrics_latency_bounds,
-                              metrics_latency_n);
-  m->iter = metrics_histogram(reg, "iteration_seconds", NULL, "time between consecutive finished iterations",
-                              metrics_latency_bounds, metrics_latency_n);
-  m->steps = metrics_counter(reg, "steps_sent_total", NULL, "Step items sent to trainers");
-  m->reports = metrics_counter(reg, "reports_total", NULL, "Reports received from trainers");
-  m->batches = metrics_counter(reg, "batches_fetched_total", NULL, "train batches received from data processors");
-  m->rows_fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows the trainers fetched");
-  m->rows_synced = metrics_counter(reg, "rows_synced_total", NULL, "embedding rows the trainers synchronized");
-  m->rows_replicated = metrics_counter(reg, "rows_replicated_total", NULL,
-                                       "of the rows synchronized, owned rows handed to every trainer");
-  m->rows_synced_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
-                                           "of the rows synchronized, those synchronized in the background");
-  m->rows_written_back = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
-  m->evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
-}
 
 int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, const oracle_job_opts_t *opts,
                       oracle_job_t **out, char *err, size_t err_len) {
@@ -532,6 +684,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->recs = opts->recs;
   j->rec = opts->rec;
   j->on_recover = opts->on_recover;
+  j->on_state = opts->on_state;
   j->on_recover_ud = opts->ud;
   j->lost_rank = -1;
   j->soft_rank = -1;
@@ -539,14 +692,13 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     snprintf(j->job_id, sizeof j->job_id, "%s", opts->job_id);
   } else {
     char ts[32];
-    time_t now = time(NULL);
+    time_t now = (time_t)clock_wall_s();
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
     snprintf(j->job_id, sizeof j->job_id, "seed%llu-%s", (unsigned long long)j->seed, ts);
   }
-  if (j->recover) j->state = ORACLE_RECOVERING;
-  if ((rc = strategy_init(j, err, err_len)) != 0) goto fail;
+  if ((rc = oracle_job__strategy_init(j, err, err_len)) != 0) goto fail;
   /* the stages, in order (report's ring follows the pipeline's window) */
   if ((rc = oracle_fetch__init(j, err, err_len)) != 0 || (rc = oracle_pipeline__init(j, err, err_len)) != 0 ||
       (rc = oracle_dispatch__init(j)) != 0 || (rc = oracle_report__init(j)) != 0 ||
@@ -556,7 +708,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
     rc = -ENOMEM;
     goto fail;
   }
-  metrics_init(j, reg);
+  oracle_job__metrics_init(j, reg);
   /* handles: unref'd, so that they never keep a draining daemon's loop alive */
   uv_async_init(loop, &j->wake, on_wake);
   j->wake.data = j;
@@ -565,18 +717,27 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->start_timer.data = j;
   uv_timer_start(&j->start_timer, on_start_timeout, (uint64_t)cfg_int(cfg, "oracle.start_timeout_ms"), 0);
   uv_unref((uv_handle_t *)&j->start_timer);
-  uv_timer_init(loop, &j->recover_timer);
-  j->recover_timer.data = j;
-  uv_unref((uv_handle_t *)&j->recover_timer);
-  j->handles_open = 3;
-  metrics_gauge_set(j->m.state, j->state);
+  uv_timer_t *timers[] = {&j->recover_timer, &j->soft_timer, &j->retire_timer};
+  for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
+    uv_timer_init(loop, timers[i]);
+    timers[i]->data = j;
+    uv_unref((uv_handle_t *)timers[i]);
+  }
+  j->handles_open = 5;
+  set_state(j, j->recover ? ORACLE_EV_RECOVER : ORACLE_EV_CREATE);
   log_info("job created job_id=%s trainers=%u batch_size=%u iterations=%llu allocation=%s mode=%s lookahead=%s "
            "eval_every=%llu eval_batches=%llu dataprocs=%u",
            j->job_id, j->P, j->B, (unsigned long long)j->iterations, j->allocation, j->mode,
            j->ideal ? "0 (ideal)" : j->lookahead_cfg, (unsigned long long)j->eval_every,
            (unsigned long long)j->eval_batches, j->fetch.n_dpc);
   *out = j;
-  if (j->recover) oracle_ckpt__recover(j); /* roll the servers back now: parked write-backs go, stale ones fail */
+  if (j->recover && !j->ckpt.enabled) { /* no servers: nothing to roll back, the trainers start over */
+    j->rolled_back = 1;
+    if (j->rec) oracle_recovery_rolled_back(j->recs, j->rec, "", -1);
+  } else if (j->recover && oracle_ckpt__rollback(j) == 0) { /* now: parked write-backs go, stale ones fail */
+    snprintf(j->message, sizeof j->message,
+             "rolling the embedding servers back to the job's latest complete checkpoint");
+  }
   return 0;
 fail:
   oracle_job_destroy(j);
@@ -621,6 +782,8 @@ void oracle_job_destroy(oracle_job_t *j) {
     uv_close((uv_handle_t *)&j->wake, on_closed);
     uv_close((uv_handle_t *)&j->start_timer, on_closed);
     uv_close((uv_handle_t *)&j->recover_timer, on_closed);
+    uv_close((uv_handle_t *)&j->soft_timer, on_closed);
+    uv_close((uv_handle_t *)&j->retire_timer, on_closed);
     oracle_probe__close_handle(j, on_closed);
     while (j->handles_open) uv_run(j->loop, UV_RUN_NOWAIT);
   }
@@ -656,6 +819,8 @@ static void on_retire_poll(uv_timer_t *t) {
   uv_close((uv_handle_t *)&j->wake, on_retired_closed);
   uv_close((uv_handle_t *)&j->start_timer, on_retired_closed);
   uv_close((uv_handle_t *)&j->recover_timer, on_retired_closed);
+  uv_close((uv_handle_t *)&j->soft_timer, on_retired_closed);
+  uv_close((uv_handle_t *)&j->retire_timer, on_retired_closed);
   oracle_probe__close_handle(j, on_retired_closed);
 }
 
@@ -666,13 +831,14 @@ void oracle_job_retire(oracle_job_t *j) {
   oracle_probe__stop(j);
   if (j->ckpt.embc) embc_abort(j->ckpt.embc);
   uv_timer_stop(&j->start_timer);
-  uv_timer_start(&j->recover_timer, on_retire_poll, 0, 20);
+  uv_timer_stop(&j->soft_timer);
+  uv_timer_start(&j->retire_timer, on_retire_poll, 0, 20);
 }
 
 /* ---- accessors */
 
 const char *oracle_job_id(const oracle_job_t *j) { return j->job_id; }
-int oracle_job_state(const oracle_job_t *j) { return j->state; }
+int oracle_job_state(const oracle_job_t *j) { return j->retired ? ORACLE_RECOVERING : reported(j->state); }
 int oracle_job_over(const oracle_job_t *j) { return oracle_job__over(j); }
 const char *oracle_job_message(const oracle_job_t *j) { return j->message; }
 uint64_t oracle_job_done(const oracle_job_t *j) { return j->report.done; }

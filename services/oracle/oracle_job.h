@@ -5,9 +5,12 @@
  * each trainer fetches into which cache slot, synchronizes (critical or
  * delayed) and writes back and evicts.
  *
- * Lifecycle: waiting (trainers join and open their Work streams) ->
- * training (once every rank 0..P-1 has said Hello) -> done | failed |
- * stopped.  The job then keeps answering Status until the daemon exits.
+ * Lifecycle (the table at the top of oracle_job.c): waiting (trainers
+ * join and open their Work streams) -> the embedding servers checked and
+ * started (or blocked until chanter train --resume / --fresh) -> training
+ * -> done | failed | stopped; a lost daemon ends this job object and a new
+ * one recovers the job.  The job then keeps answering Status until the
+ * daemon exits.
  *
  * Threads and queues.
  *  - At the start of training, before any batch is fetched, one Info call
@@ -87,15 +90,22 @@
 
 typedef struct oracle_job_s oracle_job_t;
 
-/* BLOCKED: every trainer is attached but the embedding servers hold another
- * job's state; the job waits for oracle_job_start_request (chanter train
- * --resume / --fresh).  (Numbered last: the job_state metric keeps its
- * values.) */
+/* The job's states (the lifecycle table at the top of oracle_job.c says
+ * what leaves each).  The first seven are reported as they are named: on
+ * the wire (Status, Join's and StopWork's job_state), in the log and in
+ * the job_state metric, whose values are their numbers.  CHECKING (the
+ * embedding servers are checked before the start) and STARTING (they are
+ * cleared, restored or stamped) are reported as "waiting", as they always
+ * were.  BLOCKED: every trainer is attached but the embedding servers hold
+ * another job's state; the job waits for oracle_job_start_request
+ * (chanter train --resume / --fresh).  RECOVERING: a job object created
+ * after a daemon was lost (DESIGN.md 5) rolls the servers back to the
+ * job's latest complete checkpoint and waits, like WAITING, for every
+ * trainer to join the new generation.  (The object it replaces is not in
+ * a state of its own: it is retired, and reported as "recovering" until
+ * the service replaced it.) */
 enum { ORACLE_WAITING = 0, ORACLE_TRAINING, ORACLE_DONE, ORACLE_FAILED, ORACLE_STOPPED, ORACLE_BLOCKED,
-       ORACLE_RECOVERING };
-/* RECOVERING: a daemon was lost (DESIGN.md 5); this job object rolls the
- * servers back to the job's latest complete checkpoint and waits, like
- * WAITING, for every trainer to join the new generation. */
+       ORACLE_RECOVERING, ORACLE_CHECKING, ORACLE_STARTING, ORACLE_N_STATES };
 
 typedef struct oracle_recoveries_s oracle_recoveries_t;
 typedef struct oracle_recovery_s oracle_recovery_t;
@@ -114,6 +124,11 @@ typedef struct oracle_job_opts_s {
   oracle_recoveries_t *recs;
   oracle_recovery_t *rec;
   void (*on_recover)(oracle_job_t *j, void *ud);
+  /* NULL, or called after every change of state (from, to: the states'
+   * own numbers, oracle_job__state_label names them), synchronously from
+   * inside the job: it must not call back into it.  Tests follow the
+   * lifecycle with it. */
+  void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *ud;
 } oracle_job_opts_t;
 
@@ -121,7 +136,8 @@ typedef struct oracle_job_opts_s {
  * status message says why). */
 #define ORACLE_ERR_PRECONDITION ERR_PRECONDITION
 
-/* "waiting", "training", "done", "failed", "stopped", "blocked", "recovering". */
+/* The name a state is reported by: "waiting" (CHECKING and STARTING too),
+ * "training", "done", "failed", "stopped", "blocked", "recovering". */
 const char *oracle_state_name(int state);
 
 /* Refuses what this oracle does not implement, with a sentence: a fixed
@@ -154,6 +170,8 @@ uint32_t oracle_job_generation(const oracle_job_t *j);
 void oracle_job_destroy(oracle_job_t *j);
 
 const char *oracle_job_id(const oracle_job_t *j);
+/* The state as reported (oracle_state_name): CHECKING and STARTING are
+ * WAITING, a retired object is RECOVERING. */
 int oracle_job_state(const oracle_job_t *j);
 /* done, failed or stopped (or ended to recover). */
 int oracle_job_over(const oracle_job_t *j);

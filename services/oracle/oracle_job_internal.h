@@ -1,34 +1,57 @@
 /*
  * oracle_job_internal: what the files of one oracle job share and nobody
  * else uses (as libuv keeps an internal header per subsystem).  A job
- * (oracle_job.h says what it does) is four stages and the conductor that
- * runs them; a batch travels through them in this order:
+ * (oracle_job.h says what it does) is four stages, the checkpoint stage
+ * and the probe beside them, and the conductor that runs them; a batch
+ * travels through the four in this order:
  *
  *   oracle_fetch.c     pulls train batches and the evaluation set from the
  *                      data processors (threads, a reorder queue)
  *   oracle_pipeline.c  plans each batch on the worker pool (allocation,
- *                      laia), chooses L (lookahead = auto) and drives the
- *                      cacher that decides the batch
- *   oracle_dispatch.c  sends Steps and Evals to the trainers, and StopWork:
- *                      the only file that knows the wire shape of a WorkItem
+ *                      laia), chooses L (lookahead = auto) and the auto
+ *                      tables' strategies, and drives the cacher that
+ *                      decides the batch
+ *   oracle_dispatch.c  sends Steps, Evals, CheckpointWork, ResumeWork and
+ *                      StopWork to the trainers: the only file that builds
+ *                      a WorkItem
  *   oracle_report.c    takes the trainers' Reports and EvalResults, scores
  *                      evaluations, says when the job is finished, writes
  *                      the summary
- *   oracle_job.c       the job's states (waiting, training, done, failed,
- *                      stopped), create / destroy, the Work streams, and
- *                      oracle_job__advance: the one place that says in which
- *                      order the stages run
+ *   oracle_ckpt*.c     checkpoints (choosing, the trainers' part, the
+ *                      servers' part) and the calls that start the job on
+ *                      the embedding servers (check, fresh, resume,
+ *                      roll-back); oracle_probe.c notices a server restart
+ *   oracle_job.c       the lifecycle (its table is at the top of the file),
+ *                      create / destroy, the Work streams, and
+ *                      oracle_job__advance: the one place that decides what
+ *                      happens next and in which order the stages run
+ *   oracle_job_shape.c the configuration's checks, the tables' strategies,
+ *                      the metrics
  *
- * Three rules keep the stages from calling each other in circles:
- *  - A stage's step returns what it changed (ORACLE_CH_* bits) or a
- *    negative error, and never calls another stage's step: advance runs
- *    them in order, and again while a change lets an earlier stage go on.
- *    Events (a worker-pool completion, a fetch thread's wake-up, a message
- *    on a stream) update their own stage's state and call advance.
+ * Four rules keep the files from calling each other in circles:
+ *  - The job's state is written by set_state in oracle_job.c only (with the
+ *    job_state gauge and the job record), along the lifecycle table; every
+ *    decision that changes it is made in advance's case for the state.
+ *  - A stage's step (oracle_fetch__collect, oracle_pipeline__plan and
+ *    __cache, oracle_dispatch__run, oracle_ckpt__run,
+ *    oracle_report__finished) returns what it changed (ORACLE_CH_* bits) or
+ *    a negative error and is called by advance only, never by another
+ *    stage: advance runs them in order, and again while a change lets an
+ *    earlier stage go on.  Events (a worker-pool completion, a fetch
+ *    thread's wake-up, a message on a stream, a request) update their own
+ *    stage's state, or keep their result for advance (the start's calls to
+ *    the servers: oracle_ckpt__start_done), and call advance.  The other
+ *    stages ask the checkpoint stage at three points (oracle_ckpt__wanted,
+ *    __decided, __dispatch): queries and records, not steps.
  *  - Each stage owns one sub-struct of the job (j->fetch, j->pipe,
- *    j->dispatch, j->report) and writes only that and the metrics; it may
- *    read the others' and the job's shape.  A stage may ask another for
- *    what it produced (oracle_fetch__take, oracle_pipeline__decided).
+ *    j->dispatch, j->report, j->ckpt, j->probe), and only its own file
+ *    writes it, a checkpoint's state included (oracle_<stage>__restore); it
+ *    may read the others' and the job's shape, and ask another for what it
+ *    produced (oracle_fetch__take, oracle_pipeline__decided).  The job's
+ *    own fields are oracle_job.c's, except that the pipeline runs table
+ *    strategy auto's choice (j->strat_running, j->strat_why, then
+ *    oracle_job__strategy_set) and the probe counts its timer in
+ *    j->handles_open.
  *  - A failure is said once, with oracle_job__error (the first reason
  *    wins), and the stage returns the error: only oracle_job.c ends a job
  *    (StopWork to every trainer, the stages' end hooks, the logs).
@@ -59,6 +82,7 @@
 #include "oracle_recover.h"
 #include "plan.h"
 #include "rpc.h"
+#include "clock.h"
 
 #define ORACLE_LOSS_RING 1024   /* recent per-iteration losses for the running train_logloss */
 #define ORACLE_EVAL_HISTORY 100 /* evaluations kept for the summary (the last ones) */
@@ -315,8 +339,8 @@ typedef struct oracle_ckpt_s {
   char resume_blob[160];   /* the dense state's blob (the manifest's dense_blob) */
   uint32_t resume_server;
   uint8_t *resume_sent;    /* P flags: ResumeWork queued */
-  int start_pending;       /* trainers attached, the servers are being checked */
-  char blocked_why[1024];
+  struct ck_work_s *start_done; /* a start's work (check, fresh, resume, roll-back) came back: advance decides */
+  struct ck_work_s *done_head, *done_tail; /* a checkpoint's works that came back, in order: oracle_ckpt__collect */
   /* reporting */
   uint64_t n_done;
   double stall_sum, total_sum;
@@ -374,7 +398,7 @@ struct oracle_job_s {
   data_schema_t schema;   /* the tables' shape (hotness, rows) and ... */
   table_layout_t layout;  /* ... their rows' layout, from the job (read-only after create) */
   int have_schema;
-  /* the state machine */
+  /* the state machine: state is written by set_state (oracle_job.c) only */
   int state;
   char message[1536];
   int fail_rc; /* a stage failed (oracle_job__error): advance ends the job with fail_why */
@@ -395,10 +419,18 @@ struct oracle_job_s {
   int lost_rank;
   int soft_rank;             /* a trainer that closed its stream mid-job (a step failed on it): lost if nothing else is */
   uint64_t soft_at;
-  int retired;               /* ended to recover; oracle_job_retire frees it once idle */
+  int retired;               /* this object ended to recover (not a state: the service replaces it) */
   void (*on_recover)(oracle_job_t *j, void *ud);
-  void *on_recover_ud;
-  uv_timer_t recover_timer;  /* calls on_recover from the loop */
+  void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
+  void *on_recover_ud; /* (both callbacks') */
+  /* chanter train --resume / --fresh on a blocked job: advance starts it */
+  struct {
+    int asked, fresh;
+    char want[96];
+  } start_req;
+  uv_timer_t recover_timer;  /* calls on_recover from the loop, once retired */
+  uv_timer_t soft_timer;     /* soft_rank's grace */
+  uv_timer_t retire_timer;   /* polls a retired object until nothing of it runs, then frees it */
   uv_async_t wake; /* a fetch thread has something for the loop: advance */
   uv_timer_t start_timer;
   int handles_open;
@@ -412,15 +444,39 @@ struct oracle_job_s {
   oracle_probe_t probe;
 };
 
-static inline double oracle_job__now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static inline double oracle_job__now(void) { return clock_mono_s(); }
 
 static inline int oracle_job__over(const oracle_job_t *j) {
   return j->state == ORACLE_DONE || j->state == ORACLE_FAILED || j->state == ORACLE_STOPPED || j->retired;
 }
+/* Training, and not retired. */
+static inline int oracle_job__training(const oracle_job_t *j) { return j->state == ORACLE_TRAINING && !j->retired; }
+
+/* ---- the lifecycle (the table at the top of oracle_job.c) */
+
+/* What moves a job from one state to the next.  FAIL and STOP leave every
+ * state but the three ends. */
+enum {
+  ORACLE_EV_CREATE = 0, /* the job object exists */
+  ORACLE_EV_RECOVER,    /* ... and was created to recover: the servers roll back */
+  ORACLE_EV_ATTACHED,   /* every trainer attached: the servers are checked */
+  ORACLE_EV_EMPTY,      /* the servers hold nothing: the job's stamp goes on them */
+  ORACLE_EV_BLOCK,      /* they hold another job's state (or a resume was refused) */
+  ORACLE_EV_START,      /* chanter train --resume / --fresh */
+  ORACLE_EV_LEFT,       /* the servers are ready but a trainer left before the start */
+  ORACLE_EV_READY,      /* the servers are ready and every trainer attached: training */
+  ORACLE_EV_FINISHED,   /* every iteration and evaluation in, the replicas agree */
+  ORACLE_EV_FAIL,       /* an error (a stage's, a timeout, a recovery refused) */
+  ORACLE_EV_STOP,       /* Stop, SIGTERM */
+  ORACLE_N_EVENTS
+};
+/* The state event ev leads to from state, or -1 when the table has no
+ * such transition.  Pure (the tests walk it). */
+int oracle_job__next_state(int state, int ev);
+/* The state's own name ("checking", "starting" where oracle_state_name
+ * says "waiting"); the event's. */
+const char *oracle_job__state_label(int state);
+const char *oracle_job__event_name(int ev);
 
 /* ---- oracle_job.c */
 
@@ -428,11 +484,6 @@ static inline int oracle_job__over(const oracle_job_t *j) {
  * once the job is over.  Returns rc (a negative error or a project code),
  * for `return oracle_job__error(j, rc, ...)`. */
 int oracle_job__error(oracle_job_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The tables' strategies are strat (no auto left): places the partitioned
- * ones (part_owner, ext), logs them, ends strat_pending.  The plans
- * already made still hold every table's keys: the caller drops them.  0 or
- * -ENOMEM. */
-int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 /* Says that a daemon was lost (kind "trainer", "hang", "embedding"; who
  * "trainer-1"; rank the trainer's or -1): advance ends this job object and
  * the service recovers the job with a new one.  Without a record of
@@ -443,9 +494,19 @@ void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int ra
  * order until nothing more can move.  Every event ends by calling it;
  * re-entered, it runs once more instead. */
 void oracle_job__advance(oracle_job_t *j);
-/* Training begins at j->ckpt.start (0, or c + 1 resumed): the clocks, the
- * fetch threads.  From oracle_ckpt.c once the servers are ready. */
-void oracle_job__begin(oracle_job_t *j);
+
+/* ---- oracle_job_shape.c */
+
+/* The tables' schema, layout and strategies from the configuration (an
+ * auto table waits: strat_pending).  0 or an error with err. */
+int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len);
+/* The job's metrics on reg (j->m). */
+void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg);
+/* The tables' strategies are strat (no auto left): places the partitioned
+ * ones (part_owner, ext), logs them, ends strat_pending.  The plans
+ * already made still hold every table's keys: the caller drops them.  0 or
+ * -ENOMEM. */
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 
 /* ---- oracle_probe.c */
 
@@ -523,6 +584,11 @@ int oracle_dispatch__init(oracle_job_t *j);
 int oracle_dispatch__run(oracle_job_t *j);
 /* Queues StopWork (reason, the job's state) on call. */
 void oracle_dispatch__stop_work(rpc_call_t *call, const char *reason, int state);
+/* Queue on rank p's stream: checkpoint cp's CheckpointWork; the
+ * ResumeWork of a resumed job (j->ckpt's resume_*).  0 or the send's
+ * error.  (oracle_ckpt__dispatch says when.) */
+int oracle_dispatch__checkpoint(oracle_job_t *j, uint32_t p, const oracle_cp_t *cp);
+int oracle_dispatch__resume(oracle_job_t *j, uint32_t p);
 void oracle_dispatch__close(oracle_job_t *j);
 
 /* ---- oracle_report.c */
@@ -552,15 +618,25 @@ void oracle_report__close(oracle_job_t *j);
 /* Configuration, the embedding servers' client, metrics.  0 or an error
  * with err. */
 int oracle_ckpt__init(oracle_job_t *j, metrics_registry_t *reg, char *err, size_t err_len);
-/* Every trainer is attached: check the embedding servers on the worker
- * pool; then the job begins at iteration 0 (they hold nothing: the job's
- * stamp goes on them) or is blocked (they hold another job's state) until
- * oracle_ckpt__start.  Without servers it begins at once. */
-void oracle_ckpt__attached(oracle_job_t *j);
-/* A job created to recover: roll the servers back now, before the
- * trainers attach (their parked write-backs are released by it).  The job
- * begins once they are rolled back and every trainer is attached. */
-void oracle_ckpt__recover(oracle_job_t *j);
+/* The start's calls to the embedding servers, queued on the worker pool;
+ * what they found comes back to advance (oracle_ckpt__start_done), which
+ * decides.  check: what the servers hold (nothing, or another job's
+ * state).  start: --fresh (clear them; quiet: nothing to clear, a check
+ * found them empty) or --resume (restore checkpoint want), then the job's
+ * stamp.  rollback: a job created to recover rolls the servers back to the
+ * job's latest complete checkpoint (or its start), before the trainers
+ * attach (their parked write-backs are released by it).  0 or an error
+ * (said). */
+int oracle_ckpt__check(oracle_job_t *j);
+int oracle_ckpt__start(oracle_job_t *j, int fresh, int quiet, const char *want);
+int oracle_ckpt__rollback(oracle_job_t *j);
+/* The start's call that came back (the caller frees it with
+ * oracle_ckpt__work_free), or NULL while none did. */
+struct ck_work_s *oracle_ckpt__start_done(oracle_job_t *j);
+void oracle_ckpt__work_free(struct ck_work_s *w);
+/* The job goes on from checkpoint m (resumed, or rolled back to): the
+ * ResumeWork every trainer gets first. */
+void oracle_ckpt__resumed(oracle_job_t *j, const manifest_t *m);
 /* Whether a checkpoint is taken after batch x (asked once per batch, in
  * order, when its planning is queued). */
 int oracle_ckpt__wanted(oracle_job_t *j, uint64_t x);
@@ -575,6 +651,11 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x);
 /* A CheckpointDone from rank p.  0, or -EINVAL with why (protocol error). */
 int oracle_ckpt__message(oracle_job_t *j, uint32_t p, const Chanter__Oracle__V1__CheckpointDone *m, char *why,
                          size_t why_len);
+/* The conductor, first in every pass while training: what the servers
+ * answered for a checkpoint (a fence: Step c + 1 may go; the servers'
+ * part: the checkpoint is complete).  0, or an error (said); a server
+ * lost is said with oracle_job__lose (advance recovers). */
+int oracle_ckpt__collect(oracle_job_t *j);
 /* The conductor: the servers' part of a checkpoint every trainer has
  * answered (on the worker pool).  0 or an error (said). */
 int oracle_ckpt__run(oracle_job_t *j);
@@ -584,7 +665,7 @@ int oracle_ckpt__busy(const oracle_job_t *j);
 
 #define ORACLE_PROBE_MAX_SERVERS 256 /* servers whose incarnation a start records (more: the probe's first answer) */
 /* A call to the embedding servers on the worker pool, and its result for
- * ck_done (oracle_ckpt.c) on the loop. */
+ * ck_done (oracle_ckpt.c) on the loop, which keeps a start's for advance. */
 enum { W_PREFLIGHT, W_FRESH, W_RESUME, W_FENCE, W_SERVERS, W_RECOVER };
 typedef struct ck_work_s {
   uv_work_t req;
@@ -613,10 +694,14 @@ typedef struct ck_work_s {
   manifest_t job;
   double secs;
   char pruned[512];
+  struct ck_work_s *next; /* on the list of works that came back */
 } ck_work_t;
 
 /* The work of w->kind (uv_work_cb). */
 void oracle_ckpt__work(uv_work_t *req);
+/* Tests only (NULL otherwise): when set, it does the work instead of the
+ * embedding servers (worker pool), filling in w's results. */
+extern void (*oracle_ckpt__work_fake)(ck_work_t *w);
 /* This job's fingerprint as a manifest (the per-checkpoint fields empty). */
 void oracle_ckpt__job_manifest(const oracle_job_t *j, manifest_t *m);
 /* 0 when the job may go on from checkpoint m (warn: a sentence for changes
@@ -630,6 +715,29 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
  * error with err (a damaged or truncated blob, ERR_BADMSG; a blob of
  * another version, ERR_CONFIG naming both; laia's state refused). */
 int oracle_ckpt__state_load(oracle_job_t *j, const uint8_t *p, size_t n, char *err, size_t err_len);
+
+/* The oracle's state in a checkpoint, decoded (oracle_ckpt__state_load):
+ * the job goes on at iteration + 1; laia points into the blob. */
+typedef struct oracle_ostate_s {
+  uint64_t iteration, P, evals_done, n_evals, n_hist, tail_n, n_loss, l_start, n_done;
+  oracle_eval_rec_t hist[ORACLE_EVAL_HISTORY];
+  double last_ll, last_auc, loss_last, tail_sum, loss[ORACLE_LOSS_RING];
+  double sums[6], sum_t[PHASE_N_REPORT], first_t[PHASE_N_REPORT], seconds, stall_sum, total_sum;
+  const uint8_t *laia;
+  size_t laia_len;
+  uint64_t n_strat;
+  uint8_t strat[TABLE_MAX];
+} oracle_ostate_t;
+/* Each stage takes its part of o back (state_load calls them in this
+ * order; only the pipeline's may refuse, with err: laia's state). */
+int oracle_pipeline__restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len);
+void oracle_fetch__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_dispatch__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o);
+void oracle_ckpt__restore(oracle_job_t *j, const oracle_ostate_t *o);
+/* table_strategy = auto: the choice the checkpointed run made (the job's
+ * own part, oracle_job_shape.c).  0 or an error with err. */
+int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len);
 
 /* The summary's "checkpoint" object (appended to b). */
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap);

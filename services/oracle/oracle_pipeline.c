@@ -639,6 +639,36 @@ int oracle_pipeline__start(oracle_job_t *j) {
   return 0;
 }
 
+int oracle_pipeline__restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len) {
+  oracle_pipe_t *pp = &j->pipe;
+  uint64_t s = o->iteration + 1;
+  if (pp->laia) {
+    laia_t *l = NULL;
+    laia_opts_t lo = {.trainers = j->P,
+                      .window = pp->laia_window,
+                      .seed = j->seed,
+                      .profile = pp->laia_profile,
+                      .min_share = pp->laia_min_share};
+    if (o->laia_len && o->P == j->P) {
+      char why[512] = "";
+      int rc = laia_load(&lo, o->laia, o->laia_len, &l, why, sizeof why);
+      if (rc) return err_set(err, err_len, rc, "laia's state in the checkpoint: %s", why);
+    } else {
+      /* another allocation or trainer count: laia starts over from c + 1 (warned: summation order) */
+      int rc = laia_create(&lo, &l);
+      if (rc || (rc = laia_start_at(l, s)) != 0) {
+        laia_destroy(l);
+        return err_set(err, err_len, rc, "allocation = laia: %s", err_str(rc));
+      }
+    }
+    laia_destroy(pp->laia);
+    pp->laia = l;
+  }
+  pp->laia_next = s;
+  pp->next = pp->reaped = pp->push_next = pp->decide_next = s;
+  return 0;
+}
+
 void oracle_pipeline__close(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   if (!pp->open) return;

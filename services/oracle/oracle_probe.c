@@ -97,7 +97,7 @@ static void probe_done(uv_work_t *req, int status) {
 static void on_probe(uv_timer_t *t) {
   oracle_job_t *j = t->data;
   oracle_probe_t *pr = &j->probe;
-  if (pr->running || j->destroying || oracle_job__over(j) || j->state != ORACLE_TRAINING) return;
+  if (pr->running || j->destroying || oracle_job__over(j) || !oracle_job__training(j)) return;
   uint32_t S = j->ckpt.S;
   probe_work_t *w = calloc(1, sizeof *w);
   if (!w || !(w->inc = calloc(S, sizeof *w->inc)) || !(w->rc = calloc(S, sizeof *w->rc)) ||

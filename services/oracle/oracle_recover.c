@@ -10,32 +10,25 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
+#include "fsio.h"
+#include "json.h"
 #include "log.h"
 #include "manifest.h"
 
-static double unix_now(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
-}
+static double unix_now(void) { return clock_wall_s(); }
 
 /* ------------------------------------------------------------------ files */
 
+/* dir/name replaced durably (fsio_replace: temporary, fsync, rename,
+ * fsync the directory). */
 static int write_atomic(const char *dir, const char *name, const char *text, size_t len, char *err, size_t err_len) {
-  char path[4300], tmp[4310];
-  mkdir(dir, 0755);
+  char path[4300];
+  int rc = fsio_mkdir_p(dir, err, err_len);
+  if (rc) return rc;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f || fwrite(text, 1, len, f) != len || fflush(f) || fsync(fileno(f))) {
-    int e = errno ? errno : EIO;
-    if (f) fclose(f);
-    return err_set(err, err_len, -e, "cannot write %s: %s", tmp, strerror(e));
-  }
-  if (fclose(f)) return err_set(err, err_len, -errno, "cannot write %s: %s", tmp, strerror(errno));
-  if (rename(tmp, path)) return err_set(err, err_len, -errno, "cannot rename %s: %s", tmp, strerror(errno));
-  return 0;
+  return fsio_replace(path, text, len, 0644, err, err_len);
 }
 
 void oracle_record_config_hash(const cfg_t *cfg, char out[65]) {
@@ -275,12 +268,7 @@ void oracle_recoveries_json(const oracle_recoveries_t *rs, char *out, size_t cap
   for (uint64_t i = first; i < rs->n && o < cap; i++) {
     const oracle_recovery_t *r = &rs->r[i % ORACLE_RECOVERIES_KEPT];
     char why[600];
-    size_t w = 0;
-    for (const char *p = r->why; *p && w < sizeof why - 2; p++) { /* a JSON string */
-      if (*p == '"' || *p == '\\') why[w++] = '\\';
-      why[w++] = (unsigned char)*p < 0x20 ? ' ' : *p;
-    }
-    why[w] = 0;
+    json_escape(why, sizeof why, r->why);
     uint64_t replayed =
         r->done_at_loss > (uint64_t)(r->rollback_to + 1) ? r->done_at_loss - (uint64_t)(r->rollback_to + 1) : 0;
 #define T(x) (r->x ? r->x - r->t_detected : -1.0)

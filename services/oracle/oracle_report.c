@@ -293,13 +293,13 @@ int oracle_report__message(oracle_job_t *j, uint32_t rank, const Chanter__Oracle
                            size_t why_len) {
   switch (m->kind_case) {
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_REPORT: {
-    if (j->state != ORACLE_TRAINING) break;
+    if (!oracle_job__training(j)) break;
     report_t r;
     decode_report(m->report, &r);
     return on_report(j, rank, &r, why, why_len);
   }
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_EVAL:
-    if (j->state != ORACLE_TRAINING) break;
+    if (!oracle_job__training(j)) break;
     return on_eval_result(j, rank, m->eval, why, why_len);
   case CHANTER__ORACLE__V1__TRAINER_MESSAGE__KIND_HELLO:
     snprintf(why, why_len, "a second Hello on one Work stream");
@@ -373,6 +373,32 @@ void oracle_report__start(oracle_job_t *j) {
   rp->t_start = rp->t_last = rp->t_last_log = oracle_job__now();
 }
 
+void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o) {
+  oracle_report_t *rp = &j->report;
+  uint64_t s = o->iteration + 1;
+  for (uint32_t p = 0; p < j->P; p++) rp->rank[p].reported = s;
+  rp->done = rp->start = s;
+  rp->evals_done = o->evals_done;
+  rp->n_evals = o->n_evals;
+  uint64_t first = o->n_evals - o->n_hist;
+  for (uint64_t i = 0; i < o->n_hist; i++) rp->evals[(first + i) % ORACLE_EVAL_HISTORY] = o->hist[i];
+  rp->last_test_logloss = o->last_ll;
+  rp->last_test_auc = o->last_auc;
+  rp->loss_last = o->loss_last;
+  rp->tail_loss_sum = o->tail_sum;
+  rp->tail_n = o->tail_n;
+  for (uint64_t i = 0; i < o->n_loss; i++) rp->loss_ring[(s - o->n_loss + i) % ORACLE_LOSS_RING] = o->loss[i];
+  rp->sum_rows_fetched = o->sums[0];
+  rp->sum_rows_synced = o->sums[1];
+  rp->sum_rows_synced_delayed = o->sums[2];
+  rp->sum_rows_replicated = o->sums[3];
+  rp->sum_rows_written_back = o->sums[4];
+  rp->sum_cache_hits = o->sums[5];
+  memcpy(rp->sum_t, o->sum_t, sizeof rp->sum_t);
+  memcpy(rp->first_t, o->first_t, sizeof rp->first_t);
+  rp->seconds_before = o->seconds;
+}
+
 void oracle_report__close(oracle_job_t *j) {
   oracle_report_t *rp = &j->report;
   if (!rp->open) return;
@@ -389,17 +415,10 @@ void oracle_report__close(oracle_job_t *j) {
 /* ---- the summary */
 
 
-char *oracle_report__summary(const oracle_job_t *j) {
+/* train_logloss: the mean over the job's tail once it is done (jobrule),
+ * before that over the last tenth of the iterations done; NAN before any. */
+static double train_logloss(const oracle_job_t *j) {
   const oracle_report_t *rp = &j->report;
-  const oracle_pipe_t *pp = &j->pipe;
-  const oracle_fetch_t *f = &j->fetch;
-  sbuf_t b = {0};
-  double n = (double)rp->done;
-  double run = (double)(rp->done - rp->start); /* iterations of this run (a resumed job's since its checkpoint) */
-  double end = oracle_job__over(j) ? rp->t_last : oracle_job__now();
-  if (j->state == ORACLE_TRAINING && rp->done == rp->start) end = oracle_job__now();
-  double span = rp->t_start > 0 ? end - rp->t_start : 0;
-  double sps = span > 0 && run > 0 ? run * j->B / span : 0;
   double train_loss = NAN;
   if (rp->done > 0) {
     if (rp->tail_n && rp->done == j->iterations) {
@@ -413,6 +432,149 @@ char *oracle_report__summary(const oracle_job_t *j) {
       train_loss = s / (double)k;
     }
   }
+  return train_loss;
+}
+
+/* The rows and cache hits per iteration, the phases' seconds. */
+static void summary_rows(sbuf_t *sb, const oracle_job_t *j, double n) {
+  const oracle_report_t *rp = &j->report;
+  sb_num(sb, "rows_fetched", n > 0 ? rp->sum_rows_fetched / n : 0);
+  sb_printf(sb, ", ");
+  sb_num(sb, "rows_synced", n > 0 ? rp->sum_rows_synced / n : 0);
+  sb_printf(sb, ", ");
+  sb_num(sb, "rows_synced_delayed", n > 0 ? rp->sum_rows_synced_delayed / n : 0);
+  sb_printf(sb, ", ");
+  sb_num(sb, "rows_replicated", n > 0 ? rp->sum_rows_replicated / n : 0);
+  sb_printf(sb, ", ");
+  sb_num(sb, "rows_written_back", n > 0 ? rp->sum_rows_written_back / n : 0);
+  sb_printf(sb, ", ");
+  sb_num(sb, "cache_hits", n > 0 ? rp->sum_cache_hits / n : 0);
+  sb_printf(sb, ", \"phase_seconds\": {");
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
+    if (k) sb_printf(sb, ", ");
+    sb_num(sb, phase_name(k), n > 0 ? rp->sum_t[k] / n : 0);
+  }
+  sb_printf(sb, "}, ");
+}
+
+/* The start-up (iteration 0: planning the probe, choosing L, the first
+ * decisions and fetches), the wind-down (the job's last iteration, whose
+ * write-back of every cached and partitioned row newer than the servers'
+ * ends the job) and the steady state between them. */
+static void summary_steady(sbuf_t *sb, const oracle_job_t *j, double n, double run, double end) {
+  const oracle_report_t *rp = &j->report;
+  double first = run > 0 && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
+  int wind = rp->done == j->iterations && rp->t_before_last > 0 && run > 2; /* the last one is set apart */
+  double rest = run > 1 ? (wind ? rp->t_before_last : end) - rp->t_first_done : 0;
+  double ns = n - 1 - wind, steady[PHASE_N_REPORT];
+  for (int k = 0; k < PHASE_N_REPORT; k++)
+    steady[k] = ns > 0 ? (rp->sum_t[k] - rp->first_t[k] - (wind ? rp->last_t[k] : 0)) / ns : NAN;
+  sb_num(sb, "first_iteration_seconds", first);
+  sb_printf(sb, ", ");
+  sb_num(sb, "last_iteration_seconds", wind ? rp->t_last - rp->t_before_last : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "steady_samples_per_sec", rest > 0 ? (run - 1 - wind) * j->B / rest : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "steady_iteration_seconds", steady[PHASE_TOTAL]);
+  /* the phases over the same iterations as steady_iteration_seconds
+   * (after iteration 0, before the last), so that they add up to it;
+   * phase_seconds counts them all */
+  sb_printf(sb, ", \"steady_phase_seconds\": {");
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
+    if (k) sb_printf(sb, ", ");
+    sb_num(sb, phase_name(k), steady[k]);
+  }
+  sb_printf(sb, "}, ");
+}
+
+/* Each table's strategy (table_strategy, tstrat.h), its owner when
+ * partitioned, and why. */
+static void summary_tables(sbuf_t *sb, const oracle_job_t *j) {
+  sb_printf(sb, "\"tables\": [");
+  for (uint32_t t = 0; t < j->n_tables; t++) {
+    uint32_t o = j->part_owner ? j->part_owner[t] : UINT32_MAX;
+    sb_printf(sb, "%s{\"table\": %u, ", t ? ", " : "", t);
+    sb_str(sb, "strategy", o == TSTRAT_NONE ? "cache" : o == TSTRAT_ALL ? "partition_rows" : "partition");
+    if (o != TSTRAT_NONE && o != TSTRAT_ALL) sb_printf(sb, ", \"owner\": %u", o);
+    sb_printf(sb, ", ");
+    sb_str(sb, "why", j->strat_why ? j->strat_why[t] : "");
+    sb_printf(sb, "}");
+  }
+  sb_printf(sb, "], ");
+}
+
+/* allocation = laia: of the samples allocated, those some trainer held a
+ * row of, those placed on a trainer holding most of them. */
+static void summary_laia(sbuf_t *sb, const oracle_job_t *j) {
+  if (!j->pipe.laia) return;
+  laia_stats_t ls;
+  double laia_secs;
+  oracle_pipeline__laia_stats(j, &ls, &laia_secs);
+  double ns = ls.samples ? (double)ls.samples : 1;
+  sb_printf(sb, ", \"laia\": {");
+  sb_num(sb, "samples_scored", (double)ls.scored / ns);
+  sb_printf(sb, ", ");
+  sb_num(sb, "samples_on_holder", (double)ls.best / ns);
+  sb_printf(sb, ", ");
+  sb_num(sb, "seconds_per_batch", ls.batches ? laia_secs / (double)ls.batches : 0);
+  sb_printf(sb, ", \"rows_held\": %zu, \"tables_scored\": %u, \"tables\": %u}", ls.rows_held, ls.tables_scored,
+            ls.tables);
+}
+
+/* The checkpoints, the recoveries, the warnings, the evaluations (the
+ * summary's last fields). */
+static void summary_records(sbuf_t *sb, const oracle_job_t *j) {
+  const oracle_report_t *rp = &j->report;
+  const oracle_fetch_t *f = &j->fetch;
+  {
+    char ck[1024];
+    oracle_ckpt__summary(j, ck, sizeof ck);
+    sb_printf(sb, ", %s", ck);
+  }
+  if (j->recs) { /* every recovery of the job, with its moments (oracle_recover.h) */
+    size_t cap = 1400 * ORACLE_RECOVERIES_KEPT + 16;
+    char *rj = malloc(cap);
+    if (rj) {
+      oracle_recoveries_json(j->recs, rj, cap);
+      sb_printf(sb, ", \"recoveries\": %s", rj);
+      oracle_recoveries_line(j->recs, rj, cap);
+      sb_printf(sb, ", ");
+      sb_str(sb, "recovery", rj);
+      free(rj);
+    }
+  }
+  /* said once at start: a batch larger than a split */
+  sb_printf(sb, ", \"warnings\": [");
+  for (int k = 0; k < f->n_warnings; k++) {
+    if (k) sb_printf(sb, ", ");
+    sb_str_value(sb, f->warnings[k]);
+  }
+  sb_printf(sb, "], \"evals\": [");
+  uint64_t first = rp->n_evals > ORACLE_EVAL_HISTORY ? rp->n_evals - ORACLE_EVAL_HISTORY : 0;
+  for (uint64_t i = first; i < rp->n_evals; i++) {
+    const oracle_eval_rec_t *e = &rp->evals[i % ORACLE_EVAL_HISTORY];
+    sb_printf(sb, "%s{\"round\": %llu, \"after_iteration\": %llu, ", i > first ? ", " : "",
+              (unsigned long long)e->round, (unsigned long long)e->after);
+    sb_num(sb, "logloss", e->logloss);
+    sb_printf(sb, ", ");
+    sb_num(sb, "auc", e->auc);
+    sb_printf(sb, "}");
+  }
+  sb_printf(sb, "]}");
+}
+
+char *oracle_report__summary(const oracle_job_t *j) {
+  const oracle_report_t *rp = &j->report;
+  const oracle_pipe_t *pp = &j->pipe;
+  const oracle_fetch_t *f = &j->fetch;
+  sbuf_t b = {0};
+  double n = (double)rp->done;
+  double run = (double)(rp->done - rp->start); /* iterations of this run (a resumed job's since its checkpoint) */
+  double end = oracle_job__over(j) ? rp->t_last : oracle_job__now();
+  if (oracle_job__training(j) && rp->done == rp->start) end = oracle_job__now();
+  double span = rp->t_start > 0 ? end - rp->t_start : 0;
+  double sps = span > 0 && run > 0 ? run * j->B / span : 0;
+  double train_loss = train_logloss(j);
   sb_printf(&b, "{");
   sb_printf(&b, "\"iterations\": %llu, ", (unsigned long long)rp->done);
   sb_num(&b, "samples_per_sec", sps);
@@ -435,51 +597,8 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_printf(&b, ", ");
   sb_str(&b, "dense_sha256", rp->dense_hex);
   sb_printf(&b, ", ");
-  sb_num(&b, "rows_fetched", n > 0 ? rp->sum_rows_fetched / n : 0);
-  sb_printf(&b, ", ");
-  sb_num(&b, "rows_synced", n > 0 ? rp->sum_rows_synced / n : 0);
-  sb_printf(&b, ", ");
-  sb_num(&b, "rows_synced_delayed", n > 0 ? rp->sum_rows_synced_delayed / n : 0);
-  sb_printf(&b, ", ");
-  sb_num(&b, "rows_replicated", n > 0 ? rp->sum_rows_replicated / n : 0);
-  sb_printf(&b, ", ");
-  sb_num(&b, "rows_written_back", n > 0 ? rp->sum_rows_written_back / n : 0);
-  sb_printf(&b, ", ");
-  sb_num(&b, "cache_hits", n > 0 ? rp->sum_cache_hits / n : 0);
-  sb_printf(&b, ", \"phase_seconds\": {");
-  for (int k = 0; k < PHASE_N_REPORT; k++) {
-    if (k) sb_printf(&b, ", ");
-    sb_num(&b, phase_name(k), n > 0 ? rp->sum_t[k] / n : 0);
-  }
-  sb_printf(&b, "}, ");
-  /* the start-up (iteration 0: planning the probe, choosing L, the first
-   * decisions and fetches), the wind-down (the job's last iteration, whose
-   * write-back of every cached and partitioned row newer than the servers'
-   * ends the job) and the steady state between them */
-  {
-    double first = run > 0 && rp->t_start > 0 ? rp->t_first_done - rp->t_start : NAN;
-    int wind = rp->done == j->iterations && rp->t_before_last > 0 && run > 2; /* the last one is set apart */
-    double rest = run > 1 ? (wind ? rp->t_before_last : end) - rp->t_first_done : 0;
-    double ns = n - 1 - wind, steady[PHASE_N_REPORT];
-    for (int k = 0; k < PHASE_N_REPORT; k++)
-      steady[k] = ns > 0 ? (rp->sum_t[k] - rp->first_t[k] - (wind ? rp->last_t[k] : 0)) / ns : NAN;
-    sb_num(&b, "first_iteration_seconds", first);
-    sb_printf(&b, ", ");
-    sb_num(&b, "last_iteration_seconds", wind ? rp->t_last - rp->t_before_last : NAN);
-    sb_printf(&b, ", ");
-    sb_num(&b, "steady_samples_per_sec", rest > 0 ? (run - 1 - wind) * j->B / rest : NAN);
-    sb_printf(&b, ", ");
-    sb_num(&b, "steady_iteration_seconds", steady[PHASE_TOTAL]);
-    /* the phases over the same iterations as steady_iteration_seconds
-     * (after iteration 0, before the last), so that they add up to it;
-     * phase_seconds counts them all */
-    sb_printf(&b, ", \"steady_phase_seconds\": {");
-    for (int k = 0; k < PHASE_N_REPORT; k++) {
-      if (k) sb_printf(&b, ", ");
-      sb_num(&b, phase_name(k), steady[k]);
-    }
-    sb_printf(&b, "}, ");
-  }
+  summary_rows(&b, j, n);
+  summary_steady(&b, j, n, run, end);
   sb_num(&b, "unique_keys", pp->plans_done ? pp->sum_unique / (double)pp->plans_done : 0);
   sb_printf(&b, ", ");
   sb_num(&b, "plan_seconds", pp->plans_done ? pp->plan_secs_sum / (double)pp->plans_done : 0);
@@ -490,18 +609,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
             j->P, j->B, pp->L_now, pp->L_start, (unsigned long long)pp->cache_rows, (unsigned long long)pp->slots_peak);
   sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
   sb_printf(&b, ", ");
-  /* each table's strategy (table_strategy, tstrat.h), its owner when partitioned, and why */
-  sb_printf(&b, "\"tables\": [");
-  for (uint32_t t = 0; t < j->n_tables; t++) {
-    uint32_t o = j->part_owner ? j->part_owner[t] : UINT32_MAX;
-    sb_printf(&b, "%s{\"table\": %u, ", t ? ", " : "", t);
-    sb_str(&b, "strategy", o == TSTRAT_NONE ? "cache" : o == TSTRAT_ALL ? "partition_rows" : "partition");
-    if (o != TSTRAT_NONE && o != TSTRAT_ALL) sb_printf(&b, ", \"owner\": %u", o);
-    sb_printf(&b, ", ");
-    sb_str(&b, "why", j->strat_why ? j->strat_why[t] : "");
-    sb_printf(&b, "}");
-  }
-  sb_printf(&b, "], ");
+  summary_tables(&b, j);
   /* what holds the first Step back, while lookahead = auto chooses L (the
    * progress line of `chanter train` shows it); empty once L is known */
   {
@@ -518,64 +626,16 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_str(&b, "mode", j->mode);
   sb_printf(&b, ", ");
   sb_str(&b, "allocation", j->allocation);
-  if (pp->laia) {
-    /* of the samples allocated: those some trainer held a row of, those placed on a trainer holding most of them */
-    laia_stats_t ls;
-    double laia_secs;
-    oracle_pipeline__laia_stats(j, &ls, &laia_secs);
-    double ns = ls.samples ? (double)ls.samples : 1;
-    sb_printf(&b, ", \"laia\": {");
-    sb_num(&b, "samples_scored", (double)ls.scored / ns);
-    sb_printf(&b, ", ");
-    sb_num(&b, "samples_on_holder", (double)ls.best / ns);
-    sb_printf(&b, ", ");
-    sb_num(&b, "seconds_per_batch", ls.batches ? laia_secs / (double)ls.batches : 0);
-    sb_printf(&b, ", \"rows_held\": %zu, \"tables_scored\": %u, \"tables\": %u}", ls.rows_held, ls.tables_scored,
-              ls.tables);
-  }
+  summary_laia(&b, j);
   sb_printf(&b, ", \"target_iterations\": %llu, ", (unsigned long long)j->iterations);
-  sb_str(&b, "state", oracle_state_name(j->state));
+  sb_str(&b, "state", oracle_state_name(oracle_job_state(j)));
   sb_printf(&b, ", ");
   sb_str(&b, "job_id", j->job_id);
   sb_printf(&b, ", ");
   sb_num(&b, "train_seconds", span);
   sb_printf(&b, ", ");
   sb_num(&b, "train_seconds_total", rp->seconds_before + span);
-  {
-    char ck[1024];
-    oracle_ckpt__summary(j, ck, sizeof ck);
-    sb_printf(&b, ", %s", ck);
-  }
-  if (j->recs) { /* every recovery of the job, with its moments (oracle_recover.h) */
-    size_t cap = 1400 * ORACLE_RECOVERIES_KEPT + 16;
-    char *rj = malloc(cap);
-    if (rj) {
-      oracle_recoveries_json(j->recs, rj, cap);
-      sb_printf(&b, ", \"recoveries\": %s", rj);
-      oracle_recoveries_line(j->recs, rj, cap);
-      sb_printf(&b, ", ");
-      sb_str(&b, "recovery", rj);
-      free(rj);
-    }
-  }
-  /* said once at start: a batch larger than a split */
-  sb_printf(&b, ", \"warnings\": [");
-  for (int k = 0; k < f->n_warnings; k++) {
-    if (k) sb_printf(&b, ", ");
-    sb_str_value(&b, f->warnings[k]);
-  }
-  sb_printf(&b, "], \"evals\": [");
-  uint64_t first = rp->n_evals > ORACLE_EVAL_HISTORY ? rp->n_evals - ORACLE_EVAL_HISTORY : 0;
-  for (uint64_t i = first; i < rp->n_evals; i++) {
-    const oracle_eval_rec_t *e = &rp->evals[i % ORACLE_EVAL_HISTORY];
-    sb_printf(&b, "%s{\"round\": %llu, \"after_iteration\": %llu, ", i > first ? ", " : "",
-              (unsigned long long)e->round, (unsigned long long)e->after);
-    sb_num(&b, "logloss", e->logloss);
-    sb_printf(&b, ", ");
-    sb_num(&b, "auc", e->auc);
-    sb_printf(&b, "}");
-  }
-  sb_printf(&b, "]}");
+  summary_records(&b, j);
   if (b.oom) {
     free(b.s);
     return NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "data.h"
 #include "dpc.h"
 #include "err.h"
@@ -66,11 +67,7 @@ struct oracle_service_s {
   metrics_counter_t *c_joins, *c_refused, *c_kv_set, *c_kv_get;
 };
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
+static int64_t now_ms(void) { return clock_mono_ms(); }
 
 static const char *role_name(role_t r) {
   switch (r) {
@@ -602,7 +599,7 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
   svc->loop = loop;
   svc->cfg = cfg;
   svc->reg = reg;
-  svc->generation = (uint32_t)time(NULL); /* above any earlier oracle's of this job: its trainers' keys never mix */
+  svc->generation = (uint32_t)clock_wall_s(); /* above any earlier oracle's of this job: its trainers' keys never mix */
   svc->trainers = (uint32_t)cfg_int(cfg, "trainers");
   svc->hb_timeout_ms = cfg_int(cfg, "oracle.heartbeat_timeout_ms");
   data_schema_t sc;

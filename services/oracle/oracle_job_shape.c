@@ -1,0 +1,153 @@
+/*
+ * oracle_job_shape: what a job is before it runs (oracle_job.c runs it):
+ * the checks of its configuration this oracle makes (oracle_job_check_cfg),
+ * the tables' strategies (table_strategy, tstrat.h: which tables live on
+ * one trainer, and whose; chosen at create, once auto has seen the first
+ * batches, or taken back from a checkpoint) and the job's metrics.  Loop
+ * thread, or before the loop runs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "oracle_job_internal.h"
+#include "tstrat.h"
+
+#define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
+
+int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
+  /* cfg already checked that lookahead is auto or a number >= 0 */
+  const char *la = cfg_str(cfg, "lookahead");
+  if (strcmp(la, "auto") != 0 && strtoull(la, NULL, 10) > MAX_LOOKAHEAD) {
+    snprintf(err, err_len,
+             "lookahead = %s (from %s) is above %d: the oracle keeps about 2 L planned batches in memory; set a "
+             "smaller lookahead, or auto",
+             la, cfg_origin(cfg, "lookahead"), MAX_LOOKAHEAD);
+    return ERR_CONFIG;
+  }
+  /* slots travel as uint32, and a trainer's cache has at least one row */
+  int64_t rows = cfg_int(cfg, "cache_rows");
+  if (strcmp(cfg_str(cfg, "mode"), "ideal") != 0 && (rows < 1 || (uint64_t)rows > UINT32_MAX)) {
+    snprintf(err, err_len,
+             "cache_rows = %lld (from %s) is not in [1, 2^32): every mode but ideal caches embedding rows in each "
+             "trainer; set cache_rows to the rows a trainer's cache may hold",
+             (long long)rows, cfg_origin(cfg, "cache_rows"));
+    return ERR_CONFIG;
+  }
+  const char *al = cfg_str(cfg, "allocation");
+  if (plan_alloc_parse(al) < 0) {
+    snprintf(err, err_len, "allocation = %s (from %s) is unknown; use contiguous, random or laia", al,
+             cfg_origin(cfg, "allocation"));
+    return ERR_CONFIG;
+  }
+  data_schema_t sc;
+  int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
+  if (rc) return rc;
+  uint8_t *strat = malloc(sc.n_tables ? sc.n_tables : 1);
+  rc = strat ? tstrat_parse(cfg, sc.n_tables, strat, err, err_len) : -ENOMEM;
+  free(strat);
+  data_schema_close(&sc);
+  return rc;
+}
+
+/* table_strategy: which tables live on one trainer (tstrat.h), and whose.
+ * With an auto table the choice waits for the first batches
+ * (oracle_pipeline__strategy); until then no table is dropped from the
+ * plans and nothing is cached. */
+int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
+  int rc = data_schema_from_cfg(j->cfg, &j->schema, err, err_len);
+  if (rc) return rc;
+  j->have_schema = 1;
+  if ((rc = cfg_layout(j->cfg, &j->layout, err, err_len)) != 0) return rc;
+  uint32_t T = j->n_tables = j->schema.n_tables;
+  if (!(j->strat = malloc(T)) || !(j->part_owner = malloc(T * sizeof *j->part_owner)) ||
+      !(j->strat_why = calloc(T, sizeof *j->strat_why)))
+    return -ENOMEM;
+  if ((rc = tstrat_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
+  if (j->ideal) memset(j->strat, TSTRAT_CACHE, T);
+  j->part_any = tstrat_any(j->strat, T);
+  for (uint32_t t = 0; t < T; t++) {
+    j->part_owner[t] = TSTRAT_NONE;
+    j->strat_pending |= j->strat[t] == TSTRAT_AUTO;
+    snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
+             j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
+  }
+  return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat);
+}
+
+int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
+  uint32_t T = j->n_tables;
+  tstrat_place(strat, &j->schema, &j->layout, j->P, j->part_owner);
+  free(j->ext);
+  j->ext = NULL;
+  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) return -ENOMEM;
+  for (uint32_t t = 0; t < T; t++) {
+    if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
+    if (j->part_owner[t] == TSTRAT_ALL)
+      log_info("table %u: strategy=partition_rows owner=every trainer (row r on trainer r mod %u) rows=%" PRIu64
+               " (%s)",
+               t, j->P, j->schema.table_rows[t], j->strat_why[t]);
+    else if (j->part_owner[t] != TSTRAT_NONE)
+      log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
+               j->schema.table_rows[t], j->strat_why[t]);
+    else if (j->strat[t] == TSTRAT_AUTO)
+      log_info("table %u: strategy=cache (%s)", t, j->strat_why[t]);
+  }
+  j->strat_pending = 0;
+  return 0;
+}
+
+int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char *err, size_t err_len) {
+  /* the fixed entries must agree: the fingerprint covers table_strategy */
+  if (!j->strat_pending || o->n_strat != j->n_tables) return 0;
+  uint8_t st[TABLE_MAX];
+  for (uint32_t t = 0; t < j->n_tables; t++) {
+    st[t] = j->strat[t] == TSTRAT_AUTO ? o->strat[t] : j->strat[t];
+    if (j->strat[t] == TSTRAT_AUTO)
+      snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
+               tstrat_name(st[t]));
+  }
+  int rc = oracle_job__strategy_set(j, st);
+  if (rc) return err_set(err, err_len, rc, "out of memory placing the partitioned tables");
+  return 0;
+}
+
+void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
+  oracle_metrics_t *m = &j->m;
+  m->iteration = metrics_gauge(reg, "iteration", NULL, "iterations every trainer has finished");
+  m->sps = metrics_gauge(reg, "samples_per_second", NULL, "training throughput (moving average)");
+  m->loss = metrics_gauge(reg, "train_loss", NULL, "mean training loss of the last iteration");
+  m->test_loss = metrics_gauge(reg, "test_logloss", NULL, "logloss of the last evaluation");
+  m->test_auc = metrics_gauge(reg, "test_auc", NULL, "ROC AUC of the last evaluation");
+  m->state = metrics_gauge(reg, "job_state", NULL,
+                           "0 waiting, 1 training, 2 done, 3 failed, 4 stopped, 5 blocked (the servers hold another "
+                           "job's state)");
+  m->lookahead = metrics_gauge(reg, "lookahead", NULL, "lookahead L in force (the cacher may lower it)");
+  m->slots = metrics_gauge(reg, "cache_slots_used", NULL,
+                           "trainer cache slots holding a row or waiting out L batches before reuse");
+  for (int k = 0; k < PHASE_N_REPORT; k++) {
+    char lab[64];
+    snprintf(lab, sizeof lab, "phase=\"%s\"", phase_name(k));
+    m->phase[k] = metrics_histogram(reg, "phase_seconds", lab, "trainer time per iteration and phase",
+                                    metrics_latency_bounds, metrics_latency_n);
+  }
+  m->plan = metrics_histogram(reg, "plan_seconds", NULL, "time to plan one global batch", metrics_latency_bounds,
+                              metrics_latency_n);
+  m->iter = metrics_histogram(reg, "iteration_seconds", NULL, "time between consecutive finished iterations",
+                              metrics_latency_bounds, metrics_latency_n);
+  m->steps = metrics_counter(reg, "steps_sent_total", NULL, "Step items sent to trainers");
+  m->reports = metrics_counter(reg, "reports_total", NULL, "Reports received from trainers");
+  m->batches = metrics_counter(reg, "batches_fetched_total", NULL, "train batches received from data processors");
+  m->rows_fetched = metrics_counter(reg, "rows_fetched_total", NULL, "embedding rows the trainers fetched");
+  m->rows_synced = metrics_counter(reg, "rows_synced_total", NULL, "embedding rows the trainers synchronized");
+  m->rows_replicated = metrics_counter(reg, "rows_replicated_total", NULL,
+                                       "of the rows synchronized, owned rows handed to every trainer");
+  m->rows_synced_delayed = metrics_counter(reg, "rows_synced_delayed_total", NULL,
+                                           "of the rows synchronized, those synchronized in the background");
+  m->rows_written_back = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
+  m->evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
+}
