@@ -38,8 +38,9 @@
  * A lost daemon (DESIGN.md 5: a trainer's stream broke or it fell silent,
  * an embedding server lost without durable writes) is not a transition of
  * this object: advance retires it (j->retired: StopWork "recovering" to
- * every trainer, on_recover from the loop), the service creates the next
- * generation's object, which starts in recovering, and the retired one
+ * every trainer, on_recover from the loop), and oracle_job_successor
+ * (which the service calls there) creates the next run's object -- the
+ * next generation, started in recovering -- and retires this one, which
  * frees itself once nothing of it runs.  checking and starting are
  * reported as "waiting" (oracle_state_name), as they always were.
  *
@@ -668,6 +669,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   if (!j) return -ENOMEM;
   j->loop = loop;
   j->cfg = cfg;
+  j->reg = reg;
   j->P = (uint32_t)cfg_int(cfg, "trainers");
   j->B = (uint32_t)cfg_int(cfg, "batch_size");
   j->iterations = (uint64_t)cfg_int(cfg, "iterations");
@@ -806,8 +808,8 @@ static void on_retired_closed(uv_handle_t *h) {
  * fetch threads go and closes the handles (the last close frees it). */
 static void on_retire_poll(uv_timer_t *t) {
   oracle_job_t *j = t->data;
-  if (j->pipe.auto_running || j->pipe.running || j->fetch.info_running || j->ckpt.running || j->report.evals_running ||
-      oracle_probe__busy(j))
+  if (j->pipe.auto_running || j->strat_running || j->pipe.running || j->fetch.info_running || j->ckpt.running ||
+      j->report.evals_running || oracle_probe__busy(j))
     return;
   uv_timer_stop(t);
   if (oracle_fetch__join(j)) {
@@ -822,6 +824,20 @@ static void on_retire_poll(uv_timer_t *t) {
   uv_close((uv_handle_t *)&j->soft_timer, on_retired_closed);
   uv_close((uv_handle_t *)&j->retire_timer, on_retired_closed);
   oracle_probe__close_handle(j, on_retired_closed);
+}
+
+int oracle_job_successor(oracle_job_t *old, oracle_job_t **out, char *err, size_t err_len) {
+  oracle_job_opts_t o = {.job_id = old->job_id,
+                         .recover = 1,
+                         .generation = old->generation + 1,
+                         .recs = old->recs,
+                         .rec = old->recs ? oracle_recoveries_current(old->recs) : NULL,
+                         .on_recover = old->on_recover,
+                         .on_state = old->on_state,
+                         .ud = old->on_recover_ud};
+  int rc = oracle_job_create(old->loop, old->cfg, old->reg, &o, out, err, err_len);
+  if (rc == 0) oracle_job_retire(old);
+  return rc;
 }
 
 void oracle_job_retire(oracle_job_t *j) {

@@ -151,6 +151,12 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len);
  * thread, or before the loop runs. */
 int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg, const oracle_job_opts_t *opts,
                       oracle_job_t **out, char *err, size_t err_len);
+/* The next run of old's job, once old ended to recover (from on_recover):
+ * a new job object with the same id and hooks, recover = 1, the next
+ * generation (old's + 1: the trainers' rendezvous keys of the two never
+ * mix) and the record of recoveries' current entry; old is retired.  0,
+ * or an error with err (old stays, over). */
+int oracle_job_successor(oracle_job_t *old, oracle_job_t **out, char *err, size_t err_len);
 /* destroy, without blocking the loop: the job stops what it runs and frees
  * itself once its worker-pool calls have come back (a recovery replaces
  * it while the loop runs). */

@@ -409,6 +409,7 @@ struct oracle_job_s {
   uint32_t attached;
   /* recovery (DESIGN.md 5; oracle_recover.h) */
   uint32_t generation;       /* the trainer group's generation (Join's answer) */
+  metrics_registry_t *reg;   /* where its metrics live (a successor's go there too) */
   uint64_t epoch;            /* the servers' write epoch of this run (raised at every start; Step.epoch) */
   int recover;               /* created to recover: the servers roll back before the trainers attach */
   int rolled_back;           /* ... and they have */

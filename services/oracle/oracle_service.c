@@ -565,9 +565,10 @@ static int make_job(oracle_service_t *svc, const char *job_id, int recover, orac
   return oracle_job_create(svc->loop, svc->cfg, svc->reg, &o, out, err, err_len);
 }
 
-/* The job object ended to recover (oracle_job.c): a new generation.  The
- * lost rank may join again at once; the rendezvous keys of the old
- * generation go; the old object frees itself once idle. */
+/* The job object ended to recover (oracle_job.c): the service forgets
+ * the lost member and the old generation's rendezvous keys, and the job
+ * makes its successor (oracle_job_successor: the next generation), which
+ * the service serves from now on; the old object frees itself once idle. */
 static void on_recover(oracle_job_t *old, void *ud) {
   oracle_service_t *svc = ud;
   if (old != svc->job) return;
@@ -578,16 +579,15 @@ static void on_recover(oracle_job_t *old, void *ud) {
     free(svc->kv[i].val);
   }
   svc->n_kv = 0;
-  svc->generation++;
   oracle_job_t *nj = NULL;
   char err[1024];
-  int rc = make_job(svc, oracle_job_id(old), 1, oracle_recoveries_current(&svc->recs), &nj, err, sizeof err);
+  int rc = oracle_job_successor(old, &nj, err, sizeof err);
   if (rc) { /* the old object stays, over: Status says why */
     log_error("cannot recover job %s: %s", oracle_job_id(old), err);
     return;
   }
   svc->job = nj;
-  oracle_job_retire(old);
+  svc->generation = oracle_job_generation(nj);
   log_info("recovering job_id=%s generation=%u: waiting for %u trainers", oracle_job_id(nj), svc->generation,
            svc->trainers);
 }

@@ -11,7 +11,9 @@
  * (oracle_job_start_request), the loss of each daemon the oracle recovers
  * from (a trainer whose stream broke, a silent trainer, an embedding
  * server without durable writes, the oracle itself restarted: DESIGN.md
- * 5), Stop, an error, and the end of training.  The job's on_state hook
+ * 5), Stop, an error, and the end of training; after each loss the
+ * job's successor (oracle_job_successor: the next generation, created
+ * recovering) rolls back, trains and is stopped.  The job's on_state hook
  * records every state it enters, and each test asserts the exact
  * sequence; the job record in oracle.state_dir must follow (training,
  * then the end), a retired object must be reported as recovering, and the
@@ -317,6 +319,26 @@ static void lose_while_training(const char *kind) {
   assert_non_null(w.j->rec);
   assert_string_equal(w.j->rec->kind, kind);
   assert_record(&w, "training"); /* the job goes on: a restarted oracle would recover it */
+  /* the next run: the job's successor (what the service asks for in its
+   * on_recover) is the next generation, created recovering; it rolls the
+   * servers back, its trainers attach, it trains (no data processor here:
+   * it is stopped there), while the old object frees itself in the loop */
+  oracle_job_t *nj = NULL;
+  char err[512];
+  assert_int_equal(oracle_job_successor(w.j, &nj, err, sizeof err), 0);
+  assert_int_equal(oracle_job_generation(nj), 4);
+  assert_string_equal(oracle_job_id(nj), oracle_job_id(w.j));
+  assert_ptr_equal(nj->rec, w.j->rec);
+  w.j = nj;
+  for (int i = 0; i < 2000 && !w.j->rolled_back; i++) {
+    uv_run(&w.loop, UV_RUN_NOWAIT);
+    testutil__sleep_ms(1);
+  }
+  assert_true(w.j->rolled_back);
+  attach_all(&w, NP);
+  run_until(&w, ORACLE_TRAINING);
+  oracle_job_stop(w.j, "test over");
+  assert_string_equal(w.states, "waiting>checking>starting>training>recovering>training>stopped");
   walk_end(&w);
 }
 
