@@ -21,7 +21,7 @@
 #include "cfg_keys.h"
 #include "err.h"
 #include "log.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 typedef struct value_s {
   char *str;
@@ -203,10 +203,10 @@ static int assign(cfg_t *c, int idx, const char *raw, const char *origin, size_t
     if (errno || end == raw || *end || x < 0)
       return fmt_err(err, n, "lookahead = '%s' is neither a number >= 0 nor 'auto'", raw);
   }
-  if (!strcmp(e->name, "table_strategy")) { /* each word; their count against table_rows: tstrat_parse */
+  if (!strcmp(e->name, "table_strategy")) { /* each word; their count against table_rows: strategy_parse */
     char tw[256];
     uint32_t k;
-    if (tstrat_words(raw, NULL, 0, &k, tw, sizeof tw) != 0) return fmt_err(err, n, "table_strategy = '%s': %s", raw, tw);
+    if (strategy_words(raw, NULL, 0, &k, tw, sizeof tw) != 0) return fmt_err(err, n, "table_strategy = '%s': %s", raw, tw);
   }
   if (!nv.str && !(nv.str = strdup(raw))) return -ENOMEM;
   snprintf(nv.origin, sizeof nv.origin, "%s", origin);

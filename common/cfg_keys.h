@@ -190,7 +190,7 @@ static const entry_t entries[] = {
      "(0: no limit)"},
     {"oracle.recovery_window_s", T_INT, "600", 1, 86400000, NULL, "the window of oracle.max_recoveries"},
     {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},
-    /* ---- the table strategy's knobs (table_strategy above; common/tstrat.h) ---- */
+    /* ---- the table strategy's knobs (table_strategy above; common/strategy.h) ---- */
     {"strategy.cache_weight", T_FLOAT, "10", 0, 1e6, NULL,
      "table_strategy = auto: what a byte of rows the cache moves (fetched, written back, synchronized) costs "
      "against a byte of pooled embeddings between trainers (chanter bench e2e measures both)"},

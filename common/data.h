@@ -10,7 +10,7 @@
  *
  * A dataset is opened once (data_open) and then read by batch number: batch
  * x of split s at batch size B holds samples [x*B, x*B + B) of that split,
- * wrapping around at the end (epochs).  A batch is a pure function of
+ * wrapping around at the end (passes over the data).  A batch is a pure function of
  * (dataset, split, x, B): that is what makes data processors stateless and
  * lets several serve one job.  The last test_fraction of the samples is the
  * test split.

@@ -25,7 +25,7 @@ struct embc_s {
   size_t max_lookup, max_write; /* keys per call: embedding.max_lookup_keys, max_write_keys */
   const char *p_lookup, *p_write;
   volatile int abort; /* embc_abort: retries give up */
-  _Atomic unsigned long long epoch; /* embc_set_epoch: every WriteBack's */
+  _Atomic unsigned long long write_epoch; /* embc_set_write_epoch: every WriteBack's */
 };
 
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
@@ -119,8 +119,8 @@ void embc_unabort(embc_t *c) {
   if (c) __atomic_store_n(&c->abort, 0, __ATOMIC_RELEASE);
 }
 
-void embc_set_epoch(embc_t *c, uint64_t epoch) {
-  if (c) atomic_store(&c->epoch, epoch);
+void embc_set_write_epoch(embc_t *c, uint64_t epoch) {
+  if (c) atomic_store(&c->write_epoch, epoch);
 }
 
 int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
@@ -177,7 +177,7 @@ static void pack_req(embc_t *c, part_t *p, int write, Chanter__Embedding__V1__Lo
     wr->rows.len = p->rows_bytes;
     wr->layout_hash = c->layout_hash;
     wr->done = p->done;
-    wr->epoch = atomic_load(&c->epoch);
+    wr->write_epoch = atomic_load(&c->write_epoch);
   } else {
     chanter__embedding__v1__lookup_request__init(lr);
     lr->keys.data = (uint8_t *)p->keys;

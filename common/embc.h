@@ -59,7 +59,7 @@ void embc_unabort(embc_t *c);
 /* The write epoch every later WriteBack carries (a Step's epoch: the job
  * run's); a server at a later epoch refuses them (its run was rolled
  * back).  0: none.  Any thread. */
-void embc_set_epoch(embc_t *c, uint64_t epoch);
+void embc_set_write_epoch(embc_t *c, uint64_t epoch);
 
 /* The embedding service's admin calls, typed: one unary call to one
  * server, retrying UNAVAILABLE like the others (embedding.proto says what

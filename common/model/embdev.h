@@ -114,7 +114,7 @@ double embdev_train_step(embdev_t *e, struct model_dev_s *md, opt_t *dense_opt, 
                          const float *labels, const uint64_t *const *idx, float scale, double sec[EMBAG_PHASES]);
 
 /* ---- a set of device tables for a caller that keeps rows of its own (a
- * partitioned table's owner, trainer_part.h), the same kernels at a lower
+ * partitioned table's owner, trainer_partition.h), the same kernels at a lower
  * level (CHANTER_CUDA only).  Table k (0 .. n-1) holds rows[k] rows of
  * dim + opt_row_state_floats(kind) floats in GPU memory, zeroed at
  * creation; the caller fills them (embdev_set_write_rows).  Pooling and

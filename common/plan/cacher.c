@@ -383,7 +383,7 @@ static inline size_t lh_home(uint64_t key, int shift) {
  * not among the keys. */
 static int map_ids(cacher_t *c, const plan_t *p, cacher_dec_t *d, uint32_t tb, size_t lo, size_t hi,
                    char *err, size_t err_len) {
-  if (p->ext && p->ext[tb]) { /* a table outside the cache (plan_drop_tables): its ids get no slot */
+  if (p->partitioned && p->partitioned[tb]) { /* a table outside the cache (plan_drop_tables): its ids get no slot */
     for (uint32_t q = 0; q < p->trainers; q++) {
       size_t o = c->soff[q], m = (size_t)p->shares[q].batch.n * p->hotness[tb];
       for (size_t j = 0; j < m; j++) d->tr[q].slots[o + j] = CACHER_NO_SLOT;

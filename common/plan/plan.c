@@ -239,20 +239,20 @@ void plan_close(plan_t *p) {
   free(p->sync);
   free(p->ukeys);
   free(p->users);
-  free(p->ext);
+  free(p->partitioned);
   memset(p, 0, sizeof *p);
 }
 
-int plan_drop_tables(plan_t *p, const uint8_t *ext) {
+int plan_drop_tables(plan_t *p, const uint8_t *partitioned) {
   int any = 0;
-  for (uint32_t t = 0; ext && t < p->n_tables; t++) any |= ext[t] != 0;
+  for (uint32_t t = 0; partitioned && t < p->n_tables; t++) any |= partitioned[t] != 0;
   if (!any) return 0;
-  if (!p->ext && !(p->ext = malloc(p->n_tables))) return -ENOMEM;
-  memcpy(p->ext, ext, p->n_tables);
+  if (!p->partitioned && !(p->partitioned = malloc(p->n_tables))) return -ENOMEM;
+  memcpy(p->partitioned, partitioned, p->n_tables);
   size_t w = 0;
   for (size_t i = 0; i < p->n_unique; i++) {
     uint64_t t = TABLE_ID(p->ukeys[i]);
-    if (t < p->n_tables && ext[t]) continue;
+    if (t < p->n_tables && partitioned[t]) continue;
     p->ukeys[w] = p->ukeys[i];
     if (p->users) p->users[w] = p->users[i];
     w++;

@@ -71,7 +71,7 @@ typedef struct plan_s {
   size_t n_unique;         /* distinct keys in the batch (0 with PLAN_IDEAL) */
   uint64_t *ukeys;         /* PLAN_KEYS: the n_unique distinct keys, ascending ... */
   uint32_t *users;         /* ... and the trainer using each, UINT32_MAX when several do */
-  uint8_t *ext;            /* n_tables, or NULL: tables outside the cache (plan_drop_tables) */
+  uint8_t *partitioned;            /* n_tables, or NULL: tables outside the cache (plan_drop_tables) */
 } plan_t;
 
 /* Fills owner[0..batch_size) with the trainer of each sample of batch
@@ -97,13 +97,13 @@ int plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, u
                             plan_t *out);
 void plan_close(plan_t *p);
 
-/* Takes the tables with ext[t] != 0 (table_strategy = partition, tstrat.h)
+/* Takes the tables with partitioned[t] != 0 (table_strategy = partition, strategy.h)
  * out of a PLAN_KEYS plan: their keys leave ukeys / users (n_unique
- * shrinks) and p->ext keeps a copy of ext, so that the cacher gives their
+ * shrinks) and p->partitioned keeps a copy of partitioned, so that the cacher gives their
  * ids no slot (CACHER_NO_SLOT) and never caches their rows.  The shares'
- * batches keep every table.  ext NULL or all zero: nothing changes.
+ * batches keep every table.  partitioned NULL or all zero: nothing changes.
  * 0 or -ENOMEM. */
-int plan_drop_tables(plan_t *p, const uint8_t *ext);
+int plan_drop_tables(plan_t *p, const uint8_t *partitioned);
 
 /* Sorts v[0..n) ascending (LSD radix sort; tmp holds n entries, or NULL to
  * allocate).  0 or -ENOMEM. */

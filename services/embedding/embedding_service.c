@@ -71,13 +71,13 @@ struct embedding_service_s {
   metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
   uint64_t rejected;
   uint64_t incarnation; /* random, drawn at create: Stats, Fence */
-  /* the write epoch (RestoreRequest.epoch): write-backs of earlier epochs
+  /* the write epoch (RestoreRequest.write_epoch): write-backs of earlier epochs
    * are refused.  Checked and written under epoch_lock (read: a
    * write-back's check and store_write; write: a Restore's or Clear's
    * raise and its work), so that no write of a rolled-back run lands after
    * the roll-back; kept in data_dir/EPOCH across restarts. */
   pthread_rwlock_t epoch_lock;
-  _Atomic uint64_t epoch;
+  _Atomic uint64_t write_epoch;
   /* the fence (Fence): write-backs with done > fence_done wait in parked
    * until Checkpoint(fence_id) is taken (0: no fence) */
   uint64_t fence_done;
@@ -145,12 +145,12 @@ static uint64_t *keys_of(const ProtobufCBinaryData *b, size_t *n) {
 /* Raises the epoch to e (durably first) when e is later; under the write
  * lock.  0 or an error with why. */
 static int epoch_raise(embedding_service_t *svc, uint64_t e, char *why, size_t why_len) {
-  if (!e || e <= atomic_load(&svc->epoch)) return 0;
+  if (!e || e <= atomic_load(&svc->write_epoch)) return 0;
   int rc = embedding_epoch_store(store_dir(svc->store), e, why, why_len);
   if (rc) return rc;
   log_info("write epoch raised from %" PRIu64 " to %" PRIu64 ": write-backs of earlier epochs are refused from now on",
-           (uint64_t)atomic_load(&svc->epoch), e);
-  atomic_store(&svc->epoch, e);
+           (uint64_t)atomic_load(&svc->write_epoch), e);
+  atomic_store(&svc->write_epoch, e);
   return 0;
 }
 
@@ -250,7 +250,7 @@ static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__Sta
   r->fence_id = svc->fence_done ? svc->fence_id : "";
   r->fence_iteration = svc->fence_done ? svc->fence_done - 1 : 0;
   r->fence_held = svc->n_parked;
-  r->epoch = atomic_load(&svc->epoch);
+  r->write_epoch = atomic_load(&svc->write_epoch);
 }
 
 static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
@@ -319,16 +319,16 @@ static int check_write_back(work_t *w) {
   if (check_limit(w, "keys", r->keys.len / 8, svc->lim.write_keys, "embedding.max_write_keys", "split the call"))
     return CHECK_ANSWERED;
   if (check_finite(w, r)) return CHECK_ANSWERED;
-  uint64_t e = atomic_load(&svc->epoch);
-  if (r->epoch && r->epoch < e) { /* (and again under the lock when it runs) */
+  uint64_t e = atomic_load(&svc->write_epoch);
+  if (r->write_epoch && r->write_epoch < e) { /* (and again under the lock when it runs) */
     svc->rejected++;
     metrics_counter_inc(svc->mm[w->m].errors);
     log_warn("rpc rejected method=WriteBack peer=%s reason=epoch epoch=%" PRIu64 " server_epoch=%" PRIu64,
-             rpc_call_peer(w->call), r->epoch, e);
+             rpc_call_peer(w->call), r->write_epoch, e);
     rpc_call_fail(w->call, ERR_PRECONDITION,
                   "WriteBack: epoch %" PRIu64 ", but this server is at epoch %" PRIu64
                   ": its run of the job was rolled back (a trainer of an earlier generation)",
-                  r->epoch, e);
+                  r->write_epoch, e);
     return CHECK_ANSWERED;
   }
   /* a write of a later iteration than the checkpoint being taken: held, without a worker thread */
@@ -346,12 +346,12 @@ static void work_write_back(work_t *w) {
   } else {
     if (r->rows.len) memcpy(rows, r->rows.data, r->rows.len);
     pthread_rwlock_rdlock(&svc->epoch_lock);
-    uint64_t e = atomic_load(&svc->epoch);
-    if (r->epoch && r->epoch < e)
+    uint64_t e = atomic_load(&svc->write_epoch);
+    if (r->write_epoch && r->write_epoch < e)
       w->rc = err_set(w->why, sizeof w->why, ERR_PRECONDITION,
                       "a write-back of epoch %" PRIu64 ", but this server is at epoch %" PRIu64
                       ": its run of the job was rolled back (a trainer of an earlier generation)",
-                      r->epoch, e);
+                      r->write_epoch, e);
     else
       w->rc = store_write(svc->store, keys, n, rows, r->rows.len, 0, w->why, sizeof w->why);
     pthread_rwlock_unlock(&svc->epoch_lock);
@@ -419,7 +419,7 @@ static void reply_list(work_t *w) {
 static void work_restore(work_t *w) {
   const Chanter__Embedding__V1__RestoreRequest *r = (const void *)w->in;
   pthread_rwlock_wrlock(&w->svc->epoch_lock);
-  w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+  w->rc = epoch_raise(w->svc, r->write_epoch, w->why, sizeof w->why);
   if (!w->rc) w->rc = store_restore(w->svc->store, r->id, w->why, sizeof w->why);
   pthread_rwlock_unlock(&w->svc->epoch_lock);
 }
@@ -579,7 +579,7 @@ static void reply_delete(work_t *w) {
 static void work_clear(work_t *w) {
   const Chanter__Embedding__V1__ClearRequest *r = (const void *)w->in;
   pthread_rwlock_wrlock(&w->svc->epoch_lock);
-  w->rc = epoch_raise(w->svc, r->epoch, w->why, sizeof w->why);
+  w->rc = epoch_raise(w->svc, r->write_epoch, w->why, sizeof w->why);
   if (!w->rc) w->rc = store_clear(w->svc->store, r->keep_checkpoints, w->why, sizeof w->why);
   pthread_rwlock_unlock(&w->svc->epoch_lock);
 }
@@ -818,7 +818,7 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
     free(svc);
     return rc;
   }
-  atomic_store(&svc->epoch, e);
+  atomic_store(&svc->write_epoch, e);
   if (reg) {
     for (int i = 0; i < N_METHODS; i++) {
       char labels[64];

@@ -29,7 +29,7 @@
 #include "manifest.h"
 #include "oracle_job_internal.h"
 #include "table.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 #define ORACLE_MAGIC "CHORACLV"        /* then the version, u32 */
 #define ORACLE_MAGIC_V1 "CHORACL1"     /* version 1: no version field, the fields at once */
@@ -255,8 +255,8 @@ int oracle_ckpt__state_encode(const oracle_job_t *j, const oracle_cp_t *cp, uint
    * recovered job keeps them, and so the model's bits */
   bw_u64(&b, j->strat_pending ? 0 : j->n_tables);
   for (uint32_t t = 0; !j->strat_pending && t < j->n_tables; t++) {
-    uint32_t o = j->part_owner[t];
-    bw_u64(&b, o == TSTRAT_NONE ? TSTRAT_CACHE : o == TSTRAT_ALL ? TSTRAT_ROWS : TSTRAT_PARTITION);
+    uint32_t o = j->partition_owner[t];
+    bw_u64(&b, o == STRATEGY_OWNER_NONE ? STRATEGY_CACHE : o == STRATEGY_OWNER_ALL ? STRATEGY_PARTITION_ROWS : STRATEGY_PARTITION);
   }
   uint8_t h[32];
   unsigned hl = 0;
@@ -337,7 +337,7 @@ static int oracle_state_decode(const uint8_t *p, size_t n, oracle_ostate_t *o, c
   if (o->n_strat > TABLE_MAX) b.bad = 1;
   for (uint64_t t = 0; t < o->n_strat && !b.bad; t++) { /* 0 cache, 1 partition, 3 partition_rows */
     uint64_t v = br_u64(&b);
-    if (v != TSTRAT_CACHE && v != TSTRAT_PARTITION && v != TSTRAT_ROWS) b.bad = 1;
+    if (v != STRATEGY_CACHE && v != STRATEGY_PARTITION && v != STRATEGY_PARTITION_ROWS) b.bad = 1;
     o->strat[t] = (uint8_t)v;
   }
   if (b.bad || b.off != b.n)

@@ -209,7 +209,7 @@ out:
 /* The write epoch of the run about to start: one above every server's
  * (Stats), so that no write-back of an earlier run -- a trainer of a
  * generation that was rolled back -- lands from now on.  0 or an error. */
-static int next_epoch(ck_work_t *w) {
+static int next_write_epoch(ck_work_t *w) {
   oracle_job_t *j = w->j;
   uint64_t max = 0;
   for (uint32_t s = 0; s < j->ckpt.S; s++) {
@@ -218,21 +218,21 @@ static int next_epoch(ck_work_t *w) {
     Chanter__Embedding__V1__StatsResponse *resp = NULL;
     int rc = SRV_CALL(stats, Stats, j->ckpt.embc, s, &req, &resp, w->err, sizeof w->err);
     if (rc) return rc;
-    uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->epoch;
+    uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->write_epoch;
     if (s < ORACLE_PROBE_MAX_SERVERS) w->incs[s] = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
     if (e > max) max = e;
     protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
-  w->epoch = max + 1;
+  w->write_epoch = max + 1;
   return 0;
 }
 
 static void fresh_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
-  if ((w->rc = next_epoch(w)) != 0) return;
+  if ((w->rc = next_write_epoch(w)) != 0) return;
   for (uint32_t s = 0; s < j->ckpt.S; s++) {
     Chanter__Embedding__V1__ClearRequest req = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
-    req.epoch = w->epoch;
+    req.write_epoch = w->write_epoch;
     Chanter__Embedding__V1__ClearResponse *resp = NULL;
     if ((w->rc = SRV_CALL(clear, Clear, j->ckpt.embc, s, &req, &resp, w->err,
                           sizeof w->err)) != 0)
@@ -294,11 +294,11 @@ static void resume_work(ck_work_t *w) {
   if (so) log_warn("incomplete checkpoints are skipped (interrupted while being taken): %s", skipped);
   if ((w->rc = oracle_ckpt__check_manifest(j, &w->m, w->err, sizeof w->err, w->warn, sizeof w->warn)) != 0) goto out;
   /* from here the servers change */
-  if ((w->rc = next_epoch(w)) != 0) goto out;
+  if ((w->rc = next_write_epoch(w)) != 0) goto out;
   for (uint32_t s = 0; s < S; s++) {
     Chanter__Embedding__V1__RestoreRequest req = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
     req.id = w->m.id;
-    req.epoch = w->epoch;
+    req.write_epoch = w->write_epoch;
     Chanter__Embedding__V1__RestoreResponse *resp = NULL;
     if ((w->rc = SRV_CALL(restore, Restore, j->ckpt.embc, s, &req, &resp, w->err,
                           sizeof w->err)) != 0) {

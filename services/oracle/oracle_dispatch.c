@@ -33,7 +33,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 /* Slots and keys go on the wire as the bytes of uint32_t / uint64_t arrays
  * (protobuf-c packs a bytes field by pointer, with no copy), and the
@@ -54,23 +54,23 @@ static ProtobufCBinaryData slots_pb(const uint32_t *v, size_t n) {
   return d;
 }
 
-/* The partitioned tables' part of Step x for trainer p (tstrat.h): the
+/* The partitioned tables' part of Step x for trainer p (strategy.h): the
  * owners, every trainer's sample count, and the ids of the whole global
  * batch of each table p holds (its own, and every partition_rows table),
  * in trainer order.  *ids / *counts are
  * malloc'd (the caller frees them after the send).  0 or -ENOMEM. */
-static int part_fields(oracle_job_t *j, uint32_t p, const plan_t *pl, Chanter__Oracle__V1__Step *st, uint64_t **ids,
+static int partition_fields(oracle_job_t *j, uint32_t p, const plan_t *pl, Chanter__Oracle__V1__Step *st, uint64_t **ids,
                        uint32_t **counts) {
   size_t n = 0;
   for (uint32_t t = 0; t < j->n_tables; t++)
-    if (tstrat_holds(j->part_owner[t], p)) n += (size_t)pl->batch * pl->hotness[t];
+    if (strategy_holds(j->partition_owner[t], p)) n += (size_t)pl->batch * pl->hotness[t];
   *counts = malloc(j->P * sizeof **counts);
   *ids = malloc((n ? n : 1) * sizeof **ids);
   if (!*counts || !*ids) return -ENOMEM;
   for (uint32_t q = 0; q < j->P; q++) (*counts)[q] = pl->shares[q].batch.n;
   size_t o = 0;
   for (uint32_t t = 0; t < j->n_tables; t++) {
-    if (!tstrat_holds(j->part_owner[t], p)) continue;
+    if (!strategy_holds(j->partition_owner[t], p)) continue;
     for (uint32_t q = 0; q < j->P; q++) {
       const data_batch_t *b = &pl->shares[q].batch;
       size_t m = (size_t)b->n * pl->hotness[t];
@@ -78,17 +78,17 @@ static int part_fields(oracle_job_t *j, uint32_t p, const plan_t *pl, Chanter__O
       o += m;
     }
   }
-  st->part_owner = slots_pb(j->part_owner, j->n_tables);
-  st->part_counts = slots_pb(*counts, j->P);
-  st->part_ids = keys_pb(*ids, o);
+  st->partition_owner = slots_pb(j->partition_owner, j->n_tables);
+  st->partition_counts = slots_pb(*counts, j->P);
+  st->partition_ids = keys_pb(*ids, o);
   return 0;
 }
 
 static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
   const plan_t *pl = &s->plan;
   const plan_share_t *sh = &pl->shares[p];
-  uint64_t *part_ids = NULL;
-  uint32_t *part_counts = NULL;
+  uint64_t *partition_ids = NULL;
+  uint32_t *partition_counts = NULL;
   Chanter__Oracle__V1__Samples smp;
   batch_pb_encode_samples(&sh->batch, &smp);
   Chanter__Oracle__V1__Step st = CHANTER__ORACLE__V1__STEP__INIT;
@@ -114,7 +114,7 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     st.sync_delayed = slots_pb(d->delayed, d->n_delayed);
     st.evict_slots = slots_pb(s->evict, s->n_evict);
     st.prefetch_gate = d->gate;
-    st.epoch = j->epoch;
+    st.write_epoch = j->write_epoch;
     st.lookahead = d->lookahead;
     st.cache_hits = t->n_hits;
     if (s->iteration + 1 < j->iterations) { /* after x's update: what x + 1's decision lists (dispatch waited for it) */
@@ -125,8 +125,8 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
     }
     st.owned_slots = slots_pb(t->owned_slots, t->n_owned_slots);
     st.stale_slots = slots_pb(t->stale_slots, t->n_stale);
-    if (j->part_any && part_fields(j, p, pl, &st, &part_ids, &part_counts) != 0) {
-      free(part_ids), free(part_counts);
+    if (j->part_any && partition_fields(j, p, pl, &st, &partition_ids, &partition_counts) != 0) {
+      free(partition_ids), free(partition_counts);
       return -ENOMEM;
     }
   }
@@ -134,7 +134,7 @@ static int send_step(oracle_job_t *j, uint32_t p, const oracle_entry_t *s) {
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_STEP;
   w.step = &st;
   int rc = rpc_call_send(j->tr[p].call, &w.base); /* packed now */
-  free(part_ids), free(part_counts);
+  free(partition_ids), free(partition_counts);
   return rc;
 }
 
@@ -231,7 +231,7 @@ int oracle_dispatch__resume(oracle_job_t *j, uint32_t p) {
   rw.start_iteration = j->ckpt.start;
   rw.dense_blob = j->ckpt.resume_blob;
   rw.dense_server = j->ckpt.resume_server;
-  rw.epoch = j->epoch;
+  rw.write_epoch = j->write_epoch;
   Chanter__Oracle__V1__WorkItem w = CHANTER__ORACLE__V1__WORK_ITEM__INIT;
   w.kind_case = CHANTER__ORACLE__V1__WORK_ITEM__KIND_RESUME;
   w.resume = &rw;

@@ -70,7 +70,7 @@
 #include "log.h"
 #include "oracle_job_internal.h"
 #include "sdn.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 /* ---- the lifecycle table, as code */
 
@@ -382,7 +382,7 @@ static void case_starting(oracle_job_t *j) {
   if (w->kind == W_FRESH && w->rc) {
     oracle_job__error(j, w->rc, "starting the job on cleared embedding servers: %s", w->err);
   } else if (w->kind == W_FRESH) {
-    j->epoch = w->epoch;
+    j->write_epoch = w->write_epoch;
     oracle_probe__baseline(j, w->incs, j->ckpt.S);
     if (!w->empty) log_info("embedding servers cleared (--fresh); the job starts at iteration 0 job_id=%s", j->job_id);
     servers_ready(j);
@@ -395,7 +395,7 @@ static void case_starting(oracle_job_t *j) {
       log_warn("resume: %s", w->warn);
       oracle_fetch__warn(j, w->warn);
     }
-    j->epoch = w->epoch;
+    j->write_epoch = w->write_epoch;
     oracle_probe__baseline(j, w->incs, j->ckpt.S);
     snprintf(j->job_id, sizeof j->job_id, "%s", w->m.job_id);
     log_info("resumed job_id=%s from checkpoint=%s: the model after iteration %" PRIu64 "; going on at %" PRIu64,
@@ -415,7 +415,7 @@ static int rolled_back(oracle_job_t *j, ck_work_t *w) {
   }
   char id[96] = "";
   int64_t c = -1;
-  j->epoch = w->epoch;
+  j->write_epoch = w->write_epoch;
   oracle_probe__baseline(j, w->incs, j->ckpt.S);
   if (w->restored) {
     if (load_checkpoint(j, w, "recovering") != 0) return -1;
@@ -754,8 +754,8 @@ static void free_stages(oracle_job_t *j) {
   oracle_ckpt__close(j);
   oracle_probe__free(j);
   free(j->tr);
-  free(j->ext);
-  free(j->part_owner);
+  free(j->partitioned);
+  free(j->partition_owner);
   free(j->strat_why);
   free(j->strat);
   if (j->have_schema) data_schema_close(&j->schema);
@@ -770,7 +770,7 @@ static void on_closed(uv_handle_t *h) {
 
 void oracle_job_destroy(oracle_job_t *j) {
   if (!j) return;
-  /* cacher_auto may still read the probe plans on the worker pool, and
+  /* cacher_auto may still read the measured batches' plans on the worker pool, and
    * Info still be asked there (stop ends its retries) */
   j->destroying = 1;
   oracle_fetch__stop(j);

@@ -38,7 +38,7 @@
  *  - The cacher (loop, every mode but ideal): planned batches enter it in
  *    order (cacher_push) and batch x is decided (cacher_decide) once x + L
  *    has entered, or the last batch has.  lookahead = N starts at L = N;
- *    lookahead = auto first waits for the first oracle.auto_probe batches
+ *    lookahead = auto first waits for the first oracle.measure_batches batches
  *    to be planned and picks, on the worker pool, the largest L <=
  *    oracle.max_lookahead whose exact slot need over them fits cache_rows
  *    (the job fails if even L = 0 does not).  The cacher lowers L when the

@@ -206,15 +206,15 @@ typedef struct oracle_pipe_s {
   /* the dispatch window: max(oracle.window, L + 2), set once L is known */
   uint32_t window, window_cfg, window_max;
   /* the cacher (every mode but ideal) */
-  int auto_l; /* L is chosen over the first `probe` plans */
+  int auto_l; /* L is chosen over the first `measure` plans */
   int lrpp, delayed;
   uint32_t max_l;   /* oracle.max_lookahead, or the given L */
   uint32_t L_start; /* L given or chosen; ocache may lower it */
   uint32_t L_now;   /* L of the last decision */
   int l_known;      /* L_start is set and the cacher exists */
-  uint64_t cache_rows, probe, probe_ready;
+  uint64_t cache_rows, measure, measure_ready;
   cacher_t *cache;
-  int auto_running; /* cacher_auto reads the probe plans on the worker pool */
+  int auto_running; /* cacher_auto reads the measured batches' plans on the worker pool */
   uint64_t push_next;   /* next batch to enter the cacher */
   uint64_t decide_next; /* next batch to decide */
   uint64_t slots_used, slots_peak;
@@ -284,7 +284,7 @@ typedef struct oracle_report_s {
   uint64_t tail_n;
   double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_replicated, sum_rows_written_back,
       sum_cache_hits, sum_t[PHASE_N_REPORT];
-  double first_t[PHASE_N_REPORT]; /* iteration 0's phases (its wait holds the start: the probe, choosing L, the first plans) */
+  double first_t[PHASE_N_REPORT]; /* iteration 0's phases (its wait holds the start: the measured batches, choosing L, the first plans) */
   double t_first_done;         /* when iteration 0 completed */
   double last_t[PHASE_N_REPORT]; /* the job's last iteration's phases (its write-back ends the job), this run's */
   double t_before_last;        /* when the iteration before the last one completed (0: not in this run) */
@@ -384,11 +384,11 @@ struct oracle_job_s {
   int ideal, drain_ms;
   const char *mode, *allocation, *lookahead_cfg;
   char job_id[96];
-  /* table_strategy (tstrat.h): ext[t] = table t is partitioned (outside
-   * the cache; every Step names its owner, part_owner[t]); NULL when
+  /* table_strategy (strategy.h): partitioned[t] = table t is partitioned (outside
+   * the cache; every Step names its owner, partition_owner[t]); NULL when
    * every table is cached, and always in ideal mode */
-  uint8_t *ext;
-  uint32_t *part_owner; /* n_tables: owner rank or TSTRAT_NONE */
+  uint8_t *partitioned;
+  uint32_t *partition_owner; /* n_tables: owner rank or STRATEGY_OWNER_NONE */
   char (*strat_why)[240]; /* n_tables: why each table has its strategy (summary.json "tables") */
   uint8_t *strat;         /* n_tables: table_strategy as given (auto entries until chosen) */
   int part_any;           /* table_strategy names partition or auto (not ideal): Steps carry part fields */
@@ -410,7 +410,7 @@ struct oracle_job_s {
   /* recovery (DESIGN.md 5; oracle_recover.h) */
   uint32_t generation;       /* the trainer group's generation (Join's answer) */
   metrics_registry_t *reg;   /* where its metrics live (a successor's go there too) */
-  uint64_t epoch;            /* the servers' write epoch of this run (raised at every start; Step.epoch) */
+  uint64_t write_epoch;            /* the servers' write epoch of this run (raised at every start; Step.write_epoch) */
   int recover;               /* created to recover: the servers roll back before the trainers attach */
   int rolled_back;           /* ... and they have */
   oracle_recoveries_t *recs; /* the service's record (NULL: a lost trainer fails the job) */
@@ -504,7 +504,7 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len);
 /* The job's metrics on reg (j->m). */
 void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg);
 /* The tables' strategies are strat (no auto left): places the partitioned
- * ones (part_owner, ext), logs them, ends strat_pending.  The plans
+ * ones (partition_owner, partitioned), logs them, ends strat_pending.  The plans
  * already made still hold every table's keys: the caller drops them.  0 or
  * -ENOMEM. */
 int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
@@ -556,13 +556,13 @@ void oracle_fetch__close(oracle_job_t *j);
  * settings.  0 or an error with err. */
 int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len);
 /* lookahead = 0 (not ideal): the cacher now, there is nothing to choose
- * (lookahead = auto or N waits for the probe batches).  0 or -ENOMEM. */
+ * (lookahead = auto or N waits for the measured batches).  0 or -ENOMEM. */
 int oracle_pipeline__start(oracle_job_t *j);
 /* Frees the entries every trainer has been sent, then queues the next
  * batches for planning on the worker pool while the plan span allows.
  * ORACLE_CH_PLANNING, 0, or an error (said). */
 int oracle_pipeline__plan(oracle_job_t *j);
-/* The cacher: starts choosing L (auto) once the probe is planned; pushes
+/* The cacher: starts choosing L (auto) once the measured batches are planned; pushes
  * planned batches in order and decides at most one.  ORACLE_CH_DECIDED,
  * 0, or an error (said). */
 int oracle_pipeline__cache(oracle_job_t *j);
@@ -682,7 +682,7 @@ typedef struct ck_work_s {
   char want[96];
   char stamp_id[96];
   int restored;
-  uint64_t epoch;  /* fresh, resume, recover: the write epoch the servers were raised to */
+  uint64_t write_epoch;  /* fresh, resume, recover: the write epoch the servers were raised to */
   uint64_t incs[ORACLE_PROBE_MAX_SERVERS]; /* ... and each server's incarnation then (the probe's baseline) */
   manifest_t m;
   uint8_t *ostate;

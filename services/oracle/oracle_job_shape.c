@@ -1,7 +1,7 @@
 /*
  * oracle_job_shape: what a job is before it runs (oracle_job.c runs it):
  * the checks of its configuration this oracle makes (oracle_job_check_cfg),
- * the tables' strategies (table_strategy, tstrat.h: which tables live on
+ * the tables' strategies (table_strategy, strategy.h: which tables live on
  * one trainer, and whose; chosen at create, once auto has seen the first
  * batches, or taken back from a checkpoint) and the job's metrics.  Loop
  * thread, or before the loop runs.
@@ -15,7 +15,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 #define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
 
@@ -48,13 +48,13 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
   int rc = data_schema_from_cfg(cfg, &sc, err, err_len);
   if (rc) return rc;
   uint8_t *strat = malloc(sc.n_tables ? sc.n_tables : 1);
-  rc = strat ? tstrat_parse(cfg, sc.n_tables, strat, err, err_len) : -ENOMEM;
+  rc = strat ? strategy_parse(cfg, sc.n_tables, strat, err, err_len) : -ENOMEM;
   free(strat);
   data_schema_close(&sc);
   return rc;
 }
 
-/* table_strategy: which tables live on one trainer (tstrat.h), and whose.
+/* table_strategy: which tables live on one trainer (strategy.h), and whose.
  * With an auto table the choice waits for the first batches
  * (oracle_pipeline__strategy); until then no table is dropped from the
  * plans and nothing is cached. */
@@ -64,15 +64,15 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
   j->have_schema = 1;
   if ((rc = cfg_layout(j->cfg, &j->layout, err, err_len)) != 0) return rc;
   uint32_t T = j->n_tables = j->schema.n_tables;
-  if (!(j->strat = malloc(T)) || !(j->part_owner = malloc(T * sizeof *j->part_owner)) ||
+  if (!(j->strat = malloc(T)) || !(j->partition_owner = malloc(T * sizeof *j->partition_owner)) ||
       !(j->strat_why = calloc(T, sizeof *j->strat_why)))
     return -ENOMEM;
-  if ((rc = tstrat_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
-  if (j->ideal) memset(j->strat, TSTRAT_CACHE, T);
-  j->part_any = tstrat_any(j->strat, T);
+  if ((rc = strategy_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
+  if (j->ideal) memset(j->strat, STRATEGY_CACHE, T);
+  j->part_any = strategy_any_partitioned(j->strat, T);
   for (uint32_t t = 0; t < T; t++) {
-    j->part_owner[t] = TSTRAT_NONE;
-    j->strat_pending |= j->strat[t] == TSTRAT_AUTO;
+    j->partition_owner[t] = STRATEGY_OWNER_NONE;
+    j->strat_pending |= j->strat[t] == STRATEGY_AUTO;
     snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
              j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
   }
@@ -81,20 +81,20 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
 
 int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
   uint32_t T = j->n_tables;
-  tstrat_place(strat, &j->schema, &j->layout, j->P, j->part_owner);
-  free(j->ext);
-  j->ext = NULL;
-  if (tstrat_any(strat, T) && !(j->ext = calloc(T, 1))) return -ENOMEM;
+  strategy_place(strat, &j->schema, &j->layout, j->P, j->partition_owner);
+  free(j->partitioned);
+  j->partitioned = NULL;
+  if (strategy_any_partitioned(strat, T) && !(j->partitioned = calloc(T, 1))) return -ENOMEM;
   for (uint32_t t = 0; t < T; t++) {
-    if (j->ext) j->ext[t] = j->part_owner[t] != TSTRAT_NONE;
-    if (j->part_owner[t] == TSTRAT_ALL)
+    if (j->partitioned) j->partitioned[t] = j->partition_owner[t] != STRATEGY_OWNER_NONE;
+    if (j->partition_owner[t] == STRATEGY_OWNER_ALL)
       log_info("table %u: strategy=partition_rows owner=every trainer (row r on trainer r mod %u) rows=%" PRIu64
                " (%s)",
                t, j->P, j->schema.table_rows[t], j->strat_why[t]);
-    else if (j->part_owner[t] != TSTRAT_NONE)
-      log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->part_owner[t],
+    else if (j->partition_owner[t] != STRATEGY_OWNER_NONE)
+      log_info("table %u: strategy=partition owner=trainer %u rows=%" PRIu64 " (%s)", t, j->partition_owner[t],
                j->schema.table_rows[t], j->strat_why[t]);
-    else if (j->strat[t] == TSTRAT_AUTO)
+    else if (j->strat[t] == STRATEGY_AUTO)
       log_info("table %u: strategy=cache (%s)", t, j->strat_why[t]);
   }
   j->strat_pending = 0;
@@ -106,10 +106,10 @@ int oracle_job__strategy_restore(oracle_job_t *j, const oracle_ostate_t *o, char
   if (!j->strat_pending || o->n_strat != j->n_tables) return 0;
   uint8_t st[TABLE_MAX];
   for (uint32_t t = 0; t < j->n_tables; t++) {
-    st[t] = j->strat[t] == TSTRAT_AUTO ? o->strat[t] : j->strat[t];
-    if (j->strat[t] == TSTRAT_AUTO)
+    st[t] = j->strat[t] == STRATEGY_AUTO ? o->strat[t] : j->strat[t];
+    if (j->strat[t] == STRATEGY_AUTO)
       snprintf(j->strat_why[t], sizeof j->strat_why[t], "auto: %s, as chosen at the start of the job (checkpoint)",
-               tstrat_name(st[t]));
+               strategy_name(st[t]));
   }
   int rc = oracle_job__strategy_set(j, st);
   if (rc) return err_set(err, err_len, rc, "out of memory placing the partitioned tables");

@@ -13,7 +13,7 @@
  * The cacher (loop, every mode but ideal): planned batches enter it in
  * order (cacher_push) and batch x is decided (cacher_decide) once x + L
  * has entered, or the last batch has.  lookahead = N starts at L = N;
- * lookahead = auto first waits for the first oracle.auto_probe batches to
+ * lookahead = auto first waits for the first oracle.measure_batches batches to
  * be planned and picks, on the worker pool, the largest L <=
  * oracle.max_lookahead whose exact slot need over them fits cache_rows
  * (cacher_auto: all L in one pass over the keys; a
@@ -35,7 +35,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
-#include "stratauto.h"
+#include "strategy_auto.h"
 
 #define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */
@@ -58,7 +58,7 @@ static void entry_release(oracle_entry_t *s) {
 }
 
 /* At the end of the job: every READY plan goes (PLANNING ones go when
- * their work returns).  Not while cacher_auto reads the probe plans on the
+ * their work returns).  Not while cacher_auto reads the measured batches' plans on the
  * worker pool: auto_done calls this then. */
 static void release_plans(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
@@ -151,9 +151,9 @@ static void plan_done(uv_work_t *req, int status) {
     if (!w->rc) plan_close(&s->plan);
     s->state = ORACLE_ENTRY_EMPTY;
     if (w->rc) oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->iteration, err_str(w->rc));
-  } else if (j->ext && (w->rc = plan_drop_tables(&s->plan, j->ext)) != 0) {
+  } else if (j->partitioned && (w->rc = plan_drop_tables(&s->plan, j->partitioned)) != 0) {
     /* partitioned tables (table_strategy) stay out of the cacher; dropped
-     * here, on the loop, where j->ext changes (an auto choice) */
+     * here, on the loop, where j->partitioned changes (an auto choice) */
     plan_close(&s->plan);
     s->state = ORACLE_ENTRY_EMPTY;
     oracle_job__error(j, w->rc, "planning batch %llu failed: %s", (unsigned long long)s->iteration, err_str(w->rc));
@@ -163,7 +163,7 @@ static void plan_done(uv_work_t *req, int status) {
     pp->plans_done++;
     pp->plan_secs_sum += w->secs;
     pp->sum_unique += (double)s->plan.n_unique;
-    if (s->iteration >= j->ckpt.start && s->iteration - j->ckpt.start < pp->probe) pp->probe_ready++;
+    if (s->iteration >= j->ckpt.start && s->iteration - j->ckpt.start < pp->measure) pp->measure_ready++;
     metrics_hist_observe(j->m.plan, w->secs);
   }
   data_batch_free(w->batch);
@@ -322,16 +322,16 @@ static int decide_one(oracle_job_t *j) {
   return 0;
 }
 
-/* The probe: the first batches of this run (a resumed job's from c + 1). */
-static size_t probe_size(const oracle_job_t *j) {
+/* The measured batches: the first batches of this run (a resumed job's from c + 1). */
+static size_t measure_size(const oracle_job_t *j) {
   uint64_t st = j->ckpt.start, left = j->iterations > st ? j->iterations - st : 0;
-  return (size_t)(j->pipe.probe < left ? j->pipe.probe : left);
+  return (size_t)(j->pipe.measure < left ? j->pipe.measure : left);
 }
 
-/* Shallow copies of the probe's n plans, contiguous (the works only read
- * them): n_plans >= probe, so batch start + i (i < n) sits in its own
+/* Shallow copies of the measured batches' n plans, contiguous (the works only read
+ * them): n_plans >= measure, so batch start + i (i < n) sits in its own
  * entry, READY and undecided.  NULL: out of memory. */
-static plan_t *probe_plans(const oracle_job_t *j, size_t n) {
+static plan_t *measure_plans(const oracle_job_t *j, size_t n) {
   const oracle_pipe_t *pp = &j->pipe;
   plan_t *pl = malloc(n * sizeof *pl);
   for (size_t i = 0; pl && i < n; i++) {
@@ -345,7 +345,7 @@ static plan_t *probe_plans(const oracle_job_t *j, size_t n) {
 typedef struct auto_work_s {
   uv_work_t req;
   oracle_job_t *j;
-  plan_t *plans; /* shallow copies of the probe plans, contiguous (cacher_auto only reads them) */
+  plan_t *plans; /* shallow copies of the measured batches' plans, contiguous (cacher_auto only reads them) */
   size_t n;
   uint32_t L;
   uint64_t need;
@@ -406,18 +406,18 @@ static void auto_done(uv_work_t *req, int status) {
   oracle_job__advance(j);
 }
 
-/* lookahead = auto: once the first `probe` batches are planned, choose L
+/* lookahead = auto: once the first `measure` batches are planned, choose L
  * over them on the worker pool (cacher_auto: one pass over their keys
  * gives the exact need of every L <= max_lookahead, ~0.1 s for 128 batches
  * of 53k distinct keys -- still too long for the loop).  Nothing is
  * decided before.  0 or an error (said). */
 static int start_auto(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
-  /* the probe: the first batches of this run (a resumed job's from c + 1) */
-  size_t n = probe_size(j);
-  if (pp->auto_running || n == 0 || pp->probe_ready < n) return 0;
+  /* the measured batches: the first batches of this run (a resumed job's from c + 1) */
+  size_t n = measure_size(j);
+  if (pp->auto_running || n == 0 || pp->measure_ready < n) return 0;
   auto_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->plans = probe_plans(j, n))) {
+  if (!w || !(w->plans = measure_plans(j, n))) {
     free(w);
     return oracle_job__error(j, -ENOMEM, "out of memory choosing lookahead = auto");
   }
@@ -436,8 +436,8 @@ static int start_auto(oracle_job_t *j) {
   return 0;
 }
 
-/* table_strategy = auto: once the first `probe` batches are planned (all
- * tables' keys: nothing was dropped yet), stratauto_choose on the worker
+/* table_strategy = auto: once the first `measure` batches are planned (all
+ * tables' keys: nothing was dropped yet), strategy_auto_choose on the worker
  * pool; then the choice is set, the planned batches lose the partitioned
  * tables' keys, and start_auto measures L over what remains. */
 typedef struct strat_work_s {
@@ -446,7 +446,7 @@ typedef struct strat_work_s {
   plan_t *plans; /* shallow copies: read only */
   size_t n;
   uint8_t *out;
-  stratauto_table_t *tab;
+  strategy_auto_table_t *tab;
   int rc;
   double secs;
 } strat_work_t;
@@ -455,7 +455,7 @@ static void strat_work(uv_work_t *req) {
   strat_work_t *w = req->data;
   oracle_job_t *j = w->j;
   double t0 = oracle_job__now();
-  stratauto_opts_t o = {.P = j->P,
+  strategy_auto_opts_t o = {.P = j->P,
                         /* the window the cache could have at most, not the L in force: the
                          * choice, and so the model, must not depend on the lookahead */
                         .L = (uint32_t)cfg_int(j->cfg, "oracle.max_lookahead"),
@@ -463,7 +463,7 @@ static void strat_work(uv_work_t *req) {
                         .cache_weight = cfg_float(j->cfg, "strategy.cache_weight"),
                         .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "strategy.step_kb"),
                         .budget_bytes = (uint64_t)cfg_int(j->cfg, "strategy.partition_mb") << 20};
-  w->rc = stratauto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
+  w->rc = strategy_auto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -485,8 +485,8 @@ static void strat_done(uv_work_t *req, int status) {
       rc = oracle_job__strategy_set(j, w->out);
     }
     /* the planned batches lose the partitioned tables' keys (none is in the cacher yet) */
-    for (uint32_t i = 0; !rc && j->ext && i < pp->n_plans; i++)
-      if (pp->plans[i].state == ORACLE_ENTRY_READY) rc = plan_drop_tables(&pp->plans[i].plan, j->ext);
+    for (uint32_t i = 0; !rc && j->partitioned && i < pp->n_plans; i++)
+      if (pp->plans[i].state == ORACLE_ENTRY_READY) rc = plan_drop_tables(&pp->plans[i].plan, j->partitioned);
     if (rc)
       oracle_job__error(j, rc, "table_strategy = auto: choosing over the first %zu batches failed: %s", w->n,
                         err_str(rc));
@@ -499,10 +499,10 @@ static void strat_done(uv_work_t *req, int status) {
 
 static int start_strategy(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
-  size_t n = probe_size(j);
-  if (j->strat_running || n == 0 || pp->probe_ready < n) return 0;
+  size_t n = measure_size(j);
+  if (j->strat_running || n == 0 || pp->measure_ready < n) return 0;
   strat_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->plans = probe_plans(j, n)) || !(w->out = malloc(j->n_tables)) ||
+  if (!w || !(w->plans = measure_plans(j, n)) || !(w->out = malloc(j->n_tables)) ||
       !(w->tab = calloc(j->n_tables, sizeof *w->tab))) {
     if (w) free(w->plans), free(w->out);
     free(w);
@@ -597,16 +597,16 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
   pp->lrpp = cfg_bool(cfg, "lrpp");
   pp->delayed = cfg_bool(cfg, "delayed_sync");
   pp->max_l = given_l ? (uint32_t)strtoul(j->lookahead_cfg, NULL, 10) : (uint32_t)cfg_int(cfg, "oracle.max_lookahead");
-  /* lookahead = 0 (the baseline) has nothing to lower: no probe; a batch
+  /* lookahead = 0 (the baseline) has nothing to lower: nothing measured; a batch
    * too large for the cache fails the job when it is decided, naming
    * cache_rows (cacher.c) */
   if (given_l && pp->max_l == 0 && !j->strat_pending) pp->auto_l = 0;
   pp->cache_rows = (uint64_t)cfg_int(cfg, "cache_rows");
-  pp->probe = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.measure_batches") : 0;
-  if (pp->probe > j->iterations) pp->probe = j->iterations;
+  pp->measure = pp->auto_l ? (uint64_t)cfg_int(cfg, "oracle.measure_batches") : 0;
+  if (pp->measure > j->iterations) pp->measure = j->iterations;
   /* The ring of plans and the largest window (which sizes report's ring):
    * see set_lookahead; auto sizes them for the largest L it may choose,
-   * and the plans for the probe too. */
+   * and the plans for the measured batches too. */
   if (j->ideal) {
     pp->window_max = pp->window;
     pp->n_plans = pp->window + PLAN_AHEAD;
@@ -614,7 +614,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
     uint32_t l = pp->max_l;
     pp->window_max = pp->window_cfg > l + 2 ? pp->window_cfg : l + 2;
     uint64_t n = (uint64_t)l + pp->window_max + PLAN_AHEAD + 1;
-    pp->n_plans = (uint32_t)(n > pp->probe ? n : pp->probe);
+    pp->n_plans = (uint32_t)(n > pp->measure ? n : pp->measure);
   }
   pp->span = pp->n_plans;
   if (pp->policy == PLAN_ALLOC_LAIA) {
@@ -634,7 +634,7 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
 }
 
 int oracle_pipeline__start(oracle_job_t *j) {
-  /* the cacher: now for lookahead = 0, else once the probe batches are planned (start_auto) */
+  /* the cacher: now for lookahead = 0, else once the measured batches are planned (start_auto) */
   if (!j->ideal && !j->pipe.auto_l) return set_lookahead(j, 0);
   return 0;
 }

@@ -28,7 +28,7 @@
 #include "oracle_job_internal.h"
 #include "sbuf.h"
 #include "sdn.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 /* ---- the evaluation schedule */
 
@@ -457,7 +457,7 @@ static void summary_rows(sbuf_t *sb, const oracle_job_t *j, double n) {
   sb_printf(sb, "}, ");
 }
 
-/* The start-up (iteration 0: planning the probe, choosing L, the first
+/* The start-up (iteration 0: measuring the first batches, choosing L, the first
  * decisions and fetches), the wind-down (the job's last iteration, whose
  * write-back of every cached and partitioned row newer than the servers'
  * ends the job) and the steady state between them. */
@@ -487,15 +487,15 @@ static void summary_steady(sbuf_t *sb, const oracle_job_t *j, double n, double r
   sb_printf(sb, "}, ");
 }
 
-/* Each table's strategy (table_strategy, tstrat.h), its owner when
+/* Each table's strategy (table_strategy, strategy.h), its owner when
  * partitioned, and why. */
 static void summary_tables(sbuf_t *sb, const oracle_job_t *j) {
   sb_printf(sb, "\"tables\": [");
   for (uint32_t t = 0; t < j->n_tables; t++) {
-    uint32_t o = j->part_owner ? j->part_owner[t] : UINT32_MAX;
+    uint32_t o = j->partition_owner ? j->partition_owner[t] : UINT32_MAX;
     sb_printf(sb, "%s{\"table\": %u, ", t ? ", " : "", t);
-    sb_str(sb, "strategy", o == TSTRAT_NONE ? "cache" : o == TSTRAT_ALL ? "partition_rows" : "partition");
-    if (o != TSTRAT_NONE && o != TSTRAT_ALL) sb_printf(sb, ", \"owner\": %u", o);
+    sb_str(sb, "strategy", o == STRATEGY_OWNER_NONE ? "cache" : o == STRATEGY_OWNER_ALL ? "partition_rows" : "partition");
+    if (o != STRATEGY_OWNER_NONE && o != STRATEGY_OWNER_ALL) sb_printf(sb, ", \"owner\": %u", o);
     sb_printf(sb, ", ");
     sb_str(sb, "why", j->strat_why ? j->strat_why[t] : "");
     sb_printf(sb, "}");
@@ -615,11 +615,11 @@ char *oracle_report__summary(const oracle_job_t *j) {
   {
     char why[160] = "";
     if (pp->auto_l && !pp->l_known && pp->auto_running)
-      snprintf(why, sizeof why, "lookahead = auto: choosing L from the %llu planned probe batches",
-               (unsigned long long)pp->probe);
+      snprintf(why, sizeof why, "lookahead = auto: choosing L from the %llu measured batches",
+               (unsigned long long)pp->measure);
     else if (pp->auto_l && !pp->l_known)
-      snprintf(why, sizeof why, "lookahead = auto: planning the probe, %llu of %llu batches (oracle.measure_batches)",
-               (unsigned long long)pp->probe_ready, (unsigned long long)pp->probe);
+      snprintf(why, sizeof why, "lookahead = auto: measuring the first batches, %llu of %llu (oracle.measure_batches)",
+               (unsigned long long)pp->measure_ready, (unsigned long long)pp->measure);
     sb_str(&b, "startup", why);
     sb_printf(&b, ", ");
   }

@@ -26,7 +26,7 @@
  *                 from row 0 as nn.c does.  tcache_cuda_forward_skip: a
  *                 table with skip[t] is passed over (its ids unchecked,
  *                 its columns untouched), as embag_fwd's skip on the CPU
- *                 (trainer_step's external tables; model_dev_emb_cols_in
+ *                 (trainer_step's partitioned tables; model_dev_emb_cols_in
  *                 brings their columns from the host).
  *  tcache_cuda_backward = one table of trainer_step_backward's cache_mode loop:
  *                 nn_cuda_embedding_bag_bwd(d_emb + t * dim, width, idx + o,
@@ -487,7 +487,7 @@ int tcache_cuda_backward(tcache_cuda_t *c, const float *d_emb, uint32_t table, u
     return err_set(err, err_len, -EINVAL, "tcache_cuda_backward: table %u of %u", table, c->n_tables);
   if (c->skipped[table])
     return err_set(err, err_len, -EINVAL,
-                   "tcache_cuda_backward: table %u was skipped by the last forward (an external table: its ids name "
+                   "tcache_cuda_backward: table %u was skipped by the last forward (a partitioned table: its ids name "
                    "no slot)", table);
   uint32_t n = c->fwd_n, h = c->hotness[table];
   if ((size_t)n * h == 0) return 0;

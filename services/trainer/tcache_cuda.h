@@ -13,7 +13,7 @@
  *   tcache_cuda_forward      nn_embedding_bag_fwd per table over the slot array,
  *                    into the model's DEVICE input (n x n_tables*dim);
  *                    tcache_cuda_forward_skip leaves the tables embag_fwd's
- *                    skip would leave (trainer_step's external tables)
+ *                    skip would leave (trainer_step's partitioned tables)
  *   tcache_cuda_backward     nn_embedding_bag_bwd of one table (ids sorted
  *                    stably, each slot's rows added in sample order), its
  *                    unique slots and their gradients copied to the host

@@ -103,8 +103,8 @@ int trainer_ckpt_take(trainer_t *t, const trainer_work_t *w, char *err, size_t e
                      why);
   }
   /* the partitioned tables' rows this trainer updated since its last flush */
-  size_t n_part;
-  if ((rc = trainer_part_flush(&t->part, t->embc, ck->iteration + 1, &n_part, why, sizeof why)) != 0)
+  size_t n_partitioned;
+  if ((rc = trainer_partition_flush(&t->partition, t->embc, ck->iteration + 1, &n_partitioned, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "checkpoint %s: %s", ck->id, why);
   /* the dense state, once for the job */
   size_t dense_bytes = 0;

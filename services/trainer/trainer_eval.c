@@ -52,8 +52,8 @@ int trainer_eval_sync(trainer_t *t, const trainer_work_t *w, char *err, size_t e
     free(os), free(ok), free(orow);
     if (rc) return err_set(err, err_len, rc, "writing back %zu owned rows before evaluating failed: %s", n_owned, why);
   }
-  size_t n_part; /* the partitioned tables' rows this trainer updated: the others read them from the servers */
-  if ((rc = trainer_part_flush(&t->part, t->embc, done, &n_part, err, err_len)) != 0) return rc;
+  size_t n_partitioned; /* the partitioned tables' rows this trainer updated: the others read them from the servers */
+  if ((rc = trainer_partition_flush(&t->partition, t->embc, done, &n_partitioned, err, err_len)) != 0) return rc;
   if ((rc = trainer_sched_barrier(t->join.sched, t->join.coll,
                                   trainer_sched_id(TRAINER_SCHED_NEXT, ev->after_iteration, TRAINER_SCHED_EVAL))) != 0)
     return err_set(err, err_len, rc, "barrier before evaluating failed among %u trainers: %s", t->trainers,

@@ -258,7 +258,7 @@ int trainer_exec_forward(trainer_t *t, const trainer_work_t *w, uint64_t expect,
   if (rc) return rc;
   /* the partitioned tables' pooled embeddings first: the model's input */
   double ta = clock_mono_s();
-  if ((rc = trainer_part_forward(&t->part, t->ts, t->join.pcoll, &w->step, &w->batch, err, err_len)) != 0) return rc;
+  if ((rc = trainer_partition_forward(&t->partition, t->ts, t->join.pcoll, &w->step, &w->batch, err, err_len)) != 0) return rc;
   s->c.alltoall = clock_mono_s() - ta;
   if ((rc = trainer_step_cache_forward(t->ts, &w->batch, w->step.slots, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "iteration %" PRIu64 ": %s", s->iteration, why);
@@ -278,7 +278,7 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
   /* the partitioned tables' gradients to their owners (another group:
    * overlapped with the dense all-reduce's thread), folded and applied */
   double ta = clock_mono_s();
-  int rc = trainer_part_backward(&t->part, t->ts, t->join.pcoll, st, &s->w->batch, &s->c.part_updated, err, err_len);
+  int rc = trainer_partition_backward(&t->partition, t->ts, t->join.pcoll, st, &s->w->batch, &s->c.part_updated, err, err_len);
   double t3 = clock_mono_s();
   s->c.alltoall += t3 - ta;
   s->ph[PHASE_BACKWARD] = t3 - t2;

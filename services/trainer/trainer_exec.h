@@ -48,7 +48,7 @@ typedef struct trainer_exec_s {
 typedef struct trainer_exec_counts_s {
   size_t fetched, synced, synced_delayed, replicated, written_back, hits;
   double dense_comm, prefetch_wait, sync_wait, sync_critical, replicate;
-  double alltoall;      /* the partitioned tables' pooling and AlltoAlls (trainer_part.h) */
+  double alltoall;      /* the partitioned tables' pooling and AlltoAlls (trainer_partition.h) */
   size_t part_updated;  /* rows of partitioned tables this trainer updated */
   uint32_t lookahead;
 } trainer_exec_counts_t;

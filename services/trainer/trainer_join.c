@@ -22,7 +22,7 @@
  * store), so they never disagree on the backend.  The shared rows
  * (critical and delayed), the replicated rows and the partitioned
  * tables' AlltoAlls stay on the Gloo group, on host memory, for now:
- * their buffers are packed on the host (trainer_exec.c, trainer_part.c).
+ * their buffers are packed on the host (trainer_exec.c, trainer_partition.c).
  */
 #include "trainer_join.h"
 
@@ -389,12 +389,12 @@ int trainer_join_group_form(trainer_t *t, char *err, size_t err_len) {
   if (t->trainers > 1 && !strcmp(cfg_str(t->cfg, "trainer.comm_schedule"), "priority") &&
       (rc = trainer_sched_create(j->coll, sched_cancelled, t, &j->sched)) != 0)
     return err_set(err, err_len, rc, "cannot start the collectives' scheduler: %s", err_str(rc));
-  t->part.sched = j->sched;
+  t->partition.sched = j->sched;
   /* the NCCL group is the all-reduce thread's alone (the scheduler owns the Gloo group) */
   if ((rc = trainer_ar_create(j->ncoll ? j->ncoll : j->coll, j->ncoll ? NULL : j->sched, dense_grads,
                               trainer_step_n_params(t->ts), bucket, &j->dense_ar)) != 0)
     return err_set(err, err_len, rc, "cannot start the all-reduce thread: %s", err_str(rc));
-  if (t->part.any && !j->sched) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
+  if (t->partition.any && !j->sched) { /* the partitioned tables' AlltoAlls: their own connections, the training thread's */
     char pprefix[600];
     snprintf(pprefix, sizeof pprefix, "%s/part", j->prefix);
     o.prefix = pprefix;
@@ -423,7 +423,7 @@ void trainer_join_group_close(trainer_t *t) {
   }
   trainer_sched_destroy(t->join.sched); /* first: it may hold the dense buckets' operations */
   t->join.sched = NULL;
-  t->part.sched = NULL;
+  t->partition.sched = NULL;
   trainer_ar_destroy(t->join.dense_ar);
   t->join.dense_ar = NULL;
   coll_destroy(t->join.coll);

@@ -54,7 +54,7 @@ int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, tra
   if ((rc = data_schema_from_cfg(cfg, &t->schema, err, err_len)) != 0) goto fail;
   t->have_schema = 1;
   if ((rc = cfg_layout(cfg, &t->layout, err, err_len)) != 0) goto fail;
-  if ((rc = trainer_part_init(&t->part, cfg, &t->schema, &t->layout, rank, t->ideal, err, err_len)) != 0) goto fail;
+  if ((rc = trainer_partition_init(&t->partition, cfg, &t->schema, &t->layout, rank, t->ideal, err, err_len)) != 0) goto fail;
   if ((rc = trainer_step_create(cfg, &t->schema, &t->layout, (uint32_t)cfg_int(cfg, "batch_size"), &t->ts, err, err_len)) != 0)
     goto fail;
   if (t->ideal) {
@@ -101,7 +101,7 @@ void trainer_destroy(trainer_t *t) {
   trainer_exec_close(t);
   free(t->save_dense);
   trainer_kmap_destroy(t->kmap);
-  trainer_part_close(&t->part);
+  trainer_partition_close(&t->partition);
   trainer_pipeline_close(t);
   pthread_cond_destroy(&t->cv);
   pthread_mutex_destroy(&t->mu);
@@ -255,9 +255,9 @@ static int step_cache(trainer_t *t, trainer_item_t **itp, uint64_t expect, doubl
   *itp = NULL;
   if (s.iteration + 1 == t->iterations && (rc = trainer_pipeline_bg_wait(t, &s.c.sync_wait, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "%s", why);
-  size_t n_part; /* and so are the partitioned tables' rows */
+  size_t n_partitioned; /* and so are the partitioned tables' rows */
   if (s.iteration + 1 == t->iterations &&
-      (rc = trainer_part_flush(&t->part, t->embc, s.iteration + 1, &n_part, err, err_len)) != 0)
+      (rc = trainer_partition_flush(&t->partition, t->embc, s.iteration + 1, &n_partitioned, err, err_len)) != 0)
     return rc;
   /* g. report */
   return trainer_exec_report(t, &s, err, err_len);
@@ -315,7 +315,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       rc = err_set(err, err_len, it->rc, "%s", it->err);
     } else if (w->kind == TRAINER_WORK_STEP) {
       /* this run's write epoch: x's write-backs (in the background too) carry it */
-      if (!t->ideal) embc_set_epoch(t->embc, w->step.epoch);
+      if (!t->ideal) embc_set_write_epoch(t->embc, w->step.write_epoch);
       rc = t->ideal ? step_ideal(t, w, expect, t_wait, err, err_len)
                     : step_cache(t, &it, expect, t_wait, t_pf, err, err_len);
       if (!rc) expect++;
@@ -328,7 +328,7 @@ static int serve(trainer_t *t, int *got_stop, char *err, size_t err_len) {
       if (rc) rc = err_set(err, err_len, rc, "checkpoint %s: %s", w->checkpoint.id, why);
       else rc = trainer_ckpt_take(t, w, err, err_len);
     } else if (w->kind == TRAINER_WORK_RESUME) {
-      if (!t->ideal) embc_set_epoch(t->embc, w->resume.epoch);
+      if (!t->ideal) embc_set_write_epoch(t->embc, w->resume.write_epoch);
       rc = trainer_ckpt_resume(t, w, &expect, err, err_len);
     } else { /* TRAINER_WORK_STOP */
       log_info("StopWork from the oracle rank=%u iterations_done=%" PRIu64 " job_state=%s reason=\"%s\"", t->rank,
@@ -368,7 +368,7 @@ static int fatal(int rc) { return rc == ERR_CONFIG || rc == ERR_BADMSG || rc == 
  * on from a checkpoint's dense state (ResumeWork) or from the start, with
  * empty caches, and every trainer must begin from the same bits. */
 static int rebuild(trainer_t *t, char *err, size_t err_len) {
-  trainer_part_reset(&t->part); /* the partitioned rows: read again from the (rolled back) servers */
+  trainer_partition_reset(&t->partition); /* the partitioned rows: read again from the (rolled back) servers */
   trainer_step_destroy(t->ts);
   t->ts = NULL;
   int rc = trainer_step_create(t->cfg, &t->schema, &t->layout, (uint32_t)cfg_int(t->cfg, "batch_size"), &t->ts, err,

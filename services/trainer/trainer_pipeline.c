@@ -136,7 +136,7 @@ static void *feeder_main(void *arg) {
     protobuf_c_message_free_unpacked(&msg->base, NULL);
     char err[768] = "";
     if (!it->rc && !t->ideal && it->work.kind == TRAINER_WORK_STEP &&
-        ((rc = trainer_part_load(&t->part, &it->work.step, t->embc, err, sizeof err)) != 0 ||
+        ((rc = trainer_partition_load(&t->partition, &it->work.step, t->embc, err, sizeof err)) != 0 ||
          (rc = prefetch(t, &it->work.step, &it->t_fetch, err, sizeof err)) != 0)) {
       trainer_pipeline_release(it);
       feed_finish(t, rc, err);

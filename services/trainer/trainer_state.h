@@ -52,7 +52,7 @@
 #include "trainer_join.h"
 #include "trainer_kmap.h"
 #include "trainer_loop.h"
-#include "trainer_part.h"
+#include "trainer_partition.h"
 #include "trainer_pipeline.h"
 #include "trainer_rows.h"
 #include "trainer_step.h"
@@ -85,7 +85,7 @@ struct trainer_s {
   embc_t *embc;        /* normal mode */
   uint64_t cache_rows; /* normal mode */
   trainer_kmap_t *kmap;        /* normal mode; training thread only */
-  trainer_part_t part;         /* the partitioned tables (table_strategy) */
+  trainer_partition_t partition;         /* the partitioned tables (table_strategy) */
   orc_t *orc;
   trainer_metrics_t m;
 

@@ -90,10 +90,10 @@ struct trainer_step_s {
   int cache_mode; /* the last forward was trainer_step_cache_forward */
 
   /* tables whose pooled embeddings the caller supplies (table_strategy =
-   * partition: trainer_step_set_external); NULL = none */
-  uint8_t *ext;
-  int ext_dev; /* device = cuda: the caller writes their columns of the device input itself
-                  (trainer_step_set_external_on_device) */
+   * partition: trainer_step_set_partitioned); NULL = none */
+  uint8_t *partitioned;
+  int partitioned_dev; /* device = cuda: the caller writes their columns of the device input itself
+                  (trainer_step_set_partitioned_on_device) */
 };
 
 int trainer_step_create(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout, uint32_t max_batch,
@@ -191,7 +191,7 @@ void trainer_step_destroy(trainer_step_t *ts) {
   opt_destroy(ts->dense_opt);
   table_layout_close(&ts->layout);
   free(ts->hotness);
-  free(ts->ext);
+  free(ts->partitioned);
   free(ts->keys);
   free(ts->rows);
   free(ts->grad);
@@ -453,8 +453,8 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
   if (b->n) {
     size_t n_ids = b->ids_off[ts->n_tables];
     int rc = 0;
-    for (uint32_t t = 0; t < ts->n_tables && !rc; t++) /* an external table's ids have no slot */
-      if (!(ts->ext && ts->ext[t]))
+    for (uint32_t t = 0; t < ts->n_tables && !rc; t++) /* a partitioned table's ids have no slot */
+      if (!(ts->partitioned && ts->partitioned[t]))
         rc = cache_check(ts, slots + b->ids_off[t], b->ids_off[t + 1] - b->ids_off[t], "slots", err, err_len);
     if (rc) return rc;
     for (size_t i = 0; i < n_ids; i++) ts->idx[i] = slots[i];
@@ -462,18 +462,18 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
     if (ts->cuda) {
 #ifdef CHANTER_CUDA
       /* pooled on the GPU straight into the model's input; an external
-       * table (ext) is skipped there too: its columns, which the caller
+       * table (partitioned) is skipped there too: its columns, which the caller
        * wrote into the host input (trainer_step_emb_in), are copied into
        * the device's input (only those columns) */
-      if (!ts->ext_dev && (rc = model_dev_emb_cols_in(ts->md, b->n, ts->emb, ts->ext)) != 0)
-        return err_set(err, err_len, rc, "copying the external tables' pooled embeddings to the GPU failed: %s",
+      if (!ts->partitioned_dev && (rc = model_dev_emb_cols_in(ts->md, b->n, ts->emb, ts->partitioned)) != 0)
+        return err_set(err, err_len, rc, "copying the partitioned tables' pooled embeddings to the GPU failed: %s",
                        err_str(rc));
-      if ((rc = tcache_cuda_forward_skip(ts->dc, ts->idx, b->n, ts->ext, model_dev_emb_dev(ts->md), err, err_len)) != 0)
+      if ((rc = tcache_cuda_forward_skip(ts->dc, ts->idx, b->n, ts->partitioned, model_dev_emb_dev(ts->md), err, err_len)) != 0)
         return rc;
       emb = model_dev_emb_dev(ts->md);
 #endif
     } else {
-      /* table by table on the model's threads; an external table (ext) is
+      /* table by table on the model's threads; a partitioned table (partitioned) is
        * skipped: its columns are the caller's */
       size_t o = 0;
       for (uint32_t t = 0; t < ts->n_tables; t++) {
@@ -481,7 +481,7 @@ int trainer_step_cache_forward(trainer_step_t *ts, const data_batch_t *b, const 
         ts->tbase[t] = ts->crows;
         o += (size_t)b->n * ts->hotness[t];
       }
-      embag_fwd(ts->eb, model_dev_pool(ts->md), b->n, ts->tbase, ts->rf, ts->tidx, ts->ext, ts->emb);
+      embag_fwd(ts->eb, model_dev_pool(ts->md), b->n, ts->tbase, ts->rf, ts->tidx, ts->partitioned, ts->emb);
     }
     /* on the GPU the logits stay there (trainer_step_logits fetches them): no wait */
     if ((rc = model_dev_forward(ts->md, b->n, b->dense, emb, ts->cuda ? NULL : ts->logits)) != 0)
@@ -692,21 +692,21 @@ double trainer_step_backward(trainer_step_t *ts, const data_batch_t *b, uint32_t
    * taken in table order, as the serial loop did.  External tables are
    * skipped: the caller takes their gradient from trainer_step_d_emb. */
   if (!on_dev) {
-    embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->ext : NULL);
-  } else if (ts->ext && !ts->ext_dev) {
+    embag_bwd(ts->eb, model_dev_pool(ts->md), b->n, ts->d_emb, ts->tidx, ts->cache_mode ? ts->partitioned : NULL);
+  } else if (ts->partitioned && !ts->partitioned_dev) {
     /* on the GPU the input gradient stayed on the device (folded there
-     * below, external tables skipped as on the CPU); the external tables'
+     * below, partitioned tables skipped as on the CPU); the partitioned tables'
      * columns come to the host d_emb, where the CPU's backward wrote them,
      * for trainer_step_d_emb */
-    int rc = model_dev_demb_cols_out(ts->md, b->n, ts->d_emb, ts->ext);
-    if (rc) dev_fail(ts, rc, "copying the external tables' input gradient from the GPU", err_str(rc));
+    int rc = model_dev_demb_cols_out(ts->md, b->n, ts->d_emb, ts->partitioned);
+    if (rc) dev_fail(ts, rc, "copying the partitioned tables' input gradient from the GPU", err_str(rc));
   }
   if (ts->cache_mode) {
     for (uint32_t t = 0; t < ts->n_tables; t++) {
       uint32_t u = 0;
       const uint64_t *uniq = ts->uniq;
       const float *ugrad = ts->ugrad;
-      if (ts->ext && ts->ext[t]) continue;
+      if (ts->partitioned && ts->partitioned[t]) continue;
       if (on_dev) {
 #ifdef CHANTER_CUDA
         char e[400];
@@ -757,23 +757,23 @@ size_t trainer_step_update(trainer_step_t *ts) {
   return updated;
 }
 
-/* ---------------------------------------------------------------- external tables */
+/* ---------------------------------------------------------------- partitioned tables */
 
-int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len) {
+int trainer_step_set_partitioned(trainer_step_t *ts, const uint8_t *partitioned, char *err, size_t err_len) {
   int any = 0;
-  for (uint32_t t = 0; ext && t < ts->n_tables; t++) any |= ext[t] != 0;
+  for (uint32_t t = 0; partitioned && t < ts->n_tables; t++) any |= partitioned[t] != 0;
   if (!any) {
-    free(ts->ext);
-    ts->ext = NULL;
+    free(ts->partitioned);
+    ts->partitioned = NULL;
     return 0;
   }
-  if (!ts->ext && !(ts->ext = calloc(ts->n_tables, 1)))
-    return err_set(err, err_len, -ENOMEM, "out of memory for the external tables' flags");
-  memcpy(ts->ext, ext, ts->n_tables);
+  if (!ts->partitioned && !(ts->partitioned = calloc(ts->n_tables, 1)))
+    return err_set(err, err_len, -ENOMEM, "out of memory for the partitioned tables' flags");
+  memcpy(ts->partitioned, partitioned, ts->n_tables);
   return 0;
 }
 
-void trainer_step_set_external_on_device(trainer_step_t *ts, int on) { ts->ext_dev = ts->cuda && on; }
+void trainer_step_set_partitioned_on_device(trainer_step_t *ts, int on) { ts->partitioned_dev = ts->cuda && on; }
 float *trainer_step_emb_dev(trainer_step_t *ts) { return model_dev_emb_dev(ts->md); }
 const float *trainer_step_demb_dev(trainer_step_t *ts) { return model_dev_demb_dev(ts->md); }
 void trainer_step_row_opt(const trainer_step_t *ts, opt_kind_t *kind, opt_hparams_t *hp) {

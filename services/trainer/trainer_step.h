@@ -190,9 +190,9 @@ void trainer_step_cache_update_rows(trainer_step_t *ts, const uint32_t *slots, s
 void trainer_step_cache_scatter(trainer_step_t *ts, const uint32_t *slots, size_t n, const float *rows);
 void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t n, float *rows);
 
-/* ---- external tables (table_strategy = partition: the table's rows live
+/* ---- partitioned tables (table_strategy = partition: the table's rows live
  * on one trainer, which pools them for the whole global batch; the pooled
- * embeddings reach this trainer from outside the cache).  ext[t] != 0:
+ * embeddings reach this trainer from outside the cache).  partitioned[t] != 0:
  * trainer_step_cache_forward neither pools table t nor checks its slots
  * (its ids carry none); the caller writes its columns of the model's input
  * (trainer_step_emb_in: sample i, table t at i * n_tables * dim + t * dim)
@@ -201,23 +201,23 @@ void trainer_step_cache_gather(trainer_step_t *ts, const uint32_t *slots, size_t
  * which folds only the other tables.  On device = cuda the same, with
  * the same skip rules on the GPU cache (tcache_cuda_forward_skip; the
  * backward's fold loop): both arrays stay host arrays, the forward copies
- * the external tables' columns of trainer_step_emb_in into the device's
+ * the partitioned tables' columns of trainer_step_emb_in into the device's
  * input before the model runs, and the backward copies their columns of
  * the device's input gradient into trainer_step_d_emb (only those columns
  * are meaningful there on the GPU; the CPU writes every column).  That
- * path compiles but has never run on a GPU.  ext = NULL (or all zero):
+ * path compiles but has never run on a GPU.  partitioned = NULL (or all zero):
  * none.  0 or -ENOMEM. */
-int trainer_step_set_external(trainer_step_t *ts, const uint8_t *ext, char *err, size_t err_len);
+int trainer_step_set_partitioned(trainer_step_t *ts, const uint8_t *partitioned, char *err, size_t err_len);
 float *trainer_step_emb_in(trainer_step_t *ts);
-/* device = cuda, on != 0: the caller writes the external tables' columns
+/* device = cuda, on != 0: the caller writes the partitioned tables' columns
  * straight into the model's DEVICE input (trainer_step_emb_dev, same
  * layout; on the training thread's stream, before the forward) and reads
  * their gradient from the device input gradient (trainer_step_demb_dev,
  * left there by trainer_step_backward until the next backward): the
  * forward and the backward copy no external column (a partitioned
- * table's owner that is the only trainer, trainer_part.h).  Ignored on
+ * table's owner that is the only trainer, trainer_partition.h).  Ignored on
  * the CPU.  Default off; the training thread, between steps. */
-void trainer_step_set_external_on_device(trainer_step_t *ts, int on);
+void trainer_step_set_partitioned_on_device(trainer_step_t *ts, int on);
 float *trainer_step_emb_dev(trainer_step_t *ts);
 const float *trainer_step_demb_dev(trainer_step_t *ts);
 /* The row optimizer's kind and hyper-parameters (embedding_optimizer). */

@@ -14,7 +14,7 @@
 
 #include "batch_pb.h"
 #include "err.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 /* ------------------------------------------------------------------ checks */
 
@@ -121,58 +121,58 @@ static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32
   s->replicate_slots = put_field(b, &st->replicate_slots);
   s->replicate_owners = put_field(b, &st->replicate_owners);
   s->replicate_keys = put_field(b, &st->replicate_keys);
-  if (st->part_owner.len) {
-    s->part_owner = put_field(b, &st->part_owner);
-    s->part_counts = put_field(b, &st->part_counts);
-    s->part_ids = put_field(b, &st->part_ids);
+  if (st->partition_owner.len) {
+    s->partition_owner = put_field(b, &st->partition_owner);
+    s->partition_counts = put_field(b, &st->partition_counts);
+    s->partition_ids = put_field(b, &st->partition_ids);
   }
 }
 
-/* The partitioned tables' fields (tstrat.h), when part_owner is not empty:
- * an owner per table (a rank, TSTRAT_ALL for partition_rows, or
- * TSTRAT_NONE), a count per trainer adding up to the global batch with
+/* The partitioned tables' fields (strategy.h), when partition_owner is not empty:
+ * an owner per table (a rank, STRATEGY_OWNER_ALL for partition_rows, or
+ * STRATEGY_OWNER_NONE), a count per trainer adding up to the global batch with
  * ours = n, the ids of the whole batch of the tables we hold rows of, each
  * inside its table; then the slots of the samples' ids:
  * CACHER_NO_SLOT for a partitioned table, inside the cache otherwise. */
-static int part_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_limits_t *lim, uint32_t n,
+static int partition_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_limits_t *lim, uint32_t n,
                        trainer_work_step_t *s, char *err, size_t err_len) {
   const data_schema_t *sc = lim->schema;
   uint64_t x = st->iteration;
-  if (st->part_owner.len != (size_t)sc->n_tables * 4)
-    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": part_owner has %zu bytes, want %u (4 per table)",
-                   x, st->part_owner.len, sc->n_tables * 4);
-  if (st->part_counts.len != (size_t)lim->trainers * 4)
+  if (st->partition_owner.len != (size_t)sc->n_tables * 4)
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": partition_owner has %zu bytes, want %u (4 per table)",
+                   x, st->partition_owner.len, sc->n_tables * 4);
+  if (st->partition_counts.len != (size_t)lim->trainers * 4)
     return err_set(err, err_len, ERR_BADMSG,
-                   "iteration %" PRIu64 ": part_counts has %zu bytes, want %u (4 per trainer)", x, st->part_counts.len,
+                   "iteration %" PRIu64 ": partition_counts has %zu bytes, want %u (4 per trainer)", x, st->partition_counts.len,
                    lim->trainers * 4);
   uint64_t sum = 0, want = 0;
   for (uint32_t q = 0; q < lim->trainers; q++) {
     uint32_t c;
-    memcpy(&c, st->part_counts.data + 4 * q, 4);
+    memcpy(&c, st->partition_counts.data + 4 * q, 4);
     if (q == lim->rank && c != n)
-      return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": part_counts says %u samples for rank %u, the "
+      return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": partition_counts says %u samples for rank %u, the "
                      "step has %u", x, c, q, n);
     sum += c;
   }
   if (sum != st->global_batch)
-    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": part_counts add up to %" PRIu64
+    return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": partition_counts add up to %" PRIu64
                    ", global_batch is %u", x, sum, st->global_batch);
   for (uint32_t t = 0; t < sc->n_tables; t++) {
     uint32_t o;
-    memcpy(&o, st->part_owner.data + 4 * t, 4);
-    if (o != TSTRAT_NONE && o != TSTRAT_ALL && o >= lim->trainers)
-      return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": part_owner[%u] = %u, only %u trainers", x, t, o,
+    memcpy(&o, st->partition_owner.data + 4 * t, 4);
+    if (o != STRATEGY_OWNER_NONE && o != STRATEGY_OWNER_ALL && o >= lim->trainers)
+      return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": partition_owner[%u] = %u, only %u trainers", x, t, o,
                      lim->trainers);
-    if (tstrat_holds(o, lim->rank)) want += sum * sc->hotness[t];
+    if (strategy_holds(o, lim->rank)) want += sum * sc->hotness[t];
   }
-  if (st->part_ids.len != want * 8)
+  if (st->partition_ids.len != want * 8)
     return err_set(err, err_len, ERR_BADMSG,
-                   "iteration %" PRIu64 ": part_ids has %zu bytes, want %" PRIu64 " (the global batch's ids of the "
-                   "tables rank %u holds rows of, 8 each)", x, st->part_ids.len, want * 8, lim->rank);
+                   "iteration %" PRIu64 ": partition_ids has %zu bytes, want %" PRIu64 " (the global batch's ids of the "
+                   "tables rank %u holds rows of, 8 each)", x, st->partition_ids.len, want * 8, lim->rank);
   size_t i = 0, k = 0;
   for (uint32_t t = 0; t < sc->n_tables; t++) {
     uint32_t o;
-    memcpy(&o, st->part_owner.data + 4 * t, 4);
+    memcpy(&o, st->partition_owner.data + 4 * t, 4);
     size_t m = (size_t)n * sc->hotness[t];
     for (size_t j = 0; j < m; j++, k++) { /* the slots of the samples' ids, table by table */
       uint32_t sl;
@@ -182,17 +182,17 @@ static int part_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_l
                        "iteration %" PRIu64 ": slots[%zu] = %u for table %u, which is %s", x, k, sl, t,
                        o == UINT32_MAX ? "cached: want a slot below cache_rows" : "partitioned: want no slot (0xffffffff)");
     }
-    if (!tstrat_holds(o, lim->rank)) continue;
+    if (!strategy_holds(o, lim->rank)) continue;
     for (uint64_t j = 0; j < sum * sc->hotness[t]; j++, i++) {
       uint64_t id;
-      memcpy(&id, st->part_ids.data + 8 * i, 8);
+      memcpy(&id, st->partition_ids.data + 8 * i, 8);
       if (id >= sc->table_rows[t])
         return err_set(err, err_len, ERR_BADMSG,
-                       "iteration %" PRIu64 ": part_ids[%zu] = %" PRIu64 " for table %u of %" PRIu64 " rows", x, i, id,
+                       "iteration %" PRIu64 ": partition_ids[%zu] = %" PRIu64 " for table %u of %" PRIu64 " rows", x, i, id,
                        t, sc->table_rows[t]);
     }
   }
-  s->n_part_ids = i;
+  s->n_partition_ids = i;
   return 0;
 }
 
@@ -217,10 +217,10 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
                    st->global_batch, n);
   if (cache) {
     size_t n_slots;
-    if (st->part_owner.len && st->slots.len != (n ? n_ids : 0) * 4)
+    if (st->partition_owner.len && st->slots.len != (n ? n_ids : 0) * 4)
       return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": slots has %zu bytes, want %zu (4 per entry)", x,
                      st->slots.len, (n ? n_ids : 0) * 4);
-    if ((rc = st->part_owner.len ? part_fields(st, lim, n, s, err, err_len)
+    if ((rc = st->partition_owner.len ? partition_fields(st, lim, n, s, err, err_len)
                                  : slots_field(lim, &st->slots, n ? n_ids : 0, "slots", x, &n_slots, err, err_len)) ||
         (rc = keys_field(&st->write_back_keys, "write_back_keys", x, &s->n_write_back, err, err_len)) ||
         (rc = slots_field(lim, &st->write_back_slots, s->n_write_back, "write_back_slots", x, &s->n_write_back, err,
@@ -248,7 +248,7 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
   s->iteration = x;
   s->global_batch_size = st->global_batch;
   s->prefetch_gate = st->prefetch_gate;
-  s->epoch = st->epoch;
+  s->write_epoch = st->write_epoch;
   s->lookahead = st->lookahead;
   s->cache_hits = st->cache_hits;
   block_t b = {0};
@@ -342,7 +342,7 @@ static int decode_resume(const Chanter__Oracle__V1__ResumeWork *rw, trainer_work
   }
   w->resume.start_iteration = rw->start_iteration;
   w->resume.dense_server = rw->dense_server;
-  w->resume.epoch = rw->epoch;
+  w->resume.write_epoch = rw->write_epoch;
   w->mem = b.mem;
   return 0;
 }

@@ -59,7 +59,7 @@ typedef struct trainer_work_step_s {
   uint64_t iteration;
   uint32_t global_batch_size; /* >= batch.n when batch.n > 0 */
   uint64_t prefetch_gate;
-  uint64_t epoch;        /* the servers' write epoch of this run (its write-backs carry it) */
+  uint64_t write_epoch;        /* the servers' write epoch of this run (its write-backs carry it) */
   uint32_t lookahead;    /* reporting */
   uint64_t cache_hits;   /* reporting */
   /* ---- the cache (all empty without one) */
@@ -85,13 +85,13 @@ typedef struct trainer_work_step_s {
   const uint32_t *replicate_owners; /* each < trainers */
   const uint64_t *replicate_keys;
   size_t n_replicate;
-  /* ---- partitioned tables (tstrat.h; all NULL when every table is
+  /* ---- partitioned tables (strategy.h; all NULL when every table is
    * cached): their ids carry no slot (CACHER_NO_SLOT) */
-  const uint32_t *part_owner;  /* n_tables: the rank holding table t, or UINT32_MAX (cached) */
-  const uint32_t *part_counts; /* trainers: samples of each in the global batch (sum = global_batch_size, ours = batch.n) */
-  const uint64_t *part_ids;    /* the tables this trainer holds, ascending: global_batch_size * hotness ids each, in
+  const uint32_t *partition_owner;  /* n_tables: the rank holding table t, or UINT32_MAX (cached) */
+  const uint32_t *partition_counts; /* trainers: samples of each in the global batch (sum = global_batch_size, ours = batch.n) */
+  const uint64_t *partition_ids;    /* the tables this trainer holds, ascending: global_batch_size * hotness ids each, in
                                   trainer order; every id < its table's rows */
-  size_t n_part_ids;
+  size_t n_partition_ids;
 } trainer_work_step_t;
 
 /* An Eval. */
@@ -124,7 +124,7 @@ typedef struct trainer_work_resume_s {
   const char *id, *dense_blob;
   uint64_t start_iteration;
   uint32_t dense_server;
-  uint64_t epoch;        /* as the Step's */
+  uint64_t write_epoch;        /* as the Step's */
 } trainer_work_resume_t;
 
 /* One decoded WorkItem: kind says which of step / eval / stop is set;

@@ -67,20 +67,20 @@ def bad_step():
     elif CASE == "samples_bytes":
         s.samples.ids = u64(1, 2, 3)
     elif CASE.startswith("part_"):  # table 1 partitioned (table_strategy), on rank 0
-        s.part_owner = u32(0xFFFFFFFF, 0)
-        s.part_counts = u32(N)
-        s.part_ids = u64(4, 5, 6, 4)
+        s.partition_owner = u32(0xFFFFFFFF, 0)
+        s.partition_counts = u32(N)
+        s.partition_ids = u64(4, 5, 6, 4)
         s.slots = u32(0, 1, 2, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
         if CASE == "part_owner_rank":
-            s.part_owner = u32(0xFFFFFFFF, 5)
+            s.partition_owner = u32(0xFFFFFFFF, 5)
         elif CASE == "part_ids_short":
-            s.part_ids = u64(4, 5)
+            s.partition_ids = u64(4, 5)
         elif CASE == "part_id_beyond":
-            s.part_ids = u64(4, 5, 6, 40)
+            s.partition_ids = u64(4, 5, 6, 40)
         elif CASE == "part_slot":
             s.slots = u32(0, 1, 2, 0, 3, 4, 5, 3)
-        elif CASE == "part_counts":
-            s.part_counts = u32(N - 1)
+        elif CASE == "partition_counts":
+            s.partition_counts = u32(N - 1)
         else:
             raise SystemExit(f"unknown case {CASE}")
     else:

@@ -6,7 +6,8 @@
 #     each table's auto choice in `tables`, steady_phase_seconds covering
 #     steady_iteration_seconds and no start-up pending at the end; `local
 #     down` leaves no daemon running;
-#   - while lookahead = auto plans its probe, chanter train's progress line
+#   - the old key oracle.auto_probe still works, with a deprecation warning;
+#   - while lookahead = auto measures its first batches, chanter train's progress line
 #     says so; that second run ends with the same digest (deterministic);
 #   - one trainer on the cluster ends with exactly the dense parameters of
 #     `train --local`; one and two trainers agree within 0.01 AUC/logloss;
@@ -54,13 +55,15 @@ assert abs(sp['total'] - it) <= 1e-9 * it, (sp['total'], it)
 assert d['phase_seconds']['total'] > 0 and d['startup'] == '', d['startup']"
 expect_rc $? "steady_phase_seconds covers the iterations of steady_iteration_seconds (total $(python3 -c "import json; print(json.load(open('$WORK/p2/summary.json'))['steady_phase_seconds']['total'])") s), and no start-up is pending at the end"
 
-# the same job, lookahead = auto planning a probe of 390 of its 400 batches
+# the same job, lookahead = auto measuring 390 of its 400 batches
 # before its first Step: the progress line says so while it waits (the
-# data processors build one batch at a time, so the probe lasts well past
+# data processors build one batch at a time, so the measuring lasts well past
 # the CLI's 200 ms poll of the job's status)
 run_job p2b --set oracle.auto_probe=390 --set dataproc.build_threads=1
-grep -q "lookahead = auto: \(planning the probe\|choosing L\)" "$WORK/p2b.err"
-expect "while lookahead = auto plans its probe, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
+grep -q "lookahead = auto: \(measuring the first batches\|choosing L\)" "$WORK/p2b.err"
+expect "while lookahead = auto measures its first batches, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
+grep -q "deprecated key oracle.auto_probe (at --set): it is oracle.measure_batches now" "$WORK/p2b.err"
+expect "the old key oracle.auto_probe still sets oracle.measure_batches, with a warning that names the new key"
 [ "$(field "$WORK/p2/summary.json" digest)" = "$(field "$WORK/p2b/summary.json" digest)" ]
 expect "two runs of the same job give the same digest"
 

@@ -54,14 +54,14 @@ declare -A NEED=(
   [replicate_owner]="replicate_owners[0] = 5, only 1 trainers"
   [write_back_slots]="write_back_slots has 12 bytes, want 8"
   [samples_bytes]="id bytes"
-  [part_owner_rank]="part_owner[1] = 5, only 1 trainers"
-  [part_ids_short]="part_ids has 16 bytes, want 32"
-  [part_id_beyond]="part_ids[3] = 40 for table 1 of 40 rows"
+  [part_owner_rank]="partition_owner[1] = 5, only 1 trainers"
+  [part_ids_short]="partition_ids has 16 bytes, want 32"
+  [part_id_beyond]="partition_ids[3] = 40 for table 1 of 40 rows"
   [part_slot]="slots[4] = 3 for table 1, which is partitioned"
-  [part_counts]="part_counts says 3 samples for rank 0, the step has 4"
+  [partition_counts]="partition_counts says 3 samples for rank 0, the step has 4"
 )
 for c in slots_short slot_beyond_cache fetch_slots_mismatch replicate_owner write_back_slots samples_bytes \
-         part_owner_rank part_ids_short part_id_beyond part_slot part_counts; do
+         part_owner_rank part_ids_short part_id_beyond part_slot partition_counts; do
   rm -f "$WORK/port"
   /usr/bin/python3 "$ROOT/tests/integration/fake_oracle.py" "$STUBS" "$WORK/port" "$c" >"$WORK/oracle-$c.log" 2>&1 &
   op=$!

@@ -60,7 +60,7 @@ static void fake_work(ck_work_t *w) {
     else if (!w->empty) snprintf(w->found, sizeof w->found, "the embedding servers hold another job's state (fake)");
     break;
   case W_FRESH:
-    w->epoch = 7;
+    w->write_epoch = 7;
     break;
   case W_RESUME:
     w->rc = g_fake.resume_rc;
@@ -68,7 +68,7 @@ static void fake_work(ck_work_t *w) {
       snprintf(w->err, sizeof w->err, "there is no checkpoint %s (fake)", w->want);
       break;
     }
-    w->epoch = 8;
+    w->write_epoch = 8;
     w->ostate = malloc(g_fake.blob_len);
     assert_non_null(w->ostate);
     memcpy(w->ostate, g_fake.blob, g_fake.blob_len);
@@ -81,7 +81,7 @@ static void fake_work(ck_work_t *w) {
   case W_RECOVER:
     w->rc = g_fake.recover_rc;
     if (w->rc) snprintf(w->err, sizeof w->err, "the embedding servers hold job other's state (fake)");
-    w->epoch = 9;
+    w->write_epoch = 9;
     break;
   default: /* a checkpoint's calls: none in these tests */
     w->rc = -EIO;
@@ -225,7 +225,7 @@ static void test_start_to_done(void **state) {
   assert_string_equal(oracle_state_name(oracle_job_state(w.j)), "waiting");
   run_until(&w, ORACLE_DONE);
   assert_string_equal(w.states, "waiting>checking>starting>training>done");
-  assert_int_equal(w.j->epoch, 7);
+  assert_int_equal(w.j->write_epoch, 7);
   assert_record(&w, "done");
   walk_end(&w);
 }
@@ -261,7 +261,7 @@ static void test_blocked_then_resume(void **state) {
   assert_int_equal(w.j->fetch.start, RESUME_AT + 1);
   assert_int_equal(w.j->dispatch.rank[1].next_step, RESUME_AT + 1);
   assert_true(w.j->ckpt.resumed);
-  assert_int_equal(w.j->epoch, 8);
+  assert_int_equal(w.j->write_epoch, 8);
   assert_record(&w, "training");
   oracle_job_stop(w.j, "test over");
   assert_string_equal(w.states, "waiting>checking>blocked>starting>blocked>starting>training>stopped");
@@ -394,7 +394,7 @@ static void test_oracle_restart_recovers(void **state) {
   attach_all(&w, NP);
   run_until(&w, ORACLE_DONE);
   assert_string_equal(w.states, "recovering>training>done");
-  assert_int_equal(w.j->epoch, 9);
+  assert_int_equal(w.j->write_epoch, 9);
   walk_end(&w);
 }
 

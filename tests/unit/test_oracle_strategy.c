@@ -1,8 +1,8 @@
 /*
- * test_oracle_strategy: table_strategy -- parsing (tstrat_parse), the
- * table-wise placement (tstrat_place), taking tables out of a plan
+ * test_oracle_strategy: table_strategy -- parsing (strategy_parse), the
+ * table-wise placement (strategy_place), taking tables out of a plan
  * (plan_drop_tables) and the cacher's slots for them, and auto's choice
- * (stratauto_choose) on streams built by hand.
+ * (strategy_auto_choose) on streams built by hand.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,8 +18,8 @@
 #include "cfg.h"
 #include "err.h"
 #include "plan.h"
-#include "stratauto.h"
-#include "tstrat.h"
+#include "strategy_auto.h"
+#include "strategy.h"
 
 static cfg_t *job(const char *strategy, uint32_t tables) {
   cfg_t *c;
@@ -38,33 +38,33 @@ static void test_parse(void **state) {
   uint8_t s[4];
   char err[512];
   cfg_t *c = job("partition", 4);
-  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
-  for (int t = 0; t < 4; t++) assert_int_equal(s[t], TSTRAT_PARTITION);
-  assert_true(tstrat_any(s, 4));
+  assert_int_equal(strategy_parse(c, 4, s, err, sizeof err), 0);
+  for (int t = 0; t < 4; t++) assert_int_equal(s[t], STRATEGY_PARTITION);
+  assert_true(strategy_any_partitioned(s, 4));
   cfg_destroy(c);
   c = job("cache, partition ,auto,cache", 4);
-  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
-  assert_int_equal(s[0], TSTRAT_CACHE);
-  assert_int_equal(s[1], TSTRAT_PARTITION);
-  assert_int_equal(s[2], TSTRAT_AUTO);
-  assert_int_equal(s[3], TSTRAT_CACHE);
+  assert_int_equal(strategy_parse(c, 4, s, err, sizeof err), 0);
+  assert_int_equal(s[0], STRATEGY_CACHE);
+  assert_int_equal(s[1], STRATEGY_PARTITION);
+  assert_int_equal(s[2], STRATEGY_AUTO);
+  assert_int_equal(s[3], STRATEGY_CACHE);
   cfg_destroy(c);
   c = job("cache,partition", 4); /* another length than table_rows */
-  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), ERR_CONFIG);
+  assert_int_equal(strategy_parse(c, 4, s, err, sizeof err), ERR_CONFIG);
   assert_non_null(strstr(err, "lists 2 entries but table_rows has 4 tables"));
   cfg_destroy(c);
   c = job("cache", 4);
-  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
-  assert_false(tstrat_any(s, 4));
+  assert_int_equal(strategy_parse(c, 4, s, err, sizeof err), 0);
+  assert_false(strategy_any_partitioned(s, 4));
   /* an unknown word never gets in */
   assert_int_not_equal(cfg_set(c, "table_strategy=cache,rowwise", "test", err, sizeof err), 0);
   assert_non_null(strstr(err, "'rowwise' is not cache, partition, partition_rows or auto"));
   cfg_destroy(c);
   c = job("partition_rows,cache,partition,partition_rows", 4);
-  assert_int_equal(tstrat_parse(c, 4, s, err, sizeof err), 0);
-  assert_int_equal(s[0], TSTRAT_ROWS);
-  assert_int_equal(s[3], TSTRAT_ROWS);
-  assert_string_equal(tstrat_name(s[0]), "partition_rows");
+  assert_int_equal(strategy_parse(c, 4, s, err, sizeof err), 0);
+  assert_int_equal(s[0], STRATEGY_PARTITION_ROWS);
+  assert_int_equal(s[3], STRATEGY_PARTITION_ROWS);
+  assert_string_equal(strategy_name(s[0]), "partition_rows");
   cfg_destroy(c);
 }
 
@@ -77,16 +77,16 @@ static void test_rows(void **state) {
       total = 0;
       for (uint32_t q = 0; q < P; q++) {
         uint64_t held = 0;
-        for (uint64_t r = 0; r < rows; r++) held += tstrat_holds_row(TSTRAT_ALL, q, P, r);
-        assert_int_equal(tstrat_local_rows(TSTRAT_ALL, q, P, rows), held);
-        assert_true(tstrat_holds(TSTRAT_ALL, q));
+        for (uint64_t r = 0; r < rows; r++) held += strategy_holds_row(STRATEGY_OWNER_ALL, q, P, r);
+        assert_int_equal(strategy_local_rows(STRATEGY_OWNER_ALL, q, P, rows), held);
+        assert_true(strategy_holds(STRATEGY_OWNER_ALL, q));
         total += held;
       }
       assert_int_equal(total, rows);
     }
-  assert_int_equal(tstrat_local_rows(1, 1, 2, 10), 10);
-  assert_int_equal(tstrat_local_rows(1, 0, 2, 10), 0);
-  assert_false(tstrat_holds(TSTRAT_NONE, 0));
+  assert_int_equal(strategy_local_rows(1, 1, 2, 10), 10);
+  assert_int_equal(strategy_local_rows(1, 0, 2, 10), 0);
+  assert_false(strategy_holds(STRATEGY_OWNER_NONE, 0));
 }
 
 static void test_place(void **state) {
@@ -102,29 +102,29 @@ static void test_place(void **state) {
   for (int t = 0; t < 5; t++) defs[t] = (table_info_t){.rows = rows[t], .dim = 8};
   lay.n_tables = 5;
   lay.tables = defs;
-  uint8_t s[5] = {TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_PARTITION, TSTRAT_CACHE};
+  uint8_t s[5] = {STRATEGY_PARTITION, STRATEGY_PARTITION, STRATEGY_PARTITION, STRATEGY_PARTITION, STRATEGY_CACHE};
   uint32_t own[5];
-  tstrat_place(s, &sc, &lay, 2, own);
+  strategy_place(s, &sc, &lay, 2, own);
   /* work = hotness x dim: table 1 (32) first to rank 0, table 3 (16) to 1,
    * then tables 2 (8, more rows) and 0 (8) to rank 1 (16 < 32) */
   assert_int_equal(own[1], 0);
   assert_int_equal(own[3], 1);
   assert_int_equal(own[2], 1);
   assert_int_equal(own[0], 1);
-  assert_int_equal(own[4], TSTRAT_NONE);
+  assert_int_equal(own[4], STRATEGY_OWNER_NONE);
   uint32_t again[5];
-  tstrat_place(s, &sc, &lay, 2, again);
+  strategy_place(s, &sc, &lay, 2, again);
   assert_memory_equal(own, again, sizeof own);
   /* a partition_rows table is everyone's, its work shared: table 1 (32)
    * rows-wise adds 16 to both, then 3 (16) to rank 0, 2 (8) to rank 1, 0 (8)
    * to rank 1 (24 < 32) */
-  s[1] = TSTRAT_ROWS;
-  tstrat_place(s, &sc, &lay, 2, own);
-  assert_int_equal(own[1], TSTRAT_ALL);
+  s[1] = STRATEGY_PARTITION_ROWS;
+  strategy_place(s, &sc, &lay, 2, own);
+  assert_int_equal(own[1], STRATEGY_OWNER_ALL);
   assert_int_equal(own[3], 0);
   assert_int_equal(own[2], 1);
   assert_int_equal(own[0], 1);
-  assert_int_equal(own[4], TSTRAT_NONE);
+  assert_int_equal(own[4], STRATEGY_OWNER_NONE);
 }
 
 /* n batches of B samples, 2 tables of hotness 1: table 0 draws from a huge
@@ -159,55 +159,55 @@ static void test_auto(void **state) {
   sc.table_rows = rows;
   table_info_t defs[2] = {{.rows = rows[0], .dim = 16}, {.rows = rows[1], .dim = 16}};
   table_layout_t lay = {.n_tables = 2, .tables = defs};
-  stratauto_opts_t o = {.P = P, .L = 8, .B = B, .cache_weight = 1, .budget_bytes = UINT64_C(1) << 40};
-  uint8_t in[2] = {TSTRAT_AUTO, TSTRAT_AUTO}, out[2];
-  stratauto_table_t tab[2];
-  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
+  strategy_auto_opts_t o = {.P = P, .L = 8, .B = B, .cache_weight = 1, .budget_bytes = UINT64_C(1) << 40};
+  uint8_t in[2] = {STRATEGY_AUTO, STRATEGY_AUTO}, out[2];
+  strategy_auto_table_t tab[2];
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
   /* table 0: every id new each batch (~B rows fetched and written back);
    * table 1: 4 rows, always cached */
   assert_true(tab[0].new_rows > 0.9 * B);
   assert_true(tab[1].new_rows < 1);
-  assert_int_equal(out[0], TSTRAT_PARTITION);
-  assert_int_equal(out[1], TSTRAT_CACHE);
+  assert_int_equal(out[0], STRATEGY_PARTITION);
+  assert_int_equal(out[1], STRATEGY_CACHE);
   assert_non_null(strstr(tab[0].why, "auto: partition ("));
   assert_non_null(strstr(tab[1].why, "auto: the cache ("));
   assert_non_null(strstr(tab[1].why, "each table to its cheaper mechanism"));
   /* the same inputs, the same choice */
   uint8_t out2[2];
-  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out2, tab), 0);
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out2, tab), 0);
   assert_memory_equal(out, out2, 2);
   /* what each mechanism costs a step whatever its bytes: running one
    * instead of both pays (table 1 partitioned moves less than table 0
    * cached) */
   o.step_bytes = 1e9;
-  assert_int_equal(stratauto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
-  assert_int_equal(out[0], TSTRAT_PARTITION);
-  assert_int_equal(out[1], TSTRAT_PARTITION);
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], STRATEGY_PARTITION);
+  assert_int_equal(out[1], STRATEGY_PARTITION);
   assert_non_null(strstr(tab[1].why, "every auto table partitioned"));
   o.step_bytes = 0;
   /* a fixed entry stays; a budget one trainer cannot meet but two can
    * spreads the big table (partition_rows), one too small even spread
    * sends it back to the cache */
-  uint8_t fixed[2] = {TSTRAT_AUTO, TSTRAT_PARTITION};
+  uint8_t fixed[2] = {STRATEGY_AUTO, STRATEGY_PARTITION};
   o.budget_bytes = 40u << 20; /* table 0 needs 1M x 16 x 4 = 64 MB: 32 MB a trainer spread */
-  assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
-  assert_int_equal(out[0], TSTRAT_ROWS);
-  assert_int_equal(out[1], TSTRAT_PARTITION);
-  assert_int_equal(tab[0].choice, TSTRAT_ROWS);
+  assert_int_equal(strategy_auto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], STRATEGY_PARTITION_ROWS);
+  assert_int_equal(out[1], STRATEGY_PARTITION);
+  assert_int_equal(tab[0].choice, STRATEGY_PARTITION_ROWS);
   assert_non_null(strstr(tab[0].why, "auto: partition_rows ("));
   assert_non_null(strstr(tab[0].why, "spread over all 2"));
   o.budget_bytes = 1 << 20;
-  assert_int_equal(stratauto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
-  assert_int_equal(out[0], TSTRAT_CACHE);
-  assert_int_equal(out[1], TSTRAT_PARTITION);
+  assert_int_equal(strategy_auto_choose(pl, N, fixed, &sc, &lay, &o, out, tab), 0);
+  assert_int_equal(out[0], STRATEGY_CACHE);
+  assert_int_equal(out[1], STRATEGY_PARTITION);
   assert_non_null(strstr(tab[0].why, "do not fit strategy.partition_mb, even spread over 2 trainers"));
   assert_string_equal(tab[1].why, "fixed by table_strategy");
 
   /* plan_drop_tables: table 0 leaves the keys, the cacher gives its ids no slot */
   plan_t *p = &pl[0];
   size_t before = p->n_unique;
-  uint8_t ext[2] = {1, 0};
-  assert_int_equal(plan_drop_tables(p, ext), 0);
+  uint8_t partitioned[2] = {1, 0};
+  assert_int_equal(plan_drop_tables(p, partitioned), 0);
   assert_true(p->n_unique < before && p->n_unique <= 4);
   for (size_t k = 0; k < p->n_unique; k++) assert_int_equal(TABLE_ID(p->ukeys[k]), 1);
   cacher_t *c;

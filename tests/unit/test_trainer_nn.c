@@ -536,7 +536,7 @@ static void test_embag_each(void **state) {
     assert_int_equal(embag_create_tables(T, hot, DIM, N, &e), 0);
     assert_null(embag_emb(e));
     assert_null(embag_d_emb(e));
-    /* each table in its own allocation, as trainer_part holds them */
+    /* each table in its own allocation, as trainer_partition holds them */
     float *base[T];
     uint32_t *calls = calloc((size_t)T * ROWS, sizeof *calls);
     assert_non_null(calls);

@@ -233,7 +233,7 @@ static int do_stats(cli_t *cli, embc_t *c) {
              s ? "," : "", s, embc_address(c, s), r->shard, r->shards, r->hot_rows, r->hot_bytes, r->hot_capacity_bytes,
              r->hot_evictions, r->lookup_calls, r->lookup_rows, r->hot_hits, r->kv_reads, r->lazy_inits,
              r->write_back_calls, r->write_back_rows, r->rejected_calls, r->stored_rows_estimate, r->layout_hash,
-             r->data_dir, r->has_rows ? "true" : "false", r->has_blobs ? "true" : "false", r->incarnation, r->epoch,
+             r->data_dir, r->has_rows ? "true" : "false", r->has_blobs ? "true" : "false", r->incarnation, r->write_epoch,
              r->fence_id ? r->fence_id : "", r->fence_iteration, r->fence_held);
     else
       printf("server %u (%s) shard %u/%u\n  lookups: %" PRIu64 " calls, %" PRIu64 " rows (%" PRIu64 " from memory, %" PRIu64
@@ -245,7 +245,7 @@ static int do_stats(cli_t *cli, embc_t *c) {
              r->lazy_inits, r->write_back_calls, r->write_back_rows, r->hot_rows, (double)r->hot_bytes / 1048576.0,
              (double)r->hot_capacity_bytes / 1048576.0, r->hot_evictions, r->stored_rows_estimate,
              r->has_rows ? "rows" : "no rows", r->has_blobs ? "blobs" : "no blobs", r->rejected_calls, r->data_dir,
-             r->incarnation, r->epoch, fence);
+             r->incarnation, r->write_epoch, fence);
     protobuf_c_message_free_unpacked(&r->base, NULL);
   }
   if (cli->json) printf("\n]}\n");

@@ -204,7 +204,7 @@ static int unblock(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st) {
  * a terminal (5 s otherwise), and at once at the end or for a new stage
  * of lookahead's start-up. */
 static void progress(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st, int finished, double now) {
-  /* while lookahead = auto plans its probe and chooses L, the progress
+  /* while lookahead = auto measures its first batches and chooses L, the progress
    * line says so; a new stage of it is shown at once */
   char why[200] = "";
   int startup = !w->quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&

@@ -1,7 +1,7 @@
 /*
- * tstrat: table_strategy, parsed and placed (contract in tstrat.h).
+ * strategy: table_strategy, parsed and placed (contract in strategy.h).
  */
-#include "tstrat.h"
+#include "strategy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,19 +9,19 @@
 
 #include "err.h"
 
-const char *tstrat_name(int s) {
-  return s == TSTRAT_PARTITION ? "partition" : s == TSTRAT_AUTO ? "auto" : s == TSTRAT_ROWS ? "partition_rows" : "cache";
+const char *strategy_name(int s) {
+  return s == STRATEGY_PARTITION ? "partition" : s == STRATEGY_AUTO ? "auto" : s == STRATEGY_PARTITION_ROWS ? "partition_rows" : "cache";
 }
 
 static int word(const char *w, size_t n) {
-  if (n == 5 && !strncmp(w, "cache", 5)) return TSTRAT_CACHE;
-  if (n == 9 && !strncmp(w, "partition", 9)) return TSTRAT_PARTITION;
-  if (n == 4 && !strncmp(w, "auto", 4)) return TSTRAT_AUTO;
-  if (n == 14 && !strncmp(w, "partition_rows", 14)) return TSTRAT_ROWS;
+  if (n == 5 && !strncmp(w, "cache", 5)) return STRATEGY_CACHE;
+  if (n == 9 && !strncmp(w, "partition", 9)) return STRATEGY_PARTITION;
+  if (n == 4 && !strncmp(w, "auto", 4)) return STRATEGY_AUTO;
+  if (n == 14 && !strncmp(w, "partition_rows", 14)) return STRATEGY_PARTITION_ROWS;
   return -1;
 }
 
-int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n_out, char *why, size_t why_len) {
+int strategy_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n_out, char *why, size_t why_len) {
   uint32_t n = 0;
   for (const char *p = v;; p++) {
     while (*p == ' ' || *p == '\t') p++;
@@ -43,10 +43,10 @@ int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n_out, cha
   return 0;
 }
 
-int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len) {
+int strategy_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len) {
   char why[256];
   uint32_t n;
-  if (tstrat_words(cfg_str(cfg, "table_strategy"), out, n_tables, &n, why, sizeof why) != 0)
+  if (strategy_words(cfg_str(cfg, "table_strategy"), out, n_tables, &n, why, sizeof why) != 0)
     return err_set(err, err_len, ERR_CONFIG, "table_strategy (from %s): %s", cfg_origin(cfg, "table_strategy"), why);
   if (n == 1) {
     for (uint32_t t = 1; t < n_tables; t++) out[t] = out[0];
@@ -60,9 +60,9 @@ int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, s
   return 0;
 }
 
-int tstrat_any(const uint8_t *strat, uint32_t n) {
+int strategy_any_partitioned(const uint8_t *strat, uint32_t n) {
   for (uint32_t t = 0; t < n; t++)
-    if (strat[t] != TSTRAT_CACHE) return 1;
+    if (strat[t] != STRATEGY_CACHE) return 1;
   return 0;
 }
 
@@ -78,20 +78,20 @@ static int by_work(const void *a, const void *b) {
   return x->t < y->t ? -1 : x->t > y->t;
 }
 
-void tstrat_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
+void strategy_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
                   uint32_t *owner) {
   uint32_t T = schema->n_tables, n = 0;
   item_t *it = malloc((T ? T : 1) * sizeof *it);
   uint64_t *load = calloc(P ? P : 1, sizeof *load);
-  for (uint32_t t = 0; t < T; t++) owner[t] = TSTRAT_NONE;
+  for (uint32_t t = 0; t < T; t++) owner[t] = STRATEGY_OWNER_NONE;
   ASSERT(it && load); /* a few hundred bytes */
   for (uint32_t t = 0; t < T; t++)
-    if (strat[t] == TSTRAT_ROWS) {
-      owner[t] = TSTRAT_ALL;
+    if (strat[t] == STRATEGY_PARTITION_ROWS) {
+      owner[t] = STRATEGY_OWNER_ALL;
       for (uint32_t q = 0; q < P; q++) load[q] += (uint64_t)schema->hotness[t] * layout->tables[t].dim / (P ? P : 1);
     }
   for (uint32_t t = 0; t < T; t++)
-    if (strat[t] == TSTRAT_PARTITION)
+    if (strat[t] == STRATEGY_PARTITION)
       it[n++] = (item_t){(uint64_t)schema->hotness[t] * layout->tables[t].dim, schema->table_rows[t], t};
   qsort(it, n, sizeof *it, by_work);
   for (uint32_t i = 0; i < n; i++) {

@@ -1,14 +1,14 @@
 /*
- * stratauto: table_strategy = auto (contract in stratauto.h).
+ * strategy_auto: table_strategy = auto (contract in strategy_auto.h).
  */
-#include "stratauto.h"
+#include "strategy_auto.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tstrat.h"
+#include "strategy.h"
 #include "u64map.h"
 
 /* new / shared rows per batch of every table over plans[0..n). */
@@ -49,8 +49,8 @@ static int traffic(const plan_t *plans, size_t n, uint32_t L, uint32_t T, double
   return rc;
 }
 
-int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
-                     const table_layout_t *layout, const stratauto_opts_t *o, uint8_t *out, stratauto_table_t *tab) {
+int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
+                     const table_layout_t *layout, const strategy_auto_opts_t *o, uint8_t *out, strategy_auto_table_t *tab) {
   uint32_t T = schema->n_tables, P = o->P ? o->P : 1;
   if (!n) return -EINVAL;
   double *nw = calloc(T, sizeof *nw), *sh = calloc(T, sizeof *sh);
@@ -59,7 +59,7 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
   int rc = nw && sh && owner && held ? traffic(plans, n, o->L, T, nw, sh) : -ENOMEM;
   for (uint32_t t = 0; t < T && !rc; t++) {
     double d = layout->tables[t].dim, r = table_row_floats(layout, t);
-    stratauto_table_t *x = &tab[t];
+    strategy_auto_table_t *x = &tab[t];
     memset(x, 0, sizeof *x);
     x->new_rows = nw[t];
     x->shared_rows = sh[t];
@@ -72,8 +72,8 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
   int uses[3][2] = {{0, 0}, {0, 0}, {0, 0}}; /* [cache, partition] in use */
   for (uint32_t t = 0; t < T && !rc; t++)
     for (int a = 0; a < 3; a++) {
-      int part = strat[t] == TSTRAT_AUTO ? (a == 0 ? tab[t].part_bytes < tab[t].cache_bytes : a == 1)
-                                         : strat[t] == TSTRAT_PARTITION;
+      int part = strat[t] == STRATEGY_AUTO ? (a == 0 ? tab[t].part_bytes < tab[t].cache_bytes : a == 1)
+                                         : strat[t] == STRATEGY_PARTITION;
       cost[a] += part ? tab[t].part_bytes : tab[t].cache_bytes;
       uses[a][part] = 1;
     }
@@ -85,14 +85,14 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
   static const char *const plan[3] = {"each table to its cheaper mechanism", "every auto table partitioned",
                                       "every auto table cached"};
   for (uint32_t t = 0; t < T && !rc; t++) {
-    stratauto_table_t *x = &tab[t];
+    strategy_auto_table_t *x = &tab[t];
     out[t] = strat[t];
-    if (strat[t] != TSTRAT_AUTO) {
+    if (strat[t] != STRATEGY_AUTO) {
       snprintf(x->why, sizeof x->why, "fixed by table_strategy");
       continue;
     }
     int part = best == 0 ? x->part_bytes < x->cache_bytes : best == 1;
-    out[t] = part ? TSTRAT_PARTITION : TSTRAT_CACHE;
+    out[t] = part ? STRATEGY_PARTITION : STRATEGY_CACHE;
     snprintf(x->why, sizeof x->why,
              "auto: %s (partition moves %.0f KB a batch, the cache %.0f: %.0f rows new in the window, %.0f shared, "
              "cache bytes x %.1f; %s: %.0f KB with %.0f KB a step per mechanism)",
@@ -104,24 +104,24 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
    * (partition_rows, the same bytes a batch) -- or, when only spread auto
    * tables are left to move, the biggest of those goes back to the cache */
   while (!rc) {
-    tstrat_place(out, schema, layout, P, owner);
+    strategy_place(out, schema, layout, P, owner);
     memset(held, 0, P * sizeof *held);
     for (uint32_t t = 0; t < T; t++)
       for (uint32_t q = 0; q < P; q++)
-        held[q] += tstrat_local_rows(owner[t], q, P, schema->table_rows[t]) * table_row_floats(layout, t) * 4;
+        held[q] += strategy_local_rows(owner[t], q, P, schema->table_rows[t]) * table_row_floats(layout, t) * 4;
     int over = -1;
     for (uint32_t q = 0; q < P && over < 0; q++)
       if (held[q] > o->budget_bytes) over = (int)q;
     if (over < 0) break;
     int big = -1, spread = -1;
     for (uint32_t t = 0; t < T; t++) {
-      if (strat[t] != TSTRAT_AUTO) continue;
+      if (strat[t] != STRATEGY_AUTO) continue;
       if (owner[t] == (uint32_t)over && (big < 0 || schema->table_rows[t] > schema->table_rows[big])) big = (int)t;
-      if (owner[t] == TSTRAT_ALL && (spread < 0 || schema->table_rows[t] > schema->table_rows[spread]))
+      if (owner[t] == STRATEGY_OWNER_ALL && (spread < 0 || schema->table_rows[t] > schema->table_rows[spread]))
         spread = (int)t;
     }
     if (big >= 0 && P > 1) {
-      out[big] = TSTRAT_ROWS;
+      out[big] = STRATEGY_PARTITION_ROWS;
       snprintf(tab[big].why, sizeof tab[big].why,
                "auto: partition_rows (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
                "strategy.partition_mb on trainer %d: spread over all %u)",
@@ -131,7 +131,7 @@ int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const 
     }
     int back = big >= 0 ? big : spread;
     if (back < 0) break; /* only fixed tables left there: the user's choice */
-    out[back] = TSTRAT_CACHE;
+    out[back] = STRATEGY_CACHE;
     snprintf(tab[back].why, sizeof tab[back].why,
              "auto: the cache (partition moves %.0f KB a batch, the cache %.0f, but its %llu rows do not fit "
              "strategy.partition_mb, even spread over %u trainers)",

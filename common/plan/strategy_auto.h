@@ -1,6 +1,6 @@
 /*
- * stratauto: table_strategy = auto -- the oracle's choice, per table,
- * between the lookahead cache and partitioning (tstrat.h), from the
+ * strategy_auto: table_strategy = auto -- the oracle's choice, per table,
+ * between the lookahead cache and partitioning (strategy.h), from the
  * measured batches: the first oracle.measure_batches of the run (PLAN_KEYS
  * plans, before any table was dropped).
  *
@@ -27,7 +27,7 @@
  * in that order) -- with the fixed tables' bytes and mechanisms counted in
  * every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
- * (strategy.partition_mb each, after tstrat_place): while a trainer is over
+ * (strategy.partition_mb each, after strategy_place): while a trainer is over
  * it, the auto table with the most rows there is spread over every trainer
  * instead (partition_rows: the same bytes a batch, 1/P of the rows each),
  * and when only spread ones are left to move, the biggest goes back to the
@@ -37,8 +37,8 @@
  *
  * Pure; any thread.
  */
-#ifndef CHANTER_STRATAUTO_H
-#define CHANTER_STRATAUTO_H
+#ifndef CHANTER_STRATEGY_AUTO_H
+#define CHANTER_STRATEGY_AUTO_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,25 +47,25 @@
 #include "plan.h"
 #include "table.h"
 
-typedef struct stratauto_opts_s {
+typedef struct strategy_auto_opts_s {
   uint32_t P, L, B;
   double cache_weight;   /* >= 0 */
   double step_bytes;     /* what running a mechanism costs a step, in AlltoAll bytes (>= 0) */
   uint64_t budget_bytes; /* partitioned rows one trainer may hold */
-} stratauto_opts_t;
+} strategy_auto_opts_t;
 
-typedef struct stratauto_table_s {
+typedef struct strategy_auto_table_s {
   double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
   double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
-  int choice;                   /* TSTRAT_CACHE, TSTRAT_PARTITION or TSTRAT_ROWS (the budget) */
+  int choice;                   /* STRATEGY_CACHE, STRATEGY_PARTITION or STRATEGY_PARTITION_ROWS (the budget) */
   char why[240];                /* for the log and summary.json */
-} stratauto_table_t;
+} strategy_auto_table_t;
 
-/* Resolves every strat[t] == TSTRAT_AUTO into out[t] (other entries are
+/* Resolves every strat[t] == STRATEGY_AUTO into out[t] (other entries are
  * copied) from plans[0..n) (consecutive PLAN_KEYS plans of one job, n >=
  * 1), filling tab[t] for every table (fixed ones: their traffic too, why
  * says "fixed").  0, -EINVAL (n = 0, a plan without keys), -ENOMEM. */
-int stratauto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
-                     const table_layout_t *layout, const stratauto_opts_t *o, uint8_t *out, stratauto_table_t *tab);
+int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
+                     const table_layout_t *layout, const strategy_auto_opts_t *o, uint8_t *out, strategy_auto_table_t *tab);
 
 #endif

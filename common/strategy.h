@@ -1,5 +1,5 @@
 /*
- * tstrat: how each embedding table's rows move -- its strategy (the job's
+ * strategy: how each embedding table's rows move -- its strategy (the job's
  * table_strategy, tuned by the strategy.* keys; papers/embrace.txt section
  * 4, hybrid communication).  (tstrat_ = "table strategy"; NOTES-h7.md
  * plans one name for the module.)
@@ -11,7 +11,7 @@
  *              pooled embeddings go to the trainers that own the samples by
  *              AlltoAll, their gradients come back the same way, and the
  *              owner updates the rows and writes them back at checkpoints,
- *              evaluations and the end (services/trainer/trainer_part.h);
+ *              evaluations and the end (services/trainer/trainer_partition.h);
  *   partition_rows
  *              the table's rows are spread over every trainer (row-wise:
  *              trainer p holds the rows r with r mod P = p): each trainer
@@ -24,7 +24,7 @@
  *   auto       the oracle chooses cache, partition or partition_rows per
  *              table at the start of the run, from the traffic of its
  *              measured batches (oracle.measure_batches), within
- *              strategy.partition_mb (common/plan/stratauto.h).
+ *              strategy.partition_mb (common/plan/strategy_auto.h).
  *
  * A partitioned table is one whose strategy is partition or
  * partition_rows: its rows live on the trainers, outside the cache.
@@ -37,8 +37,8 @@
  * index) each go to the trainer with the least work so far (ties: the
  * lower rank).  Pure functions; any thread.
  */
-#ifndef CHANTER_TSTRAT_H
-#define CHANTER_TSTRAT_H
+#ifndef CHANTER_STRATEGY_H
+#define CHANTER_STRATEGY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,45 +47,45 @@
 #include "data.h"
 #include "table.h"
 
-enum { TSTRAT_CACHE = 0, TSTRAT_PARTITION = 1, TSTRAT_AUTO = 2, TSTRAT_ROWS = 3 };
-/* The owner of a table (tstrat_place; Step.part_owner on the wire, whose
+enum { STRATEGY_CACHE = 0, STRATEGY_PARTITION = 1, STRATEGY_AUTO = 2, STRATEGY_PARTITION_ROWS = 3 };
+/* The owner of a table (strategy_place; Step.partition_owner on the wire, whose
  * comment in proto/oracle.proto says the same): a rank for a partition
  * table, or one of these. */
-#define TSTRAT_NONE UINT32_MAX       /* 0xFFFFFFFF: a cached table (not partitioned) */
-#define TSTRAT_ALL (UINT32_MAX - 1) /* 0xFFFFFFFE: a partition_rows table: every trainer, rows r mod P */
+#define STRATEGY_OWNER_NONE UINT32_MAX       /* 0xFFFFFFFF: a cached table (not partitioned) */
+#define STRATEGY_OWNER_ALL (UINT32_MAX - 1) /* 0xFFFFFFFE: a partition_rows table: every trainer, rows r mod P */
 
 /* "cache" / "partition" / "auto" / "partition_rows" */
-const char *tstrat_name(int s);
+const char *strategy_name(int s);
 
 /* The words of a table_strategy value v (one, or comma-separated), the
  * first cap of them into out (NULL: none kept), their count in *n.  0, or
  * ERR_CONFIG with why naming the entry that is not cache, partition,
  * partition_rows or auto.  cfg.c checks a value with it when it is set. */
-int tstrat_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n, char *why, size_t why_len);
+int strategy_words(const char *v, uint8_t *out, uint32_t cap, uint32_t *n, char *why, size_t why_len);
 
 /* cfg's table_strategy for n_tables tables into out[n_tables].
  * 0, or ERR_CONFIG with err naming the word, its position and the key's
  * origin (a list of another length than table_rows, an unknown word). */
-int tstrat_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len);
+int strategy_parse(const cfg_t *cfg, uint32_t n_tables, uint8_t *out, char *err, size_t err_len);
 
 /* 1 if any of strat[0..n) is not cache. */
-int tstrat_any(const uint8_t *strat, uint32_t n);
+int strategy_any_partitioned(const uint8_t *strat, uint32_t n);
 
-/* Places the tables with strat[t] == TSTRAT_PARTITION on P trainers
- * (above): owner[t] = its trainer, TSTRAT_ALL for partition_rows,
- * TSTRAT_NONE for every other table. */
-void tstrat_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
+/* Places the tables with strat[t] == STRATEGY_PARTITION on P trainers
+ * (above): owner[t] = its trainer, STRATEGY_OWNER_ALL for partition_rows,
+ * STRATEGY_OWNER_NONE for every other table. */
+void strategy_place(const uint8_t *strat, const data_schema_t *schema, const table_layout_t *layout, uint32_t P,
                   uint32_t *owner);
 
 /* Does trainer `rank` hold rows of a table with this owner?  Which local
  * index is row r there (a table-wise owner: r; partition_rows: r / P), and
  * how many rows does it hold of a table of `rows`? */
-static inline int tstrat_holds(uint32_t owner, uint32_t rank) { return owner == rank || owner == TSTRAT_ALL; }
-static inline int tstrat_holds_row(uint32_t owner, uint32_t rank, uint32_t P, uint64_t r) {
-  return owner == rank || (owner == TSTRAT_ALL && r % P == rank);
+static inline int strategy_holds(uint32_t owner, uint32_t rank) { return owner == rank || owner == STRATEGY_OWNER_ALL; }
+static inline int strategy_holds_row(uint32_t owner, uint32_t rank, uint32_t P, uint64_t r) {
+  return owner == rank || (owner == STRATEGY_OWNER_ALL && r % P == rank);
 }
-static inline uint64_t tstrat_local_rows(uint32_t owner, uint32_t rank, uint32_t P, uint64_t rows) {
-  return owner == rank ? rows : owner == TSTRAT_ALL ? (rows > rank ? (rows - rank + P - 1) / P : 0) : 0;
+static inline uint64_t strategy_local_rows(uint32_t owner, uint32_t rank, uint32_t P, uint64_t rows) {
+  return owner == rank ? rows : owner == STRATEGY_OWNER_ALL ? (rows > rank ? (rows - rank + P - 1) / P : 0) : 0;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * trainer_part: the partitioned tables (contract in trainer_part.h).
+ * trainer_partition: the partitioned tables (contract in trainer_partition.h).
  *
  * The two buffers of one step, sample-major like the model's input:
  *   gbuf, the owner's side: [global batch x n_mine x dim], the global
@@ -8,7 +8,7 @@
  *     owner o-1's.
  * The forward AlltoAll sends gbuf into lbuf, the backward lbuf into gbuf.
  *
- * A partition_rows table is held by every rank (tstrat.h: row r on rank
+ * A partition_rows table is held by every rank (strategy.h: row r on rank
  * r mod P, at local index r / P), so it is among every rank's n_mine and
  * every owner's block: each rank's gbuf holds its partial sums over the
  * global batch (the ids of other ranks' rows point at one extra local row
@@ -16,7 +16,7 @@
  * blocks of rank 0, 1, ... in that order.  In the backward every rank gets
  * the whole batch's gradients of those tables and folds its own rows.
  */
-#include "trainer_part.h"
+#include "trainer_partition.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,22 +31,22 @@
 #include "err.h"
 #include "log.h"
 #include "trainer_state.h"
-#include "tstrat.h"
+#include "strategy.h"
 
 #define FLUSH_CHUNK 65536 /* rows per write-back call */
 
-/* table t's rows held here, and the local index of row r (tstrat.h) */
-static uint64_t local_rows(const trainer_part_t *p, uint32_t t) {
-  return tstrat_local_rows(p->owner[t], p->rank, p->P, p->schema->table_rows[t]);
+/* table t's rows held here, and the local index of row r (strategy.h) */
+static uint64_t local_rows(const trainer_partition_t *p, uint32_t t) {
+  return strategy_local_rows(p->owner[t], p->rank, p->P, p->schema->table_rows[t]);
 }
-static uint64_t local_of(const trainer_part_t *p, uint32_t t, uint64_t r) {
-  return p->owner[t] == TSTRAT_ALL ? r / p->P : r;
+static uint64_t local_of(const trainer_partition_t *p, uint32_t t, uint64_t r) {
+  return p->owner[t] == STRATEGY_OWNER_ALL ? r / p->P : r;
 }
-static uint64_t global_of(const trainer_part_t *p, uint32_t t, uint64_t l) {
-  return p->owner[t] == TSTRAT_ALL ? l * p->P + p->rank : l;
+static uint64_t global_of(const trainer_partition_t *p, uint32_t t, uint64_t l) {
+  return p->owner[t] == STRATEGY_OWNER_ALL ? l * p->P + p->rank : l;
 }
 
-int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
+int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
                       uint32_t rank, int ideal, char *err, size_t err_len) {
   memset(p, 0, sizeof *p);
   p->T = schema->n_tables;
@@ -62,12 +62,12 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
     p->want_dev = 0; /* trainer_step refuses the job anyway */
   uint8_t *strat = malloc(p->T ? p->T : 1);
   if (!strat) return -ENOMEM;
-  int rc = tstrat_parse(cfg, p->T, strat, err, err_len);
-  p->any = !rc && !ideal && tstrat_any(strat, p->T);
+  int rc = strategy_parse(cfg, p->T, strat, err, err_len);
+  p->any = !rc && !ideal && strategy_any_partitioned(strat, p->T);
   free(strat);
   if (rc) return rc;
   p->owner = malloc(p->T * sizeof *p->owner);
-  p->ext = calloc(p->T, 1);
+  p->partitioned = calloc(p->T, 1);
   p->mine = malloc(p->T * sizeof *p->mine);
   p->ntab = calloc(p->P, sizeof *p->ntab);
   p->rows = calloc(p->T, sizeof *p->rows);
@@ -79,15 +79,15 @@ int trainer_part_init(trainer_part_t *p, const cfg_t *cfg, const data_schema_t *
   p->midx = calloc(p->T, sizeof *p->midx);
   p->mhot = calloc(p->T, sizeof *p->mhot);
   p->kof = calloc(p->T, sizeof *p->kof);
-  if (!p->kof || !p->owner || !p->ext || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
+  if (!p->kof || !p->owner || !p->partitioned || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
       !p->mbase || !p->midx || !p->mhot) {
-    trainer_part_close(p);
+    trainer_partition_close(p);
     return -ENOMEM;
   }
   return 0;
 }
 
-void trainer_part_reset(trainer_part_t *p) {
+void trainer_partition_reset(trainer_partition_t *p) {
   for (uint32_t t = 0; p->rows && t < p->T; t++) {
     free(p->rows[t]);
     free(p->loaded[t]);
@@ -105,14 +105,14 @@ void trainer_part_reset(trainer_part_t *p) {
   p->eb_batch = 0;
   p->tables_x = 0;
   p->placed = 0;
-  p->ext_applied = 0;
-  p->n_mine = p->n_part = 0;
+  p->partitioned_applied = 0;
+  p->n_mine = p->n_partitioned = 0;
   p->rows_loaded = p->rows_flushed = 0;
 }
 
-void trainer_part_close(trainer_part_t *p) {
-  trainer_part_reset(p);
-  free(p->owner), free(p->ext), free(p->mine), free(p->ntab);
+void trainer_partition_close(trainer_partition_t *p) {
+  trainer_partition_reset(p);
+  free(p->owner), free(p->partitioned), free(p->mine), free(p->ntab);
   free(p->rows), free(p->loaded), free(p->dirty);
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
@@ -123,7 +123,7 @@ void trainer_part_close(trainer_part_t *p) {
 
 /* device = cuda: this rank's tables in GPU memory (p->ds), or 0 with
  * them left to the host when they do not fit (logged). */
-static void place_on_device(trainer_part_t *p, const trainer_work_step_t *st) {
+static void place_on_device(trainer_partition_t *p, const trainer_work_step_t *st) {
 #ifdef CHANTER_CUDA
   uint32_t n = p->n_mine;
   uint64_t *rows = malloc(n * sizeof *rows), *lim = malloc(n * sizeof *lim);
@@ -135,7 +135,7 @@ static void place_on_device(trainer_part_t *p, const trainer_work_step_t *st) {
     for (uint32_t k = 0; k < n; k++) {
       uint32_t t = p->mine[k];
       lim[k] = local_rows(p, t);
-      rows[k] = lim[k] + (p->owner[t] == TSTRAT_ALL); /* partition_rows: the row of zeros */
+      rows[k] = lim[k] + (p->owner[t] == STRATEGY_OWNER_ALL); /* partition_rows: the row of zeros */
       hot[k] = p->schema->hotness[t];
       col[k] = direct ? t : k;
     }
@@ -162,19 +162,19 @@ static void place_on_device(trainer_part_t *p, const trainer_work_step_t *st) {
 }
 
 /* The first Step's placement: this rank's tables get their arrays. */
-static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, size_t err_len) {
-  memcpy(p->owner, st->part_owner, p->T * sizeof *p->owner);
+static int place(trainer_partition_t *p, const trainer_work_step_t *st, char *err, size_t err_len) {
+  memcpy(p->owner, st->partition_owner, p->T * sizeof *p->owner);
   memset(p->ntab, 0, p->P * sizeof *p->ntab);
-  p->n_mine = p->n_part = 0;
+  p->n_mine = p->n_partitioned = 0;
   for (uint32_t t = 0; t < p->T; t++) {
     uint32_t o = p->owner[t];
-    p->ext[t] = o != TSTRAT_NONE;
-    if (o == TSTRAT_NONE) continue;
-    if (o != TSTRAT_ALL && o >= p->P)
+    p->partitioned[t] = o != STRATEGY_OWNER_NONE;
+    if (o == STRATEGY_OWNER_NONE) continue;
+    if (o != STRATEGY_OWNER_ALL && o >= p->P)
       return err_set(err, err_len, ERR_BADMSG, "table %u's owner is trainer %u, only %u trainers", t, o, p->P);
-    p->n_part++;
-    for (uint32_t q = 0; q < p->P; q++) p->ntab[q] += tstrat_holds(o, q);
-    if (!tstrat_holds(o, p->rank)) continue;
+    p->n_partitioned++;
+    for (uint32_t q = 0; q < p->P; q++) p->ntab[q] += strategy_holds(o, q);
+    if (!strategy_holds(o, p->rank)) continue;
     p->kof[t] = p->n_mine;
     p->mine[p->n_mine++] = t;
   }
@@ -183,7 +183,7 @@ static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, si
     uint32_t t = p->mine[k], o = p->owner[t];
     uint64_t R = local_rows(p, t); /* partition_rows: and one row of zeros after them */
     if (!p->ds)
-      p->rows[t] = o == TSTRAT_ALL ? embag_rows_alloc(((size_t)R + 1) * p->rf * sizeof(float), 1)
+      p->rows[t] = o == STRATEGY_OWNER_ALL ? embag_rows_alloc(((size_t)R + 1) * p->rf * sizeof(float), 1)
                                    : embag_rows_alloc((size_t)R * p->rf * sizeof(float), 0);
     p->loaded[t] = calloc((size_t)R + 1, 1);
     p->dirty[t] = calloc((size_t)R + 1, 1);
@@ -197,8 +197,8 @@ static int place(trainer_part_t *p, const trainer_work_step_t *st, char *err, si
   return 0;
 }
 
-int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *embc, char *err, size_t err_len) {
-  if (!st->part_owner) {
+int trainer_partition_load(trainer_partition_t *p, const trainer_work_step_t *st, embc_t *embc, char *err, size_t err_len) {
+  if (!st->partition_owner) {
     if (p->any)
       return err_set(err, err_len, ERR_BADMSG,
                      "iteration %" PRIu64 ": the job partitions tables (table_strategy) but the Step names no owner; "
@@ -214,7 +214,7 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
   int rc;
   if (!p->placed) {
     if ((rc = place(p, st, err, err_len)) != 0) return rc;
-  } else if (memcmp(p->owner, st->part_owner, p->T * sizeof *p->owner) != 0) {
+  } else if (memcmp(p->owner, st->partition_owner, p->T * sizeof *p->owner) != 0) {
     return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": the partitioned tables' owners changed mid-run",
                    st->iteration);
   }
@@ -226,8 +226,8 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
     if (trainer_grow((void **)&p->lkeys, &p->cap_lkeys, n + m, sizeof *p->lkeys))
       return err_set(err, err_len, -ENOMEM, "out of memory listing rows to read");
     for (size_t j = 0; j < m; j++) {
-      uint64_t r = st->part_ids[o + j];
-      if (!tstrat_holds_row(p->owner[t], p->rank, p->P, r)) continue; /* partition_rows: another rank's */
+      uint64_t r = st->partition_ids[o + j];
+      if (!strategy_holds_row(p->owner[t], p->rank, p->P, r)) continue; /* partition_rows: another rank's */
       uint64_t l = local_of(p, t, r);
       if (p->loaded[t][l]) continue;
       p->loaded[t][l] = 1;
@@ -270,7 +270,7 @@ int trainer_part_load(trainer_part_t *p, const trainer_work_step_t *st, embc_t *
 
 /* One AlltoAll of send (blocks of p->sb bytes) into recv (p->rb): on c,
  * or as the scheduler's operation `which` of iteration x. */
-static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv, uint64_t x, uint32_t which,
+static int exchange(trainer_partition_t *p, coll_t *c, const float *send, float *recv, uint64_t x, uint32_t which,
                     const char *what, char *err, size_t err_len) {
   int rc = trainer_sched_alltoallv(p->sched, c, trainer_sched_id(TRAINER_SCHED_NEXT, x, which), send, p->sb, recv,
                                    p->rb);
@@ -285,14 +285,14 @@ static int exchange(trainer_part_t *p, coll_t *c, const float *send, float *recv
  * (model) against lbuf's owner blocks: into lbuf (to_blocks; a
  * partition_rows column into every block), or out of it into model (a
  * partition_rows column: the sum of the blocks, rank 0's first). */
-static void columns(const trainer_part_t *p, uint32_t n, float *model, float *lbuf, int to_blocks) {
+static void columns(const trainer_partition_t *p, uint32_t n, float *model, float *lbuf, int to_blocks) {
   size_t d = p->dim, width = (size_t)p->T * d;
   float *blk = lbuf;
   for (uint32_t q = 0; q < p->P; q++) {
     size_t nq = p->ntab[q], kk = 0;
     for (uint32_t t = 0; t < p->T && kk < nq; t++) {
-      if (!tstrat_holds(p->owner[t], q)) continue;
-      int add = !to_blocks && q > 0 && p->owner[t] == TSTRAT_ALL;
+      if (!strategy_holds(p->owner[t], q)) continue;
+      int add = !to_blocks && q > 0 && p->owner[t] == STRATEGY_OWNER_ALL;
       for (uint32_t i = 0; i < n; i++) {
         float *m = model + i * width + t * d, *b = blk + (i * nq + kk) * d;
         if (add)
@@ -309,10 +309,10 @@ static void columns(const trainer_part_t *p, uint32_t n, float *model, float *lb
 /* The byte counts of the two sides for st (sb: forward's send, gbuf;
  * rb: forward's receive, lbuf; the backward swaps them) and room for both
  * buffers.  0 or -ENOMEM. */
-static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, int backward) {
+static int sizes(trainer_partition_t *p, const trainer_work_step_t *st, uint32_t n, int backward) {
   size_t d = p->dim, w = (size_t)p->n_mine * d, g = 0, l = 0;
   for (uint32_t q = 0; q < p->P; q++) {
-    size_t gq = (size_t)st->part_counts[q] * w * sizeof(float), lq = (size_t)n * p->ntab[q] * d * sizeof(float);
+    size_t gq = (size_t)st->partition_counts[q] * w * sizeof(float), lq = (size_t)n * p->ntab[q] * d * sizeof(float);
     if (p->direct) gq = lq = 0; /* the rows are pooled into the model's device input: an empty exchange */
     p->sb[q] = backward ? lq : gq;
     p->rb[q] = backward ? gq : lq;
@@ -324,28 +324,28 @@ static int sizes(trainer_part_t *p, const trainer_work_step_t *st, uint32_t n, i
              : 0;
 }
 
-/* This rank's tables for embag: their rows and st's ids (part_ids: table
+/* This rank's tables for embag: their rows and st's ids (partition_ids: table
  * mine[k]'s B * hotness ids after table mine[k-1]'s), and embag's scratch
  * for a global batch of B.  0 or -ENOMEM. */
-static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
+static int tables(trainer_partition_t *p, const trainer_work_step_t *st) {
   if (p->tables_x == st->iteration + 1) return 0; /* the backward of the Step the forward mapped */
   uint64_t B = st->global_batch_size;
   size_t o = 0, nmap = 0;
   for (uint32_t k = 0; k < p->n_mine; k++)
-    if (p->owner[p->mine[k]] == TSTRAT_ALL) nmap += (size_t)B * p->schema->hotness[p->mine[k]];
+    if (p->owner[p->mine[k]] == STRATEGY_OWNER_ALL) nmap += (size_t)B * p->schema->hotness[p->mine[k]];
   if (nmap && trainer_grow((void **)&p->lidx, &p->cap_lidx, nmap, sizeof *p->lidx)) return -ENOMEM;
   nmap = 0;
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k];
     size_t m = (size_t)B * p->schema->hotness[t];
     p->mbase[k] = p->rows[t];
-    p->midx[k] = st->part_ids + o;
+    p->midx[k] = st->partition_ids + o;
     p->mhot[k] = p->schema->hotness[t];
-    if (p->owner[t] == TSTRAT_ALL) { /* local indices; another rank's row: the row of zeros */
+    if (p->owner[t] == STRATEGY_OWNER_ALL) { /* local indices; another rank's row: the row of zeros */
       uint64_t zero = local_rows(p, t), *li = p->lidx + nmap;
       for (size_t j = 0; j < m; j++) {
-        uint64_t r = st->part_ids[o + j];
-        li[j] = tstrat_holds_row(TSTRAT_ALL, p->rank, p->P, r) ? r / p->P : zero;
+        uint64_t r = st->partition_ids[o + j];
+        li[j] = strategy_holds_row(STRATEGY_OWNER_ALL, p->rank, p->P, r) ? r / p->P : zero;
       }
       p->midx[k] = li;
       nmap += m;
@@ -368,7 +368,7 @@ static int tables(trainer_part_t *p, const trainer_work_step_t *st) {
 /* The pool's threads: table k's row step (trainer_step_row_update only
  * reads ts) and its own dirty marks. */
 typedef struct row_ctx_s {
-  trainer_part_t *p;
+  trainer_partition_t *p;
   trainer_step_t *ts;
   atomic_size_t zero_rows; /* folds of the row of zeros (not updates) */
 } row_ctx_t;
@@ -376,7 +376,7 @@ typedef struct row_ctx_s {
 static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float *grad) {
   row_ctx_t *c = ud;
   uint32_t t = c->p->mine[k];
-  if (c->p->owner[t] == TSTRAT_ALL && r == local_rows(c->p, t)) { /* the row of zeros: stays zero */
+  if (c->p->owner[t] == STRATEGY_OWNER_ALL && r == local_rows(c->p, t)) { /* the row of zeros: stays zero */
     atomic_fetch_add(&c->zero_rows, 1);
     return;
   }
@@ -391,7 +391,7 @@ static struct pool_s *threads(trainer_step_t *ts) { return trainer_step_pool(ts)
 /* The dirty marks of the rows the global batch of B uses (p->midx; the
  * row of zeros is never updated): the device path's, whose rows are not
  * visited on the host. */
-static void mark_dirty(trainer_part_t *p, uint64_t B) {
+static void mark_dirty(trainer_partition_t *p, uint64_t B) {
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k];
     uint64_t R = local_rows(p, t);
@@ -402,14 +402,14 @@ static void mark_dirty(trainer_part_t *p, uint64_t B) {
   }
 }
 
-int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+int trainer_partition_forward(trainer_partition_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                          const data_batch_t *b, char *err, size_t err_len) {
-  if (!st->part_owner || !p->n_part) return 0; /* (table_strategy = auto may have partitioned none) */
+  if (!st->partition_owner || !p->n_partitioned) return 0; /* (table_strategy = auto may have partitioned none) */
   int rc;
-  if (!p->ext_applied) {
-    if ((rc = trainer_step_set_external(ts, p->ext, err, err_len)) != 0) return rc;
-    trainer_step_set_external_on_device(ts, p->direct);
-    p->ext_applied = 1;
+  if (!p->partitioned_applied) {
+    if ((rc = trainer_step_set_partitioned(ts, p->partitioned, err, err_len)) != 0) return rc;
+    trainer_step_set_partitioned_on_device(ts, p->direct);
+    p->partitioned_applied = 1;
   }
   if (p->direct && st->global_batch_size != b->n)
     return err_set(err, err_len, ERR_BADMSG,
@@ -441,10 +441,10 @@ int trainer_part_forward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const
   return 0;
 }
 
-int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
+int trainer_partition_backward(trainer_partition_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                           const data_batch_t *b, size_t *updated, char *err, size_t err_len) {
   *updated = 0;
-  if (!st->part_owner || !p->n_part) return 0;
+  if (!st->partition_owner || !p->n_partitioned) return 0;
   double t0 = clock_mono_s();
   /* the gradients of our samples' pooled embeddings, by owner, back to the owners */
   if (sizes(p, st, b->n, 1))
@@ -487,7 +487,7 @@ int trainer_part_backward(trainer_part_t *p, trainer_step_t *ts, coll_t *c, cons
 }
 
 /* Writes the n rows of keys / rows back and clears their dirty marks. */
-static int write_chunk(trainer_part_t *p, embc_t *embc, const uint64_t *keys, const float *rows, size_t *n,
+static int write_chunk(trainer_partition_t *p, embc_t *embc, const uint64_t *keys, const float *rows, size_t *n,
                        uint64_t done, size_t *total, char *why, size_t why_len) {
   if (!*n) return 0;
   int rc = embc_write_done(embc, keys, *n, rows, done, why, why_len);
@@ -501,7 +501,7 @@ static int write_chunk(trainer_part_t *p, embc_t *embc, const uint64_t *keys, co
   return 0;
 }
 
-int trainer_part_flush(trainer_part_t *p, embc_t *embc, uint64_t done, size_t *n_out, char *err, size_t err_len) {
+int trainer_partition_flush(trainer_partition_t *p, embc_t *embc, uint64_t done, size_t *n_out, char *err, size_t err_len) {
   *n_out = 0;
   if (!p->placed) return 0;
   uint64_t *keys = malloc(FLUSH_CHUNK * sizeof *keys);
