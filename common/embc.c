@@ -123,8 +123,8 @@ void embc_set_write_epoch(embc_t *c, uint64_t epoch) {
   if (c) atomic_store(&c->write_epoch, epoch);
 }
 
-int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
-              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
+static int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len) {
   if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
   return call_retry(c, server, rpc_method_path(&chanter__embedding__v1__embedding__descriptor, method), req, resp_desc,
                     resp, err, err_len);

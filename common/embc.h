@@ -84,10 +84,6 @@ void embc_set_write_epoch(embc_t *c, uint64_t epoch);
                    Chanter__Embedding__V1__##Camel##Response **resp, char *err, size_t err_len);
 EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
 #undef EMBC_DECLARE_CALL
-/* Untyped, by method name: being replaced by the calls above; new code
- * must not use it. */
-int embc_call(embc_t *c, uint32_t server, const char *method, const ProtobufCMessage *req,
-              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, char *err, size_t err_len);
 
 
 /* Asks embedding server `server` (Stats, brief: answered without touching

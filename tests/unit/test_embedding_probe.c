@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "embc.h"
 #include "embedding.pb-c.h"
 #include "err.h"
@@ -28,7 +29,6 @@
 #include "rpc.h"
 #include "testutil.h"
 
-#define EMB_DESC(x) (&chanter__embedding__v1__##x##__descriptor)
 
 static char g_bin[1024], g_dir[64], g_job[256];
 
@@ -62,16 +62,10 @@ static embc_t *client(int port) {
 static Chanter__Embedding__V1__StatsResponse *stats(embc_t *c, int brief) {
   Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
   req.brief = brief != 0;
-  ProtobufCMessage *resp = NULL;
+  Chanter__Embedding__V1__StatsResponse *resp = NULL;
   char err[512];
-  assert_int_equal(embc_call(c, 0, "Stats", &req.base, EMB_DESC(stats_response), &resp, err, sizeof err), 0);
-  return (Chanter__Embedding__V1__StatsResponse *)resp;
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+  assert_int_equal(embc_stats(c, 0, &req, &resp, err, sizeof err), 0);
+  return resp;
 }
 
 static void test_incarnation(void **state) {
@@ -91,10 +85,10 @@ static void test_incarnation(void **state) {
   Chanter__Embedding__V1__FenceRequest fr = CHANTER__EMBEDDING__V1__FENCE_REQUEST__INIT;
   fr.id = "cp-probe";
   fr.iteration = 41;
-  ProtobufCMessage *resp = NULL;
-  assert_int_equal(embc_call(c, 0, "Fence", &fr.base, EMB_DESC(fence_response), &resp, err, sizeof err), 0);
-  assert_int_equal(((Chanter__Embedding__V1__FenceResponse *)resp)->incarnation, inc1);
-  protobuf_c_message_free_unpacked(resp, NULL);
+  Chanter__Embedding__V1__FenceResponse *resp = NULL;
+  assert_int_equal(embc_fence(c, 0, &fr, &resp, err, sizeof err), 0);
+  assert_int_equal(resp->incarnation, inc1);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
   for (int brief = 0; brief < 2; brief++) {
     Chanter__Embedding__V1__StatsResponse *s = stats(c, brief);
     assert_int_equal(s->incarnation, inc1);
@@ -107,9 +101,9 @@ static void test_incarnation(void **state) {
 
   /* down: the probe fails at once, it does not wait out rpc.timeout_ms */
   assert_int_equal(testutil_stop(pid, SIGKILL, 5), 128 + SIGKILL);
-  double t0 = now_s();
+  double t0 = clock_mono_s();
   assert_int_equal(embc_incarnation(c, 0, &again, err, sizeof err), ERR_UNAVAILABLE);
-  assert_true(now_s() - t0 < 1.5);
+  assert_true(clock_mono_s() - t0 < 1.5);
   assert_non_null(strstr(err, "embedding server 0"));
 
   /* restarted on the same port and data dir: a new incarnation, the same fence */
@@ -126,9 +120,9 @@ static void test_incarnation(void **state) {
 
   /* hung (SIGSTOP): ERR_DEADLINE within the probe's short deadline */
   assert_int_equal(kill(pid, SIGSTOP), 0);
-  t0 = now_s();
+  t0 = clock_mono_s();
   int rc = embc_incarnation(c, 0, &again, err, sizeof err);
-  double took = now_s() - t0;
+  double took = clock_mono_s() - t0;
   kill(pid, SIGCONT);
   assert_int_equal(rc, ERR_DEADLINE);
   assert_true(took < EMBC_PROBE_TIMEOUT_MS / 1000.0 + 0.5);
