@@ -35,4 +35,22 @@ static inline double clock_wall_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The wall clock as a timespec (for a timestamp a person reads). */
+static inline struct timespec clock_wall_ts(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return t;
+}
+
+/* The absolute CLOCK_REALTIME deadline ms milliseconds from now, as
+ * pthread_cond_timedwait and pthread_timedjoin_np take it (their clock is
+ * the wall clock: the one place chanter waits on it). */
+static inline struct timespec clock_deadline_rt(int64_t ms) {
+  struct timespec t = clock_wall_ts();
+  t.tv_sec += (time_t)(ms / 1000);
+  t.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+  return t;
+}
+
 #endif

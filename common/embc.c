@@ -1,4 +1,5 @@
 /* embc: see embc.h. */
+#include "clock.h"
 #include "embc.h"
 
 #include <errno.h>
@@ -295,10 +296,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     pthread_mutex_lock(&j.mu);
     int cancelled = 0;
     while (j.pending > 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      struct timespec ts = clock_deadline_rt(100);
       pthread_cond_timedwait(&j.cv, &j.mu, &ts);
       if (!cancelled && __atomic_load_n(&c->abort, __ATOMIC_ACQUIRE)) {
         cancelled = 1;

@@ -1,4 +1,5 @@
 /* log: see log.h. */
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -39,7 +40,7 @@ void log_vwrite(int prio, const char *fmt, va_list ap) {
     struct timespec ts;
     struct tm tm;
     static const char *lv[8] = {"", "", "", "ERROR", "WARN", "", "INFO", "DEBUG"};
-    clock_gettime(CLOCK_REALTIME, &ts);
+    ts = clock_wall_ts();
     gmtime_r(&ts.tv_sec, &tm);
     n = snprintf(buf, sizeof buf, "<%d>%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
                  prio, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,

@@ -24,6 +24,7 @@
  *    checkpoints, the fence).
  *  - The tests' fault hook inside a checkpoint (store__fault).
  */
+#include "clock.h"
 #include "store_internal.h"
 
 #include <dirent.h>
@@ -53,8 +54,7 @@ static uint64_t random_token(void) {
   uint64_t t = 0;
   while (t == 0) {
     if (getrandom(&t, sizeof t, 0) != (ssize_t)sizeof t) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
+      struct timespec ts = clock_wall_ts();
       t = table_mix64((uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32);
     }
   }

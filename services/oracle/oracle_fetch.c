@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
@@ -384,9 +385,7 @@ void oracle_fetch__stop(oracle_job_t *j) {
 int oracle_fetch__join(oracle_job_t *j) {
   oracle_fetch_t *f = &j->fetch;
   int stuck = 0;
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += j->drain_ms / 1000 + 1;
+  struct timespec dl = clock_deadline_rt((int64_t)(j->drain_ms / 1000 + 1) * 1000);
   for (uint32_t i = 0; i < f->n_threads; i++)
     if (pthread_timedjoin_np(f->threads[i], NULL, &dl) != 0) stuck++;
   return stuck;

@@ -81,14 +81,7 @@ static void *heartbeat_main(void *arg) {
   double fail_since = 0;
   pthread_mutex_lock(&t->mu);
   while (!trainer_stopping(t)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += every / 1000;
-    ts.tv_nsec += (every % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_deadline_rt(every);
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     if (trainer_stopping(t)) break;
     pthread_mutex_unlock(&t->mu);
@@ -191,11 +184,7 @@ int trainer_join_oracle(trainer_t *t, int rejoin, char *err, size_t err_len) {
       log_info("waiting to %s the job rank=%u (retrying for up to %lld s, trainer.rejoin_timeout_ms): %s",
                rejoin ? "rejoin" : "join", t->rank, (long long)(limit / 1000), err);
     sdn_status("rejoining the job through the oracle at %s (%.0f s)", orc_address(t->orc), clock_mono_s() - t0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += backoff * 1000000;
-    ts.tv_sec += ts.tv_nsec / 1000000000;
-    ts.tv_nsec %= 1000000000;
+    struct timespec ts = clock_deadline_rt(backoff);
     pthread_mutex_lock(&t->mu);
     if (!trainer_stopping(t)) pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     pthread_mutex_unlock(&t->mu);

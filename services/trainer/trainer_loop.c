@@ -148,9 +148,7 @@ static int open_stream(trainer_t *t, char *err, size_t err_len) {
 #define DRAIN_MS 5000
 static void *drain_guard(void *arg) {
   trainer_t *t = arg;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += DRAIN_MS / 1000;
+  struct timespec ts = clock_deadline_rt(DRAIN_MS / 1000 * 1000);
   pthread_mutex_lock(&t->mu);
   while (!t->drained) {
     if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT) {

@@ -84,10 +84,7 @@ static void *comm_main(void *arg) {
         fail_all(s, ERR_CANCELLED);
         continue;
       }
-      struct timespec dl;
-      clock_gettime(CLOCK_REALTIME, &dl);
-      dl.tv_nsec += 20 * 1000000L;
-      if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+      struct timespec dl = clock_deadline_rt(20);
       pthread_cond_timedwait(&s->cv, &s->mu, &dl);
     }
     if (s->quit) break;

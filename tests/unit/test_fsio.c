@@ -16,7 +16,8 @@
  *    (escapes undone), the first match only, a whole key only ("ab" is
  *    not "b"), arrays by index, and says -1 for a missing key, a null, or
  *    a value of the other type.
- *  - the monotonic clock never goes back and its three units agree.
+ *  - the monotonic clock never goes back and its three units agree; a
+ *    wall-clock deadline lies the asked time ahead, normalized.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -195,6 +196,10 @@ static void test_clock(void **st) {
   assert_true(m >= a / 1000000 && m <= z / 1000000);
   assert_true(s * 1e9 >= (double)a - 1e3 && s * 1e9 <= (double)z + 1e3);
   assert_true(clock_wall_s() > 1.7e9);
+  struct timespec w = clock_wall_ts(), d = clock_deadline_rt(1500);
+  assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+  double ahead = (double)(d.tv_sec - w.tv_sec) + (double)(d.tv_nsec - w.tv_nsec) * 1e-9;
+  assert_true(ahead >= 1.5 - 1e-3 && ahead < 1.6);
 }
 
 int main(void) {
