@@ -388,6 +388,7 @@ static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float
  * this thread alone). */
 static struct pool_s *threads(trainer_step_t *ts) { return trainer_step_pool(ts); }
 
+#ifdef CHANTER_CUDA
 /* The dirty marks of the rows the global batch of B uses (p->midx; the
  * row of zeros is never updated): the device path's, whose rows are not
  * visited on the host. */
@@ -401,6 +402,7 @@ static void mark_dirty(trainer_partition_t *p, uint64_t B) {
       if (ids[j] < R) dirty[ids[j]] = 1;
   }
 }
+#endif
 
 int trainer_partition_forward(trainer_partition_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                          const data_batch_t *b, char *err, size_t err_len) {
