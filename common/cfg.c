@@ -827,3 +827,22 @@ void cfg_print_keys(FILE *f) {
   fprintf(f, "\nrenamed keys (the old name is still read, with a warning; setting both is an error):\n");
   for (size_t a = 0; a < N_ALIASES; a++) fprintf(f, "    %-30s -> %s\n", aliases[a].old, aliases[a].now);
 }
+
+int cfg_path_expand(const char *tmpl, const char *role, long index, char *out, size_t n) {
+  if (!n) return -ENAMETOOLONG;
+  size_t o = 0;
+  int rc = 0;
+  for (const char *p = tmpl; *p && !rc;) {
+    char num[24];
+    const char *put = NULL;
+    size_t skip = 1;
+    if (role && !strncmp(p, "{role}", 6)) put = role, skip = 6;
+    else if (index >= 0 && p[0] == '%' && p[1] == 'i') snprintf(num, sizeof num, "%ld", index), put = num, skip = 2;
+    size_t k = put ? strlen(put) : 1;
+    if (o + k >= n) rc = -ENAMETOOLONG;
+    else memcpy(out + o, put ? put : p, k), o += k;
+    p += skip;
+  }
+  out[o] = 0;
+  return rc;
+}

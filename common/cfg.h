@@ -116,4 +116,14 @@ int cfg_state_floats(const char *embedding_optimizer, uint32_t dim);
 void cfg_dump(const cfg_t *c, FILE *f, int verbose);
 void cfg_print_keys(FILE *f);
 
+/* The one expander of the placeholders a job file's paths may hold:
+ * "{role}" becomes role (when role is not NULL: the process's role, e.g.
+ * tls.cert_file = certs/{role}.pem), "%i" the instance index (when index
+ * >= 0: a server's shard, as systemd's instance specifier in
+ * chanter-embedding@.service; e.g. embedding.data_dir = /var/lib/x-%i).
+ * Every occurrence is replaced; anything else is copied.  0, or
+ * -ENAMETOOLONG when the result does not fit out[n] (out then holds a
+ * truncated copy). */
+int cfg_path_expand(const char *tmpl, const char *role, long index, char *out, size_t n);
+
 #endif

@@ -95,16 +95,7 @@ const char *daemon_role(void) { return g_role; }
 /* path with each {role} replaced by the process's role, in out. */
 static const char *with_role(const char *path, char *out, size_t n) {
   if (!strstr(path, "{role}")) return path;
-  size_t o = 0;
-  for (const char *p = path; *p && o + 1 < n;) {
-    if (!strncmp(p, "{role}", 6)) {
-      o += (size_t)snprintf(out + o, n - o, "%s", g_role);
-      p += 6;
-    } else {
-      out[o++] = *p++;
-    }
-  }
-  out[o < n ? o : n - 1] = 0;
+  cfg_path_expand(path, g_role, -1, out, n);
   return out;
 }
 

@@ -76,16 +76,10 @@ int main(int argc, char **argv) {
   }
   /* data dir: %i -> shard */
   const char *tmpl = data_dir_arg ? data_dir_arg : cfg_str(cfg, "embedding.data_dir");
-  size_t o = 0;
-  for (const char *p = tmpl; *p && o + 12 < sizeof data_dir; p++) {
-    if (p[0] == '%' && p[1] == 'i') {
-      o += (size_t)snprintf(data_dir + o, sizeof data_dir - o, "%d", shard);
-      p++;
-    } else {
-      data_dir[o++] = *p;
-    }
+  if (cfg_path_expand(tmpl, NULL, shard, data_dir, sizeof data_dir) != 0) {
+    log_error("embedding.data_dir %s is too long (over %zu bytes with the shard)", tmpl, sizeof data_dir - 1);
+    goto out;
   }
-  data_dir[o] = 0;
 
   if (cfg_layout(cfg, &layout, err, sizeof err)) {
     log_error("bad table layout: %s", err);

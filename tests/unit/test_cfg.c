@@ -4,7 +4,8 @@
  * NUL byte) and malformed section headers; a renamed key's old name (an
  * alias) sets the new key with one deprecation warning per old name that
  * names both keys and where, is dumped under the new name, and setting
- * both names is an error naming both places. */
+ * both names is an error naming both places; the path placeholders
+ * ({role}, %i) expand in one place (cfg_path_expand). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -590,6 +591,24 @@ static void test_alias_and_new_key_both_set(void **st) {
   cfg_destroy(c);
 }
 
+/* cfg_path_expand: {role} and %i, every occurrence, only those asked
+ * for; a result that does not fit is -ENAMETOOLONG. */
+static void test_path_expand(void **state) {
+  (void)state;
+  char out[64];
+  assert_int_equal(cfg_path_expand("certs/{role}.pem", "trainer", -1, out, sizeof out), 0);
+  assert_string_equal(out, "certs/trainer.pem");
+  assert_int_equal(cfg_path_expand("/d/x-%i/y-%i", NULL, 12, out, sizeof out), 0);
+  assert_string_equal(out, "/d/x-12/y-12");
+  assert_int_equal(cfg_path_expand("{role}-%i", NULL, -1, out, sizeof out), 0); /* neither asked for */
+  assert_string_equal(out, "{role}-%i");
+  assert_int_equal(cfg_path_expand("{role}/%i/{rol}%", "oracle", 3, out, sizeof out), 0);
+  assert_string_equal(out, "oracle/3/{rol}%");
+  assert_int_equal(cfg_path_expand("abc-%i", NULL, 1234, out, 7), -ENAMETOOLONG);
+  assert_int_equal(cfg_path_expand("abc-%i", NULL, 12, out, 7), 0);
+  assert_string_equal(out, "abc-12");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -607,6 +626,7 @@ int main(void) {
       cmocka_unit_test(test_plaintext_off_loopback),
       cmocka_unit_test(test_alias_sets_new_key),
       cmocka_unit_test(test_alias_and_new_key_both_set),
+      cmocka_unit_test(test_path_expand),
   };
   return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

@@ -21,9 +21,7 @@
 
 void reshard_dir(const char *pattern, uint32_t i, const char *id, char *out, size_t n) {
   char base[4096];
-  const char *p = strstr(pattern, "%i");
-  if (p) snprintf(base, sizeof base, "%.*s%u%s", (int)(p - pattern), pattern, i, p + 2);
-  else snprintf(base, sizeof base, "%s", pattern);
+  cfg_path_expand(pattern, NULL, (long)i, base, sizeof base);
   snprintf(out, n, "%s/checkpoints/%s", base, id);
 }
 
