@@ -79,7 +79,7 @@ def bad_step():
             s.partition_ids = u64(4, 5, 6, 40)
         elif CASE == "part_slot":
             s.slots = u32(0, 1, 2, 0, 3, 4, 5, 3)
-        elif CASE == "partition_counts":
+        elif CASE == "part_counts":
             s.partition_counts = u32(N - 1)
         else:
             raise SystemExit(f"unknown case {CASE}")

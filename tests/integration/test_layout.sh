@@ -14,6 +14,9 @@
 # there; README.md stays at most 650 lines; README.md and docs/*.md speak
 # of the project as it is ("this session", "the issue" are diary words);
 # the README's two commands are the ones .ci/run runs.
+# 9. One of each small thing: clock_gettime only in common/clock.h, files
+# replaced only through common/fsio.c, the embedding methods called only
+# through embc, and no file of common/ services/ tools/ over 900 lines.
 # The scope of "every source file": *.c *.h *.cc *.cu *.proto *.sh *.py
 # under common/ services/ tools/ proto/ tests/, and every file of deploy/
 # and systemd/; not tests/fuzz/corpus/ (seed data), and not the tests
@@ -186,5 +189,24 @@ readme_cmds=$(awk '/^## Two commands/{f=1} f&&/^```sh/{b=1;next} b&&/^```/{exit}
 ci_cmds=$(grep -E '^make( |$)' "$ROOT/.ci/run")
 [ -n "$readme_cmds" ] && [ "$readme_cmds" = "$ci_cmds" ]
 expect_rc $? "README's two commands are .ci/run's (README: ${readme_cmds//$'\n'/; }; .ci/run: ${ci_cmds//$'\n'/; })"
+
+# 9. One of each small thing (the restructure's rules, kept by this test):
+# the clock only in common/clock.h (gRPC's own gpr_ deadlines aside), a
+# file replaced only through common/fsio.c (the store's two directory
+# renames aside), the embedding service's methods named only in embc, and
+# no file of common/ services/ tools/ over 900 lines.
+SRC=$(cd "$ROOT" && find common services tools \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sort)
+clocks=$(cd "$ROOT" && grep -l 'clock_gettime' $SRC | grep -v '^common/clock\.h$' | tr '\n' ' ')
+[ -z "$clocks" ]
+expect_rc $? "clock_gettime only in common/clock.h (others: ${clocks:-none})"
+renames=$(cd "$ROOT" && grep -l '\brename(' $SRC | grep -v -x -e common/fsio.c -e common/store/store_dir.c -e common/store/store_ckpt.c | tr '\n' ' ')
+[ -z "$renames" ]
+expect_rc $? "files are replaced through fsio_replace (rename( elsewhere: ${renames:-none})"
+wire=$(cd "$ROOT" && grep -l 'embc_call\|chanter__embedding__v1__embedding__descriptor' $SRC | grep -v -x -e common/embc.c -e services/embedding/embedding_service.c | tr '\n' ' ')
+[ -z "$wire" ]
+expect_rc $? "the embedding service's methods are called only through embc's typed calls (elsewhere: ${wire:-none})"
+long=$(cd "$ROOT" && wc -l $SRC | awk '$2 != "total" && $1 > 900 {printf "%s (%d) ", $2, $1}')
+[ -z "$long" ]
+expect_rc $? "no file of common/ services/ tools/ is over 900 lines (over: ${long:-none})"
 
 finish

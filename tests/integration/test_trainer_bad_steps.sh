@@ -58,10 +58,10 @@ declare -A NEED=(
   [part_ids_short]="partition_ids has 16 bytes, want 32"
   [part_id_beyond]="partition_ids[3] = 40 for table 1 of 40 rows"
   [part_slot]="slots[4] = 3 for table 1, which is partitioned"
-  [partition_counts]="partition_counts says 3 samples for rank 0, the step has 4"
+  [part_counts]="partition_counts says 3 samples for rank 0, the step has 4"
 )
 for c in slots_short slot_beyond_cache fetch_slots_mismatch replicate_owner write_back_slots samples_bytes \
-         part_owner_rank part_ids_short part_id_beyond part_slot partition_counts; do
+         part_owner_rank part_ids_short part_id_beyond part_slot part_counts; do
   rm -f "$WORK/port"
   /usr/bin/python3 "$ROOT/tests/integration/fake_oracle.py" "$STUBS" "$WORK/port" "$c" >"$WORK/oracle-$c.log" 2>&1 &
   op=$!
