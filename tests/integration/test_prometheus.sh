@@ -5,7 +5,11 @@
 # --workdir` describes, while it trains a job (lookahead cache, a
 # checkpoint); then, through Prometheus's HTTP API:
 #   - prometheus-config's output is a valid configuration (promtool) with a
-#     target per daemon, each up, labelled job, role and instance;
+#     target per daemon, each up, labelled job, role and instance; from a
+#     job file, each daemon is at its RPC port + <role>.metrics_port_offset
+#     (a trainer at trainer.metrics_port), one whose port is picked at start
+#     said in a comment; deploy/prometheus/prometheus.yml is what it writes
+#     for deploy/job.example.ini;
 #   - every metric deploy/grafana/chanter-job.json names has series
 #     (/api/v1/series), and every expression of its panels returns series
 #     over the training (/api/v1/query_range, with the dashboard's
@@ -48,6 +52,23 @@ reload_for() {
 C prometheus-config --scrape-interval 1s >"$WORK/prom.yml" 2>"$WORK/promcfg.err" &&
   grep -q "targets: \[\]" "$WORK/prom.yml"
 expect "prometheus-config of a job file without addresses: no target, each daemon said"
+# from a job file's addresses: RPC port + <role>.metrics_port_offset, trainer.metrics_port
+C --set tls.insecure=true --set cluster.oracle=o.x:7000 --set "cluster.embedding=e0.x:7100,[::1]:7101" \
+  --set cluster.dataproc=d0.x:7200 --set cluster.trainers=t0.x,t1.x --set trainer.metrics_port=7300 \
+  --set dataproc.metrics_port_offset=0 prometheus-config --job-name j1 >"$WORK/prom-job.yml" 2>>"$WORK/promcfg.err"
+python3 - "$WORK/prom-job.yml" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+got = re.findall(r"targets: \['([^']+)'\]\n\s+labels: \{role: '(\w+)', instance: '([\w-]+)'\}", t)
+assert got == [("e0.x:8100", "embedding", "embedding-0"), ("[::1]:8101", "embedding", "embedding-1"),
+               ("o.x:8000", "oracle", "oracle-0"), ("t0.x:7300", "trainer", "trainer-0"),
+               ("t1.x:7300", "trainer", "trainer-1")], got
+assert "job_name: 'j1'" in t and "# dataproc-0: not scraped: dataproc.metrics_port_offset = 0" in t, t
+PY
+expect "prometheus-config of a job file: each daemon at its RPC port + offset (trainers: trainer.metrics_port), one without a port said"
+(cd "$ROOT" && "$CHANTER" --config deploy/job.example.ini --set metrics.listen=0.0.0.0 --set trainer.metrics_port=7300 \
+  prometheus-config | cmp -s - deploy/prometheus/prometheus.yml)
+expect "deploy/prometheus/prometheus.yml is what prometheus-config writes for deploy/job.example.ini"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL=http://127.0.0.1:$PORT
 "$PROM" --config.file="$WORK/prom.yml" --storage.tsdb.path="$WORK/tsdb" --web.listen-address="127.0.0.1:$PORT" \
