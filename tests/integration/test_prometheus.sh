@@ -14,9 +14,10 @@
 #     (/api/v1/series), and every expression of its panels returns series
 #     over the training (/api/v1/query_range, with the dashboard's
 #     variables $job, $__rate_interval and $__range filled in);
-#   - their values make sense: the job's and each trainer's iteration
-#     rise to the end, samples/s and the trainers' samples rate are > 0,
-#     the loss and AUC lie in range, the phases add up to time, the cache
+#   - their values make sense: the job's iteration rises to the end and
+#     each trainer's rises, samples/s and the trainers' samples rate are
+#     > 0, the loss and AUC lie in range, every phase has its time (total
+#     and forward > 0), the cache
 #     hit rate is in (0, 1], rows are fetched, written back and
 #     synchronized, a checkpoint is counted, the job state goes training
 #     then done;
@@ -91,7 +92,7 @@ fi
   ! grep -q "not scraped" "$WORK/prom.yml"
 expect "a target per daemon W/pids lists, each at its ready file's metrics port"
 
-# q EXPR [TIME]: the instant query's result as JSON lines "labels value" (python)
+# promq value|count|labels EXPR: an instant query's first value, its number of series, or each one's labels
 promq() { python3 "$WORK/promq.py" "$URL" "$@"; }
 cat >"$WORK/promq.py" <<'PY'
 import json, sys, urllib.parse, urllib.request
