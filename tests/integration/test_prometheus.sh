@@ -218,7 +218,7 @@ PIDS+=("$DRILL_PID")
 drill_up() {
   local w=$WORK/d/drill
   [ -f "$w/pids" ] && [ "$(wc -l <"$w/pids")" -ge 6 ] &&
-    [ "$(ls "$w/run/"*.ready 2>/dev/null | wc -l)" -ge "$(wc -l <"$w/pids")" ]
+    [ "$(compgen -G "$w/run/*.ready" | wc -l)" -ge "$(wc -l <"$w/pids")" ]
 }
 until_ok 600 drill_up
 expect "the drill's cluster is up"
