@@ -24,6 +24,11 @@ PKGS=(
   procps psmisc          # pkill/fuser used by tests
   iproute2               # ip, tc: chanter local up --hosts (network namespaces, veth, bridge, tbf)
   systemd                # systemd-analyze: test_systemd_units.sh verifies the units
+  # Test and operator tools (the build needs none of them):
+  prometheus             # test_prometheus.sh scrapes a local cluster with it (deploy/prometheus/)
+  chromium               # a headless browser, for tools and tests that render pages
+  gnuplot-nox            # plots from the command line (no X)
+  libjs-chart.js         # Chart.js, served locally: charts in pages without a network
 )
 
 missing=()

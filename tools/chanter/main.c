@@ -91,6 +91,13 @@ static const command_t commands[] = {
      "  --times K       K kills, each next one while the job replays after the one before (default 1)\n"
      "  chaos           a random daemon every --every seconds for --duration seconds\n"
      "  --workdir DIR   where the clusters and their logs go (default a new /tmp/chanter-drill-*)\n"},
+    {"prometheus-config", cmd_prometheus,
+     "usage: chanter [--config FILE] [--set k=v ...] prometheus-config [--workdir DIR] [--job-name NAME]\n"
+     "                                                [--scrape-interval DURATION]\n"
+     "  a Prometheus scrape configuration of the job's daemons on stdout: one target per daemon, labelled job\n"
+     "  (NAME, default chanter), role and instance; each /metrics where the job file puts it (RPC port +\n"
+     "  <role>.metrics_port_offset, trainer.metrics_port), or with --workdir where the local cluster's ready\n"
+     "  files say; --scrape-interval (15s) as Prometheus spells it\n"},
     {"embedding", cmd_embedding,
      "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
      "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
