@@ -118,7 +118,7 @@ done
 # 5. The README's layout block names every source file, and only files
 # that exist.  A line starting at column 0 with DIR/ sets the directory of
 # the names on it and on the indented lines below; a name is a word ending
-# in one of the extensions above (or .ini .service .target .md), x.[ch]
+# in one of the extensions above (or .ini .service .target .md .json .yml), x.[ch]
 # standing for x.c and x.h.
 LAYOUT_OUT=$WORK/layout-check.txt
 python3 - "$ROOT" >"$LAYOUT_OUT" <<'PY'
@@ -131,7 +131,7 @@ if not m:
     sys.exit(0)
 named = set()
 cur = ""
-name_re = re.compile(r"(?<![\w@.<>+-])([\w@+-][\w@.+-]*\.(?:\[ch\]|cc|cu|c|h|proto|sh|py|ini|service|target|md))(?![\w.>-])")
+name_re = re.compile(r"(?<![\w@.<>+-])([\w@+-][\w@.+-]*\.(?:\[ch\]|cc|cu|c|h|proto|sh|py|ini|service|target|md|json|yml))(?![\w.>-])")
 for line in m.group(1).splitlines():
     if line[:1] not in ("", " "):
         first = line.split()[0]
