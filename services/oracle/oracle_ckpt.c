@@ -157,6 +157,7 @@ static void servers_done(oracle_job_t *j, ck_work_t *w) {
            "servers_ms=%.1f rows_flushed=%" PRIu64 " dense_bytes=%" PRIu64 " bytes=%" PRIu64 " servers=%u%s%s",
            cp->id, cp->iteration, j->report.done, end_stall, 1e3 * r->total, 1e3 * cp->trainer_secs, 1e3 * w->secs,
            cp->rows_flushed, cp->dense_bytes, r->bytes_total, ck->S, w->pruned[0] ? " removed=" : "", w->pruned);
+  oracle_timeline__checkpoint(j, cp->id, cp->iteration, r->total);
   ck->head = cp->next;
   if (!ck->head) ck->tail = NULL;
   cp_free(cp, j->P);

@@ -141,6 +141,7 @@ static void set_state(oracle_job_t *j, int ev) {
   j->state = to;
   j->again = 1; /* (inside advance: the new state's case runs next) */
   metrics_gauge_set(j->m.state, reported(to));
+  if (reported(to) != reported(from)) oracle_timeline__state(j, oracle_state_name(to));
   log_debug("job state job_id=%s from=%s to=%s event=%s", j->job_id, oracle_job__state_label(from),
             oracle_job__state_label(to), oracle_job__event_name(ev));
   if (j->on_state) j->on_state(j, from, to, j->on_recover_ud);
@@ -244,6 +245,7 @@ static void job_lost(oracle_job_t *j) {
   }
   snprintf(j->message, sizeof j->message, "%s lost: %s", j->lost_who, j->lost_why);
   j->retired = 1;
+  oracle_timeline__state(j, "recovering");
   end_run(j, ORACLE_RECOVERING);
   log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers", j->job_id, j->message,
            j->generation);

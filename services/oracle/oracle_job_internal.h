@@ -64,6 +64,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 #include <uv.h>
 
@@ -289,7 +290,21 @@ typedef struct oracle_report_s {
   double last_t[PHASE_N_REPORT]; /* the job's last iteration's phases (its write-back ends the job), this run's */
   double t_before_last;        /* when the iteration before the last one completed (0: not in this run) */
   char dense_hex[160];
+  /* the timeline (oracle_timeline.c): its file, and what it sums between two lines */
+  FILE *tl;
+  double tl_t, tl_loss, tl_phase[PHASE_N_REPORT], tl_rows[4];
+  uint64_t tl_n;
 } oracle_report_t;
+
+/* ---- oracle_timeline.c: oracle.state_dir/timeline.jsonl (j->report.tl*) */
+
+void oracle_timeline__open(oracle_job_t *j);
+void oracle_timeline__close(oracle_job_t *j);
+/* After iteration a completed (report's done already counts it). */
+void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double loss);
+void oracle_timeline__eval(oracle_job_t *j, uint64_t after, double auc, double logloss);
+void oracle_timeline__checkpoint(oracle_job_t *j, const char *id, uint64_t iteration, double seconds);
+void oracle_timeline__state(oracle_job_t *j, const char *state);
 
 /* ---- oracle_ckpt.c: j->ckpt */
 

@@ -101,6 +101,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
     rp->t_first_done = now;
   }
   rp->done++;
+  oracle_timeline__iteration(j, a, loss);
   metrics_gauge_set(j->m.iteration, (double)rp->done);
   metrics_gauge_set(j->m.loss, loss);
   metrics_gauge_set(j->m.sps, rp->ema_dt > 0 ? j->B / rp->ema_dt : 0);
@@ -213,6 +214,7 @@ static void eval_done(uv_work_t *req, int status) {
     rp->evals[rp->n_evals++ % ORACLE_EVAL_HISTORY] = (oracle_eval_rec_t){r->round, r->after, w->logloss, w->auc};
     rp->last_test_logloss = w->logloss;
     rp->last_test_auc = w->auc;
+    oracle_timeline__eval(j, r->after, w->auc, w->logloss);
     log_info("evaluation round=%llu after_iteration=%llu: scored %zu test samples, test_logloss=%.5f test_auc=%.5f",
              (unsigned long long)r->round, (unsigned long long)r->after, j->fetch.eval.n, w->logloss, w->auc);
     rp->evals_done++;
@@ -365,6 +367,7 @@ int oracle_report__init(oracle_job_t *j) {
   rp->n_agg = j->pipe.window_max;
   rp->rank = calloc(j->P, sizeof *rp->rank);
   rp->agg = calloc(rp->n_agg, sizeof *rp->agg);
+  oracle_timeline__open(j);
   return rp->rank && rp->agg ? 0 : -ENOMEM;
 }
 
@@ -409,6 +412,7 @@ void oracle_report__close(oracle_job_t *j) {
   }
   free(rp->agg);
   free(rp->rank);
+  oracle_timeline__close(j);
   rp->open = 0;
 }
 

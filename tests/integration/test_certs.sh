@@ -14,7 +14,7 @@ openssl x509 -in "$CT/ca.pem" -noout -ext basicConstraints 2>/dev/null | grep -q
 expect "  it is a CA (basicConstraints CA:TRUE)"
 C certs init --dir "$CT" >/dev/null 2>"$WORK/init2.err"; rc=$?
 [ $rc -ne 0 ] && grep -q "already holds a CA" "$WORK/init2.err"
-expect "certs init refuses to overwrite an existing CA: $(head -1 "$WORK/init2.err" | cut -c1-90)"
+expect_rc $? "certs init refuses to overwrite an existing CA: $(head -1 "$WORK/init2.err" | cut -c1-90)"
 
 for r in trainer oracle embedding dataproc admin; do
   C certs issue --dir "$CT" --role $r --name "$r-0" --host "10.0.0.7,$r.example.internal" >/dev/null 2>&1 &&
@@ -31,7 +31,7 @@ bad() { # name expected-text args...
   local n=$1 want=$2; shift 2
   C certs "$@" >/dev/null 2>"$WORK/bad.err"; local rc=$?
   [ $rc -ne 0 ] && grep -q "$want" "$WORK/bad.err"
-  expect "$n: $(head -1 "$WORK/bad.err" | cut -c1-100)"
+  expect_rc $? "$n: $(head -1 "$WORK/bad.err" | cut -c1-100)"
 }
 bad "an unknown role is refused" "one of trainer, oracle" issue --dir "$CT" --role root --name x
 bad "a name that is not a host or tool name is refused" "use a host or tool name" issue --dir "$CT" --role admin --name "../x"

@@ -61,7 +61,7 @@ expect_rc $? "steady_phase_seconds covers the iterations of steady_iteration_sec
 # the CLI's 200 ms poll of the job's status)
 run_job p2b --set oracle.auto_probe=390 --set dataproc.build_threads=1
 grep -q "lookahead = auto: \(measuring the first batches\|choosing L\)" "$WORK/p2b.err"
-expect "while lookahead = auto measures its first batches, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
+expect_rc $? "while lookahead = auto measures its first batches, chanter train's progress line says so: $(grep -m1 -o 'lookahead = auto: [^.]*' "$WORK/p2b.err")"
 grep -q "deprecated key oracle.auto_probe (at --set): it is oracle.measure_batches now" "$WORK/p2b.up"
 expect "the old key oracle.auto_probe still sets oracle.measure_batches, with a warning that names the new key"
 [ "$(field "$WORK/p2/summary.json" digest)" = "$(field "$WORK/p2b/summary.json" digest)" ]

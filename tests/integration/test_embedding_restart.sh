@@ -133,7 +133,7 @@ restart
 since_restart | grep -q "removing checkpoints that were being taken"; expect "start-up removes the half-made checkpoint"
 wait $cp
 [ "$(cat "$WORK/ckpt2.rc")" = 0 ] && grep -q "retries=[1-9]" "$WORK/ckpt2.done"
-expect "the Checkpoint call retried across the restart took it anew ($(cat "$WORK/ckpt2.done" 2>/dev/null))"
+expect_rc $? "the Checkpoint call retried across the restart took it anew ($(cat "$WORK/ckpt2.done" 2>/dev/null))"
 wait $pw
 [ $? -eq 0 ] && [ "$(py row $K)" = 2 ]; expect "the parked write-back went through after it"
 [ "$(py list | grep -c '^fx-2 ')" = 1 ] && py restore fx-2 && [ "$(py row $K)" = 1 ]

@@ -131,15 +131,15 @@ for _ in $(seq 1 200); do
 done
 [ "$(grep -c '"event": *"exit", "name": *"trainer-[01]".*"how": *"exit 0"' "$WORK/term/run/events")" = 2 ] &&
   ! grep -q '"event": *"restart"' "$WORK/term/run/events"
-expect "SIGTERM of the oracle mid-job: both trainers exit 0 within $((SECONDS - t0)) s, nothing is restarted"
+expect_rc $? "SIGTERM of the oracle mid-job: both trainers exit 0 within $((SECONDS - t0)) s, nothing is restarted"
 wait $tp; rc=$?
 [ $rc -ne 0 ] && grep -q "stopped" "$WORK/term.err"
-expect "  chanter train says the job stopped: $(tail -1 "$WORK/term.err" | cut -c1-100)"
+expect_rc $? "  chanter train says the job stopped: $(tail -1 "$WORK/term.err" | cut -c1-100)"
 job_down term
 
 # ---- repeated failures: a clear failure once the limit is reached
 drill limit --set oracle.max_recoveries=1 drill kill-trainer --rank 1 --at 60 --times 2 --reference "$REF"; rc=$?
 show limit
 [ $rc -ne 0 ] && grep -q "oracle.max_recoveries = 1" "$WORK/limit/drill.train"
-expect "oracle.max_recoveries = 1 and two kills: the job fails, saying it gave up: $(grep -o 'giving up[^;]*' "$WORK/limit/drill.train" | head -1)"
+expect_rc $? "oracle.max_recoveries = 1 and two kills: the job fails, saying it gave up: $(grep -o 'giving up[^;]*' "$WORK/limit/drill.train" | head -1)"
 finish

@@ -82,7 +82,7 @@ expect "the same cuda job twice: the same digest"
 train_local --set device=cuda --set trainer.device_mb=0 >"$WORK/cudah.json" 2>/dev/null &&
   [ "$(field "$WORK/cuda.json" digest)" = "$(field "$WORK/cudah.json" digest)" ] &&
   [ "$(field "$WORK/cudah.json" device_tables)" = 0 ] && [ "$(field "$WORK/cuda.json" device_tables)" != 0 ]
-expect "tables on the GPU give the digest of the same tables on the host (device_tables $(field "$WORK/cuda.json" device_tables) vs $(field "$WORK/cudah.json" device_tables))"
+expect_rc $? "tables on the GPU give the digest of the same tables on the host (device_tables $(field "$WORK/cuda.json" device_tables) vs $(field "$WORK/cudah.json" device_tables))"
 
 # (c) local clusters on the GPU
 JOB=$WORK/cluster.ini

@@ -92,7 +92,7 @@ grep -E "^dataproc-0 +pid $new +up +127.0.0.1:$port +restarts 1 .*last exit: kil
 expect "local status (text): the restarted data processor's line and the supervisor"
 grep -Eq "restart name=dataproc-0 old_pid=$old how=\"killed by signal 9 \(SIGKILL\)\" new_pid=$new restarts=1 after_ms=[0-9]+" \
   "$W/logs/supervisor.log" && grep -q '^<6>[0-9-]*T[0-9:.]*Z chanter-supervisor INFO: restart name=dataproc-0' "$W/logs/supervisor.log"
-expect "supervisor.log: one timestamped line for the restart ($(grep -o 'restart name=dataproc-0.*' "$W/logs/supervisor.log" | head -1))"
+expect_rc $? "supervisor.log: one timestamped line for the restart ($(grep -o 'restart name=dataproc-0.*' "$W/logs/supervisor.log" | head -1))"
 "$BIN/chanter" --config "$W/job.ini" dataproc batch 0 >"$WORK/batch.out" 2>&1
 expect_rc $? "the restarted data processor serves at the address in job.ini: $(head -1 "$WORK/batch.out" | cut -c1-60)"
 
@@ -132,7 +132,7 @@ ALL_PIDS+=("$new")
   [[ "$(st "$W" embedding-1 last_exit)" == "watchdog, killed by signal 6 (SIGABRT)" ]]
 expect_rc $? "a stopped daemon (SIGSTOP) is killed by the watchdog and restarted on its port (last exit '$(st "$W" embedding-1 last_exit)')"
 grep -q "WARN: watchdog name=embedding-1 pid=$old: no WATCHDOG=1 for [0-9]* ms (local.watchdog_ms = 2000)" "$W/logs/supervisor.log"
-expect "supervisor.log says why ($(grep -o 'watchdog name=embedding-1.*' "$W/logs/supervisor.log" | head -1 | cut -c1-100))"
+expect_rc $? "supervisor.log says why ($(grep -o 'watchdog name=embedding-1.*' "$W/logs/supervisor.log" | head -1 | cut -c1-100))"
 
 # ---- W/run/events: JSON lines, in order, each with its fields
 python3 - "$W/run/events" <<'PY'

@@ -156,9 +156,9 @@ for who in ("none", "none", "dataproc", "dataproc", "embedding", "trainer"):
 PY
 cat "$WORK/big.out" | sed 's/^/# 20M-key Lookup: role, answer, server VmRSS growth (kB): /'
 awk '$1=="none" && $2=="UNAVAILABLE" {n++; g=$3} END {exit !(n==2 && g<8192)}' "$WORK/big.out"
-expect "a 20M-key Lookup (160 MB) without a certificate is refused at the handshake, the server growing < 8 MB: $(awk '$1=="none"{g=$3} END{print g}' "$WORK/big.out") kB"
+expect_rc $? "a 20M-key Lookup (160 MB) without a certificate is refused at the handshake, the server growing < 8 MB: $(awk '$1=="none"{g=$3} END{print g}' "$WORK/big.out") kB"
 awk '$1=="dataproc" && $2=="PERMISSION_DENIED" {n++; g=$3} END {exit !(n==2 && g<8192)}' "$WORK/big.out"
-expect "a 20M-key Lookup (160 MB) from a role that may not call it is refused before it is read, the server growing < 8 MB: $(awk '$1=="dataproc"{g=$3} END{print g}' "$WORK/big.out") kB"
+expect_rc $? "a 20M-key Lookup (160 MB) from a role that may not call it is refused before it is read, the server growing < 8 MB: $(awk '$1=="dataproc"{g=$3} END{print g}' "$WORK/big.out") kB"
 echo "# a trainer's 20M-key Lookup (gRPC 1.51 reads it whole before refusing it): $(awk '$1=="trainer"{print $2", +"$3" kB"}' "$WORK/big.out")"
 
 job_down sec

@@ -38,6 +38,7 @@ int cmd_checkpoint(cli_t *cli);    /* cmd_checkpoint.c: a checkpoint of the runn
 int cmd_checkpoints(cli_t *cli);   /* cmd_checkpoint.c: the checkpoints on the servers */
 int cmd_drill(cli_t *cli);
 int cmd_certs(cli_t *cli);
+int cmd_report(cli_t *cli);        /* cmd_report.c: plots of a job from its oracle's timeline */
 int cmd_prometheus(cli_t *cli);    /* cmd_prometheus.c: a Prometheus scrape configuration of the job */         /* cmd_certs.c: a job CA and role certificates for mutual TLS */
 /* cmd_certs.c: what `chanter local up` uses: a CA in dir (made unless
  * there) and a certificate per role, dir/<role>.pem and .key (each made

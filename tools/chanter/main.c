@@ -98,6 +98,11 @@ static const command_t commands[] = {
      "  (NAME, default chanter), role and instance; each /metrics where the job file puts it (RPC port +\n"
      "  <role>.metrics_port_offset, trainer.metrics_port), or with --workdir where the local cluster's ready\n"
      "  files say; --scrape-interval (15s) as Prometheus spells it\n"},
+    {"report", cmd_report,
+     "usage: chanter [--config FILE] [--set k=v ...] report [--workdir DIR] [--out OUT] [--timeline FILE]\n"
+     "  plots of the job (finished or running) from its oracle's timeline (oracle.state_dir/timeline.jsonl):\n"
+     "  loss and AUC, samples/s with checkpoints and recoveries marked, time by phase, rows moved; PNG and SVG\n"
+     "  (gnuplot) and OUT/index.html with them all; OUT defaults to DIR/report\n"},
     {"embedding", cmd_embedding,
      "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
      "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
