@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbuf.h"
+
 typedef struct metrics_registry_s metrics_registry_t;
 typedef struct metrics_counter_s metrics_counter_t; /* monotonic uint64 */
 typedef struct metrics_gauge_s metrics_gauge_t;     /* double, set/add */
@@ -86,9 +88,29 @@ void metrics_registry_on_collect(metrics_registry_t *r, void (*cb)(void *ud),
  * string the caller frees, or NULL on out of memory.  Any thread. */
 char *metrics_render(metrics_registry_t *r);
 
+/* An extra GET route of the registry's HTTP endpoint (a daemon's own
+ * pages: the oracle's status page).  cb appends the body to body (sbuf.h),
+ * may set *content_type (a string that outlives the reply; default
+ * text/plain) and returns the HTTP status (200, or e.g. 404 / 503 with a
+ * sentence); a status outside 100..599, or a body that ran out of memory,
+ * answers 500.  cb runs on the HTTP server's thread with the registry's
+ * route lock held (so keep it short: copy a snapshot the daemon's own
+ * thread published; and it must not add or remove routes).  path: starts
+ * with '/', shorter than METRICS_ROUTE_PATH_MAX, neither /metrics nor
+ * /healthz; matched exactly (no query string: MHD strips it).  Adding a
+ * path again replaces its callback; cb NULL removes the route, and once
+ * that returns the old callback is not running and will not run again.
+ * Any thread, before or after metrics_http_start.  0, -EINVAL (bad path)
+ * or -ENOSPC (METRICS_MAX_ROUTES routes already). */
+#define METRICS_MAX_ROUTES 8
+#define METRICS_ROUTE_PATH_MAX 64
+typedef int (*metrics_route_cb)(void *ud, sbuf_t *body, const char **content_type);
+int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb cb, void *ud);
+
 /* The HTTP endpoint (libmicrohttpd, its own thread):
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
  *   GET /healthz  200 "ok\n"
+ *   the routes added with metrics_http_route (GET and HEAD)
  *   other paths   404; other methods on these paths 405.
  * bind_addr: an IPv4 or IPv6 literal; NULL means "127.0.0.1".  port: 0
  * picks a free port (see metrics_http_port()).  The registry must outlive
