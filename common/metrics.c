@@ -369,6 +369,26 @@ metrics_hist_t *metrics_histogram(metrics_registry_t *r, const char *name,
       sizeof(metrics_hist_t) + (n_bounds + 1) * sizeof(_Atomic uint64_t));
 }
 
+int metrics_read(metrics_registry_t *r, const char *name, const char *labels, double *v) {
+  char *full = NULL;
+  int rc = -ENOENT;
+  if (labels && !*labels) labels = NULL;
+  if (asprintf(&full, "%s_%s", r->prefix, name) < 0) return -ENOMEM;
+  pthread_mutex_lock(&r->lock);
+  const struct family *f = r->families;
+  while (f && strcmp(f->name, full) != 0) f = f->next;
+  for (const struct mbase *m = f ? f->head : NULL; m && rc; m = m->next) {
+    if (!labels_eq(m->labels, labels)) continue;
+    if (f->type == MT_COUNTER) *v = (double)metrics_counter_value((const metrics_counter_t *)m);
+    else if (f->type == MT_GAUGE) *v = metrics_gauge_value((const metrics_gauge_t *)m);
+    else *v = (double)metrics_hist_count((const metrics_hist_t *)m);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&r->lock);
+  free(full);
+  return rc;
+}
+
 int metrics_registry_create(const char *prefix, metrics_registry_t **out) {
   int rc = 0;
   metrics_registry_t *r = NULL;

@@ -74,6 +74,13 @@ double metrics_gauge_value(const metrics_gauge_t *g);
 uint64_t metrics_hist_count(const metrics_hist_t *h);
 double metrics_hist_sum(const metrics_hist_t *h);
 
+/* The value of the metric registered as name (without the prefix) and
+ * labels (NULL: none), read by name (a reader that did not register it,
+ * e.g. a status page): a counter's or a gauge's value, a histogram's
+ * count.  0, -ENOENT when there is none (*v untouched), or -ENOMEM.  Any
+ * thread; it takes the registry lock (not inside a collect callback). */
+int metrics_read(metrics_registry_t *r, const char *name, const char *labels, double *v);
+
 /* Adds a callback run at the start of every render, under the registry
  * lock, on the rendering thread (the HTTP server's thread when served):
  * use it to refresh gauges from a stats struct.  It must not register
