@@ -89,6 +89,13 @@ int main(int argc, char **argv) {
   if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), args.ready_file, extra,
                    status))
     goto out_daemon;
+  {
+    char addr[280]; /* the listen address with the port bound, for the status page */
+    const char *colon = strrchr(d.listen, ':');
+    snprintf(addr, sizeof addr, "%.*s:%d", colon ? (int)(colon - d.listen) : (int)strlen(d.listen), d.listen,
+             rpc_server_port(d.server));
+    oracle_service_set_address(svc, addr);
+  }
   log_info("serving listen=%s port=%d metrics_port=%d trainers=%lld iterations=%lld batch_size=%lld dataproc=%s",
            d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
            (long long)cfg_int(cfg, "trainers"), (long long)cfg_int(cfg, "iterations"),

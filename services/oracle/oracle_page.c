@@ -260,10 +260,10 @@ static void json_cfg_daemon(sbuf_t *b, const char *role, size_t i, const char *a
   sb_printf(b, ", \"recoveries\": %d}", recoveries_of(summary, who));
 }
 
-static void json_daemons(sbuf_t *b, oracle_page_t *pg, uint32_t generation, const oracle_page_member_t *m, size_t n,
-                         const char *summary) {
+static void json_daemons(sbuf_t *b, oracle_page_t *pg, uint32_t generation, const char *address,
+                         const oracle_page_member_t *m, size_t n, const char *summary) {
   sb_printf(b, "\"daemons\": [{\"role\": \"oracle\", ");
-  sb_str(b, "address", cfg_str(pg->cfg, "cluster.oracle"));
+  sb_str(b, "address", address ? address : "");
   sb_printf(b, ", \"pid\": %d, \"generation\": %u, \"restarts\": %d}", (int)getpid(), generation,
             recoveries_of(summary, "oracle"));
   for (size_t i = 0; i < n; i++) {
@@ -284,7 +284,7 @@ static void json_daemons(sbuf_t *b, oracle_page_t *pg, uint32_t generation, cons
   sb_num(b, "embedding_restarts", metric(pg, "embedding_restarts_total"));
 }
 
-void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t generation,
+void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t generation, const char *address,
                          const oracle_page_member_t *members, size_t n_members) {
   if (!pg || !j) return;
   char *summary = oracle_job_summary(j);
@@ -300,7 +300,7 @@ void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t gene
   sb_printf(&b, ", ");
   json_history(&b, pg, nz(num(summary, "batch_size")));
   sb_printf(&b, ", ");
-  json_daemons(&b, pg, generation, members, n_members, summary);
+  json_daemons(&b, pg, generation, address, members, n_members, summary);
   sb_printf(&b, ", \"summary\": %s}\n", summary);
   free(summary);
   if (b.oom) {

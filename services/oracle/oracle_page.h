@@ -56,9 +56,10 @@ typedef struct oracle_page_member_s {
 /* Registers the routes on reg's HTTP endpoint (served once the daemon
  * starts it).  cfg and reg must outlive the page.  0 or an error with err. */
 int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t **out, char *err, size_t err_len);
-/* A new snapshot of the job j (generation: the trainer group's) and its
- * members.  Loop thread. */
-void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t generation,
+/* A new snapshot of the job j (generation: the trainer group's; address:
+ * the oracle's own, host:port, or "" before it listens) and its members.
+ * Loop thread. */
+void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t generation, const char *address,
                          const oracle_page_member_t *members, size_t n_members);
 /* Removes the routes (waiting for a request that runs one) and frees the
  * page.  NULL is a no-op. */

@@ -65,6 +65,7 @@ struct oracle_service_s {
   uv_timer_t tick;
   int tick_open;
   oracle_page_t *page; /* the status page on the metrics port, refreshed by on_tick */
+  char address[280];   /* host:port served on (oracle_service_set_address) */
   metrics_gauge_t *g_alive, *g_members;
   metrics_counter_t *c_joins, *c_refused, *c_kv_set, *c_kv_get;
 };
@@ -540,7 +541,7 @@ static void page_refresh(oracle_service_t *svc, int64_t now) {
       if (it > pm[i].iteration) pm[i].iteration = it;
     }
   }
-  oracle_page_refresh(svc->page, svc->job, svc->generation, pm, svc->n_members);
+  oracle_page_refresh(svc->page, svc->job, svc->generation, svc->address, pm, svc->n_members);
   free(pm);
 }
 
@@ -698,6 +699,10 @@ fail:
 }
 
 oracle_job_t *oracle_service_job(oracle_service_t *svc) { return svc->job; }
+
+void oracle_service_set_address(oracle_service_t *svc, const char *address) {
+  snprintf(svc->address, sizeof svc->address, "%s", address);
+}
 
 int oracle_service_trainers_attached(oracle_service_t *svc) {
   int n = 0;

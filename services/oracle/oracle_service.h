@@ -33,6 +33,9 @@ typedef struct oracle_service_s oracle_service_t;
 int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
                           oracle_service_t **out, char *err, size_t err_len);
 oracle_job_t *oracle_service_job(oracle_service_t *svc);
+/* The address the oracle serves on (host:port, the port bound), once it
+ * listens: the status page (oracle_page.h, on the metrics port) shows it. */
+void oracle_service_set_address(oracle_service_t *svc, const char *address);
 /* How many trainers have their Work stream open now. */
 int oracle_service_trainers_attached(oracle_service_t *svc);
 /* The daemon is going down: stops the job (trainers get StopWork) and

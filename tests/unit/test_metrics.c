@@ -2,6 +2,7 @@
  * test_metrics: the metrics registry, its text rendering and its HTTP
  * endpoint.  Updates from several threads must add up exactly; the
  * rendering is compared line by line with the exposition format we expect;
+ * metrics_read finds a metric by name and labels without registering one;
  * the endpoint is fetched with a small HTTP/1.0 client on plain sockets:
  * /metrics, /healthz, and the extra routes (metrics_http_route: served
  * with their status and content type, GET and HEAD only, replaced and
@@ -334,6 +335,34 @@ static void test_special_values(void **state) {
   metrics_registry_destroy(r);
 }
 
+/* metrics_read: a metric's value by name, without registering it */
+static void test_read(void **state) {
+  (void)state;
+  metrics_registry_t *r;
+  assert_int_equal(metrics_registry_create("rd", &r), 0);
+  metrics_gauge_set(metrics_gauge(r, "g", NULL, NULL), 2.5);
+  metrics_counter_add(metrics_counter(r, "c_total", "k=\"1\"", NULL), 7);
+  static const double b[] = {1, 2};
+  metrics_hist_t *h = metrics_histogram(r, "h", NULL, NULL, b, 2);
+  metrics_hist_observe(h, 0.5);
+  metrics_hist_observe(h, 5);
+  double v = -1;
+  assert_int_equal(metrics_read(r, "g", NULL, &v), 0);
+  assert_true(v == 2.5);
+  assert_int_equal(metrics_read(r, "c_total", "k=\"1\"", &v), 0);
+  assert_true(v == 7);
+  assert_int_equal(metrics_read(r, "h", "", &v), 0);
+  assert_true(v == 2);
+  v = -1;
+  assert_int_equal(metrics_read(r, "c_total", NULL, &v), -ENOENT); /* other labels */
+  assert_int_equal(metrics_read(r, "nope", NULL, &v), -ENOENT);
+  assert_true(v == -1);
+  char *text = metrics_render(r); /* reading registered nothing */
+  assert_null(strstr(text, "rd_nope"));
+  free(text);
+  metrics_registry_destroy(r);
+}
+
 /* ---- HTTP */
 
 struct http_resp {
@@ -597,6 +626,7 @@ int main(void) {
       cmocka_unit_test(test_threads_exact),
       cmocka_unit_test(test_render_exact),
       cmocka_unit_test(test_special_values),
+      cmocka_unit_test(test_read),
       cmocka_unit_test(test_http),
       cmocka_unit_test(test_http_routes),
   };
