@@ -133,12 +133,13 @@ static void point_read(oracle_page_t *pg, const char *summary, point_t *p) {
   p->loss = done > 0 ? metric(pg, "train_loss") : NAN;
 }
 
-/* Appends p when the spacing allows (and the job moved, or trains): a
- * full history drops every other point and doubles the spacing. */
+/* Appends p when the spacing allows while the job trains, and at once
+ * when the job moved while it does not (its last iteration): a full
+ * history drops every other point and doubles the spacing. */
 static void history_add(oracle_page_t *pg, const point_t *p, int training) {
   if (pg->n) {
     const point_t *last = &pg->pts[pg->n - 1];
-    if (p->t - last->t < pg->every || (p->done == last->done && !training)) return;
+    if (training ? p->t - last->t < pg->every : p->done == last->done) return;
   }
   if (pg->n == ORACLE_PAGE_HISTORY) {
     size_t k = 0;
