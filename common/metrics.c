@@ -32,6 +32,7 @@
 
 #include "clock.h"
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
 #include "sbuf.h"
 
@@ -93,6 +94,7 @@ struct metrics_registry_s {
     void *ud;
   } routes[METRICS_MAX_ROUTES];
   int n_routes;
+  char *tls_cert, *tls_key; /* PEM (metrics_http_tls), or NULL: plain HTTP */
 };
 
 const double metrics_latency_bounds[] = {
@@ -431,6 +433,8 @@ void metrics_registry_destroy(metrics_registry_t *r) {
     family_free(f);
     f = next;
   }
+  free(r->tls_cert);
+  free(r->tls_key);
   if (r->prefix) {
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->route_lock);
@@ -471,6 +475,38 @@ int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb
   }
   pthread_mutex_unlock(&r->route_lock);
   return rc;
+}
+
+int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *key_file, char *err,
+                     size_t err_len) {
+  char *cert = NULL, *key = NULL;
+  size_t n;
+  int rc = 0;
+  if (!cert_file || !key_file) {
+    pthread_mutex_lock(&r->route_lock);
+    free(r->tls_cert);
+    free(r->tls_key);
+    r->tls_cert = r->tls_key = NULL;
+    pthread_mutex_unlock(&r->route_lock);
+    return 0;
+  }
+  if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    snprintf(err, err_len, "this libmicrohttpd has no TLS: the metrics endpoint cannot serve HTTPS");
+    return -ENOTSUP;
+  }
+  if ((rc = fsio_read_all(cert_file, 1 << 20, &cert, &n, err, err_len)) != 0 ||
+      (rc = fsio_read_all(key_file, 1 << 20, &key, &n, err, err_len)) != 0) {
+    free(cert);
+    free(key);
+    return rc;
+  }
+  pthread_mutex_lock(&r->route_lock);
+  free(r->tls_cert);
+  free(r->tls_key);
+  r->tls_cert = cert;
+  r->tls_key = key;
+  pthread_mutex_unlock(&r->route_lock);
+  return 0;
 }
 
 /* Runs path's route into body: its status (0: no such route, -1: the
@@ -592,6 +628,7 @@ struct metrics_http_s {
   struct MHD_Daemon *d;
   metrics_registry_t *r;
   int port;
+  bool tls;
 };
 
 static const char ctype_metrics[] = "text/plain; version=0.0.4; charset=utf-8";
@@ -700,12 +737,25 @@ int metrics_http_start(metrics_registry_t *r, const char *bind_addr, int port,
   }
   h->r = r;
   errno = 0;
-  h->d = MHD_start_daemon(
-      flags, (uint16_t)port, NULL, NULL, handle, h,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, or MHD complains */
-      MHD_OPTION_SOCK_ADDR, sa,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+  pthread_mutex_lock(&r->route_lock); /* the PEM is copied by MHD at start */
+  if (r->tls_cert) {
+    h->tls = true;
+    h->d = MHD_start_daemon(
+        flags | MHD_USE_TLS, (uint16_t)port, NULL, NULL, handle, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, sa,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+        MHD_OPTION_HTTPS_MEM_CERT, r->tls_cert,
+        MHD_OPTION_HTTPS_MEM_KEY, r->tls_key, MHD_OPTION_END);
+  } else {
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, handle, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, or MHD complains */
+        MHD_OPTION_SOCK_ADDR, sa,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+  }
+  pthread_mutex_unlock(&r->route_lock);
   if (!h->d) {
     rc = errno > 0 ? -errno : -EIO;
     goto out;
@@ -713,7 +763,8 @@ int metrics_http_start(metrics_registry_t *r, const char *bind_addr, int port,
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info ? (int)info->port : port;
-  log_info("metrics http listening addr=%s port=%d", bind_addr, h->port);
+  log_info("metrics http listening addr=%s port=%d%s", bind_addr, h->port,
+           h->tls ? " tls=on" : "");
   *out = h;
   h = NULL;
 out:

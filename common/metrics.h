@@ -114,6 +114,15 @@ char *metrics_render(metrics_registry_t *r);
 typedef int (*metrics_route_cb)(void *ud, sbuf_t *body, const char **content_type);
 int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb cb, void *ud);
 
+/* Serves the registry's endpoint over TLS (HTTPS) from the next
+ * metrics_http_start on: cert_file and key_file, PEM, are read now (the
+ * daemon's certificate: a scraper then needs https and the job's CA).
+ * Clients are not asked for a certificate.  cert_file NULL: plain HTTP
+ * again.  Before metrics_http_start, never while a server of r runs.  0, -ENOTSUP (libmicrohttpd built without TLS) or the error
+ * reading a file, with a sentence in err. */
+int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *key_file, char *err,
+                     size_t err_len);
+
 /* The HTTP endpoint (libmicrohttpd, its own thread):
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
  *   GET /healthz  200 "ok\n"

@@ -7,7 +7,9 @@
  * /metrics, /healthz, and the extra routes (metrics_http_route: served
  * with their status and content type, GET and HEAD only, replaced and
  * removed, at most METRICS_MAX_ROUTES, and a removal waits for a request
- * still running the route's callback).
+ * still running the route's callback), and over TLS (metrics_http_tls:
+ * a self-signed certificate from openssl, fetched with curl; skipped
+ * without them).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -621,6 +623,66 @@ static void test_http_routes(void **state) {
   metrics_registry_destroy(r);
 }
 
+/* metrics_http_tls: the endpoint over HTTPS, fetched with curl; a
+ * self-signed certificate made with openssl (skipped without either). */
+static void test_http_tls(void **state) {
+  (void)state;
+  if (system("command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0) {
+    skip();
+    return;
+  }
+  char dir[] = "/tmp/test_metrics_tls_XXXXXX", cmd[1024], cert[128], key[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+  snprintf(key, sizeof key, "%s/key.pem", dir);
+  snprintf(cmd, sizeof cmd,
+           "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost "
+           "-addext subjectAltName=IP:127.0.0.1 -keyout %s -out %s >/dev/null 2>&1",
+           key, cert);
+  assert_int_equal(system(cmd), 0);
+  metrics_registry_t *r;
+  struct page pg = {0};
+  char err[256];
+  assert_int_equal(metrics_registry_create("chanter_tls", &r), 0);
+  assert_int_equal(metrics_http_tls(r, "/nonexistent/cert.pem", key, err, sizeof err), -ENOENT);
+  assert_non_null(strstr(err, "/nonexistent/cert.pem"));
+  assert_int_equal(metrics_http_tls(r, cert, key, err, sizeof err), 0);
+  assert_int_equal(metrics_http_route(r, "/status.json", page_json, &pg), 0);
+  metrics_http_t *h = NULL;
+  assert_int_equal(metrics_http_start(r, "127.0.0.1", 0, &h), 0);
+  int port = metrics_http_port(h);
+  /* https with the certificate as CA: the route and /metrics */
+  char out[4096];
+  snprintf(cmd, sizeof cmd, "curl -sS --max-time 5 --cacert %s https://127.0.0.1:%d/status.json", cert, port);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  assert_int_equal(pclose(f), 0);
+  assert_string_equal(out, "{\"calls\": 1}\n");
+  snprintf(cmd, sizeof cmd, "curl -sS --max-time 5 --cacert %s https://127.0.0.1:%d/metrics", cert, port);
+  f = popen(cmd, "r");
+  n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  assert_int_equal(pclose(f), 0);
+  assert_non_null(strstr(out, "\nchanter_tls_up 1\n"));
+  /* plain HTTP on the TLS port gets no page */
+  snprintf(cmd, sizeof cmd, "curl -s --max-time 5 -o /dev/null http://127.0.0.1:%d/metrics", port);
+  assert_true(system(cmd) != 0);
+  metrics_http_stop(h);
+  /* cert_file NULL: plain HTTP again */
+  assert_int_equal(metrics_http_tls(r, NULL, NULL, err, sizeof err), 0);
+  assert_int_equal(metrics_http_start(r, "127.0.0.1", 0, &h), 0);
+  struct http_resp resp;
+  http_do(metrics_http_port(h), "GET", "/healthz", &resp);
+  assert_int_equal(resp.status, 200);
+  free(resp.body);
+  metrics_http_stop(h);
+  metrics_registry_destroy(r);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_threads_exact),
@@ -629,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_read),
       cmocka_unit_test(test_http),
       cmocka_unit_test(test_http_routes),
+      cmocka_unit_test(test_http_tls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
