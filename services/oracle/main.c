@@ -7,7 +7,8 @@
  *
  * Wiring only: validate the job, start the gRPC server with the Oracle
  * service (oracle_service.c) and the job (oracle_job.c), the Prometheus
- * endpoint, readiness and watchdog.  On SIGTERM the job is stopped (the
+ * endpoint (with the job's status page: oracle_page.c), readiness and
+ * watchdog.  On SIGTERM the job is stopped (the
  * trainers get StopWork; the server keeps answering for two heartbeat
  * periods, so that a trainer that missed it hears it from a heartbeat),
  * then the server drains and the process exits 0.  The

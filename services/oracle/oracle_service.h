@@ -7,7 +7,10 @@
  * NOT_FOUND when its timeout passes), Status, Stop, and the Work stream's
  * front: the first message must be Hello from a joined trainer rank, after
  * which the stream belongs to the job (oracle_job.h), which plans, sends
- * and collects.  Every handler runs on the loop thread.
+ * and collects.  Every handler runs on the loop thread.  The service
+ * also keeps the job's status page (oracle_page.h, on the metrics port)
+ * fresh: its once-a-second tick publishes a snapshot of the job and the
+ * members.
  */
 #ifndef CHANTER_ORACLE_SERVICE_H
 #define CHANTER_ORACLE_SERVICE_H
