@@ -99,8 +99,8 @@ expect "the daemons: the oracle (its pid, its address), both trainers with the p
 for path in / /status; do
   read -r code ctype < <(get "$path" "$WORK/page.html")
   [ "$code" = 200 ] && [ "$ctype" = "text/html; charset=utf-8" ] && grep -q 'fetch("/status.json"' "$WORK/page.html" &&
-    ! grep -Eq '(src|href)="|url\(|https?://' "$WORK/page.html"
-  expect "GET $path is one self-contained HTML page (no src/href/url to anything) that polls /status.json"
+    ! grep -Eq '(src|href)=|@import|https?://|url\([^#]' "$WORK/page.html"
+  expect "GET $path is one self-contained HTML page (no src, href, @import or url() but to its own #ids) that polls /status.json"
 done
 read -r code _ < <(get /status.json "$WORK/post.out" POST)
 [ "$code" = 405 ]; expect "the page is read-only: POST /status.json is refused (405)"
