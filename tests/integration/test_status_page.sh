@@ -14,18 +14,22 @@
 #     still served as before, in plain HTTP;
 #   - while the job trains: state training, the iteration within the job,
 #     every trainer alive with its last heartbeat, a history that grows;
+#     trainer 1 killed (kill -9) past the first checkpoint: once the
+#     supervisor restarted it and the oracle recovered, /status.json lists
+#     the recovery (who, when, its moments), trainer 1's new pid, one
+#     recovery on the trainer it names, and a new generation;
 #   - after it: state done at the last iteration, and the JSON agrees with
 #     summary.json (job id, iterations, test AUC and logloss, the tables and
-#     their strategies, the checkpoints, the evaluations), the history's
+#     their strategies, the checkpoints, the evaluations, the recovery), the history's
 #     last point is the last iteration and every point has the phases;
 #   - when chromium is installed: the page opened headless (after its JS
 #     ran) shows the state and iteration that /status.json shows, during
-#     and after training; its screenshot is kept in $WORK and copied to
+#     and after training, and the recovery; its screenshot is kept in $WORK and copied to
 #     docs/status-page.png (skipped, one line, without chromium).
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=2000 eval_every=500 checkpoint_every=1000 table_strategy=cache
+job_preamble "$JOB" iterations=2000 eval_every=500 checkpoint_every=250 table_strategy=cache
 W=$WORK/st
 PY=/usr/bin/python3
 CHROMIUM=$(command -v chromium || true)
@@ -78,7 +82,7 @@ read -r code ctype < <(get /status.json "$WORK/s.json")
 [ "$code" = 200 ] && [ "$ctype" = application/json ] && [ "$(sj "d['job']['job_id']")" = "$JOB_ID" ] &&
   [ "$(sj "d['job']['state'] in ('waiting', 'training')")" = True ] &&
   [ "$(sj "0 <= d['job']['iteration'] <= d['job']['iterations'] == d['summary']['target_iterations'] == 2000")" = True ]
-expect "once the cluster is up: GET /status.json on the oracle's metrics port ($MPORT) is JSON: job $JOB_ID $(sj "d['job']['state']"), iteration $(sj "d['job']['iteration']") of 2000"
+expect_rc $? "once the cluster is up: GET /status.json on the oracle's metrics port ($MPORT) is JSON: job $JOB_ID $(sj "d['job']['state']"), iteration $(sj "d['job']['iteration']") of 2000"
 
 $PY - "$WORK/s.json" "$W/job.ini" "$(pid_of "$W" trainer-0)" "$(pid_of "$W" trainer-1)" "$(pid_of "$W" oracle-0)" <<'PY'
 import configparser, json, sys
@@ -125,7 +129,32 @@ assert all(x["alive"] for x in d["daemons"] if x["role"] == "trainer"), d["daemo
 assert set(d["cache"]) >= {"hit_rate", "lookahead", "slots_used", "rows_fetched", "rows_synced", "rows_written_back"}, d["cache"]
 PY
 expect "during training: the iteration within the job, generation, trainers alive, the cache's fields"
-sleep 2
+# a trainer lost mid-job (kill -9 past the first checkpoint): the supervisor
+# restarts it and the oracle recovers the job in a new generation
+until_iteration() { for _ in $(seq 1 "$2"); do
+  get /status.json "$WORK/s.json" >/dev/null 2>&1 && [ "$(sj "d['job']['iteration'] >= $1")" = True ] && return 0
+  sleep 0.1; done; return 1; }
+until_iteration 300 300
+GEN0=$(sj "d['job']['generation']")
+KILLED=$(pid_of "$W" trainer-1)
+kill -9 "$KILLED"
+for _ in $(seq 1 600); do
+  get /status.json "$WORK/s.json" >/dev/null 2>&1 &&
+    [ "$(sj "len(d['summary']['recoveries']) == 1 and d['job']['state'] == 'training' and d['job']['generation'] != $GEN0")" = True ] && break
+  sleep 0.1
+done
+# (the recovery names the trainer whose Work stream the oracle saw break
+# first: the one killed, or its peer, whose collective broke with it)
+$PY - "$WORK/s.json" "$KILLED" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); r = d["summary"]["recoveries"]
+assert len(r) == 1 and r[0]["who"] in ("trainer-0", "trainer-1") and r[0]["detected_unix"] > 0 and r[0]["resumed_s"] >= 0, r
+t = {x["rank"]: x for x in d["daemons"] if x["role"] == "trainer"}
+assert t[int(r[0]["who"][-1])]["recoveries"] == 1 and t[1]["pid"] != int(sys.argv[2]), t
+assert d["job"]["state"] == "training", d["job"]
+PY
+expect_rc $? "trainer-1 killed at iteration $(sj "d['summary']['recoveries'][0]['iterations_done']"): /status.json lists the recovery with its moments (resumed after $(sj "d['summary']['recoveries'][0]['resumed_s']") s), trainer 1's new pid and its recovery, generation $GEN0 -> $(sj "d['job']['generation']"), training again"
+sleep 1
 get /status.json "$WORK/s.json" >/dev/null
 before=$(sj "d['job']['iteration']")
 if [ -n "$CHROMIUM" ] && [ "$(sj "d['job']['state']")" = training ]; then
@@ -153,7 +182,7 @@ assert j["test_auc"] == s["test_auc"] and j["test_logloss"] == s["test_logloss"]
 for k in ("tables", "checkpoints", "checkpoint", "evals", "recoveries", "iterations", "dense_sha256"):
     assert m[k] == s[k], (k, m[k], s[k])
 assert [t["strategy"] for t in m["tables"]] and all(t["why"] for t in m["tables"]), m["tables"]
-assert s["checkpoints"] >= 1 and m["checkpoint"]["iteration"] >= 999, m["checkpoint"]
+assert s["checkpoints"] >= 1 and m["checkpoint"]["iteration"] >= 1999, m["checkpoint"]
 assert len(m["evals"]) == 4, m["evals"]
 pts = d["history"]["points"]
 assert 2 <= len(pts) <= d["history"]["max_points"] and pts[-1]["iteration"] == 2000, pts[-3:]
@@ -166,9 +195,11 @@ if [ -n "$CHROMIUM" ]; then
   rendered after
   st=$(dom after state); it=$(dom after iteration); its=$(dom after iterations)
   [ "$st" = done ] && [ "$it" = 2000 ] && [ "$its" = 2000 ] && [ -s "$WORK/after.png" ] &&
-    [ "$(dom after job_id)" = "$JOB_ID" ] && grep -q '<polyline\|<path d="M' "$WORK/after.dom"
-  expect "the page in headless chromium after the job shows state $st, iteration $it / $its, job $JOB_ID and its charts (screenshot $WORK/after.png)" ||
-    tail -5 "$WORK/after.chromium.log"
+    [ "$(dom after job_id)" = "$JOB_ID" ] && grep -q '<path d="M' "$WORK/after.dom" &&
+    grep -Eq '<td>trainer-[01]</td>' "$WORK/after.dom"
+  rc=$?
+  expect_rc $rc "the page in headless chromium after the job shows state $st, iteration $it / $its, job $JOB_ID, its charts and the recovery (screenshot $WORK/after.png)"
+  [ $rc -eq 0 ] || tail -5 "$WORK/after.chromium.log" | sed 's/^/#   /'
   [ -s "$WORK/after.png" ] && cp "$WORK/after.png" "$ROOT/docs/status-page.png"
 else
   skip "chromium is not installed: the rendered page is not checked"
