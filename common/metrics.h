@@ -5,7 +5,9 @@
  * registers its metrics at start-up, updates them from any thread with
  * plain C11 atomics (no lock on the update path), and serves them with
  * metrics_http_start() at GET /metrics in the Prometheus text exposition
- * format 0.0.4; GET /healthz answers "ok".  Metric names are appended to
+ * format 0.0.4; GET /healthz answers "ok"; a daemon may add GET routes of
+ * its own (metrics_http_route: the oracle's status page) and serve it all
+ * over TLS (metrics_http_tls).  Metric names are appended to
  * the prefix: metrics_counter(r, "lookups_total", ...) in a registry made
  * with "chanter_embedding" is exported as chanter_embedding_lookups_total.
  * The same name may be registered several times with different labels; all
