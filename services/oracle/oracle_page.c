@@ -31,7 +31,6 @@ typedef struct point_s {
 } point_t;
 
 struct oracle_page_s {
-  const cfg_t *cfg;
   metrics_registry_t *reg;
   pthread_mutex_t lock; /* guards json */
   char *json;           /* the published status.json, or NULL */
@@ -321,8 +320,10 @@ int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t 
   oracle_page_t *pg = calloc(1, sizeof *pg);
   int rc;
   *out = NULL;
-  if (!pg) return -ENOMEM;
-  pg->cfg = cfg;
+  if (!pg) {
+    snprintf(err, err_len, "status page: out of memory");
+    return -ENOMEM;
+  }
   pg->reg = reg;
   pg->every = 1;
   pthread_mutex_init(&pg->lock, NULL);

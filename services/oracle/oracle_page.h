@@ -54,7 +54,8 @@ typedef struct oracle_page_member_s {
 } oracle_page_member_t;
 
 /* Registers the routes on reg's HTTP endpoint (served once the daemon
- * starts it).  cfg and reg must outlive the page.  0 or an error with err. */
+ * starts it); reads the cluster's addresses from cfg.  reg must outlive
+ * the page.  0 or an error with err (the oracle then runs without it). */
 int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t **out, char *err, size_t err_len);
 /* A new snapshot of the job j (generation: the trainer group's; address:
  * the oracle's own, host:port, or "" before it listens) and its members.

@@ -528,6 +528,7 @@ static const rpc_stream_handlers_t work_handlers = {NULL, w_message, w_half_clos
 
 /* The status page's snapshot (oracle_page.h): the job and the members. */
 static void page_refresh(oracle_service_t *svc, int64_t now) {
+  if (!svc->page) return;
   oracle_page_member_t *pm = calloc(svc->n_members ? svc->n_members : 1, sizeof *pm);
   if (!pm) return;
   for (size_t i = 0; i < svc->n_members; i++) {
@@ -682,7 +683,11 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
     snprintf(err, err_len, "cannot register the Oracle service: %s", err_str(rc));
     goto fail;
   }
-  if ((rc = oracle_page_create(cfg, reg, &svc->page, err, err_len)) != 0) goto fail;
+  { /* the status page is for people: the job runs without it */
+    char perr[256];
+    if (oracle_page_create(cfg, reg, &svc->page, perr, sizeof perr))
+      log_warn("%s; serving without the status page", perr);
+  }
   page_refresh(svc, now_ms());
   uv_timer_init(loop, &svc->tick);
   svc->tick.data = svc;
