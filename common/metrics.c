@@ -32,7 +32,9 @@
 
 #include "clock.h"
 #include "err.h"
+#include "fsio.h"
 #include "log.h"
+#include "sbuf.h"
 
 #define CACHE_LINE 64
 
@@ -83,6 +85,16 @@ struct metrics_registry_s {
   int n_collect;
   metrics_gauge_t *up;
   metrics_gauge_t *start_time;
+  /* the extra GET routes (metrics_http_route); route_lock is held while
+   * one runs, so that removing a route waits for it */
+  pthread_mutex_t route_lock;
+  struct {
+    char path[METRICS_ROUTE_PATH_MAX];
+    metrics_route_cb cb;
+    void *ud;
+  } routes[METRICS_MAX_ROUTES];
+  int n_routes;
+  char *tls_cert, *tls_key; /* PEM (metrics_http_tls), or NULL: plain HTTP */
 };
 
 const double metrics_latency_bounds[] = {
@@ -359,6 +371,26 @@ metrics_hist_t *metrics_histogram(metrics_registry_t *r, const char *name,
       sizeof(metrics_hist_t) + (n_bounds + 1) * sizeof(_Atomic uint64_t));
 }
 
+int metrics_read(metrics_registry_t *r, const char *name, const char *labels, double *v) {
+  char *full = NULL;
+  int rc = -ENOENT;
+  if (labels && !*labels) labels = NULL;
+  if (asprintf(&full, "%s_%s", r->prefix, name) < 0) return -ENOMEM;
+  pthread_mutex_lock(&r->lock);
+  const struct family *f = r->families;
+  while (f && strcmp(f->name, full) != 0) f = f->next;
+  for (const struct mbase *m = f ? f->head : NULL; m && rc; m = m->next) {
+    if (!labels_eq(m->labels, labels)) continue;
+    if (f->type == MT_COUNTER) *v = (double)metrics_counter_value((const metrics_counter_t *)m);
+    else if (f->type == MT_GAUGE) *v = metrics_gauge_value((const metrics_gauge_t *)m);
+    else *v = (double)metrics_hist_count((const metrics_hist_t *)m);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&r->lock);
+  free(full);
+  return rc;
+}
+
 int metrics_registry_create(const char *prefix, metrics_registry_t **out) {
   int rc = 0;
   metrics_registry_t *r = NULL;
@@ -373,6 +405,7 @@ int metrics_registry_create(const char *prefix, metrics_registry_t **out) {
     goto out;
   }
   pthread_mutex_init(&r->lock, NULL);
+  pthread_mutex_init(&r->route_lock, NULL);
   r->up = metrics_gauge(r, "up", NULL, "1 while the process serves metrics.");
   pthread_mutex_lock(&r->lock);
   r->start_time = (metrics_gauge_t *)reg_locked(
@@ -400,7 +433,12 @@ void metrics_registry_destroy(metrics_registry_t *r) {
     family_free(f);
     f = next;
   }
-  if (r->prefix) pthread_mutex_destroy(&r->lock);
+  free(r->tls_cert);
+  free(r->tls_key);
+  if (r->prefix) {
+    pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->route_lock);
+  }
   free(r->prefix);
   free(r);
 }
@@ -417,43 +455,85 @@ void metrics_registry_on_collect(metrics_registry_t *r, void (*cb)(void *ud),
   pthread_mutex_unlock(&r->lock);
 }
 
-/* ---- rendering */
-
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if ((size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap * 2;
-    while (cap - b->len <= (size_t)n) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
+int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb cb, void *ud) {
+  if (!path || path[0] != '/' || strlen(path) >= METRICS_ROUTE_PATH_MAX || !strcmp(path, "/metrics") ||
+      !strcmp(path, "/healthz"))
+    return -EINVAL;
+  int rc = 0, i;
+  pthread_mutex_lock(&r->route_lock);
+  for (i = 0; i < r->n_routes && strcmp(r->routes[i].path, path) != 0; i++) {
   }
+  if (!cb) { /* removal: the last route moves into its place */
+    if (i < r->n_routes) r->routes[i] = r->routes[--r->n_routes];
+  } else if (i == METRICS_MAX_ROUTES) {
+    rc = -ENOSPC;
+  } else {
+    if (i == r->n_routes) r->n_routes++;
+    snprintf(r->routes[i].path, sizeof r->routes[i].path, "%s", path);
+    r->routes[i].cb = cb;
+    r->routes[i].ud = ud;
+  }
+  pthread_mutex_unlock(&r->route_lock);
+  return rc;
 }
+
+int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *key_file, char *err,
+                     size_t err_len) {
+  char *cert = NULL, *key = NULL;
+  size_t n;
+  int rc = 0;
+  if (!cert_file || !key_file) {
+    pthread_mutex_lock(&r->route_lock);
+    free(r->tls_cert);
+    free(r->tls_key);
+    r->tls_cert = r->tls_key = NULL;
+    pthread_mutex_unlock(&r->route_lock);
+    return 0;
+  }
+  if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    snprintf(err, err_len, "this libmicrohttpd has no TLS: the metrics endpoint cannot serve HTTPS");
+    return -ENOTSUP;
+  }
+  if ((rc = fsio_read_all(cert_file, 1 << 20, &cert, &n, err, err_len)) != 0 ||
+      (rc = fsio_read_all(key_file, 1 << 20, &key, &n, err, err_len)) != 0) {
+    free(cert);
+    free(key);
+    return rc;
+  }
+  pthread_mutex_lock(&r->route_lock);
+  free(r->tls_cert);
+  free(r->tls_key);
+  r->tls_cert = cert;
+  r->tls_key = key;
+  pthread_mutex_unlock(&r->route_lock);
+  return 0;
+}
+
+/* Runs path's route into body: its status (0: no such route, -1: the
+ * callback failed or ran out of memory) and content type. */
+static int route_run(metrics_registry_t *r, const char *path, sbuf_t *body, const char **ctype) {
+  int status = 0;
+  pthread_mutex_lock(&r->route_lock);
+  for (int i = 0; i < r->n_routes; i++)
+    if (!strcmp(r->routes[i].path, path)) {
+      status = r->routes[i].cb(r->routes[i].ud, body, ctype);
+      if (status < 100 || status > 599 || body->oom) status = -1;
+      break;
+    }
+  pthread_mutex_unlock(&r->route_lock);
+  return status;
+}
+
+static bool route_exists(metrics_registry_t *r, const char *path) {
+  bool found = false;
+  pthread_mutex_lock(&r->route_lock);
+  for (int i = 0; i < r->n_routes && !found; i++)
+    found = !strcmp(r->routes[i].path, path);
+  pthread_mutex_unlock(&r->route_lock);
+  return found;
+}
+
+/* ---- rendering */
 
 /* The shortest of %.15g, %.16g, %.17g that reads back exactly, and Go's
  * spellings of the non-finite values, which Prometheus parses. */
@@ -468,7 +548,7 @@ static const char *fmt_double(char out[40], double v) {
 }
 
 /* HELP text escapes backslash and newline. */
-static void sb_help(struct sbuf *b, const char *s) {
+static void sb_help(sbuf_t *b, const char *s) {
   for (; *s; s++) {
     if (*s == '\\')
       sb_printf(b, "\\\\");
@@ -479,7 +559,7 @@ static void sb_help(struct sbuf *b, const char *s) {
   }
 }
 
-static void render_family(struct sbuf *b, const struct family *f) {
+static void render_family(sbuf_t *b, const struct family *f) {
   char num[40], le[40];
   if (f->help) {
     sb_printf(b, "# HELP %s ", f->name);
@@ -527,9 +607,8 @@ static void render_family(struct sbuf *b, const struct family *f) {
 }
 
 char *metrics_render(metrics_registry_t *r) {
-  struct sbuf b = {.p = malloc(4096), .cap = 4096};
-  if (!b.p) return NULL;
-  b.p[0] = '\0';
+  sbuf_t b = {0};
+  sb_printf(&b, "%s", ""); /* an empty registry renders "" */
   pthread_mutex_lock(&r->lock);
   for (int i = 0; i < r->n_collect; i++) r->collect[i].cb(r->collect[i].ud);
   metrics_gauge_set(r->up, 1);
@@ -537,10 +616,10 @@ char *metrics_render(metrics_registry_t *r) {
     render_family(&b, f);
   pthread_mutex_unlock(&r->lock);
   if (b.oom) {
-    free(b.p);
+    free(b.s);
     return NULL;
   }
-  return b.p;
+  return b.s;
 }
 
 /* ---- HTTP */
@@ -549,6 +628,7 @@ struct metrics_http_s {
   struct MHD_Daemon *d;
   metrics_registry_t *r;
   int port;
+  bool tls;
 };
 
 static const char ctype_metrics[] = "text/plain; version=0.0.4; charset=utf-8";
@@ -588,11 +668,29 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
   static const char text[] = "text/plain; charset=utf-8";
   bool is_metrics = strcmp(url, "/metrics") == 0;
   bool is_health = strcmp(url, "/healthz") == 0;
-  if (!is_metrics && !is_health)
-    return reply(c, MHD_HTTP_NOT_FOUND, text, (char *)"not found\n", false,
-                 NULL);
-  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
-      strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+  bool is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
+                strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  if (!is_metrics && !is_health) {
+    sbuf_t body = {0};
+    const char *ctype = NULL;
+    int status = is_get ? route_run(h->r, url, &body, &ctype) : 0;
+    if (!is_get && route_exists(h->r, url)) /* a route answers GET only */
+      return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, text,
+                   (char *)"method not allowed\n", false, "GET, HEAD");
+    if (status == 0) {
+      free(body.s);
+      return reply(c, MHD_HTTP_NOT_FOUND, text, (char *)"not found\n", false,
+                   NULL);
+    }
+    if (status < 0) {
+      free(body.s);
+      return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, text,
+                   (char *)"the page could not be made\n", false, NULL);
+    }
+    if (!body.s) return reply(c, (unsigned)status, ctype ? ctype : text, (char *)"", false, NULL);
+    return reply(c, (unsigned)status, ctype ? ctype : text, body.s, true, NULL);
+  }
+  if (!is_get)
     return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, text,
                  (char *)"method not allowed\n", false, "GET, HEAD");
   if (is_health) return reply(c, MHD_HTTP_OK, text, (char *)"ok\n", false, NULL);
@@ -639,12 +737,25 @@ int metrics_http_start(metrics_registry_t *r, const char *bind_addr, int port,
   }
   h->r = r;
   errno = 0;
-  h->d = MHD_start_daemon(
-      flags, (uint16_t)port, NULL, NULL, handle, h,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, or MHD complains */
-      MHD_OPTION_SOCK_ADDR, sa,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+  pthread_mutex_lock(&r->route_lock); /* the PEM is copied by MHD at start */
+  if (r->tls_cert) {
+    h->tls = true;
+    h->d = MHD_start_daemon(
+        flags | MHD_USE_TLS, (uint16_t)port, NULL, NULL, handle, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, sa,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+        MHD_OPTION_HTTPS_MEM_CERT, r->tls_cert,
+        MHD_OPTION_HTTPS_MEM_KEY, r->tls_key, MHD_OPTION_END);
+  } else {
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, handle, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, or MHD complains */
+        MHD_OPTION_SOCK_ADDR, sa,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+  }
+  pthread_mutex_unlock(&r->route_lock);
   if (!h->d) {
     rc = errno > 0 ? -errno : -EIO;
     goto out;
@@ -652,7 +763,8 @@ int metrics_http_start(metrics_registry_t *r, const char *bind_addr, int port,
   const union MHD_DaemonInfo *info =
       MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info ? (int)info->port : port;
-  log_info("metrics http listening addr=%s port=%d", bind_addr, h->port);
+  log_info("metrics http listening addr=%s port=%d%s", bind_addr, h->port,
+           h->tls ? " tls=on" : "");
   *out = h;
   h = NULL;
 out:

@@ -5,7 +5,9 @@
  * registers its metrics at start-up, updates them from any thread with
  * plain C11 atomics (no lock on the update path), and serves them with
  * metrics_http_start() at GET /metrics in the Prometheus text exposition
- * format 0.0.4; GET /healthz answers "ok".  Metric names are appended to
+ * format 0.0.4; GET /healthz answers "ok"; a daemon may add GET routes of
+ * its own (metrics_http_route: the oracle's status page) and serve it all
+ * over TLS (metrics_http_tls).  Metric names are appended to
  * the prefix: metrics_counter(r, "lookups_total", ...) in a registry made
  * with "chanter_embedding" is exported as chanter_embedding_lookups_total.
  * The same name may be registered several times with different labels; all
@@ -23,6 +25,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "sbuf.h"
 
 typedef struct metrics_registry_s metrics_registry_t;
 typedef struct metrics_counter_s metrics_counter_t; /* monotonic uint64 */
@@ -72,6 +76,13 @@ double metrics_gauge_value(const metrics_gauge_t *g);
 uint64_t metrics_hist_count(const metrics_hist_t *h);
 double metrics_hist_sum(const metrics_hist_t *h);
 
+/* The value of the metric registered as name (without the prefix) and
+ * labels (NULL: none), read by name (a reader that did not register it,
+ * e.g. a status page): a counter's or a gauge's value, a histogram's
+ * count.  0, -ENOENT when there is none (*v untouched), or -ENOMEM.  Any
+ * thread; it takes the registry lock (not inside a collect callback). */
+int metrics_read(metrics_registry_t *r, const char *name, const char *labels, double *v);
+
 /* Adds a callback run at the start of every render, under the registry
  * lock, on the rendering thread (the HTTP server's thread when served):
  * use it to refresh gauges from a stats struct.  It must not register
@@ -86,9 +97,38 @@ void metrics_registry_on_collect(metrics_registry_t *r, void (*cb)(void *ud),
  * string the caller frees, or NULL on out of memory.  Any thread. */
 char *metrics_render(metrics_registry_t *r);
 
+/* An extra GET route of the registry's HTTP endpoint (a daemon's own
+ * pages: the oracle's status page).  cb appends the body to body (sbuf.h),
+ * may set *content_type (a string that outlives the reply; default
+ * text/plain) and returns the HTTP status (200, or e.g. 404 / 503 with a
+ * sentence); a status outside 100..599, or a body that ran out of memory,
+ * answers 500.  cb runs on the HTTP server's thread with the registry's
+ * route lock held (so keep it short: copy a snapshot the daemon's own
+ * thread published; and it must not add or remove routes).  path: starts
+ * with '/', shorter than METRICS_ROUTE_PATH_MAX, neither /metrics nor
+ * /healthz; matched exactly (no query string: MHD strips it).  Adding a
+ * path again replaces its callback; cb NULL removes the route, and once
+ * that returns the old callback is not running and will not run again.
+ * Any thread, before or after metrics_http_start.  0, -EINVAL (bad path)
+ * or -ENOSPC (METRICS_MAX_ROUTES routes already). */
+#define METRICS_MAX_ROUTES 8
+#define METRICS_ROUTE_PATH_MAX 64
+typedef int (*metrics_route_cb)(void *ud, sbuf_t *body, const char **content_type);
+int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb cb, void *ud);
+
+/* Serves the registry's endpoint over TLS (HTTPS) from the next
+ * metrics_http_start on: cert_file and key_file, PEM, are read now (the
+ * daemon's certificate: a scraper then needs https and the job's CA).
+ * Clients are not asked for a certificate.  cert_file NULL: plain HTTP
+ * again.  Before metrics_http_start, never while a server of r runs.  0, -ENOTSUP (libmicrohttpd built without TLS) or the error
+ * reading a file, with a sentence in err. */
+int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *key_file, char *err,
+                     size_t err_len);
+
 /* The HTTP endpoint (libmicrohttpd, its own thread):
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
  *   GET /healthz  200 "ok\n"
+ *   the routes added with metrics_http_route (GET and HEAD)
  *   other paths   404; other methods on these paths 405.
  * bind_addr: an IPv4 or IPv6 literal; NULL means "127.0.0.1".  port: 0
  * picks a free port (see metrics_http_port()).  The registry must outlive

@@ -7,7 +7,8 @@
  *
  * Wiring only: validate the job, start the gRPC server with the Oracle
  * service (oracle_service.c) and the job (oracle_job.c), the Prometheus
- * endpoint, readiness and watchdog.  On SIGTERM the job is stopped (the
+ * endpoint (with the job's status page: oracle_page.c), readiness and
+ * watchdog.  On SIGTERM the job is stopped (the
  * trainers get StopWork; the server keeps answering for two heartbeat
  * periods, so that a trainer that missed it hears it from a heartbeat),
  * then the server drains and the process exits 0.  The
@@ -89,6 +90,13 @@ int main(int argc, char **argv) {
   if (daemon_start(&d, args.metrics_port, (int)cfg_int(cfg, "oracle.metrics_port_offset"), args.ready_file, extra,
                    status))
     goto out_daemon;
+  {
+    char addr[280]; /* the listen address with the port bound, for the status page */
+    const char *colon = strrchr(d.listen, ':');
+    snprintf(addr, sizeof addr, "%.*s:%d", colon ? (int)(colon - d.listen) : (int)strlen(d.listen), d.listen,
+             rpc_server_port(d.server));
+    oracle_service_set_address(svc, addr);
+  }
   log_info("serving listen=%s port=%d metrics_port=%d trainers=%lld iterations=%lld batch_size=%lld dataproc=%s",
            d.listen, rpc_server_port(d.server), d.http ? metrics_http_port(d.http) : 0,
            (long long)cfg_int(cfg, "trainers"), (long long)cfg_int(cfg, "iterations"),

@@ -15,6 +15,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle.pb-c.h"
+#include "oracle_page.h"
 #include "oracle_recover.h"
 #include "table.h"
 
@@ -63,6 +64,8 @@ struct oracle_service_s {
   size_t open_waiters; /* timers not yet closed */
   uv_timer_t tick;
   int tick_open;
+  oracle_page_t *page; /* the status page on the metrics port, refreshed by on_tick */
+  char address[280];   /* host:port served on (oracle_service_set_address) */
   metrics_gauge_t *g_alive, *g_members;
   metrics_counter_t *c_joins, *c_refused, *c_kv_set, *c_kv_get;
 };
@@ -523,6 +526,26 @@ static const rpc_stream_handlers_t work_handlers = {NULL, w_message, w_half_clos
 
 /* ---- housekeeping */
 
+/* The status page's snapshot (oracle_page.h): the job and the members. */
+static void page_refresh(oracle_service_t *svc, int64_t now) {
+  if (!svc->page) return;
+  oracle_page_member_t *pm = calloc(svc->n_members ? svc->n_members : 1, sizeof *pm);
+  if (!pm) return;
+  for (size_t i = 0; i < svc->n_members; i++) {
+    const member_t *mb = &svc->members[i];
+    pm[i] = (oracle_page_member_t){.role = role_name(mb->role), .rank = mb->rank, .address = mb->address,
+                                   .pid = mb->pid, .alive = member_alive(svc, mb, now),
+                                   .seconds_since_heartbeat = (double)(now - mb->last_seen_ms) / 1e3,
+                                   .iteration = mb->iteration};
+    if (mb->role == CHANTER__ORACLE__V1__ROLE__TRAINER) {
+      uint64_t it = oracle_job_rank_reported(svc->job, mb->rank);
+      if (it > pm[i].iteration) pm[i].iteration = it;
+    }
+  }
+  oracle_page_refresh(svc->page, svc->job, svc->generation, svc->address, pm, svc->n_members);
+  free(pm);
+}
+
 static void on_tick(uv_timer_t *t) {
   oracle_service_t *svc = t->data;
   int64_t now = now_ms();
@@ -547,6 +570,7 @@ static void on_tick(uv_timer_t *t) {
   }
   metrics_gauge_set(svc->g_alive, (double)alive);
   metrics_gauge_set(svc->g_members, (double)svc->n_members);
+  page_refresh(svc, now);
 }
 
 static void on_recover(oracle_job_t *old, void *ud);
@@ -659,6 +683,12 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
     snprintf(err, err_len, "cannot register the Oracle service: %s", err_str(rc));
     goto fail;
   }
+  { /* the status page is for people: the job runs without it */
+    char perr[256];
+    if (oracle_page_create(cfg, reg, &svc->page, perr, sizeof perr))
+      log_warn("%s; serving without the status page", perr);
+  }
+  page_refresh(svc, now_ms());
   uv_timer_init(loop, &svc->tick);
   svc->tick.data = svc;
   uv_timer_start(&svc->tick, on_tick, 1000, 1000);
@@ -674,6 +704,10 @@ fail:
 }
 
 oracle_job_t *oracle_service_job(oracle_service_t *svc) { return svc->job; }
+
+void oracle_service_set_address(oracle_service_t *svc, const char *address) {
+  snprintf(svc->address, sizeof svc->address, "%s", address);
+}
 
 int oracle_service_trainers_attached(oracle_service_t *svc) {
   int n = 0;
@@ -699,6 +733,7 @@ void oracle_service_destroy(oracle_service_t *svc) {
     uv_close((uv_handle_t *)&svc->tick, tick_closed);
   }
   while (svc->tick_open || svc->open_waiters) uv_run(svc->loop, UV_RUN_NOWAIT);
+  oracle_page_destroy(svc->page); /* before the job: no request reads it after this */
   oracle_job_destroy(svc->job);
   for (size_t i = 0; i < svc->n_members; i++) free(svc->members[i].address);
   free(svc->members);

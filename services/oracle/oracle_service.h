@@ -7,7 +7,10 @@
  * NOT_FOUND when its timeout passes), Status, Stop, and the Work stream's
  * front: the first message must be Hello from a joined trainer rank, after
  * which the stream belongs to the job (oracle_job.h), which plans, sends
- * and collects.  Every handler runs on the loop thread.
+ * and collects.  Every handler runs on the loop thread.  The service
+ * also keeps the job's status page (oracle_page.h, on the metrics port)
+ * fresh: its once-a-second tick publishes a snapshot of the job and the
+ * members.
  */
 #ifndef CHANTER_ORACLE_SERVICE_H
 #define CHANTER_ORACLE_SERVICE_H
@@ -33,6 +36,9 @@ typedef struct oracle_service_s oracle_service_t;
 int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
                           oracle_service_t **out, char *err, size_t err_len);
 oracle_job_t *oracle_service_job(oracle_service_t *svc);
+/* The address the oracle serves on (host:port, the port bound), once it
+ * listens: the status page (oracle_page.h, on the metrics port) shows it. */
+void oracle_service_set_address(oracle_service_t *svc, const char *address);
 /* How many trainers have their Work stream open now. */
 int oracle_service_trainers_attached(oracle_service_t *svc);
 /* The daemon is going down: stops the job (trainers get StopWork) and

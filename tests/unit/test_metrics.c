@@ -2,7 +2,14 @@
  * test_metrics: the metrics registry, its text rendering and its HTTP
  * endpoint.  Updates from several threads must add up exactly; the
  * rendering is compared line by line with the exposition format we expect;
- * the endpoint is fetched with a small HTTP/1.0 client on plain sockets.
+ * metrics_read finds a metric by name and labels without registering one;
+ * the endpoint is fetched with a small HTTP/1.0 client on plain sockets:
+ * /metrics, /healthz, and the extra routes (metrics_http_route: served
+ * with their status and content type, GET and HEAD only, replaced and
+ * removed, at most METRICS_MAX_ROUTES, and a removal waits for a request
+ * still running the route's callback), and over TLS (metrics_http_tls:
+ * a self-signed certificate from openssl, fetched with curl; skipped
+ * without them).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +22,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +337,34 @@ static void test_special_values(void **state) {
   metrics_registry_destroy(r);
 }
 
+/* metrics_read: a metric's value by name, without registering it */
+static void test_read(void **state) {
+  (void)state;
+  metrics_registry_t *r;
+  assert_int_equal(metrics_registry_create("rd", &r), 0);
+  metrics_gauge_set(metrics_gauge(r, "g", NULL, NULL), 2.5);
+  metrics_counter_add(metrics_counter(r, "c_total", "k=\"1\"", NULL), 7);
+  static const double b[] = {1, 2};
+  metrics_hist_t *h = metrics_histogram(r, "h", NULL, NULL, b, 2);
+  metrics_hist_observe(h, 0.5);
+  metrics_hist_observe(h, 5);
+  double v = -1;
+  assert_int_equal(metrics_read(r, "g", NULL, &v), 0);
+  assert_true(v == 2.5);
+  assert_int_equal(metrics_read(r, "c_total", "k=\"1\"", &v), 0);
+  assert_true(v == 7);
+  assert_int_equal(metrics_read(r, "h", "", &v), 0);
+  assert_true(v == 2);
+  v = -1;
+  assert_int_equal(metrics_read(r, "c_total", NULL, &v), -ENOENT); /* other labels */
+  assert_int_equal(metrics_read(r, "nope", NULL, &v), -ENOENT);
+  assert_true(v == -1);
+  char *text = metrics_render(r); /* reading registered nothing */
+  assert_null(strstr(text, "rd_nope"));
+  free(text);
+  metrics_registry_destroy(r);
+}
+
 /* ---- HTTP */
 
 struct http_resp {
@@ -447,12 +483,215 @@ static void test_http(void **state) {
   metrics_registry_destroy(r);
 }
 
+/* ---- extra routes (metrics_http_route) */
+
+struct page {
+  int calls;
+  _Atomic int running, finished; /* the slow route's */
+};
+
+static int page_json(void *ud, sbuf_t *body, const char **ctype) {
+  struct page *p = ud;
+  p->calls++;
+  sb_printf(body, "{\"calls\": %d}\n", p->calls);
+  *ctype = "application/json";
+  return 200;
+}
+
+static int page_unavailable(void *ud, sbuf_t *body, const char **ctype) {
+  (void)ud, (void)ctype;
+  sb_printf(body, "not yet\n");
+  return 503;
+}
+
+static int page_broken(void *ud, sbuf_t *body, const char **ctype) {
+  (void)ud, (void)body, (void)ctype;
+  return -1;
+}
+
+static int page_slow(void *ud, sbuf_t *body, const char **ctype) {
+  struct page *p = ud;
+  (void)ctype;
+  atomic_store(&p->running, 1);
+  usleep(200 * 1000);
+  sb_printf(body, "slow\n");
+  atomic_store(&p->finished, 1);
+  return 200;
+}
+
+struct fetch_arg {
+  int port;
+  struct http_resp resp;
+};
+
+static void *fetch_slow(void *arg) {
+  struct fetch_arg *a = arg;
+  http_do(a->port, "GET", "/slow", &a->resp);
+  return NULL;
+}
+
+static void test_http_routes(void **state) {
+  (void)state;
+  metrics_registry_t *r;
+  struct page pg = {0};
+  assert_int_equal(metrics_registry_create("chanter_routes", &r), 0);
+  /* bad paths, the built-in ones included */
+  assert_int_equal(metrics_http_route(r, "status", page_json, &pg), -EINVAL);
+  assert_int_equal(metrics_http_route(r, "/metrics", page_json, &pg), -EINVAL);
+  assert_int_equal(metrics_http_route(r, "/healthz", page_json, &pg), -EINVAL);
+  assert_int_equal(metrics_http_route(r, NULL, page_json, &pg), -EINVAL);
+  /* a route added before the server starts is served */
+  assert_int_equal(metrics_http_route(r, "/status.json", page_json, &pg), 0);
+  metrics_http_t *h = NULL;
+  assert_int_equal(metrics_http_start(r, "127.0.0.1", 0, &h), 0);
+  int port = metrics_http_port(h);
+  assert_int_equal(metrics_http_route(r, "/busy", page_unavailable, NULL), 0);
+  assert_int_equal(metrics_http_route(r, "/broken", page_broken, NULL), 0);
+
+  struct http_resp resp;
+  http_do(port, "GET", "/status.json", &resp);
+  assert_int_equal(resp.status, 200);
+  assert_string_equal(resp.ctype, "application/json");
+  assert_string_equal(resp.body, "{\"calls\": 1}\n");
+  free(resp.body);
+  http_do(port, "GET", "/status.json?x=1", &resp); /* the query is not part of the path */
+  assert_int_equal(resp.status, 200);
+  assert_string_equal(resp.body, "{\"calls\": 2}\n");
+  free(resp.body);
+  http_do(port, "HEAD", "/status.json", &resp);
+  assert_int_equal(resp.status, 200);
+  assert_string_equal(resp.body, "");
+  free(resp.body);
+  http_do(port, "POST", "/status.json", &resp); /* read-only: GET and HEAD */
+  assert_int_equal(resp.status, 405);
+  free(resp.body);
+  assert_int_equal(pg.calls, 3);
+  http_do(port, "GET", "/busy", &resp);
+  assert_int_equal(resp.status, 503);
+  assert_true(strncmp(resp.ctype, "text/plain", 10) == 0);
+  assert_string_equal(resp.body, "not yet\n");
+  free(resp.body);
+  http_do(port, "GET", "/broken", &resp);
+  assert_int_equal(resp.status, 500);
+  free(resp.body);
+  http_do(port, "GET", "/status", &resp); /* exact paths only */
+  assert_int_equal(resp.status, 404);
+  free(resp.body);
+  /* the built-in paths are unchanged */
+  http_do(port, "GET", "/healthz", &resp);
+  assert_int_equal(resp.status, 200);
+  assert_string_equal(resp.body, "ok\n");
+  free(resp.body);
+
+  /* replaced, then removed */
+  assert_int_equal(metrics_http_route(r, "/busy", page_json, &pg), 0);
+  http_do(port, "GET", "/busy", &resp);
+  assert_int_equal(resp.status, 200);
+  free(resp.body);
+  assert_int_equal(metrics_http_route(r, "/busy", NULL, NULL), 0);
+  http_do(port, "GET", "/busy", &resp);
+  assert_int_equal(resp.status, 404);
+  free(resp.body);
+  assert_int_equal(metrics_http_route(r, "/never-added", NULL, NULL), 0);
+
+  /* at most METRICS_MAX_ROUTES */
+  char path[32];
+  int i;
+  for (i = 0; i < 2 * METRICS_MAX_ROUTES; i++) {
+    snprintf(path, sizeof path, "/r%d", i);
+    if (metrics_http_route(r, path, page_json, &pg) != 0) break;
+  }
+  assert_int_equal(i, METRICS_MAX_ROUTES - 2); /* /status.json and /broken hold two */
+  assert_int_equal(metrics_http_route(r, path, page_json, &pg), -ENOSPC);
+
+  /* removing a route waits for a request running it: after the removal
+   * the callback's data may be freed */
+  assert_int_equal(metrics_http_route(r, "/r0", NULL, NULL), 0);
+  assert_int_equal(metrics_http_route(r, "/slow", page_slow, &pg), 0);
+  struct fetch_arg fa = {.port = port};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, fetch_slow, &fa), 0);
+  while (!atomic_load(&pg.running)) usleep(1000);
+  assert_int_equal(metrics_http_route(r, "/slow", NULL, NULL), 0);
+  assert_int_equal(atomic_load(&pg.finished), 1);
+  pthread_join(th, NULL);
+  assert_int_equal(fa.resp.status, 200);
+  assert_string_equal(fa.resp.body, "slow\n");
+  free(fa.resp.body);
+
+  metrics_http_stop(h);
+  metrics_registry_destroy(r);
+}
+
+/* metrics_http_tls: the endpoint over HTTPS, fetched with curl; a
+ * self-signed certificate made with openssl (skipped without either). */
+static void test_http_tls(void **state) {
+  (void)state;
+  if (system("command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0) {
+    skip();
+    return;
+  }
+  char dir[] = "/tmp/test_metrics_tls_XXXXXX", cmd[1024], cert[128], key[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+  snprintf(key, sizeof key, "%s/key.pem", dir);
+  snprintf(cmd, sizeof cmd,
+           "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost "
+           "-addext subjectAltName=IP:127.0.0.1 -keyout %s -out %s >/dev/null 2>&1",
+           key, cert);
+  assert_int_equal(system(cmd), 0);
+  metrics_registry_t *r;
+  struct page pg = {0};
+  char err[256];
+  assert_int_equal(metrics_registry_create("chanter_tls", &r), 0);
+  assert_int_equal(metrics_http_tls(r, "/nonexistent/cert.pem", key, err, sizeof err), -ENOENT);
+  assert_non_null(strstr(err, "/nonexistent/cert.pem"));
+  assert_int_equal(metrics_http_tls(r, cert, key, err, sizeof err), 0);
+  assert_int_equal(metrics_http_route(r, "/status.json", page_json, &pg), 0);
+  metrics_http_t *h = NULL;
+  assert_int_equal(metrics_http_start(r, "127.0.0.1", 0, &h), 0);
+  int port = metrics_http_port(h);
+  /* https with the certificate as CA: the route and /metrics */
+  char out[4096];
+  snprintf(cmd, sizeof cmd, "curl -sS --max-time 5 --cacert %s https://127.0.0.1:%d/status.json", cert, port);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  assert_int_equal(pclose(f), 0);
+  assert_string_equal(out, "{\"calls\": 1}\n");
+  snprintf(cmd, sizeof cmd, "curl -sS --max-time 5 --cacert %s https://127.0.0.1:%d/metrics", cert, port);
+  f = popen(cmd, "r");
+  n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  assert_int_equal(pclose(f), 0);
+  assert_non_null(strstr(out, "\nchanter_tls_up 1\n"));
+  /* plain HTTP on the TLS port gets no page */
+  snprintf(cmd, sizeof cmd, "curl -s --max-time 5 -o /dev/null http://127.0.0.1:%d/metrics", port);
+  assert_true(system(cmd) != 0);
+  metrics_http_stop(h);
+  /* cert_file NULL: plain HTTP again */
+  assert_int_equal(metrics_http_tls(r, NULL, NULL, err, sizeof err), 0);
+  assert_int_equal(metrics_http_start(r, "127.0.0.1", 0, &h), 0);
+  struct http_resp resp;
+  http_do(metrics_http_port(h), "GET", "/healthz", &resp);
+  assert_int_equal(resp.status, 200);
+  free(resp.body);
+  metrics_http_stop(h);
+  metrics_registry_destroy(r);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_threads_exact),
       cmocka_unit_test(test_render_exact),
       cmocka_unit_test(test_special_values),
+      cmocka_unit_test(test_read),
       cmocka_unit_test(test_http),
+      cmocka_unit_test(test_http_routes),
+      cmocka_unit_test(test_http_tls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
