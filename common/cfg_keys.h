@@ -125,7 +125,11 @@ static const entry_t entries[] = {
     {"rpc.timeout_ms", T_INT, "30000", 1, 86400000, NULL, "deadline of every unary RPC"},
     {"metrics.listen", T_STR, "127.0.0.1", 0, 0, NULL,
      "the address every daemon's Prometheus endpoint binds to: loopback by default (a scraper on the host, or an "
-     "ssh tunnel); 0.0.0.0 to scrape from another host (plain HTTP: only on a trusted network)"},
+     "ssh tunnel); 0.0.0.0 to scrape from another host (plain HTTP: only on a trusted network, or metrics.tls)"},
+    {"metrics.tls", T_BOOL, "false", 0, 0, NULL,
+     "serve every daemon's /metrics (and the oracle's status page) over HTTPS with the daemon's own "
+     "tls.cert_file and tls.key_file ({role}); needs them set.  Scrapers then use https and the job's CA "
+     "(chanter prometheus-config writes it so)"},
     {"rpc.max_message_mb", T_INT, "256", 4, 2047, NULL,
      "largest gRPC message a client sends or receives, and a server sends; a server receives at most what its "
      "own limits allow (the embedding server: embedding.max_lookup_keys, embedding.max_write_keys with the "

@@ -255,6 +255,21 @@ int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *rea
   if (metrics_port < 0) metrics_port = (port_offset == 0 || port_of(d->listen) == 0) ? 0 : port + port_offset;
   const char *maddr = d->cfg ? cfg_str(d->cfg, "metrics.listen") : "127.0.0.1";
   if (!maddr || !*maddr) maddr = "127.0.0.1";
+  if (d->cfg && cfg_bool(d->cfg, "metrics.tls")) {
+    char cert[4096], key[4096], why[512] = "";
+    const char *c = with_role(cfg_str(d->cfg, "tls.cert_file"), cert, sizeof cert),
+               *k = with_role(cfg_str(d->cfg, "tls.key_file"), key, sizeof key);
+    if (!*c || !*k) {
+      log_error("metrics.tls = true (from %s) needs tls.cert_file and tls.key_file: the metrics endpoint serves "
+                "the daemon's own certificate",
+                cfg_origin(d->cfg, "metrics.tls"));
+      return ERR_CONFIG;
+    }
+    if ((rc = metrics_http_tls(d->reg, c, k, why, sizeof why)) != 0) {
+      log_error("metrics.tls: %s", why);
+      return rc < 0 ? rc : ERR_CONFIG;
+    }
+  }
   if (metrics_http_start(d->reg, maddr, metrics_port, &d->http)) {
     log_warn("metrics endpoint not started addr=%s port=%d (in use, or not an address of this host? metrics.listen); "
              "%s without it",

@@ -26,7 +26,10 @@
 #     ran) shows the state and iteration that /status.json shows, during
 #     and after training, and the recovery; its screenshot is kept in $WORK
 #     (with CHANTER_UPDATE_DOCS=1 also copied to docs/status-page.png)
-#     (skipped, one line, without chromium).
+#     (skipped, one line, without chromium);
+#   - metrics.tls = true: the page and /metrics over HTTPS with the
+#     daemon's certificate (plain HTTP refused), prometheus-config says
+#     https and the CA; without a certificate the cluster does not start.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
@@ -206,5 +209,31 @@ if [ -n "$CHROMIUM" ]; then
 else
   skip "chromium is not installed: the rendered page is not checked"
 fi
+
+# ---- metrics.tls: the page and every /metrics over HTTPS with the
+# daemon's own certificate (the cluster's mutual-TLS certificates)
+job_down st
+if job_up tls --set metrics.tls=true --set iterations=50; then
+  WT=$WORK/tls
+  TPORT=$(field "$WT/run/oracle-0.ready" metrics_port)
+  EPORT=$(field "$WT/run/embedding-0.ready" metrics_port)
+  curl -sf --cacert "$WT/certs/ca.pem" "https://127.0.0.1:$TPORT/status.json" -o "$WORK/tls.json" &&
+    [ -n "$(jf "$WORK/tls.json" "d['job']['job_id']")" ] &&
+    curl -sf --cacert "$WT/certs/ca.pem" "https://127.0.0.1:$EPORT/metrics" | grep -q '^chanter_embedding_up 1' &&
+    ! curl -sf --max-time 5 "http://127.0.0.1:$TPORT/status.json" -o /dev/null &&
+    ! curl -sf --max-time 5 "https://127.0.0.1:$TPORT/status.json" -o /dev/null
+  expect "metrics.tls = true: /status.json and /metrics answer over HTTPS with the daemon's certificate (the job's CA verifies it); plain HTTP and an unverified client get nothing"
+  "$CHANTER" prometheus-config --workdir "$WT" >"$WORK/tls.yml" &&
+    grep -q "scheme: https" "$WORK/tls.yml" && grep -q "ca_file: '.*ca.pem'" "$WORK/tls.yml"
+  expect "prometheus-config of a metrics.tls cluster scrapes with https and the job's CA"
+  job_down tls
+else
+  nok "local up with metrics.tls = true: $(tail -3 "$WORK/tls.up" | tr '\n' ' ')"
+fi
+C --set metrics.tls=true --set tls.cert_file= --set tls.key_file= --set tls.ca_file= local up --insecure --workdir "$WORK/notls" >"$WORK/notls.up" 2>&1
+rc=$?
+C local down --workdir "$WORK/notls" >/dev/null 2>&1
+[ $rc -ne 0 ] && grep -q "metrics.tls = true" "$WORK/notls.up"
+expect_rc $? "metrics.tls without a certificate: the cluster does not come up, and says why: $(grep -m1 -o 'metrics.tls = true[^;]*' "$WORK/notls.up" | head -1)"
 
 finish

@@ -153,15 +153,22 @@ static void print_config(const cfg_t *cfg, const char *source, const char *job_n
   printf("# Prometheus scrape configuration of a chanter job, written by\n"
          "#   chanter prometheus-config (%s)\n"
          "# One target per daemon, labelled job, role and instance (the daemon's name).\n"
-         "# chanter's /metrics endpoints are plain HTTP on metrics.listen = %s\n"
-         "# (common/metrics.c serves no TLS, whatever tls.* says for the RPCs): scheme http.\n",
-         source, listen);
+         "# chanter's /metrics endpoints listen on metrics.listen = %s, %s\n",
+         source, listen,
+         cfg_bool(cfg, "metrics.tls") ? "over HTTPS (metrics.tls): scheme https, the job's CA"
+                                      : "plain HTTP (metrics.tls = false): scheme http");
   if (loopback(listen))
     printf("# metrics.listen is a loopback address: each endpoint answers only on its own host\n"
            "# (run Prometheus there, or set metrics.listen = 0.0.0.0 on a trusted network).\n");
   printf("global:\n  scrape_interval: %s\n  evaluation_interval: %s\n", interval, interval);
-  printf("scrape_configs:\n  - job_name: '%s'\n    scheme: http\n    metrics_path: /metrics\n    static_configs:\n",
-         job_name);
+  printf("scrape_configs:\n  - job_name: '%s'\n    scheme: %s\n    metrics_path: /metrics\n", job_name,
+         cfg_bool(cfg, "metrics.tls") ? "https" : "http");
+  if (cfg_bool(cfg, "metrics.tls")) {
+    const char *ca = cfg_str(cfg, "tls.ca_file"), *name = cfg_str(cfg, "tls.server_name");
+    printf("    tls_config:\n      ca_file: '%s'\n", *ca ? ca : "(tls.ca_file is not set)");
+    if (*name) printf("      server_name: '%s'\n", name);
+  }
+  printf("    static_configs:\n");
   int listed = 0;
   for (int i = 0; i < n; i++) {
     const prom_target_t *t = &ts[i];
