@@ -260,7 +260,8 @@ static int step_cache(trainer_t *t, trainer_item_t **itp, uint64_t expect, doubl
       return rc;
     log_info("partitioned tables: rank %u wrote back %zu rows at the end in %.1f ms (%" PRIu64
              " more during the last iterations)",
-             t->rank, n_partitioned, 1e3 * (clock_mono_s() - t0), t->partition.rows_retired /* the writer idle: drained */);
+             t->rank, n_partitioned, 1e3 * (clock_mono_s() - t0),
+             t->partition.rows_retired /* (read after the flush's drain: the writer is idle) */);
   }
   /* g. report */
   return trainer_exec_report(t, &s, err, err_len);

@@ -82,7 +82,8 @@ int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_
   p->midx = calloc(p->T, sizeof *p->midx);
   p->mhot = calloc(p->T, sizeof *p->mhot);
   p->kof = calloc(p->T, sizeof *p->kof);
-  if (!p->kof || !p->owner || !p->partitioned || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->last || !p->sb || !p->rb ||
+  if (!p->kof || !p->owner || !p->partitioned || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty ||
+      !p->last || !p->sb || !p->rb ||
       !p->mbase || !p->midx || !p->mhot) {
     trainer_partition_close(p);
     return -ENOMEM;
@@ -92,7 +93,8 @@ int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_
 
 void trainer_partition_reset(trainer_partition_t *p) {
   trainer_partition_writer_stop(p); /* it reads the rows and marks freed here */
-  for (uint32_t t = 0; p->rows && t < p->T; t++) {
+  /* (every array: an init that ran out of memory comes here too) */
+  for (uint32_t t = 0; p->rows && p->loaded && p->dirty && p->last && t < p->T; t++) {
     free(p->rows[t]);
     free(p->loaded[t]);
     free(p->dirty[t]);
