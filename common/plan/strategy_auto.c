@@ -11,41 +11,78 @@
 #include "strategy.h"
 #include "u64map.h"
 
-/* new / shared rows per batch of every table over plans[0..n). */
-static int traffic(const plan_t *plans, size_t n, uint32_t L, uint32_t T, double *nw, double *sh) {
-  u64map_t last;
-  if (u64map_init(&last, plans[0].n_unique * 4 + 1024)) return -ENOMEM;
-  double *cn = calloc(T, sizeof *cn), *cs = calloc(T, sizeof *cs);
-  int rc = cn && cs ? 0 : -ENOMEM;
-  size_t counted = 0;
+/* A table's rows are counted in a dense array indexed by row while it is
+ * at most this many times the table's keys over the measured batches (else
+ * a hash map of its keys): the counts are the same either way. */
+#define DENSE_PER_KEY 8
+
+/* The counts of table t over plans[0..n): ukeys ascend, so table t's keys
+ * of plan i start at cur[i] (advanced past them here).  A row is new in
+ * batch i when not used in the L batches before; shared when several
+ * trainers use it.  0 or -ENOMEM. */
+static int traffic_table(const plan_t *plans, size_t n, uint32_t L, uint32_t t, size_t *cur, double *cn,
+                         double *cs) {
+  size_t keys = 0;
+  uint64_t rows = 0; /* the largest row seen + 1 */
+  for (size_t i = 0; i < n; i++) {
+    const plan_t *p = &plans[i];
+    size_t a = cur[i], b = a;
+    while (b < p->n_unique && TABLE_ID(p->ukeys[b]) == t) b++;
+    if (b > a && TABLE_ROW(p->ukeys[b - 1]) + 1 > rows) rows = TABLE_ROW(p->ukeys[b - 1]) + 1;
+    keys += b - a;
+  }
+  if (!keys) return 0;
+  /* the batch + 1 that used each row last (0: none yet) */
+  int dense = rows / DENSE_PER_KEY <= keys;
+  uint32_t *last = dense ? calloc((size_t)rows, sizeof *last) : NULL;
+  u64map_t map;
+  if (dense ? !last : u64map_init(&map, keys) != 0) return -ENOMEM;
+  int rc = 0;
   for (size_t i = 0; i < n && !rc; i++) {
     const plan_t *p = &plans[i];
-    if (!p->ukeys && p->n_unique) {
-      rc = -EINVAL;
-      break;
-    }
     int count = n == 1 || i > 0; /* the first batch is all new: a cold start, not the steady state */
-    counted += count;
-    for (size_t k = 0; k < p->n_unique; k++) {
-      uint64_t key = p->ukeys[k];
-      uint32_t t = TABLE_ID(key), *at;
-      if (t >= T) continue;
-      int r = u64map_insert(&last, key, (uint32_t)i, &at);
-      if (r < 0) {
-        rc = r;
-        break;
+    for (; cur[i] < p->n_unique && TABLE_ID(p->ukeys[cur[i]]) == t; cur[i]++) {
+      size_t k = cur[i];
+      uint32_t *at, was;
+      if (dense) {
+        at = &last[TABLE_ROW(p->ukeys[k])];
+        was = *at;
+      } else {
+        int r = u64map_insert(&map, p->ukeys[k], 0, &at);
+        if (r < 0) {
+          rc = r;
+          break;
+        }
+        was = *at;
       }
-      if (count && (r == 1 || *at + L < i)) cn[t] += 1; /* not used in the L batches before */
-      if (count && p->users && p->users[k] == UINT32_MAX) cs[t] += 1;
-      *at = (uint32_t)i;
+      if (count && (was == 0 || (was - 1) + L < i)) *cn += 1; /* not used in the L batches before */
+      if (count && p->users && p->users[k] == UINT32_MAX) *cs += 1;
+      *at = (uint32_t)i + 1;
     }
   }
+  if (dense) free(last);
+  else u64map_close(&map);
+  return rc;
+}
+
+/* new / shared rows per batch of every table over plans[0..n), table by
+ * table (each table's rows in a small array, not every row of the job in
+ * one map). */
+static int traffic(const plan_t *plans, size_t n, uint32_t L, uint32_t T, double *nw, double *sh) {
+  double *cn = calloc(T, sizeof *cn), *cs = calloc(T, sizeof *cs);
+  size_t *cur = calloc(n, sizeof *cur);
+  int rc = cn && cs && cur ? 0 : -ENOMEM;
+  size_t counted = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    if (!plans[i].ukeys && plans[i].n_unique) rc = -EINVAL;
+    counted += n == 1 || i > 0;
+  }
+  for (uint32_t t = 0; t < T && !rc; t++) rc = traffic_table(plans, n, L, t, cur, &cn[t], &cs[t]);
   for (uint32_t t = 0; t < T && !rc; t++) {
     nw[t] = counted ? cn[t] / (double)counted : 0;
     sh[t] = counted ? cs[t] / (double)counted : 0;
   }
-  free(cn), free(cs);
-  u64map_close(&last);
+  free(cn), free(cs), free(cur);
   return rc;
 }
 

@@ -254,9 +254,15 @@ static int step_cache(trainer_t *t, trainer_item_t **itp, uint64_t expect, doubl
   if (s.iteration + 1 == t->iterations && (rc = trainer_pipeline_bg_wait(t, &s.c.sync_wait, why, sizeof why)) != 0)
     return err_set(err, err_len, rc, "%s", why);
   size_t n_partitioned; /* and so are the partitioned tables' rows */
-  if (s.iteration + 1 == t->iterations &&
-      (rc = trainer_partition_flush(&t->partition, t->embc, s.iteration + 1, &n_partitioned, err, err_len)) != 0)
-    return rc;
+  if (s.iteration + 1 == t->iterations && t->partition.placed) {
+    double t0 = clock_mono_s();
+    if ((rc = trainer_partition_flush(&t->partition, t->embc, s.iteration + 1, &n_partitioned, err, err_len)) != 0)
+      return rc;
+    log_info("partitioned tables: rank %u wrote back %zu rows at the end in %.1f ms (%" PRIu64
+             " more during the last iterations)",
+             t->rank, n_partitioned, 1e3 * (clock_mono_s() - t0),
+             t->partition.rows_retired /* (read after the flush's drain: the writer is idle) */);
+  }
   /* g. report */
   return trainer_exec_report(t, &s, err, err_len);
 }
@@ -394,6 +400,7 @@ static int leave_generation(trainer_t *t, char *err, size_t err_len) {
   trainer_abort_generation(t, "the job recovers");
   close_stream(t, 0);
   trainer_pipeline_stop_bg(t);
+  trainer_partition_writer_stop(&t->partition); /* while embc is aborted: a write to a lost server gives up */
   trainer_join_group_close(t);
   trainer_pipeline_reset(t);
   pthread_mutex_lock(&t->mu);

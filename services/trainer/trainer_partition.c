@@ -54,6 +54,8 @@ int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_
   p->rank = rank;
   p->schema = schema;
   p->dim = layout->tables[0].dim;
+  p->iterations = (uint64_t)cfg_int(cfg, "iterations");
+  atomic_init(&p->final_seen, 0);
   p->rf = table_row_floats(layout, 0);
   p->want_dev = !strcmp(cfg_str(cfg, "device"), "cuda") && strcmp(cfg_str(cfg, "strategy.partition_on_device"), "off");
   if (opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &p->kind) == 0)
@@ -73,13 +75,15 @@ int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_
   p->rows = calloc(p->T, sizeof *p->rows);
   p->loaded = calloc(p->T, sizeof *p->loaded);
   p->dirty = calloc(p->T, sizeof *p->dirty);
+  p->last = calloc(p->T, sizeof *p->last);
   p->sb = calloc(p->P, sizeof *p->sb);
   p->rb = calloc(p->P, sizeof *p->rb);
   p->mbase = calloc(p->T, sizeof *p->mbase);
   p->midx = calloc(p->T, sizeof *p->midx);
   p->mhot = calloc(p->T, sizeof *p->mhot);
   p->kof = calloc(p->T, sizeof *p->kof);
-  if (!p->kof || !p->owner || !p->partitioned || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty || !p->sb || !p->rb ||
+  if (!p->kof || !p->owner || !p->partitioned || !p->mine || !p->ntab || !p->rows || !p->loaded || !p->dirty ||
+      !p->last || !p->sb || !p->rb ||
       !p->mbase || !p->midx || !p->mhot) {
     trainer_partition_close(p);
     return -ENOMEM;
@@ -88,13 +92,18 @@ int trainer_partition_init(trainer_partition_t *p, const cfg_t *cfg, const data_
 }
 
 void trainer_partition_reset(trainer_partition_t *p) {
-  for (uint32_t t = 0; p->rows && t < p->T; t++) {
+  trainer_partition_writer_stop(p); /* it reads the rows and marks freed here */
+  /* (every array: an init that ran out of memory comes here too) */
+  for (uint32_t t = 0; p->rows && p->loaded && p->dirty && p->last && t < p->T; t++) {
     free(p->rows[t]);
     free(p->loaded[t]);
     free(p->dirty[t]);
+    free(p->last[t]);
     p->rows[t] = NULL;
     p->loaded[t] = p->dirty[t] = NULL;
+    p->last[t] = NULL;
   }
+  atomic_store(&p->final_seen, 0);
   embag_destroy(p->eb); /* sized for this placement's tables */
 #ifdef CHANTER_CUDA
   embdev_set_destroy(p->ds);
@@ -107,13 +116,13 @@ void trainer_partition_reset(trainer_partition_t *p) {
   p->placed = 0;
   p->partitioned_applied = 0;
   p->n_mine = p->n_partitioned = 0;
-  p->rows_loaded = p->rows_flushed = 0;
+  p->rows_loaded = p->rows_flushed = p->rows_retired = 0;
 }
 
 void trainer_partition_close(trainer_partition_t *p) {
   trainer_partition_reset(p);
   free(p->owner), free(p->partitioned), free(p->mine), free(p->ntab);
-  free(p->rows), free(p->loaded), free(p->dirty);
+  free(p->rows), free(p->loaded), free(p->dirty), free(p->last);
   free(p->sb), free(p->rb);
   free(p->lkeys), free(p->lrows);
   free(p->gbuf), free(p->lbuf), free(p->mbase), free(p->midx), free(p->mhot), free(p->lidx);
@@ -187,7 +196,10 @@ static int place(trainer_partition_t *p, const trainer_work_step_t *st, char *er
                                    : embag_rows_alloc((size_t)R * p->rf * sizeof(float), 0);
     p->loaded[t] = calloc((size_t)R + 1, 1);
     p->dirty[t] = calloc((size_t)R + 1, 1);
-    if ((!p->ds && !p->rows[t]) || !p->loaded[t] || !p->dirty[t])
+    /* the last uses, for the writer of retired rows (host rows; iterations + 1 must fit) */
+    int track = !p->ds && p->iterations < UINT32_MAX;
+    if (track) p->last[t] = calloc((size_t)R + 1, sizeof *p->last[t]);
+    if ((!p->ds && !p->rows[t]) || !p->loaded[t] || !p->dirty[t] || (track && !p->last[t]))
       return err_set(err, err_len, -ENOMEM,
                      "out of memory for partitioned table %u (%" PRIu64 " rows, %.1f MiB) on rank %u: give it "
                      "table_strategy = cache, or more trainers",
@@ -223,18 +235,25 @@ int trainer_partition_load(trainer_partition_t *p, const trainer_work_step_t *st
   for (uint32_t k = 0; k < p->n_mine; k++) {
     uint32_t t = p->mine[k];
     size_t m = (size_t)B * p->schema->hotness[t];
+    uint32_t *last = p->last[t];
     if (trainer_grow((void **)&p->lkeys, &p->cap_lkeys, n + m, sizeof *p->lkeys))
       return err_set(err, err_len, -ENOMEM, "out of memory listing rows to read");
     for (size_t j = 0; j < m; j++) {
       uint64_t r = st->partition_ids[o + j];
       if (!strategy_holds_row(p->owner[t], p->rank, p->P, r)) continue; /* partition_rows: another rank's */
       uint64_t l = local_of(p, t, r);
+      if (last) last[l] = (uint32_t)(st->iteration + 1);
       if (p->loaded[t][l]) continue;
       p->loaded[t][l] = 1;
       p->lkeys[n++] = TABLE_KEY(t, r);
     }
     o += m;
   }
+  p->embc = embc;
+  /* the job's last Step: every row's last use is known (the writer of
+   * retired rows reads last[] from now on; rows this Step reads are not
+   * among those it writes before the Step is trained) */
+  if (st->iteration + 1 == p->iterations) atomic_store_explicit(&p->final_seen, 1, memory_order_release);
   if (!n) return 0;
   if (trainer_grow((void **)&p->lrows, &p->cap_lrows, n * p->rf, sizeof(float)))
     return err_set(err, err_len, -ENOMEM, "out of memory for %zu rows read", n);
@@ -485,6 +504,7 @@ int trainer_partition_backward(trainer_partition_t *p, trainer_step_t *ts, coll_
                atomic_load(&ctx.zero_rows);
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
             1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
+  trainer_partition_retire(p, st->iteration); /* x's rows are updated: those no later Step uses may go */
   return 0;
 }
 
@@ -506,6 +526,7 @@ static int write_chunk(trainer_partition_t *p, embc_t *embc, const uint64_t *key
 int trainer_partition_flush(trainer_partition_t *p, embc_t *embc, uint64_t done, size_t *n_out, char *err, size_t err_len) {
   *n_out = 0;
   if (!p->placed) return 0;
+  trainer_partition_writer_drain(p); /* what it wrote is not dirty; the marks are this thread's again */
   uint64_t *keys = malloc(FLUSH_CHUNK * sizeof *keys);
   float *rows = malloc((size_t)FLUSH_CHUNK * p->rf * sizeof(float));
   if (!keys || !rows) {

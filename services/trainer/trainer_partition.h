@@ -7,7 +7,9 @@
  * from the embedding servers the first time a batch uses a row (the
  * feeder, ahead of training: no other trainer writes these rows, so no
  * gate is needed) and written back only at checkpoints, evaluations and
- * the end (trainer_partition_flush).  A step, on every trainer, around the
+ * the end (trainer_partition_flush) -- the end's rows mostly during the last
+ * iterations, once their last use is past (trainer_partition_retire).  A
+ * step, on every trainer, around the
  * cache's forward and backward:
  *   trainer_partition_forward    the owner pools its tables for the WHOLE global
  *                           batch (the Step's partition_ids), an AlltoAll sends
@@ -64,6 +66,7 @@
 #ifndef CHANTER_TRAINER_PART_H
 #define CHANTER_TRAINER_PART_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,7 +93,14 @@ typedef struct trainer_partition_s {
   uint32_t *ntab;          /* P: tables each rank holds */
   float **rows;            /* T: a held table's rows, else NULL */
   uint8_t **loaded;        /* T: the feeder's: row read from the servers */
-  uint8_t **dirty;         /* T: the training thread's: updated since the last flush */
+  uint8_t **dirty;         /* T: the training thread's: updated since the last flush (and the
+                              retired rows' writer's, for rows no later Step uses) */
+  uint32_t **last;         /* T: the feeder's: iteration + 1 of the last Step seen using the row
+                              (0: none); NULL when iterations do not fit (no retirement) */
+  uint64_t iterations;     /* the job's (cfg): the Step of iteration iterations - 1 is the last */
+  atomic_int final_seen;   /* the feeder read the last Step: last[] is final (release / acquire) */
+  embc_t *embc;            /* the feeder's client (thread-safe), for the writer */
+  struct trainer_partition_writer_s *wr; /* the retired rows' writer (trainer_partition_retire.c) */
   int partitioned_applied;         /* the training thread told trainer_step (per model: reset) */
   /* the feeder's scratch */
   uint64_t *lkeys;
@@ -125,7 +135,7 @@ typedef struct trainer_partition_s {
   size_t cap_ltab, cap_lat;
   float *fbuf;            /* trainer_partition_flush's rows read from the device */
   /* counters (this generation) */
-  uint64_t rows_loaded, rows_flushed;
+  uint64_t rows_loaded, rows_flushed, rows_retired;
   trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the
                              group the caller passes) */
 } trainer_partition_t;
@@ -155,7 +165,28 @@ int trainer_partition_backward(trainer_partition_t *p, trainer_step_t *ts, coll_
 
 /* Writes back every row of this rank's tables updated since the last
  * flush, tagged done (embc_write_done: the rows as of the end of
- * iteration done - 1); *n: how many.  Training thread. */
+ * iteration done - 1); *n: how many.  Waits for the retired rows' writer
+ * first (what it wrote is not dirty any more).  Training thread. */
 int trainer_partition_flush(trainer_partition_t *p, embc_t *embc, uint64_t done, size_t *n, char *err, size_t err_len);
+
+/* The end-of-job write-back overlapped with the last iterations
+ * (trainer_partition_retire.c).  Once the feeder has read the job's last
+ * Step, every held row's last use is known (last[]); after the backward
+ * of iteration x the training thread hands the rows whose last use is <= x
+ * to a writer thread, which writes the dirty ones back (tagged x + 1: they
+ * are the rows as of the end of x, no later Step updates them) and clears
+ * their marks while the last iterations train.  The final flush then
+ * writes only what the last iterations updated after that.  The bits on
+ * the servers are the same: a row's bytes are final at its last use.
+ * Host rows only (device-held tables are flushed at the end as before).
+ *   trainer_partition_retire        training thread, after x's row updates;
+ *   trainer_partition_writer_drain  waits until the writer is idle (every
+ *                                   flush does, before reading the marks);
+ *   trainer_partition_writer_stop   ends the thread (reset and close do;
+ *                                   the failover before embc_unabort, so that a
+ *                                   write to a lost server gives up). */
+void trainer_partition_retire(trainer_partition_t *p, uint64_t x);
+void trainer_partition_writer_drain(trainer_partition_t *p);
+void trainer_partition_writer_stop(trainer_partition_t *p);
 
 #endif

@@ -2,7 +2,9 @@
  * test_oracle_strategy: table_strategy -- parsing (strategy_parse), the
  * table-wise placement (strategy_place), taking tables out of a plan
  * (plan_drop_tables) and the cacher's slots for them, and auto's choice
- * (strategy_auto_choose) on streams built by hand.
+ * (strategy_auto_choose) on streams built by hand; its measured traffic
+ * (new and shared rows per batch) equal to a brute-force count, for tables
+ * counted in a dense array and in a hash map.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,6 +148,59 @@ static void stream(plan_t *pl, size_t n, uint32_t B, uint32_t P) {
   free(ids);
 }
 
+/* strategy_auto_choose's new / shared rows per batch against a brute-force
+ * count over the same plans: table 0 sparse (a hash map), table 1 a few
+ * hundred rows (a dense array), table 2 two hot rows; hotness 2 on table 1
+ * (ids repeat within a sample). */
+static void test_auto_counts(void **state) {
+  (void)state;
+  enum { N = 20, B = 64, P = 3, T = 3, L = 3 };
+  uint32_t hot[T] = {1, 2, 1};
+  uint64_t rows[T] = {UINT64_C(1) << 40, 300, 2};
+  plan_t pl[N];
+  uint64_t *ids = malloc(4 * B * sizeof *ids);
+  sm_state = 11;
+  for (size_t x = 0; x < N; x++) {
+    for (uint32_t i = 0; i < B; i++) {
+      ids[i] = splitmix() % rows[0];
+      ids[B + 2 * i] = splitmix() % rows[1];
+      ids[B + 2 * i + 1] = splitmix() % rows[1];
+      ids[3 * B + i] = splitmix() % rows[2];
+    }
+    data_batch_t b;
+    make_batch(&b, x, B, T, hot, ids);
+    assert_int_equal(plan_build(&b, P, PLAN_ALLOC_CONTIGUOUS, 1, PLAN_KEYS, &pl[x]), 0);
+    data_batch_free(&b);
+  }
+  free(ids);
+  data_schema_t sc = {0};
+  sc.n_tables = T;
+  sc.hotness = hot;
+  sc.table_rows = rows;
+  table_info_t defs[T] = {{.rows = rows[0], .dim = 4}, {.rows = rows[1], .dim = 4}, {.rows = rows[2], .dim = 4}};
+  table_layout_t lay = {.n_tables = T, .tables = defs};
+  strategy_auto_opts_t o = {.P = P, .L = L, .B = B, .cache_weight = 1, .budget_bytes = UINT64_C(1) << 40};
+  uint8_t in[T] = {STRATEGY_AUTO, STRATEGY_AUTO, STRATEGY_AUTO}, out[T];
+  strategy_auto_table_t tab[T];
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, tab), 0);
+  double nw[T] = {0}, sh[T] = {0};
+  for (size_t i = 1; i < N; i++) /* the first batch is not counted */
+    for (size_t k = 0; k < pl[i].n_unique; k++) {
+      uint64_t key = pl[i].ukeys[k];
+      int seen = 0;
+      for (size_t j = i > L ? i - L : 0; j < i && !seen; j++)
+        for (size_t m = 0; m < pl[j].n_unique && !seen; m++) seen = pl[j].ukeys[m] == key;
+      nw[TABLE_ID(key)] += !seen;
+      sh[TABLE_ID(key)] += pl[i].users[k] == UINT32_MAX;
+    }
+  for (uint32_t t = 0; t < T; t++) {
+    assert_true(tab[t].new_rows == nw[t] / (N - 1));
+    assert_true(tab[t].shared_rows == sh[t] / (N - 1));
+  }
+  assert_true(nw[0] > 0.9 * B * (N - 1) && nw[1] > 0 && nw[2] == 0 && sh[2] > 0); /* the three cases occur */
+  for (size_t x = 0; x < N; x++) plan_close(&pl[x]);
+}
+
 static void test_auto(void **state) {
   (void)state;
   enum { N = 12, B = 256, P = 2 };
@@ -238,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_place),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_auto),
+      cmocka_unit_test(test_auto_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
