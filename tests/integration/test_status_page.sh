@@ -88,7 +88,11 @@ read -r code ctype < <(get /status.json "$WORK/s.json")
   [ "$(sj "0 <= d['job']['iteration'] <= d['job']['iterations'] == d['summary']['target_iterations'] == 2000")" = True ]
 expect_rc $? "once the cluster is up: GET /status.json on the oracle's metrics port ($MPORT) is JSON: job $JOB_ID $(sj "d['job']['state']"), iteration $(sj "d['job']['iteration']") of 2000"
 
-$PY - "$WORK/s.json" "$W/job.ini" "$(pid_of "$W" trainer-0)" "$(pid_of "$W" trainer-1)" "$(pid_of "$W" oracle-0)" <<'PY'
+# (the page's snapshot is refreshed once a second: the oracle's address and
+# the trainers' joins may come after the first fetch on a loaded machine)
+check_daemons() {
+  get /status.json "$WORK/s.json" >/dev/null 2>&1 &&
+  $PY - "$WORK/s.json" "$W/job.ini" "$(pid_of "$W" trainer-0)" "$(pid_of "$W" trainer-1)" "$(pid_of "$W" oracle-0)" <<'PY'
 import configparser, json, sys
 d = json.load(open(sys.argv[1]))
 ini = configparser.ConfigParser(); ini.read_string("[top]\n" + open(sys.argv[2]).read())
@@ -102,6 +106,8 @@ emb = [a.strip() for a in ini["cluster"]["embedding"].split(",")]
 dp = [a.strip() for a in ini["cluster"]["dataproc"].split(",")]
 assert [x["address"] for x in by["embedding"]] == emb and [x["address"] for x in by["dataproc"]] == dp, (by, emb, dp)
 PY
+}
+until_ok 100 check_daemons
 expect "the daemons: the oracle (its pid, its address), both trainers with the pids local status shows, alive, and the embedding servers and data processor at the job file's addresses"
 
 for path in / /status; do
