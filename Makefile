@@ -27,7 +27,7 @@ else
   say =
 endif
 
-PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd libmicrohttpd libcrypto openblas libxxhash
+PKGS := grpc gpr libprotobuf-c libuv rocksdb libsystemd libmicrohttpd gnutls libcrypto openblas libxxhash
 
 # The flags below are read from pkg-config when make parses this file, so a
 # build needs the packages installed *before* its make starts: `make demo`

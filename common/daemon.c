@@ -265,7 +265,9 @@ int daemon_start(daemon_t *d, int metrics_port, int port_offset, const char *rea
                 cfg_origin(d->cfg, "metrics.tls"));
       return ERR_CONFIG;
     }
-    if ((rc = metrics_http_tls(d->reg, c, k, why, sizeof why)) != 0) {
+    const char *ca = cfg_str(d->cfg, "tls.ca_file");
+    if ((rc = metrics_http_tls(d->reg, c, k, why, sizeof why)) != 0 ||
+        (*ca && (rc = metrics_http_tls_trust(d->reg, ca, why, sizeof why)) != 0)) {
       log_error("metrics.tls: %s", why);
       return rc < 0 ? rc : ERR_CONFIG;
     }

@@ -17,6 +17,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -30,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "authz.h"
 #include "clock.h"
 #include "err.h"
 #include "fsio.h"
@@ -95,6 +98,13 @@ struct metrics_registry_s {
   } routes[METRICS_MAX_ROUTES];
   int n_routes;
   char *tls_cert, *tls_key; /* PEM (metrics_http_tls), or NULL: plain HTTP */
+  char *tls_trust;          /* PEM CA (metrics_http_tls_trust): clients' certificates checked */
+  struct {
+    char path[METRICS_ROUTE_PATH_MAX], role[16];
+    metrics_action_cb cb;
+    void *ud;
+  } actions[METRICS_MAX_ACTIONS];
+  int n_actions;
 };
 
 const double metrics_latency_bounds[] = {
@@ -435,6 +445,7 @@ void metrics_registry_destroy(metrics_registry_t *r) {
   }
   free(r->tls_cert);
   free(r->tls_key);
+  free(r->tls_trust);
   if (r->prefix) {
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->route_lock);
@@ -507,6 +518,95 @@ int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *k
   r->tls_key = key;
   pthread_mutex_unlock(&r->route_lock);
   return 0;
+}
+
+int metrics_http_tls_trust(metrics_registry_t *r, const char *ca_file, char *err, size_t err_len) {
+  char *ca = NULL;
+  int rc = ca_file ? fsio_read_all(ca_file, 1 << 20, &ca, NULL, err, err_len) : 0;
+  if (rc) return rc;
+  pthread_mutex_lock(&r->route_lock);
+  free(r->tls_trust);
+  r->tls_trust = ca;
+  pthread_mutex_unlock(&r->route_lock);
+  return 0;
+}
+
+int metrics_http_action(metrics_registry_t *r, const char *path, const char *role, metrics_action_cb cb, void *ud) {
+  if (!path || path[0] != '/' || strlen(path) >= METRICS_ROUTE_PATH_MAX || (cb && (!role || strlen(role) >= 16)))
+    return -EINVAL;
+  int rc = 0, i;
+  pthread_mutex_lock(&r->route_lock);
+  for (i = 0; i < r->n_actions && strcmp(r->actions[i].path, path) != 0; i++) {
+  }
+  if (!cb) {
+    if (i < r->n_actions) r->actions[i] = r->actions[--r->n_actions];
+  } else if (i == METRICS_MAX_ACTIONS) {
+    rc = -ENOSPC;
+  } else {
+    if (i == r->n_actions) r->n_actions++;
+    snprintf(r->actions[i].path, sizeof r->actions[i].path, "%s", path);
+    snprintf(r->actions[i].role, sizeof r->actions[i].role, "%s", role);
+    r->actions[i].cb = cb;
+    r->actions[i].ud = ud;
+  }
+  pthread_mutex_unlock(&r->route_lock);
+  return rc;
+}
+
+/* The caller's role: that of its client certificate when the TLS session
+ * verified it against the trust CA, else "" (none, or not verified). */
+static void caller_role(struct MHD_Connection *c, char *role, size_t n) {
+  role[0] = 0;
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (!ci || !ci->tls_session) return;
+  gnutls_session_t s = (gnutls_session_t)ci->tls_session;
+  unsigned status = 0, nc = 0;
+  if (gnutls_certificate_verify_peers2(s, &status) != GNUTLS_E_SUCCESS || status != 0) return;
+  const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &nc);
+  gnutls_x509_crt_t crt;
+  if (!certs || nc == 0 || gnutls_x509_crt_init(&crt) < 0) return;
+  if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) >= 0)
+    for (unsigned i = 0;; i++) {
+      char uri[256];
+      size_t sz = sizeof uri - 1;
+      unsigned critical = 0;
+      int t = gnutls_x509_crt_get_subject_alt_name(crt, i, uri, &sz, &critical);
+      if (t < 0) break;
+      if (t != GNUTLS_SAN_URI) continue;
+      uri[sz] = 0;
+      unsigned bit = authz_role_of_uri(uri);
+      if (bit) {
+        snprintf(role, n, "%s", authz_role_name(bit));
+        break;
+      }
+    }
+  gnutls_x509_crt_deinit(crt);
+}
+
+/* POST path: its action run for the caller, or 0 when there is none. */
+static int action_run(metrics_registry_t *r, struct MHD_Connection *c, const char *path, sbuf_t *body) {
+  int status = 0;
+  char role[32];
+  caller_role(c, role, sizeof role);
+  const char *arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "arg");
+  pthread_mutex_lock(&r->route_lock);
+  for (int i = 0; i < r->n_actions; i++) {
+    if (strcmp(r->actions[i].path, path)) continue;
+    if (strcmp(role, r->actions[i].role) != 0) {
+      if (role[0]) sb_printf(body, "%s needs the role %s; the caller's certificate says %s\n", path, r->actions[i].role, role);
+      else sb_printf(body, "%s needs the role %s; the caller presented no verified client certificate (over HTTPS: metrics.tls)\n", path, r->actions[i].role);
+      log_warn("metrics http action refused path=%s role=%s needs=%s", path, role[0] ? role : "none",
+               r->actions[i].role);
+      status = 403;
+    } else {
+      status = r->actions[i].cb(r->actions[i].ud, role, arg ? arg : "", body);
+      if (status < 100 || status > 599 || body->oom) status = 500;
+      log_info("metrics http action path=%s arg=%s role=%s status=%d", path, arg ? arg : "", role, status);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&r->route_lock);
+  return status;
 }
 
 /* Runs path's route into body: its status (0: no such route, -1: the
@@ -663,9 +763,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                               const char *url, const char *method,
                               const char *version, const char *upload_data,
                               size_t *upload_data_size, void **req_cls) {
-  (void)version, (void)upload_data, (void)upload_data_size, (void)req_cls;
+  (void)version, (void)upload_data;
   metrics_http_t *h = cls;
   static const char text[] = "text/plain; charset=utf-8";
+  if (strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
+    static int started;
+    if (!*req_cls) { /* the headers: the body (ignored) comes next */
+      *req_cls = &started;
+      return MHD_YES;
+    }
+    if (*upload_data_size) {
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    sbuf_t body = {0};
+    int status = action_run(h->r, c, url, &body);
+    if (status) return reply(c, (unsigned)status, text, body.s ? body.s : (char *)"", body.s != NULL, NULL);
+    free(body.s);
+  }
   bool is_metrics = strcmp(url, "/metrics") == 0;
   bool is_health = strcmp(url, "/healthz") == 0;
   bool is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
@@ -746,7 +861,8 @@ int metrics_http_start(metrics_registry_t *r, const char *bind_addr, int port,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
         MHD_OPTION_HTTPS_MEM_CERT, r->tls_cert,
-        MHD_OPTION_HTTPS_MEM_KEY, r->tls_key, MHD_OPTION_END);
+        MHD_OPTION_HTTPS_MEM_KEY, r->tls_key,
+        r->tls_trust ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, r->tls_trust, MHD_OPTION_END);
   } else {
     h->d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, handle, h,

@@ -124,6 +124,22 @@ int metrics_http_route(metrics_registry_t *r, const char *path, metrics_route_cb
  * reading a file, with a sentence in err. */
 int metrics_http_tls(metrics_registry_t *r, const char *cert_file, const char *key_file, char *err,
                      size_t err_len);
+/* With TLS on, asks every client for a certificate (optional) and verifies
+ * it against the CA in ca_file: a verified certificate's role
+ * (URI:chanter://role/ROLE, authz.h) is the caller's role for actions.
+ * Before metrics_http_start.  0, or the error reading the file. */
+int metrics_http_tls_trust(metrics_registry_t *r, const char *ca_file, char *err, size_t err_len);
+
+/* An action: POST path (at most METRICS_MAX_ACTIONS), run only for a
+ * caller over TLS whose verified certificate has the role `role`; anyone
+ * else gets 403 with a sentence saying which role the certificate had, and
+ * every try is logged with the caller's role.  cb(ud, role, arg, body):
+ * arg is the query's "arg" value (or ""); it returns the HTTP status
+ * (202: accepted) with a sentence in body.  On the HTTP thread: it must
+ * only hand the action to its owner's thread.  cb NULL removes it. */
+#define METRICS_MAX_ACTIONS 4
+typedef int (*metrics_action_cb)(void *ud, const char *role, const char *arg, sbuf_t *body);
+int metrics_http_action(metrics_registry_t *r, const char *path, const char *role, metrics_action_cb cb, void *ud);
 
 /* The HTTP endpoint (libmicrohttpd, its own thread):
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4

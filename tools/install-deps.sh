@@ -17,6 +17,7 @@ PKGS=(
   libgloo-dev            # CPU collectives (C++; wrapped in extern "C")
   libcmocka-dev          # unit tests
   libmicrohttpd-dev      # Prometheus text endpoint
+  libgnutls28-dev        # the metrics endpoint's client certificates (status page actions)
   libssl-dev openssl     # SHA-256 digests; test certificates for TLS tests
   libxxhash-dev          # hash64 of raw categorical values (XXH3)
   python3 python3-grpcio python3-protobuf

@@ -32,8 +32,10 @@ typedef struct point_s {
 
 struct oracle_page_s {
   metrics_registry_t *reg;
-  pthread_mutex_t lock; /* guards json */
+  pthread_mutex_t lock; /* guards json and the actions asked for */
   char *json;           /* the published status.json, or NULL */
+  int want_checkpoint;  /* POST /action/checkpoint (admin), for the loop to take */
+  long want_recover;    /* POST /action/recover?arg=RANK (admin): the rank, or -1 */
   /* the loop thread's */
   point_t pts[ORACLE_PAGE_HISTORY];
   size_t n;
@@ -314,6 +316,55 @@ void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t gene
   free(old);
 }
 
+/* ---- the actions (admin only: metrics_http_action checks the caller's
+ * certificate; the loop takes them in oracle_page_take_actions) */
+
+static int action_checkpoint(void *ud, const char *role, const char *arg, sbuf_t *body) {
+  (void)role, (void)arg;
+  oracle_page_t *pg = ud;
+  pthread_mutex_lock(&pg->lock);
+  pg->want_checkpoint = 1;
+  pthread_mutex_unlock(&pg->lock);
+  sb_printf(body, "a checkpoint is asked for (as chanter checkpoint does); /status.json shows it once complete\n");
+  return 202;
+}
+
+static int action_recover(void *ud, const char *role, const char *arg, sbuf_t *body) {
+  (void)role;
+  oracle_page_t *pg = ud;
+  char *end;
+  long rank = strtol(arg, &end, 10);
+  if (!*arg || *end || rank < 0) {
+    sb_printf(body, "arg=%s: say which trainer (arg=RANK)\n", arg);
+    return 400;
+  }
+  pthread_mutex_lock(&pg->lock);
+  pg->want_recover = rank;
+  pthread_mutex_unlock(&pg->lock);
+  sb_printf(body, "trainer %ld is taken for lost: the job recovers as from its kill -9 (a drill); /status.json shows "
+                  "the recovery\n",
+            rank);
+  return 202;
+}
+
+static const struct {
+  const char *path;
+  metrics_action_cb cb;
+} actions[] = {{"/action/checkpoint", action_checkpoint}, {"/action/recover", action_recover}};
+#define N_ACTIONS (sizeof actions / sizeof actions[0])
+
+void oracle_page_take_actions(oracle_page_t *pg, int *checkpoint, long *recover_rank) {
+  *checkpoint = 0;
+  *recover_rank = -1;
+  if (!pg) return;
+  pthread_mutex_lock(&pg->lock);
+  *checkpoint = pg->want_checkpoint;
+  *recover_rank = pg->want_recover;
+  pg->want_checkpoint = 0;
+  pg->want_recover = -1;
+  pthread_mutex_unlock(&pg->lock);
+}
+
 /* ---- create / destroy */
 
 int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t **out, char *err, size_t err_len) {
@@ -326,6 +377,7 @@ int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t 
   }
   pg->reg = reg;
   pg->every = 1;
+  pg->want_recover = -1;
   pthread_mutex_init(&pg->lock, NULL);
   if ((rc = cfg_list(cfg, "cluster.embedding", &pg->emb, &pg->n_emb)) != 0 ||
       (rc = cfg_list(cfg, "cluster.dataproc", &pg->dp, &pg->n_dp)) != 0) {
@@ -335,6 +387,11 @@ int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t 
   for (size_t i = 0; i < N_ROUTES; i++)
     if ((rc = metrics_http_route(reg, routes[i].path, routes[i].cb, pg)) != 0) {
       snprintf(err, err_len, "status page: cannot add the route %s: %s", routes[i].path, strerror(-rc));
+      goto fail;
+    }
+  for (size_t i = 0; i < N_ACTIONS; i++)
+    if ((rc = metrics_http_action(reg, actions[i].path, "admin", actions[i].cb, pg)) != 0) {
+      snprintf(err, err_len, "status page: cannot add the action %s: %s", actions[i].path, strerror(-rc));
       goto fail;
     }
   *out = pg;
@@ -347,6 +404,7 @@ fail:
 void oracle_page_destroy(oracle_page_t *pg) {
   if (!pg) return;
   for (size_t i = 0; i < N_ROUTES; i++) metrics_http_route(pg->reg, routes[i].path, NULL, NULL);
+  for (size_t i = 0; i < N_ACTIONS; i++) metrics_http_action(pg->reg, actions[i].path, NULL, NULL, NULL);
   cfg_list_free(pg->emb, pg->n_emb);
   cfg_list_free(pg->dp, pg->n_dp);
   pthread_mutex_destroy(&pg->lock);

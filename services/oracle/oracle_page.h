@@ -69,4 +69,11 @@ void oracle_page_destroy(oracle_page_t *pg);
 /* The HTML page (oracle_page_html.c). */
 extern const char oracle_page_html[];
 
+/* The actions an admin asked for on the page since the last call (loop
+ * thread): a checkpoint (*checkpoint 1), a trainer to take for lost
+ * (*recover_rank >= 0).  POST /action/checkpoint and POST
+ * /action/recover?arg=RANK, over HTTPS (metrics.tls) with the admin
+ * role's client certificate; anyone else gets 403. */
+void oracle_page_take_actions(oracle_page_t *pg, int *checkpoint, long *recover_rank);
+
 #endif

@@ -570,6 +570,26 @@ static void on_tick(uv_timer_t *t) {
   }
   metrics_gauge_set(svc->g_alive, (double)alive);
   metrics_gauge_set(svc->g_members, (double)svc->n_members);
+  int ckpt;
+  long rank;
+  oracle_page_take_actions(svc->page, &ckpt, &rank);
+  if (ckpt) {
+    char id[160] = "", msg[512] = "";
+    uint64_t it = 0;
+    if (oracle_job_checkpoint_request(svc->job, id, sizeof id, &it, msg, sizeof msg) == 0)
+      log_info("status page (admin): checkpoint %s requested after iteration %llu", id, (unsigned long long)it);
+    else
+      log_warn("status page (admin): no checkpoint: %s", msg);
+  }
+  if (rank >= 0) {
+    if (oracle_job_state(svc->job) == ORACLE_TRAINING && rank < (long)svc->trainers &&
+        oracle_job_rank_attached(svc->job, (uint32_t)rank)) {
+      log_warn("status page (admin): a drill: trainer %ld taken for lost", rank);
+      oracle_job_lose_rank(svc->job, (uint32_t)rank, "drill", "taken for lost by a drill from the status page");
+    } else {
+      log_warn("status page (admin): no drill: trainer %ld is not training in this job", rank);
+    }
+  }
   page_refresh(svc, now);
 }
 

@@ -29,7 +29,12 @@
 #     (skipped, one line, without chromium);
 #   - metrics.tls = true: the page and /metrics over HTTPS with the
 #     daemon's certificate (plain HTTP refused), prometheus-config says
-#     https and the CA; without a certificate the cluster does not start.
+#     https and the CA; without a certificate the cluster does not start;
+#   - the admin's actions: POST /action/checkpoint and /action/recover are
+#     refused (403, saying why) over plain HTTP, with a trainer's
+#     certificate and with none; with the admin's they ask for a
+#     checkpoint and take a trainer for lost (the job recovers and ends
+#     done), and every try is in the oracle's log with the caller's role.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
@@ -217,21 +222,52 @@ else
 fi
 
 # ---- metrics.tls: the page and every /metrics over HTTPS with the
-# daemon's own certificate (the cluster's mutual-TLS certificates)
+# daemon's own certificate (the cluster's mutual-TLS certificates); the
+# admin's actions
+read -r code _ < <(get /action/checkpoint "$WORK/plain-action.out" POST)
+[ "$code" = 403 ] && grep -q "no verified client certificate" "$WORK/plain-action.out"
+expect_rc $? "over plain HTTP an action is refused (403): $(head -1 "$WORK/plain-action.out")"
 job_down st
-if job_up tls --set metrics.tls=true --set iterations=50; then
+if job_up tls --set metrics.tls=true --set iterations=3000 --set checkpoint_every=0; then
   WT=$WORK/tls
+  CA=$WT/certs/ca.pem
   TPORT=$(field "$WT/run/oracle-0.ready" metrics_port)
   EPORT=$(field "$WT/run/embedding-0.ready" metrics_port)
-  curl -sf --cacert "$WT/certs/ca.pem" "https://127.0.0.1:$TPORT/status.json" -o "$WORK/tls.json" &&
+  curl -sf --cacert "$CA" "https://127.0.0.1:$TPORT/status.json" -o "$WORK/tls.json" &&
     [ -n "$(jf "$WORK/tls.json" "d['job']['job_id']")" ] &&
-    curl -sf --cacert "$WT/certs/ca.pem" "https://127.0.0.1:$EPORT/metrics" | grep -q '^chanter_embedding_up 1' &&
+    curl -sf --cacert "$CA" "https://127.0.0.1:$EPORT/metrics" | grep -q '^chanter_embedding_up 1' &&
     ! curl -sf --max-time 5 "http://127.0.0.1:$TPORT/status.json" -o /dev/null &&
     ! curl -sf --max-time 5 "https://127.0.0.1:$TPORT/status.json" -o /dev/null
   expect "metrics.tls = true: /status.json and /metrics answer over HTTPS with the daemon's certificate (the job's CA verifies it); plain HTTP and an unverified client get nothing"
   "$CHANTER" prometheus-config --workdir "$WT" >"$WORK/tls.yml" &&
     grep -q "scheme: https" "$WORK/tls.yml" && grep -q "ca_file: '.*ca.pem'" "$WORK/tls.yml"
   expect "prometheus-config of a metrics.tls cluster scrapes with https and the job's CA"
+  # post ACTION ROLE|none OUT: the HTTP status of POST /action/ACTION
+  post() {
+    local certs=()
+    [ "$2" != none ] && certs=(--cert "$WT/certs/$2.pem" --key "$WT/certs/$2.key")
+    curl -s --cacert "$CA" "${certs[@]}" -X POST -o "$3" -w '%{http_code}' "https://127.0.0.1:$TPORT/action/$1"
+  }
+  until_ok 200 bash -c "curl -s --cacert '$CA' https://127.0.0.1:$TPORT/status.json | grep -q '\"state\": \"training\"'"
+  c1=$(post checkpoint trainer "$WORK/a1.out"); c2=$(post checkpoint none "$WORK/a2.out")
+  [ "$c1" = 403 ] && grep -q "the caller's certificate says trainer" "$WORK/a1.out" &&
+    [ "$c2" = 403 ] && grep -q "no verified client certificate" "$WORK/a2.out"
+  expect_rc $? "an action without the admin role is refused (403): trainer's certificate: $(head -1 "$WORK/a1.out"); none: $(head -1 "$WORK/a2.out")"
+  c3=$(post checkpoint admin "$WORK/a3.out")
+  [ "$c3" = 202 ] && until_ok 100 grep -q "status page (admin): checkpoint .* requested" "$WT/logs/oracle-0.log" &&
+    grep -q "metrics http action path=/action/checkpoint arg= role=admin status=202" "$WT/logs/oracle-0.log" &&
+    grep -q "metrics http action refused path=/action/checkpoint role=trainer" "$WT/logs/oracle-0.log"
+  expect_rc $? "the admin's checkpoint button (202) asks the oracle for a checkpoint, and every try is logged with the caller's role: $(grep -o 'status page (admin): checkpoint[^(]*' "$WT/logs/oracle-0.log" | head -1)"
+  until_ok 300 grep -q "checkpoint complete" "$WT/logs/oracle-0.log"   # the button's checkpoint first
+  c4=$(post "recover?arg=1" admin "$WORK/a4.out")
+  [ "$c4" = 202 ] && job_train tls && python3 - "$WT/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "done" and s["checkpoints"] >= 2, (s["state"], s["checkpoints"])
+assert any("drill" in json.dumps(r) for r in s["recoveries"]), s["recoveries"]
+assert s["checkpoint"]["iteration"] == 2999, s["checkpoint"]
+PY
+  expect_rc $? "the admin's drill button (202) takes trainer 1 for lost: the job recovers (from the button's checkpoint: $(grep -o 'rolled back to checkpoint [^ ]*' "$WT/logs/oracle-0.log" | head -1)) and ends done"
   job_down tls
 else
   nok "local up with metrics.tls = true: $(tail -3 "$WORK/tls.up" | tr '\n' ' ')"
