@@ -46,6 +46,8 @@
 static const char *const fixed_sets[] = {"trainers=2", "embedding_servers=2", "dataprocs=1", "eval_batches=0"};
 #define N_FIXED (sizeof fixed_sets / sizeof fixed_sets[0])
 
+static const char *g_report; /* --report DIR: each run's plots there (chanter report) */
+
 /* up, train, down in dir; returns the summary text (caller frees) */
 static char *run(cli_t *cli, const char *self, const char *dir, const char *sets, const char *up_args, int iters) {
   char cmd[8192];
@@ -155,6 +157,11 @@ static int bench_gen(cli_t *cli, const char *self, const char *tmp, const char *
     snprintf(dir, sizeof dir, "%s/%s-%s", tmp, gen, cols[c].dir);
     snprintf(sets, sizeof sets, "%s --set synthetic.preset=%s", cols[c].sets, gen);
     if (!(sm[c] = run(cli, self, dir, sets, up_args, iters))) rc = 1;
+    else if (g_report) {
+      char out[2400];
+      snprintf(out, sizeof out, "%s/%s-%s", g_report, gen, cols[c].dir);
+      bench_report(self, dir, out);
+    }
   }
   /* the floor, over the lookahead run's window */
   data_floor_t fl = {0};
@@ -269,6 +276,7 @@ int bench_e2e(cli_t *cli) {
   int quick = cli_flag(cli, "--quick");
   const char *data = cli_opt(cli, "--data"), *hosts = cli_opt(cli, "--hosts"), *link = cli_opt(cli, "--link");
   int insecure = cli_flag(cli, "--insecure");
+  g_report = cli_opt(cli, "--report");
   if (cli_done(cli, "e2e")) return 2;
   if (!data) data = "both";
   if (strcmp(data, "both") && strcmp(data, "independent") && strcmp(data, "sessions"))

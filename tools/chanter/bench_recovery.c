@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "drill.h"
 
@@ -59,6 +60,7 @@ static void cell(double v) {
 
 int bench_recovery(cli_t *cli) {
   const char *runs_s = cli_opt(cli, "--runs"), *kinds_s = cli_opt(cli, "--kinds"), *workdir = cli_opt(cli, "--workdir");
+  const char *report = cli_opt(cli, "--report");
   if (cli_done(cli, "recovery")) return 2;
   int runs = runs_s ? atoi(runs_s) : 3;
   if (runs < 1 || runs > 20) return cli_usage_error(cli, "--runs %s: expected 1..20", runs_s);
@@ -109,6 +111,11 @@ int bench_recovery(cli_t *cli) {
       }
       ran++;
       pass += r->pass;
+      if (report) { /* the drilled cluster's plots: the recovery on its time axis */
+        char out[4400];
+        snprintf(out, sizeof out, "%s/%s-%d", report, k, i);
+        bench_report(self, sub, out);
+      }
       if (!r->pass) fprintf(stderr, "bench recovery: %s run %d FAILED: %s (see %s)\n", k, i, r->error[0] ? r->error : "another digest", sub);
       if (!r->n_kills) continue;
       const drill_kill_t *x = &r->kills[0];

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fsio.h"
 #include "json.h"
 
 static void self_dir(char *out, size_t n) {
@@ -69,4 +70,19 @@ void cli_tail_file(const char *path) {
   if (!n) return;
   fprintf(stderr, "--- last lines of %s ---\n", path);
   for (int i = n > 12 ? n - 12 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 12]);
+}
+
+int bench_report(const char *self, const char *workdir, const char *out) {
+  char cmd[13000], why[512];
+  if (fsio_mkdir_p(out, why, sizeof why)) {
+    fprintf(stderr, "no report of %s: %s\n", workdir, why);
+    return -1;
+  }
+  snprintf(cmd, sizeof cmd, "'%s' report --workdir '%s' --out '%s' >/dev/null 2>'%s.err'", self, workdir, out, out);
+  if (system(cmd) == 0) {
+    fprintf(stderr, "report of %s: %s/index.html\n", workdir, out);
+    return 0;
+  }
+  fprintf(stderr, "no report of %s (see %s.err)\n", workdir, out);
+  return -1;
 }

@@ -14,6 +14,11 @@ int bench_start_daemon(const char *daemon, char *const argv[], const char *ready
 /* SIGTERM and wait; 0 if it exited 0. */
 int bench_stop_daemon(pid_t pid);
 
+/* `chanter report` of the cluster in workdir (its oracle's timeline) into
+ * out: the plots of a benchmark's run.  0, or -1 after saying why on
+ * stderr (the benchmark goes on). */
+int bench_report(const char *self, const char *workdir, const char *out);
+
 /* The last 12 lines of a log file on stderr, under a header naming it
  * (nothing when it is missing or empty): what a daemon said before it
  * failed. */

@@ -134,14 +134,15 @@ static const command_t commands[] = {
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
-     "  e2e [--data independent|sessions|both] [--hosts N|auto [--link RATE,0]] [--insecure]\n"
+     "  e2e [--data independent|sessions|both] [--hosts N|auto [--link RATE,0]] [--insecure] [--report DIR]\n"
      "                         the cluster: baseline vs lookahead vs partition vs table_strategy = auto vs ideal\n"
      "                         per data generator, rows and bytes\n"
      "                         on and off the critical path, the traffic floor; --hosts: on emulated hosts\n"
      "                         (default link 400mbit,0: README \"The benchmark on emulated hosts\")\n"
      "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"
-     "  recovery [--runs N] [--kinds K,...]  failover per daemon kind: detection, restart, rollback, replay,\n"
-     "                         against restarting the whole job\n"},
+     "  recovery [--runs N] [--kinds K,...] [--report DIR]  failover per daemon kind: detection, restart,\n"
+     "                         rollback, replay, against restarting the whole job\n"
+     "  (e2e, recovery) --report DIR: each run's plots in DIR/<run>/ (chanter report)\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
