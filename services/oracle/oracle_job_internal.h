@@ -300,8 +300,9 @@ typedef struct oracle_report_s {
 
 void oracle_timeline__open(oracle_job_t *j);
 void oracle_timeline__close(oracle_job_t *j);
-/* After iteration a completed (report's done already counts it). */
-void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double loss);
+/* After iteration a completed (report's done already counts it) at now
+ * (oracle_job__now, the report's own reading of the clock). */
+void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double loss, double now);
 void oracle_timeline__eval(oracle_job_t *j, uint64_t after, double auc, double logloss);
 void oracle_timeline__checkpoint(oracle_job_t *j, const char *id, uint64_t iteration, double seconds);
 void oracle_timeline__state(oracle_job_t *j, const char *state);

@@ -101,7 +101,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
     rp->t_first_done = now;
   }
   rp->done++;
-  oracle_timeline__iteration(j, a, loss);
+  oracle_timeline__iteration(j, a, loss, now);
   metrics_gauge_set(j->m.iteration, (double)rp->done);
   metrics_gauge_set(j->m.loss, loss);
   metrics_gauge_set(j->m.sps, rp->ema_dt > 0 ? j->B / rp->ema_dt : 0);

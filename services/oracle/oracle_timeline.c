@@ -50,7 +50,7 @@ void oracle_timeline__open(oracle_job_t *j) {
   snprintf(path, sizeof path, "%s/timeline.jsonl", dir);
   if (fsio_mkdir_p(dir, why, sizeof why) == 0) j->report.tl = fopen(path, "ae");
   if (!j->report.tl) log_warn("cannot append to %s: %s; the job goes on without a timeline", path, why[0] ? why : strerror(errno));
-  j->report.tl_t = clock_mono_s();
+  j->report.tl_t = oracle_job__now();
   oracle_timeline__state(j, oracle_state_name(j->state));
 }
 
@@ -59,7 +59,7 @@ void oracle_timeline__close(oracle_job_t *j) {
   j->report.tl = NULL;
 }
 
-void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double loss) {
+void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double loss, double now) {
   oracle_report_t *rp = &j->report;
   if (!rp->tl) return;
   rp->tl_n++;
@@ -69,7 +69,6 @@ void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double l
   rp->tl_rows[1] += (double)a->rows_synced + (double)a->rows_synced_delayed;
   rp->tl_rows[2] += (double)a->rows_written_back;
   rp->tl_rows[3] += (double)a->cache_hits;
-  double now = clock_mono_s();
   if (now - rp->tl_t < TIMELINE_EVERY_S && rp->done != j->iterations) return;
   double n = (double)rp->tl_n, span = now - rp->tl_t;
   head(j, "iter");
