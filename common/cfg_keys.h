@@ -84,6 +84,8 @@ static const entry_t entries[] = {
      "a text dataset with more than this fraction of malformed records is refused at open and by data convert (1 = no limit)"},
     {"synthetic.samples", T_INT, "1000000", 1, 1e13, NULL, "samples in the synthetic dataset (train + test)"},
     {"synthetic.alpha", T_FLOAT, "1.05", 0, 10, NULL, "Zipf exponent of row popularity in each table (0 = uniform)"},
+    {"synthetic.table_alpha", T_LIST, "", 0, 0, NULL,
+     "optional comma-separated Zipf exponent of each table (overrides synthetic.alpha per table; 0 = uniform)"},
     {"synthetic.hot_share", T_FLOAT, "0", 0, 100, NULL,
      "if > 0: the hottest 1% of each table's rows take this % of accesses, the rest uniform (overrides alpha)"},
     {"synthetic.signal", T_FLOAT, "1.0", 0, 100, NULL, "strength of the planted logistic signal (0 = labels are coin flips)"},

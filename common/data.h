@@ -176,6 +176,12 @@ uint64_t data_samples(const data_source_t *d);
  * st (optional) receives the counts.  0 or -errno / ERR_CONFIG / -EINVAL. */
 int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t *st, char *err, size_t err_len);
 
+/* The Zipf exponent of each of n_tables tables into out[n_tables]:
+ * synthetic.table_alpha (one per table) or else synthetic.alpha for all.
+ * 0, or ERR_CONFIG with err naming the entry (not a number in [0, 10], a
+ * list of another length than table_rows). */
+int data_table_alpha(const cfg_t *cfg, uint32_t n_tables, double *out, char *err, size_t err_len);
+
 /* Writes `samples` synthetic samples (sample i from (seed, i), exactly the
  * samples of dataset = synthetic with synthetic.samples = samples) to out as
  * Criteo TSV (DATA_FMT_CRITEO: needs n_dense = 13, 26 one-hot tables) or

@@ -508,3 +508,25 @@ out:
   data_schema_close(&s);
   return rc;
 }
+
+int data_table_alpha(const cfg_t *cfg, uint32_t n_tables, double *out, char *err, size_t err_len) {
+  char **v = NULL;
+  size_t n = 0;
+  int rc = cfg_list(cfg, "synthetic.table_alpha", &v, &n);
+  if (rc) return err_set(err, err_len, rc, "synthetic.table_alpha: cannot read it");
+  if (n && n != n_tables) {
+    cfg_list_free(v, n);
+    return err_set(err, err_len, ERR_CONFIG, "synthetic.table_alpha (%s): %zu values for %u tables (table_rows)",
+                   cfg_origin(cfg, "synthetic.table_alpha"), n, n_tables);
+  }
+  for (uint32_t t = 0; t < n_tables && !rc; t++) {
+    char *end;
+    double a = n ? strtod(v[t], &end) : cfg_float(cfg, "synthetic.alpha");
+    if (n && (end == v[t] || *end || !(a >= 0 && a <= 10)))
+      rc = err_set(err, err_len, ERR_CONFIG, "synthetic.table_alpha (%s): entry %u is '%s', not a number in [0, 10]",
+                   cfg_origin(cfg, "synthetic.table_alpha"), t + 1, v[t]);
+    out[t] = a;
+  }
+  cfg_list_free(v, n);
+  return rc;
+}
