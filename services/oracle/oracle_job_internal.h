@@ -108,7 +108,7 @@ typedef struct oracle_metrics_s {
   metrics_gauge_t *iteration, *sps, *loss, *test_loss, *test_auc, *state, *lookahead, *slots;
   metrics_hist_t *phase[PHASE_N_REPORT], *plan, *iter;
   metrics_counter_t *steps, *reports, *batches, *rows_fetched, *rows_synced, *rows_replicated, *rows_synced_delayed,
-      *rows_written_back, *evals;
+      *rows_written_back, *evals, *floor_rows;
 } oracle_metrics_t;
 
 /* ---- oracle_fetch.c: j->fetch */

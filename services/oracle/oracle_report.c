@@ -100,6 +100,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
     rp->sum_floor_first_use += fu;
     rp->sum_floor_shared += sh;
     rp->floor_n++;
+    metrics_counter_add(j->m.floor_rows, a->floor_rows);
   }
   for (int k = 0; k < PHASE_N_REPORT; k++) rp->sum_t[k] += a->t[k] / j->P;
   if (rp->done == rp->start) { /* (a resumed job keeps iteration 0's; its own start is in first_iteration_seconds) */
