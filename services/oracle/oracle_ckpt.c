@@ -158,6 +158,13 @@ static void servers_done(oracle_job_t *j, ck_work_t *w) {
            cp->id, cp->iteration, j->report.done, end_stall, 1e3 * r->total, 1e3 * cp->trainer_secs, 1e3 * w->secs,
            cp->rows_flushed, cp->dense_bytes, r->bytes_total, ck->S, w->pruned[0] ? " removed=" : "", w->pruned);
   oracle_timeline__checkpoint(j, cp->id, cp->iteration, r->total);
+  oracle_ckpt_info_t *rec = &ck->recent[ck->n_recent++ % ORACLE_CKPT_RECENT];
+  memset(rec, 0, sizeof *rec);
+  snprintf(rec->id, sizeof rec->id, "%s", cp->id);
+  rec->iteration = cp->iteration;
+  rec->complete = 1;
+  rec->started = cp->unix_started;
+  rec->finished = r->unix_time;
   ck->head = cp->next;
   if (!ck->head) ck->tail = NULL;
   cp_free(cp, j->P);
@@ -306,6 +313,7 @@ int oracle_ckpt__decided(oracle_job_t *j, oracle_entry_t *s, cacher_t *cache) {
                              (unsigned long long)s->iteration, err_str(rc));
   }
   cp->iteration = s->iteration;
+  cp->unix_started = clock_wall_s();
   snprintf(cp->id, sizeof cp->id, "%.60s-%012" PRIu64, j->job_id, s->iteration + 1);
   cp->laia_state = s->laia_state;
   cp->laia_len = s->laia_len;
@@ -426,6 +434,50 @@ int oracle_ckpt__run(oracle_job_t *j) {
 }
 
 int oracle_ckpt__busy(const oracle_job_t *j) { return j->ckpt.head != NULL; }
+
+/* The parts checkpoint cp still lacks, in words, into out. */
+static void missing_parts(const oracle_job_t *j, const oracle_cp_t *cp, char *out, size_t cap) {
+  size_t o = 0;
+  out[0] = 0;
+  if (cp->acks < j->P) {
+    o += (size_t)snprintf(out + o, cap - o, "CheckpointDone from trainer");
+    uint32_t listed = 0;
+    for (uint32_t p = 0; p < j->P && o < cap; p++) {
+      if (cp->sent && cp->sent[p] == 2) continue;
+      if (listed++ == 8) {
+        o += (size_t)snprintf(out + o, cap - o, ", ...");
+        break;
+      }
+      o += (size_t)snprintf(out + o, cap - o, "%s %u", listed > 1 ? "," : "", p);
+    }
+    if (o < cap && !cp->t_first_sent)
+      o += (size_t)snprintf(out + o, cap - o, " (training has not reached iteration %" PRIu64 ")", cp->iteration);
+  } else if (j->report.evals_running || j->report.evals_done < oracle_report__rounds_upto(j, cp->iteration)) {
+    o += (size_t)snprintf(out + o, cap - o, "the evaluations due after iteration %" PRIu64, cp->iteration);
+  }
+  if (o < cap && !cp->fenced)
+    o += (size_t)snprintf(out + o, cap - o, "%sthe servers' fence%s", o ? "; " : "", cp->fencing ? " (asked)" : "");
+  if (o < cap)
+    snprintf(out + o, cap - o, "%sthe servers' part: the oracle's state, a RocksDB checkpoint and the sealed manifest "
+                               "on each of %u servers%s",
+             o ? "; " : "", j->ckpt.S, cp->running ? " (running)" : "");
+}
+
+size_t oracle_job_checkpoints(const oracle_job_t *j, oracle_ckpt_info_t *out, size_t max) {
+  const oracle_ckpt_t *ck = &j->ckpt;
+  size_t n = 0;
+  uint64_t first = ck->n_recent > ORACLE_CKPT_RECENT ? ck->n_recent - ORACLE_CKPT_RECENT : 0;
+  for (uint64_t i = first; i < ck->n_recent && n < max; i++) out[n++] = ck->recent[i % ORACLE_CKPT_RECENT];
+  for (const oracle_cp_t *cp = ck->head; cp && n < max; cp = cp->next) {
+    oracle_ckpt_info_t *c = &out[n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->id, sizeof c->id, "%s", cp->id);
+    c->iteration = cp->iteration;
+    c->started = cp->unix_started;
+    missing_parts(j, cp, c->missing, sizeof c->missing);
+  }
+  return n;
+}
 
 void oracle_ckpt__summary(const oracle_job_t *j, char *out, size_t cap) {
   const oracle_ckpt_t *ck = &j->ckpt;

@@ -191,6 +191,37 @@ int oracle_job_rank_attached(const oracle_job_t *j, uint32_t rank);
 /* The summary (running while training), JSON; malloc'd, caller frees. */
 char *oracle_job_summary(const oracle_job_t *j);
 
+/* A checkpoint as this job object knows it (oracle_job_checkpoints). */
+typedef struct oracle_ckpt_info_s {
+  char id[96];
+  uint64_t iteration; /* c: it holds the model after iteration c */
+  int complete;       /* sealed on every server: listed as usable */
+  double started;     /* unix seconds: c chosen and the cached rows listed (the cacher decided c) */
+  double finished;    /* unix seconds it became complete; 0 while not */
+  char missing[320];  /* not complete: the parts it still lacks, in words; "" once complete */
+} oracle_ckpt_info_t;
+#define ORACLE_CKPT_RECENT 8 /* complete checkpoints a job object remembers for oracle_job_checkpoints */
+
+/* The checkpoints of this job object, oldest first, into out[0..max): the
+ * last ORACLE_CKPT_RECENT it completed, then those under way (a job that
+ * failed, or ended to recover, leaves its unfinished ones listed, not
+ * complete).  Returns how many were written.  A recovered job's object
+ * starts with none (the page keeps the earlier ones). */
+size_t oracle_job_checkpoints(const oracle_job_t *j, oracle_ckpt_info_t *out, size_t max);
+
+/* An embedding server as the oracle's probe sees it (oracle_job_servers). */
+typedef struct oracle_server_info_s {
+  uint64_t incarnation; /* its process's incarnation (from the start's check, then each probe); 0: not known */
+  uint64_t restarts;    /* incarnations changed, seen by this job object's probe */
+  double last_answer;   /* unix seconds of its last answer to a probe; 0: none yet */
+  double down_since;    /* unix seconds since it stopped answering; 0: it answers */
+} oracle_server_info_t;
+
+/* The job's embedding servers (cluster.embedding order) into out[0..max):
+ * returns how many the job has (0 without checkpoints: mode ideal or no
+ * servers), of which min(that, max) are written. */
+uint32_t oracle_job_servers(const oracle_job_t *j, oracle_server_info_t *out, uint32_t max);
+
 /* Hello on a Work stream: rank takes the stream.  0, or an error (the
  * caller fails the call with it) and a sentence in why: ERR_EXISTS (rank
  * already has a stream), FAILED_PRECONDITION-class errors for a job that

@@ -82,6 +82,7 @@
 #include "phase.h"
 #include "oracle_recover.h"
 #include "plan.h"
+#include "plan_floor.h"
 #include "rpc.h"
 #include "clock.h"
 
@@ -107,7 +108,7 @@ typedef struct oracle_metrics_s {
   metrics_gauge_t *iteration, *sps, *loss, *test_loss, *test_auc, *state, *lookahead, *slots;
   metrics_hist_t *phase[PHASE_N_REPORT], *plan, *iter;
   metrics_counter_t *steps, *reports, *batches, *rows_fetched, *rows_synced, *rows_replicated, *rows_synced_delayed,
-      *rows_written_back, *evals;
+      *rows_written_back, *evals, *floor_rows;
 } oracle_metrics_t;
 
 /* ---- oracle_fetch.c: j->fetch */
@@ -161,6 +162,12 @@ typedef struct oracle_fetch_s {
 } oracle_fetch_t;
 
 /* ---- oracle_pipeline.c: j->pipe */
+
+/* One decided batch's traffic floor (plan_floor.h). */
+typedef struct oracle_floor_s {
+  uint64_t iteration; /* + 1; 0: none */
+  uint32_t first_use, shared;
+} oracle_floor_t;
 
 /* A batch from its planning to its last Step.  In every mode but ideal the
  * cacher reads the plan from cacher_push until cacher_decide, so an entry
@@ -219,6 +226,14 @@ typedef struct oracle_pipe_s {
   uint64_t push_next;   /* next batch to enter the cacher */
   uint64_t decide_next; /* next batch to decide */
   uint64_t slots_used, slots_peak;
+  /* the traffic floor (plan_floor.h), counted as each batch is decided with
+   * its L; each batch's in floor_at[x % n_floor] until report takes it
+   * (decided batches run at most n_plans + window_max ahead of it) */
+  plan_floor_t floor;
+  int floor_open;
+  oracle_floor_t *floor_at;
+  uint32_t n_floor;
+  double floor_secs; /* spent counting */
 } oracle_pipe_t;
 
 /* ---- oracle_dispatch.c: j->dispatch */
@@ -246,6 +261,8 @@ typedef struct oracle_agg_s { /* one iteration's reports, summed */
   double loss_sum;
   uint64_t samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back, cache_hits;
   double t[PHASE_N_REPORT];
+  int floor_known;     /* set as the iteration completes: its traffic floor (oracle_pipeline__floor) */
+  uint64_t floor_rows; /* first uses + shared */
 } oracle_agg_t;
 
 typedef struct oracle_eval_round_s {
@@ -285,6 +302,10 @@ typedef struct oracle_report_s {
   uint64_t tail_n;
   double sum_rows_fetched, sum_rows_synced, sum_rows_synced_delayed, sum_rows_replicated, sum_rows_written_back,
       sum_cache_hits, sum_t[PHASE_N_REPORT];
+  /* the traffic floor over this run's iterations (not in a checkpoint: a
+   * resumed or recovered run counts from its own start) */
+  double sum_floor_first_use, sum_floor_shared;
+  uint64_t floor_n;
   double first_t[PHASE_N_REPORT]; /* iteration 0's phases (its wait holds the start: the measured batches, choosing L, the first plans) */
   double t_first_done;         /* when iteration 0 completed */
   double last_t[PHASE_N_REPORT]; /* the job's last iteration's phases (its write-back ends the job), this run's */
@@ -292,8 +313,8 @@ typedef struct oracle_report_s {
   char dense_hex[160];
   /* the timeline (oracle_timeline.c): its file, and what it sums between two lines */
   FILE *tl;
-  double tl_t, tl_loss, tl_phase[PHASE_N_REPORT], tl_rows[4];
-  uint64_t tl_n;
+  double tl_t, tl_loss, tl_phase[PHASE_N_REPORT], tl_rows[4], tl_floor;
+  uint64_t tl_n, tl_floor_n;
 } oracle_report_t;
 
 /* ---- oracle_timeline.c: oracle.state_dir/timeline.jsonl (j->report.tl*) */
@@ -326,6 +347,7 @@ typedef struct oracle_cp_s {
   int running;             /* the servers' part is on the worker pool */
   int fencing, fenced;     /* Fence(c) on every server: asked; every server answered (Step c + 1 may go) */
   double ema_before;       /* the mean iteration time when every trainer reported c (the stall's baseline) */
+  double unix_started;     /* when c was decided (oracle_job_checkpoints) */
 } oracle_cp_t;
 
 /* What the last complete checkpoint took (reporting). */
@@ -368,6 +390,8 @@ typedef struct oracle_ckpt_s {
   uint64_t stall_c, stall_done_at_end;
   double stall_t0, stall_ema;
   oracle_cp_report_t last;
+  oracle_ckpt_info_t recent[ORACLE_CKPT_RECENT]; /* the last complete ones, by n_recent % ORACLE_CKPT_RECENT */
+  uint64_t n_recent;
   metrics_counter_t *m_count;
   metrics_gauge_t *m_stall, *m_total, *m_bytes, *m_iteration;
 } oracle_ckpt_t;
@@ -381,6 +405,8 @@ typedef struct oracle_probe_s {
   uv_timer_t timer;
   uint64_t *inc;           /* S: each server's incarnation as last seen (0: not yet) */
   double *down_since;      /* S: when it stopped answering (0: it answers) */
+  double *last_answer;     /* S: unix seconds of its last answer (0: none yet) */
+  uint64_t *restarts_of;   /* S: its restarts seen */
   uint64_t restarts;
   metrics_counter_t *m_restarts;
 } oracle_probe_t;
@@ -587,6 +613,10 @@ const oracle_entry_t *oracle_pipeline__decided(const oracle_job_t *j, uint64_t x
 /* The job is over: frees the plans not in use on the worker pool, logs
  * laia's statistics. */
 void oracle_pipeline__end(oracle_job_t *j);
+/* Batch x's traffic floor (rows first used in its window, rows shared):
+ * 1 once x is decided, 0 before (or in mode ideal, which has no cache).
+ * Report takes it when x completes. */
+int oracle_pipeline__floor(const oracle_job_t *j, uint64_t x, uint32_t *first_use, uint32_t *shared);
 /* laia's statistics and the time it took (allocation = laia only). */
 void oracle_pipeline__laia_stats(const oracle_job_t *j, laia_stats_t *ls, double *secs);
 void oracle_pipeline__close(oracle_job_t *j);

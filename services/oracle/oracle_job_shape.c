@@ -150,4 +150,7 @@ void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg) {
                                            "of the rows synchronized, those synchronized in the background");
   m->rows_written_back = metrics_counter(reg, "rows_written_back_total", NULL, "embedding rows the trainers wrote back");
   m->evals = metrics_counter(reg, "evaluations_total", NULL, "evaluations completed");
+  m->floor_rows = metrics_counter(reg, "floor_rows_total", NULL,
+                                  "the traffic floor of the iterations completed: rows of the cached tables no "
+                                  "trainer used in the L batches before, plus rows several trainers use (plan_floor.h)");
 }

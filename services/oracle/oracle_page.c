@@ -27,8 +27,30 @@ typedef struct point_s {
   double t, done;
   double phase[PHASE_N_STEP]; /* seconds, summed over the iterations done */
   double fetched, synced, synced_delayed, written_back, hits;
-  double loss; /* the last iteration's mean train loss */
+  double floor, floor_n; /* the traffic floor's rows and iterations, this job object's (they restart with a recovery) */
+  uint32_t gen;          /* the job object's generation */
+  double loss;           /* the last iteration's mean train loss */
 } point_t;
+
+#define PAGE_CKPTS 32 /* checkpoints the page lists (the latest) */
+
+/* A checkpoint as the page saw it over the job objects (oracle_job_checkpoints). */
+typedef struct page_ckpt_s {
+  oracle_ckpt_info_t c;
+  uint32_t gen;   /* the job object's generation that took it */
+  int state;      /* CK_* */
+  char note[200]; /* incomplete: why it will not complete */
+} page_ckpt_t;
+enum { CK_COMPLETE = 0, CK_IN_PROGRESS, CK_INCOMPLETE };
+static const char *const ck_state[] = {"complete", "in_progress", "incomplete"};
+
+/* An embedding server's incarnation, counted over the job objects. */
+typedef struct page_server_s {
+  uint64_t inc, restarts;
+  uint64_t job_restarts; /* what the job object of generation gen said */
+  uint32_t gen;
+  double last_answer, down_since;
+} page_server_t;
 
 struct oracle_page_s {
   metrics_registry_t *reg;
@@ -42,6 +64,11 @@ struct oracle_page_s {
   double every; /* seconds between points (doubles when the history is full) */
   char **emb, **dp;
   size_t n_emb, n_dp;
+  page_ckpt_t ck[PAGE_CKPTS]; /* oldest first */
+  size_t n_ck;
+  page_server_t *srv; /* n_emb */
+  oracle_ckpt_info_t *infos; /* scratch for oracle_job_checkpoints */
+  oracle_server_info_t *sinfo; /* scratch for oracle_job_servers, n_emb */
 };
 
 static const char ctype_json[] = "application/json";
@@ -131,6 +158,8 @@ static void point_read(oracle_page_t *pg, const char *summary, point_t *p) {
   p->synced_delayed = nz(num(summary, "rows_synced_delayed")) * done;
   p->written_back = nz(num(summary, "rows_written_back")) * done;
   p->hits = nz(num(summary, "cache_hits")) * done;
+  p->floor_n = nz(num(summary, "floor_iterations"));
+  p->floor = nz(num(summary, "floor_rows")) * p->floor_n;
   p->loss = done > 0 ? metric(pg, "train_loss") : NAN;
 }
 
@@ -174,6 +203,9 @@ static void json_span(sbuf_t *b, const point_t *a, const point_t *p, double batc
   sb_num(b, "rows_synced_delayed", ok ? (p->synced_delayed - a->synced_delayed) / dd : NAN);
   sb_printf(b, ", ");
   sb_num(b, "rows_written_back", ok ? (p->written_back - a->written_back) / dd : NAN);
+  sb_printf(b, ", ");
+  double dn = p->floor_n - a->floor_n; /* a new job object (recovery) counts its floor from 0 */
+  sb_num(b, "floor_rows", a->gen == p->gen && dn > 0 ? (p->floor - a->floor) / dn : NAN);
   sb_printf(b, ", \"phases\": {");
   for (int k = 0; k < PHASE_N_STEP; k++) {
     if (k) sb_printf(b, ", ");
@@ -241,25 +273,150 @@ static void json_cache(sbuf_t *b, oracle_page_t *pg, const char *summary) {
   sb_num(b, "slots_used", metric(pg, "cache_slots_used"));
   sb_printf(b, ", ");
   sb_num(b, "slots_peak", num(summary, "slots_peak"));
-  static const char *const per_it[] = {"rows_fetched", "rows_synced", "rows_synced_delayed", "rows_written_back",
-                                       "cache_hits", "unique_keys"};
+  static const char *const per_it[] = {"rows_fetched", "rows_synced",   "rows_synced_delayed", "rows_written_back",
+                                       "cache_hits",   "unique_keys",   "floor_rows",          "floor_first_use",
+                                       "floor_shared", "floor_iterations"};
   for (size_t i = 0; i < sizeof per_it / sizeof per_it[0]; i++) {
     sb_printf(b, ", ");
     sb_num(b, per_it[i], num(summary, per_it[i]));
   }
-  sb_printf(b, ", \"per\": \"iteration, mean over the job\"}");
+  sb_printf(b, ", \"per\": \"iteration, mean over the job (the floor: over this run's iterations)\", ");
+  sb_str(b, "floor_of", "the cached tables only: a partitioned table's rows do not move through the cache");
+  sb_printf(b, "}");
+}
+
+/* The last recovery's "who" in the summary ("trainer-1", "embedding-0"),
+ * or "". */
+static void last_recovery_who(const char *summary, char *out, size_t cap) {
+  static const char pat[] = "\"who\": \"";
+  const char *p = after_key(summary, "recoveries");
+  const char *end = p ? strstr(p, "], \"recovery\"") : NULL, *last = NULL;
+  while (p && (p = strstr(p, pat)) != NULL && (!end || p < end)) {
+    last = p + strlen(pat);
+    p = last;
+  }
+  out[0] = 0;
+  if (last) snprintf(out, cap, "%.*s", (int)strcspn(last, "\""), last);
+}
+
+/* ---- checkpoints, complete or not, over the job objects */
+
+static page_ckpt_t *ckpt_find(oracle_page_t *pg, const char *id, uint32_t gen) {
+  for (size_t i = 0; i < pg->n_ck; i++)
+    if (pg->ck[i].gen == gen && !strcmp(pg->ck[i].c.id, id)) return &pg->ck[i];
+  return NULL;
+}
+
+/* What the job object j says of its checkpoints, into the page's record:
+ * one still under way when its job object ended (a recovery replaced it,
+ * or the job failed or stopped) will not complete. */
+static void ckpts_update(oracle_page_t *pg, const oracle_job_t *j, const char *summary) {
+  uint32_t gen = oracle_job_generation(j);
+  int over = oracle_job_over(j), st = oracle_job_state(j);
+  size_t n = oracle_job_checkpoints(j, pg->infos, PAGE_CKPTS);
+  char who[64];
+  last_recovery_who(summary, who, sizeof who);
+  for (size_t i = 0; i < pg->n_ck; i++) {
+    page_ckpt_t *c = &pg->ck[i];
+    if (c->state != CK_IN_PROGRESS) continue;
+    int listed = 0;
+    for (size_t k = 0; k < n && !listed; k++) listed = !strcmp(pg->infos[k].id, c->c.id);
+    if (c->gen != gen) {
+      c->state = CK_INCOMPLETE;
+      snprintf(c->note, sizeof c->note, "abandoned: the job recovered%s%s (generation %u -> %u) before it was complete",
+               who[0] ? " from the loss of " : "", who, c->gen, gen);
+    } else if (!listed) { /* completed, and already out of the job object's record (not seen complete here) */
+      c->state = CK_COMPLETE;
+      c->c.complete = 1;
+      c->c.missing[0] = 0;
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    const oracle_ckpt_info_t *in = &pg->infos[k];
+    page_ckpt_t *c = ckpt_find(pg, in->id, gen);
+    if (!c) {
+      if (pg->n_ck == PAGE_CKPTS) memmove(&pg->ck[0], &pg->ck[1], --pg->n_ck * sizeof pg->ck[0]);
+      c = &pg->ck[pg->n_ck++];
+      memset(c, 0, sizeof *c);
+    }
+    c->c = *in;
+    c->gen = gen;
+    c->note[0] = 0;
+    c->state = in->complete ? CK_COMPLETE : over ? CK_INCOMPLETE : CK_IN_PROGRESS;
+    if (c->state == CK_INCOMPLETE)
+      snprintf(c->note, sizeof c->note, "the job's run ended (%s) before it was complete: %s", oracle_state_name(st),
+               oracle_job_message(j));
+  }
+}
+
+static void json_ckpts(sbuf_t *b, const oracle_page_t *pg) {
+  sb_printf(b, "\"checkpoints\": [");
+  for (size_t i = 0; i < pg->n_ck; i++) {
+    const page_ckpt_t *c = &pg->ck[i];
+    sb_printf(b, "%s{", i ? ", " : "");
+    sb_str(b, "id", c->c.id);
+    sb_printf(b, ", \"iteration\": %llu, ", (unsigned long long)c->c.iteration);
+    sb_str(b, "state", ck_state[c->state]);
+    sb_printf(b, ", ");
+    sb_num(b, "started", c->c.started > 0 ? c->c.started : NAN);
+    sb_printf(b, ", ");
+    sb_num(b, "finished", c->c.finished > 0 ? c->c.finished : NAN);
+    sb_printf(b, ", \"generation\": %u, ", c->gen);
+    sb_str(b, "missing", c->c.missing);
+    sb_printf(b, ", ");
+    sb_str(b, "note", c->note);
+    sb_printf(b, "}");
+  }
+  sb_printf(b, "]");
+}
+
+/* ---- embedding servers' incarnations, over the job objects */
+
+/* A restart is counted once: from the job object's own count, or, across
+ * two job objects (a recovery's roll-back reads the incarnations again),
+ * from an incarnation that changed. */
+static void servers_update(oracle_page_t *pg, const oracle_job_t *j) {
+  uint32_t gen = oracle_job_generation(j);
+  uint32_t S = oracle_job_servers(j, pg->sinfo, (uint32_t)pg->n_emb);
+  for (uint32_t s = 0; s < S && s < pg->n_emb; s++) {
+    const oracle_server_info_t *in = &pg->sinfo[s];
+    page_server_t *v = &pg->srv[s];
+    if (v->gen != gen) v->gen = gen, v->job_restarts = 0;
+    uint64_t d = in->restarts > v->job_restarts ? in->restarts - v->job_restarts : 0;
+    if (!d && in->incarnation && v->inc && in->incarnation != v->inc) d = 1;
+    v->restarts += d;
+    v->job_restarts = in->restarts;
+    if (in->incarnation) v->inc = in->incarnation;
+    if (in->last_answer > v->last_answer) v->last_answer = in->last_answer;
+    v->down_since = in->down_since;
+  }
 }
 
 /* One daemon the configuration names (no heartbeat of its own reaches the
- * oracle): its role, index and address, the recoveries that lost it. */
-static void json_cfg_daemon(sbuf_t *b, const char *role, size_t i, const char *addr, const char *summary) {
+ * oracle): its role, index and address, the recoveries that lost it; an
+ * embedding server (v) its incarnation as the oracle's probe saw it. */
+static void json_cfg_daemon(sbuf_t *b, const char *role, size_t i, const char *addr, const char *summary,
+                            const page_server_t *v, double now) {
   char who[48];
   snprintf(who, sizeof who, "%s-%zu", role, i);
   sb_printf(b, ", {");
   sb_str(b, "role", role);
   sb_printf(b, ", \"rank\": %zu, ", i);
   sb_str(b, "address", addr);
-  sb_printf(b, ", \"recoveries\": %d}", recoveries_of(summary, who));
+  sb_printf(b, ", \"recoveries\": %d", recoveries_of(summary, who));
+  if (v) {
+    char inc[24] = "";
+    if (v->inc) snprintf(inc, sizeof inc, "%016llx", (unsigned long long)v->inc);
+    sb_printf(b, ", ");
+    sb_str(b, "incarnation", inc);
+    sb_printf(b, ", \"restarts\": %llu, ", (unsigned long long)v->restarts);
+    sb_num(b, "last_answer", v->last_answer > 0 ? v->last_answer : NAN);
+    sb_printf(b, ", ");
+    sb_num(b, "seconds_since_answer", v->last_answer > 0 ? now - v->last_answer : NAN);
+    sb_printf(b, ", ");
+    sb_num(b, "down_since", v->down_since > 0 ? v->down_since : NAN);
+  }
+  sb_printf(b, "}");
 }
 
 static void json_daemons(sbuf_t *b, oracle_page_t *pg, uint32_t generation, const char *address,
@@ -280,8 +437,9 @@ static void json_daemons(sbuf_t *b, oracle_page_t *pg, uint32_t generation, cons
     sb_printf(b, ", \"iteration\": %llu, \"recoveries\": %d}", (unsigned long long)m[i].iteration,
               recoveries_of(summary, who));
   }
-  for (size_t i = 0; i < pg->n_emb; i++) json_cfg_daemon(b, "embedding", i, pg->emb[i], summary);
-  for (size_t i = 0; i < pg->n_dp; i++) json_cfg_daemon(b, "dataproc", i, pg->dp[i], summary);
+  double now = clock_wall_s();
+  for (size_t i = 0; i < pg->n_emb; i++) json_cfg_daemon(b, "embedding", i, pg->emb[i], summary, &pg->srv[i], now);
+  for (size_t i = 0; i < pg->n_dp; i++) json_cfg_daemon(b, "dataproc", i, pg->dp[i], summary, NULL, now);
   sb_printf(b, "], ");
   sb_num(b, "embedding_restarts", metric(pg, "embedding_restarts_total"));
 }
@@ -293,7 +451,10 @@ void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t gene
   if (!summary) return; /* out of memory: the last snapshot stays */
   point_t p;
   point_read(pg, summary, &p);
+  p.gen = oracle_job_generation(j);
   history_add(pg, &p, oracle_job_state(j) == ORACLE_TRAINING);
+  ckpts_update(pg, j, summary);
+  servers_update(pg, j);
   sbuf_t b = {0};
   sb_printf(&b, "{\"time\": %.3f, ", p.t);
   json_job(&b, pg, j, generation, summary);
@@ -303,6 +464,8 @@ void oracle_page_refresh(oracle_page_t *pg, const oracle_job_t *j, uint32_t gene
   json_history(&b, pg, nz(num(summary, "batch_size")));
   sb_printf(&b, ", ");
   json_daemons(&b, pg, generation, address, members, n_members, summary);
+  sb_printf(&b, ", ");
+  json_ckpts(&b, pg);
   sb_printf(&b, ", \"summary\": %s}\n", summary);
   free(summary);
   if (b.oom) {
@@ -384,6 +547,12 @@ int oracle_page_create(const cfg_t *cfg, metrics_registry_t *reg, oracle_page_t 
     snprintf(err, err_len, "status page: cannot read the cluster's addresses");
     goto fail;
   }
+  if (!(pg->srv = calloc(pg->n_emb + 1, sizeof *pg->srv)) || !(pg->sinfo = calloc(pg->n_emb + 1, sizeof *pg->sinfo)) ||
+      !(pg->infos = calloc(PAGE_CKPTS, sizeof *pg->infos))) {
+    snprintf(err, err_len, "status page: out of memory");
+    rc = -ENOMEM;
+    goto fail;
+  }
   for (size_t i = 0; i < N_ROUTES; i++)
     if ((rc = metrics_http_route(reg, routes[i].path, routes[i].cb, pg)) != 0) {
       snprintf(err, err_len, "status page: cannot add the route %s: %s", routes[i].path, strerror(-rc));
@@ -407,6 +576,9 @@ void oracle_page_destroy(oracle_page_t *pg) {
   for (size_t i = 0; i < N_ACTIONS; i++) metrics_http_action(pg->reg, actions[i].path, NULL, NULL, NULL);
   cfg_list_free(pg->emb, pg->n_emb);
   cfg_list_free(pg->dp, pg->n_dp);
+  free(pg->srv);
+  free(pg->sinfo);
+  free(pg->infos);
   pthread_mutex_destroy(&pg->lock);
   free(pg->json);
   free(pg);

@@ -14,19 +14,33 @@
  * members, appends a history point, renders status.json and publishes it
  * under the page's mutex.  A request only copies the published text.
  *
- * status.json: {"time", "job": {job_id, state, message, iteration,
- * iterations, generation, samples_per_sec, eta_seconds, train_loss,
- * test_logloss, test_auc, ...}, "cache": {hit_rate, lookahead, slots_used,
- * slots_peak, cache_rows, rows per iteration fetched / synced / written
- * back, cache_hits}, "history": {"every_seconds", "points": [{t, iteration,
- * samples_per_sec, train_loss, hit_rate, rows_*, "phases": {wait, fetch,
- * ...: seconds of one iteration}}]}, "daemons": [{role, rank, address,
- * pid, alive, seconds_since_heartbeat, iteration, recoveries, ...}],
- * "summary": the job's summary (summary.json: tables and their strategies,
- * checkpoints, recoveries with their moments, evaluations)}.  The history
- * keeps at most ORACLE_PAGE_HISTORY points over the whole job: when full,
- * every other point goes and the spacing doubles.  A point holds running
- * totals, so rates over a span stay exact when points are dropped.
+ * status.json (docs/reference.md, "The status page and status.json"):
+ * {"time", "job": {job_id, state, message, iteration, iterations,
+ * generation, samples_per_sec, eta_seconds, train_loss, test_logloss,
+ * test_auc, ...}, "cache": {hit_rate, lookahead, slots_used, slots_peak,
+ * cache_rows, rows per iteration fetched / synced / written back,
+ * cache_hits, and the traffic floor: floor_rows = floor_first_use +
+ * floor_shared over floor_iterations, of the cached tables only (a
+ * partitioned table's rows do not move through the cache; plan_floor.h)},
+ * "history": {"every_seconds", "points": [{t, iteration, samples_per_sec,
+ * train_loss, hit_rate, rows_*, floor_rows, "phases": {wait, fetch, ...:
+ * seconds of one iteration}}]}, "daemons": [{role, rank, address, pid,
+ * alive, seconds_since_heartbeat, iteration, recoveries; an embedding
+ * server: incarnation, restarts, last_answer, seconds_since_answer,
+ * down_since}], "checkpoints": [{id, iteration, state: complete |
+ * in_progress | incomplete, started, finished, generation, missing,
+ * note}], "summary": the job's summary (summary.json: tables and their
+ * strategies, checkpoints, recoveries with their moments, evaluations)}.
+ * The history keeps at most ORACLE_PAGE_HISTORY points over the whole job:
+ * when full, every other point goes and the spacing doubles.  A point holds
+ * running totals, so rates over a span stay exact when points are dropped.
+ *
+ * Across job objects.  A recovery replaces the job object (a new
+ * generation) while the page stays: it keeps the checkpoints it saw
+ * (oracle_job_checkpoints; one under way when its job object ended is
+ * incomplete, with why) and each embedding server's incarnation
+ * (oracle_job_servers; a restart is counted once, from the job object's
+ * probe or from an incarnation that changed between two objects).
  */
 #ifndef CHANTER_ORACLE_PAGE_H
 #define CHANTER_ORACLE_PAGE_H

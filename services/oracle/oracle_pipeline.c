@@ -277,6 +277,35 @@ static int set_lookahead(oracle_job_t *j, uint32_t L) {
   return 0;
 }
 
+/* The traffic floor of batch x (s), decided with window L: counted into
+ * the running total and kept for report (oracle_pipeline__floor).  It only
+ * reads the plan: nothing a trainer gets depends on it.  0 or an error
+ * (said). */
+static int count_floor(oracle_job_t *j, const oracle_entry_t *s, uint32_t L) {
+  oracle_pipe_t *pp = &j->pipe;
+  double t0 = oracle_job__now();
+  uint64_t fu = 0, sh = 0;
+  int rc = plan_floor_add(&pp->floor, &s->plan, L, &fu, &sh);
+  if (rc)
+    return oracle_job__error(j, rc, "counting the traffic floor of batch %llu: %s", (unsigned long long)s->iteration,
+                             err_str(rc));
+  oracle_floor_t *f = &pp->floor_at[s->iteration % pp->n_floor];
+  ASSERT_OP(f->iteration, <=, j->report.done); /* taken (iteration + 1 <= done), or never set */
+  *f = (oracle_floor_t){.iteration = s->iteration + 1, .first_use = (uint32_t)fu, .shared = (uint32_t)sh};
+  pp->floor_secs += oracle_job__now() - t0;
+  return 0;
+}
+
+int oracle_pipeline__floor(const oracle_job_t *j, uint64_t x, uint32_t *first_use, uint32_t *shared) {
+  const oracle_pipe_t *pp = &j->pipe;
+  if (!pp->floor_at) return 0;
+  const oracle_floor_t *f = &pp->floor_at[x % pp->n_floor];
+  if (f->iteration != x + 1) return 0;
+  *first_use = f->first_use;
+  *shared = f->shared;
+  return 1;
+}
+
 /* Decides batch decide_next into its entry, with the list of slots it
  * frees.  0 or an error (said): cache_rows too small even at L = 0, out
  * of memory. */
@@ -315,6 +344,7 @@ static int decide_one(oracle_job_t *j) {
     log_warn("lookahead lowered from %u to %u at batch %llu: cache_rows=%llu is full", pp->L_now, d->lookahead,
              (unsigned long long)x, (unsigned long long)pp->cache_rows);
   pp->L_now = d->lookahead;
+  if ((rc = count_floor(j, s, d->lookahead)) != 0) return rc;
   pp->slots_used = d->slots_used;
   pp->slots_peak = cacher_slots_peak(pp->cache);
   metrics_gauge_set(j->m.lookahead, pp->L_now);
@@ -561,6 +591,13 @@ void oracle_pipeline__laia_stats(const oracle_job_t *j, laia_stats_t *ls, double
 void oracle_pipeline__end(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   release_plans(j);
+  if (pp->floor.batches) {
+    double nb = (double)pp->floor.batches;
+    log_info("traffic floor of the cached tables: rows_per_iteration=%.1f first_use=%.1f shared=%.1f over %llu "
+             "batches (window = the lookahead of each), counted in %.3f ms a batch, keys_kept=%zu",
+             plan_floor_per_iteration(&pp->floor), (double)pp->floor.first_use / nb, (double)pp->floor.shared / nb,
+             (unsigned long long)pp->floor.batches, 1e3 * pp->floor_secs / nb, u64map_count(&pp->floor.last));
+  }
   if (pp->laia) {
     laia_stats_t ls;
     double secs;
@@ -630,6 +667,13 @@ int oracle_pipeline__init(oracle_job_t *j, char *err, size_t err_len) {
     }
   }
   if (!(pp->plans = calloc(pp->n_plans, sizeof *pp->plans))) return -ENOMEM;
+  if (!j->ideal) {
+    /* decided batches run at most n_plans + window_max ahead of the iterations reported */
+    pp->n_floor = pp->n_plans + pp->window_max + 1;
+    if (!(pp->floor_at = calloc(pp->n_floor, sizeof *pp->floor_at)) || plan_floor_init(&pp->floor, 0) != 0)
+      return -ENOMEM;
+    pp->floor_open = 1;
+  }
   return 0;
 }
 
@@ -674,6 +718,8 @@ void oracle_pipeline__close(oracle_job_t *j) {
   if (!pp->open) return;
   release_plans(j);
   free(pp->plans);
+  free(pp->floor_at);
+  if (pp->floor_open) plan_floor_close(&pp->floor);
   cacher_destroy(pp->cache);
   laia_destroy(pp->laia);
   pthread_mutex_destroy(&pp->laia_mu);

@@ -15,6 +15,8 @@
  *
  * j->probe is this file's; the loop side runs on the loop thread, the
  * calls on the worker pool (they read the job's shape and embc only).
+ * What it saw of each server (incarnation, restarts, last answer) is
+ * also for the status page (oracle_job_servers).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -68,6 +70,7 @@ static void probe_done(uv_work_t *req, int status) {
     }
     uint64_t was = pr->inc[s];
     pr->inc[s] = w->inc[s];
+    pr->last_answer[s] = clock_wall_s();
     double down = pr->down_since[s] ? now - pr->down_since[s] : 0;
     pr->down_since[s] = 0;
     if (!was || was == w->inc[s]) {
@@ -75,6 +78,7 @@ static void probe_done(uv_work_t *req, int status) {
       continue;
     }
     pr->restarts++;
+    pr->restarts_of[s]++;
     metrics_counter_inc(pr->m_restarts);
     char who[32];
     snprintf(who, sizeof who, "embedding-%u", s);
@@ -120,7 +124,9 @@ int oracle_probe__init(oracle_job_t *j, metrics_registry_t *reg) {
   pr->m_restarts = metrics_counter(reg, "embedding_restarts_total", NULL,
                                    "embedding servers seen restarted (another incarnation) by the oracle's probe");
   if (!j->ckpt.enabled) return 0;
-  if (!(pr->inc = calloc(j->ckpt.S, sizeof *pr->inc)) || !(pr->down_since = calloc(j->ckpt.S, sizeof *pr->down_since)))
+  if (!(pr->inc = calloc(j->ckpt.S, sizeof *pr->inc)) || !(pr->down_since = calloc(j->ckpt.S, sizeof *pr->down_since)) ||
+      !(pr->last_answer = calloc(j->ckpt.S, sizeof *pr->last_answer)) ||
+      !(pr->restarts_of = calloc(j->ckpt.S, sizeof *pr->restarts_of)))
     return -ENOMEM;
   uv_timer_init(j->loop, &pr->timer);
   pr->timer.data = j;
@@ -149,9 +155,25 @@ void oracle_probe__baseline(oracle_job_t *j, const uint64_t *incs, uint32_t n) {
     if (incs[s]) j->probe.inc[s] = incs[s];
 }
 
+uint32_t oracle_job_servers(const oracle_job_t *j, oracle_server_info_t *out, uint32_t max) {
+  const oracle_probe_t *pr = &j->probe;
+  uint32_t S = pr->inc ? j->ckpt.S : 0;
+  double now = oracle_job__now(), wall = clock_wall_s();
+  for (uint32_t s = 0; s < S && s < max; s++)
+    out[s] = (oracle_server_info_t){.incarnation = pr->inc[s],
+                                    .restarts = pr->restarts_of[s],
+                                    .last_answer = pr->last_answer[s],
+                                    .down_since = pr->down_since[s] ? wall - (now - pr->down_since[s]) : 0};
+  return S;
+}
+
 void oracle_probe__free(oracle_job_t *j) {
   free(j->probe.inc);
   free(j->probe.down_since);
+  free(j->probe.last_answer);
+  free(j->probe.restarts_of);
   j->probe.inc = NULL;
   j->probe.down_since = NULL;
+  j->probe.last_answer = NULL;
+  j->probe.restarts_of = NULL;
 }

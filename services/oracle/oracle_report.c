@@ -94,6 +94,14 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
   rp->sum_rows_replicated += (double)a->rows_replicated;
   rp->sum_rows_written_back += (double)a->rows_written_back;
   rp->sum_cache_hits += (double)a->cache_hits;
+  uint32_t fu, sh;
+  if ((a->floor_known = oracle_pipeline__floor(j, rp->done, &fu, &sh)) != 0) {
+    a->floor_rows = (uint64_t)fu + sh;
+    rp->sum_floor_first_use += fu;
+    rp->sum_floor_shared += sh;
+    rp->floor_n++;
+    metrics_counter_add(j->m.floor_rows, a->floor_rows);
+  }
   for (int k = 0; k < PHASE_N_REPORT; k++) rp->sum_t[k] += a->t[k] / j->P;
   if (rp->done == rp->start) { /* (a resumed job keeps iteration 0's; its own start is in first_iteration_seconds) */
     if (rp->start == 0)
@@ -453,6 +461,20 @@ static void summary_rows(sbuf_t *sb, const oracle_job_t *j, double n) {
   sb_num(sb, "rows_written_back", n > 0 ? rp->sum_rows_written_back / n : 0);
   sb_printf(sb, ", ");
   sb_num(sb, "cache_hits", n > 0 ? rp->sum_cache_hits / n : 0);
+  /* the floor (plan_floor.h) of the same iterations, as far as this run saw them: null in mode ideal */
+  double fn = (double)rp->floor_n;
+  sb_printf(sb, ", ");
+  sb_num(sb, "floor_rows", fn > 0 ? (rp->sum_floor_first_use + rp->sum_floor_shared) / fn : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "floor_first_use", fn > 0 ? rp->sum_floor_first_use / fn : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "floor_shared", fn > 0 ? rp->sum_floor_shared / fn : NAN);
+  sb_printf(sb, ", \"floor_iterations\": %llu, ", (unsigned long long)rp->floor_n);
+  sb_str(sb, "floor_definition",
+         "per iteration, over this run's iterations (since the start, a resume or the last recovery), the cached "
+         "tables only (a partitioned table's rows do not move through the cache): the distinct keys no trainer "
+         "used in the L batches before (fetched from the servers and written back, whatever the cache) plus the "
+         "keys two or more trainers use in the batch (synchronized); L = the lookahead each batch was decided with");
   sb_printf(sb, ", \"phase_seconds\": {");
   for (int k = 0; k < PHASE_N_REPORT; k++) {
     if (k) sb_printf(sb, ", ");

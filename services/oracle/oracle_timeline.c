@@ -9,7 +9,11 @@
  *   "iter"        at most twice a second, and for the last iteration: the
  *                 iteration count, samples/s and the mean loss, phase
  *                 milliseconds and rows moved per iteration since the
- *                 line before, the lookahead L and the slots in use;
+ *                 line before, with the traffic floor of the same
+ *                 iterations (rows.floor: the cached tables' rows first
+ *                 used in their window plus those shared, plan_floor.h;
+ *                 absent in mode ideal), the lookahead L and the slots
+ *                 in use;
  *   "eval"        an evaluation round: after_iteration, auc, logloss;
  *   "checkpoint"  a complete checkpoint: its id, iteration, total seconds;
  *   "state"       the job's state as it is reported (oracle_state_name),
@@ -69,6 +73,7 @@ void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double l
   rp->tl_rows[1] += (double)a->rows_synced + (double)a->rows_synced_delayed;
   rp->tl_rows[2] += (double)a->rows_written_back;
   rp->tl_rows[3] += (double)a->cache_hits;
+  if (a->floor_known) rp->tl_floor += (double)a->floor_rows, rp->tl_floor_n++;
   if (now - rp->tl_t < TIMELINE_EVERY_S && rp->done != j->iterations) return;
   double n = (double)rp->tl_n, span = now - rp->tl_t;
   head(j, "iter");
@@ -77,16 +82,18 @@ void oracle_timeline__iteration(oracle_job_t *j, const oracle_agg_t *a, double l
   for (int k = 0; k < PHASE_N_REPORT; k++)
     fprintf(rp->tl, "%s\"%s\": %.4f", k ? ", " : "", phase_name(k), 1e3 * rp->tl_phase[k] / n);
   fprintf(rp->tl,
-          "}, \"rows\": {\"fetched\": %.1f, \"synced\": %.1f, \"written_back\": %.1f, \"cache_hits\": %.1f}, "
-          "\"lookahead\": %u, \"slots_used\": %" PRIu64,
-          rp->tl_rows[0] / n, rp->tl_rows[1] / n, rp->tl_rows[2] / n, rp->tl_rows[3] / n, j->pipe.L_now,
-          (uint64_t)j->pipe.slots_used);
+          "}, \"rows\": {\"fetched\": %.1f, \"synced\": %.1f, \"written_back\": %.1f, \"cache_hits\": %.1f",
+          rp->tl_rows[0] / n, rp->tl_rows[1] / n, rp->tl_rows[2] / n, rp->tl_rows[3] / n);
+  if (rp->tl_floor_n) fprintf(rp->tl, ", \"floor\": %.1f", rp->tl_floor / (double)rp->tl_floor_n);
+  fprintf(rp->tl, "}, \"lookahead\": %u, \"slots_used\": %" PRIu64, j->pipe.L_now, (uint64_t)j->pipe.slots_used);
   tail(j);
   rp->tl_t = now;
   rp->tl_n = 0;
   rp->tl_loss = 0;
   memset(rp->tl_phase, 0, sizeof rp->tl_phase);
   memset(rp->tl_rows, 0, sizeof rp->tl_rows);
+  rp->tl_floor = 0;
+  rp->tl_floor_n = 0;
 }
 
 void oracle_timeline__eval(oracle_job_t *j, uint64_t after, double auc, double logloss) {

@@ -19,8 +19,8 @@
 #     > 0, the loss and AUC lie in range, every phase has its time (total
 #     and forward > 0), the cache
 #     hit rate is in (0, 1], rows are fetched, written back and
-#     synchronized, a checkpoint is counted, the job state goes training
-#     then done;
+#     synchronized, the traffic floor rises (the tables are cached), a
+#     checkpoint is counted, the job state goes training then done;
 #   - a drill (`chanter drill kill-trainer`, its cluster scraped as job
 #     chanter-drill after a configuration reload) passes, and Prometheus
 #     saw it: chanter_oracle_recoveries_total{kind="trainer"} >= 1, and the
@@ -196,7 +196,7 @@ phases = {json.loads(k).get("phase"): max([v for v in vs if not math.isnan(v)] o
 say(len(phases) >= 8 and phases.get("total", 0) > 0 and phases.get("forward", 0) > 0, "time per iteration by phase: %d phases, total %.4f s" % (len(phases), phases.get("total", 0)))
 hit = [v for v in vals('sum(rate(chanter_trainer_cache_hits_total{job="chanter"}[5s])) / (sum(rate(chanter_trainer_cache_hits_total{job="chanter"}[5s])) + sum(rate(chanter_trainer_rows_fetched_total{job="chanter"}[5s])))')]
 say(hit and all(0 <= v <= 1 for v in hit) and max(hit) > 0, "cache hit rate in (0, 1] (max %.2f)" % max(hit or [0]))
-for m in ("rows_fetched_total", "rows_written_back_total", "rows_synced_total"):
+for m in ("rows_fetched_total", "rows_written_back_total", "rows_synced_total", "floor_rows_total"):
     r = vals('sum(rate(chanter_oracle_%s{job="chanter"}[5s]))' % m)
     say(r and max(r) > 0, "chanter_oracle_%s rises (max %.0f rows/s)" % (m, max(r or [0])))
 cp = vals('chanter_oracle_checkpoints_total{job="chanter"}')

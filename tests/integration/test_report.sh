@@ -11,7 +11,9 @@
 #     they were drawn from and index.html with the four SVGs inline and the
 #     summary's job id and digest;
 #   - the data match summary.json: the last iteration, the evaluations'
-#     AUC, the checkpoints, the recovery marked;
+#     AUC, the checkpoints, the recovery marked, the traffic floor (the
+#     tables cached: over the last run's lines, the summary's floor_rows;
+#     the floor drawn on the traffic plot);
 #   - a job without oracle.state_dir gets one line saying why there is no
 #     timeline; --out writes elsewhere.
 # Skipped with one line without gnuplot (tools/install-deps.sh installs it).
@@ -24,7 +26,8 @@ if ! command -v gnuplot >/dev/null; then
 fi
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=400 eval_every=100 checkpoint_every=100
+# (the tables cached: table_strategy = auto may partition them, and a partitioned table has no floor)
+job_preamble "$JOB" iterations=400 eval_every=100 checkpoint_every=100 table_strategy=cache
 C drill kill-trainer --at 150 --workdir "$WORK/d" >"$WORK/drill.out" 2>&1
 expect_rc $? "the drill (kill -9 of a trainer at iteration 150) passes: $(grep -E '^(PASS|FAIL)' "$WORK/drill.out")"
 
@@ -62,14 +65,27 @@ html = open(os.path.join(r, "index.html")).read()
 assert s["job_id"] in html and s["digest"] in html
 assert html.count("<svg") == 4
 rows = [l.split("\t") for l in open(os.path.join(r, "iter.tsv"))]
-assert int(rows[-1][1]) == s["iterations"] and len(rows[0]) == 15
+assert int(rows[-1][1]) == s["iterations"] and len(rows[0]) == 16
+# the floor: every line has one; the last run's lines (from its start_iteration), weighted by their
+# iterations, give the summary's floor_rows (each line rounded to 0.1)
+assert all(float(l[15]) > 0 for l in rows), [l[15] for l in rows[:3]]
+tl_iter = [json.loads(l) for l in open(os.path.join(os.path.dirname(r), "oracle", "timeline.jsonl"))]
+gen = max(l["generation"] for l in tl_iter)
+last = [l for l in tl_iter if l["kind"] == "iter" and l["generation"] == gen]
+prev, tot = s["start_iteration"], 0.0
+for l in last:
+    tot += l["rows"]["floor"] * (l["iteration"] - prev)
+    prev = l["iteration"]
+n = s["iterations"] - s["start_iteration"]
+assert s["floor_iterations"] == n and abs(tot / n - s["floor_rows"]) < 0.06, (tot / n, s["floor_rows"], n)
+assert "floor (cached tables)" in open(os.path.join(r, "traffic.svg")).read()
 ev = [l.split("\t") for l in open(os.path.join(r, "eval.tsv"))]
 assert abs(float(ev[-1][2]) - s["test_auc"]) < 1e-6
 marks = [l.rstrip("\n").split("\t")[1] for l in open(os.path.join(r, "marks.tsv"))]
 tl = [json.loads(l) for l in open(os.path.join(os.path.dirname(r), "oracle", "timeline.jsonl"))]
 assert "recovering" in marks and marks.count("checkpoint") == sum(l["kind"] == "checkpoint" for l in tl) >= 1, marks
 PY
-expect "the report: four plots as real PNG and well-formed SVG, index.html with them inline and the job's id and digest, data that match summary.json (last iteration, AUC, checkpoints, the recovery)"
+expect "the report: four plots as real PNG and well-formed SVG, index.html with them inline and the job's id and digest, data that match summary.json (last iteration, AUC, checkpoints, the recovery, the traffic floor on the traffic plot)"
 
 "$CHANTER" report --workdir "$D" --out "$WORK/elsewhere" >/dev/null 2>&1 && [ -s "$WORK/elsewhere/index.html" ] && [ ! -e "$WORK/elsewhere/../d/drill/elsewhere" ]
 expect "--out puts the report where it says"

@@ -17,14 +17,24 @@
 #     trainer 1 killed (kill -9) past the first checkpoint: once the
 #     supervisor restarted it and the oracle recovered, /status.json lists
 #     the recovery (who, when, its moments), trainer 1's new pid, one
-#     recovery on the trainer it names, and a new generation;
+#     recovery on the trainer it names, and a new generation; every
+#     embedding server's incarnation (hex) and a probe answer seconds ago;
+#     embedding server 1 killed (kill -9): once the supervisor restarted
+#     it, /status.json shows it with another incarnation and one restart
+#     (the job recovers from its loss: sync_writes = false);
 #   - after it: state done at the last iteration, and the JSON agrees with
 #     summary.json (job id, iterations, test AUC and logloss, the tables and
 #     their strategies, the checkpoints, the evaluations, the recovery), the history's
-#     last point is the last iteration and every point has the phases;
+#     last point is the last iteration and every point has the phases; the
+#     traffic floor of the cached tables is > 0 beside the rows fetched (the
+#     summary's, and on the history's points); the checkpoints listed, each
+#     complete, in progress or incomplete (then with what is missing and
+#     why), the summary's last one complete with its start and end;
 #   - when chromium is installed: the page opened headless (after its JS
 #     ran) shows the state and iteration that /status.json shows, during
-#     and after training, and the recovery; its screenshot is kept in $WORK
+#     and after training, and the recovery, the floor and the rows fetched
+#     (as /status.json has them), the last checkpoint complete, the
+#     restarted server's incarnation; its screenshot is kept in $WORK
 #     (with CHANTER_UPDATE_DOCS=1 also copied to docs/status-page.png)
 #     (skipped, one line, without chromium);
 #   - metrics.tls = true: the page and /metrics over HTTPS with the
@@ -169,6 +179,28 @@ assert t[int(r[0]["who"][-1])]["recoveries"] == 1 and t[1]["pid"] != int(sys.arg
 assert d["job"]["state"] == "training", d["job"]
 PY
 expect_rc $? "trainer-1 killed at iteration $(sj "d['summary']['recoveries'][0]['iterations_done']"): /status.json lists the recovery with its moments (resumed after $(sj "d['summary']['recoveries'][0]['resumed_s']") s), trainer 1's new pid and its recovery, generation $GEN0 -> $(sj "d['job']['generation']"), training again"
+
+# embedding server 1 killed: the supervisor restarts it (another incarnation),
+# the oracle's probe sees it and the job recovers (sync_writes = false)
+# emb EXPR: a Python expression of e, embedding server 1 in $WORK/s.json
+emb() { sj "[x for x in d['daemons'] if x['role'] == 'embedding' and x['rank'] == 1][0]$1"; }
+incs_known() {
+  get /status.json "$WORK/s.json" >/dev/null 2>&1 &&
+    [ "$(sj "all(len(x['incarnation']) == 16 and x['seconds_since_answer'] < 10 for x in d['daemons'] if x['role'] == 'embedding')")" = True ]
+}
+until_ok 100 incs_known
+expect_rc $? "every embedding server has its incarnation on /status.json (server 1: $(emb "['incarnation']"), $(emb "['restarts']") restarts, answered the probe $(emb "['seconds_since_answer']") s ago)"
+INC0=$(emb "['incarnation']")
+GEN1=$(sj "d['job']['generation']")
+kill -9 "$(pid_of "$W" embedding-1)"
+inc_changed() {
+  get /status.json "$WORK/s.json" >/dev/null 2>&1 &&
+    [ "$(sj "[x['incarnation'] not in ('', '$INC0') and x['restarts'] == 1 and x['seconds_since_answer'] < 10 for x in d['daemons'] if x['role'] == 'embedding' and x['rank'] == 1][0]")" = True ] &&
+    [ "$(sj "d['job']['state'] == 'training' and d['job']['generation'] != $GEN1")" = True ]
+}
+until_ok 600 inc_changed
+expect_rc $? "embedding server 1 killed: /status.json shows it restarted, incarnation $INC0 -> $(emb "['incarnation']"), $(emb "['restarts']") restart, answering the probe again, and the job training again (generation $GEN1 -> $(sj "d['job']['generation']"), recovered from the loss of $(sj "d['summary']['recoveries'][-1]['who']"))"
+INC1=$(emb "['incarnation']")
 sleep 1
 get /status.json "$WORK/s.json" >/dev/null
 before=$(sj "d['job']['iteration']")
@@ -203,8 +235,23 @@ pts = d["history"]["points"]
 assert 2 <= len(pts) <= d["history"]["max_points"] and pts[-1]["iteration"] == 2000, pts[-3:]
 assert all(p2["t"] > p1["t"] for p1, p2 in zip(pts, pts[1:])), "history not in time order"
 assert any(p["phases"]["total"] and p["phases"]["total"] > 0 for p in pts), pts
+c = d["cache"]
+assert c["floor_rows"] > 0 and c["rows_fetched"] >= 0 and c["floor_rows"] == s["floor_rows"], (c, s["floor_rows"])
+assert abs(c["floor_first_use"] + c["floor_shared"] - c["floor_rows"]) < 1e-6 * c["floor_rows"], c
+assert 0 < c["floor_iterations"] <= 2000 and "cached tables only" in c["floor_of"], c
+assert any(p["floor_rows"] and p["floor_rows"] > 0 for p in pts), [p["floor_rows"] for p in pts]
+ck = d["checkpoints"]
+assert ck and all(k["state"] in ("complete", "in_progress", "incomplete") for k in ck), ck
+assert all(k["missing"] and k["note"] for k in ck if k["state"] == "incomplete"), ck
+assert all(not k["missing"] and k["started"] <= k["finished"] for k in ck if k["state"] == "complete" and k["finished"]), ck
+last = [k for k in ck if k["id"] == s["checkpoint"]["id"] and k["state"] == "complete"]
+assert last and last[-1]["iteration"] == s["checkpoint"]["iteration"] and last[-1]["started"] > 0 and last[-1]["finished"] > 0, (ck, s["checkpoint"])
+assert not [k for k in ck if k["state"] == "in_progress"], ck
 PY
-expect "after the job /status.json agrees with summary.json (job id, 2000 iterations, test AUC, tables, checkpoints, evaluations) and its history ends at the last iteration"
+expect "after the job /status.json agrees with summary.json (job id, 2000 iterations, test AUC, tables, checkpoints, evaluations, the traffic floor) and its history ends at the last iteration"
+n_ck() { sj "'%d complete, %d incomplete' % (sum(k['state'] == 'complete' for k in d['checkpoints']), sum(k['state'] == 'incomplete' for k in d['checkpoints']))"; }
+echo "# after the job: floor $(sj "round(d['cache']['floor_rows'], 1)") rows per iteration (cached tables) beside $(sj "round(d['cache']['rows_fetched'], 1)") fetched; checkpoints listed: $(n_ck); embedding server 1: incarnation $(emb "['incarnation']"), $(emb "['restarts']") restart"
+sj "'\n'.join('#   incomplete: %s after iteration %d: missing %s; %s' % (k['id'], k['iteration'], k['missing'], k['note']) for k in d['checkpoints'] if k['state'] == 'incomplete')"
 
 if [ -n "$CHROMIUM" ]; then
   rendered after
@@ -214,6 +261,19 @@ if [ -n "$CHROMIUM" ]; then
     grep -Eq '<td>trainer-[01]</td>' "$WORK/after.dom"
   rc=$?
   expect_rc $rc "the page in headless chromium after the job shows state $st, iteration $it / $its, job $JOB_ID, its charts and the recovery (screenshot $WORK/after.png)"
+  # the floor and the rows fetched as the page formats them (fmt: 1234 -> 1234, 12345 -> 12.3k)
+  $PY - "$WORK/s.json" "$(dom after floor_rows)" "$(dom after rows_fetched)" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); c = d["cache"]
+def val(t):
+    return float(t[:-1]) * 1e3 if t.endswith("k") else float(t[:-1]) * 1e6 if t.endswith("M") else float(t)
+for k, t in (("floor_rows", sys.argv[2]), ("rows_fetched", sys.argv[3])):
+    assert abs(val(t) - c[k]) <= max(0.5, 0.006 * c[k]), (k, t, c[k])
+PY
+  expect_rc $? "the page shows the traffic floor $(dom after floor_rows) beside the rows fetched $(dom after rows_fetched) per iteration, as /status.json has them"
+  grep -q "<td>$(sj "d['summary']['checkpoint']['id']")</td><td class=\"num\">[0-9]*</td><td class=\"alive\">complete</td>" "$WORK/after.dom" &&
+    grep -q "<td>$INC1</td>" "$WORK/after.dom" && grep -q 'stroke-dasharray' "$WORK/after.dom"
+  expect_rc $? "the page lists the last checkpoint complete, embedding server 1's new incarnation $INC1, and draws the floor (dashed)"
   [ $rc -eq 0 ] || tail -5 "$WORK/after.chromium.log" | sed 's/^/#   /'
   # CHANTER_UPDATE_DOCS=1 refreshes the README's screenshot; otherwise the test leaves the tree as it was
   if [ "${CHANTER_UPDATE_DOCS:-0}" = 1 ] && [ -s "$WORK/after.png" ]; then cp "$WORK/after.png" "$ROOT/docs/status-page.png"; fi

@@ -16,7 +16,10 @@
  *                         state changes (recoveries) marked
  *   phases.{png,svg}      one iteration's time by phase (stacked), per iteration
  *   traffic.{png,svg}     rows fetched, synchronized, written back and cache
- *                         hits per iteration
+ *                         hits per iteration, against the traffic floor of
+ *                         the cached tables (the timeline's rows.floor: the
+ *                         rows a perfect cache of the last L batches still
+ *                         moves; absent in mode ideal)
  *   index.html            the job's figures and the four SVGs inline
  *   *.tsv, report.gp      the data and the gnuplot script that drew them
  *
@@ -44,7 +47,7 @@ static const char *const PHASES[] = {"wait", "fetch", "forward", "backward", "al
 typedef struct report_s {
   FILE *iter, *eval, *marks;
   double t0;
-  int n_iter, n_eval, n_marks;
+  int n_iter, n_eval, n_marks, n_floor; /* n_floor: iteration lines with a floor */
   double mark_t[MAX_MARKS];
   char mark_what[MAX_MARKS][32];
   char last_state[32];
@@ -82,7 +85,13 @@ static void take_line(report_t *r, const char *line, const char *job) {
       json_get_num(line, rows[k], &n);
       fprintf(r->iter, "\t%.1f", n);
     }
-    fputc('\n', r->iter);
+    double fl;
+    if (!json_get_num(line, "floor", &fl)) {
+      fprintf(r->iter, "\t%.1f\n", fl);
+      r->n_floor++;
+    } else {
+      fprintf(r->iter, "\tNaN\n"); /* mode ideal, or a timeline older than the floor */
+    }
     r->n_iter++;
   } else if (!strcmp(kind, "eval")) {
     if (json_get_num(line, "after_iteration", &v[0]) || json_get_num(line, "auc", &v[1]) ||
@@ -144,12 +153,15 @@ static void write_script(FILE *f, const report_t *r) {
       for (int q = 0; q <= p; q++) fprintf(f, "+$%d", 5 + q);
       fprintf(f, ") with filledcurves x1 fc rgb '%s' title '%s'%s", colors[p], PHASES[p], p ? ", " : "\n");
     }
-    /* rows moved */
-    fprintf(f, "set output 'traffic.%s'\nset title 'Rows per iteration'\nset xlabel 'iteration'\nset ylabel 'rows'\n"
+    /* rows moved, against the floor */
+    fprintf(f, "set output 'traffic.%s'\nset title 'Rows per iteration against the traffic floor'\n"
+               "set xlabel 'iteration'\nset ylabel 'rows'\n"
                "plot 'iter.tsv' every ::1 using 2:12 with lines title 'fetched', '' every ::1 using 2:13 with lines title "
                "'synchronized', '' every ::1 using 2:14 with lines title 'written back', '' every ::1 using 2:15 with "
-               "lines title 'cache hits'\n",
-            ext);
+               "lines title 'cache hits'%s\n",
+            ext,
+            r->n_floor ? ", '' every ::1 using 2:16 with lines dt 2 lw 2 lc rgb 'black' title 'floor (cached tables)'"
+                       : "");
   }
 }
 
@@ -187,7 +199,8 @@ static int write_html(const char *dir, const char *job, const char *summary) {
              "h2{margin-top:1.5em}</style></head><body>\n<h1>chanter job %s</h1>\n<table>\n",
           e, e);
   static const char *const keys[] = {"state", "iterations", "samples_per_sec", "steady_samples_per_sec", "test_auc",
-                                     "test_logloss", "train_logloss", "train_seconds", "checkpoints", "digest"};
+                                     "test_logloss", "train_logloss", "train_seconds", "checkpoints", "rows_fetched",
+                                     "floor_rows", "digest"};
   for (size_t k = 0; summary && k < sizeof keys / sizeof keys[0]; k++) {
     char s[256];
     double v;
@@ -198,7 +211,7 @@ static int write_html(const char *dir, const char *job, const char *summary) {
   static const char *const plots[][2] = {{"loss", "Loss and AUC"},
                                          {"throughput", "Samples per second, checkpoints and recoveries"},
                                          {"phases", "One iteration by phase"},
-                                         {"traffic", "Rows moved per iteration"}};
+                                         {"traffic", "Rows moved per iteration, against the floor"}};
   for (size_t k = 0; k < 4; k++) {
     char p[4600], *svg = NULL;
     snprintf(p, sizeof p, "%s/%s.svg", dir, plots[k][0]);
