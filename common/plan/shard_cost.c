@@ -213,6 +213,11 @@ double shard_net_rho(const shard_net_t *n, const double *s, double *z, double *a
 
 int shard_cost_has(const shard_cost_t *m, int kind) { return m && kind >= 0 && kind < SHARD_KINDS && m->net[kind].present; }
 const char *shard_cost_label(const shard_cost_t *m) { return m->label; }
+void shard_cost_set_label(shard_cost_t *m, const char *label) {
+  snprintf(m->label, sizeof m->label, "%s", label);
+  for (char *c = m->label; *c; c++)
+    if (*c == '\n' || *c == '\r') *c = ' ';
+}
 uint32_t shard_cost_width(const shard_cost_t *m, int kind) { return shard_cost_has(m, kind) ? m->net[kind].e : 0; }
 
 void shard_cost_embed(const shard_cost_t *m, int kind, const shard_table_t *t, uint32_t batch, double *rep) {

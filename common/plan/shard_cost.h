@@ -129,6 +129,8 @@ void shard_cost_destroy(shard_cost_t *m);
 /* Whether m has parameters for kind; its label line. */
 int shard_cost_has(const shard_cost_t *m, int kind);
 const char *shard_cost_label(const shard_cost_t *m);
+/* Replaces the label (one line: newlines become blanks; cut at 511 bytes). */
+void shard_cost_set_label(shard_cost_t *m, const char *label);
 
 /* The predicted cost in microseconds of the n tables t[] together on one
  * device of kind at global batch `batch`: 0 for n = 0; NAN when m has no

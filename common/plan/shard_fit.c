@@ -10,6 +10,7 @@
 
 #include "err.h"
 #include "fsio.h"
+#include "sbuf.h"
 #include "shard_cost_internal.h"
 #include "shard_fit.h"
 
@@ -449,7 +450,7 @@ static void fit_free(fit_t *f) {
 }
 
 /* Adam over seeded minibatches of the fitted sets. */
-static void fit_train(fit_t *f, uint32_t steps, double lr0, uint64_t seed) {
+static void fit_train(fit_t *f, uint32_t steps, double lr0, double wd, uint64_t seed) {
   shard_net_t *n = f->net;
   size_t P = shard_net_size(n), nb = f->nsets < MINIBATCH ? f->nsets : MINIBATCH, pos = f->nsets;
   size_t *order = malloc(f->nsets * sizeof *order);
@@ -475,7 +476,7 @@ static void fit_train(fit_t *f, uint32_t steps, double lr0, uint64_t seed) {
     for (size_t i = 0; i < P; i++) {
       f->m[i] = b1 * f->m[i] + (1 - b1) * f->grad[i];
       f->v[i] = b2 * f->v[i] + (1 - b2) * f->grad[i] * f->grad[i];
-      n->p[i] -= lr * (f->m[i] / (1 - b1t)) / (sqrt(f->v[i] / (1 - b2t)) + eps);
+      n->p[i] -= lr * ((f->m[i] / (1 - b1t)) / (sqrt(f->v[i] / (1 - b2t)) + eps) + wd * n->p[i]);
     }
   }
   free(order);
@@ -555,7 +556,7 @@ int shard_fit(const shard_data_t *d, const shard_fit_opts_t *o, shard_cost_t **o
     }
     net_init(n, o->seed + 1000003u * (uint64_t)(k + 1));
     fit_t f = {.net = n};
-    if ((rc = fit_prepare(&f, d, k, held)) == 0) fit_train(&f, steps, lr, o->seed + (uint64_t)k);
+    if ((rc = fit_prepare(&f, d, k, held)) == 0) fit_train(&f, steps, lr, o->wd > 0 ? o->wd : fmin(0.1, 8.0 / (double)f.nsets), o->seed + (uint64_t)k);
     fit_free(&f);
     if (rc) {
       rc = err_set(err, err_len, rc, "out of memory fitting the %s sets", shard_kind_name(k));
@@ -588,4 +589,50 @@ out:
   if (rc) shard_cost_destroy(m), m = NULL;
   *out = m;
   return rc;
+}
+
+/* ---- a synthetic dataset */
+
+void shard_fit_draw_table(uint64_t *s, shard_table_t *t) {
+  static const uint32_t dims[] = {8, 16, 32, 64, 128};
+  static const double alphas[] = {0, 0.6, 0.9, 1.05, 1.2};
+  t->rows = (uint64_t)exp(log(1e3) + rng_unif(s) * (log(1e7) - log(1e3)));
+  t->dim = dims[rng_next(s) % 5];
+  t->hotness = (double)(1 + rng_next(s) % 40);
+  t->alpha = alphas[rng_next(s) % 5];
+  t->opt = (int)(rng_next(s) % 2);
+}
+
+double shard_fit_synthetic_cost(int kind, const shard_table_t *t, uint32_t n, uint32_t batch) {
+  double work = 0, touched = 0, mx = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    double st = t[i].opt == SHARD_OPT_ADAGRAD ? 2 : 1, dist = shard_cost_distinct(t[i].rows, t[i].alpha, batch * t[i].hotness);
+    work += 3 + 1e-3 * batch * t[i].hotness * t[i].dim + 4e-3 * dist * t[i].dim * st;
+    touched += dist * t[i].dim * 4 * st;
+    mx = fmax(mx, dist * t[i].dim * st);
+  }
+  if (kind == SHARD_KIND_TRAINER) return 10 + work * (1 + 0.8 * fmax(0, log2(touched / (8 << 20))));
+  return 30 + 2e-3 * touched + 6e-3 * mx;
+}
+
+char *shard_fit_synthetic_text(size_t n_trainer, size_t n_server, uint64_t seed) {
+  sbuf_t b = {0};
+  uint64_t s = seed;
+  sb_printf(&b, "# chanter bench tables v1\n# cpu: none (synthetic costs: shard_fit_synthetic_cost)\n");
+  for (size_t i = 0; i < n_trainer + n_server; i++) {
+    int kind = i < n_trainer ? SHARD_KIND_TRAINER : SHARD_KIND_SERVER;
+    uint32_t n = 1 + (uint32_t)(rng_next(&s) % 8), batch = rng_next(&s) % 2 ? 4096 : 1024;
+    shard_table_t t[8];
+    for (uint32_t j = 0; j < n; j++) shard_fit_draw_table(&s, &t[j]);
+    double c = shard_fit_synthetic_cost(kind, t, n, batch) * (1 + 0.04 * (rng_unif(&s) - 0.5));
+    sb_printf(&b, "%s %u %.6g %u", shard_kind_name(kind), batch, c, n);
+    for (uint32_t j = 0; j < n; j++)
+      sb_printf(&b, " %llu %u %g %g %s", (unsigned long long)t[j].rows, t[j].dim, t[j].hotness, t[j].alpha, shard_opt_name(t[j].opt));
+    sb_printf(&b, "\n");
+  }
+  if (b.oom) {
+    free(b.s);
+    return NULL;
+  }
+  return b.s;
 }

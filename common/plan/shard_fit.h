@@ -17,7 +17,8 @@
  * by a seeded shuffle (a fixed fraction, the same split for the same seed
  * and data), the features standardized over the fitted sets' tables, and
  * the network trained with Adam on the squared error of the log cost
- * (minibatches of 32 sets in a seeded order, a cosine learning rate).
+ * (minibatches of 32 sets in a seeded order, a cosine learning rate,
+ * decoupled weight decay: AdamW).
  * Everything runs in one thread in a fixed order: the same data, options
  * and seed give the same bits.  A plain additive baseline -- each table's
  * cost linear in its work terms (a constant, draws x dim, distinct rows x
@@ -63,6 +64,8 @@ typedef struct shard_fit_opts_s {
   uint32_t steps;   /* Adam steps per kind (0: 6000) */
   uint32_t h1, e, h2; /* sizes (0: 16, 8, 16) */
   double lr;        /* initial learning rate (0: 0.01) */
+  double wd;        /* decoupled weight decay (AdamW), times lr (0: min(0.1, 8 / fitted sets): the
+                       fewer the sets, the more a network of this size must be held back) */
   const char *label; /* the model's label line (NULL: one is composed without a date) */
 } shard_fit_opts_t;
 
@@ -96,6 +99,20 @@ void shard_fit_errors(const shard_cost_t *m, const shard_data_t *d, int kind, co
 /* The held-out flags shard_fit uses for d, holdout and seed: held[i] = 1
  * for a held-out set (held has d->n entries). */
 void shard_fit_split(const shard_data_t *d, double holdout, uint64_t seed, uint8_t *held);
+
+/* A synthetic dataset, for tests and for a benchmark with no fitted model:
+ * a cost that is a known NON-additive function of the sets' tables
+ * (shard_fit_synthetic_cost: trainer, 10 us + the tables' work terms x (1 +
+ * 0.8 log2 of how far the rows a batch touches exceed 8 MiB), a
+ * cache-capacity effect; server, 30 us + bytes touched + a max over the
+ * tables), +-2% of noise.  n_trainer then n_server sets of 1 to 8 tables
+ * drawn by shard_fit_draw_table (rows 1e3..1e7 log-uniform, dim 8..128,
+ * hotness 1..40, alpha 0..1.2, sgd or adagrad), batch 1024 or 4096, from
+ * the seed.  The text of a dataset file (malloc'd; NULL when out of
+ * memory). */
+char *shard_fit_synthetic_text(size_t n_trainer, size_t n_server, uint64_t seed);
+double shard_fit_synthetic_cost(int kind, const shard_table_t *t, uint32_t n, uint32_t batch);
+void shard_fit_draw_table(uint64_t *s, shard_table_t *t);
 
 /* For tests: the largest relative difference between the fit's analytic
  * gradient and central finite differences, over every parameter of a

@@ -38,14 +38,6 @@
 #include "strategy.h"
 #include "testutil.h"
 
-static uint64_t rng(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-static double unif(uint64_t *s) { return (double)(rng(s) >> 11) * 0x1.0p-53; }
-
 /* ---- the dataset parser */
 
 static void expect_data_err(const char *text, const char *want1, const char *want2) {
@@ -128,49 +120,8 @@ static void test_features(void **state) {
 
 /* ---- the synthetic dataset: a known non-additive cost */
 
-static void draw_table(uint64_t *s, shard_table_t *t) {
-  static const uint32_t dims[] = {8, 16, 32, 64, 128};
-  static const double alphas[] = {0, 0.6, 0.9, 1.05, 1.2};
-  t->rows = (uint64_t)exp(log(1e3) + unif(s) * (log(1e7) - log(1e3)));
-  t->dim = dims[rng(s) % 5];
-  t->hotness = (double)(1 + rng(s) % 40);
-  t->alpha = alphas[rng(s) % 5];
-  t->opt = (int)(rng(s) % 2);
-}
-
-/* trainer: 10 us + (the tables' work) x (1 + 0.8 log2 of how far the rows
- * a batch touches exceed 8 MiB); server: 30 us + its rows' bytes + a max
- * over tables.  Then +-2% of noise. */
-static double true_cost(int kind, const shard_table_t *t, uint32_t n, uint32_t batch, uint64_t *s) {
-  double work = 0, touched = 0, mx = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    double st = t[i].opt == SHARD_OPT_ADAGRAD ? 2 : 1, dist = shard_cost_distinct(t[i].rows, t[i].alpha, batch * t[i].hotness);
-    work += 3 + 1e-3 * batch * t[i].hotness * t[i].dim + 4e-3 * dist * t[i].dim * st;
-    touched += dist * t[i].dim * 4 * st;
-    mx = fmax(mx, dist * t[i].dim * st);
-  }
-  double c = kind == SHARD_KIND_TRAINER ? 10 + work * (1 + 0.8 * fmax(0, log2(touched / (8 << 20))))
-                                        : 30 + 2e-3 * touched + 6e-3 * mx;
-  return c * (1 + 0.04 * (unif(s) - 0.5));
-}
-
-static char *synthetic_text(size_t n_trainer, size_t n_server, uint64_t seed) {
-  sbuf_t b = {0};
-  uint64_t s = seed;
-  sb_printf(&b, "# chanter bench tables v1\n# cpu: synthetic (test_plan_shard)\n");
-  for (size_t i = 0; i < n_trainer + n_server; i++) {
-    int kind = i < n_trainer ? SHARD_KIND_TRAINER : SHARD_KIND_SERVER;
-    uint32_t n = 1 + (uint32_t)(rng(&s) % 8), batch = rng(&s) % 2 ? 4096 : 1024;
-    shard_table_t t[8];
-    for (uint32_t j = 0; j < n; j++) draw_table(&s, &t[j]);
-    sb_printf(&b, "%s %u %.6g %u", shard_kind_name(kind), batch, true_cost(kind, t, n, batch, &s), n);
-    for (uint32_t j = 0; j < n; j++)
-      sb_printf(&b, " %llu %u %g %g %s", (unsigned long long)t[j].rows, t[j].dim, t[j].hotness, t[j].alpha, shard_opt_name(t[j].opt));
-    sb_printf(&b, "\n");
-  }
-  assert_false(b.oom);
-  return b.s;
-}
+#define draw_table shard_fit_draw_table
+#define synthetic_text shard_fit_synthetic_text
 
 static void test_grad(void **state) {
   (void)state;
@@ -300,14 +251,20 @@ static void test_plan_balance(void **state) {
     /* eval gives the plan's costs, which are predict's of each device's tables */
     assert_int_equal(shard_plan_eval(&in, p[0].owner, &ev, err, sizeof err), 0);
     assert_memory_equal(ev.cost, p[0].cost, D * sizeof *ev.cost);
+    double truth[2] = {0, 0}; /* the max of the known cost function, autoshard's and lookup_greedy's */
     for (uint32_t dv = 0; dv < D; dv++) {
-      shard_table_t mine[T];
-      uint32_t k = 0;
-      for (uint32_t i = 0; i < T; i++)
-        if (p[0].owner[i] == dv) mine[k++] = t[i];
-      double c = shard_cost_predict(plan_model, SHARD_KIND_TRAINER, mine, k, 4096);
-      assert_memory_equal(&c, &p[0].cost[dv], sizeof c);
+      for (int a = 0; a < 2; a++) {
+        shard_table_t mine[T];
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < T; i++)
+          if (p[a].owner[i] == dv) mine[k++] = t[i];
+        double c = shard_cost_predict(plan_model, SHARD_KIND_TRAINER, mine, k, 4096);
+        assert_memory_equal(&c, &p[a].cost[dv], sizeof c);
+        truth[a] = fmax(truth[a], k ? shard_fit_synthetic_cost(SHARD_KIND_TRAINER, mine, k, 4096) : 0);
+      }
     }
+    print_message("  the known cost's max: autoshard %.0f, lookup_greedy %.0f us\n", truth[0], truth[1]);
+    assert_true(truth[0] <= truth[1] * 1.03);
     for (int a = 0; a < SHARD_ALGOS; a++) shard_plan_close(&p[a]);
     shard_plan_close(&again), shard_plan_close(&ev);
   }
