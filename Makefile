@@ -280,6 +280,7 @@ bench: all
 	$(BUILD)/bin/chanter bench e2e
 	$(BUILD)/bin/chanter bench checkpoint
 	$(BUILD)/bin/chanter bench recovery
+	$(BUILD)/bin/chanter bench shard
 
 # ---- fuzzing: make fuzz [FUZZ_SECONDS=60]
 # libFuzzer targets, tests/fuzz/fuzz_*.c, one per parser of untrusted bytes
