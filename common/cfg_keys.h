@@ -123,6 +123,10 @@ static const entry_t entries[] = {
     /* ---- sharding ---- */
     {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
+    {"shard.cost_model", T_STR, "", 0, 0, NULL,
+     "the sharding planner's cost model (chanter shard plan): a file `chanter shard fit` wrote from `chanter bench "
+     "tables`' measurements of the machines the job runs on; empty = the default built into the binary "
+     "(deploy/shard/cost_model.txt of its tree, labelled with the machine it was fitted on)"},
     /* ---- rpc ---- */
     {"rpc.timeout_ms", T_INT, "30000", 1, 86400000, NULL, "deadline of every unary RPC"},
     {"metrics.listen", T_STR, "127.0.0.1", 0, 0, NULL,

@@ -103,6 +103,15 @@ static const command_t commands[] = {
      "  plots of the job (finished or running) from its oracle's timeline (oracle.state_dir/timeline.jsonl):\n"
      "  loss and AUC, samples/s with checkpoints and recoveries marked, time by phase, rows moved; PNG and SVG\n"
      "  (gnuplot) and OUT/index.html with them all; OUT defaults to DIR/report\n"},
+    {"shard", cmd_shard,
+     "usage: chanter [--config FILE] [--set k=v ...] shard fit --data FILE [--out MODEL] [--holdout 0.2] [--seed S]\n"
+     "                                                       [--steps N] [--json]\n"
+     "       chanter [--config FILE] [--set k=v ...] shard plan [--trainers N] [--servers M] [--model FILE] [--json]\n"
+     "  fit             fit the sharding cost model to a `chanter bench tables` dataset; prints the absolute and\n"
+     "                  relative error on the fitted and the held-out sets, and an additive baseline's\n"
+     "  plan            a dry run: per trainer and per embedding server, the tables placed, the predicted cost and\n"
+     "                  the degree of balance, for autoshard, lookup_greedy, size_greedy and random (the model:\n"
+     "                  --model, else shard.cost_model, else the one built in)\n"},
     {"embedding", cmd_embedding,
      "usage: chanter [--config FILE] [--set k=v ...] embedding SUBCOMMAND [--json]\n"
      "  lookup KEY...          rows of keys (KEY = TABLE:ROW or a raw uint64)\n"
@@ -134,6 +143,9 @@ static const command_t commands[] = {
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
+     "  shard [--model FILE] [--data FILE] [--runs N]  the sharding planner's time (100 tables on 8 devices, 856\n"
+     "                         on 64) against lookup_greedy's, each algorithm's predicted balance; --data: the\n"
+     "                         model's held-out error\n"
      "  e2e [--data independent|sessions|both] [--hosts N|auto [--link RATE,0]] [--insecure] [--report DIR]\n"
      "                         the cluster: baseline vs lookahead vs partition vs table_strategy = auto vs ideal\n"
      "                         per data generator, rows and bytes\n"
