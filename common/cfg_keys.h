@@ -123,6 +123,10 @@ static const entry_t entries[] = {
     /* ---- sharding ---- */
     {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
+    {"shard.placement", T_ENUM, "autoshard", 0, 0, "autoshard|lookup_greedy|size_greedy|random",
+     "where the partitioned tables live on the trainers: autoshard = the planner on the cost model (shard.cost_model), "
+     "within strategy.partition_mb; lookup_greedy = by hotness x dim (the rule before AutoShard); size_greedy and "
+     "random are baselines.  Placement never changes the model's bits"},
     {"shard.cost_model", T_STR, "", 0, 0, NULL,
      "the sharding planner's cost model (chanter shard plan): a file `chanter shard fit` wrote from `chanter bench "
      "tables`' measurements of the machines the job runs on; empty = the default built into the binary "

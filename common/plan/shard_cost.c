@@ -25,8 +25,15 @@ extern const size_t shard_cost_default_len;
 
 const char *shard_kind_name(int kind) { return kind == SHARD_KIND_TRAINER ? "trainer" : kind == SHARD_KIND_SERVER ? "server" : "?"; }
 int shard_kind_parse(const char *s) { return !strcmp(s, "trainer") ? SHARD_KIND_TRAINER : !strcmp(s, "server") ? SHARD_KIND_SERVER : -1; }
-const char *shard_opt_name(int opt) { return opt == SHARD_OPT_SGD ? "sgd" : opt == SHARD_OPT_ADAGRAD ? "adagrad" : "?"; }
-int shard_opt_parse(const char *s) { return !strcmp(s, "sgd") ? SHARD_OPT_SGD : !strcmp(s, "adagrad") ? SHARD_OPT_ADAGRAD : -1; }
+const char *shard_opt_name(int opt) {
+  return opt == SHARD_OPT_SGD ? "sgd" : opt == SHARD_OPT_ADAGRAD ? "adagrad" : opt == SHARD_OPT_ROWWISE_ADAGRAD ? "rowwise_adagrad" : "?";
+}
+int shard_opt_parse(const char *s) {
+  return !strcmp(s, "sgd")               ? SHARD_OPT_SGD
+         : !strcmp(s, "adagrad")         ? SHARD_OPT_ADAGRAD
+         : !strcmp(s, "rowwise_adagrad") ? SHARD_OPT_ROWWISE_ADAGRAD
+                                         : -1;
+}
 
 /* ---- Zipf sums */
 
@@ -75,6 +82,8 @@ static double distinct_z(const zipf_t *z, uint64_t rows, double draws) {
   return s < (double)rows ? s : (double)rows;
 }
 
+int shard_cost_have_default(void) { return shard_cost_default_len > 0; }
+
 double shard_cost_distinct(uint64_t rows, double alpha, double draws) {
   zipf_t z;
   zipf_init(&z, alpha);
@@ -105,7 +114,7 @@ void shard_cost_features(const shard_table_t *t, uint32_t batch, double out[SHAR
   zipf_t z;
   zipf_init(&z, t->alpha);
   double rows = (double)(t->rows ? t->rows : 1), dim = t->dim ? t->dim : 1;
-  double row_floats = dim * (t->opt == SHARD_OPT_ADAGRAD ? 2 : 1);
+  double row_floats = t->opt == SHARD_OPT_ADAGRAD ? 2.0 * dim : t->opt == SHARD_OPT_ROWWISE_ADAGRAD ? dim + 1.0 : dim;
   double draws = (double)batch * t->hotness;
   double distinct = distinct_z(&z, t->rows, draws);
   /* rows expected to be drawn at least 16 times in a batch: the reuse a

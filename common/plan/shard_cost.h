@@ -73,7 +73,9 @@
 #include <stdint.h>
 
 enum { SHARD_KIND_TRAINER = 0, SHARD_KIND_SERVER = 1, SHARD_KINDS = 2 };
-enum { SHARD_OPT_SGD = 0, SHARD_OPT_ADAGRAD = 1 };
+/* The row optimizers (embedding_optimizer): the features' one-hot is
+ * (sgd, adagrad), rowwise_adagrad being neither (its state: 1 float a row). */
+enum { SHARD_OPT_SGD = 0, SHARD_OPT_ADAGRAD = 1, SHARD_OPT_ROWWISE_ADAGRAD = 2 };
 #define SHARD_FEATURES 18
 
 /* One table as the model sees it.  hotness is ids per sample (a fraction
@@ -90,7 +92,7 @@ typedef struct shard_table_s {
 /* "trainer" / "server", and back (-1 when neither). */
 const char *shard_kind_name(int kind);
 int shard_kind_parse(const char *s);
-/* "sgd" / "adagrad", and back (-1 when neither). */
+/* "sgd" / "adagrad" / "rowwise_adagrad", and back (-1 when none). */
 const char *shard_opt_name(int opt);
 int shard_opt_parse(const char *s);
 
@@ -119,6 +121,8 @@ typedef struct shard_cost_s shard_cost_t;
  * path:line and what is wrong, or saying that this build carries no
  * default model and how to fit one.  The caller destroys *out. */
 int shard_cost_load(const char *path, shard_cost_t **out, char *err, size_t err_len);
+/* Whether this build carries a default model. */
+int shard_cost_have_default(void);
 /* The same from text (name for messages). */
 int shard_cost_parse(const char *text, const char *name, shard_cost_t **out, char *err, size_t err_len);
 /* Writes m to path (fsio_replace: the old file or the new, never a torn

@@ -427,7 +427,11 @@ static int fit_prepare(fit_t *f, const shard_data_t *d, int kind, const uint8_t 
   for (int q = 0; q < SHARD_FEATURES; q++) {
     n->mean[q] = mean[q] / (double)ntab;
     double var = sq[q] / (double)ntab - n->mean[q] * n->mean[q];
-    n->sd[q] = var > 1e-12 ? sqrt(var) : 1; /* a constant feature (one batch size): left as is */
+    /* a feature constant over the dataset (one batch size, say; rounding
+     * leaves a variance of ~1e-12 of its square) teaches nothing: a huge sd
+     * makes its input 0 for every table, measured or not, rather than an
+     * untrained weight times a deviation the fit never saw */
+    n->sd[q] = var > 1e-9 * (n->mean[q] * n->mean[q] + 1) ? sqrt(var) : 1e300;
   }
   /* start at the mean log cost (phi starts near 1 per channel and table) */
   n->p[shard_net_off(n, NET_B4)] = ym / (double)f->nsets - log((double)n->e * (double)ntab / (double)f->nsets);

@@ -141,7 +141,10 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
    * (partition_rows, the same bytes a batch) -- or, when only spread auto
    * tables are left to move, the biggest of those goes back to the cache */
   while (!rc) {
-    strategy_place(out, schema, layout, P, owner);
+    if (!o->place)
+      strategy_place(out, schema, layout, P, owner);
+    else if ((rc = o->place(o->place_ctx, out, owner)) != 0)
+      break;
     memset(held, 0, P * sizeof *held);
     for (uint32_t t = 0; t < T; t++)
       for (uint32_t q = 0; q < P; q++)

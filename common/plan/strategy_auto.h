@@ -27,7 +27,8 @@
  * in that order) -- with the fixed tables' bytes and mechanisms counted in
  * every one.  A table
  * then stays partitioned only while its rows fit the trainers' budget
- * (strategy.partition_mb each, after strategy_place): while a trainer is over
+ * (strategy.partition_mb each, after placing them: o->place, the job's
+ * shard.placement, or strategy_place): while a trainer is over
  * it, the auto table with the most rows there is spread over every trainer
  * instead (partition_rows: the same bytes a batch, 1/P of the rows each),
  * and when only spread ones are left to move, the biggest goes back to the
@@ -52,6 +53,9 @@ typedef struct strategy_auto_opts_s {
   double cache_weight;   /* >= 0 */
   double step_bytes;     /* what running a mechanism costs a step, in AlltoAll bytes (>= 0) */
   uint64_t budget_bytes; /* partitioned rows one trainer may hold */
+  /* where the partitioned tables go (shard_place_trainers); NULL: strategy_place */
+  int (*place)(void *ctx, const uint8_t *strat, uint32_t *owner);
+  void *place_ctx;
 } strategy_auto_opts_t;
 
 typedef struct strategy_auto_table_s {

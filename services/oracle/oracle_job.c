@@ -757,6 +757,7 @@ static void free_stages(oracle_job_t *j) {
   oracle_probe__free(j);
   free(j->tr);
   free(j->partitioned);
+  if (j->have_place) shard_place_close(&j->place);
   free(j->partition_owner);
   free(j->strat_why);
   free(j->strat);

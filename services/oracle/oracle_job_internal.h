@@ -83,6 +83,7 @@
 #include "oracle_recover.h"
 #include "plan.h"
 #include "plan_floor.h"
+#include "shard_place.h"
 #include "rpc.h"
 #include "clock.h"
 
@@ -433,6 +434,8 @@ struct oracle_job_s {
   uint32_t *partition_owner; /* n_tables: owner rank or STRATEGY_OWNER_NONE */
   char (*strat_why)[240]; /* n_tables: why each table has its strategy (summary.json "tables") */
   uint8_t *strat;         /* n_tables: table_strategy as given (auto entries until chosen) */
+  shard_place_t place;    /* shard.placement: where the partitioned tables go (shard_place.h) */
+  int have_place;
   int part_any;           /* table_strategy names partition or auto (not ideal): Steps carry part fields */
   int strat_pending;      /* an auto table is not chosen yet: nothing is cached before (oracle_pipeline.c) */
   int strat_running;      /* the choice runs on the worker pool */

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,8 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
       !(j->strat_why = calloc(T, sizeof *j->strat_why)))
     return -ENOMEM;
   if ((rc = strategy_parse(j->cfg, T, j->strat, err, err_len)) != 0) return rc;
+  if ((rc = shard_place_init(&j->place, j->cfg, &j->schema, &j->layout, j->P, err, err_len)) != 0) return rc;
+  j->have_place = 1;
   if (j->ideal) memset(j->strat, STRATEGY_CACHE, T);
   j->part_any = strategy_any_partitioned(j->strat, T);
   for (uint32_t t = 0; t < T; t++) {
@@ -81,7 +84,13 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
 
 int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat) {
   uint32_t T = j->n_tables;
-  strategy_place(strat, &j->schema, &j->layout, j->P, j->partition_owner);
+  int rc = shard_place_trainers(&j->place, strat, j->partition_owner);
+  if (rc) return rc;
+  if (isfinite(j->place.predicted_max_us))
+    log_info("placement: %s on the cost model (%s): predicted max %.0f us per iteration on one trainer, balance "
+             "%.1f%%; lookup_greedy's: %.0f us, %.1f%%",
+             j->place.note, shard_cost_label(j->place.model), j->place.predicted_max_us,
+             100 * j->place.predicted_balance, j->place.baseline_max_us, 100 * j->place.baseline_balance);
   free(j->partitioned);
   j->partitioned = NULL;
   if (strategy_any_partitioned(strat, T) && !(j->partitioned = calloc(T, 1))) return -ENOMEM;

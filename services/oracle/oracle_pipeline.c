@@ -481,6 +481,12 @@ typedef struct strat_work_s {
   double secs;
 } strat_work_t;
 
+/* strategy_auto's placer: the job's shard.placement (the worker runs
+ * alone on j->place while the choice is pending). */
+static int place_tables(void *ctx, const uint8_t *strat, uint32_t *owner) {
+  return shard_place_trainers(ctx, strat, owner);
+}
+
 static void strat_work(uv_work_t *req) {
   strat_work_t *w = req->data;
   oracle_job_t *j = w->j;
@@ -492,7 +498,9 @@ static void strat_work(uv_work_t *req) {
                         .B = j->B,
                         .cache_weight = cfg_float(j->cfg, "strategy.cache_weight"),
                         .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "strategy.step_kb"),
-                        .budget_bytes = (uint64_t)cfg_int(j->cfg, "strategy.partition_mb") << 20};
+                        .budget_bytes = (uint64_t)cfg_int(j->cfg, "strategy.partition_mb") << 20,
+                        .place = place_tables,
+                        .place_ctx = &j->place};
   w->rc = strategy_auto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
   w->secs = oracle_job__now() - t0;
 }

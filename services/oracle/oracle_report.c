@@ -526,7 +526,17 @@ static void summary_tables(sbuf_t *sb, const oracle_job_t *j) {
     sb_str(sb, "why", j->strat_why ? j->strat_why[t] : "");
     sb_printf(sb, "}");
   }
-  sb_printf(sb, "], ");
+  sb_printf(sb, "], \"placement\": {");
+  sb_str(sb, "algorithm", j->have_place ? j->place.note : "");
+  sb_printf(sb, ", ");
+  sb_num(sb, "predicted_max_us", j->have_place ? j->place.predicted_max_us : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "predicted_balance", j->have_place ? j->place.predicted_balance : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "lookup_greedy_max_us", j->have_place ? j->place.baseline_max_us : NAN);
+  sb_printf(sb, ", ");
+  sb_num(sb, "lookup_greedy_balance", j->have_place ? j->place.baseline_balance : NAN);
+  sb_printf(sb, "}, ");
 }
 
 /* allocation = laia: of the samples allocated, those some trainer held a

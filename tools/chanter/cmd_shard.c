@@ -191,9 +191,8 @@ static int job_read(const cfg_t *cfg, job_t *j) {
   }
   if (data_table_alpha(cfg, j->T, alpha, err, sizeof err) || strategy_parse(cfg, j->T, j->strat, err, sizeof err)) goto out;
   const char *opt = cfg_str(cfg, "embedding_optimizer");
-  int o = !strcmp(opt, "adagrad") ? SHARD_OPT_ADAGRAD : SHARD_OPT_SGD;
-  if (!strcmp(opt, "rowwise_adagrad"))
-    snprintf(j->opt_note, sizeof j->opt_note, "embedding_optimizer rowwise_adagrad costed as sgd (its state is 1 float a row)");
+  int o = shard_opt_parse(opt);
+  if (o < 0) o = SHARD_OPT_SGD;
   if (strcmp(cfg_str(cfg, "dataset"), "synthetic"))
     snprintf(j->alpha_note, sizeof j->alpha_note, "dataset is a file: row popularity taken from synthetic.alpha, not measured");
   for (uint32_t t = 0; t < j->T; t++) {
