@@ -531,6 +531,50 @@ double shard_fit__grad_check(const shard_data_t *d, int kind, uint64_t seed) {
   return worst;
 }
 
+/* The weight decays tried when the options give none. */
+static const double wd_try[] = {0.02, 0.1, 0.5};
+#define N_WD (sizeof wd_try / sizeof wd_try[0])
+
+/* Chooses the weight decay of kind k: each of wd_try fitted on the
+ * fitted sets less a fifth of them (a seeded split), scored by the
+ * median relative error on that fifth; the lowest wins (ties: the
+ * earlier, smaller one).  How much to hold a network back depends on how
+ * noisy the measurements are, which only held-back sets can tell: a
+ * quiet dataset wants little, one measured on a busy machine much more.
+ * 0 or -ENOMEM. */
+static int choose_wd(const shard_data_t *d, int k, const uint8_t *held, const shard_net_t *shape, uint32_t steps,
+                     double lr, uint64_t seed, double *wd, double *score) {
+  uint8_t *val = malloc(d->n ? d->n : 1), *out = malloc(d->n ? d->n : 1);
+  shard_cost_t *m = calloc(1, sizeof *m);
+  int rc = val && out && m ? 0 : -ENOMEM;
+  if (!rc) {
+    shard_fit_split(d, 0.2, seed ^ UINT64_C(0x7764766c), val);
+    for (size_t i = 0; i < d->n; i++) val[i] = val[i] && !held[i], out[i] = held[i] || val[i];
+  }
+  *wd = wd_try[0], *score = INFINITY;
+  for (size_t c = 0; c < N_WD && !rc; c++) {
+    shard_net_t *n = &m->net[k];
+    *n = (shard_net_t){.h1 = shape->h1, .e = shape->e, .h2 = shape->h2};
+    if (!(n->p = calloc(shard_net_size(n), sizeof *n->p))) {
+      rc = -ENOMEM;
+      break;
+    }
+    net_init(n, seed + 1000003u * (uint64_t)(k + 1));
+    fit_t f = {.net = n};
+    if ((rc = fit_prepare(&f, d, k, out)) == 0) fit_train(&f, steps, lr, wd_try[c], seed + (uint64_t)k);
+    fit_free(&f);
+    if (!rc) {
+      n->present = 1;
+      shard_fit_err_t e;
+      shard_fit_errors(m, d, k, val, 1, &e);
+      if (e.n && e.med_rel < *score) *score = e.med_rel, *wd = wd_try[c];
+    }
+    free(n->p), n->p = NULL;
+  }
+  free(val), free(out), free(m);
+  return rc;
+}
+
 int shard_fit(const shard_data_t *d, const shard_fit_opts_t *o, shard_cost_t **out, shard_fit_report_t *rep, char *err,
               size_t err_len) {
   *out = NULL;
@@ -559,8 +603,14 @@ int shard_fit(const shard_data_t *d, const shard_fit_opts_t *o, shard_cost_t **o
       break;
     }
     net_init(n, o->seed + 1000003u * (uint64_t)(k + 1));
+    double wd = o->wd, score = NAN;
+    if (!(wd > 0) && (rc = choose_wd(d, k, held, n, steps, lr, o->seed, &wd, &score)) != 0) {
+      rc = err_set(err, err_len, rc, "out of memory choosing the weight decay of the %s sets", shard_kind_name(k));
+      break;
+    }
+    rep->kind[k].wd = wd, rep->kind[k].wd_score = score;
     fit_t f = {.net = n};
-    if ((rc = fit_prepare(&f, d, k, held)) == 0) fit_train(&f, steps, lr, o->wd > 0 ? o->wd : fmin(0.1, 8.0 / (double)f.nsets), o->seed + (uint64_t)k);
+    if ((rc = fit_prepare(&f, d, k, held)) == 0) fit_train(&f, steps, lr, wd, o->seed + (uint64_t)k);
     fit_free(&f);
     if (rc) {
       rc = err_set(err, err_len, rc, "out of memory fitting the %s sets", shard_kind_name(k));

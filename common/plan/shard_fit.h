@@ -64,8 +64,10 @@ typedef struct shard_fit_opts_s {
   uint32_t steps;   /* Adam steps per kind (0: 6000) */
   uint32_t h1, e, h2; /* sizes (0: 16, 8, 16) */
   double lr;        /* initial learning rate (0: 0.01) */
-  double wd;        /* decoupled weight decay (AdamW), times lr (0: min(0.1, 8 / fitted sets): the
-                       fewer the sets, the more a network of this size must be held back) */
+  double wd;        /* decoupled weight decay (AdamW), times lr (0: chosen per kind among 0.02, 0.1
+                       and 0.5 by the median relative error on a fifth of the fitted sets held back
+                       from a trial fit each -- the noisier the measurements, the more a network of
+                       this size must be held back) */
   const char *label; /* the model's label line (NULL: one is composed without a date) */
 } shard_fit_opts_t;
 
@@ -82,6 +84,7 @@ typedef struct shard_fit_report_s {
     shard_fit_err_t fit, held;         /* the model */
     shard_fit_err_t add_fit, add_held; /* the additive baseline */
     double add_w[5];                   /* its coefficients (us per unit of each work term) */
+    double wd, wd_score;               /* the weight decay used; the validation error that chose it (NAN: given) */
   } kind[SHARD_KINDS];
 } shard_fit_report_t;
 

@@ -1,7 +1,7 @@
 /*
  * chanter shard: AutoShard's cost model and planner (common/plan/shard_*).
  *
- *   chanter shard fit --data FILE [--out MODEL] [--holdout 0.2] [--seed S] [--steps N]
+ *   chanter shard fit --data FILE [--out MODEL] [--holdout 0.2] [--seed S] [--steps N] [--wd W] [--size H1,E,H2]
  *   chanter shard plan [--json] [--trainers N] [--servers M] [--model FILE]
  *
  * fit: fits the cost model to a `chanter bench tables` dataset, holding
@@ -66,12 +66,17 @@ static void json_err(sbuf_t *b, const char *key, const shard_fit_err_t *e) {
 
 static int shard_fit_cmd(cli_t *cli) {
   const char *data = cli_opt(cli, "--data"), *outp = cli_opt(cli, "--out"), *ho = cli_opt(cli, "--holdout"),
-             *seed_s = cli_opt(cli, "--seed"), *steps_s = cli_opt(cli, "--steps");
+             *seed_s = cli_opt(cli, "--seed"), *steps_s = cli_opt(cli, "--steps"), *wd_s = cli_opt(cli, "--wd"),
+             *size_s = cli_opt(cli, "--size");
   if (cli_done(cli, "fit")) return 2;
   if (!data) return cli_usage_error(cli, "--data FILE is required (a `chanter bench tables` dataset)");
   shard_fit_opts_t o = {.holdout = ho ? atof(ho) : 0.2, .seed = seed_s ? strtoull(seed_s, NULL, 10) : 1,
                         .steps = steps_s ? (uint32_t)atoi(steps_s) : 0};
   if (!(o.holdout >= 0 && o.holdout <= 0.9)) return cli_usage_error(cli, "--holdout %s is not a fraction in [0, 0.9]", ho);
+  if (wd_s && !((o.wd = atof(wd_s)) > 0 && o.wd < 10)) return cli_usage_error(cli, "--wd %s is not a weight decay in (0, 10)", wd_s);
+  if (size_s && (sscanf(size_s, "%u,%u,%u", &o.h1, &o.e, &o.h2) != 3 || !o.h1 || !o.e || !o.h2 || o.h1 > 64 || o.e > 64 ||
+                 o.h2 > 64))
+    return cli_usage_error(cli, "--size %s is not H1,E,H2 (each 1..64)", size_s);
   char err[1024];
   shard_data_t d;
   shard_cost_t *m = NULL;
@@ -121,6 +126,9 @@ static int shard_fit_cmd(cli_t *cli) {
       if (!shard_cost_has(m, k)) continue;
       printf("\n%-7s %zu fitted sets              (median, p90, mean)    %zu held-out sets\n", shard_kind_name(k), r.kind[k].sets_fit,
              r.kind[k].sets_held);
+      if (isfinite(r.kind[k].wd_score))
+        printf("  weight decay %g (chosen: %.1f%% median relative error on a fifth of the fitted sets held back)\n",
+               r.kind[k].wd, 100 * r.kind[k].wd_score);
       err_row("model", "abs", &r.kind[k].fit, &r.kind[k].held);
       err_row("model", "rel", &r.kind[k].fit, &r.kind[k].held);
       err_row("additive", "abs", &r.kind[k].add_fit, &r.kind[k].add_held);

@@ -105,7 +105,7 @@ static const command_t commands[] = {
      "  (gnuplot) and OUT/index.html with them all; OUT defaults to DIR/report\n"},
     {"shard", cmd_shard,
      "usage: chanter [--config FILE] [--set k=v ...] shard fit --data FILE [--out MODEL] [--holdout 0.2] [--seed S]\n"
-     "                                                       [--steps N] [--json]\n"
+     "                                                       [--steps N] [--wd W] [--size H1,E,H2] [--json]\n"
      "       chanter [--config FILE] [--set k=v ...] shard plan [--trainers N] [--servers M] [--model FILE] [--json]\n"
      "  fit             fit the sharding cost model to a `chanter bench tables` dataset; prints the absolute and\n"
      "                  relative error on the fitted and the held-out sets, and an additive baseline's\n"
