@@ -131,7 +131,7 @@ if not m:
     sys.exit(0)
 named = set()
 cur = ""
-name_re = re.compile(r"(?<![\w@.<>+-])([\w@+-][\w@.+-]*\.(?:\[ch\]|cc|cu|c|h|proto|sh|py|ini|service|target|md|json|yml))(?![\w.>-])")
+name_re = re.compile(r"(?<![\w@.<>+-])([\w@+-][\w@.+-]*\.(?:\[ch\]|cc|cu|c|h|proto|sh|py|ini|service|target|md|json|yml|txt|dataset))(?![\w.>-])")
 for line in m.group(1).splitlines():
     if line[:1] not in ("", " "):
         first = line.split()[0]
