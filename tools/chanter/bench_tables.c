@@ -68,6 +68,8 @@
 #define MAX_REPS 25
 #define REP_SECONDS 0.25 /* timed iterations go on (to MAX_REPS) while under this */
 #define SAVE_EVERY 10   /* sets between two replaces of the dataset */
+#define QUIET_CPUS 0.1  /* other processes using more CPUs than this during a round: it is timed again */
+#define TRIES 5         /* rounds at most */
 
 enum { KIND_TRAINER, KIND_SERVER, KINDS };
 static const char *const kind_name[KINDS] = {"trainer", "server"};
@@ -92,14 +94,15 @@ typedef struct run_s {
   cfg_t *cfg;
   pool_t *pool;
   uint32_t batch;
-  uint64_t seed;
+  uint64_t seed, first; /* sets first, first + 1, ... of each kind */
   int quick;
   uint64_t rows_lo, rows_hi[KINDS]; /* rows per table, log-uniform */
   size_t set_bytes[KINDS];          /* a set's rows (vectors + state) at most */
   const char *out;
   char tmp[64];                     /* the server stores' directory */
-  sbuf_t data;                      /* the dataset so far */
+  sbuf_t head, body;                /* the dataset so far: its first comments, its sets */
   double *cost[KINDS];              /* microseconds of each set measured */
+  double *others[KINDS];            /* CPUs other processes used while it was timed (NAN: unknown) */
   size_t done[KINDS];
   double secs[KINDS];
 } run_t;
@@ -175,6 +178,85 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* ---- timing one set, and what else ran meanwhile */
+
+/* The machine's busy CPU ticks (every CPU: user, nice, system, irq,
+ * softirq, steal) and this process's (user + system, every thread), from
+ * /proc.  0, or -1 where /proc cannot be read (no contention figure). */
+static int cpu_ticks(uint64_t *busy, uint64_t *self) {
+  unsigned long long v[8] = {0}, ut = 0, st = 0;
+  char buf[1024];
+  FILE *f = fopen("/proc/stat", "r");
+  int ok = f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                       &v[6], &v[7]) == 8;
+  if (f) fclose(f);
+  f = fopen("/proc/self/stat", "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* after the command's name: state is field 3, utime 14, stime 15 */
+  ok = ok && p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2;
+  if (!ok) return -1;
+  *busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* not idle (3), not iowait (4) */
+  *self = ut + st;
+  return 0;
+}
+
+/* one iteration of a set on batch b (of N_BATCHES): 0 or an error (why) */
+typedef int (*iteration_fn)(void *ctx, int b, char *why, size_t why_len);
+
+typedef struct timing_s {
+  double us;     /* the median microseconds of one iteration */
+  int reps;      /* timed iterations */
+  int tries;     /* rounds of them (more when other processes ran) */
+  double others; /* CPUs that other processes used during the kept round (NAN: unknown) */
+} timing_t;
+
+/* warm iterations, then rounds of timed ones (at least MIN_REPS, more
+ * while under REP_SECONDS, at most MAX_REPS; batches cycling), a round
+ * again (after a pause, at most TRIES rounds) while other processes used
+ * more than QUIET_CPUS of the machine during it: the round they disturbed
+ * least is kept.  0 or fn's error. */
+static int timed(const run_t *r, iteration_fn fn, void *ctx, int warm, timing_t *out, char *why, size_t why_len) {
+  double t[MAX_REPS];
+  int rc = 0, w = 0;
+  *out = (timing_t){.others = INFINITY};
+  for (; w < warm && !rc; w++) rc = fn(ctx, w % N_BATCHES, why, why_len);
+  for (int round = 0; round < TRIES && !rc; round++) {
+    if (round) usleep(500 * 1000); /* let whatever else runs pass */
+    uint64_t b0 = 0, s0 = 0, b1 = 0, s1 = 0;
+    int known = cpu_ticks(&b0, &s0) == 0, i = 0;
+    double sum = 0, w0 = clock_mono_s();
+    for (; i < MAX_REPS && !rc; i++, w++) {
+      double t0 = clock_mono_s();
+      rc = fn(ctx, w % N_BATCHES, why, why_len);
+      t[i] = clock_mono_s() - t0;
+      sum += t[i];
+      if (i + 1 >= (r->quick ? 3 : MIN_REPS) && sum >= (r->quick ? 0.05 : REP_SECONDS)) {
+        i++;
+        break;
+      }
+    }
+    if (rc) break;
+    double wall = clock_mono_s() - w0;
+    known = known && cpu_ticks(&b1, &s1) == 0;
+    double others = NAN;
+    if (known) { /* (ticks are counted apart: the difference may come out a little below 0) */
+      double ticks = (double)(b1 - b0) - (double)(s1 - s0);
+      others = (ticks > 0 ? ticks : 0) / (double)sysconf(_SC_CLK_TCK) / wall;
+    }
+    qsort(t, (size_t)i, sizeof *t, cmp_double);
+    out->tries = round + 1;
+    if (!(others >= out->others)) { /* (NAN: keep the last) */
+      out->us = 1e6 * (i % 2 ? t[i / 2] : (t[i / 2 - 1] + t[i / 2]) / 2);
+      out->reps = i;
+      out->others = others;
+    }
+    if (!(others > QUIET_CPUS)) break;
+  }
+  return rc;
+}
+
 /* ---- trainer: the owner's pooling, fold and row update */
 
 typedef struct trainer_set_s {
@@ -190,17 +272,32 @@ static void row_update(void *ud, uint32_t k, uint64_t r, float *row, const float
   c->dirty[k][r] = 1;
 }
 
-/* The median microseconds of one forward + backward of set into *us.
- * 0, -ENOMEM (and why). */
-static int measure_trainer(run_t *r, const bset_t *set, uint64_t index, double *us, int *reps, char *why,
-                           size_t why_len) {
+typedef struct trainer_iter_s {
+  const run_t *r;
+  embag_t *eb;
+  float **base, *out, *d_out;
+  size_t rf;
+  uint64_t *(*ids)[SET_MAX];
+  trainer_set_t *ctx;
+} trainer_iter_t;
+
+static int trainer_iteration(void *arg, int b, char *why, size_t why_len) {
+  trainer_iter_t *it = arg;
+  (void)why, (void)why_len;
+  const uint64_t *const *idx = (const uint64_t *const *)it->ids[b];
+  embag_fwd(it->eb, it->r->pool, it->r->batch, it->base, it->rf, idx, NULL, it->out);
+  embag_bwd_each(it->eb, it->r->pool, it->r->batch, it->d_out, idx, NULL, it->base, it->rf, row_update, it->ctx);
+  return 0;
+}
+
+/* One forward + backward of set, timed.  0, -ENOMEM (and why). */
+static int measure_trainer(run_t *r, const bset_t *set, uint64_t index, timing_t *tm, char *why, size_t why_len) {
   uint32_t n = set->n, dim = set->t[0].dim, hot[SET_MAX];
   size_t rf = row_bytes(&set->t[0]) / sizeof(float), cols = (size_t)r->batch * n * dim;
   float *base[SET_MAX] = {0}, *out = malloc(cols * sizeof(float)), *d_out = malloc(cols * sizeof(float));
   uint64_t *ids[N_BATCHES][SET_MAX] = {{0}};
   trainer_set_t ctx = {.set = set};
   embag_t *eb = NULL;
-  double t[MAX_REPS];
   int rc = -ENOMEM;
   opt_hparams_from_cfg(r->cfg, set->t[0].opt, &ctx.hp);
   for (uint32_t k = 0; k < n; k++) {
@@ -215,23 +312,8 @@ static int measure_trainer(run_t *r, const bset_t *set, uint64_t index, double *
   }
   if (!out || !d_out || draw_ids(r, set, index, ids) || embag_create_tables(n, hot, dim, r->batch, &eb)) goto out;
   for (size_t i = 0; i < cols; i++) d_out[i] = (float)((i * 2654435761u) % 2001) * 1e-6f - 1e-3f;
-  int i = 0;
-  double sum = 0;
-  for (int w = 0; w < 2 + MAX_REPS; w++) {
-    const uint64_t *const *idx = (const uint64_t *const *)ids[w % N_BATCHES];
-    double t0 = clock_mono_s();
-    embag_fwd(eb, r->pool, r->batch, base, rf, idx, NULL, out);
-    embag_bwd_each(eb, r->pool, r->batch, d_out, idx, NULL, base, rf, row_update, &ctx);
-    double dt = clock_mono_s() - t0;
-    if (w < 2) continue; /* warm-up */
-    t[i++] = dt;
-    sum += dt;
-    if (i >= (r->quick ? 3 : MIN_REPS) && sum >= (r->quick ? 0.05 : REP_SECONDS)) break;
-  }
-  qsort(t, (size_t)i, sizeof *t, cmp_double);
-  *us = 1e6 * (i % 2 ? t[i / 2] : (t[i / 2 - 1] + t[i / 2]) / 2);
-  *reps = i;
-  rc = 0;
+  trainer_iter_t it = {.r = r, .eb = eb, .base = base, .out = out, .d_out = d_out, .rf = rf, .ids = ids, .ctx = &ctx};
+  rc = timed(r, trainer_iteration, &it, 2, tm, why, why_len);
 out:
   if (rc) snprintf(why, why_len, "out of memory for a set of %u tables", n);
   embag_destroy(eb);
@@ -290,15 +372,25 @@ static int server_iteration(store_t *st, const uint64_t *keys, size_t n, float *
   return rc;
 }
 
-static int measure_server(run_t *r, const bset_t *set, uint64_t index, double *us, int *reps, char *why,
-                          size_t why_len) {
+typedef struct server_iter_s {
+  store_t *st;
+  uint64_t **keys;
+  size_t *nkeys, max_lookup, max_write;
+  float *rows;
+} server_iter_t;
+
+static int server_step(void *arg, int b, char *why, size_t why_len) {
+  server_iter_t *it = arg;
+  return server_iteration(it->st, it->keys[b], it->nkeys[b], it->rows, it->max_lookup, it->max_write, why, why_len);
+}
+
+static int measure_server(run_t *r, const bset_t *set, uint64_t index, timing_t *tm, char *why, size_t why_len) {
   char dir[128];
   table_layout_t l;
   store_t *st = NULL;
   uint64_t *ids[N_BATCHES][SET_MAX] = {{0}}, *keys[N_BATCHES] = {0};
   size_t nkeys[N_BATCHES] = {0}, most = 0;
   float *rows = NULL;
-  double t[MAX_REPS];
   int rc = table_layout_init(&l, set->n, r->seed);
   if (rc) return rc;
   snprintf(dir, sizeof dir, "%s/set%" PRIu64, r->tmp, index);
@@ -328,23 +420,10 @@ static int measure_server(run_t *r, const bset_t *set, uint64_t index, double *u
     if (bytes > most) most = bytes;
   }
   if (!(rows = malloc(most ? most : 1))) goto out;
-  size_t ml = (size_t)cfg_int(r->cfg, "embedding.max_lookup_keys"), mw = (size_t)cfg_int(r->cfg, "embedding.max_write_keys");
-  int i = 0;
-  double sum = 0;
-  for (int w = 0; w < N_BATCHES + MAX_REPS; w++) {
-    int b = w % N_BATCHES;
-    double t0 = clock_mono_s();
-    if ((rc = server_iteration(st, keys[b], nkeys[b], rows, ml, mw, why, why_len)) != 0) goto out;
-    double dt = clock_mono_s() - t0;
-    if (w < N_BATCHES) continue; /* warm-up: each batch's rows into the memory tier */
-    t[i++] = dt;
-    sum += dt;
-    if (i >= (r->quick ? 3 : MIN_REPS) && sum >= (r->quick ? 0.05 : REP_SECONDS)) break;
-  }
-  qsort(t, (size_t)i, sizeof *t, cmp_double);
-  *us = 1e6 * (i % 2 ? t[i / 2] : (t[i / 2 - 1] + t[i / 2]) / 2);
-  *reps = i;
-  rc = 0;
+  server_iter_t it = {.st = st, .keys = keys, .nkeys = nkeys, .rows = rows,
+                      .max_lookup = (size_t)cfg_int(r->cfg, "embedding.max_lookup_keys"),
+                      .max_write = (size_t)cfg_int(r->cfg, "embedding.max_write_keys")};
+  rc = timed(r, server_step, &it, N_BATCHES, tm, why, why_len); /* warm: each batch's rows into the memory tier */
 out:
   if (rc == -ENOMEM) snprintf(why, why_len, "out of memory for a set of %u tables", set->n);
   store_close(st);
@@ -359,6 +438,7 @@ out:
 
 /* ---- the dataset */
 
+/* The comments that open the dataset, but the contention line (save). */
 static void header(run_t *r, int kinds) {
   char cpu[256] = "unknown", line[512], date[64];
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -371,61 +451,94 @@ static void header(run_t *r, int kinds) {
   if (f) fclose(f);
   time_t now = time(NULL);
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-  sb_printf(&r->data, "# chanter bench tables v1\n# cpu: %s\n# threads: %u\n# date: %s\n", cpu,
+  sb_printf(&r->head, "# chanter bench tables v1\n# cpu: %s\n# threads: %u\n# date: %s\n", cpu,
             pool_threads(r->pool), date);
-  sb_printf(&r->data, "# seed: %" PRIu64 "\n# batch: %u\n# kinds: %s\n", r->seed, r->batch,
+  sb_printf(&r->head, "# seed: %" PRIu64 "\n# batch: %u\n# kinds: %s\n", r->seed, r->batch,
             kinds == 3 ? "trainer server" : kind_name[kinds == 1 ? KIND_TRAINER : KIND_SERVER]);
-  sb_printf(&r->data,
+  sb_printf(&r->head,
             "# trainer: embag_fwd of the global batch + embag_bwd_each (fold, row optimizer, dirty marks), no "
             "AlltoAll\n# server: store_lookup + store_write of the batch's distinct keys in process, no gRPC "
             "(hot_mb %" PRId64 ", sync_writes %s)\n",
             cfg_int(r->cfg, "embedding.hot_mb"), cfg_bool(r->cfg, "embedding.sync_writes") ? "true" : "false");
-  sb_printf(&r->data, "# <kind> <batch> <cost_us> <n> then n x <rows> <dim> <hotness> <alpha> <opt>\n");
+}
+
+/* The median of the n values of v (reordered); NAN for none. */
+static double median(double *v, size_t n) {
+  if (!n) return NAN;
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Per kind: how many sets were timed while other processes used more than
+ * QUIET_CPUS (after TRIES rounds), and the median CPUs they used. */
+static void contention(run_t *r, sbuf_t *b, const char *lead) {
+  for (int k = 0; k < KINDS; k++) {
+    size_t n = r->done[k], loud = 0, m = 0;
+    double *o = malloc((n ? n : 1) * sizeof *o);
+    for (size_t i = 0; o && i < n; i++) {
+      loud += r->others[k][i] > QUIET_CPUS;
+      if (r->others[k][i] == r->others[k][i]) o[m++] = r->others[k][i];
+    }
+    if (o && n)
+      sb_printf(b, "%s%s: %zu of %zu sets timed while other processes used more than %.1f CPU (each timed up to %d times); "
+                   "their median use %.2f CPU\n", lead, kind_name[k], loud, n, QUIET_CPUS, TRIES, median(o, m));
+    free(o);
+  }
 }
 
 static int save(run_t *r) {
   char why[512];
-  if (r->data.oom) {
+  sbuf_t f = {0};
+  sb_printf(&f, "%s", r->head.s);
+  contention(r, &f, "# contention: ");
+  sb_printf(&f, "# <kind> <batch> <cost_us> <n> then n x <rows> <dim> <hotness> <alpha> <opt>\n%s",
+            r->body.s ? r->body.s : "");
+  int rc = 0;
+  if (f.oom || r->head.oom || r->body.oom) {
     fprintf(stderr, "bench tables: out of memory holding the dataset\n");
-    return 1;
-  }
-  if (fsio_replace(r->out, r->data.s, r->data.n, 0644, why, sizeof why)) {
+    rc = 1;
+  } else if (fsio_replace(r->out, f.s, f.n, 0644, why, sizeof why)) {
     fprintf(stderr, "bench tables: cannot write %s: %s\n", r->out, why);
-    return 1;
+    rc = 1;
   }
-  return 0;
+  free(f.s);
+  return rc;
 }
 
 static int run_kind(run_t *r, int kind, uint64_t sets) {
   double t0 = clock_mono_s();
-  if (!(r->cost[kind] = calloc(sets ? sets : 1, sizeof(double)))) return 1;
-  for (uint64_t i = 0; i < sets; i++) {
+  if (!(r->cost[kind] = calloc(sets, sizeof(double))) || !(r->others[kind] = calloc(sets, sizeof(double)))) return 1;
+  for (uint64_t i = r->first; i < r->first + sets; i++) {
     bset_t set;
     draw_set(r, kind, i, &set);
-    double us = 0;
-    int reps = 0;
+    timing_t tm;
     char why[512] = "";
-    int rc = kind == KIND_TRAINER ? measure_trainer(r, &set, i, &us, &reps, why, sizeof why)
-                                  : measure_server(r, &set, i, &us, &reps, why, sizeof why);
+    int rc = kind == KIND_TRAINER ? measure_trainer(r, &set, i, &tm, why, sizeof why)
+                                  : measure_server(r, &set, i, &tm, why, sizeof why);
     if (rc) {
       fprintf(stderr, "bench tables: %s set %" PRIu64 " (%u tables) failed: %s\n", kind_name[kind], i, set.n, why);
       return 1;
     }
-    sb_printf(&r->data, "%s %u %.1f %u", kind_name[kind], r->batch, us, set.n);
+    sb_printf(&r->body, "%s %u %.1f %u", kind_name[kind], r->batch, tm.us, set.n);
     uint64_t rows = 0;
     double bytes = 0;
     for (uint32_t k = 0; k < set.n; k++) {
       const btab_t *t = &set.t[k];
-      sb_printf(&r->data, "  %" PRIu64 " %u %u %.2f %s", t->rows, t->dim, t->hot, t->alpha, opt_kind_name(t->opt));
+      sb_printf(&r->body, "  %" PRIu64 " %u %u %.2f %s", t->rows, t->dim, t->hot, t->alpha, opt_kind_name(t->opt));
       rows += t->rows;
       bytes += (double)t->rows * (double)row_bytes(t);
     }
-    sb_printf(&r->data, "\n");
-    r->cost[kind][r->done[kind]++] = us;
-    printf("%-7s %4" PRIu64 "/%-4" PRIu64 " %u tables %9" PRIu64 " rows %7.1f MiB %-15s %12.1f us (%d runs)\n",
-           kind_name[kind], i + 1, sets, set.n, rows, bytes / (1 << 20), opt_kind_name(set.t[0].opt), us, reps);
+    sb_printf(&r->body, "\n");
+    r->others[kind][r->done[kind]] = tm.others;
+    r->cost[kind][r->done[kind]++] = tm.us;
+    printf("%-7s %4" PRIu64 "/%-4" PRIu64 " %u tables %9" PRIu64 " rows %7.1f MiB %-15s %11.1f us (%2d runs",
+           kind_name[kind], i + 1, r->first + sets, set.n, rows, bytes / (1 << 20), opt_kind_name(set.t[0].opt), tm.us,
+           tm.reps);
+    if (tm.tries > 1) printf(", %d rounds", tm.tries);
+    if (tm.others > QUIET_CPUS) printf(", others used %.2f CPU", tm.others);
+    printf(")\n");
     fflush(stdout);
-    if ((i + 1) % SAVE_EVERY == 0 && save(r)) return 1;
+    if (r->done[kind] % SAVE_EVERY == 0 && save(r)) return 1;
   }
   r->secs[kind] = clock_mono_s() - t0;
   return 0;
@@ -456,6 +569,7 @@ int bench_tables(cli_t *cli) {
   }
   if ((s = cli_opt(cli, "--server-sets")) && parse_u64(cli, "--server-sets", s, 1, 1000000, &server_sets)) return 2;
   if ((s = cli_opt(cli, "--seed")) && parse_u64(cli, "--seed", s, 0, UINT64_MAX, &r.seed)) return 2;
+  if ((s = cli_opt(cli, "--first")) && parse_u64(cli, "--first", s, 0, UINT64_C(1) << 40, &r.first)) return 2;
   if ((s = cli_opt(cli, "--batch"))) {
     if (parse_u64(cli, "--batch", s, 1, 65536, &v)) return 2; /* 4 batches of ids: 2 GiB at 65536 x 8 x 100 */
     r.batch = (uint32_t)v;
@@ -492,10 +606,14 @@ int bench_tables(cli_t *cli) {
   for (int k = 0; k < KINDS; k++) {
     size_t n = r.done[k];
     if (!n) continue;
-    qsort(r.cost[k], n, sizeof(double), cmp_double);
-    printf("%-8s %6zu %12.1f %12.1f %12.1f %10.1f\n", kind_name[k], n, r.cost[k][0], r.cost[k][n / 2],
-           r.cost[k][n - 1], r.secs[k]);
+    double med = median(r.cost[k], n); /* (sorts) */
+    printf("%-8s %6zu %12.1f %12.1f %12.1f %10.1f\n", kind_name[k], n, r.cost[k][0], med, r.cost[k][n - 1],
+           r.secs[k]);
   }
+  sbuf_t c = {0};
+  contention(&r, &c, "");
+  if (c.s) fputs(c.s, stdout);
+  free(c.s);
   printf("%zu sets in %.1f s, written to %s\n", r.done[0] + r.done[1], clock_mono_s() - t0, r.out);
   rc = 0;
 out:
@@ -503,7 +621,7 @@ out:
   char why[256];
   if (fsio_remove_tree(r.tmp, why, sizeof why)) fprintf(stderr, "bench tables: %s\n", why);
   pool_destroy(r.pool);
-  free(r.cost[0]), free(r.cost[1]);
-  free(r.data.s);
+  for (int k = 0; k < KINDS; k++) free(r.cost[k]), free(r.others[k]);
+  free(r.head.s), free(r.body.s);
   return rc;
 }
