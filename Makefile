@@ -277,6 +277,7 @@ bench: all
 	$(BUILD)/bin/chanter bench model
 	$(BUILD)/bin/chanter bench model --device cuda
 	$(BUILD)/bin/chanter bench oracle
+	$(BUILD)/bin/chanter bench tables --quick --out $(BUILD)/tables.dataset
 	$(BUILD)/bin/chanter bench e2e
 	$(BUILD)/bin/chanter bench checkpoint
 	$(BUILD)/bin/chanter bench recovery

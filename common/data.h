@@ -182,6 +182,18 @@ int data_convert(const cfg_t *cfg, const char *in, const char *out, data_stats_t
  * list of another length than table_rows). */
 int data_table_alpha(const cfg_t *cfg, uint32_t n_tables, double *out, char *err, size_t err_len);
 
+/* The synthetic generator's Zipf draw (rejection-inversion, O(1)), for a
+ * tool that draws ids as dataset = synthetic does (chanter bench tables):
+ * data_zipf_rank gives a rank in [0, rows), 0 the hottest, P(r) ~
+ * 1/(r+1)^alpha (alpha 0: uniform), advancing *state (any 64-bit seed).
+ * Pure; any thread. */
+typedef struct data_zipf_s {
+  uint64_t rows;
+  double alpha, hx1, hn, s;
+} data_zipf_t;
+void data_zipf_init(data_zipf_t *z, uint64_t rows, double alpha);
+uint64_t data_zipf_rank(const data_zipf_t *z, uint64_t *state);
+
 /* Writes `samples` synthetic samples (sample i from (seed, i), exactly the
  * samples of dataset = synthetic with synthetic.samples = samples) to out as
  * Criteo TSV (DATA_FMT_CRITEO: needs n_dense = 13, 26 one-hot tables) or

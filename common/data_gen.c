@@ -17,9 +17,12 @@
  *     [0, table_rows[t]) (rank 0 the hottest) drawn from
  *       * synthetic.hot_share = p > 0: with probability p/100 uniform among
  *         the hottest ceil(1% of rows) ranks, else uniform among the rest;
- *       * else Zipf(synthetic.alpha) over the ranks: P(r) ~ 1/(r+1)^alpha,
- *         sampled in O(1) by rejection-inversion (Hoermann and Derflinger
- *         1996, as in Apache Commons RNG); alpha = 0 is uniform.
+ *       * else Zipf(alpha_t) over the ranks: P(r) ~ 1/(r+1)^alpha_t, with
+ *         alpha_t table t's entry of synthetic.table_alpha, or
+ *         synthetic.alpha for every table when that key is empty (the
+ *         default: the same bytes as before the key existed); sampled in
+ *         O(1) by rejection-inversion (Hoermann and Derflinger 1996, as in
+ *         Apache Commons RNG); alpha_t = 0 is uniform.
  *     The rank goes through a fixed bijection of the 32-bit space (64-bit
  *     for tables above 2^32 rows), keyed by (seed, t), to the raw value,
  *     written as 8 (16) lowercase hex digits: hot values are spread over
@@ -85,6 +88,7 @@
 
 typedef struct tgen_s {
   uint64_t rows, hot;   /* hot: ranks in the hottest 1% (hot_share) */
+  double alpha;         /* the table's Zipf exponent (data_table_alpha) */
   uint64_t key;         /* bijection key */
   int wide;             /* rows > 2^32: 64-bit raw values */
   /* rejection-inversion constants */
@@ -106,7 +110,7 @@ struct data_synth_s {
   uint64_t *tseed;
   uint32_t ids;
   size_t record_bytes;
-  double alpha, hot_p, signal, c_v, bias;
+  double hot_p, signal, c_v, bias;
   int criteo;
   tgen_t *tab;
   double *w;
@@ -164,14 +168,33 @@ static uint64_t zipf_sample(const tgen_t *t, double a, rng_t *r) {
   }
 }
 
+void data_zipf_init(data_zipf_t *z, uint64_t rows, double alpha) {
+  tgen_t t = {.rows = rows ? rows : 1, .alpha = alpha};
+  if (alpha > 0) zipf_init(&t, alpha);
+  *z = (data_zipf_t){.rows = t.rows, .alpha = alpha, .hx1 = t.hx1, .hn = t.hn, .s = t.s};
+}
+
+uint64_t data_zipf_rank(const data_zipf_t *z, uint64_t *state) {
+  rng_t r = {*state};
+  uint64_t k;
+  if (z->alpha == 0) {
+    k = rng_below(&r, z->rows);
+  } else {
+    tgen_t t = {.rows = z->rows, .alpha = z->alpha, .hx1 = z->hx1, .hn = z->hn, .s = z->s};
+    k = zipf_sample(&t, z->alpha, &r) - 1;
+  }
+  *state = r.s;
+  return k;
+}
+
 static uint64_t draw_rank(const data_synth_t *g, const tgen_t *t, rng_t *r) {
   if (g->hot_p > 0) {
     if (t->hot >= t->rows) return rng_below(r, t->rows);
     if (rng_unif(r) < g->hot_p) return rng_below(r, t->hot);
     return t->hot + rng_below(r, t->rows - t->hot);
   }
-  if (g->alpha == 0) return rng_below(r, t->rows);
-  return zipf_sample(t, g->alpha, r) - 1;
+  if (t->alpha == 0) return rng_below(r, t->rows);
+  return zipf_sample(t, t->alpha, r) - 1;
 }
 
 /* ---- sessions ---- */
@@ -367,16 +390,24 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
   g->v_seed = table_mix64(g->seed_key + 1);
   g->ids = data__ids(s);
   g->record_bytes = data__record_bytes(s, g->ids);
-  g->alpha = cfg_float(cfg, "synthetic.alpha");
   g->hot_p = cfg_float(cfg, "synthetic.hot_share") / 100.0;
   g->signal = cfg_float(cfg, "synthetic.signal");
   g->criteo = is_criteo(s);
   g->tseed = data__table_seeds(s);
   g->tab = calloc(s->n_tables, sizeof *g->tab);
   g->w = calloc(s->n_dense + 1, sizeof *g->w);
-  if (!g->tseed || !g->tab || !g->w) {
+  double *alpha = calloc(s->n_tables ? s->n_tables : 1, sizeof *alpha);
+  if (!g->tseed || !g->tab || !g->w || !alpha) {
+    free(alpha);
     data__synth_destroy(g);
     return -ENOMEM;
+  }
+  /* each table's exponent: synthetic.table_alpha, else synthetic.alpha for all */
+  int rc = data_table_alpha(cfg, s->n_tables, alpha, err, err_len);
+  if (rc) {
+    free(alpha);
+    data__synth_destroy(g);
+    return rc;
   }
   for (uint32_t t = 0; t < s->n_tables; t++) {
     tgen_t *tg = &g->tab[t];
@@ -384,8 +415,10 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
     tg->hot = (tg->rows + 99) / 100;
     tg->key = table_mix64(g->seed_key + 2 + t);
     tg->wide = tg->rows > UINT64_C(0xffffffff);
-    if (g->alpha > 0) zipf_init(tg, g->alpha);
+    tg->alpha = alpha[t];
+    if (tg->alpha > 0) zipf_init(tg, tg->alpha);
   }
+  free(alpha);
   /* uniform weights on [-c, c] have variance c^2 / 3 */
   double cw = s->n_dense ? sqrt(3.0 * VAR_DENSE_PART / (s->n_dense * DENSE_VAR)) : 0;
   g->bias = BIAS;
@@ -395,7 +428,7 @@ int data__synth_create(const cfg_t *cfg, const data_schema_t *s, data_synth_t **
   }
   g->c_v = sqrt(3.0 * VAR_CAT_PART / g->ids);
   if (!strcmp(cfg_str(cfg, "synthetic.preset"), "sessions")) {
-    int rc = sessions_setup(g, cfg, err, err_len);
+    rc = sessions_setup(g, cfg, err, err_len);
     if (rc) {
       if (rc == -ENOMEM) err_set(err, err_len, rc, "out of memory");
       data__synth_destroy(g);

@@ -422,6 +422,48 @@ static void test_independent_unchanged(void **st) {
   cfg_destroy(h);
 }
 
+/* synthetic.table_alpha: each table draws with its own exponent.  Two
+ * tables of 20000 rows, alpha 0 and 1.2: the hottest 1% of the first take
+ * a few % of its accesses (uniform, as test_zipf_alpha's alpha 0), of the
+ * second most of them.  A list that repeats synthetic.alpha for every table
+ * gives the bytes of the empty key; a bad entry or length is refused at
+ * open, naming the key and the entry. */
+static void test_table_alpha(void **st) {
+  (void)st;
+  char err[256];
+  cfg_t *c = testutil_cfg("n_dense=0", "table_rows=20000,20000", "synthetic.samples=100000",
+                          "synthetic.table_alpha=0,1.2", NULL);
+  data_source_t *d;
+  data_profile_t p;
+  assert_int_equal(data_open(c, &d, err, sizeof err), 0);
+  assert_int_equal(data_profile(d, &p, err, sizeof err), 0);
+  print_message("table_alpha 0,1.2: top 1%% share %.4f / %.4f\n", p.tables[0].top_1, p.tables[1].top_1);
+  assert_true(p.tables[0].top_1 < 0.06);
+  assert_true(p.tables[1].top_1 > 0.5);
+  data_profile_close(&p);
+  data_close(d);
+  cfg_destroy(c);
+
+  cfg_t *same = testutil_cfg("synthetic.samples=5000", "synthetic.table_alpha=1.05,1.05,1.05,1.05,1.05,1.05,1.05,"
+                             "1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,1.05,"
+                             "1.05,1.05", NULL);
+  assert_true(records_digest(same, 2000) == UINT64_C(0x2be8099c018534ae)); /* test_independent_unchanged's */
+  cfg_destroy(same);
+
+  static const char *bad[][2] = {{"synthetic.table_alpha=0.5,x", "entry 2 is 'x'"},
+                                 {"synthetic.table_alpha=0.5,11", "entry 2 is '11'"},
+                                 {"synthetic.table_alpha=0.5,0.5,0.5", "3 values for 2 tables"}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    cfg_t *b = testutil_cfg("n_dense=0", "table_rows=100,100", bad[k][0], NULL);
+    err[0] = 0;
+    assert_int_equal(data_open(b, &d, err, sizeof err), ERR_CONFIG);
+    print_message("%s: %s\n", bad[k][0], err);
+    assert_non_null(strstr(err, "synthetic.table_alpha"));
+    assert_non_null(strstr(err, bad[k][1]));
+    cfg_destroy(b);
+  }
+}
+
 /* ---- synthetic.preset = sessions ---- */
 
 static void test_sessions(void **st) {
@@ -589,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_signal_learnable),     cmocka_unit_test(test_profile),
       cmocka_unit_test(test_independent_unchanged), cmocka_unit_test(test_sessions),
       cmocka_unit_test(test_locality),        cmocka_unit_test(test_floor),
+      cmocka_unit_test(test_table_alpha),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

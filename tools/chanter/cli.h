@@ -52,6 +52,7 @@ int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);
 int bench_oracle(cli_t *cli);      /* bench_oracle.c: samples/s the oracle decides (plan + cacher) */
 int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */
+int bench_tables(cli_t *cli);      /* bench_tables.c: the cost model's dataset (docs/autoshard.md) */
 int bench_checkpoint(cli_t *cli);  /* bench_checkpoint.c: whole-job checkpoints: stall, cost, time vs rows changed */
 
 /* The configuration a cluster command should use: --config if given, else

@@ -154,7 +154,11 @@ static const command_t commands[] = {
      "  checkpoint             whole-job checkpoints: samples/s with and without, stall, cost, time vs rows changed\n"
      "  recovery [--runs N] [--kinds K,...] [--report DIR]  failover per daemon kind: detection, restart,\n"
      "                         rollback, replay, against restarting the whole job\n"
-     "  (e2e, recovery) --report DIR: each run's plots in DIR/<run>/ (chanter report)\n"},
+     "  (e2e, recovery) --report DIR: each run's plots in DIR/<run>/ (chanter report)\n"
+     "  tables [--kind trainer|server|both] [--sets N] [--server-sets M] [--batch B] [--seed S] [--first K] [--out FILE]\n"
+     "                         the cost model's dataset: one iteration of sets of 1..8 tables on a trainer\n"
+     "                         (pool, fold, row update) and on a server (Lookup + WriteBack, in process);\n"
+     "                         default 400 trainer and 200 server sets into tables.dataset (docs/autoshard.md)\n"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
