@@ -123,6 +123,10 @@ static const entry_t entries[] = {
     /* ---- sharding ---- */
     {"shard.table_wise_max_rows", T_INT, "100000", 0, 1e15, NULL,
      "tables with at most this many rows live whole on one server; larger ones are split row-wise by key hash"},
+    {"shard.table_servers", T_LIST, "", 0, 0, NULL,
+     "optional: the embedding server of each table, comma-separated (a server index, or rows = split row-wise by key "
+     "hash), as `chanter shard plan` prints the cost model's placement; empty = whole up to "
+     "shard.table_wise_max_rows rows, by rows-greedy balance"},
     {"shard.placement", T_ENUM, "autoshard", 0, 0, "autoshard|lookup_greedy|size_greedy|random",
      "where the partitioned tables live on the trainers: autoshard = the planner on the cost model (shard.cost_model), "
      "within strategy.partition_mb; lookup_greedy = by hotness x dim (the rule before AutoShard); size_greedy and "

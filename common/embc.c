@@ -43,8 +43,7 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
                  cfg_origin(cfg, "cluster.embedding"), c->n_addrs, c->n);
     goto fail;
   }
-  if ((rc = shard_map_init(&c->map, &c->layout, c->n, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) != 0)
-    goto fail;
+  if ((rc = shard_map_from_cfg(&c->map, cfg, &c->layout, c->n, err, err_len)) != 0) goto fail;
   c->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
   c->max_lookup = (size_t)cfg_int(cfg, "embedding.max_lookup_keys");
   c->max_write = (size_t)cfg_int(cfg, "embedding.max_write_keys");

@@ -2,8 +2,11 @@
 #include "shard.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "err.h"
 
 int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows) {
@@ -44,4 +47,43 @@ int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
 void shard_map_close(shard_map_t *m) {
   free(m->table_server);
   memset(m, 0, sizeof *m);
+}
+
+int shard_map_from_cfg(shard_map_t *m, const cfg_t *cfg, const table_layout_t *l, uint32_t n_servers, char *err,
+                       size_t err_len) {
+  int rc = shard_map_init(m, l, n_servers, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"));
+  if (rc) {
+    snprintf(err, err_len, rc == -EINVAL ? "no embedding servers" : "out of memory planning the shard map");
+    return rc;
+  }
+  char **v = NULL;
+  size_t n = 0;
+  if ((rc = cfg_list(cfg, "shard.table_servers", &v, &n)) != 0) {
+    snprintf(err, err_len, "shard.table_servers: cannot read it");
+    shard_map_close(m);
+    return rc;
+  }
+  if (n && n != l->n_tables) {
+    snprintf(err, err_len, "shard.table_servers (from %s) lists %zu entries for %u tables (table_rows)",
+             cfg_origin(cfg, "shard.table_servers"), n, l->n_tables);
+    rc = ERR_CONFIG;
+  }
+  for (size_t t = 0; t < n && !rc; t++) {
+    char *end;
+    unsigned long s = strtoul(v[t], &end, 10);
+    if (!strcmp(v[t], "rows")) {
+      m->table_server[t] = n_servers == 1 ? 0 : SHARD_ROWWISE;
+    } else if (end != v[t] && !*end && v[t][0] != '-' && s < n_servers) {
+      m->table_server[t] = (uint32_t)s;
+    } else {
+      snprintf(err, err_len,
+               "shard.table_servers (from %s): entry %zu is '%s', not a server index below %u (embedding_servers) or "
+               "'rows'",
+               cfg_origin(cfg, "shard.table_servers"), t + 1, v[t], n_servers);
+      rc = ERR_CONFIG;
+    }
+  }
+  cfg_list_free(v, n);
+  if (rc) shard_map_close(m);
+  return rc;
 }

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "cfg.h"
 #include "table.h"
 
 #define SHARD_ROWWISE UINT32_MAX
@@ -26,6 +27,15 @@ typedef struct shard_map_s {
 /* Plans the map.  0, -EINVAL (no servers) or -ENOMEM. */
 int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows);
+/* The job's map: shard.table_servers when it is set (one entry per table:
+ * the server index that holds it whole, or "rows" for row-wise by key
+ * hash; `chanter shard plan` prints the cost model's), else shard_map_init
+ * with shard.table_wise_max_rows.  Every client and server calls this with
+ * the same configuration, so they agree.  0, ERR_CONFIG with err naming
+ * the entry (a list of another length than table_rows, a server past
+ * n_servers, a word that is neither), -EINVAL, -ENOMEM. */
+int shard_map_from_cfg(shard_map_t *m, const cfg_t *cfg, const table_layout_t *l, uint32_t n_servers, char *err,
+                       size_t err_len);
 void shard_map_close(shard_map_t *m);
 
 /* The server index (0..n_servers-1) that owns key.  Any thread. */

@@ -85,7 +85,10 @@ int main(int argc, char **argv) {
     log_error("bad table layout: %s", err);
     goto out;
   }
-  if (shard_map_init(&map, &layout, (uint32_t)n_shards, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows"))) goto out;
+  if (shard_map_from_cfg(&map, cfg, &layout, (uint32_t)n_shards, err, sizeof err)) {
+    log_error("cannot place the tables on the %d embedding servers: %s", (int)n_shards, err);
+    goto out;
+  }
 
   store_opts_t so = {
       .data_dir = data_dir,

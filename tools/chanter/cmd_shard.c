@@ -245,10 +245,10 @@ static int side_plan(side_t *s, const job_t *j, const cfg_t *cfg, const shard_co
     }
     s->ms[a] = (clock_mono_s() - t0) * 1e3;
   }
-  if (s->has_current) { /* shard_map_init's placement, evaluated */
+  if (s->has_current) { /* the job's map (shard_map_from_cfg: shard.table_servers, or rows-greedy), evaluated */
     shard_map_t map;
     uint32_t *owner = calloc(s->n ? s->n : 1, sizeof *owner);
-    int rc = owner ? shard_map_init(&map, &j->layout, s->devices, (uint64_t)cfg_int(cfg, "shard.table_wise_max_rows")) : -ENOMEM;
+    int rc = owner ? shard_map_from_cfg(&map, cfg, &j->layout, s->devices, err, sizeof err) : -ENOMEM;
     if (!rc) {
       for (uint32_t i = 0; i < s->n; i++) {
         uint32_t o = map.table_server[s->idx[i]];
@@ -259,7 +259,7 @@ static int side_plan(side_t *s, const job_t *j, const cfg_t *cfg, const shard_co
     }
     free(owner);
     if (rc) {
-      fprintf(stderr, "chanter shard plan: servers, today's rule: %s\n", rc == -ENOMEM ? "out of memory" : err);
+      fprintf(stderr, "chanter shard plan: servers, the job's map: %s\n", rc == -ENOMEM ? "out of memory" : err);
       return 1;
     }
   }
@@ -307,6 +307,14 @@ static void side_text(const side_t *s) {
     }
     printf("\n");
   }
+}
+
+/* autoshard's server placement as a shard.table_servers value (every
+ * table is on the server side, in table order). */
+static void table_servers(sbuf_t *b, const side_t *s) {
+  const shard_plan_t *p = &s->plan[SHARD_ALGO_AUTOSHARD];
+  for (uint32_t i = 0; i < s->n; i++)
+    p->owner[i] == SHARD_PLAN_SPREAD ? sb_printf(b, i ? ",rows" : "rows") : sb_printf(b, i ? ",%u" : "%u", p->owner[i]);
 }
 
 static void side_json(sbuf_t *b, const side_t *s) {
@@ -378,6 +386,7 @@ static int shard_plan_cmd(cli_t *cli) {
     sb_printf(&b, "}");
     for (int k = 0; k < 2; k++)
       if (shard_cost_has(m, side[k].kind)) sb_printf(&b, ", "), side_json(&b, &side[k]);
+    if (shard_cost_has(m, SHARD_KIND_SERVER)) sb_printf(&b, ", \"table_servers\": \""), table_servers(&b, &side[1]), sb_printf(&b, "\"");
     sb_printf(&b, "}\n");
     fputs(b.s, stdout);
     free(b.s);
@@ -392,6 +401,13 @@ static int shard_plan_cmd(cli_t *cli) {
       else printf("\n%ss: the model has no %s part (its dataset measured none)\n", shard_kind_name(side[k].kind), shard_kind_name(side[k].kind));
     }
     printf("\nbalance = min / max predicted cost over the devices; vs random = random's max / the column's max\n");
+    if (shard_cost_has(m, SHARD_KIND_SERVER)) {
+      sbuf_t b = {0};
+      table_servers(&b, &side[1]);
+      printf("autoshard's server placement, for the job file (every daemon and client reads it):\n"
+             "  shard.table_servers = %s\n", b.s ? b.s : "");
+      free(b.s);
+    }
   }
   rc = 0;
 out:
