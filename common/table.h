@@ -69,5 +69,13 @@ static inline uint64_t table_mix64(uint64_t x) {
   x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
   return x ^ (x >> 31);
 }
+/* SplitMix64 as a generator: the next number of the stream *s, and a
+ * double uniform in [0, 1) from it. */
+static inline uint64_t table_rng_next(uint64_t *s) {
+  uint64_t z = table_mix64(*s);
+  *s += UINT64_C(0x9e3779b97f4a7c15);
+  return z;
+}
+static inline double table_rng_unit(uint64_t *s) { return (double)(table_rng_next(s) >> 11) * 0x1.0p-53; }
 
 #endif

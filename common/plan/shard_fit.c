@@ -13,6 +13,7 @@
 #include "sbuf.h"
 #include "shard_cost_internal.h"
 #include "shard_fit.h"
+#include "table.h"
 
 #define DATA_MAGIC "# chanter bench tables v1"
 #define MINIBATCH 32
@@ -147,13 +148,6 @@ int shard_fit_load_data(const char *path, shard_data_t *d, char *err, size_t err
 
 /* ---- the split and the errors */
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-static double rng_unif(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
 void shard_fit_split(const shard_data_t *d, double holdout, uint64_t seed, uint8_t *held) {
   size_t *idx = malloc((d->n ? d->n : 1) * sizeof *idx);
@@ -165,7 +159,7 @@ void shard_fit_split(const shard_data_t *d, double holdout, uint64_t seed, uint8
       if (d->sets[i].kind == k) idx[n++] = i;
     uint64_t s = seed ^ (UINT64_C(0x5348415244) + (uint64_t)k);
     for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
-      size_t j = (size_t)(rng_next(&s) % i), t = idx[i - 1];
+      size_t j = (size_t)(table_rng_next(&s) % i), t = idx[i - 1];
       idx[i - 1] = idx[j], idx[j] = t;
     }
     size_t h = (size_t)floor(holdout * (double)n + 0.5);
@@ -393,7 +387,7 @@ static void net_init(shard_net_t *n, uint64_t seed) {
   size_t fan[NET_PARTS][2] = {{SHARD_FEATURES, n->h1}, {0, 0}, {n->h1, n->e}, {SHARD_FEATURES, n->e}, {0, 0}, {0, 0}, {n->e, n->h2}, {0, 0}, {n->h2, 1}, {n->e, 1}, {0, 0}};
   for (int part = 0; part < NET_PARTS; part++) {
     double *w = n->p + shard_net_off(n, part), r = fan[part][0] ? sqrt(6.0 / (double)(fan[part][0] + fan[part][1])) : 0;
-    for (size_t i = 0; i < shard_net_part_len(n, part); i++) w[i] = r ? (2 * rng_unif(&s) - 1) * r : 0;
+    for (size_t i = 0; i < shard_net_part_len(n, part); i++) w[i] = r ? (2 * table_rng_unit(&s) - 1) * r : 0;
   }
 }
 
@@ -468,7 +462,7 @@ static void fit_train(fit_t *f, uint32_t steps, double lr0, double wd, uint64_t 
     for (size_t q = 0; q < nb; q++) {
       if (pos == f->nsets) { /* a new pass: reshuffle */
         for (size_t i = f->nsets; i > 1; i--) {
-          size_t j = (size_t)(rng_next(&s) % i), t = order[i - 1];
+          size_t j = (size_t)(table_rng_next(&s) % i), t = order[i - 1];
           order[i - 1] = order[j], order[j] = t;
         }
         pos = 0;
@@ -505,7 +499,7 @@ double shard_fit__grad_check(const shard_data_t *d, int kind, uint64_t seed) {
   if (fit_prepare(&f, d, kind, held) == 0 && f.nsets) {
     net_init(&n, seed);
     uint64_t s = seed;
-    for (size_t i = 0; i < shard_net_size(&n); i++) n.p[i] += 0.3 * (2 * rng_unif(&s) - 1); /* biases too */
+    for (size_t i = 0; i < shard_net_size(&n); i++) n.p[i] += 0.3 * (2 * table_rng_unit(&s) - 1); /* biases too */
     full_loss(&f);
     size_t P = shard_net_size(&n);
     double *g = malloc(P * sizeof *g);
@@ -650,11 +644,11 @@ out:
 void shard_fit_draw_table(uint64_t *s, shard_table_t *t) {
   static const uint32_t dims[] = {8, 16, 32, 64, 128};
   static const double alphas[] = {0, 0.6, 0.9, 1.05, 1.2};
-  t->rows = (uint64_t)exp(log(1e3) + rng_unif(s) * (log(1e7) - log(1e3)));
-  t->dim = dims[rng_next(s) % 5];
-  t->hotness = (double)(1 + rng_next(s) % 40);
-  t->alpha = alphas[rng_next(s) % 5];
-  t->opt = (int)(rng_next(s) % 2);
+  t->rows = (uint64_t)exp(log(1e3) + table_rng_unit(s) * (log(1e7) - log(1e3)));
+  t->dim = dims[table_rng_next(s) % 5];
+  t->hotness = (double)(1 + table_rng_next(s) % 40);
+  t->alpha = alphas[table_rng_next(s) % 5];
+  t->opt = (int)(table_rng_next(s) % 2);
 }
 
 double shard_fit_synthetic_cost(int kind, const shard_table_t *t, uint32_t n, uint32_t batch) {
@@ -675,10 +669,10 @@ char *shard_fit_synthetic_text(size_t n_trainer, size_t n_server, uint64_t seed)
   sb_printf(&b, "# chanter bench tables v1\n# cpu: none (synthetic costs: shard_fit_synthetic_cost)\n");
   for (size_t i = 0; i < n_trainer + n_server; i++) {
     int kind = i < n_trainer ? SHARD_KIND_TRAINER : SHARD_KIND_SERVER;
-    uint32_t n = 1 + (uint32_t)(rng_next(&s) % 8), batch = rng_next(&s) % 2 ? 4096 : 1024;
+    uint32_t n = 1 + (uint32_t)(table_rng_next(&s) % 8), batch = table_rng_next(&s) % 2 ? 4096 : 1024;
     shard_table_t t[8];
     for (uint32_t j = 0; j < n; j++) shard_fit_draw_table(&s, &t[j]);
-    double c = shard_fit_synthetic_cost(kind, t, n, batch) * (1 + 0.04 * (rng_unif(&s) - 0.5));
+    double c = shard_fit_synthetic_cost(kind, t, n, batch) * (1 + 0.04 * (table_rng_unit(&s) - 0.5));
     sb_printf(&b, "%s %u %.6g %u", shard_kind_name(kind), batch, c, n);
     for (uint32_t j = 0; j < n; j++)
       sb_printf(&b, " %llu %u %g %g %s", (unsigned long long)t[j].rows, t[j].dim, t[j].hotness, t[j].alpha, shard_opt_name(t[j].opt));

@@ -17,6 +17,7 @@
 
 #include "err.h"
 #include "shard_plan.h"
+#include "table.h"
 
 static const char *const algo_names[SHARD_ALGOS] = {"autoshard", "lookup_greedy", "size_greedy", "random"};
 const char *shard_algo_name(int algo) { return algo >= 0 && algo < SHARD_ALGOS ? algo_names[algo] : "?"; }
@@ -186,10 +187,8 @@ static int random_plan(ctx_t *c, char *err, size_t err_len) {
       rc = no_room(c, t, err, err_len);
       break;
     }
-    s += UINT64_C(0x9e3779b97f4a7c15); /* splitmix64 */
-    r = (s ^ (s >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    r = (r ^ (r >> 27)) * UINT64_C(0x94d049bb133111eb);
-    place(c, t, ok[(r ^ (r >> 31)) % k]);
+    r = table_rng_next(&s);
+    place(c, t, ok[r % k]);
   }
   free(ok);
   return rc;

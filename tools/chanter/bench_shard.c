@@ -35,26 +35,20 @@
 #include "shard_cost.h"
 #include "shard_fit.h"
 #include "shard_plan.h"
+#include "table.h"
 
-static uint64_t mix(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-static double unif(uint64_t *s) { return (double)(mix(s) >> 11) * 0x1.0p-53; }
 
 /* T tables from the paper's statistics (above). */
 static void paper_tables(uint32_t T, uint64_t seed, shard_table_t *t, uint64_t *bytes) {
   static const uint32_t dims[] = {8, 16, 32, 64, 128};
   uint64_t s = seed;
   for (uint32_t i = 0; i < T; i++) {
-    double r = 12543670.0 * pow(unif(&s), 2.05);
+    double r = 12543670.0 * pow(table_rng_unit(&s), 2.05);
     t[i].rows = r < 1 ? 1 : (uint64_t)r;
-    t[i].hotness = floor(1 + 192 * pow(unif(&s), 12.7) + 0.5);
-    t[i].dim = dims[mix(&s) % 5];
-    t[i].alpha = 1.2 * unif(&s);
-    t[i].opt = (int)(mix(&s) % 2);
+    t[i].hotness = floor(1 + 192 * pow(table_rng_unit(&s), 12.7) + 0.5);
+    t[i].dim = dims[table_rng_next(&s) % 5];
+    t[i].alpha = 1.2 * table_rng_unit(&s);
+    t[i].opt = (int)(table_rng_next(&s) % 2);
     bytes[i] = t[i].rows * t[i].dim * 4 * (t[i].opt == SHARD_OPT_ADAGRAD ? 2u : 1u);
   }
 }
