@@ -336,5 +336,6 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "recovery")) return bench_recovery(cli);
   if (!strcmp(what, "oracle")) return bench_oracle(cli);
   if (!strcmp(what, "shard")) return bench_shard(cli);
+  if (!strcmp(what, "placement")) return bench_placement(cli);
   return cli_usage_error(cli, "unknown benchmark '%s'", what);
 }
