@@ -231,6 +231,29 @@ static void print_ms(const double *v, uint32_t P) {
   for (uint32_t p = 0; p < P; p++) printf(" %7.2f", v[p]);
 }
 
+/* The costliest partitioned table on its own as the model predicts it,
+ * against the mean trainer's measured time of each placement: no
+ * whole-table placement is better balanced than mean / that table's cost
+ * when it is above the mean. */
+static void heaviest(const bjob_t *j, uint32_t P, const uint32_t *owner, double mean[N_PL][MAX_P]) {
+  if (!j->model) return;
+  double best = -1;
+  uint32_t bt = 0;
+  for (uint32_t t = 0; t < j->T; t++) {
+    if (owner[t] == UINT32_MAX || owner[t] == SHARD_PLAN_SPREAD) continue;
+    double c = shard_cost_predict(j->model, SHARD_KIND_TRAINER, &j->tables[t], 1, j->batch) / 1e3;
+    if (c > best) best = c, bt = t;
+  }
+  if (best < 0) return;
+  printf("costliest table alone (predicted): table %u, %.2f ms; the mean trainer's measured time:", bt, best);
+  for (int pl = 0; pl < N_PL; pl++) {
+    double m = 0;
+    for (uint32_t p = 0; p < P; p++) m += mean[pl][p] / P;
+    printf(" %.2f ms (%s)", m, pl_names[pl]);
+  }
+  printf("\n");
+}
+
 /* The table ids each trainer holds under owner. */
 static void print_tables(const uint32_t *owner, uint32_t T, uint32_t P) {
   for (uint32_t p = 0; p < P; p++) {
@@ -293,6 +316,7 @@ static int bench_count(cli_t *cli, const char *self, const char *job, const char
       printf("\n    tables:");
       print_tables(runs[pl][0].owner, j->T, P);
     }
+    heaviest(j, P, runs[PL_AUTO][0].owner, mean);
     printf("autoshard / lookup_greedy, %u trainers: measured balance %.1f%% vs %.1f%% (aim: autoshard >= 85%%), "
            "steady samples/s %.2fx (aim: >= 1.2x)\n",
            P, 100 * bal[PL_AUTO], 100 * bal[PL_LOOKUP], sps[PL_AUTO] / sps[PL_LOOKUP]);
