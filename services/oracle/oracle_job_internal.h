@@ -254,6 +254,12 @@ typedef struct oracle_report_rank_s {
   uint64_t reported; /* reports received = the next iteration expected */
   uint8_t sha[64];   /* dense_sha256 of the last iteration's report */
   size_t sha_len;
+  /* the work on this rank's partitioned tables (Report.t_partition_compute),
+   * summed over this run's iterations (since the start, a resume or the
+   * last recovery): all of them, and the steady ones (after the run's
+   * first, before the job's last: steady_phase_seconds's) */
+  double part_sum, part_steady_sum;
+  uint64_t part_n, part_steady_n;
 } oracle_report_rank_t;
 
 typedef struct oracle_agg_s { /* one iteration's reports, summed */

@@ -49,7 +49,7 @@ uint64_t oracle_report__round_after(const oracle_job_t *j, uint64_t r) {
 typedef struct report_s { /* a Report, decoded */
   uint64_t iteration, samples, rows_fetched, rows_synced, rows_synced_delayed, rows_replicated, rows_written_back,
       cache_hits;
-  double loss_sum, t[PHASE_N_REPORT];
+  double loss_sum, t[PHASE_N_REPORT], t_part;
   const uint8_t *sha;
   size_t sha_len;
 } report_t;
@@ -64,6 +64,7 @@ static void decode_report(const Chanter__Oracle__V1__Report *m, report_t *r) {
                   .rows_written_back = m->rows_written_back,
                   .cache_hits = m->cache_hits,
                   .loss_sum = m->loss_sum,
+                  .t_part = m->t_partition_compute,
                   .sha = m->dense_sha256.data,
                   .sha_len = m->dense_sha256.len};
 #define REPORT_T(id, name) r->t[PHASE_##id] = m->t_##name;
@@ -168,6 +169,12 @@ static int on_report(oracle_job_t *j, uint32_t p, const report_t *r, char *why, 
   metrics_counter_add(j->m.rows_synced_delayed, r->rows_synced_delayed);
   metrics_counter_add(j->m.rows_replicated, r->rows_replicated);
   metrics_counter_add(j->m.rows_written_back, r->rows_written_back);
+  t->part_sum += r->t_part;
+  t->part_n++;
+  if (r->iteration > rp->start && r->iteration + 1 < j->iterations) {
+    t->part_steady_sum += r->t_part;
+    t->part_steady_n++;
+  }
   if (r->iteration + 1 == j->iterations) {
     if (r->sha_len) memcpy(t->sha, r->sha, r->sha_len);
     t->sha_len = r->sha_len;
@@ -387,7 +394,8 @@ void oracle_report__start(oracle_job_t *j) {
 void oracle_report__restore(oracle_job_t *j, const oracle_ostate_t *o) {
   oracle_report_t *rp = &j->report;
   uint64_t s = o->iteration + 1;
-  for (uint32_t p = 0; p < j->P; p++) rp->rank[p].reported = s;
+  for (uint32_t p = 0; p < j->P; p++) /* (the partition sums count from here: this run's) */
+    rp->rank[p] = (oracle_report_rank_t){.reported = s};
   rp->done = rp->start = s;
   rp->evals_done = o->evals_done;
   rp->n_evals = o->n_evals;
@@ -539,6 +547,38 @@ static void summary_tables(sbuf_t *sb, const oracle_job_t *j) {
   sb_printf(sb, "}, ");
 }
 
+/* The measured work on each trainer's partitioned tables per iteration
+ * (pooling, fold, row update: Report.t_partition_compute), the steady
+ * iterations' mean where there are any, else every iteration's, and its
+ * degree of balance, min / max over the trainers (null when no trainer
+ * did any): what the placement's predicted balance is checked against. */
+static void summary_partition(sbuf_t *sb, const oracle_job_t *j) {
+  const oracle_report_t *rp = &j->report;
+  int steady = 1;
+  for (uint32_t p = 0; p < j->P; p++) steady &= rp->rank[p].part_steady_n > 0;
+  double lo = INFINITY, hi = 0;
+  sb_printf(sb, "\"partition_compute_seconds\": [");
+  for (uint32_t p = 0; p < j->P; p++) {
+    const oracle_report_rank_t *t = &rp->rank[p];
+    double s = steady ? t->part_steady_sum : t->part_sum, n = (double)(steady ? t->part_steady_n : t->part_n);
+    double v = n > 0 ? s / n : 0;
+    sb_printf(sb, "%s%.9g", p ? ", " : "", v);
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  sb_printf(sb, "], ");
+  sb_num(sb, "partition_balance", hi > 0 ? lo / hi : NAN);
+  sb_printf(sb, ", ");
+  sb_str(sb, "partition_compute_definition",
+         steady ? "per trainer, seconds per iteration of work on its own partitioned tables (pooling for the global "
+                  "batch, fold, row update; not the AlltoAlls), over the iterations of steady_phase_seconds; "
+                  "partition_balance: min / max over the trainers"
+                : "per trainer, seconds per iteration of work on its own partitioned tables (pooling for the global "
+                  "batch, fold, row update; not the AlltoAlls), over every iteration of this run (none steady yet); "
+                  "partition_balance: min / max over the trainers");
+  sb_printf(sb, ", ");
+}
+
 /* allocation = laia: of the samples allocated, those some trainer held a
  * row of, those placed on a trainer holding most of them. */
 static void summary_laia(sbuf_t *sb, const oracle_job_t *j) {
@@ -646,6 +686,7 @@ char *oracle_report__summary(const oracle_job_t *j) {
   sb_str(&b, "lookahead_config", j->ideal ? "0" : j->lookahead_cfg);
   sb_printf(&b, ", ");
   summary_tables(&b, j);
+  summary_partition(&b, j);
   /* what holds the first Step back, while lookahead = auto chooses L (the
    * progress line of `chanter train` shows it); empty once L is known */
   {

@@ -87,6 +87,7 @@ int trainer_exec_report(trainer_t *t, trainer_exec_step_t *s, char *err, size_t 
   r.rows_replicated = c->replicated;
   r.rows_written_back = c->written_back;
   r.cache_hits = c->hits;
+  r.t_partition_compute = c->part_compute; /* per trainer: the oracle's measured balance of the placement */
   /* the Report's t_<name> fields, from the one phase list: the step's
    * phases, then the parts of them that trainer_exec_counts_t times */
   double t_report[PHASE_N_REPORT];
@@ -281,6 +282,7 @@ int trainer_exec_backward(trainer_t *t, trainer_exec_step_t *s, char *err, size_
   int rc = trainer_partition_backward(&t->partition, t->ts, t->join.pcoll, st, &s->w->batch, &s->c.part_updated, err, err_len);
   double t3 = clock_mono_s();
   s->c.alltoall += t3 - ta;
+  s->c.part_compute = t->partition.t_compute;
   s->ph[PHASE_BACKWARD] = t3 - t2;
   s->t_end = t3;
   if (rc) return rc;

@@ -49,6 +49,7 @@ typedef struct trainer_exec_counts_s {
   size_t fetched, synced, synced_delayed, replicated, written_back, hits;
   double dense_comm, prefetch_wait, sync_wait, sync_critical, replicate;
   double alltoall;      /* the partitioned tables' pooling and AlltoAlls (trainer_partition.h) */
+  double part_compute;  /* of alltoall, the work on this trainer's own tables (trainer_partition_t.t_compute) */
   size_t part_updated;  /* rows of partitioned tables this trainer updated */
   uint32_t lookahead;
 } trainer_exec_counts_t;

@@ -425,6 +425,7 @@ static void mark_dirty(trainer_partition_t *p, uint64_t B) {
 
 int trainer_partition_forward(trainer_partition_t *p, trainer_step_t *ts, coll_t *c, const trainer_work_step_t *st,
                          const data_batch_t *b, char *err, size_t err_len) {
+  p->t_compute = 0;
   if (!st->partition_owner || !p->n_partitioned) return 0; /* (table_strategy = auto may have partitioned none) */
   int rc;
   if (!p->partitioned_applied) {
@@ -452,6 +453,7 @@ int trainer_partition_forward(trainer_partition_t *p, trainer_step_t *ts, coll_t
     embag_fwd(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->mbase, p->rf, p->midx, NULL, p->gbuf);
   }
   double t1 = clock_mono_s();
+  p->t_compute = t1 - t0;
   if ((rc = exchange(p, c, p->gbuf, p->lbuf, st->iteration, TRAINER_SCHED_A2A_FWD, "pooled embeddings", err,
                      err_len)) != 0)
     return rc;
@@ -492,6 +494,7 @@ int trainer_partition_backward(trainer_partition_t *p, trainer_step_t *ts, coll_
       return err_set(err, err_len, rc, "iteration %" PRIu64 ": updating the partitioned tables on the GPU failed: %s",
                      st->iteration, embdev_set_error(p->ds));
 #endif
+    p->t_compute += clock_mono_s() - t2;
     log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f (GPU)", st->iteration,
               1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
     return 0;
@@ -502,8 +505,10 @@ int trainer_partition_backward(trainer_partition_t *p, trainer_step_t *ts, coll_
     *updated = embag_bwd_each(p->eb, threads(ts), (uint32_t)st->global_batch_size, p->gbuf, p->midx, NULL, p->mbase,
                               p->rf, row_update, &ctx) -
                atomic_load(&ctx.zero_rows);
+  double t3 = clock_mono_s();
+  p->t_compute += t3 - t2;
   log_debug("part backward x=%" PRIu64 " pack_ms=%.2f exchange_ms=%.2f fold_update_ms=%.2f", st->iteration,
-            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_mono_s() - t2));
+            1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2));
   trainer_partition_retire(p, st->iteration); /* x's rows are updated: those no later Step uses may go */
   return 0;
 }

@@ -136,6 +136,10 @@ typedef struct trainer_partition_s {
   float *fbuf;            /* trainer_partition_flush's rows read from the device */
   /* counters (this generation) */
   uint64_t rows_loaded, rows_flushed, rows_retired;
+  double t_compute;       /* the training thread's: this Step's own work on this rank's tables, seconds -- the
+                             pooling for the global batch, the fold and the row update, not the AlltoAlls nor the
+                             packing (trainer_partition_forward sets it, _backward adds to it; the Report's
+                             t_partition_compute) */
   trainer_sched_t *sched; /* the generation's collectives' scheduler (NULL: the AlltoAlls go straight to the
                              group the caller passes) */
 } trainer_partition_t;

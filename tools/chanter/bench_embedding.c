@@ -337,5 +337,6 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "oracle")) return bench_oracle(cli);
   if (!strcmp(what, "shard")) return bench_shard(cli);
   if (!strcmp(what, "tables")) return bench_tables(cli);
+  if (!strcmp(what, "placement")) return bench_placement(cli);
   return cli_usage_error(cli, "unknown benchmark '%s'", what);
 }
