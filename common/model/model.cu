@@ -209,6 +209,10 @@ static int plan_layers(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_
   uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
   size_t k1 = 0, k2 = 0;
   uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
+  if (m->kind == MODEL_DLRM_DCN) {
+    snprintf(err, err_len, "model: dlrm_dcn has no CUDA model in this build; use device = cpu");
+    return ERR_CONFIG;
+  }
   if (m->kind == MODEL_DLRM) {
     if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
     if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
@@ -537,6 +541,8 @@ void model_cuda_forward(model_cuda_t *m, uint32_t n, const float *dense, const f
       lin_fwd(m, &m->final, n, fin, m->final_y);
       break;
     }
+    case MODEL_DLRM_DCN:
+      break;
   }
   if (logits) copy(logits, m->zbuf, n, "cudaMemcpyAsync (model_cuda_forward logits)");
 }
@@ -597,6 +603,8 @@ double model_cuda_backward(model_cuda_t *m, uint32_t n, const float *labels, flo
       split_dx0(m, n, d_emb);
       break;
     }
+    case MODEL_DLRM_DCN:
+      break;
   }
   return loss;
 }

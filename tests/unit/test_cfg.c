@@ -114,7 +114,7 @@ static void test_file_errors(void **st) {
   expect_file_error("model = dlrm\nbatch_size = many\n", ":2: batch_size = 'many' is not an integer");
   expect_file_error("\n\nmodle = dlrm\n", ":3: unknown key 'modle'");
   expect_file_error("[embedding]\nhot_mbb = 3\n", ":2: unknown key 'hot_mbb' in section [embedding]");
-  expect_file_error("model = gpt\n", "model = 'gpt' is not one of dlrm|wdl|deepfm|dcn");
+  expect_file_error("model = gpt\n", "model = 'gpt' is not one of dlrm|wdl|deepfm|dcn|dlrm_dcn");
   expect_file_error("batch_size = 0\n", "batch_size = 0 is out of range");
   expect_file_error("this is not ini\n", ":1: syntax error");
   expect_file_error("table_rows = 10,x\n", "entry 1 'x' must be an integer");
