@@ -12,7 +12,8 @@
  * Checked: the forward's logits, the mean loss, every dense gradient, every
  * row's batch-summed gradient, and the parameters and rows (with their
  * optimizer state) after two Adagrad steps, for element-wise and row-wise
- * row Adagrad and for eps = 1e-8 and 1e-2.  Every value agrees within
+ * row Adagrad and for eps = 1e-8 and 1e-2, on the CPU and, where a GPU
+ * is present, with device = cuda.  Every value agrees within
  * 1e-5 relative, float32 against float64, or 1e-6 absolute near 0 (a
  * value of order 0.1 that two updates carry to ~1e-4 keeps the float32
  * rounding of its O(0.1) terms).
@@ -30,6 +31,7 @@
 
 #include "cfg.h"
 #include "embag.h"
+#include "err.h"
 #include "model_dev.h"
 #include "opt.h"
 #include "testutil.h"
@@ -127,7 +129,12 @@ typedef struct fix_s {
   size_t stride; /* floats per row: DIM + the row optimizer's state */
 } fix_t;
 
-static void fix_init(fix_t *x, const char *row_opt, double eps) {
+/* device = cpu, or cuda (the same checks where a GPU is present; those
+ * tests skip without one) */
+static const char *g_device = "cpu";
+
+/* 0, or 1 when device = cuda has no GPU here (the caller skips). */
+static int fix_init(fix_t *x, const char *row_opt, double eps) {
   char e[64];
   snprintf(e, sizeof e, "adagrad_eps=%.17g", eps);
   const char *sets[] = {"model=dlrm_dcn", "model.bottom_mlp=4", "model.top_mlp=4", "model.cross_layers=2",
@@ -137,8 +144,14 @@ static void fix_init(fix_t *x, const char *row_opt, double eps) {
   char err[256], kv[64];
   snprintf(kv, sizeof kv, "embedding_optimizer=%s", row_opt);
   assert_int_equal(cfg_set(x->cfg, kv, "test", err, sizeof err), 0);
+  snprintf(kv, sizeof kv, "device=%s", g_device);
+  assert_int_equal(cfg_set(x->cfg, kv, "test", err, sizeof err), 0);
   assert_near(cfg_float(x->cfg, "learning_rate"), sec("lr", 1)->v[0], 1e-12);
   int rc = model_dev_create(x->cfg, ND, NT, DIM, B, &x->md, err, sizeof err);
+  if (rc == ERR_NOGPU) {
+    cfg_destroy(x->cfg);
+    return 1;
+  }
   if (rc) print_error("model_dev_create: %s\n", err);
   assert_int_equal(rc, 0);
   const sec_t *p = sec("params", model_dev_n_params(x->md));
@@ -164,6 +177,7 @@ static void fix_init(fix_t *x, const char *row_opt, double eps) {
     for (size_t r = 0; r < ROWS; r++)
       for (size_t j = 0; j < DIM; j++) x->tables[t][r * x->stride + j] = (float)s->v[r * DIM + j];
   }
+  return 0;
 }
 
 static void fix_close(fix_t *x) {
@@ -178,7 +192,7 @@ static void fix_close(fix_t *x) {
 static void test_forward_backward(void **state) {
   (void)state;
   fix_t x;
-  fix_init(&x, "adagrad", 1e-8);
+  if (fix_init(&x, "adagrad", 1e-8)) skip();
   float logits[B];
   embag_fwd(x.e, NULL, B, x.tables, x.stride, x.idx, NULL, embag_emb(x.e));
   assert_int_equal(model_dev_forward(x.md, B, x.dense, embag_emb(x.e), logits), 0);
@@ -214,7 +228,7 @@ static void test_forward_backward(void **state) {
 static void check_steps(const char *row_opt, uint32_t eps_i) {
   const double eps = sec("eps", 2)->v[eps_i];
   fix_t x;
-  fix_init(&x, row_opt, eps);
+  if (fix_init(&x, row_opt, eps)) skip();
   opt_t *o = NULL;
   assert_int_equal(opt_create(x.cfg, model_dev_n_params(x.md), &o), 0);
   assert_int_equal(opt_kind(o), OPT_ADAGRAD);
@@ -252,11 +266,27 @@ static void test_adagrad_rows_rowwise(void **state) {
   check_steps("rowwise_adagrad", 1);
 }
 
+static int on_cuda(void **state) {
+  (void)state;
+  g_device = "cuda";
+  return 0;
+}
+
+static int on_cpu(void **state) {
+  (void)state;
+  g_device = "cpu";
+  return 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_forward_backward),
-      cmocka_unit_test(test_adagrad_rows_elementwise),
-      cmocka_unit_test(test_adagrad_rows_rowwise),
+      cmocka_unit_test_setup_teardown(test_forward_backward, on_cpu, NULL),
+      cmocka_unit_test_setup_teardown(test_adagrad_rows_elementwise, on_cpu, NULL),
+      cmocka_unit_test_setup_teardown(test_adagrad_rows_rowwise, on_cpu, NULL),
+      /* the same on the GPU (skipped without one) */
+      cmocka_unit_test_setup_teardown(test_forward_backward, on_cuda, on_cpu),
+      cmocka_unit_test_setup_teardown(test_adagrad_rows_elementwise, on_cuda, on_cpu),
+      cmocka_unit_test_setup_teardown(test_adagrad_rows_rowwise, on_cuda, on_cpu),
   };
   return cmocka_run_group_tests(tests, load, unload);
 }
