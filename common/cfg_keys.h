@@ -69,6 +69,9 @@ static const entry_t entries[] = {
     {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},
     {"table_rows", T_INTS, CRITEO_ROWS, 0, 0, NULL,
      "comma-separated row count of each embedding table (Criteo's 26 cardinalities, capped at 200000)"},
+    {"table_scale", T_INT, "1", 1, 1e12, NULL,
+     "divides every table's row count: table_rows / table_scale rows (rounded down, at least 1), in the layout and "
+     "the data schema alike, to fit a job's tables on a smaller machine (deploy/jobs/mlperf-dlrmv2.ini)"},
     {"embedding_dim", T_INT, "16", 1, 65536, NULL, "embedding dimension of every table"},
     {"table_dims", T_INTS, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
     /* ---- data ---- */
