@@ -1,5 +1,5 @@
 /*
- * nn: the layers the four recommendation models are built from, forward and
+ * nn: the layers the five recommendation models are built from, forward and
  * backward, in plain C over OpenBLAS (cblas_sgemm for every matrix product).
  *
  * Conventions shared by every layer (and by the CUDA mirror nn.cu, which has
