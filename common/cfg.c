@@ -711,10 +711,18 @@ static int parse_u64_list(const cfg_t *c, const char *key, uint64_t **vals, size
   return rc;
 }
 
+int cfg_table_rows(const cfg_t *c, uint64_t **rows, size_t *n, char *err, size_t err_len) {
+  int rc = parse_u64_list(c, "table_rows", rows, n, 1, TABLE_ROW_MASK, err, err_len);
+  if (rc) return rc;
+  uint64_t scale = (uint64_t)cfg_int(c, "table_scale");
+  for (size_t t = 0; t < *n && scale > 1; t++) (*rows)[t] = (*rows)[t] / scale ? (*rows)[t] / scale : 1;
+  return 0;
+}
+
 int cfg_layout(const cfg_t *c, table_layout_t *out, char *err, size_t err_len) {
   uint64_t *rows = NULL, *dims = NULL;
   size_t nr = 0, nd = 0;
-  int rc = parse_u64_list(c, "table_rows", &rows, &nr, 1, TABLE_ROW_MASK, err, err_len);
+  int rc = cfg_table_rows(c, &rows, &nr, err, err_len);
   if (rc) return rc;
   if ((rc = parse_u64_list(c, "table_dims", &dims, &nd, 1, 65536, err, err_len)) != 0) goto out;
   if (nr == 0) { rc = fmt_err(err, err_len, "table_rows (from %s) is empty", cfg_origin(c, "table_rows")); goto out; }

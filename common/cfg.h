@@ -101,7 +101,13 @@ const char *cfg_warning(const cfg_t *c, size_t i);
 int cfg_list(const cfg_t *c, const char *key, char ***items, size_t *n);
 void cfg_list_free(char **items, size_t n);
 
-/* The embedding table layout: table_rows, embedding_dim / table_dims,
+/* The row count of every table as the job uses it: table_rows, each
+ * divided by table_scale (rounded down, at least 1).  The one place the
+ * scale is applied: the layout below and the data schema (data.h) both
+ * read the rows here.  *rows is malloc'd (*n entries); 0 or ERR_CONFIG
+ * (err names the entry) / -ENOMEM. */
+int cfg_table_rows(const cfg_t *c, uint64_t **rows, size_t *n, char *err, size_t err_len);
+/* The embedding table layout: table_rows (scaled), embedding_dim / table_dims,
  * embedding_optimizer (-> state floats) and seed.  Caller closes it. */
 int cfg_layout(const cfg_t *c, table_layout_t *out, char *err, size_t err_len);
 /* Optimizer state floats per row for an embedding optimizer name. */

@@ -26,7 +26,7 @@ typedef struct entry_s {
 
 static const entry_t entries[] = {
     /* ---- the job (DESIGN.md section 6, stable names) ---- */
-    {"model", T_ENUM, "dlrm", 0, 0, "dlrm|wdl|deepfm|dcn", "model architecture"},
+    {"model", T_ENUM, "dlrm", 0, 0, "dlrm|wdl|deepfm|dcn|dlrm_dcn", "model architecture"},
     {"optimizer", T_ENUM, "sgd", 0, 0, "sgd|adagrad|adam", "optimizer of the dense parameters"},
     {"embedding_optimizer", T_ENUM, "sgd", 0, 0, "sgd|adagrad|rowwise_adagrad",
      "optimizer of embedding rows; its state is stored after each row (0, dim or 1 floats)"},
@@ -69,6 +69,9 @@ static const entry_t entries[] = {
     {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},
     {"table_rows", T_INTS, CRITEO_ROWS, 0, 0, NULL,
      "comma-separated row count of each embedding table (Criteo's 26 cardinalities, capped at 200000)"},
+    {"table_scale", T_INT, "1", 1, 1e12, NULL,
+     "divides every table's row count: table_rows / table_scale rows (rounded down, at least 1), in the layout and "
+     "the data schema alike, to fit a job's tables on a smaller machine (deploy/jobs/mlperf-dlrmv2.ini)"},
     {"embedding_dim", T_INT, "16", 1, 65536, NULL, "embedding dimension of every table"},
     {"table_dims", T_INTS, "", 0, 0, NULL, "optional comma-separated dimension per table (overrides embedding_dim)"},
     /* ---- data ---- */
@@ -103,10 +106,14 @@ static const entry_t entries[] = {
      "sessions: samples of one user per session (a session spans active_users * session_mean samples of the log)"},
     /* ---- model ---- */
     {"model.bottom_mlp", T_INTS, "512,256,64", 0, 0, NULL,
-     "DLRM bottom MLP hidden sizes (dense features -> ... -> embedding_dim is appended)"},
-    {"model.top_mlp", T_INTS, "512,256", 0, 0, NULL, "DLRM top MLP hidden sizes (an output of 1 is appended)"},
+     "DLRM (and dlrm_dcn) bottom MLP hidden sizes (dense features -> ... -> embedding_dim is appended)"},
+    {"model.top_mlp", T_INTS, "512,256", 0, 0, NULL,
+     "DLRM (and dlrm_dcn) top MLP hidden sizes (an output of 1 is appended)"},
     {"model.deep_mlp", T_INTS, "512,256,128", 0, 0, NULL, "deep tower hidden sizes of wdl, deepfm and dcn (an output of 1 is appended)"},
-    {"model.cross_layers", T_INT, "3", 0, 64, NULL, "cross layers of dcn"},
+    {"model.cross_layers", T_INT, "3", 0, 64, NULL, "cross layers of dcn and dlrm_dcn"},
+    {"model.cross_rank", T_INT, "0", 0, 1 << 20, NULL,
+     "dlrm_dcn: rank r of each DCNv2 cross layer's matrix, U [d x r] V^T (MLPerf DLRMv2: 512); 0 = full rank, one "
+     "d x d matrix"},
     {"adagrad_eps", T_FLOAT, "1e-8", 0, 1, NULL, "epsilon of Adagrad and row-wise Adagrad"},
     {"adagrad_init", T_FLOAT, "0", 0, 1e6, NULL, "initial Adagrad accumulator of dense parameters"},
     {"adam_beta1", T_FLOAT, "0.9", 0, 1, NULL, "Adam first-moment decay"},

@@ -55,7 +55,7 @@ int data_schema_from_cfg(const cfg_t *cfg, data_schema_t *out, char *err, size_t
   size_t nr = 0, nh = 0;
   int rc;
   memset(out, 0, sizeof *out);
-  if ((rc = parse_list(cfg, "table_rows", &out->table_rows, &nr, 1, TABLE_ROW_MASK, err, err_len)) != 0) goto out;
+  if ((rc = cfg_table_rows(cfg, &out->table_rows, &nr, err, err_len)) != 0) goto out;
   if (nr == 0 || nr > TABLE_MAX) {
     rc = err_set(err, err_len, ERR_CONFIG, "table_rows (from %s) lists %zu tables; need 1 to %d",
               cfg_origin(cfg, "table_rows"), nr, TABLE_MAX);

@@ -27,96 +27,20 @@
 
 #include "err.h"
 #include "log.h"
+#include "model_internal.h"
 #include "nn.h"
 #include "pool.h"
 #include "table.h"
 
-#define MAX_LAYERS 32
-#define MAX_CROSS 64
-
-typedef enum init_e { INIT_ZERO = 0, INIT_HE, INIT_XAVIER } init_t;
-
-/* One parameter tensor: offset and size in the parameter array, how it is
- * initialized (fans for the uniform limits). */
-typedef struct tensor_s {
-  size_t off, len;
-  init_t init;
-  uint32_t fan_in, fan_out;
-} tensor_t;
-
-typedef struct lin_s {
-  uint32_t in, out;
-  size_t w, b; /* offsets of W [out x in] and b [out] */
-  nn_act_t act;
-} lin_t;
-
-typedef struct mlp_s {
-  uint32_t n;
-  lin_t l[MAX_LAYERS];
-  float *y[MAX_LAYERS];  /* outputs [max_batch x out] */
-  float *dy[MAX_LAYERS]; /* gradients of the outputs */
-} mlp_t;
-
-/* One part of a batch: its rows, and where its parameter gradients go
- * (part 0: the model's grads; the others: private buffers summed into it). */
-typedef struct part_s {
-  uint32_t i0, n;
-  float *g;
-  double loss;
-} part_t;
-
-struct model_s {
-  model_kind_t kind;
-  uint32_t n_dense, n_tables, dim, max_batch;
-  uint32_t emb_w; /* n_tables * dim */
-  uint32_t d0;    /* n_dense + emb_w: the concatenated input of wdl/deepfm/dcn */
-  size_t n_params;
-  float *params, *grads;
-  tensor_t tensors[4 * MAX_LAYERS + 2 * MAX_CROSS];
-  uint32_t n_tensors;
-
-  mlp_t bottom, top, deep; /* dlrm: bottom, top; others: deep */
-  int has_bottom;
-  uint32_t inter_w;
-  float *inter, *d_inter, *d_emb_scratch;
-
-  lin_t wide; /* wdl wide part / deepfm first-order part */
-  float *wide_y, *wide_dy, *fm_y;
-  float *x0, *dx0;
-
-  uint32_t n_cross;
-  size_t cross_w[MAX_CROSS], cross_b[MAX_CROSS];
-  float *xl[MAX_CROSS + 1], *sl[MAX_CROSS], *dxl;
-  lin_t final;
-  float *cat, *dcat, *final_y;
-
-  float *dlogits;
-  float *zbuf;              /* where the forward leaves the logits */
-  const float *dense, *emb; /* inputs of the last forward */
-  uint32_t n;               /* samples of the last forward */
-  const float *labels;      /* arguments of the running backward */
-  float scale;
-  float *d_emb_out;
-  char desc[1024];
-
-  /* parts and threads */
-  part_t part[MODEL_PARTS];
-  float *pgrads[MODEL_PARTS]; /* [0] = grads */
-  pool_t *pool;               /* NULL: single-threaded */
-  model_grad_ready_fn ready;  /* model_set_grad_ready */
-  void *ready_ud;
-
-  void *allocs[8 * MAX_LAYERS + 4 * MAX_CROSS + 32 + MODEL_PARTS];
-  uint32_t n_allocs;
-};
 
 static uint32_t n_stages(const model_t *m);
 static size_t stage_lo(const model_t *m, uint32_t s);
 
-static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn"};
+static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn", "dlrm_dcn"};
+#define N_KINDS 5
 
 int model_kind_parse(const char *name, model_kind_t *out) {
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < N_KINDS; k++)
     if (name && strcmp(name, kind_names[k]) == 0) {
       *out = (model_kind_t)k;
       return 0;
@@ -125,7 +49,7 @@ int model_kind_parse(const char *name, model_kind_t *out) {
 }
 
 const char *model_kind_name(model_kind_t k) {
-  return (unsigned)k < 4 ? kind_names[k] : "?";
+  return (unsigned)k < N_KINDS ? kind_names[k] : "?";
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -137,7 +61,7 @@ static void add_floats(float *restrict d, const float *restrict s, size_t n) {
 
 /* ----------------------------------------------------------------- planning */
 
-static size_t add_tensor(model_t *m, size_t len, init_t init, uint32_t fan_in,
+size_t model__add_tensor(model_t *m, size_t len, init_t init, uint32_t fan_in,
                          uint32_t fan_out) {
   ASSERT(m->n_tensors < sizeof(m->tensors) / sizeof(m->tensors[0]));
   tensor_t *t = &m->tensors[m->n_tensors++];
@@ -152,14 +76,14 @@ static size_t add_tensor(model_t *m, size_t len, init_t init, uint32_t fan_in,
 
 static lin_t plan_linear(model_t *m, uint32_t in, uint32_t out, nn_act_t act) {
   lin_t l = {.in = in, .out = out, .act = act};
-  l.w = add_tensor(m, (size_t)in * out, act == NN_ACT_RELU ? INIT_HE : INIT_XAVIER, in, out);
-  l.b = add_tensor(m, out, INIT_ZERO, in, out);
+  l.w = model__add_tensor(m, (size_t)in * out, act == NN_ACT_RELU ? INIT_HE : INIT_XAVIER, in, out);
+  l.b = model__add_tensor(m, out, INIT_ZERO, in, out);
   return l;
 }
 
 /* An MLP in -> sizes[0] -> ... -> sizes[k-1] (-> final_out when > 0);
  * ReLU after every layer except an appended final_out layer. */
-static int plan_mlp(model_t *m, mlp_t *p, uint32_t in, const uint32_t *sizes, size_t k,
+int model__plan_mlp(model_t *m, mlp_t *p, uint32_t in, const uint32_t *sizes, size_t k,
                     uint32_t final_out) {
   p->n = 0;
   if (k + (final_out > 0) > MAX_LAYERS) return -EINVAL;
@@ -177,7 +101,7 @@ static uint32_t mlp_out(const mlp_t *p, uint32_t in) {
 
 /* ----------------------------------------------------------------- memory */
 
-static float *alloc_floats(model_t *m, size_t n) {
+float *model__alloc(model_t *m, size_t n) {
   size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
   if (bytes == 0) bytes = 64;
   ASSERT(m->n_allocs < sizeof(m->allocs) / sizeof(m->allocs[0]));
@@ -189,10 +113,10 @@ static float *alloc_floats(model_t *m, size_t n) {
   return p;
 }
 
-static int alloc_mlp(model_t *m, mlp_t *p) {
+int model__alloc_mlp(model_t *m, mlp_t *p) {
   for (uint32_t i = 0; i < p->n; i++) {
-    p->y[i] = alloc_floats(m, (size_t)m->max_batch * p->l[i].out);
-    p->dy[i] = alloc_floats(m, (size_t)m->max_batch * p->l[i].out);
+    p->y[i] = model__alloc(m, (size_t)m->max_batch * p->l[i].out);
+    p->dy[i] = model__alloc(m, (size_t)m->max_batch * p->l[i].out);
     if (!p->y[i] || !p->dy[i]) return -ENOMEM;
   }
   return 0;
@@ -200,7 +124,7 @@ static int alloc_mlp(model_t *m, mlp_t *p) {
 
 /* ----------------------------------------------------------------- config */
 
-static int parse_sizes(const cfg_t *cfg, const char *key, uint32_t *sizes, size_t *k,
+int model__parse_sizes(const cfg_t *cfg, const char *key, uint32_t *sizes, size_t *k,
                        char *err, size_t err_len) {
   char **items = NULL;
   size_t n = 0;
@@ -231,7 +155,7 @@ out:
   return rc;
 }
 
-static void describe_mlp(char *buf, size_t len, const char *name, const mlp_t *p) {
+void model__describe_mlp(char *buf, size_t len, const char *name, const mlp_t *p) {
   size_t o = strlen(buf);
   if (p->n == 0 || o >= len) return;
   o += (size_t)snprintf(buf + o, len - o, " %s=%u", name, p->l[0].in);
@@ -248,9 +172,10 @@ static int plan_layers(model_t *m, const cfg_t *cfg, char *err, size_t err_len) 
   uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
   size_t k1 = 0, k2 = 0;
   uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
+  if (m->kind == MODEL_DLRM_DCN) return model__dcn2_plan(m, cfg, err, err_len);
   if (m->kind == MODEL_DLRM) {
-    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
-    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
+    if ((rc = model__parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if ((rc = model__parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
     m->has_bottom = n_dense > 0;
     uint32_t f = n_tables + (m->has_bottom ? 1 : 0);
     if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
@@ -259,16 +184,16 @@ static int plan_layers(model_t *m, const cfg_t *cfg, char *err, size_t err_len) 
     }
     if (m->has_bottom) {
       s1[k1++] = dim; /* the bottom MLP ends at the embedding dimension */
-      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
+      model__plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
     }
     m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
     if (m->inter_w == 0) {
       snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
       return -EINVAL;
     }
-    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
+    model__plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
   } else {
-    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) return rc;
+    if ((rc = model__parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) return rc;
     if (m->kind == MODEL_DCN) {
       int64_t L = cfg_int(cfg, "model.cross_layers");
       if (L < 0 || L > MAX_CROSS) {
@@ -277,15 +202,15 @@ static int plan_layers(model_t *m, const cfg_t *cfg, char *err, size_t err_len) 
       }
       m->n_cross = (uint32_t)L;
       for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
-        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
+        m->cross_w[l] = model__add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
+        m->cross_b[l] = model__add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
       }
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
+      model__plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
       uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
       m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
     } else {
       m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
+      model__plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
     }
   }
   return 0;
@@ -295,42 +220,43 @@ static int plan_layers(model_t *m, const cfg_t *cfg, char *err, size_t err_len) 
  * samples; m->zbuf set.  0 or -ENOMEM (what was allocated is in m->allocs). */
 static int alloc_buffers(model_t *m) {
   size_t B = m->max_batch;
-  m->params = alloc_floats(m, m->n_params);
-  m->grads = alloc_floats(m, m->n_params);
-  m->dlogits = alloc_floats(m, B);
+  m->params = model__alloc(m, m->n_params);
+  m->grads = model__alloc(m, m->n_params);
+  m->dlogits = model__alloc(m, B);
   if (!m->params || !m->grads || !m->dlogits) return -ENOMEM;
   m->pgrads[0] = m->grads;
   for (uint32_t k = 1; k < MODEL_PARTS; k++)
-    if (!(m->pgrads[k] = alloc_floats(m, m->n_params))) return -ENOMEM;
+    if (!(m->pgrads[k] = model__alloc(m, m->n_params))) return -ENOMEM;
+  if (m->kind == MODEL_DLRM_DCN) return model__dcn2_alloc(m);
   if (m->kind == MODEL_DLRM) {
-    if (alloc_mlp(m, &m->bottom) < 0 || alloc_mlp(m, &m->top) < 0) return -ENOMEM;
-    m->inter = alloc_floats(m, B * m->inter_w);
-    m->d_inter = alloc_floats(m, B * m->inter_w);
-    m->d_emb_scratch = alloc_floats(m, B * m->emb_w);
+    if (model__alloc_mlp(m, &m->bottom) < 0 || model__alloc_mlp(m, &m->top) < 0) return -ENOMEM;
+    m->inter = model__alloc(m, B * m->inter_w);
+    m->d_inter = model__alloc(m, B * m->inter_w);
+    m->d_emb_scratch = model__alloc(m, B * m->emb_w);
     if (!m->inter || !m->d_inter || !m->d_emb_scratch) return -ENOMEM;
   } else {
-    m->x0 = alloc_floats(m, B * m->d0);
-    m->dx0 = alloc_floats(m, B * m->d0);
-    if (!m->x0 || !m->dx0 || alloc_mlp(m, &m->deep) < 0) return -ENOMEM;
+    m->x0 = model__alloc(m, B * m->d0);
+    m->dx0 = model__alloc(m, B * m->d0);
+    if (!m->x0 || !m->dx0 || model__alloc_mlp(m, &m->deep) < 0) return -ENOMEM;
     if (m->kind == MODEL_DCN) {
       m->xl[0] = m->x0;
       for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->xl[l + 1] = alloc_floats(m, B * m->d0);
-        m->sl[l] = alloc_floats(m, B);
+        m->xl[l + 1] = model__alloc(m, B * m->d0);
+        m->sl[l] = model__alloc(m, B);
         if (!m->xl[l + 1] || !m->sl[l]) return -ENOMEM;
       }
-      m->dxl = alloc_floats(m, B * m->d0);
-      m->final_y = alloc_floats(m, B);
+      m->dxl = model__alloc(m, B * m->d0);
+      m->final_y = model__alloc(m, B);
       if (!m->dxl || !m->final_y) return -ENOMEM;
       if (m->deep.n) {
-        m->cat = alloc_floats(m, B * m->final.in);
-        m->dcat = alloc_floats(m, B * m->final.in);
+        m->cat = model__alloc(m, B * m->final.in);
+        m->dcat = model__alloc(m, B * m->final.in);
         if (!m->cat || !m->dcat) return -ENOMEM;
       }
     } else {
-      m->wide_y = alloc_floats(m, B);
-      m->wide_dy = alloc_floats(m, B);
-      m->fm_y = alloc_floats(m, B);
+      m->wide_y = model__alloc(m, B);
+      m->wide_dy = model__alloc(m, B);
+      m->fm_y = model__alloc(m, B);
       if (!m->wide_y || !m->wide_dy || !m->fm_y) return -ENOMEM;
     }
   }
@@ -347,12 +273,14 @@ static int alloc_buffers(model_t *m) {
 /* m->desc: the kind, the layers' widths and the parameter count. */
 static void describe(model_t *m) {
   snprintf(m->desc, sizeof(m->desc), "%s", kind_names[m->kind]);
-  if (m->kind == MODEL_DLRM) {
-    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
+  if (m->kind == MODEL_DLRM_DCN) {
+    model__dcn2_describe(m);
+  } else if (m->kind == MODEL_DLRM) {
+    model__describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
     size_t o = strlen(m->desc);
     snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
              m->n_tables + (m->has_bottom ? 1 : 0), m->dim, m->inter_w);
-    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
+    model__describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
   } else {
     size_t o = strlen(m->desc);
     snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
@@ -360,7 +288,7 @@ static void describe(model_t *m) {
       o = strlen(m->desc);
       snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
     }
-    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
+    model__describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
     if (m->kind == MODEL_DCN) {
       o = strlen(m->desc);
       snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
@@ -464,7 +392,7 @@ const char *model_describe(const model_t *m) { return m->desc; }
 /* ----------------------------------------------------------------- layers */
 
 /* Rows [i0, i0 + n) of a per-sample buffer of width w. */
-#define ROWS(buf, w) ((buf) + (size_t)p->i0 * (w))
+#define ROWS MODEL_ROWS
 
 static void lin_fwd(model_t *m, const lin_t *l, uint32_t n, const float *x, float *y) {
   nn_linear_fwd(x, n, l->in, l->out, m->params + l->w, m->params + l->b, l->act, y);
@@ -477,7 +405,7 @@ static void lin_bwd(model_t *m, const part_t *p, const lin_t *l, const float *x,
 }
 
 /* Forward of an MLP over the part's rows of x; returns its output rows. */
-static const float *mlp_fwd(model_t *m, mlp_t *q, const part_t *p, const float *x) {
+const float *model__mlp_fwd(model_t *m, mlp_t *q, const part_t *p, const float *x) {
   for (uint32_t i = 0; i < q->n; i++) {
     float *y = ROWS(q->y[i], q->l[i].out);
     lin_fwd(m, &q->l[i], p->n, x, y);
@@ -511,10 +439,10 @@ static void forward_part(model_t *m, const part_t *p) {
   const float *emb = ROWS(m->emb, m->emb_w);
   switch (m->kind) {
     case MODEL_DLRM: {
-      const float *bot = m->has_bottom ? mlp_fwd(m, &m->bottom, p, dense) : NULL;
+      const float *bot = m->has_bottom ? model__mlp_fwd(m, &m->bottom, p, dense) : NULL;
       float *inter = ROWS(m->inter, m->inter_w);
       nn_interact_fwd(bot, m->dim, emb, m->emb_w, n, m->n_tables, m->dim, inter, m->inter_w);
-      mlp_fwd(m, &m->top, p, inter);
+      model__mlp_fwd(m, &m->top, p, inter);
       break;
     }
     case MODEL_WDL:
@@ -523,7 +451,7 @@ static void forward_part(model_t *m, const part_t *p) {
       const float *x0 = ROWS(m->x0, m->d0);
       float *wide = ROWS(m->wide_y, 1);
       lin_fwd(m, &m->wide, n, x0, wide);
-      float *y = (float *)mlp_fwd(m, &m->deep, p, x0); /* the logits accumulate here */
+      float *y = (float *)model__mlp_fwd(m, &m->deep, p, x0); /* the logits accumulate here */
       if (m->kind == MODEL_DEEPFM) {
         float *fm = ROWS(m->fm_y, 1);
         nn_fm_fwd(emb, m->emb_w, n, m->n_tables, m->dim, fm);
@@ -533,6 +461,9 @@ static void forward_part(model_t *m, const part_t *p) {
       }
       break;
     }
+    case MODEL_DLRM_DCN:
+      model__dcn2_forward(m, p);
+      break;
     case MODEL_DCN: {
       concat_x0(m, p, dense, emb);
       const float *x0 = ROWS(m->x0, m->d0);
@@ -548,7 +479,7 @@ static void forward_part(model_t *m, const part_t *p) {
       const float *fin = ROWS(m->xl[m->n_cross], m->d0);
       if (m->deep.n) {
         uint32_t hw = mlp_out(&m->deep, m->d0);
-        const float *src[2] = {fin, mlp_fwd(m, &m->deep, p, x0)};
+        const float *src[2] = {fin, model__mlp_fwd(m, &m->deep, p, x0)};
         size_t stride[2] = {m->d0, hw};
         uint32_t width[2] = {m->d0, hw};
         nn_concat_fwd(n, 2, src, stride, width, ROWS(m->cat, m->final.in), m->final.in);
@@ -577,7 +508,7 @@ static void forward_part(model_t *m, const part_t *p) {
 /* Backward of layer i of q for part p, from the part's rows of q->dy[i]:
  * the input gradient goes to q->dy[i-1], or to dx (added to when acc) for
  * layer 0 with input x. */
-static void mlp_bwd_layer(model_t *m, mlp_t *q, const part_t *p, uint32_t i, const float *x, float *dx,
+void model__mlp_bwd_layer(model_t *m, mlp_t *q, const part_t *p, uint32_t i, const float *x, float *dx,
                           int acc) {
   const float *xi = i ? ROWS(q->y[i - 1], q->l[i - 1].out) : x;
   float *dxi = i ? ROWS(q->dy[i - 1], q->l[i - 1].out) : dx;
@@ -590,6 +521,7 @@ static uint32_t n_stages(const model_t *m) {
     case MODEL_WDL:
     case MODEL_DEEPFM: return m->deep.n + 1;
     case MODEL_DCN: return m->deep.n + 2;
+    case MODEL_DLRM_DCN: return model__dcn2_stages(m);
   }
   return 0;
 }
@@ -608,6 +540,8 @@ static size_t stage_lo(const model_t *m, uint32_t s) {
       if (s == 0) return m->final.w;
       if (s <= m->deep.n) return m->deep.l[m->deep.n - s].w;
       return m->n_cross ? m->cross_w[0] : stage_lo(m, s - 1);
+    case MODEL_DLRM_DCN:
+      return model__dcn2_stage_lo(m, s);
   }
   return 0;
 }
@@ -625,7 +559,7 @@ static void backward_stage(model_t *m, part_t *p, uint32_t s) {
       float *inter = ROWS(m->inter, m->inter_w), *d_inter = ROWS(m->d_inter, m->inter_w);
       if (s < m->top.n) {
         if (s == 0) memcpy(ROWS(m->top.dy[m->top.n - 1], 1), dl, (size_t)n * sizeof(float));
-        mlp_bwd_layer(m, &m->top, p, m->top.n - 1 - s, inter, d_inter, 0);
+        model__mlp_bwd_layer(m, &m->top, p, m->top.n - 1 - s, inter, d_inter, 0);
       } else if (s == m->top.n) {
         uint32_t lb = m->bottom.n - 1;
         const float *bot = m->has_bottom ? ROWS(m->bottom.y[lb], m->dim) : NULL;
@@ -633,7 +567,7 @@ static void backward_stage(model_t *m, part_t *p, uint32_t s) {
         nn_interact_bwd(bot, m->dim, ROWS(m->emb, m->emb_w), m->emb_w, n, m->n_tables, m->dim, d_inter,
                         m->inter_w, dbot, d_emb ? d_emb : ROWS(m->d_emb_scratch, m->emb_w), m->emb_w);
       } else {
-        mlp_bwd_layer(m, &m->bottom, p, m->bottom.n - 1 - (s - m->top.n - 1), ROWS(m->dense, m->n_dense), NULL,
+        model__mlp_bwd_layer(m, &m->bottom, p, m->bottom.n - 1 - (s - m->top.n - 1), ROWS(m->dense, m->n_dense), NULL,
                       0);
       }
       break;
@@ -647,7 +581,7 @@ static void backward_stage(model_t *m, part_t *p, uint32_t s) {
           memcpy(ROWS(m->deep.dy[m->deep.n - 1], 1), dl, (size_t)n * sizeof(float));
           memcpy(ROWS(m->wide_dy, 1), dl, (size_t)n * sizeof(float));
         }
-        mlp_bwd_layer(m, &m->deep, p, m->deep.n - 1 - s, x0, dx0, 0);
+        model__mlp_bwd_layer(m, &m->deep, p, m->deep.n - 1 - s, x0, dx0, 0);
       } else {
         lin_bwd(m, p, &m->wide, x0, ROWS(m->wide_y, 1), ROWS(m->wide_dy, 1), dx0, 1);
         if (m->kind == MODEL_DEEPFM)
@@ -671,7 +605,7 @@ static void backward_stage(model_t *m, part_t *p, uint32_t s) {
           nn_concat_bwd(n, 2, dfin, m->final.in, width, dst, stride, 0);
         }
       } else if (s <= m->deep.n) {
-        mlp_bwd_layer(m, &m->deep, p, m->deep.n - s, x0, dx0, 0);
+        model__mlp_bwd_layer(m, &m->deep, p, m->deep.n - s, x0, dx0, 0);
       } else {
         if (!m->deep.n) memset(dx0, 0, (size_t)n * m->d0 * sizeof(float));
         /* through the cross stack; x_0 is x0 itself, so its gradient as the
@@ -691,6 +625,9 @@ static void backward_stage(model_t *m, part_t *p, uint32_t s) {
       }
       break;
     }
+    case MODEL_DLRM_DCN:
+      model__dcn2_backward_stage(m, p, s, dl, d_emb);
+      break;
   }
 }
 
@@ -805,7 +742,7 @@ double model_backward(model_t *m, uint32_t n, const float *labels, float scale,
 
 /* ----------------------------------------------------------------- accounting */
 
-static size_t add_gemms(const lin_t *l, uint32_t n, int need_dx, model_gemm_t *out,
+size_t model__add_gemms(const lin_t *l, uint32_t n, int need_dx, model_gemm_t *out,
                         size_t cap, size_t k) {
   model_gemm_t g[3] = {
       {n, l->out, l->in, 0, 1},  /* y = x W^T */
@@ -821,21 +758,23 @@ static size_t add_gemms(const lin_t *l, uint32_t n, int need_dx, model_gemm_t *o
 
 size_t model_gemms(const model_t *m, uint32_t n, model_gemm_t *out, size_t cap) {
   size_t k = 0;
-  if (m->kind == MODEL_DLRM) {
-    for (uint32_t i = 0; i < m->bottom.n; i++) k = add_gemms(&m->bottom.l[i], n, i > 0, out, cap, k);
-    for (uint32_t i = 0; i < m->top.n; i++) k = add_gemms(&m->top.l[i], n, 1, out, cap, k);
+  if (m->kind == MODEL_DLRM_DCN) {
+    k = model__dcn2_gemms(m, n, out, cap);
+  } else if (m->kind == MODEL_DLRM) {
+    for (uint32_t i = 0; i < m->bottom.n; i++) k = model__add_gemms(&m->bottom.l[i], n, i > 0, out, cap, k);
+    for (uint32_t i = 0; i < m->top.n; i++) k = model__add_gemms(&m->top.l[i], n, 1, out, cap, k);
   } else if (m->kind == MODEL_DCN) {
-    for (uint32_t i = 0; i < m->deep.n; i++) k = add_gemms(&m->deep.l[i], n, 1, out, cap, k);
-    k = add_gemms(&m->final, n, 1, out, cap, k);
+    for (uint32_t i = 0; i < m->deep.n; i++) k = model__add_gemms(&m->deep.l[i], n, 1, out, cap, k);
+    k = model__add_gemms(&m->final, n, 1, out, cap, k);
   } else {
-    k = add_gemms(&m->wide, n, 1, out, cap, k);
-    for (uint32_t i = 0; i < m->deep.n; i++) k = add_gemms(&m->deep.l[i], n, 1, out, cap, k);
+    k = model__add_gemms(&m->wide, n, 1, out, cap, k);
+    for (uint32_t i = 0; i < m->deep.n; i++) k = model__add_gemms(&m->deep.l[i], n, 1, out, cap, k);
   }
   return k;
 }
 
 double model_gemm_flops_per_sample(const model_t *m) {
-  model_gemm_t g[4 * MAX_LAYERS + 8];
+  model_gemm_t g[6 * MAX_LAYERS + 6 * MAX_CROSS + 8];
   size_t k = model_gemms(m, 1, g, sizeof(g) / sizeof(g[0]));
   double f = 0.0;
   for (size_t i = 0; i < k; i++) f += 2.0 * g[i].m * g[i].n * g[i].k;

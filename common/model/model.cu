@@ -1,5 +1,5 @@
 /*
- * model.cu: DLRM, Wide&Deep, DeepFM and Deep&Cross over the kernels of
+ * model.cu: DLRM, Wide&Deep, DeepFM, Deep&Cross and DLRM-DCNv2 over the kernels of
  * nn.cu, the device twin of model.c (contract in nn_cuda.h, architectures
  * and parameter layout in model.h).
  *
@@ -63,7 +63,7 @@ struct model_cuda_s {
   uint32_t emb_w, d0;
   size_t n_params;
   float *params, *grads; /* device */
-  tensor_t tensors[4 * MAX_LAYERS + 2 * MAX_CROSS];
+  tensor_t tensors[4 * MAX_LAYERS + 3 * MAX_CROSS];
   uint32_t n_tensors;
 
   mlp_t bottom, top, deep;
@@ -78,6 +78,10 @@ struct model_cuda_s {
   uint32_t n_cross;
   size_t cross_w[MAX_CROSS], cross_b[MAX_CROSS];
   float *xl[MAX_CROSS + 1], *sl[MAX_CROSS], *dxl;
+  /* dlrm_dcn (model.c's fields of the same names) */
+  uint32_t rank;
+  size_t cross_v[MAX_CROSS];
+  float *zl[MAX_CROSS], *tl[MAX_CROSS], *dz, *dt;
   lin_t final;
   float *cat, *dcat, *final_y;
 
@@ -91,7 +95,7 @@ struct model_cuda_s {
   uint32_t n_allocs;
 };
 
-static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn"};
+static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn", "dlrm_dcn"};
 
 static cudaStream_t stream(void) { return (cudaStream_t)nn_cuda_stream(); }
 
@@ -201,6 +205,44 @@ static int dalloc_mlp(model_cuda_t *m, mlp_t *p) {
 
 /* ----------------------------------------------------------------- create */
 
+/* dlrm_dcn: model_dlrm_dcn.c's model__dcn2_plan, line for line. */
+static int plan_dcn2(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_len) {
+  int rc;
+  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
+  size_t k1 = 0, k2 = 0;
+  if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
+  if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
+  int64_t L = cfg_int(cfg, "model.cross_layers"), r = cfg_int(cfg, "model.cross_rank");
+  if (L < 0 || L > MAX_CROSS) {
+    snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
+    return ERR_CONFIG;
+  }
+  if (r < 0 || r > (1 << 20)) {
+    snprintf(err, err_len, "model.cross_rank: %lld not in [0, 1048576]", (long long)r);
+    return ERR_CONFIG;
+  }
+  m->has_bottom = m->n_dense > 0;
+  m->d0 = (m->has_bottom ? m->dim : 0) + m->emb_w;
+  m->n_cross = (uint32_t)L;
+  m->rank = (uint32_t)r;
+  if (m->has_bottom) {
+    s1[k1++] = m->dim;
+    plan_mlp(m, &m->bottom, m->n_dense, s1, k1, 0);
+  }
+  uint32_t d = m->d0, rk = m->rank;
+  for (uint32_t l = 0; l < m->n_cross; l++) {
+    if (rk) {
+      m->cross_v[l] = add_tensor(m, (size_t)rk * d, INIT_XAVIER, d, rk);
+      m->cross_w[l] = add_tensor(m, (size_t)d * rk, INIT_XAVIER, rk, d);
+    } else {
+      m->cross_w[l] = add_tensor(m, (size_t)d * d, INIT_XAVIER, d, d);
+    }
+    m->cross_b[l] = add_tensor(m, d, INIT_ZERO, d, d);
+  }
+  plan_mlp(m, &m->top, d, s2, k2, 1);
+  return 0;
+}
+
 /* The layers of m->kind (tensors added in this order: it is the parameter
  * layout, the same as model.c's).  0, or ERR_CONFIG / -EINVAL with err
  * set. */
@@ -209,6 +251,7 @@ static int plan_layers(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_
   uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
   size_t k1 = 0, k2 = 0;
   uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
+  if (m->kind == MODEL_DLRM_DCN) return plan_dcn2(m, cfg, err, err_len);
   if (m->kind == MODEL_DLRM) {
     if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
     if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
@@ -262,6 +305,25 @@ static int dalloc_buffers(model_cuda_t *m) {
   m->grads = dalloc(m, m->n_params);
   m->dlogits = dalloc(m, B);
   if (!m->params || !m->grads || !m->dlogits) return ERR_CUDA;
+  if (m->kind == MODEL_DLRM_DCN) {
+    size_t d = m->d0;
+    if (dalloc_mlp(m, &m->bottom) < 0 || dalloc_mlp(m, &m->top) < 0) return ERR_CUDA;
+    m->x0 = dalloc(m, B * d);
+    m->dx0 = dalloc(m, B * d);
+    m->dxl = dalloc(m, B * d);
+    m->dz = dalloc(m, B * d);
+    m->dt = dalloc(m, B * (m->rank ? m->rank : 1));
+    if (!m->x0 || !m->dx0 || !m->dxl || !m->dz || !m->dt) return ERR_CUDA;
+    m->xl[0] = m->x0;
+    for (uint32_t l = 0; l < m->n_cross; l++) {
+      m->xl[l + 1] = dalloc(m, B * d);
+      m->zl[l] = dalloc(m, B * d);
+      m->tl[l] = m->rank ? dalloc(m, B * m->rank) : NULL;
+      if (!m->xl[l + 1] || !m->zl[l] || (m->rank && !m->tl[l])) return ERR_CUDA;
+    }
+    m->zbuf = m->top.y[m->top.n - 1];
+    return 0;
+  }
   if (m->kind == MODEL_DLRM) {
     if (dalloc_mlp(m, &m->bottom) < 0 || dalloc_mlp(m, &m->top) < 0) return ERR_CUDA;
     m->inter = dalloc(m, B * m->inter_w);
@@ -308,7 +370,15 @@ static int dalloc_buffers(model_cuda_t *m) {
 static void describe(model_cuda_t *m) {
   size_t o;
   snprintf(m->desc, sizeof(m->desc), "%s", kind_names[m->kind]);
-  if (m->kind == MODEL_DLRM) {
+  if (m->kind == MODEL_DLRM_DCN) {
+    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
+    o = strlen(m->desc);
+    if (m->rank)
+      snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u cross=%ux%u", m->d0, m->n_cross, m->rank);
+    else
+      snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u cross=%uxfull", m->d0, m->n_cross);
+    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
+  } else if (m->kind == MODEL_DLRM) {
     describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
     o = strlen(m->desc);
     snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
@@ -486,6 +556,39 @@ static __global__ void k_logit_sum(float *y, const float *wide, const float *fm,
   y[i] = fm ? (wide[i] + y[i]) + fm[i] : wide[i] + y[i];
 }
 
+/* dlrm_dcn's backward: model_dlrm_dcn.c's stages in order, over the whole
+ * batch. */
+static __global__ void k_add(float *dst, const float *src, size_t len) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < len) dst[i] += src[i];
+}
+
+static void backward_dcn2(model_cuda_t *m, uint32_t n, const float *dl, float *d_emb) {
+  uint32_t d = m->d0, r = m->rank, L = m->n_cross;
+  size_t len = (size_t)n * d;
+  copy(m->top.dy[m->top.n - 1], dl, n, "cudaMemcpyAsync (model_cuda_backward)");
+  mlp_bwd(m, &m->top, n, m->xl[L], m->dxl, 0);
+  if (L)
+    (void)nn_cuda__ok((int)cudaMemsetAsync(m->dx0, 0, len * sizeof(float), stream()),
+                      "cudaMemsetAsync (model_cuda_backward)");
+  for (uint32_t l = L; l-- > 0;)
+    nn_cuda_cross2_bwd(m->x0, m->xl[l], m->tl[l], m->zl[l], n, d, r, m->params + m->cross_w[l],
+                       r ? m->params + m->cross_v[l] : NULL, m->dxl, m->dz, m->dt, m->grads + m->cross_w[l],
+                       r ? m->grads + m->cross_v[l] : NULL, m->grads + m->cross_b[l], m->dx0);
+  if (L && len) {
+    k_add<<<(unsigned)((len + 255) / 256), 256, 0, stream()>>>(m->dx0, m->dxl, len);
+    (void)nn_cuda__ok((int)cudaGetLastError(), "model_cuda_backward (x0)");
+  } else if (!L) {
+    copy(m->dx0, m->dxl, len, "cudaMemcpyAsync (model_cuda_backward x0)");
+  }
+  float *dst[2] = {m->has_bottom ? m->bottom.dy[m->bottom.n - 1] : NULL, d_emb};
+  size_t stride[2] = {m->dim, m->emb_w};
+  uint32_t width[2] = {m->dim, m->emb_w};
+  uint32_t k = m->has_bottom ? 0 : 1;
+  nn_cuda_concat_bwd(n, 2 - k, m->dx0, d, width + k, dst + k, stride + k, 0);
+  if (m->has_bottom) mlp_bwd(m, &m->bottom, n, m->dense, NULL, 0);
+}
+
 /* ----------------------------------------------------------------- steps */
 
 void model_cuda_forward(model_cuda_t *m, uint32_t n, const float *dense, const float *emb,
@@ -535,6 +638,23 @@ void model_cuda_forward(model_cuda_t *m, uint32_t n, const float *dense, const f
         fin = m->cat;
       }
       lin_fwd(m, &m->final, n, fin, m->final_y);
+      break;
+    }
+    case MODEL_DLRM_DCN: {
+      uint32_t d = m->d0, r = m->rank;
+      if (m->has_bottom) {
+        const float *src[2] = {mlp_fwd(m, &m->bottom, n, dense), emb};
+        size_t stride[2] = {m->dim, m->emb_w};
+        uint32_t width[2] = {m->dim, m->emb_w};
+        nn_cuda_concat_fwd(n, 2, src, stride, width, m->x0, d);
+      } else {
+        copy(m->x0, emb, (size_t)n * d, "cudaMemcpyAsync (model_cuda_forward x0)");
+      }
+      for (uint32_t l = 0; l < m->n_cross; l++)
+        nn_cuda_cross2_fwd(m->x0, m->xl[l], n, d, r, m->params + m->cross_w[l],
+                           r ? m->params + m->cross_v[l] : NULL, m->params + m->cross_b[l], m->tl[l], m->zl[l],
+                           m->xl[l + 1]);
+      mlp_fwd(m, &m->top, n, m->xl[m->n_cross]);
       break;
     }
   }
@@ -597,6 +717,9 @@ double model_cuda_backward(model_cuda_t *m, uint32_t n, const float *labels, flo
       split_dx0(m, n, d_emb);
       break;
     }
+    case MODEL_DLRM_DCN:
+      backward_dcn2(m, n, dl, d_emb);
+      break;
   }
   return loss;
 }

@@ -1,6 +1,7 @@
 /*
- * model: the four recommendation models (DLRM, Wide&Deep, DeepFM,
- * Deep&Cross) over the layers of nn.h, CPU reference implementation.
+ * model: the five recommendation models (DLRM, Wide&Deep, DeepFM,
+ * Deep&Cross, DLRM-DCNv2) over the layers of nn.h, CPU reference
+ * implementation.
  *
  * A model sees a batch as dense features [n x n_dense] and the POOLED
  * embeddings of its n_tables tables [n x n_tables*dim] (sample-major: table
@@ -27,13 +28,24 @@
  *   dcn:    x0 as wdl (width d0 = n_dense + n_tables*dim);
  *           model.cross_layers cross layers; deep MLP x0 -> model.deep_mlp
  *           (hidden sizes, ReLU); final linear concat(x_L, deep) -> 1.
+ *   dlrm_dcn: MLPerf DLRMv2 (TorchRec's DLRM_DCN): dlrm's bottom MLP;
+ *           x0 = concat(bottom, emb_0..) (d0 = dim + n_tables*dim; emb
+ *           alone without dense features); model.cross_layers DCNv2 cross
+ *           layers x_{l+1} = x0 * (U_l (V_l^T x_l) + b_l) + x_l of rank
+ *           r = model.cross_rank, each laid out V [r x d0], U [d0 x r],
+ *           b [d0] (r = 0: full rank, W [d0 x d0], b [d0]:
+ *           x_{l+1} = x0 * (W_l x_l + b_l) + x_l) (nn_cross2_fwd); top MLP
+ *           x_L -> model.top_mlp... -> 1 (ReLU on hidden).
  *
  * Initialization (model_init, deterministic from the seed alone, no
  * global RNG): weights of a linear layer followed by ReLU (every hidden
  * layer, and DLRM's bottom output) are He-uniform, U(-sqrt(6/in),
  * sqrt(6/in)); of a linear layer producing a logit Xavier-uniform,
  * U(-sqrt(6/(in+out)), sqrt(6/(in+out))); biases 0; cross weights
- * Xavier-uniform over (d0, 1), cross biases 0.  Each value is
+ * Xavier-uniform over (d0, 1), cross biases 0; DCNv2's V, U and W
+ * Xavier-uniform over their (in, out) as linear maps ((d0, r), (r, d0),
+ * (d0, d0); TorchRec draws them Xavier-normal, of the same variance),
+ * their biases 0.  Each value is
  * table_mix64(seed, tensor number, element index) mapped to [-1, 1) with 24
  * bits, so it does not depend on thread count or call order.
  *
@@ -64,6 +76,7 @@ typedef enum model_kind_e {
   MODEL_WDL = 1,
   MODEL_DEEPFM = 2,
   MODEL_DCN = 3,
+  MODEL_DLRM_DCN = 4,
 } model_kind_t;
 
 /* "dlrm" -> MODEL_DLRM ...; -EINVAL for an unknown name. */

@@ -647,3 +647,66 @@ NN_HOT void nn_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t
     add_into(d0, g, d);
   }
 }
+
+/* ------------------------------------------------------ DCNv2 cross layer */
+
+/* y = x0 * z + x, one row. */
+static inline __attribute__((always_inline)) void cross2_y_row(
+    float *restrict y, const float *restrict a, const float *restrict z,
+    const float *restrict x, uint32_t d) {
+  for (uint32_t j = 0; j < d; j++) y[j] = a[j] * z[j] + x[j];
+}
+
+/* dz = g * x0; dx0 += g * z, one row. */
+static inline __attribute__((always_inline)) void cross2_g_row(
+    float *restrict dz, float *restrict d0, const float *restrict g,
+    const float *restrict a, const float *restrict z, uint32_t d) {
+  for (uint32_t j = 0; j < d; j++) {
+    dz[j] = g[j] * a[j];
+    d0[j] += g[j] * z[j];
+  }
+}
+
+NN_HOT static void cross2_y(float *y, const float *x0, const float *z, const float *x,
+                            size_t rows, uint32_t d) {
+  for (size_t i = 0; i < rows; i++) {
+    size_t o = i * d;
+    cross2_y_row(y + o, x0 + o, z + o, x + o, d);
+  }
+}
+
+NN_HOT static void cross2_g(float *dz, float *dx0, const float *g, const float *x0,
+                            const float *z, size_t rows, uint32_t d) {
+  for (size_t i = 0; i < rows; i++) {
+    size_t o = i * d;
+    cross2_g_row(dz + o, dx0 + o, g + o, x0 + o, z + o, d);
+  }
+}
+
+void nn_cross2_fwd(const float *x0, const float *x, uint32_t n, uint32_t d, uint32_t r,
+                   const float *w, const float *v, const float *b, float *t, float *z,
+                   float *y) {
+  if (n == 0) return;
+  if (r) {
+    nn_linear_fwd(x, n, d, r, v, NULL, NN_ACT_NONE, t);
+    nn_linear_fwd(t, n, r, d, w, b, NN_ACT_NONE, z);
+  } else {
+    nn_linear_fwd(x, n, d, d, w, b, NN_ACT_NONE, z);
+  }
+  cross2_y(y, x0, z, x, n, d);
+}
+
+void nn_cross2_bwd(const float *x0, const float *x, const float *t, const float *z,
+                   uint32_t n, uint32_t d, uint32_t r, const float *w, const float *v,
+                   float *g, float *dz, float *dt, float *dw, float *dv, float *db,
+                   float *dx0) {
+  cross2_g(dz, dx0, g, x0, z, n, d);
+  /* z's own linear layer: dw, db, and its input gradient (dt, or added to
+   * g, which already holds the identity term of d x) */
+  if (r) {
+    nn_linear_bwd(t, z, dz, n, r, d, w, NN_ACT_NONE, dw, db, dt, 0);
+    nn_linear_bwd(x, t, dt, n, d, r, v, NN_ACT_NONE, dv, NULL, g, 1);
+  } else {
+    nn_linear_bwd(x, z, dz, n, d, d, w, NN_ACT_NONE, dw, db, g, 1);
+  }
+}

@@ -707,3 +707,54 @@ void nn_cuda_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L
   k_add<<<grid_for(len), TPB, 0, ctx.stream>>>(dx0, dy, len);
   launched("nn_cuda_cross_stack_bwd");
 }
+
+/* ------------------------------------------------------ DCNv2 cross layer */
+
+/* y = x0 * z + x, one thread per element (nn.c's (x0*z) + x) */
+static __global__ void k_cross2_y(const float *x0, const float *z, const float *x, size_t len, float *y) {
+  size_t t = gtid();
+  if (t >= len) return;
+  y[t] = x0[t] * z[t] + x[t];
+}
+
+/* dz = g * x0; dx0 += g * z */
+static __global__ void k_cross2_g(const float *g, const float *x0, const float *z, size_t len, float *dz,
+                                  float *dx0) {
+  size_t t = gtid();
+  if (t >= len) return;
+  float gv = g[t];
+  dz[t] = gv * x0[t];
+  dx0[t] += gv * z[t];
+}
+
+void nn_cuda_cross2_fwd(const float *x0, const float *x, uint32_t n, uint32_t d, uint32_t r,
+                        const float *w, const float *v, const float *b, float *t, float *z,
+                        float *y) {
+  size_t len = (size_t)n * d;
+  if (len == 0) return;
+  if (r) {
+    nn_cuda_linear_fwd(x, n, d, r, v, NULL, NN_ACT_NONE, t);
+    nn_cuda_linear_fwd(t, n, r, d, w, b, NN_ACT_NONE, z);
+  } else {
+    nn_cuda_linear_fwd(x, n, d, d, w, b, NN_ACT_NONE, z);
+  }
+  k_cross2_y<<<grid_for(len), TPB, 0, ctx.stream>>>(x0, z, x, len, y);
+  launched("nn_cuda_cross2_fwd");
+}
+
+void nn_cuda_cross2_bwd(const float *x0, const float *x, const float *t, const float *z,
+                        uint32_t n, uint32_t d, uint32_t r, const float *w, const float *v,
+                        float *g, float *dz, float *dt, float *dw, float *dv, float *db,
+                        float *dx0) {
+  size_t len = (size_t)n * d;
+  if (len) {
+    k_cross2_g<<<grid_for(len), TPB, 0, ctx.stream>>>(g, x0, z, len, dz, dx0);
+    launched("nn_cuda_cross2_bwd");
+  }
+  if (r) {
+    nn_cuda_linear_bwd(t, z, dz, n, r, d, w, NN_ACT_NONE, dw, db, dt, 0);
+    nn_cuda_linear_bwd(x, t, dt, n, d, r, v, NN_ACT_NONE, dv, NULL, g, 1);
+  } else {
+    nn_cuda_linear_bwd(x, z, dz, n, d, d, w, NN_ACT_NONE, dw, db, g, 1);
+  }
+}

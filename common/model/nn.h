@@ -1,5 +1,5 @@
 /*
- * nn: the layers the four recommendation models are built from, forward and
+ * nn: the layers the five recommendation models are built from, forward and
  * backward, in plain C over OpenBLAS (cblas_sgemm for every matrix product).
  *
  * Conventions shared by every layer (and by the CUDA mirror nn.cu, which has
@@ -151,6 +151,25 @@ void nn_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L,
                         const float *const *w, const float *const *xl,
                         const float *const *s, float *dy, float *const *dw,
                         float *const *db, float *dx0);
+
+/* ---- DCNv2 cross layer (DLRMv2's interaction; Wang et al. 2021, TorchRec's
+ * LowRankCrossNet / CrossNet) over width-d rows:
+ *   rank r > 0:  t = x V^T [n x r],  z = t U^T + b     (v = V [r x d], w = U [d x r])
+ *   rank r = 0:  z = x W^T + b                         (w = W [d x d], v and t unused)
+ *   y = x0 * z + x  (element-wise, (x0*z) + x)
+ * Both products are GEMMs (nn_linear_fwd).  z [n x d] (and t) are kept for
+ * the backward; y must not alias x, x0 or z. */
+void nn_cross2_fwd(const float *x0, const float *x, uint32_t n, uint32_t d, uint32_t r,
+                   const float *w, const float *v, const float *b, float *t, float *z,
+                   float *y);
+/* Backward from the same inputs: g [n x d] holds d y on entry and d x on
+ * return (in place); dz [n x d] and dt [n x r] are scratch; dw (U or W),
+ * dv (r > 0) and db are overwritten; dx0 += g * z (added: x0 feeds every
+ * layer of a stack). */
+void nn_cross2_bwd(const float *x0, const float *x, const float *t, const float *z,
+                   uint32_t n, uint32_t d, uint32_t r, const float *w, const float *v,
+                   float *g, float *dz, float *dt, float *dw, float *dv, float *db,
+                   float *dx0);
 
 /* The OpenBLAS kernel set a process runs is chosen in blas_cpu.h. */
 

@@ -46,7 +46,8 @@
  *    agree with nn.c within rounding, embedding bag
  *    forward and coalesced backward, interaction, FM, cross and cross
  *    stack;
- *  - these differ from nn.c in the last bits: linear layers with out > 1
+ *  - these differ from nn.c in the last bits: the DCNv2 cross layer
+ *    (cross2: its GEMMs; its element-wise parts are nn.c's), linear layers with out > 1
  *    (cuBLAS sums in its own order), sigmoid's forward and BCE's gradient
  *    (CUDA's expf, within 2 ulp of glibc's), and the BCE loss (CUDA's
  *    exp/log1p; the sum is taken per chunk of 256 samples, then over the
@@ -160,8 +161,16 @@ void nn_cuda_cross_stack_bwd(const float *x0, uint32_t n, uint32_t d, uint32_t L
                              const float *const *s, float *dy, float *const *dw,
                              float *const *db, float *dx0);
 
+void nn_cuda_cross2_fwd(const float *x0, const float *x, uint32_t n, uint32_t d, uint32_t r,
+                        const float *w, const float *v, const float *b, float *t, float *z,
+                        float *y);
+void nn_cuda_cross2_bwd(const float *x0, const float *x, const float *t, const float *z,
+                        uint32_t n, uint32_t d, uint32_t r, const float *w, const float *v,
+                        float *g, float *dz, float *dt, float *dw, float *dv, float *db,
+                        float *dx0);
+
 /* ---- the model driver (model.cu): model.h over device memory, all
- * four models.  Same planning, parameter layout (one contiguous cudaMalloc
+ * five models.  Same planning, parameter layout (one contiguous cudaMalloc
  * for the parameters, one for the gradients), initialization and
  * description as model_create / model_init, so a CUDA model and a CPU
  * model of the same config and seed start from identical parameters.

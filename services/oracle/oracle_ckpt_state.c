@@ -110,6 +110,11 @@ static void model_shape(const cfg_t *cfg, char *out, size_t n) {
   snprintf(out, n, "bottom_mlp=%s;top_mlp=%s;deep_mlp=%s;cross_layers=%lld;n_dense=%lld", cfg_str(cfg, "model.bottom_mlp"),
            cfg_str(cfg, "model.top_mlp"), cfg_str(cfg, "model.deep_mlp"), (long long)cfg_int(cfg, "model.cross_layers"),
            (long long)cfg_int(cfg, "n_dense"));
+  /* appended only when set, so that the shapes of checkpoints written before
+   * the key existed read the same */
+  size_t o = strlen(out);
+  if (cfg_int(cfg, "model.cross_rank") && o < n)
+    snprintf(out + o, n - o, ";cross_rank=%lld", (long long)cfg_int(cfg, "model.cross_rank"));
 }
 
 

@@ -22,6 +22,7 @@
 
 #include "cfg.h"
 #include "clock.h"
+#include "data.h"
 #include "err.h"
 #include "testutil.h"
 
@@ -114,7 +115,7 @@ static void test_file_errors(void **st) {
   expect_file_error("model = dlrm\nbatch_size = many\n", ":2: batch_size = 'many' is not an integer");
   expect_file_error("\n\nmodle = dlrm\n", ":3: unknown key 'modle'");
   expect_file_error("[embedding]\nhot_mbb = 3\n", ":2: unknown key 'hot_mbb' in section [embedding]");
-  expect_file_error("model = gpt\n", "model = 'gpt' is not one of dlrm|wdl|deepfm|dcn");
+  expect_file_error("model = gpt\n", "model = 'gpt' is not one of dlrm|wdl|deepfm|dcn|dlrm_dcn");
   expect_file_error("batch_size = 0\n", "batch_size = 0 is out of range");
   expect_file_error("this is not ini\n", ":1: syntax error");
   expect_file_error("table_rows = 10,x\n", "entry 1 'x' must be an integer");
@@ -593,6 +594,27 @@ static void test_alias_and_new_key_both_set(void **st) {
 
 /* cfg_path_expand: {role} and %i, every occurrence, only those asked
  * for; a result that does not fit is -ENAMETOOLONG. */
+/* table_scale divides every table's rows (at least 1), the same in the
+ * layout and in the data schema. */
+static void test_table_scale(void **st) {
+  (void)st;
+  cfg_t *c = testutil_cfg("table_rows=40000000,39060,3,64", "table_scale=64", NULL);
+  char err[256];
+  table_layout_t l;
+  data_schema_t s;
+  assert_int_equal(cfg_layout(c, &l, err, sizeof err), 0);
+  assert_int_equal(data_schema_from_cfg(c, &s, err, sizeof err), 0);
+  const uint64_t want[] = {625000, 610, 1, 1};
+  for (uint32_t t = 0; t < 4; t++) {
+    assert_int_equal(l.tables[t].rows, want[t]);
+    assert_int_equal(s.table_rows[t], want[t]);
+  }
+  table_layout_close(&l);
+  data_schema_close(&s);
+  assert_int_not_equal(cfg_set(c, "table_scale=0", "test", err, sizeof err), 0);
+  cfg_destroy(c);
+}
+
 static void test_path_expand(void **state) {
   (void)state;
   char out[64];
@@ -627,6 +649,7 @@ int main(void) {
       cmocka_unit_test(test_alias_sets_new_key),
       cmocka_unit_test(test_alias_and_new_key_both_set),
       cmocka_unit_test(test_path_expand),
+      cmocka_unit_test(test_table_scale),
   };
   return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

@@ -198,6 +198,7 @@ static void test_symbols_link(void **state) {
       (any_fn)nn_cuda_fm_fwd, (any_fn)nn_cuda_fm_bwd,
       (any_fn)nn_cuda_cross_fwd, (any_fn)nn_cuda_cross_bwd,
       (any_fn)nn_cuda_cross_stack_fwd, (any_fn)nn_cuda_cross_stack_bwd,
+      (any_fn)nn_cuda_cross2_fwd, (any_fn)nn_cuda_cross2_bwd,
       (any_fn)model_cuda_create, (any_fn)model_cuda_destroy, (any_fn)model_cuda_init,
       (any_fn)model_cuda_kind, (any_fn)model_cuda_n_params, (any_fn)model_cuda_params,
       (any_fn)model_cuda_grads, (any_fn)model_cuda_max_batch, (any_fn)model_cuda_describe,
@@ -796,6 +797,56 @@ static void test_gpu_models(void **state) {
   check_model(dcn, 5, 3, 4);
   const char *dcn0[] = {"model=dcn", "model.deep_mlp=", "model.cross_layers=3", NULL};
   check_model(dcn0, 2, 2, 3);
+  const char *dcn2[] = {"model=dlrm_dcn", "model.bottom_mlp=16", "model.top_mlp=16,8", "model.cross_layers=3",
+                        "model.cross_rank=5", NULL};
+  check_model(dcn2, 5, 3, 4);
+  const char *dcn2f[] = {"model=dlrm_dcn", "model.top_mlp=8", "model.cross_layers=2", "model.cross_rank=0", NULL};
+  check_model(dcn2f, 0, 3, 4); /* full rank, no dense features */
+  nn_cuda_release();
+}
+
+/* The DCNv2 cross layer against nn.c: the element-wise parts are nn.c's
+ * operations, the GEMMs cuBLAS's (within rounding). */
+static void check_cross2(uint32_t r) {
+  enum { N = 70, D = 24 };
+  uint32_t R = r ? r : D;
+  rng_state = 31 + r;
+  float *x0 = rnd(N * D, 1), *x = rnd(N * D, 1), *w = rnd(D * R, 0.3f), *v = rnd(R * D, 0.3f), *b = rnd(D, 1);
+  float *t = rnd(N * R, 0), *z = rnd(N * D, 0), *y = rnd(N * D, 0);
+  float *dX0 = devf(x0, N * D), *dX = devf(x, N * D), *dW = devf(w, D * R), *dV = devf(v, R * D), *dB = devf(b, D);
+  float *dT = devf(NULL, N * R), *dZ = devf(NULL, N * D), *dY = devf(NULL, N * D);
+  nn_cross2_fwd(x0, x, N, D, r, w, v, b, t, z, y);
+  nn_cuda_cross2_fwd(dX0, dX, N, D, r, dW, dV, dB, dT, dZ, dY);
+  float *a = back(dY, N * D);
+  close_to("cross2 y", a, y, N * D, 1e-5, 1e-4);
+  free(a);
+  float *g = rnd(N * D, 1), *dx0 = rnd(N * D, 1), *dz = rnd(N * D, 0), *dt = rnd(N * R, 0);
+  float *dw = rnd(D * R, 0), *dv = rnd(R * D, 0), *db = rnd(D, 0);
+  float *dG = devf(g, N * D), *dDX0 = devf(dx0, N * D), *dDZ = devf(NULL, N * D), *dDT = devf(NULL, N * R);
+  float *dDW = devf(NULL, D * R), *dDV = devf(NULL, R * D), *dDB = devf(NULL, D);
+  nn_cross2_bwd(x0, x, t, z, N, D, r, w, v, g, dz, dt, dw, dv, db, dx0);
+  nn_cuda_cross2_bwd(dX0, dX, dT, dZ, N, D, r, dW, dV, dG, dDZ, dDT, dDW, dDV, dDB, dDX0);
+  no_cuda_error();
+  struct { const char *what; float *dev, *host; size_t n; } cmp[] = {
+      {"cross2 dx", dG, g, N * D}, {"cross2 dx0", dDX0, dx0, N * D}, {"cross2 dw", dDW, dw, (size_t)D * R},
+      {"cross2 db", dDB, db, D},   {"cross2 dv", dDV, dv, r ? (size_t)R * D : 0}};
+  for (size_t k = 0; k < sizeof cmp / sizeof cmp[0]; k++) {
+    a = back(cmp[k].dev, cmp[k].n ? cmp[k].n : 1);
+    close_to(cmp[k].what, a, cmp[k].host, cmp[k].n, 1e-5, 1e-4);
+    free(a);
+  }
+  float *frees[] = {x0, x, w, v, b, t, z, y, g, dx0, dz, dt, dw, dv, db};
+  for (size_t k = 0; k < sizeof frees / sizeof frees[0]; k++) free(frees[k]);
+  float *dfrees[] = {dX0, dX, dW, dV, dB, dT, dZ, dY, dG, dDX0, dDZ, dDT, dDW, dDV, dDB};
+  for (size_t k = 0; k < sizeof dfrees / sizeof dfrees[0]; k++) cudaFree(dfrees[k]);
+}
+
+static void test_gpu_cross2(void **state) {
+  (void)state;
+  if (!have_device()) skip();
+  check_cross2(0);
+  check_cross2(1);
+  check_cross2(7);
   nn_cuda_release();
 }
 
@@ -1170,6 +1221,7 @@ int main(void) {
       cmocka_unit_test(test_gpu_fm),
       cmocka_unit_test(test_gpu_cross),
       cmocka_unit_test(test_gpu_models),
+      cmocka_unit_test(test_gpu_cross2),
       cmocka_unit_test(test_gpu_trainer_cache),
       cmocka_unit_test(test_gpu_opt),
       cmocka_unit_test(test_gpu_model_dev),

@@ -2,10 +2,11 @@
  * chanter bench model: how close a CPU training step of each model comes to
  * OpenBLAS's own sgemm speed.
  *
- * For each model (dlrm, wdl, deepfm, dcn) at batch 2048 (--batch) it runs
- * full training steps -- embag_train_step, the very step `chanter train
- * --local` runs: embedding bag forward over random ids in in-memory tables
- * of the job's layout (table_rows, embedding_dim, state of
+ * For each model (dlrm, wdl, deepfm, dcn, dlrm_dcn) at batch 2048 (--batch)
+ * it runs full training steps -- embag_train_step, the very step `chanter
+ * train --local` runs: embedding bag forward over uniform random ids
+ * (table_hotness of them per table and sample) in in-memory tables of the
+ * job's layout (table_rows / table_scale, embedding_dim, state of
  * embedding_optimizer), model forward and backward, the dense optimizer
  * step, the coalesced embedding backward and the row updates -- and prints
  * samples/s, the GEMM FLOPs per sample (model_gemm_flops_per_sample),
@@ -18,7 +19,9 @@
  * The machine may be shared, so the model and the sgemm baselines are
  * measured in alternating rounds; samples/s is given for the best round
  * and for the median one (what a run of training sees), the sgemm
- * figures for the best.  Embedding work runs per table on the model's
+ * figures for the best.  For dlrm_dcn it also prints the cross layers'
+ * share of the GEMM FLOPs (MLPerf DLRMv2's shape,
+ * deploy/jobs/mlperf-dlrmv2.ini: two thirds).  Embedding work runs per table on the model's
  * threads (embag.h), in training as here.
  *
  * The OpenBLAS kernel set is the one every chanter command runs, chosen
@@ -52,6 +55,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "cuda_check.h"
+#include "data.h"
 #include "embag.h"
 #include "embdev.h"
 #include "err.h"
@@ -66,9 +70,12 @@
 
 typedef struct bench_s {
   uint32_t batch, n_dense, n_tables, dim, stride;
+  uint32_t *hot;         /* ids per sample of each table (table_hotness; one-hot when unset) */
+  size_t *id_off;        /* table t's ids at id_off[t] of a batch's ids */
+  size_t ids_per_batch;  /* batch x the sum of hot */
   uint64_t *rows;        /* rows per table */
   float **tables;        /* in-memory row stores, stride floats a row */
-  uint64_t *ids;         /* [ID_BATCHES][n_tables][batch] */
+  uint64_t *ids;         /* [ID_BATCHES][n_tables][batch x hot[t]] */
   float *dense, *labels; /* [batch x n_dense], [batch] */
   embag_t *eb;           /* the step's embedding work and the model's input, as in train --local */
   const uint64_t **idx;  /* per table: the ids of the step being run */
@@ -84,6 +91,7 @@ typedef struct result_s {
   const char *model;
   double samples_s, flops, gflops, sgemm_big, sgemm_all, ratio;
   double samples_s_median; /* the median round's: what a run of training sees, not its best moment */
+  double cross_share;      /* dlrm_dcn: the cross layers' share of the GEMM FLOPs; else -1 */
   phases_t ph;
   uint32_t threads;
   char big[64];
@@ -114,22 +122,28 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
     }
   b->stride = b->dim + opt_row_state_floats(b->row_kind, b->dim);
   size_t B = batch;
+  data_schema_t sc;
+  if ((rc = data_schema_from_cfg(cfg, &sc, err, sizeof err)) < 0) {
+    fprintf(stderr, "bench model: %s\n", err);
+    goto out;
+  }
+  b->hot = calloc(l.n_tables + 1, sizeof *b->hot);
+  b->id_off = calloc(l.n_tables + 1, sizeof *b->id_off);
+  for (uint32_t t = 0; b->hot && b->id_off && t < l.n_tables; t++) {
+    b->hot[t] = t < sc.n_tables ? sc.hotness[t] : 1;
+    b->id_off[t] = b->ids_per_batch;
+    b->ids_per_batch += B * b->hot[t];
+  }
+  data_schema_close(&sc);
   b->rows = calloc(l.n_tables + 1, sizeof(uint64_t));
   b->tables = calloc(l.n_tables + 1, sizeof(float *));
-  b->ids = malloc(ID_BATCHES * (b->n_tables + 1) * B * sizeof(uint64_t));
+  b->ids = malloc((ID_BATCHES * b->ids_per_batch + 1) * sizeof(uint64_t));
   b->dense = malloc((B * b->n_dense + 1) * sizeof(float));
   b->labels = malloc(B * sizeof(float));
   b->idx = calloc(l.n_tables + 1, sizeof *b->idx);
   rc = -ENOMEM;
-  if (!b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->idx) goto out;
-  {
-    uint32_t *hot = calloc(b->n_tables + 1, sizeof *hot); /* the benchmark's ids are one-hot */
-    if (!hot) goto out;
-    for (uint32_t t = 0; t < b->n_tables; t++) hot[t] = 1;
-    int erc = embag_create(b->n_tables, hot, b->dim, batch, &b->eb);
-    free(hot);
-    if (erc) goto out;
-  }
+  if (!b->hot || !b->id_off || !b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->idx) goto out;
+  if (embag_create(b->n_tables, b->hot, b->dim, batch, &b->eb)) goto out;
   for (uint32_t t = 0; t < b->n_tables; t++) {
     uint64_t r = l.tables[t].rows < rows_cap ? l.tables[t].rows : rows_cap;
     b->rows[t] = r;
@@ -146,11 +160,12 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
     }
   }
   uint64_t s = 12345;
-  for (size_t i = 0; i < ID_BATCHES * b->n_tables * B; i++) {
-    s = table_mix64(s);
-    uint32_t t = (uint32_t)((i / B) % b->n_tables);
-    b->ids[i] = (s >> 8) % b->rows[t];
-  }
+  for (size_t x = 0; x < ID_BATCHES; x++)
+    for (uint32_t t = 0; t < b->n_tables; t++)
+      for (size_t i = 0; i < B * b->hot[t]; i++) {
+        s = table_mix64(s);
+        b->ids[x * b->ids_per_batch + b->id_off[t] + i] = (s >> 8) % b->rows[t];
+      }
   for (size_t i = 0; i < B * b->n_dense; i++) {
     s = table_mix64(s);
     b->dense[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
@@ -169,6 +184,8 @@ static void bench_close(bench_t *b) {
   for (uint32_t t = 0; b->tables && t < b->n_tables; t++) free(b->tables[t]);
   embag_destroy(b->eb);
   free(b->idx);
+  free(b->hot);
+  free(b->id_off);
   free(b->tables);
   free(b->rows);
   free(b->ids);
@@ -180,8 +197,8 @@ static void bench_close(bench_t *b) {
  * each phase's seconds into ph. */
 static double step(bench_t *b, model_dev_t *md, opt_t *o, uint32_t it, phases_t *ph) {
   uint32_t B = b->batch;
-  const uint64_t *ids = b->ids + (size_t)(it % ID_BATCHES) * b->n_tables * B;
-  for (uint32_t t = 0; t < b->n_tables; t++) b->idx[t] = ids + (size_t)t * B;
+  const uint64_t *ids = b->ids + (size_t)(it % ID_BATCHES) * b->ids_per_batch;
+  for (uint32_t t = 0; t < b->n_tables; t++) b->idx[t] = ids + b->id_off[t];
   double sec[EMBAG_PHASES] = {0};
   double loss = embag_train_step(b->eb, md, o, b->row_kind, &b->row_hp, b->tables, b->stride, B, b->dense, b->labels,
                                  b->idx, 1.0f / (float)B, sec);
@@ -258,6 +275,22 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* dlrm_dcn's cross layers' share of its GEMM FLOPs: 1 - the FLOPs of the
+ * same model without them (built for one sample, only to count) / flops. */
+static double cross_share(const bench_t *b, cfg_t *cfg, double flops) {
+  char kv[64], err[256];
+  model_t *m0 = NULL;
+  double share = -1.0;
+  long long was = (long long)cfg_int(cfg, "model.cross_layers");
+  if (cfg_set(cfg, "model.cross_layers=0", "bench", err, sizeof err) == 0 &&
+      model_create(cfg, b->n_dense, b->n_tables, b->dim, 1, &m0, err, sizeof err) == 0 && flops > 0)
+    share = 1.0 - model_gemm_flops_per_sample(m0) / flops;
+  model_destroy(m0);
+  snprintf(kv, sizeof kv, "model.cross_layers=%lld", was);
+  (void)cfg_set(cfg, kv, "bench", err, sizeof err);
+  return share;
+}
+
 static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads, int iters,
                      int rounds, double seconds, result_t *r) {
   char kv[64], err[256];
@@ -283,6 +316,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   }
   m = model_dev_cpu_model(md);
   snprintf(r->desc, sizeof(r->desc), "%s", model_describe(m));
+  r->cross_share = model_kind(m) == MODEL_DLRM_DCN ? cross_share(b, cfg, model_gemm_flops_per_sample(m)) : -1.0;
   if (threads && (rc = model_set_threads(m, threads)) < 0) {
     fprintf(stderr, "bench model: threads: %s\n", err_str(rc));
     goto out;
@@ -574,7 +608,7 @@ static void usage(FILE *f) {
           "  --iters      steps per round at least (default 3)\n"
           "  --rounds     alternating model / sgemm rounds; samples/s of the best and the median one (default 10)\n"
           "  --seconds    time per model, all rounds (default 6)\n"
-          "  --models     subset of dlrm,wdl,deepfm,dcn (default all)\n"
+          "  --models     subset of dlrm,wdl,deepfm,dcn,dlrm_dcn (default all)\n"
           "  --threads    model threads (default: the CPUs available, at most %d)\n"
           "  --rows-cap   cap on rows per in-memory table (default none)\n"
           "  --device     cpu (default) or cuda: train --local's GPU step (embdev) on DLRM, 26 tables x 100k rows,\n"
@@ -591,7 +625,7 @@ int bench_model(cli_t *cli) {
   int iters = 3, rounds = 10;
   double seconds = 6.0;
   uint64_t rows_cap = UINT64_MAX;
-  const char *models = "dlrm,wdl,deepfm,dcn";
+  const char *models = "dlrm,wdl,deepfm,dcn,dlrm_dcn";
   if (cli_flag(cli, "--help") || cli_flag(cli, "-h")) {
     usage(stdout);
     return 0;
@@ -626,11 +660,11 @@ int bench_model(cli_t *cli) {
     bench_close(&b);
     return 1;
   }
-  result_t res[4];
+  result_t res[5];
   int nr = 0;
   char list[128];
   snprintf(list, sizeof(list), "%s", models);
-  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && nr < 4;
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && nr < 5;
        tok = strtok_r(NULL, ",", &save)) {
     model_kind_t k;
     if (model_kind_parse(tok, &k) < 0) {
@@ -649,19 +683,24 @@ int bench_model(cli_t *cli) {
       printf("%s\n {\"model\": \"%s\", \"threads\": %u, \"samples_per_sec\": %.1f, "
              "\"samples_per_sec_median\": %.1f, \"flops_per_sample\": %.0f, \"gflops\": %.2f, \"sgemm_largest_gflops\": %.2f, "
              "\"sgemm_all_gflops\": %.2f, \"ratio\": %.4f, \"ms_emb_fwd\": %.3f, \"ms_fwd\": %.3f, "
-             "\"ms_bwd\": %.3f, \"ms_opt\": %.3f, \"ms_emb_bwd\": %.3f}",
+             "\"ms_bwd\": %.3f, \"ms_opt\": %.3f, \"ms_emb_bwd\": %.3f, \"cross_flops_share\": %.4f}",
              i ? "," : "", res[i].model, res[i].threads, res[i].samples_s, res[i].samples_s_median, res[i].flops,
              res[i].gflops, res[i].sgemm_big, res[i].sgemm_all, res[i].ratio,
              1e3 * res[i].ph.emb_fwd, 1e3 * res[i].ph.fwd, 1e3 * res[i].ph.bwd,
-             1e3 * res[i].ph.opt, 1e3 * res[i].ph.emb_bwd);
+             1e3 * res[i].ph.opt, 1e3 * res[i].ph.emb_bwd, res[i].cross_share);
     printf("]}\n");
   } else {
-    printf("chanter bench model: batch %u, %u dense, %u tables x dim %u, optimizer %s, rows %s; "
-           "model threads %u\n",
-           batch, b.n_dense, b.n_tables, b.dim, cfg_str(cli->cfg, "optimizer"),
-           cfg_str(cli->cfg, "embedding_optimizer"), nr ? res[0].threads : 0);
+    size_t ids = b.ids_per_batch / (batch ? batch : 1);
+    printf("chanter bench model: batch %u, %u dense, %u tables x dim %u, %zu ids a sample (%s), optimizer %s, rows "
+           "%s; model threads %u\n",
+           batch, b.n_dense, b.n_tables, b.dim, ids, ids == b.n_tables ? "one-hot" : "table_hotness",
+           cfg_str(cli->cfg, "optimizer"), cfg_str(cli->cfg, "embedding_optimizer"), nr ? res[0].threads : 0);
     printf("blas: %s\n", blas_cpu_describe());
-    for (int i = 0; i < nr; i++) printf("  %s\n", res[i].desc);
+    for (int i = 0; i < nr; i++) {
+      printf("  %s", res[i].desc);
+      if (res[i].cross_share >= 0) printf(" (the cross layers: %.0f%% of the GEMM FLOPs)", 100.0 * res[i].cross_share);
+      printf("\n");
+    }
     printf("sgemm(layer): cblas_sgemm, OpenBLAS on %u CPUs, on the largest layer's fwd+dW+dx "
            "shapes; sgemm(all): the model's GEMMs alone; ratio = GFLOP/s / sgemm(layer), the share of the "
            "%s kernels' GEMM peak; best of %d rounds (samples/s: best, then the median round's)\n",
