@@ -11,6 +11,8 @@
 # fbgemm-gpu-cpu (docs/cpu.md says how); TorchRec is not a dependency.
 #
 #   tools/bench/torchrec_compare.sh VENV [ROUNDS] [ITERATIONS]
+# SETUPS="local cluster" and JOBS="100000:0 100000:1.05 1000000:0" (rows:alpha)
+# in the environment choose a part.
 set -u
 VENV=${1:?usage: torchrec_compare.sh VENV [ROUNDS] [ITERATIONS]}
 ROUNDS=${2:-3}
@@ -52,9 +54,9 @@ torchrec() { # processes rows alpha
 
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%FT%TZ); $ROUNDS rounds of $ITERS iterations"
 printf "%-8s %-10s %-6s %5s %12s %12s %7s\n" setup rows ids round chanter torchrec ratio
-for setup in local cluster; do
-  for job in "100000 0" "100000 1.05" "1000000 0"; do
-    set -- $job
+for setup in ${SETUPS:-local cluster}; do
+  for job in ${JOBS:-100000:0 100000:1.05 1000000:0}; do
+    set -- ${job/:/ }
     ids=$([ "$2" = 0 ] && echo uniform || echo "zipf$2")
     for r in $(seq 1 "$ROUNDS"); do
       if [ $((r % 2)) = 1 ]; then # alternate who goes first
