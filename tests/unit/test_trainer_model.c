@@ -35,6 +35,7 @@
 #include "nn.h"
 #include "opt.h"
 #include "table.h"
+#include "model_fd.h"
 #include "testutil.h"
 
 static uint64_t rng_state;
@@ -64,47 +65,6 @@ static model_t *make_model(const char *const *sets, uint32_t n_dense, uint32_t n
 }
 
 /* ------------------------------------------------------- gradient checks */
-
-#define FD_EPS 1e-3f
-
-typedef struct fd_s {
-  model_t *m;
-  uint32_t n;
-  float *dense, *emb, *labels, *logits;
-} fd_t;
-
-static double loss_of(fd_t *f) {
-  model_forward(f->m, f->n, f->dense, f->emb, f->logits);
-  return nn_bce_logits_fwd(f->logits, f->labels, f->n);
-}
-
-static void fd_compare(const char *what, fd_t *f, float *p, size_t n, const float *analytic) {
-  size_t bad = 0;
-  double diff2 = 0.0, ref2 = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    float saved = p[i];
-    p[i] = saved + FD_EPS;
-    double lp = loss_of(f);
-    p[i] = saved - FD_EPS;
-    double lm = loss_of(f);
-    p[i] = saved;
-    double num = (lp - lm) / (2.0 * FD_EPS), a = analytic[i];
-    diff2 += (a - num) * (a - num);
-    ref2 += num * num;
-    if (fabs(a - num) > 2e-3 + 2e-2 * fabs(num)) {
-      if (bad < 5) print_message("  %s[%zu]: analytic %.6g numeric %.6g\n", what, i, a, num);
-      bad++;
-    }
-  }
-  double rel = sqrt(diff2) / (sqrt(ref2) + 1e-12);
-  size_t allowed = n / 100 > 1 ? n / 100 : 1;
-  if (bad > allowed || rel > 1e-2) {
-    print_error("%s: %zu of %zu elements off (allowed %zu), relative L2 error %.3g\n", what,
-                bad, n, allowed, rel);
-    fail();
-  }
-  assert_true(ref2 > 0.0); /* the check saw a gradient at all */
-}
 
 static void check_model_grads(const char *const *sets, uint32_t n_dense, uint32_t n_tables,
                               uint32_t dim) {
