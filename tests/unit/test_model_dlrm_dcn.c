@@ -31,24 +31,6 @@
 #include "model_fd.h"
 #include "testutil.h"
 
-static uint64_t rng_state;
-static float urand(void) { /* uniform [-1, 1) */
-  rng_state = table_mix64(rng_state);
-  return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
-}
-
-static model_t *make_model(const char *const *sets, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
-                           uint32_t max_batch) {
-  cfg_t *c = testutil_cfg_of(sets);
-  model_t *m = NULL;
-  char err[256];
-  int rc = model_create(c, n_dense, n_tables, dim, max_batch, &m, err, sizeof(err));
-  if (rc) print_error("model_create: %s\n", err);
-  assert_int_equal(rc, 0);
-  cfg_destroy(c);
-  return m;
-}
-
 /* ------------------------------------------------------- the layer itself */
 
 /* nn_cross2_fwd / _bwd against the formula written out in plain loops. */
@@ -118,58 +100,31 @@ static void test_layer(void **state) {
 
 /* ------------------------------------------------------- gradient checks */
 
-static void check_grads(const char *const *sets, uint32_t n_dense, uint32_t n_tables, uint32_t dim) {
-  enum { N = 5 };
-  model_t *m = make_model(sets, n_dense, n_tables, dim, 8);
-  model_init(m, 1234);
-  size_t np = model_n_params(m);
-  float *params = model_params(m);
-  rng_state = 99;
-  for (size_t i = 0; i < np; i++)
-    if (params[i] == 0.0f) params[i] = 0.1f * urand(); /* biases at a generic point */
-  size_t ew = (size_t)n_tables * dim;
-  float dense[N * 8], emb[N * 64], labels[N], logits[N], d_emb[N * 64];
-  for (size_t i = 0; i < N * (size_t)n_dense; i++) dense[i] = urand();
-  for (size_t i = 0; i < N * ew; i++) emb[i] = urand();
-  for (int i = 0; i < N; i++) labels[i] = (float)(i & 1);
-  fd_t f = {m, N, dense, emb, labels, logits};
-  double l0 = loss_of(&f);
-  double l1 = model_backward(m, N, labels, 1.0f, d_emb);
-  assert_near(l1, l0, 1e-12);
-  float *grads = malloc(np * sizeof(float));
-  memcpy(grads, model_grads(m), np * sizeof(float));
-  print_message("  %s\n", model_describe(m));
-  fd_compare("params", &f, params, np, grads);
-  fd_compare("d_emb", &f, emb, N * ew, d_emb);
-  free(grads);
-  model_destroy(m);
-}
-
 static void test_grad_full_rank(void **state) {
   (void)state;
   const char *sets[] = {"model=dlrm_dcn", "model.bottom_mlp=6", "model.top_mlp=7,5", "model.cross_layers=2",
                         "model.cross_rank=0", NULL};
-  check_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 5);
 }
 
 static void test_grad_low_rank(void **state) {
   (void)state;
   const char *sets[] = {"model=dlrm_dcn", "model.bottom_mlp=6", "model.top_mlp=7,5", "model.cross_layers=3",
                         "model.cross_rank=3", NULL};
-  check_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 5);
   const char *rank1[] = {"model=dlrm_dcn", "model.bottom_mlp=", "model.top_mlp=6", "model.cross_layers=2",
                          "model.cross_rank=1", NULL};
-  check_grads(rank1, 2, 2, 3);
+  model_fd_check(rank1, 2, 2, 3, 5);
 }
 
 static void test_grad_edges(void **state) {
   (void)state;
   const char *no_dense[] = {"model=dlrm_dcn", "model.top_mlp=6", "model.cross_layers=2", "model.cross_rank=2",
                             NULL};
-  check_grads(no_dense, 0, 3, 3); /* x0 = the embeddings alone */
+  model_fd_check(no_dense, 0, 3, 3, 5); /* x0 = the embeddings alone */
   const char *no_cross[] = {"model=dlrm_dcn", "model.bottom_mlp=5", "model.top_mlp=6", "model.cross_layers=0",
                             NULL};
-  check_grads(no_cross, 2, 2, 3); /* top MLP straight on x0 */
+  model_fd_check(no_cross, 2, 2, 3, 5); /* top MLP straight on x0 */
 }
 
 /* ------------------------------------------------------- shape, accounting */

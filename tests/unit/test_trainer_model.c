@@ -38,11 +38,6 @@
 #include "model_fd.h"
 #include "testutil.h"
 
-static uint64_t rng_state;
-static float urand(void) { /* uniform [-1, 1) */
-  rng_state = table_mix64(rng_state);
-  return (float)((double)(rng_state >> 40) / 8388608.0 - 1.0);
-}
 static double u01(void) {
   rng_state = table_mix64(rng_state);
   return (double)(rng_state >> 11) / 9007199254740992.0;
@@ -52,88 +47,40 @@ static double gauss(void) { /* Box-Muller */
   return sqrt(-2.0 * log(a + 1e-300)) * cos(6.283185307179586 * b);
 }
 
-static model_t *make_model(const char *const *sets, uint32_t n_dense, uint32_t n_tables,
-                           uint32_t dim, uint32_t max_batch) {
-  cfg_t *c = testutil_cfg_of(sets);
-  model_t *m = NULL;
-  char err[256];
-  int rc = model_create(c, n_dense, n_tables, dim, max_batch, &m, err, sizeof(err));
-  if (rc) print_error("model_create: %s\n", err);
-  assert_int_equal(rc, 0);
-  cfg_destroy(c);
-  return m;
-}
-
 /* ------------------------------------------------------- gradient checks */
-
-static void check_model_grads(const char *const *sets, uint32_t n_dense, uint32_t n_tables,
-                              uint32_t dim) {
-  enum { N = 4 };
-  model_t *m = make_model(sets, n_dense, n_tables, dim, 8);
-  model_init(m, 1234);
-  size_t np = model_n_params(m);
-  float *params = model_params(m);
-  /* small random biases too, so that the zero-initialized ones are tested
-   * at a generic point */
-  rng_state = 99;
-  for (size_t i = 0; i < np; i++)
-    if (params[i] == 0.0f) params[i] = 0.1f * urand();
-  size_t ew = (size_t)n_tables * dim;
-  float dense[N * 8], emb[N * 64], labels[N], logits[N], d_emb[N * 64];
-  for (size_t i = 0; i < N * (size_t)n_dense; i++) dense[i] = urand();
-  for (size_t i = 0; i < N * ew; i++) emb[i] = urand();
-  for (int i = 0; i < N; i++) labels[i] = (float)(i & 1);
-  fd_t f = {m, N, dense, emb, labels, logits};
-  double l0 = loss_of(&f);
-  double l1 = model_backward(m, N, labels, 1.0f, d_emb);
-  assert_near(l1, l0, 1e-12);
-  float *grads = malloc(np * sizeof(float));
-  memcpy(grads, model_grads(m), np * sizeof(float));
-  print_message("  %s\n", model_describe(m));
-  fd_compare("params", &f, params, np, grads);
-  if (ew) fd_compare("d_emb", &f, emb, N * ew, d_emb);
-  /* scale multiplies every gradient; a power of two does so exactly */
-  float d_emb2[N * 64];
-  loss_of(&f);
-  model_backward(m, N, labels, 0.25f, d_emb2);
-  for (size_t i = 0; i < np; i++) assert_true(model_grads(m)[i] == 0.25f * grads[i]);
-  for (size_t i = 0; i < N * ew; i++) assert_true(d_emb2[i] == 0.25f * d_emb[i]);
-  free(grads);
-  model_destroy(m);
-}
 
 static void test_grad_dlrm(void **state) {
   (void)state;
   const char *sets[] = {"model=dlrm", "model.bottom_mlp=6", "model.top_mlp=7,5", NULL};
-  check_model_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 4);
 }
 
 static void test_grad_dlrm_no_dense(void **state) {
   (void)state;
   const char *sets[] = {"model=dlrm", "model.top_mlp=6", NULL};
-  check_model_grads(sets, 0, 4, 3);
+  model_fd_check(sets, 0, 4, 3, 4);
 }
 
 static void test_grad_wdl(void **state) {
   (void)state;
   const char *sets[] = {"model=wdl", "model.deep_mlp=6,5", NULL};
-  check_model_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 4);
 }
 
 static void test_grad_deepfm(void **state) {
   (void)state;
   const char *sets[] = {"model=deepfm", "model.deep_mlp=6,5", NULL};
-  check_model_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 4);
 }
 
 static void test_grad_dcn(void **state) {
   (void)state;
   const char *sets[] = {"model=dcn", "model.deep_mlp=6,5", "model.cross_layers=2", NULL};
-  check_model_grads(sets, 3, 3, 4);
+  model_fd_check(sets, 3, 3, 4, 4);
   const char *sets0[] = {"model=dcn", "model.deep_mlp=", "model.cross_layers=3", NULL};
-  check_model_grads(sets0, 2, 2, 3); /* cross network only */
+  model_fd_check(sets0, 2, 2, 3, 4); /* cross network only */
   const char *sets1[] = {"model=dcn", "model.deep_mlp=5", "model.cross_layers=0", NULL};
-  check_model_grads(sets1, 2, 2, 3); /* deep tower only */
+  model_fd_check(sets1, 2, 2, 3, 4); /* deep tower only */
 }
 
 /* ------------------------------------------------------- shapes, accounting */
