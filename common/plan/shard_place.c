@@ -11,6 +11,21 @@
 #include "log.h"
 #include "strategy.h"
 
+int shard_job_tables(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
+                     shard_table_t *tables, uint64_t *bytes, char *err, size_t err_len) {
+  uint32_t T = schema->n_tables;
+  double *alpha = calloc(T ? T : 1, sizeof *alpha);
+  if (!alpha) return err_set(err, err_len, -ENOMEM, "out of memory");
+  int rc = data_table_alpha(cfg, T, alpha, err, err_len), opt = shard_opt_parse(cfg_str(cfg, "embedding_optimizer"));
+  if (opt < 0) opt = SHARD_OPT_SGD;
+  for (uint32_t t = 0; t < T && !rc; t++) {
+    if (tables) tables[t] = (shard_table_t){schema->table_rows[t], layout->tables[t].dim, schema->hotness[t], alpha[t], opt};
+    if (bytes) bytes[t] = schema->table_rows[t] * (uint64_t)table_row_bytes(layout, t);
+  }
+  free(alpha);
+  return rc;
+}
+
 int shard_place_init(shard_place_t *pl, const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
                      uint32_t P, char *err, size_t err_len) {
   memset(pl, 0, sizeof *pl);
@@ -18,16 +33,15 @@ int shard_place_init(shard_place_t *pl, const cfg_t *cfg, const data_schema_t *s
   pl->batch = (uint32_t)cfg_int(cfg, "batch_size");
   pl->mem_limit = (uint64_t)cfg_int(cfg, "strategy.partition_mb") << 20;
   pl->seed = (uint64_t)cfg_int(cfg, "seed");
-  pl->opt = shard_opt_parse(cfg_str(cfg, "embedding_optimizer"));
-  if (pl->opt < 0) pl->opt = SHARD_OPT_SGD;
   pl->predicted_max_us = pl->predicted_balance = pl->baseline_max_us = pl->baseline_balance = NAN;
   const char *a = cfg_str(cfg, "shard.placement");
   pl->algo = shard_algo_parse(a);
   if (pl->algo < 0)
     return err_set(err, err_len, ERR_CONFIG, "shard.placement = %s (from %s): use autoshard, lookup_greedy, size_greedy or random",
                    a, cfg_origin(cfg, "shard.placement"));
-  if (!(pl->alpha = calloc(schema->n_tables ? schema->n_tables : 1, sizeof *pl->alpha))) return -ENOMEM;
-  int rc = data_table_alpha(cfg, schema->n_tables, pl->alpha, err, err_len);
+  size_t T = schema->n_tables ? schema->n_tables : 1;
+  if (!(pl->tables = calloc(T, sizeof *pl->tables)) || !(pl->bytes = calloc(T, sizeof *pl->bytes))) return -ENOMEM;
+  int rc = shard_job_tables(cfg, schema, layout, pl->tables, pl->bytes, err, err_len);
   if (rc) return rc;
   if (pl->algo == SHARD_ALGO_LOOKUP_GREEDY) return 0; /* strategy_place itself */
   const char *path = cfg_str(cfg, "shard.cost_model");
@@ -50,7 +64,8 @@ int shard_place_init(shard_place_t *pl, const cfg_t *cfg, const data_schema_t *s
 
 void shard_place_close(shard_place_t *pl) {
   shard_cost_destroy(pl->model);
-  free(pl->alpha);
+  free(pl->tables);
+  free(pl->bytes);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -71,8 +86,8 @@ int shard_place_trainers(shard_place_t *pl, const uint8_t *strat, uint32_t *owne
   int rc = tab && bytes && spread && idx && base ? 0 : -ENOMEM;
   for (uint32_t t = 0; t < T && !rc; t++) {
     if (strat[t] != STRATEGY_PARTITION && strat[t] != STRATEGY_PARTITION_ROWS) continue;
-    tab[n] = (shard_table_t){s->table_rows[t], pl->layout->tables[t].dim, s->hotness[t], pl->alpha[t], pl->opt};
-    bytes[n] = s->table_rows[t] * (uint64_t)table_row_bytes(pl->layout, t);
+    tab[n] = pl->tables[t];
+    bytes[n] = pl->bytes[t];
     spread[n] = strat[t] == STRATEGY_PARTITION_ROWS;
     base[n] = spread[n] ? SHARD_PLAN_SPREAD : owner[t];
     idx[n++] = t;

@@ -43,8 +43,8 @@ typedef struct shard_place_s {
   shard_cost_t *model;       /* autoshard's (owned), else NULL */
   const data_schema_t *schema;
   const table_layout_t *layout;
-  double *alpha;             /* n_tables: each table's Zipf exponent (synthetic.table_alpha / alpha) */
-  int opt;                   /* SHARD_OPT_* of embedding_optimizer */
+  shard_table_t *tables;     /* n_tables: each table as the model sees it (shard_job_tables) */
+  uint64_t *bytes;           /* n_tables: its rows' bytes with the optimizer state */
   uint32_t batch, P;
   uint64_t mem_limit;        /* strategy.partition_mb, bytes per trainer */
   uint64_t seed;
@@ -52,6 +52,14 @@ typedef struct shard_place_s {
   double predicted_max_us, predicted_balance, baseline_max_us, baseline_balance;
   char note[200];
 } shard_place_t;
+
+/* Every table of the job as the cost model sees it -- rows, dim, hotness,
+ * its Zipf exponent (data_table_alpha), the embedding_optimizer (sgd when
+ * the model has no such optimizer) -- into tables[n_tables], and its
+ * rows' bytes with the optimizer state into bytes[n_tables] (either may
+ * be NULL).  0, or ERR_CONFIG / -ENOMEM with err. */
+int shard_job_tables(const cfg_t *cfg, const data_schema_t *schema, const table_layout_t *layout,
+                     shard_table_t *tables, uint64_t *bytes, char *err, size_t err_len);
 
 /* From the job's configuration (schema and layout must outlive it).
  * Loads the model for autoshard.  0, or ERR_CONFIG / -errno with err

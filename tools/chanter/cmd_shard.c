@@ -40,6 +40,7 @@
 #include "shard.h"
 #include "shard_cost.h"
 #include "shard_fit.h"
+#include "shard_place.h"
 #include "shard_plan.h"
 #include "strategy.h"
 #include "table.h"
@@ -180,38 +181,30 @@ typedef struct job_s {
   uint64_t *bytes;
   uint8_t *strat;
   table_layout_t layout;
-  char opt_note[160], alpha_note[160];
+  char alpha_note[160];
 } job_t;
 
 static int job_read(const cfg_t *cfg, job_t *j) {
   char err[1024];
   data_schema_t schema = {0};
-  double *alpha = NULL;
   int rc = 1;
   memset(j, 0, sizeof *j);
   if (cfg_layout(cfg, &j->layout, err, sizeof err) || data_schema_from_cfg(cfg, &schema, err, sizeof err)) goto out;
   j->T = j->layout.n_tables, j->batch = (uint32_t)cfg_int(cfg, "batch_size");
   j->tables = calloc(j->T, sizeof *j->tables), j->bytes = calloc(j->T, sizeof *j->bytes), j->strat = calloc(j->T, 1);
-  alpha = calloc(j->T, sizeof *alpha);
-  if (!j->tables || !j->bytes || !j->strat || !alpha) {
+  if (!j->tables || !j->bytes || !j->strat) {
     snprintf(err, sizeof err, "out of memory");
     goto out;
   }
-  if (data_table_alpha(cfg, j->T, alpha, err, sizeof err) || strategy_parse(cfg, j->T, j->strat, err, sizeof err)) goto out;
-  const char *opt = cfg_str(cfg, "embedding_optimizer");
-  int o = shard_opt_parse(opt);
-  if (o < 0) o = SHARD_OPT_SGD;
+  if (shard_job_tables(cfg, &schema, &j->layout, j->tables, j->bytes, err, sizeof err) ||
+      strategy_parse(cfg, j->T, j->strat, err, sizeof err))
+    goto out;
   if (strcmp(cfg_str(cfg, "dataset"), "synthetic"))
     snprintf(j->alpha_note, sizeof j->alpha_note, "dataset is a file: row popularity taken from synthetic.alpha, not measured");
-  for (uint32_t t = 0; t < j->T; t++) {
-    j->tables[t] = (shard_table_t){j->layout.tables[t].rows, j->layout.tables[t].dim, schema.hotness[t], alpha[t], o};
-    j->bytes[t] = j->layout.tables[t].rows * (uint64_t)table_row_bytes(&j->layout, t);
-  }
   rc = 0;
 out:
   if (rc) fprintf(stderr, "chanter shard plan: %s\n", err);
   data_schema_close(&schema);
-  free(alpha);
   return rc;
 }
 
@@ -393,7 +386,6 @@ static int shard_plan_cmd(cli_t *cli) {
   } else {
     printf("%u tables, batch %u; predicted cost per iteration (us), tables (t) and MiB per device\n", j.T, j.batch);
     printf("model: %s (%s)\n", path && *path ? path : "built in", shard_cost_label(m));
-    if (j.opt_note[0]) printf("note: %s\n", j.opt_note);
     if (j.alpha_note[0]) printf("note: %s\n", j.alpha_note);
     printf("trainers: every table whose table_strategy is partition or auto is placed, as if auto partitioned it\n");
     for (int k = 0; k < 2; k++) {
