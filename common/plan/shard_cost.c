@@ -25,6 +25,8 @@ extern const size_t shard_cost_default_len;
 
 const char *shard_kind_name(int kind) { return kind == SHARD_KIND_TRAINER ? "trainer" : kind == SHARD_KIND_SERVER ? "server" : "?"; }
 int shard_kind_parse(const char *s) { return !strcmp(s, "trainer") ? SHARD_KIND_TRAINER : !strcmp(s, "server") ? SHARD_KIND_SERVER : -1; }
+const char *shard_coll_name(int op) { return op == SHARD_COLL_ALLREDUCE ? "allreduce" : op == SHARD_COLL_ALLTOALL ? "alltoall" : "?"; }
+int shard_coll_parse(const char *s) { return !strcmp(s, "allreduce") ? SHARD_COLL_ALLREDUCE : !strcmp(s, "alltoall") ? SHARD_COLL_ALLTOALL : -1; }
 const char *shard_opt_name(int opt) {
   return opt == SHARD_OPT_SGD ? "sgd" : opt == SHARD_OPT_ADAGRAD ? "adagrad" : opt == SHARD_OPT_ROWWISE_ADAGRAD ? "rowwise_adagrad" : "?";
 }
@@ -256,6 +258,21 @@ double shard_cost_predict(const shard_cost_t *m, int kind, const shard_table_t *
   return shard_cost_readout(m, kind, sum);
 }
 
+double shard_cost_coll(const shard_cost_t *m, int op, double bytes) {
+  if (op < 0 || op >= SHARD_COLLS || !m->coll[op].present) return NAN;
+  return m->coll[op].alpha_us + bytes * m->coll[op].us_per_mb / (1 << 20);
+}
+
+const shard_coll_t *shard_cost_coll_line(const shard_cost_t *m, int op) {
+  return op >= 0 && op < SHARD_COLLS && m->coll[op].present ? &m->coll[op] : NULL;
+}
+
+void shard_cost_set_coll(shard_cost_t *m, int op, const shard_coll_t *line) {
+  if (op < 0 || op >= SHARD_COLLS) return;
+  m->coll[op] = *line;
+  m->coll[op].present = 1;
+}
+
 void shard_cost_destroy(shard_cost_t *m) {
   if (!m) return;
   for (int k = 0; k < SHARD_KINDS; k++) free(m->net[k].p);
@@ -283,6 +300,10 @@ int shard_cost_save(const shard_cost_t *m, const char *path, char *err, size_t e
     for (int p = 0; p < NET_PARTS; p++) put_nums(&b, shard_net_part_name[p], n->p + shard_net_off(n, p), shard_net_part_len(n, p));
     sb_printf(&b, "end\n");
   }
+  for (int op = 0; op < SHARD_COLLS; op++)
+    if (m->coll[op].present)
+      sb_printf(&b, "coll %s %u %u %.17g %.17g %.17g\n", shard_coll_name(op), m->coll[op].ranks, m->coll[op].points,
+                m->coll[op].alpha_us, m->coll[op].us_per_mb, m->coll[op].med_rel);
   if (b.oom) {
     free(b.s);
     return err_set(err, err_len, -ENOMEM, "%s: out of memory writing the model", path);
@@ -366,6 +387,35 @@ static int kind_line(rd_t *r, shard_net_t *n, const char *w, char **save, uint32
   return bad(r, "unknown entry '%s'%s", w, "");
 }
 
+/* "coll OP RANKS POINTS ALPHA_US US_PER_MB MED_REL" (the word coll read). */
+static int coll_line(rd_t *r, shard_cost_t *m, char **save) {
+  char *t = strtok_r(NULL, " \t", save), *end;
+  int op = t ? shard_coll_parse(t) : -1;
+  if (op < 0) return bad(r, "coll '%s' is not allreduce or alltoall%s", t ? t : "", "");
+  if (m->coll[op].present) return bad(r, "coll %s appears twice%s", t, "");
+  shard_coll_t c = {.present = 1};
+  unsigned long v[2];
+  for (int i = 0; i < 2; i++) {
+    char *u = strtok_r(NULL, " \t", save);
+    v[i] = u ? strtoul(u, &end, 10) : 0;
+    if (!u || *end || v[i] < 2 || v[i] > 1000000)
+      return bad(r, "coll %s needs RANKS (>= 2) and POINTS (>= 2) first%s", shard_coll_name(op), "");
+  }
+  c.ranks = (uint32_t)v[0], c.points = (uint32_t)v[1];
+  double *d[3] = {&c.alpha_us, &c.us_per_mb, &c.med_rel};
+  for (int i = 0; i < 3; i++) {
+    char *u = strtok_r(NULL, " \t", save);
+    errno = 0;
+    *d[i] = u ? strtod(u, &end) : NAN;
+    if (!u || *end || errno || !isfinite(*d[i]) || *d[i] < 0)
+      return bad(r, "coll %s: ALPHA_US, US_PER_MB and MED_REL must be finite numbers >= 0 ('%s')", shard_coll_name(op),
+                 u ? u : "missing");
+  }
+  if (strtok_r(NULL, " \t", save)) return bad(r, "coll %s has more than 5 numbers%s", shard_coll_name(op), "");
+  m->coll[op] = c;
+  return 0;
+}
+
 int shard_cost_parse(const char *text, const char *name, shard_cost_t **out, char *err, size_t err_len) {
   rd_t r = {name, 0, err, err_len};
   shard_cost_t *m = calloc(1, sizeof *m);
@@ -411,6 +461,8 @@ int shard_cost_parse(const char *text, const char *name, shard_cost_t **out, cha
       if (kind < 0) rc = bad(&r, "'end' outside a kind%s%s", "", "");
       else if ((have & all) != all) rc = bad(&r, "kind %s lacks some of shape, mean, sd, w1..b4%s", shard_kind_name(kind), "");
       else m->net[kind].present = 1, kind = -1;
+    } else if (!strcmp(w, "coll") && kind < 0) {
+      rc = coll_line(&r, m, &save);
     } else if (kind < 0) {
       rc = bad(&r, "'%s' outside a kind section%s", w, "");
     } else {

@@ -61,6 +61,17 @@
  *   mean 18 numbers / sd 18 numbers   (each "name count values...")
  *   w1 b1 w2 s b2 om w3 b3 w4 v b4    (the parameters, the same way)
  *   end
+ *   coll allreduce RANKS POINTS ALPHA_US US_PER_MB MED_REL   (when measured)
+ *   coll alltoall  RANKS POINTS ALPHA_US US_PER_MB MED_REL
+ *
+ * The collectives.  A coll line is a straight line fitted to the timed
+ * calls of one collective between RANKS trainer processes on the machine
+ * (shard_fit.h): a call moving b bytes per rank costs ALPHA_US + b x
+ * US_PER_MB / 2^20 microseconds.  allreduce is the trainers' ordered sum
+ * of embedding-row gradients (coll_allreduce_sum_f32_ordered), b its
+ * buffer; alltoall their exchange of pooled embeddings (coll_alltoallv),
+ * b what a rank sends to the others.  table_strategy = auto weighs the
+ * cache against partitioning with them (strategy_auto.h).
  *
  * Numbers are written with 17 significant digits, so a saved model loads
  * back to the same bits.  Thread safety: a loaded model is read-only; any
@@ -88,6 +99,19 @@ typedef struct shard_table_s {
   double alpha;
   int opt; /* SHARD_OPT_* */
 } shard_table_t;
+
+enum { SHARD_COLL_ALLREDUCE = 0, SHARD_COLL_ALLTOALL = 1, SHARD_COLLS = 2 };
+
+/* A collective's fitted line (the "coll" lines above). */
+typedef struct shard_coll_s {
+  int present;
+  uint32_t ranks, points; /* ranks it was timed with; calls timed */
+  double alpha_us, us_per_mb, med_rel; /* med_rel: the line's median relative error on its points */
+} shard_coll_t;
+
+/* "allreduce" / "alltoall", and back (-1 when neither). */
+const char *shard_coll_name(int op);
+int shard_coll_parse(const char *s);
 
 /* "trainer" / "server", and back (-1 when neither). */
 const char *shard_kind_name(int kind);
@@ -140,6 +164,13 @@ void shard_cost_set_label(shard_cost_t *m, const char *label);
  * device of kind at global batch `batch`: 0 for n = 0; NAN when m has no
  * parameters for kind. */
 double shard_cost_predict(const shard_cost_t *m, int kind, const shard_table_t *t, uint32_t n, uint32_t batch);
+
+/* Microseconds of one call of collective op moving `bytes` per rank: NAN
+ * when m has no line for op.  shard_cost_coll_line: the line (NULL when
+ * absent); shard_cost_set_coll: sets it (shard_fit). */
+double shard_cost_coll(const shard_cost_t *m, int op, double bytes);
+const shard_coll_t *shard_cost_coll_line(const shard_cost_t *m, int op);
+void shard_cost_set_coll(shard_cost_t *m, int op, const shard_coll_t *line);
 
 /* The planner's way to the same number without recomputing every table:
  * shard_cost_embed writes a table's representation phi (shard_cost_width

@@ -37,6 +37,7 @@ typedef struct shard_net_s {
 struct shard_cost_s {
   char label[512];
   shard_net_t net[SHARD_KINDS];
+  shard_coll_t coll[SHARD_COLLS];
 };
 
 extern const char *const shard_net_part_name[NET_PARTS];

@@ -24,6 +24,7 @@
 void shard_fit_data_close(shard_data_t *d) {
   for (size_t i = 0; i < d->n; i++) free(d->sets[i].tables);
   free(d->sets);
+  free(d->coll);
   memset(d, 0, sizeof *d);
 }
 
@@ -93,11 +94,35 @@ static int parse_set(const pos_t *p, const char *kind_word, char **save, shard_s
   return 0;
 }
 
+/* "coll <op> <ranks> <bytes> <cost_us>" (the word coll read). */
+static int parse_coll(const pos_t *p, char **save, shard_data_t *d, size_t *cap) {
+  if (d->n_coll == *cap) {
+    size_t nc = *cap ? 2 * *cap : 32;
+    shard_coll_point_t *nv = realloc(d->coll, nc * sizeof *nv);
+    if (!nv) return err_set(p->err, p->err_len, -ENOMEM, "%s: out of memory", p->name);
+    d->coll = nv, *cap = nc;
+  }
+  shard_coll_point_t *c = &d->coll[d->n_coll];
+  char *o = strtok_r(NULL, " \t", save);
+  uint64_t v;
+  int rc;
+  c->line = p->line;
+  if (!o || (c->op = shard_coll_parse(o)) < 0) return field_err(p, "op", 0, o, "allreduce or alltoall");
+  if ((rc = get_u64(p, save, "ranks", 0, 2, 65536, &v))) return rc;
+  c->ranks = (uint32_t)v;
+  if ((rc = get_num(p, save, "bytes", 0, 0, 1e15, "a number of bytes >= 0", &c->bytes))) return rc;
+  if ((rc = get_num(p, save, "cost_us", 0, 1e-6, 1e12, "a number of microseconds > 0", &c->cost_us))) return rc;
+  char *extra = strtok_r(NULL, " \t", save);
+  if (extra) return err_set(p->err, p->err_len, ERR_CONFIG, "%s:%u: '%.40s' after a coll line's 4 fields", p->name, p->line, extra);
+  d->n_coll++;
+  return 0;
+}
+
 int shard_fit_parse_data(const char *text, const char *name, shard_data_t *d, char *err, size_t err_len) {
   memset(d, 0, sizeof *d);
   pos_t p = {name, 0, err, err_len};
   char *copy = strdup(text), *next, *line;
-  size_t cap = 0;
+  size_t cap = 0, ccap = 0;
   int rc = 0;
   if (!copy) return err_set(err, err_len, -ENOMEM, "%s: out of memory", name);
   for (line = copy; line && !rc; line = next) {
@@ -118,6 +143,10 @@ int shard_fit_parse_data(const char *text, const char *name, shard_data_t *d, ch
     }
     char *save = NULL, *w = strtok_r(line, " \t", &save);
     if (!w) continue;
+    if (!strcmp(w, "coll")) {
+      rc = parse_coll(&p, &save, d, &ccap);
+      continue;
+    }
     if (d->n == cap) {
       size_t nc = cap ? 2 * cap : 256;
       shard_set_t *ns = realloc(d->sets, nc * sizeof *ns);
@@ -569,6 +598,49 @@ static int choose_wd(const shard_data_t *d, int k, const uint8_t *held, const sh
   return rc;
 }
 
+/* Each collective's line through its timed calls: weighted least squares
+ * with weights 1 / cost^2, i.e. the smallest squared RELATIVE error (a
+ * 4 KiB call's error counts as much as a 4 MiB one's), slope and intercept
+ * kept >= 0.  Every call of one collective must have the same ranks. */
+static int fit_coll(const shard_data_t *d, shard_cost_t *m, shard_fit_report_t *rep, char *err, size_t err_len) {
+  for (int op = 0; op < SHARD_COLLS; op++) {
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    uint32_t n = 0, ranks = 0;
+    for (size_t i = 0; i < d->n_coll; i++) {
+      const shard_coll_point_t *c = &d->coll[i];
+      if (c->op != op) continue;
+      if (ranks && c->ranks != ranks)
+        return err_set(err, err_len, ERR_CONFIG, "line %u: coll %s timed with %u ranks, an earlier line with %u: one "
+                       "dataset holds one group size", c->line, shard_coll_name(op), c->ranks, ranks);
+      ranks = c->ranks;
+      double w = 1 / (c->cost_us * c->cost_us), x = c->bytes / (1 << 20);
+      sw += w, sx += w * x, sy += w * c->cost_us, sxx += w * x * x, sxy += w * x * c->cost_us, n++;
+    }
+    if (n < 2) continue;
+    double den = sw * sxx - sx * sx;
+    double b = den > 0 ? (sw * sxy - sx * sy) / den : 0;
+    if (b < 0) b = 0;
+    double a = (sy - b * sx) / sw;
+    if (a < 0) { /* through the origin */
+      a = 0;
+      b = sxx > 0 ? sxy / sxx : 0;
+    }
+    double *rel = malloc(n * sizeof *rel);
+    if (!rel) return err_set(err, err_len, -ENOMEM, "out of memory");
+    uint32_t k = 0;
+    for (size_t i = 0; i < d->n_coll; i++)
+      if (d->coll[i].op == op)
+        rel[k++] = fabs(a + b * d->coll[i].bytes / (1 << 20) - d->coll[i].cost_us) / d->coll[i].cost_us;
+    qsort(rel, n, sizeof *rel, cmp_dbl);
+    shard_coll_t line = {.present = 1, .ranks = ranks, .points = n, .alpha_us = a, .us_per_mb = b,
+                         .med_rel = n % 2 ? rel[n / 2] : (rel[n / 2 - 1] + rel[n / 2]) / 2};
+    free(rel);
+    shard_cost_set_coll(m, op, &line);
+    rep->coll[op] = line;
+  }
+  return 0;
+}
+
 int shard_fit(const shard_data_t *d, const shard_fit_opts_t *o, shard_cost_t **out, shard_fit_report_t *rep, char *err,
               size_t err_len) {
   *out = NULL;
@@ -619,6 +691,7 @@ int shard_fit(const shard_data_t *d, const shard_fit_opts_t *o, shard_cost_t **o
     n->held_med_rel = rep->kind[k].held.med_rel, n->held_p90_rel = rep->kind[k].held.p90_rel;
   }
   if (!rc && !fitted) rc = err_set(err, err_len, -EINVAL, "no kind has 4 sets to fit (the dataset holds %zu sets)", d->n);
+  if (!rc) rc = fit_coll(d, m, rep, err, err_len);
   if (!rc) {
     if (o->label) snprintf(m->label, sizeof m->label, "%s", o->label);
     else {

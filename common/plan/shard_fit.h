@@ -45,9 +45,19 @@ typedef struct shard_set_s {
   unsigned line;         /* in the file, for messages */
 } shard_set_t;
 
+/* One timed call of a collective ("coll" lines of the dataset). */
+typedef struct shard_coll_point_s {
+  int op; /* SHARD_COLL_* */
+  uint32_t ranks;
+  double bytes, cost_us; /* per rank (shard_cost.h); the call's median time */
+  unsigned line;
+} shard_coll_point_t;
+
 typedef struct shard_data_s {
   shard_set_t *sets;
   size_t n;
+  shard_coll_point_t *coll;
+  size_t n_coll;
   char cpu[200];  /* the "# cpu:" comment, or "" */
 } shard_data_t;
 
@@ -86,6 +96,7 @@ typedef struct shard_fit_report_s {
     double add_w[5];                   /* its coefficients (us per unit of each work term) */
     double wd, wd_score;               /* the weight decay used; the validation error that chose it (NAN: given) */
   } kind[SHARD_KINDS];
+  shard_coll_t coll[SHARD_COLLS]; /* the collectives' lines (present when the dataset timed them) */
 } shard_fit_report_t;
 
 /* Fits a model to d (every kind that has at least 4 sets) into *out and

@@ -4,6 +4,7 @@
 #include "strategy_auto.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,35 @@ static int traffic(const plan_t *plans, size_t n, uint32_t L, uint32_t T, double
   return rc;
 }
 
+int strategy_auto_model_ok(const shard_cost_t *m, char *why, size_t why_len) {
+  const char *miss = !m                                          ? "no cost model"
+                     : !shard_cost_has(m, SHARD_KIND_TRAINER)    ? "the cost model has no trainer part"
+                     : !shard_cost_has(m, SHARD_KIND_SERVER)     ? "the cost model has no server part"
+                     : !shard_cost_coll_line(m, SHARD_COLL_ALLREDUCE) ? "the cost model has no allreduce line"
+                     : !shard_cost_coll_line(m, SHARD_COLL_ALLTOALL)  ? "the cost model has no alltoall line"
+                                                                 : NULL;
+  if (miss && why_len) snprintf(why, why_len, "%s", miss);
+  return !miss;
+}
+
+/* The predicted microseconds a batch of table t under each mechanism
+ * (strategy_auto.h). */
+static void predict(const strategy_auto_opts_t *o, const shard_table_t *tt, double new_rows, double shared_rows,
+                    uint32_t P, strategy_auto_table_t *x) {
+  const shard_cost_t *m = o->cost;
+  double d = tt->dim, B = o->B;
+  uint32_t local = (o->B + P - 1) / P;
+  double distinct = shard_cost_distinct(tt->rows, tt->alpha, B * tt->hotness);
+  double share = distinct > 0 ? new_rows / distinct : 0;
+  if (share > 1) share = 1;
+  const shard_coll_t *ar = shard_cost_coll_line(m, SHARD_COLL_ALLREDUCE), *a2a = shard_cost_coll_line(m, SHARD_COLL_ALLTOALL);
+  x->cache_us = shard_cost_predict(m, SHARD_KIND_TRAINER, tt, 1, local ? local : 1) +
+                shard_cost_predict(m, SHARD_KIND_SERVER, tt, 1, o->B) * share +
+                shared_rows * 4 * d * ar->us_per_mb / (1 << 20);
+  x->part_us = shard_cost_predict(m, SHARD_KIND_TRAINER, tt, 1, o->B) +
+               2.0 * B * (P - 1) / P * 4 * d * a2a->us_per_mb / (1 << 20);
+}
+
 int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, const data_schema_t *schema,
                      const table_layout_t *layout, const strategy_auto_opts_t *o, uint8_t *out, strategy_auto_table_t *tab) {
   uint32_t T = schema->n_tables, P = o->P ? o->P : 1;
@@ -102,6 +132,17 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
     x->shared_rows = sh[t];
     x->cache_bytes = o->cache_weight * (nw[t] * 2 * 4 * r + sh[t] * 2 * 4 * d);
     x->part_bytes = 2.0 * o->B * (P - 1) / P * 4 * d;
+    x->cache_us = x->part_us = NAN;
+    if (o->cost) predict(o, &o->tables[t], nw[t], sh[t], P, x);
+  }
+  /* what the choice compares: predicted microseconds, or weighted bytes */
+  const int us = o->cost != NULL;
+#define CACHE_COST(x) (us ? (x)->cache_us : (x)->cache_bytes)
+#define PART_COST(x) (us ? (x)->part_us : (x)->part_bytes)
+  double step[2] = {o->step_bytes, o->step_bytes}; /* [cache, partition] */
+  if (us) {
+    step[0] = shard_cost_coll_line(o->cost, SHARD_COLL_ALLREDUCE)->alpha_us;
+    step[1] = 2 * shard_cost_coll_line(o->cost, SHARD_COLL_ALLTOALL)->alpha_us;
   }
   /* the three assignments of the auto tables, each with the fixed ones:
    * [0] each to its cheaper mechanism, [1] all partitioned, [2] all cached */
@@ -109,14 +150,14 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
   int uses[3][2] = {{0, 0}, {0, 0}, {0, 0}}; /* [cache, partition] in use */
   for (uint32_t t = 0; t < T && !rc; t++)
     for (int a = 0; a < 3; a++) {
-      int part = strat[t] == STRATEGY_AUTO ? (a == 0 ? tab[t].part_bytes < tab[t].cache_bytes : a == 1)
+      int part = strat[t] == STRATEGY_AUTO ? (a == 0 ? PART_COST(&tab[t]) < CACHE_COST(&tab[t]) : a == 1)
                                          : strat[t] == STRATEGY_PARTITION;
-      cost[a] += part ? tab[t].part_bytes : tab[t].cache_bytes;
+      cost[a] += part ? PART_COST(&tab[t]) : CACHE_COST(&tab[t]);
       uses[a][part] = 1;
     }
   int best = 0;
   for (int a = 0; a < 3; a++) {
-    cost[a] += o->step_bytes * (uses[a][0] + uses[a][1]);
+    cost[a] += step[0] * uses[a][0] + step[1] * uses[a][1];
     if (cost[a] < cost[best]) best = a;
   }
   static const char *const plan[3] = {"each table to its cheaper mechanism", "every auto table partitioned",
@@ -128,13 +169,20 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
       snprintf(x->why, sizeof x->why, "fixed by table_strategy");
       continue;
     }
-    int part = best == 0 ? x->part_bytes < x->cache_bytes : best == 1;
+    int part = best == 0 ? PART_COST(x) < CACHE_COST(x) : best == 1;
     out[t] = part ? STRATEGY_PARTITION : STRATEGY_CACHE;
-    snprintf(x->why, sizeof x->why,
-             "auto: %s (partition moves %.0f KB a batch, the cache %.0f: %.0f rows new in the window, %.0f shared, "
-             "cache bytes x %.1f; %s: %.0f KB with %.0f KB a step per mechanism)",
-             part ? "partition" : "the cache", x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t],
-             o->cache_weight, plan[best], cost[best] / 1e3, o->step_bytes / 1e3);
+    if (us)
+      snprintf(x->why, sizeof x->why,
+               "auto: %s (predicted: partition %.0f us a batch, the cache %.0f: %.0f rows new in the window, %.0f "
+               "shared; %s: %.0f us with %.0f / %.0f us a step for the cache / partition)",
+               part ? "partition" : "the cache", x->part_us, x->cache_us, nw[t], sh[t], plan[best], cost[best], step[0],
+               step[1]);
+    else
+      snprintf(x->why, sizeof x->why,
+               "auto: %s (partition moves %.0f KB a batch, the cache %.0f: %.0f rows new in the window, %.0f shared, "
+               "cache bytes x %.1f; %s: %.0f KB with %.0f KB a step per mechanism)",
+               part ? "partition" : "the cache", x->part_bytes / 1e3, x->cache_bytes / 1e3, nw[t], sh[t],
+               o->cache_weight, plan[best], cost[best] / 1e3, o->step_bytes / 1e3);
   }
   /* the budget: while a trainer holds more than budget_bytes, the auto
    * table with the most rows there is spread over every trainer
@@ -177,6 +225,8 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
              "strategy.partition_mb, even spread over %u trainers)",
              tab[back].part_bytes / 1e3, tab[back].cache_bytes / 1e3, (unsigned long long)schema->table_rows[back], P);
   }
+#undef CACHE_COST
+#undef PART_COST
   for (uint32_t t = 0; t < T && !rc; t++) tab[t].choice = out[t];
   free(nw), free(sh), free(owner), free(held);
   return rc;

@@ -18,6 +18,24 @@
  *              measures both (README, "Table strategies")
  *   partition  2 x B x (P-1)/P x 4d  the pooled embeddings of the samples
  *                                other trainers own, and their gradients.
+ * With a cost model (strategy.auto_cost = model, the default: o->cost, the
+ * job's shard.cost_model with its trainer, server and collective parts),
+ * the same comparison is made in predicted microseconds a batch instead of
+ * weighted bytes, each term from what `chanter bench tables` timed on the
+ * machine (shard_cost.h):
+ *   cache      the trainer's pool, fold and update of t for its B/P
+ *              samples (every trainer alike, in parallel)
+ *            + the servers' Lookup and WriteBack of t's rows new in the
+ *              window (the server model of t's batch, times the share of
+ *              its distinct rows that are new)
+ *            + shared(t) x 4d bytes more in the gradients' all-reduce
+ *              (the allreduce line's slope)
+ *   partition  the owner's pool, fold and update of t for all B samples
+ *            + 2 x B x (P-1)/P x 4d bytes more in the AlltoAlls (the
+ *              alltoall line's slope; forward and backward)
+ * and a mechanism's cost a step is its collectives' fixed cost (the
+ * lines' intercepts: one all-reduce; two AlltoAlls).  The model is a file,
+ * fitted once, so the choice is still a pure function of the job.
  * Each mechanism also costs something every step it runs at all, whatever
  * its bytes (the cache: its critical all-reduce, hand-overs, background
  * work and server calls; partition: its two AlltoAlls): step_bytes each
@@ -46,6 +64,7 @@
 
 #include "data.h"
 #include "plan.h"
+#include "shard_cost.h"
 #include "table.h"
 
 typedef struct strategy_auto_opts_s {
@@ -56,11 +75,20 @@ typedef struct strategy_auto_opts_s {
   /* where the partitioned tables go (shard_place_trainers); NULL: strategy_place */
   int (*place)(void *ctx, const uint8_t *strat, uint32_t *owner);
   void *place_ctx;
+  /* predicted costs: a model with trainer, server and both collectives'
+   * parameters (strategy_auto_model_ok), and every table as it sees them
+   * (shard_job_tables); NULL: weighted bytes */
+  const shard_cost_t *cost;
+  const shard_table_t *tables;
 } strategy_auto_opts_t;
+
+/* Whether m can price the choice; if not, why (for the log). */
+int strategy_auto_model_ok(const shard_cost_t *m, char *why, size_t why_len);
 
 typedef struct strategy_auto_table_s {
   double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
   double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
+  double cache_us, part_us;       /* predicted per batch (NAN without a model) */
   int choice;                   /* STRATEGY_CACHE, STRATEGY_PARTITION or STRATEGY_PARTITION_ROWS (the budget) */
   char why[240];                /* for the log and summary.json */
 } strategy_auto_table_t;

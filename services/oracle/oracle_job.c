@@ -758,6 +758,7 @@ static void free_stages(oracle_job_t *j) {
   free(j->tr);
   free(j->partitioned);
   if (j->have_place) shard_place_close(&j->place);
+  shard_cost_destroy(j->auto_cost);
   free(j->partition_owner);
   free(j->strat_why);
   free(j->strat);

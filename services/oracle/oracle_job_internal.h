@@ -441,6 +441,7 @@ struct oracle_job_s {
   char (*strat_why)[240]; /* n_tables: why each table has its strategy (summary.json "tables") */
   uint8_t *strat;         /* n_tables: table_strategy as given (auto entries until chosen) */
   shard_place_t place;    /* shard.placement: where the partitioned tables go (shard_place.h) */
+  shard_cost_t *auto_cost; /* table_strategy = auto's cost model (strategy.auto_cost = model), else NULL */
   int have_place;
   int part_any;           /* table_strategy names partition or auto (not ideal): Steps carry part fields */
   int strat_pending;      /* an auto table is not chosen yet: nothing is cached before (oracle_pipeline.c) */

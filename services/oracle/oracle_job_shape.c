@@ -17,6 +17,7 @@
 #include "log.h"
 #include "oracle_job_internal.h"
 #include "strategy.h"
+#include "strategy_auto.h"
 
 #define MAX_LOOKAHEAD 4096 /* largest fixed L (about 2 L plans in memory): oracle.max_lookahead's bound */
 
@@ -55,6 +56,34 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
   return rc;
 }
 
+/* table_strategy = auto's cost model (strategy.auto_cost = model): the
+ * job's shard.cost_model, or the built-in one.  A model that cannot price
+ * the choice (no collectives' lines: a dataset timed without them; or no
+ * model in this build) leaves the byte weights, with a warning; a model
+ * that does not load is the configuration's error. */
+static int auto_cost_init(oracle_job_t *j, char *err, size_t err_len) {
+  if (strcmp(cfg_str(j->cfg, "strategy.auto_cost"), "model")) return 0;
+  const char *path = cfg_str(j->cfg, "shard.cost_model");
+  char why[512];
+  if (!*path && !shard_cost_have_default()) {
+    log_warn("strategy.auto_cost = model, but this build carries no default cost model and shard.cost_model is empty: "
+             "table_strategy = auto weighs bytes (strategy.cache_weight, strategy.step_kb)");
+    return 0;
+  }
+  int rc = shard_cost_load(path, &j->auto_cost, why, sizeof why);
+  if (rc)
+    return err_set(err, err_len, rc, "strategy.auto_cost = model needs the cost model (shard.cost_model = '%s', from %s): %s",
+                   path, cfg_origin(j->cfg, "shard.cost_model"), why);
+  if (!strategy_auto_model_ok(j->auto_cost, why, sizeof why)) {
+    log_warn("strategy.auto_cost = model, but %s (%s): table_strategy = auto weighs bytes (strategy.cache_weight, "
+             "strategy.step_kb); time the collectives with chanter bench tables and fit again with chanter shard fit",
+             why, *path ? path : "the built-in model");
+    shard_cost_destroy(j->auto_cost);
+    j->auto_cost = NULL;
+  }
+  return 0;
+}
+
 /* table_strategy: which tables live on one trainer (strategy.h), and whose.
  * With an auto table the choice waits for the first batches
  * (oracle_pipeline__strategy); until then no table is dropped from the
@@ -79,6 +108,7 @@ int oracle_job__strategy_init(oracle_job_t *j, char *err, size_t err_len) {
     snprintf(j->strat_why[t], sizeof j->strat_why[t], "%s",
              j->ideal ? "ideal mode: every row in the trainer" : "fixed by table_strategy");
   }
+  if (j->strat_pending && (rc = auto_cost_init(j, err, err_len)) != 0) return rc;
   return j->strat_pending ? 0 : oracle_job__strategy_set(j, j->strat);
 }
 

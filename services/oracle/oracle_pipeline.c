@@ -500,7 +500,9 @@ static void strat_work(uv_work_t *req) {
                         .step_bytes = 1024.0 * (double)cfg_int(j->cfg, "strategy.step_kb"),
                         .budget_bytes = (uint64_t)cfg_int(j->cfg, "strategy.partition_mb") << 20,
                         .place = place_tables,
-                        .place_ctx = &j->place};
+                        .place_ctx = &j->place,
+                        .cost = j->auto_cost,
+                        .tables = j->place.tables};
   w->rc = strategy_auto_choose(w->plans, w->n, j->strat, &j->schema, &j->layout, &o, w->out, w->tab);
   w->secs = oracle_job__now() - t0;
 }

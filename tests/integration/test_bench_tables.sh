@@ -6,6 +6,9 @@
 #    the batch asked for, a positive cost, n in 1..8 and n groups of
 #    <rows> <dim> <hotness> <alpha> <opt> in their ranges (a trainer set
 #    has one dim and one optimizer);
+#  - the collectives (coll lines): the all-reduce and the AlltoAll over 2
+#    ranks at the quick sizes, each with a positive cost; --kind coll
+#    writes only those, --coll-ranks 0 none of them;
 #  - the same seed draws the same sets (every field but the cost), another
 #    seed other ones;
 #  - bad options are refused naming the option, and no file is written.
@@ -25,7 +28,12 @@ path, batch, nt, ns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4
 lines = open(path).read().splitlines()
 bad = []
 head = [l for l in lines if l.startswith('#')]
-body = [l for l in lines if not l.startswith('#')]
+body = [l for l in lines if not l.startswith('#') and not l.startswith('coll ')]
+coll = [l.split() for l in lines if l.startswith('coll ')]
+want = {(op, b) for op in ('allreduce', 'alltoall') for b in ('4096', '262144', '1048576')}
+if {(f[1], f[3]) for f in coll if len(f) == 5} != want or len(coll) != 6: bad.append('coll lines %s' % coll)
+for f in coll:
+    if len(f) != 5 or f[2] != '2' or not float(f[4]) > 0: bad.append('coll line %s' % f)
 if not lines or lines[0] != '# chanter bench tables v1': bad.append('first line: %r' % (lines[:1],))
 for key in ('# cpu: ', '# threads: ', '# date: '):
     if not any(l.startswith(key) and len(l) > len(key) for l in head): bad.append('no %r line' % key)
@@ -53,7 +61,7 @@ PY
 WHAT=$(check_format "$OUT" 128 3 2)
 [ -z "$WHAT" ]; expect "the dataset's header and every set's fields (${WHAT:0:300})"
 
-sets_of() { grep -v '^#' "$1" | awk '{$3 = ""; print}'; }
+sets_of() { grep -v '^#' "$1" | grep -v '^coll ' | awk '{$3 = ""; print}'; }
 "$C" bench tables --quick --sets 3 --server-sets 2 --batch 128 --seed 5 --out "$WORK/again.dataset" >/dev/null 2>&1
 [ "$(sets_of "$OUT")" = "$(sets_of "$WORK/again.dataset")" ]; expect "the same seed draws the same sets"
 "$C" bench tables --quick --kind trainer --sets 3 --batch 128 --seed 6 --out "$WORK/other.dataset" >/dev/null 2>&1
@@ -62,7 +70,15 @@ expect "--kind trainer --seed 6 exits 0"
 expect "--kind trainer measures trainer sets only"
 [ "$(sets_of "$OUT" | head -3)" != "$(sets_of "$WORK/other.dataset")" ]; expect "another seed draws other sets"
 
-for a in "--kind gpu" "--sets 0" "--batch x" "--server-sets -1"; do
+"$C" bench tables --quick --kind coll --out "$WORK/coll.dataset" >/dev/null 2>&1 &&
+  [ "$(grep -vc '^#' "$WORK/coll.dataset")" = 6 ] && [ "$(grep -c '^coll ' "$WORK/coll.dataset")" = 6 ]
+expect "--kind coll times the collectives only (6 coll lines)"
+[ "$(grep -c '^coll ' "$WORK/other.dataset")" = 6 ] &&
+  "$C" bench tables --quick --kind trainer --sets 1 --coll-ranks 0 --out "$WORK/nocoll.dataset" >/dev/null 2>&1 &&
+  [ "$(grep -c '^coll ' "$WORK/nocoll.dataset")" = 0 ]
+expect "--coll-ranks 0 times no collective"
+
+for a in "--kind gpu" "--sets 0" "--batch x" "--server-sets -1" "--coll-ranks 1"; do
   # shellcheck disable=SC2086
   "$C" bench tables --quick $a --out "$WORK/bad.dataset" >/dev/null 2>"$WORK/bad.err"
   rc=$?

@@ -8,6 +8,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "cfg.h"
 #include "err.h"
 #include "plan.h"
+#include "shard_fit.h"
 #include "strategy_auto.h"
 #include "strategy.h"
 
@@ -287,6 +289,81 @@ static void test_auto(void **state) {
   for (size_t x = 0; x < N; x++) plan_close(&pl[x]);
 }
 
+/* strategy.auto_cost = model: the choice in predicted microseconds.  The
+ * trainer and server parts come from a small fit to the synthetic
+ * dataset; the collectives' lines are set by hand, so each term can be
+ * checked: the slopes add exactly their bytes' worth, the intercepts are
+ * what running a mechanism costs a step. */
+static void test_auto_model(void **state) {
+  (void)state;
+  enum { N = 12, B = 256, P = 2, D = 16 };
+  plan_t pl[N];
+  stream(pl, N, B, P);
+  uint32_t hot[2] = {1, 1};
+  uint64_t rows[2] = {1000000, 1000};
+  data_schema_t sc = {.n_tables = 2, .hotness = hot, .table_rows = rows};
+  table_info_t defs[2] = {{.rows = rows[0], .dim = D}, {.rows = rows[1], .dim = D}};
+  table_layout_t lay = {.n_tables = 2, .tables = defs};
+  shard_table_t tt[2] = {{rows[0], D, 1, 0, SHARD_OPT_SGD}, {rows[1], D, 1, 0, SHARD_OPT_SGD}};
+  char *text = shard_fit_synthetic_text(120, 60, 3), why[256];
+  shard_data_t d;
+  shard_fit_opts_t fo = {.holdout = 0, .seed = 1, .steps = 300, .wd = 0.1, .label = "test"};
+  shard_fit_report_t rep;
+  shard_cost_t *m = NULL;
+  assert_int_equal(shard_fit_parse_data(text, "synthetic", &d, why, sizeof why), 0);
+  assert_int_equal(shard_fit(&d, &fo, &m, &rep, why, sizeof why), 0);
+  shard_fit_data_close(&d);
+  free(text);
+  /* without the collectives' lines the model cannot price the choice */
+  assert_false(strategy_auto_model_ok(NULL, why, sizeof why));
+  assert_false(strategy_auto_model_ok(m, why, sizeof why));
+  assert_non_null(strstr(why, "no allreduce line"));
+  shard_coll_t ar = {.ranks = 2, .points = 5, .alpha_us = 100, .us_per_mb = 0},
+               a2a = {.ranks = 2, .points = 5, .alpha_us = 150, .us_per_mb = 0};
+  shard_cost_set_coll(m, SHARD_COLL_ALLREDUCE, &ar);
+  shard_cost_set_coll(m, SHARD_COLL_ALLTOALL, &a2a);
+  assert_true(strategy_auto_model_ok(m, why, sizeof why));
+  strategy_auto_opts_t o = {.P = P, .L = 8, .B = B, .budget_bytes = UINT64_C(1) << 40, .cost = m, .tables = tt};
+  uint8_t in[2] = {STRATEGY_AUTO, STRATEGY_AUTO}, out[2];
+  strategy_auto_table_t t0[2], t1[2];
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, t0), 0);
+  for (int t = 0; t < 2; t++) {
+    assert_true(isfinite(t0[t].cache_us) && t0[t].cache_us > 0 && isfinite(t0[t].part_us) && t0[t].part_us > 0);
+    assert_non_null(strstr(t0[t].why, "(predicted: partition "));
+    /* each table went to the mechanism its prediction favours, or all to one */
+    int part = out[t] == STRATEGY_PARTITION;
+    assert_true(part == (t0[t].part_us < t0[t].cache_us) || strstr(t0[t].why, "every auto table"));
+  }
+  /* table 1's rows are never new: no server term */
+  assert_true(t0[1].new_rows < 1);
+  /* the slopes: exactly their bytes' worth */
+  ar.us_per_mb = 300, a2a.us_per_mb = 700;
+  shard_cost_set_coll(m, SHARD_COLL_ALLREDUCE, &ar);
+  shard_cost_set_coll(m, SHARD_COLL_ALLTOALL, &a2a);
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, t1), 0);
+  for (int t = 0; t < 2; t++) {
+    double dp = 2.0 * B * (P - 1) / P * 4 * D * 700 / (1 << 20), dc = t0[t].shared_rows * 4 * D * 300 / (1 << 20);
+    assert_true(fabs(t1[t].part_us - t0[t].part_us - dp) <= 1e-9 * t1[t].part_us);
+    assert_true(fabs(t1[t].cache_us - t0[t].cache_us - dc) <= 1e-9 * t1[t].cache_us + 1e-12);
+  }
+  assert_true(t0[1].shared_rows > 0); /* table 1's four rows: every trainer uses them */
+  /* the intercepts: a mechanism that costs a second a step is not run */
+  a2a.alpha_us = 1e6;
+  shard_cost_set_coll(m, SHARD_COLL_ALLTOALL, &a2a);
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, t1), 0);
+  assert_int_equal(out[0], STRATEGY_CACHE);
+  assert_int_equal(out[1], STRATEGY_CACHE);
+  a2a.alpha_us = 150, ar.alpha_us = 1e6;
+  shard_cost_set_coll(m, SHARD_COLL_ALLTOALL, &a2a);
+  shard_cost_set_coll(m, SHARD_COLL_ALLREDUCE, &ar);
+  assert_int_equal(strategy_auto_choose(pl, N, in, &sc, &lay, &o, out, t1), 0);
+  assert_int_equal(out[0], STRATEGY_PARTITION);
+  assert_int_equal(out[1], STRATEGY_PARTITION);
+  assert_non_null(strstr(t1[1].why, "every auto table partitioned"));
+  shard_cost_destroy(m);
+  for (size_t x = 0; x < N; x++) plan_close(&pl[x]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
@@ -294,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_auto),
       cmocka_unit_test(test_auto_counts),
+      cmocka_unit_test(test_auto_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

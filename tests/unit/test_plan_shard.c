@@ -14,6 +14,9 @@
  *    additive baseline's; two fits give the same file, byte for byte; a
  *    saved model loads back to the same predictions, bit for bit; the model
  *    file's errors name file:line;
+ *  - the collectives' lines: a dataset's coll lines fitted exactly when
+ *    exact, saved and loaded to the same bits, absent = NAN, bad lines and
+ *    mixed group sizes refused naming the line;
  *  - the planner: every algorithm respects the memory limit and says which
  *    table fits nowhere; autoshard's predicted max cost is never above
  *    lookup_greedy's on heterogeneous tables, and two runs give the same
@@ -214,6 +217,79 @@ static void test_fit(void **state) {
   unlink(p1), unlink(p2), rmdir(dir);
 }
 
+/* ---- the collectives' lines: the dataset's coll lines, the fit, the file */
+static void test_coll(void **state) {
+  (void)state;
+  /* exact points of 80 us + 200 us/MiB (allreduce) and 150 + 500 (alltoall) */
+  sbuf_t b = {0};
+  char *syn = synthetic_text(40, 0, 3), err[512], dir[128], path[256];
+  sb_printf(&b, "%s", syn);
+  for (int i = 0; i < 5; i++) {
+    double bytes = 4096.0 * (1 << (3 * i));
+    sb_printf(&b, "coll allreduce 2 %.0f %.17g\ncoll alltoall 2 %.0f %.17g\n", bytes, 80 + 200 * bytes / (1 << 20), bytes,
+              150 + 500 * bytes / (1 << 20));
+  }
+  shard_data_t d;
+  assert_int_equal(shard_fit_parse_data(b.s, "c.txt", &d, err, sizeof err), 0);
+  assert_int_equal(d.n_coll, 10);
+  shard_fit_opts_t o = {.holdout = 0, .seed = 1, .steps = 50, .wd = 0.1, .label = "coll test"};
+  shard_fit_report_t r;
+  shard_cost_t *m, *back;
+  assert_int_equal(shard_fit(&d, &o, &m, &r, err, sizeof err), 0);
+  const shard_coll_t *ar = shard_cost_coll_line(m, SHARD_COLL_ALLREDUCE), *a2a = shard_cost_coll_line(m, SHARD_COLL_ALLTOALL);
+  assert_non_null(ar);
+  assert_non_null(a2a);
+  assert_true(fabs(ar->alpha_us - 80) < 1e-6 && fabs(ar->us_per_mb - 200) < 1e-6 && ar->points == 5 && ar->ranks == 2);
+  assert_true(fabs(a2a->alpha_us - 150) < 1e-6 && fabs(a2a->us_per_mb - 500) < 1e-6 && a2a->med_rel < 1e-9);
+  assert_true(fabs(shard_cost_coll(m, SHARD_COLL_ALLTOALL, 1 << 20) - 650) < 1e-6);
+  assert_true(r.coll[SHARD_COLL_ALLREDUCE].present);
+  /* saved and loaded: the same lines, bit for bit */
+  assert_int_equal(testutil_tmpdir(dir, sizeof dir, "coll"), 0);
+  snprintf(path, sizeof path, "%s/m.txt", dir);
+  assert_int_equal(shard_cost_save(m, path, err, sizeof err), 0);
+  assert_int_equal(shard_cost_load(path, &back, err, sizeof err), 0);
+  for (int op = 0; op < SHARD_COLLS; op++) {
+    double x = shard_cost_coll(m, op, 12345), y = shard_cost_coll(back, op, 12345);
+    assert_memory_equal(&x, &y, sizeof x);
+  }
+  /* a model without them: NAN */
+  shard_cost_t *none = NULL;
+  char *text = read_file(path);
+  *strstr(text, "\ncoll ") = 0;
+  assert_int_equal(shard_cost_parse(text, "m.txt", &none, err, sizeof err), 0);
+  assert_true(isnan(shard_cost_coll(none, SHARD_COLL_ALLREDUCE, 1)));
+  assert_null(shard_cost_coll_line(none, SHARD_COLL_ALLTOALL));
+  shard_cost_destroy(none);
+  free(text);
+  /* a bad line names file:line and what */
+  static const char *const bad_model[][2] = {
+      {"coll allreduce 1 5 1 2 0\n", "RANKS (>= 2)"},
+      {"coll bcast 2 5 1 2 0\n", "not allreduce or alltoall"},
+      {"coll alltoall 2 5 1 -2 0\n", "finite numbers >= 0"},
+      {"coll alltoall 2 5 1 2 0 9\n", "more than 5 numbers"},
+  };
+  for (size_t i = 0; i < sizeof bad_model / sizeof *bad_model; i++) {
+    char t[512];
+    snprintf(t, sizeof t, "chanter shard cost model v1\nfeatures 18\n%s", bad_model[i][0]);
+    assert_int_equal(shard_cost_parse(t, "m.txt", &none, err, sizeof err), ERR_CONFIG);
+    if (!strstr(err, bad_model[i][1]) || !strstr(err, "m.txt:3")) fail_msg("'%s' gave '%s'", bad_model[i][0], err);
+  }
+  expect_data_err("# chanter bench tables v1\ncoll reduce 2 4096 10\n", "t.txt:2", "'op'");
+  expect_data_err("# chanter bench tables v1\ncoll allreduce 2 4096 -1\n", "t.txt:2", "'cost_us'");
+  expect_data_err("# chanter bench tables v1\ncoll allreduce 2 4096 10 7\n", "t.txt:2", "after a coll line");
+  /* one group size per dataset */
+  shard_fit_data_close(&d);
+  sb_printf(&b, "coll allreduce 3 4096 90\n");
+  assert_int_equal(shard_fit_parse_data(b.s, "c.txt", &d, err, sizeof err), 0);
+  shard_cost_t *mixed = NULL;
+  assert_int_equal(shard_fit(&d, &o, &mixed, &r, err, sizeof err), ERR_CONFIG);
+  assert_non_null(strstr(err, "3 ranks, an earlier line with 2"));
+  shard_fit_data_close(&d);
+  shard_cost_destroy(m), shard_cost_destroy(back);
+  free(b.s), free(syn);
+  unlink(path), rmdir(dir);
+}
+
 /* ---- the planner, on a model fitted once for these tests */
 
 static shard_cost_t *plan_model;
@@ -367,6 +443,7 @@ int main(void) {
       cmocka_unit_test(test_features),
       cmocka_unit_test(test_grad),
       cmocka_unit_test(test_fit),
+      cmocka_unit_test(test_coll),
   };
   const struct CMUnitTest plan_tests[] = {
       cmocka_unit_test(test_plan_balance),

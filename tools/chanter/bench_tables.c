@@ -36,7 +36,10 @@
  * comments first (`# chanter bench tables v1`, cpu, threads, date, ...),
  * then one line per set:
  *   <kind> <batch> <cost_us> <n> then n groups <rows> <dim> <hotness> <alpha> <opt>
- * opt is the row optimizer's name (sgd, adagrad, rowwise_adagrad).  The
+ * opt is the row optimizer's name (sgd, adagrad, rowwise_adagrad).  Then
+ * the collectives (bench_tables_coll.c, --coll-ranks, 2 by default):
+ *   coll <allreduce|alltoall> <ranks> <bytes> <cost_us>
+ * The
  * file is replaced whole (fsio_replace) every 10 sets and at the end, so
  * it never appears half written and a long run stopped early keeps what
  * it measured.  Nothing here is a threshold: it measures and prints.
@@ -50,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_tables_coll.h"
 #include "cli.h"
 #include "clock.h"
 #include "data.h"
@@ -100,7 +104,7 @@ typedef struct run_s {
   size_t set_bytes[KINDS];          /* a set's rows (vectors + state) at most */
   const char *out;
   char tmp[64];                     /* the server stores' directory */
-  sbuf_t head, body;                /* the dataset so far: its first comments, its sets */
+  sbuf_t head, body, coll;          /* the dataset so far: its first comments, its sets, the collectives */
   double *cost[KINDS];              /* microseconds of each set measured */
   double *others[KINDS];            /* CPUs other processes used while it was timed (NAN: unknown) */
   size_t done[KINDS];
@@ -454,7 +458,7 @@ static void header(run_t *r, int kinds) {
   sb_printf(&r->head, "# chanter bench tables v1\n# cpu: %s\n# threads: %u\n# date: %s\n", cpu,
             pool_threads(r->pool), date);
   sb_printf(&r->head, "# seed: %" PRIu64 "\n# batch: %u\n# kinds: %s\n", r->seed, r->batch,
-            kinds == 3 ? "trainer server" : kind_name[kinds == 1 ? KIND_TRAINER : KIND_SERVER]);
+            kinds == 3 ? "trainer server" : kinds == 4 ? "coll" : kind_name[kinds == 1 ? KIND_TRAINER : KIND_SERVER]);
   sb_printf(&r->head,
             "# trainer: embag_fwd of the global batch + embag_bwd_each (fold, row optimizer, dirty marks), no "
             "AlltoAll\n# server: store_lookup + store_write of the batch's distinct keys in process, no gRPC "
@@ -491,8 +495,9 @@ static int save(run_t *r) {
   sbuf_t f = {0};
   sb_printf(&f, "%s", r->head.s);
   contention(r, &f, "# contention: ");
-  sb_printf(&f, "# <kind> <batch> <cost_us> <n> then n x <rows> <dim> <hotness> <alpha> <opt>\n%s",
-            r->body.s ? r->body.s : "");
+  sb_printf(&f, "# <kind> <batch> <cost_us> <n> then n x <rows> <dim> <hotness> <alpha> <opt>\n");
+  if (r->coll.s) sb_printf(&f, "# coll <allreduce|alltoall> <ranks> <bytes a rank> <cost_us>\n%s", r->coll.s);
+  sb_printf(&f, "%s", r->body.s ? r->body.s : "");
   int rc = 0;
   if (f.oom || r->head.oom || r->body.oom) {
     fprintf(stderr, "bench tables: out of memory holding the dataset\n");
@@ -557,7 +562,7 @@ static int parse_u64(cli_t *cli, const char *opt, const char *s, uint64_t lo, ui
 int bench_tables(cli_t *cli) {
   run_t r = {.cfg = cli->cfg, .out = "tables.dataset", .quick = cli_flag(cli, "--quick")};
   const char *s, *kind = "both";
-  uint64_t sets = 400, server_sets = 200, v;
+  uint64_t sets = 400, server_sets = 200, v, ranks = 2;
   r.batch = (uint32_t)cfg_int(cli->cfg, "batch_size");
   r.seed = (uint64_t)cfg_int(cli->cfg, "seed");
   if (r.quick) sets = 6, server_sets = 3;
@@ -574,9 +579,22 @@ int bench_tables(cli_t *cli) {
     if (parse_u64(cli, "--batch", s, 1, 65536, &v)) return 2; /* 4 batches of ids: 2 GiB at 65536 x 8 x 100 */
     r.batch = (uint32_t)v;
   }
+  if ((s = cli_opt(cli, "--coll-ranks")) && parse_u64(cli, "--coll-ranks", s, 0, 16, &ranks)) return 2;
+  if (ranks == 1) return cli_usage_error(cli, "--coll-ranks 1: a collective needs 2 ranks or more (0: not timed)");
   if (cli_done(cli, "tables")) return 2;
-  int kinds = !strcmp(kind, "trainer") ? 1 : !strcmp(kind, "server") ? 2 : !strcmp(kind, "both") ? 3 : 0;
-  if (!kinds) return cli_usage_error(cli, "--kind '%s': expected trainer, server or both", kind);
+  int kinds = !strcmp(kind, "trainer") ? 1 : !strcmp(kind, "server") ? 2 : !strcmp(kind, "both") ? 3
+              : !strcmp(kind, "coll") ? 4 : 0;
+  if (!kinds) return cli_usage_error(cli, "--kind '%s': expected trainer, server, both or coll", kind);
+  if (kinds == 4 && !ranks) return cli_usage_error(cli, "--kind coll with --coll-ranks 0 times nothing");
+  if (ranks) { /* forks: before the pool's threads exist */
+    char why[512];
+    int crc = bench_tables_coll((uint32_t)ranks, r.quick, &r.coll, why, sizeof why);
+    if (crc) {
+      fprintf(stderr, "bench tables: the collectives: %s\n", why);
+      free(r.coll.s);
+      return 1;
+    }
+  }
   r.rows_lo = 1000;
   r.rows_hi[KIND_TRAINER] = r.quick ? 100000 : 2000000;
   r.rows_hi[KIND_SERVER] = r.quick ? 20000 : 200000;
@@ -595,14 +613,15 @@ int bench_tables(cli_t *cli) {
   }
   log_level = LOG_WARN;
   header(&r, kinds);
-  printf("chanter bench tables: %s%s%s sets of 1..%d tables, batch %u, %u threads, seed %" PRIu64 " -> %s\n",
-         kinds & 1 ? "trainer" : "", kinds == 3 ? " and " : "", kinds & 2 ? "server" : "", SET_MAX, r.batch,
-         pool_threads(r.pool), r.seed, r.out);
+  if (kinds != 4)
+    printf("chanter bench tables: %s%s%s sets of 1..%d tables, batch %u, %u threads, seed %" PRIu64 " -> %s\n",
+           kinds & 1 ? "trainer" : "", kinds == 3 ? " and " : "", kinds & 2 ? "server" : "", SET_MAX, r.batch,
+           pool_threads(r.pool), r.seed, r.out);
   double t0 = clock_mono_s();
   if ((kinds & 1) && run_kind(&r, KIND_TRAINER, sets)) goto out;
   if ((kinds & 2) && run_kind(&r, KIND_SERVER, server_sets)) goto out;
   if (save(&r)) goto out;
-  printf("\n%-8s %6s %12s %12s %12s %10s\n", "kind", "sets", "min us", "median us", "max us", "seconds");
+  if (kinds != 4) printf("\n%-8s %6s %12s %12s %12s %10s\n", "kind", "sets", "min us", "median us", "max us", "seconds");
   for (int k = 0; k < KINDS; k++) {
     size_t n = r.done[k];
     if (!n) continue;
@@ -622,6 +641,6 @@ out:
   if (fsio_remove_tree(r.tmp, why, sizeof why)) fprintf(stderr, "bench tables: %s\n", why);
   pool_destroy(r.pool);
   for (int k = 0; k < KINDS; k++) free(r.cost[k]), free(r.others[k]);
-  free(r.head.s), free(r.body.s);
+  free(r.head.s), free(r.body.s), free(r.coll.s);
   return rc;
 }

@@ -117,6 +117,16 @@ static int shard_fit_cmd(cli_t *cli) {
       json_err(&b, "held", &r.kind[k].add_held), sb_printf(&b, "}}");
       first = 0;
     }
+    sb_printf(&b, "}, \"coll\": {");
+    first = 1;
+    for (int op = 0; op < SHARD_COLLS; op++) {
+      const shard_coll_t *c = &r.coll[op];
+      if (!c->present) continue;
+      sb_printf(&b, "%s\"%s\": {\"ranks\": %u, \"calls\": %u, ", first ? "" : ", ", shard_coll_name(op), c->ranks, c->points);
+      sb_num(&b, "alpha_us", c->alpha_us), sb_printf(&b, ", "), sb_num(&b, "us_per_mb", c->us_per_mb), sb_printf(&b, ", ");
+      sb_num(&b, "median_rel", c->med_rel), sb_printf(&b, "}");
+      first = 0;
+    }
     sb_printf(&b, "}}\n");
     fputs(b.s, stdout);
     free(b.s);
@@ -137,6 +147,15 @@ static int shard_fit_cmd(cli_t *cli) {
     }
     for (int k = 0; k < SHARD_KINDS; k++)
       if (!shard_cost_has(m, k)) printf("\n%s: fewer than 4 sets in the dataset, not fitted\n", shard_kind_name(k));
+    for (int op = 0; op < SHARD_COLLS; op++) {
+      const shard_coll_t *c = &r.coll[op];
+      if (c->present)
+        printf("\ncoll %-9s %u calls over %u ranks: %.1f us + %.1f us per MiB a rank (median relative error %.1f%%)", shard_coll_name(op),
+               c->points, c->ranks, c->alpha_us, c->us_per_mb, 100 * c->med_rel);
+    }
+    if (!r.coll[0].present && !r.coll[1].present)
+      printf("\ncollectives: not in the dataset (table_strategy = auto then weighs bytes: strategy.cache_weight)");
+    printf("\n");
     printf("\nadditive: each table's cost linear in its work terms, a set's the sum (no interaction)\n");
     printf(outp ? "model written to %s (name it with shard.cost_model)\n" : "not saved (--out MODEL)%s\n", outp ? outp : "");
   }
