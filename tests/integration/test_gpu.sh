@@ -125,7 +125,7 @@ run_job p2d --set trainers=2 --set table_strategy="$MIXED" &&
   run_job p2h --set trainers=2 --set table_strategy="$MIXED" --set strategy.partition_on_device=off && same p2d p2h &&
   [ "$(cat "$WORK/p2d/logs/"trainer-*.log | grep -c "in GPU memory")" = 2 ]
 expect_rc $? "2 trainers sharing the GPU, half the tables partitioned: rows on the GPU give the digest of rows on the host"
-SMALL="--set table_strategy=auto --set strategy.step_kb=0 --set strategy.partition_mb=1"
+SMALL="--set table_strategy=auto --set strategy.auto_cost=bytes --set strategy.step_kb=0 --set strategy.partition_mb=1"
 # shellcheck disable=SC2086 # SMALL: words
 run_job r2d --set trainers=2 $SMALL &&
   run_job r2h --set trainers=2 $SMALL --set strategy.partition_on_device=off && same r2d r2h &&
