@@ -15,6 +15,7 @@
  *   store_reader.c  reading a checkpoint offline (no store open)
  *   store_recover.c the durable fence, LOCK's pid, the log line at open,
  *                   the tests' fault hook
+ *   store_backup.c  backups of sealed checkpoints (RocksDB's BackupEngine)
  *   store_hot.c     the memory tier
  *
  * Lock order: lock (rwlock) -> ckpt_mu -> fence_mu.  fence_mu guards
