@@ -547,8 +547,8 @@ static void reply_seal(work_t *w) {
   const Chanter__Embedding__V1__SealCheckpointRequest *in = (const void *)w->in;
   Chanter__Embedding__V1__SealCheckpointResponse r = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_RESPONSE__INIT;
   log_info("sealed checkpoint id=%s manifest_bytes=%zu", in->id, in->manifest.len);
+  embedding_backup_sealed(w->svc->backup, in->id); /* queued (before the reply frees in): nothing waits for it */
   rpc_call_reply(w->call, &r.base);
-  embedding_backup_sealed(w->svc->backup, in->id); /* on its thread: nothing waits for it */
 }
 
 /* GetManifest */
@@ -583,8 +583,8 @@ static void work_delete(work_t *w) {
 static void reply_delete(work_t *w) {
   Chanter__Embedding__V1__DeleteCheckpointResponse r = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_RESPONSE__INIT;
   log_info("deleted checkpoint id=%s", ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
-  rpc_call_reply(w->call, &r.base);
   embedding_backup_deleted(w->svc->backup, ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
+  rpc_call_reply(w->call, &r.base);
 }
 
 /* Clear */
