@@ -536,11 +536,8 @@ static int restore_one(store_backup_t *b, const sidecar_t *sc, const char *ckpt,
       (rc = fsio_replace(mt, sc->meta, sc->meta_len, 0644, why, why_len)) ||
       (rc = fsio_fsync_path(stage, true, why, why_len)))
     goto out;
-  if (rename(stage, final) != 0) {
-    rc = err_set(why, why_len, -errno, "cannot move %s to %s: %s", stage, final, strerror(errno));
-    goto out;
-  }
-  rc = fsio_fsync_path(ckpt, true, why, why_len);
+  if ((rc = store__ckpt_publish(stage, final)))
+    err_set(why, why_len, rc, "cannot move %s to %s: %s", stage, final, strerror(-rc));
 out:
   if (rc && stage) fsio_remove_tree(stage, NULL, 0);
   if (ro) rocksdb_restore_options_destroy(ro);

@@ -145,6 +145,9 @@ int store__ckpt_write_meta(const char *dir, const char *id, uint64_t created, ui
  * empty), *len its size; ERR_NOTFOUND when dir is no complete checkpoint
  * or is not sealed. */
 int store__ckpt_read_manifest(const char *dir, void **data, size_t *len);
+/* Renames a complete checkpoint dir from checkpoints.tmp/ to its place in
+ * checkpoints/, then fsyncs checkpoints/.  0 or -errno. */
+int store__ckpt_publish(const char *stage, const char *final);
 /* Removes checkpoint directory dir, CKPT_META first (durably); the caller
  * fsyncs the parent. */
 int store__ckpt_remove(const char *dir);
