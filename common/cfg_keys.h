@@ -64,6 +64,9 @@ static const entry_t entries[] = {
     {"checkpoint_seconds", T_INT, "600", 0, 1e9, NULL,
      "take a whole-job checkpoint when this many seconds have passed since the last one (0 = by checkpoint_every only)"},
     {"checkpoint_keep", T_INT, "3", 1, 1000000, NULL, "complete checkpoints kept on every embedding server (older ones are removed)"},
+    {"checkpoint.backup_dir", T_STR, "", 0, 0, NULL,
+     "where each embedding server backs up its sealed checkpoints (RocksDB BackupEngine, incremental; empty = off): "
+     "%i = the server's shard, else <dir>/embedding-<shard>; a server started on an empty data dir restores them"},
     {"log_level", T_ENUM, "info", 0, 0, "error|warn|info|debug", "log verbosity of every daemon"},
     /* ---- embedding tables ---- */
     {"n_dense", T_INT, "13", 0, 1 << 20, NULL, "dense features per sample"},

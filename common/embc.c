@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -381,7 +382,14 @@ int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows
 }
 
 int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len) {
-  *incarnation = 0;
+  embc_probe_t p;
+  int rc = embc_probe(c, server, &p, err, err_len);
+  *incarnation = p.incarnation;
+  return rc;
+}
+
+int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
   if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
   Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
   req.brief = 1;
@@ -393,7 +401,10 @@ int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *er
   if (rc)
     return err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", server, c->addrs[server], err_str(rc),
                    st.message[0] ? ": " : "", st.message);
-  *incarnation = ((Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
+  const Chanter__Embedding__V1__StatsResponse *sr = (const void *)resp;
+  out->incarnation = sr->incarnation;
+  out->lost_disk = sr->lost_disk;
+  snprintf(out->restored, sizeof out->restored, "%s", sr->restored_checkpoint ? sr->restored_checkpoint : "");
   protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
 }

@@ -98,4 +98,14 @@ EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
 #define EMBC_PROBE_TIMEOUT_MS 1000
 int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len);
 
+/* The same probe, with what else a brief Stats says of a restart: whether
+ * the server started on a lost disk (StatsResponse.lost_disk) and the
+ * checkpoint it restored from its backups then. */
+typedef struct embc_probe_s {
+  uint64_t incarnation;
+  int lost_disk;
+  char restored[80];
+} embc_probe_t;
+int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t err_len);
+
 #endif

@@ -131,6 +131,8 @@ typedef struct store_checkpoint_info_s {
   int fence_lifted;      /* store_checkpoint: the fence of this id was lifted */
   int retried;           /* store_checkpoint: it had been taken already, under its
                             fence (a call retried after a restart) */
+  int backed_up;         /* not the store's: set by whoever keeps its backups
+                            (store_backup_has) */
 } store_checkpoint_info_t;
 
 /* A consistent RocksDB checkpoint (every write acknowledged before the call
@@ -326,5 +328,80 @@ int store_reader_layout_hash(store_reader_t *r, uint64_t *hash);
 
 /* That layout itself (owned by r, valid until store_reader_close()). */
 const table_layout_t *store_reader_layout(const store_reader_t *r);
+
+/* ------------------------------------------------------ backups of checkpoints
+ *
+ * A store_backup_t keeps copies of sealed checkpoints in a backup dir
+ * (checkpoint.backup_dir: another disk or host), with RocksDB's
+ * BackupEngine: incremental (an SST already backed up is not copied
+ * again), one sidecar per checkpoint (backup_dir/<id>.checkpoint: its
+ * CHANTER_CHECKPOINT, its MANIFEST and the engine's backup id) written
+ * only once the backup is verified.  store_backup.c has the format.  Every
+ * call may come from any thread; they run one at a time (a mutex).  One
+ * process per backup dir: the engine does not lock it. */
+typedef struct store_backup_s store_backup_t;
+
+typedef struct store_backup_info_s {
+  char id[65];
+  uint32_t backup_id;     /* the engine's */
+  int already;            /* backed up before (nothing copied; the sidecar kept or,
+                             after a new seal, rewritten) */
+  uint32_t files;         /* the backup's files and bytes (the engine's BackupInfo) */
+  uint64_t bytes;
+  uint64_t files_copied;  /* what this backup added to the backup dir; the rest */
+  uint64_t bytes_copied;  /* (bytes - bytes_copied) was shared with earlier ones */
+  double seconds;
+} store_backup_info_t;
+
+typedef struct store_backup_entry_s {
+  char id[65];
+  uint32_t backup_id;
+} store_backup_entry_t;
+
+typedef struct store_backup_restored_s {
+  size_t backups;   /* valid sidecars found */
+  size_t restored;  /* checkpoints now in data_dir/checkpoints (restored, or there already) */
+  size_t failed;    /* sidecars whose backup could not be restored (logged) */
+  char newest[65];  /* the newest restored checkpoint ("" if none) */
+} store_backup_restored_t;
+
+/* Opens (creating if missing) the backup dir.  0, or ERR_KV / -errno with
+ * why.  *out is the caller's (store_backup_close). */
+int store_backup_open(const char *backup_dir, store_backup_t **out, char *why, size_t why_len);
+/* Waits for a running call.  NULL is a no-op. */
+void store_backup_close(store_backup_t *b);
+const char *store_backup_dir(const store_backup_t *b);
+
+/* Backs up sealed checkpoint id of store s: its directory opened
+ * read-only, a new engine backup, verified, then the sidecar.  Logs the
+ * backup id, files and bytes copied and reused, and the seconds.  A
+ * checkpoint backed up already is not copied again (info->already).
+ * ERR_NOTFOUND: no such checkpoint, not sealed, or deleted meanwhile (then
+ * no sidecar is written); ERR_KV: the engine failed.  Concurrent with
+ * every store call; what it reads is immutable once sealed. */
+int store_backup_checkpoint(store_backup_t *b, store_t *s, const char *id, store_backup_info_t *info, char *why,
+                            size_t why_len);
+
+/* Every valid sidecar, oldest backup first (*list malloc'ed, NULL when
+ * *n == 0).  A damaged or truncated sidecar is logged and left out. */
+int store_backup_list(store_backup_t *b, store_backup_entry_t **list, size_t *n);
+
+/* 1 when checkpoint id has a valid sidecar.  Reads one small file; no log. */
+int store_backup_has(store_backup_t *b, const char *id);
+
+/* Removes id's sidecar (id NULL: every sidecar), then purges the engine's
+ * backups older than the oldest one a sidecar still names (all of them
+ * when none is left).  A missing sidecar is no error. */
+int store_backup_drop(store_backup_t *b, const char *id, char *why, size_t why_len);
+
+/* Restores every backed-up checkpoint into data_dir/checkpoints/<id> (not
+ * open by a store: call it before store_open), each verified, restored into
+ * checkpoints.tmp/<id>, given its MANIFEST and CHANTER_CHECKPOINT from the
+ * sidecar and renamed into place; one already there is kept.  Each is
+ * logged; one that fails is logged and counted in r->failed, and the
+ * others go on.  0 (r says what was done), or an error reading the backup
+ * dir. */
+int store_backup_restore(store_backup_t *b, const char *data_dir, store_backup_restored_t *r, char *why,
+                         size_t why_len);
 
 #endif

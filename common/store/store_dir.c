@@ -307,6 +307,13 @@ int store__ckpt_read_manifest(const char *dir, void **data, size_t *len) {
   return rc;
 }
 
+/* Moves a checkpoint built (and fsynced) in checkpoints.tmp/ into
+ * checkpoints/ and makes the move durable. */
+int store__ckpt_publish(const char *stage, const char *final) {
+  if (rename(stage, final) != 0) return -errno;
+  return fsio_fsync_parent(final, NULL, 0);
+}
+
 /* ------------------------------------------------------ leftovers, restore swap */
 
 static bool dir_has_entries(const char *path) {

@@ -15,6 +15,7 @@
  *   store_reader.c  reading a checkpoint offline (no store open)
  *   store_recover.c the durable fence, LOCK's pid, the log line at open,
  *                   the tests' fault hook
+ *   store_backup.c  backups of sealed checkpoints (RocksDB's BackupEngine)
  *   store_hot.c     the memory tier
  *
  * Lock order: lock (rwlock) -> ckpt_mu -> fence_mu.  fence_mu guards
@@ -144,6 +145,9 @@ int store__ckpt_write_meta(const char *dir, const char *id, uint64_t created, ui
  * empty), *len its size; ERR_NOTFOUND when dir is no complete checkpoint
  * or is not sealed. */
 int store__ckpt_read_manifest(const char *dir, void **data, size_t *len);
+/* Renames a complete checkpoint dir from checkpoints.tmp/ to its place in
+ * checkpoints/, then fsyncs checkpoints/.  0 or -errno. */
+int store__ckpt_publish(const char *stage, const char *final);
 /* Removes checkpoint directory dir, CKPT_META first (durably); the caller
  * fsyncs the parent. */
 int store__ckpt_remove(const char *dir);

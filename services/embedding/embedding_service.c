@@ -46,6 +46,7 @@
 
 #include "clock.h"
 #include "embedding.pb-c.h"
+#include "embedding_backup.h"
 #include "embedding_epoch.h"
 #include "err.h"
 #include "log.h"
@@ -71,6 +72,7 @@ struct embedding_service_s {
   metrics_gauge_t *hot_rows, *hot_bytes, *hot_capacity, *stored_rows, *evictions;
   uint64_t rejected;
   uint64_t incarnation; /* random, drawn at create: Stats, Fence */
+  embedding_backup_t *backup; /* NULL: checkpoint.backup_dir is off */
   /* the write epoch (RestoreRequest.write_epoch): write-backs of earlier epochs
    * are refused.  Checked and written under epoch_lock (read: a
    * write-back's check and store_write; write: a Restore's or Clear's
@@ -129,6 +131,7 @@ typedef struct method_s {
   void (*work)(work_t *w);
   void (*reply)(work_t *w);
   void (*failed)(work_t *w);
+  int live; /* serves the job's live rows: refused (UNAVAILABLE) while the disk is lost */
 } method_t;
 
 static void fence_lift(embedding_service_t *svc, const char *why);
@@ -251,6 +254,9 @@ static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__Sta
   r->fence_iteration = svc->fence_done ? svc->fence_done - 1 : 0;
   r->fence_held = svc->n_parked;
   r->write_epoch = atomic_load(&svc->write_epoch);
+  const char *restored = "";
+  r->lost_disk = embedding_backup_lost(svc->backup, &restored);
+  r->restored_checkpoint = (char *)restored;
 }
 
 static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
@@ -260,6 +266,7 @@ static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_
   o->created_unix = c->created_unix;
   o->bytes = c->bytes;
   o->sealed = c->sealed != 0;
+  o->backed_up = c->backed_up != 0;
 }
 
 /* ---- the methods: each one's check, work and reply, side by side */
@@ -393,7 +400,10 @@ static void reply_checkpoint(work_t *w) {
 
 /* ListCheckpoints */
 
-static void work_list(work_t *w) { w->rc = store_list_checkpoints(w->svc->store, &w->cps, &w->n_cps); }
+static void work_list(work_t *w) {
+  w->rc = store_list_checkpoints(w->svc->store, &w->cps, &w->n_cps);
+  for (size_t i = 0; !w->rc && i < w->n_cps; i++) w->cps[i].backed_up = embedding_backup_has(w->svc->backup, w->cps[i].id);
+}
 
 static void reply_list(work_t *w) {
   Chanter__Embedding__V1__ListCheckpointsResponse r = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
@@ -421,6 +431,7 @@ static void work_restore(work_t *w) {
   pthread_rwlock_wrlock(&w->svc->epoch_lock);
   w->rc = epoch_raise(w->svc, r->write_epoch, w->why, sizeof w->why);
   if (!w->rc) w->rc = store_restore(w->svc->store, r->id, w->why, sizeof w->why);
+  if (!w->rc) embedding_backup_recovered(w->svc->backup, "was rolled back (Restore)");
   pthread_rwlock_unlock(&w->svc->epoch_lock);
 }
 
@@ -536,6 +547,7 @@ static void reply_seal(work_t *w) {
   const Chanter__Embedding__V1__SealCheckpointRequest *in = (const void *)w->in;
   Chanter__Embedding__V1__SealCheckpointResponse r = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_RESPONSE__INIT;
   log_info("sealed checkpoint id=%s manifest_bytes=%zu", in->id, in->manifest.len);
+  embedding_backup_sealed(w->svc->backup, in->id); /* queued (before the reply frees in): nothing waits for it */
   rpc_call_reply(w->call, &r.base);
 }
 
@@ -571,6 +583,7 @@ static void work_delete(work_t *w) {
 static void reply_delete(work_t *w) {
   Chanter__Embedding__V1__DeleteCheckpointResponse r = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_RESPONSE__INIT;
   log_info("deleted checkpoint id=%s", ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
+  embedding_backup_deleted(w->svc->backup, ((const Chanter__Embedding__V1__DeleteCheckpointRequest *)w->in)->id);
   rpc_call_reply(w->call, &r.base);
 }
 
@@ -581,6 +594,8 @@ static void work_clear(work_t *w) {
   pthread_rwlock_wrlock(&w->svc->epoch_lock);
   w->rc = epoch_raise(w->svc, r->write_epoch, w->why, sizeof w->why);
   if (!w->rc) w->rc = store_clear(w->svc->store, r->keep_checkpoints, w->why, sizeof w->why);
+  if (!w->rc) embedding_backup_recovered(w->svc->backup, "was cleared (Clear)");
+  if (!w->rc && !r->keep_checkpoints) embedding_backup_cleared(w->svc->backup);
   pthread_rwlock_unlock(&w->svc->epoch_lock);
 }
 
@@ -630,21 +645,21 @@ static void failed_fence(work_t *w) { fence_from_store(w->svc, "the fence could 
 /* ---- the table */
 
 static const method_t methods[] = {
-    /* name              check             work               reply               failed */
-    {"Lookup",           check_lookup,     work_lookup,       reply_lookup,       NULL},
-    {"WriteBack",        check_write_back, work_write_back,   reply_write_back,   NULL},
-    {"Checkpoint",       NULL,             work_checkpoint,   reply_checkpoint,   NULL},
-    {"ListCheckpoints",  NULL,             work_list,         reply_list,         NULL},
-    {"Restore",          NULL,             work_restore,      reply_restore,      NULL},
-    {"PutBlob",          check_put_blob,   work_put_blob,     reply_put_blob,     NULL},
-    {"GetBlob",          NULL,             work_get_blob,     reply_get_blob,     NULL},
-    {"Digest",           NULL,             work_digest,       reply_digest,       NULL},
-    {"Stats",            check_stats,      work_stats,        reply_stats,        NULL},
-    {"SealCheckpoint",   NULL,             work_seal,         reply_seal,         NULL},
-    {"GetManifest",      NULL,             work_get_manifest, reply_get_manifest, NULL},
-    {"DeleteCheckpoint", NULL,             work_delete,       reply_delete,       NULL},
-    {"Clear",            NULL,             work_clear,        reply_clear,        NULL},
-    {"Fence",            check_fence,      work_fence,        reply_fence,        failed_fence},
+    /* name              check             work               reply               failed        live */
+    {"Lookup",           check_lookup,     work_lookup,       reply_lookup,       NULL,         1},
+    {"WriteBack",        check_write_back, work_write_back,   reply_write_back,   NULL,         1},
+    {"Checkpoint",       NULL,             work_checkpoint,   reply_checkpoint,   NULL,         1},
+    {"ListCheckpoints",  NULL,             work_list,         reply_list,         NULL,         0},
+    {"Restore",          NULL,             work_restore,      reply_restore,      NULL,         0},
+    {"PutBlob",          check_put_blob,   work_put_blob,     reply_put_blob,     NULL,         1},
+    {"GetBlob",          NULL,             work_get_blob,     reply_get_blob,     NULL,         0},
+    {"Digest",           NULL,             work_digest,       reply_digest,       NULL,         1},
+    {"Stats",            check_stats,      work_stats,        reply_stats,        NULL,         0},
+    {"SealCheckpoint",   NULL,             work_seal,         reply_seal,         NULL,         1},
+    {"GetManifest",      NULL,             work_get_manifest, reply_get_manifest, NULL,         0},
+    {"DeleteCheckpoint", NULL,             work_delete,       reply_delete,       NULL,         0},
+    {"Clear",            NULL,             work_clear,        reply_clear,        NULL,         0},
+    {"Fence",            check_fence,      work_fence,        reply_fence,        failed_fence, 0},
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -709,6 +724,15 @@ static void handle(rpc_call_t *call, const ProtobufCMessage *req, void *ud) {
   w->in = req;
   w->req.data = w;
   w->t0 = clock_mono_s();
+  const char *restored = "";
+  if (methods[m].live && embedding_backup_lost(svc->backup, &restored)) { /* the job rolls back first */
+    metrics_counter_inc(svc->mm[m].errors);
+    rpc_call_fail(call, ERR_UNAVAILABLE, "%s: this server started on a lost disk (checkpoint %s restored from backup) "
+                  "and holds none of the job's live rows until the oracle rolls the job back", w->name,
+                  restored[0] ? restored : "none");
+    free(w);
+    return;
+  }
   switch (methods[m].check ? methods[m].check(w) : CHECK_WORK) {
   case CHECK_ANSWERED:
     free(w);
@@ -852,6 +876,8 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
 }
 
 uint64_t embedding_service_incarnation(const embedding_service_t *svc) { return svc->incarnation; }
+
+void embedding_service_set_backup(embedding_service_t *svc, embedding_backup_t *b) { svc->backup = b; }
 
 void embedding_service_destroy(embedding_service_t *svc) {
   if (!svc) return;

@@ -11,6 +11,7 @@
 
 #include <uv.h>
 
+#include "embedding_backup.h"
 #include "store.h"
 #include "cfg.h"
 #include "metrics.h"
@@ -46,5 +47,9 @@ void embedding_service_destroy(embedding_service_t *svc);
 /* This process's incarnation: random, non-zero, drawn by
  * embedding_service_create (Stats and Fence return it).  Any thread. */
 uint64_t embedding_service_incarnation(const embedding_service_t *svc);
+
+/* The server's backups and lost-disk state (NULL: off); it must outlive
+ * the service.  Before the server serves; loop thread. */
+void embedding_service_set_backup(embedding_service_t *svc, embedding_backup_t *b);
 
 #endif

@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
   cfg_t *cfg = NULL;
   store_t *store = NULL;
   embedding_service_t *svc = NULL;
+  embedding_backup_t *backup = NULL;
   char err[1024];
   int rc = 1, shard = -1;
   const char *listen = NULL, *data_dir_arg = NULL;
@@ -90,6 +91,11 @@ int main(int argc, char **argv) {
     goto out;
   }
 
+  /* before the store: a data dir whose disk was lost gets its checkpoints back from checkpoint.backup_dir */
+  if (embedding_backup_start(cfg, (uint32_t)shard, data_dir, &backup, err, sizeof err)) {
+    log_error("checkpoint.backup_dir: %s", err);
+    goto out;
+  }
   store_opts_t so = {
       .data_dir = data_dir,
       .layout = &layout,
@@ -113,6 +119,8 @@ int main(int argc, char **argv) {
   if (embedding_service_create(d.loop, d.server, store, &layout, &lim, (uint32_t)shard, (uint32_t)n_shards, d.reg,
                                &svc))
     goto out_daemon;
+  embedding_service_set_backup(svc, backup);
+  if (embedding_backup_run(backup, store)) goto out_daemon;
   char extra[64], status[128];
   snprintf(extra, sizeof extra, "\"shard\": %d", shard);
   snprintf(status, sizeof status, "serving shard %d of %lld", shard, (long long)n_shards);
@@ -129,9 +137,12 @@ int main(int argc, char **argv) {
 out_daemon:
   daemon_close(&d); /* server, metrics endpoint: nothing calls into the store after this */
   embedding_service_destroy(svc);
+  embedding_backup_destroy(backup); /* a backup under way completes: it reads the store */
+  backup = NULL;
   if (store) store_close(store);
   if (rc == 0) log_info("stopped cleanly");
 out:
+  embedding_backup_destroy(backup);
   shard_map_close(&map);
   table_layout_close(&layout);
   cfg_list_free(addrs, n_addrs);

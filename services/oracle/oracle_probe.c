@@ -11,6 +11,10 @@
  * last sync may be gone (a host crash loses the unsynced log; a killed
  * process alone does not, but the oracle cannot tell the two apart): the
  * job recovers, rolled back to its last complete checkpoint.  A server
+ * that says it started on a lost disk (its data dir was empty and it put
+ * back its checkpoints from checkpoint.backup_dir: StatsResponse.lost_disk)
+ * lost acknowledged writes whatever sync_writes says: the job recovers,
+ * rolled back to the newest checkpoint complete on every server.  A server
  * that does not answer is logged once; the trainers' calls retry it.
  *
  * j->probe is this file's; the loop side runs on the loop thread, the
@@ -31,7 +35,7 @@
 typedef struct probe_work_s {
   uv_work_t req;
   oracle_job_t *j;
-  uint64_t *inc; /* S: 0 = no answer */
+  embc_probe_t *p; /* S: incarnation 0 = no answer */
   int *rc;       /* S */
   char (*err)[256];
 } probe_work_t;
@@ -39,11 +43,11 @@ typedef struct probe_work_s {
 static void probe_work(uv_work_t *req) {
   probe_work_t *w = req->data;
   oracle_job_t *j = w->j;
-  for (uint32_t s = 0; s < j->ckpt.S; s++) w->rc[s] = embc_incarnation(j->ckpt.embc, s, &w->inc[s], w->err[s], sizeof w->err[s]);
+  for (uint32_t s = 0; s < j->ckpt.S; s++) w->rc[s] = embc_probe(j->ckpt.embc, s, &w->p[s], w->err[s], sizeof w->err[s]);
 }
 
 static void probe_free(probe_work_t *w) {
-  free(w->inc);
+  free(w->p);
   free(w->rc);
   free(w->err);
   free(w);
@@ -68,30 +72,38 @@ static void probe_done(uv_work_t *req, int status) {
       }
       continue;
     }
-    uint64_t was = pr->inc[s];
-    pr->inc[s] = w->inc[s];
+    uint64_t was = pr->inc[s], now_inc = w->p[s].incarnation;
+    pr->inc[s] = now_inc;
     pr->last_answer[s] = clock_wall_s();
     double down = pr->down_since[s] ? now - pr->down_since[s] : 0;
     pr->down_since[s] = 0;
-    if (!was || was == w->inc[s]) {
+    char who[32];
+    snprintf(who, sizeof who, "embedding-%u", s);
+    if (w->p[s].lost_disk) /* whatever the incarnation: until the job is rolled back, it serves nothing */
+      oracle_job__lose(j, "embedding", who, -1,
+                       "embedding server %u started on a lost disk (an empty data dir) and restored checkpoint %s from "
+                       "checkpoint.backup_dir: the writes it acknowledged since are gone",
+                       s, w->p[s].restored[0] ? w->p[s].restored : "(none: no backup could be restored)");
+    if (!was || was == now_inc) {
       if (down > 0) log_info("embedding server %u answers again after %.1f s (the same process)", s, down);
       continue;
     }
     pr->restarts++;
     pr->restarts_of[s]++;
     metrics_counter_inc(pr->m_restarts);
-    char who[32];
-    snprintf(who, sizeof who, "embedding-%u", s);
-    if (pr->durable) {
+    if (w->p[s].lost_disk) {
+      log_warn("embedding server %u restarted on a lost disk (incarnation %016" PRIx64 " -> %016" PRIx64 "): the job "
+               "rolls back", s, was, now_inc);
+    } else if (pr->durable) {
       log_warn("embedding server %u restarted (incarnation %016" PRIx64 " -> %016" PRIx64 ", %.1f s without an "
                "answer): embedding.sync_writes = true, every write it acknowledged is in its write-ahead log; no "
                "rollback, the clients' retries went on",
-               s, was, w->inc[s], down);
+               s, was, now_inc, down);
     } else {
       oracle_job__lose(j, "embedding", who, -1,
                        "it restarted (incarnation %016" PRIx64 " -> %016" PRIx64 ") without durable writes "
                        "(embedding.sync_writes = false): the writes it acknowledged since its last sync may be gone",
-                       was, w->inc[s]);
+                       was, now_inc);
     }
   }
   probe_free(w);
@@ -104,7 +116,7 @@ static void on_probe(uv_timer_t *t) {
   if (pr->running || j->destroying || oracle_job__over(j) || !oracle_job__training(j)) return;
   uint32_t S = j->ckpt.S;
   probe_work_t *w = calloc(1, sizeof *w);
-  if (!w || !(w->inc = calloc(S, sizeof *w->inc)) || !(w->rc = calloc(S, sizeof *w->rc)) ||
+  if (!w || !(w->p = calloc(S, sizeof *w->p)) || !(w->rc = calloc(S, sizeof *w->rc)) ||
       !(w->err = calloc(S, sizeof *w->err))) {
     if (w) probe_free(w);
     return;

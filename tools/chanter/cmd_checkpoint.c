@@ -7,7 +7,8 @@
  * each of them once all took theirs (manifest.h).  It is complete -- a
  * resume may use it -- exactly when every server of the job has it sealed.
  * This lists them from the servers themselves: nothing here depends on the
- * oracle being up.
+ * oracle being up, and says which are backed up (checkpoint.backup_dir) on
+ * every server: those survive the loss of a server's disk.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,7 +33,7 @@ typedef struct cp_row_s {
   manifest_t m;          /* when have_manifest */
   uint64_t created_unix; /* the servers' (the manifest's when there is one) */
   uint64_t *bytes;       /* per server; UINT64_MAX where the server lacks it */
-  uint32_t present, sealed;
+  uint32_t present, sealed, backed_up;
 } cp_row_t;
 
 static int row_cmp(const void *a, const void *b) {
@@ -92,6 +93,7 @@ static int collect(const cfg_t *cfg, cp_row_t **out, size_t *n_out, uint32_t *S_
       r->bytes[s] = ci->bytes;
       r->present++;
       if (ci->sealed) r->sealed++;
+      if (ci->backed_up) r->backed_up++;
       if (ci->sealed && !r->have_manifest) {
         Chanter__Embedding__V1__GetManifestRequest g = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
         g.id = ci->id;
@@ -157,6 +159,7 @@ int cmd_checkpoints(cli_t *cli) {
                r->m.iteration, r->m.job_id, r->m.trainers, r->m.rows_flushed);
       else
         printf("\"iteration\": null, ");
+      printf("\"backed_up\": %s, \"backed_up_servers\": %u, ", r->backed_up == S ? "true" : "false", r->backed_up);
       printf("\"created_unix\": %" PRIu64 ", \"bytes_per_server\": [", r->created_unix);
       for (uint32_t s = 0; s < S; s++) {
         if (r->bytes[s] == UINT64_MAX) printf("%snull", s ? ", " : "");
@@ -168,7 +171,7 @@ int cmd_checkpoints(cli_t *cli) {
   } else if (!n) {
     printf("no checkpoints on the %u embedding server(s)\n", S);
   } else {
-    printf("%-40s %10s  %-20s %-9s %s\n", "ID", "ITERATION", "TIME (UTC)", "COMPLETE", "MB PER SERVER");
+    printf("%-40s %10s  %-20s %-9s %-9s %s\n", "ID", "ITERATION", "TIME (UTC)", "COMPLETE", "BACKED UP", "MB PER SERVER");
     for (size_t i = 0; i < n; i++) {
       cp_row_t *r = &rows[i];
       char ts[32] = "?", it[24] = "?";
@@ -176,7 +179,11 @@ int cmd_checkpoints(cli_t *cli) {
       struct tm tm;
       if (t && gmtime_r(&t, &tm)) strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
       if (r->have_manifest) snprintf(it, sizeof it, "%" PRIu64, r->m.iteration);
-      printf("%-40s %10s  %-20s %-9s", r->id, it, ts, r->complete ? "yes" : "NO");
+      char bk[24];
+      if (r->backed_up == S) snprintf(bk, sizeof bk, "yes");
+      else if (r->backed_up) snprintf(bk, sizeof bk, "%u of %u", r->backed_up, S);
+      else snprintf(bk, sizeof bk, "no");
+      printf("%-40s %10s  %-20s %-9s %-9s", r->id, it, ts, r->complete ? "yes" : "NO", bk);
       for (uint32_t s = 0; s < S; s++) {
         if (r->bytes[s] == UINT64_MAX) printf(" %s-", s ? "/ " : "");
         else printf(" %s%.1f", s ? "/ " : "", (double)r->bytes[s] / 1e6);

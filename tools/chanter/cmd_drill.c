@@ -6,7 +6,9 @@
  *   chanter ... drill chaos --duration SECONDS --every SECONDS [...]
  *
  * KIND: kill-trainer, kill-oracle, kill-embedding, kill-dataproc,
- * hang-trainer.  Exit status 0 on PASS (the job completed with the
+ * hang-trainer, hang-embedding, lose-disk (kill -9 an embedding server and
+ * delete its data dir: it restarts from its checkpoint.backup_dir, which the
+ * drill puts in its own directory), chaos.  Exit status 0 on PASS (the job completed with the
  * reference's digest), 1 on FAIL, 2 on a usage error.
  */
 #include <errno.h>
@@ -20,7 +22,7 @@
 #include "drill.h"
 
 static const char *kinds[] = {"kill-trainer", "kill-oracle",  "kill-embedding", "kill-dataproc",
-                              "hang-trainer", "hang-embedding", "chaos"};
+                              "hang-trainer", "hang-embedding", "lose-disk", "chaos"};
 
 static int num(cli_t *cli, const char *name, const char *v, double min, double *out) {
   char *end;
@@ -33,13 +35,13 @@ static int num(cli_t *cli, const char *name, const char *v, double min, double *
 
 int cmd_drill(cli_t *cli) {
   if (cli->argc < 1) return cli_usage_error(cli, "expected what to rehearse: kill-trainer, kill-oracle, kill-embedding, "
-                                                 "kill-dataproc, hang-trainer, hang-embedding or chaos");
+                                                 "kill-dataproc, hang-trainer, hang-embedding, lose-disk or chaos");
   drill_opts_t o = {.kind = cli->argv[0], .rank = -1, .at = -1, .times = 1};
   int known = 0;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) known |= !strcmp(o.kind, kinds[i]);
   if (!known)
     return cli_usage_error(cli, "unknown drill '%s': kill-trainer, kill-oracle, kill-embedding, kill-dataproc, "
-                                "hang-trainer, hang-embedding or chaos",
+                                "hang-trainer, hang-embedding, lose-disk or chaos",
                            o.kind);
   cli->sub = o.kind;
   cli->argc--;

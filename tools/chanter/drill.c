@@ -38,10 +38,14 @@ static void down(const char *self, const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "chanter drill: local down reported a problem in %s\n", dir);
 }
 
-static int up(cli_t *cli, const char *self, const char *dir, char *err, size_t err_len) {
+/* Starts the cluster in dir.  backups: its checkpoint.backup_dir is
+ * dir/backup, so that every run of a drill (the reference, the drill) has
+ * backups of its own, and lose-disk has some to restore. */
+static int up(cli_t *cli, const char *self, const char *dir, int backups, char *err, size_t err_len) {
   char cmd[16384];
   base_cmd(cli, self, cmd, sizeof cmd);
   size_t o = strlen(cmd);
+  if (backups) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " --set 'checkpoint.backup_dir=%s/backup'", dir);
   snprintf(cmd + o, sizeof cmd - o, " local up --workdir '%s' >'%s.up' 2>&1", dir, dir);
   if (system(cmd) != 0) {
     char path[4300];
@@ -85,7 +89,7 @@ static int digest_of(const char *dir, char out[65]) {
 
 int drill_reference(cli_t *cli, const char *self, const char *dir, char out[65]) {
   char err[1024];
-  if (up(cli, self, dir, err, sizeof err)) {
+  if (up(cli, self, dir, *cfg_str(cli->cfg, "checkpoint.backup_dir") != 0, err, sizeof err)) {
     fprintf(stderr, "chanter drill: the reference run: %s\n", err);
     return 1;
   }
@@ -118,7 +122,8 @@ static int pid_of(const char *dir, const char *name) {
 /* restart-all (the baseline of bench recovery): the supervisor, every
  * daemon and chanter train killed; once none is left, the cluster is
  * started again in the same directory and train with it. */
-static int restart_all(cli_t *cli, const char *self, const char *dir, pid_t *tp, char *err, size_t err_len) {
+static int restart_all(cli_t *cli, const char *self, const char *dir, int backups, pid_t *tp, char *err,
+                       size_t err_len) {
   supervise_proc_t ps[64];
   int n = supervise_pids_load(dir, ps, 64);
   pid_t sup = supervise_running(dir);
@@ -133,7 +138,7 @@ static int restart_all(cli_t *cli, const char *self, const char *dir, pid_t *tp,
     if (!left) break;
     usleep(10000);
   }
-  if (up(cli, self, dir, err, err_len)) return 1;
+  if (up(cli, self, dir, backups, err, err_len)) return 1;
   *tp = train_start(self, dir);
   return 0;
 }
@@ -194,7 +199,7 @@ static const char *target(const drill_opts_t *o, int trainers, char *buf, size_t
   if (!strcmp(o->kind, "kill-trainer") || !strcmp(o->kind, "hang-trainer"))
     snprintf(buf, n, "trainer-%d", o->rank >= 0 ? o->rank : trainers - 1);
   else if (!strcmp(o->kind, "kill-oracle")) snprintf(buf, n, "oracle-0");
-  else if (!strcmp(o->kind, "kill-embedding") || !strcmp(o->kind, "hang-embedding"))
+  else if (!strcmp(o->kind, "kill-embedding") || !strcmp(o->kind, "hang-embedding") || !strcmp(o->kind, "lose-disk"))
     snprintf(buf, n, "embedding-%d", o->rank >= 0 ? o->rank : 0);
   else if (!strcmp(o->kind, "kill-dataproc")) snprintf(buf, n, "dataproc-%d", o->rank >= 0 ? o->rank : 0);
   else buf[0] = 0;
@@ -205,7 +210,8 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
   memset(r, 0, sizeof *r);
   snprintf(r->reference, sizeof r->reference, "%s", o->reference);
   const char *dir = o->workdir;
-  if (up(cli, self, dir, r->error, sizeof r->error)) return 1;
+  int lose = !strcmp(o->kind, "lose-disk"), backups = lose || *cfg_str(cli->cfg, "checkpoint.backup_dir");
+  if (up(cli, self, dir, backups, r->error, sizeof r->error)) return 1;
   char job[4300], err[1024];
   snprintf(job, sizeof job, "%s/job.ini", dir);
   cfg_t *cfg = NULL;
@@ -281,7 +287,7 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
       if (all) {
         orc_destroy(orc);
         orc = NULL;
-        int arc = restart_all(cli, self, dir, &tp, r->error, sizeof r->error);
+        int arc = restart_all(cli, self, dir, backups, &tp, r->error, sizeof r->error);
         cfg_destroy(cfg);
         cfg = NULL;
         if (arc || cfg_create(&cfg) || cfg_load_file(cfg, job, err, sizeof err) ||
@@ -296,10 +302,17 @@ int drill_run(cli_t *cli, const char *self, const drill_opts_t *o, drill_result_
         }
         continue;
       }
+      if (lose && k->pid > 0) {
+        /* stopped first, so that the supervisor restarts it only once its data dir is gone */
+        char dd[4300], e2[256] = "";
+        snprintf(dd, sizeof dd, "%s/%s", dir, name);
+        kill(k->pid, SIGSTOP);
+        if (fsio_remove_tree(dd, e2, sizeof e2)) fprintf(stderr, "chanter drill: cannot delete %s: %s\n", dd, e2);
+      }
       if (k->pid > 0) kill(k->pid, hang && !chaos ? SIGSTOP : SIGKILL);
       if (!o->quiet)
-        fprintf(stderr, "chanter drill: %s %s (pid %d) at iteration %" PRId64 "\n", hang && !chaos ? "stopped (SIGSTOP)" : "killed (SIGKILL)",
-                name, k->pid, it);
+        fprintf(stderr, "chanter drill: %s %s (pid %d) at iteration %" PRId64 "%s\n", hang && !chaos ? "stopped (SIGSTOP)" : "killed (SIGKILL)",
+                name, k->pid, it, lose ? ", its data dir deleted" : "");
     }
     usleep(20000);
   }
@@ -340,12 +353,14 @@ void drill_print(const drill_opts_t *o, const drill_result_t *r, int json) {
            o->kind, r->pass ? "true" : "false", r->digest, r->reference, r->seconds, r->n_recoveries);
     for (int i = 0; i < r->n_kills; i++) {
       const drill_kill_t *k = &r->kills[i];
+      char why[1100];
+      json_escape(why, sizeof why, k->why);
       printf("%s{\"who\": \"%s\", \"pid\": %d, \"new_pid\": %d, \"at_iteration\": %" PRId64 ", \"killed_unix\": %.3f, "
              "\"detected_s\": %.3f, \"restarted_s\": %.3f, \"rolled_back_s\": %.3f, \"resumed_s\": %.3f, "
              "\"first_replayed_s\": %.3f, \"caught_up_s\": %.3f, \"rollback_to\": %" PRId64 ", \"iterations_replayed\": "
-             "%" PRId64 ", \"recovery\": \"%s\"}",
+             "%" PRId64 ", \"recovery\": \"%s\", \"why\": \"%s\"}",
              i ? ", " : "", k->who, k->pid, k->new_pid, k->at, k->t_kill, k->detected, k->restarted, k->rolled_back,
-             k->resumed, k->first, k->caught_up, k->rollback_to, k->replayed, k->kind);
+             k->resumed, k->first, k->caught_up, k->rollback_to, k->replayed, k->kind, why);
     }
     printf("], \"iterations_replayed\": %" PRId64 ", \"acknowledged_rows_lost\": %s, \"error\": \"%s\"}\n",
            replayed, r->pass ? "0" : "null", r->error);

@@ -23,7 +23,7 @@
 
 typedef struct drill_opts_s {
   const char *kind;      /* kill-trainer | kill-oracle | kill-embedding | kill-dataproc | hang-trainer |
-                          * hang-embedding | chaos (| restart-all: bench recovery's baseline) */
+                          * hang-embedding | lose-disk | chaos (| restart-all: bench recovery's baseline) */
   int rank;              /* which trainer / server / processor (-1: the last trainer, server 0, processor 0) */
   int64_t at;            /* the iteration of the first kill (-1: a third of the job) */
   int times;             /* kills (each next one while the job replays after the one before) */

@@ -86,6 +86,8 @@ static const command_t commands[] = {
      "  detected, restarted, rolled back, first replayed iteration, caught up; exit 0 on PASS, 1 on FAIL\n"
      "  KIND            kill-trainer, kill-oracle, kill-embedding, kill-dataproc (kill -9), hang-trainer,\n"
      "                  hang-embedding (kill -STOP: heartbeats, timeouts and the supervisor's watchdog end it)\n"
+     "                  lose-disk (kill -9 of an embedding server and its data dir deleted: it restores its\n"
+     "                  checkpoint.backup_dir, kept in the drill's directory, and the job rolls back)\n"
      "  --rank N        which trainer (default the last), embedding server or data processor (default 0)\n"
      "  --at ITER       the first kill once every trainer finished ITER iterations (default a third of the job)\n"
      "  --times K       K kills, each next one while the job replays after the one before (default 1)\n"
