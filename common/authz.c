@@ -43,6 +43,7 @@ static const struct {
     {"chanter.oracle.v1.Oracle", "Stop", A},
     {"chanter.oracle.v1.Oracle", "Start", A},
     {"chanter.oracle.v1.Oracle", "Checkpoint", A},
+    {"chanter.oracle.v1.Oracle", "Scale", A},
     /* the data processor: batches are no secret among the job's daemons */
     {"chanter.dataproc.v1.DataProc", "GetBatch", ANY},
     {"chanter.dataproc.v1.DataProc", "StreamBatches", ANY},

@@ -150,6 +150,22 @@ int orc_checkpoint(orc_t *o, char *id, size_t id_len, uint64_t *iteration, char 
   return rc;
 }
 
+int orc_scale(orc_t *o, uint32_t trainers, char *id, size_t id_len, uint64_t *iteration, char *msg, size_t msg_len,
+              char *err, size_t err_len) {
+  Chanter__Oracle__V1__ScaleRequest req = CHANTER__ORACLE__V1__SCALE_REQUEST__INIT;
+  req.trainers = trainers;
+  ProtobufCMessage *resp = NULL;
+  int rc = call(o, "Scale", &req.base, OR_DESC(scale_response), 0, &resp, err, err_len);
+  if (!rc) {
+    const Chanter__Oracle__V1__ScaleResponse *r = (const void *)resp;
+    snprintf(id, id_len, "%s", r->checkpoint_id ? r->checkpoint_id : "");
+    snprintf(msg, msg_len, "%s", r->message ? r->message : "");
+    *iteration = r->iteration;
+  }
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
 int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Work");
   int rc = rpc_stream_open(o->ch, path, OR_DESC(work_item), 0, out);

@@ -42,7 +42,9 @@
  * (which the service calls there) creates the next run's object -- the
  * next generation, started in recovering -- and retires this one, which
  * frees itself once nothing of it runs.  checking and starting are
- * reported as "waiting" (oracle_state_name), as they always were.
+ * reported as "waiting" (oracle_state_name), as they always were.  A
+ * scale (oracle_scale.c) ends a run the same way once its checkpoint is
+ * complete (job_rescaled); the successor has the new trainer count.
  *
  * The conductor, oracle_job__advance, has a case for every state, and is
  * the one place that decides: every event -- a worker-pool completion, a
@@ -244,11 +246,24 @@ static void job_lost(oracle_job_t *j) {
     return;
   }
   snprintf(j->message, sizeof j->message, "%s lost: %s", j->lost_who, j->lost_why);
+  if (j->scale_to) oracle_scales_ended(j->recs); /* the recovery carries the scale out */
   j->retired = 1;
   oracle_timeline__state(j, "recovering");
   end_run(j, ORACLE_RECOVERING);
-  log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers", j->job_id, j->message,
-           j->generation);
+  log_warn("job %s: %s; this run of it ends here (generation %u), and the job recovers%s", j->job_id, j->message,
+           j->generation, j->scale_to ? " on the trainers it is scaled to" : "");
+  uv_timer_start(&j->recover_timer, on_recover_timer, 0, 0);
+}
+
+/* chanter scale: its checkpoint is complete; this run ends as a
+ * recovery's does, and the successor has scale_to trainers (oracle_scale.c). */
+static void job_rescaled(oracle_job_t *j) {
+  snprintf(j->message, sizeof j->message, "scaled to %u trainers after %s", j->scale_to, j->ckpt.last.id);
+  if (j->recs) oracle_scales_ended(j->recs);
+  j->retired = 1;
+  oracle_timeline__state(j, "recovering");
+  end_run(j, ORACLE_RECOVERING);
+  log_info("job %s: %s; this run (generation %u, %u trainers) ends here", j->job_id, j->message, j->generation, j->P);
   uv_timer_start(&j->recover_timer, on_recover_timer, 0, 0);
 }
 
@@ -306,6 +321,7 @@ static void begin_training(oracle_job_t *j) {
   set_state(j, ORACLE_EV_READY);
   oracle_report__start(j);
   if (j->recover && j->rec) oracle_recovery_resumed(j->recs, j->rec, j->generation);
+  if (j->recover && j->recs) oracle_scales_trained(j->recs, j->generation);
   log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
            "window=%u fetch_threads=%u chunk=%u queue=%u",
            j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,
@@ -451,6 +467,8 @@ static void case_training(oracle_job_t *j) {
     char why[96];
     snprintf(why, sizeof why, "training finished: %llu iterations", (unsigned long long)j->iterations);
     job_end(j, ORACLE_EV_FINISHED, why);
+  } else if (oracle_scale__due(j)) {
+    job_rescaled(j);
   }
 }
 

@@ -250,5 +250,16 @@ int oracle_job_start_request(oracle_job_t *j, const char *resume, int fresh, cha
  * (its id and iteration), or an error with msg.  Loop thread. */
 int oracle_job_checkpoint_request(oracle_job_t *j, char *id, size_t id_len, uint64_t *iteration, char *msg,
                                   size_t msg_len);
+/* chanter scale: the trainer group re-forms with `trainers` trainers
+ * after the next checkpoint (its id and iteration), as a resume of that
+ * checkpoint on `trainers` trainers would (oracle_scale.c); msg says so.
+ * Or an error with the sentence in msg: trainers outside 1..4096 or above
+ * batch_size, no checkpoints (ideal), a scale already under way, a
+ * recovery, not training, the count the job has, or no iteration left
+ * after the next checkpoint.  Loop thread. */
+int oracle_job_scale_request(oracle_job_t *j, uint32_t trainers, char *id, size_t id_len, uint64_t *iteration,
+                             char *msg, size_t msg_len);
+/* The trainer count a scale under way goes to; 0 when none is. */
+uint32_t oracle_job_scale_to(const oracle_job_t *j);
 
 #endif

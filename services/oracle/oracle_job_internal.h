@@ -473,6 +473,10 @@ struct oracle_job_s {
   int soft_rank;             /* a trainer that closed its stream mid-job (a step failed on it): lost if nothing else is */
   uint64_t soft_at;
   int retired;               /* this object ended to recover (not a state: the service replaces it) */
+  /* chanter scale (oracle_scale.c): the run ends once checkpoint scale_at is complete; the successor has scale_to
+   * trainers (0: none asked) */
+  uint32_t scale_to;
+  uint64_t scale_at;
   void (*on_recover)(oracle_job_t *j, void *ud);
   void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *on_recover_ud; /* (both callbacks') */
@@ -560,6 +564,13 @@ void oracle_job__metrics_init(oracle_job_t *j, metrics_registry_t *reg);
  * already made still hold every table's keys: the caller drops them.  0 or
  * -ENOMEM. */
 int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
+
+/* ---- oracle_scale.c */
+
+/* While training, after the stages: 1 once the checkpoint a scale waits
+ * for is complete (advance ends the run: the successor has scale_to
+ * trainers); notes a scaled run's first iteration done. */
+int oracle_scale__due(oracle_job_t *j);
 
 /* ---- oracle_probe.c */
 

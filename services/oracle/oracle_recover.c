@@ -169,6 +169,9 @@ int oracle_recoveries_init(oracle_recoveries_t *rs, const cfg_t *cfg, metrics_re
   rs->m_seconds = metrics_histogram(reg, "recovery_seconds", NULL,
                                     "from a lost daemon noticed to the first replayed iteration done", bounds,
                                     sizeof bounds / sizeof bounds[0]);
+  rs->m_scales = metrics_counter(reg, "scales_total", NULL, "trainer group re-formed with another count (chanter scale)");
+  rs->m_scale_pause = metrics_gauge(reg, "scale_pause_seconds", NULL,
+                                    "the last scale: from the old group's end to the new group's first iteration done");
   static const char *kinds[] = {"trainer", "hang", "oracle", "embedding"};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) { /* every kind shows, at 0 */
     char lab[64];

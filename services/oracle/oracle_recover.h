@@ -48,9 +48,27 @@ typedef struct oracle_recovery_s {
   double t_detected, t_rolled_back, t_resumed, t_first, t_caught_up;
 } oracle_recovery_t;
 
+/* A scale (chanter scale, oracle_scale.c): the trainer group re-formed
+ * with another count at a checkpoint, as a resume with that count would.
+ * Not a recovery: oracle.max_recoveries does not count it. */
+#define ORACLE_SCALES_KEPT 32
+typedef struct oracle_scale_s {
+  uint32_t from, to;
+  uint64_t at_iteration; /* c: the new group goes on from the model after c */
+  char checkpoint[96];
+  uint32_t generation;   /* the group formed with `to` trainers */
+  /* unix seconds; 0 = not yet: asked, the old group's run ended (c complete), the new group trains, its first
+   * iteration (c + 1) done */
+  double t_asked, t_ended, t_trained, t_first;
+} oracle_scale_t;
+
 typedef struct oracle_recoveries_s {
   oracle_recovery_t r[ORACLE_RECOVERIES_KEPT]; /* record i in r[i % KEPT] */
   uint64_t n;
+  oracle_scale_t s[ORACLE_SCALES_KEPT]; /* scale i in s[i % KEPT] (not saved in state_dir) */
+  uint64_t n_scales;
+  metrics_counter_t *m_scales;
+  metrics_gauge_t *m_scale_pause;
   char state_dir[4096];
   int64_t max, window_s;  /* oracle.max_recoveries in oracle.recovery_window_s */
   metrics_registry_t *reg;
@@ -83,6 +101,18 @@ void oracle_recoveries_json(const oracle_recoveries_t *rs, char *out, size_t cap
 /* One line for the progress display and the log: "recovered from the loss
  * of trainer-1 in 2.3 s, replaying 40 iterations" (empty when none). */
 void oracle_recoveries_line(const oracle_recoveries_t *rs, char *out, size_t cap);
+
+/* Scales (oracle_scale.c).  begin: asked, to checkpoint id of iteration
+ * c (logged); the moments of the last one not done: its run ended, the
+ * new group trains (generation), its first iteration done (the metrics:
+ * scales_total, scale_pause_seconds).  json: summary.json's "scales"
+ * (appended to out); line: one for the progress display ("" when none). */
+oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id);
+void oracle_scales_ended(oracle_recoveries_t *rs);
+void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation);
+void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done);
+void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap);
+void oracle_scales_line(const oracle_recoveries_t *rs, char *out, size_t cap);
 
 /* The job record in dir/job.  read: 0 with job_id and state, ERR_NOTFOUND
  * when there is none, or an error with err (a damaged record).  write:

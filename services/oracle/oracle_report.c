@@ -616,6 +616,10 @@ static void summary_records(sbuf_t *sb, const oracle_job_t *j) {
       oracle_recoveries_line(j->recs, rj, cap);
       sb_printf(sb, ", ");
       sb_str(sb, "recovery", rj);
+      oracle_scales_json(j->recs, rj, cap); /* chanter scale (oracle_scale.c) */
+      sb_printf(sb, ", \"scales\": %s, ", rj);
+      oracle_scales_line(j->recs, rj, cap);
+      sb_str(sb, "scale", rj);
       free(rj);
     }
   }

@@ -48,13 +48,14 @@ typedef struct waiter_s { /* a parked KvGet */
 
 struct oracle_service_s {
   uv_loop_t *loop;
-  const cfg_t *cfg;
+  cfg_t *cfg; /* trainers changes with chanter scale (on_recover) */
   metrics_registry_t *reg;
   oracle_job_t *job;
   uint32_t generation; /* the trainer group's: rises at every recovery (unique across this oracle's restarts) */
   oracle_recoveries_t recs;
   uint64_t schema_hash, layout_hash;
   uint32_t trainers;
+  int scaled; /* chanter scale changed trainers (JoinResponse.scaled) */
   int64_t hb_timeout_ms;
   member_t *members;
   size_t n_members, cap_members;
@@ -124,6 +125,24 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
     return;
   }
   int trainer = r->role == CHANTER__ORACLE__V1__ROLE__TRAINER;
+  uint32_t scale_to = oracle_job_scale_to(svc->job);
+  if (trainer && scale_to && r->rank >= svc->trainers && r->rank < scale_to) {
+    refuse(svc, call, ERR_UNAVAILABLE,
+           "Join: the job is being scaled from %u to %u trainers; rank %u joins once the group re-forms: retry",
+           svc->trainers, scale_to, r->rank);
+    return;
+  }
+  if (trainer && svc->scaled && !scale_to && r->rank >= svc->trainers) { /* chanter scale left it out: it leaves */
+    log_info("Join: trainer rank %u is beyond the job's %u trainers since chanter scale: told to leave", r->rank,
+             svc->trainers);
+    Chanter__Oracle__V1__JoinResponse out = CHANTER__ORACLE__V1__JOIN_RESPONSE__INIT;
+    out.job_id = (char *)oracle_job_id(svc->job);
+    out.trainers = svc->trainers;
+    out.scaled = 1;
+    out.job_state = (char *)oracle_state_name(oracle_job_state(svc->job));
+    rpc_call_reply(call, &out.base);
+    return;
+  }
   if (trainer && r->rank >= svc->trainers) {
     refuse(svc, call, -EINVAL, "Join: trainer rank %u is outside 0..%u: the job has trainers = %u (from %s)", r->rank,
            svc->trainers - 1, svc->trainers, cfg_origin(svc->cfg, "trainers"));
@@ -212,6 +231,7 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   resp.trainers = svc->trainers;
   resp.start_iteration = 0;
   resp.job_state = (char *)oracle_state_name(js);
+  resp.scaled = svc->scaled;
   rpc_call_reply(call, &resp.base);
 }
 
@@ -467,6 +487,48 @@ static void on_checkpoint(rpc_call_t *call, const ProtobufCMessage *m, void *ud)
   rpc_call_reply(call, &resp.base);
 }
 
+static void on_scale(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
+  oracle_service_t *svc = ud;
+  const Chanter__Oracle__V1__ScaleRequest *r = (const void *)m;
+  char id[128] = "", msg[1024];
+  uint64_t it = 0;
+  log_info("scale requested peer=%s trainers=%u", rpc_call_peer(call), r->trainers);
+  int rc = oracle_job_scale_request(svc->job, r->trainers, id, sizeof id, &it, msg, sizeof msg);
+  if (rc) {
+    refuse(svc, call, rc, "Scale: %s", msg);
+    return;
+  }
+  log_info("%s", msg);
+  Chanter__Oracle__V1__ScaleResponse resp = CHANTER__ORACLE__V1__SCALE_RESPONSE__INIT;
+  resp.checkpoint_id = id;
+  resp.iteration = it;
+  resp.message = msg;
+  rpc_call_reply(call, &resp.base);
+}
+
+/* chanter scale: the next run has n trainers -- the configuration says so
+ * from here on (the job record's fingerprint, Join's answer, a restarted
+ * trainer's rank check), and the ranks beyond it are no longer members. */
+static void scale_to(oracle_service_t *svc, uint32_t n) {
+  char kv[64], err[512];
+  snprintf(kv, sizeof kv, "trainers=%u", n);
+  if (cfg_set(svc->cfg, kv, "chanter scale", err, sizeof err)) {
+    log_error("cannot scale: %s", err); /* (the request checked the bounds) */
+    return;
+  }
+  for (size_t i = 0; i < svc->n_members;) {
+    member_t *mb = &svc->members[i];
+    if (mb->role != CHANTER__ORACLE__V1__ROLE__TRAINER || mb->rank < n) {
+      i++;
+      continue;
+    }
+    free(mb->address);
+    *mb = svc->members[--svc->n_members];
+  }
+  svc->trainers = n;
+  svc->scaled = 1;
+}
+
 /* ---- the Work stream: the call's data is (rank + 1) once Hello came */
 
 static void w_message(rpc_call_t *call, const ProtobufCMessage *msg, void *ud) {
@@ -623,6 +685,7 @@ static void on_recover(oracle_job_t *old, void *ud) {
     free(svc->kv[i].val);
   }
   svc->n_kv = 0;
+  if (oracle_job_scale_to(old)) scale_to(svc, oracle_job_scale_to(old));
   oracle_job_t *nj = NULL;
   char err[1024];
   int rc = oracle_job_successor(old, &nj, err, sizeof err);
@@ -636,7 +699,7 @@ static void on_recover(oracle_job_t *old, void *ud) {
            svc->trainers);
 }
 
-int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
+int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, cfg_t *cfg, metrics_registry_t *reg,
                           oracle_service_t **out, char *err, size_t err_len) {
   oracle_service_t *svc = calloc(1, sizeof *svc);
   if (!svc) return -ENOMEM;
@@ -697,6 +760,7 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cf
       {.name = "Stop", .unary = on_stop, .ud = svc},
       {.name = "Start", .unary = on_start, .ud = svc},
       {.name = "Checkpoint", .unary = on_checkpoint, .ud = svc},
+      {.name = "Scale", .unary = on_scale, .ud = svc},
   };
   if ((rc = rpc_server_add_service(server, &chanter__oracle__v1__oracle__descriptor, methods,
                                    sizeof methods / sizeof methods[0])) != 0) {

@@ -31,9 +31,10 @@ typedef struct oracle_service_s oracle_service_t;
 
 /* Validates the job configuration (oracle_job_check_cfg, the data schema,
  * the table layout, cluster.dataproc), creates the job and registers the
- * handlers on server (before it starts).  cfg must outlive the service.
+ * handlers on server (before it starts).  cfg must outlive the service,
+ * which sets its trainers when chanter scale changes the count (Scale).
  * 0, or an error with a sentence in err. */
-int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, const cfg_t *cfg, metrics_registry_t *reg,
+int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, cfg_t *cfg, metrics_registry_t *reg,
                           oracle_service_t **out, char *err, size_t err_len);
 oracle_job_t *oracle_service_job(oracle_service_t *svc);
 /* The address the oracle serves on (host:port, the port bound), once it

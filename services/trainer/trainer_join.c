@@ -141,7 +141,11 @@ static int join_once(trainer_t *t, char *err, size_t err_len) {
   sdn_status("joining the oracle at %s", orc_address(t->orc));
   int rc = orc_join(t->orc, &req, &resp, err, err_len);
   if (rc) return rc;
-  if (resp->trainers != t->trainers) {
+  if (resp->trainers != t->trainers && resp->scaled) { /* chanter scale: adopt the count (trainer_loop.c), or leave */
+    t->scale_to = resp->trainers;
+    t->scaled_out = t->rank >= resp->trainers;
+  }
+  if (resp->trainers != t->trainers && !resp->scaled) {
     rc = err_set(err, err_len, ERR_CONFIG,
                  "the oracle at %s runs a job of %u trainers but this trainer's configuration says trainers = %u "
                  "(from %s): do they read the same job file?",
@@ -151,7 +155,7 @@ static int join_once(trainer_t *t, char *err, size_t err_len) {
                  "the oracle asks to resume at iteration %" PRIu64 ", but this trainer starts from a fresh model "
                  "(resuming a job is not implemented yet)",
                  resp->start_iteration);
-  } else {
+  } else if (!t->scaled_out) {
     snprintf(t->join.prefix, sizeof t->join.prefix, "%s/%u", resp->job_id ? resp->job_id : "", resp->generation);
     snprintf(t->job_state, sizeof t->job_state, "%s", resp->job_state ? resp->job_state : "");
     log_info("joined oracle=%s job_id=%s generation=%u trainers=%u rank=%u address=%s job_state=%s", orc_address(t->orc),

@@ -27,7 +27,7 @@
 
 /* ------------------------------------------------------------------ create */
 
-int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
+int trainer_create(cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
                    size_t err_len) {
   *out = NULL;
   trainer_t *t = calloc(1, sizeof *t);
@@ -413,6 +413,26 @@ static int leave_generation(trainer_t *t, char *err, size_t err_len) {
   return rebuild(t, err, err_len);
 }
 
+/* chanter scale changed the job's trainer count (Join said so): this
+ * trainer's configuration says so from now on, and what is sized by the
+ * count is made again (the model and cache are rebuilt as every new
+ * generation's are).  0 or an error with err. */
+static int rescale(trainer_t *t, char *err, size_t err_len) {
+  uint32_t n = t->scale_to, was = t->trainers;
+  char kv[64];
+  t->scale_to = 0;
+  snprintf(kv, sizeof kv, "trainers=%u", n);
+  int rc = cfg_set(t->cfg, kv, "chanter scale (the oracle's Join answer)", err, err_len);
+  if (rc) return rc;
+  trainer_partition_close(&t->partition);
+  if ((rc = trainer_partition_init(&t->partition, t->cfg, &t->schema, &t->layout, t->rank, t->ideal, err, err_len)))
+    return rc;
+  t->trainers = t->limits.trainers = n;
+  log_info("the job was scaled from %u to %u trainers; rank %u goes on in the new group without restarting", was, n,
+           t->rank);
+  return 0;
+}
+
 /* One generation: join (again), the group, the stream, serve.  *recover
  * says the job goes on in another generation (StopWork "recovering", or
  * this one broke for a reason a new one may cure). */
@@ -420,6 +440,11 @@ static int generation(trainer_t *t, int *got_stop, int *recover, char *err, size
   int rc;
   *recover = 0;
   if ((rc = trainer_join_oracle(t, t->rejoins > 0, err, err_len)) != 0) return rc;
+  if (t->scaled_out) { /* as good as StopWork: this rank's work ended */
+    *got_stop = 1;
+    return 0;
+  }
+  if (t->scale_to && (rc = rescale(t, err, err_len)) != 0) return rc;
   if (!t->join.hb_running) trainer_join_heartbeat_start(t);
   if (trainer_stopping(t)) return 0;
   if (trainer_join_over(t)) { /* rejoined a job that ended meanwhile */
@@ -490,7 +515,9 @@ int trainer_run(trainer_t *t) {
   pthread_mutex_unlock(&t->mu);
   trainer_join_heartbeat_stop(t);
   trainer_join_group_close(t);
-  if (!rc && got_stop && t->job_failed) {
+  if (!rc && t->scaled_out) {
+    log_info("the job was scaled to %u trainers: rank %u is not in it any more; exiting", t->scale_to, t->rank);
+  } else if (!rc && got_stop && t->job_failed) {
     log_error("the job failed elsewhere rank=%u iterations_done=%llu why=\"%s\" (this trainer is fine; see the "
               "oracle's log)",
               t->rank, (unsigned long long)atomic_load(&t->exec.last_done), t->job_msg);

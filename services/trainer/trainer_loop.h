@@ -67,8 +67,9 @@ typedef struct trainer_s trainer_t;
 /* Builds the model (identical on every rank: model_init(seed)), the data
  * schema and table layout, the embedding client (mode normal) and the
  * oracle client; registers metrics in reg (may be NULL).  Talks to nobody
- * yet.  0 or a negative code with err. */
-int trainer_create(const cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
+ * yet.  0 or a negative code with err.  cfg outlives the trainer, which
+ * sets its trainers when the oracle says chanter scale changed the count. */
+int trainer_create(cfg_t *cfg, uint32_t rank, metrics_registry_t *reg, trainer_t **out, char *err,
                    size_t err_len);
 void trainer_destroy(trainer_t *t);
 
@@ -79,6 +80,7 @@ void trainer_destroy(trainer_t *t);
 int trainer_save_dense_to(trainer_t *t, const char *path);
 
 /* Runs steps 1-3 above on the calling thread until StopWork (returns 0,
+ * as it does when chanter scale left this trainer's rank out of the job,
  * or TRAINER_JOB_FAILED when the StopWork says the job failed because of
  * another daemon), a requested stop (trainer_stop: returns 0 too), or a
  * failure of this trainer (logged; returns the negative code). */

@@ -67,8 +67,8 @@ typedef struct trainer_metrics_s {
 } trainer_metrics_t;
 
 struct trainer_s {
-  /* ---- the job (trainer_create; read-only after) */
-  const cfg_t *cfg;
+  /* ---- the job (trainer_create; read-only after, but for chanter scale: trainer_loop.c's rescale) */
+  cfg_t *cfg;
   uint32_t rank, trainers;
   uint64_t iterations;
   int ideal;
@@ -77,6 +77,8 @@ struct trainer_s {
   int have_schema;
   table_layout_t layout;
   trainer_work_limits_t limits; /* what every WorkItem is checked against */
+  uint32_t scale_to;            /* Join said chanter scale changed the count to this (0: it did not) ... */
+  int scaled_out;               /* ... and this rank is not in the job any more */
   char *save_dense;             /* --save-dense */
 
   /* ---- the model, the rows, the clients */

@@ -7,7 +7,12 @@
  * (the data, the model, the seed, the tables) must change the fingerprint;
  * where the daemons are, how they prove who they are (certificates are
  * renewed, `chanter local up` writes its own paths), where they are
- * scraped and how they are supervised must not.
+ * scraped and how they are supervised must not.  A scale changes
+ * trainers, and with it the fingerprint: the job file must follow.
+ *
+ * And the record of scales (oracle_scale.c): each moment in order, the
+ * pause counted from the old run's end, -1 until the first iteration on
+ * the new count is done; a moment out of order changes nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +20,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cfg.h"
@@ -52,9 +59,56 @@ static void test_fingerprint(void **state) {
   assert_string_not_equal(h, base);
 }
 
+static void test_fingerprint_trainers(void **state) {
+  (void)state;
+  char a[65], b[65];
+  const char *two[] = {"trainers=2", NULL}, *three[] = {"trainers=3", NULL};
+  hash_of(two, a);
+  hash_of(three, b);
+  assert_string_not_equal(a, b);
+}
+
+static void test_scales(void **state) {
+  (void)state;
+  oracle_recoveries_t *rs = calloc(1, sizeof *rs); /* no metrics: their updates take NULL */
+  assert_non_null(rs);
+  char out[2048];
+  oracle_scales_json(rs, out, sizeof out);
+  assert_string_equal(out, "[]");
+  oracle_scales_line(rs, out, sizeof out);
+  assert_string_equal(out, "");
+  oracle_scales_first(rs, 10); /* nothing under way: nothing changes */
+  assert_int_equal(rs->n_scales, 0);
+  oracle_scale_t *s = oracle_scales_begin(rs, 2, 3, 41, "job-000000000042");
+  oracle_scales_trained(rs, 7); /* out of order (the run has not ended): ignored */
+  oracle_scales_first(rs, 43);
+  assert_true(s->t_trained == 0 && s->t_first == 0);
+  oracle_scales_json(rs, out, sizeof out);
+  assert_non_null(strstr(out, "\"at_iteration\": 41, \"from\": 2, \"to\": 3"));
+  assert_non_null(strstr(out, "\"pause_seconds\": -1.000"));
+  oracle_scales_line(rs, out, sizeof out);
+  assert_non_null(strstr(out, "scaling from 2 to 3 trainers after iteration 41"));
+  oracle_scales_ended(rs);
+  oracle_scales_trained(rs, 7);
+  oracle_scales_first(rs, 43);
+  assert_true(s->t_ended >= s->t_asked && s->t_trained >= s->t_ended && s->t_first >= s->t_trained);
+  assert_int_equal(s->generation, 7);
+  oracle_scales_line(rs, out, sizeof out);
+  assert_non_null(strstr(out, "scaled from 2 to 3 trainers after iteration 41:"));
+  oracle_scales_begin(rs, 3, 2, 90, "job-000000000091");
+  oracle_scales_json(rs, out, sizeof out);
+  assert_non_null(strstr(out, "}, {\"at_iteration\": 90, \"from\": 3, \"to\": 2"));
+  const char *second = strstr(out, "\"at_iteration\": 90"), *first_pause = strstr(out, "\"pause_seconds\": ");
+  assert_true(first_pause && first_pause < second && strncmp(first_pause, "\"pause_seconds\": -1", 19) != 0);
+  assert_non_null(strstr(second, "\"pause_seconds\": -1.000")); /* the second is under way */
+  free(rs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fingerprint),
+      cmocka_unit_test(test_fingerprint_trainers),
+      cmocka_unit_test(test_scales),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

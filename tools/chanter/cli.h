@@ -35,7 +35,8 @@ int train_local(cli_t *cli, const char *workdir, int quiet);
 void train_progress(int tty, uint64_t it, uint64_t total, double sps, double loss, double eta);
 int cmd_local(cli_t *cli);         /* cmd_local.c: local up | down | status */
 int cmd_checkpoint(cli_t *cli);    /* cmd_checkpoint.c: a checkpoint of the running job */
-int cmd_checkpoints(cli_t *cli);   /* cmd_checkpoint.c: the checkpoints on the servers */
+int cmd_checkpoints(cli_t *cli);
+int cmd_scale(cli_t *cli);         /* cmd_scale.c: the running job goes on with another trainer count */   /* cmd_checkpoint.c: the checkpoints on the servers */
 int cmd_drill(cli_t *cli);
 int cmd_certs(cli_t *cli);
 int cmd_report(cli_t *cli);        /* cmd_report.c: plots of a job from its oracle's timeline */

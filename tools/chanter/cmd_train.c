@@ -134,7 +134,7 @@ typedef struct watch_s {
   double progress_at, last_print, ckpt_seen, unreachable_since;
   uint64_t last_it;
   size_t warned; /* the job's warnings printed so far: each once, as soon as the oracle has it */
-  char last_why[200], recovery_said[512];
+  char last_why[200], recovery_said[512], scale_said[512];
   char reshard_id[128]; /* what resume names after maybe_reshard */
 } watch_t;
 
@@ -165,6 +165,11 @@ static void say_news(watch_t *w, const char *summary) {
   if (line[0] && strcmp(line, w->recovery_said) && (strstr(line, "recovered") || !w->recovery_said[0])) {
     if (!w->quiet || strstr(line, "caught up")) fprintf(stderr, "%schanter train: %s\n", w->tty ? "\n" : "", line);
     snprintf(w->recovery_said, sizeof w->recovery_said, "%s", line);
+  }
+  json_get_str(summary, "scale", line, sizeof line); /* chanter scale: once it is done */
+  if (strstr(line, "scaled") && strcmp(line, w->scale_said)) {
+    fprintf(stderr, "%schanter train: %s\n", w->tty ? "\n" : "", line);
+    snprintf(w->scale_said, sizeof w->scale_said, "%s", line);
   }
   char warning[1024];
   for (; json_get_str_at(summary, "warnings", w->warned, warning, sizeof warning) == 0; w->warned++)

@@ -85,6 +85,7 @@ typedef struct child_s {
   double exited_at, restart_at, kill_at, last_ping;
   int armed;                  /* pinged since it started: the watchdog applies */
   int wd_fired, wd_killed;
+  int surplus;                /* a trainer beyond the job's count since chanter scale: never restarted */
   char how[128];              /* how its last process ended: "exit 1", "killed by signal 9 (SIGKILL)" */
   char last_exit[160];        /* the same, "watchdog, " first when the watchdog killed it */
   char status[256];           /* its last STATUS= */
@@ -93,7 +94,7 @@ typedef struct child_s {
 struct sup_s {
   uv_loop_t *loop;
   uv_timer_t tick;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   uv_poll_t notify_poll;
   int notify_fd;
   char notify_path[4200];     /* the socket's file, removed at the end ("" when abstract) */
@@ -321,6 +322,12 @@ static void policy(sup_t *s, child_t *c, int64_t status, int sig) {
     log_error("exit name=%s pid=%d how=\"%s\" before it was ready", c->name, (int)c->pid, c->last_exit);
     return;
   }
+  if (c->surplus) { /* chanter scale left its rank out of the job */
+    c->state = D_DONE;
+    log_info("exit name=%s pid=%d how=\"%s\" action=none: the job was scaled below its rank", c->name, (int)c->pid,
+             c->last_exit);
+    return;
+  }
   if (!sig && (status == 0 || status == 3)) {
     c->state = D_DONE;
     log_info("exit name=%s pid=%d how=\"%s\" action=none: exit %d is not a failure (%s), so it is not restarted",
@@ -443,63 +450,6 @@ static void on_notify(uv_poll_t *h, int status, int events) {
   }
 }
 
-/* The socket the daemons' sd_notify sends to: W/run/notify (an absolute
- * path: libsystemd refuses relative ones), or an abstract name when that
- * is longer than a sockaddr_un holds.  0, or a negative errno (the cluster
- * then runs without STATUS and watchdog). */
-static int notify_open(sup_t *s, char *env_value, size_t n) {
-  char dir[4200], abs[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/run", s->workdir);
-  if (!realpath(dir, abs)) return -errno;
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  socklen_t len;
-  if (strlen(abs) + sizeof "/notify" <= sizeof a.sun_path) {
-    snprintf(a.sun_path, sizeof a.sun_path, "%s/notify", abs);
-    snprintf(s->notify_path, sizeof s->notify_path, "%s", a.sun_path);
-    snprintf(env_value, n, "%s", a.sun_path);
-    unlink(a.sun_path);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(a.sun_path) + 1);
-  } else {
-    char name[64];
-    snprintf(name, sizeof name, "chanter-supervisor-%d/notify", (int)getpid());
-    memcpy(a.sun_path + 1, name, strlen(name)); /* sun_path[0] = 0: abstract */
-    snprintf(env_value, n, "@%s", name);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
-  }
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
-  if (fd < 0) return -errno;
-  if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) || bind(fd, (struct sockaddr *)&a, len)) {
-    int e = -errno;
-    close(fd);
-    s->notify_path[0] = 0;
-    return e;
-  }
-  s->notify_fd = fd;
-  return 0;
-}
-
-/* The daemons' environment: ours, with NOTIFY_SOCKET and WATCHDOG_USEC
- * set and WATCHDOG_PID unset (libsystemd's sd_watchdog_enabled then takes
- * the watchdog to be for the process that reads it: the daemon), and
- * without JOURNAL_STREAM (their stderr is a log file: keep the times). */
-static char **make_env(const char *notify, int watchdog_ms) {
-  size_t n = 0;
-  while (environ[n]) n++;
-  char **e = calloc(n + 3, sizeof *e);
-  if (!e) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) && strncmp(environ[i], "WATCHDOG_USEC=", 14) &&
-        strncmp(environ[i], "WATCHDOG_PID=", 13) && strncmp(environ[i], "JOURNAL_STREAM=", 15))
-      e[k++] = strdup(environ[i]);
-  if (*notify) {
-    if (asprintf(&e[k], "NOTIFY_SOCKET=%s", notify) >= 0) k++;
-    if (watchdog_ms > 0 && asprintf(&e[k], "WATCHDOG_USEC=%lld", (long long)watchdog_ms * 1000) >= 0) k++;
-  }
-  e[k] = NULL;
-  return e;
-}
-
 /* ---- start-up: the groups in order */
 
 static int set_addrs(sup_t *s, const char *key, int first, int count) {
@@ -520,12 +470,10 @@ static int write_job(sup_t *s) {
   return rc;
 }
 
-static int start_group(sup_t *s, int g) {
+/* Daemon i of group g, started (appended to s->ch).  0 or an error (said). */
+static int add_child(sup_t *s, int g, int i) {
   const struct group_s *gr = &groups[g];
-  int count = gr->count_key ? (int)cfg_int(s->cfg, gr->count_key) : 1;
-  s->group = g;
-  s->group_first = s->n;
-  for (int i = 0; i < count; i++) {
+  {
     if (s->n >= SUPERVISE_MAX) {
       say(s, "chanter local up: more than %d daemons", SUPERVISE_MAX);
       return -E2BIG;
@@ -603,6 +551,15 @@ static int start_group(sup_t *s, int g) {
     }
     log_info("start name=%s pid=%d", c->name, (int)c->pid);
   }
+  return 0;
+}
+
+static int start_group(sup_t *s, int g) {
+  int rc, count = groups[g].count_key ? (int)cfg_int(s->cfg, groups[g].count_key) : 1;
+  s->group = g;
+  s->group_first = s->n;
+  for (int i = 0; i < count; i++)
+    if ((rc = add_child(s, g, i)) != 0) return rc;
   s->group_deadline = clock_mono_s() + READY_TIMEOUT_S;
   save_pids(s);
   save_status(s);
@@ -681,8 +638,10 @@ static void close_all(sup_t *s) {
   uv_close((uv_handle_t *)&s->tick, NULL);
   uv_signal_stop(&s->sigterm);
   uv_signal_stop(&s->sigint);
+  uv_signal_stop(&s->sighup);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
   uv_close((uv_handle_t *)&s->sigint, NULL);
+  uv_close((uv_handle_t *)&s->sighup, NULL);
   if (s->notify_fd >= 0) {
     uv_poll_stop(&s->notify_poll);
     uv_close((uv_handle_t *)&s->notify_poll, NULL);
@@ -798,6 +757,42 @@ static void on_signal(uv_signal_t *h, int signum) {
   begin_stop(s, STOP_GRACE_MS);
 }
 
+/* SIGHUP (chanter scale --workdir): W/job.ini says how many trainers the
+ * job has now; trainers 0..N-1 run (the new ones started: they wait in
+ * Join until the oracle re-forms the group; one that ended is started
+ * again), those beyond are not restarted (they exit 0 once the oracle
+ * tells them). */
+static void on_sighup(uv_signal_t *h, int signum) {
+  sup_t *s = h->data;
+  (void)signum;
+  cfg_t *c = NULL;
+  char err[1024] = "";
+  int rc = s->phase == P_RUN ? cfg_create(&c) : -EAGAIN;
+  if (!rc) rc = cfg_load_file(c, s->job, err, sizeof err);
+  int n = rc ? 0 : (int)cfg_int(c, "trainers"), tg = N_GROUPS - 1, have = 0;
+  cfg_destroy(c);
+  if (rc) {
+    log_warn("SIGHUP: the trainers stay as they are: %s", rc == -EAGAIN ? "the cluster is not running" : err);
+    return;
+  }
+  log_info("SIGHUP: %s says trainers = %d; running trainers 0..%d", s->job, n, n - 1);
+  for (int i = 0; i < s->n; i++) {
+    child_t *ch = &s->ch[i];
+    int rank = strncmp(ch->name, "trainer-", 8) ? -1 : atoi(ch->name + 8);
+    if (rank < 0) continue;
+    have++;
+    ch->surplus = rank >= n;
+    if (!ch->surplus && !ch->proc && (ch->state == D_DONE || ch->state == D_GAVE_UP)) restart(s, ch);
+  }
+  for (int i = have; i < n && !rc; i++) {
+    if ((rc = add_child(s, tg, i)) != 0) break;
+    s->ch[s->n - 1].ever_ready = 1; /* (started after the start-up: the restart policy applies to it at once) */
+    s->ch[s->n - 1].exited_at = clock_mono_s();
+  }
+  save_pids(s);
+  save_status(s);
+}
+
 /* ---- the whole */
 
 int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int report_fd) {
@@ -840,7 +835,7 @@ int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int repor
   ssize_t sl = readlink("/proc/self/exe", s.self, sizeof s.self - 1);
   s.self[sl > 0 ? sl : 0] = 0;
   char notify[4300] = "";
-  int rc = notify_open(&s, notify, sizeof notify);
+  int rc = supervise_notify_open(workdir, s.notify_path, sizeof s.notify_path, notify, sizeof notify, &s.notify_fd);
   if (rc) {
     log_warn("no notify socket in %s/run (%s): the daemons run without STATUS and watchdog", workdir, err_str(rc));
     notify[0] = 0;
@@ -849,7 +844,7 @@ int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int repor
              "hosts' namespaces: the daemons run without STATUS and watchdog (use a shorter work dir)", workdir);
     notify[0] = 0;
   }
-  s.env = make_env(notify, s.watchdog_ms);
+  s.env = supervise_env(notify, s.watchdog_ms);
   if (!s.ch || !s.env) {
     say(&s, "chanter local up: out of memory");
     report(&s, "fail", NULL);
@@ -858,9 +853,11 @@ int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int repor
   uv_timer_init(s.loop, &s.tick);
   uv_signal_init(s.loop, &s.sigterm);
   uv_signal_init(s.loop, &s.sigint);
-  s.tick.data = s.sigterm.data = s.sigint.data = &s;
+  uv_signal_init(s.loop, &s.sighup);
+  s.tick.data = s.sigterm.data = s.sigint.data = s.sighup.data = &s;
   uv_signal_start(&s.sigterm, on_signal, SIGTERM);
   uv_signal_start(&s.sigint, on_signal, SIGINT);
+  uv_signal_start(&s.sighup, on_sighup, SIGHUP);
   if (s.notify_fd >= 0) {
     uv_poll_init(s.loop, &s.notify_poll, s.notify_fd);
     s.notify_poll.data = &s;

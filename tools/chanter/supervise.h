@@ -110,4 +110,12 @@ int supervise_run(cfg_t *cfg, const char *workdir, const char *bindir, int repor
  * negative errno, or the reader's error. */
 int supervise_write_job(const cfg_t *cfg, const char *path, char *err, size_t err_len);
 
+/* The socket the daemons' sd_notify sends to: W/run/notify (its path in
+ * path, removed at the end), or an abstract name (path "") when that is
+ * too long; env_value: NOTIFY_SOCKET's value; *fd_out: the socket.  0 or a
+ * negative errno.  supervise_env: the daemons' environment (malloc'ed,
+ * NULL-terminated), ours with NOTIFY_SOCKET and WATCHDOG_USEC set. */
+int supervise_notify_open(const char *workdir, char *path, size_t path_len, char *env_value, size_t n, int *fd_out);
+char **supervise_env(const char *notify, int watchdog_ms);
+
 #endif

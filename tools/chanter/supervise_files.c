@@ -2,18 +2,23 @@
  * supervise_files: the files of a local cluster's work directory W that
  * the supervisor writes and the CLI reads (supervise.h lists them): W/pids,
  * W/run/status, W/run/events, the daemons' ready files, W/job.ini, and
- * W/run/supervisor.pid's check.  Their formats live here, both sides of
+ * W/run/supervisor.pid's check, and W/run/notify, the daemons' sd_notify
+ * socket (with their environment).  Their formats live here, both sides of
  * each; supervise.c, the supervisor's loop, decides when they are written.
  * Every file replaced is replaced durably (fsio_replace); W/run/events is
  * appended to.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +26,8 @@
 #include "fsio.h"
 #include "json.h"
 #include "supervise.h"
+
+extern char **environ;
 
 int supervise_pids_save(const char *workdir, const supervise_proc_t *ps, int n, char *why, size_t why_len) {
   char path[4200];
@@ -199,4 +206,61 @@ int supervise_write_job(const cfg_t *cfg, const char *path, char *err, size_t er
   cfg_destroy(back);
   int crc = fsio_replace_commit(&t, rc == 0, rc ? NULL : err, rc ? 0 : err_len);
   return rc ? rc : crc;
+}
+
+/* The socket the daemons' sd_notify sends to: W/run/notify (an absolute
+ * path: libsystemd refuses relative ones), or an abstract name when that
+ * is longer than a sockaddr_un holds.  0, or a negative errno (the cluster
+ * then runs without STATUS and watchdog). */
+int supervise_notify_open(const char *workdir, char *path, size_t path_len, char *env_value, size_t n, int *fd_out) {
+  char dir[4200], abs[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/run", workdir);
+  if (!realpath(dir, abs)) return -errno;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  socklen_t len;
+  if (strlen(abs) + sizeof "/notify" <= sizeof a.sun_path) {
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/notify", abs);
+    snprintf(path, path_len, "%s", a.sun_path);
+    snprintf(env_value, n, "%s", a.sun_path);
+    unlink(a.sun_path);
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(a.sun_path) + 1);
+  } else {
+    char name[64];
+    snprintf(name, sizeof name, "chanter-supervisor-%d/notify", (int)getpid());
+    memcpy(a.sun_path + 1, name, strlen(name)); /* sun_path[0] = 0: abstract */
+    snprintf(env_value, n, "@%s", name);
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+  }
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+  if (fd < 0) return -errno;
+  if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) || bind(fd, (struct sockaddr *)&a, len)) {
+    int e = -errno;
+    close(fd);
+    path[0] = 0;
+    return e;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+/* The daemons' environment: ours, with NOTIFY_SOCKET and WATCHDOG_USEC
+ * set and WATCHDOG_PID unset (libsystemd's sd_watchdog_enabled then takes
+ * the watchdog to be for the process that reads it: the daemon), and
+ * without JOURNAL_STREAM (their stderr is a log file: keep the times). */
+char **supervise_env(const char *notify, int watchdog_ms) {
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **e = calloc(n + 3, sizeof *e);
+  if (!e) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) && strncmp(environ[i], "WATCHDOG_USEC=", 14) &&
+        strncmp(environ[i], "WATCHDOG_PID=", 13) && strncmp(environ[i], "JOURNAL_STREAM=", 15))
+      e[k++] = strdup(environ[i]);
+  if (*notify) {
+    if (asprintf(&e[k], "NOTIFY_SOCKET=%s", notify) >= 0) k++;
+    if (watchdog_ms > 0 && asprintf(&e[k], "WATCHDOG_USEC=%lld", (long long)watchdog_ms * 1000) >= 0) k++;
+  }
+  e[k] = NULL;
+  return e;
 }
