@@ -345,6 +345,8 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
     }
     /* Step c + 1 goes once every server holds back later write-backs until its checkpoint of c */
     if (!cp->fenced) return -1;
+    /* a scale's checkpoint: this group runs no step past c (the next one, of the scaled size, goes on from c) */
+    if (j->scale_to && cp->iteration == j->scale_at) return -1;
   }
   return 0;
 }

@@ -60,6 +60,7 @@ typedef struct oracle_scale_s {
   /* unix seconds; 0 = not yet: asked, the old group's run ended (c complete), the new group trains, its first
    * iteration (c + 1) done */
   double t_asked, t_ended, t_trained, t_first;
+  double t_c; /* the old group's iteration c done (it runs no step past c) */
 } oracle_scale_t;
 
 typedef struct oracle_recoveries_s {
@@ -109,6 +110,7 @@ void oracle_recoveries_line(const oracle_recoveries_t *rs, char *out, size_t cap
  * (appended to out); line: one for the progress display ("" when none). */
 oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id);
 void oracle_scales_ended(oracle_recoveries_t *rs);
+void oracle_scales_c_done(oracle_recoveries_t *rs);
 void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation);
 void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done);
 void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap);

@@ -15,7 +15,10 @@
  * strategies placed for N, L chosen again), the caches empty, the dense
  * state from ResumeWork.  So the model is the one the same job stopped at
  * c and resumed with --resume on N trainers would have, bit for bit.
- * Steps past c the old group ran meanwhile are undone by the roll-back.
+ * The old group runs no step past c (oracle_ckpt__dispatch holds Step
+ * c + 1), so nothing is undone by the roll-back: the pause is from its
+ * iteration c done to the new group's c + 1 done -- the checkpoint's
+ * write, the group's re-forming, the caches' refill and one iteration.
  *
  * A daemon lost while a scale waits for its checkpoint: the recovery
  * carries the scale out (its successor has N trainers too, from the
@@ -81,6 +84,7 @@ uint32_t oracle_job_scale_to(const oracle_job_t *j) { return j->scale_to; }
 
 int oracle_scale__due(oracle_job_t *j) {
   if (j->recs && j->report.done > j->ckpt.start) oracle_scales_first(j->recs, j->report.done);
+  if (j->recs && j->scale_to && j->report.done > j->scale_at) oracle_scales_c_done(j->recs);
   return j->scale_to && j->ckpt.n_done && j->ckpt.last.iteration == j->scale_at;
 }
 
@@ -112,6 +116,15 @@ void oracle_scales_ended(oracle_recoveries_t *rs) {
            s->checkpoint, s->t_ended - s->t_asked, s->from, s->to);
 }
 
+void oracle_scales_c_done(oracle_recoveries_t *rs) {
+  oracle_scale_t *s = last_open(rs, 0, 0);
+  if (s && !s->t_c) s->t_c = clock_wall_s();
+}
+
+/* The pause: from the old group's iteration c done (or, when a recovery
+ * carried the scale out before it, its run's end) to c + 1 done. */
+static double pause_of(const oracle_scale_t *s) { return s->t_first - (s->t_c ? s->t_c : s->t_ended); }
+
 void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation) {
   oracle_scale_t *s = last_open(rs, 1, 0);
   if (!s) return;
@@ -127,10 +140,10 @@ void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done) {
   if (!s) return;
   s->t_first = clock_wall_s();
   metrics_counter_inc(rs->m_scales);
-  metrics_gauge_set(rs->m_scale_pause, s->t_first - s->t_ended);
+  metrics_gauge_set(rs->m_scale_pause, pause_of(s));
   log_info("scaled from=%u to=%u at_iteration=%" PRIu64 " checkpoint=%s pause_seconds=%.3f seconds=%.3f (iteration "
            "%" PRIu64 " done on %u trainers)",
-           s->from, s->to, s->at_iteration, s->checkpoint, s->t_first - s->t_ended, s->t_first - s->t_asked, done - 1,
+           s->from, s->to, s->at_iteration, s->checkpoint, pause_of(s), s->t_first - s->t_asked, done - 1,
            s->to);
 }
 
@@ -140,12 +153,12 @@ void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {
   o += (size_t)snprintf(out + o, cap - o, "[");
   for (uint64_t i = first; i < rs->n_scales && o < cap; i++) {
     const oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
-    /* -1 while not yet: the pause from the old run's end, the whole from the request, to the first iteration */
+    /* -1 while not yet: the pause from iteration c done, the whole from the request, to c + 1 done */
     o += (size_t)snprintf(out + o, cap - o,
                           "%s{\"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, \"checkpoint\": \"%s\", "
                           "\"generation\": %u, \"asked_unix\": %.3f, \"pause_seconds\": %.3f, \"seconds\": %.3f}",
                           i > first ? ", " : "", s->at_iteration, s->from, s->to, s->checkpoint, s->generation,
-                          s->t_asked, s->t_first ? s->t_first - s->t_ended : -1.0,
+                          s->t_asked, s->t_first ? pause_of(s) : -1.0,
                           s->t_first ? s->t_first - s->t_asked : -1.0);
   }
   if (o < cap) snprintf(out + o, cap - o, "]");
@@ -160,5 +173,5 @@ void oracle_scales_line(const oracle_recoveries_t *rs, char *out, size_t cap) {
              s->at_iteration, clock_wall_s() - s->t_asked);
   else
     snprintf(out, cap, "scaled from %u to %u trainers after iteration %" PRIu64 ": paused %.2f s, %.2f s in all",
-             s->from, s->to, s->at_iteration, s->t_first - s->t_ended, s->t_first - s->t_asked);
+             s->from, s->to, s->at_iteration, pause_of(s), s->t_first - s->t_asked);
 }
