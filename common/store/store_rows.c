@@ -225,7 +225,7 @@ int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
   }
   rocksdb_write(s->db, s->wo, wb, &err);
   if (err) {
-    rc = store__kv_fail("write", err, why, why_len);
+    rc = store__nospace(s, store__kv_fail("write", err, why, why_len));
     goto out;
   }
   /* after the batch is durable: the memory tier never runs ahead of the WAL */
