@@ -9,7 +9,12 @@
  * server with another table layout refuses rather than returning rows of the
  * wrong shape.  A server that is briefly unavailable (restarting) is retried
  * with backoff until rpc.timeout_ms; lookups and write-backs are idempotent,
- * so a retry is safe.  Thread-safe: several threads may call at once.
+ * so a retry is safe.  A server whose data dir is full (RESOURCE_EXHAUSTED,
+ * "No space left on device") is retried with backoff too, for up to
+ * embedding.disk_full_timeout_s: then the call fails with -ENOSPC, its
+ * sentence naming the server, its data dir and the free space.  Any call
+ * (the admin ones too) may so wait that long.  Thread-safe: several threads
+ * may call at once.
  */
 #ifndef CHANTER_EMBC_H
 #define CHANTER_EMBC_H
@@ -97,5 +102,17 @@ EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
  * server.  Any thread. */
 #define EMBC_PROBE_TIMEOUT_MS 1000
 int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len);
+
+/* The same probe, with what the server says of its disk (StatsResponse):
+ * whether its data dir is full (its writes wait), since when, its free and
+ * total bytes, the data dir.  Returns as embc_incarnation. */
+typedef struct embc_probe_s {
+  uint64_t incarnation;
+  int disk_full;
+  double disk_full_since; /* unix seconds */
+  uint64_t disk_free_bytes, disk_total_bytes;
+  char data_dir[512];
+} embc_probe_t;
+int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t err_len);
 
 #endif

@@ -41,6 +41,10 @@ size_t embedding_limits_max_request(const embedding_limits_t *lim, const table_l
 int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store,
                        const table_layout_t *layout, const embedding_limits_t *limits, uint32_t shard,
                        uint32_t n_shards, metrics_registry_t *reg, embedding_service_t **out);
+/* Closes the service's timer (the full disk's check): after the loop ran,
+ * before daemon_close's last run of it (which completes the close).  Loop
+ * thread; NULL is a no-op. */
+void embedding_service_stop(embedding_service_t *svc);
 void embedding_service_destroy(embedding_service_t *svc);
 
 /* This process's incarnation: random, non-zero, drawn by

@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
   rc = daemon_run(&d);
 
 out_daemon:
+  embedding_service_stop(svc);
   daemon_close(&d); /* server, metrics endpoint: nothing calls into the store after this */
   embedding_service_destroy(svc);
   if (store) store_close(store);
