@@ -93,6 +93,13 @@ int store__kv_fail(const char *op, char *err, char *why, size_t why_len) {
   return nospace ? -ENOSPC : ERR_KV;
 }
 
+int store__stopped(store_t *s, char *why, size_t why_len) {
+  if (!atomic_load(&s->nospace)) return 0;
+  store__set_why(why, why_len, "the storage engine stopped taking writes when %s filled up (%s) and takes them "
+                 "again once the store is reopened, which waits for room", s->dir, strerror(ENOSPC));
+  return -ENOSPC;
+}
+
 int store__nospace(store_t *s, int rc) {
   if (rc == -ENOSPC && !atomic_exchange(&s->nospace, 1))
     log_warn("embedding store out of disk space dir=%s: RocksDB takes no writes until the store is reopened "
@@ -454,6 +461,8 @@ static const char key_space_end[] = "\xff\xff\xff\xff\xff\xff\xff\xff\xff";
  * returned. */
 static int clear_live(store_t *s, char *why, size_t why_len) {
   char *err = NULL;
+  int rc = store__stopped(s, why, why_len);
+  if (rc) return rc;
   const int cfs[] = {CF_ROWS, CF_BLOBS};
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   if (!wb) return -ENOMEM;

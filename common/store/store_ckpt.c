@@ -76,6 +76,7 @@ int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, 
     store__set_why(why, why_len, "cannot prepare %s: %s", s->ckpt_tmp_dir, strerror(-rc));
     goto out;
   }
+  if ((rc = store__stopped(s, why, why_len))) goto out;
   cp = rocksdb_checkpoint_object_create(s->db, &err);
   if (err) {
     rc = store__nospace(s, store__kv_fail("checkpoint_object_create", err, why, why_len));

@@ -110,6 +110,10 @@ __attribute__((format(printf, 3, 4))) void store__set_why(char *why, size_t why_
 int store__kv_fail(const char *op, char *err, char *why, size_t why_len);
 /* rc; when it is -ENOSPC, the store is marked for store_resume. */
 int store__nospace(store_t *s, int rc);
+/* -ENOSPC with why when the store is so marked (RocksDB takes no writes
+ * until reopened: a write answers at once, without RocksDB's error and its
+ * log line), else 0. */
+int store__stopped(store_t *s, char *why, size_t why_len);
 /* [A-Za-z0-9._-]{1,max}, and not "." or ".." (they name directories). */
 bool store__valid_name(const char *s, size_t max);
 /* "a/b", malloc'ed; NULL when out of memory. */

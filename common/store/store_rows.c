@@ -211,6 +211,7 @@ int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
     goto out;
   }
   if (n == 0) goto out;
+  if ((rc = store__stopped(s, why, why_len))) goto out;
   if (!(wb = rocksdb_writebatch_create())) {
     rc = -ENOMEM;
     goto out;

@@ -780,9 +780,11 @@ static void after_cb(uv_work_t *req, int status) {
     if (methods[w->m].failed) methods[w->m].failed(w);
     metrics_counter_inc(svc->mm[w->m].errors);
     if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
+    int known = w->rc == -ENOSPC && svc->disk_full_since; /* said once, when the disk filled */
     if (w->rc == -ENOSPC) disk_full_mark(w);
-    log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call), err_str(w->rc),
-             w->why);
+    if (!known)
+      log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call),
+               err_str(w->rc), w->why);
     rpc_call_fail(w->call, w->rc, "%s: %s", w->name, w->why);
   } else {
     methods[w->m].reply(w);
