@@ -46,7 +46,7 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   }
   if ((rc = shard_map_from_cfg(&c->map, cfg, &c->layout, c->n, err, err_len)) != 0) goto fail;
   c->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
-  c->disk_full_ms = cfg_int(cfg, "embedding.disk_full_timeout_s") * 1000;
+  c->disk_full_ms = cfg_int(cfg, "embedding.disk_full_timeout_s") * 1000 + EMBC_DISK_FULL_GRACE_MS;
   c->max_lookup = (size_t)cfg_int(cfg, "embedding.max_lookup_keys");
   c->max_write = (size_t)cfg_int(cfg, "embedding.max_write_keys");
   c->ch = calloc(c->n, sizeof *c->ch);
@@ -123,8 +123,9 @@ static int nap(embc_t *c, int64_t ms) {
 
 /* A blocking unary call, retried while the server is unavailable (up to
  * rpc.timeout_ms) and while its disk is full (up to
- * embedding.disk_full_timeout_s from the first such answer: nothing of a
- * refused call was written, so the retry is safe).  Past that, -ENOSPC
+ * embedding.disk_full_timeout_s and EMBC_DISK_FULL_GRACE_MS from the first
+ * such answer: nothing of a refused call was written, so the retry is
+ * safe).  Past that, -ENOSPC
  * with err naming the server (the server's sentence names its data dir
  * and free space). */
 static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMessage *req,
@@ -148,14 +149,16 @@ static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMe
       since = now;
       log_warn("embedding server %u (%s) is out of disk space; retrying for up to %lld s "
                "(embedding.disk_full_timeout_s): %s",
-               s, c->addrs[s], (long long)(c->disk_full_ms / 1000), st.message);
+               s, c->addrs[s], (long long)((c->disk_full_ms - EMBC_DISK_FULL_GRACE_MS) / 1000), st.message);
     }
-    if ((now - since) * 1000 + (double)backoff >= (double)c->disk_full_ms)
+    int64_t left = c->disk_full_ms - (int64_t)((now - since) * 1000);
+    if (left <= 0)
       return err_set(err, err_len, -ENOSPC,
                      "embedding server %u (%s) has had no disk space for %.0f s (embedding.disk_full_timeout_s = "
                      "%lld): %s",
-                     s, c->addrs[s], now - since, (long long)(c->disk_full_ms / 1000), st.message);
-    if (nap(c, backoff)) {
+                     s, c->addrs[s], now - since, (long long)((c->disk_full_ms - EMBC_DISK_FULL_GRACE_MS) / 1000),
+                     st.message);
+    if (nap(c, backoff < left ? backoff : left)) {
       err_set(err, err_len, ERR_CANCELLED, "embedding server %u (%s): given up: this daemon is stopping "
               "(the server's disk was full: %s)", s, c->addrs[s], st.message);
       return ERR_CANCELLED;

@@ -11,9 +11,11 @@
  * with backoff until rpc.timeout_ms; lookups and write-backs are idempotent,
  * so a retry is safe.  A server whose data dir is full (RESOURCE_EXHAUSTED,
  * "No space left on device") is retried with backoff too, for up to
- * embedding.disk_full_timeout_s: then the call fails with -ENOSPC, its
- * sentence naming the server, its data dir and the free space.  Any call
- * (the admin ones too) may so wait that long.  Thread-safe: several threads
+ * embedding.disk_full_timeout_s and EMBC_DISK_FULL_GRACE_MS: then the call
+ * fails with -ENOSPC, its sentence naming the server, its data dir and the
+ * free space.  (The grace lets a job's oracle, which watches the servers'
+ * disks, end the job first, at the timeout, saying why.)  Any call (the
+ * admin ones too) may so wait that long.  Thread-safe: several threads
  * may call at once.
  */
 #ifndef CHANTER_EMBC_H
@@ -30,6 +32,8 @@
 #include "table.h"
 
 typedef struct embc_s embc_t;
+
+#define EMBC_DISK_FULL_GRACE_MS 3000
 
 /* Connects to the servers of cfg (cluster.embedding, which must list
  * embedding_servers addresses).  0, or ERR_CONFIG / -errno with err. */

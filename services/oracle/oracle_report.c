@@ -700,6 +700,13 @@ char *oracle_report__summary(const oracle_job_t *j) {
     sb_str(&b, "startup", why);
     sb_printf(&b, ", ");
   }
+  /* a server's full disk holds the job (oracle_probe.c): the sentence, "" when none */
+  {
+    char why[640] = "";
+    if (!oracle_job__over(j)) oracle_probe__disk_full(j, why, sizeof why);
+    sb_str(&b, "paused", why);
+    sb_printf(&b, ", ");
+  }
   sb_str(&b, "mode", j->mode);
   sb_printf(&b, ", ");
   sb_str(&b, "allocation", j->allocation);

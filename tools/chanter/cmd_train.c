@@ -215,9 +215,14 @@ static void progress(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st, 
   int tty = w->tty;
   double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
   double eta = sps > 0 ? (double)(st->iterations - st->iteration) * (double)cfg_int(w->cfg, "batch_size") / sps : 0;
+  char paused[640] = "";
+  if (!strcmp(st->state, "training")) json_get_str(st->summary_json, "paused", paused, sizeof paused);
   if (!strcmp(st->state, "waiting"))
     fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
             st->n_members);
+  else if (*paused) /* a server's full disk holds it: said, not drawn as a bar that stopped */
+    fprintf(stderr, tty ? "\rpaused at iteration %llu/%llu: %s   " : "paused at iteration %llu/%llu: %s\n",
+            (unsigned long long)st->iteration, (unsigned long long)st->iterations, paused);
   else if (startup)
     fprintf(stderr, tty ? "\r%s ...   " : "%s\n", why); /* lookahead's start-up: why no Step yet */
   else {
@@ -263,6 +268,9 @@ static int watch_job(watch_t *w, Chanter__Oracle__V1__StatusResponse **out) {
       w->last_it = st->iteration;
       w->progress_at = now;
     }
+    char paused[8] = "";
+    /* a job paused for a full disk waits as long as it says (embedding.disk_full_timeout_s), not 180 s */
+    if (json_get_str(st->summary_json, "paused", paused, sizeof paused) == 0 && *paused) w->progress_at = now;
     if (!strcmp(st->state, "blocked")) {
       if (!unblock(w, st)) goto out;
       usleep(100000);
