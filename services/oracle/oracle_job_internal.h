@@ -588,6 +588,10 @@ void oracle_probe__baseline(oracle_job_t *j, const uint64_t *incs, uint32_t n);
  * whose data dir is full (the job is paused for it: its writes and
  * checkpoints wait), else 0 (why ""). */
 int oracle_probe__disk_full(const oracle_job_t *j, char *why, size_t why_len);
+/* An iteration completed: while a server is seen disk-full, the next probe
+ * comes at once (the pause may be over: it is said without waiting for the
+ * once-a-second probe).  Loop thread. */
+void oracle_probe__progress(oracle_job_t *j);
 
 /* ---- oracle_fetch.c */
 

@@ -94,6 +94,18 @@ static void disk_seen(oracle_job_t *j, uint32_t s, const embc_probe_t *p) {
                       why, wall - d->since, pr->disk_full_s);
 }
 
+static void on_probe(uv_timer_t *t);
+
+void oracle_probe__progress(oracle_job_t *j) {
+  oracle_probe_t *pr = &j->probe;
+  if (!pr->open || !pr->disk || pr->running) return;
+  for (uint32_t s = 0; s < j->ckpt.S; s++)
+    if (pr->disk[s].full) {
+      on_probe(&pr->timer);
+      return;
+    }
+}
+
 int oracle_probe__disk_full(const oracle_job_t *j, char *why, size_t why_len) {
   if (why_len) why[0] = 0;
   for (uint32_t s = 0; j->probe.disk && s < j->ckpt.S; s++) {

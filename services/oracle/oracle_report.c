@@ -110,6 +110,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
     rp->t_first_done = now;
   }
   rp->done++;
+  oracle_probe__progress(j);
   oracle_timeline__iteration(j, a, loss, now);
   metrics_gauge_set(j->m.iteration, (double)rp->done);
   metrics_gauge_set(j->m.loss, loss);
