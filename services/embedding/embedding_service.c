@@ -32,14 +32,9 @@
  * restarted server from one that kept running.
  *
  * A full disk is not the caller's failure: any call whose work met
- * -ENOSPC (a write-back, a checkpoint's flush, a seal, the fence or epoch
- * file) is answered RESOURCE_EXHAUSTED with a sentence naming this server,
- * its data dir and the free space (with strerror(ENOSPC), which the
- * clients look for: they wait and retry, embc.c), and marks the server
- * disk-full (Stats says so, for the oracle's probe; two gauges).  While it
- * is, a timer checks the space every second; once the data dir has what
- * store_resume needs, the store is reopened on a worker thread (RocksDB
- * stopped taking writes at its NoSpace error) and the mark goes.
+ * -ENOSPC is answered RESOURCE_EXHAUSTED with a sentence naming this
+ * server, its data dir and the free space, and Stats says the server is
+ * disk-full until the store takes writes again (embedding_disk.h).
  */
 #include "embedding_service.h"
 
@@ -56,6 +51,7 @@
 
 #include "clock.h"
 #include "embedding.pb-c.h"
+#include "embedding_disk.h"
 #include "embedding_epoch.h"
 #include "err.h"
 #include "log.h"
@@ -94,13 +90,7 @@ struct embedding_service_s {
   char fence_id[128];
   struct work_s *parked, *parked_tail;
   uint64_t n_parked;
-  /* a full disk (loop thread): since when (unix seconds, 0: not full), the
-   * last statvfs, the timer that checks it, a store_resume on the pool */
-  double disk_full_since;
-  store_space_t space;
-  uv_timer_t disk_timer;
-  int disk_timer_open, resuming, stopping;
-  metrics_gauge_t *g_disk_full, *g_disk_free;
+  embedding_disk_t disk; /* a full disk (embedding_disk.h) */
 };
 
 /* One call: checked on the loop, its storage work run on a worker thread,
@@ -268,10 +258,10 @@ static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__Sta
   r->fence_iteration = svc->fence_done ? svc->fence_done - 1 : 0;
   r->fence_held = svc->n_parked;
   r->write_epoch = atomic_load(&svc->write_epoch);
-  r->disk_full = svc->disk_full_since > 0;
-  r->disk_full_since = svc->disk_full_since;
-  r->disk_free_bytes = svc->space.free_bytes;
-  r->disk_total_bytes = svc->space.total_bytes;
+  r->disk_full = svc->disk.full_since > 0;
+  r->disk_full_since = svc->disk.full_since;
+  r->disk_free_bytes = svc->disk.space.free_bytes;
+  r->disk_total_bytes = svc->disk.space.total_bytes;
 }
 
 static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
@@ -669,100 +659,8 @@ static const method_t methods[] = {
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
-/* ---- a full disk (loop thread) */
-
-static void disk_gauges(embedding_service_t *svc) {
-  metrics_gauge_set(svc->g_disk_full, svc->disk_full_since > 0 ? 1 : 0);
-  metrics_gauge_set(svc->g_disk_free, (double)svc->space.free_bytes);
-}
-
-static void disk_space_read(embedding_service_t *svc) {
-  store_space_t sp;
-  if (store_space(svc->store, &sp) == 0) svc->space = sp;
-  disk_gauges(svc);
-}
-
-/* A call's work met -ENOSPC: the server is disk-full from now on (logged
- * once), and w->why becomes the sentence every caller gets. */
-static void disk_full_mark(work_t *w) {
-  embedding_service_t *svc = w->svc;
-  disk_space_read(svc);
-  if (!svc->disk_full_since) {
-    svc->disk_full_since = clock_wall_s();
-    log_error("disk full: embedding server %u's data dir %s has %.1f MiB free of %.1f MiB (%s during %s); "
-              "writes and checkpoints are answered RESOURCE_EXHAUSTED and their callers wait; free space there and "
-              "the server takes writes again by itself",
-              svc->shard, store_dir(svc->store), svc->space.free_bytes / 1048576.0,
-              svc->space.total_bytes / 1048576.0, strerror(ENOSPC), w->name);
-  }
-  char detail[sizeof w->why];
-  snprintf(detail, sizeof detail, "%s", w->why);
-  snprintf(w->why, sizeof w->why,
-           "embedding server %u's data dir %s is full (%s; %.1f MiB free of %.1f MiB): nothing of this call was "
-           "written; it takes writes again by itself once there is space (%.200s)",
-           svc->shard, store_dir(svc->store), strerror(ENOSPC), svc->space.free_bytes / 1048576.0,
-           svc->space.total_bytes / 1048576.0, detail);
-}
-
-static void disk_full_clear(embedding_service_t *svc, const char *how) {
-  if (!svc->disk_full_since) return;
-  log_info("disk space is back: embedding server %u's data dir %s has %.1f MiB free, %s after %.1f s; writes go on",
-           svc->shard, store_dir(svc->store), svc->space.free_bytes / 1048576.0, how,
-           clock_wall_s() - svc->disk_full_since);
-  svc->disk_full_since = 0;
-  disk_gauges(svc);
-}
-
-typedef struct resume_work_s {
-  uv_work_t req;
-  embedding_service_t *svc;
-  int rc, reopened;
-  char why[512];
-} resume_work_t;
-
-static void resume_cb(uv_work_t *req) {
-  resume_work_t *r = req->data;
-  r->rc = store_resume(r->svc->store, &r->reopened, r->why, sizeof r->why);
-}
-
-static void resume_after(uv_work_t *req, int status) {
-  resume_work_t *r = req->data;
-  embedding_service_t *svc = r->svc;
-  svc->resuming = 0;
-  disk_space_read(svc);
-  if (status == 0 && r->rc == 0 && !svc->space.nospace) disk_full_clear(svc, "the store was reopened");
-  free(r);
-}
-
-/* Every second while disk-full: the free space; a reopen once it fits; the
- * mark goes when there is room and the store needs no reopen (the full
- * disk met one of our own files). */
-static void on_disk_timer(uv_timer_t *t) {
-  embedding_service_t *svc = t->data;
-  if (!svc->disk_full_since || svc->resuming || svc->stopping) return;
-  disk_space_read(svc);
-  const store_space_t *sp = &svc->space;
-  if (!sp->nospace) {
-    if (sp->free_bytes >= STORE_RESUME_MARGIN) disk_full_clear(svc, "no reopen needed");
-    return;
-  }
-  if (sp->free_bytes < sp->need_bytes) return;
-  resume_work_t *r = calloc(1, sizeof *r);
-  if (!r) return;
-  r->svc = svc;
-  r->req.data = r;
-  if (uv_queue_work(svc->loop, &r->req, resume_cb, resume_after)) {
-    free(r);
-    return;
-  }
-  svc->resuming = 1;
-}
-
 void embedding_service_stop(embedding_service_t *svc) {
-  if (!svc || svc->stopping) return;
-  svc->stopping = 1;
-  if (svc->disk_timer_open) uv_close((uv_handle_t *)&svc->disk_timer, NULL);
-  svc->disk_timer_open = 0;
+  if (svc) embedding_disk_stop(&svc->disk);
 }
 
 /* ---- the conductor of a call: the same for every method */
@@ -780,8 +678,8 @@ static void after_cb(uv_work_t *req, int status) {
     if (methods[w->m].failed) methods[w->m].failed(w);
     metrics_counter_inc(svc->mm[w->m].errors);
     if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
-    int known = w->rc == -ENOSPC && svc->disk_full_since; /* said once, when the disk filled */
-    if (w->rc == -ENOSPC) disk_full_mark(w);
+    /* a full disk: the sentence every caller gets; refusals are said once, when it filled */
+    int known = w->rc == -ENOSPC && embedding_disk_full(&svc->disk, w->name, w->why, sizeof w->why);
     if (!known)
       log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call),
                err_str(w->rc), w->why);
@@ -958,19 +856,8 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
     svc->hot_capacity = metrics_gauge(reg, "hot_capacity_bytes", NULL, "memory tier budget");
     svc->stored_rows = metrics_gauge(reg, "stored_rows_estimate", NULL, "rows stored in RocksDB (estimate)");
     svc->evictions = metrics_gauge(reg, "hot_evictions", NULL, "rows evicted from the memory tier so far");
-    char sl[32];
-    snprintf(sl, sizeof sl, "shard=\"%u\"", shard);
-    svc->g_disk_full = metrics_gauge(reg, "disk_full", sl,
-                                     "1 while the data dir is full: writes are answered RESOURCE_EXHAUSTED and wait");
-    svc->g_disk_free = metrics_gauge(reg, "disk_free_bytes", sl, "free bytes in the data dir (statvfs)");
     metrics_registry_on_collect(reg, collect, svc);
   }
-  disk_space_read(svc);
-  uv_timer_init(loop, &svc->disk_timer);
-  svc->disk_timer.data = svc;
-  uv_unref((uv_handle_t *)&svc->disk_timer);
-  uv_timer_start(&svc->disk_timer, on_disk_timer, 1000, 1000);
-  svc->disk_timer_open = 1;
   rpc_method_t rm[N_METHODS];
   for (int i = 0; i < N_METHODS; i++) rm[i] = (rpc_method_t){.name = methods[i].name, .unary = handle, .ud = svc};
   rc = rpc_server_add_service(server, &chanter__embedding__v1__embedding__descriptor, rm, N_METHODS);
@@ -978,6 +865,7 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
     embedding_service_destroy(svc);
     return rc;
   }
+  embedding_disk_init(&svc->disk, loop, store, shard, reg); /* (its timer: once nothing can fail) */
   *out = svc;
   return 0;
 }
