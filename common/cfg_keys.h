@@ -180,6 +180,11 @@ static const entry_t entries[] = {
     {"embedding.metrics_port_offset", T_INT, "1000", 0, 60000, NULL,
      "Prometheus endpoint port = RPC port + this (0 = a free port, printed at start)"},
     {"embedding.drain_ms", T_INT, "5000", 0, 600000, NULL, "on SIGTERM, how long in-flight calls may finish"},
+    {"embedding.disk_full_timeout_s", T_INT, "600", 1, 604800, NULL,
+     "how long the job waits for a server whose data dir is full: its writes and checkpoints are answered "
+     "RESOURCE_EXHAUSTED, the trainers and the oracle retry them and the job is paused (status, log, "
+     "chanter_oracle_embedding_disk_full); once space is freed it goes on by itself; after this long the job "
+     "fails, naming the server and its data dir"},
     {"embedding.max_lookup_keys", T_INT, "1048576", 1, 1 << 26, NULL,
      "keys one Lookup call may carry (8 MiB of keys); larger calls are refused before anything is allocated for "
      "them. A step needs at most batch_size x the tables' hotness keys (26,624 for the default job), a trainer's "

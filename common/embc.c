@@ -24,6 +24,7 @@ struct embc_s {
   size_t n_addrs;
   rpc_channel_t **ch;
   int64_t timeout_ms;
+  int64_t disk_full_ms; /* embedding.disk_full_timeout_s: how long a full disk is waited for */
   size_t max_lookup, max_write; /* keys per call: embedding.max_lookup_keys, max_write_keys */
   const char *p_lookup, *p_write;
   volatile int abort; /* embc_abort: retries give up */
@@ -46,6 +47,7 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
   }
   if ((rc = shard_map_from_cfg(&c->map, cfg, &c->layout, c->n, err, err_len)) != 0) goto fail;
   c->timeout_ms = cfg_int(cfg, "rpc.timeout_ms");
+  c->disk_full_ms = cfg_int(cfg, "embedding.disk_full_timeout_s") * 1000 + EMBC_DISK_FULL_GRACE_MS;
   c->max_lookup = (size_t)cfg_int(cfg, "embedding.max_lookup_keys");
   c->max_write = (size_t)cfg_int(cfg, "embedding.max_write_keys");
   c->ch = calloc(c->n, sizeof *c->ch);
@@ -101,15 +103,69 @@ int embc_rows_bytes(const embc_t *c, const uint64_t *keys, size_t n, size_t *byt
   return 0;
 }
 
-/* A blocking unary call, retried while the server is unavailable. */
+/* A server's answer that its data dir is full (embedding_service.c):
+ * RESOURCE_EXHAUSTED with strerror(ENOSPC) in its sentence; other
+ * RESOURCE_EXHAUSTED answers (a message over gRPC's limit, the server out
+ * of memory) are errors as before. */
+static int is_disk_full(int rc, const rpc_status_t *st) {
+  return rc && st && st->code == 8 /* GRPC_STATUS_RESOURCE_EXHAUSTED */ &&
+         strstr(st->message, strerror(ENOSPC)) != NULL;
+}
+
+/* Sleeps ms, waking every 100 ms to see embc_abort: 0, or ERR_CANCELLED. */
+static int nap(embc_t *c, int64_t ms) {
+  for (int64_t left = ms; left > 0; left -= 100) {
+    if (__atomic_load_n(&c->abort, __ATOMIC_ACQUIRE)) return ERR_CANCELLED;
+    struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return __atomic_load_n(&c->abort, __ATOMIC_ACQUIRE) ? ERR_CANCELLED : 0;
+}
+
+/* A blocking unary call, retried while the server is unavailable (up to
+ * rpc.timeout_ms) and while its disk is full (up to
+ * embedding.disk_full_timeout_s and EMBC_DISK_FULL_GRACE_MS from the first
+ * such answer: nothing of a refused call was written, so the retry is
+ * safe).  Past that, -ENOSPC
+ * with err naming the server (the server's sentence names its data dir
+ * and free space). */
 static int call_retry(embc_t *c, uint32_t s, const char *path, const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *rd, ProtobufCMessage **resp, char *err, size_t err_len) {
   rpc_status_t st;
-  int rc = rpc_unary_retry_abortable(c->ch[s], path, req, rd, c->timeout_ms, resp, &st, &c->abort);
-  if (rc)
-    err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
-            st.message[0] ? ": " : "", st.message);
-  return rc;
+  double since = 0;
+  int64_t backoff = 200;
+  for (;;) {
+    int rc = rpc_unary_retry_abortable(c->ch[s], path, req, rd, c->timeout_ms, resp, &st, &c->abort);
+    double now = clock_mono_s();
+    if (!is_disk_full(rc, &st)) {
+      if (since && !rc)
+        log_info("embedding server %u (%s) takes writes again after %.1f s without disk space", s, c->addrs[s],
+                 now - since);
+      if (rc)
+        err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", s, c->addrs[s], err_str(rc),
+                st.message[0] ? ": " : "", st.message);
+      return rc;
+    }
+    if (!since) {
+      since = now;
+      log_warn("embedding server %u (%s) is out of disk space; retrying for up to %lld s "
+               "(embedding.disk_full_timeout_s): %s",
+               s, c->addrs[s], (long long)((c->disk_full_ms - EMBC_DISK_FULL_GRACE_MS) / 1000), st.message);
+    }
+    int64_t left = c->disk_full_ms - (int64_t)((now - since) * 1000);
+    if (left <= 0)
+      return err_set(err, err_len, -ENOSPC,
+                     "embedding server %u (%s) has had no disk space for %.0f s (embedding.disk_full_timeout_s = "
+                     "%lld): %s",
+                     s, c->addrs[s], now - since, (long long)((c->disk_full_ms - EMBC_DISK_FULL_GRACE_MS) / 1000),
+                     st.message);
+    if (nap(c, backoff < left ? backoff : left)) {
+      err_set(err, err_len, ERR_CANCELLED, "embedding server %u (%s): given up: this daemon is stopping "
+              "(the server's disk was full: %s)", s, c->addrs[s], st.message);
+      return ERR_CANCELLED;
+    }
+    if (backoff < 2000) backoff *= 2;
+  }
 }
 
 void embc_abort(embc_t *c) {
@@ -149,6 +205,7 @@ typedef struct part_s {
   size_t rows_bytes;
   ProtobufCMessage *resp;
   int rc;
+  int disk_full; /* fan-out: the server said its disk is full (retried below) */
   char err[512];
   uint64_t done; /* write: the rows' iteration tag (WriteBackRequest.done) */
 } part_t;
@@ -203,6 +260,7 @@ static void async_done(int rc, ProtobufCMessage *resp, const rpc_status_t *st, v
   part_t *p = &j->parts[t->s];
   p->resp = resp;
   p->rc = rc;
+  p->disk_full = is_disk_full(rc, st);
   if (rc)
     err_set(p->err, sizeof p->err, rc, "embedding server %u (%s): %s%s%s", t->s, j->c->addrs[t->s], err_str(rc),
             st && st->message[0] ? ": " : "", st ? st->message : "");
@@ -310,7 +368,7 @@ static int batched(embc_t *c, const uint64_t *keys, size_t n, float *out, const 
     free(lr);
     free(wr);
     for (uint32_t s = 0; s < c->n; s++)
-      if (parts[s].n && parts[s].rc == ERR_UNAVAILABLE) run_part(c, &parts[s], s, write);
+      if (parts[s].n && (parts[s].rc == ERR_UNAVAILABLE || parts[s].disk_full)) run_part(c, &parts[s], s, write);
   }
   for (uint32_t s = 0; s < c->n; s++) {
     part_t *p = &parts[s];
@@ -381,13 +439,6 @@ int embc_write_done(embc_t *c, const uint64_t *keys, size_t n, const float *rows
   return chunked(c, keys, n, NULL, rows, 1, done, err, err_len);
 }
 
-int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len) {
-  embc_probe_t p;
-  int rc = embc_probe(c, server, &p, err, err_len);
-  *incarnation = p.incarnation;
-  return rc;
-}
-
 int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t err_len) {
   memset(out, 0, sizeof *out);
   if (server >= c->n) return err_set(err, err_len, -EINVAL, "no embedding server %u (there are %u)", server, c->n);
@@ -401,10 +452,22 @@ int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t 
   if (rc)
     return err_set(err, err_len, rc, "embedding server %u (%s): %s%s%s", server, c->addrs[server], err_str(rc),
                    st.message[0] ? ": " : "", st.message);
-  const Chanter__Embedding__V1__StatsResponse *sr = (const void *)resp;
-  out->incarnation = sr->incarnation;
-  out->lost_disk = sr->lost_disk;
-  snprintf(out->restored, sizeof out->restored, "%s", sr->restored_checkpoint ? sr->restored_checkpoint : "");
+  const Chanter__Embedding__V1__StatsResponse *r = (const void *)resp;
+  out->incarnation = r->incarnation;
+  out->lost_disk = r->lost_disk;
+  snprintf(out->restored, sizeof out->restored, "%s", r->restored_checkpoint ? r->restored_checkpoint : "");
+  out->disk_full = r->disk_full;
+  out->disk_full_since = r->disk_full_since;
+  out->disk_free_bytes = r->disk_free_bytes;
+  out->disk_total_bytes = r->disk_total_bytes;
+  snprintf(out->data_dir, sizeof out->data_dir, "%s", r->data_dir ? r->data_dir : "");
   protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
+}
+
+int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len) {
+  embc_probe_t p;
+  int rc = embc_probe(c, server, &p, err, err_len);
+  *incarnation = p.incarnation;
+  return rc;
 }

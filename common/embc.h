@@ -9,7 +9,14 @@
  * server with another table layout refuses rather than returning rows of the
  * wrong shape.  A server that is briefly unavailable (restarting) is retried
  * with backoff until rpc.timeout_ms; lookups and write-backs are idempotent,
- * so a retry is safe.  Thread-safe: several threads may call at once.
+ * so a retry is safe.  A server whose data dir is full (RESOURCE_EXHAUSTED,
+ * "No space left on device") is retried with backoff too, for up to
+ * embedding.disk_full_timeout_s and EMBC_DISK_FULL_GRACE_MS: then the call
+ * fails with -ENOSPC, its sentence naming the server, its data dir and the
+ * free space.  (The grace lets a job's oracle, which watches the servers'
+ * disks, end the job first, at the timeout, saying why.)  Any call (the
+ * admin ones too) may so wait that long.  Thread-safe: several threads
+ * may call at once.
  */
 #ifndef CHANTER_EMBC_H
 #define CHANTER_EMBC_H
@@ -25,6 +32,8 @@
 #include "table.h"
 
 typedef struct embc_s embc_t;
+
+#define EMBC_DISK_FULL_GRACE_MS 3000
 
 /* Connects to the servers of cfg (cluster.embedding, which must list
  * embedding_servers addresses).  0, or ERR_CONFIG / -errno with err. */
@@ -98,13 +107,19 @@ EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
 #define EMBC_PROBE_TIMEOUT_MS 1000
 int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *err, size_t err_len);
 
-/* The same probe, with what else a brief Stats says of a restart: whether
- * the server started on a lost disk (StatsResponse.lost_disk) and the
- * checkpoint it restored from its backups then. */
+/* The same probe, with what else a brief Stats says: whether the server
+ * started on a lost disk (StatsResponse.lost_disk) and the checkpoint it
+ * restored from its backups then; whether its data dir is full (its
+ * writes wait), since when, its free and total bytes, the data dir.
+ * Returns as embc_incarnation. */
 typedef struct embc_probe_s {
   uint64_t incarnation;
   int lost_disk;
   char restored[80];
+  int disk_full;
+  double disk_full_since; /* unix seconds */
+  uint64_t disk_free_bytes, disk_total_bytes;
+  char data_dir[512];
 } embc_probe_t;
 int embc_probe(embc_t *c, uint32_t server, embc_probe_t *out, char *err, size_t err_len);
 

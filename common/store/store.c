@@ -54,7 +54,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "store_internal.h"
@@ -76,12 +79,32 @@ void store__set_why(char *why, size_t why_len, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* The one place a RocksDB error string becomes a code (store_internal.h). */
+/* The one place a RocksDB error string becomes a code (store_internal.h).
+ * RocksDB's C API gives only its status as text: a full disk is
+ * "IO error: No space left on device: While appending to file: ..." (its
+ * IOStatus NoSpace, strerror(ENOSPC) in it), from the write itself or, once
+ * a flush failed for lack of space, from the background error every later
+ * write returns. */
 int store__kv_fail(const char *op, char *err, char *why, size_t why_len) {
+  int nospace = err && (strstr(err, "No space left on device") || strstr(err, "NoSpace"));
   log_error("rocksdb call failed op=%s error=\"%s\"", op, err ? err : "unknown");
   store__set_why(why, why_len, "the storage engine failed during %s: %s", op, err ? err : "unknown error");
   rocksdb_free(err);
-  return ERR_KV;
+  return nospace ? -ENOSPC : ERR_KV;
+}
+
+int store__stopped(store_t *s, char *why, size_t why_len) {
+  if (!atomic_load(&s->nospace)) return 0;
+  store__set_why(why, why_len, "the storage engine stopped taking writes when %s filled up (%s) and takes them "
+                 "again once the store is reopened, which waits for room", s->dir, strerror(ENOSPC));
+  return -ENOSPC;
+}
+
+int store__nospace(store_t *s, int rc) {
+  if (rc == -ENOSPC && !atomic_exchange(&s->nospace, 1))
+    log_warn("embedding store out of disk space dir=%s: RocksDB takes no writes until the store is reopened "
+             "(store_resume, once space is back); reads go on", s->dir);
+  return rc;
 }
 
 bool store__valid_name(const char *s, size_t max) {
@@ -155,6 +178,11 @@ static int options_create(store_t *s, size_t block_cache_bytes) {
   rocksdb_options_set_max_open_files(o, store__open_files_budget()); /* table readers stay open */
   rocksdb_options_set_keep_log_file_num(o, 5);           /* RocksDB's own LOG: bounded */
   rocksdb_options_set_max_log_file_size(o, 16u << 20);
+  /* RocksDB's LOG holds fatal lines only: Debian's RocksDB 7.8 is built with
+   * assertions, and a second line into a LOG whose append failed (a full
+   * disk) aborts the process (WritableFileWriter's "sync_without_flush_called_").
+   * Every RocksDB error a call meets is in our log (store__kv_fail). */
+  rocksdb_options_set_info_log_level(o, 4); /* FATAL_LEVEL */
   /* WAL: on by default and never disabled here; sync per request below */
   rocksdb_writeoptions_set_sync(s->wo, (unsigned char)(s->sync_writes != 0));
   rocksdb_writeoptions_set_sync(s->wo_sync, 1); /* metadata: always durable */
@@ -330,10 +358,87 @@ void store_close(store_t *s) {
 int store__enter_shared(store_t *s, char *why, size_t why_len) {
   pthread_rwlock_rdlock(&s->lock);
   if (s->db) return 0;
+  int reopening = s->reopen_failed;
   pthread_rwlock_unlock(&s->lock);
+  if (reopening) {
+    store__set_why(why, why_len, "the store of %s is closed until it reopens after its disk was full (%s); "
+                   "it reopens by itself once there is space", s->dir, strerror(ENOSPC));
+    return -ENOSPC;
+  }
   store__set_why(why, why_len, "the store of %s is unusable after a failed restore; restart the server",
                  s->dir);
   return ERR_KV;
+}
+
+/* ------------------------------------------------------------ a full disk */
+
+/* Bytes of the write-ahead logs in db/: what a reopen replays and flushes
+ * into a table file (uncompressed rows: about as large). */
+static uint64_t wal_bytes(const store_t *s) {
+  uint64_t n = 0;
+  DIR *d = opendir(s->db_path);
+  if (!d) return 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    struct stat st;
+    if (l < 5 || strcmp(de->d_name + l - 4, ".log")) continue;
+    if (fstatat(dirfd(d), de->d_name, &st, 0) == 0) n += (uint64_t)st.st_size;
+  }
+  closedir(d);
+  return n;
+}
+
+int store_space(store_t *s, store_space_t *out) {
+  struct statvfs v;
+  memset(out, 0, sizeof *out);
+  out->nospace = atomic_load(&s->nospace);
+  if (statvfs(s->dir, &v) != 0) return -errno;
+  out->free_bytes = (uint64_t)v.f_bavail * v.f_frsize;
+  out->total_bytes = (uint64_t)v.f_blocks * v.f_frsize;
+  if (out->nospace) out->need_bytes = wal_bytes(s) + STORE_RESUME_MARGIN;
+  return 0;
+}
+
+/* Why a close and an open, not a resume: RocksDB 7.8's C API has no
+ * rocksdb_resume, and without an SstFileManager RocksDB does not recover
+ * from a NoSpace background error by itself.  Nothing acknowledged is lost:
+ * every acknowledged write is in the write-ahead log (the write that failed
+ * was not acknowledged; what of it reached the log's tail is a torn record
+ * that point-in-time recovery stops at).  The open replays the logs and
+ * flushes them into a table file, which is why it waits for their size in
+ * free space: an open that still fails leaves the logs as they were, and
+ * the next call tries again.  The memory tier stays: it only ever holds
+ * rows that were in the log. */
+int store_resume(store_t *s, int *reopened, char *why, size_t why_len) {
+  store_space_t sp;
+  *reopened = 0;
+  if (!atomic_load(&s->nospace)) return 0;
+  int rc = store_space(s, &sp);
+  if (rc) {
+    store__set_why(why, why_len, "cannot read the free space of %s: %s", s->dir, strerror(-rc));
+    return rc;
+  }
+  if (sp.free_bytes < sp.need_bytes) {
+    store__set_why(why, why_len, "%s has %.1f MiB free; reopening the store needs %.1f MiB (its write-ahead "
+                   "logs and a margin)", s->dir, sp.free_bytes / 1048576.0, sp.need_bytes / 1048576.0);
+    return -ENOSPC;
+  }
+  pthread_rwlock_wrlock(&s->lock);
+  store__db_close(s);
+  rc = store__db_open(s, why, why_len);
+  s->reopen_failed = rc != 0;
+  if (!rc) atomic_store(&s->nospace, 0);
+  pthread_rwlock_unlock(&s->lock);
+  if (rc) {
+    log_error("embedding store does not reopen after a full disk dir=%s reason=\"%s\": the next try comes "
+              "later; the write-ahead logs are kept", s->dir, why ? why : err_str(rc));
+    return rc == ERR_KV ? -ENOSPC : rc;
+  }
+  log_info("embedding store reopened after a full disk dir=%s free_mb=%.1f: it takes writes again", s->dir,
+           sp.free_bytes / 1048576.0);
+  *reopened = 1;
+  return 0;
 }
 
 /* ------------------------------------------------------------ clear */
@@ -356,6 +461,8 @@ static const char key_space_end[] = "\xff\xff\xff\xff\xff\xff\xff\xff\xff";
  * returned. */
 static int clear_live(store_t *s, char *why, size_t why_len) {
   char *err = NULL;
+  int rc = store__stopped(s, why, why_len);
+  if (rc) return rc;
   const int cfs[] = {CF_ROWS, CF_BLOBS};
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   if (!wb) return -ENOMEM;
@@ -364,7 +471,7 @@ static int clear_live(store_t *s, char *why, size_t why_len) {
                                        sizeof key_space_end - 1);
   rocksdb_write(s->db, s->wo_sync, wb, &err);
   rocksdb_writebatch_destroy(wb);
-  if (err) return store__kv_fail("clear (delete range)", err, why, why_len);
+  if (err) return store__nospace(s, store__kv_fail("clear (delete range)", err, why, why_len));
   for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
     rocksdb_delete_file_in_range_cf(s->db, s->cf[cfs[i]], NULL, 0, NULL, 0, &err); /* all */
     if (err) {

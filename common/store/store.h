@@ -23,8 +23,8 @@
  *
  * Errors: 0 or a negative code (err.h): -EINVAL / -ENOENT / -ERANGE /
  * ERR_WRONGSHARD for bad requests, ERR_KV for RocksDB failures (the RocksDB
- * message is logged), ERR_LAYOUT, ERR_NOTFOUND, ERR_EXISTS, -ENOMEM, -errno
- * for file-system failures.  Functions taking `why` fill it (if non-NULL)
+ * message is logged), -ENOSPC for a full disk (below), ERR_LAYOUT,
+ * ERR_NOTFOUND, ERR_EXISTS, -ENOMEM, -errno for file-system failures.  Functions taking `why` fill it (if non-NULL)
  * with a sentence a person can act on whenever they fail.
  */
 #ifndef CHANTER_STORE_H
@@ -243,6 +243,37 @@ typedef struct store_stats_s {
 /* A snapshot of the counters (each read atomically; not a consistent cut).
  * Any thread. */
 void store_stats(store_t *s, store_stats_t *st);
+
+/* ------------------------------------------------------------ a full disk
+ *
+ * A write that fails for lack of space (RocksDB's "No space left on
+ * device", also while a checkpoint flushes; a file of our own) returns
+ * -ENOSPC with `why` saying so, and nothing of it is acknowledged.  RocksDB
+ * then takes no writes (its background error; reads go on) until
+ * store_resume() reopens it, which it does once the data dir has the room
+ * the reopen needs.  Every acknowledged write survives (the write-ahead
+ * log). */
+
+/* free space a reopen needs beyond the write-ahead logs' bytes */
+#define STORE_RESUME_MARGIN (4u << 20)
+
+typedef struct store_space_s {
+  uint64_t free_bytes, total_bytes; /* statvfs of the data dir: available to us, and the whole */
+  uint64_t need_bytes;              /* when nospace: what store_resume waits for */
+  int nospace;                      /* a RocksDB write failed for lack of space; not reopened since */
+} store_space_t;
+
+/* The data dir's space and whether the store waits to be reopened.  0 or
+ * -errno (statvfs).  Any thread. */
+int store_space(store_t *s, store_space_t *out);
+
+/* When the store is marked (a RocksDB write met a full disk) and the data
+ * dir has need_bytes free: closes RocksDB and opens it again (excluding
+ * every other call, as store_restore does) so that it takes writes again;
+ * *reopened = 1.  0 with *reopened = 0: nothing to do.  -ENOSPC: not
+ * enough space yet, or the open failed (logged; calls then answer -ENOSPC
+ * until a later store_resume opens it).  Any thread. */
+int store_resume(store_t *s, int *reopened, char *why, size_t why_len);
 
 /* The data dir (owned by s, valid until close).  Any thread. */
 const char *store_dir(const store_t *s);

@@ -27,8 +27,10 @@ int store_put_blob(store_t *s, const char *name, const void *data, size_t len, c
   }
   int rc = store__enter_shared(s, why, why_len);
   if (rc) return rc;
-  rocksdb_put_cf(s->db, s->wo, s->cf[CF_BLOBS], name, strlen(name), len ? data : "", len, &err);
-  if (err) rc = store__kv_fail("put_blob", err, why, why_len);
+  if ((rc = store__stopped(s, why, why_len)) == 0) {
+    rocksdb_put_cf(s->db, s->wo, s->cf[CF_BLOBS], name, strlen(name), len ? data : "", len, &err);
+    if (err) rc = store__nospace(s, store__kv_fail("put_blob", err, why, why_len));
+  }
   pthread_rwlock_unlock(&s->lock);
   return rc;
 }

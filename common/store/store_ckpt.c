@@ -76,15 +76,16 @@ int store_checkpoint(store_t *s, const char *id, store_checkpoint_info_t *info, 
     store__set_why(why, why_len, "cannot prepare %s: %s", s->ckpt_tmp_dir, strerror(-rc));
     goto out;
   }
+  if ((rc = store__stopped(s, why, why_len))) goto out;
   cp = rocksdb_checkpoint_object_create(s->db, &err);
   if (err) {
-    rc = store__kv_fail("checkpoint_object_create", err, why, why_len);
+    rc = store__nospace(s, store__kv_fail("checkpoint_object_create", err, why, why_len));
     goto out;
   }
   /* log_size_for_flush 0: flush memtables first, so the checkpoint is SSTs */
   rocksdb_checkpoint_create(cp, stage, 0, &err);
   if (err) {
-    rc = store__kv_fail("checkpoint_create", err, why, why_len);
+    rc = store__nospace(s, store__kv_fail("checkpoint_create", err, why, why_len));
     goto out;
   }
   store__fault("staged");
@@ -243,8 +244,12 @@ int store_restore(store_t *s, const char *id, char *why, size_t why_len) {
   }
   if (!s->db) {
     char why2[256];
-    if (store__db_open(s, why2, sizeof why2) != 0)
-      log_error("store unusable after failed restore dir=%s reason=%s", s->dir, why2);
+    int r2 = store__db_open(s, why2, sizeof why2);
+    if (r2 == -ENOSPC) { /* a full disk: store_resume opens it once there is space */
+      s->reopen_failed = 1;
+      store__nospace(s, r2);
+    }
+    if (r2) log_error("store unusable after failed restore dir=%s reason=%s", s->dir, why2);
   }
   if (s->hot) store_hot_clear(s->hot);
   if (rc == 0) log_info("checkpoint restored id=%s dir=%s bytes=%" PRIu64, id, s->dir, bytes);

@@ -68,7 +68,14 @@ struct store_s {
   pthread_mutex_t fence_mu; /* fence and data_dir/FENCE */
   store_fence_t fence;
 
-  /* RocksDB.  db is NULL only after a restore failed to reopen anything. */
+  /* A RocksDB write failed for lack of space (store__kv_fail said -ENOSPC):
+   * the DB may have stopped writing (a background error), so store_resume
+   * closes and reopens it once space is back.  reopen_failed: that reopen
+   * did not open (db is NULL until the next one does). */
+  _Atomic int nospace;
+  int reopen_failed;
+  /* RocksDB.  db is NULL only after a restore failed to reopen anything, or
+   * while a reopen after a full disk has not succeeded yet (reopen_failed). */
   rocksdb_t *db;
   rocksdb_column_family_handle_t *cf[CF_N];
   rocksdb_options_t *dbo; /* the DB's options, also used for every CF */
@@ -99,8 +106,15 @@ static inline uint64_t key_from_be(const char *p) {
 __attribute__((format(printf, 3, 4))) void store__set_why(char *why, size_t why_len,
                                                           const char *fmt, ...);
 /* The one place a RocksDB error string becomes a code: logged, copied into
- * why, freed.  Returns ERR_KV. */
+ * why, freed.  Returns -ENOSPC for RocksDB's "No space left on device" (a
+ * full disk: the caller marks the store with store__nospace), else ERR_KV. */
 int store__kv_fail(const char *op, char *err, char *why, size_t why_len);
+/* rc; when it is -ENOSPC, the store is marked for store_resume. */
+int store__nospace(store_t *s, int rc);
+/* -ENOSPC with why when the store is so marked (RocksDB takes no writes
+ * until reopened: a write answers at once, without RocksDB's error and its
+ * log line), else 0. */
+int store__stopped(store_t *s, char *why, size_t why_len);
 /* [A-Za-z0-9._-]{1,max}, and not "." or ".." (they name directories). */
 bool store__valid_name(const char *s, size_t max);
 /* "a/b", malloc'ed; NULL when out of memory. */

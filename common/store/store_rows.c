@@ -211,6 +211,7 @@ int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
     goto out;
   }
   if (n == 0) goto out;
+  if ((rc = store__stopped(s, why, why_len))) goto out;
   if (!(wb = rocksdb_writebatch_create())) {
     rc = -ENOMEM;
     goto out;
@@ -225,7 +226,7 @@ int store_write(store_t *s, const uint64_t *keys, size_t n, const float *rows,
   }
   rocksdb_write(s->db, s->wo, wb, &err);
   if (err) {
-    rc = store__kv_fail("write", err, why, why_len);
+    rc = store__nospace(s, store__kv_fail("write", err, why, why_len));
     goto out;
   }
   /* after the batch is durable: the memory tier never runs ahead of the WAL */

@@ -15,7 +15,7 @@
  * embedding.max_blob_mb, every written float finite, and the client's
  * layout fingerprint present (never 0) and equal to ours.  What is larger
  * than any request within these limits never reaches us: the server's gRPC
- * receive limit is set from them (embedding_limits_max_request), and gRPC
+ * receive limit is set from them (main.c: limits_max_request), and gRPC
  * refuses a message from its length.  Key-level checks
  * (unknown table, row out of range, wrong shard, row length) are done by the
  * store, which writes nothing of a request it rejects.  Errors are gRPC
@@ -30,6 +30,11 @@
  * fence is read back from the store.  Every process also draws a random
  * incarnation, returned by Stats and Fence, so that a prober can tell a
  * restarted server from one that kept running.
+ *
+ * A full disk is not the caller's failure: any call whose work met
+ * -ENOSPC is answered RESOURCE_EXHAUSTED with a sentence naming this
+ * server, its data dir and the free space, and Stats says the server is
+ * disk-full until the store takes writes again (embedding_disk.h).
  */
 #include "embedding_service.h"
 
@@ -47,6 +52,7 @@
 #include "clock.h"
 #include "embedding.pb-c.h"
 #include "embedding_backup.h"
+#include "embedding_disk.h"
 #include "embedding_epoch.h"
 #include "err.h"
 #include "log.h"
@@ -86,6 +92,7 @@ struct embedding_service_s {
   char fence_id[128];
   struct work_s *parked, *parked_tail;
   uint64_t n_parked;
+  embedding_disk_t disk; /* a full disk (embedding_disk.h) */
 };
 
 /* One call: checked on the loop, its storage work run on a worker thread,
@@ -257,6 +264,10 @@ static void stats_identity(embedding_service_t *svc, Chanter__Embedding__V1__Sta
   const char *restored = "";
   r->lost_disk = embedding_backup_lost(svc->backup, &restored);
   r->restored_checkpoint = (char *)restored;
+  r->disk_full = svc->disk.full_since > 0;
+  r->disk_full_since = svc->disk.full_since;
+  r->disk_free_bytes = svc->disk.space.free_bytes;
+  r->disk_total_bytes = svc->disk.space.total_bytes;
 }
 
 static void fill_cp(Chanter__Embedding__V1__CheckpointInfo *o, store_checkpoint_info_t *c) {
@@ -663,6 +674,10 @@ static const method_t methods[] = {
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
+void embedding_service_stop(embedding_service_t *svc) {
+  if (svc) embedding_disk_stop(&svc->disk);
+}
+
 /* ---- the conductor of a call: the same for every method */
 
 static void work_cb(uv_work_t *req) {
@@ -678,8 +693,11 @@ static void after_cb(uv_work_t *req, int status) {
     if (methods[w->m].failed) methods[w->m].failed(w);
     metrics_counter_inc(svc->mm[w->m].errors);
     if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", err_str(w->rc));
-    log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call), err_str(w->rc),
-             w->why);
+    /* a full disk: the sentence every caller gets; refusals are said once, when it filled */
+    int known = w->rc == -ENOSPC && embedding_disk_full(&svc->disk, w->name, w->why, sizeof w->why);
+    if (!known)
+      log_warn("rpc failed method=%s peer=%s err=\"%s\" why=\"%s\"", w->name, rpc_call_peer(w->call),
+               err_str(w->rc), w->why);
     rpc_call_fail(w->call, w->rc, "%s: %s", w->name, w->why);
   } else {
     methods[w->m].reply(w);
@@ -790,21 +808,6 @@ static void collect(void *ud) {
   metrics_gauge_set(svc->evictions, (double)s.hot_evictions);
 }
 
-void embedding_limits_from_cfg(const cfg_t *cfg, embedding_limits_t *out) {
-  out->lookup_keys = (uint64_t)cfg_int(cfg, "embedding.max_lookup_keys");
-  out->write_keys = (uint64_t)cfg_int(cfg, "embedding.max_write_keys");
-  out->blob_bytes = (uint64_t)cfg_int(cfg, "embedding.max_blob_mb") << 20;
-}
-
-size_t embedding_limits_max_request(const embedding_limits_t *lim, const table_layout_t *layout) {
-  uint64_t lookup = lim->lookup_keys * 8;
-  uint64_t write = lim->write_keys * (8 + (uint64_t)table_max_row_floats(layout) * 4);
-  uint64_t m = lookup > write ? lookup : write;
-  if (lim->blob_bytes > m) m = lim->blob_bytes;
-  m += 1u << 20; /* names, ids, a manifest, protobuf framing */
-  return m > SIZE_MAX ? SIZE_MAX : (size_t)m;
-}
-
 int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store, const table_layout_t *layout,
                              const embedding_limits_t *limits, uint32_t shard, uint32_t n_shards,
                              metrics_registry_t *reg, embedding_service_t **out) {
@@ -871,6 +874,7 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
     embedding_service_destroy(svc);
     return rc;
   }
+  embedding_disk_init(&svc->disk, loop, store, shard, reg); /* (its timer: once nothing can fail) */
   *out = svc;
   return 0;
 }

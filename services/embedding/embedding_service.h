@@ -28,20 +28,16 @@ typedef struct embedding_limits_s {
   uint64_t blob_bytes;
 } embedding_limits_t;
 
-/* The limits of the job (cfg). */
-void embedding_limits_from_cfg(const cfg_t *cfg, embedding_limits_t *out);
-
-/* The largest request a client within the limits sends (a WriteBack of
- * write_keys rows of the layout's largest row, a Lookup, a PutBlob, plus
- * room for the other fields): the server's gRPC receive limit. */
-size_t embedding_limits_max_request(const embedding_limits_t *lim, const table_layout_t *layout);
-
 /* Registers the Embedding service's handlers on server and its metrics on
  * reg (required).  The store and registry stay the caller's and must
  * outlive the service; limits is copied.  Loop thread. */
 int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *store,
                        const table_layout_t *layout, const embedding_limits_t *limits, uint32_t shard,
                        uint32_t n_shards, metrics_registry_t *reg, embedding_service_t **out);
+/* Closes the service's timer (the full disk's check): after the loop ran,
+ * before daemon_close's last run of it (which completes the close).  Loop
+ * thread; NULL is a no-op. */
+void embedding_service_stop(embedding_service_t *svc);
 void embedding_service_destroy(embedding_service_t *svc);
 
 /* This process's incarnation: random, non-zero, drawn by

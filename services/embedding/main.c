@@ -10,6 +10,7 @@
  * watchdog, and on SIGTERM/SIGINT drain in-flight calls and close RocksDB.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,25 @@ static void usage(FILE *f) {
           "  --data-dir    RocksDB directory (default: embedding.data_dir, %%i = shard)\n"
           "  --metrics-port  Prometheus port (default: RPC port + embedding.metrics_port_offset)\n"
           "  --ready-file  write {\"rpc_port\":..,\"metrics_port\":..} here once serving\n");
+}
+
+/* The limits of the job (cfg). */
+static void limits_from_cfg(const cfg_t *cfg, embedding_limits_t *out) {
+  out->lookup_keys = (uint64_t)cfg_int(cfg, "embedding.max_lookup_keys");
+  out->write_keys = (uint64_t)cfg_int(cfg, "embedding.max_write_keys");
+  out->blob_bytes = (uint64_t)cfg_int(cfg, "embedding.max_blob_mb") << 20;
+}
+
+/* The largest request a client within the limits sends (a WriteBack of
+ * write_keys rows of the layout's largest row, a Lookup, a PutBlob, plus
+ * room for the other fields): the server's gRPC receive limit. */
+static size_t limits_max_request(const embedding_limits_t *lim, const table_layout_t *layout) {
+  uint64_t lookup = lim->lookup_keys * 8;
+  uint64_t write = lim->write_keys * (8 + (uint64_t)table_max_row_floats(layout) * 4);
+  uint64_t m = lookup > write ? lookup : write;
+  if (lim->blob_bytes > m) m = lim->blob_bytes;
+  m += 1u << 20; /* names, ids, a manifest, protobuf framing */
+  return m > SIZE_MAX ? SIZE_MAX : (size_t)m;
 }
 
 int main(int argc, char **argv) {
@@ -112,9 +132,9 @@ int main(int argc, char **argv) {
   }
   rc = 1;
   embedding_limits_t lim;
-  embedding_limits_from_cfg(cfg, &lim);
+  limits_from_cfg(cfg, &lim);
   if (daemon_init_max_receive(&d, "chanter-embedding", cfg, listen, (int)cfg_int(cfg, "embedding.drain_ms"),
-                              "chanter_embedding", embedding_limits_max_request(&lim, &layout)))
+                              "chanter_embedding", limits_max_request(&lim, &layout)))
     goto out_daemon;
   if (embedding_service_create(d.loop, d.server, store, &layout, &lim, (uint32_t)shard, (uint32_t)n_shards, d.reg,
                                &svc))
@@ -135,6 +155,7 @@ int main(int argc, char **argv) {
   rc = daemon_run(&d);
 
 out_daemon:
+  embedding_service_stop(svc);
   daemon_close(&d); /* server, metrics endpoint: nothing calls into the store after this */
   embedding_service_destroy(svc);
   embedding_backup_destroy(backup); /* a backup under way completes: it reads the store */

@@ -186,6 +186,14 @@ void oracle_job__lose(oracle_job_t *j, const char *kind, const char *who, int ra
     oracle_job__error(j, ERR_UNAVAILABLE, "%s was lost: %s", who, why);
     return;
   }
+  /* no recovery onto a full disk: its restore and replay would meet it too */
+  char full[640];
+  if (oracle_probe__disk_full(j, full, sizeof full)) {
+    oracle_job__error(j, -ENOSPC, "%s was lost (%s) while the job was paused: %s; the job does not recover onto a "
+                      "full disk: free space there, then `chanter train --resume` goes on from the last complete "
+                      "checkpoint", who, why, full);
+    return;
+  }
   j->lost = 1;
   j->lost_rank = rank;
   snprintf(j->lost_kind, sizeof j->lost_kind, "%s", kind);

@@ -416,6 +416,16 @@ typedef struct oracle_probe_s {
   uint64_t *restarts_of;   /* S: its restarts seen */
   uint64_t restarts;
   metrics_counter_t *m_restarts;
+  /* a full disk (StatsResponse.disk_full): S entries; the job is paused while
+   * one is full, and fails once one was full for disk_full_s */
+  struct oracle_disk_s {
+    int full;
+    double since;             /* unix seconds, the server's */
+    uint64_t free, total;     /* bytes */
+    char dir[256];            /* its data dir */
+    metrics_gauge_t *g_full;  /* chanter_oracle_embedding_disk_full{server="s"} */
+  } *disk;
+  double disk_full_s; /* embedding.disk_full_timeout_s */
 } oracle_probe_t;
 
 /* ---- the job (oracle_job.c) */
@@ -586,6 +596,14 @@ void oracle_probe__free(oracle_job_t *j);
 /* The servers' incarnations when the run's epoch was raised (0: unknown):
  * a restart after that is one the probe must see. */
 void oracle_probe__baseline(oracle_job_t *j, const uint64_t *incs, uint32_t n);
+/* 1 with a sentence in why when the probe last saw an embedding server
+ * whose data dir is full (the job is paused for it: its writes and
+ * checkpoints wait), else 0 (why ""). */
+int oracle_probe__disk_full(const oracle_job_t *j, char *why, size_t why_len);
+/* An iteration completed: while a server is seen disk-full, the next probe
+ * comes at once (the pause may be over: it is said without waiting for the
+ * once-a-second probe).  Loop thread. */
+void oracle_probe__progress(oracle_job_t *j);
 
 /* ---- oracle_fetch.c */
 

@@ -252,10 +252,14 @@ static void json_job(sbuf_t *b, oracle_page_t *pg, const oracle_job_t *j, uint32
   sb_num(b, "trainers", num(summary, "trainers"));
   sb_printf(b, ", ");
   sb_num(b, "batch_size", batch);
-  char s[64] = "";
+  char s[64] = "", paused[640] = "";
   json_get_str(summary ? summary : "", "mode", s, sizeof s);
   sb_printf(b, ", ");
   sb_str(b, "mode", s);
+  /* what holds a training job (a server's full disk), "" when nothing */
+  json_get_str(summary ? summary : "", "paused", paused, sizeof paused);
+  sb_printf(b, ", ");
+  sb_str(b, "paused", paused);
   sb_printf(b, "}");
 }
 

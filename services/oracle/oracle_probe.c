@@ -17,6 +17,15 @@
  * rolled back to the newest checkpoint complete on every server.  A server
  * that does not answer is logged once; the trainers' calls retry it.
  *
+ * The same answer says whether the server's data dir is full (its writes
+ * and checkpoints answered RESOURCE_EXHAUSTED: the trainers and the
+ * checkpoint retry them, embc.c).  That is no loss: the job is paused,
+ * said in the log, the status (oracle_probe__disk_full: summary.json's
+ * "paused", the status page) and chanter_oracle_embedding_disk_full, and
+ * goes on by itself once the server has space again; after
+ * embedding.disk_full_timeout_s of it the job fails, naming the server
+ * and its data dir.
+ *
  * j->probe is this file's; the loop side runs on the loop thread, the
  * calls on the worker pool (they read the job's shape and embc only).
  * What it saw of each server (incarnation, restarts, last answer) is
@@ -53,6 +62,63 @@ static void probe_free(probe_work_t *w) {
   free(w);
 }
 
+static void disk_sentence(const oracle_job_t *j, uint32_t s, char *out, size_t n) {
+  const struct oracle_disk_s *d = &j->probe.disk[s];
+  snprintf(out, n, "embedding server %u (%s) ran out of space in its data dir %s (%.1f MiB free of %.1f MiB now)", s,
+           embc_address(j->ckpt.embc, s), d->dir, d->free / 1048576.0, d->total / 1048576.0);
+}
+
+/* What server s said of its disk: the pause starts or ends (logged), or
+ * it lasted too long (the job fails). */
+static void disk_seen(oracle_job_t *j, uint32_t s, const embc_probe_t *p) {
+  oracle_probe_t *pr = &j->probe;
+  struct oracle_disk_s *d = &pr->disk[s];
+  int was = d->full;
+  d->full = p->disk_full;
+  d->since = p->disk_full_since;
+  d->free = p->disk_free_bytes;
+  d->total = p->disk_total_bytes;
+  snprintf(d->dir, sizeof d->dir, "%.255s", p->data_dir);
+  metrics_gauge_set(d->g_full, d->full ? 1 : 0);
+  char why[640];
+  disk_sentence(j, s, why, sizeof why);
+  double wall = clock_wall_s();
+  if (d->full && !was)
+    log_warn("the job is paused: %s; its write-backs and checkpoints wait, for up to %.0f s "
+             "(embedding.disk_full_timeout_s); free space there and the job goes on by itself",
+             why, pr->disk_full_s);
+  else if (!d->full && was)
+    log_info("the job goes on: embedding server %u's data dir %s has space again (%.1f MiB free)", s, d->dir,
+             d->free / 1048576.0);
+  if (d->full && d->since > 0 && wall - d->since >= pr->disk_full_s)
+    oracle_job__error(j, -ENOSPC,
+                      "%s, for %.0f s (embedding.disk_full_timeout_s = %.0f): free space there, then `chanter train "
+                      "--resume` goes on from the last complete checkpoint",
+                      why, wall - d->since, pr->disk_full_s);
+}
+
+static void on_probe(uv_timer_t *t);
+
+void oracle_probe__progress(oracle_job_t *j) {
+  oracle_probe_t *pr = &j->probe;
+  if (!pr->open || !pr->disk || pr->running) return;
+  for (uint32_t s = 0; s < j->ckpt.S; s++)
+    if (pr->disk[s].full) {
+      on_probe(&pr->timer);
+      return;
+    }
+}
+
+int oracle_probe__disk_full(const oracle_job_t *j, char *why, size_t why_len) {
+  if (why_len) why[0] = 0;
+  for (uint32_t s = 0; j->probe.disk && s < j->ckpt.S; s++) {
+    if (!j->probe.disk[s].full) continue;
+    disk_sentence(j, s, why, why_len);
+    return 1;
+  }
+  return 0;
+}
+
 static void probe_done(uv_work_t *req, int status) {
   probe_work_t *w = req->data;
   oracle_job_t *j = w->j;
@@ -64,6 +130,7 @@ static void probe_done(uv_work_t *req, int status) {
   }
   double now = oracle_job__now();
   for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    if (!w->rc[s]) disk_seen(j, s, &w->p[s]);
     if (w->rc[s]) {
       if (!pr->down_since[s]) {
         pr->down_since[s] = now;
@@ -136,6 +203,16 @@ int oracle_probe__init(oracle_job_t *j, metrics_registry_t *reg) {
   pr->m_restarts = metrics_counter(reg, "embedding_restarts_total", NULL,
                                    "embedding servers seen restarted (another incarnation) by the oracle's probe");
   if (!j->ckpt.enabled) return 0;
+  pr->disk_full_s = (double)cfg_int(j->cfg, "embedding.disk_full_timeout_s");
+  if (!(pr->disk = calloc(j->ckpt.S, sizeof *pr->disk))) return -ENOMEM;
+  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+    char l[32];
+    snprintf(l, sizeof l, "server=\"%u\"", s);
+    pr->disk[s].g_full = metrics_gauge(reg, "embedding_disk_full", l,
+                                       "1 while the oracle's probe sees this embedding server's data dir full (the job "
+                                       "is paused for it)");
+    metrics_gauge_set(pr->disk[s].g_full, 0);
+  }
   if (!(pr->inc = calloc(j->ckpt.S, sizeof *pr->inc)) || !(pr->down_since = calloc(j->ckpt.S, sizeof *pr->down_since)) ||
       !(pr->last_answer = calloc(j->ckpt.S, sizeof *pr->last_answer)) ||
       !(pr->restarts_of = calloc(j->ckpt.S, sizeof *pr->restarts_of)))
@@ -180,6 +257,8 @@ uint32_t oracle_job_servers(const oracle_job_t *j, oracle_server_info_t *out, ui
 }
 
 void oracle_probe__free(oracle_job_t *j) {
+  free(j->probe.disk);
+  j->probe.disk = NULL;
   free(j->probe.inc);
   free(j->probe.down_since);
   free(j->probe.last_answer);

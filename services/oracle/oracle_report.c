@@ -110,6 +110,7 @@ static void complete_iteration(oracle_job_t *j, oracle_agg_t *a) {
     rp->t_first_done = now;
   }
   rp->done++;
+  oracle_probe__progress(j);
   oracle_timeline__iteration(j, a, loss, now);
   metrics_gauge_set(j->m.iteration, (double)rp->done);
   metrics_gauge_set(j->m.loss, loss);
@@ -702,6 +703,13 @@ char *oracle_report__summary(const oracle_job_t *j) {
       snprintf(why, sizeof why, "lookahead = auto: measuring the first batches, %llu of %llu (oracle.measure_batches)",
                (unsigned long long)pp->measure_ready, (unsigned long long)pp->measure);
     sb_str(&b, "startup", why);
+    sb_printf(&b, ", ");
+  }
+  /* a server's full disk holds the job (oracle_probe.c): the sentence, "" when none */
+  {
+    char why[640] = "";
+    if (!oracle_job__over(j)) oracle_probe__disk_full(j, why, sizeof why);
+    sb_str(&b, "paused", why);
     sb_printf(&b, ", ");
   }
   sb_str(&b, "mode", j->mode);

@@ -214,8 +214,12 @@ static void progress(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st, 
   char why[200] = "";
   int startup = !w->quiet && st->iteration == 0 && strcmp(st->state, "waiting") &&
                 json_get_str(st->summary_json, "startup", why, sizeof why) == 0 && *why;
-  int new_stage = startup && strncmp(why, w->last_why, 40) != 0;
-  if (startup) snprintf(w->last_why, sizeof w->last_why, "%s", why);
+  /* a server's full disk holds the job: said at once when it starts, then as often as the progress */
+  char paused[640] = "";
+  if (!w->quiet && !strcmp(st->state, "training")) json_get_str(st->summary_json, "paused", paused, sizeof paused);
+  int new_stage = (startup && strncmp(why, w->last_why, 40) != 0) || (*paused && strncmp(paused, w->last_why, 40) != 0);
+  if (startup || *paused) snprintf(w->last_why, sizeof w->last_why, "%.150s", startup ? why : paused);
+  else w->last_why[0] = 0;
   if (w->quiet || !(finished || new_stage || now - w->last_print > (w->tty ? 0.25 : 5.0))) return;
   int tty = w->tty;
   double sps = cli_json_num(st->summary_json, "samples_per_sec"), loss = cli_json_num(st->summary_json, "train_logloss");
@@ -223,6 +227,9 @@ static void progress(watch_t *w, const Chanter__Oracle__V1__StatusResponse *st, 
   if (!strcmp(st->state, "waiting"))
     fprintf(stderr, tty ? "\rwaiting for the job to start (%zu members)...   " : "waiting for the job to start (%zu members)\n",
             st->n_members);
+  else if (*paused) /* a server's full disk holds it: said, not drawn as a bar that stopped */
+    fprintf(stderr, tty ? "\rpaused at iteration %llu/%llu: %s   " : "paused at iteration %llu/%llu: %s\n",
+            (unsigned long long)st->iteration, (unsigned long long)st->iterations, paused);
   else if (startup)
     fprintf(stderr, tty ? "\r%s ...   " : "%s\n", why); /* lookahead's start-up: why no Step yet */
   else {
@@ -268,6 +275,9 @@ static int watch_job(watch_t *w, Chanter__Oracle__V1__StatusResponse **out) {
       w->last_it = st->iteration;
       w->progress_at = now;
     }
+    char paused[8] = "";
+    /* a job paused for a full disk waits as long as it says (embedding.disk_full_timeout_s), not 180 s */
+    if (json_get_str(st->summary_json, "paused", paused, sizeof paused) == 0 && *paused) w->progress_at = now;
     if (!strcmp(st->state, "blocked")) {
       if (!unblock(w, st)) goto out;
       usleep(100000);
