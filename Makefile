@@ -283,6 +283,7 @@ bench: all
 	$(BUILD)/bin/chanter bench recovery
 	$(BUILD)/bin/chanter bench shard
 	$(BUILD)/bin/chanter --set iterations=150 bench placement --job deploy/jobs/dlrmv2-hetero.ini --trainers 2,4
+	$(BUILD)/bin/chanter bench scale
 
 # ---- fuzzing: make fuzz [FUZZ_SECONDS=60]
 # libFuzzer targets, tests/fuzz/fuzz_*.c, one per parser of untrusted bytes

@@ -338,5 +338,6 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "shard")) return bench_shard(cli);
   if (!strcmp(what, "tables")) return bench_tables(cli);
   if (!strcmp(what, "placement")) return bench_placement(cli);
+  if (!strcmp(what, "scale")) return bench_scale(cli);
   return cli_usage_error(cli, "unknown benchmark '%s'", what);
 }

@@ -43,6 +43,7 @@ int cmd_report(cli_t *cli);        /* cmd_report.c: plots of a job from its orac
 int cmd_shard(cli_t *cli);         /* cmd_shard.c: shard fit | plan (the cost model, the planner) */
 int bench_shard(cli_t *cli);       /* bench_shard.c: the planner's time and predicted balance */
 int bench_placement(cli_t *cli);   /* bench_placement.c: autoshard vs lookup_greedy on a cluster, measured */
+int bench_scale(cli_t *cli);       /* bench_scale.c: chanter scale's pause and samples/s around it */
 int cmd_prometheus(cli_t *cli);    /* cmd_prometheus.c: a Prometheus scrape configuration of the job */         /* cmd_certs.c: a job CA and role certificates for mutual TLS */
 /* cmd_certs.c: what `chanter local up` uses: a CA in dir (made unless
  * there) and a certificate per role, dir/<role>.pem and .key (each made
