@@ -2,12 +2,12 @@
  * chanter bench scale: what `chanter scale` costs a running job, measured
  * on a local cluster.
  *
- *   chanter [--config F] [--set k=v ...] bench scale [--table-scales 1000,100] [--to 3]
+ *   chanter [--config F] [--set k=v ...] bench scale [--table-scales 100,10] [--to 3]
  *           [--quick] [--hosts N|auto [--link R,0]] [--insecure] [--keep]
  *
  * For each table size (table_scale: every table's rows divided by it, so
- * 1000 and 100 are the default job's tables at a thousandth and a
- * hundredth of Criteo's), the job runs on a local cluster (`chanter local
+ * 100 and 10 are the default job's tables at a hundredth and a
+ * tenth of Criteo's), the job runs on a local cluster (`chanter local
  * up`: one data processor, two embedding servers, the oracle, two
  * trainers; eval_batches = 0) and, while it trains, is scaled to --to
  * trainers once a third of its iterations are done, and back to 2 after
@@ -180,7 +180,7 @@ static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, i
     }
   }
   free(sm);
-  if (!keep) {
+  if (!keep && !rc) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'.*", dir, dir);
     if (run_cmd(cmd)) fprintf(stderr, "bench scale: could not remove %s\n", dir);
   }
@@ -195,7 +195,7 @@ int bench_scale(cli_t *cli) {
   long scales[MAX_SIZES];
   int n = 0;
   char buf[256];
-  snprintf(buf, sizeof buf, "%s", sizes ? sizes : (quick ? "1000" : "1000,100"));
+  snprintf(buf, sizeof buf, "%s", sizes ? sizes : (quick ? "100" : "100,10"));
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     char *end;
     long v = strtol(t, &end, 10);
@@ -212,7 +212,7 @@ int bench_scale(cli_t *cli) {
   if (hosts) o = snprintf(up_args, sizeof up_args, "--hosts '%s'%s%s%s", hosts, link ? " --link '" : "", link ? link : "",
                           link ? "'" : "");
   if (insecure) snprintf(up_args + o, sizeof up_args - (size_t)o, "%s--insecure", o ? " " : "");
-  int iters = quick ? 240 : 600;
+  int iters = quick ? 800 : 1600; /* a scale lands up to L + the window ahead: the job must be long enough */
   char self[1024], tmp[] = "/tmp/chanter-bench-scale-XXXXXX";
   ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
   self[l > 0 ? l : 0] = 0;
@@ -229,7 +229,7 @@ int bench_scale(cli_t *cli) {
   printf("(pause: iteration c done by the old group to c + 1 done by the new one; the old group runs no step past c; "
          "samples/s over the %d iterations before c and after c + 1, from the oracle's timeline; %.0f s in all)\n",
          WINDOW, clock_mono_s() - t0);
-  if (!keep) rmdir(tmp);
+  if (!keep && !rc) rmdir(tmp);
   else printf("runs kept in %s\n", tmp);
   return rc;
 }
