@@ -126,6 +126,7 @@ static const command_t commands[] = {
      "  stats                  per-server counters\n"
      "  checkpoint ID          consistent RocksDB checkpoint on every server\n"
      "  checkpoints            list checkpoints\n"
+     "  reshape N              the rows of every server of cluster.embedding onto the first N, server to server\n"
      "  restore ID             restore every server to checkpoint ID\n"
      "Servers are found through cluster.embedding in the job configuration.\n"},
     {"data", cmd_data,
