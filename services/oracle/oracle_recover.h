@@ -53,6 +53,8 @@ typedef struct oracle_recovery_s {
  * Not a recovery: oracle.max_recoveries does not count it. */
 #define ORACLE_SCALES_KEPT 32
 typedef struct oracle_scale_s {
+  char what[20];         /* "embedding_servers", else "" (trainers) */
+  uint64_t rows_moved, bytes_moved; /* (embedding servers) server to server */
   uint32_t from, to;
   uint64_t at_iteration; /* c: the new group goes on from the model after c */
   char checkpoint[96];
