@@ -500,9 +500,9 @@ static void on_scale(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   log_info("scale requested peer=%s trainers=%u embedding_servers=%u", rpc_call_peer(call), r->trainers,
            r->embedding_servers);
   int rc;
-  if (!r->trainers == !r->embedding_servers)
+  if (r->trainers && (r->embedding_servers || r->n_embedding_addresses))
     rc = err_set(msg, sizeof msg, -EINVAL, "give one count to scale: trainers or embedding_servers");
-  else if (r->embedding_servers)
+  else if (r->embedding_servers || r->n_embedding_addresses)
     rc = oracle_job_scale_servers_request(svc->job, r->embedding_servers, r->embedding_addresses,
                                           r->n_embedding_addresses, id, sizeof id, &it, msg, sizeof msg);
   else
