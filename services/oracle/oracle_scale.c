@@ -292,10 +292,10 @@ void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {
     const oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
     /* -1 while not yet: the pause from iteration c done, the whole from the request, to c + 1 done */
     o += (size_t)snprintf(out + o, cap - o,
-                          "%s{\"what\": \"%s\", \"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, "
+                          "%s{\"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, \"what\": \"%s\", "
                           "\"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64 ", \"checkpoint\": \"%s\", "
                           "\"generation\": %u, \"asked_unix\": %.3f, \"pause_seconds\": %.3f, \"seconds\": %.3f}",
-                          i > first ? ", " : "", s->what[0] ? s->what : "trainers", s->at_iteration, s->from, s->to,
+                          i > first ? ", " : "", s->at_iteration, s->from, s->to, s->what[0] ? s->what : "trainers",
                           s->rows_moved, s->bytes_moved, s->checkpoint, s->generation,
                           s->t_asked, s->t_first ? pause_of(s) : -1.0,
                           s->t_first ? s->t_first - s->t_asked : -1.0);

@@ -45,10 +45,11 @@ TIMEOUT = 5.0
 # daemon's kind) -> method -> roles.
 ALLOWED = {
     "embedding": {
-        "WriteBack": {"trainer", "admin"},  # admin: resharding on resume, `chanter embedding write`
+        # admin: resharding on resume, `chanter embedding write`; embedding: a Reshape's rows to their new owners
+        "WriteBack": {"trainer", "admin", "embedding"},
         "Lookup": {"trainer", "oracle", "admin"},
         **{m: {"oracle", "admin"} for m in
-           ("Checkpoint", "Restore", "Clear", "Fence", "SealCheckpoint", "DeleteCheckpoint")},
+           ("Checkpoint", "Restore", "Clear", "Fence", "SealCheckpoint", "DeleteCheckpoint", "Reshape")},
         "PutBlob": {"oracle", "admin", "trainer"},
         "GetBlob": {"oracle", "admin", "trainer"},
         **{m: ANY for m in ("ListCheckpoints", "GetManifest", "Digest", "Stats")},
