@@ -57,7 +57,7 @@ ALLOWED = {
     "oracle": {
         **{m: {"trainer"} for m in ("Join", "Heartbeat", "KvSet", "KvGet", "Work")},
         "Status": ANY,
-        **{m: {"admin"} for m in ("Stop", "Start", "Checkpoint")},
+        **{m: {"admin"} for m in ("Stop", "Start", "Checkpoint", "Scale")},
     },
     "dataproc": {m: ANY for m in ("GetBatch", "StreamBatches", "Info")},
 }
