@@ -71,7 +71,7 @@ typedef struct oracle_recoveries_s {
   oracle_scale_t s[ORACLE_SCALES_KEPT]; /* scale i in s[i % KEPT] (not saved in state_dir) */
   uint64_t n_scales;
   metrics_counter_t *m_scales;
-  metrics_gauge_t *m_scale_pause;
+  metrics_gauge_t *m_scale_pause, *m_scale_rows, *m_scale_bytes;
   char state_dir[4096];
   int64_t max, window_s;  /* oracle.max_recoveries in oracle.recovery_window_s */
   metrics_registry_t *reg;

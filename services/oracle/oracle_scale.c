@@ -278,6 +278,10 @@ void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done) {
   s->t_first = clock_wall_s();
   metrics_counter_inc(rs->m_scales);
   metrics_gauge_set(rs->m_scale_pause, pause_of(s));
+  if (s->what[0]) {
+    metrics_gauge_set(rs->m_scale_rows, (double)s->rows_moved);
+    metrics_gauge_set(rs->m_scale_bytes, (double)s->bytes_moved);
+  }
   log_info("scaled from=%u to=%u what=%s at_iteration=%" PRIu64 " checkpoint=%s rows_moved=%" PRIu64
            " bytes_moved=%" PRIu64 " pause_seconds=%.3f seconds=%.3f (iteration %" PRIu64 " done on the new shape)",
            s->from, s->to, s->what[0] ? s->what : "trainers", s->at_iteration, s->checkpoint, s->rows_moved,

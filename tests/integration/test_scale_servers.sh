@@ -53,6 +53,11 @@ grep -q "^embedding_servers = 1" "$W/job.ini" &&
   grep -q '"event": *"exit", "name": *"embedding-1"' "$W/run/events" &&
   grep -q '"event": *"exit", "name": *"embedding-2"' "$W/run/events" && ! grep -q '"event": *"restart"' "$W/run/events"
 expect_rc $? "the job file says 1 server; servers 1 and 2 were stopped once drained, not restarted"
+mport=$(field "$W/run/oracle-0.ready" metrics_port)
+curl -s "http://127.0.0.1:$mport/metrics" >"$WORK/metrics.txt"
+grep -Eq '^chanter_oracle_scales_total 2' "$WORK/metrics.txt" && grep -Eq '^chanter_oracle_scale_rows_moved [1-9]' "$WORK/metrics.txt" &&
+  grep -Eq '^chanter_oracle_scale_bytes_moved [1-9]' "$WORK/metrics.txt"
+expect_rc $? "the oracle's metrics: $(grep -E '^chanter_oracle_scale(s_total|_rows_moved|_bytes_moved)' "$WORK/metrics.txt" | tr '\n' ' ')"
 job_down sc
 [ "$(grep -c ' started rank=0 ' "$W/logs/trainer-0.log")" = 1 ] && [ "$(grep -c ' started rank=1 ' "$W/logs/trainer-1.log")" = 1 ] &&
   grep -q "embedding servers went from 2 to 3" "$W/logs/trainer-0.log" && grep -q "embedding servers went from 3 to 1" "$W/logs/trainer-1.log"
@@ -67,6 +72,7 @@ expect_rc $? "summary.json lists both scales with the rows moved ($(jf "$W/summa
 grep -q "scaled from 2 to 3 embedding servers" "$WORK/sc.err" && grep -q "scaled from 3 to 1 embedding servers" "$WORK/sc.err"
 expect_rc $? "chanter train says each scale: $(grep -m1 -o 'scaled from 2 to 3.*' "$WORK/sc.err")"
 
+grep -o "scale: checkpoint .*" "$W/logs/oracle-0.log" | sed 's/^/# /'
 run_job ref && same ref sc
 expect_rc $? "the same job never scaled: the same digest and test loss ($(field "$WORK/ref/summary.json" digest | cut -c1-16)...)"
 finish
