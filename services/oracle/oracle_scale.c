@@ -248,9 +248,9 @@ void oracle_scales_ended(oracle_recoveries_t *rs) {
   oracle_scale_t *s = last_open(rs, 0, 0);
   if (!s) return;
   s->t_ended = clock_wall_s();
-  log_info("scale: checkpoint %s complete %.2f s after the request; the run of %u trainers ends here, the next "
+  log_info("scale: checkpoint %s complete %.2f s after the request; the run of %u %s ends here, the next "
            "generation has %u",
-           s->checkpoint, s->t_ended - s->t_asked, s->from, s->to);
+           s->checkpoint, s->t_ended - s->t_asked, s->from, s->what[0] ? "embedding servers" : "trainers", s->to);
 }
 
 void oracle_scales_c_done(oracle_recoveries_t *rs) {
