@@ -39,18 +39,20 @@ int store_set_shard_map(store_t *s, const shard_map_t *m, uint32_t shard, char *
   return 0;
 }
 
-int store_foreign_rows(store_t *s, uint64_t from, uint64_t *keys, uint8_t *buf, size_t cap, size_t *lens, size_t max,
-                       size_t *used, uint64_t *scanned) {
-  if (!keys || !buf || !lens || !used || max == 0) return -EINVAL;
+int store_foreign_rows(store_t *s, uint64_t *from, uint64_t *keys, uint8_t *buf, size_t cap, size_t *lens, size_t max,
+                       size_t *used, uint64_t *owned) {
+  if (!from || !keys || !buf || !lens || !used || max == 0) return -EINVAL;
   *used = 0;
-  if (scanned) *scanned = 0;
+  if (owned) *owned = 0;
+  if (*from == STORE_SCAN_END) return 0;
   int rc = store__enter_shared(s, NULL, 0);
   if (rc) return rc;
   rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ro_scan, s->cf[CF_ROWS]);
   char k0[8];
-  key_be(from, k0);
+  key_be(*from, k0);
   size_t n = 0, at = 0;
-  for (rocksdb_iter_seek(it, k0, 8); rocksdb_iter_valid(it) && n < max; rocksdb_iter_next(it)) {
+  uint64_t next = STORE_SCAN_END; /* the end, unless the batch stops before it */
+  for (rocksdb_iter_seek(it, k0, 8); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl = 0, vl = 0;
     const char *k = rocksdb_iter_key(it, &kl);
     if (kl != 8) {
@@ -59,10 +61,17 @@ int store_foreign_rows(store_t *s, uint64_t from, uint64_t *keys, uint8_t *buf, 
       break;
     }
     uint64_t key = key_from_be(k);
-    if (scanned) (*scanned)++;
-    if (s->has_shard_map && shard_of(&s->shard_map, key) == s->shard) continue;
+    if (n == max) { /* full: the next call starts here */
+      next = key;
+      break;
+    }
+    if (s->has_shard_map && shard_of(&s->shard_map, key) == s->shard) {
+      if (owned) (*owned)++;
+      continue;
+    }
     const char *v = rocksdb_iter_value(it, &vl);
     if (at + vl > cap) {
+      next = key;
       if (n == 0) {
         *used = vl;
         rc = -ENOBUFS;
@@ -83,6 +92,7 @@ int store_foreign_rows(store_t *s, uint64_t from, uint64_t *keys, uint8_t *buf, 
   pthread_rwlock_unlock(&s->lock);
   if (rc) return rc;
   *used = at;
+  *from = next;
   return (int)n;
 }
 

@@ -26,15 +26,13 @@ static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embeddi
   uint8_t *buf = malloc(cap ? cap : 1);
   int rc = 0;
   if (!keys || !lens || !buf) rc = err_set(why, why_len, -ENOMEM, "out of memory for a batch of %d rows", BATCH_ROWS);
-  while (!rc) {
+  while (!rc && from != STORE_SCAN_END) {
     size_t used = 0;
     uint64_t owned = 0;
-    int n = store_foreign_rows(store, from, keys, buf, cap, lens, BATCH_ROWS, &used, &owned);
+    int n = store_foreign_rows(store, &from, keys, buf, cap, lens, BATCH_ROWS, &used, &owned);
     res->rows_kept += owned;
-    if (n <= 0) {
-      if (n < 0) rc = err_set(why, why_len, n, "reading the rows to move: %s", err_str(n));
-      break;
-    }
+    if (n < 0) rc = err_set(why, why_len, n, "reading the rows to move: %s", err_str(n));
+    if (n <= 0) break;
     char e2[768];
     if ((rc = embc_write(c, keys, (size_t)n, (const float *)buf, e2, sizeof e2)) != 0) {
       err_set(why, why_len, rc, "sending %d rows to their new owners: %s", n, e2);
@@ -46,7 +44,6 @@ static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embeddi
     }
     res->rows_moved += (uint64_t)n;
     res->bytes_moved += used;
-    from = keys[n - 1] + 1;
   }
   free(keys);
   free(lens);
