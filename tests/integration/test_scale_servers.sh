@@ -41,8 +41,9 @@ SC --embedding-servers 3 --wait --json >"$WORK/s1.json" 2>"$WORK/s1.err"; rc=$?
 expect_rc $rc "chanter scale --embedding-servers 3 --wait: the job trains on 3 servers ($(cat "$WORK/s1.json"))"
 [ "$(awk '$1 == "embedding-2"' "$W/pids" | wc -l)" = 1 ] && grep -q "^embedding_servers = 3" "$W/job.ini"
 expect "  the supervisor started embedding server 2 and the job file says embedding_servers = 3"
-grep -q "reshape: moved rows=" "$W/logs/embedding-0.log" && grep -q "reshape: moved rows=" "$W/logs/embedding-1.log"
-expect_rc $? "  the old servers sent the rows whose owner changed themselves (their logs)"
+grep -q "reshape: moved rows=" "$W/logs/embedding-0.log" && grep -q "reshape: moved rows=" "$W/logs/embedding-1.log" &&
+  grep -q "tls=on" "$W/logs/embedding-0.log" && ! grep -q "rpc_denied\|PERMISSION_DENIED" "$W/logs/embedding-2.log"
+expect_rc $? "  the old servers sent the rows whose owner changed themselves, over mutual TLS with their own certificates"
 SC --embedding-servers 1 --wait --json >"$WORK/s2.json" 2>"$WORK/s2.err"; rc=$?
 [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/s2.err" | tail -3
 expect_rc $rc "chanter scale --embedding-servers 1 --wait: down to 1 server ($(cat "$WORK/s2.json"))"
