@@ -8,6 +8,7 @@
 #define T AUTHZ_TRAINER
 #define O AUTHZ_ORACLE
 #define A AUTHZ_ADMIN
+#define E AUTHZ_EMBEDDING
 #define ANY AUTHZ_ANY
 
 /* The one table: service, method, the roles that may call it. */
@@ -19,12 +20,14 @@ static const struct {
     {"chanter.embedding.v1.Embedding", "Lookup", T | O | A},
     /* admins: resharding a checkpoint onto another server count on
      * resume (`chanter train --resume`) and `chanter embedding write` --
-     * no more than an admin's Restore and Clear can do anyway */
-    {"chanter.embedding.v1.Embedding", "WriteBack", T | A},
+     * no more than an admin's Restore and Clear can do anyway; embedding
+     * servers: a Reshape's rows sent to their new owners */
+    {"chanter.embedding.v1.Embedding", "WriteBack", T | A | E},
     {"chanter.embedding.v1.Embedding", "Checkpoint", O | A},
     {"chanter.embedding.v1.Embedding", "Restore", O | A},
     {"chanter.embedding.v1.Embedding", "Clear", O | A},
     {"chanter.embedding.v1.Embedding", "Fence", O | A},
+    {"chanter.embedding.v1.Embedding", "Reshape", O | A},
     {"chanter.embedding.v1.Embedding", "SealCheckpoint", O | A},
     {"chanter.embedding.v1.Embedding", "DeleteCheckpoint", O | A},
     {"chanter.embedding.v1.Embedding", "PutBlob", O | A | T},

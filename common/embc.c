@@ -31,18 +31,32 @@ struct embc_s {
   _Atomic unsigned long long write_epoch; /* embc_set_write_epoch: every WriteBack's */
 };
 
-int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
+/* addrs (n_addrs of them, the caller's, copied) or, when NULL, cluster.embedding. */
+static int create(const cfg_t *cfg, uint32_t n, const char *const *addrs, size_t n_addrs, embc_t **out, char *err,
+                  size_t err_len) {
   embc_t *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
   int rc = cfg_layout(cfg, &c->layout, err, err_len);
   if (rc) goto fail;
   c->layout_hash = table_layout_hash(&c->layout);
-  c->n = (uint32_t)cfg_int(cfg, "embedding_servers");
-  if ((rc = cfg_list(cfg, "cluster.embedding", &c->addrs, &c->n_addrs)) != 0) goto fail;
-  if (c->n_addrs != c->n) {
-    rc = err_set(err, err_len, ERR_CONFIG,
-                 "cluster.embedding (from %s) lists %zu addresses but there are %u embedding servers",
-                 cfg_origin(cfg, "cluster.embedding"), c->n_addrs, c->n);
+  c->n = n;
+  if (addrs) {
+    if (!(c->addrs = calloc(n_addrs ? n_addrs : 1, sizeof *c->addrs))) {
+      rc = -ENOMEM;
+      goto fail;
+    }
+    for (c->n_addrs = 0; c->n_addrs < n_addrs; c->n_addrs++)
+      if (!(c->addrs[c->n_addrs] = strdup(addrs[c->n_addrs]))) {
+        rc = -ENOMEM;
+        goto fail;
+      }
+  } else if ((rc = cfg_list(cfg, "cluster.embedding", &c->addrs, &c->n_addrs)) != 0) {
+    goto fail;
+  }
+  if (c->n_addrs != c->n || c->n == 0) {
+    rc = err_set(err, err_len, ERR_CONFIG, "%s%s%s lists %zu addresses but there are %u embedding servers",
+                 addrs ? "the peer list" : "cluster.embedding (from ", addrs ? "" : cfg_origin(cfg, "cluster.embedding"),
+                 addrs ? "" : ")", c->n_addrs, c->n);
     goto fail;
   }
   if ((rc = shard_map_from_cfg(&c->map, cfg, &c->layout, c->n, err, err_len)) != 0) goto fail;
@@ -71,6 +85,15 @@ int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
 fail:
   embc_destroy(c);
   return rc;
+}
+
+int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len) {
+  return create(cfg, (uint32_t)cfg_int(cfg, "embedding_servers"), NULL, 0, out, err, err_len);
+}
+
+int embc_create_peers(const cfg_t *cfg, uint32_t n, const char *const *addrs, embc_t **out, char *err,
+                      size_t err_len) {
+  return create(cfg, n, addrs, n, out, err, err_len);
 }
 
 void embc_destroy(embc_t *c) {
@@ -469,5 +492,33 @@ int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *er
   embc_probe_t p;
   int rc = embc_probe(c, server, &p, err, err_len);
   *incarnation = p.incarnation;
+  return rc;
+}
+
+int embc_reshape_all(embc_t *c, uint32_t n, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
+                     size_t err_len) {
+  double t0 = clock_mono_s();
+  memset(st, 0, sizeof *st);
+  if (n < 1 || n > c->n)
+    return err_set(err, err_len, -EINVAL, "%u servers: the client knows %u (give every old and new address)", n, c->n);
+  int rc = 0;
+  for (int move = 0; move <= 1 && !rc; move++)
+    for (uint32_t s = 0; s < c->n && !rc; s++) {
+      Chanter__Embedding__V1__ReshapeRequest req = CHANTER__EMBEDDING__V1__RESHAPE_REQUEST__INIT;
+      req.servers = n;
+      req.n_peers = n;
+      req.peers = c->addrs;
+      req.move = move;
+      Chanter__Embedding__V1__ReshapeResponse *r = NULL;
+      if ((rc = embc_reshape(c, s, &req, &r, err, err_len)) != 0) break;
+      if (move) {
+        if (per) per[s] = (embc_reshape_stats_t){r->rows_moved, r->bytes_moved, r->rows_kept, r->seconds};
+        st->rows_moved += r->rows_moved;
+        st->bytes_moved += r->bytes_moved;
+        st->rows_kept += r->rows_kept;
+      }
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+  st->seconds = clock_mono_s() - t0;
   return rc;
 }

@@ -38,6 +38,11 @@ typedef struct embc_s embc_t;
 /* Connects to the servers of cfg (cluster.embedding, which must list
  * embedding_servers addresses).  0, or ERR_CONFIG / -errno with err. */
 int embc_create(const cfg_t *cfg, embc_t **out, char *err, size_t err_len);
+/* The same for n servers at addrs[0..n) (copied), not the configuration's
+ * (an embedding server's client of its peers during a Reshape); the rest
+ * (layout, shard map for n servers, TLS, limits) from cfg. */
+int embc_create_peers(const cfg_t *cfg, uint32_t n, const char *const *addrs, embc_t **out, char *err,
+                      size_t err_len);
 void embc_destroy(embc_t *c);
 
 const table_layout_t *embc_layout(const embc_t *c);
@@ -87,13 +92,30 @@ void embc_set_write_epoch(embc_t *c, uint64_t epoch);
   X(get_manifest, GetManifest) \
   X(delete_checkpoint, DeleteCheckpoint) \
   X(fence, Fence) \
-  X(clear, Clear)
+  X(clear, Clear) \
+  X(reshape, Reshape)
 #define EMBC_DECLARE_CALL(lower, Camel)                                                                  \
   int embc_##lower(embc_t *c, uint32_t server, const Chanter__Embedding__V1__##Camel##Request *req,          \
                    Chanter__Embedding__V1__##Camel##Response **resp, char *err, size_t err_len);
 EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
 #undef EMBC_DECLARE_CALL
 
+/* A running job's rows onto the first n of c's servers (n <= embc_servers(c):
+ * c lists the old and the new servers, the longer list of the two), server
+ * to server: Reshape without move to every server (each takes the map of n
+ * servers), then with move to each in turn (each sends the rows it no
+ * longer owns to their owners and deletes them); no row passes through
+ * here.  While no trainer writes.  per (NULL, or embc_servers(c) entries)
+ * gets each server's answer (rows_kept: the rows it owned when it sent its
+ * own, before later servers sent theirs), st the sums (seconds: the
+ * whole).  0, or the
+ * first error with err naming the server. */
+typedef struct embc_reshape_stats_s {
+  uint64_t rows_moved, bytes_moved, rows_kept;
+  double seconds;
+} embc_reshape_stats_t;
+int embc_reshape_all(embc_t *c, uint32_t n, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
+                     size_t err_len);
 
 /* Asks embedding server `server` (Stats, brief: answered without touching
  * its storage) for its incarnation: a random non-zero number drawn when

@@ -150,10 +150,13 @@ int orc_checkpoint(orc_t *o, char *id, size_t id_len, uint64_t *iteration, char 
   return rc;
 }
 
-int orc_scale(orc_t *o, uint32_t trainers, char *id, size_t id_len, uint64_t *iteration, char *msg, size_t msg_len,
-              char *err, size_t err_len) {
+int orc_scale(orc_t *o, uint32_t trainers, uint32_t servers, char **addrs, size_t n_addrs, char *id, size_t id_len,
+              uint64_t *iteration, char *msg, size_t msg_len, char *err, size_t err_len) {
   Chanter__Oracle__V1__ScaleRequest req = CHANTER__ORACLE__V1__SCALE_REQUEST__INIT;
   req.trainers = trainers;
+  req.embedding_servers = servers;
+  req.embedding_addresses = addrs;
+  req.n_embedding_addresses = n_addrs;
   ProtobufCMessage *resp = NULL;
   int rc = call(o, "Scale", &req.base, OR_DESC(scale_response), 0, &resp, err, err_len);
   if (!rc) {

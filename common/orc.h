@@ -40,10 +40,12 @@ int orc_start(orc_t *o, const char *resume, int fresh, char *msg, size_t msg_len
 /* A checkpoint as soon as possible: its id and the iteration it holds. */
 int orc_checkpoint(orc_t *o, char *id, size_t id_len, uint64_t *iteration, char *err, size_t err_len);
 /* Scale: the trainer group re-forms with `trainers` trainers after
- * checkpoint id (the model after *iteration); msg: the oracle's sentence.
- * 0 or an error with err (the oracle's refusal). */
-int orc_scale(orc_t *o, uint32_t trainers, char *id, size_t id_len, uint64_t *iteration, char *msg, size_t msg_len,
-              char *err, size_t err_len);
+ * checkpoint id (the model after *iteration); or, with trainers 0, the
+ * job goes onto `servers` embedding servers (addrs: the old and new ones'
+ * addresses, by shard); msg: the oracle's sentence.  0 or an error with
+ * err (the oracle's refusal). */
+int orc_scale(orc_t *o, uint32_t trainers, uint32_t servers, char **addrs, size_t n_addrs, char *id, size_t id_len,
+              uint64_t *iteration, char *msg, size_t msg_len, char *err, size_t err_len);
 
 /* Opens the Work stream of trainer rank and sends Hello. */
 int orc_work_open(orc_t *o, uint32_t rank, uint64_t next_iteration, rpc_stream_t **out, char *err, size_t err_len);

@@ -244,6 +244,35 @@ typedef struct store_stats_s {
  * Any thread. */
 void store_stats(store_t *s, store_stats_t *st);
 
+/* ------------------------------------------------------------ reshape
+ *
+ * A running server onto another count of servers (embedding.proto
+ * Reshape; store_reshape.c), while no client writes. */
+
+/* Replaces the shard map (copied; it must have the layout's tables) and
+ * this server's index in it; shard >= m->n_servers owns no key (a server a
+ * scale-down removes).  From then on keys are checked against it.
+ * Excludes every other call; call it while no client looks rows up
+ * (store_rows_bytes reads the map without the lock).  0, -EINVAL, -ENOMEM. */
+int store_set_shard_map(store_t *s, const shard_map_t *m, uint32_t shard, char *why, size_t why_len);
+
+/* The stored rows from key *from on that this server does not own under
+ * its shard map, in key order, as store_reader_next_rows gives them
+ * (keys, lens, packed in buf, *used bytes): up to max of them, as many as
+ * fit in cap.  *from becomes the key the next call starts at
+ * (STORE_SCAN_END once the scan reached the last row: a call then gives
+ * 0).  Returns the number, -ENOBUFS (cap cannot hold the next row: *used
+ * is its size, *from that row), ERR_KV.  *owned (may be NULL): the rows
+ * this call passed over because the server owns them (each counted once
+ * over the calls of one scan).  Any thread. */
+#define STORE_SCAN_END UINT64_MAX
+int store_foreign_rows(store_t *s, uint64_t *from, uint64_t *keys, uint8_t *buf, size_t cap, size_t *lens,
+                       size_t max, size_t *used, uint64_t *owned);
+
+/* Deletes the rows of keys (one WriteBatch; the memory tier drops them).
+ * Keys are not checked against the shard map.  Any thread. */
+int store_delete_rows(store_t *s, const uint64_t *keys, size_t n, char *why, size_t why_len);
+
 /* ------------------------------------------------------------ a full disk
  *
  * A write that fails for lack of space (RocksDB's "No space left on

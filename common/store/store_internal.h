@@ -13,6 +13,7 @@
  *   store_blob.c    named blobs
  *   store_digest.c  the digest of the rows, has_rows, the counters
  *   store_reader.c  reading a checkpoint offline (no store open)
+ *   store_reshape.c a running store onto another count of servers
  *   store_recover.c the durable fence, LOCK's pid, the log line at open,
  *                   the tests' fault hook
  *   store_backup.c  backups of sealed checkpoints (RocksDB's BackupEngine)

@@ -54,6 +54,7 @@
 #include "embedding_backup.h"
 #include "embedding_disk.h"
 #include "embedding_epoch.h"
+#include "embedding_reshape.h"
 #include "err.h"
 #include "log.h"
 
@@ -93,6 +94,7 @@ struct embedding_service_s {
   struct work_s *parked, *parked_tail;
   uint64_t n_parked;
   embedding_disk_t disk; /* a full disk (embedding_disk.h) */
+  const cfg_t *cfg;      /* the job configuration (Reshape's); NULL: Reshape refused */
 };
 
 /* One call: checked on the loop, its storage work run on a worker thread,
@@ -119,6 +121,7 @@ typedef struct work_s {
   store_checkpoint_info_t cp;
   store_checkpoint_info_t *cps;
   size_t n_cps;
+  embedding_reshape_result_t reshape;
 } work_t;
 
 /* What a check decided. */
@@ -215,36 +218,14 @@ static int check_limit(work_t *w, const char *what, uint64_t n, uint64_t limit, 
   return CHECK_ANSWERED;
 }
 
-/* Every float of a WriteBack's rows is finite; CHECK_WORK, or
- * CHECK_ANSWERED with the error naming the first bad key and position
- * sent.  Reads the message in place (no copy); stops at a key the store
- * will refuse anyway. */
+/* Every written float is finite (embedding_rows_finite): CHECK_WORK, else CHECK_ANSWERED, the error sent. */
 static int check_finite(work_t *w, const Chanter__Embedding__V1__WriteBackRequest *r) {
-  embedding_service_t *svc = w->svc;
-  size_t n = r->keys.len / 8, nf = r->rows.len / 4, o = 0;
-  for (size_t i = 0; i < n && o < nf; i++) {
-    uint64_t k;
-    memcpy(&k, r->keys.data + 8 * i, 8);
-    if (TABLE_ID(k) >= svc->layout.n_tables) return CHECK_WORK;
-    uint32_t f = table_row_floats(&svc->layout, TABLE_ID(k));
-    for (uint32_t j = 0; j < f && o + j < nf; j++) {
-      float v;
-      memcpy(&v, r->rows.data + 4 * (o + j), 4);
-      if (isfinite(v)) continue;
-      svc->rejected++;
-      metrics_counter_inc(svc->mm[w->m].errors);
-      log_warn("rpc rejected method=WriteBack peer=%s reason=not_finite key_index=%zu key=%u:%llu float=%u",
-               rpc_call_peer(w->call), i, (unsigned)TABLE_ID(k), (unsigned long long)TABLE_ROW(k), j);
-      rpc_call_fail(w->call, -EINVAL,
-                    "WriteBack: rows hold %s at key index %zu (key %u:%llu), float %u of its row (%s): nothing was "
-                    "written",
-                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", i, (unsigned)TABLE_ID(k),
-                    (unsigned long long)TABLE_ROW(k), j, j < svc->layout.tables[TABLE_ID(k)].dim ? "vector" : "optimizer state");
-      return CHECK_ANSWERED;
-    }
-    o += f;
-  }
-  return CHECK_WORK;
+  if (!embedding_rows_finite(&w->svc->layout, r, w->why, sizeof w->why)) return CHECK_WORK;
+  w->svc->rejected++;
+  metrics_counter_inc(w->svc->mm[w->m].errors);
+  log_warn("rpc rejected method=WriteBack peer=%s reason=not_finite: %s", rpc_call_peer(w->call), w->why);
+  rpc_call_fail(w->call, -EINVAL, "WriteBack: %s", w->why);
+  return CHECK_ANSWERED;
 }
 
 /* A key naming no table or no row is a bad argument, not a missing thing. */
@@ -653,6 +634,21 @@ static void reply_fence(work_t *w) {
 /* A fence the store could not keep is no fence: back to the stored one. */
 static void failed_fence(work_t *w) { fence_from_store(w->svc, "the fence could not be stored"); }
 
+/* Reshape */
+
+static void work_reshape(work_t *w) {
+  w->rc = embedding_reshape_run(w->svc->cfg, w->svc->store, w->svc->shard, (const void *)w->in, &w->reshape, w->why,
+                                sizeof w->why);
+}
+
+static void reply_reshape(work_t *w) {
+  Chanter__Embedding__V1__ReshapeResponse r = CHANTER__EMBEDDING__V1__RESHAPE_RESPONSE__INIT;
+  w->svc->n_shards = ((const Chanter__Embedding__V1__ReshapeRequest *)w->in)->servers;
+  r.rows_moved = w->reshape.rows_moved, r.bytes_moved = w->reshape.bytes_moved;
+  r.rows_kept = w->reshape.rows_kept, r.seconds = w->reshape.seconds;
+  rpc_call_reply(w->call, &r.base);
+}
+
 /* ---- the table */
 
 static const method_t methods[] = {
@@ -671,6 +667,7 @@ static const method_t methods[] = {
     {"DeleteCheckpoint", NULL,             work_delete,       reply_delete,       NULL,         0},
     {"Clear",            NULL,             work_clear,        reply_clear,        NULL,         0},
     {"Fence",            check_fence,      work_fence,        reply_fence,        failed_fence, 0},
+    {"Reshape",          NULL,             work_reshape,      reply_reshape,      NULL,         1},
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -882,6 +879,8 @@ int embedding_service_create(uv_loop_t *loop, rpc_server_t *server, store_t *sto
 uint64_t embedding_service_incarnation(const embedding_service_t *svc) { return svc->incarnation; }
 
 void embedding_service_set_backup(embedding_service_t *svc, embedding_backup_t *b) { svc->backup = b; }
+
+void embedding_service_set_cfg(embedding_service_t *svc, const cfg_t *cfg) { svc->cfg = cfg; }
 
 void embedding_service_destroy(embedding_service_t *svc) {
   if (!svc) return;

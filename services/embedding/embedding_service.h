@@ -48,4 +48,9 @@ uint64_t embedding_service_incarnation(const embedding_service_t *svc);
  * the service.  Before the server serves; loop thread. */
 void embedding_service_set_backup(embedding_service_t *svc, embedding_backup_t *b);
 
+/* The job configuration a Reshape builds its shard map and its client of
+ * the peers from (embedding_reshape.h); it must outlive the service.
+ * Before the server serves; loop thread. */
+void embedding_service_set_cfg(embedding_service_t *svc, const cfg_t *cfg);
+
 #endif

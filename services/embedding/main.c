@@ -140,6 +140,7 @@ int main(int argc, char **argv) {
                                &svc))
     goto out_daemon;
   embedding_service_set_backup(svc, backup);
+  embedding_service_set_cfg(svc, cfg);
   if (embedding_backup_run(backup, store)) goto out_daemon;
   char extra[64], status[128];
   snprintf(extra, sizeof extra, "\"shard\": %d", shard);

@@ -179,6 +179,7 @@ static void ck_done(uv_work_t *req, int status) {
   oracle_ckpt_t *ck = &j->ckpt;
   ck->running--;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
+  if (w->kind == W_RECOVER && j->reshape_from && !w->rc) oracle_scale__moved(j, w->rows_moved, w->bytes_moved);
   if (!j->destroying && !oracle_job__over(j)) {
     switch (w->kind) {
     case W_PREFLIGHT:
@@ -346,7 +347,7 @@ int oracle_ckpt__dispatch(oracle_job_t *j, uint32_t p, uint64_t x) {
     /* Step c + 1 goes once every server holds back later write-backs until its checkpoint of c */
     if (!cp->fenced) return -1;
     /* a scale's checkpoint: this group runs no step past c (the next one, of the scaled size, goes on from c) */
-    if (j->scale_to && cp->iteration == j->scale_at) return -1;
+    if (oracle_scale__asked(j) && cp->iteration == j->scale_at) return -1;
   }
   return 0;
 }

@@ -280,6 +280,7 @@ static void resume_work(ck_work_t *w) {
     }
     manifest_t m;
     if ((w->rc = get_manifest(w, 0, ci->id, &m)) != 0) goto out;
+    if (latest && m.servers != S) continue; /* of another server count (a scale's or a reshard's source) */
     if (!found || m.iteration > w->m.iteration) w->m = m;
     found = 1;
   }
@@ -327,11 +328,107 @@ out:
   free(lists);
 }
 
+/* One call of the reshape: 0 or an error in w->err naming the server. */
+#define RS_CALL(lower, Camel, c, s, req) \
+  do { \
+    Chanter__Embedding__V1__##Camel##Response *r_ = NULL; \
+    if ((w->rc = SRV_CALL(lower, Camel, (c), (s), (req), &r_, w->err, sizeof w->err)) != 0) goto out; \
+    protobuf_c_message_free_unpacked(&r_->base, NULL); \
+  } while (0)
+
+/* chanter scale --embedding-servers (oracle_scale.c), before the roll-back:
+ * checkpoint j->reshape_ckpt of the j->reshape_from old servers is
+ * restored on them, the new ones are cleared, the servers move the rows
+ * whose owner changes among themselves (embc_reshape_all: nothing passes
+ * through here), and the new set takes checkpoint <id>.s<N>, sealed with
+ * the old manifest but servers = N; the roll-back then finds it as the
+ * latest complete checkpoint of N servers. */
+static void reshape_work(ck_work_t *w) {
+  oracle_job_t *j = w->j;
+  uint32_t M = j->reshape_from, N = j->ckpt.S, L = M > N ? M : N;
+  char **addrs = NULL, *text = NULL;
+  size_t n_addrs = 0, tl = 0;
+  embc_t *u = NULL;
+  manifest_t m = {0};
+  uint64_t *bytes = calloc(N, sizeof *bytes);
+  if (!bytes || (w->rc = oracle_scale__split(j->reshape_union, &addrs, &n_addrs)) != 0 || n_addrs != L) {
+    w->rc = err_set(w->err, sizeof w->err, w->rc ? w->rc : -EINVAL, "the scale's %zu addresses for %u servers", n_addrs,
+                    L);
+    goto out;
+  }
+  if ((w->rc = embc_create_peers(j->cfg, L, (const char *const *)addrs, &u, w->err, sizeof w->err)) != 0) goto out;
+  Chanter__Embedding__V1__GetManifestRequest gq = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
+  gq.id = j->reshape_ckpt;
+  Chanter__Embedding__V1__GetManifestResponse *g = NULL;
+  if ((w->rc = SRV_CALL(get_manifest, GetManifest, u, 0, &gq, &g, w->err, sizeof w->err)) != 0) goto out;
+  char why[512];
+  w->rc = manifest_parse((const char *)g->manifest.data, g->manifest.len, &m, why, sizeof why);
+  protobuf_c_message_free_unpacked(&g->base, NULL);
+  if (w->rc || m.servers != M || m.dense_server >= N) {
+    w->rc = err_set(w->err, sizeof w->err, w->rc ? w->rc : ERR_CONFIG, "checkpoint %s: %s", j->reshape_ckpt,
+                    w->rc ? why : "its manifest is not of the old servers, or its dense server is past the new count");
+    goto out;
+  }
+  if ((w->rc = next_write_epoch(w)) != 0) goto out;
+  for (uint32_t s = 0; s < L; s++) { /* the old servers back to the checkpoint, the new ones empty */
+    Chanter__Embedding__V1__RestoreRequest rq = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
+    Chanter__Embedding__V1__ClearRequest cq = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
+    rq.id = j->reshape_ckpt;
+    rq.write_epoch = cq.write_epoch = w->write_epoch;
+    cq.keep_checkpoints = 1;
+    if (s < M) RS_CALL(restore, Restore, u, s, &rq);
+    else RS_CALL(clear, Clear, u, s, &cq);
+  }
+  embc_reshape_stats_t st;
+  if ((w->rc = embc_reshape_all(u, N, NULL, &st, w->err, sizeof w->err)) != 0) goto out;
+  w->rows_moved = st.rows_moved;
+  w->bytes_moved = st.bytes_moved;
+  snprintf(m.id, sizeof m.id, "%.56s.s%u", j->reshape_ckpt, N);
+  for (uint32_t s = 0; s < N; s++) {
+    Chanter__Embedding__V1__DeleteCheckpointRequest dq = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
+    dq.id = m.id; /* a reshape tried before and cut short */
+    Chanter__Embedding__V1__DeleteCheckpointResponse *dr = NULL;
+    char e2[512];
+    if (embc_delete_checkpoint(u, s, &dq, &dr, e2, sizeof e2) == 0) protobuf_c_message_free_unpacked(&dr->base, NULL);
+    Chanter__Embedding__V1__CheckpointRequest kq = CHANTER__EMBEDDING__V1__CHECKPOINT_REQUEST__INIT;
+    kq.id = m.id;
+    Chanter__Embedding__V1__CheckpointResponse *kr = NULL;
+    if ((w->rc = SRV_CALL(checkpoint, Checkpoint, u, s, &kq, &kr, w->err, sizeof w->err)) != 0) goto out;
+    bytes[s] = kr->checkpoint ? kr->checkpoint->bytes : 0;
+    protobuf_c_message_free_unpacked(&kr->base, NULL);
+  }
+  free(m.server_bytes);
+  m.server_bytes = bytes;
+  bytes = NULL;
+  m.servers = N;
+  if (!(text = manifest_format(&m, &tl))) {
+    w->rc = -ENOMEM;
+    goto out;
+  }
+  for (uint32_t s = 0; s < N; s++) {
+    Chanter__Embedding__V1__SealCheckpointRequest sq = CHANTER__EMBEDDING__V1__SEAL_CHECKPOINT_REQUEST__INIT;
+    sq.id = m.id;
+    sq.manifest.data = (uint8_t *)text;
+    sq.manifest.len = tl;
+    RS_CALL(seal_checkpoint, SealCheckpoint, u, s, &sq);
+  }
+  log_info("scale: checkpoint %s of %u servers is now %s of %u: %" PRIu64 " rows (%" PRIu64
+           " bytes) moved server to server in %.3f s",
+           j->reshape_ckpt, M, m.id, N, st.rows_moved, st.bytes_moved, st.seconds);
+out:
+  free(text);
+  free(bytes);
+  manifest_free(&m);
+  embc_destroy(u);
+  cfg_list_free(addrs, n_addrs);
+}
+
 /* A recovery (oracle_ckpt__rollback): the servers must hold this job's
  * state; back to its latest complete checkpoint, or, when it has none, to
  * its start (the servers cleared and stamped again). */
 static void recover_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
+  if (j->reshape_from && (reshape_work(w), w->rc)) return;
   stamp_of(j, 0, w->stamp_id, sizeof w->stamp_id);
   if (w->stamp_id[0] && strcmp(w->stamp_id, w->job.job_id)) {
     w->rc = err_set(w->err, sizeof w->err, ORACLE_ERR_PRECONDITION,

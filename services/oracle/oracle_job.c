@@ -266,7 +266,7 @@ static void job_lost(oracle_job_t *j) {
 /* chanter scale: its checkpoint is complete; this run ends as a
  * recovery's does, and the successor has scale_to trainers (oracle_scale.c). */
 static void job_rescaled(oracle_job_t *j) {
-  snprintf(j->message, sizeof j->message, "scaled to %u trainers after %s", j->scale_to, j->ckpt.last.id);
+  oracle_scale__what(j, j->message, sizeof j->message);
   if (j->recs) oracle_scales_ended(j->recs);
   j->retired = 1;
   oracle_timeline__state(j, "recovering");
@@ -716,6 +716,7 @@ int oracle_job_create(uv_loop_t *loop, const cfg_t *cfg, metrics_registry_t *reg
   j->on_recover = opts->on_recover;
   j->on_state = opts->on_state;
   j->on_recover_ud = opts->ud;
+  if ((rc = oracle_scale__init(j, opts)) != 0) goto fail;
   j->lost_rank = -1;
   j->soft_rank = -1;
   if (opts->job_id && *opts->job_id) {
@@ -781,6 +782,7 @@ static void free_stages(oracle_job_t *j) {
   oracle_report__close(j);
   oracle_ckpt__close(j);
   oracle_probe__free(j);
+  oracle_scale__free(j);
   free(j->tr);
   free(j->partitioned);
   if (j->have_place) shard_place_close(&j->place);
@@ -865,6 +867,7 @@ int oracle_job_successor(oracle_job_t *old, oracle_job_t **out, char *err, size_
                          .on_recover = old->on_recover,
                          .on_state = old->on_state,
                          .ud = old->on_recover_ud};
+  oracle_scale__successor(old, &o);
   int rc = oracle_job_create(old->loop, old->cfg, old->reg, &o, out, err, err_len);
   if (rc == 0) oracle_job_retire(old);
   return rc;

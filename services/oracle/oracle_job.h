@@ -130,6 +130,11 @@ typedef struct oracle_job_opts_s {
    * lifecycle with it. */
   void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *ud;
+  /* a scale of the embedding servers (oracle_scale.c): the roll-back first moves checkpoint reshape_ckpt's rows from
+   * reshape_from servers onto the configuration's, server to server; reshape_union lists every old and new
+   * server's address (comma-separated).  0 / NULL: none. */
+  uint32_t reshape_from;
+  const char *reshape_ckpt, *reshape_union;
 } oracle_job_opts_t;
 
 /* FAILED_PRECONDITION: the request does not fit the job's state (the
@@ -261,5 +266,20 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t trainers, char *id, size_
                              char *msg, size_t msg_len);
 /* The trainer count a scale under way goes to; 0 when none is. */
 uint32_t oracle_job_scale_to(const oracle_job_t *j);
+/* chanter scale --embedding-servers: the job goes onto n servers, listed
+ * (by shard) in addrs, which holds the job's servers of now first and as
+ * many addresses as the larger of the two counts, after an as-soon-as-
+ * possible checkpoint, as a trainer scale does.  Refusals as
+ * oracle_job_scale_request's, and: n outside 1..4096, n the count the job
+ * has, another number of addresses, an address of a server of now that
+ * is not the job's.  0 with id, iteration and msg, or an error with msg.
+ * Loop thread. */
+int oracle_job_scale_servers_request(oracle_job_t *j, uint32_t n, char *const *addrs, size_t n_addrs, char *id,
+                                     size_t id_len, uint64_t *iteration, char *msg, size_t msg_len);
+/* A job whose run ended for a scale of its embedding servers (its
+ * checkpoint complete): the count, and (*cluster) the new servers'
+ * addresses, comma-separated (the job's own string).  0 when it is not
+ * one. */
+uint32_t oracle_job_scale_servers(const oracle_job_t *j, const char **cluster);
 
 #endif

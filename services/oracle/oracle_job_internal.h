@@ -487,6 +487,16 @@ struct oracle_job_s {
    * trainers (0: none asked) */
   uint32_t scale_to;
   uint64_t scale_at;
+  /* chanter scale --embedding-servers: the successor has scale_servers servers (0: none asked); scale_union lists
+   * the old and the new ones' addresses, comma-separated (malloc'ed) */
+  uint32_t scale_servers;
+  char *scale_union, *scale_cluster; /* ... and the new ones' (the first scale_servers) */
+  /* a successor of such a scale: its roll-back first moves checkpoint reshape_ckpt's rows from reshape_from servers
+   * onto its own, server to server (reshape_union: every address, malloc'ed); the rows and bytes moved */
+  uint32_t reshape_from;
+  char reshape_ckpt[96];
+  char *reshape_union;
+  uint64_t reshape_rows, reshape_bytes;
   void (*on_recover)(oracle_job_t *j, void *ud);
   void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *on_recover_ud; /* (both callbacks') */
@@ -581,6 +591,19 @@ int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
  * for is complete (advance ends the run: the successor has scale_to
  * trainers); notes a scaled run's first iteration done. */
 int oracle_scale__due(oracle_job_t *j);
+/* "a,b" into a list (cfg_list_free): 0 or -ENOMEM. */
+int oracle_scale__split(const char *s, char ***out, size_t *n);
+/* A successor's reshape is done: the scale's record gets what moved. */
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes);
+/* A scale of either kind is under way. */
+int oracle_scale__asked(const oracle_job_t *j);
+/* What the scale did, for the run's last message. */
+void oracle_scale__what(const oracle_job_t *j, char *out, size_t cap);
+/* A successor's reshape from its options (oracle_job_create), and its fields freed. */
+int oracle_scale__init(oracle_job_t *j, const oracle_job_opts_t *o);
+void oracle_scale__free(oracle_job_t *j);
+/* The successor's options of a scale of the embedding servers carried out (oracle_job_successor). */
+void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o);
 
 /* ---- oracle_probe.c */
 
@@ -779,6 +802,7 @@ typedef struct ck_work_s {
   uint64_t *bytes;
   manifest_t job;
   double secs;
+  uint64_t rows_moved, bytes_moved; /* recover: a scale of the embedding servers (oracle_scale.c) */
   char pruned[512];
   struct ck_work_s *next; /* on the list of works that came back */
 } ck_work_t;

@@ -172,6 +172,9 @@ int oracle_recoveries_init(oracle_recoveries_t *rs, const cfg_t *cfg, metrics_re
   rs->m_scales = metrics_counter(reg, "scales_total", NULL, "trainer group re-formed with another count (chanter scale)");
   rs->m_scale_pause = metrics_gauge(reg, "scale_pause_seconds", NULL,
                                     "the last scale: from the old group's end to the new group's first iteration done");
+  rs->m_scale_rows = metrics_gauge(reg, "scale_rows_moved", NULL,
+                                   "the last scale of the embedding servers: rows moved server to server");
+  rs->m_scale_bytes = metrics_gauge(reg, "scale_bytes_moved", NULL, "... and their bytes");
   static const char *kinds[] = {"trainer", "hang", "oracle", "embedding"};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) { /* every kind shows, at 0 */
     char lab[64];

@@ -53,6 +53,8 @@ typedef struct oracle_recovery_s {
  * Not a recovery: oracle.max_recoveries does not count it. */
 #define ORACLE_SCALES_KEPT 32
 typedef struct oracle_scale_s {
+  char what[20];         /* "embedding_servers", else "" (trainers) */
+  uint64_t rows_moved, bytes_moved; /* (embedding servers) server to server */
   uint32_t from, to;
   uint64_t at_iteration; /* c: the new group goes on from the model after c */
   char checkpoint[96];
@@ -69,7 +71,7 @@ typedef struct oracle_recoveries_s {
   oracle_scale_t s[ORACLE_SCALES_KEPT]; /* scale i in s[i % KEPT] (not saved in state_dir) */
   uint64_t n_scales;
   metrics_counter_t *m_scales;
-  metrics_gauge_t *m_scale_pause;
+  metrics_gauge_t *m_scale_pause, *m_scale_rows, *m_scale_bytes;
   char state_dir[4096];
   int64_t max, window_s;  /* oracle.max_recoveries in oracle.recovery_window_s */
   metrics_registry_t *reg;

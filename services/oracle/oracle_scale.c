@@ -32,29 +32,25 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "manifest.h"
 #include "oracle_job_internal.h"
 
 #define TRAINERS_MAX 4096 /* the key trainers' bound (cfg_keys.h) */
 
-int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_len, uint64_t *iteration, char *msg,
-                             size_t msg_len) {
+/* What refuses a scale of either kind in this state of the job: 0, or an error with msg. */
+static int scale_refused(oracle_job_t *j, const char *what, char *msg, size_t msg_len) {
   int st = oracle_job_state(j);
-  if (n < 1 || n > TRAINERS_MAX)
-    return err_set(msg, msg_len, -EINVAL, "trainers = %u is outside 1..%d, the bounds of the key trainers", n,
-                   TRAINERS_MAX);
-  if (n > j->B)
-    return err_set(msg, msg_len, -EINVAL,
-                   "trainers = %u is more than batch_size = %u: every trainer needs a sample of each batch", n, j->B);
   if (!j->ckpt.enabled)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
                    "this job takes no checkpoints (mode = ideal, or cluster.embedding is empty): a scale goes on from "
-                   "one; stop the job and start it again with trainers = %u",
-                   n);
-  if (j->scale_to)
+                   "one; stop the job and start it again with %s",
+                   what);
+  if (j->scale_to || j->scale_servers)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
-                   "a scale to %u trainers is under way (after the checkpoint of iteration %" PRIu64
+                   "a scale to %u %s is under way (after the checkpoint of iteration %" PRIu64
                    "); ask again once the job trains on them",
-                   j->scale_to, j->scale_at);
+                   j->scale_to ? j->scale_to : j->scale_servers, j->scale_to ? "trainers" : "embedding servers",
+                   j->scale_at);
   oracle_recovery_t *r = j->recs ? oracle_recoveries_current(j->recs) : NULL;
   if (st == ORACLE_RECOVERING || (r && !r->t_caught_up))
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
@@ -62,14 +58,27 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   if (!oracle_job__training(j))
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s; a job is scaled while it trains",
                    oracle_state_name(st));
-  if (n == j->P) return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job has trainers = %u already", n);
   if (j->pipe.next + 1 >= j->iterations)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
-                   "the job's next checkpoint is its last (iteration %" PRIu64 "): nothing would be left to train on %u "
-                   "trainers",
-                   j->iterations - 1, n);
-  int rc = oracle_job_checkpoint_request(j, id, id_len, iteration, msg, msg_len);
+                   "the job's next checkpoint is its last (iteration %" PRIu64 "): nothing would be left to train on %s",
+                   j->iterations - 1, what);
+  return 0;
+}
+
+int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_len, uint64_t *iteration, char *msg,
+                             size_t msg_len) {
+  if (n < 1 || n > TRAINERS_MAX)
+    return err_set(msg, msg_len, -EINVAL, "trainers = %u is outside 1..%d, the bounds of the key trainers", n,
+                   TRAINERS_MAX);
+  if (n > j->B)
+    return err_set(msg, msg_len, -EINVAL,
+                   "trainers = %u is more than batch_size = %u: every trainer needs a sample of each batch", n, j->B);
+  char what[48];
+  snprintf(what, sizeof what, "trainers = %u", n);
+  int rc = scale_refused(j, what, msg, msg_len);
   if (rc) return rc;
+  if (n == j->P) return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job has trainers = %u already", n);
+  if ((rc = oracle_job_checkpoint_request(j, id, id_len, iteration, msg, msg_len)) != 0) return rc;
   j->scale_to = n;
   j->scale_at = *iteration;
   if (j->recs) oracle_scales_begin(j->recs, j->P, n, *iteration, id);
@@ -80,12 +89,140 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   return 0;
 }
 
+/* "a,b,c" of addrs[0..n) (malloc'ed), or NULL. */
+static char *joined(char *const *addrs, size_t n) {
+  size_t len = 1;
+  for (size_t i = 0; i < n; i++) len += strlen(addrs[i]) + 1;
+  char *s = malloc(len);
+  if (!s) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, len - o, "%s%s", i ? "," : "", addrs[i]);
+  s[o] = 0;
+  return s;
+}
+
+int oracle_job_scale_servers_request(oracle_job_t *j, uint32_t n, char *const *addrs, size_t n_addrs, char *id,
+                                     size_t id_len, uint64_t *iteration, char *msg, size_t msg_len) {
+  uint32_t m = j->ckpt.S;
+  if (n < 1 || n > MANIFEST_MAX_SERVERS)
+    return err_set(msg, msg_len, -EINVAL, "embedding_servers = %u is outside 1..%d", n, MANIFEST_MAX_SERVERS);
+  char what[48];
+  snprintf(what, sizeof what, "embedding_servers = %u", n);
+  int rc = scale_refused(j, what, msg, msg_len);
+  if (rc) return rc;
+  if (n == m) return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job has embedding_servers = %u already", n);
+  if (n_addrs != (n > m ? n : m))
+    return err_set(msg, msg_len, -EINVAL,
+                   "%zu embedding server addresses for %u servers now and %u after: give %u, the job's servers of now "
+                   "first (a server past the list has no address to start at)",
+                   n_addrs, m, n, n > m ? n : m);
+  for (uint32_t s = 0; s < m; s++)
+    if (strcmp(addrs[s], embc_address(j->ckpt.embc, s)))
+      return err_set(msg, msg_len, -EINVAL,
+                     "address %u is %s, but the job's embedding server %u is at %s: list the job's servers first", s,
+                     addrs[s], s, embc_address(j->ckpt.embc, s));
+  char *uni = joined(addrs, n_addrs), *cl = joined(addrs, n);
+  if (!uni || !cl) {
+    free(uni);
+    free(cl);
+    return err_set(msg, msg_len, -ENOMEM, "out of memory");
+  }
+  if ((rc = oracle_job_checkpoint_request(j, id, id_len, iteration, msg, msg_len)) != 0) {
+    free(uni);
+    free(cl);
+    return rc;
+  }
+  j->scale_servers = n;
+  j->scale_union = uni;
+  j->scale_cluster = cl;
+  j->scale_at = *iteration;
+  if (j->recs) snprintf(oracle_scales_begin(j->recs, m, n, *iteration, id)->what, 20, "embedding_servers");
+  snprintf(msg, msg_len,
+           "the job goes from %u to %u embedding servers after checkpoint %s (the model after iteration %" PRIu64
+           "): the rows whose owner changes move server to server there%s",
+           m, n, id, *iteration, n < m ? "; the servers past the new count are drained, then may stop" : "");
+  return 0;
+}
+
+int oracle_scale__split(const char *s, char ***out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cap = 1;
+  for (const char *p = s; *p; p++) cap += *p == ',';
+  char **v = calloc(cap, sizeof *v);
+  if (!v) return -ENOMEM;
+  for (const char *p = s; *p;) {
+    size_t l = strcspn(p, ",");
+    if (!(v[*n] = strndup(p, l))) {
+      cfg_list_free(v, *n);
+      *n = 0;
+      return -ENOMEM;
+    }
+    (*n)++;
+    p += l;
+    if (*p == ',') p++;
+  }
+  *out = v;
+  return 0;
+}
+
+uint32_t oracle_job_scale_servers(const oracle_job_t *j, const char **cluster) {
+  int done = j->scale_servers && j->ckpt.n_done && j->ckpt.last.iteration == j->scale_at;
+  if (cluster) *cluster = done ? j->scale_cluster : "";
+  return done ? j->scale_servers : 0;
+}
+
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes) {
+  j->reshape_rows = rows;
+  j->reshape_bytes = bytes;
+  oracle_scale_t *s = j->recs && j->recs->n_scales ? &j->recs->s[(j->recs->n_scales - 1) % ORACLE_SCALES_KEPT] : NULL;
+  if (s && s->what[0] && !s->t_first) {
+    s->rows_moved = rows;
+    s->bytes_moved = bytes;
+  }
+}
+
+int oracle_scale__asked(const oracle_job_t *j) { return j->scale_to || j->scale_servers; }
+
+void oracle_scale__what(const oracle_job_t *j, char *out, size_t cap) {
+  if (j->scale_servers)
+    snprintf(out, cap, "scaled to %u embedding servers after %s", j->scale_servers, j->ckpt.last.id);
+  else
+    snprintf(out, cap, "scaled to %u trainers after %s", j->scale_to, j->ckpt.last.id);
+}
+
+void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o) {
+  if (!oracle_job_scale_servers(old, NULL)) {
+    if (old->scale_servers)
+      log_warn("the scale to %u embedding servers is dropped: the job recovers before its checkpoint was complete; "
+               "ask again",
+               old->scale_servers);
+    return;
+  }
+  o->reshape_from = old->ckpt.S;
+  o->reshape_ckpt = old->ckpt.last.id;
+  o->reshape_union = old->scale_union;
+}
+
+int oracle_scale__init(oracle_job_t *j, const oracle_job_opts_t *o) {
+  if (!o->reshape_from) return 0;
+  j->reshape_from = o->reshape_from;
+  snprintf(j->reshape_ckpt, sizeof j->reshape_ckpt, "%s", o->reshape_ckpt);
+  return (j->reshape_union = strdup(o->reshape_union)) ? 0 : -ENOMEM;
+}
+
+void oracle_scale__free(oracle_job_t *j) {
+  free(j->scale_union);
+  free(j->scale_cluster);
+  free(j->reshape_union);
+}
+
 uint32_t oracle_job_scale_to(const oracle_job_t *j) { return j->scale_to; }
 
 int oracle_scale__due(oracle_job_t *j) {
   if (j->recs && j->report.done > j->ckpt.start) oracle_scales_first(j->recs, j->report.done);
-  if (j->recs && j->scale_to && j->report.done > j->scale_at) oracle_scales_c_done(j->recs);
-  return j->scale_to && j->ckpt.n_done && j->ckpt.last.iteration == j->scale_at;
+  if (j->recs && oracle_scale__asked(j) && j->report.done > j->scale_at) oracle_scales_c_done(j->recs);
+  return oracle_scale__asked(j) && j->ckpt.n_done && j->ckpt.last.iteration == j->scale_at;
 }
 
 /* ---- the record */
@@ -111,9 +248,9 @@ void oracle_scales_ended(oracle_recoveries_t *rs) {
   oracle_scale_t *s = last_open(rs, 0, 0);
   if (!s) return;
   s->t_ended = clock_wall_s();
-  log_info("scale: checkpoint %s complete %.2f s after the request; the run of %u trainers ends here, the next "
+  log_info("scale: checkpoint %s complete %.2f s after the request; the run of %u %s ends here, the next "
            "generation has %u",
-           s->checkpoint, s->t_ended - s->t_asked, s->from, s->to);
+           s->checkpoint, s->t_ended - s->t_asked, s->from, s->what[0] ? "embedding servers" : "trainers", s->to);
 }
 
 void oracle_scales_c_done(oracle_recoveries_t *rs) {
@@ -141,10 +278,14 @@ void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done) {
   s->t_first = clock_wall_s();
   metrics_counter_inc(rs->m_scales);
   metrics_gauge_set(rs->m_scale_pause, pause_of(s));
-  log_info("scaled from=%u to=%u at_iteration=%" PRIu64 " checkpoint=%s pause_seconds=%.3f seconds=%.3f (iteration "
-           "%" PRIu64 " done on %u trainers)",
-           s->from, s->to, s->at_iteration, s->checkpoint, pause_of(s), s->t_first - s->t_asked, done - 1,
-           s->to);
+  if (s->what[0]) {
+    metrics_gauge_set(rs->m_scale_rows, (double)s->rows_moved);
+    metrics_gauge_set(rs->m_scale_bytes, (double)s->bytes_moved);
+  }
+  log_info("scaled from=%u to=%u what=%s at_iteration=%" PRIu64 " checkpoint=%s rows_moved=%" PRIu64
+           " bytes_moved=%" PRIu64 " pause_seconds=%.3f seconds=%.3f (iteration %" PRIu64 " done on the new shape)",
+           s->from, s->to, s->what[0] ? s->what : "trainers", s->at_iteration, s->checkpoint, s->rows_moved,
+           s->bytes_moved, pause_of(s), s->t_first - s->t_asked, done - 1);
 }
 
 void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {
@@ -155,9 +296,11 @@ void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {
     const oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
     /* -1 while not yet: the pause from iteration c done, the whole from the request, to c + 1 done */
     o += (size_t)snprintf(out + o, cap - o,
-                          "%s{\"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, \"checkpoint\": \"%s\", "
+                          "%s{\"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, \"what\": \"%s\", "
+                          "\"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64 ", \"checkpoint\": \"%s\", "
                           "\"generation\": %u, \"asked_unix\": %.3f, \"pause_seconds\": %.3f, \"seconds\": %.3f}",
-                          i > first ? ", " : "", s->at_iteration, s->from, s->to, s->checkpoint, s->generation,
+                          i > first ? ", " : "", s->at_iteration, s->from, s->to, s->what[0] ? s->what : "trainers",
+                          s->rows_moved, s->bytes_moved, s->checkpoint, s->generation,
                           s->t_asked, s->t_first ? pause_of(s) : -1.0,
                           s->t_first ? s->t_first - s->t_asked : -1.0);
   }
@@ -168,10 +311,15 @@ void oracle_scales_line(const oracle_recoveries_t *rs, char *out, size_t cap) {
   out[0] = 0;
   if (!rs->n_scales) return;
   const oracle_scale_t *s = &rs->s[(rs->n_scales - 1) % ORACLE_SCALES_KEPT];
+  const char *what = s->what[0] ? "embedding servers" : "trainers";
+  char moved[96] = "";
+  if (s->what[0] && s->t_first)
+    snprintf(moved, sizeof moved, ", %" PRIu64 " rows (%" PRIu64 " bytes) moved server to server", s->rows_moved,
+             s->bytes_moved);
   if (!s->t_first)
-    snprintf(out, cap, "scaling from %u to %u trainers after iteration %" PRIu64 " (%.1f s so far)", s->from, s->to,
+    snprintf(out, cap, "scaling from %u to %u %s after iteration %" PRIu64 " (%.1f s so far)", s->from, s->to, what,
              s->at_iteration, clock_wall_s() - s->t_asked);
   else
-    snprintf(out, cap, "scaled from %u to %u trainers after iteration %" PRIu64 ": paused %.2f s, %.2f s in all",
-             s->from, s->to, s->at_iteration, pause_of(s), s->t_first - s->t_asked);
+    snprintf(out, cap, "scaled from %u to %u %s after iteration %" PRIu64 ": paused %.2f s, %.2f s in all%s", s->from,
+             s->to, what, s->at_iteration, pause_of(s), s->t_first - s->t_asked, moved);
 }

@@ -56,6 +56,8 @@ struct oracle_service_s {
   uint64_t schema_hash, layout_hash;
   uint32_t trainers;
   int scaled; /* chanter scale changed trainers (JoinResponse.scaled) */
+  char **emb_addrs; /* chanter scale changed the embedding servers: theirs (JoinResponse.embedding_addresses) */
+  size_t n_emb;
   int64_t hb_timeout_ms;
   member_t *members;
   size_t n_members, cap_members;
@@ -232,6 +234,9 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   resp.start_iteration = 0;
   resp.job_state = (char *)oracle_state_name(js);
   resp.scaled = svc->scaled;
+  resp.embedding_servers = (uint32_t)svc->n_emb;
+  resp.n_embedding_addresses = svc->n_emb;
+  resp.embedding_addresses = svc->emb_addrs;
   rpc_call_reply(call, &resp.base);
 }
 
@@ -492,8 +497,16 @@ static void on_scale(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   const Chanter__Oracle__V1__ScaleRequest *r = (const void *)m;
   char id[128] = "", msg[1024];
   uint64_t it = 0;
-  log_info("scale requested peer=%s trainers=%u", rpc_call_peer(call), r->trainers);
-  int rc = oracle_job_scale_request(svc->job, r->trainers, id, sizeof id, &it, msg, sizeof msg);
+  log_info("scale requested peer=%s trainers=%u embedding_servers=%u", rpc_call_peer(call), r->trainers,
+           r->embedding_servers);
+  int rc;
+  if (r->trainers && (r->embedding_servers || r->n_embedding_addresses))
+    rc = err_set(msg, sizeof msg, -EINVAL, "give one count to scale: trainers or embedding_servers");
+  else if (r->embedding_servers || r->n_embedding_addresses)
+    rc = oracle_job_scale_servers_request(svc->job, r->embedding_servers, r->embedding_addresses,
+                                          r->n_embedding_addresses, id, sizeof id, &it, msg, sizeof msg);
+  else
+    rc = oracle_job_scale_request(svc->job, r->trainers, id, sizeof id, &it, msg, sizeof msg);
   if (rc) {
     refuse(svc, call, rc, "Scale: %s", msg);
     return;
@@ -527,6 +540,24 @@ static void scale_to(oracle_service_t *svc, uint32_t n) {
   }
   svc->trainers = n;
   svc->scaled = 1;
+}
+
+/* chanter scale --embedding-servers: the next run's servers -- the
+ * configuration says so from here on (the successor's clients, the job
+ * record's fingerprint) and Join tells the trainers. */
+static void scale_servers_to(oracle_service_t *svc, uint32_t n, const char *cluster) {
+  char kv[64], err[512];
+  char *cl = malloc(strlen(cluster) + 32);
+  if (!cl) return;
+  snprintf(kv, sizeof kv, "embedding_servers=%u", n);
+  sprintf(cl, "cluster.embedding=%s", cluster);
+  if (cfg_set(svc->cfg, kv, "chanter scale", err, sizeof err) || cfg_set(svc->cfg, cl, "chanter scale", err, sizeof err))
+    log_error("cannot scale the embedding servers: %s", err); /* (the request checked them) */
+  free(cl);
+  cfg_list_free(svc->emb_addrs, svc->n_emb);
+  svc->emb_addrs = NULL;
+  svc->n_emb = 0;
+  if (cfg_list(svc->cfg, "cluster.embedding", &svc->emb_addrs, &svc->n_emb)) svc->n_emb = 0;
 }
 
 /* ---- the Work stream: the call's data is (rank + 1) once Hello came */
@@ -686,6 +717,9 @@ static void on_recover(oracle_job_t *old, void *ud) {
   }
   svc->n_kv = 0;
   if (oracle_job_scale_to(old)) scale_to(svc, oracle_job_scale_to(old));
+  const char *cluster = "";
+  uint32_t servers = oracle_job_scale_servers(old, &cluster);
+  if (servers) scale_servers_to(svc, servers, cluster);
   oracle_job_t *nj = NULL;
   char err[1024];
   int rc = oracle_job_successor(old, &nj, err, sizeof err);
@@ -826,5 +860,6 @@ void oracle_service_destroy(oracle_service_t *svc) {
     free(svc->kv[i].val);
   }
   free(svc->kv);
+  cfg_list_free(svc->emb_addrs, svc->n_emb);
   free(svc);
 }

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -144,6 +145,18 @@ static int join_once(trainer_t *t, char *err, size_t err_len) {
   if (resp->trainers != t->trainers && resp->scaled) { /* chanter scale: adopt the count (trainer_loop.c), or leave */
     t->scale_to = resp->trainers;
     t->scaled_out = t->rank >= resp->trainers;
+  }
+  if (resp->embedding_servers && t->embc && resp->n_embedding_addresses == resp->embedding_servers) {
+    int differs = resp->embedding_servers != embc_servers(t->embc); /* chanter scale --embedding-servers */
+    for (size_t i = 0; i < resp->n_embedding_addresses && !differs; i++)
+      differs = strcmp(resp->embedding_addresses[i], embc_address(t->embc, (uint32_t)i)) != 0;
+    size_t len = 1, o = 0;
+    for (size_t i = 0; i < resp->n_embedding_addresses; i++) len += strlen(resp->embedding_addresses[i]) + 1;
+    free(t->emb_cluster);
+    t->emb_cluster = differs ? malloc(len) : NULL;
+    t->emb_to = t->emb_cluster ? resp->embedding_servers : 0;
+    for (size_t i = 0; t->emb_cluster && i < resp->n_embedding_addresses; i++)
+      o += (size_t)snprintf(t->emb_cluster + o, len - o, "%s%s", i ? "," : "", resp->embedding_addresses[i]);
   }
   if (resp->trainers != t->trainers && !resp->scaled) {
     rc = err_set(err, err_len, ERR_CONFIG,

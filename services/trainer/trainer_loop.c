@@ -93,6 +93,7 @@ void trainer_destroy(trainer_t *t) {
   trainer_join_close(t);
   orc_destroy(t->orc);
   embc_destroy(t->embc);
+  free(t->emb_cluster);
   trainer_rows_destroy(t->local);
   trainer_step_destroy(t->ts);
   table_layout_close(&t->layout);
@@ -433,6 +434,33 @@ static int rescale(trainer_t *t, char *err, size_t err_len) {
   return 0;
 }
 
+/* chanter scale --embedding-servers (Join said so): the configuration
+ * names the new servers from now on, and the client of the servers is
+ * made again for them (no thread uses it between two generations). */
+static int reroute(trainer_t *t, char *err, size_t err_len) {
+  uint32_t n = t->emb_to, was = embc_servers(t->embc);
+  char kv[64], *cl = malloc(strlen(t->emb_cluster) + 32);
+  if (!cl) return -ENOMEM;
+  snprintf(kv, sizeof kv, "embedding_servers=%u", n);
+  sprintf(cl, "cluster.embedding=%s", t->emb_cluster);
+  const char *why = "chanter scale (the oracle's Join answer)";
+  int rc = cfg_set(t->cfg, kv, why, err, err_len);
+  if (!rc) rc = cfg_set(t->cfg, cl, why, err, err_len);
+  free(cl);
+  embc_t *c = NULL;
+  if (!rc) rc = embc_create(t->cfg, &c, err, err_len);
+  if (rc) return rc;
+  embc_destroy(t->embc);
+  t->embc = c;
+  if (trainer_stopping(t)) embc_abort(t->embc);
+  t->emb_to = 0;
+  free(t->emb_cluster);
+  t->emb_cluster = NULL;
+  log_info("the job's embedding servers went from %u to %u; rank %u goes on with them without restarting", was, n,
+           t->rank);
+  return 0;
+}
+
 /* One generation: join (again), the group, the stream, serve.  *recover
  * says the job goes on in another generation (StopWork "recovering", or
  * this one broke for a reason a new one may cure). */
@@ -445,6 +473,7 @@ static int generation(trainer_t *t, int *got_stop, int *recover, char *err, size
     return 0;
   }
   if (t->scale_to && (rc = rescale(t, err, err_len)) != 0) return rc;
+  if (t->emb_to && (rc = reroute(t, err, err_len)) != 0) return rc;
   if (!t->join.hb_running) trainer_join_heartbeat_start(t);
   if (trainer_stopping(t)) return 0;
   if (trainer_join_over(t)) { /* rejoined a job that ended meanwhile */

@@ -79,6 +79,8 @@ struct trainer_s {
   trainer_work_limits_t limits; /* what every WorkItem is checked against */
   uint32_t scale_to;            /* Join said chanter scale changed the count to this (0: it did not) ... */
   int scaled_out;               /* ... and this rank is not in the job any more */
+  uint32_t emb_to;              /* Join said chanter scale changed the embedding servers to this many (0: no) ... */
+  char *emb_cluster;            /* ... at these addresses (comma-separated, malloc'ed) */
   char *save_dense;             /* --save-dense */
 
   /* ---- the model, the rows, the clients */

@@ -45,10 +45,11 @@ TIMEOUT = 5.0
 # daemon's kind) -> method -> roles.
 ALLOWED = {
     "embedding": {
-        "WriteBack": {"trainer", "admin"},  # admin: resharding on resume, `chanter embedding write`
+        # admin: resharding on resume, `chanter embedding write`; embedding: a Reshape's rows to their new owners
+        "WriteBack": {"trainer", "admin", "embedding"},
         "Lookup": {"trainer", "oracle", "admin"},
         **{m: {"oracle", "admin"} for m in
-           ("Checkpoint", "Restore", "Clear", "Fence", "SealCheckpoint", "DeleteCheckpoint")},
+           ("Checkpoint", "Restore", "Clear", "Fence", "SealCheckpoint", "DeleteCheckpoint", "Reshape")},
         "PutBlob": {"oracle", "admin", "trainer"},
         "GetBlob": {"oracle", "admin", "trainer"},
         **{m: ANY for m in ("ListCheckpoints", "GetManifest", "Digest", "Stats")},
@@ -56,7 +57,7 @@ ALLOWED = {
     "oracle": {
         **{m: {"trainer"} for m in ("Join", "Heartbeat", "KvSet", "KvGet", "Work")},
         "Status": ANY,
-        **{m: {"admin"} for m in ("Stop", "Start", "Checkpoint")},
+        **{m: {"admin"} for m in ("Stop", "Start", "Checkpoint", "Scale")},
     },
     "dataproc": {m: ANY for m in ("GetBatch", "StreamBatches", "Info")},
 }

@@ -328,18 +328,51 @@ static int do_list(cli_t *cli, embc_t *c) {
   return 0;
 }
 
+/* reshape N: the servers of cluster.embedding (the old and the new ones)
+ * move their rows onto the first N, server to server. */
+static int do_reshape(cli_t *cli, embc_t *c) {
+  char err[1024], *end;
+  errno = 0;
+  unsigned long n = strtoul(cli->argv[0], &end, 10);
+  if (errno || *end || end == cli->argv[0] || n < 1 || n > embc_servers(c)) {
+    fprintf(stderr, "chanter embedding reshape: '%s' is not a server count from 1 to %u (the addresses in "
+            "cluster.embedding)\n", cli->argv[0], embc_servers(c));
+    return 2;
+  }
+  embc_reshape_stats_t *per = calloc(embc_servers(c), sizeof *per), st;
+  if (!per || embc_reshape_all(c, (uint32_t)n, per, &st, err, sizeof err)) {
+    fprintf(stderr, "chanter embedding reshape: %s\n", per ? err : "out of memory");
+    free(per);
+    return 1;
+  }
+  if (cli->json) printf("{\"servers\": %lu, \"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64
+                        ", \"seconds\": %.3f, \"per_server\": [", n, st.rows_moved, st.bytes_moved, st.seconds);
+  for (uint32_t s = 0; s < embc_servers(c); s++)
+    if (cli->json)
+      printf("%s{\"server\": %u, \"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64 ", \"seconds\": %.3f}",
+             s ? ", " : "", s, per[s].rows_moved, per[s].bytes_moved, per[s].seconds);
+    else
+      printf("server %u (%s): moved %" PRIu64 " rows (%" PRIu64 " bytes) in %.3f s\n", s, embc_address(c, s),
+             per[s].rows_moved, per[s].bytes_moved, per[s].seconds);
+  if (cli->json) printf("]}\n");
+  else printf("reshaped onto %lu servers: %" PRIu64 " rows (%" PRIu64 " bytes) moved server to server in %.3f s\n", n,
+              st.rows_moved, st.bytes_moved, st.seconds);
+  free(per);
+  return 0;
+}
+
 int cmd_embedding(cli_t *cli) {
   char err[1024];
-  if (cli->argc < 1) return cli_usage_error(cli, "expected lookup, write, digest, stats, checkpoint, checkpoints or restore");
+  if (cli->argc < 1) return cli_usage_error(cli, "expected lookup, write, digest, stats, checkpoint, checkpoints, restore or reshape");
   const char *sub = cli->argv[0];
   cli->argc--;
   cli->argv++;
-  static const char *const subs[] = {"lookup", "write", "digest", "stats", "checkpoint", "restore", "checkpoints"};
+  static const char *const subs[] = {"lookup", "write", "digest", "stats", "checkpoint", "restore", "checkpoints", "reshape"};
   int known = 0;
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) known |= !strcmp(sub, subs[i]);
   if (!known) return cli_usage_error(cli, "unknown subcommand '%s'", sub);
-  int n_pos = !strcmp(sub, "checkpoint") || !strcmp(sub, "restore") ? 1 : !strcmp(sub, "lookup") || !strcmp(sub, "write") ? -1 : 0;
-  if (n_pos >= 0 && cli_args(cli, n_pos, n_pos, sub, n_pos ? "one checkpoint ID" : "no arguments")) return 2;
+  int n_pos = !strcmp(sub, "checkpoint") || !strcmp(sub, "restore") || !strcmp(sub, "reshape") ? 1 : !strcmp(sub, "lookup") || !strcmp(sub, "write") ? -1 : 0;
+  if (n_pos >= 0 && cli_args(cli, n_pos, n_pos, sub, !n_pos ? "no arguments" : !strcmp(sub, "reshape") ? "one server count N" : "one checkpoint ID")) return 2;
   if (n_pos < 0 && cli_args(cli, 1, 1 << 30, sub, !strcmp(sub, "lookup") ? "KEY..." : "KEY=V,V,...")) return 2;
   embc_t *c;
   if (embc_create(cli->cfg, &c, err, sizeof err)) {
@@ -361,6 +394,8 @@ int cmd_embedding(cli_t *cli) {
     rc = do_checkpoint(cli, c, 1);
   else if (!strcmp(sub, "checkpoints"))
     rc = do_list(cli, c);
+  else if (!strcmp(sub, "reshape"))
+    rc = do_reshape(cli, c);
   else
     rc = 2; /* not reached: checked above */
   embc_destroy(c);

@@ -357,7 +357,17 @@ static int job_done(const cli_t *cli, const cfg_t *cfg, const Chanter__Oracle__V
                     const char *workdir) {
   char err[1024] = "", emb_hex[65], dense_hex[80] = "", digest_hex[65];
   uint64_t stored = 0;
-  if (embedding_digest(cfg, emb_hex, &stored, err, sizeof err)) {
+  /* a local cluster's job file as it is now: chanter scale may have changed its embedding servers */
+  char job[4200];
+  cfg_t *now = NULL;
+  snprintf(job, sizeof job, "%s/job.ini", workdir ? workdir : "");
+  if (workdir && (cfg_create(&now) || cfg_load_file(now, job, err, sizeof err))) {
+    cfg_destroy(now);
+    now = NULL;
+  }
+  int drc = embedding_digest(now ? now : cfg, emb_hex, &stored, err, sizeof err);
+  cfg_destroy(now);
+  if (drc) {
     fprintf(stderr, "chanter train: embedding digest: %s\n", err);
     return 1;
   }

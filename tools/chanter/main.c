@@ -66,9 +66,11 @@ static const command_t commands[] = {
      "usage: chanter [--config FILE] [--set k=v ...] checkpoint [--workdir DIR] [--wait] [--json]\n"
      "  a whole-job checkpoint of the running job, as soon as possible (--wait: until it is complete)\n"},
     {"scale", cmd_scale,
-     "usage: chanter [--config FILE] [--set k=v ...] scale --trainers N [--workdir DIR] [--wait] [--json]\n"
-     "  the running job goes on with N trainers from its next checkpoint, as a resume on N would; with --workdir\n"
-     "  the local cluster's job file and supervisor follow (--wait: until it trains on them)\n"},
+     "usage: chanter [--config FILE] [--set k=v ...] scale --trainers N | --embedding-servers N [--workdir DIR]\n"
+     "                                                 [--wait] [--json]\n"
+     "  the running job goes on with N trainers (or N embedding servers: the rows whose owner changes move server\n"
+     "  to server) from its next checkpoint, as a resume on N would; with --workdir the local cluster's job file\n"
+     "  and supervisor follow (--wait: until it trains on them)\n"},
     {"checkpoints", cmd_checkpoints,
      "usage: chanter [--config FILE] [--set k=v ...] checkpoints [--workdir DIR] [--json]\n"
      "  the checkpoints on the embedding servers: id, iteration, time, size per server, complete or not\n"},
@@ -126,6 +128,7 @@ static const command_t commands[] = {
      "  stats                  per-server counters\n"
      "  checkpoint ID          consistent RocksDB checkpoint on every server\n"
      "  checkpoints            list checkpoints\n"
+     "  reshape N              the rows of every server of cluster.embedding onto the first N, server to server\n"
      "  restore ID             restore every server to checkpoint ID\n"
      "Servers are found through cluster.embedding in the job configuration.\n"},
     {"data", cmd_data,

@@ -113,6 +113,7 @@ struct sup_s {
   double status_at;
   hosts_plan_t hp;            /* emulated hosts (hp.n_hosts > 0): the daemons run in their namespaces */
   char self[4096];            /* this binary: `chanter local exec-in NS -- ...` */
+  char listen_next[280];      /* SIGHUP: the address of the server add_child starts ("": a free port) */
 };
 
 static const struct group_s {
@@ -534,7 +535,7 @@ static int add_child(sup_t *s, int g, int i) {
     if (gr->listens) {
       add_arg(c, "--listen");
       c->listen_at = c->argc;
-      add_arg(c, "127.0.0.1:0");
+      add_arg(c, s->listen_next[0] ? s->listen_next : "127.0.0.1:0");
     }
     if (gr->data_dir) {
       char dd[4200];
@@ -757,38 +758,45 @@ static void on_signal(uv_signal_t *h, int signum) {
   begin_stop(s, STOP_GRACE_MS);
 }
 
-/* SIGHUP (chanter scale --workdir): W/job.ini says how many trainers the
- * job has now; trainers 0..N-1 run (the new ones started: they wait in
- * Join until the oracle re-forms the group; one that ended is started
- * again), those beyond are not restarted (they exit 0 once the oracle
- * tells them). */
+/* SIGHUP (chanter scale --workdir): W/job.ini says how many trainers and
+ * embedding servers the job has now; 0..N-1 of each run (the new ones
+ * started, a new server at its address in cluster.embedding; one that
+ * ended is started again), those beyond are not restarted (trainers exit
+ * 0 once the oracle tells them; a server beyond the count, drained by the
+ * scale before the CLI sends this, is stopped). */
 static void on_sighup(uv_signal_t *h, int signum) {
   sup_t *s = h->data;
   (void)signum;
   cfg_t *c = NULL;
-  char err[1024] = "";
+  char err[1024] = "", **addrs = NULL;
+  size_t n_addrs = 0;
   int rc = s->phase == P_RUN ? cfg_create(&c) : -EAGAIN;
   if (!rc) rc = cfg_load_file(c, s->job, err, sizeof err);
-  int n = rc ? 0 : (int)cfg_int(c, "trainers"), tg = N_GROUPS - 1, have = 0;
+  if (!rc) rc = cfg_list(c, "cluster.embedding", &addrs, &n_addrs);
+  for (int g = 1; g < N_GROUPS && !rc; g += 2) { /* embedding, trainer */
+    int n = (int)cfg_int(c, groups[g].count_key), have = 0;
+    size_t kl = strlen(groups[g].kind);
+    log_info("SIGHUP: %s says %s = %d; running %s 0..%d", s->job, groups[g].count_key, n, groups[g].kind, n - 1);
+    for (int i = 0; i < s->n; i++) {
+      child_t *ch = &s->ch[i];
+      int idx = strncmp(ch->name, groups[g].kind, kl) || ch->name[kl] != '-' ? -1 : atoi(ch->name + kl + 1);
+      if (idx < 0) continue;
+      have++;
+      ch->surplus = idx >= n;
+      if (ch->surplus && g == 1 && ch->proc) kill(ch->pid, SIGTERM);
+      if (!ch->surplus && !ch->proc && (ch->state == D_DONE || ch->state == D_GAVE_UP)) restart(s, ch);
+    }
+    for (int i = have; i < n && !rc; i++) {
+      snprintf(s->listen_next, sizeof s->listen_next, "%s", g == 1 && (size_t)i < n_addrs ? addrs[i] : "");
+      if ((rc = add_child(s, g, i)) != 0) break;
+      s->ch[s->n - 1].ever_ready = 1; /* (started after the start-up: the restart policy applies to it at once) */
+      s->ch[s->n - 1].exited_at = clock_mono_s();
+    }
+  }
+  s->listen_next[0] = 0;
+  cfg_list_free(addrs, n_addrs);
   cfg_destroy(c);
-  if (rc) {
-    log_warn("SIGHUP: the trainers stay as they are: %s", rc == -EAGAIN ? "the cluster is not running" : err);
-    return;
-  }
-  log_info("SIGHUP: %s says trainers = %d; running trainers 0..%d", s->job, n, n - 1);
-  for (int i = 0; i < s->n; i++) {
-    child_t *ch = &s->ch[i];
-    int rank = strncmp(ch->name, "trainer-", 8) ? -1 : atoi(ch->name + 8);
-    if (rank < 0) continue;
-    have++;
-    ch->surplus = rank >= n;
-    if (!ch->surplus && !ch->proc && (ch->state == D_DONE || ch->state == D_GAVE_UP)) restart(s, ch);
-  }
-  for (int i = have; i < n && !rc; i++) {
-    if ((rc = add_child(s, tg, i)) != 0) break;
-    s->ch[s->n - 1].ever_ready = 1; /* (started after the start-up: the restart policy applies to it at once) */
-    s->ch[s->n - 1].exited_at = clock_mono_s();
-  }
+  if (rc) log_warn("SIGHUP: the daemons stay as they are: %s", rc == -EAGAIN ? "the cluster is not running" : err);
   save_pids(s);
   save_status(s);
 }
