@@ -56,6 +56,7 @@ int shard_map_from_cfg(shard_map_t *m, const cfg_t *cfg, const table_layout_t *l
     snprintf(err, err_len, rc == -EINVAL ? "no embedding servers" : "out of memory planning the shard map");
     return rc;
   }
+  m->modulo = !strcmp(cfg_str(cfg, "shard.rowwise"), "modulo");
   char **v = NULL;
   size_t n = 0;
   if ((rc = cfg_list(cfg, "shard.table_servers", &v, &n)) != 0) {

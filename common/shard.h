@@ -5,7 +5,16 @@
  * this one function, so they always agree.  Small tables are placed whole on
  * one server (table-wise: fewer servers per lookup, greedy balance of rows);
  * large tables are spread row-wise by a hash of the key.  The threshold comes
- * from the job configuration (`shard.table_wise_max_rows`).  The cost-model
+ * from the job configuration (`shard.table_wise_max_rows`).
+ *
+ * Row-wise, a key goes to the server its hash picks by jump consistent
+ * hashing (Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash
+ * Algorithm", 2014): going from n to n + 1 servers moves 1/(n + 1) of the
+ * keys, all of them to the new server, and going back moves only the last
+ * server's -- what a live scale of the embedding servers wants.  The hash
+ * modulo the server count, the rule before (`shard.rowwise = modulo`),
+ * moves n/(n + 1) of them; checkpoints record which rule placed their rows
+ * (manifest.h) and a resume under the other is refused.  The cost-model
  * planner of the sharding issue will fill the same table_server[] map.
  */
 #ifndef CHANTER_SHARD_H
@@ -21,10 +30,12 @@
 typedef struct shard_map_s {
   uint32_t n_servers;
   uint32_t n_tables;
+  int modulo; /* row-wise rows by hash % n_servers (shard.rowwise = modulo); 0: jump consistent hash */
   uint32_t *table_server; /* per table: owning server, or SHARD_ROWWISE */
 } shard_map_t;
 
-/* Plans the map.  0, -EINVAL (no servers) or -ENOMEM. */
+/* Plans the map (row-wise by jump consistent hash).  0, -EINVAL (no
+ * servers) or -ENOMEM. */
 int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows);
 /* The job's map: shard.table_servers when it is set (one entry per table:
@@ -38,12 +49,29 @@ int shard_map_from_cfg(shard_map_t *m, const cfg_t *cfg, const table_layout_t *l
                        size_t err_len);
 void shard_map_close(shard_map_t *m);
 
+/* Jump consistent hash: the bucket in [0, n) of h.  Walks the buckets h
+ * would jump to as n grows, each jump drawn from a 64-bit LCG seeded by h,
+ * and returns the last one below n: expected ln(n) + 1 steps. */
+static inline uint32_t shard_jump(uint64_t h, uint32_t n) {
+  int64_t b = -1, j = 0;
+  while (j < (int64_t)n) {
+    b = j;
+    h = h * UINT64_C(2862933555777941757) + 1;
+    j = (int64_t)((double)(b + 1) * ((double)(INT64_C(1) << 31) / (double)((h >> 33) + 1)));
+  }
+  return (uint32_t)b;
+}
+
 /* The server index (0..n_servers-1) that owns key.  Any thread. */
 static inline uint32_t shard_of(const shard_map_t *m, uint64_t key) {
   uint32_t t = TABLE_ID(key);
   uint32_t s = t < m->n_tables ? m->table_server[t] : SHARD_ROWWISE;
   if (s != SHARD_ROWWISE) return s;
-  return (uint32_t)(table_mix64(key ^ UINT64_C(0x5348415244)) % m->n_servers);
+  uint64_t h = table_mix64(key ^ UINT64_C(0x5348415244));
+  return m->modulo ? (uint32_t)(h % m->n_servers) : shard_jump(h, m->n_servers);
 }
+
+/* "jump" or "modulo": the row-wise rule of m (manifest.h's rowwise). */
+static inline const char *shard_rowwise_name(const shard_map_t *m) { return m->modulo ? "modulo" : "jump"; }
 
 #endif

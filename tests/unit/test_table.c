@@ -91,8 +91,48 @@ static void test_shard_map(void **st) {
   table_layout_close(&l);
 }
 
+/* Row-wise by jump consistent hash: even over the servers; from n to
+ * n + 1 servers about 1/(n + 1) of the keys move, every one of them to the
+ * new server, and back from n + 1 to n only the last server's move; the
+ * modulo rule moves about n/(n + 1). */
+static void test_shard_jump(void **st) {
+  (void)st;
+  table_layout_t l;
+  make_layout(&l, 7);
+  enum { KEYS = 60000 };
+  for (uint32_t n = 1; n <= 6; n++) {
+    shard_map_t a, b, ma, mb;
+    assert_int_equal(shard_map_init(&a, &l, n, 1000), 0);
+    assert_int_equal(shard_map_init(&b, &l, n + 1, 1000), 0);
+    assert_int_equal(shard_map_init(&ma, &l, n, 1000), 0);
+    assert_int_equal(shard_map_init(&mb, &l, n + 1, 1000), 0);
+    ma.modulo = mb.modulo = 1;
+    unsigned moved = 0, moved_mod = 0, count[8] = {0};
+    for (uint64_t r = 0; r < KEYS; r++) {
+      uint64_t k = TABLE_KEY(1, r);
+      uint32_t x = shard_of(&a, k), y = shard_of(&b, k);
+      assert_true(x < n && y < n + 1);
+      if (x != y) {
+        moved++;
+        assert_int_equal(y, n); /* only to the new server */
+      }
+      count[y]++;
+      moved_mod += shard_of(&ma, k) != shard_of(&mb, k);
+    }
+    double want = (double)KEYS / (n + 1);
+    if (fabs(moved - want) > 0.05 * want) fail_msg("%u -> %u servers: %u keys moved, about %.0f wanted", n, n + 1, moved, want);
+    for (uint32_t s = 0; s <= n; s++) assert_true(fabs(count[s] - want) < 0.05 * want);
+    if (n > 1) assert_true(moved_mod > 0.9 * KEYS * n / (n + 1)); /* modulo moves most of them */
+    assert_string_equal(shard_rowwise_name(&a), "jump");
+    assert_string_equal(shard_rowwise_name(&ma), "modulo");
+    shard_map_close(&a), shard_map_close(&b), shard_map_close(&ma), shard_map_close(&mb);
+  }
+  table_layout_close(&l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shard_jump),
       cmocka_unit_test(test_keys),
       cmocka_unit_test(test_init_row),
       cmocka_unit_test(test_shard_map),
