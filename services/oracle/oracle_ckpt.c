@@ -179,7 +179,7 @@ static void ck_done(uv_work_t *req, int status) {
   oracle_ckpt_t *ck = &j->ckpt;
   ck->running--;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
-  if (w->kind == W_RECOVER && j->reshape_from && !w->rc) oracle_scale__moved(j, w->rows_moved, w->bytes_moved);
+  if (w->kind == W_RECOVER && j->reshape_from && !w->rc) oracle_scale__moved(j, w->rows_moved, w->bytes_moved, w->move_seconds);
   if (!j->destroying && !oracle_job__over(j)) {
     switch (w->kind) {
     case W_PREFLIGHT:

@@ -383,6 +383,7 @@ static void reshape_work(ck_work_t *w) {
   if ((w->rc = embc_reshape_all(u, N, NULL, &st, w->err, sizeof w->err)) != 0) goto out;
   w->rows_moved = st.rows_moved;
   w->bytes_moved = st.bytes_moved;
+  w->move_seconds = st.seconds;
   snprintf(m.id, sizeof m.id, "%.56s.s%u", j->reshape_ckpt, N);
   for (uint32_t s = 0; s < N; s++) {
     Chanter__Embedding__V1__DeleteCheckpointRequest dq = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;

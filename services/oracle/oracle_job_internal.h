@@ -594,7 +594,7 @@ int oracle_scale__due(oracle_job_t *j);
 /* "a,b" into a list (cfg_list_free): 0 or -ENOMEM. */
 int oracle_scale__split(const char *s, char ***out, size_t *n);
 /* A successor's reshape is done: the scale's record gets what moved. */
-void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes);
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds);
 /* A scale of either kind is under way. */
 int oracle_scale__asked(const oracle_job_t *j);
 /* What the scale did, for the run's last message. */
@@ -803,6 +803,7 @@ typedef struct ck_work_s {
   manifest_t job;
   double secs;
   uint64_t rows_moved, bytes_moved; /* recover: a scale of the embedding servers (oracle_scale.c) */
+  double move_seconds;
   char pruned[512];
   struct ck_work_s *next; /* on the list of works that came back */
 } ck_work_t;

@@ -55,6 +55,7 @@ typedef struct oracle_recovery_s {
 typedef struct oracle_scale_s {
   char what[20];         /* "embedding_servers", else "" (trainers) */
   uint64_t rows_moved, bytes_moved; /* (embedding servers) server to server */
+  double move_seconds;              /* the move itself (embc_reshape_all) */
   uint32_t from, to;
   uint64_t at_iteration; /* c: the new group goes on from the model after c */
   char checkpoint[96];

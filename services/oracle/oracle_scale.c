@@ -172,13 +172,14 @@ uint32_t oracle_job_scale_servers(const oracle_job_t *j, const char **cluster) {
   return done ? j->scale_servers : 0;
 }
 
-void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes) {
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds) {
   j->reshape_rows = rows;
   j->reshape_bytes = bytes;
   oracle_scale_t *s = j->recs && j->recs->n_scales ? &j->recs->s[(j->recs->n_scales - 1) % ORACLE_SCALES_KEPT] : NULL;
   if (s && s->what[0] && !s->t_first) {
     s->rows_moved = rows;
     s->bytes_moved = bytes;
+    s->move_seconds = seconds;
   }
 }
 
@@ -297,10 +298,11 @@ void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {
     /* -1 while not yet: the pause from iteration c done, the whole from the request, to c + 1 done */
     o += (size_t)snprintf(out + o, cap - o,
                           "%s{\"at_iteration\": %" PRIu64 ", \"from\": %u, \"to\": %u, \"what\": \"%s\", "
-                          "\"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64 ", \"checkpoint\": \"%s\", "
+                          "\"rows_moved\": %" PRIu64 ", \"bytes_moved\": %" PRIu64 ", \"move_seconds\": %.3f, "
+                          "\"checkpoint\": \"%s\", "
                           "\"generation\": %u, \"asked_unix\": %.3f, \"pause_seconds\": %.3f, \"seconds\": %.3f}",
                           i > first ? ", " : "", s->at_iteration, s->from, s->to, s->what[0] ? s->what : "trainers",
-                          s->rows_moved, s->bytes_moved, s->checkpoint, s->generation,
+                          s->rows_moved, s->bytes_moved, s->move_seconds, s->checkpoint, s->generation,
                           s->t_asked, s->t_first ? pause_of(s) : -1.0,
                           s->t_first ? s->t_first - s->t_asked : -1.0);
   }

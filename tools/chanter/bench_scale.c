@@ -11,8 +11,10 @@
  * up`: one data processor, two embedding servers, the oracle, two
  * trainers; eval_batches = 0) and, while it trains, is scaled to --to
  * trainers once a third of its iterations are done, and back to 2 after
- * two thirds (`chanter scale --trainers N --wait`).  Printed per size and
- * per scale: the iteration c it happened after, the pause (iteration c
+ * two thirds (`chanter scale --trainers N --wait`); then again, its
+ * embedding servers (`chanter scale --embedding-servers N --wait`), with
+ * the rows moved server to server, the move's seconds, and both the move
+ * and the pause per million rows moved.  Printed per size and per scale: the iteration c it happened after, the pause (iteration c
  * done by the old group to c + 1 done by the new one: the checkpoint's
  * write, the group's re-forming, the caches' refill and one iteration),
  * the whole (from the request: up to L iterations more before c, then the
@@ -109,15 +111,19 @@ static int wait_iter(const char *dir, double it, pid_t train) {
   }
 }
 
-static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, int to, int iters, const char *up_args,
-                    int keep) {
+/* One run: the job at table_scale `scale`, its trainers (servers = 0) or
+ * its embedding servers (servers = 1) scaled 2 -> to -> 2. */
+static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, int to, int servers, int iters,
+                    const char *up_args, int keep) {
   char dir[1200], cmd[8192];
-  snprintf(dir, sizeof dir, "%s/scale-%ld", tmp, scale);
+  const char *flag = servers ? "--embedding-servers" : "--trainers";
+  snprintf(dir, sizeof dir, "%s/scale-%s-%ld", tmp, servers ? "servers" : "trainers", scale);
   int o = snprintf(cmd, sizeof cmd, "'%s'", self);
   if (cli->config_path) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --config '%s'", cli->config_path);
   for (int i = 0; i < cli->n_sets; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, " --set '%s'", cli->sets[i]);
   snprintf(cmd + o, sizeof cmd - (size_t)o,
-           " --set trainers=2 --set eval_batches=0 --set table_scale=%ld --set iterations=%d local up %s --workdir "
+           " --set trainers=2 --set embedding_servers=2 --set eval_batches=0 --set table_scale=%ld --set iterations=%d "
+           "local up %s --workdir "
            "'%s' >'%s.up' 2>&1",
            scale, iters, up_args, dir, dir);
   if (run_cmd(cmd)) {
@@ -141,10 +147,10 @@ static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, i
       train = -1;
       break;
     }
-    snprintf(cmd, sizeof cmd, "'%s' --config '%s/job.ini' scale --trainers %d --workdir '%s' --wait >'%s.scale%d' 2>&1",
-             self, dir, counts[k], dir, dir, k);
+    snprintf(cmd, sizeof cmd, "'%s' --config '%s/job.ini' scale %s %d --workdir '%s' --wait >'%s.scale%d' 2>&1", self,
+             dir, flag, counts[k], dir, dir, k);
     if (run_cmd(cmd)) {
-      fprintf(stderr, "bench scale: chanter scale --trainers %d failed; see %s.scale%d\n", counts[k], dir, k);
+      fprintf(stderr, "bench scale: chanter scale %s %d failed; see %s.scale%d\n", flag, counts[k], dir, k);
       rc = 1;
     }
   }
@@ -164,8 +170,8 @@ static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, i
   if (!rc) {
     double batch = cli_json_num(sm, "batch_size"), rows = cli_json_num(sm, "stored_rows");
     json_get_str(sm, "digest", digest, sizeof digest);
-    printf("table_scale %ld: %.0f rows on the servers at the end; digest %.16s...\n", scale, isnan(rows) ? 0 : rows,
-           digest);
+    printf("table_scale %ld, %s: %.0f rows on the servers at the end; digest %.16s...\n", scale,
+           servers ? "embedding servers" : "trainers", isnan(rows) ? 0 : rows, digest);
     for (int k = 0; k < 2; k++) {
       if (scale_obj(sm, k, obj, sizeof obj)) {
         printf("  scale %d: not in summary.json\n", k + 1);
@@ -173,10 +179,16 @@ static int one_size(cli_t *cli, const char *self, const char *tmp, long scale, i
       }
       double c = cli_json_num(obj, "at_iteration"), from = cli_json_num(obj, "from"), tt = cli_json_num(obj, "to");
       double before = rate(dir, c - WINDOW, c, batch), after = rate(dir, c + 1, c + 1 + WINDOW, batch);
-      printf("  %.0f -> %.0f trainers after iteration %.0f: pause %.2f s, %.2f s from the request; samples/s %.0f "
-             "before, %.0f after (%.2fx)\n",
-             from, tt, c, cli_json_num(obj, "pause_seconds"), cli_json_num(obj, "seconds"), before, after,
-             after / before);
+      double pause = cli_json_num(obj, "pause_seconds");
+      printf("  %.0f -> %.0f after iteration %.0f: pause %.2f s, %.2f s from the request; samples/s %.0f before, %.0f "
+             "after (%.2fx)\n",
+             from, tt, c, pause, cli_json_num(obj, "seconds"), before, after, after / before);
+      double moved = cli_json_num(obj, "rows_moved"), mb = cli_json_num(obj, "bytes_moved"),
+             ms = cli_json_num(obj, "move_seconds");
+      if (servers && moved > 0)
+        printf("    %.0f rows (%.1f MiB) moved server to server in %.3f s: %.2f s of move and %.2f s of pause per "
+               "million rows moved\n",
+               moved, mb / 1048576.0, ms, ms / moved * 1e6, pause / moved * 1e6);
     }
   }
   free(sm);
@@ -220,12 +232,14 @@ int bench_scale(cli_t *cli) {
     fprintf(stderr, "bench scale: cannot create a directory in /tmp: %s\n", strerror(errno));
     return 1;
   }
-  printf("chanter bench scale: %s, 2 trainers scaled to %ld after a third of %d iterations and back to 2 after two "
-         "thirds; batch %lld\n",
+  printf("chanter bench scale: %s, 2 trainers, then 2 embedding servers, scaled to %ld after a third of %d iterations "
+         "and back to 2 after two thirds; batch %lld\n",
          hosts ? "emulated hosts" : "local cluster on 127.0.0.1", to, iters, (long long)cfg_int(cli->cfg, "batch_size"));
   int rc = 0;
   double t0 = clock_mono_s();
-  for (int i = 0; i < n && !rc; i++) rc = one_size(cli, self, tmp, scales[i], (int)to, iters, up_args, keep);
+  for (int i = 0; i < n && !rc; i++)
+    for (int servers = 0; servers < 2 && !rc; servers++)
+      rc = one_size(cli, self, tmp, scales[i], (int)to, servers, iters, up_args, keep);
   printf("(pause: iteration c done by the old group to c + 1 done by the new one; the old group runs no step past c; "
          "samples/s over the %d iterations before c and after c + 1, from the oracle's timeline; %.0f s in all)\n",
          WINDOW, clock_mono_s() - t0);

@@ -159,7 +159,7 @@ static const command_t commands[] = {
      "                         autoshard vs lookup_greedy on a local cluster, interleaved: each trainer's measured\n"
      "                         time on its tables, measured and predicted balance, steady samples/s\n"
      "  scale [--table-scales 100,10] [--to 3] [--quick] [--hosts N|auto] [--insecure] [--keep]  chanter scale\n"
-     "                         --trainers on a running job: the pause, and samples/s before and after\n"
+     "                         --trainers, then --embedding-servers, on a running job: the pause, rows moved, samples/s\n"
      "  e2e [--data independent|sessions|both] [--hosts N|auto [--link RATE,0]] [--insecure] [--report DIR]\n"
      "                         the cluster: baseline vs lookahead vs partition vs table_strategy = auto vs ideal\n"
      "                         per data generator, rows and bytes\n"
