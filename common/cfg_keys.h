@@ -228,10 +228,11 @@ static const entry_t entries[] = {
     {"oracle.recovery_window_s", T_INT, "600", 1, 86400000, NULL, "the window of oracle.max_recoveries"},
     {"oracle.start_timeout_ms", T_INT, "60000", 100, 3600000, NULL, "how long the oracle waits for every trainer to register"},
     /* ---- the table strategy's knobs (table_strategy above; common/strategy.h) ---- */
-    {"strategy.auto_cost", T_ENUM, "model", 0, 0, "model|bytes",
-     "table_strategy = auto weighs the cache against partitioning by: model = the microseconds the cost model "
-     "(shard.cost_model: its trainer, server and collective parts) predicts; bytes = the bytes each moves, weighted by "
-     "strategy.cache_weight and strategy.step_kb (also used when the model lacks a part, with a warning)"},
+    {"strategy.auto_cost", T_ENUM, "bytes", 0, 0, "model|bytes",
+     "table_strategy = auto weighs the cache against partitioning by: bytes = the bytes each moves, weighted by "
+     "strategy.cache_weight and strategy.step_kb; model = the microseconds the cost model (shard.cost_model: its "
+     "trainer, server and collective parts) predicts (bytes when the model lacks a part, with a warning; "
+     "docs/autoshard.md says why bytes is the default)"},
     {"strategy.cache_weight", T_FLOAT, "10", 0, 1e6, NULL,
      "table_strategy = auto with strategy.auto_cost = bytes: what a byte of rows the cache moves (fetched, written back, synchronized) costs "
      "against a byte of pooled embeddings between trainers (chanter bench e2e measures both)"},
