@@ -137,10 +137,12 @@ static const entry_t entries[] = {
      "optional: the embedding server of each table, comma-separated (a server index, or rows = split row-wise by key "
      "hash), as `chanter shard plan` prints the cost model's placement; empty = whole up to "
      "shard.table_wise_max_rows rows, by rows-greedy balance"},
-    {"shard.rowwise", T_ENUM, "jump", 0, 0, "jump|modulo",
-     "how a row-wise table's rows go to the embedding servers: jump = jump consistent hash of the key (a scale from "
-     "n to n + 1 servers moves 1/(n + 1) of them); modulo = the hash modulo the server count (the rule before; "
-     "moves n/(n + 1)): resume a checkpoint with the rule it was taken with"},
+    {"shard.rule", T_ENUM, "consistent", 0, 0, "consistent|modulo",
+     "how rows go to the embedding servers when shard.table_servers is empty: consistent = row-wise tables by jump "
+     "consistent hash of the key, whole tables placed for n servers by moving tables onto server n - 1 from the "
+     "placement for n - 1 (a scale from n to n + 1 servers moves about 1/(n + 1) of the rows, all onto the new "
+     "server); modulo = the hash modulo the server count and whole tables greedily from scratch (the rule before; "
+     "moves most rows): resume a checkpoint with the rule it was taken with"},
     {"shard.placement", T_ENUM, "autoshard", 0, 0, "autoshard|lookup_greedy|size_greedy|random",
      "where the partitioned tables live on the trainers: autoshard = the planner on the cost model (shard.cost_model), "
      "within strategy.partition_mb; lookup_greedy = by hotness x dim (the rule before AutoShard); size_greedy and "

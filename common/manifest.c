@@ -32,7 +32,7 @@ char *manifest_format(const manifest_t *m, size_t *len) {
       m->batch_size, m->iterations);
   sb_printf(&b, "trainers=%" PRIu64 "\nembedding_servers=%" PRIu64 "\nallocation=%s\nlookahead=%s\ncache_rows=%" PRIu64 "\n",
       m->trainers, m->servers, m->allocation, m->lookahead, m->cache_rows);
-  if (m->rowwise[0]) sb_printf(&b, "rowwise=%s\n", m->rowwise);
+  if (m->shard_rule[0]) sb_printf(&b, "shard_rule=%s\n", m->shard_rule);
   sb_printf(&b, "dense_server=%" PRIu64 "\ndense_blob=%s\noracle_blob=%s\noracle_sha256=%s\nrows_flushed=%" PRIu64 "\n",
       m->dense_server, m->dense_blob, m->oracle_blob, m->oracle_sha256, m->rows_flushed);
   for (uint64_t s = 0; s < m->servers && m->server_bytes; s++)
@@ -86,8 +86,8 @@ int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_
       magic = !strcmp(v, "1");
       continue;
     }
-    if (!strcmp(ln, "rowwise")) { /* optional: manifests before it placed rows by modulo */
-      snprintf(m->rowwise, sizeof m->rowwise, "%s", v);
+    if (!strcmp(ln, "shard_rule")) { /* optional: manifests before it placed rows by modulo */
+      snprintf(m->shard_rule, sizeof m->shard_rule, "%s", v);
       continue;
     }
 #define MS(k, f)                                  \
@@ -140,7 +140,7 @@ int manifest_parse(const char *text, size_t len, manifest_t *m, char *err, size_
                    "or forged manifest",
                    (unsigned long long)m->servers, (unsigned long long)sb_cap);
   }
-  if (!m->rowwise[0]) snprintf(m->rowwise, sizeof m->rowwise, "modulo");
+  if (!m->shard_rule[0]) snprintf(m->shard_rule, sizeof m->shard_rule, "modulo");
   if (!magic || got < 24 || !m->id[0] || !m->dense_blob[0] || !m->oracle_blob[0] || m->servers == 0 ||
       m->servers > MANIFEST_MAX_SERVERS) {
     manifest_free(m);

@@ -27,7 +27,7 @@ typedef struct manifest_s {
   uint64_t created_unix;
   /* the job: a resume must match these (manifest_check in the oracle) */
   char model[64], model_shape[256], optimizer[32], embedding_optimizer[32], dataset[1024], allocation[32],
-      lookahead[32], rowwise[16]; /* rowwise: shard.rowwise, "modulo" when the manifest has none (older) */
+      lookahead[32], shard_rule[16]; /* shard.rule; "modulo" when the manifest has none (older) */
   uint64_t layout_hash, schema_hash, seed, batch_size, iterations, trainers, servers, cache_rows;
   /* where the parts are */
   uint64_t dense_server;

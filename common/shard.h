@@ -7,14 +7,23 @@
  * large tables are spread row-wise by a hash of the key.  The threshold comes
  * from the job configuration (`shard.table_wise_max_rows`).
  *
- * Row-wise, a key goes to the server its hash picks by jump consistent
- * hashing (Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash
- * Algorithm", 2014): going from n to n + 1 servers moves 1/(n + 1) of the
- * keys, all of them to the new server, and going back moves only the last
- * server's -- what a live scale of the embedding servers wants.  The hash
- * modulo the server count, the rule before (`shard.rowwise = modulo`),
- * moves n/(n + 1) of them; checkpoints record which rule placed their rows
- * (manifest.h) and a resume under the other is refused.  The cost-model
+ * shard.rule = consistent (the default) keeps rows where they are when
+ * the server count changes, as far as balance allows -- what a live scale
+ * of the embedding servers wants:
+ *   - row-wise, a key goes to the server its hash picks by jump consistent
+ *     hashing (Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash
+ *     Algorithm", 2014): from n to n + 1 servers 1/(n + 1) of the keys
+ *     move, all of them to the new server;
+ *   - whole tables are placed for n servers by taking the placement for
+ *     n - 1 and moving tables onto server n - 1, each time the biggest
+ *     table of the most loaded server that still lowers the larger of the
+ *     two loads, until none does (all on server 0 for one server): from n
+ *     to n + 1 only tables onto the new server move, and back from n + 1
+ *     to n only the last server's.
+ * shard.rule = modulo is the rule before: the hash modulo the count (moves
+ * n/(n + 1) of the keys) and whole tables greedily from scratch.
+ * Checkpoints record which rule placed their rows (manifest.h) and a
+ * resume under the other is refused.  The cost-model
  * planner of the sharding issue will fill the same table_server[] map.
  */
 #ifndef CHANTER_SHARD_H
@@ -30,14 +39,17 @@
 typedef struct shard_map_s {
   uint32_t n_servers;
   uint32_t n_tables;
-  int modulo; /* row-wise rows by hash % n_servers (shard.rowwise = modulo); 0: jump consistent hash */
+  int modulo; /* shard.rule = modulo (the rule before); 0: consistent */
   uint32_t *table_server; /* per table: owning server, or SHARD_ROWWISE */
 } shard_map_t;
 
-/* Plans the map (row-wise by jump consistent hash).  0, -EINVAL (no
- * servers) or -ENOMEM. */
+/* Plans the map by shard.rule = consistent (shard_map_init) or by
+ * modulo (shard_map_init_rule with modulo = 1).  0, -EINVAL (no servers)
+ * or -ENOMEM. */
 int shard_map_init(shard_map_t *m, const table_layout_t *l, uint32_t n_servers,
                    uint64_t table_wise_max_rows);
+int shard_map_init_rule(shard_map_t *m, const table_layout_t *l, uint32_t n_servers, uint64_t table_wise_max_rows,
+                        int modulo);
 /* The job's map: shard.table_servers when it is set (one entry per table:
  * the server index that holds it whole, or "rows" for row-wise by key
  * hash; `chanter shard plan` prints the cost model's), else shard_map_init
@@ -71,7 +83,7 @@ static inline uint32_t shard_of(const shard_map_t *m, uint64_t key) {
   return m->modulo ? (uint32_t)(h % m->n_servers) : shard_jump(h, m->n_servers);
 }
 
-/* "jump" or "modulo": the row-wise rule of m (manifest.h's rowwise). */
-static inline const char *shard_rowwise_name(const shard_map_t *m) { return m->modulo ? "modulo" : "jump"; }
+/* "consistent" or "modulo": the rule of m (manifest.h's shard_rule). */
+static inline const char *shard_rule_name(const shard_map_t *m) { return m->modulo ? "modulo" : "consistent"; }
 
 #endif

@@ -138,7 +138,7 @@ void oracle_ckpt__job_manifest(const oracle_job_t *j, manifest_t *m) {
   m->servers = j->ckpt.S;
   m->iterations = j->iterations;
   m->cache_rows = j->pipe.cache_rows;
-  snprintf(m->rowwise, sizeof m->rowwise, "%s", cfg_str(cfg, "shard.rowwise"));
+  snprintf(m->shard_rule, sizeof m->shard_rule, "%s", cfg_str(cfg, "shard.rule"));
 }
 
 /* Refuses a checkpoint this job cannot go on from, naming the field;
@@ -188,11 +188,11 @@ int oracle_ckpt__check_manifest(const oracle_job_t *j, const manifest_t *m, char
                    ": it must be resharded first, which `chanter train --resume` does when it can read the old "
                    "servers' data dirs (--old-data-dirs PATTERN; with --workdir W it looks in W/embedding-%%i)",
                    id, m->servers, me.servers);
-  if (strcmp(m->rowwise, me.rowwise) && m->servers > 1)
+  if (strcmp(m->shard_rule, me.shard_rule) && m->servers > 1)
     return err_set(err, err_len, ERR_CONFIG,
-                   "checkpoint %s placed the row-wise tables' rows on its servers by shard.rowwise = %s, and this job "
-                   "by %s: the rows would be looked for on other servers; set shard.rowwise = %s to resume it",
-                   id, m->rowwise, me.rowwise, m->rowwise);
+                   "checkpoint %s placed its rows on its servers by shard.rule = %s, and this job by %s: the rows "
+                   "would be looked for on other servers; set shard.rule = %s to resume it",
+                   id, m->shard_rule, me.shard_rule, m->shard_rule);
   if (m->iteration + 1 >= j->iterations)
     return err_set(err, err_len, ERR_CONFIG,
                    "checkpoint %s holds the model after iteration %" PRIu64 ": this job's iterations = %" PRIu64

@@ -26,7 +26,7 @@ static void fill(manifest_t *m, uint64_t *bytes) {
   snprintf(m->dataset, sizeof m->dataset, "/data/criteo day 0.tsv");
   snprintf(m->allocation, sizeof m->allocation, "laia");
   snprintf(m->lookahead, sizeof m->lookahead, "auto");
-  snprintf(m->rowwise, sizeof m->rowwise, "jump");
+  snprintf(m->shard_rule, sizeof m->shard_rule, "consistent");
   m->layout_hash = 0x0123456789abcdefULL;
   m->schema_hash = 0xfedcba9876543210ULL;
   m->seed = 42;
@@ -72,16 +72,16 @@ static void test_round_trip(void **st) {
   char *text2 = manifest_format(&back, &len2);
   assert_int_equal(len2, len);
   assert_memory_equal(text2, text, len);
-  assert_string_equal(back.rowwise, "jump");
+  assert_string_equal(back.shard_rule, "consistent");
   manifest_free(&back);
   free(text2);
   free(text);
-  /* a manifest from before shard.rowwise (no rowwise line): its rows went by modulo */
-  m.rowwise[0] = 0;
+  /* a manifest from before shard.rule (no shard_rule line): its rows went by modulo */
+  m.shard_rule[0] = 0;
   text = manifest_format(&m, &len);
-  assert_null(strstr(text, "rowwise="));
+  assert_null(strstr(text, "shard_rule="));
   assert_int_equal(manifest_parse(text, len, &back, err, sizeof err), 0);
-  assert_string_equal(back.rowwise, "modulo");
+  assert_string_equal(back.shard_rule, "modulo");
   manifest_free(&back);
   free(text);
 }

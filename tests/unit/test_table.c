@@ -104,9 +104,8 @@ static void test_shard_jump(void **st) {
     shard_map_t a, b, ma, mb;
     assert_int_equal(shard_map_init(&a, &l, n, 1000), 0);
     assert_int_equal(shard_map_init(&b, &l, n + 1, 1000), 0);
-    assert_int_equal(shard_map_init(&ma, &l, n, 1000), 0);
-    assert_int_equal(shard_map_init(&mb, &l, n + 1, 1000), 0);
-    ma.modulo = mb.modulo = 1;
+    assert_int_equal(shard_map_init_rule(&ma, &l, n, 1000, 1), 0);
+    assert_int_equal(shard_map_init_rule(&mb, &l, n + 1, 1000, 1), 0);
     unsigned moved = 0, moved_mod = 0, count[8] = {0};
     for (uint64_t r = 0; r < KEYS; r++) {
       uint64_t k = TABLE_KEY(1, r);
@@ -123,15 +122,48 @@ static void test_shard_jump(void **st) {
     if (fabs(moved - want) > 0.05 * want) fail_msg("%u -> %u servers: %u keys moved, about %.0f wanted", n, n + 1, moved, want);
     for (uint32_t s = 0; s <= n; s++) assert_true(fabs(count[s] - want) < 0.05 * want);
     if (n > 1) assert_true(moved_mod > 0.9 * KEYS * n / (n + 1)); /* modulo moves most of them */
-    assert_string_equal(shard_rowwise_name(&a), "jump");
-    assert_string_equal(shard_rowwise_name(&ma), "modulo");
+    assert_string_equal(shard_rule_name(&a), "consistent");
+    assert_string_equal(shard_rule_name(&ma), "modulo");
     shard_map_close(&a), shard_map_close(&b), shard_map_close(&ma), shard_map_close(&mb);
+  }
+  table_layout_close(&l);
+}
+
+/* Whole tables by the consistent rule: from n to n + 1 servers only tables
+ * onto the new server move (and so back from n + 1 to n only its tables),
+ * and the loads stay within the biggest table of the mean. */
+static void test_shard_whole(void **st) {
+  (void)st;
+  enum { T = 26 };
+  table_layout_t l;
+  assert_int_equal(table_layout_init(&l, T, 3), 0);
+  uint64_t x = 12345, total = 0, biggest = 0;
+  for (int t = 0; t < T; t++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    l.tables[t] = (table_info_t){.rows = 10 + (x >> 40) % 5000, .dim = 16, .state_floats = 1};
+    uint64_t b = l.tables[t].rows * (uint64_t)table_row_floats(&l, t);
+    total += b;
+    if (b > biggest) biggest = b;
+  }
+  for (uint32_t n = 1; n <= 7; n++) {
+    shard_map_t a, b;
+    assert_int_equal(shard_map_init(&a, &l, n, 1u << 20), 0);
+    assert_int_equal(shard_map_init(&b, &l, n + 1, 1u << 20), 0);
+    uint64_t load[8] = {0};
+    for (int t = 0; t < T; t++) {
+      assert_true(a.table_server[t] < n);
+      if (a.table_server[t] != b.table_server[t]) assert_int_equal(b.table_server[t], n);
+      load[b.table_server[t]] += l.tables[t].rows * (uint64_t)table_row_floats(&l, t);
+    }
+    for (uint32_t s = 0; s <= n; s++) assert_true(load[s] <= total / (n + 1) + biggest);
+    shard_map_close(&a), shard_map_close(&b);
   }
   table_layout_close(&l);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shard_whole),
       cmocka_unit_test(test_shard_jump),
       cmocka_unit_test(test_keys),
       cmocka_unit_test(test_init_row),

@@ -183,7 +183,7 @@ int reshard_run(const cfg_t *cfg, const char *pattern, const manifest_t *m, char
   manifest_t nm = *m;
   snprintf(nm.id, sizeof nm.id, "%s", new_id);
   nm.servers = S;
-  snprintf(nm.rowwise, sizeof nm.rowwise, "%s", cfg_str(cfg, "shard.rowwise")); /* the rows went by this job's rule */
+  snprintf(nm.shard_rule, sizeof nm.shard_rule, "%s", cfg_str(cfg, "shard.rule")); /* the rows went by this job's rule */
   nm.server_bytes = bytes;
   size_t tl = 0;
   char *text = manifest_format(&nm, &tl);
