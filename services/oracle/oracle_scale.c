@@ -193,6 +193,15 @@ void oracle_scale__what(const oracle_job_t *j, char *out, size_t cap) {
 }
 
 void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o) {
+  if (old->reshape_from && !old->reshape_done) { /* its move did not complete: the next run moves again */
+    log_info("the move of checkpoint %s from %u embedding servers onto %u did not complete: the next run moves it "
+             "again (restored on the old servers, the new ones cleared)",
+             old->reshape_ckpt, old->reshape_from, old->ckpt.S);
+    o->reshape_from = old->reshape_from;
+    o->reshape_ckpt = old->reshape_ckpt;
+    o->reshape_union = old->reshape_union;
+    return;
+  }
   if (!oracle_job_scale_servers(old, NULL)) {
     if (old->scale_servers)
       log_warn("the scale to %u embedding servers is dropped: the job recovers before its checkpoint was complete; "
@@ -203,6 +212,22 @@ void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o) {
   o->reshape_from = old->ckpt.S;
   o->reshape_ckpt = old->ckpt.last.id;
   o->reshape_union = old->scale_union;
+}
+
+int oracle_scale__moving(const oracle_job_t *j) {
+  return j->reshape_from && !j->reshape_done && j->ckpt.running > 0;
+}
+
+int oracle_scale__move_failed(oracle_job_t *j, const ck_work_t *w) {
+  if (!j->reshape_from || j->reshape_done || w->kind != W_RECOVER || w->reshaped == 1) return 0;
+  if (w->rc == ERR_CONFIG || w->rc == -EINVAL || w->rc == -ENOMEM) return 0; /* the same again: the job fails */
+  /* a server killed, restarted or unreachable in the middle: checkpoint c is intact on the old servers (only their
+   * live rows moved), so the next run restores it there, clears the new ones and moves again */
+  oracle_job__lose(j, "embedding", "embedding servers", -1,
+                   "the move of checkpoint %s from %u servers onto %u failed part-way (%s); the next run moves it "
+                   "again from the old servers' copy",
+                   j->reshape_ckpt, j->reshape_from, j->ckpt.S, w->err);
+  return 1;
 }
 
 int oracle_scale__init(oracle_job_t *j, const oracle_job_opts_t *o) {
