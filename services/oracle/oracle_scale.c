@@ -52,9 +52,13 @@ static int scale_refused(oracle_job_t *j, const char *what, char *msg, size_t ms
                    j->scale_to ? j->scale_to : j->scale_servers, j->scale_to ? "trainers" : "embedding servers",
                    j->scale_at);
   oracle_recovery_t *r = j->recs ? oracle_recoveries_current(j->recs) : NULL;
-  if (st == ORACLE_RECOVERING || (r && !r->t_caught_up))
+  if (r && !r->t_caught_up)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
-                   "the job is recovering from the loss of %s; ask again once it has caught up", r ? r->who : "a daemon");
+                   "the job is recovering from the loss of %s; ask again once it has caught up", r->who);
+  if (st == ORACLE_RECOVERING) /* no loss: the run a scale ended, its successor not yet training */
+    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
+                   "the job's group re-forms after a scale (%s); ask again once it trains",
+                   j->reshape_from ? "the embedding servers' rows move" : "the new group joins");
   if (!oracle_job__training(j))
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s; a job is scaled while it trains",
                    oracle_state_name(st));
