@@ -11,12 +11,13 @@
 #    clears the new one and moves again, and the job ends with the digest
 #    and test loss of the same job never scaled.  While it recovers, a scale
 #    of either kind is refused with a sentence.
-# 2. `chanter scale --trainers 3` with trainer 1 killed while the scale's
-#    checkpoint is held (CHANTER_FAULT_CHECKPOINT_PAUSE): the recovery
-#    carries the scale out, on 3 trainers from the checkpoint it rolled
-#    back to, and the job ends with the digest of the same job stopped at
-#    that checkpoint on 2 trainers and resumed with --resume on 3 (or, with
-#    no complete checkpoint, of the job on 3 trainers from its start).
+# 2. A checkpoint c0, then `chanter scale --trainers 3` with trainer 1
+#    killed while the scale's checkpoint is held
+#    (CHANTER_FAULT_CHECKPOINT_PAUSE): the recovery carries the scale out,
+#    on 3 trainers from the checkpoint it rolled back to (c0: the scale's
+#    own was not complete), and the job ends with the digest of the same
+#    job stopped at that checkpoint on 2 trainers and resumed with --resume
+#    on 3.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
@@ -66,10 +67,12 @@ expect_rc $? "the same job never scaled: the same digest and test loss ($(field 
 job_preamble "$JOB" iterations=800 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/tr
 ST() { CW tr scale --workdir "$W" "$@"; }
-CHANTER_FAULT_CHECKPOINT_PAUSE=1:3000 job_up tr || { nok "the cluster came up"; finish; exit 1; }
+CHANTER_FAULT_CHECKPOINT_PAUSE=2:3000 job_up tr || { nok "the cluster came up"; finish; exit 1; }
 job_train tr &
 tp=$!
 until_ok 600 grep -qs "first Step" "$W/logs/trainer-0.log"
+CW tr checkpoint --workdir "$W" --wait >/dev/null 2>"$WORK/c0.err"
+expect_rc $? "a checkpoint of the job before the scale"
 ST --trainers 3 --wait --json >"$WORK/t1.json" 2>"$WORK/t1.err" &
 sp=$!
 until_ok 300 grep -qs "CHANTER_FAULT_CHECKPOINT_PAUSE" "$W/logs/oracle-0.log"
@@ -82,20 +85,17 @@ wait $tp; rc=$?
 expect_rc $rc "the job completes (digest $(field "$W/summary.json" digest | cut -c1-16)...)"
 job_down tr
 R=$(jf "$W/summary.json" "d['recoveries'][0]['rollback_to']")
+S=$(jf "$W/summary.json" "d['scales'][0]['at_iteration']")
 python3 -c "
 import json; d=json.load(open('$W/summary.json'))
 s, r = d['scales'], d['recoveries']
 assert [(x['from'], x['to']) for x in s] == [(2, 3)], s
-assert len(r) == 1 and r[0]['kind'] == 'trainer', r"
-expect_rc $? "summary.json lists the scale and the trainer's recovery, rolled back to ${R} (-1: the start)"
-if [ "$R" = -1 ]; then
-  run_job ref2 --set trainers=3; rc=$?
-else
-  job_up ref2 --set iterations=$((R + 1)) && job_train ref2 && job_down ref2 &&
-    job_up ref2 --set trainers=3 && job_train ref2 --resume
-  rc=$?
-  job_down ref2
-fi
+assert len(r) == 1 and r[0]['kind'] == 'trainer' and 0 <= r[0]['rollback_to'] < s[0]['at_iteration'], r"
+expect_rc $? "summary.json lists the scale (at ${S:-?}) and the trainer's recovery, rolled back to ${R}"
+job_up ref2 --set iterations=$((R + 1)) && job_train ref2 && job_down ref2 &&
+  job_up ref2 --set trainers=3 && job_train ref2 --resume
+rc=$?
+job_down ref2
 [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/ref2.err" | tail -3
 expect_rc $rc "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
 same tr ref2
