@@ -86,6 +86,12 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   j->scale_to = n;
   j->scale_at = *iteration;
   if (j->recs) oracle_scales_begin(j->recs, j->P, n, *iteration, id);
+  if (j->recs && j->ckpt.state_dir[0]) { /* an oracle restarted on the scaled job file recovers the job on n */
+    char h[65], e2[512];
+    oracle_record_config_hash_as(j->cfg, n, h);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", h, e2, sizeof e2))
+      log_warn("the job record was not updated for the scale (a restarted oracle will find the job blocked): %s", e2);
+  }
   snprintf(msg, msg_len,
            "the job goes from %u to %u trainers after checkpoint %s (the model after iteration %" PRIu64
            "): the group re-forms there, as a resume on %u trainers would",
