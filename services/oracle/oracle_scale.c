@@ -22,7 +22,11 @@
  *
  * A daemon lost while a scale waits for its checkpoint: the recovery
  * carries the scale out (its successor has N trainers too, from the
- * latest complete checkpoint).
+ * latest complete checkpoint).  The job record takes the scaled
+ * configuration's fingerprint at once, so that an oracle restarted on the
+ * scaled job file recovers the job.  A move of the embedding servers that
+ * fails part-way is a lost embedding server: the next run moves again
+ * from checkpoint c on the old servers (oracle_scale__move_failed).
  */
 #include <errno.h>
 #include <inttypes.h>
