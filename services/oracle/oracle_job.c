@@ -509,8 +509,7 @@ void oracle_job__advance(oracle_job_t *j) {
       oracle_fetch__collect(j);
       break;
     }
-    /* a case that said an error or a loss: the next pass ends the job */
-    if (!oracle_job__over(j) && ((j->lost && !hold) || j->fail_rc)) j->again = 1;
+    if (!oracle_job__over(j) && ((j->lost && !hold) || j->fail_rc)) j->again = 1; /* the next pass ends the job */
   } while (j->again);
   j->advancing = 0;
 }
