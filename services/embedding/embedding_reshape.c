@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "embc.h"
@@ -44,6 +45,15 @@ static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embeddi
     }
     res->rows_moved += (uint64_t)n;
     res->bytes_moved += used;
+    /* fault injection for the tests (docs/reference.md): CHANTER_FAULT_RESHAPE_PAUSE=MS pauses a move MS ms after
+     * its first batch was sent and deleted, so that a test can kill a server in the middle of it */
+    const char *fault = getenv("CHANTER_FAULT_RESHAPE_PAUSE");
+    unsigned ms = 0;
+    if (res->rows_moved == (uint64_t)n && fault && sscanf(fault, "%u", &ms) == 1 && ms) {
+      log_warn("reshape: pausing %u ms after the first %d rows moved (CHANTER_FAULT_RESHAPE_PAUSE)", ms, n);
+      struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
   free(keys);
   free(lens);

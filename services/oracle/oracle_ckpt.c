@@ -179,7 +179,10 @@ static void ck_done(uv_work_t *req, int status) {
   oracle_ckpt_t *ck = &j->ckpt;
   ck->running--;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
-  if (w->kind == W_RECOVER && j->reshape_from && !w->rc) oracle_scale__moved(j, w->rows_moved, w->bytes_moved, w->move_seconds);
+  if (w->kind == W_RECOVER && j->reshape_from && w->reshaped == 1) {
+    j->reshape_done = 1;
+    oracle_scale__moved(j, w->rows_moved, w->bytes_moved, w->move_seconds);
+  }
   if (!j->destroying && !oracle_job__over(j)) {
     switch (w->kind) {
     case W_PREFLIGHT:

@@ -383,6 +383,7 @@ static void reshape_work(ck_work_t *w) {
   if ((w->rc = embc_reshape_all(u, N, NULL, &st, w->err, sizeof w->err)) != 0) goto out;
   w->rows_moved = st.rows_moved;
   w->bytes_moved = st.bytes_moved;
+  w->reshaped = -1; /* moved; complete once sealed */
   w->move_seconds = st.seconds;
   snprintf(m.id, sizeof m.id, "%.56s.s%u", j->reshape_ckpt, N);
   for (uint32_t s = 0; s < N; s++) {
@@ -413,6 +414,7 @@ static void reshape_work(ck_work_t *w) {
     sq.manifest.len = tl;
     RS_CALL(seal_checkpoint, SealCheckpoint, u, s, &sq);
   }
+  w->reshaped = 1;
   log_info("scale: checkpoint %s of %u servers is now %s of %u: %" PRIu64 " rows (%" PRIu64
            " bytes) moved server to server in %.3f s",
            j->reshape_ckpt, M, m.id, N, st.rows_moved, st.bytes_moved, st.seconds);

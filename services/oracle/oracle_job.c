@@ -435,6 +435,7 @@ static void case_starting(oracle_job_t *j) {
  * checkpoint (or its start).  0, or -1 when the job cannot go on. */
 static int rolled_back(oracle_job_t *j, ck_work_t *w) {
   if (w->rc) {
+    if (oracle_scale__move_failed(j, w)) return -1; /* a lost server: the next run moves again */
     if (w->rc == ORACLE_ERR_PRECONDITION) block(j, w->err); /* another job's state: an operator decides */
     else oracle_job__error(j, w->rc, "recovering: rolling the embedding servers back failed: %s", w->err);
     return -1;
@@ -491,7 +492,8 @@ void oracle_job__advance(oracle_job_t *j) {
   j->advancing = 1;
   do {
     j->again = 0;
-    if (j->lost && !oracle_job__over(j)) job_lost(j); /* a lost daemon: recover (this object retires), or fail */
+    int hold = oracle_scale__moving(j); /* a loss waits for a move in flight: two runs never move at once */
+    if (j->lost && !hold && !oracle_job__over(j)) job_lost(j); /* a lost daemon: recover (it retires), or fail */
     if (j->fail_rc && !oracle_job__over(j)) job_end(j, ORACLE_EV_FAIL, j->fail_why);
     if (j->retired) continue; /* nothing of it runs any more: the service replaces it */
     switch (j->state) {
@@ -507,8 +509,7 @@ void oracle_job__advance(oracle_job_t *j) {
       oracle_fetch__collect(j);
       break;
     }
-    /* a case that said an error or a loss: the next pass ends the job */
-    if (!oracle_job__over(j) && (j->lost || j->fail_rc)) j->again = 1;
+    if (!oracle_job__over(j) && ((j->lost && !hold) || j->fail_rc)) j->again = 1; /* the next pass ends the job */
   } while (j->again);
   j->advancing = 0;
 }

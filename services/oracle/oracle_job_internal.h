@@ -497,6 +497,7 @@ struct oracle_job_s {
   char reshape_ckpt[96];
   char *reshape_union;
   uint64_t reshape_rows, reshape_bytes;
+  int reshape_done; /* the move is complete (<reshape_ckpt>.s<N> sealed): a later run does not move again */
   void (*on_recover)(oracle_job_t *j, void *ud);
   void (*on_state)(oracle_job_t *j, int from, int to, void *ud);
   void *on_recover_ud; /* (both callbacks') */
@@ -602,8 +603,15 @@ void oracle_scale__what(const oracle_job_t *j, char *out, size_t cap);
 /* A successor's reshape from its options (oracle_job_create), and its fields freed. */
 int oracle_scale__init(oracle_job_t *j, const oracle_job_opts_t *o);
 void oracle_scale__free(oracle_job_t *j);
-/* The successor's options of a scale of the embedding servers carried out (oracle_job_successor). */
+/* The successor's options of a scale of the embedding servers carried out (oracle_job_successor), or of a
+ * move that did not complete (the successor moves again from the old servers' checkpoint). */
 void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o);
+/* A move in flight: a loss waits for it to come back (advance), so that two runs never move at once. */
+int oracle_scale__moving(const oracle_job_t *j);
+/* The roll-back w failed in the move: 1 when it is taken as a lost embedding server (the next run moves again
+ * from the checkpoint on the old servers; oracle.max_recoveries counts it), 0 when the job fails as before. */
+struct ck_work_s;
+int oracle_scale__move_failed(oracle_job_t *j, const struct ck_work_s *w);
 
 /* ---- oracle_probe.c */
 
@@ -803,6 +811,7 @@ typedef struct ck_work_s {
   manifest_t job;
   double secs;
   uint64_t rows_moved, bytes_moved; /* recover: a scale of the embedding servers (oracle_scale.c) */
+  int reshaped;                     /* ... its move complete */
   double move_seconds;
   char pruned[512];
   struct ck_work_s *next; /* on the list of works that came back */

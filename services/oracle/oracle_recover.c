@@ -31,8 +31,10 @@ static int write_atomic(const char *dir, const char *name, const char *text, siz
   return fsio_replace(path, text, len, 0644, err, err_len);
 }
 
-void oracle_record_config_hash(const cfg_t *cfg, char out[65]) {
-  char *buf = NULL;
+void oracle_record_config_hash(const cfg_t *cfg, char out[65]) { oracle_record_config_hash_as(cfg, 0, out); }
+
+void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[65]) {
+  char *buf = NULL, *kept = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   if (f) {
@@ -45,15 +47,24 @@ void oracle_record_config_hash(const cfg_t *cfg, char out[65]) {
    * into the job file only after it started; certificates are renewed) */
   size_t o = 0;
   int skip = 0;
+  if (buf && !(kept = malloc(len + 32))) { /* (+ the trainers line's longer value) */
+    free(buf);
+    buf = NULL;
+  }
   for (char *line = buf, *nl; line && *line; line = nl ? nl + 1 : NULL) {
     nl = strchr(line, '\n');
     size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
     if (line[0] == '[')
       skip = !strncmp(line, "[cluster]", 9) || !strncmp(line, "[tls]", 5) || !strncmp(line, "[metrics]", 9) ||
              !strncmp(line, "[local]", 7);
-    if (!skip) memmove(buf + o, line, n), o += n;
+    if (skip) continue;
+    if (trainers && !strncmp(line, "trainers = ", 11))
+      o += (size_t)snprintf(kept + o, 32, "trainers = %u\n", trainers);
+    else
+      memcpy(kept + o, line, n), o += n;
   }
-  manifest_sha256_hex(buf ? buf : "", o, out);
+  manifest_sha256_hex(kept ? kept : "", o, out);
+  free(kept);
   free(buf);
 }
 

@@ -133,5 +133,8 @@ int oracle_record_write(const char *dir, const char *job_id, const char *state, 
  * operator's new `chanter local up`, other --set values) finds the job
  * blocked and asks for --resume or --fresh. */
 void oracle_record_config_hash(const cfg_t *cfg, char out[65]);
+/* ... of cfg with trainers = `trainers` (0: as it is): chanter scale --trainers records the job's configuration
+ * of after the scale at once, so that an oracle restarted on the scaled job file recovers the job. */
+void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[65]);
 
 #endif

@@ -22,7 +22,11 @@
  *
  * A daemon lost while a scale waits for its checkpoint: the recovery
  * carries the scale out (its successor has N trainers too, from the
- * latest complete checkpoint).
+ * latest complete checkpoint).  The job record takes the scaled
+ * configuration's fingerprint at once, so that an oracle restarted on the
+ * scaled job file recovers the job.  A move of the embedding servers that
+ * fails part-way is a lost embedding server: the next run moves again
+ * from checkpoint c on the old servers (oracle_scale__move_failed).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -52,9 +56,13 @@ static int scale_refused(oracle_job_t *j, const char *what, char *msg, size_t ms
                    j->scale_to ? j->scale_to : j->scale_servers, j->scale_to ? "trainers" : "embedding servers",
                    j->scale_at);
   oracle_recovery_t *r = j->recs ? oracle_recoveries_current(j->recs) : NULL;
-  if (st == ORACLE_RECOVERING || (r && !r->t_caught_up))
+  if (r && !r->t_caught_up)
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
-                   "the job is recovering from the loss of %s; ask again once it has caught up", r ? r->who : "a daemon");
+                   "the job is recovering from the loss of %s; ask again once it has caught up", r->who);
+  if (st == ORACLE_RECOVERING) /* no loss: the run a scale ended, its successor not yet training */
+    return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION,
+                   "the job's group re-forms after a scale (%s); ask again once it trains",
+                   j->reshape_from ? "the embedding servers' rows move" : "the new group joins");
   if (!oracle_job__training(j))
     return err_set(msg, msg_len, ORACLE_ERR_PRECONDITION, "the job is %s; a job is scaled while it trains",
                    oracle_state_name(st));
@@ -82,6 +90,12 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   j->scale_to = n;
   j->scale_at = *iteration;
   if (j->recs) oracle_scales_begin(j->recs, j->P, n, *iteration, id);
+  if (j->recs && j->ckpt.state_dir[0]) { /* an oracle restarted on the scaled job file recovers the job on n */
+    char h[65], e2[512];
+    oracle_record_config_hash_as(j->cfg, n, h);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", h, e2, sizeof e2))
+      log_warn("the job record was not updated for the scale (a restarted oracle will find the job blocked): %s", e2);
+  }
   snprintf(msg, msg_len,
            "the job goes from %u to %u trainers after checkpoint %s (the model after iteration %" PRIu64
            "): the group re-forms there, as a resume on %u trainers would",
@@ -193,6 +207,15 @@ void oracle_scale__what(const oracle_job_t *j, char *out, size_t cap) {
 }
 
 void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o) {
+  if (old->reshape_from && !old->reshape_done) { /* its move did not complete: the next run moves again */
+    log_info("the move of checkpoint %s from %u embedding servers onto %u did not complete: the next run moves it "
+             "again (restored on the old servers, the new ones cleared)",
+             old->reshape_ckpt, old->reshape_from, old->ckpt.S);
+    o->reshape_from = old->reshape_from;
+    o->reshape_ckpt = old->reshape_ckpt;
+    o->reshape_union = old->reshape_union;
+    return;
+  }
   if (!oracle_job_scale_servers(old, NULL)) {
     if (old->scale_servers)
       log_warn("the scale to %u embedding servers is dropped: the job recovers before its checkpoint was complete; "
@@ -203,6 +226,22 @@ void oracle_scale__successor(const oracle_job_t *old, oracle_job_opts_t *o) {
   o->reshape_from = old->ckpt.S;
   o->reshape_ckpt = old->ckpt.last.id;
   o->reshape_union = old->scale_union;
+}
+
+int oracle_scale__moving(const oracle_job_t *j) {
+  return j->reshape_from && !j->reshape_done && j->ckpt.running > 0;
+}
+
+int oracle_scale__move_failed(oracle_job_t *j, const ck_work_t *w) {
+  if (!j->reshape_from || j->reshape_done || w->kind != W_RECOVER || w->reshaped == 1) return 0;
+  if (w->rc == ERR_CONFIG || w->rc == -EINVAL || w->rc == -ENOMEM) return 0; /* the same again: the job fails */
+  /* a server killed, restarted or unreachable in the middle: checkpoint c is intact on the old servers (only their
+   * live rows moved), so the next run restores it there, clears the new ones and moves again */
+  oracle_job__lose(j, "embedding", "embedding servers", -1,
+                   "the move of checkpoint %s from %u servers onto %u failed part-way (%s); the next run moves it "
+                   "again from the old servers' copy",
+                   j->reshape_ckpt, j->reshape_from, j->ckpt.S, w->err);
+  return 1;
 }
 
 int oracle_scale__init(oracle_job_t *j, const oracle_job_opts_t *o) {
