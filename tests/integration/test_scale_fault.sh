@@ -21,7 +21,7 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=800 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000 \
+job_preamble "$JOB" iterations=400 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000 \
   rpc.timeout_ms=4000 local.restart_ms=6000
 W=$WORK/sc
 SC() { CW sc scale --workdir "$W" "$@"; }
@@ -64,7 +64,7 @@ run_job ref && same ref sc
 expect_rc $? "the same job never scaled: the same digest and test loss ($(field "$WORK/ref/summary.json" digest | cut -c1-16)...)"
 
 # ---- 2. a trainer killed while a scale of the trainers waits for its checkpoint
-job_preamble "$JOB" iterations=800 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
+job_preamble "$JOB" iterations=400 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/tr
 ST() { CW tr scale --workdir "$W" "$@"; }
 CHANTER_FAULT_CHECKPOINT_PAUSE=2:3000 job_up tr || { nok "the cluster came up"; finish; exit 1; }

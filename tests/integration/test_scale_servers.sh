@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: `chanter scale --embedding-servers N` on a running job, on a
 # real local cluster (a data processor, RocksDB embedding servers, the
-# oracle, two trainers; lookahead auto) under `chanter local`'s supervisor.
+# oracle, two trainers; lookahead auto up to 16, allocation = laia) under
+# `chanter local`'s supervisor.
 #
 # The guarantee: a job scaled 2 -> 3 -> 1 embedding servers during one run
 # ends with the digest and test loss BIT-identical to the same job that
@@ -15,7 +16,7 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=1500 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
+job_preamble "$JOB" iterations=800 oracle.max_lookahead=16 allocation=laia checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/sc
 SC() { CW sc scale --workdir "$W" "$@"; }
 
