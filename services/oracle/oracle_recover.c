@@ -182,7 +182,7 @@ int oracle_recoveries_init(oracle_recoveries_t *rs, const cfg_t *cfg, metrics_re
                                     sizeof bounds / sizeof bounds[0]);
   rs->m_scales = metrics_counter(reg, "scales_total", NULL, "trainer group re-formed with another count (chanter scale)");
   rs->m_scale_pause = metrics_gauge(reg, "scale_pause_seconds", NULL,
-                                    "the last scale: from the old group's end to the new group's first iteration done");
+                                    "the last scale: from iteration c done on the old shape to c + 1 done on the new one");
   rs->m_scale_rows = metrics_gauge(reg, "scale_rows_moved", NULL,
                                    "the last scale of the embedding servers: rows moved server to server");
   rs->m_scale_bytes = metrics_gauge(reg, "scale_bytes_moved", NULL, "... and their bytes");

@@ -140,6 +140,24 @@ job_train() {
   CW "$name" train --workdir "$WORK/$name" ${TRAIN_ARGS---quiet} "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 job_down() { "$CHANTER" local down --workdir "$WORK/$1" >/dev/null 2>&1; }
+# resume_legs NAME TRAINERS:ITERATIONS ...: a scaled job's reference, the job
+# stopped and resumed: each leg a cluster up with that many trainers and
+# iterations (empty: the job's), trained (from the start, then --resume) and
+# down; stops at a failed leg: its status, the tail of its errors said.
+resume_legs() {
+  local name=$1 rc=0 first=1 leg; shift
+  for leg in "$@"; do
+    local p=${leg%%:*} it=${leg#*:}
+    if [ $first = 1 ]; then job_up "$name" --set trainers="$p" ${it:+--set iterations=$it} && job_train "$name"
+    else job_up "$name" --set trainers="$p" ${it:+--set iterations=$it} && job_train "$name" --resume; fi
+    rc=$?
+    job_down "$name"
+    first=0
+    [ $rc -eq 0 ] || break
+  done
+  [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$name.err" | tail -3
+  return $rc
+}
 run_job() {
   local name=$1 rc; shift
   job_up "$name" "$@" || return 99

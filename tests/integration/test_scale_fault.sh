@@ -92,12 +92,8 @@ s, r = d['scales'], d['recoveries']
 assert [(x['from'], x['to']) for x in s] == [(2, 3)], s
 assert len(r) == 1 and r[0]['kind'] == 'trainer' and 0 <= r[0]['rollback_to'] < s[0]['at_iteration'], r"
 expect_rc $? "summary.json lists the scale (at ${S:-?}) and the trainer's recovery, rolled back to ${R}"
-job_up ref2 --set iterations=$((R + 1)) && job_train ref2 && job_down ref2 &&
-  job_up ref2 --set trainers=3 && job_train ref2 --resume
-rc=$?
-job_down ref2
-[ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/ref2.err" | tail -3
-expect_rc $rc "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
+resume_legs ref2 "2:$((R + 1))" "3:"
+expect_rc $? "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
 same tr ref2
 expect_rc $? "the same digest and test loss as the reference ($(field "$WORK/ref2/summary.json" digest | cut -c1-16)...)"
 finish

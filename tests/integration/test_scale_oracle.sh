@@ -46,12 +46,8 @@ import json; d=json.load(open('$W/summary.json'))
 r = d['recoveries']
 assert len(r) == 1 and r[0]['kind'] == 'oracle' and r[0]['rollback_to'] >= 0, r"
 expect_rc $? "summary.json lists the oracle's recovery, rolled back to iteration ${R}"
-job_up ref --set iterations=$((R + 1)) && job_train ref && job_down ref &&
-  job_up ref --set trainers=3 && job_train ref --resume
-rc=$?
-job_down ref
-[ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/ref.err" | tail -3
-expect_rc $rc "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
+resume_legs ref "2:$((R + 1))" "3:"
+expect_rc $? "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
 same sc ref
 expect_rc $? "the same digest and test loss as the reference ($(field "$WORK/ref/summary.json" digest | cut -c1-16)...)"
 

@@ -81,13 +81,8 @@ assert d[0]['at_iteration'] < d[1]['at_iteration'] < 799, d" &&
 expect_rc $? "summary.json lists both scales, at iterations $C1 and $C2 (pauses $(jf "$W/summary.json" "', '.join('%.2f s' % s['pause_seconds'] for s in d['scales'])")), and no recovery"
 
 # ---- the reference: stopped at c1 on 2, resumed on 3 to c2, resumed on 2 to the end
-job_up ref --set iterations=$((C1 + 1)) && job_train ref && job_down ref &&
-  job_up ref --set trainers=3 --set iterations=$((C2 + 1)) && job_train ref --resume && job_down ref &&
-  job_up ref --set trainers=2 && job_train ref --resume
-rc=$?
-job_down ref
-[ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/ref.err" | tail -3
-expect_rc $rc "the reference: stopped after $C1 on 2 trainers, resumed on 3 to $C2, resumed on 2 to 800"
+resume_legs ref "2:$((C1 + 1))" "3:$((C2 + 1))" "2:"
+expect_rc $? "the reference: stopped after $C1 on 2 trainers, resumed on 3 to $C2, resumed on 2 to the end"
 same sc ref
 expect_rc $? "the scaled job's digest and test loss are BIT-identical to the reference's ($(field "$WORK/ref/summary.json" digest | cut -c1-16)...)"
 finish
