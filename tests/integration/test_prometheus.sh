@@ -211,7 +211,7 @@ while read -r verdict what; do
 done <"$WORK/dash.out"
 
 # ---- a drill: its cluster scraped as job chanter-drill (configuration reloaded)
-C drill kill-trainer --rank 1 --at 400 --reference "$REF" --workdir "$WORK/d" --json >"$WORK/d.json" 2>"$WORK/d.err" &
+C drill kill-trainer --rank 1 --at 550 --reference "$REF" --workdir "$WORK/d" --json >"$WORK/d.json" 2>"$WORK/d.err" &
 DRILL_PID=$!
 PIDS+=("$DRILL_PID")
 # up: W/pids lists every daemon and each has its ready file

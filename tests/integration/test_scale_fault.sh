@@ -5,8 +5,8 @@
 # 1. `chanter scale --embedding-servers 3` with embedding server 0 killed
 #    (kill -9) in the middle of its move (CHANTER_FAULT_RESHAPE_PAUSE holds
 #    each server's move 1.5 s after its first batch), the supervisor
-#    restarting it only after local.restart_ms = 6 s, past rpc.timeout_ms =
-#    4 s: the move fails part-way, which is a recovery (listed in
+#    restarting it only after local.restart_ms = 3 s, past rpc.timeout_ms =
+#    2 s: the move fails part-way, which is a recovery (listed in
 #    summary.json); the next run restores the checkpoint on the old servers,
 #    clears the new one and moves again, and the job ends with the digest
 #    and test loss of the same job never scaled.  While it recovers, a scale
@@ -21,8 +21,8 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=400 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000 \
-  rpc.timeout_ms=4000 local.restart_ms=6000
+job_preamble "$JOB" iterations=400 eval_every=0 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000 \
+  rpc.timeout_ms=2000 local.restart_ms=3000
 W=$WORK/sc
 SC() { CW sc scale --workdir "$W" "$@"; }
 
@@ -64,7 +64,7 @@ run_job ref && same ref sc
 expect_rc $? "the same job never scaled: the same digest and test loss ($(field "$WORK/ref/summary.json" digest | cut -c1-16)...)"
 
 # ---- 2. a trainer killed while a scale of the trainers waits for its checkpoint
-job_preamble "$JOB" iterations=400 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
+job_preamble "$JOB" iterations=400 eval_every=0 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/tr
 ST() { CW tr scale --workdir "$W" "$@"; }
 CHANTER_FAULT_CHECKPOINT_PAUSE=2:3000 job_up tr || { nok "the cluster came up"; finish; exit 1; }

@@ -20,7 +20,7 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=400 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
+job_preamble "$JOB" iterations=400 eval_every=0 oracle.max_lookahead=8 checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/sc
 CHANTER_FAULT_CHECKPOINT_PAUSE=2:3000 job_up sc || { nok "the cluster came up"; finish; exit 1; }
 job_train sc &

@@ -16,7 +16,7 @@
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=800 oracle.max_lookahead=16 allocation=laia checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
+job_preamble "$JOB" iterations=800 eval_every=0 oracle.max_lookahead=16 allocation=laia checkpoint_every=0 checkpoint_seconds=0 checkpoint_keep=1000
 W=$WORK/sc
 SC() { CW sc scale --workdir "$W" "$@"; }
 
