@@ -38,7 +38,7 @@ down_all() { clusters_down "$CHANTER" "$WORK/c" "$WORK/d/drill"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" table_strategy=cache iterations=600 eval_every=100 cache_rows=200000 checkpoint_every=200 \
+job_preamble "$JOB" table_strategy=cache iterations=1000 eval_every=250 cache_rows=200000 checkpoint_every=250 \
   checkpoint_seconds=0 oracle.heartbeat_timeout_ms=2000 local.watchdog_ms=2000
 UP_ARGS=--insecure
 now() { date +%s.%N; }
@@ -138,7 +138,7 @@ job_down c
 
 # every metric the dashboard names, every expression of its panels, and
 # what their values should be: PASS/FAIL lines
-python3 - "$URL" "$DASH" "$T0" "$T1" 600 >"$WORK/dash.out" 2>&1 <<'PY'
+python3 - "$URL" "$DASH" "$T0" "$T1" 1000 >"$WORK/dash.out" 2>&1 <<'PY'
 import json, math, re, sys, urllib.parse, urllib.request
 url, dash, t0, t1, iterations = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 def get(path, **params):
@@ -211,7 +211,7 @@ while read -r verdict what; do
 done <"$WORK/dash.out"
 
 # ---- a drill: its cluster scraped as job chanter-drill (configuration reloaded)
-C drill kill-trainer --rank 1 --at 550 --reference "$REF" --workdir "$WORK/d" --json >"$WORK/d.json" 2>"$WORK/d.err" &
+C drill kill-trainer --rank 1 --at 700 --reference "$REF" --workdir "$WORK/d" --json >"$WORK/d.json" 2>"$WORK/d.err" &
 DRILL_PID=$!
 PIDS+=("$DRILL_PID")
 # up: W/pids lists every daemon and each has its ready file
