@@ -495,7 +495,7 @@ int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *er
   return rc;
 }
 
-int embc_reshape_all(embc_t *c, uint32_t n, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
+int embc_reshape_all(embc_t *c, uint32_t n, uint64_t write_epoch, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
                      size_t err_len) {
   double t0 = clock_mono_s();
   memset(st, 0, sizeof *st);
@@ -509,6 +509,7 @@ int embc_reshape_all(embc_t *c, uint32_t n, embc_reshape_stats_t *per, embc_resh
       req.n_peers = n;
       req.peers = c->addrs;
       req.move = move;
+      req.write_epoch = write_epoch;
       Chanter__Embedding__V1__ReshapeResponse *r = NULL;
       if ((rc = embc_reshape(c, s, &req, &r, err, err_len)) != 0) break;
       if (move) {

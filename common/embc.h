@@ -105,7 +105,9 @@ EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
  * to server: Reshape without move to every server (each takes the map of n
  * servers), then with move to each in turn (each sends the rows it no
  * longer owns to their owners and deletes them); no row passes through
- * here.  While no trainer writes.  per (NULL, or embc_servers(c) entries)
+ * here.  While no trainer writes.  write_epoch: the RestoreRequest's
+ * or ClearRequest's that made every server ready (0: none; a server at
+ * another epoch refuses, and one moved past it stops).  per (NULL, or embc_servers(c) entries)
  * gets each server's answer (rows_kept: the rows it owned when it sent its
  * own, before later servers sent theirs), st the sums (seconds: the
  * whole).  0, or the
@@ -114,7 +116,7 @@ typedef struct embc_reshape_stats_s {
   uint64_t rows_moved, bytes_moved, rows_kept;
   double seconds;
 } embc_reshape_stats_t;
-int embc_reshape_all(embc_t *c, uint32_t n, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
+int embc_reshape_all(embc_t *c, uint32_t n, uint64_t write_epoch, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
                      size_t err_len);
 
 /* Asks embedding server `server` (Stats, brief: answered without touching

@@ -18,9 +18,47 @@
 
 #define BATCH_ROWS 16384 /* rows read, sent and deleted at a time */
 
+/* One batch of move_rows: the rows read, sent and deleted in epoch e0, or
+ * nothing when the server is in a later one.  The number of rows, 0 at the
+ * end, or an error with why. */
+static int move_batch(embc_t *c, store_t *store, const embedding_reshape_fence_t *fence, uint64_t e0, uint64_t *from,
+                      uint64_t *keys, uint8_t *buf, size_t cap, size_t *lens, embedding_reshape_result_t *res,
+                      char *why, size_t why_len) {
+  if (fence) pthread_rwlock_rdlock(fence->lock);
+  uint64_t e = fence ? atomic_load(fence->epoch) : e0;
+  size_t used = 0;
+  uint64_t owned = 0;
+  int n = 0, rc = 0;
+  if (e != e0) {
+    rc = err_set(why, why_len, ERR_PRECONDITION,
+                 "this server went from write epoch %" PRIu64 " to %" PRIu64 " during the move (it was restored or "
+                 "cleared: the oracle rolled the job back); the move is abandoned",
+                 e0, e);
+    goto out;
+  }
+  n = store_foreign_rows(store, from, keys, buf, cap, lens, BATCH_ROWS, &used, &owned);
+  res->rows_kept += owned;
+  if (n < 0) rc = err_set(why, why_len, n, "reading the rows to move: %s", err_str(n));
+  if (n <= 0) goto out;
+  char e2[768];
+  if ((rc = embc_write(c, keys, (size_t)n, (const float *)buf, e2, sizeof e2)) != 0) {
+    err_set(why, why_len, rc, "sending %d rows to their new owners: %s", n, e2);
+    goto out;
+  }
+  if ((rc = store_delete_rows(store, keys, (size_t)n, e2, sizeof e2)) != 0) {
+    err_set(why, why_len, rc, "deleting %d rows sent to their new owners: %s", n, e2);
+    goto out;
+  }
+  res->rows_moved += (uint64_t)n;
+  res->bytes_moved += used;
+out:
+  if (fence) pthread_rwlock_unlock(fence->lock);
+  return rc ? rc : n;
+}
+
 /* Sends the rows the store does not own to their owners, then deletes them. */
-static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embedding_reshape_result_t *res, char *why,
-                     size_t why_len) {
+static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, const embedding_reshape_fence_t *fence,
+                     uint64_t e0, embedding_reshape_result_t *res, char *why, size_t why_len) {
   size_t cap = (size_t)BATCH_ROWS * table_max_row_floats(l) * sizeof(float);
   uint64_t *keys = malloc(BATCH_ROWS * sizeof *keys), from = 0;
   size_t *lens = malloc(BATCH_ROWS * sizeof *lens);
@@ -28,23 +66,11 @@ static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embeddi
   int rc = 0;
   if (!keys || !lens || !buf) rc = err_set(why, why_len, -ENOMEM, "out of memory for a batch of %d rows", BATCH_ROWS);
   while (!rc && from != STORE_SCAN_END) {
-    size_t used = 0;
-    uint64_t owned = 0;
-    int n = store_foreign_rows(store, &from, keys, buf, cap, lens, BATCH_ROWS, &used, &owned);
-    res->rows_kept += owned;
-    if (n < 0) rc = err_set(why, why_len, n, "reading the rows to move: %s", err_str(n));
-    if (n <= 0) break;
-    char e2[768];
-    if ((rc = embc_write(c, keys, (size_t)n, (const float *)buf, e2, sizeof e2)) != 0) {
-      err_set(why, why_len, rc, "sending %d rows to their new owners: %s", n, e2);
+    int n = move_batch(c, store, fence, e0, &from, keys, buf, cap, lens, res, why, why_len);
+    if (n <= 0) {
+      rc = n;
       break;
     }
-    if ((rc = store_delete_rows(store, keys, (size_t)n, e2, sizeof e2)) != 0) {
-      err_set(why, why_len, rc, "deleting %d rows sent to their new owners: %s", n, e2);
-      break;
-    }
-    res->rows_moved += (uint64_t)n;
-    res->bytes_moved += used;
     /* fault injection for the tests (docs/reference.md): CHANTER_FAULT_RESHAPE_PAUSE=MS pauses a move MS ms after
      * its first batch was sent and deleted, so that a test can kill a server in the middle of it */
     const char *fault = getenv("CHANTER_FAULT_RESHAPE_PAUSE");
@@ -61,7 +87,7 @@ static int move_rows(embc_t *c, store_t *store, const table_layout_t *l, embeddi
   return rc;
 }
 
-int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard,
+int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard, const embedding_reshape_fence_t *fence,
                           const Chanter__Embedding__V1__ReshapeRequest *req, embedding_reshape_result_t *res, char *why,
                           size_t why_len) {
   memset(res, 0, sizeof *res);
@@ -76,6 +102,12 @@ int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard,
   for (size_t i = 0; i < req->n_peers; i++)
     if (!req->peers[i] || !*req->peers[i])
       return err_set(why, why_len, -EINVAL, "peer address %zu is empty", i);
+  uint64_t e = fence ? atomic_load(fence->epoch) : 0;
+  if (req->write_epoch && fence && e != req->write_epoch)
+    return err_set(why, why_len, ERR_PRECONDITION,
+                   "the move is of write epoch %" PRIu64 ", but this server is at %" PRIu64
+                   " (it was restored or cleared for another run of the job): refused",
+                   req->write_epoch, e);
   table_layout_t l = {0};
   shard_map_t map = {0};
   embc_t *c = NULL;
@@ -100,7 +132,8 @@ int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard,
     err_set(why, why_len, rc, "a client of the peers: %s", e2);
     goto out;
   }
-  rc = move_rows(c, store, &l, res, why, why_len);
+  embc_set_write_epoch(c, req->write_epoch);
+  rc = move_rows(c, store, &l, req->write_epoch ? fence : NULL, req->write_epoch, res, why, why_len);
   res->seconds = clock_mono_s() - t0;
   if (!rc)
     log_info("reshape: moved rows=%" PRIu64 " bytes=%" PRIu64 " to their owners among %u servers, kept rows=%" PRIu64

@@ -7,6 +7,8 @@
 #ifndef CHANTER_EMBEDDING_RESHAPE_H
 #define CHANTER_EMBEDDING_RESHAPE_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +21,16 @@ typedef struct embedding_reshape_result_s {
   double seconds;
 } embedding_reshape_result_t;
 
+/* The server's write epoch and its lock (embedding_service.c): a move
+ * goes on only in the epoch it began in.  A Restore or a Clear of a later
+ * epoch (an oracle that took the job over, rolling back) waits for the
+ * batch in flight, and the move stops before the next one; its writes
+ * carry its epoch, so a peer cleared in a later one refuses them. */
+typedef struct embedding_reshape_fence_s {
+  pthread_rwlock_t *lock;
+  _Atomic uint64_t *epoch;
+} embedding_reshape_fence_t;
+
 /* One Reshape's work, on a worker thread: checks req (servers >= 1, one
  * peer address per server), places the tables on req->servers servers as
  * every client does (shard_map_from_cfg with cfg, the server's job
@@ -26,9 +38,9 @@ typedef struct embedding_reshape_result_s {
  * `shard`, and with req->move sends every row the store no longer owns to
  * its owner (a client of the peers built from cfg: its TLS, limits and
  * rpc.timeout_ms) and deletes it here, batch by batch, so a call cut short
- * and made again goes on.  0, or an error with why naming the peer or the
+ * and made again goes on; each batch under fence (NULL: none).  0, or an error with why naming the peer or the
  * entry. */
-int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard,
+int embedding_reshape_run(const cfg_t *cfg, store_t *store, uint32_t shard, const embedding_reshape_fence_t *fence,
                           const Chanter__Embedding__V1__ReshapeRequest *req, embedding_reshape_result_t *res, char *why,
                           size_t why_len);
 

@@ -637,7 +637,8 @@ static void failed_fence(work_t *w) { fence_from_store(w->svc, "the fence could 
 /* Reshape */
 
 static void work_reshape(work_t *w) {
-  w->rc = embedding_reshape_run(w->svc->cfg, w->svc->store, w->svc->shard, (const void *)w->in, &w->reshape, w->why,
+  embedding_reshape_fence_t fence = {.lock = &w->svc->epoch_lock, .epoch = &w->svc->write_epoch};
+  w->rc = embedding_reshape_run(w->svc->cfg, w->svc->store, w->svc->shard, &fence, (const void *)w->in, &w->reshape, w->why,
                                 sizeof w->why);
 }
 

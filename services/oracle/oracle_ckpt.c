@@ -179,10 +179,11 @@ static void ck_done(uv_work_t *req, int status) {
   oracle_ckpt_t *ck = &j->ckpt;
   ck->running--;
   if (status == UV_ECANCELED && !w->rc) w->rc = ERR_SHUTDOWN;
-  if (w->kind == W_RECOVER && j->reshape_from && w->reshaped == 1) {
-    j->reshape_done = 1;
-    oracle_scale__moved(j, w->rows_moved, w->bytes_moved, w->move_seconds);
-  }
+  if (w->kind == W_RECOVER && j->reshape_from && !j->reshape_ckpt[0] && w->reshape_id[0])
+    snprintf(j->reshape_ckpt, sizeof j->reshape_ckpt, "%s", w->reshape_id); /* (a move again: the same one) */
+  if (w->kind == W_RECOVER && j->reshape_from && w->reshaped >= 1) j->reshape_done = 1;
+  if (w->kind == W_RECOVER && j->reshape_from && w->reshaped == 1)
+    oracle_scale__moved(j, w->rows_moved, w->bytes_moved, w->move_seconds, w->reshape_id, w->reshape_iter);
   if (!j->destroying && !oracle_job__over(j)) {
     switch (w->kind) {
     case W_PREFLIGHT:

@@ -108,17 +108,19 @@ static void stamp_of(oracle_job_t *j, uint32_t s, char *out, size_t n) {
 }
 
 /* Every server's checkpoints (list[s], n[s]). */
-static int list_all(ck_work_t *w, Chanter__Embedding__V1__ListCheckpointsResponse **lists) {
-  oracle_job_t *j = w->j;
-  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+static int list_of(ck_work_t *w, embc_t *c, uint32_t n, Chanter__Embedding__V1__ListCheckpointsResponse **lists) {
+  for (uint32_t s = 0; s < n; s++) {
     Chanter__Embedding__V1__ListCheckpointsRequest req = CHANTER__EMBEDDING__V1__LIST_CHECKPOINTS_REQUEST__INIT;
     Chanter__Embedding__V1__ListCheckpointsResponse *resp = NULL;
-    int rc = SRV_CALL(list_checkpoints, ListCheckpoints, j->ckpt.embc, s, &req, &resp, w->err,
-                      sizeof w->err);
+    int rc = SRV_CALL(list_checkpoints, ListCheckpoints, c, s, &req, &resp, w->err, sizeof w->err);
     if (rc) return rc;
     lists[s] = resp;
   }
   return 0;
+}
+
+static int list_all(ck_work_t *w, Chanter__Embedding__V1__ListCheckpointsResponse **lists) {
+  return list_of(w, w->j->ckpt.embc, w->j->ckpt.S, lists);
 }
 
 static void free_lists(Chanter__Embedding__V1__ListCheckpointsResponse **lists, uint32_t S) {
@@ -133,12 +135,11 @@ static const Chanter__Embedding__V1__CheckpointInfo *find_cp(const Chanter__Embe
   return NULL;
 }
 
-static int get_manifest(ck_work_t *w, uint32_t s, const char *id, manifest_t *m) {
+static int get_manifest_of(ck_work_t *w, embc_t *c, uint32_t s, const char *id, manifest_t *m) {
   Chanter__Embedding__V1__GetManifestRequest req = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
   req.id = (char *)id;
   Chanter__Embedding__V1__GetManifestResponse *resp = NULL;
-  int rc = SRV_CALL(get_manifest, GetManifest, w->j->ckpt.embc, s, &req, &resp, w->err,
-                    sizeof w->err);
+  int rc = SRV_CALL(get_manifest, GetManifest, c, s, &req, &resp, w->err, sizeof w->err);
   if (rc) return rc;
   const Chanter__Embedding__V1__GetManifestResponse *g = resp;
   char why[512];
@@ -147,6 +148,10 @@ static int get_manifest(ck_work_t *w, uint32_t s, const char *id, manifest_t *m)
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   if (rc) err_set(w->err, sizeof w->err, rc, "checkpoint %s on embedding server %u: %s", id, s, why);
   return rc;
+}
+
+static int get_manifest(ck_work_t *w, uint32_t s, const char *id, manifest_t *m) {
+  return get_manifest_of(w, w->j->ckpt.embc, s, id, m);
 }
 
 static void preflight_work(ck_work_t *w) {
@@ -209,23 +214,29 @@ out:
 /* The write epoch of the run about to start: one above every server's
  * (Stats), so that no write-back of an earlier run -- a trainer of a
  * generation that was rolled back -- lands from now on.  0 or an error. */
-static int next_write_epoch(ck_work_t *w) {
+/* One more than the highest write epoch of servers 0..n-1 of c (the job's
+ * own, or a scale's every old and new one), into w->write_epoch; each of
+ * the job's servers' incarnation into w->incs.  0 or an error. */
+static int next_write_epoch_of(ck_work_t *w, embc_t *c, uint32_t n) {
   oracle_job_t *j = w->j;
   uint64_t max = 0;
-  for (uint32_t s = 0; s < j->ckpt.S; s++) {
+  for (uint32_t s = 0; s < n; s++) {
     Chanter__Embedding__V1__StatsRequest req = CHANTER__EMBEDDING__V1__STATS_REQUEST__INIT;
     req.brief = 1;
     Chanter__Embedding__V1__StatsResponse *resp = NULL;
-    int rc = SRV_CALL(stats, Stats, j->ckpt.embc, s, &req, &resp, w->err, sizeof w->err);
+    int rc = SRV_CALL(stats, Stats, c, s, &req, &resp, w->err, sizeof w->err);
     if (rc) return rc;
     uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->write_epoch;
-    if (s < ORACLE_PROBE_MAX_SERVERS) w->incs[s] = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
+    if (s < j->ckpt.S && s < ORACLE_PROBE_MAX_SERVERS)
+      w->incs[s] = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
     if (e > max) max = e;
     protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
   w->write_epoch = max + 1;
   return 0;
 }
+
+static int next_write_epoch(ck_work_t *w) { return next_write_epoch_of(w, w->j->ckpt.embc, w->j->ckpt.S); }
 
 static void fresh_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
@@ -328,6 +339,55 @@ out:
   free(lists);
 }
 
+/* An oracle that took over a scale of the embedding servers (its record
+ * in oracle.state_dir) knows the old count, not the checkpoint: the
+ * latest one sealed on each of the M old servers of u for M servers, into
+ * w->reshape_id.  0, ERR_NOTFOUND when there is none, or an error. */
+static int latest_of_old(ck_work_t *w, embc_t *u, uint32_t M) {
+  Chanter__Embedding__V1__ListCheckpointsResponse **lists = calloc(M, sizeof *lists);
+  if (!lists) return -ENOMEM;
+  int rc = list_of(w, u, M, lists), found = 0;
+  uint64_t best = 0;
+  for (size_t i = 0; !rc && i < lists[0]->n_checkpoints; i++) {
+    const Chanter__Embedding__V1__CheckpointInfo *ci = lists[0]->checkpoints[i];
+    int complete = ci->sealed;
+    for (uint32_t s = 1; s < M && complete; s++) {
+      const Chanter__Embedding__V1__CheckpointInfo *o = find_cp(lists[s], ci->id);
+      complete = o && o->sealed;
+    }
+    manifest_t m;
+    if (!complete || (rc = get_manifest_of(w, u, 0, ci->id, &m)) != 0 || m.servers != M) continue;
+    if (!found || m.iteration > best) snprintf(w->reshape_id, sizeof w->reshape_id, "%s", ci->id);
+    if (!found || m.iteration > best) best = m.iteration;
+    found = 1;
+  }
+  free_lists(lists, M);
+  free(lists);
+  if (!rc && !found)
+    rc = err_set(w->err, sizeof w->err, ERR_NOTFOUND, "the %u old embedding servers hold no complete checkpoint of "
+                 "%u servers", M, M);
+  return rc;
+}
+
+/* Each of servers 0..n-1 of u's incarnation into incs[] (n <=
+ * entries); with check, the first that differs from incs[]
+ * is an error: a server killed and restarted during the move may have
+ * lost the rows it was sent, so the move is made again. */
+static int move_incarnations(ck_work_t *w, embc_t *u, uint32_t n, uint64_t *incs, int check) {
+  for (uint32_t s = 0; s < n; s++) {
+    uint64_t inc = 0;
+    int rc = embc_incarnation(u, s, &inc, w->err, sizeof w->err);
+    if (rc) return rc;
+    if (check && inc != incs[s])
+      return err_set(w->err, sizeof w->err, ERR_UNAVAILABLE,
+                     "embedding server %u (%s) restarted during the move (incarnation %" PRIu64 ", then %" PRIu64
+                     "): the rows it was sent may be lost",
+                     s, embc_address(u, s), incs[s], inc);
+    incs[s] = inc;
+  }
+  return 0;
+}
+
 /* One call of the reshape: 0 or an error in w->err naming the server. */
 #define RS_CALL(lower, Camel, c, s, req) \
   do { \
@@ -350,42 +410,58 @@ static void reshape_work(ck_work_t *w) {
   size_t n_addrs = 0, tl = 0;
   embc_t *u = NULL;
   manifest_t m = {0};
-  uint64_t *bytes = calloc(N, sizeof *bytes);
+  uint64_t *bytes = calloc(N, sizeof *bytes), *incs = NULL;
   if (!bytes || (w->rc = oracle_scale__split(j->reshape_union, &addrs, &n_addrs)) != 0 || n_addrs != L) {
     w->rc = err_set(w->err, sizeof w->err, w->rc ? w->rc : -EINVAL, "the scale's %zu addresses for %u servers", n_addrs,
                     L);
     goto out;
   }
   if ((w->rc = embc_create_peers(j->cfg, L, (const char *const *)addrs, &u, w->err, sizeof w->err)) != 0) goto out;
+  if (j->reshape_ckpt[0]) snprintf(w->reshape_id, sizeof w->reshape_id, "%s", j->reshape_ckpt);
+  else if ((w->rc = latest_of_old(w, u, M)) == ERR_NOTFOUND) {
+    log_warn("scale: %s; nothing to move: the job goes on from the %u servers' own state", w->err, N);
+    w->rc = 0;
+    w->err[0] = 0;
+    w->reshaped = 2;
+    goto out;
+  } else if (w->rc)
+    goto out;
+  const char *id = w->reshape_id;
   Chanter__Embedding__V1__GetManifestRequest gq = CHANTER__EMBEDDING__V1__GET_MANIFEST_REQUEST__INIT;
-  gq.id = j->reshape_ckpt;
+  gq.id = (char *)id;
   Chanter__Embedding__V1__GetManifestResponse *g = NULL;
   if ((w->rc = SRV_CALL(get_manifest, GetManifest, u, 0, &gq, &g, w->err, sizeof w->err)) != 0) goto out;
   char why[512];
   w->rc = manifest_parse((const char *)g->manifest.data, g->manifest.len, &m, why, sizeof why);
   protobuf_c_message_free_unpacked(&g->base, NULL);
   if (w->rc || m.servers != M || m.dense_server >= N) {
-    w->rc = err_set(w->err, sizeof w->err, w->rc ? w->rc : ERR_CONFIG, "checkpoint %s: %s", j->reshape_ckpt,
+    w->rc = err_set(w->err, sizeof w->err, w->rc ? w->rc : ERR_CONFIG, "checkpoint %s: %s", id,
                     w->rc ? why : "its manifest is not of the old servers, or its dense server is past the new count");
     goto out;
   }
-  if ((w->rc = next_write_epoch(w)) != 0) goto out;
+  w->reshape_iter = m.iteration;
+  if ((w->rc = next_write_epoch_of(w, u, L)) != 0) goto out; /* (the drained servers too) */
+  if (!(incs = calloc(L, sizeof *incs))) {
+    w->rc = -ENOMEM;
+    goto out;
+  }
+  if ((w->rc = move_incarnations(w, u, L, incs, 0)) != 0) goto out;
   for (uint32_t s = 0; s < L; s++) { /* the old servers back to the checkpoint, the new ones empty */
     Chanter__Embedding__V1__RestoreRequest rq = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
     Chanter__Embedding__V1__ClearRequest cq = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
-    rq.id = j->reshape_ckpt;
+    rq.id = (char *)id;
     rq.write_epoch = cq.write_epoch = w->write_epoch;
     cq.keep_checkpoints = 1;
     if (s < M) RS_CALL(restore, Restore, u, s, &rq);
     else RS_CALL(clear, Clear, u, s, &cq);
   }
   embc_reshape_stats_t st;
-  if ((w->rc = embc_reshape_all(u, N, NULL, &st, w->err, sizeof w->err)) != 0) goto out;
+  if ((w->rc = embc_reshape_all(u, N, w->write_epoch, NULL, &st, w->err, sizeof w->err)) != 0) goto out;
   w->rows_moved = st.rows_moved;
   w->bytes_moved = st.bytes_moved;
   w->reshaped = -1; /* moved; complete once sealed */
   w->move_seconds = st.seconds;
-  snprintf(m.id, sizeof m.id, "%.56s.s%u", j->reshape_ckpt, N);
+  snprintf(m.id, sizeof m.id, "%.56s.s%u", id, N);
   for (uint32_t s = 0; s < N; s++) {
     Chanter__Embedding__V1__DeleteCheckpointRequest dq = CHANTER__EMBEDDING__V1__DELETE_CHECKPOINT_REQUEST__INIT;
     dq.id = m.id; /* a reshape tried before and cut short */
@@ -399,6 +475,7 @@ static void reshape_work(ck_work_t *w) {
     bytes[s] = kr->checkpoint ? kr->checkpoint->bytes : 0;
     protobuf_c_message_free_unpacked(&kr->base, NULL);
   }
+  if ((w->rc = move_incarnations(w, u, L, incs, 1)) != 0) goto out; /* (before the seal: a restart after is a loss) */
   free(m.server_bytes);
   m.server_bytes = bytes;
   bytes = NULL;
@@ -417,8 +494,9 @@ static void reshape_work(ck_work_t *w) {
   w->reshaped = 1;
   log_info("scale: checkpoint %s of %u servers is now %s of %u: %" PRIu64 " rows (%" PRIu64
            " bytes) moved server to server in %.3f s",
-           j->reshape_ckpt, M, m.id, N, st.rows_moved, st.bytes_moved, st.seconds);
+           id, M, m.id, N, st.rows_moved, st.bytes_moved, st.seconds);
 out:
+  free(incs);
   free(text);
   free(bytes);
   manifest_free(&m);

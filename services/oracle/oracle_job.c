@@ -148,10 +148,10 @@ static void set_state(oracle_job_t *j, int ev) {
             oracle_job__state_label(to), oracle_job__event_name(ev));
   if (j->on_state) j->on_state(j, from, to, j->on_recover_ud);
   if ((to == ORACLE_TRAINING || is_end(to)) && j->recs && j->ckpt.state_dir[0]) {
-    char e2[512];
-    char cfgh[65];
-    oracle_record_config_hash(j->cfg, cfgh);
-    if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(to), cfgh, e2, sizeof e2)) {
+    char e2[512], cfgh[65];
+    oracle_record_scale_t sc; /* (a scale under way stays in the record) */
+    oracle_scale__record(j, cfgh, &sc);
+    if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(to), cfgh, &sc, e2, sizeof e2)) {
       if (to == ORACLE_TRAINING)
         log_warn("the oracle's job record was not written (a restarted oracle will not recover this job by "
                  "itself): %s",

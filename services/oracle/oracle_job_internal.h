@@ -490,6 +490,7 @@ struct oracle_job_s {
   /* chanter scale --embedding-servers: the successor has scale_servers servers (0: none asked); scale_union lists
    * the old and the new ones' addresses, comma-separated (malloc'ed) */
   uint32_t scale_servers;
+  double scale_asked; /* when (unix seconds) */
   char *scale_union, *scale_cluster; /* ... and the new ones' (the first scale_servers) */
   /* a successor of such a scale: its roll-back first moves checkpoint reshape_ckpt's rows from reshape_from servers
    * onto its own, server to server (reshape_union: every address, malloc'ed); the rows and bytes moved */
@@ -594,8 +595,13 @@ int oracle_job__strategy_set(oracle_job_t *j, const uint8_t *strat);
 int oracle_scale__due(oracle_job_t *j);
 /* "a,b" into a list (cfg_list_free): 0 or -ENOMEM. */
 int oracle_scale__split(const char *s, char ***out, size_t *n);
-/* A successor's reshape is done: the scale's record gets what moved. */
-void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds);
+/* A successor's reshape is done: the scale's record gets what moved, and from which checkpoint. */
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds, const char *id,
+                         uint64_t iteration);
+/* What the job record says of a scale under way (set_state, the requests): the configuration's fingerprint to
+ * record (after a scale of the trainers, at once) and the scale of the embedding servers (scale->addrs borrowed
+ * from j; scale->to = 0: none). */
+void oracle_scale__record(const oracle_job_t *j, char conf[65], oracle_record_scale_t *scale);
 /* A scale of either kind is under way. */
 int oracle_scale__asked(const oracle_job_t *j);
 /* What the scale did, for the run's last message. */
@@ -811,8 +817,10 @@ typedef struct ck_work_s {
   manifest_t job;
   double secs;
   uint64_t rows_moved, bytes_moved; /* recover: a scale of the embedding servers (oracle_scale.c) */
-  int reshaped;                     /* ... its move complete */
+  int reshaped;                     /* ... its move complete (1), or nothing to move (2: oracle_scale.c) */
   double move_seconds;
+  char reshape_id[96];              /* ... the old servers' checkpoint it moved, and its iteration */
+  uint64_t reshape_iter;
   char pruned[512];
   struct ck_work_s *next; /* on the list of works that came back */
 } ck_work_t;

@@ -31,9 +31,9 @@ static int write_atomic(const char *dir, const char *name, const char *text, siz
   return fsio_replace(path, text, len, 0644, err, err_len);
 }
 
-void oracle_record_config_hash(const cfg_t *cfg, char out[65]) { oracle_record_config_hash_as(cfg, 0, out); }
+void oracle_record_config_hash(const cfg_t *cfg, char out[65]) { oracle_record_config_hash_as(cfg, NULL, 0, out); }
 
-void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[65]) {
+void oracle_record_config_hash_as(const cfg_t *cfg, const char *key, uint32_t value, char out[65]) {
   char *buf = NULL, *kept = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -45,21 +45,22 @@ void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[
    * are, how they prove who they are, where they are scraped and how they
    * are supervised is not what the job is (the oracle's own address comes
    * into the job file only after it started; certificates are renewed) */
-  size_t o = 0;
-  int skip = 0;
-  if (buf && !(kept = malloc(len + 32))) { /* (+ the trainers line's longer value) */
+  size_t o = 0, kl = key ? strlen(key) : 0;
+  int skip = 0, top = 1;
+  if (buf && !(kept = malloc(len + kl + 32))) { /* (+ the key's line with a longer value) */
     free(buf);
     buf = NULL;
   }
   for (char *line = buf, *nl; line && *line; line = nl ? nl + 1 : NULL) {
     nl = strchr(line, '\n');
     size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+    if (line[0] == '[') top = 0;
     if (line[0] == '[')
       skip = !strncmp(line, "[cluster]", 9) || !strncmp(line, "[tls]", 5) || !strncmp(line, "[metrics]", 9) ||
              !strncmp(line, "[local]", 7);
     if (skip) continue;
-    if (trainers && !strncmp(line, "trainers = ", 11))
-      o += (size_t)snprintf(kept + o, 32, "trainers = %u\n", trainers);
+    if (key && top && !strncmp(line, key, kl) && !strncmp(line + kl, " = ", 3))
+      o += (size_t)snprintf(kept + o, kl + 32, "%s = %u\n", key, value);
     else
       memcpy(kept + o, line, n), o += n;
   }
@@ -68,34 +69,64 @@ void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[
   free(buf);
 }
 
-int oracle_record_write(const char *dir, const char *job_id, const char *state, const char *config, char *err,
-                        size_t err_len) {
-  char text[640];
-  int n = snprintf(text, sizeof text,
+int oracle_record_write(const char *dir, const char *job_id, const char *state, const char *config,
+                        const oracle_record_scale_t *scale, char *err, size_t err_len) {
+  size_t cap = 1024 + (scale && scale->addrs ? strlen(scale->addrs) : 0);
+  char *text = malloc(cap);
+  if (!text) return err_set(err, err_len, -ENOMEM, "out of memory for the job record");
+  int n = snprintf(text, cap,
                    "; chanter-oracle's record of its job: state=training when it stops means it was killed in the "
                    "middle of the job, and the next oracle with the same configuration recovers it\njob_id=%s\n"
                    "state=%s\nconfig=%s\n",
                    job_id, state, config);
-  return write_atomic(dir, "job", text, (size_t)n, err, err_len);
+  if (scale && scale->to)
+    n += snprintf(text + n, cap - (size_t)n,
+                  "; a scale of the embedding servers under way: the next oracle (with either configuration) "
+                  "carries it out from the old servers' latest complete checkpoint\nscale_servers_from=%u\n"
+                  "scale_servers_to=%u\nscale_servers_at=%" PRIu64 "\nscale_servers_asked=%.3f\n"
+                  "scale_servers_config=%s\nscale_servers_addrs=%s\n",
+                  scale->from, scale->to, scale->at, scale->asked, scale->config, scale->addrs);
+  int rc = write_atomic(dir, "job", text, (size_t)n, err, err_len);
+  free(text);
+  return rc;
+}
+
+void oracle_record_scale_free(oracle_record_scale_t *s) {
+  free(s->addrs);
+  memset(s, 0, sizeof *s);
 }
 
 int oracle_record_read(const char *dir, char *job_id, size_t id_len, char *state, size_t state_len, char *config,
-                       size_t config_len, char *err, size_t err_len) {
-  char path[4300], line[512];
+                       size_t config_len, oracle_record_scale_t *scale, char *err, size_t err_len) {
+  char path[4300], *line = NULL;
+  size_t cap = 0;
   snprintf(path, sizeof path, "%s/job", dir);
+  if (scale) memset(scale, 0, sizeof *scale);
   FILE *f = fopen(path, "r");
   if (!f) {
     if (errno == ENOENT) return ERR_NOTFOUND;
     return err_set(err, err_len, -errno, "cannot read %s: %s", path, strerror(errno));
   }
   job_id[0] = state[0] = config[0] = 0;
-  while (fgets(line, sizeof line, f)) {
+  while (getline(&line, &cap, f) > 0) {
     line[strcspn(line, "\r\n")] = 0;
     if (!strncmp(line, "job_id=", 7)) snprintf(job_id, id_len, "%s", line + 7);
     else if (!strncmp(line, "state=", 6)) snprintf(state, state_len, "%s", line + 6);
     else if (!strncmp(line, "config=", 7)) snprintf(config, config_len, "%s", line + 7);
+    else if (!scale) continue;
+    else if (!strncmp(line, "scale_servers_from=", 19)) scale->from = (uint32_t)strtoul(line + 19, NULL, 10);
+    else if (!strncmp(line, "scale_servers_to=", 17)) scale->to = (uint32_t)strtoul(line + 17, NULL, 10);
+    else if (!strncmp(line, "scale_servers_at=", 17)) scale->at = strtoull(line + 17, NULL, 10);
+    else if (!strncmp(line, "scale_servers_asked=", 20)) scale->asked = strtod(line + 20, NULL);
+    else if (!strncmp(line, "scale_servers_config=", 21)) snprintf(scale->config, sizeof scale->config, "%s", line + 21);
+    else if (!strncmp(line, "scale_servers_addrs=", 20) && !scale->addrs) scale->addrs = strdup(line + 20);
   }
+  free(line);
   fclose(f);
+  if (scale && scale->to && (!scale->from || !scale->addrs || !scale->addrs[0] || !scale->config[0])) {
+    log_warn("%s: its scale_servers_* lines are incomplete; the scale they began is not carried out", path);
+    oracle_record_scale_free(scale);
+  }
   if (!job_id[0] || !state[0])
     return err_set(err, err_len, ERR_BADMSG,
                    "%s has no job_id= or state= line: it is damaged; remove it to let this oracle start a new job", path);

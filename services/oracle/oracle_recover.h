@@ -112,6 +112,8 @@ void oracle_recoveries_line(const oracle_recoveries_t *rs, char *out, size_t cap
  * scales_total, scale_pause_seconds).  json: summary.json's "scales"
  * (appended to out); line: one for the progress display ("" when none). */
 oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id);
+/* ... one the last oracle began, taken over by this one after its restart (its run ended there). */
+void oracle_scales_taken_over(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, double asked);
 void oracle_scales_ended(oracle_recoveries_t *rs);
 void oracle_scales_c_done(oracle_recoveries_t *rs);
 void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation);
@@ -119,13 +121,27 @@ void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done);
 void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap);
 void oracle_scales_line(const oracle_recoveries_t *rs, char *out, size_t cap);
 
-/* The job record in dir/job.  read: 0 with job_id and state, ERR_NOTFOUND
+/* A scale of the embedding servers under way, in the job record from its
+ * request until the job trains on the new servers: an oracle killed in
+ * between leaves it to the next one, which moves the rows again from the
+ * old servers' latest complete checkpoint (oracle_scale.c).  to = 0: none. */
+typedef struct oracle_record_scale_s {
+  uint32_t from, to; /* the server counts before and after */
+  uint64_t at;       /* the iteration of the scale's checkpoint, as asked */
+  double asked;      /* when (unix seconds) */
+  char config[80];   /* the fingerprint of the configuration after it (config= is the one before) */
+  char *addrs;       /* every old and new server's address, the old first, "a,b,c" (malloc'ed) */
+} oracle_record_scale_t;
+void oracle_record_scale_free(oracle_record_scale_t *s);
+
+/* The job record in dir/job.  read: 0 with job_id and state (and *scale
+ * when not NULL: its to is 0 when the record has none), ERR_NOTFOUND
  * when there is none, or an error with err (a damaged record).  write:
- * atomically (temporary file, fsync, rename). */
+ * atomically (temporary file, fsync, rename); scale NULL or to = 0: none. */
 int oracle_record_read(const char *dir, char *job_id, size_t id_len, char *state, size_t state_len, char *config,
-                       size_t config_len, char *err, size_t err_len);
-int oracle_record_write(const char *dir, const char *job_id, const char *state, const char *config, char *err,
-                        size_t err_len);
+                       size_t config_len, oracle_record_scale_t *scale, char *err, size_t err_len);
+int oracle_record_write(const char *dir, const char *job_id, const char *state, const char *config,
+                        const oracle_record_scale_t *scale, char *err, size_t err_len);
 /* The configuration's fingerprint (SHA-256 hex of every effective key but
  * the [cluster] addresses, [tls], [metrics] and [local]):
  * an oracle restarted with the job's own configuration (systemd, chanter
@@ -133,8 +149,9 @@ int oracle_record_write(const char *dir, const char *job_id, const char *state, 
  * operator's new `chanter local up`, other --set values) finds the job
  * blocked and asks for --resume or --fresh. */
 void oracle_record_config_hash(const cfg_t *cfg, char out[65]);
-/* ... of cfg with trainers = `trainers` (0: as it is): chanter scale --trainers records the job's configuration
- * of after the scale at once, so that an oracle restarted on the scaled job file recovers the job. */
-void oracle_record_config_hash_as(const cfg_t *cfg, uint32_t trainers, char out[65]);
+/* ... of cfg with the top-level key (trainers, embedding_servers; NULL: none) = value: chanter scale records the
+ * fingerprint of the job's configuration after the scale at once, so that an oracle restarted on the scaled job
+ * file recovers the job. */
+void oracle_record_config_hash_as(const cfg_t *cfg, const char *key, uint32_t value, char out[65]);
 
 #endif

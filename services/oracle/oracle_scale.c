@@ -41,6 +41,8 @@
 
 #define TRAINERS_MAX 4096 /* the key trainers' bound (cfg_keys.h) */
 
+static void record_scale(oracle_job_t *j);
+
 /* What refuses a scale of either kind in this state of the job: 0, or an error with msg. */
 static int scale_refused(oracle_job_t *j, const char *what, char *msg, size_t msg_len) {
   int st = oracle_job_state(j);
@@ -90,12 +92,7 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   j->scale_to = n;
   j->scale_at = *iteration;
   if (j->recs) oracle_scales_begin(j->recs, j->P, n, *iteration, id);
-  if (j->recs && j->ckpt.state_dir[0]) { /* an oracle restarted on the scaled job file recovers the job on n */
-    char h[65], e2[512];
-    oracle_record_config_hash_as(j->cfg, n, h);
-    if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", h, e2, sizeof e2))
-      log_warn("the job record was not updated for the scale (a restarted oracle will find the job blocked): %s", e2);
-  }
+  record_scale(j);
   snprintf(msg, msg_len,
            "the job goes from %u to %u trainers after checkpoint %s (the model after iteration %" PRIu64
            "): the group re-forms there, as a resume on %u trainers would",
@@ -150,7 +147,9 @@ int oracle_job_scale_servers_request(oracle_job_t *j, uint32_t n, char *const *a
   j->scale_union = uni;
   j->scale_cluster = cl;
   j->scale_at = *iteration;
+  j->scale_asked = clock_wall_s();
   if (j->recs) snprintf(oracle_scales_begin(j->recs, m, n, *iteration, id)->what, 20, "embedding_servers");
+  record_scale(j);
   snprintf(msg, msg_len,
            "the job goes from %u to %u embedding servers after checkpoint %s (the model after iteration %" PRIu64
            "): the rows whose owner changes move server to server there%s",
@@ -186,7 +185,8 @@ uint32_t oracle_job_scale_servers(const oracle_job_t *j, const char **cluster) {
   return done ? j->scale_servers : 0;
 }
 
-void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds) {
+void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double seconds, const char *id,
+                         uint64_t iteration) {
   j->reshape_rows = rows;
   j->reshape_bytes = bytes;
   oracle_scale_t *s = j->recs && j->recs->n_scales ? &j->recs->s[(j->recs->n_scales - 1) % ORACLE_SCALES_KEPT] : NULL;
@@ -194,7 +194,37 @@ void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double 
     s->rows_moved = rows;
     s->bytes_moved = bytes;
     s->move_seconds = seconds;
+    s->at_iteration = iteration; /* (an earlier one than asked when the scale's own was cut short) */
+    snprintf(s->checkpoint, sizeof s->checkpoint, "%s", id);
   }
+}
+
+void oracle_scale__record(const oracle_job_t *j, char conf[65], oracle_record_scale_t *scale) {
+  memset(scale, 0, sizeof *scale);
+  if (j->scale_to) { /* an oracle restarted on the scaled job file recovers the job on scale_to */
+    oracle_record_config_hash_as(j->cfg, "trainers", j->scale_to, conf);
+    return;
+  }
+  oracle_record_config_hash(j->cfg, conf);
+  if (!j->scale_servers) return;
+  scale->from = j->ckpt.S;
+  scale->to = j->scale_servers;
+  scale->at = j->scale_at;
+  scale->asked = j->scale_asked;
+  scale->addrs = j->scale_union;
+  oracle_record_config_hash_as(j->cfg, "embedding_servers", j->scale_servers, scale->config);
+}
+
+/* The job record says "training" with the scale asked (oracle_scale__record). */
+static void record_scale(oracle_job_t *j) {
+  if (!j->recs || !j->ckpt.state_dir[0]) return;
+  char conf[65], e2[512];
+  oracle_record_scale_t sc;
+  oracle_scale__record(j, conf, &sc);
+  if (oracle_record_write(j->ckpt.state_dir, j->job_id, "training", conf, &sc, e2, sizeof e2))
+    log_warn("the job record was not updated for the scale (an oracle restarted before it is done will find the "
+             "job blocked): %s",
+             e2);
 }
 
 int oracle_scale__asked(const oracle_job_t *j) { return j->scale_to || j->scale_servers; }
@@ -282,6 +312,12 @@ oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint
            "it is complete",
            from, to, id, c);
   return s;
+}
+
+void oracle_scales_taken_over(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, double asked) {
+  oracle_scale_t *s = &rs->s[rs->n_scales++ % ORACLE_SCALES_KEPT];
+  *s = (oracle_scale_t){.from = from, .to = to, .at_iteration = c, .t_asked = asked, .t_ended = clock_wall_s()};
+  snprintf(s->what, sizeof s->what, "embedding_servers");
 }
 
 void oracle_scales_ended(oracle_recoveries_t *rs) {

@@ -2,6 +2,7 @@
 #include "oracle_service.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -560,6 +561,25 @@ static void scale_servers_to(oracle_service_t *svc, uint32_t n, const char *clus
   if (cfg_list(svc->cfg, "cluster.embedding", &svc->emb_addrs, &svc->n_emb)) svc->n_emb = 0;
 }
 
+/* The last oracle was killed in the middle of a scale of the embedding
+ * servers (its record): this one carries it out -- the configuration says
+ * the new servers, and the job's roll-back first moves the old servers'
+ * latest complete checkpoint onto them (make_job). */
+static void take_over_scale(oracle_service_t *svc, const oracle_record_scale_t *sc) {
+  char *cluster = strdup(sc->addrs);
+  if (!cluster) return;
+  char *p = cluster;
+  for (uint32_t i = 0; i < sc->to && p; i++) p = strchr(p + (i > 0), ',');
+  if (p) *p = 0; /* the first sc->to addresses */
+  log_warn("the last oracle stopped in the middle of a scale from %u to %u embedding servers (asked for after "
+           "iteration %" PRIu64 "): this one carries it out, moving the rows of the old servers' latest complete "
+           "checkpoint onto %s",
+           sc->from, sc->to, sc->at, cluster);
+  scale_servers_to(svc, sc->to, cluster);
+  oracle_scales_taken_over(&svc->recs, sc->from, sc->to, sc->at, sc->asked);
+  free(cluster);
+}
+
 /* ---- the Work stream: the call's data is (rank + 1) once Hello came */
 
 static void w_message(rpc_call_t *call, const ProtobufCMessage *msg, void *ud) {
@@ -690,8 +710,8 @@ static void on_recover(oracle_job_t *old, void *ud);
 
 /* A new job object for the job (opts: new or recovering), hooked to the
  * service. */
-static int make_job(oracle_service_t *svc, const char *job_id, int recover, oracle_recovery_t *rec, oracle_job_t **out,
-                    char *err, size_t err_len) {
+static int make_job(oracle_service_t *svc, const char *job_id, int recover, oracle_recovery_t *rec,
+                    const oracle_record_scale_t *scale, oracle_job_t **out, char *err, size_t err_len) {
   oracle_job_opts_t o = {.job_id = job_id,
                          .recover = recover,
                          .generation = svc->generation,
@@ -699,6 +719,11 @@ static int make_job(oracle_service_t *svc, const char *job_id, int recover, orac
                          .rec = rec,
                          .on_recover = on_recover,
                          .ud = svc};
+  if (scale && scale->to) { /* its roll-back moves the old servers' latest complete checkpoint first */
+    o.reshape_from = scale->from;
+    o.reshape_ckpt = "";
+    o.reshape_union = scale->addrs;
+  }
   return oracle_job_create(svc->loop, svc->cfg, svc->reg, &o, out, err, err_len);
 }
 
@@ -758,17 +783,20 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, cfg_t *cfg, met
      * this one recovers that job instead of starting a new one over its rows */
     const char *dir = cfg_str(cfg, "oracle.state_dir");
     char id[96] = "", state[32] = "", conf[80] = "", mine[65], e2[1024];
-    int rr = *dir ? oracle_record_read(dir, id, sizeof id, state, sizeof state, conf, sizeof conf, e2, sizeof e2)
+    oracle_record_scale_t rsc = {0};
+    int rr = *dir ? oracle_record_read(dir, id, sizeof id, state, sizeof state, conf, sizeof conf, &rsc, e2, sizeof e2)
                   : ERR_NOTFOUND;
     oracle_recovery_t *rec = NULL;
     oracle_record_config_hash(cfg, mine);
     if (rr && rr != ERR_NOTFOUND) log_warn("%s; starting a new job (the servers are checked first)", e2);
-    if (!rr && !strcmp(state, "training") && strcmp(conf, mine))
+    /* killed in the middle of a scale of the embedding servers: the job file may say either count */
+    int same = !rr && (!strcmp(conf, mine) || (rsc.to && !strcmp(rsc.config, mine)));
+    if (!rr && !strcmp(state, "training") && !same)
       log_warn("job %s was training when the last oracle stopped, but this oracle runs with another configuration "
                "(fingerprint %.12s, the job's %.12s): a new job (the servers are checked first: `chanter train "
                "--resume` goes on from its checkpoint)",
                id, mine, conf);
-    if (!rr && !strcmp(state, "training") && !strcmp(conf, mine) && strcmp(cfg_str(cfg, "mode"), "ideal")) {
+    if (!rr && !strcmp(state, "training") && same && strcmp(cfg_str(cfg, "mode"), "ideal")) {
       char limit[1024];
       rec = oracle_recoveries_begin(&svc->recs, "oracle", "oracle", -1, 0,
                                     "the oracle restarted while its job was training (oracle.state_dir/job)", limit,
@@ -776,7 +804,10 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, cfg_t *cfg, met
       if (!rec) log_error("%s", limit);
       else log_warn("job %s was training when the last oracle stopped: recovering it", id);
     }
-    if ((rc = make_job(svc, rec ? id : NULL, rec != NULL, rec, &svc->job, err, err_len)) != 0) goto fail;
+    if (rec && rsc.to) take_over_scale(svc, &rsc);
+    rc = make_job(svc, rec ? id : NULL, rec != NULL, rec, rec ? &rsc : NULL, &svc->job, err, err_len);
+    oracle_record_scale_free(&rsc);
+    if (rc) goto fail;
   }
   svc->g_alive = metrics_gauge(reg, "members_alive", NULL, "members seen within oracle.heartbeat_timeout_ms");
   svc->g_members = metrics_gauge(reg, "members", NULL, "members that joined");

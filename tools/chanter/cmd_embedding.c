@@ -340,7 +340,7 @@ static int do_reshape(cli_t *cli, embc_t *c) {
     return 2;
   }
   embc_reshape_stats_t *per = calloc(embc_servers(c), sizeof *per), st;
-  if (!per || embc_reshape_all(c, (uint32_t)n, per, &st, err, sizeof err)) {
+  if (!per || embc_reshape_all(c, (uint32_t)n, 0, per, &st, err, sizeof err)) {
     fprintf(stderr, "chanter embedding reshape: %s\n", per ? err : "out of memory");
     free(per);
     return 1;

@@ -113,17 +113,20 @@ static int server_addrs(const cfg_t *cfg, int local, uint32_t n, char ***addrs, 
 }
 
 /* Until the job trains on n trainers after iteration c (its summary's
- * scale line), or ends: 0, or 1 after saying why. */
+ * scale line; an earlier one when the scale's own checkpoint was cut
+ * short by an oracle that stopped, and the next one took the scale over),
+ * or ends: 0, or 1 after saying why. */
 static int wait_scaled(orc_t *o, const char *what, uint32_t n, uint64_t c, char *line, size_t line_len) {
   char want[128], err[1024];
-  snprintf(want, sizeof want, "to %u %s after iteration %" PRIu64 ":", n, what, c);
+  snprintf(want, sizeof want, "to %u %s after iteration ", n, what);
   for (double until = clock_mono_s() + 600;;) {
     Chanter__Oracle__V1__StatusResponse *st = NULL;
     if (orc_status(o, &st, err, sizeof err) == 0) {
       int over = !strcmp(st->state, "failed") || !strcmp(st->state, "stopped") || !strcmp(st->state, "done");
       line[0] = 0;
       json_get_str(st->summary_json ? st->summary_json : "", "scale", line, line_len);
-      int done = !strncmp(line, "scaled", 6) && strstr(line, want);
+      const char *at = strstr(line, want);
+      int done = !strncmp(line, "scaled", 6) && at && strtoull(at + strlen(want), NULL, 10) <= c;
       if (over && !done)
         fprintf(stderr, "chanter scale: the job is %s before it trained on %u %s: %s\n", st->state, n, what,
                 st->message);

@@ -713,7 +713,10 @@ static void on_tick(uv_timer_t *t) {
       int port, mport;
       if (supervise_ready_read(c->ready, &port, &mport) == 0) {
         c->state = D_UP;
-        if (c->listen_at && port != c->port)
+        if (c->listen_at && !c->port) { /* one SIGHUP started: its port from now on, the one its clients have */
+          c->port = port;
+          c->mport = mport;
+        } else if (c->listen_at && port != c->port)
           log_warn("ready name=%s pid=%d on port %d, not its port %d: its clients will not find it", c->name,
                    (int)c->pid, port, c->port);
         char how[256];
