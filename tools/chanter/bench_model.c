@@ -55,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "blas_cpu.h"
 #include "cli.h"
 #include "clock.h"
@@ -280,11 +281,6 @@ static double gemm_set_gflops(const gemm_set_t *s, double min_s) {
   return s->flops * reps / el / 1e9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* dlrm_dcn's cross layers' share of its GEMM FLOPs: 1 - the FLOPs of the
  * same model without them (built for one sample, only to count) / flops. */
 static double cross_share(cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, double flops) {
@@ -399,9 +395,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   }
   openblas_set_num_threads(r->threads > 1 ? 1 : ncpu);
   r->samples_s = (double)b->batch / best_step;
-  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
-  r->samples_s_median = (double)b->batch /
-                        (rounds % 2 ? round_step[rounds / 2] : 0.5 * (round_step[rounds / 2 - 1] + round_step[rounds / 2]));
+  r->samples_s_median = (double)b->batch / bench_median(round_step, (size_t)rounds);
   free(round_step);
   r->flops = model_gemm_flops_per_sample(m);
   r->gflops = r->flops * r->samples_s / 1e9;
@@ -495,7 +489,7 @@ static int cuda_one(bench_t *b, cfg_t *cfg, int iters, int rounds, double second
       for (int k = 0; k < EMBAG_PHASES; k++) r->ph[k] = 1e3 * sec[k] / n;
     }
   }
-  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
+  qsort(round_step, (size_t)rounds, sizeof *round_step, bench_cmp_double);
   r->samples_s = (double)batch / best;
   r->samples_s_median = (double)batch / round_step[rounds / 2];
   r->ms = 1e3 * round_step[rounds / 2];
