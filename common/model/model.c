@@ -298,13 +298,10 @@ static void describe(model_t *m) {
   snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
 }
 
-int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
-                 uint32_t max_batch, model_t **out, char *err, size_t err_len) {
-  int rc = 0;
-  model_t *m = NULL;
-  *out = NULL;
+int model__plan(model_t *m, const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
+                uint32_t max_batch, char *err, size_t err_len) {
+  int rc;
   if (err_len) err[0] = 0;
-
   model_kind_t kind;
   if (model_kind_parse(cfg_str(cfg, "model"), &kind) < 0) {
     snprintf(err, err_len, "model: unknown model '%s'", cfg_str(cfg, "model"));
@@ -320,8 +317,6 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t
              n_tables, dim);
     return -EINVAL;
   }
-  m = calloc(1, sizeof(*m));
-  if (!m) return -ENOMEM;
   m->kind = kind;
   m->n_dense = n_dense;
   m->n_tables = n_tables;
@@ -329,13 +324,25 @@ int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t
   m->max_batch = max_batch;
   m->emb_w = n_tables * dim;
   m->d0 = n_dense + m->emb_w;
+  if ((rc = plan_layers(m, cfg, err, err_len)) < 0) return rc;
+  describe(m);
+  return 0;
+}
 
-  if ((rc = plan_layers(m, cfg, err, err_len)) < 0) goto out;
+int model_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
+                 uint32_t max_batch, model_t **out, char *err, size_t err_len) {
+  int rc = 0;
+  model_t *m = NULL;
+  *out = NULL;
+  if (err_len) err[0] = 0;
+
+  m = calloc(1, sizeof(*m));
+  if (!m) return -ENOMEM;
+  if ((rc = model__plan(m, cfg, n_dense, n_tables, dim, max_batch, err, err_len)) < 0) goto out;
   if ((rc = alloc_buffers(m)) < 0) {
     snprintf(err, err_len, "model: out of memory");
     goto out;
   }
-  describe(m);
 
   /* the stages must report suffixes ending at 0 (see "backward") */
   for (uint32_t st = 0, S = n_stages(m); st < S; st++) {
@@ -367,10 +374,10 @@ static inline float unif(uint64_t tseed, size_t i) {
   return (float)((double)(r >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
-void model_init(model_t *m, uint64_t seed) {
-  for (uint32_t t = 0; t < m->n_tensors; t++) {
-    const tensor_t *ts = &m->tensors[t];
-    float *p = m->params + ts->off;
+void model__init_params(const tensor_t *tensors, uint32_t n_tensors, uint64_t seed, float *params) {
+  for (uint32_t t = 0; t < n_tensors; t++) {
+    const tensor_t *ts = &tensors[t];
+    float *p = params + ts->off;
     double lim = 0.0;
     if (ts->init == INIT_HE)
       lim = sqrt(6.0 / (double)ts->fan_in);
@@ -379,6 +386,10 @@ void model_init(model_t *m, uint64_t seed) {
     uint64_t tseed = table_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
     for (size_t i = 0; i < ts->len; i++) p[i] = lim > 0.0 ? (float)(lim * unif(tseed, i)) : 0.0f;
   }
+}
+
+void model_init(model_t *m, uint64_t seed) {
+  model__init_params(m->tensors, m->n_tensors, seed, m->params);
   for (uint32_t k = 0; k < MODEL_PARTS; k++) memset(m->pgrads[k], 0, m->n_params * sizeof(float));
 }
 

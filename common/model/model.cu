@@ -3,8 +3,8 @@
  * nn.cu, the device twin of model.c (contract in nn_cuda.h, architectures
  * and parameter layout in model.h).
  *
- * model_cuda_create plans the parameter tensors exactly as model_create
- * does (same order, same offsets, same description), then allocates with
+ * model_cuda_create takes model_create's plan (model__plan in
+ * model_internal.h: same tensors, offsets and description), then allocates with
  * plain cudaMalloc: ONE array for the parameters, one for the gradients,
  * and one buffer per activation / activation gradient for max_batch
  * samples, so a step allocates nothing.  Forward and backward run the same
@@ -12,9 +12,9 @@
  * batch (there are no parts: the GPU is the parallelism), enqueued on the
  * calling thread's nn_cuda stream.
  *
- * The planning and the initialization are copies of model.c's (they are
- * static there); the GPU tests compare n_params, the description and the
- * initial parameters with a CPU model, so a drift shows up as a failure.
+ * The planning and the initialization are model.c's own (model__plan,
+ * model__init_params), so the two cannot drift; the GPU tests still
+ * compare n_params, the description and the initial parameters.
  */
 #include <cuda_runtime.h>
 
@@ -30,32 +30,8 @@
 extern "C" { /* C headers without their own extern "C" */
 #include "cfg.h"
 #include "err.h"
-#include "table.h"
+#include "model_internal.h" /* the plan's types (mlp_t's y / dy: device buffers here) */
 }
-
-#define MAX_LAYERS 32
-#define MAX_CROSS 64
-
-typedef enum init_e { INIT_ZERO = 0, INIT_HE, INIT_XAVIER } init_t;
-
-typedef struct tensor_s {
-  size_t off, len;
-  init_t init;
-  uint32_t fan_in, fan_out;
-} tensor_t;
-
-typedef struct lin_s {
-  uint32_t in, out;
-  size_t w, b;
-  nn_act_t act;
-} lin_t;
-
-typedef struct mlp_s {
-  uint32_t n;
-  lin_t l[MAX_LAYERS];
-  float *y[MAX_LAYERS];  /* device [max_batch x out] */
-  float *dy[MAX_LAYERS];
-} mlp_t;
 
 struct model_cuda_s {
   model_kind_t kind;
@@ -95,89 +71,9 @@ struct model_cuda_s {
   uint32_t n_allocs;
 };
 
-static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn", "dlrm_dcn"};
-
 static cudaStream_t stream(void) { return (cudaStream_t)nn_cuda_stream(); }
 
-/* ----------------------------------------------------------------- planning
- * (model.c's, line for line) */
-
-static size_t add_tensor(model_cuda_t *m, size_t len, init_t init, uint32_t fan_in,
-                         uint32_t fan_out) {
-  ASSERT(m->n_tensors < sizeof(m->tensors) / sizeof(m->tensors[0]));
-  tensor_t *t = &m->tensors[m->n_tensors++];
-  t->off = m->n_params;
-  t->len = len;
-  t->init = init;
-  t->fan_in = fan_in;
-  t->fan_out = fan_out;
-  m->n_params += len;
-  return t->off;
-}
-
-static lin_t plan_linear(model_cuda_t *m, uint32_t in, uint32_t out, nn_act_t act) {
-  lin_t l;
-  memset(&l, 0, sizeof(l));
-  l.in = in;
-  l.out = out;
-  l.act = act;
-  l.w = add_tensor(m, (size_t)in * out, act == NN_ACT_RELU ? INIT_HE : INIT_XAVIER, in, out);
-  l.b = add_tensor(m, out, INIT_ZERO, in, out);
-  return l;
-}
-
-static int plan_mlp(model_cuda_t *m, mlp_t *p, uint32_t in, const uint32_t *sizes, size_t k,
-                    uint32_t final_out) {
-  p->n = 0;
-  if (k + (final_out > 0) > MAX_LAYERS) return -EINVAL;
-  for (size_t i = 0; i < k; i++) {
-    p->l[p->n++] = plan_linear(m, in, sizes[i], NN_ACT_RELU);
-    in = sizes[i];
-  }
-  if (final_out) p->l[p->n++] = plan_linear(m, in, final_out, NN_ACT_NONE);
-  return 0;
-}
-
 static uint32_t mlp_out(const mlp_t *p, uint32_t in) { return p->n ? p->l[p->n - 1].out : in; }
-
-static int parse_sizes(const cfg_t *cfg, const char *key, uint32_t *sizes, size_t *k, char *err,
-                       size_t err_len) {
-  char **items = NULL;
-  size_t n = 0;
-  int rc = cfg_list(cfg, key, &items, &n);
-  if (rc < 0) {
-    snprintf(err, err_len, "%s: %s", key, err_str(rc));
-    return rc;
-  }
-  if (n > MAX_LAYERS - 1) {
-    snprintf(err, err_len, "%s: %zu layers, at most %d", key, n, MAX_LAYERS - 1);
-    rc = ERR_CONFIG;
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = strtoul(items[i], &end, 10);
-    if (errno || !end || *end || end == items[i] || v == 0 || v > (1ul << 20)) {
-      snprintf(err, err_len, "%s: '%s' is not a layer size in [1, 1048576]", key, items[i]);
-      rc = ERR_CONFIG;
-      goto out;
-    }
-    sizes[i] = (uint32_t)v;
-  }
-  *k = n;
-out:
-  cfg_list_free(items, n);
-  return rc;
-}
-
-static void describe_mlp(char *buf, size_t len, const char *name, const mlp_t *p) {
-  size_t o = strlen(buf);
-  if (p->n == 0 || o >= len) return;
-  o += (size_t)snprintf(buf + o, len - o, " %s=%u", name, p->l[0].in);
-  for (uint32_t i = 0; i < p->n && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, "-%u", p->l[i].out);
-}
 
 /* ----------------------------------------------------------------- memory */
 
@@ -205,95 +101,34 @@ static int dalloc_mlp(model_cuda_t *m, mlp_t *p) {
 
 /* ----------------------------------------------------------------- create */
 
-/* dlrm_dcn: model_dlrm_dcn.c's model__dcn2_plan, line for line. */
-static int plan_dcn2(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_len) {
-  int rc;
-  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
-  size_t k1 = 0, k2 = 0;
-  if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
-  if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
-  int64_t L = cfg_int(cfg, "model.cross_layers"), r = cfg_int(cfg, "model.cross_rank");
-  if (L < 0 || L > MAX_CROSS) {
-    snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
-    return ERR_CONFIG;
-  }
-  if (r < 0 || r > (1 << 20)) {
-    snprintf(err, err_len, "model.cross_rank: %lld not in [0, 1048576]", (long long)r);
-    return ERR_CONFIG;
-  }
-  m->has_bottom = m->n_dense > 0;
-  m->d0 = (m->has_bottom ? m->dim : 0) + m->emb_w;
-  m->n_cross = (uint32_t)L;
-  m->rank = (uint32_t)r;
-  if (m->has_bottom) {
-    s1[k1++] = m->dim;
-    plan_mlp(m, &m->bottom, m->n_dense, s1, k1, 0);
-  }
-  uint32_t d = m->d0, rk = m->rank;
-  for (uint32_t l = 0; l < m->n_cross; l++) {
-    if (rk) {
-      m->cross_v[l] = add_tensor(m, (size_t)rk * d, INIT_XAVIER, d, rk);
-      m->cross_w[l] = add_tensor(m, (size_t)d * rk, INIT_XAVIER, rk, d);
-    } else {
-      m->cross_w[l] = add_tensor(m, (size_t)d * d, INIT_XAVIER, d, d);
-    }
-    m->cross_b[l] = add_tensor(m, d, INIT_ZERO, d, d);
-  }
-  plan_mlp(m, &m->top, d, s2, k2, 1);
-  return 0;
-}
-
-/* The layers of m->kind (tensors added in this order: it is the parameter
- * layout, the same as model.c's).  0, or ERR_CONFIG / -EINVAL with err
- * set. */
-static int plan_layers(model_cuda_t *m, const cfg_t *cfg, char *err, size_t err_len) {
-  int rc;
-  uint32_t s1[MAX_LAYERS], s2[MAX_LAYERS];
-  size_t k1 = 0, k2 = 0;
-  uint32_t n_dense = m->n_dense, n_tables = m->n_tables, dim = m->dim;
-  if (m->kind == MODEL_DLRM_DCN) return plan_dcn2(m, cfg, err, err_len);
-  if (m->kind == MODEL_DLRM) {
-    if ((rc = parse_sizes(cfg, "model.bottom_mlp", s1, &k1, err, err_len)) < 0) return rc;
-    if ((rc = parse_sizes(cfg, "model.top_mlp", s2, &k2, err, err_len)) < 0) return rc;
-    m->has_bottom = n_dense > 0;
-    /* the same limit as the CPU model, so both accept the same configs */
-    if (!nn_interact_fits(n_tables, dim, m->has_bottom)) {
-      snprintf(err, err_len, "dlrm: interaction of %u vectors of %u floats is too large",
-               n_tables + (m->has_bottom ? 1 : 0), dim);
-      return -EINVAL;
-    }
-    if (m->has_bottom) {
-      s1[k1++] = dim;
-      plan_mlp(m, &m->bottom, n_dense, s1, k1, 0);
-    }
-    m->inter_w = nn_interact_out_width(n_tables, dim, m->has_bottom);
-    if (m->inter_w == 0) {
-      snprintf(err, err_len, "dlrm: nothing to interact (one table, no dense features)");
-      return -EINVAL;
-    }
-    plan_mlp(m, &m->top, m->inter_w, s2, k2, 1);
-  } else {
-    if ((rc = parse_sizes(cfg, "model.deep_mlp", s1, &k1, err, err_len)) < 0) return rc;
-    if (m->kind == MODEL_DCN) {
-      int64_t L = cfg_int(cfg, "model.cross_layers");
-      if (L < 0 || L > MAX_CROSS) {
-        snprintf(err, err_len, "model.cross_layers: %lld not in [0, %d]", (long long)L, MAX_CROSS);
-        return ERR_CONFIG;
-      }
-      m->n_cross = (uint32_t)L;
-      for (uint32_t l = 0; l < m->n_cross; l++) {
-        m->cross_w[l] = add_tensor(m, m->d0, INIT_XAVIER, m->d0, 1);
-        m->cross_b[l] = add_tensor(m, m->d0, INIT_ZERO, m->d0, 1);
-      }
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 0);
-      uint32_t fin = m->d0 + (m->deep.n ? mlp_out(&m->deep, m->d0) : 0);
-      m->final = plan_linear(m, fin, 1, NN_ACT_NONE);
-    } else {
-      m->wide = plan_linear(m, m->d0, 1, NN_ACT_NONE);
-      plan_mlp(m, &m->deep, m->d0, s1, k1, 1);
-    }
-  }
-  return 0;
+/* m's plan: p's (model__plan), field by field; buffers stay unset. */
+static void take_plan(model_cuda_t *m, const struct model_s *p) {
+  static_assert(sizeof m->tensors == sizeof p->tensors && sizeof m->desc == sizeof p->desc &&
+                    sizeof m->cross_w == sizeof p->cross_w && sizeof m->cross_v == sizeof p->cross_v,
+                "model_cuda_s and model_s hold plans of one size");
+  m->kind = p->kind;
+  m->n_dense = p->n_dense;
+  m->n_tables = p->n_tables;
+  m->dim = p->dim;
+  m->max_batch = p->max_batch;
+  m->emb_w = p->emb_w;
+  m->d0 = p->d0;
+  m->n_params = p->n_params;
+  memcpy(m->tensors, p->tensors, sizeof m->tensors);
+  m->n_tensors = p->n_tensors;
+  m->bottom = p->bottom; /* y / dy: NULL in a plan */
+  m->top = p->top;
+  m->deep = p->deep;
+  m->has_bottom = p->has_bottom;
+  m->inter_w = p->inter_w;
+  m->wide = p->wide;
+  m->n_cross = p->n_cross;
+  memcpy(m->cross_w, p->cross_w, sizeof m->cross_w);
+  memcpy(m->cross_b, p->cross_b, sizeof m->cross_b);
+  m->rank = p->rank;
+  memcpy(m->cross_v, p->cross_v, sizeof m->cross_v);
+  m->final = p->final;
+  memcpy(m->desc, p->desc, sizeof m->desc);
 }
 
 /* The parameters, gradients and every activation buffer on the device for
@@ -366,81 +201,25 @@ static int dalloc_buffers(model_cuda_t *m) {
   return 0;
 }
 
-/* m->desc: the kind, the layers' widths and the parameter count. */
-static void describe(model_cuda_t *m) {
-  size_t o;
-  snprintf(m->desc, sizeof(m->desc), "%s", kind_names[m->kind]);
-  if (m->kind == MODEL_DLRM_DCN) {
-    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
-    o = strlen(m->desc);
-    if (m->rank)
-      snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u cross=%ux%u", m->d0, m->n_cross, m->rank);
-    else
-      snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u cross=%uxfull", m->d0, m->n_cross);
-    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
-  } else if (m->kind == MODEL_DLRM) {
-    describe_mlp(m->desc, sizeof(m->desc), "bottom", &m->bottom);
-    o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " interaction=%ux%u->%u",
-             m->n_tables + (m->has_bottom ? 1 : 0), m->dim, m->inter_w);
-    describe_mlp(m->desc, sizeof(m->desc), "top", &m->top);
-  } else {
-    o = strlen(m->desc);
-    snprintf(m->desc + o, sizeof(m->desc) - o, " x0=%u", m->d0);
-    if (m->kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " cross=%u", m->n_cross);
-    }
-    describe_mlp(m->desc, sizeof(m->desc), "deep", &m->deep);
-    if (m->kind == MODEL_DCN) {
-      o = strlen(m->desc);
-      snprintf(m->desc + o, sizeof(m->desc) - o, " final=%u-1", m->final.in);
-    }
-  }
-  o = strlen(m->desc);
-  snprintf(m->desc + o, sizeof(m->desc) - o, " params=%zu", m->n_params);
-}
-
 int model_cuda_create(const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
                       uint32_t max_batch, model_cuda_t **out, char *err, size_t err_len) {
   int rc = 0;
   model_cuda_t *m = NULL;
-  model_kind_t kind;
   *out = NULL;
   if (err_len) err[0] = 0;
 
-  if (model_kind_parse(cfg_str(cfg, "model"), &kind) < 0) {
-    snprintf(err, err_len, "model: unknown model '%s'", cfg_str(cfg, "model"));
-    return ERR_CONFIG;
-  }
-  if (max_batch == 0 || dim == 0 || (n_dense == 0 && n_tables == 0)) {
-    snprintf(err, err_len,
-             "model: needs max_batch, dim and some input (n_dense=%u n_tables=%u dim=%u max_batch=%u)",
-             n_dense, n_tables, dim, max_batch);
-    return -EINVAL;
-  }
-  if ((uint64_t)n_tables * dim > (1u << 24) || n_dense > (1u << 24)) {
-    snprintf(err, err_len, "model: input too wide (n_dense=%u n_tables=%u dim=%u)", n_dense,
-             n_tables, dim);
-    return -EINVAL;
-  }
-  m = (model_cuda_t *)calloc(1, sizeof(*m));
-  if (!m) return -ENOMEM;
-  m->kind = kind;
-  m->n_dense = n_dense;
-  m->n_tables = n_tables;
-  m->dim = dim;
-  m->max_batch = max_batch;
-  m->emb_w = n_tables * dim;
-  m->d0 = n_dense + m->emb_w;
-
-  if ((rc = plan_layers(m, cfg, err, err_len)) < 0) goto out;
+  struct model_s *plan = (struct model_s *)calloc(1, sizeof(*plan));
+  if (!plan) return -ENOMEM;
+  rc = model__plan(plan, cfg, n_dense, n_tables, dim, max_batch, err, err_len);
+  if (rc == 0 && !(m = (model_cuda_t *)calloc(1, sizeof(*m)))) rc = -ENOMEM;
+  if (rc == 0) take_plan(m, plan);
+  free(plan); /* a plan allocates nothing */
+  if (rc < 0) goto out;
 
   /* the shape is valid: now the device */
   if ((rc = cuda_check(err, err_len)) < 0) goto out;
   if ((rc = nn_cuda_reserve(max_batch)) < 0) goto cuda_failed;
   if (dalloc_buffers(m) < 0) goto cuda_failed;
-  describe(m);
   *out = m;
   return 0;
 
@@ -464,29 +243,13 @@ void model_cuda_destroy(model_cuda_t *m) {
 
 /* ----------------------------------------------------------------- init */
 
-/* model.c's unif: uniform in [-1, 1) from (seed, tensor, element). */
-static inline float unif(uint64_t tseed, size_t i) {
-  uint64_t r = table_mix64(tseed + (uint64_t)i * UINT64_C(0xd1b54a32d192ed03));
-  return (float)((double)(r >> 40) * (1.0 / 8388608.0) - 1.0);
-}
-
 void model_cuda_init(model_cuda_t *m, uint64_t seed) {
   float *host = (float *)malloc((m->n_params ? m->n_params : 1) * sizeof(float));
   if (!host) {
     (void)nn_cuda__ok((int)cudaErrorMemoryAllocation, "model_cuda_init (host staging buffer)");
     return;
   }
-  for (uint32_t t = 0; t < m->n_tensors; t++) {
-    const tensor_t *ts = &m->tensors[t];
-    float *p = host + ts->off;
-    double lim = 0.0;
-    if (ts->init == INIT_HE)
-      lim = sqrt(6.0 / (double)ts->fan_in);
-    else if (ts->init == INIT_XAVIER)
-      lim = sqrt(6.0 / ((double)ts->fan_in + (double)ts->fan_out));
-    uint64_t tseed = table_mix64(seed ^ (UINT64_C(0x6d6f64656c) + ((uint64_t)t << 32)));
-    for (size_t i = 0; i < ts->len; i++) p[i] = lim > 0.0 ? (float)(lim * unif(tseed, i)) : 0.0f;
-  }
+  model__init_params(m->tensors, m->n_tensors, seed, host);
   size_t bytes = m->n_params * sizeof(float);
   (void)(nn_cuda__ok((int)cudaMemcpyAsync(m->params, host, bytes, cudaMemcpyHostToDevice, stream()),
                      "cudaMemcpyAsync (model_cuda_init)") &&

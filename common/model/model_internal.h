@@ -1,7 +1,9 @@
 /*
  * model_internal: the model's plan and buffers (struct model_s) and the
  * helpers model.c shares with model_dlrm_dcn.c, the one model kept in a
- * file of its own.  Only those two files include it.
+ * file of its own.  Only those two files include it, and model.cu, which
+ * takes its plan (model__plan) and initialization (model__init_params)
+ * from here rather than keeping copies.
  */
 #ifndef CHANTER_MODEL_INTERNAL_H
 #define CHANTER_MODEL_INTERNAL_H
@@ -103,6 +105,18 @@ struct model_s {
 #define MODEL_ROWS(buf, w) ((buf) + (size_t)p->i0 * (w))
 
 /* ---- planning (model.c): tensors are added in layout order */
+/* Plans the model of cfg's model key into m (zeroed by the caller):
+ * kind, shapes, the parameter tensors and layers in layout order,
+ * n_params and desc; nothing is allocated and no buffer pointer is set,
+ * so a plan-only m is freed with free().  model_create plans with it and
+ * model.cu's model_cuda_create copies its fields: one plan for both.
+ * 0, or ERR_CONFIG / -EINVAL with err set. */
+int model__plan(model_t *m, const cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim,
+                uint32_t max_batch, char *err, size_t err_len);
+/* The initial parameters (model.h's initialization) of n_tensors tensors
+ * into params (n_params floats, host memory): model_init's, and
+ * model_cuda_init's before it copies them to the device. */
+void model__init_params(const tensor_t *tensors, uint32_t n_tensors, uint64_t seed, float *params);
 size_t model__add_tensor(model_t *m, size_t len, init_t init, uint32_t fan_in, uint32_t fan_out);
 /* An MLP in -> sizes[0] -> ... -> sizes[k-1] (-> final_out when > 0);
  * ReLU after every layer except an appended final_out layer. */

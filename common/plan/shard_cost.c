@@ -273,8 +273,17 @@ void shard_cost_set_coll(shard_cost_t *m, int op, const shard_coll_t *line) {
   m->coll[op].present = 1;
 }
 
+shard_cost_t *shard_cost_share(shard_cost_t *m) {
+  if (m) m->extra_owners++;
+  return m;
+}
+
 void shard_cost_destroy(shard_cost_t *m) {
   if (!m) return;
+  if (m->extra_owners) {
+    m->extra_owners--;
+    return;
+  }
   for (int k = 0; k < SHARD_KINDS; k++) free(m->net[k].p);
   free(m);
 }

@@ -152,7 +152,15 @@ int shard_cost_parse(const char *text, const char *name, shard_cost_t **out, cha
 /* Writes m to path (fsio_replace: the old file or the new, never a torn
  * one).  0 or -errno with err. */
 int shard_cost_save(const shard_cost_t *m, const char *path, char *err, size_t err_len);
+/* Gives back the caller's hold of m: frees it unless shard_cost_share
+ * gave others a hold that they still keep. */
 void shard_cost_destroy(shard_cost_t *m);
+/* m for one more owner (each owner calls shard_cost_destroy once; the
+ * last one frees it), so a loaded model serves two users (the oracle's
+ * placement and table_strategy = auto) without a second load.  Not
+ * atomic: the owners take and give back their holds on one thread.
+ * Returns m. */
+shard_cost_t *shard_cost_share(shard_cost_t *m);
 
 /* Whether m has parameters for kind; its label line. */
 int shard_cost_has(const shard_cost_t *m, int kind);

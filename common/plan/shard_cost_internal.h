@@ -38,6 +38,7 @@ struct shard_cost_s {
   char label[512];
   shard_net_t net[SHARD_KINDS];
   shard_coll_t coll[SHARD_COLLS];
+  uint32_t extra_owners; /* shard_cost_share's, each given back by one shard_cost_destroy */
 };
 
 extern const char *const shard_net_part_name[NET_PARTS];

@@ -134,11 +134,11 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
     x->part_bytes = 2.0 * o->B * (P - 1) / P * 4 * d;
     x->cache_us = x->part_us = NAN;
     if (o->cost) predict(o, &o->tables[t], nw[t], sh[t], P, x);
+    /* what the choice compares: predicted microseconds, or weighted bytes */
+    x->cache_cost = o->cost ? x->cache_us : x->cache_bytes;
+    x->part_cost = o->cost ? x->part_us : x->part_bytes;
   }
-  /* what the choice compares: predicted microseconds, or weighted bytes */
   const int us = o->cost != NULL;
-#define CACHE_COST(x) (us ? (x)->cache_us : (x)->cache_bytes)
-#define PART_COST(x) (us ? (x)->part_us : (x)->part_bytes)
   double step[2] = {o->step_bytes, o->step_bytes}; /* [cache, partition] */
   if (us) {
     step[0] = shard_cost_coll_line(o->cost, SHARD_COLL_ALLREDUCE)->alpha_us;
@@ -150,9 +150,9 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
   int uses[3][2] = {{0, 0}, {0, 0}, {0, 0}}; /* [cache, partition] in use */
   for (uint32_t t = 0; t < T && !rc; t++)
     for (int a = 0; a < 3; a++) {
-      int part = strat[t] == STRATEGY_AUTO ? (a == 0 ? PART_COST(&tab[t]) < CACHE_COST(&tab[t]) : a == 1)
+      int part = strat[t] == STRATEGY_AUTO ? (a == 0 ? tab[t].part_cost < tab[t].cache_cost : a == 1)
                                          : strat[t] == STRATEGY_PARTITION;
-      cost[a] += part ? PART_COST(&tab[t]) : CACHE_COST(&tab[t]);
+      cost[a] += part ? tab[t].part_cost : tab[t].cache_cost;
       uses[a][part] = 1;
     }
   int best = 0;
@@ -169,7 +169,7 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
       snprintf(x->why, sizeof x->why, "fixed by table_strategy");
       continue;
     }
-    int part = best == 0 ? PART_COST(x) < CACHE_COST(x) : best == 1;
+    int part = best == 0 ? x->part_cost < x->cache_cost : best == 1;
     out[t] = part ? STRATEGY_PARTITION : STRATEGY_CACHE;
     if (us)
       snprintf(x->why, sizeof x->why,
@@ -225,8 +225,6 @@ int strategy_auto_choose(const plan_t *plans, size_t n, const uint8_t *strat, co
              "strategy.partition_mb, even spread over %u trainers)",
              tab[back].part_bytes / 1e3, tab[back].cache_bytes / 1e3, (unsigned long long)schema->table_rows[back], P);
   }
-#undef CACHE_COST
-#undef PART_COST
   for (uint32_t t = 0; t < T && !rc; t++) tab[t].choice = out[t];
   free(nw), free(sh), free(owner), free(held);
   return rc;

@@ -89,6 +89,7 @@ typedef struct strategy_auto_table_s {
   double new_rows, shared_rows; /* per batch (the mean over the batches after the first) */
   double cache_bytes, part_bytes; /* per batch, cache_bytes weighted */
   double cache_us, part_us;       /* predicted per batch (NAN without a model) */
+  double cache_cost, part_cost;   /* what the choice compares: the _us with a model, else the _bytes */
   int choice;                   /* STRATEGY_CACHE, STRATEGY_PARTITION or STRATEGY_PARTITION_ROWS (the budget) */
   char why[240];                /* for the log and summary.json */
 } strategy_auto_table_t;

@@ -57,7 +57,9 @@ int oracle_job_check_cfg(const cfg_t *cfg, char *err, size_t err_len) {
 }
 
 /* table_strategy = auto's cost model (strategy.auto_cost = model): the
- * job's shard.cost_model, or the built-in one.  A model that cannot price
+ * job's shard.cost_model, or the built-in one -- the very model the
+ * placement loaded from that key when it has one (j->place.model, shared:
+ * each side gives it back), else loaded here.  A model that cannot price
  * the choice (no collectives' lines: a dataset timed without them; or no
  * model in this build) leaves the byte weights, with a warning; a model
  * that does not load is the configuration's error. */
@@ -65,20 +67,24 @@ static int auto_cost_init(oracle_job_t *j, char *err, size_t err_len) {
   if (strcmp(cfg_str(j->cfg, "strategy.auto_cost"), "model")) return 0;
   const char *path = cfg_str(j->cfg, "shard.cost_model");
   char why[512];
-  if (!*path && !shard_cost_have_default()) {
+  if (j->place.model) {
+    j->auto_cost = shard_cost_share(j->place.model);
+  } else if (!*path && !shard_cost_have_default()) {
     log_warn("strategy.auto_cost = model, but this build carries no default cost model and shard.cost_model is empty: "
              "table_strategy = auto weighs bytes (strategy.cache_weight, strategy.step_kb)");
     return 0;
+  } else {
+    int rc = shard_cost_load(path, &j->auto_cost, why, sizeof why);
+    if (rc)
+      return err_set(err, err_len, rc,
+                     "strategy.auto_cost = model needs the cost model (shard.cost_model = '%s', from %s): %s", path,
+                     cfg_origin(j->cfg, "shard.cost_model"), why);
   }
-  int rc = shard_cost_load(path, &j->auto_cost, why, sizeof why);
-  if (rc)
-    return err_set(err, err_len, rc, "strategy.auto_cost = model needs the cost model (shard.cost_model = '%s', from %s): %s",
-                   path, cfg_origin(j->cfg, "shard.cost_model"), why);
   if (!strategy_auto_model_ok(j->auto_cost, why, sizeof why)) {
     log_warn("strategy.auto_cost = model, but %s (%s): table_strategy = auto weighs bytes (strategy.cache_weight, "
              "strategy.step_kb); time the collectives with chanter bench tables and fit again with chanter shard fit",
              why, *path ? path : "the built-in model");
-    shard_cost_destroy(j->auto_cost);
+    shard_cost_destroy(j->auto_cost); /* (the placement keeps a shared one) */
     j->auto_cost = NULL;
   }
   return 0;

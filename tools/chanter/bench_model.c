@@ -34,13 +34,17 @@
  *
  * --device cuda times embdev_train_step instead -- the step `chanter
  * train --local` runs with device = cuda: the embedding tables in GPU
- * memory (embdev.h, as far as trainer.device_mb allows), DLRM on the GPU
- * -- on the shape of the issue that asked for it (26 tables x 100k rows,
- * dim 16, one-hot uniform ids; n_dense, the MLPs and the optimizers from
- * the config) at batch 2048 and 16384 (or --batch), and prints samples/s,
- * ms per iteration, its parts, and the step's GEMM GFLOP/s as a share of
- * an 8192^3 cublasSgemm measured in the same run.  Without a usable GPU
- * it says so in one line and exits 0.
+ * memory (embdev.h, as far as trainer.device_mb allows), the model on the
+ * GPU (model.cu) -- at batch 2048 and 16384 (or --batch), for dlrm alone
+ * unless --models names others.  dlrm runs on a fixed shape (26 tables x
+ * 100k rows, dim 16, one-hot uniform ids; docs/gpu.md's); every other
+ * model on the config's shape as the CPU path reads it (bench_open: the
+ * tables, table_scale, table_hotness, n_dense, model.*), e.g. dlrm_dcn
+ * with --config deploy/jobs/mlperf-dlrmv2.ini.  It prints samples/s, ms
+ * per iteration, its parts, and the step's GEMM GFLOP/s as a share of an
+ * 8192^3 cublasSgemm measured once in the same run (and dlrm_dcn's cross
+ * layers' share of the GEMM FLOPs).  Without a usable GPU it says so in
+ * one line and exits 0.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -51,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "blas_cpu.h"
 #include "cli.h"
 #include "clock.h"
@@ -98,7 +103,12 @@ typedef struct result_s {
   char desc[256];
 } result_t;
 
-static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap) {
+/* The job's shape as the config gives it (cfg_layout: table_rows /
+ * table_scale, embedding_dim; the data schema: table_hotness; n_dense),
+ * ID_BATCHES batches of uniform random ids, dense inputs and labels; with
+ * tables, also the in-memory tables and the embag of the CPU step (--device
+ * cuda: none, the tables live in embdev). */
+static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap, int tables) {
   char err[256];
   table_layout_t l;
   memset(b, 0, sizeof(*b));
@@ -143,10 +153,11 @@ static int bench_open(bench_t *b, cfg_t *cfg, uint32_t batch, uint64_t rows_cap)
   b->idx = calloc(l.n_tables + 1, sizeof *b->idx);
   rc = -ENOMEM;
   if (!b->hot || !b->id_off || !b->rows || !b->tables || !b->ids || !b->dense || !b->labels || !b->idx) goto out;
-  if (embag_create(b->n_tables, b->hot, b->dim, batch, &b->eb)) goto out;
+  if (tables && embag_create(b->n_tables, b->hot, b->dim, batch, &b->eb)) goto out;
   for (uint32_t t = 0; t < b->n_tables; t++) {
     uint64_t r = l.tables[t].rows < rows_cap ? l.tables[t].rows : rows_cap;
     b->rows[t] = r;
+    if (!tables) continue;
     b->tables[t] = malloc(r * b->stride * sizeof(float));
     if (!b->tables[t]) goto out;
     float row[1024];
@@ -270,20 +281,15 @@ static double gemm_set_gflops(const gemm_set_t *s, double min_s) {
   return s->flops * reps / el / 1e9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* dlrm_dcn's cross layers' share of its GEMM FLOPs: 1 - the FLOPs of the
  * same model without them (built for one sample, only to count) / flops. */
-static double cross_share(const bench_t *b, cfg_t *cfg, double flops) {
+static double cross_share(cfg_t *cfg, uint32_t n_dense, uint32_t n_tables, uint32_t dim, double flops) {
   char kv[64], err[256];
   model_t *m0 = NULL;
   double share = -1.0;
   long long was = (long long)cfg_int(cfg, "model.cross_layers");
   if (cfg_set(cfg, "model.cross_layers=0", "bench", err, sizeof err) == 0 &&
-      model_create(cfg, b->n_dense, b->n_tables, b->dim, 1, &m0, err, sizeof err) == 0 && flops > 0)
+      model_create(cfg, n_dense, n_tables, dim, 1, &m0, err, sizeof err) == 0 && flops > 0)
     share = 1.0 - model_gemm_flops_per_sample(m0) / flops;
   model_destroy(m0);
   snprintf(kv, sizeof kv, "model.cross_layers=%lld", was);
@@ -316,7 +322,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   }
   m = model_dev_cpu_model(md);
   snprintf(r->desc, sizeof(r->desc), "%s", model_describe(m));
-  r->cross_share = model_kind(m) == MODEL_DLRM_DCN ? cross_share(b, cfg, model_gemm_flops_per_sample(m)) : -1.0;
+  r->cross_share = model_kind(m) == MODEL_DLRM_DCN ? cross_share(cfg, b->n_dense, b->n_tables, b->dim, model_gemm_flops_per_sample(m)) : -1.0;
   if (threads && (rc = model_set_threads(m, threads)) < 0) {
     fprintf(stderr, "bench model: threads: %s\n", err_str(rc));
     goto out;
@@ -389,9 +395,7 @@ static int bench_one(bench_t *b, cfg_t *cfg, const char *name, uint32_t threads,
   }
   openblas_set_num_threads(r->threads > 1 ? 1 : ncpu);
   r->samples_s = (double)b->batch / best_step;
-  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
-  r->samples_s_median = (double)b->batch /
-                        (rounds % 2 ? round_step[rounds / 2] : 0.5 * (round_step[rounds / 2 - 1] + round_step[rounds / 2]));
+  r->samples_s_median = (double)b->batch / bench_median(round_step, (size_t)rounds);
   free(round_step);
   r->flops = model_gemm_flops_per_sample(m);
   r->gflops = r->flops * r->samples_s / 1e9;
@@ -410,6 +414,7 @@ out:
 #define CUDA_ROWS 100000
 #define CUDA_DIM 16
 #define SGEMM_N 8192
+#define CUDA_MODELS 5
 
 typedef struct cuda_result_s {
   uint32_t batch, dev_tables;
@@ -417,22 +422,29 @@ typedef struct cuda_result_s {
   double ph[EMBAG_PHASES]; /* ms per iteration, the best round's */
 } cuda_result_t;
 
+/* One model of --device cuda: its shape, its GEMM FLOPs per sample
+ * (counted on a CPU twin), and a result per batch size. */
+typedef struct cuda_model_s {
+  const char *name;
+  uint32_t n_dense, n_tables, dim, ids; /* ids: per sample, all tables */
+  uint64_t rows;                        /* all tables' */
+  double flops, cross_share;            /* cross_share: dlrm_dcn's; else -1 */
+  char desc[256];
+  int done;
+  cuda_result_t res[2];
+} cuda_model_t;
+
 #ifdef CHANTER_CUDA
-/* The step at one batch size: rounds of at least iters steps and
- * seconds / rounds seconds each after three warm-up steps. */
-static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double seconds, double flops, double sgemm,
+/* The step at b's batch size on b's ids: rounds of at least iters steps
+ * and seconds / rounds seconds each after three warm-up steps. */
+static int cuda_one(bench_t *b, cfg_t *cfg, int iters, int rounds, double seconds, double flops, double sgemm,
                     cuda_result_t *r) {
   char err[1024] = "";
   table_layout_t l;
   model_dev_t *md = NULL;
   opt_t *o = NULL;
   embdev_t *e = NULL;
-  opt_kind_t kind;
-  opt_hparams_t hp;
-  uint32_t hot[CUDA_TABLES], n_dense = (uint32_t)cfg_int(cfg, "n_dense");
-  uint64_t *ids = NULL;
-  const uint64_t *idx[CUDA_TABLES];
-  float *dense = NULL, *labels = NULL;
+  uint32_t batch = b->batch;
   double *round_step = NULL;
   memset(r, 0, sizeof *r);
   r->batch = batch;
@@ -441,39 +453,18 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
     fprintf(stderr, "bench model: %s\n", err);
     return rc;
   }
-  if ((rc = opt_kind_parse(cfg_str(cfg, "embedding_optimizer"), &kind)) != 0) goto out;
-  opt_hparams_from_cfg(cfg, kind, &hp);
-  for (uint32_t t = 0; t < CUDA_TABLES; t++) hot[t] = 1;
   int64_t mb = cfg_int(cfg, "trainer.device_mb");
-  if ((rc = model_dev_create(cfg, n_dense, CUDA_TABLES, CUDA_DIM, batch, &md, err, sizeof err)) != 0 ||
+  if ((rc = model_dev_create(cfg, b->n_dense, b->n_tables, b->dim, batch, &md, err, sizeof err)) != 0 ||
       (model_dev_init(md, (uint64_t)cfg_int(cfg, "seed")), (rc = opt_create(cfg, model_dev_n_params(md), &o)) != 0) ||
-      (rc = embdev_create(&l, hot, batch, kind, &hp, mb < 0 ? EMBDEV_AUTO : mb * (INT64_C(1) << 20), &e, err,
-                          sizeof err)) != 0) {
-    fprintf(stderr, "bench model: batch %u: %s\n", batch, err[0] ? err : err_str(rc));
+      (rc = embdev_create(&l, b->hot, batch, b->row_kind, &b->row_hp, mb < 0 ? EMBDEV_AUTO : mb * (INT64_C(1) << 20),
+                          &e, err, sizeof err)) != 0) {
+    fprintf(stderr, "bench model: %s, batch %u: %s\n", cfg_str(cfg, "model"), batch, err[0] ? err : err_str(rc));
     goto out;
   }
   r->dev_tables = embdev_n_device(e);
   r->dev_mib = (double)embdev_device_bytes(e) / (1 << 20);
-  size_t B = batch;
-  ids = malloc(ID_BATCHES * CUDA_TABLES * B * sizeof(uint64_t));
-  dense = malloc((B * n_dense + 1) * sizeof(float));
-  labels = malloc(B * sizeof(float));
-  round_step = calloc((size_t)rounds, sizeof *round_step);
   rc = -ENOMEM;
-  if (!ids || !dense || !labels || !round_step) goto out;
-  uint64_t s = 12345;
-  for (size_t i = 0; i < ID_BATCHES * CUDA_TABLES * B; i++) {
-    s = table_mix64(s);
-    ids[i] = (s >> 8) % CUDA_ROWS;
-  }
-  for (size_t i = 0; i < B * n_dense; i++) {
-    s = table_mix64(s);
-    dense[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
-  }
-  for (size_t i = 0; i < B; i++) {
-    s = table_mix64(s);
-    labels[i] = (float)(s & 1);
-  }
+  if (!(round_step = calloc((size_t)rounds, sizeof *round_step))) goto out;
   uint32_t it = 0;
   double best = 1e30;
   rc = ERR_CUDA;
@@ -481,10 +472,10 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
     double sec[EMBAG_PHASES] = {0}, t0 = clock_mono_s(), el;
     int n = 0;
     do {
-      const uint64_t *b = ids + (size_t)(it++ % ID_BATCHES) * CUDA_TABLES * B;
-      for (uint32_t t = 0; t < CUDA_TABLES; t++) idx[t] = b + (size_t)t * B;
-      if (isnan(embdev_train_step(e, md, o, batch, dense, labels, idx, 1.0f / (float)batch, sec))) {
-        fprintf(stderr, "bench model: batch %u: the step failed: %s\n", batch,
+      const uint64_t *ids = b->ids + (size_t)(it++ % ID_BATCHES) * b->ids_per_batch;
+      for (uint32_t t = 0; t < b->n_tables; t++) b->idx[t] = ids + b->id_off[t];
+      if (isnan(embdev_train_step(e, md, o, batch, b->dense, b->labels, b->idx, 1.0f / (float)batch, sec))) {
+        fprintf(stderr, "bench model: %s, batch %u: the step failed: %s\n", cfg_str(cfg, "model"), batch,
                 embdev_error(e)[0] ? embdev_error(e) : "a CUDA call failed or the loss is NaN");
         goto out;
       }
@@ -498,7 +489,7 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
       for (int k = 0; k < EMBAG_PHASES; k++) r->ph[k] = 1e3 * sec[k] / n;
     }
   }
-  qsort(round_step, (size_t)rounds, sizeof *round_step, cmp_double);
+  qsort(round_step, (size_t)rounds, sizeof *round_step, bench_cmp_double);
   r->samples_s = (double)batch / best;
   r->samples_s_median = (double)batch / round_step[rounds / 2];
   r->ms = 1e3 * round_step[rounds / 2];
@@ -506,9 +497,6 @@ static int cuda_one(cfg_t *cfg, uint32_t batch, int iters, int rounds, double se
   r->share = sgemm > 0 ? r->gflops / sgemm : 0;
   rc = 0;
 out:
-  free(ids);
-  free(dense);
-  free(labels);
   free(round_step);
   embdev_destroy(e);
   opt_destroy(o);
@@ -516,35 +504,154 @@ out:
   table_layout_close(&l);
   return rc;
 }
+
+/* The keys dlrm's fixed shape sets (the first two integers), saved to be
+ * put back after it. */
+static const char *const fixed_keys[] = {"embedding_dim", "table_scale", "table_dims", "table_hotness", "table_rows"};
+#define N_FIXED (sizeof fixed_keys / sizeof fixed_keys[0])
+
+/* dlrm runs on docs/gpu.md's shape: 26 tables x 100,000 rows, dim 16,
+ * one-hot ids; the config's values of those keys go to saved[] (freed by
+ * the caller) for fixed_restore.  0 or -1 (said why on stderr). */
+static int fixed_apply(cfg_t *cfg, char *saved[N_FIXED]) {
+  char err[256], num[32], rows[CUDA_TABLES * 8 + 16] = "table_rows=";
+  for (size_t k = 0; k < N_FIXED; k++) {
+    const char *key = fixed_keys[k], *v = k < 2 ? num : cfg_str(cfg, key);
+    if (k < 2) snprintf(num, sizeof num, "%lld", (long long)cfg_int(cfg, key));
+    size_t len = strlen(key) + strlen(v) + 2;
+    if (!(saved[k] = malloc(len))) return -1;
+    snprintf(saved[k], len, "%s=%s", key, v);
+  }
+  for (int t = 0; t < CUDA_TABLES; t++) strcat(rows, t ? ",100000" : "100000");
+  const char *sets[] = {"embedding_dim=16", "table_dims=", "table_hotness=", "table_scale=1", rows};
+  for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
+    if (cfg_set(cfg, sets[k], "bench", err, sizeof err) < 0) {
+      fprintf(stderr, "bench model: %s\n", err);
+      return -1;
+    }
+  return 0;
+}
+
+static void fixed_restore(cfg_t *cfg, char *saved[N_FIXED]) {
+  char err[256];
+  for (size_t k = 0; k < N_FIXED; k++)
+    if (saved[k] && cfg_set(cfg, saved[k], "bench", err, sizeof err) < 0) fprintf(stderr, "bench model: %s\n", err);
+}
+
+/* One model at each batch size (batches[0 .. nb)), on the config's shape
+ * (dlrm: the fixed one).  0, or nonzero after saying why. */
+static int cuda_model(cfg_t *cfg, const char *name, const uint32_t *batches, int nb, int iters, int rounds,
+                      double seconds, double sgemm, cuda_model_t *cm) {
+  char kv[64], err[256], *saved[N_FIXED] = {0};
+  model_t *m = NULL;
+  int rc = -1;
+  memset(cm, 0, sizeof *cm);
+  cm->name = name;
+  cm->cross_share = -1.0;
+  snprintf(kv, sizeof kv, "model=%s", name);
+  if (strcmp(name, "dlrm") == 0 && fixed_apply(cfg, saved) != 0) goto out;
+  if (cfg_set(cfg, kv, "bench", err, sizeof err) < 0 || cfg_set(cfg, "device=cuda", "bench", err, sizeof err) < 0) {
+    fprintf(stderr, "bench model: %s\n", err);
+    goto out;
+  }
+  for (int k = 0; k < nb; k++) {
+    bench_t b;
+    if ((rc = bench_open(&b, cfg, batches[k], UINT64_MAX, 0)) == 0 && k == 0) {
+      cm->n_dense = b.n_dense;
+      cm->n_tables = b.n_tables;
+      cm->dim = b.dim;
+      cm->ids = (uint32_t)(b.ids_per_batch / b.batch);
+      for (uint32_t t = 0; t < b.n_tables; t++) cm->rows += b.rows[t];
+      /* GEMM FLOPs per sample, counted on a CPU twin of the model */
+      if ((rc = model_create(cfg, b.n_dense, b.n_tables, b.dim, 64, &m, err, sizeof err)) != 0) {
+        fprintf(stderr, "bench model: %s: %s\n", name, err);
+      } else {
+        cm->flops = model_gemm_flops_per_sample(m);
+        snprintf(cm->desc, sizeof cm->desc, "%s", model_describe(m));
+        if (model_kind(m) == MODEL_DLRM_DCN)
+          cm->cross_share = cross_share(cfg, b.n_dense, b.n_tables, b.dim, cm->flops);
+      }
+    }
+    if (rc == 0 && (rc = cuda_one(&b, cfg, iters, rounds, seconds, cm->flops, sgemm, &cm->res[k])) == 0) cm->done++;
+    bench_close(&b);
+    if (rc != 0) break;
+  }
+out:
+  model_destroy(m);
+  fixed_restore(cfg, saved);
+  for (size_t k = 0; k < N_FIXED; k++) free(saved[k]);
+  return rc;
+}
+
+static void cuda_print_json(const cuda_model_t *cms, int n, double sgemm) {
+  printf("{\"device\": \"cuda\", \"sgemm_gflops\": %.1f, \"models\": [", sgemm);
+  for (int i = 0; i < n; i++) {
+    const cuda_model_t *cm = &cms[i];
+    printf("%s\n {\"model\": \"%s\", \"tables\": %u, \"rows\": %" PRIu64 ", \"dim\": %u, \"ids_per_sample\": %u, "
+           "\"flops_per_sample\": %.0f, \"cross_flops_share\": %.4f, \"results\": [",
+           i ? "," : "", cm->name, cm->n_tables, cm->rows, cm->dim, cm->ids, cm->flops, cm->cross_share);
+    for (int k = 0; k < cm->done; k++) {
+      const cuda_result_t *r = &cm->res[k];
+      printf("%s\n  {\"batch\": %u, \"samples_per_sec\": %.1f, \"samples_per_sec_median\": %.1f, "
+             "\"ms_per_iteration\": %.4f, \"gflops\": %.2f, \"sgemm_share\": %.5f, \"device_tables\": %u, "
+             "\"ms_gather\": %.4f, \"ms_fwd\": %.4f, \"ms_bwd\": %.4f, \"ms_dense_update\": %.4f, \"ms_embedding_update\": %.4f}",
+             k ? "," : "", r->batch, r->samples_s, r->samples_s_median, r->ms, r->gflops, r->share, r->dev_tables,
+             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
+             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
+    }
+    printf("]}");
+  }
+  printf("]}\n");
+}
+
+static void cuda_print(const cuda_model_t *cms, int n, double sgemm, const cfg_t *cfg) {
+  printf("chanter bench model --device cuda: embdev_train_step (train --local's step), optimizer %s, rows %s\n",
+         cfg_str(cfg, "optimizer"), cfg_str(cfg, "embedding_optimizer"));
+  printf("sgemm peak: cublasSgemm %d^3 FP32 %.1f GFLOP/s, measured once before the models; share = step GFLOP/s "
+         "(median round) / sgemm peak\n",
+         SGEMM_N, sgemm);
+  for (int i = 0; i < n; i++) {
+    const cuda_model_t *cm = &cms[i];
+    printf("%s: %u tables, %" PRIu64 " rows in all, dim %u, uniform ids, %u a sample (%s), %u dense; %.3f "
+           "MFLOP/sample in GEMMs",
+           cm->name, cm->n_tables, cm->rows, cm->dim, cm->ids, cm->ids == cm->n_tables ? "one-hot" : "table_hotness",
+           cm->n_dense, cm->flops / 1e6);
+    if (cm->cross_share >= 0) printf(" (the cross layers: %.0f%% of them)", 100.0 * cm->cross_share);
+    printf("\n  %s\n", cm->desc);
+    printf("%6s %11s %10s %8s %9s %6s %9s | ms/iter %6s %6s %6s %6s %6s\n", "batch", "samples/s", "(median)",
+           "ms/iter", "GFLOP/s", "share", "GPU tabs", "gather", "fwd", "bwd", "dense", "embupd");
+    for (int k = 0; k < cm->done; k++) {
+      const cuda_result_t *r = &cm->res[k];
+      printf("%6u %11.0f %10.0f %8.3f %9.1f %5.1f%% %4u/%-4u |         %6.3f %6.3f %6.3f %6.3f %6.3f\n", r->batch,
+             r->samples_s, r->samples_s_median, r->ms, r->gflops, 100.0 * r->share, r->dev_tables, cm->n_tables,
+             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
+             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
+    }
+  }
+}
 #endif
 
-static int bench_cuda(cli_t *cli, uint32_t batch, int iters, int rounds, double seconds) {
+/* --device cuda: each of models (comma-separated) at batch 2048 and 16384
+ * (or batch); dlrm on the fixed shape, the others on the config's. */
+static int bench_cuda(cli_t *cli, const char *models, uint32_t batch, int iters, int rounds, double seconds) {
   char err[1024] = "";
+  char list[128];
+  const char *names[CUDA_MODELS];
+  int nm = 0;
+  snprintf(list, sizeof list, "%s", models);
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    model_kind_t k;
+    if (model_kind_parse(tok, &k) < 0 || nm == CUDA_MODELS) {
+      fprintf(stderr, "bench model: %s '%s'\n", nm == CUDA_MODELS ? "too many models at" : "unknown model", tok);
+      return 2;
+    }
+    names[nm++] = model_kind_name(k);
+  }
   if (cuda_check(err, sizeof err) != 0) {
     printf("chanter bench model --device cuda: nothing measured: %s\n", err);
     return 0;
   }
 #ifdef CHANTER_CUDA
-  cfg_t *cfg = cli->cfg;
-  char rows[CUDA_TABLES * 8 + 1] = "table_rows=";
-  for (int t = 0; t < CUDA_TABLES; t++) strcat(rows, t ? ",100000" : "100000");
-  const char *sets[] = {"model=dlrm", "device=cuda", "embedding_dim=16", "table_dims=", "table_hotness=", rows};
-  for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
-    if (cfg_set(cfg, sets[k], "bench", err, sizeof err) < 0) {
-      fprintf(stderr, "bench model: %s\n", err);
-      return 1;
-    }
-  /* GEMM FLOPs per sample, counted on a CPU twin of the model */
-  double flops = 0;
-  {
-    model_t *m = NULL;
-    if (model_create(cfg, (uint32_t)cfg_int(cfg, "n_dense"), CUDA_TABLES, CUDA_DIM, 64, &m, err, sizeof err) != 0) {
-      fprintf(stderr, "bench model: %s\n", err);
-      return 1;
-    }
-    flops = model_gemm_flops_per_sample(m);
-    model_destroy(m);
-  }
   double sgemm = embdev_sgemm_gflops(SGEMM_N, err, sizeof err);
   if (sgemm <= 0) fprintf(stderr, "bench model: the sgemm baseline failed: %s\n", err);
   uint32_t batches[2] = {2048, 16384};
@@ -553,45 +660,20 @@ static int bench_cuda(cli_t *cli, uint32_t batch, int iters, int rounds, double 
     batches[0] = batch;
     nb = 1;
   }
-  cuda_result_t res[2];
-  int rc = 0, done = 0;
-  for (int k = 0; k < nb && !rc; k++)
-    if ((rc = cuda_one(cfg, batches[k], iters, rounds, seconds, flops, sgemm, &res[k])) == 0) done++;
-  if (cli->json) {
-    printf("{\"device\": \"cuda\", \"model\": \"dlrm\", \"tables\": %d, \"rows\": %d, \"dim\": %d, "
-           "\"flops_per_sample\": %.0f, \"sgemm_gflops\": %.1f, \"results\": [",
-           CUDA_TABLES, CUDA_ROWS, CUDA_DIM, flops, sgemm);
-    for (int k = 0; k < done; k++) {
-      const cuda_result_t *r = &res[k];
-      printf("%s\n {\"batch\": %u, \"samples_per_sec\": %.1f, \"samples_per_sec_median\": %.1f, \"ms_per_iteration\": %.4f, "
-             "\"gflops\": %.2f, \"sgemm_share\": %.5f, \"device_tables\": %u, \"ms_gather\": %.4f, \"ms_fwd\": %.4f, "
-             "\"ms_bwd\": %.4f, \"ms_dense_update\": %.4f, \"ms_embedding_update\": %.4f}",
-             k ? "," : "", r->batch, r->samples_s, r->samples_s_median, r->ms, r->gflops, r->share, r->dev_tables,
-             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
-             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
-    }
-    printf("]}\n");
-  } else {
-    printf("chanter bench model --device cuda: dlrm, %d tables x %d rows x dim %d, uniform one-hot ids, %u dense, "
-           "optimizer %s, rows %s; embdev_train_step (train --local's step)\n",
-           CUDA_TABLES, CUDA_ROWS, CUDA_DIM, (unsigned)cfg_int(cfg, "n_dense"), cfg_str(cfg, "optimizer"),
-           cfg_str(cfg, "embedding_optimizer"));
-    printf("sgemm peak: cublasSgemm %d^3 FP32 %.1f GFLOP/s; the step's GEMMs %.3f MFLOP/sample; share = step GFLOP/s "
-           "(median round) / sgemm peak\n",
-           SGEMM_N, sgemm, flops / 1e6);
-    printf("%6s %11s %10s %8s %9s %6s %9s | ms/iter %6s %6s %6s %6s %6s\n", "batch", "samples/s", "(median)",
-           "ms/iter", "GFLOP/s", "share", "GPU tabs", "gather", "fwd", "bwd", "dense", "embupd");
-    for (int k = 0; k < done; k++) {
-      const cuda_result_t *r = &res[k];
-      printf("%6u %11.0f %10.0f %8.3f %9.1f %5.1f%% %4u/%-4d |         %6.3f %6.3f %6.3f %6.3f %6.3f\n", r->batch,
-             r->samples_s, r->samples_s_median, r->ms, r->gflops, 100.0 * r->share, r->dev_tables, CUDA_TABLES,
-             r->ph[EMBAG_PHASE_GATHER], r->ph[EMBAG_PHASE_FORWARD], r->ph[EMBAG_PHASE_BACKWARD],
-             r->ph[EMBAG_PHASE_DENSE_UPDATE], r->ph[EMBAG_PHASE_EMBEDDING_UPDATE]);
-    }
+  cuda_model_t cms[CUDA_MODELS];
+  int rc = 0, n = 0;
+  while (n < nm && rc == 0) {
+    rc = cuda_model(cli->cfg, names[n], batches, nb, iters, rounds, seconds, sgemm, &cms[n]);
+    n++;
   }
+  if (cli->json)
+    cuda_print_json(cms, n, sgemm);
+  else
+    cuda_print(cms, n, sgemm, cli->cfg);
   return rc ? 1 : 0;
 #else
   (void)cli;
+  (void)names;
   (void)batch;
   (void)iters;
   (void)rounds;
@@ -608,11 +690,13 @@ static void usage(FILE *f) {
           "  --iters      steps per round at least (default 3)\n"
           "  --rounds     alternating model / sgemm rounds; samples/s of the best and the median one (default 10)\n"
           "  --seconds    time per model, all rounds (default 6)\n"
-          "  --models     subset of dlrm,wdl,deepfm,dcn,dlrm_dcn (default all)\n"
+          "  --models     subset of dlrm,wdl,deepfm,dcn,dlrm_dcn (default all; --device cuda: dlrm)\n"
           "  --threads    model threads (default: the CPUs available, at most %d)\n"
           "  --rows-cap   cap on rows per in-memory table (default none)\n"
-          "  --device     cpu (default) or cuda: train --local's GPU step (embdev) on DLRM, 26 tables x 100k rows,\n"
-          "               dim 16, uniform ids, at batch 2048 and 16384 (or --batch); exits 0 without a GPU\n"
+          "  --device     cpu (default) or cuda: train --local's GPU step (embdev) at batch 2048 and 16384 (or\n"
+          "               --batch), of dlrm (default) on 26 tables x 100k rows, dim 16, one-hot ids, and of the\n"
+          "               other --models on the config's shape (dlrm_dcn: --config deploy/jobs/mlperf-dlrmv2.ini);\n"
+          "               exits 0 without a GPU\n"
           "The model, optimizers and table layout come from the config (--config/--set).\n"
           "The OpenBLAS kernel set is chosen from the CPU's features at start, as for every chanter command;\n"
           "OPENBLAS_CORETYPE=NAME forces one, CHANTER_BLAS_REEXEC=0 keeps OpenBLAS's own pick.\n",
@@ -641,7 +725,11 @@ int bench_model(cli_t *cli) {
   if ((s = cli_opt(cli, "--seconds"))) seconds = atof(s);
   if ((s = cli_opt(cli, "--threads"))) threads = (uint32_t)strtoul(s, NULL, 10);
   if ((s = cli_opt(cli, "--rows-cap"))) rows_cap = strtoull(s, NULL, 10);
-  if ((s = cli_opt(cli, "--models"))) models = s;
+  int models_given = 0;
+  if ((s = cli_opt(cli, "--models"))) {
+    models = s;
+    models_given = 1;
+  }
   if (cli->argc > 0) return cli_done(cli, "model");
   if (batch == 0 || rows_cap == 0 || iters < 1 || rounds < 1 || seconds < 0) {
     usage(stderr);
@@ -652,10 +740,10 @@ int bench_model(cli_t *cli) {
       usage(stderr);
       return 2;
     }
-    return bench_cuda(cli, batch_given ? batch : 0, iters, rounds, seconds);
+    return bench_cuda(cli, models_given ? models : "dlrm", batch_given ? batch : 0, iters, rounds, seconds);
   }
   bench_t b;
-  int rc = bench_open(&b, cli->cfg, batch, rows_cap);
+  int rc = bench_open(&b, cli->cfg, batch, rows_cap, 1);
   if (rc < 0) {
     bench_close(&b);
     return 1;

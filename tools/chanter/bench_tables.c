@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "bench_tables_coll.h"
+#include "bench_util.h"
 #include "cli.h"
 #include "clock.h"
 #include "data.h"
@@ -177,11 +178,6 @@ static void free_ids(uint64_t *ids[N_BATCHES][SET_MAX]) {
   for (int b = 0; b < N_BATCHES; b++) free(ids[b][0]);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* ---- timing one set, and what else ran meanwhile */
 
 /* The machine's busy CPU ticks (every CPU: user, nice, system, irq,
@@ -249,7 +245,7 @@ static int timed(const run_t *r, iteration_fn fn, void *ctx, int warm, timing_t 
       double ticks = (double)(b1 - b0) - (double)(s1 - s0);
       others = (ticks > 0 ? ticks : 0) / (double)sysconf(_SC_CLK_TCK) / wall;
     }
-    qsort(t, (size_t)i, sizeof *t, cmp_double);
+    qsort(t, (size_t)i, sizeof *t, bench_cmp_double);
     out->tries = round + 1;
     if (!(others >= out->others)) { /* (NAN: keep the last) */
       out->us = 1e6 * (i % 2 ? t[i / 2] : (t[i / 2 - 1] + t[i / 2]) / 2);
@@ -466,13 +462,6 @@ static void header(run_t *r, int kinds) {
             cfg_int(r->cfg, "embedding.hot_mb"), cfg_bool(r->cfg, "embedding.sync_writes") ? "true" : "false");
 }
 
-/* The median of the n values of v (reordered); NAN for none. */
-static double median(double *v, size_t n) {
-  if (!n) return NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Per kind: how many sets were timed while other processes used more than
  * QUIET_CPUS (after TRIES rounds), and the median CPUs they used. */
 static void contention(run_t *r, sbuf_t *b, const char *lead) {
@@ -485,7 +474,7 @@ static void contention(run_t *r, sbuf_t *b, const char *lead) {
     }
     if (o && n)
       sb_printf(b, "%s%s: %zu of %zu sets timed while other processes used more than %.1f CPU (each timed up to %d times); "
-                   "their median use %.2f CPU\n", lead, kind_name[k], loud, n, QUIET_CPUS, TRIES, median(o, m));
+                   "their median use %.2f CPU\n", lead, kind_name[k], loud, n, QUIET_CPUS, TRIES, bench_median(o, m));
     free(o);
   }
 }
@@ -625,7 +614,7 @@ int bench_tables(cli_t *cli) {
   for (int k = 0; k < KINDS; k++) {
     size_t n = r.done[k];
     if (!n) continue;
-    double med = median(r.cost[k], n); /* (sorts) */
+    double med = bench_median(r.cost[k], n); /* (sorts) */
     printf("%-8s %6zu %12.1f %12.1f %12.1f %10.1f\n", kind_name[k], n, r.cost[k][0], med, r.cost[k][n - 1],
            r.secs[k]);
   }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "bench_tables_coll.h"
+#include "bench_util.h"
 #include "clock.h"
 #include "coll.h"
 #include "fsio.h"
@@ -40,11 +41,6 @@
 
 static const size_t sizes[] = {4096, 32768, 262144, 1048576, 4194304};
 static const size_t sizes_quick[] = {4096, 262144, 1048576};
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* One collective of `bytes` (per the header) on c. */
 static int one_call(coll_t *c, int op, size_t bytes, void *send, void *recv, size_t *sb, size_t *rb) {
@@ -75,8 +71,7 @@ static int schedule(coll_t *c, const size_t *sz, size_t nsz, int reps, double (*
           if (k >= WARM) t[k - WARM] = (clock_mono_s() - t0) * 1e6;
         }
         if (!rc && us) {
-          qsort(t, (size_t)reps, sizeof *t, cmp_double);
-          double med = reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2;
+          double med = bench_median(t, (size_t)reps);
           if (!round || med < us[op][i]) us[op][i] = med;
         }
       }

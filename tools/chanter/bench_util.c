@@ -1,6 +1,7 @@
 /* bench_util: see bench_util.h. */
 #include "bench_util.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,4 +86,15 @@ int bench_report(const char *self, const char *workdir, const char *out) {
   }
   fprintf(stderr, "no report of %s (see %s.err)\n", workdir, out);
   return -1;
+}
+
+int bench_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bench_median(double *v, size_t n) {
+  if (!n) return NAN;
+  qsort(v, n, sizeof *v, bench_cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }

@@ -1,6 +1,7 @@
 /* Helpers the benchmarks (and the CLI's cluster commands) share: starting
  * a real daemon of build/bin/ next to the chanter binary on a
- * kernel-chosen loopback port, and the tail of a daemon's log. */
+ * kernel-chosen loopback port, the tail of a daemon's log, and the median
+ * of a set of timings. */
 #ifndef CHANTER_BENCH_UTIL_H
 #define CHANTER_BENCH_UTIL_H
 
@@ -23,5 +24,11 @@ int bench_report(const char *self, const char *workdir, const char *out);
  * (nothing when it is missing or empty): what a daemon said before it
  * failed. */
 void cli_tail_file(const char *path);
+
+/* qsort's comparison of two doubles, ascending. */
+int bench_cmp_double(const void *a, const void *b);
+/* The median of the n values of v (sorted in place: v[0] is then the
+ * least); the mean of the middle two for an even n, NAN for none. */
+double bench_median(double *v, size_t n);
 
 #endif
