@@ -37,6 +37,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "err.h"
+#include "hosts.h"
 #include "json.h"
 #include "orc.h"
 #include "supervise.h"
@@ -86,8 +87,9 @@ static int free_port(void) {
 /* The old and new servers' addresses (*addrs, cfg_list_free) and "a,b" of
  * the first n: the job file's, and on a local cluster a free port for each
  * new server.  0, or 1 after saying why. */
-static int server_addrs(const cfg_t *cfg, int local, uint32_t n, char ***addrs, size_t *k, char *cluster,
+static int server_addrs(const cfg_t *cfg, const char *workdir, uint32_t n, char ***addrs, size_t *k, char *cluster,
                         size_t cap) {
+  int local = workdir != NULL, n_hosts = local ? hosts_count(workdir) : 0;
   if (cfg_list(cfg, "cluster.embedding", addrs, k) || !*k) {
     fprintf(stderr, "chanter scale: the job file lists no embedding servers (cluster.embedding)\n");
     return 1;
@@ -97,12 +99,13 @@ static int server_addrs(const cfg_t *cfg, int local, uint32_t n, char ***addrs, 
     if (!v) return 1;
     *addrs = v;
     for (; *k < n; (*k)++) {
-      int port = free_port();
-      if (!port || !(v[*k] = malloc(32))) {
+      int port = n_hosts ? 0 : free_port();
+      if ((!n_hosts && !port) || !(v[*k] = malloc(48))) {
         fprintf(stderr, "chanter scale: no free port on 127.0.0.1 for embedding server %zu\n", *k);
         return 1;
       }
-      snprintf(v[*k], 32, "127.0.0.1:%d", port);
+      if (n_hosts) hosts_embedding_addr(n_hosts, (int)*k, v[*k], 48); /* its emulated host's, as the supervisor runs it */
+      else snprintf(v[*k], 48, "127.0.0.1:%d", port);
     }
   }
   size_t o = 0;
@@ -164,7 +167,7 @@ int cmd_scale(cli_t *cli) {
   uint32_t m = (uint32_t)cfg_int(cfg, "embedding_servers");
   orc_t *o = NULL;
   uint64_t it = 0;
-  if (es && server_addrs(cfg, workdir != NULL, (uint32_t)n, &addrs, &n_addrs, cluster, sizeof cluster)) goto out;
+  if (es && server_addrs(cfg, workdir, (uint32_t)n, &addrs, &n_addrs, cluster, sizeof cluster)) goto out;
   if (orc_create(cfg, NULL, &o, err, sizeof err) ||
       orc_scale(o, tr ? (uint32_t)n : 0, es ? (uint32_t)n : 0, addrs, n_addrs, id, sizeof id, &it, msg, sizeof msg,
                 err, sizeof err)) {

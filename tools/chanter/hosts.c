@@ -386,6 +386,28 @@ int hosts_down(const char *workdir) {
   return removed;
 }
 
+int hosts_count(const char *workdir) {
+  char path[4200], line[256];
+  snprintf(path, sizeof path, "%s/run/netns", workdir);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    trim(line);
+    const char *h = strrchr(line, '-');
+    if (h && h[1] == 'h' && h[2] >= '0' && h[2] <= '9' && !strchr(line, '/')) n++;
+  }
+  fclose(f);
+  return n;
+}
+
+void hosts_embedding_addr(int n_hosts, int i, char *out, size_t n) {
+  hosts_plan_t p = {.n_hosts = n_hosts};
+  char a[32];
+  hosts_addr(hosts_of(&p, "embedding", i), a, sizeof a);
+  snprintf(out, n, "%s:%d", a, HOSTS_EMBEDDING_PORT + i);
+}
+
 /* ---- the units' command lines */
 
 static const char *unit_dirs[] = {"../systemd", "../../systemd", "../share/chanter/systemd"};

@@ -75,6 +75,15 @@ int hosts_up(const hosts_plan_t *p, const char *workdir, char *err, size_t err_l
  * (said on stderr). */
 int hosts_down(const char *workdir);
 
+/* The number of emulated hosts of the cluster in workdir (W/run/netns's
+ * host namespaces: the start-up's count, which a scale does not change),
+ * 0 when it runs on 127.0.0.1.  And the address embedding server i gets
+ * there, on the host its slot places it on (hosts_of): chanter scale
+ * --embedding-servers gives it to the oracle, and the supervisor starts
+ * the server in that host's namespace. */
+int hosts_count(const char *workdir);
+void hosts_embedding_addr(int n_hosts, int i, char *out, size_t n);
+
 /* The argv of a daemon as its systemd unit's ExecStart= says
  * (unitdir/chanter-oracle.service, chanter-KIND@.service), with
  * /usr/local/bin/ -> bindir/, /etc/chanter/job.ini -> job, %i -> index:
