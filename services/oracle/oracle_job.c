@@ -329,7 +329,7 @@ static void begin_training(oracle_job_t *j) {
   set_state(j, ORACLE_EV_READY);
   oracle_report__start(j);
   if (j->recover && j->rec) oracle_recovery_resumed(j->recs, j->rec, j->generation);
-  if (j->recover && j->recs) oracle_scales_trained(j->recs, j->generation);
+  if (j->recover && j->recs) oracle_scales_trained(j->recs, j->generation, j->ckpt.start);
   log_info("all %u trainers connected; training job_id=%s iterations=%llu batch_size=%u allocation=%s mode=%s "
            "window=%u fetch_threads=%u chunk=%u queue=%u",
            j->P, j->job_id, (unsigned long long)j->iterations, j->B, j->allocation, j->mode, j->pipe.window,

@@ -196,6 +196,61 @@ static void load(oracle_recoveries_t *rs) {
   if (rs->n) log_info("recoveries of this job so far: %" PRIu64 " (from %s)", rs->n, path);
 }
 
+/* The scales (oracle_scale.c keeps them): one a line, numbers then the
+ * checkpoint id ("-": none) and what ("-": trainers). */
+void oracle_scales_save(const oracle_recoveries_t *rs) {
+  if (!rs->state_dir[0]) return;
+  size_t cap = 512 * ORACLE_SCALES_KEPT + 64, o = 0;
+  char *text = malloc(cap);
+  if (!text) return;
+  uint64_t first = rs->n_scales > ORACLE_SCALES_KEPT ? rs->n_scales - ORACLE_SCALES_KEPT : 0;
+  o += (size_t)snprintf(text + o, cap - o, "chanter-scales 1 %" PRIu64 "\n", rs->n_scales);
+  for (uint64_t i = first; i < rs->n_scales && o < cap; i++) {
+    const oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
+    o += (size_t)snprintf(text + o, cap - o,
+                          "%u\t%u\t%" PRIu64 "\t%u\t%" PRIu64 "\t%" PRIu64 "\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\n",
+                          s->from, s->to, s->at_iteration, s->generation, s->rows_moved, s->bytes_moved,
+                          s->move_seconds, s->t_asked, s->t_ended, s->t_trained, s->t_first, s->t_c,
+                          s->checkpoint[0] ? s->checkpoint : "-", s->what[0] ? s->what : "-");
+  }
+  char err[512];
+  if (o < cap && write_atomic(rs->state_dir, "scales", text, o, err, sizeof err))
+    log_warn("the record of scales was not saved: %s", err);
+  free(text);
+}
+
+static void load_scales(oracle_recoveries_t *rs) {
+  char path[4300], line[1024];
+  snprintf(path, sizeof path, "%s/scales", rs->state_dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  uint64_t n = 0;
+  if (!fgets(line, sizeof line, f) || sscanf(line, "chanter-scales 1 %" SCNu64, &n) != 1) {
+    log_warn("%s is not a record of scales; ignoring it", path);
+    fclose(f);
+    return;
+  }
+  uint64_t first = n > ORACLE_SCALES_KEPT ? n - ORACLE_SCALES_KEPT : 0, i = first;
+  while (i < n && fgets(line, sizeof line, f)) {
+    oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
+    memset(s, 0, sizeof *s);
+    char cp[96] = "", what[20] = "";
+    if (sscanf(line,
+               "%u\t%u\t%" SCNu64 "\t%u\t%" SCNu64 "\t%" SCNu64 "\t%lf\t%lf\t%lf\t%lf\t%lf\t%lf\t%95[^\t]\t%19[^\t\n]",
+               &s->from, &s->to, &s->at_iteration, &s->generation, &s->rows_moved, &s->bytes_moved, &s->move_seconds,
+               &s->t_asked, &s->t_ended, &s->t_trained, &s->t_first, &s->t_c, cp, what) != 14) {
+      log_warn("%s: line %" PRIu64 " is damaged; keeping the %" PRIu64 " scales before it", path, i - first + 2,
+               i - first);
+      break;
+    }
+    snprintf(s->checkpoint, sizeof s->checkpoint, "%s", strcmp(cp, "-") ? cp : "");
+    snprintf(s->what, sizeof s->what, "%s", strcmp(what, "-") ? what : "");
+    i++;
+  }
+  rs->n_scales = i;
+  fclose(f);
+}
+
 /* ------------------------------------------------------------------ records */
 
 int oracle_recoveries_init(oracle_recoveries_t *rs, const cfg_t *cfg, metrics_registry_t *reg, char *err,
@@ -224,6 +279,7 @@ int oracle_recoveries_init(oracle_recoveries_t *rs, const cfg_t *cfg, metrics_re
     metrics_counter(reg, "recoveries_total", lab, "recoveries started, by what was lost");
   }
   if (rs->state_dir[0]) load(rs);
+  if (rs->state_dir[0]) load_scales(rs);
   return 0;
 }
 

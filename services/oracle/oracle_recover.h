@@ -66,10 +66,23 @@ typedef struct oracle_scale_s {
   double t_c; /* the old group's iteration c done (it runs no step past c) */
 } oracle_scale_t;
 
+/* A scale of the embedding servers under way, in the job record from its
+ * request until the job trains on the new servers: an oracle killed in
+ * between leaves it to the next one, which moves the rows again from the
+ * old servers' latest complete checkpoint (oracle_scale.c).  to = 0: none. */
+typedef struct oracle_record_scale_s {
+  uint32_t from, to; /* the server counts before and after */
+  uint64_t at;       /* the iteration of the scale's checkpoint, as asked */
+  double asked;      /* when (unix seconds) */
+  char config[80];   /* the fingerprint of the configuration after it (config= is the one before) */
+  char *addrs;       /* every old and new server's address, the old first, "a,b,c" (malloc'ed) */
+} oracle_record_scale_t;
+void oracle_record_scale_free(oracle_record_scale_t *s);
+
 typedef struct oracle_recoveries_s {
   oracle_recovery_t r[ORACLE_RECOVERIES_KEPT]; /* record i in r[i % KEPT] */
   uint64_t n;
-  oracle_scale_t s[ORACLE_SCALES_KEPT]; /* scale i in s[i % KEPT] (not saved in state_dir) */
+  oracle_scale_t s[ORACLE_SCALES_KEPT]; /* scale i in s[i % KEPT] (saved in state_dir/scales) */
   uint64_t n_scales;
   metrics_counter_t *m_scales;
   metrics_gauge_t *m_scale_pause, *m_scale_rows, *m_scale_bytes;
@@ -112,27 +125,19 @@ void oracle_recoveries_line(const oracle_recoveries_t *rs, char *out, size_t cap
  * scales_total, scale_pause_seconds).  json: summary.json's "scales"
  * (appended to out); line: one for the progress display ("" when none). */
 oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id);
-/* ... one the last oracle began, taken over by this one after its restart (its run ended there). */
-void oracle_scales_taken_over(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, double asked);
+/* This oracle restarted while its job was training: the scale the last one began and did not finish (state_dir's
+ * record) ended its run there, and goes on with this one's recovery; sc: the job record's scale of the embedding
+ * servers, which this oracle takes over (a record of it is made when state_dir had none). */
+void oracle_scales_restarted(oracle_recoveries_t *rs, const oracle_record_scale_t *sc);
+/* state_dir/scales written again (after each change of a record). */
+void oracle_scales_save(const oracle_recoveries_t *rs);
 void oracle_scales_ended(oracle_recoveries_t *rs);
 void oracle_scales_c_done(oracle_recoveries_t *rs);
-void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation);
+void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation, uint64_t start);
 void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done);
 void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap);
 void oracle_scales_line(const oracle_recoveries_t *rs, char *out, size_t cap);
 
-/* A scale of the embedding servers under way, in the job record from its
- * request until the job trains on the new servers: an oracle killed in
- * between leaves it to the next one, which moves the rows again from the
- * old servers' latest complete checkpoint (oracle_scale.c).  to = 0: none. */
-typedef struct oracle_record_scale_s {
-  uint32_t from, to; /* the server counts before and after */
-  uint64_t at;       /* the iteration of the scale's checkpoint, as asked */
-  double asked;      /* when (unix seconds) */
-  char config[80];   /* the fingerprint of the configuration after it (config= is the one before) */
-  char *addrs;       /* every old and new server's address, the old first, "a,b,c" (malloc'ed) */
-} oracle_record_scale_t;
-void oracle_record_scale_free(oracle_record_scale_t *s);
 
 /* The job record in dir/job.  read: 0 with job_id and state (and *scale
  * when not NULL: its to is 0 when the record has none), ERR_NOTFOUND

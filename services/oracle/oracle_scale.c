@@ -148,7 +148,10 @@ int oracle_job_scale_servers_request(oracle_job_t *j, uint32_t n, char *const *a
   j->scale_cluster = cl;
   j->scale_at = *iteration;
   j->scale_asked = clock_wall_s();
-  if (j->recs) snprintf(oracle_scales_begin(j->recs, m, n, *iteration, id)->what, 20, "embedding_servers");
+  if (j->recs) {
+    snprintf(oracle_scales_begin(j->recs, m, n, *iteration, id)->what, 20, "embedding_servers");
+    oracle_scales_save(j->recs);
+  }
   record_scale(j);
   snprintf(msg, msg_len,
            "the job goes from %u to %u embedding servers after checkpoint %s (the model after iteration %" PRIu64
@@ -196,6 +199,7 @@ void oracle_scale__moved(oracle_job_t *j, uint64_t rows, uint64_t bytes, double 
     s->move_seconds = seconds;
     s->at_iteration = iteration; /* (an earlier one than asked when the scale's own was cut short) */
     snprintf(s->checkpoint, sizeof s->checkpoint, "%s", id);
+    oracle_scales_save(j->recs);
   }
 }
 
@@ -308,16 +312,25 @@ oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint
   oracle_scale_t *s = &rs->s[rs->n_scales++ % ORACLE_SCALES_KEPT];
   *s = (oracle_scale_t){.from = from, .to = to, .at_iteration = c, .t_asked = clock_wall_s()};
   snprintf(s->checkpoint, sizeof s->checkpoint, "%s", id);
+  oracle_scales_save(rs);
   log_info("scale requested from=%u to=%u checkpoint=%s at_iteration=%" PRIu64 ": the trainer group re-forms once "
            "it is complete",
            from, to, id, c);
   return s;
 }
 
-void oracle_scales_taken_over(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, double asked) {
-  oracle_scale_t *s = &rs->s[rs->n_scales++ % ORACLE_SCALES_KEPT];
-  *s = (oracle_scale_t){.from = from, .to = to, .at_iteration = c, .t_asked = asked, .t_ended = clock_wall_s()};
-  snprintf(s->what, sizeof s->what, "embedding_servers");
+void oracle_scales_restarted(oracle_recoveries_t *rs, const oracle_record_scale_t *sc) {
+  oracle_scale_t *s = rs->n_scales ? &rs->s[(rs->n_scales - 1) % ORACLE_SCALES_KEPT] : NULL;
+  if (s && s->t_first) s = NULL; /* (done: none open) */
+  if (!s && sc && sc->to) {
+    s = &rs->s[rs->n_scales++ % ORACLE_SCALES_KEPT];
+    *s = (oracle_scale_t){.from = sc->from, .to = sc->to, .at_iteration = sc->at, .t_asked = sc->asked};
+    snprintf(s->what, sizeof s->what, "embedding_servers");
+  }
+  if (!s) return;
+  if (!s->t_ended) s->t_ended = clock_wall_s();
+  s->t_trained = 0; /* (the group forms again with this oracle) */
+  oracle_scales_save(rs);
 }
 
 void oracle_scales_ended(oracle_recoveries_t *rs) {
@@ -327,25 +340,29 @@ void oracle_scales_ended(oracle_recoveries_t *rs) {
   log_info("scale: checkpoint %s complete %.2f s after the request; the run of %u %s ends here, the next "
            "generation has %u",
            s->checkpoint, s->t_ended - s->t_asked, s->from, s->what[0] ? "embedding servers" : "trainers", s->to);
+  oracle_scales_save(rs);
 }
 
 void oracle_scales_c_done(oracle_recoveries_t *rs) {
   oracle_scale_t *s = last_open(rs, 0, 0);
   if (s && !s->t_c) s->t_c = clock_wall_s();
+  if (s) oracle_scales_save(rs);
 }
 
 /* The pause: from the old group's iteration c done (or, when a recovery
  * carried the scale out before it, its run's end) to c + 1 done. */
 static double pause_of(const oracle_scale_t *s) { return s->t_first - (s->t_c ? s->t_c : s->t_ended); }
 
-void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation) {
+void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation, uint64_t start) {
   oracle_scale_t *s = last_open(rs, 1, 0);
   if (!s) return;
   s->t_trained = clock_wall_s();
   s->generation = generation;
+  if (start) s->at_iteration = start - 1; /* (an earlier checkpoint than asked when a loss cut the scale's short) */
   log_info("scale: all %u trainers of generation %u joined %.2f s after the old run ended; training from iteration "
            "%" PRIu64,
            s->to, generation, s->t_trained - s->t_ended, s->at_iteration + 1);
+  oracle_scales_save(rs);
 }
 
 void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done) {
@@ -362,6 +379,7 @@ void oracle_scales_first(oracle_recoveries_t *rs, uint64_t done) {
            " bytes_moved=%" PRIu64 " pause_seconds=%.3f seconds=%.3f (iteration %" PRIu64 " done on the new shape)",
            s->from, s->to, s->what[0] ? s->what : "trainers", s->at_iteration, s->checkpoint, s->rows_moved,
            s->bytes_moved, pause_of(s), s->t_first - s->t_asked, done - 1);
+  oracle_scales_save(rs);
 }
 
 void oracle_scales_json(const oracle_recoveries_t *rs, char *out, size_t cap) {

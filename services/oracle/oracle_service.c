@@ -576,7 +576,6 @@ static void take_over_scale(oracle_service_t *svc, const oracle_record_scale_t *
            "checkpoint onto %s",
            sc->from, sc->to, sc->at, cluster);
   scale_servers_to(svc, sc->to, cluster);
-  oracle_scales_taken_over(&svc->recs, sc->from, sc->to, sc->at, sc->asked);
   free(cluster);
 }
 
@@ -805,6 +804,7 @@ int oracle_service_create(uv_loop_t *loop, rpc_server_t *server, cfg_t *cfg, met
       else log_warn("job %s was training when the last oracle stopped: recovering it", id);
     }
     if (rec && rsc.to) take_over_scale(svc, &rsc);
+    if (rec) oracle_scales_restarted(&svc->recs, &rsc);
     rc = make_job(svc, rec ? id : NULL, rec != NULL, rec, rec ? &rsc : NULL, &svc->job, err, err_len);
     oracle_record_scale_free(&rsc);
     if (rc) goto fail;

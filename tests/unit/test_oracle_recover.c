@@ -12,7 +12,12 @@
  *
  * And the record of scales (oracle_scale.c): each moment in order, the
  * pause counted from the old run's end, -1 until the first iteration on
- * the new count is done; a moment out of order changes nothing.
+ * the new count is done; a moment out of order changes nothing.  They are
+ * saved in state_dir/scales and read back by the next oracle, which
+ * carries an unfinished one on.  The job record keeps a scale of the
+ * embedding servers under way (a restarted oracle takes it over): written
+ * and read back whole, with the fingerprint of the configuration after it
+ * equal to that configuration's own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +30,7 @@
 #include <string.h>
 
 #include "cfg.h"
+#include "metrics.h"
 #include "oracle_recover.h"
 #include "testutil.h"
 
@@ -80,7 +86,7 @@ static void test_scales(void **state) {
   oracle_scales_first(rs, 10); /* nothing under way: nothing changes */
   assert_int_equal(rs->n_scales, 0);
   oracle_scale_t *s = oracle_scales_begin(rs, 2, 3, 41, "job-000000000042");
-  oracle_scales_trained(rs, 7); /* out of order (the run has not ended): ignored */
+  oracle_scales_trained(rs, 7, 42); /* out of order (the run has not ended): ignored */
   oracle_scales_first(rs, 43);
   assert_true(s->t_trained == 0 && s->t_first == 0);
   oracle_scales_json(rs, out, sizeof out);
@@ -89,7 +95,7 @@ static void test_scales(void **state) {
   oracle_scales_line(rs, out, sizeof out);
   assert_non_null(strstr(out, "scaling from 2 to 3 trainers after iteration 41"));
   oracle_scales_ended(rs);
-  oracle_scales_trained(rs, 7);
+  oracle_scales_trained(rs, 7, 42);
   oracle_scales_first(rs, 43);
   assert_true(s->t_ended >= s->t_asked && s->t_trained >= s->t_ended && s->t_first >= s->t_trained);
   assert_int_equal(s->generation, 7);
@@ -104,11 +110,96 @@ static void test_scales(void **state) {
   free(rs);
 }
 
+static void test_fingerprint_as(void **state) {
+  (void)state;
+  char a[65], b[65];
+  const char *three[] = {"seed=7", "embedding_servers=3", NULL}, *two[] = {"seed=7", "embedding_servers=2", NULL};
+  hash_of(three, a);
+  cfg_t *c = testutil_cfg_of(two);
+  oracle_record_config_hash_as(c, "embedding_servers", 3, b);
+  assert_string_equal(a, b);
+  oracle_record_config_hash_as(c, "trainers", 2, b); /* (the default: the same configuration) */
+  hash_of(two, a);
+  assert_string_equal(a, b);
+  cfg_destroy(c);
+}
+
+static void test_record_scale(void **state) {
+  (void)state;
+  char dir[] = "/tmp/test_oracle_recover.XXXXXX", err[512], id[96], st[32], conf[80];
+  assert_non_null(mkdtemp(dir));
+  oracle_record_scale_t w = {.from = 2, .to = 3, .at = 128, .asked = 1.5, .addrs = "a:1,b:2,c:3"}, r;
+  snprintf(w.config, sizeof w.config, "%064d", 7);
+  assert_int_equal(oracle_record_write(dir, "job-1", "training", "f00d", &w, err, sizeof err), 0);
+  assert_int_equal(oracle_record_read(dir, id, sizeof id, st, sizeof st, conf, sizeof conf, &r, err, sizeof err), 0);
+  assert_string_equal(id, "job-1");
+  assert_string_equal(st, "training");
+  assert_string_equal(conf, "f00d");
+  assert_true(r.from == 2 && r.to == 3 && r.at == 128 && r.asked == 1.5);
+  assert_string_equal(r.addrs, "a:1,b:2,c:3");
+  assert_string_equal(r.config, w.config);
+  oracle_record_scale_free(&r);
+  /* the job trains on the new servers: the record without it */
+  assert_int_equal(oracle_record_write(dir, "job-1", "training", "beef", NULL, err, sizeof err), 0);
+  assert_int_equal(oracle_record_read(dir, id, sizeof id, st, sizeof st, conf, sizeof conf, &r, err, sizeof err), 0);
+  assert_int_equal(r.to, 0);
+  assert_null(r.addrs);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_scales_saved(void **state) {
+  (void)state;
+  char dir[] = "/tmp/test_oracle_recover.XXXXXX", kv[128], out[2048];
+  assert_non_null(mkdtemp(dir));
+  oracle_recoveries_t *rs = calloc(1, sizeof *rs), *back = calloc(1, sizeof *back);
+  assert_true(rs && back);
+  snprintf(rs->state_dir, sizeof rs->state_dir, "%s", dir);
+  oracle_scales_begin(rs, 2, 3, 41, "job-000000000042");
+  oracle_scales_ended(rs);
+  oracle_scales_trained(rs, 7, 42);
+  oracle_scales_first(rs, 43);
+  snprintf(oracle_scales_begin(rs, 2, 1, 90, "job-000000000091")->what, 20, "embedding_servers");
+  oracle_scales_save(rs); /* the second under way when its oracle stopped */
+  snprintf(kv, sizeof kv, "oracle.state_dir=%s", dir);
+  const char *sets[] = {kv, NULL};
+  cfg_t *c = testutil_cfg_of(sets);
+  metrics_registry_t *reg = NULL;
+  assert_int_equal(metrics_registry_create("chanter_oracle", &reg), 0);
+  char err[256];
+  assert_int_equal(oracle_recoveries_init(back, c, reg, err, sizeof err), 0);
+  assert_int_equal(back->n_scales, 2);
+  assert_true(back->s[0].from == 2 && back->s[0].to == 3 && back->s[0].at_iteration == 41 &&
+              back->s[0].generation == 7);
+  assert_true(back->s[0].t_first > 0 && back->s[0].t_first - rs->s[0].t_first < 0.001 &&
+              rs->s[0].t_first - back->s[0].t_first < 0.001); /* (saved to the millisecond) */
+  assert_string_equal(back->s[0].checkpoint, "job-000000000042");
+  assert_string_equal(back->s[0].what, "");
+  assert_string_equal(back->s[1].what, "embedding_servers");
+  assert_true(back->s[1].t_first == 0 && back->s[1].t_ended == 0);
+  oracle_scales_restarted(back, NULL); /* the next oracle goes on with the open one */
+  assert_true(back->s[1].t_ended > 0);
+  oracle_scales_trained(back, 9, 80);
+  oracle_scales_first(back, 81);
+  oracle_scales_line(back, out, sizeof out);
+  assert_non_null(strstr(out, "scaled from 2 to 1 embedding servers after iteration 79:"));
+  cfg_destroy(c);
+  metrics_registry_destroy(reg);
+  free(rs);
+  free(back);
+  snprintf(kv, sizeof kv, "rm -rf %s", dir);
+  assert_int_equal(system(kv), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fingerprint),
       cmocka_unit_test(test_fingerprint_trainers),
       cmocka_unit_test(test_scales),
+      cmocka_unit_test(test_fingerprint_as),
+      cmocka_unit_test(test_record_scale),
+      cmocka_unit_test(test_scales_saved),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
