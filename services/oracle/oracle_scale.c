@@ -358,7 +358,11 @@ void oracle_scales_trained(oracle_recoveries_t *rs, uint32_t generation, uint64_
   if (!s) return;
   s->t_trained = clock_wall_s();
   s->generation = generation;
-  if (start) s->at_iteration = start - 1; /* (an earlier checkpoint than asked when a loss cut the scale's short) */
+  oracle_recovery_t *r = oracle_recoveries_current(rs);
+  if (start && s->at_iteration != start - 1) { /* an earlier checkpoint than asked: a loss cut the scale's short */
+    s->at_iteration = start - 1;
+    if (r && r->rollback_to == (int64_t)(start - 1)) snprintf(s->checkpoint, sizeof s->checkpoint, "%s", r->checkpoint);
+  }
   log_info("scale: all %u trainers of generation %u joined %.2f s after the old run ended; training from iteration "
            "%" PRIu64,
            s->to, generation, s->t_trained - s->t_ended, s->at_iteration + 1);

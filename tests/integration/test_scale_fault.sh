@@ -90,8 +90,9 @@ python3 -c "
 import json; d=json.load(open('$W/summary.json'))
 s, r = d['scales'], d['recoveries']
 assert [(x['from'], x['to']) for x in s] == [(2, 3)], s
-assert len(r) == 1 and r[0]['kind'] == 'trainer' and 0 <= r[0]['rollback_to'] < s[0]['at_iteration'], r"
-expect_rc $? "summary.json lists the scale (at ${S:-?}) and the trainer's recovery, rolled back to ${R}"
+assert len(r) == 1 and r[0]['kind'] == 'trainer' and 0 <= r[0]['rollback_to'], r
+assert s[0]['at_iteration'] == r[0]['rollback_to'] and s[0]['checkpoint'] == r[0]['checkpoint'], (s, r)"
+expect_rc $? "summary.json lists the scale and the trainer's recovery, both at the checkpoint rolled back to (${S:-?}, ${R})"
 resume_legs ref2 "2:$((R + 1))" "3:"
 expect_rc $? "the reference: the job stopped after iteration ${R} on 2 trainers and resumed on 3"
 same tr ref2
