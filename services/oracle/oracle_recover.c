@@ -160,17 +160,27 @@ static void save(oracle_recoveries_t *rs) {
   free(text);
 }
 
+/* state_dir/name, a record of name (its first line "chanter-<name> 1 N"):
+ * open at its second line with *n = N, or NULL (none, or said why). */
+static FILE *open_record(const char *state_dir, const char *name, uint64_t *n, char *path, size_t path_len) {
+  char line[128], magic[64];
+  snprintf(path, path_len, "%s/%s", state_dir, name);
+  snprintf(magic, sizeof magic, "chanter-%s 1 %%" SCNu64, name);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  if (!fgets(line, sizeof line, f) || sscanf(line, magic, n) != 1) {
+    log_warn("%s is not a record of %s; ignoring it", path, name);
+    fclose(f);
+    return NULL;
+  }
+  return f;
+}
+
 static void load(oracle_recoveries_t *rs) {
   char path[4300], line[2048];
-  snprintf(path, sizeof path, "%s/recoveries", rs->state_dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return;
   uint64_t n = 0;
-  if (!fgets(line, sizeof line, f) || sscanf(line, "chanter-recoveries 1 %" SCNu64, &n) != 1) {
-    log_warn("%s is not a record of recoveries; ignoring it", path);
-    fclose(f);
-    return;
-  }
+  FILE *f = open_record(rs->state_dir, "recoveries", &n, path, sizeof path);
+  if (!f) return;
   uint64_t first = n > ORACLE_RECOVERIES_KEPT ? n - ORACLE_RECOVERIES_KEPT : 0, i = first;
   while (i < n && fgets(line, sizeof line, f)) {
     oracle_recovery_t *r = &rs->r[i % ORACLE_RECOVERIES_KEPT];
@@ -221,15 +231,9 @@ void oracle_scales_save(const oracle_recoveries_t *rs) {
 
 static void load_scales(oracle_recoveries_t *rs) {
   char path[4300], line[1024];
-  snprintf(path, sizeof path, "%s/scales", rs->state_dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return;
   uint64_t n = 0;
-  if (!fgets(line, sizeof line, f) || sscanf(line, "chanter-scales 1 %" SCNu64, &n) != 1) {
-    log_warn("%s is not a record of scales; ignoring it", path);
-    fclose(f);
-    return;
-  }
+  FILE *f = open_record(rs->state_dir, "scales", &n, path, sizeof path);
+  if (!f) return;
   uint64_t first = n > ORACLE_SCALES_KEPT ? n - ORACLE_SCALES_KEPT : 0, i = first;
   while (i < n && fgets(line, sizeof line, f)) {
     oracle_scale_t *s = &rs->s[i % ORACLE_SCALES_KEPT];
