@@ -606,7 +606,7 @@ static void servers_work(ck_work_t *w) {
   char name[160];
   snprintf(name, sizeof name, "ckpt.%s.oracle", cp->id);
   if ((w->rc = srv_put_blob(j->ckpt.embc, 0, name, w->oblob, w->oblob_len, w->err, sizeof w->err)) != 0) return;
-  /* fault injection for the tests (README): CHANTER_FAULT_CHECKPOINT_PAUSE=K:MS pauses the K-th checkpoint of
+  /* fault injection for the tests (docs/reference.md): CHANTER_FAULT_CHECKPOINT_PAUSE=K:MS pauses the K-th checkpoint of
    * this oracle MS ms after server 0 took its part, so that a test can kill a server in the middle */
   static int nth;
   unsigned fk = 0, fms = 0;
