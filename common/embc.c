@@ -495,31 +495,72 @@ int embc_incarnation(embc_t *c, uint32_t server, uint64_t *incarnation, char *er
   return rc;
 }
 
-int embc_reshape_all(embc_t *c, uint32_t n, uint64_t write_epoch, embc_reshape_stats_t *per, embc_reshape_stats_t *st, char *err,
-                     size_t err_len) {
+/* One server's move (embc_reshape_all's phase 2), on a thread of its own. */
+typedef struct move_one_s {
+  embc_t *c;
+  uint32_t s, n;
+  uint64_t write_epoch;
+  embc_reshape_stats_t st;
+  int rc;
+  char err[1024];
+} move_one_t;
+
+static void *move_one(void *arg) {
+  move_one_t *m = arg;
+  Chanter__Embedding__V1__ReshapeRequest req = CHANTER__EMBEDDING__V1__RESHAPE_REQUEST__INIT;
+  req.servers = m->n;
+  req.n_peers = m->n;
+  req.peers = m->c->addrs;
+  req.move = 1;
+  req.write_epoch = m->write_epoch;
+  Chanter__Embedding__V1__ReshapeResponse *r = NULL;
+  if ((m->rc = embc_reshape(m->c, m->s, &req, &r, m->err, sizeof m->err)) != 0) return NULL;
+  m->st = (embc_reshape_stats_t){r->rows_moved, r->bytes_moved, r->rows_kept, r->seconds};
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return NULL;
+}
+
+#define RESHAPE_PARALLEL 32 /* servers moving at once */
+
+int embc_reshape_all(embc_t *c, uint32_t n, uint64_t write_epoch, embc_reshape_stats_t *per, embc_reshape_stats_t *st,
+                     char *err, size_t err_len) {
   double t0 = clock_mono_s();
   memset(st, 0, sizeof *st);
   if (n < 1 || n > c->n)
     return err_set(err, err_len, -EINVAL, "%u servers: the client knows %u (give every old and new address)", n, c->n);
   int rc = 0;
-  for (int move = 0; move <= 1 && !rc; move++)
-    for (uint32_t s = 0; s < c->n && !rc; s++) {
-      Chanter__Embedding__V1__ReshapeRequest req = CHANTER__EMBEDDING__V1__RESHAPE_REQUEST__INIT;
-      req.servers = n;
-      req.n_peers = n;
-      req.peers = c->addrs;
-      req.move = move;
-      req.write_epoch = write_epoch;
-      Chanter__Embedding__V1__ReshapeResponse *r = NULL;
-      if ((rc = embc_reshape(c, s, &req, &r, err, err_len)) != 0) break;
-      if (move) {
-        if (per) per[s] = (embc_reshape_stats_t){r->rows_moved, r->bytes_moved, r->rows_kept, r->seconds};
-        st->rows_moved += r->rows_moved;
-        st->bytes_moved += r->bytes_moved;
-        st->rows_kept += r->rows_kept;
-      }
-      protobuf_c_message_free_unpacked(&r->base, NULL);
+  for (uint32_t s = 0; s < c->n && !rc; s++) { /* every server takes the map first: then no row goes astray */
+    Chanter__Embedding__V1__ReshapeRequest req = CHANTER__EMBEDDING__V1__RESHAPE_REQUEST__INIT;
+    req.servers = n;
+    req.n_peers = n;
+    req.peers = c->addrs;
+    req.write_epoch = write_epoch;
+    Chanter__Embedding__V1__ReshapeResponse *r = NULL;
+    if ((rc = embc_reshape(c, s, &req, &r, err, err_len)) == 0) protobuf_c_message_free_unpacked(&r->base, NULL);
+  }
+  move_one_t *m = rc ? NULL : calloc(c->n, sizeof *m);
+  if (!rc && !m) rc = err_set(err, err_len, -ENOMEM, "out of memory for %u moves", c->n);
+  for (uint32_t first = 0; !rc && first < c->n; first += RESHAPE_PARALLEL) { /* then they move at once */
+    uint32_t k = c->n - first < RESHAPE_PARALLEL ? c->n - first : RESHAPE_PARALLEL;
+    pthread_t th[RESHAPE_PARALLEL];
+    int started[RESHAPE_PARALLEL] = {0};
+    for (uint32_t i = 0; i < k; i++) {
+      m[first + i] = (move_one_t){.c = c, .s = first + i, .n = n, .write_epoch = write_epoch};
+      started[i] = pthread_create(&th[i], NULL, move_one, &m[first + i]) == 0;
+      if (!started[i]) move_one(&m[first + i]); /* (no thread: here) */
     }
+    for (uint32_t i = 0; i < k; i++)
+      if (started[i]) pthread_join(th[i], NULL);
+    for (uint32_t i = 0; i < k && !rc; i++)
+      if ((rc = m[first + i].rc) != 0) snprintf(err, err_len, "%s", m[first + i].err);
+  }
+  for (uint32_t s = 0; m && s < c->n; s++) {
+    if (per) per[s] = m[s].st;
+    st->rows_moved += m[s].st.rows_moved;
+    st->bytes_moved += m[s].st.bytes_moved;
+    st->rows_kept += m[s].st.rows_kept;
+  }
+  free(m);
   st->seconds = clock_mono_s() - t0;
   return rc;
 }

@@ -103,13 +103,15 @@ EMBC_ADMIN_CALLS(EMBC_DECLARE_CALL)
 /* A running job's rows onto the first n of c's servers (n <= embc_servers(c):
  * c lists the old and the new servers, the longer list of the two), server
  * to server: Reshape without move to every server (each takes the map of n
- * servers), then with move to each in turn (each sends the rows it no
- * longer owns to their owners and deletes them); no row passes through
- * here.  While no trainer writes.  write_epoch: the RestoreRequest's
+ * servers), then with move to all of them at once, on a thread each (up
+ * to 32 at a time: each sends the rows it no longer owns to their owners
+ * and deletes them); no row passes through here.  While no trainer
+ * writes.  write_epoch: the RestoreRequest's
  * or ClearRequest's that made every server ready (0: none; a server at
  * another epoch refuses, and one moved past it stops).  per (NULL, or embc_servers(c) entries)
- * gets each server's answer (rows_kept: the rows it owned when it sent its
- * own, before later servers sent theirs), st the sums (seconds: the
+ * gets each server's answer (rows_kept: the rows it found it owns while it
+ * sent its own, which may count some another server sent it meanwhile),
+ * st the sums (seconds: the
  * whole).  0, or the
  * first error with err naming the server. */
 typedef struct embc_reshape_stats_s {

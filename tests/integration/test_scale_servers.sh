@@ -24,19 +24,6 @@ job_up sc || { nok "the cluster came up"; finish; exit 1; }
 job_train sc &
 tp=$!
 until_ok 600 grep -qs "first Step" "$W/logs/trainer-0.log"
-SC --embedding-servers 0 >/dev/null 2>"$WORK/zero.err"
-[ $? -ne 0 ] && grep -q "outside 1..4096" "$WORK/zero.err"
-expect_rc $? "a scale to 0 servers is refused: $(head -c 160 "$WORK/zero.err")"
-SC --embedding-servers 2 >/dev/null 2>"$WORK/same.err"
-[ $? -ne 0 ] && grep -q "has embedding_servers = 2 already" "$WORK/same.err"
-expect_rc $? "a scale to the count the job has is refused: $(head -c 160 "$WORK/same.err")"
-SC --embedding-servers 3 --trainers 3 >/dev/null 2>"$WORK/both.err"
-[ $? -eq 2 ] && grep -q "give one of --trainers N and --embedding-servers N" "$WORK/both.err"
-expect_rc $? "two counts at once are refused: $(head -c 160 "$WORK/both.err")"
-CW sc scale --embedding-servers 3 >/dev/null 2>"$WORK/noaddr.err"
-[ $? -ne 0 ] && grep -q "2 embedding server addresses for 2 servers now and 3 after" "$WORK/noaddr.err"
-expect_rc $? "without an address for the new server (no --workdir, the job file's two) it is refused: $(head -c 160 "$WORK/noaddr.err")"
-
 SC --embedding-servers 3 --wait --json >"$WORK/s1.json" 2>"$WORK/s1.err"; rc=$?
 [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/s1.err" | tail -3
 expect_rc $rc "chanter scale --embedding-servers 3 --wait: the job trains on 3 servers ($(cat "$WORK/s1.json"))"
@@ -45,6 +32,20 @@ expect "  the supervisor started embedding server 2 and the job file says embedd
 grep -q "reshape: moved rows=" "$W/logs/embedding-0.log" && grep -q "reshape: moved rows=" "$W/logs/embedding-1.log" &&
   grep -q "tls=on" "$W/logs/embedding-0.log" && ! grep -q "rpc_denied\|PERMISSION_DENIED" "$W/logs/embedding-2.log"
 expect_rc $? "  the old servers sent the rows whose owner changed themselves, over mutual TLS with their own certificates"
+# the refusals, while the job trains on 3 (the scale first: it lands early in the job)
+SC --embedding-servers 0 >/dev/null 2>"$WORK/zero.err"
+[ $? -ne 0 ] && grep -q "outside 1..4096" "$WORK/zero.err"
+expect_rc $? "a scale to 0 servers is refused: $(head -c 160 "$WORK/zero.err")"
+SC --embedding-servers 3 >/dev/null 2>"$WORK/same.err"
+[ $? -ne 0 ] && grep -q "has embedding_servers = 3 already" "$WORK/same.err"
+expect_rc $? "a scale to the count the job has is refused: $(head -c 160 "$WORK/same.err")"
+SC --embedding-servers 4 --trainers 3 >/dev/null 2>"$WORK/both.err"
+[ $? -eq 2 ] && grep -q "give one of --trainers N and --embedding-servers N" "$WORK/both.err"
+expect_rc $? "two counts at once are refused: $(head -c 160 "$WORK/both.err")"
+CW sc scale --embedding-servers 4 >/dev/null 2>"$WORK/noaddr.err"
+[ $? -ne 0 ] && grep -q "3 embedding server addresses for 3 servers now and 4 after" "$WORK/noaddr.err"
+expect_rc $? "without an address for a new server (no --workdir, the job file's three) it is refused: $(head -c 160 "$WORK/noaddr.err")"
+
 SC --embedding-servers 1 --wait --json >"$WORK/s2.json" 2>"$WORK/s2.err"; rc=$?
 [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/s2.err" | tail -3
 expect_rc $rc "chanter scale --embedding-servers 1 --wait: down to 1 server ($(cat "$WORK/s2.json"))"
