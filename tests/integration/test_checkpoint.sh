@@ -38,7 +38,10 @@
 # stopped once `chanter checkpoints` lists the checkpoint of iteration 19
 # complete, and resumed from that checkpoint with iterations = 60 (a job
 # may be resumed with more or fewer iterations); the reference is the same
-# job run to 60 without a stop.
+# job run to 60 without a stop.  The resumes with allowed changes (lookahead,
+# trainers, 2 -> 3 servers) resume that stopped job of the defaults again, one
+# after the other, from the same checkpoint; 3 -> 1 servers resumes it from the
+# checkpoint of iteration 39 its resume on 3 servers took.
 source "$(dirname "$0")/lib.sh"
 
 JOB=$WORK/job.ini
@@ -77,6 +80,24 @@ stopped() {
 resumed_from() { # dir id: the summary says so, at iteration 20
   [ "$(field "$WORK/$1/summary.json" resumed_from)" = "$2" ] && [ "$(field "$WORK/$1/summary.json" start_iteration)" = 20 ]
 }
+# again NAME [--set ...]: the job `stopped contiguous_auto` stopped (the defaults: allocation contiguous,
+# lookahead auto) up again in its dir with these changes and resumed from its checkpoint of iteration 19
+# (CA_ID; AGAIN_ID: another), as a job stopped for NAME would be: its servers hold rows and checkpoints past
+# that one (here those of the resumes before); the train's stderr in $WORK/NAME.err, its summary in
+# $WORK/NAME/summary.json, the checkpoints listed after it in $WORK/NAME.ckpts
+again() {
+  local n=$1 w=$WORK/contiguous_auto rc; shift
+  mkdir -p "$WORK/$n"
+  rm -f "$w/summary.json"
+  job_up contiguous_auto "$@" &&
+    CW contiguous_auto train --workdir "$w" --quiet --resume "${AGAIN_ID:-$CA_ID}" >"$WORK/$n.out" 2>"$WORK/$n.err"
+  rc=$?
+  [ $rc -eq 0 ] && ckpt_json contiguous_auto >"$WORK/$n.ckpts"
+  job_down contiguous_auto
+  [ -f "$w/summary.json" ] && cp "$w/summary.json" "$WORK/$n/summary.json"
+  [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$n.err" | tail -3
+  return $rc
+}
 
 # ---- the guarantee, per allocation, lookahead 0 and auto
 for al in contiguous random laia; do
@@ -87,6 +108,7 @@ for al in contiguous random laia; do
     KILL9=$([ "$al" = laia ] && echo 1) stopped "$d" --set allocation=$al --set lookahead=$la &&
       job_up "$d" --set allocation=$al --set lookahead=$la && job_train "$d" --resume "$ID"
     rc=$?
+    [ "$d" = contiguous_auto ] && CA_ID=$ID # resumed again below, with allowed changes
     job_down "$d"
     [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/$d.err" | tail -3
     expect_rc $rc "$al, lookahead $la: stopped$([ "$al" = laia ] && echo " by kill -9 of every daemon") after the checkpoint of iteration 19, resumed from it to 60"
@@ -127,12 +149,17 @@ assert [t['strategy'] for t in a] == [t['strategy'] for t in b] and any(t['strat
 expect_rc $? "table_strategy = auto ($(python3 -c "import json,collections; print(dict(collections.Counter(t['strategy'] for t in json.load(open('$WORK/auto/summary.json'))['tables'])))" 2>/dev/null)): stopped after the checkpoint of 19, resumed with the same choice, BIT-identical"
 
 # ---- allowed changes on resume: another lookahead, cache_rows, lrpp, delayed_sync keep the bits
-stopped changed --set lookahead=auto && job_up changed --set lookahead=0 --set lrpp=false --set delayed_sync=false \
-  --set cache_rows=60000 && job_train changed --resume "$ID"
-rc=$?
-job_down changed
-[ $rc -eq 0 ] && same changed ref_contiguous
+# (the stopped job of contiguous_auto, lookahead auto, resumed again: again)
+again changed --set lookahead=0 --set lrpp=false --set delayed_sync=false --set cache_rows=60000 &&
+  same changed ref_contiguous
 expect "resumed with lookahead 0, lrpp and delayed_sync off and another cache_rows: bit-identical"
+
+# ---- another trainer count: allowed, with a warning
+again p3 --set trainers=3 && python3 -c "
+import json; d=json.load(open('$WORK/p3/summary.json'))
+assert any('summation order' in w for w in d['warnings']), d['warnings']
+assert d['start_iteration'] == 20 and d['trainers'] == 3, d"
+expect "resumed with trainers = 3: trains on, warning that the model is the same only up to summation order"
 
 # ---- a checkpoint interrupted by a killed server is not complete; a resume takes the one before
 # (local.restart_burst = 0: the killed server stays down, as the case is about)
@@ -240,35 +267,28 @@ expect "another table layout: the embedding servers refuse their data dir, sayin
 
 # ---- another server count: the checkpoint is resharded (each row read once from its old server's
 # checkpoint on disk, written once to its new owner) and the job ends BIT-identical
-stopped rs23 && job_up rs23 --set embedding_servers=3 && job_train rs23 --resume "$ID"
-rc=$?
-job_down rs23
-[ $rc -eq 0 ] && same rs23 ref_contiguous && grep -q "resharded .* rows" "$WORK/rs23.err"
+# (the stopped job of contiguous_auto again, the last time: it has 3 servers after)
+again rs23 --set embedding_servers=3 && same rs23 ref_contiguous && grep -q "resharded .* rows" "$WORK/rs23.err"
 expect_rc $? "2 -> 3 embedding servers: resharded on resume ($(grep -o 'resharded [0-9]* rows[^(]*' "$WORK/rs23.err")), BIT-identical digest"
-stopped rs31 --set embedding_servers=3 && job_up rs31 --set embedding_servers=1 && job_train rs31 --resume "$ID"
-rc=$?
-job_down rs31
-[ $rc -eq 0 ] && same rs31 ref_contiguous && grep -q "resharded .* rows" "$WORK/rs31.err"
+# 3 -> 1: from the checkpoint of iteration 39 that the job resumed on 3 servers (rs23) took on its 3 servers
+RS3_ID=$(python3 -c "
+import json; d=json.load(open('$WORK/rs23.ckpts')); assert d['servers'] == 3, d
+print([c['id'] for c in d['checkpoints'] if c['complete'] and c['iteration'] == 39 and all(c['bytes_per_server'])][0])" 2>/dev/null)
+[ -n "$RS3_ID" ] && AGAIN_ID=$RS3_ID again rs31 --set embedding_servers=1 && same rs31 ref_contiguous &&
+  grep -q "resharded .* rows" "$WORK/rs31.err"
 expect "3 -> 1 embedding servers: resharded on resume, BIT-identical digest (to the 2-server job that never stopped)"
 
 # ---- checkpoint_keep: older complete checkpoints are removed on every server
-run_job keep --set checkpoint_every=5 --set checkpoint_keep=2 && same keep ref_contiguous
+job_up keep --set checkpoint_every=5 --set checkpoint_keep=2 && job_train keep && same keep ref_contiguous
 expect "a checkpoint every 5 iterations (several under way at once, their flushes waiting at fenced servers): same digest"
-job_up keep && ckpt_json keep >"$WORK/keep.ckpts"
-job_down keep
-python3 -c "
+# (listed on the job's cluster, once the job is done)
+kept() {
+  ckpt_json keep >"$WORK/keep.ckpts" && python3 -c "
 import json; d=json.load(open('$WORK/keep.ckpts')); c=d['checkpoints']
 assert [x['iteration'] for x in c] == [54, 59] and all(x['complete'] for x in c), c"
+}
+until_ok 50 kept
 expect "checkpoint_keep = 2 with a checkpoint every 5 iterations: the servers keep exactly the last two (54, 59)"
-
-# ---- another trainer count: allowed, with a warning
-stopped p3 && job_up p3 --set trainers=3 && job_train p3 --resume "$ID"
-rc=$?
-job_down p3
-[ $rc -eq 0 ] && python3 -c "
-import json; d=json.load(open('$WORK/p3/summary.json'))
-assert any('summation order' in w for w in d['warnings']), d['warnings']
-assert d['start_iteration'] == 20 and d['trainers'] == 3, d"
-expect "resumed with trainers = 3: trains on, warning that the model is the same only up to summation order"
+job_down keep
 
 finish

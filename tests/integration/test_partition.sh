@@ -3,7 +3,7 @@
 # --hosts auto --link 200mbit,0`, tools/chanter/hosts.c).  Needs root and
 # `ip netns`; skipped (said, with one passing check) without them.
 #
-# A job of 600 iterations (1 data processor, 2 embedding servers, 2
+# A job of 300 iterations (1 data processor, 2 embedding servers, 2
 # trainers on 5 hosts) three times, each on a cluster of its own:
 #   - the reference: no cut; its digest and its train_seconds;
 #   - a short cut: once trainer 1 has checkpointed iteration 99, its host's
@@ -34,7 +34,7 @@ down_all() { clusters_down "$BIN/chanter" "${WS[@]}"; cleanup; }
 trap down_all EXIT
 
 JOB=$WORK/job.ini
-job_preamble "$JOB" iterations=600 eval_every=600 cache_rows=200000 checkpoint_every=50 checkpoint_seconds=0
+job_preamble "$JOB" iterations=300 eval_every=300 cache_rows=200000 checkpoint_every=50 checkpoint_seconds=0
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(now)"; }
 tails() { # W: the logs that say what happened, for a failure

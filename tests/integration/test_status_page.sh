@@ -288,7 +288,7 @@ read -r code _ < <(get /action/checkpoint "$WORK/plain-action.out" POST)
 [ "$code" = 403 ] && grep -q "no verified client certificate" "$WORK/plain-action.out"
 expect_rc $? "over plain HTTP an action is refused (403): $(head -1 "$WORK/plain-action.out")"
 job_down st
-if job_up tls --set metrics.tls=true --set iterations=3000 --set checkpoint_every=0; then
+if job_up tls --set metrics.tls=true --set iterations=1500 --set checkpoint_every=0; then
   WT=$WORK/tls
   CA=$WT/certs/ca.pem
   TPORT=$(field "$WT/run/oracle-0.ready" metrics_port)
@@ -325,7 +325,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["state"] == "done" and s["checkpoints"] >= 2, (s["state"], s["checkpoints"])
 assert any("drill" in json.dumps(r) for r in s["recoveries"]), s["recoveries"]
-assert s["checkpoint"]["iteration"] == 2999, s["checkpoint"]
+assert s["checkpoint"]["iteration"] == 1499, s["checkpoint"]
 PY
   expect_rc $? "the admin's drill button (202) takes trainer 1 for lost: the job recovers (from the button's checkpoint: $(grep -o 'rolled back to checkpoint [^ ]*' "$WT/logs/oracle-0.log" | head -1)) and ends done"
   job_down tls
