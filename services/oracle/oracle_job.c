@@ -152,12 +152,8 @@ static void set_state(oracle_job_t *j, int ev) {
     oracle_record_scale_t sc; /* (a scale under way stays in the record) */
     oracle_scale__record(j, cfgh, &sc);
     if (oracle_record_write(j->ckpt.state_dir, j->job_id, oracle_state_name(to), cfgh, &sc, e2, sizeof e2)) {
-      if (to == ORACLE_TRAINING)
-        log_warn("the oracle's job record was not written (a restarted oracle will not recover this job by "
-                 "itself): %s",
-                 e2);
-      else
-        log_warn("the oracle's job record was not updated: %s", e2);
+      log_warn("the oracle's job record was not %s: %s", to == ORACLE_TRAINING ? "written (a restarted oracle will "
+               "not recover this job by itself)" : "updated", e2);
     }
   }
 }
@@ -615,7 +611,9 @@ void oracle_job_detach(oracle_job_t *j, uint32_t rank, rpc_call_t *call, int can
   oracle_trainer_t *t = &j->tr[rank];
   t->call = NULL;
   j->attached--;
-  if (!oracle_job__training(j)) { /* before the start: its replacement (or itself) attaches again */
+  /* before the start its replacement (or itself) attaches again; but lost while the job recovers, it is in the
+   * others' group of this generation: a loss, and all form the next one (Join waits for it: oracle_job_lost) */
+  if (!oracle_job__training(j) && !(cancelled && j->state == ORACLE_RECOVERING)) {
     log_warn("trainer left before the job started rank=%u how=%s state=%s", rank, cancelled ? "cancelled" : "half-closed",
              oracle_state_name(j->state));
     if (!cancelled) rpc_call_finish(call, 0, NULL);
@@ -658,6 +656,8 @@ void oracle_job_lose_rank(oracle_job_t *j, uint32_t rank, const char *kind, cons
   oracle_job__lose(j, kind, who, (int)rank, "%s", why);
   oracle_job__advance(j);
 }
+
+int oracle_job_lost(const oracle_job_t *j) { return j->lost && !oracle_job__over(j); }
 
 int oracle_job_lost_rank(const oracle_job_t *j) { return j->rec ? j->rec->lost_rank : -1; }
 uint32_t oracle_job_generation(const oracle_job_t *j) { return j->generation; }

@@ -193,6 +193,8 @@ uint64_t oracle_job_iterations(const oracle_job_t *j);
 /* Iterations rank has reported; whether it has a Work stream open. */
 uint64_t oracle_job_rank_reported(const oracle_job_t *j, uint32_t rank);
 int oracle_job_rank_attached(const oracle_job_t *j, uint32_t rank);
+/* A daemon was lost and this run ends once nothing of it is in flight (a move): a trainer joins the next one. */
+int oracle_job_lost(const oracle_job_t *j);
 /* The summary (running while training), JSON; malloc'd, caller frees. */
 char *oracle_job_summary(const oracle_job_t *j);
 

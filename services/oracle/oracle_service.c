@@ -128,6 +128,10 @@ static void on_join(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
     return;
   }
   int trainer = r->role == CHANTER__ORACLE__V1__ROLE__TRAINER;
+  if (trainer && oracle_job_lost(svc->job)) { /* its group would be of a generation that ends: the next one's */
+    refuse(svc, call, ERR_UNAVAILABLE, "Join: generation %u ends (a daemon was lost); retry", oracle_job_generation(svc->job));
+    return;
+  }
   uint32_t scale_to = oracle_job_scale_to(svc->job);
   if (trainer && scale_to && r->rank >= svc->trainers && r->rank < scale_to) {
     refuse(svc, call, ERR_UNAVAILABLE,

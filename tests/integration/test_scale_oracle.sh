@@ -16,8 +16,11 @@
 #   restarted oracle takes it over by itself -- the servers that were moving
 #   are fenced off by the write epoch, and the old servers' latest complete
 #   checkpoint moves again;
-# - the new server (the receiving end): its restart is seen before the
-#   moved checkpoint is sealed, and the move is made again;
+# - the new server (the receiving end), a trainer and the data processor
+#   at once: the server's restart is seen before the moved checkpoint is
+#   sealed and the move is made again; the trainer, lost while the job
+#   recovers, ends that generation (its group held it) and every trainer
+#   joins the next; the data processor needs no roll-back;
 # each to the digest and test loss of the job never scaled.
 source "$(dirname "$0")/lib.sh"
 
@@ -87,10 +90,10 @@ until_ok 600 grep -qs "first Step" "$W/logs/trainer-0.log"
 CW nk scale --workdir "$W" --embedding-servers 3 >/dev/null 2>"$WORK/s3.err"
 expect_rc $? "chanter scale --embedding-servers 3 accepted"
 until_ok 300 grep -qs "CHANTER_FAULT_RESHAPE_PAUSE" "$W/logs/embedding-0.log"
-kill -9 "$(pid_of "$W" embedding-2)"
+kill -9 "$(pid_of "$W" embedding-2)" "$(pid_of "$W" trainer-1)" "$(pid_of "$W" dataproc-0)"
 wait $tp; rc=$?
 [ $rc -eq 0 ] || sed 's/^/#   /' "$WORK/nk.err" | tail -3
-expect_rc $rc "the new embedding server killed in the middle of the move: the job completes"
+expect_rc $rc "the new embedding server, trainer 1 and the data processor killed in the middle of the move: the job completes"
 job_down nk
 grep -q "restarted during the move\|failed part-way" "$W/logs/oracle-0.log"
 expect "  the move was made again (oracle log: $(grep -o "restarted during the move[^;]*\|failed part-way ([^)]*" "$W/logs/oracle-0.log" | head -1 | cut -c1-100))"
