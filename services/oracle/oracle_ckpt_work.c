@@ -217,7 +217,7 @@ out:
 /* One more than the highest write epoch of servers 0..n-1 of c (the job's
  * own, or a scale's every old and new one), into w->write_epoch; each of
  * the job's servers' incarnation into w->incs.  0 or an error. */
-static int next_write_epoch_of(ck_work_t *w, embc_t *c, uint32_t n) {
+static int next_write_epoch_of(ck_work_t *w, embc_t *c, uint32_t n, uint64_t *all_incs) {
   oracle_job_t *j = w->j;
   uint64_t max = 0;
   for (uint32_t s = 0; s < n; s++) {
@@ -227,8 +227,9 @@ static int next_write_epoch_of(ck_work_t *w, embc_t *c, uint32_t n) {
     int rc = SRV_CALL(stats, Stats, c, s, &req, &resp, w->err, sizeof w->err);
     if (rc) return rc;
     uint64_t e = ((const Chanter__Embedding__V1__StatsResponse *)resp)->write_epoch;
-    if (s < j->ckpt.S && s < ORACLE_PROBE_MAX_SERVERS)
-      w->incs[s] = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
+    uint64_t inc = ((const Chanter__Embedding__V1__StatsResponse *)resp)->incarnation;
+    if (s < j->ckpt.S && s < ORACLE_PROBE_MAX_SERVERS) w->incs[s] = inc;
+    if (all_incs) all_incs[s] = inc;
     if (e > max) max = e;
     protobuf_c_message_free_unpacked(&resp->base, NULL);
   }
@@ -236,7 +237,7 @@ static int next_write_epoch_of(ck_work_t *w, embc_t *c, uint32_t n) {
   return 0;
 }
 
-static int next_write_epoch(ck_work_t *w) { return next_write_epoch_of(w, w->j->ckpt.embc, w->j->ckpt.S); }
+static int next_write_epoch(ck_work_t *w) { return next_write_epoch_of(w, w->j->ckpt.embc, w->j->ckpt.S, NULL); }
 
 static void fresh_work(ck_work_t *w) {
   oracle_job_t *j = w->j;
@@ -369,21 +370,20 @@ static int latest_of_old(ck_work_t *w, embc_t *u, uint32_t M) {
   return rc;
 }
 
-/* Each of servers 0..n-1 of u's incarnation into incs[] (n <=
- * entries); with check, the first that differs from incs[]
- * is an error: a server killed and restarted during the move may have
- * lost the rows it was sent, so the move is made again. */
-static int move_incarnations(ck_work_t *w, embc_t *u, uint32_t n, uint64_t *incs, int check) {
+/* The first of servers 0..n-1 of u whose incarnation differs from
+ * incs[] (next_write_epoch_of's, before the move) is an error: a server
+ * killed and restarted during the move may have lost the rows it was
+ * sent, so the move is made again. */
+static int moved_incarnations(ck_work_t *w, embc_t *u, uint32_t n, const uint64_t *incs) {
   for (uint32_t s = 0; s < n; s++) {
     uint64_t inc = 0;
     int rc = embc_incarnation(u, s, &inc, w->err, sizeof w->err);
     if (rc) return rc;
-    if (check && inc != incs[s])
+    if (inc != incs[s])
       return err_set(w->err, sizeof w->err, ERR_UNAVAILABLE,
                      "embedding server %u (%s) restarted during the move (incarnation %" PRIu64 ", then %" PRIu64
                      "): the rows it was sent may be lost",
                      s, embc_address(u, s), incs[s], inc);
-    incs[s] = inc;
   }
   return 0;
 }
@@ -440,12 +440,12 @@ static void reshape_work(ck_work_t *w) {
     goto out;
   }
   w->reshape_iter = m.iteration;
-  if ((w->rc = next_write_epoch_of(w, u, L)) != 0) goto out; /* (the drained servers too) */
   if (!(incs = calloc(L, sizeof *incs))) {
     w->rc = -ENOMEM;
     goto out;
   }
-  if ((w->rc = move_incarnations(w, u, L, incs, 0)) != 0) goto out;
+  /* (the drained servers too; each one's incarnation before the move, checked before the seal) */
+  if ((w->rc = next_write_epoch_of(w, u, L, incs)) != 0) goto out;
   for (uint32_t s = 0; s < L; s++) { /* the old servers back to the checkpoint, the new ones empty */
     Chanter__Embedding__V1__RestoreRequest rq = CHANTER__EMBEDDING__V1__RESTORE_REQUEST__INIT;
     Chanter__Embedding__V1__ClearRequest cq = CHANTER__EMBEDDING__V1__CLEAR_REQUEST__INIT;
@@ -475,7 +475,7 @@ static void reshape_work(ck_work_t *w) {
     bytes[s] = kr->checkpoint ? kr->checkpoint->bytes : 0;
     protobuf_c_message_free_unpacked(&kr->base, NULL);
   }
-  if ((w->rc = move_incarnations(w, u, L, incs, 1)) != 0) goto out; /* (before the seal: a restart after is a loss) */
+  if ((w->rc = moved_incarnations(w, u, L, incs)) != 0) goto out; /* (before the seal: a restart after is a loss) */
   free(m.server_bytes);
   m.server_bytes = bytes;
   bytes = NULL;
