@@ -119,12 +119,13 @@ void oracle_recoveries_json(const oracle_recoveries_t *rs, char *out, size_t cap
  * of trainer-1 in 2.3 s, replaying 40 iterations" (empty when none). */
 void oracle_recoveries_line(const oracle_recoveries_t *rs, char *out, size_t cap);
 
-/* Scales (oracle_scale.c).  begin: asked, to checkpoint id of iteration
+/* Scales (oracle_scale.c).  begin: asked (what: "embedding_servers", or "" for trainers), to checkpoint id of iteration
  * c (logged); the moments of the last one not done: its run ended, the
  * new group trains (generation), its first iteration done (the metrics:
  * scales_total, scale_pause_seconds).  json: summary.json's "scales"
  * (appended to out); line: one for the progress display ("" when none). */
-oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id);
+oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, const char *what, uint32_t from, uint32_t to, uint64_t c,
+                                    const char *id);
 /* This oracle restarted while its job was training: the scale the last one began and did not finish (state_dir's
  * record) ended its run there, and goes on with this one's recovery; sc: the job record's scale of the embedding
  * servers, which this oracle takes over (a record of it is made when state_dir had none). */

@@ -91,7 +91,7 @@ int oracle_job_scale_request(oracle_job_t *j, uint32_t n, char *id, size_t id_le
   if ((rc = oracle_job_checkpoint_request(j, id, id_len, iteration, msg, msg_len)) != 0) return rc;
   j->scale_to = n;
   j->scale_at = *iteration;
-  if (j->recs) oracle_scales_begin(j->recs, j->P, n, *iteration, id);
+  if (j->recs) oracle_scales_begin(j->recs, "", j->P, n, *iteration, id);
   record_scale(j);
   snprintf(msg, msg_len,
            "the job goes from %u to %u trainers after checkpoint %s (the model after iteration %" PRIu64
@@ -148,10 +148,7 @@ int oracle_job_scale_servers_request(oracle_job_t *j, uint32_t n, char *const *a
   j->scale_cluster = cl;
   j->scale_at = *iteration;
   j->scale_asked = clock_wall_s();
-  if (j->recs) {
-    snprintf(oracle_scales_begin(j->recs, m, n, *iteration, id)->what, 20, "embedding_servers");
-    oracle_scales_save(j->recs);
-  }
+  if (j->recs) oracle_scales_begin(j->recs, "embedding_servers", m, n, *iteration, id);
   record_scale(j);
   snprintf(msg, msg_len,
            "the job goes from %u to %u embedding servers after checkpoint %s (the model after iteration %" PRIu64
@@ -308,9 +305,11 @@ static oracle_scale_t *last_open(oracle_recoveries_t *rs, int ended, int trained
   return s;
 }
 
-oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, uint32_t from, uint32_t to, uint64_t c, const char *id) {
+oracle_scale_t *oracle_scales_begin(oracle_recoveries_t *rs, const char *what, uint32_t from, uint32_t to, uint64_t c,
+                                    const char *id) {
   oracle_scale_t *s = &rs->s[rs->n_scales++ % ORACLE_SCALES_KEPT];
   *s = (oracle_scale_t){.from = from, .to = to, .at_iteration = c, .t_asked = clock_wall_s()};
+  snprintf(s->what, sizeof s->what, "%s", what);
   snprintf(s->checkpoint, sizeof s->checkpoint, "%s", id);
   oracle_scales_save(rs);
   log_info("scale requested from=%u to=%u checkpoint=%s at_iteration=%" PRIu64 ": the trainer group re-forms once "

@@ -85,7 +85,7 @@ static void test_scales(void **state) {
   assert_string_equal(out, "");
   oracle_scales_first(rs, 10); /* nothing under way: nothing changes */
   assert_int_equal(rs->n_scales, 0);
-  oracle_scale_t *s = oracle_scales_begin(rs, 2, 3, 41, "job-000000000042");
+  oracle_scale_t *s = oracle_scales_begin(rs, "", 2, 3, 41, "job-000000000042");
   oracle_scales_trained(rs, 7, 42); /* out of order (the run has not ended): ignored */
   oracle_scales_first(rs, 43);
   assert_true(s->t_trained == 0 && s->t_first == 0);
@@ -101,7 +101,7 @@ static void test_scales(void **state) {
   assert_int_equal(s->generation, 7);
   oracle_scales_line(rs, out, sizeof out);
   assert_non_null(strstr(out, "scaled from 2 to 3 trainers after iteration 41:"));
-  oracle_scales_begin(rs, 3, 2, 90, "job-000000000091");
+  oracle_scales_begin(rs, "", 3, 2, 90, "job-000000000091");
   oracle_scales_json(rs, out, sizeof out);
   assert_non_null(strstr(out, "}, {\"at_iteration\": 90, \"from\": 3, \"to\": 2"));
   const char *second = strstr(out, "\"at_iteration\": 90"), *first_pause = strstr(out, "\"pause_seconds\": ");
@@ -156,12 +156,11 @@ static void test_scales_saved(void **state) {
   oracle_recoveries_t *rs = calloc(1, sizeof *rs), *back = calloc(1, sizeof *back);
   assert_true(rs && back);
   snprintf(rs->state_dir, sizeof rs->state_dir, "%s", dir);
-  oracle_scales_begin(rs, 2, 3, 41, "job-000000000042");
+  oracle_scales_begin(rs, "", 2, 3, 41, "job-000000000042");
   oracle_scales_ended(rs);
   oracle_scales_trained(rs, 7, 42);
   oracle_scales_first(rs, 43);
-  snprintf(oracle_scales_begin(rs, 2, 1, 90, "job-000000000091")->what, 20, "embedding_servers");
-  oracle_scales_save(rs); /* the second under way when its oracle stopped */
+  oracle_scales_begin(rs, "embedding_servers", 2, 1, 90, "job-000000000091"); /* under way when its oracle stopped */
   snprintf(kv, sizeof kv, "oracle.state_dir=%s", dir);
   const char *sets[] = {kv, NULL};
   cfg_t *c = testutil_cfg_of(sets);
