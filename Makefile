@@ -274,6 +274,7 @@ unit: all
 bench: all
 	$(BUILD)/bin/chanter bench embedding
 	$(BUILD)/bin/chanter bench dataproc
+	$(BUILD)/bin/chanter bench feed
 	$(BUILD)/bin/chanter bench model
 	$(BUILD)/bin/chanter bench model --device cuda
 	$(BUILD)/bin/chanter bench oracle

@@ -14,6 +14,7 @@
 #include "daemon.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 struct embc_s {
   table_layout_t layout;
@@ -506,6 +507,7 @@ typedef struct move_one_s {
 } move_one_t;
 
 static void *move_one(void *arg) {
+  proc_name_thread("embc-move");
   move_one_t *m = arg;
   Chanter__Embedding__V1__ReshapeRequest req = CHANTER__EMBEDDING__V1__RESHAPE_REQUEST__INIT;
   req.servers = m->n;

@@ -15,4 +15,9 @@
 
 void proc_init(const char *name);
 
+/* Names the calling thread (what `top -H`, `ps -L` and perf show; at most
+ * 15 characters kept): every long-lived thread of a daemon names its role,
+ * so that an operator can see which one is busy. */
+void proc_name_thread(const char *name);
+
 #endif

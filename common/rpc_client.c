@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ static grpc_completion_queue *c_cq;
 static pthread_t c_thread;
 
 static void *client_poller(void *arg) {
+  proc_name_thread("rpc-client-cq");
   grpc_completion_queue *cq = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

@@ -21,6 +21,7 @@
 #include "authz.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <grpc/grpc_security.h>
@@ -68,6 +69,7 @@ static void post(rpc_server_t *s, rpc__tag_t *tag, int ok) {
 }
 
 static void poller_main(void *arg) {
+  proc_name_thread("rpc-server-cq");
   rpc_server_t *s = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

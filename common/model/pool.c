@@ -6,6 +6,7 @@
  * against the millisecond-long phases of a training step.
  */
 #include "pool.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +44,7 @@ uint32_t pool_default_threads(void) {
 }
 
 static void *worker_main(void *arg) {
+  proc_name_thread("model-pool");
   worker_t *w = arg;
   pool_t *p = w->p;
   uint64_t seen = 0;

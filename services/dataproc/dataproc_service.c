@@ -19,6 +19,7 @@
 #include "dpc.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 struct dataproc_service_s {
   uv_loop_t *loop;
@@ -83,6 +84,7 @@ typedef struct build_s {
 } build_t;
 
 static void build_work(uv_work_t *req) {
+  proc_name_thread("dataproc-build"); /* a libuv pool thread: named by its last work */
   build_t *b = req->data;
   b->rc = data_read_batch(b->svc->src, b->split, b->iteration, b->batch_size, &b->batch, b->why, sizeof b->why);
 }

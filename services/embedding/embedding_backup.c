@@ -22,6 +22,7 @@
 #include "err.h"
 #include "fsio.h"
 #include "log.h"
+#include "proc.h"
 
 #define LOST_FILE "LOST_DISK"
 
@@ -211,6 +212,7 @@ out:
 }
 
 static void *thread_main(void *arg) {
+  proc_name_thread("emb-backup");
   embedding_backup_t *b = arg;
   for (;;) {
     pthread_mutex_lock(&b->mu);

@@ -30,6 +30,7 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
+#include "proc.h"
 
 #define QUEUE_BYTES (256u << 20) /* budget of the batch reorder queue */
 
@@ -155,6 +156,7 @@ out:
 }
 
 static void *fetch_main(void *arg) {
+  proc_name_thread("oracle-fetch");
   oracle_fetcher_t *fr = arg;
   oracle_job_t *j = fr->j;
   oracle_fetch_t *f = &j->fetch;

@@ -36,6 +36,7 @@
 #include "log.h"
 #include "oracle_job_internal.h"
 #include "strategy_auto.h"
+#include "proc.h"
 
 #define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */
@@ -123,6 +124,7 @@ static int laia_in_order(oracle_job_t *j, plan_work_t *w) {
 }
 
 static void plan_work(uv_work_t *req) {
+  proc_name_thread("oracle-plan"); /* a libuv pool thread: named by its last work */
   plan_work_t *w = req->data;
   oracle_job_t *j = w->j;
   double t0 = oracle_job__now();
@@ -443,6 +445,18 @@ static void auto_done(uv_work_t *req, int status) {
  * decided before.  0 or an error (said). */
 static int start_auto(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
+  /* every table partitioned: no row goes through the cache, so no L fetches
+   * fewer rows, and each L costs every trainer L + 2 Steps held in memory
+   * (about 9 MB each at batch 16384 on the 26-table shape) and the time to
+   * copy them in */
+  uint32_t part = 0;
+  for (uint32_t t = 0; j->partitioned && t < j->n_tables; t++) part += j->partitioned[t] != 0;
+  if (!pp->auto_running && j->n_tables && part == j->n_tables && !strcmp(j->lookahead_cfg, "auto")) {
+    log_info("lookahead auto: L=0: every table is partitioned (table_strategy), so no row goes through the cache "
+             "and looking ahead would fetch nothing fewer");
+    if (set_lookahead(j, 0) != 0) return oracle_job__error(j, -ENOMEM, "out of memory creating the cacher");
+    return 0;
+  }
   /* the measured batches: the first batches of this run (a resumed job's from c + 1) */
   size_t n = measure_size(j);
   if (pp->auto_running || n == 0 || pp->measure_ready < n) return 0;
@@ -571,7 +585,10 @@ int oracle_pipeline__cache(oracle_job_t *j) {
   oracle_pipe_t *pp = &j->pipe;
   if (j->ideal) return 0;
   if (j->strat_pending) return start_strategy(j);
-  if (!pp->l_known) return start_auto(j);
+  if (!pp->l_known) {
+    int rc = start_auto(j);
+    if (rc || !pp->l_known) return rc;
+  }
   for (;;) {
     if (cacher_ready(pp->cache)) {
       int rc = decide_one(j);

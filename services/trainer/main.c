@@ -70,6 +70,7 @@ static void usage(FILE *f) {
 }
 
 static void train_main(void *arg) {
+  proc_name_thread("trainer-step");
   app_t *a = arg;
   a->rc = trainer_run(a->trainer);
   uv_async_send(&a->done);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
+#include "proc.h"
 
 typedef struct bucket_arg_s bucket_arg_t;
 
@@ -39,6 +40,7 @@ static size_t bucket_lo(const trainer_ar_t *a, size_t k) {
 }
 
 static void *comm_main(void *arg) {
+  proc_name_thread("trainer-ar");
   trainer_ar_t *a = arg;
   pthread_mutex_lock(&a->mu);
   for (;;) {

@@ -40,6 +40,7 @@
 #include "log.h"
 #include "sdn.h"
 #include "trainer_state.h"
+#include "proc.h"
 
 /* ------------------------------------------------------------------ the heartbeat */
 
@@ -76,6 +77,7 @@ void trainer_join_close(trainer_t *t) {
 }
 
 static void *heartbeat_main(void *arg) {
+  proc_name_thread("trainer-hb");
   trainer_t *t = arg;
   int64_t every = cfg_int(t->cfg, "trainer.heartbeat_ms");
   int failing = 0;

@@ -24,6 +24,7 @@
 #include "sdn.h"
 #include "trainer_ckpt.h"
 #include "trainer_state.h"
+#include "proc.h"
 
 /* ------------------------------------------------------------------ create */
 
@@ -148,6 +149,7 @@ static int open_stream(trainer_t *t, char *err, size_t err_len) {
  * ends it cannot keep the trainer from exiting. */
 #define DRAIN_MS 5000
 static void *drain_guard(void *arg) {
+  proc_name_thread("trainer-drain");
   trainer_t *t = arg;
   struct timespec ts = clock_deadline_rt(DRAIN_MS / 1000 * 1000);
   pthread_mutex_lock(&t->mu);

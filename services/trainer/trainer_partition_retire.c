@@ -43,6 +43,7 @@
 #include "log.h"
 #include "strategy.h"
 #include "trainer_partition.h"
+#include "proc.h"
 
 #define RETIRE_CHUNK 65536 /* rows per write-back call */
 
@@ -148,6 +149,7 @@ static int write_upto(writer_t *w, uint64_t want) {
 }
 
 static void *writer_main(void *arg) {
+  proc_name_thread("trainer-retire");
   writer_t *w = arg;
   pthread_mutex_lock(&w->mu);
   for (;;) {

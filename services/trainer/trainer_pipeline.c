@@ -18,12 +18,20 @@
 #include "err.h"
 #include "log.h"
 #include "trainer_state.h"
+#include "proc.h"
 
 void trainer_pipeline_init(trainer_t *t) {
   trainer_pipeline_t *p = &t->pipe;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->fcv, NULL);
   pthread_cond_init(&p->bcv, NULL);
+  pthread_cond_init(&p->rcv, NULL);
+}
+
+/* The messages the reader holds, freed (mu held, or no thread running). */
+static void drop_read(trainer_pipeline_t *p) {
+  for (; p->rd_n; p->rd_n--, p->rd_head = (p->rd_head + 1) % TRAINER_READ_AHEAD)
+    protobuf_c_message_free_unpacked(&p->rd_msg[p->rd_head]->base, NULL);
 }
 
 static void release_list(trainer_item_t *it) {
@@ -44,6 +52,8 @@ void trainer_pipeline_close(trainer_t *t) {
   free(p->bg_grad);
   free(p->bg_rows);
   trainer_sched_chunks_free(&p->bg_chunks);
+  drop_read(p);
+  pthread_cond_destroy(&p->rcv);
   pthread_cond_destroy(&p->bcv);
   pthread_cond_destroy(&p->fcv);
   pthread_mutex_destroy(&p->mu);
@@ -60,6 +70,57 @@ void trainer_pipeline_wake(trainer_t *t) {
   pthread_cond_broadcast(&t->pipe.fcv);
   pthread_cond_broadcast(&t->pipe.bcv);
   pthread_mutex_unlock(&t->pipe.mu);
+}
+
+/* ------------------------------------------------------------------ the reader */
+
+static void *reader_main(void *arg) {
+  proc_name_thread("trainer-read");
+  trainer_t *t = arg;
+  trainer_pipeline_t *p = &t->pipe;
+  for (;;) {
+    Chanter__Oracle__V1__WorkItem *msg = NULL;
+    int rc = orc_work_next(t->stream, &msg);
+    double t_read = clock_mono_s();
+    pthread_mutex_lock(&p->mu);
+    if (rc) {
+      p->rd_end = 1;
+      p->rd_rc = rc;
+      pthread_cond_broadcast(&p->rcv);
+      pthread_mutex_unlock(&p->mu);
+      return NULL;
+    }
+    while (p->rd_n == TRAINER_READ_AHEAD && !p->rd_drop) pthread_cond_wait(&p->rcv, &p->mu);
+    if (p->rd_drop) { /* nobody takes it: read on to the stream's end */
+      pthread_mutex_unlock(&p->mu);
+      protobuf_c_message_free_unpacked(&msg->base, NULL);
+      continue;
+    }
+    unsigned k = (p->rd_head + p->rd_n++) % TRAINER_READ_AHEAD;
+    p->rd_msg[k] = msg;
+    p->rd_t[k] = t_read;
+    pthread_cond_broadcast(&p->rcv);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+/* The feeder's next message, in stream order, and when it was read; else
+ * the stream's end (orc_work_next's code: 1 when clean). */
+static int next_read(trainer_pipeline_t *p, Chanter__Oracle__V1__WorkItem **msg, double *t_read) {
+  pthread_mutex_lock(&p->mu);
+  while (!p->rd_n && !p->rd_end) pthread_cond_wait(&p->rcv, &p->mu);
+  int rc = 0;
+  if (p->rd_n) {
+    *msg = p->rd_msg[p->rd_head];
+    *t_read = p->rd_t[p->rd_head];
+    p->rd_head = (p->rd_head + 1) % TRAINER_READ_AHEAD;
+    p->rd_n--;
+    pthread_cond_broadcast(&p->rcv);
+  } else {
+    rc = p->rd_rc;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
 }
 
 /* ------------------------------------------------------------------ the feeder */
@@ -102,6 +163,9 @@ static int prefetch(trainer_t *t, const trainer_work_step_t *st, double *t_fetch
 static void feed_finish(trainer_t *t, int rc, const char *why) {
   trainer_pipeline_t *p = &t->pipe;
   pthread_mutex_lock(&p->mu);
+  p->rd_drop = 1; /* the reader reads on to the stream's end, keeping nothing */
+  drop_read(p);
+  pthread_cond_broadcast(&p->rcv);
   p->feed_end = 1;
   p->feed_rc = rc;
   snprintf(p->feed_err, sizeof p->feed_err, "%s", why);
@@ -111,13 +175,14 @@ static void feed_finish(trainer_t *t, int rc, const char *why) {
 }
 
 static void *feeder_main(void *arg) {
+  proc_name_thread("trainer-feed");
   trainer_t *t = arg;
   trainer_pipeline_t *p = &t->pipe;
   trainer_step_cache_thread(TRAINER_STEP_ROLE_PREFETCH);
   for (;;) {
     Chanter__Oracle__V1__WorkItem *msg = NULL;
-    int rc = orc_work_next(t->stream, &msg);
-    double t_arrived = clock_mono_s();
+    double t_arrived = 0;
+    int rc = next_read(p, &msg, &t_arrived);
     if (rc) {
       char why[768];
       snprintf(why, sizeof why, "the Work stream from the oracle at %s broke: %s", orc_address(t->orc), err_str(rc));
@@ -195,6 +260,7 @@ int trainer_pipeline_next(trainer_t *t, uint64_t expect, double t_start, trainer
 /* ------------------------------------------------------------------ the background */
 
 static void *bg_main(void *arg) {
+  proc_name_thread("trainer-bg");
   trainer_t *t = arg;
   trainer_pipeline_t *p = &t->pipe;
   trainer_step_cache_thread(TRAINER_STEP_ROLE_BACKGROUND);
@@ -305,7 +371,15 @@ int trainer_pipeline_gate_open(trainer_t *t, uint64_t x, char *err, size_t err_l
 int trainer_pipeline_start(trainer_t *t) {
   trainer_pipeline_t *p = &t->pipe;
   p->chunk_floats = (size_t)cfg_int(t->cfg, "trainer.comm_chunk_kb") * 1024 / sizeof(float);
-  if (pthread_create(&p->feeder, NULL, feeder_main, t) != 0) return -EAGAIN;
+  if (pthread_create(&p->reader, NULL, reader_main, t) != 0) return -EAGAIN;
+  p->reader_running = 1;
+  if (pthread_create(&p->feeder, NULL, feeder_main, t) != 0) {
+    pthread_mutex_lock(&p->mu);
+    p->rd_drop = 1; /* no feeder: the reader reads to the end (joined by trainer_pipeline_join_feeder) */
+    pthread_cond_broadcast(&p->rcv);
+    pthread_mutex_unlock(&p->mu);
+    return -EAGAIN;
+  }
   p->feeder_running = 1;
   if (!t->ideal) {
     if (pthread_create(&p->bg, NULL, bg_main, t) != 0) return -EAGAIN;
@@ -342,12 +416,17 @@ void trainer_pipeline_quit(trainer_t *t) {
   pthread_mutex_unlock(&t->pipe.mu);
 }
 
-/* The feeder ends with the stream (cancelled or finished by the caller). */
+/* The feeder ends with the stream (cancelled or finished by the caller),
+ * or earlier (quit, an error); the reader with the stream. */
 void trainer_pipeline_join_feeder(trainer_t *t) {
   trainer_pipeline_t *p = &t->pipe;
-  if (!p->feeder_running) return;
-  pthread_join(p->feeder, NULL);
+  if (!p->feeder_running && !p->reader_running) return;
+  if (p->feeder_running) pthread_join(p->feeder, NULL);
   p->feeder_running = 0;
+  if (p->reader_running) {
+    pthread_join(p->reader, NULL);
+    p->reader_running = 0;
+  }
   pthread_mutex_lock(&p->mu);
   trainer_item_t *it = p->head;
   p->head = p->tail = NULL;
@@ -356,7 +435,7 @@ void trainer_pipeline_join_feeder(trainer_t *t) {
 }
 
 void trainer_pipeline_drain(trainer_t *t) {
-  if (t->pipe.feeder_running) {
+  if (t->pipe.feeder_running || t->pipe.reader_running) {
     trainer_pipeline_join_feeder(t);
     return;
   }
@@ -370,6 +449,9 @@ void trainer_pipeline_reset(trainer_t *t) {
   p->head = p->tail = NULL;
   trainer_pipeline_release(p->bg_item);
   p->bg_item = NULL;
+  drop_read(p);
+  p->rd_head = 0;
+  p->rd_end = p->rd_rc = p->rd_drop = 0;
   p->feed_end = p->feed_rc = p->feed_quit = 0;
   p->feed_err[0] = 0;
   p->known_done = 0;

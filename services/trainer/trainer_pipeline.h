@@ -2,7 +2,14 @@
  * trainer_pipeline: the two threads that serve the training thread, and
  * the gate between them (DESIGN.md 3).
  *
- *   feeder      reads the Work stream in order; decodes and checks each
+ *   reader      reads the Work stream: gRPC's transport, TLS and the
+ *               protobuf unpacking of each message, up to
+ *               TRAINER_READ_AHEAD messages ahead of the feeder (at batch
+ *               16384 a Step is ~9 MB, and reading it costs about as much as
+ *               all the feeder's work on it: two threads double the Steps
+ *               a trainer can take in).  Once the feeder has ended it reads
+ *               the stream to its end and drops what it reads.
+ *   feeder      takes the messages in order; decodes and checks each
  *               item once (trainer_work.h) and frees the message; for a
  *               Step (every mode but ideal) waits for its gate -- every
  *               trainer finished the iterations < prefetch_gate,
@@ -46,6 +53,8 @@
 #include "trainer_sched.h"
 #include "trainer_work.h"
 
+#define TRAINER_READ_AHEAD 2 /* messages the reader holds for the feeder */
+
 /* A work item in the feeder's queue (and, for a Step, then in the
  * background's hands). */
 typedef struct trainer_item_s trainer_item_t;
@@ -62,6 +71,15 @@ typedef struct trainer_pipeline_s {
   pthread_mutex_t mu; /* everything below but the feeder's and the background's own buffers */
   pthread_cond_t fcv; /* feeder queue, known_done, gate waits */
   pthread_cond_t bcv; /* background work */
+  /* the reader: a ring of the messages read ahead of the feeder (under mu) */
+  pthread_t reader;
+  int reader_running;
+  pthread_cond_t rcv; /* the ring: a message in, a place free, the end */
+  Chanter__Oracle__V1__WorkItem *rd_msg[TRAINER_READ_AHEAD];
+  double rd_t[TRAINER_READ_AHEAD]; /* when each was read (clock_mono_s) */
+  unsigned rd_head, rd_n;
+  int rd_end, rd_rc; /* the stream ended: orc_work_next's code (1: cleanly) */
+  int rd_drop;       /* the feeder has ended: read to the end, keep nothing */
   /* the feeder */
   pthread_t feeder;
   int feeder_running;

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 
 #define OFFER 32 /* ids a rank offers per round */
 #define NONE UINT64_MAX
@@ -76,6 +77,7 @@ static int can_offer(trainer_sched_t *s) {
 }
 
 static void *comm_main(void *arg) {
+  proc_name_thread("trainer-sched");
   trainer_sched_t *s = arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {

@@ -16,7 +16,8 @@
 #     trainers say the job failed and exit 3; an embedding server killed
 #     for good: the trainers name its address in their logs and the job
 #     fails naming it; `local down` after either leaves no daemon;
-#   - train against an oracle that is not there fails clearly, no hang.
+#   - train against an oracle that is not there fails clearly, no hang;
+#   - the trainer's and the oracle's threads are named by role.
 #
 # Thresholds: test AUC > 0.65 and test logloss < 0.6.  The planted logit
 # reaches ~0.83 AUC on this data and chance is 0.5 (logloss of the base rate
@@ -83,11 +84,21 @@ expect "P = 2 and P = 1 on the same global batch agree within 0.01 AUC/logloss (
 # on its port within a second and the job goes on)
 job_up bad --set iterations=1000000 --set rpc.timeout_ms=3000 --set local.restart_burst=0
 dp=$(pid_of "$WORK/bad" dataproc-0)
-( sleep 2; kill -9 "$dp" ) &
+# while it trains, each long-lived thread carries its role's name (top -H, ps -L, perf)
+threads_named() {
+  local tr or
+  tr=$(cat /proc/"$(pid_of "$WORK/bad" trainer-0)"/task/*/comm 2>/dev/null)
+  or=$(cat /proc/"$(pid_of "$WORK/bad" oracle-0)"/task/*/comm 2>/dev/null)
+  for n in trainer-read trainer-feed trainer-step trainer-bg trainer-hb; do grep -qx "$n" <<<"$tr" || return 1; done
+  grep -qx oracle-fetch <<<"$or"
+}
+( sleep 2; until_ok 100 threads_named; echo $? >"$WORK/bad.names"; kill -9 "$dp" ) &
 timeout 120 "$BIN/chanter" --config "$WORK/bad/job.ini" train --workdir "$WORK/bad" >/dev/null 2>"$WORK/bad.err"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "data processor" "$WORK/bad.err"
 expect_rc $? "a data processor killed mid-job fails the job with a clear error: $(tail -1 "$WORK/bad.err" | cut -c1-160)"
+[ "$(cat "$WORK/bad.names")" = 0 ]
+expect "the trainer's and the oracle's threads are named by role (trainer-read, trainer-feed, trainer-step, trainer-bg, trainer-hb, oracle-fetch)"
 sleep 1
 grep -qs "the job failed elsewhere" "$WORK/bad/logs/"trainer-*.log && grep -qs "exiting rank=.* status=3" "$WORK/bad/logs/"trainer-*.log
 expect "the trainers, told the job failed, say so and exit with status 3 (systemd does not restart them)"

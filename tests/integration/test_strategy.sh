@@ -7,7 +7,8 @@
 #   - the oracle logs each partitioned table's owner, summary.json times
 #     the AlltoAlls;
 #   - L = 0 and lookahead = auto give bit-identical digests and test loss
-#     (two trainers, and three: the AlltoAll among three ranks);
+#     (two trainers, and three: the AlltoAll among three ranks); with every
+#     table partitioned lookahead = auto takes L = 0 and says why;
 #   - the placement of the partitioned tables (shard.placement: autoshard,
 #     lookup_greedy) gives the same bits;
 #   - trainer.comm_schedule = priority (one queue of collectives per
@@ -59,6 +60,13 @@ expect "the oracle logs each partitioned table's owner; summary.json times the A
 
 run_job pa --set lookahead=auto && same pa p0
 expect_rc $? "lookahead = auto (L = $(field "$WORK/pa/summary.json" lookahead)): bit-identical to L = 0"
+
+# every table partitioned: no row goes through the cache, so lookahead = auto takes L = 0 at once (a larger L
+# would only hold L + 2 Steps in each trainer)
+run_job pall --set table_strategy=partition --set lookahead=auto &&
+  [ "$(field "$WORK/pall/summary.json" lookahead)" = 0 ] &&
+  grep -q "lookahead auto: L=0: every table is partitioned" "$WORK/pall/logs/"oracle*.log
+expect_rc $? "every table partitioned: lookahead = auto chooses L = 0 and says why (L = $(field "$WORK/pall/summary.json" lookahead))"
 
 run_job p3a --set trainers=3 --set lookahead=0 && run_job p3b --set trainers=3 --set lookahead=auto && same p3a p3b
 expect_rc $? "three trainers: L = 0 and lookahead = auto bit-identical"

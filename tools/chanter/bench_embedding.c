@@ -331,6 +331,7 @@ int cmd_bench(cli_t *cli) {
   if (!strcmp(what, "embedding")) return bench_embedding(cli);
   if (!strcmp(what, "data")) return bench_data_parse(cli);
   if (!strcmp(what, "dataproc")) return bench_dataproc(cli);
+  if (!strcmp(what, "feed")) return bench_cluster_feed(cli);
   if (!strcmp(what, "e2e")) return bench_e2e(cli);
   if (!strcmp(what, "checkpoint")) return bench_checkpoint(cli);
   if (!strcmp(what, "recovery")) return bench_recovery(cli);

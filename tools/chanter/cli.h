@@ -53,6 +53,7 @@ int bench_recovery(cli_t *cli);    /* bench_recovery.c: recovery time per daemon
 int bench_data_parse(cli_t *cli);  /* bench_data.c: parse rates (part of `bench dataproc`) */
 int bench_model(cli_t *cli);
 int bench_dataproc(cli_t *cli);
+int bench_cluster_feed(cli_t *cli); /* bench_feed.c: each daemon thread's CPU per batch fed to one trainer */
 int bench_oracle(cli_t *cli);      /* bench_oracle.c: samples/s the oracle decides (plan + cacher) */
 int bench_e2e(cli_t *cli);         /* bench_e2e.c: the local cluster, baseline vs ideal */
 int bench_tables(cli_t *cli);      /* bench_tables.c: the cost model's dataset (docs/autoshard.md) */

@@ -149,6 +149,8 @@ static const command_t commands[] = {
      "  dataproc [--feed]      batches over gRPC vs in-process vs raw read (and data's parse rates), then a\n"
      "                         GPU trainer's feed at batch 16384: each step's cost, build_threads 1 vs default\n"
      "                         (--feed: only that)\n"
+     "  feed [--quick]         a cluster feeding one trainer batches of 16384: each daemon thread's CPU ms per\n"
+     "                         batch with mutual TLS and in plaintext, each daemon's peak memory\n"
      "  data [--samples N]     parse rates of every format\n"
      "  model [OPTIONS]        model step vs sgemm peak (chanter bench model --help: its options)\n"
      "  oracle                 samples/s the oracle decides (plan + cacher)\n"
