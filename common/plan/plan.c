@@ -344,7 +344,7 @@ static uint64_t *merge(const uint64_t *a, size_t na, const uint64_t *b, size_t n
   return o;
 }
 
-static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flags, plan_t *p) {
+static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flags, const uint8_t *skip, plan_t *p) {
   uint32_t P = p->trainers;
   size_t total = b->ids_off[b->n_tables], most = 0;
   for (uint32_t t = 0; t < b->n_tables; t++)
@@ -362,6 +362,7 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     goto out;
   }
   for (uint32_t t = 0; t < b->n_tables; t++) {
+    if (skip && skip[t]) continue; /* a partitioned table: no key of it goes to the cacher */
     uint32_t h = b->hotness[t];
     const uint64_t *src = b->ids + b->ids_off[t];
     for (uint32_t i = 0; i < b->n; i++) {
@@ -383,6 +384,15 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     }
   }
   p->n_unique = u;
+  int any = 0;
+  for (uint32_t t = 0; skip && t < b->n_tables; t++) any |= skip[t] != 0;
+  if (any) { /* as plan_drop_tables leaves it */
+    if (!(p->partitioned = malloc(b->n_tables))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    memcpy(p->partitioned, skip, b->n_tables);
+  }
   if (flags & PLAN_KEYS) { /* the cacher takes it from here */
     p->ukeys = ukey;
     p->users = uowner;
@@ -433,7 +443,8 @@ out:
 }
 
 /* The plan of b for P trainers, sample i going to trainer owner[i]. */
-static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, plan_t *out) {
+static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags, const uint8_t *skip,
+                 plan_t *out) {
   out->iteration = b->iteration;
   out->batch = b->n;
   out->trainers = P;
@@ -454,32 +465,42 @@ static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsig
     }
     goto out;
   }
-  rc = plan_keys(b, owner, flags, out);
+  rc = plan_keys(b, owner, flags, (flags & PLAN_KEYS) ? skip : NULL, out);
 out:
   if (rc) plan_close(out);
   return rc;
 }
 
-int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
-                      plan_t *out) {
+int plan_build_skip(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, const uint32_t *given, unsigned flags,
+                    const uint8_t *skip, plan_t *out) {
   memset(out, 0, sizeof *out);
-  if (P == 0 || P > PLAN_MAX_TRAINERS || (policy != PLAN_ALLOC_CONTIGUOUS && policy != PLAN_ALLOC_RANDOM))
-    return -EINVAL;
+  if (P == 0 || P > PLAN_MAX_TRAINERS) return -EINVAL;
+  if (given) {
+    for (uint32_t i = 0; i < b->n; i++)
+      if (given[i] >= P) return -EINVAL;
+    return build(b, P, given, flags, skip, out);
+  }
+  if (policy != PLAN_ALLOC_CONTIGUOUS && policy != PLAN_ALLOC_RANDOM) return -EINVAL;
   uint32_t *owner = malloc(((size_t)b->n + 1) * sizeof *owner);
   if (!owner) return -ENOMEM;
   int rc = plan_alloc(policy, seed, b->iteration, b->n, P, owner);
-  if (!rc) rc = build(b, P, owner, flags, out);
+  if (!rc) rc = build(b, P, owner, flags, skip, out);
   free(owner);
   return rc;
 }
 
+int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, unsigned flags,
+                      plan_t *out) {
+  return plan_build_skip(b, P, policy, seed, NULL, flags, NULL, out);
+}
+
 int plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
                             plan_t *out) {
-  memset(out, 0, sizeof *out);
-  if (P == 0 || P > PLAN_MAX_TRAINERS) return -EINVAL;
-  for (uint32_t i = 0; i < b->n; i++)
-    if (owner[i] >= P) return -EINVAL;
-  return build(b, P, owner, flags, out);
+  if (!owner) {
+    memset(out, 0, sizeof *out);
+    return -EINVAL;
+  }
+  return plan_build_skip(b, P, PLAN_ALLOC_CONTIGUOUS, 0, owner, flags, NULL, out);
 }
 
 int plan_batch_concat(const data_batch_t *batches, size_t n, data_batch_t *out) {

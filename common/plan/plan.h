@@ -95,6 +95,14 @@ int plan_build(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, uns
  * -EINVAL). */
 int plan_build_owned(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsigned flags,
                             plan_t *out);
+/* plan_build (given NULL) or plan_build_owned (given: the trainer of each
+ * sample) with skip: with PLAN_KEYS, the tables with skip[t] != 0 are left
+ * out of the keys from the start -- the plan that plan_drop_tables(skip)
+ * leaves of the whole one, bit for bit, without sorting those tables'
+ * keys first (the oracle, once every table's strategy is known).  skip
+ * NULL: plan_build / plan_build_owned. */
+int plan_build_skip(const data_batch_t *b, uint32_t P, int policy, uint64_t seed, const uint32_t *given, unsigned flags,
+                    const uint8_t *skip, plan_t *out);
 void plan_close(plan_t *p);
 
 /* Takes the tables with partitioned[t] != 0 (table_strategy = partition, strategy.h)

@@ -80,6 +80,7 @@ typedef struct plan_work_s {
   oracle_job_t *j;
   data_batch_t *batch;
   uint32_t *owner; /* allocation = laia: decided in plan_work, in batch order; else NULL */
+  uint8_t *skip;   /* the partitioned tables, once every strategy is known: their keys are not gathered */
   oracle_entry_t *entry;
   int rc;
   double secs;
@@ -134,8 +135,8 @@ static void plan_work(uv_work_t *req) {
   }
   /* ideal: no key lists at all; else the batch's distinct keys and their users, for the cacher */
   unsigned flags = j->ideal ? PLAN_IDEAL : PLAN_KEYS;
-  w->rc = w->owner ? plan_build_owned(w->batch, j->P, w->owner, flags, &w->entry->plan)
-                   : plan_build(w->batch, j->P, j->pipe.policy, j->seed, flags, &w->entry->plan);
+  w->rc = plan_build_skip(w->batch, j->P, j->pipe.policy, j->seed, w->owner, flags, j->ideal ? NULL : w->skip,
+                          &w->entry->plan);
   w->secs = oracle_job__now() - t0;
 }
 
@@ -171,6 +172,7 @@ static void plan_done(uv_work_t *req, int status) {
   data_batch_free(w->batch);
   free(w->batch);
   free(w->owner);
+  free(w->skip);
   free(w);
   oracle_job__advance(j);
 }
@@ -211,9 +213,15 @@ int oracle_pipeline__plan(oracle_job_t *j) {
     w->j = j;
     w->batch = b;
     w->entry = s;
+    /* every table's strategy known (table_strategy = auto has chosen): the
+     * partitioned tables' keys are never gathered (plan_done's
+     * plan_drop_tables then finds none of them) */
+    if (!j->strat_pending && j->partitioned && (w->skip = malloc(j->n_tables)) != NULL)
+      memcpy(w->skip, j->partitioned, j->n_tables);
     if (pp->laia && !(w->owner = malloc(((size_t)b->n + 1) * sizeof *w->owner))) {
       data_batch_free(b);
       free(b);
+      free(w->skip);
       free(w);
       return oracle_job__error(j, -ENOMEM, "out of memory allocating the samples of batch %llu (laia)",
                                (unsigned long long)x);
@@ -228,6 +236,7 @@ int oracle_pipeline__plan(oracle_job_t *j) {
       data_batch_free(b);
       free(b);
       free(w->owner);
+      free(w->skip);
       free(w);
       return oracle_job__error(j, rc, "cannot queue the planning of batch %llu: %s", (unsigned long long)x,
                                uv_strerror(rc));

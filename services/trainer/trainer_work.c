@@ -103,12 +103,53 @@ static void lay_out_samples(block_t *b, const Chanter__Oracle__V1__Samples *s, u
 
 /* ------------------------------------------------------------------ Step */
 
+/* A Step of a job that partitions tables (checked: partition_fields): the
+ * owners, the counts, the slots of every id (CACHER_NO_SLOT for a
+ * partitioned table's) and the ids of the global batch of the tables we
+ * hold, our own samples' taken from the batch laid out already. */
+static void lay_out_partitioned(block_t *b, const Chanter__Oracle__V1__Step *st, uint32_t n,
+                                const trainer_work_limits_t *lim, trainer_work_t *w) {
+  trainer_work_step_t *s = &w->step;
+  const data_schema_t *sc = lim->schema;
+  size_t n_ids = 0;
+  for (uint32_t t = 0; t < sc->n_tables; t++) n_ids += (size_t)n * sc->hotness[t];
+  uint32_t *slots = put(b, NULL, n_ids * 4);
+  s->partition_owner = put_field(b, &st->partition_owner);
+  s->partition_counts = put_field(b, &st->partition_counts);
+  uint64_t *ids = put(b, NULL, s->n_partition_ids * 8);
+  s->slots = slots;
+  s->partition_ids = ids;
+  if (!b->mem) return;
+  const data_batch_t *bt = &w->batch;
+  size_t k = 0, i = 0, wi = 0;
+  for (uint32_t t = 0; t < sc->n_tables; t++) {
+    uint32_t o = s->partition_owner[t];
+    size_t m = (size_t)n * sc->hotness[t];
+    uint32_t *dst = slots + (n ? bt->ids_off[t] : 0);
+    if (o == STRATEGY_OWNER_NONE) {
+      memcpy(dst, st->slots.data + 4 * k, m * 4);
+      k += m;
+    } else {
+      for (size_t j = 0; j < m; j++) dst[j] = UINT32_MAX; /* CACHER_NO_SLOT */
+    }
+    if (!strategy_holds(o, lim->rank)) continue;
+    for (uint32_t q = 0; q < lim->trainers; q++) {
+      size_t mq = (size_t)s->partition_counts[q] * sc->hotness[t];
+      if (!mq) continue;
+      if (q == lim->rank) memcpy(ids + i, bt->ids + bt->ids_off[t], mq * 8);
+      else memcpy(ids + i, st->partition_ids.data + 8 * wi, mq * 8), wi += mq;
+      i += mq;
+    }
+  }
+}
+
 static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32_t n, const trainer_work_limits_t *lim,
                          trainer_work_t *w) {
   lay_out_samples(b, st->samples, n, st->iteration, DATA_TRAIN, lim, &w->batch);
   if (!lim->cache_rows) return;
   trainer_work_step_t *s = &w->step;
-  s->slots = put_field(b, &st->slots);
+  if (st->partition_owner.len) lay_out_partitioned(b, st, n, lim, w);
+  else s->slots = put_field(b, &st->slots);
   s->fetch_keys = put_field(b, &st->fetch_keys);
   s->fetch_slots = put_field(b, &st->fetch_slots);
   s->write_back_keys = put_field(b, &st->write_back_keys);
@@ -121,19 +162,17 @@ static void lay_out_step(block_t *b, const Chanter__Oracle__V1__Step *st, uint32
   s->replicate_slots = put_field(b, &st->replicate_slots);
   s->replicate_owners = put_field(b, &st->replicate_owners);
   s->replicate_keys = put_field(b, &st->replicate_keys);
-  if (st->partition_owner.len) {
-    s->partition_owner = put_field(b, &st->partition_owner);
-    s->partition_counts = put_field(b, &st->partition_counts);
-    s->partition_ids = put_field(b, &st->partition_ids);
-  }
 }
 
 /* The partitioned tables' fields (strategy.h), when partition_owner is not empty:
  * an owner per table (a rank, STRATEGY_OWNER_ALL for partition_rows, or
  * STRATEGY_OWNER_NONE), a count per trainer adding up to the global batch with
- * ours = n, the ids of the whole batch of the tables we hold rows of, each
- * inside its table; then the slots of the samples' ids:
- * CACHER_NO_SLOT for a partitioned table, inside the cache otherwise. */
+ * ours = n; the ids of the whole batch of the tables we hold rows of less
+ * our own samples' (which the samples carry), each inside its table, ours
+ * included; then the slots of the cached tables' ids only, each inside the
+ * cache.  The decoded Step has both in full (lay_out_step): slots for every
+ * id (CACHER_NO_SLOT for a partitioned table's), partition_ids with our
+ * samples' in place; an index in an error is one of these full arrays. */
 static int partition_fields(const Chanter__Oracle__V1__Step *st, const trainer_work_limits_t *lim, uint32_t n,
                        trainer_work_step_t *s, char *err, size_t err_len) {
   const data_schema_t *sc = lim->schema;
@@ -145,7 +184,7 @@ static int partition_fields(const Chanter__Oracle__V1__Step *st, const trainer_w
     return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": partition_counts has %zu bytes, want %u (4 per trainer)", x, st->partition_counts.len,
                    lim->trainers * 4);
-  uint64_t sum = 0, want = 0;
+  uint64_t sum = 0, want = 0, want_slots = 0;
   for (uint32_t q = 0; q < lim->trainers; q++) {
     uint32_t c;
     memcpy(&c, st->partition_counts.data + 4 * q, 4);
@@ -163,34 +202,49 @@ static int partition_fields(const Chanter__Oracle__V1__Step *st, const trainer_w
     if (o != STRATEGY_OWNER_NONE && o != STRATEGY_OWNER_ALL && o >= lim->trainers)
       return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": partition_owner[%u] = %u, only %u trainers", x, t, o,
                      lim->trainers);
-    if (strategy_holds(o, lim->rank)) want += sum * sc->hotness[t];
+    if (strategy_holds(o, lim->rank)) want += (sum - n) * sc->hotness[t];
+    if (o == STRATEGY_OWNER_NONE) want_slots += (uint64_t)n * sc->hotness[t];
   }
   if (st->partition_ids.len != want * 8)
     return err_set(err, err_len, ERR_BADMSG,
                    "iteration %" PRIu64 ": partition_ids has %zu bytes, want %" PRIu64 " (the global batch's ids of the "
-                   "tables rank %u holds rows of, 8 each)", x, st->partition_ids.len, want * 8, lim->rank);
-  size_t i = 0, k = 0;
+                   "tables rank %u holds rows of, less its own samples', 8 each)", x, st->partition_ids.len, want * 8,
+                   lim->rank);
+  if (st->slots.len != want_slots * 4)
+    return err_set(err, err_len, ERR_BADMSG,
+                   "iteration %" PRIu64 ": slots has %zu bytes, want %" PRIu64 " (4 per id of the cached tables)", x,
+                   st->slots.len, want_slots * 4);
+  const uint8_t *own = st->samples && n ? st->samples->ids.data : NULL; /* table by table, n * hotness each */
+  size_t i = 0, k = 0, w = 0, full = 0;
   for (uint32_t t = 0; t < sc->n_tables; t++) {
     uint32_t o;
     memcpy(&o, st->partition_owner.data + 4 * t, 4);
     size_t m = (size_t)n * sc->hotness[t];
-    for (size_t j = 0; j < m; j++, k++) { /* the slots of the samples' ids, table by table */
+    for (size_t j = 0; o == STRATEGY_OWNER_NONE && j < m; j++, k++) { /* the cached tables' slots */
       uint32_t sl;
       memcpy(&sl, st->slots.data + 4 * k, 4);
-      if (o == UINT32_MAX ? sl >= lim->cache_rows : sl != UINT32_MAX)
+      if (sl >= lim->cache_rows)
         return err_set(err, err_len, ERR_BADMSG,
-                       "iteration %" PRIu64 ": slots[%zu] = %u for table %u, which is %s", x, k, sl, t,
-                       o == UINT32_MAX ? "cached: want a slot below cache_rows" : "partitioned: want no slot (0xffffffff)");
+                       "iteration %" PRIu64 ": slots[%zu] = %u for table %u, beyond the cache of %" PRIu64 " rows", x,
+                       full + j, sl, t, lim->cache_rows);
     }
-    if (!strategy_holds(o, lim->rank)) continue;
-    for (uint64_t j = 0; j < sum * sc->hotness[t]; j++, i++) {
-      uint64_t id;
-      memcpy(&id, st->partition_ids.data + 8 * i, 8);
-      if (id >= sc->table_rows[t])
-        return err_set(err, err_len, ERR_BADMSG,
-                       "iteration %" PRIu64 ": partition_ids[%zu] = %" PRIu64 " for table %u of %" PRIu64 " rows", x, i, id,
-                       t, sc->table_rows[t]);
+    if (strategy_holds(o, lim->rank)) {
+      for (uint32_t q = 0; q < lim->trainers; q++) {
+        uint32_t c;
+        memcpy(&c, st->partition_counts.data + 4 * q, 4);
+        size_t mq = (size_t)c * sc->hotness[t];
+        for (size_t j = 0; j < mq; j++, i++) {
+          uint64_t id;
+          if (q == lim->rank) memcpy(&id, own + 8 * (full + j), 8);
+          else memcpy(&id, st->partition_ids.data + 8 * w++, 8);
+          if (id >= sc->table_rows[t])
+            return err_set(err, err_len, ERR_BADMSG,
+                           "iteration %" PRIu64 ": partition_ids[%zu] = %" PRIu64 " for table %u of %" PRIu64 " rows%s",
+                           x, i, id, t, sc->table_rows[t], q == lim->rank ? " (one of this trainer's samples)" : "");
+        }
+      }
     }
+    full += m;
   }
   s->n_partition_ids = i;
   return 0;
@@ -217,9 +271,6 @@ static int decode_step(const Chanter__Oracle__V1__Step *st, const trainer_work_l
                    st->global_batch, n);
   if (cache) {
     size_t n_slots;
-    if (st->partition_owner.len && st->slots.len != (n ? n_ids : 0) * 4)
-      return err_set(err, err_len, ERR_BADMSG, "iteration %" PRIu64 ": slots has %zu bytes, want %zu (4 per entry)", x,
-                     st->slots.len, (n ? n_ids : 0) * 4);
     if ((rc = st->partition_owner.len ? partition_fields(st, lim, n, s, err, err_len)
                                  : slots_field(lim, &st->slots, n ? n_ids : 0, "slots", x, &n_slots, err, err_len)) ||
         (rc = keys_field(&st->write_back_keys, "write_back_keys", x, &s->n_write_back, err, err_len)) ||

@@ -67,16 +67,19 @@ def bad_step():
     elif CASE == "samples_bytes":
         s.samples.ids = u64(1, 2, 3)
     elif CASE.startswith("part_"):  # table 1 partitioned (table_strategy), on rank 0
+        # the only trainer: its samples are the whole batch, so partition_ids
+        # carries nothing (the trainer takes table 1's ids from its samples),
+        # and slots covers table 0's ids alone
         s.partition_owner = u32(0xFFFFFFFF, 0)
         s.partition_counts = u32(N)
-        s.partition_ids = u64(4, 5, 6, 4)
-        s.slots = u32(0, 1, 2, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+        s.partition_ids = b""
+        s.slots = u32(0, 1, 2, 0)
         if CASE == "part_owner_rank":
             s.partition_owner = u32(0xFFFFFFFF, 5)
         elif CASE == "part_ids_short":
             s.partition_ids = u64(4, 5)
         elif CASE == "part_id_beyond":
-            s.partition_ids = u64(4, 5, 6, 40)
+            s.samples.ids = u64(1, 2, 3, 1, 4, 5, 6, 40)
         elif CASE == "part_slot":
             s.slots = u32(0, 1, 2, 0, 3, 4, 5, 3)
         elif CASE == "part_counts":

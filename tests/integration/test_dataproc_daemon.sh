@@ -70,9 +70,10 @@ expect "and equal those of a processor with the default count"
 grep -q "build_threads=4" "$WORK/dp-4.log"; expect "the processor logs its build threads"
 
 # --- a client that goes away mid-stream leaves no thread and no build behind
-# our threads (loop, poller, build pool) carry the process's name; gRPC's own
-# (event_engine, default-executor, timers) come and go as it likes
-tasks() { cat /proc/"${DP_PID[$P]}"/task/*/comm | grep -c '^chanter-datapro'; }
+# our threads: the loop (the process's name), the poller (rpc-server-cq), the
+# build pool (dataproc-build once it has built, the process's name before);
+# gRPC's own (event_engine, default-executor, timers) come and go as it likes
+tasks() { cat /proc/"${DP_PID[$P]}"/task/*/comm | grep -cE '^(chanter-datapro|rpc-server-cq|dataproc-build)$'; }
 cpu() { awk '{print $14 + $15}' "/proc/${DP_PID[$P]}/stat"; }
 gauge() { python3 - "${DP_MPORT[$P]}" <<'PY'
 import sys, urllib.request

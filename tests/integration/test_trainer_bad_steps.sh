@@ -5,8 +5,9 @@
 # different lengths, a replication owner that is no trainer, write-back
 # keys and slots of different lengths, id bytes short of the samples, and
 # the partitioned tables' fields (table_strategy: an owner that is no
-# trainer, ids short of the batch or beyond their table, a slot for a
-# partitioned table's id, sample counts that disagree with the step).  Each
+# trainer, ids where a lone trainer takes them all from its samples, a
+# sample's id beyond its partitioned table, slots for a partitioned
+# table's ids, sample counts that disagree with the step).  Each
 # time the trainer stops with exit status 1 and a log line naming the
 # iteration and the field; no crash, no hang (a malformed message from a
 # peer is that peer's bug, reported, never undefined behaviour).  And
@@ -55,9 +56,9 @@ declare -A NEED=(
   [write_back_slots]="write_back_slots has 12 bytes, want 8"
   [samples_bytes]="id bytes"
   [part_owner_rank]="partition_owner[1] = 5, only 1 trainers"
-  [part_ids_short]="partition_ids has 16 bytes, want 32"
+  [part_ids_short]="partition_ids has 16 bytes, want 0"
   [part_id_beyond]="partition_ids[3] = 40 for table 1 of 40 rows"
-  [part_slot]="slots[4] = 3 for table 1, which is partitioned"
+  [part_slot]="slots has 32 bytes, want 16 (4 per id of the cached tables)"
   [part_counts]="partition_counts says 3 samples for rank 0, the step has 4"
 )
 for c in slots_short slot_beyond_cache fetch_slots_mismatch replicate_owner write_back_slots samples_bytes \

@@ -1,7 +1,9 @@
 /*
  * test_oracle_plan: the oracle's pure decisions (common/plan/plan.c,
  * common/model/eval.c, common/jobrule.c): sample allocation, the
- * per-trainer fetch / sync / write-back key lists of L = 0, the radix
+ * per-trainer fetch / sync / write-back key lists of L = 0, the
+ * partitioned tables' keys left out (plan_build_skip = plan_build +
+ * plan_drop_tables), the radix
  * sort, the evaluation metrics, each against a hand-computed case or a
  * brute-force reference, and what a job reports about its data (the
  * evaluation set's size, the train logloss's iterations, a batch larger
@@ -310,6 +312,52 @@ static void test_plan_properties(void **state) {
       }
 }
 
+/* plan_build_skip leaves the skipped tables' keys out from the start: the
+ * very plan plan_build + plan_drop_tables gives (keys, users, the mask, the
+ * shares' batches), for each allocation, trainer count and mask (none,
+ * some, every table), and with owners given. */
+static void test_plan_skip(void **state) {
+  (void)state;
+  const uint32_t hot[4] = {1, 3, 1, 2};
+  const uint8_t masks[4][4] = {{0, 0, 0, 0}, {1, 0, 1, 0}, {0, 1, 0, 0}, {1, 1, 1, 1}};
+  const uint32_t Ps[] = {1, 2, 3};
+  for (int pol = 0; pol < 2; pol++)
+    for (size_t k = 0; k < sizeof Ps / sizeof *Ps; k++)
+      for (int m = 0; m < 4; m++) {
+        data_batch_t b;
+        make_batch(&b, (uint64_t)m, 150, 2, 4, hot, NULL, 500);
+        plan_t whole, skip;
+        assert_int_equal(plan_build(&b, Ps[k], pol, 5, PLAN_KEYS, &whole), 0);
+        assert_int_equal(plan_drop_tables(&whole, masks[m]), 0);
+        assert_int_equal(plan_build_skip(&b, Ps[k], pol, 5, NULL, PLAN_KEYS, masks[m], &skip), 0);
+        assert_int_equal(skip.n_unique, whole.n_unique);
+        if (whole.n_unique) {
+          assert_memory_equal(skip.ukeys, whole.ukeys, whole.n_unique * sizeof *whole.ukeys);
+          assert_memory_equal(skip.users, whole.users, whole.n_unique * sizeof *whole.users);
+        }
+        assert_int_equal(skip.partitioned != NULL, whole.partitioned != NULL);
+        if (whole.partitioned) assert_memory_equal(skip.partitioned, whole.partitioned, 4);
+        for (uint32_t q = 0; q < Ps[k]; q++) {
+          assert_int_equal(skip.shares[q].batch.n, whole.shares[q].batch.n);
+          size_t ni = skip.shares[q].batch.ids_off[4];
+          if (ni) assert_memory_equal(skip.shares[q].batch.ids, whole.shares[q].batch.ids, ni * sizeof(uint64_t));
+        }
+        plan_close(&skip);
+        /* owners given (laia's path): the same */
+        uint32_t own[150];
+        for (uint32_t i = 0; i < 150; i++) own[i] = (uint32_t)(rnd() % Ps[k]);
+        plan_close(&whole);
+        assert_int_equal(plan_build_owned(&b, Ps[k], own, PLAN_KEYS, &whole), 0);
+        assert_int_equal(plan_drop_tables(&whole, masks[m]), 0);
+        assert_int_equal(plan_build_skip(&b, Ps[k], pol, 5, own, PLAN_KEYS, masks[m], &skip), 0);
+        assert_int_equal(skip.n_unique, whole.n_unique);
+        if (whole.n_unique) assert_memory_equal(skip.ukeys, whole.ukeys, whole.n_unique * sizeof *whole.ukeys);
+        plan_close(&skip);
+        plan_close(&whole);
+        data_batch_free(&b);
+      }
+}
+
 static void test_plan_empty_shares(void **state) {
   (void)state;
   const uint32_t hot[2] = {1, 1};
@@ -574,7 +622,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_alloc_contiguous),  cmocka_unit_test(test_alloc_random),
       cmocka_unit_test(test_sort),              cmocka_unit_test(test_plan_by_hand),
-      cmocka_unit_test(test_plan_properties),   cmocka_unit_test(test_plan_empty_shares),
+      cmocka_unit_test(test_plan_properties),   cmocka_unit_test(test_plan_skip),
+      cmocka_unit_test(test_plan_empty_shares),
       cmocka_unit_test(test_plan_ideal_and_eval), cmocka_unit_test(test_concat),
       cmocka_unit_test(test_batch_head),        cmocka_unit_test(test_eval_samples),
       cmocka_unit_test(test_train_tail),        cmocka_unit_test(test_batch_notes),

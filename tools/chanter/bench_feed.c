@@ -15,9 +15,10 @@
  * Status.  Threads are grouped by daemon and name (each daemon names its
  * threads by role: trainer-read, trainer-feed, oracle-fetch, ...).
  *
- * Printed: CPU milliseconds per iteration of each group, and what that
- * group alone would allow on a machine with a core for each thread: batch
- * size / its CPU time per iteration.  A GPU trains this step in about 5 ms
+ * Printed: CPU milliseconds per iteration of each group (and how many
+ * threads it has), and what that group alone would allow if its work ran
+ * on one thread: batch size / its CPU time per iteration (a group of
+ * several threads, as the build pool, allows that many times more).  A GPU trains this step in about 5 ms
  * (docs/gpu.md), so a thread above 5 ms per batch holds a GPU trainer back
  * by itself.  Two columns from the same run: the cluster with mutual TLS
  * (as `local up` and production run it) and in plaintext (--insecure),
@@ -55,6 +56,7 @@ typedef struct thr_s {
 typedef struct group_s {
   char daemon[64], name[64];
   double ms[2]; /* CPU ms per iteration, per column */
+  int threads;  /* threads of this name (the first column's run) */
 } group_t;
 
 typedef struct mem_s {
@@ -213,6 +215,7 @@ static int run_column(const char *self, const char *dir, int insecure, uint64_t 
       if (s1[k].tid == s2[i].tid && !strcmp(s1[k].daemon, s2[i].daemon)) before = s1[k].cpu;
     group_t *x = group_of(g, ng, s2[i].daemon, s2[i].name);
     if (x) x->ms[col] += (s2[i].cpu - before) * 1e3 / iters_d;
+    if (x && col == 0) x->threads++;
   }
   rc = 0;
 wait:
@@ -268,16 +271,18 @@ int bench_cluster_feed(cli_t *cli) {
     printf("\nthe feed of one trainer on a local cluster: batch %d, 26 partitioned tables x 100k rows, dim 16,\n"
            "MLPs of 16 units, lookahead = auto; CPU ms per iteration over iterations %" PRIu64 "-%" PRIu64 "\n\n",
            FEED_BATCH, a, b);
-    printf("%-12s %-16s %12s %12s %18s\n", "daemon", "thread", "mutual TLS", "plaintext", "TLS allows samples/s");
+    printf("%-12s %-16s %7s %12s %12s %18s\n", "daemon", "thread", "threads", "mutual TLS", "plaintext",
+           "TLS allows samples/s");
     for (size_t i = 0; i < ng; i++) {
       if (g[i].ms[0] < 0.5 && g[i].ms[1] < 0.5) continue;
       int model = !strcmp(g[i].name, "trainer-step") || !strcmp(g[i].name, "model-pool");
-      printf("%-12s %-16s %12.1f %12.1f %18.0f%s\n", g[i].daemon, g[i].name, g[i].ms[0], g[i].ms[1],
-             g[i].ms[0] > 0 ? FEED_BATCH / (g[i].ms[0] / 1e3) : 0, model ? "  (the CPU's training)" : "");
+      printf("%-12s %-16s %7d %12.1f %12.1f %18.0f%s\n", g[i].daemon, g[i].name, g[i].threads, g[i].ms[0], g[i].ms[1],
+             g[i].ms[0] > 0 ? FEED_BATCH / (g[i].ms[0] / 1e3) : 0,
+             model ? "  (the CPU's training)" : g[i].threads > 1 ? "  (if on one thread)" : "");
     }
-    printf("%-29s %12.0f %12.0f\n", "samples/s here (shared cores)", sps[0], sps[1]);
+    printf("%-37s %12.0f %12.0f\n", "samples/s here (shared cores)", sps[0], sps[1]);
     printf("\npeak resident memory (MiB)\n");
-    for (size_t i = 0; i < nm; i++) printf("%-29s %12.0f %12.0f\n", m[i].daemon, m[i].mib[0], m[i].mib[1]);
+    for (size_t i = 0; i < nm; i++) printf("%-37s %12.0f %12.0f\n", m[i].daemon, m[i].mib[0], m[i].mib[1]);
     printf("\naim: every thread of the feed under 5 ms a batch (a GPU's step at this batch, docs/gpu.md)\n");
   }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
