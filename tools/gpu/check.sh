@@ -133,6 +133,7 @@ if [ $? -eq 0 ]; then
   fig "chanter local up 1 trainer cuda b=16384 samples/s" "$(jf "$s" "round(d['samples_per_sec'])")"
   fig "  steady samples/s" "$(jf "$s" "round(d['steady_samples_per_sec'])")"
   fig "  ms/iteration by phase" "$(jf "$s" "' '.join('%s=%.1f' % (k, 1e3 * v) for k, v in d['phase_seconds'].items())")"
+  fig "  steady ms/iteration by phase" "$(jf "$s" "' '.join('%s=%.1f' % (k, 1e3 * v) for k, v in d['steady_phase_seconds'].items() if v)")"
   tail -3 "$W/cl/logs/"trainer-0.log 2>/dev/null
 fi
 
@@ -147,6 +148,7 @@ if [ $? -eq 0 ]; then
   fig "chanter local up 1 trainer cuda b=16384 auto samples/s" "$(jf "$s" "round(d['samples_per_sec'])")"
   fig "  steady samples/s" "$(jf "$s" "round(d['steady_samples_per_sec'])")"
   fig "  ms/iteration by phase" "$(jf "$s" "' '.join('%s=%.1f' % (k, 1e3 * v) for k, v in d['phase_seconds'].items())")"
+  fig "  steady ms/iteration by phase" "$(jf "$s" "' '.join('%s=%.1f' % (k, 1e3 * v) for k, v in d['steady_phase_seconds'].items() if v)")"
 fi
 
 say "figures (t=${SECONDS}s; log: $LOG)"
