@@ -9,6 +9,7 @@
 #include "coll.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "err.h"
 #include "fsio.h"
 #include "log.h"
+#include "proc.h"
 
 struct coll_s {
   const coll__backend_t *be;
@@ -126,7 +128,14 @@ int coll_create(const coll_opts_t *o, const coll_store_t *store, coll_t **out,
   c->be = be;
   c->rank = opts.rank;
   c->size = opts.size;
+  /* the threads the backend starts (Gloo's transport loop, NCCL's proxy)
+   * would take the calling thread's name: they get one of their own, and
+   * the caller gets its own back */
+  char caller[16] = "";
+  pthread_getname_np(pthread_self(), caller, sizeof caller);
+  proc_name_thread(strcmp(be->name, "nccl") ? "coll-gloo" : "coll-nccl");
   rc = be->create(&opts, store, &c->impl, what, sizeof what);
+  if (caller[0]) proc_name_thread(caller);
   if (rc < 0) goto out;
   log_debug("coll group formed backend=%s rank=%d size=%d prefix=%s", be->name,
             c->rank, c->size, opts.prefix);

@@ -89,7 +89,8 @@ threads_named() {
   local tr or
   tr=$(cat /proc/"$(pid_of "$WORK/bad" trainer-0)"/task/*/comm 2>/dev/null)
   or=$(cat /proc/"$(pid_of "$WORK/bad" oracle-0)"/task/*/comm 2>/dev/null)
-  for n in trainer-read trainer-feed trainer-step trainer-bg trainer-hb; do grep -qx "$n" <<<"$tr" || return 1; done
+  for n in trainer-read trainer-feed trainer-step trainer-bg trainer-hb coll-gloo; do grep -qx "$n" <<<"$tr" || return 1; done
+  [ "$(grep -cx trainer-step <<<"$tr")" = 1 ] || return 1 # Gloo's threads are coll-gloo, not the training thread's name
   grep -qx oracle-fetch <<<"$or"
 }
 ( sleep 2; until_ok 100 threads_named; echo $? >"$WORK/bad.names"; kill -9 "$dp" ) &
@@ -98,7 +99,7 @@ rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "data processor" "$WORK/bad.err"
 expect_rc $? "a data processor killed mid-job fails the job with a clear error: $(tail -1 "$WORK/bad.err" | cut -c1-160)"
 [ "$(cat "$WORK/bad.names")" = 0 ]
-expect "the trainer's and the oracle's threads are named by role (trainer-read, trainer-feed, trainer-step, trainer-bg, trainer-hb, oracle-fetch)"
+expect "the trainer's and the oracle's threads are named by role (trainer-read, trainer-feed, trainer-step, trainer-bg, trainer-hb, coll-gloo, oracle-fetch)"
 sleep 1
 grep -qs "the job failed elsewhere" "$WORK/bad/logs/"trainer-*.log && grep -qs "exiting rank=.* status=3" "$WORK/bad/logs/"trainer-*.log
 expect "the trainers, told the job failed, say so and exit with status 3 (systemd does not restart them)"
