@@ -384,15 +384,6 @@ static int plan_keys(const data_batch_t *b, const uint32_t *owner, unsigned flag
     }
   }
   p->n_unique = u;
-  int any = 0;
-  for (uint32_t t = 0; skip && t < b->n_tables; t++) any |= skip[t] != 0;
-  if (any) { /* as plan_drop_tables leaves it */
-    if (!(p->partitioned = malloc(b->n_tables))) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    memcpy(p->partitioned, skip, b->n_tables);
-  }
   if (flags & PLAN_KEYS) { /* the cacher takes it from here */
     p->ukeys = ukey;
     p->users = uowner;
@@ -465,7 +456,10 @@ static int build(const data_batch_t *b, uint32_t P, const uint32_t *owner, unsig
     }
     goto out;
   }
-  rc = plan_keys(b, owner, flags, (flags & PLAN_KEYS) ? skip : NULL, out);
+  if (!(flags & PLAN_KEYS)) skip = NULL;
+  rc = plan_keys(b, owner, flags, skip, out);
+  /* the skipped tables' mask, as plan_drop_tables leaves it (no key of theirs is left to drop) */
+  if (!rc && skip) rc = plan_drop_tables(out, skip);
 out:
   if (rc) plan_close(out);
   return rc;
