@@ -35,8 +35,8 @@
 #include "err.h"
 #include "log.h"
 #include "oracle_job_internal.h"
-#include "strategy_auto.h"
 #include "proc.h"
+#include "strategy_auto.h"
 
 #define PLAN_PARALLEL 2 /* batches planned at once on the worker pool */
 #define PLAN_AHEAD 2    /* planned batches kept beyond the dispatch window */

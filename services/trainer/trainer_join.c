@@ -38,9 +38,9 @@
 #include "dpc.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 #include "sdn.h"
 #include "trainer_state.h"
-#include "proc.h"
 
 /* ------------------------------------------------------------------ the heartbeat */
 

@@ -21,10 +21,10 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 #include "sdn.h"
 #include "trainer_ckpt.h"
 #include "trainer_state.h"
-#include "proc.h"
 
 /* ------------------------------------------------------------------ create */
 

@@ -41,9 +41,9 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "proc.h"
 #include "strategy.h"
 #include "trainer_partition.h"
-#include "proc.h"
 
 #define RETIRE_CHUNK 65536 /* rows per write-back call */
 

@@ -17,8 +17,8 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
-#include "trainer_state.h"
 #include "proc.h"
+#include "trainer_state.h"
 
 void trainer_pipeline_init(trainer_t *t) {
   trainer_pipeline_t *p = &t->pipe;
