@@ -2,7 +2,7 @@
  * chanter bench feed: what feeding one trainer a batch of 16384 costs each
  * daemon's threads, on a real cluster.
  *
- *   chanter bench feed [--quick]
+ *   chanter bench feed [--quick] [--device cuda]
  *
  * The cluster (`chanter local up`: 2 data processors, 1 embedding server,
  * the oracle, 1 trainer) trains the GPU
@@ -25,7 +25,9 @@
  * which shows what TLS costs each thread; and each daemon's peak resident
  * memory (VmHWM).  The model's threads (trainer-step, model-pool) do the
  * CPU's training and are not part of the feed.  Prints only: nothing is a
- * threshold.
+ * threshold.  With --device cuda the trainer trains on the GPU with the
+ * shape's own MLPs (13-512-256-64-16, 512-256-1), and the samples/s line
+ * is the one-trainer cluster's figure to set against `train --local`.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -148,8 +150,8 @@ static group_t *group_of(group_t *g, size_t *n, const char *daemon, const char *
 /* One column: up, train in the background, two snapshots at iterations a
  * and b of the oracle's Status, down.  Fills col of the groups; *sps the
  * samples/s between the snapshots.  0 or -1 (said). */
-static int run_column(const char *self, const char *dir, int insecure, uint64_t a, uint64_t b, uint64_t iters,
-                      group_t *g, size_t *ng, mem_t *m, size_t *nm, int col, double *sps) {
+static int run_column(const char *self, const char *dir, int cuda, int insecure, uint64_t a, uint64_t b,
+                      uint64_t iters, group_t *g, size_t *ng, mem_t *m, size_t *nm, int col, double *sps) {
   static const char *rows = "100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,"
                             "100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,100000,"
                             "100000,100000";
@@ -157,10 +159,11 @@ static int run_column(const char *self, const char *dir, int insecure, uint64_t 
   snprintf(cmd, sizeof cmd,
            "'%s' --set model=dlrm --set table_rows=%s --set embedding_dim=16 --set synthetic.alpha=0 "
            "--set synthetic.samples=100000000 --set test_fraction=0 --set eval_batches=0 --set eval_every=0 "
-           "--set model.bottom_mlp=16 --set model.top_mlp=16 --set batch_size=%d --set iterations=%" PRIu64 " "
+           "%s --set batch_size=%d --set iterations=%" PRIu64 " "
            "--set trainers=1 --set embedding_servers=1 --set dataprocs=2 --set table_strategy=partition "
            "--set lookahead=auto local up %s --workdir '%s' >'%s.up' 2>&1",
-           self, rows, FEED_BATCH, iters, insecure ? "--insecure" : "", dir, dir);
+           self, rows, cuda ? "--set device=cuda" : "--set model.bottom_mlp=16 --set model.top_mlp=16", FEED_BATCH,
+           iters, insecure ? "--insecure" : "", dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "bench feed: local up failed; see %s.up\n", dir);
     return -1;
@@ -242,12 +245,15 @@ static int by_first(const void *x, const void *y) {
 }
 
 int bench_cluster_feed(cli_t *cli) {
-  int quick = 0;
+  int quick = 0, cuda = 0;
   for (int i = 0; i < cli->argc; i++) {
     if (!strcmp(cli->argv[i], "--quick")) {
       quick = 1;
+    } else if (!strcmp(cli->argv[i], "--device") && i + 1 < cli->argc &&
+               (!strcmp(cli->argv[i + 1], "cpu") || !strcmp(cli->argv[i + 1], "cuda"))) {
+      cuda = !strcmp(cli->argv[++i], "cuda");
     } else {
-      fprintf(stderr, "bench feed: unknown option %s (--quick)\n", cli->argv[i]);
+      fprintf(stderr, "bench feed: unknown option %s (--quick, --device cpu|cuda)\n", cli->argv[i]);
       return 2;
     }
   }
@@ -264,13 +270,13 @@ int bench_cluster_feed(cli_t *cli) {
   int rc = 0;
   for (int c = 0; c < 2 && !rc; c++) {
     snprintf(dir[c], sizeof dir[c], "%s/%s", tmp, c ? "plain" : "tls");
-    rc = run_column(self, dir[c], c, a, b, iters, g, &ng, m, &nm, c, &sps[c]);
+    rc = run_column(self, dir[c], cuda, c, a, b, iters, g, &ng, m, &nm, c, &sps[c]);
   }
   if (!rc) {
     qsort(g, ng, sizeof *g, by_first);
     printf("\nthe feed of one trainer on a local cluster: batch %d, 26 partitioned tables x 100k rows, dim 16,\n"
-           "MLPs of 16 units, lookahead = auto; CPU ms per iteration over iterations %" PRIu64 "-%" PRIu64 "\n\n",
-           FEED_BATCH, a, b);
+           "%s, lookahead = auto; CPU ms per iteration over iterations %" PRIu64 "-%" PRIu64 "\n\n",
+           FEED_BATCH, cuda ? "device = cuda, the shape's MLPs" : "MLPs of 16 units", a, b);
     printf("%-12s %-16s %7s %12s %12s %18s\n", "daemon", "thread", "threads", "mutual TLS", "plaintext",
            "TLS allows samples/s");
     for (size_t i = 0; i < ng; i++) {
