@@ -24,13 +24,19 @@
  *             sorted by one stable LSD radix sort (CUB; only the
  *             rbits + jbits low bits) carrying the sample, so equal keys
  *             -- one row of one table -- keep the order (i, h) ascending,
- *             the CPU's sample order.  k_update has one thread per sorted
- *             position; the thread at the first position of a run of equal
- *             keys owns that row (rows are distinct across runs: no two
- *             threads write one row, no atomics) and adds the gradient
- *             rows of the run's samples in that order starting from 0.0f,
- *             as add_row does after the memset, CHUNK columns at a time in
- *             registers (each column's sum is the same sequence of adds).
+ *             the CPU's sample order.  k_update has `lanes` threads per
+ *             sorted position (update_lanes: sgd and adagrad, the width
+ *             rounded up to a power of two, at most a warp; rowwise, one);
+ *             the lanes at the first position of a run of equal keys own
+ *             that row (rows are distinct across runs: no two runs write
+ *             one row, no atomics), lane l its columns l, l + lanes, ...,
+ *             and each adds the gradient rows of the run's samples in that
+ *             order starting from 0.0f, as add_row does after the memset,
+ *             CHUNK of its columns at a time in registers (each column's
+ *             sum is the same sequence of adds, whichever lane does it).
+ *             A row that thousands of a batch's ids share (a table of 3
+ *             rows) is added up by its lanes side by side, one column
+ *             each, rather than by one thread column after column.
  *  the update = opt_row_update, same expressions, same association:
  *               sgd:     w[d] -= lr * g[d]
  *               adagrad: h[d] += g[d] * g[d]; w[d] -= lr * g[d] / (sqrtf(h[d]) + eps)
@@ -48,7 +54,7 @@
  * Launches per training step on the device tables: the ids' copy, k_pool,
  * CUB's sort (a few kernels), k_update, and one wait at the end.  Kernels
  * are sized from n on the host; k_update runs over every sorted position
- * and the threads that do not start a run return at once, so the number
+ * and the lanes that do not start a run return at once, so the number
  * of distinct rows never travels to the host.
  */
 #include <cublas_v2.h>
@@ -112,63 +118,84 @@ static __global__ void k_pool(const float *const *__restrict__ base, const uint3
     }
 }
 
-/* acc[c] = sum over the run's positions q in order of g[vals[q] * width + c],
- * from 0.0f, for c < left (add_row's adds, column by column). */
+/* acc[c] = sum over the run's positions q in order of
+ * g[vals[q] * width + c * stride], from 0.0f, for c < left (add_row's adds,
+ * column by column). */
 static __device__ __forceinline__ void run_sum(float acc[CHUNK], const float *__restrict__ g,
                                                const uint32_t *__restrict__ vals, uint32_t p, uint32_t end,
-                                               size_t width, uint32_t left) {
+                                               size_t width, uint32_t stride, uint32_t left) {
 #pragma unroll
   for (uint32_t c = 0; c < CHUNK; c++) acc[c] = 0.0f;
   for (uint32_t q = p; q < end; q++) {
     const float *s = g + (size_t)vals[q] * width;
 #pragma unroll
     for (uint32_t c = 0; c < CHUNK; c++)
-      if (c < left) acc[c] += s[c];
+      if (c < left) acc[c] += s[(size_t)c * stride];
   }
 }
 
-/* One thread per sorted position; the first of each run folds and updates
- * its row (see the top). */
+/* Lanes per sorted position of k_update: sgd and adagrad update each
+ * column by itself, so the row's columns are dealt to up to a warp of
+ * lanes (the width rounded up to a power of two); rowwise sums the
+ * squares over the columns in order, so one lane does the row. */
+static uint32_t update_lanes(opt_kind_t kind, uint32_t dim) {
+  uint32_t l = 1;
+  if (kind != OPT_SGD && kind != OPT_ADAGRAD) return 1;
+  while (l < dim && l < 32) l <<= 1;
+  return l;
+}
+
+/* `lanes` threads per sorted position; those of the first of each run fold
+ * and update its row, lane l the columns l, l + lanes, ... (see the top). */
 template <int KIND>
 static __global__ void k_update(const uint64_t *__restrict__ keys, const uint32_t *__restrict__ vals, uint32_t total,
-                                uint32_t rbits, float *const *__restrict__ base, const uint32_t *__restrict__ tab,
-                                uint32_t dim, uint32_t rf, size_t width, const float *__restrict__ demb, float lr,
-                                float eps, const uint64_t *__restrict__ lim, unsigned long long *count) {
-  uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= total) return;
+                                uint32_t lanes, uint32_t rbits, float *const *__restrict__ base,
+                                const uint32_t *__restrict__ tab, uint32_t dim, uint32_t rf, size_t width,
+                                const float *__restrict__ demb, float lr, float eps, const uint64_t *__restrict__ lim,
+                                unsigned long long *count) {
+  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= (size_t)total * lanes) return;
+  uint32_t p = (uint32_t)(t / lanes), lane = (uint32_t)(t % lanes);
   uint64_t key = keys[p];
   if (p > 0 && keys[p - 1] == key) return;
   uint32_t j = (uint32_t)(key >> rbits);
   uint64_t row = key & ((UINT64_C(1) << rbits) - 1);
   if (lim && row >= lim[j]) return; /* a placeholder row: never updated (embdev_set) */
-  if (count) atomicAdd(count, 1ULL);
+  if (count && lane == 0) atomicAdd(count, 1ULL);
   uint32_t end = p + 1;
   while (end < total && keys[end] == key) end++;
   float *w = base[j] + row * rf;
   const float *g = demb + (size_t)tab[j] * dim;
   float acc[CHUNK], ss = 0.0f;
-  for (uint32_t d0 = 0; d0 < dim; d0 += CHUNK) {
-    run_sum(acc, g + d0, vals, p, end, width, dim - d0);
+  if (KIND != OPT_ROWWISE_ADAGRAD) {
+    /* this lane's columns d = d0 + c * lanes, CHUNK of them a pass */
+    for (uint32_t d0 = lane; d0 < dim; d0 += CHUNK * lanes) {
+      run_sum(acc, g + d0, vals, p, end, width, lanes, (dim - d0 + lanes - 1) / lanes);
 #pragma unroll
-    for (uint32_t c = 0; c < CHUNK; c++) {
-      if (d0 + c >= dim) continue;
-      float x = acc[c];
-      if (KIND == OPT_SGD) {
-        w[d0 + c] -= lr * x;
-      } else if (KIND == OPT_ADAGRAD) {
-        w[dim + d0 + c] += x * x;
-        w[d0 + c] -= lr * x / (sqrtf(w[dim + d0 + c]) + eps);
-      } else {
-        ss += x * x;
+      for (uint32_t c = 0; c < CHUNK; c++) {
+        uint32_t d = d0 + c * lanes;
+        if (d >= dim) continue;
+        float x = acc[c];
+        if (KIND == OPT_SGD) {
+          w[d] -= lr * x;
+        } else {
+          w[dim + d] += x * x;
+          w[d] -= lr * x / (sqrtf(w[dim + d]) + eps);
+        }
       }
     }
-  }
-  if (KIND == OPT_ROWWISE_ADAGRAD) {
+  } else {
+    for (uint32_t d0 = 0; d0 < dim; d0 += CHUNK) {
+      run_sum(acc, g + d0, vals, p, end, width, 1, dim - d0);
+#pragma unroll
+      for (uint32_t c = 0; c < CHUNK; c++)
+        if (d0 + c < dim) ss += acc[c] * acc[c];
+    }
     float h = w[dim] + ss / (float)dim;
     w[dim] = h;
     float step = lr / (sqrtf(h) + eps);
     for (uint32_t d0 = 0; d0 < dim; d0 += CHUNK) {
-      if (dim > CHUNK) run_sum(acc, g + d0, vals, p, end, width, dim - d0); /* else acc holds it */
+      if (dim > CHUNK) run_sum(acc, g + d0, vals, p, end, width, 1, dim - d0); /* else acc holds it */
 #pragma unroll
       for (uint32_t c = 0; c < CHUNK; c++)
         if (d0 + c < dim) w[d0 + c] -= step * acc[c];
@@ -255,19 +282,20 @@ static int sort_update(const sort_update_t *a, cudaStream_t st, char *msg, size_
   const uint64_t *keys = kb.Current();
   const uint32_t *vals = vb.Current();
   float lr = a->hp.lr, eps = a->hp.eps;
-  unsigned nb = blocks(a->total);
+  uint32_t lanes = update_lanes(a->kind, a->dim);
+  unsigned nb = blocks((size_t)a->total * lanes);
   switch (a->kind) {
     case OPT_SGD:
-      k_update<OPT_SGD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf, a->width,
-                                            a->demb, lr, eps, a->lim, a->count);
+      k_update<OPT_SGD><<<nb, TPB, 0, st>>>(keys, vals, a->total, lanes, a->rbits, a->base, a->tab, a->dim, a->rf,
+                                            a->width, a->demb, lr, eps, a->lim, a->count);
       break;
     case OPT_ADAGRAD:
-      k_update<OPT_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf,
+      k_update<OPT_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, lanes, a->rbits, a->base, a->tab, a->dim, a->rf,
                                                 a->width, a->demb, lr, eps, a->lim, a->count);
       break;
     default:
-      k_update<OPT_ROWWISE_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, a->rbits, a->base, a->tab, a->dim, a->rf,
-                                                        a->width, a->demb, lr, eps, a->lim, a->count);
+      k_update<OPT_ROWWISE_ADAGRAD><<<nb, TPB, 0, st>>>(keys, vals, a->total, lanes, a->rbits, a->base, a->tab, a->dim,
+                                                        a->rf, a->width, a->demb, lr, eps, a->lim, a->count);
       break;
   }
   e = cudaGetLastError();
