@@ -39,14 +39,21 @@ static void usage(FILE *f) {
  * stops first, so that the trainers' streams end at once.  A trainer that
  * missed its StopWork (its feeder waiting for a gate) learns from its next
  * heartbeat that the job is over: while trainers are attached, the server
- * keeps answering for two heartbeat periods before it drains. */
+ * keeps answering for two heartbeat periods before it drains.  A client
+ * that polls Status (every 200 ms: chanter train, scale --wait) must see
+ * the job stopped too, or it waits trainer.rejoin_timeout_ms for an oracle
+ * that is gone: `chanter local down` stops the trainers and the oracle at
+ * once, and the trainers may be gone first. */
+#define WATCHER_LINGER_MS 600
+
 static void on_stop(daemon_t *d, int signum, void *data) {
   oracle_service_t *svc = data;
   int attached = oracle_service_trainers_attached(svc);
+  int watched = oracle_service_status_age_ms(svc) < 2000;
   oracle_service_shutdown(svc, signum == SIGTERM ? "the oracle is shutting down (SIGTERM)"
                                                  : "the oracle is shutting down (SIGINT)");
   int ms = (int)(2 * cfg_int(d->cfg, "trainer.heartbeat_ms") + 250);
-  d->linger_ms = attached ? (ms > 5000 ? 5000 : ms) : 0;
+  d->linger_ms = attached ? (ms > 5000 ? 5000 : ms) : watched ? WATCHER_LINGER_MS : 0;
 }
 
 int main(int argc, char **argv) {

@@ -70,6 +70,7 @@ struct oracle_service_s {
   int tick_open;
   oracle_page_t *page; /* the status page on the metrics port, refreshed by on_tick */
   char address[280];   /* host:port served on (oracle_service_set_address) */
+  int64_t status_at;   /* the last Status call (mono ms): someone watches the job */
   metrics_gauge_t *g_alive, *g_members;
   metrics_counter_t *c_joins, *c_refused, *c_kv_set, *c_kv_get;
 };
@@ -96,9 +97,8 @@ static int member_alive(const oracle_service_t *svc, const member_t *m, int64_t 
   return now - m->last_seen_ms <= svc->hb_timeout_ms;
 }
 
-/* Trainer rank's process is lost (its stream broke, or a recovery named
- * it): Status shows it dead until it, or its replacement, is heard from.
- * (Who may join the rank depends on its stream only: on_join.) */
+/* Trainer rank's process is lost (its stream broke, or a recovery named it): Status shows it
+ * dead until it, or its replacement, is heard from (who may join the rank: its stream, on_join). */
 static void member_gone(oracle_service_t *svc, uint32_t rank) {
   member_t *mb = find_member(svc, CHANTER__ORACLE__V1__ROLE__TRAINER, rank);
   if (mb) mb->last_seen_ms = now_ms() - svc->hb_timeout_ms - 1;
@@ -409,7 +409,7 @@ static void on_kv_get(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
 
 static void on_status(rpc_call_t *call, const ProtobufCMessage *m, void *ud) {
   oracle_service_t *svc = ud;
-  int64_t now = now_ms();
+  int64_t now = svc->status_at = now_ms();
   Chanter__Oracle__V1__StatusResponse resp = CHANTER__ORACLE__V1__STATUS_RESPONSE__INIT;
   Chanter__Oracle__V1__Member *mem = calloc(svc->n_members ? svc->n_members : 1, sizeof *mem);
   Chanter__Oracle__V1__Member **ptrs = calloc(svc->n_members ? svc->n_members : 1, sizeof *ptrs);
@@ -640,9 +640,7 @@ static void w_sent(rpc_call_t *call, void *ud) {
 
 static const rpc_stream_handlers_t work_handlers = {NULL, w_message, w_half_close, w_cancel, w_sent};
 
-/* ---- housekeeping */
-
-/* The status page's snapshot (oracle_page.h): the job and the members. */
+/* ---- housekeeping: the status page's snapshot (oracle_page.h), the job and the members */
 static void page_refresh(oracle_service_t *svc, int64_t now) {
   if (!svc->page) return;
   oracle_page_member_t *pm = calloc(svc->n_members ? svc->n_members : 1, sizeof *pm);
@@ -861,6 +859,8 @@ oracle_job_t *oracle_service_job(oracle_service_t *svc) { return svc->job; }
 void oracle_service_set_address(oracle_service_t *svc, const char *address) {
   snprintf(svc->address, sizeof svc->address, "%s", address);
 }
+
+int64_t oracle_service_status_age_ms(const oracle_service_t *svc) { return now_ms() - svc->status_at; }
 
 int oracle_service_trainers_attached(oracle_service_t *svc) {
   int n = 0;

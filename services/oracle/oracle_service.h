@@ -42,6 +42,9 @@ oracle_job_t *oracle_service_job(oracle_service_t *svc);
 void oracle_service_set_address(oracle_service_t *svc, const char *address);
 /* How many trainers have their Work stream open now. */
 int oracle_service_trainers_attached(oracle_service_t *svc);
+/* Milliseconds since the last Status call (chanter train, scale --wait and
+ * the drills poll it while they watch the job). */
+int64_t oracle_service_status_age_ms(const oracle_service_t *svc);
 /* The daemon is going down: stops the job (trainers get StopWork) and
  * answers parked KvGets, so that the server drains at once.  Loop thread. */
 void oracle_service_shutdown(oracle_service_t *svc, const char *why);

@@ -181,4 +181,23 @@ rc=$?
 alive2=0; for p in $pids2; do running "$p" && alive2=$((alive2 + 1)); done
 [ $rc -eq 0 ] && [ $alive2 -eq 0 ]
 expect_rc $? "and local down stops its daemons itself: $(cat "$WORK/down2.out")"
+
+# ---- the oracle stopped while `chanter train` watches and no trainer is attached any more (local down
+# stops them all at once, and the trainers can be gone first): it still tells train the job stopped
+W3=$WORK/w3
+C --set dataprocs=1 --set embedding_servers=1 --set trainers=1 --set iterations=100000 local up --workdir "$W3" \
+  >"$WORK/up4.out" 2>&1
+expect_rc $? "a third cluster comes up, its job long"
+"$SB/chanter" --config "$W3/job.ini" train --workdir "$W3" --quiet >/dev/null 2>"$WORK/train3.err" &
+watcher=$!
+until_ok 100 grep -q "progress rank=0" "$W3/logs/trainer-0.log"
+kill -9 "$(cat "$W3/run/supervisor.pid")" # nothing restarts the trainer
+t3=$(pid_of "$W3" trainer-0)
+kill -TERM "$t3"
+until_ok 100 eval '! running "$t3"'
+kill -TERM "$(pid_of "$W3" oracle-0)"
+until_ok 100 eval '! running "$watcher"' && grep -q "the job stopped: the oracle is shutting down (SIGTERM)" "$WORK/train3.err"
+expect_rc $? "the oracle stopped with no trainer attached: chanter train, which was watching, says the job stopped and returns ($(head -c 160 "$WORK/train3.err"))"
+kill -9 "$watcher" 2>/dev/null
+"$SB/chanter" local down --workdir "$W3" >/dev/null 2>&1
 finish
