@@ -114,6 +114,17 @@ int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, 
   return call(o, "Status", &req.base, OR_DESC(status_response), 0, (ProtobufCMessage **)resp, err, err_len);
 }
 
+int orc_status_once(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len) {
+  Chanter__Oracle__V1__StatusRequest req = CHANTER__ORACLE__V1__STATUS_REQUEST__INIT;
+  const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Status");
+  rpc_status_t st;
+  memset(&st, 0, sizeof st);
+  int rc = rpc_unary(o->ch, path, &req.base, OR_DESC(status_response), o->timeout_ms, (ProtobufCMessage **)resp, &st);
+  if (rc)
+    err_set(err, err_len, rc, "oracle %s, Status: %s%s%s", o->addr, err_str(rc), st.message[0] ? ": " : "", st.message);
+  return rc;
+}
+
 int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len) {
   Chanter__Oracle__V1__StopRequest req = CHANTER__ORACLE__V1__STOP_REQUEST__INIT;
   req.reason = (char *)reason;

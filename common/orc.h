@@ -32,6 +32,9 @@ int orc_kv_set(orc_t *o, const char *key, const void *val, size_t len, char *err
 /* *val is malloc'd (caller frees).  ERR_NOTFOUND after timeout_ms. */
 int orc_kv_get(orc_t *o, const char *key, void **val, size_t *len, int64_t timeout_ms, char *err, size_t err_len);
 int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len);
+/* The same, tried once: UNAVAILABLE at once while the oracle is down (for
+ * a watcher that polls, and decides itself how long to wait). */
+int orc_status_once(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len);
 int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len);
 /* Starts a held job: resumed from checkpoint `resume` ("latest" or an id),
  * or fresh (the servers cleared).  *msg (may be NULL) gets the oracle's

@@ -18,7 +18,10 @@
 # each, with its fields, in order; `local down` stops every daemon in order
 # with SIGTERM and leaves no process and no zombie (the supervisor reaps
 # the daemons).  Then, on a second cluster whose supervisor is killed:
-# `local status` and `local down` still work from W/pids.
+# `local status` and `local down` still work from W/pids.  On two more, a
+# `chanter train` watching the job returns, saying why, when the oracle
+# stops with no trainer attached, and when the oracle is killed and the
+# cluster taken down.
 #
 # chanter-dataproc and chanter-embedding run behind a wrapper (in a copy
 # of the bin directory: the supervisor starts the daemons beside its own
@@ -200,4 +203,20 @@ until_ok 100 eval '! running "$watcher"' && grep -q "the job stopped: the oracle
 expect_rc $? "the oracle stopped with no trainer attached: chanter train, which was watching, says the job stopped and returns ($(head -c 160 "$WORK/train3.err"))"
 kill -9 "$watcher" 2>/dev/null
 "$SB/chanter" local down --workdir "$W3" >/dev/null 2>&1
+
+# ---- the oracle killed (no word to anyone), then the cluster taken down: a watching train does not wait
+# trainer.rejoin_timeout_ms for an oracle nothing will restart
+W4=$WORK/w4
+C --set dataprocs=1 --set embedding_servers=1 --set trainers=1 --set iterations=100000 local up --workdir "$W4" \
+  >"$WORK/up5.out" 2>&1
+expect_rc $? "a fourth cluster comes up, its job long"
+"$SB/chanter" --config "$W4/job.ini" train --workdir "$W4" --quiet >/dev/null 2>"$WORK/train4.err" &
+watcher=$!
+until_ok 100 grep -q "progress rank=0" "$W4/logs/trainer-0.log"
+kill -9 "$(cat "$W4/run/supervisor.pid")"
+kill -9 "$(pid_of "$W4" oracle-0)"
+"$SB/chanter" local down --workdir "$W4" >/dev/null 2>&1
+until_ok 100 eval '! running "$watcher"' && grep -q "and the local cluster in .* is down: nothing will restart it" "$WORK/train4.err"
+expect_rc $? "the oracle killed and the cluster down: chanter train says so and returns ($(tail -c 200 "$WORK/train4.err" | tr '\n' ' '))"
+kill -9 "$watcher" 2>/dev/null
 finish

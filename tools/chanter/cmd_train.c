@@ -25,6 +25,7 @@
 #include "orc.h"
 #include "reshard.h"
 #include "sbuf.h"
+#include "supervise.h"
 
 void train_progress(int tty, uint64_t it, uint64_t total, double sps, double loss, double eta) {
   if (tty) {
@@ -131,6 +132,7 @@ typedef struct watch_s {
   int quiet, fresh, tty;
   int asked;    /* --resume / --fresh sent */
   int answered; /* the oracle answered once: it is there, and may come back after a restart */
+  int local;    /* workdir held a local cluster (its pids file) when the watch began */
   double progress_at, last_print, ckpt_seen, unreachable_since;
   uint64_t last_it;
   size_t warned; /* the job's warnings printed so far: each once, as soon as the oracle has it */
@@ -143,6 +145,15 @@ typedef struct watch_s {
  * 0 (said) once trainer.rejoin_timeout_ms has passed. */
 static int oracle_gone(watch_t *w, const char *err) {
   double now = clock_mono_s(), limit = (double)cfg_int(w->cfg, "trainer.rejoin_timeout_ms") / 1e3;
+  char pids[4200];
+  snprintf(pids, sizeof pids, "%s/pids", w->workdir ? w->workdir : "");
+  if (w->local && access(pids, F_OK) != 0 && supervise_running(w->workdir) <= 0) {
+    /* `local down` removed the pids file, and no supervisor restarts the oracle */
+    fprintf(stderr, "%schanter train: the oracle does not answer (%s), and the local cluster in %s is down: nothing "
+                    "will restart it\n",
+            w->tty ? "\n" : "", err, w->workdir);
+    return 0;
+  }
   if (!w->unreachable_since) {
     w->unreachable_since = now;
     fprintf(stderr, "%schanter train: the oracle does not answer (%s); waiting up to %.0f s for it to come back "
@@ -252,7 +263,9 @@ static int watch_job(watch_t *w, Chanter__Oracle__V1__StatusResponse **out) {
   for (;;) {
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
     st = NULL;
-    int src = orc_status(w->o, &st, err, sizeof err);
+    /* retried inside while the oracle has not answered yet (it may be starting); then once a poll, so that
+     * oracle_gone judges each failure */
+    int src = w->answered ? orc_status_once(w->o, &st, err, sizeof err) : orc_status(w->o, &st, err, sizeof err);
     if ((src == ERR_UNAVAILABLE || src == ERR_DEADLINE) && w->answered) {
       if (!oracle_gone(w, err)) goto out;
       usleep(500000);
@@ -425,6 +438,9 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
                .tty = isatty(2),
                .progress_at = clock_mono_s(),
                .last_it = UINT64_MAX};
+  char pids[4200];
+  snprintf(pids, sizeof pids, "%s/pids", workdir ? workdir : "");
+  w.local = workdir && access(pids, F_OK) == 0;
   Chanter__Oracle__V1__StatusResponse *st = NULL;
   if (orc_create(cfg, NULL, &w.o, err, sizeof err)) {
     fprintf(stderr, "chanter train: %s (start a cluster with `chanter local up --workdir DIR`, or set cluster.oracle)\n",
