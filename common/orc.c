@@ -17,6 +17,7 @@ struct orc_s {
   char *addr;
   rpc_channel_t *ch;
   int64_t timeout_ms;
+  volatile int abort; /* orc_abort: retries give up */
 };
 
 int orc_create(const cfg_t *cfg, const char *addr, orc_t **out, char *err, size_t err_len) {
@@ -51,12 +52,16 @@ void orc_destroy(orc_t *o) {
 
 const char *orc_address(const orc_t *o) { return o->addr; }
 
+void orc_abort(orc_t *o) {
+  if (o) o->abort = 1;
+}
+
 /* A blocking call, retried with backoff while the oracle is unavailable. */
 static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
                 int64_t extra_ms, ProtobufCMessage **resp, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, method);
   rpc_status_t st;
-  int rc = rpc_unary_retry(o->ch, path, req, rd, o->timeout_ms + extra_ms, resp, &st);
+  int rc = rpc_unary_retry_abortable(o->ch, path, req, rd, o->timeout_ms + extra_ms, resp, &st, &o->abort);
   if (rc)
     err_set(err, err_len, rc, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "",
             st.message);

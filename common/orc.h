@@ -31,6 +31,9 @@ int orc_heartbeat(orc_t *o, Chanter__Oracle__V1__Role role, uint32_t rank, uint6
 int orc_kv_set(orc_t *o, const char *key, const void *val, size_t len, char *err, size_t err_len);
 /* *val is malloc'd (caller frees).  ERR_NOTFOUND after timeout_ms. */
 int orc_kv_get(orc_t *o, const char *key, void **val, size_t *len, int64_t timeout_ms, char *err, size_t err_len);
+/* From any thread: every call retrying an oracle that does not answer,
+ * and every later one, gives up with ERR_CANCELLED (a stopping daemon). */
+void orc_abort(orc_t *o);
 int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len);
 /* The same, tried once: UNAVAILABLE at once while the oracle is down (for
  * a watcher that polls, and decides itself how long to wait). */

@@ -125,9 +125,12 @@ void trainer_stop(trainer_t *t, const char *why) {
   if (t->stream) rpc_stream_cancel(t->stream);
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
-  /* calls retrying an embedding server that is gone (stopped with the
-   * cluster) give up: the job resumes from its last checkpoint anyway */
+  /* calls retrying an embedding server or an oracle that is gone (stopped
+   * with the cluster) give up: the job resumes from its last checkpoint
+   * anyway (a Join retried for 30 s held the exit past its 10 s) */
   embc_abort(t->embc);
+  orc_abort(t->orc);
+  orc_abort(t->join.hb_orc);
   trainer_pipeline_wake(t);
 }
 
