@@ -219,4 +219,6 @@ kill -9 "$(pid_of "$W4" oracle-0)"
 until_ok 100 eval '! running "$watcher"' && grep -q "and the local cluster in .* is down: nothing will restart it" "$WORK/train4.err"
 expect_rc $? "the oracle killed and the cluster down: chanter train says so and returns ($(tail -c 200 "$WORK/train4.err" | tr '\n' ' '))"
 kill -9 "$watcher" 2>/dev/null
+grep -q "stopped cleanly" "$W4/logs/trainer-0.log" && ! grep -q "did not stop within" "$W4/logs/trainer-0.log"
+expect "the trainer, SIGTERMed while its oracle is gone, gives up the oracle's calls it retries and stops cleanly"
 finish
