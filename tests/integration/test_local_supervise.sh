@@ -185,16 +185,22 @@ alive2=0; for p in $pids2; do running "$p" && alive2=$((alive2 + 1)); done
 [ $rc -eq 0 ] && [ $alive2 -eq 0 ]
 expect_rc $? "and local down stops its daemons itself: $(cat "$WORK/down2.out")"
 
+# watched W NAME: a cluster of one trainer in W, its job long, `chanter train` watching it (stderr in
+# $WORK/NAME.err, its pid in $watcher) once the trainer has reported; its supervisor then killed, so that
+# nothing restarts what the caller stops
+watched() {
+  C --set dataprocs=1 --set embedding_servers=1 --set trainers=1 --set iterations=100000 local up --workdir "$1" \
+    >"$WORK/$2.up" 2>&1 || return 1
+  "$SB/chanter" --config "$1/job.ini" train --workdir "$1" --quiet >/dev/null 2>"$WORK/$2.err" &
+  watcher=$!
+  until_ok 100 grep -q "progress rank=0" "$1/logs/trainer-0.log" && kill -9 "$(cat "$1/run/supervisor.pid")"
+}
+
 # ---- the oracle stopped while `chanter train` watches and no trainer is attached any more (local down
 # stops them all at once, and the trainers can be gone first): it still tells train the job stopped
 W3=$WORK/w3
-C --set dataprocs=1 --set embedding_servers=1 --set trainers=1 --set iterations=100000 local up --workdir "$W3" \
-  >"$WORK/up4.out" 2>&1
-expect_rc $? "a third cluster comes up, its job long"
-"$SB/chanter" --config "$W3/job.ini" train --workdir "$W3" --quiet >/dev/null 2>"$WORK/train3.err" &
-watcher=$!
-until_ok 100 grep -q "progress rank=0" "$W3/logs/trainer-0.log"
-kill -9 "$(cat "$W3/run/supervisor.pid")" # nothing restarts the trainer
+watched "$W3" train3
+expect_rc $? "a third cluster comes up, its job long, watched by chanter train"
 t3=$(pid_of "$W3" trainer-0)
 kill -TERM "$t3"
 until_ok 100 eval '! running "$t3"'
@@ -207,13 +213,8 @@ kill -9 "$watcher" 2>/dev/null
 # ---- the oracle killed (no word to anyone), then the cluster taken down: a watching train does not wait
 # trainer.rejoin_timeout_ms for an oracle nothing will restart
 W4=$WORK/w4
-C --set dataprocs=1 --set embedding_servers=1 --set trainers=1 --set iterations=100000 local up --workdir "$W4" \
-  >"$WORK/up5.out" 2>&1
-expect_rc $? "a fourth cluster comes up, its job long"
-"$SB/chanter" --config "$W4/job.ini" train --workdir "$W4" --quiet >/dev/null 2>"$WORK/train4.err" &
-watcher=$!
-until_ok 100 grep -q "progress rank=0" "$W4/logs/trainer-0.log"
-kill -9 "$(cat "$W4/run/supervisor.pid")"
+watched "$W4" train4
+expect_rc $? "a fourth cluster comes up, its job long, watched by chanter train"
 kill -9 "$(pid_of "$W4" oracle-0)"
 "$SB/chanter" local down --workdir "$W4" >/dev/null 2>&1
 until_ok 100 eval '! running "$watcher"' && grep -q "and the local cluster in .* is down: nothing will restart it" "$WORK/train4.err"
