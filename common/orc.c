@@ -56,16 +56,25 @@ void orc_abort(orc_t *o) {
   if (o) o->abort = 1;
 }
 
-/* A blocking call, retried with backoff while the oracle is unavailable. */
-static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
-                int64_t extra_ms, ProtobufCMessage **resp, char *err, size_t err_len) {
+/* A blocking call, retried with backoff while the oracle is unavailable
+ * (once: tried once). */
+static int call_how(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
+                    int64_t extra_ms, int once, ProtobufCMessage **resp, char *err, size_t err_len) {
   const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, method);
   rpc_status_t st;
-  int rc = rpc_unary_retry_abortable(o->ch, path, req, rd, o->timeout_ms + extra_ms, resp, &st, &o->abort);
+  memset(&st, 0, sizeof st);
+  int64_t ms = o->timeout_ms + extra_ms;
+  int rc = once ? rpc_unary(o->ch, path, req, rd, ms, resp, &st)
+                : rpc_unary_retry_abortable(o->ch, path, req, rd, ms, resp, &st, &o->abort);
   if (rc)
     err_set(err, err_len, rc, "oracle %s, %s: %s%s%s", o->addr, method, err_str(rc), st.message[0] ? ": " : "",
             st.message);
   return rc;
+}
+
+static int call(orc_t *o, const char *method, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
+                int64_t extra_ms, ProtobufCMessage **resp, char *err, size_t err_len) {
+  return call_how(o, method, req, rd, extra_ms, 0, resp, err, err_len);
 }
 
 int orc_join(orc_t *o, const Chanter__Oracle__V1__JoinRequest *req, Chanter__Oracle__V1__JoinResponse **resp,
@@ -121,13 +130,7 @@ int orc_status(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, 
 
 int orc_status_once(orc_t *o, Chanter__Oracle__V1__StatusResponse **resp, char *err, size_t err_len) {
   Chanter__Oracle__V1__StatusRequest req = CHANTER__ORACLE__V1__STATUS_REQUEST__INIT;
-  const char *path = rpc_method_path(&chanter__oracle__v1__oracle__descriptor, "Status");
-  rpc_status_t st;
-  memset(&st, 0, sizeof st);
-  int rc = rpc_unary(o->ch, path, &req.base, OR_DESC(status_response), o->timeout_ms, (ProtobufCMessage **)resp, &st);
-  if (rc)
-    err_set(err, err_len, rc, "oracle %s, Status: %s%s%s", o->addr, err_str(rc), st.message[0] ? ": " : "", st.message);
-  return rc;
+  return call_how(o, "Status", &req.base, OR_DESC(status_response), 0, 1, (ProtobufCMessage **)resp, err, err_len);
 }
 
 int orc_stop(orc_t *o, const char *reason, char *err, size_t err_len) {

@@ -44,8 +44,10 @@ static void grpc_log_cb(gpr_log_func_args *a) {
 
 int rpc_global_init(void) {
   pthread_mutex_lock(&g_mu);
-  if (g_refs == 0) gpr_set_log_function(grpc_log_cb);
-  if (g_refs == 0 && !getenv(RPC_BACKUP_POLL_ENV)) setenv(RPC_BACKUP_POLL_ENV, RPC_BACKUP_POLL_MS, 0);
+  if (g_refs == 0) {
+    gpr_set_log_function(grpc_log_cb);
+    setenv(RPC_BACKUP_POLL_ENV, RPC_BACKUP_POLL_MS, 0); /* 0: a value already there stays */
+  }
   if (g_refs++ == 0) grpc_init();
   pthread_mutex_unlock(&g_mu);
   return 0;

@@ -145,9 +145,7 @@ typedef struct watch_s {
  * 0 (said) once trainer.rejoin_timeout_ms has passed. */
 static int oracle_gone(watch_t *w, const char *err) {
   double now = clock_mono_s(), limit = (double)cfg_int(w->cfg, "trainer.rejoin_timeout_ms") / 1e3;
-  char pids[4200];
-  snprintf(pids, sizeof pids, "%s/pids", w->workdir ? w->workdir : "");
-  if (w->local && access(pids, F_OK) != 0 && supervise_running(w->workdir) <= 0) {
+  if (w->local && supervise_pids_load(w->workdir, NULL, 0) < 0 && supervise_running(w->workdir) <= 0) {
     /* `local down` removed the pids file, and no supervisor restarts the oracle */
     fprintf(stderr, "%schanter train: the oracle does not answer (%s), and the local cluster in %s is down: nothing "
                     "will restart it\n",
@@ -438,9 +436,7 @@ static int train_cluster(cli_t *cli, const char *workdir, int quiet, const char 
                .tty = isatty(2),
                .progress_at = clock_mono_s(),
                .last_it = UINT64_MAX};
-  char pids[4200];
-  snprintf(pids, sizeof pids, "%s/pids", workdir ? workdir : "");
-  w.local = workdir && access(pids, F_OK) == 0;
+  w.local = workdir && supervise_pids_load(workdir, NULL, 0) >= 0;
   Chanter__Oracle__V1__StatusResponse *st = NULL;
   if (orc_create(cfg, NULL, &w.o, err, sizeof err)) {
     fprintf(stderr, "chanter train: %s (start a cluster with `chanter local up --workdir DIR`, or set cluster.oracle)\n",
